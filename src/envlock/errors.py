@@ -1,0 +1,81 @@
+"""The one error root and a subclass per pipeline stage.
+
+The CLI maps every ``EnvlockError`` to a message on stderr and an exit code; the
+core never prints and never exits. Messages name the file, the key or artifact,
+what was found and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class EnvlockError(Exception):
+    """Root of every error envlock reports to a user."""
+
+    #: 2 = usage or input error (bad spec, unknown env, missing lock), 1 = the work failed.
+    exit_code = 1
+
+    def __init__(self, message: str, *, details: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = tuple(details)
+
+    def __str__(self) -> str:
+        if not self.details:
+            return self.message
+        return self.message + "\n" + "\n".join(f"  {line}" for line in self.details)
+
+
+class UsageError(EnvlockError):
+    """Bad command-line input: unknown env, bad option value."""
+
+    exit_code = 2
+
+
+class SpecError(EnvlockError):
+    """An env spec (envs/NAME.toml) is invalid; ``details`` lists every problem."""
+
+    exit_code = 2
+
+
+class LockError(EnvlockError):
+    """A lock file is missing, unreadable or not what the spec asks for."""
+
+    exit_code = 2
+
+
+class ResolveError(EnvlockError):
+    """Resolution failed: a nightly date not listed, uv found no solution, a set is inconsistent."""
+
+
+class IndexError_(EnvlockError):
+    """An index could not be read (HTTP error, malformed page)."""
+
+
+class FetchError(EnvlockError):
+    """A download failed or did not match its recorded hash."""
+
+
+class StoreError(EnvlockError):
+    """The store is unusable (layout version, permissions, a corrupt entry)."""
+
+
+class SourceError(EnvlockError):
+    """A pinned source could not be fetched or does not match its pin."""
+
+
+class PatchError(EnvlockError):
+    """A patch does not apply, or tries to write outside its tree."""
+
+
+class BuildError(EnvlockError):
+    """A local build failed or is not reproducible; ``log`` is the kept build log."""
+
+
+class InstallError(EnvlockError):
+    """The venv could not be created from the store."""
+
+
+class VerifyError(EnvlockError):
+    """A venv does not match its recorded digest."""

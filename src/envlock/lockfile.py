@@ -1,0 +1,281 @@
+"""Read and write ``locks/pylock.NAME.toml``: PEP 751 plus envlock's ``[tool.envlock]``.
+
+The writer is envlock's own so the bytes are a pure function of the data: same
+spec + same index contents => byte-identical lock. The reader accepts what the
+writer writes (and validates it with ``packaging.pylock``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from packaging.utils import NormalizedName, canonicalize_name
+
+from envlock.errors import LockError
+
+LOCK_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One wheel: a remote ``url`` or a ``path`` relative to the lock file, and its sha256."""
+
+    sha256: str
+    url: str | None = None
+    path: str | None = None
+    size: int | None = None
+
+    @property
+    def filename(self) -> str:
+        where = self.url if self.url is not None else self.path
+        assert where is not None
+        return unquote(urlsplit(where).path.rsplit("/", 1)[-1])
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: NormalizedName
+    version: str
+    wheels: tuple[Artifact, ...]
+    index: str | None = None  # the index base URL it was resolved from (PEP 751 ``index``)
+
+
+@dataclass(frozen=True)
+class NightlyPin:
+    date: str  # YYYY-MM-DD, as in the spec
+    version: str  # the exact version it resolved to
+
+
+@dataclass(frozen=True)
+class LockedPatch:
+    path: str  # workspace-relative, as in the spec
+    sha256: str
+
+
+@dataclass(frozen=True)
+class LockedSource:
+    kind: str  # "git" or "path"
+    location: str  # git URL or workspace-relative path
+    commit: str | None = None  # full 40-hex commit, git sources
+    tree_digest: str | None = None  # content digest, path sources
+    patches: tuple[LockedPatch, ...] = ()
+
+
+@dataclass(frozen=True)
+class LockedBuild:
+    input_digest: str
+    wheel: str  # filename in the wheelhouse
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Lock:
+    """A whole lock file, as data."""
+
+    env: str
+    python: str
+    platform: str | None
+    spec_digest: str
+    spec_keys: Mapping[str, str]  # spec key path -> digest, to say which key changed
+    packages: tuple[LockedPackage, ...]
+    requires_python: str | None = None
+    nightlies: Mapping[str, NightlyPin] = field(default_factory=dict)
+    sources: Mapping[str, LockedSource] = field(default_factory=dict)
+    builds: Mapping[str, LockedBuild] = field(default_factory=dict)
+    venv_digest: str | None = None
+
+    def package(self, name: str) -> LockedPackage | None:
+        wanted = canonicalize_name(name)
+        return next((p for p in self.packages if p.name == wanted), None)
+
+    def install_digest(self) -> str:
+        """Digest of what gets installed (python, platform, every wheel's sha256).
+
+        Venvs are keyed by it in the store; it leaves out the venv digest so that
+        recording the digest does not change the key.
+        """
+        parts = [f"python={self.python}", f"platform={self.platform or ''}"]
+        parts += [
+            f"{p.name}=={p.version} " + ",".join(w.sha256 for w in p.wheels) for p in self.packages
+        ]
+        return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def with_venv_digest(self, digest: str | None) -> Lock:
+        return replace(self, venv_digest=digest)
+
+    # -- TOML ------------------------------------------------------------
+    def to_toml(self) -> str:
+        out = ['lock-version = "1.0"', f"created-by = {_s('envlock')}"]
+        if self.requires_python:
+            out.append(f"requires-python = {_s(self.requires_python)}")
+        for pkg in self.packages:
+            out += ["", "[[packages]]", f"name = {_s(pkg.name)}", f"version = {_s(pkg.version)}"]
+            if pkg.index:
+                out.append(f"index = {_s(pkg.index)}")
+            out.append("wheels = [")
+            for wheel in pkg.wheels:
+                out.append(f"    {_wheel_table(wheel)},")
+            out.append("]")
+        tool: dict[str, Any] = {
+            "format": LOCK_FORMAT,
+            "env": self.env,
+            "python": self.python,
+        }
+        if self.platform:
+            tool["platform"] = self.platform
+        tool["spec-digest"] = self.spec_digest
+        if self.venv_digest:
+            tool["venv-digest"] = self.venv_digest
+        out += ["", "[tool.envlock]"] + [f"{k} = {_v(v)}" for k, v in tool.items()]
+        out += ["", "[tool.envlock.spec-keys]"]
+        out += [f"{_s(k)} = {_s(v)}" for k, v in sorted(self.spec_keys.items())]
+        if self.nightlies:
+            out += ["", "[tool.envlock.nightlies]"]
+            for name, pin in sorted(self.nightlies.items()):
+                out.append(f"{_s(name)} = {{ date = {_s(pin.date)}, version = {_s(pin.version)} }}")
+        for name, src in sorted(self.sources.items()):
+            out += ["", f"[tool.envlock.sources.{_s(name)}]", f"{src.kind} = {_s(src.location)}"]
+            if src.commit:
+                out.append(f"commit = {_s(src.commit)}")
+            if src.tree_digest:
+                out.append(f"tree-digest = {_s(src.tree_digest)}")
+            out.append("patches = [")
+            out += [f"    {{ path = {_s(p.path)}, sha256 = {_s(p.sha256)} }}," for p in src.patches]
+            out.append("]")
+        for name, build in sorted(self.builds.items()):
+            out += [
+                "",
+                f"[tool.envlock.builds.{_s(name)}]",
+                f"input-digest = {_s(build.input_digest)}",
+                f"wheel = {_s(build.wheel)}",
+                f"sha256 = {_s(build.sha256)}",
+            ]
+        return "\n".join(out) + "\n"
+
+    @classmethod
+    def from_toml(cls, text: str, origin: Path | str) -> Lock:
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise LockError(f"{origin}: not valid TOML: {exc}") from None
+        return cls.from_dict(doc, origin)
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], origin: Path | str) -> Lock:
+        try:
+            return _lock_from_dict(doc)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LockError(
+                f"{origin}: not an envlock lock ({exc}); regenerate it with `envlock lock`"
+            ) from None
+
+
+def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
+    tool = doc["tool"]["envlock"]
+    if tool.get("format") != LOCK_FORMAT:
+        raise ValueError(f"tool.envlock.format is {tool.get('format')!r}, expected {LOCK_FORMAT}")
+    packages = []
+    for pkg in doc.get("packages", []):
+        wheels = tuple(
+            Artifact(
+                sha256=str(w["hashes"]["sha256"]),
+                url=w.get("url"),
+                path=w.get("path"),
+                size=w.get("size"),
+            )
+            for w in pkg.get("wheels", [])
+        )
+        if not wheels:
+            raise ValueError(f"package {pkg['name']!r} has no wheel")
+        packages.append(
+            LockedPackage(
+                name=canonicalize_name(pkg["name"]),
+                version=str(pkg["version"]),
+                wheels=wheels,
+                index=pkg.get("index"),
+            )
+        )
+    sources = {
+        name: LockedSource(
+            kind="git" if "git" in s else "path",
+            location=str(s.get("git", s.get("path"))),
+            commit=s.get("commit"),
+            tree_digest=s.get("tree-digest"),
+            patches=tuple(LockedPatch(p["path"], p["sha256"]) for p in s.get("patches", [])),
+        )
+        for name, s in tool.get("sources", {}).items()
+    }
+    return Lock(
+        env=str(tool["env"]),
+        python=str(tool["python"]),
+        platform=tool.get("platform"),
+        spec_digest=str(tool["spec-digest"]),
+        spec_keys=dict(tool.get("spec-keys", {})),
+        packages=tuple(packages),
+        requires_python=doc.get("requires-python"),
+        nightlies={
+            k: NightlyPin(date=v["date"], version=v["version"])
+            for k, v in tool.get("nightlies", {}).items()
+        },
+        sources=sources,
+        builds={
+            k: LockedBuild(input_digest=v["input-digest"], wheel=v["wheel"], sha256=v["sha256"])
+            for k, v in tool.get("builds", {}).items()
+        },
+        venv_digest=tool.get("venv-digest"),
+    )
+
+
+def read_lock(path: Path) -> Lock:
+    """Load a lock file; ``LockError`` (exit 2) when it is missing or malformed."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LockError(f"{path}: no lock file; create it with `envlock lock`") from None
+    return Lock.from_toml(text, path)
+
+
+def validate_pep751(text: str, origin: Path | str) -> None:
+    """Check the text against ``packaging.pylock`` (the PEP 751 reference reader)."""
+    from packaging.pylock import Pylock, PylockValidationError
+
+    try:
+        Pylock.from_dict(tomllib.loads(text))
+    except PylockValidationError as exc:
+        raise LockError(f"{origin}: not a valid PEP 751 lock: {exc}") from None
+
+
+def _s(value: str) -> str:
+    # JSON string escapes are a subset of TOML basic-string escapes.
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _v(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return _s(str(value))
+
+
+def _wheel_table(wheel: Artifact) -> str:
+    fields: list[str] = []
+    if wheel.url is not None:
+        fields.append(f"url = {_s(wheel.url)}")
+    if wheel.path is not None:
+        fields.append(f"path = {_s(wheel.path)}")
+    if wheel.size is not None:
+        fields.append(f"size = {wheel.size}")
+    fields.append(f"hashes = {{ sha256 = {_s(wheel.sha256)} }}")
+    return "{ " + ", ".join(fields) + " }"
+
+
+def sorted_packages(packages: Iterable[LockedPackage]) -> tuple[LockedPackage, ...]:
+    return tuple(sorted(packages, key=lambda p: p.name))

@@ -1,0 +1,108 @@
+"""The one place envlock starts subprocesses (uv, git, build backends).
+
+Tests run these for real against local fixtures; failures become the caller's
+stage error with the command and the tail of its output.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def tail(self, lines: int = 25) -> str:
+        text = (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).rstrip()
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def uv_bin() -> str:
+    """The pinned uv's binary (from the ``uv`` package), never one found on PATH."""
+    from uv import find_uv_bin
+
+    return str(find_uv_bin())
+
+
+def uv_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for uv: no managed-Python downloads, no user or project config leaking in."""
+    env = dict(os.environ)
+    for var in [v for v in env if v.startswith("UV_") and v != "UV_CACHE_DIR"]:
+        del env[var]
+    env.update(
+        {
+            "UV_PYTHON_DOWNLOADS": "never",
+            "UV_NO_CONFIG": "1",
+            "UV_NO_PROGRESS": "1",
+        }
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    log: Path | None = None,
+    timeout: float | None = None,
+) -> Result:
+    """Run a command to completion and capture its output (also into ``log``, if given)."""
+    args = tuple(str(a) for a in argv)
+    try:
+        proc = subprocess.run(
+            args,
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout,
+            check=False,
+        )
+        result = Result(args, proc.returncode, proc.stdout, proc.stderr)
+    except FileNotFoundError:
+        result = Result(args, 127, "", f"{args[0]}: command not found")
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a", encoding="utf-8") as fh:
+            fh.write(f"$ {' '.join(args)}\n{result.stdout}{result.stderr}\n[exit {result.returncode}]\n")
+    return result
+
+
+def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
+       env: Mapping[str, str] | None = None, log: Path | None = None) -> Result:
+    """Run the pinned uv with ``args``."""
+    return run([uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log)
+
+
+def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None, log: Path | None = None) -> Result:
+    """Run git with a fixed identity and no user config, so results do not depend on the machine."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_AUTHOR_NAME": "envlock",
+            "GIT_AUTHOR_EMAIL": "envlock@localhost",
+            "GIT_COMMITTER_NAME": "envlock",
+            "GIT_COMMITTER_EMAIL": "envlock@localhost",
+            "LC_ALL": "C",
+        }
+    )
+    return run(["git", *args], cwd=cwd, env=env, log=log)

@@ -1,0 +1,484 @@
+"""Load and validate env specs (``envs/NAME.toml``).
+
+Validation reports every problem at once, each as ``FILE: KEY.PATH: message``;
+an unknown key gets a "did you mean" when a known one is close.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import hashlib
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import NormalizedName, canonicalize_name
+
+from envlock.errors import SpecError
+
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_PYTHON = re.compile(r"3\.\d+(\.\d+)?")
+_PLATFORM = re.compile(r"[a-z0-9_]+-[a-z0-9_.]+")
+_ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CMAKE_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    name: str
+    url: str
+    default: bool = False
+
+
+@dataclass(frozen=True)
+class PackageSpec:
+    """A top-level requirement. Exactly one of: a version specifier, a nightly date, a build."""
+
+    name: NormalizedName
+    specifier: str = ""  # PEP 440 specifier, "" = any
+    index: str | None = None  # the only index it may come from
+    nightly: str | None = None  # YYYY-MM-DD
+    local: str | None = None  # local version tag for nightlies ("cu130")
+    same_date: bool = True  # nightlies of one index share a date unless False
+    build: str | None = None  # name of a [builds.*] entry that provides it
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str
+    git: str | None = None
+    rev: str | None = None
+    path: str | None = None  # workspace-relative local tree
+    patches: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FetchContentInput:
+    """A CMake FetchContent dependency that envlock pre-fetches (no download in the build)."""
+
+    name: str  # as in FetchContent_Declare(<name> ...)
+    git: str
+    rev: str
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    name: str  # the distribution it builds
+    source: str
+    subdirectory: str = ""
+    isolation: bool = True
+    env: Mapping[str, str] = field(default_factory=dict)
+    config_settings: Mapping[str, str] = field(default_factory=dict)
+    requires: tuple[str, ...] = ()  # build requirements locked with the env (isolation = false)
+    fetchcontent: tuple[FetchContentInput, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResolutionSpec:
+    overrides: tuple[str, ...] = ()
+    exclude: tuple[NormalizedName, ...] = ()
+    same_version: tuple[tuple[NormalizedName, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    name: str
+    path: Path
+    python: str
+    platform: str | None
+    indexes: Mapping[str, IndexSpec]
+    packages: Mapping[NormalizedName, PackageSpec]
+    sources: Mapping[str, SourceSpec]
+    builds: Mapping[str, BuildSpec]
+    resolution: ResolutionSpec
+    raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def default_index(self) -> IndexSpec:
+        return next(i for i in self.indexes.values() if i.default)
+
+    def key_digests(self) -> dict[str, str]:
+        """A digest per spec key (``packages.torch``, ``env``, ...), for ``lock --check``."""
+        out: dict[str, str] = {}
+        for table, value in sorted(self.raw.items()):
+            if isinstance(value, dict) and table in _KEYED_TABLES:
+                for key, sub in sorted(value.items()):
+                    out[f"{table}.{key}"] = _digest(sub)
+            else:
+                out[table] = _digest(value)
+        return out
+
+    def digest(self) -> str:
+        return "sha256:" + hashlib.sha256(_canonical(self.raw).encode()).hexdigest()
+
+
+_KEYED_TABLES = {"indexes", "packages", "sources", "builds"}
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()[:16]
+
+
+# -- validation --------------------------------------------------------------
+
+
+class _Problems:
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.items: list[str] = []
+
+    def add(self, key: str, message: str) -> None:
+        self.items.append(f"{key}: {message}")
+
+    def check_keys(self, key: str, table: Mapping[str, Any], allowed: set[str]) -> None:
+        for name in table:
+            if name not in allowed:
+                close = difflib.get_close_matches(name, sorted(allowed), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                known = ", ".join(sorted(allowed))
+                self.add(f"{key}.{name}" if key else name, f"unknown key{hint}; expected one of: {known}")
+
+
+def _found(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return repr(value)
+
+
+def _get_str(p: _Problems, table: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> str | None:
+    value = table.get(key)
+    if value is None:
+        if required:
+            p.add(f"{path}.{key}" if path else key, "missing; expected a string")
+        return None
+    if not isinstance(value, str):
+        p.add(f"{path}.{key}" if path else key, f"expected a string, found {_found(value)}")
+        return None
+    return value
+
+
+def _get_table(p: _Problems, doc: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        p.add(key, f"expected a table, found {_found(value)}")
+        return {}
+    return value
+
+
+def _get_str_list(p: _Problems, table: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        p.add(f"{path}.{key}" if path else key, f"expected an array of strings, found {_found(value)}")
+        return ()
+    return tuple(value)
+
+
+def _get_str_map(p: _Problems, table: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
+    value = table.get(key, {})
+    if not isinstance(value, dict):
+        p.add(f"{path}.{key}", f"expected a table of strings, found {_found(value)}")
+        return {}
+    out = {}
+    for k, v in value.items():
+        if not isinstance(v, str):
+            p.add(f"{path}.{key}.{k}", f"expected a string, found {_found(v)}")
+        else:
+            out[k] = v
+    return out
+
+
+def _check_date(p: _Problems, key: str, value: str) -> None:
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+            raise ValueError
+        dt.date.fromisoformat(value)
+    except ValueError:
+        p.add(key, f"expected a date YYYY-MM-DD, found {value!r}")
+
+
+def _check_relpath(p: _Problems, key: str, value: str) -> None:
+    pure = PurePosixPath(value)
+    if pure.is_absolute() or ".." in pure.parts or "\\" in value:
+        p.add(key, f"expected a relative path inside the workspace, found {value!r}")
+
+
+_TOP = {"env", "indexes", "packages", "sources", "builds", "resolution"}
+_ENV_KEYS = {"python", "platform"}
+_INDEX_KEYS = {"url", "default"}
+_PACKAGE_KEYS = {"version", "index", "nightly", "local", "same-date", "build"}
+_SOURCE_KEYS = {"git", "rev", "path", "patches"}
+_BUILD_KEYS = {"source", "subdirectory", "isolation", "env", "config-settings", "requires", "fetchcontent"}
+_FETCHCONTENT_KEYS = {"git", "rev"}
+_RESOLUTION_KEYS = {"overrides", "exclude", "same-version"}
+
+
+def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path) -> EnvSpec:
+    """Validate a parsed spec document; raise ``SpecError`` listing every problem."""
+    p = _Problems(str(origin))
+    p.check_keys("", doc, _TOP)
+
+    env = _get_table(p, doc, "env")
+    p.check_keys("env", env, _ENV_KEYS)
+    python = _get_str(p, env, "python", "env", required=True) or "3"
+    if "python" in env and isinstance(env["python"], str) and not _PYTHON.fullmatch(python):
+        p.add("env.python", f"expected a Python version like \"3.12\", found {python!r}")
+    platform = _get_str(p, env, "platform", "env")
+    if platform is not None and not _PLATFORM.fullmatch(platform):
+        p.add("env.platform", f"expected a platform as uv spells it (e.g. \"x86_64-manylinux_2_28\"), found {platform!r}")
+
+    indexes = _parse_indexes(p, _get_table(p, doc, "indexes"))
+    sources = _parse_sources(p, _get_table(p, doc, "sources"))
+    builds = _parse_builds(p, _get_table(p, doc, "builds"), sources)
+    packages = _parse_packages(p, _get_table(p, doc, "packages"), indexes, builds)
+    resolution = _parse_resolution(p, _get_table(p, doc, "resolution"))
+
+    if p.items:
+        count = len(p.items)
+        raise SpecError(
+            f"{origin}: {count} problem{'s' if count > 1 else ''} in env spec {name!r}",
+            details=p.items,
+        )
+    return EnvSpec(
+        name=name,
+        path=origin,
+        python=python,
+        platform=platform,
+        indexes=indexes,
+        packages=packages,
+        sources=sources,
+        builds=builds,
+        resolution=resolution,
+        raw=doc,
+    )
+
+
+def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
+    out: dict[str, IndexSpec] = {}
+    for name, entry in table.items():
+        key = f"indexes.{name}"
+        if not isinstance(entry, dict):
+            p.add(key, f"expected a table with url = \"...\", found {_found(entry)}")
+            continue
+        p.check_keys(key, entry, _INDEX_KEYS)
+        url = _get_str(p, entry, "url", key, required=True)
+        if url is not None and not re.match(r"(https?|file)://", url):
+            p.add(f"{key}.url", f"expected an http(s):// or file:// URL, found {url!r}")
+        default = entry.get("default", False)
+        if not isinstance(default, bool):
+            p.add(f"{key}.default", f"expected true or false, found {_found(default)}")
+            default = False
+        out[name] = IndexSpec(name=name, url=(url or "").rstrip("/"), default=default)
+    defaults = [i.name for i in out.values() if i.default]
+    if len(defaults) != 1:
+        found = ", ".join(defaults) if defaults else "none"
+        p.add("indexes", f"expected exactly one index with default = true, found {found}")
+    return out
+
+
+def _parse_sources(p: _Problems, table: dict[str, Any]) -> dict[str, SourceSpec]:
+    out: dict[str, SourceSpec] = {}
+    for name, entry in table.items():
+        key = f"sources.{name}"
+        if not isinstance(entry, dict):
+            p.add(key, f"expected a table with git = \"...\" or path = \"...\", found {_found(entry)}")
+            continue
+        p.check_keys(key, entry, _SOURCE_KEYS)
+        git = _get_str(p, entry, "git", key)
+        rev = _get_str(p, entry, "rev", key)
+        path = _get_str(p, entry, "path", key)
+        if (git is None) == (path is None):
+            p.add(key, "expected exactly one of git = \"URL\" or path = \"DIR\"")
+        if git is not None and rev is None:
+            p.add(f"{key}.rev", "missing; a git source needs rev = \"<commit, tag or branch>\"")
+        if path is not None:
+            _check_relpath(p, f"{key}.path", path)
+            if rev is not None:
+                p.add(f"{key}.rev", "only git sources take a rev")
+        patches = _get_str_list(p, entry, "patches", key)
+        for i, patch in enumerate(patches):
+            _check_relpath(p, f"{key}.patches[{i}]", patch)
+            if not patch.endswith(".patch"):
+                p.add(f"{key}.patches[{i}]", f"expected a .patch file, found {patch!r}")
+        out[name] = SourceSpec(name=name, git=git, rev=rev, path=path, patches=patches)
+    return out
+
+
+def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, SourceSpec]) -> dict[str, BuildSpec]:
+    out: dict[str, BuildSpec] = {}
+    for name, entry in table.items():
+        key = f"builds.{name}"
+        if not isinstance(entry, dict):
+            p.add(key, f"expected a table with source = \"...\", found {_found(entry)}")
+            continue
+        p.check_keys(key, entry, _BUILD_KEYS)
+        source = _get_str(p, entry, "source", key, required=True)
+        if source is not None and source not in sources:
+            known = ", ".join(sorted(sources)) or "none defined"
+            p.add(f"{key}.source", f"names no [sources.{source}]; sources: {known}")
+        subdirectory = _get_str(p, entry, "subdirectory", key) or ""
+        if subdirectory:
+            _check_relpath(p, f"{key}.subdirectory", subdirectory)
+        isolation = entry.get("isolation", True)
+        if not isinstance(isolation, bool):
+            p.add(f"{key}.isolation", f"expected true or false, found {_found(isolation)}")
+            isolation = True
+        env = _get_str_map(p, entry, "env", key)
+        for var in env:
+            if not _ENV_VAR.fullmatch(var):
+                p.add(f"{key}.env.{var}", "expected an environment variable name")
+        settings = _get_str_map(p, entry, "config-settings", key)
+        requires = _get_str_list(p, entry, "requires", key)
+        for i, req in enumerate(requires):
+            try:
+                Requirement(req)
+            except InvalidRequirement:
+                p.add(f"{key}.requires[{i}]", f"expected a requirement like \"scikit-build-core>=0.10\", found {req!r}")
+        fc_table = entry.get("fetchcontent", {})
+        fetchcontent: list[FetchContentInput] = []
+        if not isinstance(fc_table, dict):
+            p.add(f"{key}.fetchcontent", f"expected a table of name = {{ git, rev }}, found {_found(fc_table)}")
+            fc_table = {}
+        for dep, spec in fc_table.items():
+            dkey = f"{key}.fetchcontent.{dep}"
+            if not _CMAKE_NAME.fullmatch(dep):
+                p.add(dkey, "expected a CMake FetchContent name (letters, digits, _)")
+            if not isinstance(spec, dict):
+                p.add(dkey, f"expected a table {{ git = \"URL\", rev = \"<40-hex commit>\" }}, found {_found(spec)}")
+                continue
+            p.check_keys(dkey, spec, _FETCHCONTENT_KEYS)
+            git = _get_str(p, spec, "git", dkey, required=True)
+            rev = _get_str(p, spec, "rev", dkey, required=True)
+            if rev is not None and not _HEX40.fullmatch(rev):
+                p.add(f"{dkey}.rev", f"expected a full 40-hex commit (a tag can move), found {rev!r}")
+            fetchcontent.append(FetchContentInput(name=dep, git=git or "", rev=rev or ""))
+        out[name] = BuildSpec(
+            name=name,
+            source=source or "",
+            subdirectory=subdirectory,
+            isolation=isolation,
+            env=env,
+            config_settings=settings,
+            requires=requires,
+            fetchcontent=tuple(fetchcontent),
+        )
+    return out
+
+
+def _parse_packages(
+    p: _Problems,
+    table: dict[str, Any],
+    indexes: Mapping[str, IndexSpec],
+    builds: Mapping[str, BuildSpec],
+) -> dict[NormalizedName, PackageSpec]:
+    out: dict[NormalizedName, PackageSpec] = {}
+    for raw_name, entry in table.items():
+        key = f"packages.{raw_name}"
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", raw_name):
+            p.add(key, "expected a valid distribution name")
+            continue
+        name = canonicalize_name(raw_name)
+        if name in out:
+            p.add(key, f"duplicate of another spelling of {name!r}")
+            continue
+        if isinstance(entry, str):
+            entry = {"version": entry}
+        if not isinstance(entry, dict):
+            p.add(key, f"expected a version string or a table, found {_found(entry)}")
+            continue
+        p.check_keys(key, entry, _PACKAGE_KEYS)
+        version = _get_str(p, entry, "version", key)
+        index = _get_str(p, entry, "index", key)
+        nightly = _get_str(p, entry, "nightly", key)
+        local = _get_str(p, entry, "local", key)
+        build = _get_str(p, entry, "build", key)
+        same_date = entry.get("same-date", True)
+        if not isinstance(same_date, bool):
+            p.add(f"{key}.same-date", f"expected true or false, found {_found(same_date)}")
+            same_date = True
+        if version is not None:
+            try:
+                SpecifierSet(version)
+            except InvalidSpecifier:
+                p.add(f"{key}.version" if "version" in entry else key,
+                      f"expected a version specifier like \"==0.6.5\", found {version!r}")
+        if index is not None and index not in indexes:
+            known = ", ".join(sorted(indexes)) or "none defined"
+            p.add(f"{key}.index", f"names no [indexes.{index}]; indexes: {known}")
+        if nightly is not None:
+            _check_date(p, f"{key}.nightly", nightly)
+            if version is not None:
+                p.add(key, "expected either version or nightly, not both")
+            if index is None:
+                p.add(f"{key}.index", "missing; a nightly pin must name its index (nightlies are never taken from the default index by accident)")
+        if local is not None:
+            if nightly is None:
+                p.add(f"{key}.local", "only a nightly pin takes a local tag; write it in the version (\"==0.6.5+cu130\")")
+            elif not re.fullmatch(r"[A-Za-z0-9]+([._][A-Za-z0-9]+)*", local):
+                p.add(f"{key}.local", f"expected a local version tag like \"cu130\", found {local!r}")
+        if build is not None:
+            if set(entry) - {"build"}:
+                p.add(key, "a package provided by a build takes no other keys")
+            if build not in builds:
+                known = ", ".join(sorted(builds)) or "none defined"
+                p.add(f"{key}.build", f"names no [builds.{build}]; builds: {known}")
+        out[name] = PackageSpec(
+            name=name,
+            specifier=version or "",
+            index=index,
+            nightly=nightly,
+            local=local,
+            same_date=same_date,
+            build=build,
+        )
+    return out
+
+
+def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
+    p.check_keys("resolution", table, _RESOLUTION_KEYS)
+    overrides = _get_str_list(p, table, "overrides", "resolution")
+    for i, req in enumerate(overrides):
+        try:
+            Requirement(req)
+        except InvalidRequirement:
+            p.add(f"resolution.overrides[{i}]", f"expected a requirement like \"flashinfer-python==0.6.5\", found {req!r}")
+    exclude = tuple(canonicalize_name(n) for n in _get_str_list(p, table, "exclude", "resolution"))
+    groups_raw = table.get("same-version", [])
+    groups: list[tuple[NormalizedName, ...]] = []
+    if not isinstance(groups_raw, list) or not all(
+        isinstance(g, list) and len(g) >= 2 and all(isinstance(n, str) for n in g) for g in groups_raw
+    ):
+        p.add("resolution.same-version", "expected an array of arrays of two or more package names")
+    else:
+        groups = [tuple(canonicalize_name(n) for n in g) for g in groups_raw]
+    return ResolutionSpec(overrides=overrides, exclude=exclude, same_version=tuple(groups))
+
+
+def load_spec(path: Path, *, name: str | None = None) -> EnvSpec:
+    """Read and validate a spec file."""
+    env_name = name or path.stem
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such env spec") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    return parse_spec(doc, name=env_name, origin=path)

@@ -1,0 +1,56 @@
+"""Find the workspace (the folder holding ``envs/``) and name its files."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from envlock.errors import UsageError
+
+_ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    @classmethod
+    def find(cls, start: Path | None = None, root: Path | None = None) -> Workspace:
+        """``root`` if given, else the first folder holding ``envs/`` from ``start`` upward."""
+        if root is not None:
+            if not (root / "envs").is_dir():
+                raise UsageError(f"{root}: --root names no workspace (expected an envs/ folder there)")
+            return cls(root.resolve())
+        here = (start or Path.cwd()).resolve()
+        for folder in (here, *here.parents):
+            if (folder / "envs").is_dir():
+                return cls(folder)
+        raise UsageError(f"{here}: not inside an envlock workspace (no envs/ folder here or above); pass --root DIR")
+
+    def envs(self) -> list[str]:
+        return sorted(p.stem for p in (self.root / "envs").glob("*.toml"))
+
+    def spec_path(self, env: str) -> Path:
+        if not _ENV_NAME.fullmatch(env):
+            raise UsageError(f"{env!r}: not an env name (letters, digits, '.', '_', '-')")
+        path = self.root / "envs" / f"{env}.toml"
+        if not path.is_file():
+            known = self.envs()
+            close = difflib.get_close_matches(env, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            listed = ", ".join(known) or "none"
+            raise UsageError(f"{path}: no env {env!r}{hint} (envs: {listed})")
+        return path
+
+    def lock_path(self, env: str) -> Path:
+        return self.root / "locks" / f"pylock.{env}.toml"
+
+    @property
+    def wheelhouse(self) -> Path:
+        """Locally built wheels; the lock points here with relative paths."""
+        return self.root / "wheelhouse"
+
+    def relative(self, path: Path) -> str:
+        return path.resolve().relative_to(self.root).as_posix()

@@ -1,0 +1,216 @@
+"""A PEP 503 + PEP 691 package index served on 127.0.0.1 for tests.
+
+Several named indexes live on one server: ``http://127.0.0.1:PORT/<index>/simple/``.
+An index may publish links without ``#sha256=`` fragments (as PyTorch's nightly
+index does), and a file may be given a fault (cut midway once, or wrong bytes) to
+exercise verified, resumable downloads. Every request is logged for assertions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import re
+import shutil
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Literal
+
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+Fault = Literal["cut-once", "corrupt", "slow"]
+_JSON = "application/vnd.pypi.simple.v1+json"
+
+
+def project_of(filename: str) -> str:
+    if filename.endswith(".whl"):
+        return str(parse_wheel_filename(filename)[0])
+    return str(parse_sdist_filename(filename)[0])
+
+
+@dataclass
+class _Index:
+    hashes: bool
+    files: dict[str, Path] = field(default_factory=dict)  # filename -> path
+
+
+class IndexServer:
+    """Serve wheels from named indexes; start with ``start()``, stop with ``stop()``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.indexes: dict[str, _Index] = {}
+        self.faults: dict[str, Fault] = {}
+        self.requests: list[tuple[str, str]] = []  # (path, Range header or "")
+        self._served_cut: set[str] = set()
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+
+    # -- content ---------------------------------------------------------
+    def add_index(self, name: str, *, hashes: bool = True) -> None:
+        self.indexes.setdefault(name, _Index(hashes=hashes))
+
+    def add(self, index: str, *paths: Path) -> None:
+        """Publish files on an index (copied under the server's root)."""
+        self.add_index(index)
+        folder = self.root / index
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            target = folder / path.name
+            if path.resolve() != target.resolve():
+                shutil.copyfile(path, target)
+            self.indexes[index].files[path.name] = target
+
+    def add_dir(self, index: str, folder: Path) -> None:
+        files = sorted(p for p in folder.iterdir() if p.suffix == ".whl" or p.name.endswith(".tar.gz"))
+        self.add(index, *files)
+
+    def url(self, index: str) -> str:
+        return f"{self.base}/{index}/simple"
+
+    def file_url(self, index: str, filename: str) -> str:
+        return f"{self.base}/{index}/files/{filename}"
+
+    @property
+    def base(self) -> str:
+        assert self._httpd is not None, "start() the server first"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def downloads(self, filename: str | None = None) -> list[str]:
+        """Paths of file requests served so far (optionally for one filename)."""
+        with self._lock:
+            paths = [p for p, _ in self.requests if "/files/" in p]
+        return [p for p in paths if filename is None or p.endswith("/" + filename)]
+
+    # -- serving ---------------------------------------------------------
+    def start(self) -> IndexServer:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                with server._lock:
+                    server.requests.append((self.path, self.headers.get("Range", "")))
+                server._handle(self)
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                # uv probes files with HEAD before range requests for metadata.
+                server._handle(self)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+
+    def _handle(self, req: BaseHTTPRequestHandler) -> None:
+        path = req.path.split("?", 1)[0]
+        m = re.fullmatch(r"/([^/]+)/simple/?", path)
+        if m and m.group(1) in self.indexes:
+            return self._root_page(req, m.group(1))
+        m = re.fullmatch(r"/([^/]+)/simple/([^/]+)/?", path)
+        if m and m.group(1) in self.indexes:
+            return self._project_page(req, m.group(1), m.group(2))
+        m = re.fullmatch(r"/([^/]+)/files/([^/]+)", path)
+        if m and m.group(1) in self.indexes and m.group(2) in self.indexes[m.group(1)].files:
+            return self._file(req, self.indexes[m.group(1)].files[m.group(2)])
+        self._send(req, 404, b"not found\n", "text/plain")
+
+    def _projects(self, index: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = defaultdict(list)
+        for filename in sorted(self.indexes[index].files):
+            out[str(canonicalize_name(project_of(filename)))].append(filename)
+        return out
+
+    def _wants_json(self, req: BaseHTTPRequestHandler) -> bool:
+        return _JSON in req.headers.get("Accept", "")
+
+    def _root_page(self, req: BaseHTTPRequestHandler, index: str) -> None:
+        names = sorted(self._projects(index))
+        if self._wants_json(req):
+            doc = {"meta": {"api-version": "1.0"}, "projects": [{"name": n} for n in names]}
+            return self._send(req, 200, json.dumps(doc).encode(), _JSON)
+        links = "".join(f'<a href="{n}/">{n}</a>\n' for n in names)
+        self._send(req, 200, f"<!DOCTYPE html><html><body>\n{links}</body></html>\n".encode(), "text/html")
+
+    def _project_page(self, req: BaseHTTPRequestHandler, index: str, project: str) -> None:
+        files = self._projects(index).get(str(canonicalize_name(project)))
+        if not files:
+            return self._send(req, 404, b"no such project\n", "text/plain")
+        idx = self.indexes[index]
+        rows = []
+        for filename in files:
+            digest = hashlib.sha256(idx.files[filename].read_bytes()).hexdigest()
+            rows.append((filename, f"../../files/{filename}", digest))
+        if self._wants_json(req):
+            doc = {
+                "meta": {"api-version": "1.0"},
+                "name": str(canonicalize_name(project)),
+                "files": [
+                    {"filename": f, "url": u, "hashes": {"sha256": d} if idx.hashes else {}}
+                    for f, u, d in rows
+                ],
+            }
+            return self._send(req, 200, json.dumps(doc).encode(), _JSON)
+        links = "".join(
+            f'<a href="{html.escape(u)}{"#sha256=" + d if idx.hashes else ""}">{html.escape(f)}</a><br/>\n'
+            for f, u, d in rows
+        )
+        body = f"<!DOCTYPE html><html><body>\n<h1>Links for {project}</h1>\n{links}</body></html>\n"
+        self._send(req, 200, body.encode(), "text/html")
+
+    def _file(self, req: BaseHTTPRequestHandler, path: Path) -> None:
+        data = path.read_bytes()
+        fault = self.faults.get(path.name)
+        if fault == "corrupt":
+            data = bytes(b ^ 0xFF for b in data[:64]) + data[64:]
+        start, end = 0, len(data)
+        ranged = False
+        rng = re.fullmatch(r"bytes=(\d*)-(\d*)", req.headers.get("Range", ""))
+        if rng and (rng.group(1) or rng.group(2)):
+            ranged = True
+            if not rng.group(1):  # suffix range: the last N bytes
+                start = max(0, len(data) - int(rng.group(2)))
+            else:
+                start = int(rng.group(1))
+                end = min(len(data), int(rng.group(2)) + 1) if rng.group(2) else len(data)
+            if start >= len(data):
+                return self._send(req, 416, b"", "text/plain")
+        body = data[start:end]
+        req.send_response(206 if ranged else 200)
+        req.send_header("Content-Type", "application/octet-stream")
+        req.send_header("Content-Length", str(len(body)))
+        req.send_header("Accept-Ranges", "bytes")
+        if ranged:
+            req.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        req.end_headers()
+        if req.command == "HEAD":
+            return
+        if fault == "cut-once" and path.name not in self._served_cut:
+            self._served_cut.add(path.name)
+            req.wfile.write(body[: len(body) // 2])
+            req.wfile.flush()
+            req.close_connection = True
+            return
+        req.wfile.write(body)
+
+    def _send(self, req: BaseHTTPRequestHandler, status: int, body: bytes, ctype: str) -> None:
+        req.send_response(status)
+        req.send_header("Content-Type", ctype)
+        req.send_header("Content-Length", str(len(body)))
+        req.end_headers()
+        if req.command != "HEAD":
+            req.wfile.write(body)
