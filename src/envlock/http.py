@@ -46,3 +46,21 @@ def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
     if resp.status_code >= 400:
         raise HttpError(url, f"HTTP {resp.status_code}")
     return Page(url=resp.url, content_type=resp.headers.get("Content-Type", ""), text=resp.text)
+
+
+def hash_url(url: str, *, timeout: float = 60.0) -> tuple[str, int]:
+    """Stream ``url`` and return its (sha256 hex, size) without keeping the body in memory."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with session().get(url, stream=True, timeout=timeout) as resp:
+            if resp.status_code >= 400:
+                raise HttpError(url, f"HTTP {resp.status_code}")
+            for chunk in resp.iter_content(chunk_size=1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+    except requests.RequestException as exc:
+        raise HttpError(url, f"download failed ({type(exc).__name__})") from None
+    return digest.hexdigest(), size

@@ -248,6 +248,7 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path) -> EnvSpec:
     builds = _parse_builds(p, _get_table(p, doc, "builds"), sources)
     packages = _parse_packages(p, _get_table(p, doc, "packages"), indexes, builds)
     resolution = _parse_resolution(p, _get_table(p, doc, "resolution"))
+    _check_same_date(p, packages)
 
     if p.items:
         count = len(p.items)
@@ -448,6 +449,22 @@ def _parse_packages(
             build=build,
         )
     return out
+
+
+def _check_same_date(p: _Problems, packages: Mapping[NormalizedName, PackageSpec]) -> None:
+    # Nightlies of one index are built together; mixing dates mixes ABIs (torch vs torchvision).
+    dates: dict[str, dict[str, list[str]]] = {}
+    for pkg in packages.values():
+        if pkg.nightly and pkg.index and pkg.same_date:
+            dates.setdefault(pkg.index, {}).setdefault(pkg.nightly, []).append(pkg.name)
+    for index, by_date in sorted(dates.items()):
+        if len(by_date) > 1:
+            listed = "; ".join(f"{d}: {', '.join(sorted(n))}" for d, n in sorted(by_date.items()))
+            p.add(
+                f"indexes.{index}",
+                f"nightlies from one index must share a date, found {listed} "
+                "(set same-date = false on a package to opt out)",
+            )
 
 
 def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:

@@ -1,0 +1,94 @@
+"""Read a project's file list from a package index (PEP 691 JSON, else PEP 503 HTML)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from urllib.parse import urldefrag, urljoin
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import Version
+
+from envlock import http
+from envlock.errors import IndexError_
+
+_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    filename: str
+    url: str  # absolute, without fragment
+    version: Version
+    sha256: str | None  # None when the index publishes no hash (PyTorch nightlies)
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, str]] = []  # (href, text)
+        self._href: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._href = dict(attrs).get("href")
+            self._text = []
+
+    def handle_data(self, data: str) -> None:
+        if self._href is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._href is not None:
+            self.links.append((self._href, "".join(self._text).strip()))
+            self._href = None
+
+
+def _version_of(filename: str) -> Version | None:
+    try:
+        if filename.endswith(".whl"):
+            return parse_wheel_filename(filename)[1]
+        return parse_sdist_filename(filename)[1]
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None
+
+
+def project_files(index_url: str, project: str) -> list[IndexFile]:
+    """Every file the index lists for ``project`` (empty when the project is absent)."""
+    url = f"{index_url.rstrip('/')}/{canonicalize_name(project)}/"
+    try:
+        page = http.get_page(url, accept=_ACCEPT)
+    except http.HttpError as exc:
+        if "HTTP 404" in exc.reason:
+            return []
+        raise IndexError_(f"{url}: cannot read the index page: {exc.reason}") from None
+    entries: list[tuple[str, str, str | None]] = []  # filename, url, sha256
+    if "json" in page.content_type:
+        try:
+            doc = json.loads(page.text)
+            for f in doc["files"]:
+                entries.append((f["filename"], urljoin(page.url, f["url"]), f.get("hashes", {}).get("sha256")))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise IndexError_(f"{url}: malformed PEP 691 page ({exc})") from None
+    else:
+        parser = _Links()
+        parser.feed(page.text)
+        for href, text in parser.links:
+            absolute, fragment = urldefrag(urljoin(page.url, href))
+            digest = fragment[len("sha256="):] if fragment.startswith("sha256=") else None
+            filename = text or absolute.rsplit("/", 1)[-1]
+            entries.append((filename, absolute, digest))
+    files = []
+    for filename, file_url, digest in entries:
+        version = _version_of(filename)
+        if version is not None:
+            files.append(IndexFile(filename=filename, url=file_url, version=version, sha256=digest))
+    return files
