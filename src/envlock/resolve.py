@@ -1,0 +1,245 @@
+"""Resolve an env spec to an exact, index-pinned set of wheels by driving the pinned uv.
+
+uv sees a transient project: every spec index as a ``[[tool.uv.index]]`` (all but
+the default ``explicit``, so a package comes from a non-default index only when it
+names it), ``[tool.uv.sources]`` pinning packages to their index, overrides, and
+excluded packages overridden to a never-true marker. envlock then checks uv's
+answer against the indexes itself: every wheel must be listed on the index its
+package is pinned to (the torchtriton lesson, Dec 2022), and every wheel gets a
+sha256 even when the index publishes none.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import tomllib
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urldefrag
+
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import Version
+
+from envlock import http, runner
+from envlock.errors import ResolveError
+from envlock.indexes import IndexFile, project_files
+from envlock.lockfile import Artifact, LockedPackage, NightlyPin
+from envlock.nightly import select_nightly
+from envlock.spec import EnvSpec
+
+# An override to a marker that is never true removes a package from the resolution
+# (uv's documented way to drop a dependency that an upstream package declares).
+_NEVER = "sys_platform == 'never'"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    packages: tuple[LockedPackage, ...]
+    nightlies: Mapping[str, NightlyPin]
+    requires_python: str
+
+
+@dataclass(frozen=True)
+class ResolveInputs:
+    """What the resolver needs besides the spec."""
+
+    index_urls: Mapping[str, str]  # index name -> URL actually used (mirrors applied)
+    # Packages provided by local builds whose metadata uv may read from a source dir.
+    build_sources: Mapping[NormalizedName, Path] = field(default_factory=dict)
+    # Extra requirements to lock with the env (build requirements of non-isolated builds).
+    extra_requirements: tuple[str, ...] = ()
+    build_env: Mapping[str, str] = field(default_factory=dict)  # env vars for metadata builds
+    cache_dir: Path | None = None
+
+
+def index_urls(spec: EnvSpec, mirrors: Mapping[str, str]) -> dict[str, str]:
+    """The URL to use for each spec index: its mirror if one is given, else the spec's URL."""
+    unknown = sorted(set(mirrors) - set(spec.indexes))
+    if unknown:
+        from envlock.errors import UsageError
+
+        known = ", ".join(sorted(spec.indexes))
+        raise UsageError(f"--index {unknown[0]}=...: {spec.path} has no [indexes.{unknown[0]}]; indexes: {known}")
+    return {name: mirrors.get(name, idx.url).rstrip("/") for name, idx in spec.indexes.items()}
+
+
+def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str]) -> dict[str, NightlyPin]:
+    """Every ``nightly`` pin -> the exact version listed for that date on its index."""
+    wanted = [p for p in spec.packages.values() if p.nightly]
+    if not wanted:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(wanted))) as pool:
+        pages = list(pool.map(lambda p: project_files(urls[p.index or ""], p.name), wanted))
+    pins = {}
+    for pkg, files in zip(wanted, pages, strict=True):
+        assert pkg.nightly is not None and pkg.index is not None
+        version = select_nightly(
+            files,
+            date=pkg.nightly,
+            local=pkg.local,
+            key=f"{spec.path}: packages.{pkg.name}.nightly",
+            index_name=pkg.index,
+            index_url=urls[pkg.index],
+        )
+        pins[str(pkg.name)] = NightlyPin(date=pkg.nightly, version=str(version))
+    return pins
+
+
+def transient_project(spec: EnvSpec, inputs: ResolveInputs, nightlies: Mapping[str, NightlyPin]) -> str:
+    """The pyproject.toml uv resolves (pure function of its inputs, so it can be tested and benchmarked)."""
+    deps: list[str] = []
+    sources: dict[str, dict[str, str]] = {}
+    overrides = list(spec.resolution.overrides)
+    for pkg in spec.packages.values():
+        if pkg.build:
+            if pkg.name in inputs.build_sources:
+                deps.append(str(pkg.name))
+                sources[str(pkg.name)] = {"path": str(inputs.build_sources[pkg.name])}
+            else:
+                # Provided by a local build after resolution: upstream pins on it
+                # (sglang's sgl-kernel==0.3.21) must not pull it from an index.
+                overrides.append(f"{pkg.name}; {_NEVER}")
+            continue
+        if pkg.nightly:
+            pin = f"{pkg.name}=={nightlies[str(pkg.name)].version}"
+            deps.append(pin)
+            overrides.append(pin)  # beats upstream == pins on the stable release
+        else:
+            deps.append(f"{pkg.name}{pkg.specifier}")
+        if pkg.index:
+            sources[str(pkg.name)] = {"index": pkg.index}
+    deps += inputs.extra_requirements
+    overrides += [f"{name}; {_NEVER}" for name in spec.resolution.exclude]
+    lines = [
+        "[project]",
+        'name = "envlock-resolution"',
+        'version = "0"',
+        f"requires-python = {json.dumps('>=' + spec.python)}",
+        f"dependencies = {json.dumps(deps)}",
+        "",
+        "[tool.uv]",
+        f"override-dependencies = {json.dumps(overrides)}",
+    ]
+    for name in sorted(spec.indexes, key=lambda n: (not spec.indexes[n].default, n)):
+        idx = spec.indexes[name]
+        lines += ["", "[[tool.uv.index]]", f"name = {json.dumps(name)}", f"url = {json.dumps(inputs.index_urls[name])}"]
+        lines.append("default = true" if idx.default else "explicit = true")
+    lines += ["", "[tool.uv.sources]"]
+    lines += [
+        f"{json.dumps(name)} = {{ {', '.join(f'{k} = {json.dumps(v)}' for k, v in src.items())} }}"
+        for name, src in sorted(sources.items())
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def resolve(spec: EnvSpec, inputs: ResolveInputs, *, log: Path | None = None) -> Resolution:
+    """Resolve the spec with uv; check index pins, hashes and same-version sets."""
+    nightlies = resolve_nightlies(spec, inputs.index_urls)
+    work = Path(tempfile.mkdtemp(prefix="envlock-resolve-"))
+    try:
+        (work / "pyproject.toml").write_text(transient_project(spec, inputs, nightlies))
+        args: list[str] = [
+            "pip", "compile", "pyproject.toml", "--format", "pylock.toml", "-o", "pylock.toml",
+            "--python-version", spec.python, "--no-header", "--quiet",
+        ]
+        if spec.platform:
+            args += ["--python-platform", spec.platform]
+        env = dict(inputs.build_env)
+        if inputs.cache_dir is not None:
+            env["UV_CACHE_DIR"] = str(inputs.cache_dir)
+        result = runner.uv(args, cwd=work, env=env, log=log)
+        if not result.ok:
+            raise ResolveError(
+                f"{spec.path}: uv found no resolution for env {spec.name!r}",
+                details=result.tail().splitlines(),
+            )
+        doc = tomllib.loads((work / "pylock.toml").read_text())
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    packages = _checked_packages(spec, inputs, doc.get("packages", []))
+    check_same_version(spec, packages)
+    return Resolution(packages=packages, nightlies=nightlies, requires_python=f"=={spec.python}.*")
+
+
+def _allowed_index(spec: EnvSpec, name: NormalizedName) -> str:
+    pkg = spec.packages.get(name)
+    return pkg.index if pkg and pkg.index else spec.default_index.name
+
+
+def _checked_packages(
+    spec: EnvSpec, inputs: ResolveInputs, entries: Sequence[Mapping[str, object]]
+) -> tuple[LockedPackage, ...]:
+    build_names = {p.name for p in spec.packages.values() if p.build}
+    wanted: list[tuple[NormalizedName, str, list[Mapping[str, object]]]] = []
+    problems: list[str] = []
+    for entry in entries:
+        name = canonicalize_name(str(entry["name"]))
+        if name in build_names:
+            continue  # replaced by the local build's wheel
+        wheels = entry.get("wheels")
+        if not isinstance(wheels, list) or not wheels:
+            problems.append(
+                f"{name} {entry.get('version')}: no wheel for python {spec.python}"
+                f"{' on ' + spec.platform if spec.platform else ''} (only an sdist); "
+                f"declare a [builds.{name}] to build it reproducibly, or pin a version that has wheels"
+            )
+            continue
+        wanted.append((name, str(entry["version"]), wheels))
+    if problems:
+        raise ResolveError(f"{spec.path}: env {spec.name!r} cannot be locked to wheels", details=problems)
+
+    def listing(item: tuple[NormalizedName, str, list[Mapping[str, object]]]) -> list[IndexFile]:
+        return project_files(inputs.index_urls[_allowed_index(spec, item[0])], item[0])
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        pages = list(pool.map(listing, wanted))
+    packages = []
+    for (name, version, wheels), files in zip(wanted, pages, strict=True):
+        index_name = _allowed_index(spec, name)
+        listed = {f.url: f for f in files}
+        artifacts = []
+        for wheel in wheels:
+            url = urldefrag(str(wheel["url"]))[0]
+            found = listed.get(url)
+            if found is None:
+                raise ResolveError(
+                    f"{spec.path}: {name} {version} resolved to {url}, which index {index_name!r} "
+                    f"({inputs.index_urls[index_name]}) does not list; {name} may come from that index only"
+                )
+            hashes = wheel.get("hashes")
+            sha = hashes.get("sha256") if isinstance(hashes, dict) else None
+            size = wheel.get("size")
+            if sha is None:
+                sha = found.sha256
+            if sha is None:  # the index publishes no hash (PyTorch nightlies): compute it
+                try:
+                    sha, size = http.hash_url(url)
+                except http.HttpError as exc:
+                    raise ResolveError(f"{name} {version}: cannot hash {url}: {exc.reason}") from None
+            if found.sha256 is not None and found.sha256 != sha:
+                raise ResolveError(
+                    f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {found.sha256}"
+                )
+            artifacts.append(Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None))
+        packages.append(
+            LockedPackage(name=name, version=version, wheels=tuple(artifacts), index=inputs.index_urls[index_name])
+        )
+    return tuple(sorted(packages, key=lambda p: p.name))
+
+
+def check_same_version(spec: EnvSpec, packages: Sequence[LockedPackage]) -> None:
+    """``[resolution] same-version`` groups must share a public version (local tags free)."""
+    versions = {p.name: p.version for p in packages}
+    problems = []
+    for i, group in enumerate(spec.resolution.same_version):
+        present = {n: versions[n] for n in group if n in versions}
+        publics = {Version(v).public for v in present.values()}
+        if len(publics) > 1:
+            listed = ", ".join(f"{n} {v}" for n, v in present.items())
+            problems.append(f"resolution.same-version[{i}]: public versions differ: {listed}")
+    if problems:
+        raise ResolveError(f"{spec.path}: inconsistent component set", details=problems)
