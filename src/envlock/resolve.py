@@ -12,7 +12,9 @@ sha256 even when the index publishes none.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import sys
 import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -21,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urldefrag
 
-from packaging.utils import NormalizedName, canonicalize_name
+from packaging.requirements import Requirement
+from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
+from packaging.utils import NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from envlock import http, runner
@@ -89,11 +93,59 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str]) -> dict[str, Night
     return pins
 
 
-def transient_project(spec: EnvSpec, inputs: ResolveInputs, nightlies: Mapping[str, NightlyPin]) -> str:
+def pinned_override_urls(
+    spec: EnvSpec, urls: Mapping[str, str], nightlies: Mapping[str, NightlyPin]
+) -> dict[str, str]:
+    """Wheel URLs for overrides of packages pinned to a non-default index.
+
+    uv does not apply ``[tool.uv.sources]`` to overrides in ``uv pip compile``: an
+    override ``torch==X`` would be looked up on the default index (where a hostile
+    ``torch`` may sit). So an override of an index-pinned package becomes a direct
+    URL to the wheel that its own index lists for the target.
+    """
+    exact: dict[str, str] = {name: pin.version for name, pin in nightlies.items()}
+    problems = []
+    for i, text in enumerate(spec.resolution.overrides):
+        req = Requirement(text)
+        pkg = spec.packages.get(canonicalize_name(req.name))
+        if pkg is None or pkg.index is None or pkg.index == spec.default_index.name:
+            continue
+        pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
+        if len(pins) != 1 or "*" in pins[0]:
+            problems.append(
+                f"resolution.overrides[{i}]: {req.name} is pinned to index {pkg.index!r}; "
+                f"an override of it must be an exact ==VERSION, found {text!r}"
+            )
+            continue
+        exact[str(pkg.name)] = pins[0]
+    if problems:
+        raise ResolveError(f"{spec.path}: overrides cannot be applied", details=problems)
+    tags = target_tags(spec.python, spec.platform)
+    out = {}
+    for name, version in sorted(exact.items()):
+        index = _allowed_index(spec, canonicalize_name(name))
+        files = [f for f in project_files(urls[index], name)
+                 if f.filename.endswith(".whl") and f.version == Version(version)]
+        if tags is not None:
+            supported = set(tags)
+            files = [f for f in files if parse_wheel_filename(f.filename)[3] & supported]
+        if not files:
+            raise ResolveError(
+                f"{spec.path}: packages.{name}: index {index!r} ({urls[index]}) lists no wheel of {name} {version} "
+                f"for python {spec.python}{' on ' + spec.platform if spec.platform else ''}"
+            )
+        out[name] = files[best_wheel([f.filename for f in files], tags)].url
+    return out
+
+
+def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned_urls: Mapping[str, str]) -> str:
     """The pyproject.toml uv resolves (pure function of its inputs, so it can be tested and benchmarked)."""
     deps: list[str] = []
     sources: dict[str, dict[str, str]] = {}
-    overrides = list(spec.resolution.overrides)
+    overrides = [
+        o for o in spec.resolution.overrides if str(canonicalize_name(Requirement(o).name)) not in pinned_urls
+    ]
+    overrides += [f"{name} @ {url}" for name, url in sorted(pinned_urls.items())]
     for pkg in spec.packages.values():
         if pkg.build:
             if pkg.name in inputs.build_sources:
@@ -105,9 +157,8 @@ def transient_project(spec: EnvSpec, inputs: ResolveInputs, nightlies: Mapping[s
                 overrides.append(f"{pkg.name}; {_NEVER}")
             continue
         if pkg.nightly:
-            pin = f"{pkg.name}=={nightlies[str(pkg.name)].version}"
-            deps.append(pin)
-            overrides.append(pin)  # beats upstream == pins on the stable release
+            # The override (a URL on its own index) beats upstream == pins on the stable release.
+            deps.append(f"{pkg.name}=={pinned_urls_version(pinned_urls, pkg.name)}")
         else:
             deps.append(f"{pkg.name}{pkg.specifier}")
         if pkg.index:
@@ -139,12 +190,22 @@ def transient_project(spec: EnvSpec, inputs: ResolveInputs, nightlies: Mapping[s
 def resolve(spec: EnvSpec, inputs: ResolveInputs, *, log: Path | None = None) -> Resolution:
     """Resolve the spec with uv; check index pins, hashes and same-version sets."""
     nightlies = resolve_nightlies(spec, inputs.index_urls)
+    pinned = pinned_override_urls(spec, inputs.index_urls, nightlies)
     work = Path(tempfile.mkdtemp(prefix="envlock-resolve-"))
     try:
-        (work / "pyproject.toml").write_text(transient_project(spec, inputs, nightlies))
+        project = transient_project(spec, inputs, pinned)
+        (work / "pyproject.toml").write_text(project)
+        # uv runs with UV_NO_CONFIG (no user config may leak in), which also drops the
+        # project's [tool.uv] settings: the default index and the overrides go on the
+        # command line. Index pins ([tool.uv.sources]) are project metadata and stay.
+        overrides = tomllib.loads(project)["tool"]["uv"]["override-dependencies"]
+        (work / "overrides.txt").write_text("".join(f"{o}\n" for o in overrides))
         args: list[str] = [
             "pip", "compile", "pyproject.toml", "--format", "pylock.toml", "-o", "pylock.toml",
             "--python-version", spec.python, "--no-header", "--quiet",
+            "--default-index", inputs.index_urls[spec.default_index.name],
+            "--index-strategy", "first-index",
+            "--override", "overrides.txt",
         ]
         if spec.platform:
             args += ["--python-platform", spec.platform]
@@ -165,6 +226,46 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs, *, log: Path | None = None) ->
     return Resolution(packages=packages, nightlies=nightlies, requires_python=f"=={spec.python}.*")
 
 
+def target_tags(python: str, platform: str | None) -> list[Tag] | None:
+    """Wheel tags for the target, best first; None when the platform form is not one we rank."""
+    major, minor = (int(x) for x in python.split(".")[:2])
+    if platform is None:
+        if (major, minor) != sys.version_info[:2]:
+            return None
+        return list(sys_tags())
+    m = re.fullmatch(r"(x86_64|aarch64)-manylinux_2_(\d+)", platform)
+    if not m:
+        return None
+    arch, glibc = m.group(1), int(m.group(2))
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    plats: list[str] = []
+    for minor_glibc in range(glibc, 4, -1):
+        plats.append(f"manylinux_2_{minor_glibc}_{arch}")
+        if minor_glibc in legacy and (arch == "x86_64" or minor_glibc == 17):
+            plats.append(f"{legacy[minor_glibc]}_{arch}")
+    plats.append(f"linux_{arch}")
+    version = (major, minor)
+    return [*cpython_tags(version, platforms=plats), *compatible_tags(version, platforms=plats)]
+
+
+def best_wheel(filenames: Sequence[str], tags: Sequence[Tag] | None) -> int:
+    """Index of the wheel the target installer would pick (first by tag priority)."""
+    if tags is None or len(filenames) == 1:
+        return 0
+    rank = {tag: i for i, tag in enumerate(tags)}
+    scores = []
+    for filename in filenames:
+        wheel_tags = parse_wheel_filename(filename)[3]
+        scores.append(min((rank[t] for t in wheel_tags if t in rank), default=len(rank)))
+    return scores.index(min(scores))
+
+
+def pinned_urls_version(pinned_urls: Mapping[str, str], name: str) -> str:
+    """The version in a pinned wheel URL's filename."""
+    filename = Artifact(sha256="", url=pinned_urls[name]).filename
+    return str(parse_wheel_filename(filename)[1])
+
+
 def _allowed_index(spec: EnvSpec, name: NormalizedName) -> str:
     pkg = spec.packages.get(name)
     return pkg.index if pkg and pkg.index else spec.default_index.name
@@ -176,11 +277,15 @@ def _checked_packages(
     build_names = {p.name for p in spec.packages.values() if p.build}
     wanted: list[tuple[NormalizedName, str, list[Mapping[str, object]]]] = []
     problems: list[str] = []
+    tags = target_tags(spec.python, spec.platform)
     for entry in entries:
         name = canonicalize_name(str(entry["name"]))
         if name in build_names:
             continue  # replaced by the local build's wheel
         wheels = entry.get("wheels")
+        archive = entry.get("archive")
+        if not wheels and isinstance(archive, dict) and str(archive.get("url", "")).endswith(".whl"):
+            wheels = [archive]  # an index-pinned override, resolved as a direct wheel URL
         if not isinstance(wheels, list) or not wheels:
             problems.append(
                 f"{name} {entry.get('version')}: no wheel for python {spec.python}"
@@ -188,7 +293,10 @@ def _checked_packages(
                 f"declare a [builds.{name}] to build it reproducibly, or pin a version that has wheels"
             )
             continue
-        wanted.append((name, str(entry["version"]), wheels))
+        # One wheel per package: the one the target would install, so the lock names
+        # exactly the bytes that end up in the venv.
+        names = [Artifact(sha256="", url=str(w["url"])).filename for w in wheels]
+        wanted.append((name, str(entry["version"]), [wheels[best_wheel(names, tags)]]))
     if problems:
         raise ResolveError(f"{spec.path}: env {spec.name!r} cannot be locked to wheels", details=problems)
 

@@ -398,7 +398,8 @@ def _parse_packages(
         if name in out:
             p.add(key, f"duplicate of another spelling of {name!r}")
             continue
-        if isinstance(entry, str):
+        shorthand = isinstance(entry, str)  # `name = "==1.0"`
+        if shorthand:
             entry = {"version": entry}
         if not isinstance(entry, dict):
             p.add(key, f"expected a version string or a table, found {_found(entry)}")
@@ -417,7 +418,7 @@ def _parse_packages(
             try:
                 SpecifierSet(version)
             except InvalidSpecifier:
-                p.add(f"{key}.version" if "version" in entry else key,
+                p.add(key if shorthand else f"{key}.version",
                       f"expected a version specifier like \"==0.6.5\", found {version!r}")
         if index is not None and index not in indexes:
             known = ", ".join(sorted(indexes)) or "none defined"

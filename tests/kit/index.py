@@ -45,6 +45,7 @@ class IndexServer:
         self.root = root
         self.indexes: dict[str, _Index] = {}
         self.faults: dict[str, Fault] = {}
+        self.html_only: set[str] = set()  # indexes that answer PEP 503 HTML even to PEP 691 clients
         self.requests: list[tuple[str, str]] = []  # (path, Range header or "")
         self._served_cut: set[str] = set()
         self._lock = threading.Lock()
@@ -136,7 +137,8 @@ class IndexServer:
         return out
 
     def _wants_json(self, req: BaseHTTPRequestHandler) -> bool:
-        return _JSON in req.headers.get("Accept", "")
+        index = req.path.strip("/").split("/", 1)[0]
+        return index not in self.html_only and _JSON in req.headers.get("Accept", "")
 
     def _root_page(self, req: BaseHTTPRequestHandler, index: str) -> None:
         names = sorted(self._projects(index))

@@ -1,0 +1,90 @@
+"""Shared fixtures: the loopback index universe, throwaway workspaces, the CLI in-process."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from envlock.cli import main
+from kit.universe import Universe, build_universe
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-network", action="store_true", help="run tests that reach PyPI")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-network"):
+        return
+    skip = pytest.mark.skip(reason="reaches PyPI: opt in with --run-network")
+    for item in items:
+        if "network" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _hermetic_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Keep uv's cache and envlock's store inside the test session's temp dir."""
+    base = tmp_path_factory.mktemp("session")
+    saved = {k: os.environ.get(k) for k in ("UV_CACHE_DIR", "ENVLOCK_HOME")}
+    os.environ["UV_CACHE_DIR"] = str(base / "uv-cache")
+    os.environ["ENVLOCK_HOME"] = str(base / "envlock-home")
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def universe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Universe]:
+    u = build_universe(tmp_path_factory.mktemp("universe"))
+    yield u
+    u.server.stop()
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@dataclass
+class Workspace:
+    root: Path
+
+    def write_spec(self, name: str, text: str) -> Path:
+        path = self.root / "envs" / f"{name}.toml"
+        path.write_text(text)
+        return path
+
+    def lock_text(self, name: str) -> str:
+        return (self.root / "locks" / f"pylock.{name}.toml").read_text()
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    root = tmp_path / "ws"
+    (root / "envs").mkdir(parents=True)
+    (root / "locks").mkdir()
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home"))
+    return Workspace(root)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    """Run ``envlock ARGS`` in-process; returns exit code, stdout, stderr."""
+
+    def run(*args: str) -> CliResult:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run

@@ -1,0 +1,91 @@
+"""The standard fixture universe: a loopback server with three indexes shaped like the real ones.
+
+- ``pypi`` (the default; publishes hashes): plain packages, flashinfer-python and
+  flashinfer-cubin, the build backends from ``tests/.wheels``, and a HOSTILE
+  same-name ``torch``/``pytorch-triton``/``torchvision`` 99.0 that must never win.
+- ``pytorch`` (no ``#sha256=`` fragments, like download.pytorch.org): torch,
+  torchvision and torchaudio nightlies for several dates with ``+cu130`` and
+  ``+cpu`` tags, and pytorch-triton.
+- ``flashinfer``: flashinfer-jit-cache ``+cu130`` builds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.index import IndexServer
+from kit.wheels import build_wheel
+
+NIGHTLY_DATES = ("20260301", "20260302", "20260305", "20260306", "20260307", "20260310")
+PYTHONS = ("cp311", "cp312")
+BACKENDS = Path(__file__).resolve().parent.parent / ".wheels"
+
+
+@dataclass
+class Universe:
+    server: IndexServer
+
+    @property
+    def pypi(self) -> str:
+        return self.server.url("pypi")
+
+    @property
+    def pytorch(self) -> str:
+        return self.server.url("pytorch")
+
+    @property
+    def flashinfer(self) -> str:
+        return self.server.url("flashinfer")
+
+
+def _linux(py: str) -> str:
+    return f"{py}-{py}-manylinux_2_28_x86_64"
+
+
+def build_universe(root: Path) -> Universe:
+    wheels = root / "wheels"
+    server = IndexServer(root / "served")
+    server.add_index("pypi", hashes=True)
+    server.add_index("pytorch", hashes=False)
+    server.add_index("flashinfer", hashes=True)
+
+    def pypi(name: str, version: str, **kw: object) -> None:
+        server.add("pypi", build_wheel(wheels, name, version, **kw))  # type: ignore[arg-type]
+
+    for version in ("1.0", "1.1"):
+        pypi("tinydep", version)
+    pypi("otherdep", "2.0", requires=["tinydep>=1.0"])
+    pypi("filelock-lite", "3.0")
+    for v in ("0.6.4", "0.6.5"):
+        pypi("flashinfer-cubin", v)
+        pypi("flashinfer-python", v, requires=[f"flashinfer-cubin=={v}", "tinydep", "sgl-fa4==4.0.3"])
+    pypi("sgl-fa4", "4.0.3")
+    # Hostile same-name packages with higher versions on the default index.
+    for name in ("torch", "pytorch-triton", "torchvision", "torchaudio"):
+        pypi(name, "99.0", files={f"{name.replace('-', '_')}/__init__.py": "raise ImportError('hostile')\n"})
+
+    for date in NIGHTLY_DATES:
+        for local in ("cu130", "cpu"):
+            for py in PYTHONS:
+                tag = _linux(py)
+                server.add("pytorch", build_wheel(
+                    wheels, "torch", f"2.12.0.dev{date}+{local}", tag=tag,
+                    requires=["pytorch-triton==3.6.0+git5e7b3f4e", "tinydep>=1.0"]))
+                server.add("pytorch", build_wheel(
+                    wheels, "torchvision", f"0.27.0.dev{date}+{local}", tag=tag,
+                    requires=[f"torch==2.12.0.dev{date}+{local}"]))
+                server.add("pytorch", build_wheel(
+                    wheels, "torchaudio", f"2.11.0.dev{date}+{local}", tag=tag,
+                    requires=[f"torch==2.12.0.dev{date}+{local}"]))
+    for py in PYTHONS:
+        server.add("pytorch", build_wheel(wheels, "pytorch-triton", "3.6.0+git5e7b3f4e", tag=_linux(py)))
+
+    for v in ("0.6.4", "0.6.5"):
+        server.add("flashinfer", build_wheel(
+            wheels, "flashinfer-jit-cache", f"{v}+cu130", tag="cp39-abi3-manylinux_2_28_x86_64"))
+
+    if BACKENDS.is_dir():
+        server.add_dir("pypi", BACKENDS)
+    server.start()
+    return Universe(server)

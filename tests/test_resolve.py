@@ -1,0 +1,208 @@
+"""Resolution against the loopback universe: nightly pins, index pins, hashes, component sets."""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.pylock import Pylock
+
+from envlock.errors import ResolveError
+from envlock.lockfile import read_lock
+from envlock.nightly import nightly_date
+from envlock.pipeline import lock_env
+from envlock.workspace import Workspace
+from kit.universe import Universe
+from packaging.version import Version
+
+
+def spec_text(u: Universe, packages: str, extra: str = "", python: str = "3.11") -> str:
+    return f"""
+[env]
+python = "{python}"
+platform = "x86_64-manylinux_2_28"
+[indexes.pypi]
+url = "{u.pypi}"
+default = true
+[indexes.pytorch]
+url = "{u.pytorch}"
+[indexes.flashinfer]
+url = "{u.flashinfer}"
+[packages]
+{packages}
+{extra}
+"""
+
+
+TORCH = 'torch = { nightly = "2026-03-07", local = "cu130", index = "pytorch" }\n'
+TRITON = 'pytorch-triton = { index = "pytorch" }\n'
+
+
+def lock(ws_root: Path, name: str = "e") -> dict:  # type: ignore[type-arg]
+    lock_env(Workspace(ws_root), name)
+    return tomllib.loads((ws_root / "locks" / f"pylock.{name}.toml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("version", "date"),
+    [("2.12.0.dev20260307+cu130", "2026-03-07"), ("3.6.0a20260307", "2026-03-07"),
+     ("2.12.0.dev2026030701", "2026-03-07"), ("2.9.1", None), ("1.0.dev3", None), ("1.0.dev20261399", None)],
+)
+def test_nightly_date_from_dev_or_pre_segment(version: str, date: str | None) -> None:
+    assert nightly_date(Version(version)) == date
+
+
+def test_nightly_pin_resolves_exact_version_and_tag(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON
+                                 + 'torchvision = { nightly = "2026-03-07", local = "cu130", index = "pytorch" }'))
+    doc = lock(ws.root)
+    versions = {p["name"]: p["version"] for p in doc["packages"]}
+    assert versions["torch"] == "2.12.0.dev20260307+cu130"
+    assert versions["torchvision"] == "0.27.0.dev20260307+cu130"
+    assert versions["pytorch-triton"] == "3.6.0+git5e7b3f4e"
+    assert doc["tool"]["envlock"]["nightlies"]["torch"] == {
+        "date": "2026-03-07", "version": "2.12.0.dev20260307+cu130"}
+
+
+def test_hostile_default_index_package_never_wins(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    # torch, pytorch-triton and torchvision 99.0 sit on the default index with higher versions.
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON))
+    doc = lock(ws.root)
+    for pkg in doc["packages"]:
+        assert pkg["version"] != "99.0", pkg
+        if pkg["name"] in ("torch", "pytorch-triton"):
+            assert pkg["index"] == universe.pytorch
+            assert pkg["wheels"][0]["url"].startswith(universe.server.base + "/pytorch/files/")
+    assert universe.server.downloads("torch-99.0-py3-none-any.whl") == []
+    assert universe.server.downloads("pytorch_triton-99.0-py3-none-any.whl") == []
+
+
+def test_unpinned_dependency_of_a_nightly_is_not_taken_from_the_default_index(ws, universe) -> None:  # type: ignore[no-untyped-def]
+    # torch needs pytorch-triton==3.6.0+git5e7b3f4e, which only the pytorch index has; the
+    # spec doesn't pin pytorch-triton there, so the only candidate is PyPI's hostile 99.0: refuse.
+    ws.write_spec("e", spec_text(universe, TORCH))
+    with pytest.raises(ResolveError) as info:
+        lock_env(Workspace(ws.root), "e")
+    assert "uv found no resolution for env 'e'" in info.value.message
+    assert "pytorch-triton" in str(info.value)
+    assert not (ws.root / "locks" / "pylock.e.toml").exists()
+
+
+def test_every_artifact_has_sha256_even_without_index_hashes(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.0"'))
+    doc = lock(ws.root)
+    for pkg in doc["packages"]:
+        (wheel,) = pkg["wheels"]
+        filename = wheel["url"].rsplit("/", 1)[1]
+        served = next(p for p in (universe.server.root).rglob(filename))
+        assert wheel["hashes"]["sha256"] == hashlib.sha256(served.read_bytes()).hexdigest()
+
+
+def test_lock_is_valid_pep751_and_byte_identical(ws, universe: Universe, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'otherdep = ">=1"'))
+    lock_env(Workspace(ws.root), "e")
+    first = ws.lock_text("e")
+    Pylock.from_dict(tomllib.loads(first))
+    (ws.root / "locks" / "pylock.e.toml").unlink()
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "cold-cache"))  # a cold uv cache too
+    result = lock_env(Workspace(ws.root), "e")
+    assert result.changed
+    assert ws.lock_text("e") == first
+    assert lock_env(Workspace(ws.root), "e").changed is False
+
+
+def test_missing_nightly_date_names_nearest_dates(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'torch = { nightly = "2026-03-04", local = "cu130", index = "pytorch" }'))
+    with pytest.raises(ResolveError) as info:
+        lock_env(Workspace(ws.root), "e")
+    assert info.value.message.endswith(
+        "packages.torch.nightly: no nightly with local tag +cu130 dated 2026-03-04 on index 'pytorch' "
+        f"({universe.pytorch}); nearest listed dates: 2026-03-01, 2026-03-02, 2026-03-05, 2026-03-06, 2026-03-07 "
+        "(listed range 2026-03-01 .. 2026-03-10). Indexes such as PyTorch's keep only their ~60 newest "
+        "nightlies: an older pin needs a mirror (--index NAME=URL) or a store that still holds its wheels"
+    )
+
+
+def test_nightly_from_html_only_index(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    universe.server.html_only.add("pytorch")
+    try:
+        ws.write_spec("e", spec_text(universe, 'torch = { nightly = "2026-03-10", local = "cpu", index = "pytorch" }\n'
+                                     + TRITON))
+        doc = lock(ws.root)
+    finally:
+        universe.server.html_only.discard("pytorch")
+    assert {p["name"]: p["version"] for p in doc["packages"]}["torch"] == "2.12.0.dev20260310+cpu"
+
+
+def test_same_version_set_is_enforced(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    packages = ('flashinfer-python = "==0.6.5"\nflashinfer-cubin = "==0.6.5"\n'
+                'flashinfer-jit-cache = { version = "==0.6.4+cu130", index = "flashinfer" }')
+    extra = ('[resolution]\nexclude = ["sgl-fa4"]\n'
+             'same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"]]')
+    ws.write_spec("e", spec_text(universe, packages, extra))
+    with pytest.raises(ResolveError) as info:
+        lock_env(Workspace(ws.root), "e")
+    assert info.value.details == (
+        "resolution.same-version[0]: public versions differ: flashinfer-python 0.6.5, flashinfer-cubin 0.6.5, "
+        "flashinfer-jit-cache 0.6.4+cu130",
+    )
+
+
+def test_overrides_and_excludes(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    # flashinfer-python 0.6.5 requires sgl-fa4 and flashinfer-cubin==0.6.5; override the cubin down
+    # (as an env fighting an upstream == pin would) and exclude sgl-fa4.
+    packages = 'flashinfer-python = "==0.6.5"'
+    extra = '[resolution]\noverrides = ["flashinfer-cubin==0.6.4"]\nexclude = ["sgl-fa4"]'
+    ws.write_spec("e", spec_text(universe, packages, extra))
+    versions = {p["name"]: p["version"] for p in lock(ws.root)["packages"]}
+    assert versions == {"flashinfer-cubin": "0.6.4", "flashinfer-python": "0.6.5", "tinydep": "1.1"}
+
+
+def test_mirror_by_option_and_environment(ws, universe: Universe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    text = spec_text(universe, TORCH + TRITON).replace(universe.pytorch, "https://download.pytorch.org/whl/nightly/cu130")
+    ws.write_spec("e", text)
+    result = lock_env(Workspace(ws.root), "e", mirrors={"pytorch": universe.pytorch})
+    assert result.nightlies == {"torch": "2.12.0.dev20260307+cu130"}
+    by_option = ws.lock_text("e")
+    (ws.root / "locks" / "pylock.e.toml").unlink()
+    monkeypatch.setenv("ENVLOCK_INDEX_PYTORCH", universe.pytorch)
+    lock_env(Workspace(ws.root), "e")
+    assert ws.lock_text("e") == by_option
+
+
+def test_real_qwen_spec_index_part_locks_against_mirrors(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    """envs/qwen35-blackwell.toml minus its builds, every index mirrored to the kit's."""
+    real = tomllib.loads((Path(__file__).resolve().parents[1] / "envs" / "qwen35-blackwell.toml").read_text())
+    packages = {k: v for k, v in real["packages"].items() if not (isinstance(v, dict) and "build" in v)}
+    assert set(packages) >= {"torch", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"}
+    import json
+
+    lines = [f'[env]\npython = "{real["env"]["python"]}"\nplatform = "{real["env"]["platform"]}"']
+    for name, idx in real["indexes"].items():
+        lines.append(f"[indexes.{name}]\nurl = {json.dumps(idx['url'])}" + ("\ndefault = true" if idx.get("default") else ""))
+    lines.append("[packages]")
+    lines += [f"{json.dumps(k)} = {json.dumps(v) if isinstance(v, str) else _inline(v)}" for k, v in packages.items()]
+    lines.append("[resolution]")
+    lines += [f"{k} = {json.dumps(v)}" for k, v in real["resolution"].items()]
+    ws.write_spec("qwen-index", "\n".join(lines) + "\n")
+    mirrors = {"pypi": universe.pypi, "pytorch-nightly": universe.pytorch, "flashinfer": universe.flashinfer}
+    lock_env(Workspace(ws.root), "qwen-index", mirrors=mirrors)
+    text = ws.lock_text("qwen-index")
+    Pylock.from_dict(tomllib.loads(text))
+    got = read_lock(ws.root / "locks" / "pylock.qwen-index.toml")
+    versions = {p.name: p.version for p in got.packages}
+    assert versions["torch"] == "2.12.0.dev20260307+cu130"
+    assert versions["torchvision"] == "0.27.0.dev20260307+cu130"
+    assert versions["flashinfer-python"] == versions["flashinfer-cubin"] == "0.6.5"
+    assert versions["flashinfer-jit-cache"] == "0.6.5+cu130"
+    assert "sgl-fa4" not in versions
+    assert all(len(w.sha256) == 64 for p in got.packages for w in p.wheels)
+    assert got.python == "3.12"
+
+
+def _inline(table: dict) -> str:  # type: ignore[type-arg]
+    import json
+
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + " }"

@@ -1,0 +1,150 @@
+"""Spec validation: every problem reported at once, each naming file, key, found and expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from envlock.errors import SpecError
+from envlock.spec import load_spec
+
+HEAD = """
+[env]
+python = "3.11"
+[indexes.pypi]
+url = "https://pypi.org/simple"
+default = true
+[indexes.nightly]
+url = "https://download.pytorch.org/whl/nightly/cu130"
+"""
+
+BAD_SPECS = [
+    # (spec text after HEAD, exact problem lines)
+    ('[packages]\ntorch = { nightly = "2026-3-7", index = "nightly" }',
+     ["packages.torch.nightly: expected a date YYYY-MM-DD, found '2026-3-7'"]),
+    ('[packages]\ntorch = { nightly = "2026-02-30", index = "nightly" }',
+     ["packages.torch.nightly: expected a date YYYY-MM-DD, found '2026-02-30'"]),
+    ('[packages]\ntorch = { nightly = "2026-03-07" }',
+     ["packages.torch.index: missing; a nightly pin must name its index (nightlies are never taken "
+      "from the default index by accident)"]),
+    ('[packages]\ntorch = { nightly = "2026-03-07", index = "pytorch" }',
+     ["packages.torch.index: names no [indexes.pytorch]; indexes: nightly, pypi"]),
+    ('[packages]\nflashinfer-python = "0.6.5"',
+     ["packages.flashinfer-python: expected a version specifier like \"==0.6.5\", found '0.6.5'"]),
+    ('[packages]\ntorch = { nightly = "2026-03-07", index = "nightly", locl = "cu130" }',
+     ["packages.torch.locl: unknown key (did you mean 'local'?); expected one of: build, index, local, "
+      "nightly, same-date, version"]),
+    ('[packages]\ntorch = { version = "==2.9.1", local = "cu130" }',
+     ["packages.torch.local: only a nightly pin takes a local tag; write it in the version (\"==0.6.5+cu130\")"]),
+    ('[packages]\ntorch = { version = "==2.9.1", nightly = "2026-03-07", index = "nightly" }',
+     ["packages.torch: expected either version or nightly, not both"]),
+    ('[packages]\nsgl-kernel = { build = "sgl-kernel" }',
+     ["packages.sgl-kernel.build: names no [builds.sgl-kernel]; builds: none defined"]),
+    ('[packages]\ntorch = 2',
+     ["packages.torch: expected a version string or a table, found 2"]),
+    ('[packages]\ntorch = { nightly = "2026-03-07", index = "nightly" }\n'
+     'torchvision = { nightly = "2026-03-06", index = "nightly" }',
+     ["indexes.nightly: nightlies from one index must share a date, found 2026-03-06: torchvision; "
+      "2026-03-07: torch (set same-date = false on a package to opt out)"]),
+    ('[sources.sglang]\ngit = "https://github.com/sgl-project/sglang"',
+     ["sources.sglang.rev: missing; a git source needs rev = \"<commit, tag or branch>\""]),
+    ('[sources.sglang]\ngit = "https://x/y"\npath = "y"\nrev = "main"',
+     ["sources.sglang: expected exactly one of git = \"URL\" or path = \"DIR\"",
+      "sources.sglang.rev: only git sources take a rev"]),
+    ('[sources.sglang]\npath = "../outside"',
+     ["sources.sglang.path: expected a relative path inside the workspace, found '../outside'"]),
+    ('[sources.sglang]\ngit = "https://x/y"\nrev = "main"\npatches = ["/etc/passwd.patch"]',
+     ["sources.sglang.patches[0]: expected a relative path inside the workspace, found '/etc/passwd.patch'"]),
+    ('[sources.sglang]\ngit = "https://x/y"\nrev = "main"\npatches = ["patches/fix.diff"]',
+     ["sources.sglang.patches[0]: expected a .patch file, found 'patches/fix.diff'"]),
+    ('[builds.sgl-kernel]\nsource = "sglang"',
+     ["builds.sgl-kernel.source: names no [sources.sglang]; sources: none defined"]),
+    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\nisolation = "no"',
+     ["builds.k.isolation: expected true or false, found 'no'"]),
+    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.triton]\n'
+     'git = "https://github.com/triton-lang/triton"\nrev = "v3.5.1"',
+     ["builds.k.fetchcontent.triton.rev: expected a full 40-hex commit (a tag can move), found 'v3.5.1'"]),
+    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\nenv = { TORCH_CUDA_ARCH_LIST = 12 }',
+     ["builds.k.env.TORCH_CUDA_ARCH_LIST: expected a string, found 12"]),
+    ('[resolution]\noverrides = ["flashinfer-python=0.6.5"]',
+     ["resolution.overrides[0]: expected a requirement like \"flashinfer-python==0.6.5\", "
+      "found 'flashinfer-python=0.6.5'"]),
+    ('[resolution]\nsame-version = ["flashinfer-python"]',
+     ["resolution.same-version: expected an array of arrays of two or more package names"]),
+    ('[resolution]\nexclud = ["sgl-fa4"]',
+     ["resolution.exclud: unknown key (did you mean 'exclude'?); expected one of: exclude, overrides, "
+      "same-version"]),
+    ('[pakages]\ntorch = "==2.9.1"',
+     ["pakages: unknown key (did you mean 'packages'?); expected one of: builds, env, indexes, packages, "
+      "resolution, sources"]),
+]
+
+
+@pytest.mark.parametrize(("body", "problems"), BAD_SPECS, ids=[p[0] for _, p in BAD_SPECS])
+def test_bad_spec_messages(tmp_path: Path, body: str, problems: list[str]) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(HEAD + body + "\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert list(info.value.details) == problems
+    assert info.value.message.startswith(f"{path}: {len(problems)} problem")
+    assert info.value.exit_code == 2
+
+
+BAD_HEADS = [
+    ('[env]\npython = "3.11"\n[indexes.a]\nurl = "https://a/simple"\n[indexes.b]\nurl = "https://b/simple"\n',
+     ["indexes: expected exactly one index with default = true, found none"]),
+    ('[env]\npython = "311"\n[indexes.a]\nurl = "https://a/simple"\ndefault = true\n',
+     ["env.python: expected a Python version like \"3.12\", found '311'"]),
+    ('[env]\n[indexes.a]\nurl = "a.example/simple"\ndefault = true\n',
+     ["env.python: missing; expected a string",
+      "indexes.a.url: expected an http(s):// or file:// URL, found 'a.example/simple'"]),
+    ('[env]\npython = "3.11"\nplatform = "linux x86"\n[indexes.a]\nurl = "https://a/simple"\ndefault = true\n',
+     ["env.platform: expected a platform as uv spells it (e.g. \"x86_64-manylinux_2_28\"), found 'linux x86'"]),
+]
+
+
+@pytest.mark.parametrize(("text", "problems"), BAD_HEADS)
+def test_bad_env_and_index_tables(tmp_path: Path, text: str, problems: list[str]) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert list(info.value.details) == problems
+
+
+def test_all_problems_reported_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(HEAD + '[packages]\na = "1"\nb = { nightly = "x", index = "nightly" }\n[resolution]\nfoo = 1\n')
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert len(info.value.details) == 3
+    assert str(info.value).startswith(f"{path}: 3 problems in env spec 'bad'\n  packages.a: expected")
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("[env\n")
+    with pytest.raises(SpecError, match=r"broken.toml: not valid TOML"):
+        load_spec(path)
+
+
+def test_shipped_specs_are_valid() -> None:
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted((root / "envs").glob("*.toml")):
+        spec = load_spec(path)
+        assert spec.default_index.name == "pypi"
+    qwen = load_spec(root / "envs" / "qwen35-blackwell.toml")
+    assert qwen.packages["torch"].nightly == "2026-03-07"
+    assert qwen.packages["torch"].local == "cu130"
+    assert qwen.packages["flashinfer-jit-cache"].index == "flashinfer"
+    assert qwen.sources["sglang"].rev == "f016738f4c21043d0d8e4e407cb10a45ea7116b9"
+    assert qwen.resolution.exclude == ("sgl-fa4",)
+
+
+def test_key_digests_name_each_entry(tmp_path: Path) -> None:
+    path = tmp_path / "e.toml"
+    path.write_text(HEAD + '[packages]\na = "==1"\nb = "==2"\n')
+    keys = load_spec(path).key_digests()
+    assert sorted(keys) == ["env", "indexes.nightly", "indexes.pypi", "packages.a", "packages.b"]
