@@ -1,0 +1,146 @@
+"""End-to-end CLI: exit codes, messages on stderr, --json documents, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from envlock import __version__
+from kit.universe import Universe
+from test_resolve import TORCH, TRITON, spec_text
+
+
+def test_version(cli) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as info:
+        cli("--version")
+    assert info.value.code == 0
+
+
+def test_console_script_runs_and_reports_errors_without_traceback(ws) -> None:  # type: ignore[no-untyped-def]
+    proc = subprocess.run([sys.executable, "-m", "envlock.cli", "lock", "nope"], capture_output=True, text=True,
+                          cwd=ws.root)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr == f"envlock: error: {ws.root}/envs/nope.toml: no env 'nope' (envs: none)\n"
+    version = subprocess.run([sys.executable, "-m", "envlock.cli", "--version"], capture_output=True, text=True)
+    assert version.stdout.strip() == f"envlock {__version__}"
+
+
+def test_unknown_env_suggests_close_name(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("qwen35-blackwell", spec_text(universe, 'tinydep = "==1.0"'))
+    result = cli("lock", "qwen35-blackwel")
+    assert result.code == 2
+    assert result.err == (f"envlock: error: {ws.root}/envs/qwen35-blackwel.toml: no env 'qwen35-blackwel'; "
+                          "did you mean 'qwen35-blackwell'? (envs: qwen35-blackwell)\n")
+
+
+def test_bad_spec_exits_2_listing_every_problem(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", '[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\n'
+                       'default = true\n[packages]\ntorch = { nightly = "yesterday" }\n')
+    result = cli("lock", "e")
+    assert result.code == 2
+    assert result.err.splitlines() == [
+        f"envlock: error: {ws.root}/envs/e.toml: 2 problems in env spec 'e'",
+        "  packages.torch.nightly: expected a date YYYY-MM-DD, found 'yesterday'",
+        "  packages.torch.index: missing; a nightly pin must name its index (nightlies are never taken from "
+        "the default index by accident)",
+    ]
+    assert result.out == ""
+
+
+def test_unknown_option_exits_2(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as info:
+        cli("lock", "e", "--frobnicate")
+    assert info.value.code == 2
+
+
+def test_bad_index_option(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    result = cli("lock", "e", "--index", "pytorch")
+    assert (result.code, result.err) == (
+        2, "envlock: error: --index 'pytorch': expected NAME=URL (a spec index name and the mirror's URL)\n")
+    result = cli("lock", "e", "--index", "nope=http://x")
+    assert result.code == 2
+    assert "has no [indexes.nope]; indexes: flashinfer, pypi, pytorch" in result.err
+
+
+def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.0"'))
+    missing = cli("lock", "e", "--check")
+    assert missing.code == 2
+    assert "no lock file; create it with `envlock lock`" in missing.err
+
+    made = cli("lock", "e")
+    assert made.code == 0
+    assert made.out.splitlines() == [
+        "wrote locks/pylock.e.toml (3 packages)",
+        "  nightly torch -> 2.12.0.dev20260307+cu130",
+    ]
+    assert cli("lock", "e", "--check").out == "locks/pylock.e.toml is current for envs/e.toml\n"
+
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.1"'))
+    stale = cli("lock", "e", "--check")
+    assert stale.code == 1
+    assert stale.out.splitlines() == [
+        "locks/pylock.e.toml is stale:", "  packages.tinydep: changed", "run `envlock lock e` to update it"]
+    doc = json.loads(cli("lock", "e", "--check", "--json").out)
+    assert doc == {"env": "e", "lock": str(ws.root / "locks" / "pylock.e.toml"), "current": False,
+                   "reasons": ["packages.tinydep: changed"]}
+
+
+def test_check_does_no_network(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    assert cli("lock", "e").code == 0
+    before = len(universe.server.requests)
+    assert cli("lock", "e", "--check").code == 0
+    assert len(universe.server.requests) == before
+
+
+def test_lock_json(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON))
+    doc = json.loads(cli("lock", "e", "--json").out)
+    assert doc["nightlies"] == {"torch": "2.12.0.dev20260307+cu130"}
+    assert doc["packages"] == 3
+    assert doc["changed"] is True
+
+
+def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=ws.root, check=True)
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON))
+    assert cli("lock", "e").code == 0
+    subprocess.run([*git, "add", "-A"], cwd=ws.root, check=True)
+    subprocess.run([*git, "commit", "-qm", "known good"], cwd=ws.root, check=True)
+    ws.write_spec("e", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-10") + TRITON))
+    assert cli("lock", "e").code == 0
+
+    result = cli("diff", "locks/pylock.e.toml@HEAD", "e")
+    assert result.code == 0
+    assert result.out.splitlines() == [
+        "--- locks/pylock.e.toml@HEAD",
+        "+++ locks/pylock.e.toml",
+        "~ package  torch: 2.12.0.dev20260307+cu130 -> 2.12.0.dev20260310+cu130",
+        "~ nightly  torch: 2026-03-07 -> 2026-03-10  (2.12.0.dev20260307+cu130 -> 2.12.0.dev20260310+cu130)",
+        "2 changes, 2 packages identical",
+    ]
+    doc = json.loads(cli("diff", "locks/pylock.e.toml@HEAD", "e", "--json").out)
+    assert doc["changes"][0] == {"kind": "package", "name": "torch", "action": "changed",
+                                 "old": "2.12.0.dev20260307+cu130", "new": "2.12.0.dev20260310+cu130", "note": ""}
+    missing_rev = cli("diff", "locks/pylock.e.toml@nope", "e")
+    assert missing_rev.code == 2
+    assert "git has no locks/pylock.e.toml at 'nope'" in missing_rev.err
+
+
+def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
+    from envlock.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["lock", "--help"])
+    assert info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal width
+    assert "--index NAME=URL" in out
+    assert "ENVLOCK_INDEX_<NAME>=URL" in out
+    assert "exit 0 if the lock is current, 1 if stale" in out
