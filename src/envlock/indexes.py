@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from urllib.parse import urldefrag, urljoin
@@ -92,3 +93,54 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
         if version is not None:
             files.append(IndexFile(filename=filename, url=file_url, version=version, sha256=digest))
     return files
+
+
+def project_names(index_url: str) -> set[str] | None:
+    """Normalized project names an index lists on its root page; None if it has no usable root page."""
+    url = f"{index_url.rstrip('/')}/"
+    try:
+        page = http.get_page(url, accept=_ACCEPT)
+    except http.HttpError:
+        return None
+    if "json" in page.content_type:
+        try:
+            return {str(canonicalize_name(p["name"])) for p in json.loads(page.text)["projects"]}
+        except (ValueError, KeyError, TypeError):
+            return None
+    parser = _Links()
+    parser.feed(page.text)
+    return {str(canonicalize_name(text)) for _, text in parser.links if text}
+
+
+class Listings:
+    """Index pages fetched concurrently and once: a project's files, an index's project names."""
+
+    def __init__(self, max_workers: int = 16) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=max_workers)
+        self._files: dict[tuple[str, str], Future[list[IndexFile]]] = {}
+        self._names: dict[str, Future[set[str] | None]] = {}
+
+    def __enter__(self) -> Listings:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def prefetch(self, index_url: str, project: str) -> None:
+        key = (index_url, str(canonicalize_name(project)))
+        if key not in self._files:
+            self._files[key] = self._pool.submit(project_files, index_url, project)
+
+    def files(self, index_url: str, project: str) -> list[IndexFile]:
+        self.prefetch(index_url, project)
+        return self._files[(index_url, str(canonicalize_name(project)))].result()
+
+    def prefetch_names(self, index_url: str) -> None:
+        if index_url not in self._names:
+            self._names[index_url] = self._pool.submit(project_names, index_url)
+
+    def names(self, index_url: str) -> set[str] | None:
+        self.prefetch_names(index_url)
+        return self._names[index_url].result()

@@ -18,7 +18,6 @@ import sys
 import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urldefrag
@@ -30,7 +29,7 @@ from packaging.version import Version
 
 from envlock import http, runner
 from envlock.errors import ResolveError
-from envlock.indexes import IndexFile, project_files
+from envlock.indexes import IndexFile, Listings
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.nightly import select_nightly
 from envlock.spec import EnvSpec
@@ -71,16 +70,15 @@ def index_urls(spec: EnvSpec, mirrors: Mapping[str, str]) -> dict[str, str]:
     return {name: mirrors.get(name, idx.url).rstrip("/") for name, idx in spec.indexes.items()}
 
 
-def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str]) -> dict[str, NightlyPin]:
+def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings) -> dict[str, NightlyPin]:
     """Every ``nightly`` pin -> the exact version listed for that date on its index."""
     wanted = [p for p in spec.packages.values() if p.nightly]
-    if not wanted:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(8, len(wanted))) as pool:
-        pages = list(pool.map(lambda p: project_files(urls[p.index or ""], p.name), wanted))
+    for pkg in wanted:
+        listings.prefetch(urls[pkg.index or ""], pkg.name)
     pins = {}
-    for pkg, files in zip(wanted, pages, strict=True):
+    for pkg in wanted:
         assert pkg.nightly is not None and pkg.index is not None
+        files = listings.files(urls[pkg.index], pkg.name)
         version = select_nightly(
             files,
             date=pkg.nightly,
@@ -94,7 +92,7 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str]) -> dict[str, Night
 
 
 def pinned_override_urls(
-    spec: EnvSpec, urls: Mapping[str, str], nightlies: Mapping[str, NightlyPin]
+    spec: EnvSpec, urls: Mapping[str, str], nightlies: Mapping[str, NightlyPin], listings: Listings
 ) -> dict[str, str]:
     """Wheel URLs for overrides of packages pinned to a non-default index.
 
@@ -124,7 +122,7 @@ def pinned_override_urls(
     out = {}
     for name, version in sorted(exact.items()):
         index = _allowed_index(spec, canonicalize_name(name))
-        files = [f for f in project_files(urls[index], name)
+        files = [f for f in listings.files(urls[index], name)
                  if f.filename.endswith(".whl") and f.version == Version(version)]
         if tags is not None:
             supported = set(tags)
@@ -189,8 +187,25 @@ def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned_urls: Mapping
 
 def resolve(spec: EnvSpec, inputs: ResolveInputs, *, log: Path | None = None) -> Resolution:
     """Resolve the spec with uv; check index pins, hashes and same-version sets."""
-    nightlies = resolve_nightlies(spec, inputs.index_urls)
-    pinned = pinned_override_urls(spec, inputs.index_urls, nightlies)
+    with Listings() as listings:
+        # Pages the checks need are fetched while uv works.
+        for pkg in spec.packages.values():
+            if pkg.index and not pkg.build:
+                listings.prefetch(inputs.index_urls[pkg.index], pkg.name)
+        for name, idx in spec.indexes.items():
+            if not idx.default:
+                listings.prefetch_names(inputs.index_urls[name])
+        nightlies = resolve_nightlies(spec, inputs.index_urls, listings)
+        pinned = pinned_override_urls(spec, inputs.index_urls, nightlies, listings)
+        entries = _run_uv(spec, inputs, pinned, log)
+        packages = _checked_packages(spec, inputs, entries, listings)
+    check_same_version(spec, packages)
+    return Resolution(packages=packages, nightlies=nightlies, requires_python=f"=={spec.python}.*")
+
+
+def _run_uv(
+    spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, str], log: Path | None
+) -> list[Mapping[str, object]]:
     work = Path(tempfile.mkdtemp(prefix="envlock-resolve-"))
     try:
         project = transient_project(spec, inputs, pinned)
@@ -221,9 +236,8 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs, *, log: Path | None = None) ->
         doc = tomllib.loads((work / "pylock.toml").read_text())
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    packages = _checked_packages(spec, inputs, doc.get("packages", []))
-    check_same_version(spec, packages)
-    return Resolution(packages=packages, nightlies=nightlies, requires_python=f"=={spec.python}.*")
+    entries: list[Mapping[str, object]] = doc.get("packages", [])
+    return entries
 
 
 def target_tags(python: str, platform: str | None) -> list[Tag] | None:
@@ -272,8 +286,14 @@ def _allowed_index(spec: EnvSpec, name: NormalizedName) -> str:
 
 
 def _checked_packages(
-    spec: EnvSpec, inputs: ResolveInputs, entries: Sequence[Mapping[str, object]]
+    spec: EnvSpec, inputs: ResolveInputs, entries: Sequence[Mapping[str, object]], listings: Listings
 ) -> tuple[LockedPackage, ...]:
+    """uv's answer, checked: each wheel listed on its package's index, with a sha256.
+
+    A package is looked up on its index when it is pinned to a non-default index or
+    when a non-default index also has a project of that name (the dependency-confusion
+    case); a name only the default index has can have come from nowhere else.
+    """
     build_names = {p.name for p in spec.packages.values() if p.build}
     wanted: list[tuple[NormalizedName, str, list[Mapping[str, object]]]] = []
     problems: list[str] = []
@@ -300,19 +320,31 @@ def _checked_packages(
     if problems:
         raise ResolveError(f"{spec.path}: env {spec.name!r} cannot be locked to wheels", details=problems)
 
-    def listing(item: tuple[NormalizedName, str, list[Mapping[str, object]]]) -> list[IndexFile]:
-        return project_files(inputs.index_urls[_allowed_index(spec, item[0])], item[0])
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        pages = list(pool.map(listing, wanted))
+    default = spec.default_index.name
+    elsewhere: set[str] | None = set()
+    for index_name, idx in spec.indexes.items():
+        names = None if idx.default else listings.names(inputs.index_urls[index_name])
+        if not idx.default:
+            elsewhere = None if names is None or elsewhere is None else elsewhere | names
+    must_check = [
+        item for item in wanted
+        if _allowed_index(spec, item[0]) != default or elsewhere is None or item[0] in elsewhere
+        or not _sha_of(item[2][0])
+    ]
+    for name, _, _ in must_check:
+        listings.prefetch(inputs.index_urls[_allowed_index(spec, name)], name)
+    checked = {item[0] for item in must_check}
     packages = []
-    for (name, version, wheels), files in zip(wanted, pages, strict=True):
+    for name, version, wheels in wanted:
         index_name = _allowed_index(spec, name)
+        files = listings.files(inputs.index_urls[index_name], name) if name in checked else []
         listed = {f.url: f for f in files}
         artifacts = []
         for wheel in wheels:
             url = urldefrag(str(wheel["url"]))[0]
             found = listed.get(url)
+            if found is None and name not in checked:
+                found = IndexFile(filename="", url=url, version=Version(version), sha256=None)
             if found is None:
                 raise ResolveError(
                     f"{spec.path}: {name} {version} resolved to {url}, which index {index_name!r} "
@@ -337,6 +369,12 @@ def _checked_packages(
             LockedPackage(name=name, version=version, wheels=tuple(artifacts), index=inputs.index_urls[index_name])
         )
     return tuple(sorted(packages, key=lambda p: p.name))
+
+
+def _sha_of(wheel: Mapping[str, object]) -> str | None:
+    hashes = wheel.get("hashes")
+    sha = hashes.get("sha256") if isinstance(hashes, dict) else None
+    return str(sha) if sha else None
 
 
 def check_same_version(spec: EnvSpec, packages: Sequence[LockedPackage]) -> None:

@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -47,6 +48,10 @@ class IndexServer:
         self.faults: dict[str, Fault] = {}
         self.html_only: set[str] = set()  # indexes that answer PEP 503 HTML even to PEP 691 clients
         self.requests: list[tuple[str, str]] = []  # (path, Range header or "")
+        # Fault "slow": the body trickles out in slow_chunk pieces, slow_delay seconds apart,
+        # so a test can kill a client mid-download.
+        self.slow_chunk = 16 * 1024
+        self.slow_delay = 0.05
         self._served_cut: set[str] = set()
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -94,6 +99,8 @@ class IndexServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Keep-alive clients otherwise wait out a delayed ACK (~40 ms) per request.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: object) -> None:  # noqa: A002
                 pass
@@ -109,7 +116,8 @@ class IndexServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        # A short poll interval keeps stop() (and so each test using a server) fast.
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -175,37 +183,62 @@ class IndexServer:
         self._send(req, 200, body.encode(), "text/html")
 
     def _file(self, req: BaseHTTPRequestHandler, path: Path) -> None:
-        data = path.read_bytes()
         fault = self.faults.get(path.name)
-        if fault == "corrupt":
-            data = bytes(b ^ 0xFF for b in data[:64]) + data[64:]
-        start, end = 0, len(data)
+        size = path.stat().st_size
+        start, end = 0, size
         ranged = False
         rng = re.fullmatch(r"bytes=(\d*)-(\d*)", req.headers.get("Range", ""))
         if rng and (rng.group(1) or rng.group(2)):
             ranged = True
             if not rng.group(1):  # suffix range: the last N bytes
-                start = max(0, len(data) - int(rng.group(2)))
+                start = max(0, size - int(rng.group(2)))
             else:
                 start = int(rng.group(1))
-                end = min(len(data), int(rng.group(2)) + 1) if rng.group(2) else len(data)
-            if start >= len(data):
+                end = min(size, int(rng.group(2)) + 1) if rng.group(2) else size
+            if start >= size:
                 return self._send(req, 416, b"", "text/plain")
-        body = data[start:end]
         req.send_response(206 if ranged else 200)
         req.send_header("Content-Type", "application/octet-stream")
-        req.send_header("Content-Length", str(len(body)))
+        req.send_header("Content-Length", str(end - start))
         req.send_header("Accept-Ranges", "bytes")
         if ranged:
-            req.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+            req.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         req.end_headers()
         if req.command == "HEAD":
             return
+        if fault is None:
+            # Stream from disk: a multi-GB wheel must not sit in the server's memory.
+            with path.open("rb") as fh:
+                fh.seek(start)
+                left = end - start
+                try:
+                    while left > 0:
+                        chunk = fh.read(min(left, 1 << 20))
+                        if not chunk:
+                            break
+                        req.wfile.write(chunk)
+                        left -= len(chunk)
+                except (BrokenPipeError, ConnectionResetError):  # the client went away
+                    req.close_connection = True
+            return
+        data = path.read_bytes()
+        if fault == "corrupt":
+            data = bytes(b ^ 0xFF for b in data[:64]) + data[64:]
+        body = data[start:end]
         if fault == "cut-once" and path.name not in self._served_cut:
             self._served_cut.add(path.name)
             req.wfile.write(body[: len(body) // 2])
             req.wfile.flush()
             req.close_connection = True
+            return
+        if fault == "slow":
+            try:
+                for i in range(0, len(body), self.slow_chunk):
+                    req.wfile.write(body[i : i + self.slow_chunk])
+                    req.wfile.flush()
+                    time.sleep(self.slow_delay)
+            except (BrokenPipeError, ConnectionResetError):  # the client went away (killed)
+                req.close_connection = True
             return
         req.wfile.write(body)
 

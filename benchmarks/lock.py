@@ -1,0 +1,122 @@
+"""envlock lock vs raw uv on the same inputs.
+
+    python benchmarks/lock.py [--runs 7] [--packages 200]
+
+Builds the test kit's loopback universe (tests/kit) plus N extra plain packages,
+writes an env spec shaped like qwen35-blackwell's index part (torch nightly + its
+companions, the flashinfer trio, N plain deps), and times, with warm caches:
+
+- ``envlock lock ENV`` (the CLI, as a user runs it), and
+- the pinned uv resolving the very same transient project (``uv pip compile``),
+  which is what envlock drives; envlock adds the nightly look-up, the index-pin
+  check of every wheel and the lock writing.
+
+Prints the medians and the ratio envlock / uv (target: <= 1.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from kit.universe import build_universe  # noqa: E402
+from kit.wheels import build_wheel  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--packages", type=int, default=200,
+                    help="extra plain packages in the env (SGLang's full env locks ~200)")
+    args = ap.parse_args()
+
+    from envlock import runner
+    from envlock.indexes import Listings
+    from envlock.resolve import ResolveInputs, index_urls, pinned_override_urls, resolve_nightlies, transient_project
+    from envlock.spec import load_spec
+
+    tmp = Path(tempfile.mkdtemp(prefix="envlock-bench-lock-"))
+    universe = build_universe(tmp / "universe")
+    extra = [f"benchdep{i:03d}" for i in range(args.packages)]
+    for i, name in enumerate(extra):
+        requires = [extra[i + 1]] if i + 1 < len(extra) and i % 3 == 0 else []
+        for v in ("1.0", "1.1", "2.0"):
+            universe.server.add("pypi", build_wheel(tmp / "wheels", name, v, requires=requires))
+    ws = tmp / "ws"
+    (ws / "envs").mkdir(parents=True)
+    deps = "\n".join(f'{n} = ">=1"' for n in extra)
+    (ws / "envs" / "bench.toml").write_text(f"""
+[env]
+python = "3.12"
+platform = "x86_64-manylinux_2_28"
+[indexes.pypi]
+url = "{universe.pypi}"
+default = true
+[indexes.pytorch-nightly]
+url = "{universe.pytorch}"
+[indexes.flashinfer]
+url = "{universe.flashinfer}"
+[packages]
+torch = {{ nightly = "2026-03-07", local = "cu130", index = "pytorch-nightly" }}
+torchvision = {{ nightly = "2026-03-07", local = "cu130", index = "pytorch-nightly" }}
+torchaudio = {{ nightly = "2026-03-07", local = "cu130", index = "pytorch-nightly" }}
+pytorch-triton = {{ index = "pytorch-nightly" }}
+flashinfer-python = "==0.6.5"
+flashinfer-cubin = "==0.6.5"
+flashinfer-jit-cache = {{ version = "==0.6.5+cu130", index = "flashinfer" }}
+{deps}
+[resolution]
+exclude = ["sgl-fa4"]
+same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"]]
+""")
+    env = runner.uv_env({"UV_CACHE_DIR": str(tmp / "uv-cache")})
+    envlock_cmd = [sys.executable, "-m", "envlock.cli", "lock", "bench"]
+
+    # The same transient project envlock hands to uv, for the raw uv run.
+    spec = load_spec(ws / "envs" / "bench.toml")
+    urls = index_urls(spec, {})
+    with Listings() as listings:
+        pinned = pinned_override_urls(spec, urls, resolve_nightlies(spec, urls, listings), listings)
+    raw = tmp / "raw"
+    raw.mkdir()
+    project = transient_project(spec, ResolveInputs(index_urls=urls), pinned)
+    (raw / "pyproject.toml").write_text(project)
+    import tomllib
+
+    (raw / "overrides.txt").write_text(
+        "".join(f"{o}\n" for o in tomllib.loads(project)["tool"]["uv"]["override-dependencies"]))
+    uv_cmd = [runner.uv_bin(), "pip", "compile", "pyproject.toml", "--format", "pylock.toml", "-o", "pylock.toml",
+              "--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_28", "--no-header", "--quiet",
+              "--default-index", universe.pypi, "--index-strategy", "first-index", "--override", "overrides.txt"]
+
+    def timed(cmd: list[str], cwd: Path) -> float:
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True)
+        return time.perf_counter() - start
+
+    timed(envlock_cmd, ws)  # warm both caches (uv's HTTP cache, the OS page cache)
+    timed(uv_cmd, raw)
+    ours, theirs = [], []
+    for _ in range(args.runs):
+        ours.append(timed(envlock_cmd, ws))
+        theirs.append(timed(uv_cmd, raw))
+    universe.server.stop()
+    a, b = statistics.median(ours), statistics.median(theirs)
+    packages = (ws / "locks" / "pylock.bench.toml").read_text().count("[[packages]]")
+    print(f"env: {packages} locked packages, {args.runs} runs each, warm caches, loopback index")
+    print(f"envlock lock      median {a * 1000:8.1f} ms")
+    print(f"uv pip compile    median {b * 1000:8.1f} ms")
+    print(f"ratio envlock/uv  {a / b:.2f}  (target <= 1.2)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
