@@ -25,7 +25,9 @@ def test_nightly_upgrade_source_bump_patch_change_and_reupload() -> None:
         packages=(torch, kernel),
         nightlies={"torch": NightlyPin("2026-03-10", "2.12.0.dev20260310+cu130")},
         sources={"sglang": replace(src, commit="e" * 40, patches=(
-            LockedPatch("patches/sglang/0001-x.patch", "0" * 64), LockedPatch("patches/sglang/0002-y.patch", "1" * 64)))},
+            LockedPatch("patches/sglang/0001-x.patch", "0" * 64),
+            LockedPatch("patches/sglang/0002-y.patch", "1" * 64),
+        ))},
     )
     d = diff_locks(old, new, old_label="a", new_label="b")
     rows = [(c.kind, c.name, c.action, c.note) for c in d.changes]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from packaging.pylock import Pylock
+from packaging.utils import canonicalize_name
 
 from envlock.errors import LockError
 from envlock.lockfile import (
@@ -20,7 +21,6 @@ from envlock.lockfile import (
     read_lock,
     validate_pep751,
 )
-from packaging.utils import canonicalize_name
 
 
 def sample(**changes: object) -> Lock:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from packaging.pylock import Pylock
+from packaging.version import Version
 
 from envlock.errors import ResolveError
 from envlock.lockfile import read_lock
@@ -15,7 +16,6 @@ from envlock.nightly import nightly_date
 from envlock.pipeline import lock_env
 from envlock.workspace import Workspace
 from kit.universe import Universe
-from packaging.version import Version
 
 
 def spec_text(u: Universe, packages: str, extra: str = "", python: str = "3.11") -> str:
@@ -161,7 +161,8 @@ def test_overrides_and_excludes(ws, universe: Universe) -> None:  # type: ignore
 
 
 def test_mirror_by_option_and_environment(ws, universe: Universe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    text = spec_text(universe, TORCH + TRITON).replace(universe.pytorch, "https://download.pytorch.org/whl/nightly/cu130")
+    real_url = "https://download.pytorch.org/whl/nightly/cu130"
+    text = spec_text(universe, TORCH + TRITON).replace(universe.pytorch, real_url)
     ws.write_spec("e", text)
     result = lock_env(Workspace(ws.root), "e", mirrors={"pytorch": universe.pytorch})
     assert result.nightlies == {"torch": "2.12.0.dev20260307+cu130"}

@@ -59,7 +59,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
             if check.current:
                 return f"{ws.relative(check.path)} is current for envs/{args.env}.toml"
             lines = [f"{ws.relative(check.path)} is stale:"] + [f"  {r}" for r in check.reasons]
-            return "\n".join(lines + [f"run `envlock lock {args.env}` to update it"])
+            return "\n".join([*lines, f"run `envlock lock {args.env}` to update it"])
 
         _out(args, check.to_dict(), text)
         return 0 if check.current else 1
@@ -104,7 +104,7 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument("--root", type=Path, help="workspace root (default: first folder with envs/ from here up)")
     common.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     common.add_argument("-q", "--quiet", action="store_true", help="no progress output")

@@ -47,14 +47,15 @@ class LockDiff:
 def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str) -> LockDiff:
     """Every difference that changes what gets installed or built."""
     changes: list[Change] = []
-    for key, a, b in (("python", old.python, new.python), ("platform", old.platform, new.platform)):
-        if a != b:
-            changes.append(Change("env", key, a, b))
+    for key, was, now in (("python", old.python, new.python), ("platform", old.platform, new.platform)):
+        if was != now:
+            changes.append(Change("env", key, was, now))
     old_pkgs = {p.name: p for p in old.packages}
     new_pkgs = {p.name: p for p in new.packages}
     unchanged = 0
-    for name in sorted(set(old_pkgs) | set(new_pkgs)):
-        a, b = old_pkgs.get(name), new_pkgs.get(name)
+    for pkg_name in sorted(set(old_pkgs) | set(new_pkgs)):
+        a, b = old_pkgs.get(pkg_name), new_pkgs.get(pkg_name)
+        name = str(pkg_name)
         if a is not None and b is not None:
             if a.version != b.version:
                 changes.append(Change("package", name, a.version, b.version, _index_note(a.index, b.index)))

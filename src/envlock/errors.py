@@ -49,7 +49,7 @@ class ResolveError(EnvlockError):
     """Resolution failed: a nightly date not listed, uv found no solution, a set is inconsistent."""
 
 
-class IndexError_(EnvlockError):
+class PackageIndexError(EnvlockError):
     """An index could not be read (HTTP error, malformed page)."""
 
 

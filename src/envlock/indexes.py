@@ -18,7 +18,7 @@ from packaging.utils import (
 from packaging.version import Version
 
 from envlock import http
-from envlock.errors import IndexError_
+from envlock.errors import PackageIndexError
 
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 
@@ -70,7 +70,7 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
     except http.HttpError as exc:
         if "HTTP 404" in exc.reason:
             return []
-        raise IndexError_(f"{url}: cannot read the index page: {exc.reason}") from None
+        raise PackageIndexError(f"{url}: cannot read the index page: {exc.reason}") from None
     entries: list[tuple[str, str, str | None]] = []  # filename, url, sha256
     if "json" in page.content_type:
         try:
@@ -78,7 +78,7 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
             for f in doc["files"]:
                 entries.append((f["filename"], urljoin(page.url, f["url"]), f.get("hashes", {}).get("sha256")))
         except (ValueError, KeyError, TypeError) as exc:
-            raise IndexError_(f"{url}: malformed PEP 691 page ({exc})") from None
+            raise PackageIndexError(f"{url}: malformed PEP 691 page ({exc})") from None
     else:
         parser = _Links()
         parser.feed(page.text)

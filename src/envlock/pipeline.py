@@ -11,13 +11,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlock.errors import LockError
 from envlock.lockfile import Lock, read_lock, validate_pep751
 from envlock.spec import EnvSpec, load_spec
 from envlock.store import write_atomic
 from envlock.workspace import Workspace
+
+if TYPE_CHECKING:
+    from envlock.fetch import Progress
+    from envlock.sync import SyncResult
 
 MIRROR_ENV_PREFIX = "ENVLOCK_INDEX_"
 
@@ -175,3 +179,40 @@ def load_lock_ref(ws: Workspace, ref: str) -> tuple[Lock, str]:
     if not shown.ok:
         raise LockError(f"{ref}: git has no {rel} at {rev!r}: {shown.tail(1)}")
     return Lock.from_toml(shown.stdout, ref), ref
+
+
+def sync(
+    ws: Workspace,
+    env: str,
+    *,
+    frozen: bool = False,
+    offline: bool = False,
+    lock_ref: str | None = None,
+    progress: Progress | None = None,
+) -> SyncResult:
+    """Make ``env`` match its lock (``--lock PATH[@REV]`` overrides which) and return a ``SyncResult``.
+
+    Without ``lock_ref`` a missing or stale lock is re-locked first, unless ``frozen``
+    (then a missing lock is a ``LockError``). The venv digest is written back only
+    to a lock file in the working tree, never to a ``PATH@REV``.
+    """
+    from envlock.store import Store
+    from envlock.sync import sync_lock
+
+    if lock_ref is not None:
+        lock, _label = load_lock_ref(ws, lock_ref)
+        path_part, _, rev = lock_ref.partition("@")
+        if rev:
+            lock_path = None
+        elif "/" not in lock_ref and not lock_ref.endswith(".toml"):
+            lock_path = ws.lock_path(lock_ref)
+        else:
+            lock_path = Path(path_part).absolute()
+    else:
+        ws.spec_path(env)  # an unknown env is a usage error before anything else
+        lock_path = ws.lock_path(env)
+        if not frozen and (not lock_path.exists() or not check_lock(ws, env).current):
+            lock_env(ws, env)
+        lock = read_lock(lock_path)
+    return sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
+                     offline=offline, progress=progress)

@@ -323,9 +323,9 @@ def _checked_packages(
     default = spec.default_index.name
     elsewhere: set[str] | None = set()
     for index_name, idx in spec.indexes.items():
-        names = None if idx.default else listings.names(inputs.index_urls[index_name])
         if not idx.default:
-            elsewhere = None if names is None or elsewhere is None else elsewhere | names
+            listed_names = listings.names(inputs.index_urls[index_name])
+            elsewhere = None if listed_names is None or elsewhere is None else elsewhere | listed_names
     must_check = [
         item for item in wanted
         if _allowed_index(spec, item[0]) != default or elsewhere is None or item[0] in elsewhere

@@ -241,7 +241,8 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path) -> EnvSpec:
         p.add("env.python", f"expected a Python version like \"3.12\", found {python!r}")
     platform = _get_str(p, env, "platform", "env")
     if platform is not None and not _PLATFORM.fullmatch(platform):
-        p.add("env.platform", f"expected a platform as uv spells it (e.g. \"x86_64-manylinux_2_28\"), found {platform!r}")
+        p.add("env.platform",
+              f"expected a platform as uv spells it (e.g. \"x86_64-manylinux_2_28\"), found {platform!r}")
 
     indexes = _parse_indexes(p, _get_table(p, doc, "indexes"))
     sources = _parse_sources(p, _get_table(p, doc, "sources"))
@@ -428,10 +429,12 @@ def _parse_packages(
             if version is not None:
                 p.add(key, "expected either version or nightly, not both")
             if index is None:
-                p.add(f"{key}.index", "missing; a nightly pin must name its index (nightlies are never taken from the default index by accident)")
+                p.add(f"{key}.index", "missing; a nightly pin must name its index "
+                      "(nightlies are never taken from the default index by accident)")
         if local is not None:
             if nightly is None:
-                p.add(f"{key}.local", "only a nightly pin takes a local tag; write it in the version (\"==0.6.5+cu130\")")
+                p.add(f"{key}.local",
+                      "only a nightly pin takes a local tag; write it in the version (\"==0.6.5+cu130\")")
             elif not re.fullmatch(r"[A-Za-z0-9]+([._][A-Za-z0-9]+)*", local):
                 p.add(f"{key}.local", f"expected a local version tag like \"cu130\", found {local!r}")
         if build is not None:
@@ -475,7 +478,8 @@ def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
         try:
             Requirement(req)
         except InvalidRequirement:
-            p.add(f"resolution.overrides[{i}]", f"expected a requirement like \"flashinfer-python==0.6.5\", found {req!r}")
+            p.add(f"resolution.overrides[{i}]",
+                  f"expected a requirement like \"flashinfer-python==0.6.5\", found {req!r}")
     exclude = tuple(canonicalize_name(n) for n in _get_str_list(p, table, "exclude", "resolution"))
     groups_raw = table.get("same-version", [])
     groups: list[tuple[NormalizedName, ...]] = []
