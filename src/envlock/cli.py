@@ -100,6 +100,200 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     return 0
 
 
+def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock.store import Store
+    from envlock.sync import quick_noop
+
+    # When the lock is taken as is (no spec check) and the current generation was made
+    # from these very bytes, answer before importing the pipeline (fast no-op).
+    result = None
+    lock_file = None
+    if args.lock is None and args.frozen:
+        ws.spec_path(args.env)  # an unknown env is still a usage error
+        lock_file = ws.lock_path(args.env)
+    elif args.lock and "@" not in args.lock and args.lock.endswith(".toml"):
+        lock_file = Path(args.lock).absolute()
+    if lock_file is not None:
+        result = quick_noop(Store.open(), args.env, lock_file)
+    if result is None:
+        from envlock import pipeline, ui
+
+        with ui.progress(quiet=args.quiet or args.json) as bar:
+            result = pipeline.sync(ws, args.env, frozen=args.frozen, offline=args.offline,
+                                   lock_ref=args.lock, progress=bar)
+
+    def text() -> str:
+        if result.noop:
+            head = f"{args.env}: up to date (generation {result.generation})"
+        else:
+            venv = "built" if result.built else "reused from the store"
+            head = (f"{args.env}: generation {result.generation} ({result.fetched} fetched, "
+                    f"{result.downloaded} bytes; venv {venv}) in {result.seconds:.1f}s")
+        lines = [head, f"  venv digest {result.venv_digest}"]
+        if result.recorded:
+            lines.append("  recorded the venv digest in the lock")
+        return "\n".join([*lines, str(result.path)])  # last line: the env path
+
+    _out(args, result.to_dict(), text)
+    return 0
+
+
+def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock.store import Store
+    from envlock.sync import env_path
+
+    path = env_path(Store.open(), args.env)
+    _out(args, {"env": args.env, "path": str(path)}, lambda: str(path))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock.lockfile import read_lock
+    from envlock.store import Store
+    from envlock.sync import verify_env
+
+    lock_path = ws.lock_path(args.env)
+    lock = read_lock(lock_path) if lock_path.exists() else None
+    result = verify_env(Store.open(), args.env, lock)
+
+    def text() -> str:
+        if result.ok:
+            return f"{args.env}: ok ({result.actual})" + (f"; {result.note}" if result.note else "")
+        lines = [f"{args.env}: MISMATCH at {result.path}", f"  expected {result.expected}",
+                 f"  found    {result.actual}"]
+        if result.difference is not None:
+            lines += [f"  {line}" for line in result.difference.lines()]
+        if result.note:
+            lines.append(f"  {result.note}")
+        return "\n".join(lines)
+
+    _out(args, result.to_dict(), text)
+    return 0 if result.ok else 1
+
+
+def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock import generations
+    from envlock.store import Store
+
+    gens = generations.list_generations(Store.open(), args.env)
+
+    def text() -> str:
+        if not gens:
+            return f"{args.env}: no generations (run `envlock sync {args.env}`)"
+        return "\n".join(
+            f"{'*' if g.current else ' '} {g.number:>4}  {g.created}  {g.install_digest[:23]}  {g.venv_digest[:23]}"
+            for g in gens
+        )
+
+    _out(args, {"env": args.env, "generations": [g.to_dict() for g in gens]}, text)
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock import generations
+    from envlock.store import Store
+
+    result = generations.rollback(Store.open(), args.env, args.to)
+    _out(args, result.to_dict(),
+         lambda: f"{args.env}: generation {result.previous} -> {result.current}\n{result.path}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock.store import Store
+    from envlock.sync import run_in_env
+
+    argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    return run_in_env(Store.open(), args.env, argv)
+
+
+def _overrides(values: Sequence[str]) -> dict[str, Path]:
+    from envlock.sources import parse_override
+
+    return dict(parse_override(v) for v in values)
+
+
+def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock import pipeline
+
+    report = pipeline.build_env(ws, args.env, tuple(args.packages), check=args.check,
+                                overrides=_overrides(args.override_source))
+    for notice in report.notices:
+        print(f"envlock: {notice}", file=sys.stderr)  # loud, also under --json
+
+    def text() -> str:
+        lines = []
+        for b in report.builds:
+            how = "built" if b.rebuilt else "unchanged (from the store)"
+            lines.append(f"{b.name}: {how} {ws.relative(b.wheel)} sha256 {b.sha256[:16]} inputs {b.input_digest[:23]}")
+        for c in report.checks:
+            if c.reproducible:
+                lines.append(f"{c.name}: reproducible (rebuilt bit-identical, sha256 {c.actual_sha256[:16]})")
+            else:
+                lines.append(f"{c.name}: NOT reproducible: expected sha256 {c.expected_sha256[:16]}, "
+                             f"rebuilt {c.actual_sha256[:16]}; differing files:")
+                lines += [f"  {d}" for d in c.differing] + [f"  rebuild kept at {c.kept}"]
+        lines.append(f"{report.rebuilt} rebuilt, {len(report.builds) - report.rebuilt} reused"
+                     + (f"; updated {ws.relative(report.lock)}" if report.lock_changed else ""))
+        return "\n".join(lines)
+
+    _out(args, report.to_dict(), text)
+    return 0 if report.reproducible else 1
+
+
+def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock import pipeline
+
+    report = pipeline.patch_status(ws, args.env, against=args.against)
+
+    def text() -> str:
+        lines = []
+        for name, statuses in sorted(report.sources.items()):
+            commit = report.commits.get(name)
+            lines.append(f"{name}" + (f" @ {commit}" if commit else "") + (f" (--against {args.against})"
+                                                                          if args.against else ""))
+            for s in statuses:
+                advice = f"  -- {s.advice}" if s.advice else ""
+                lines.append(f"  {s.state:16} {s.patch}{advice}")
+                if s.failure is not None:
+                    lines += [f"      {line}" for line in s.failure.describe()]
+        if not lines:
+            lines.append(f"{args.env}: no source has patches")
+        return "\n".join(lines)
+
+    _out(args, report.to_dict(), text)
+    return 1 if report.conflicts else 0
+
+
+def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock import pipeline
+
+    workdir = (args.dir or Path(f"{args.source}-edit")).absolute()
+    session = pipeline.patch_edit(ws, args.env, args.source, workdir)
+
+    def text() -> str:
+        return (f"{workdir}: {args.source} with {len(session.levels)} patches applied (one commit each)\n"
+                f"edit there, then: envlock patch record {workdir} --subject '...' --why '...' --upstream '...'")
+
+    _out(args, session.to_dict(), text)
+    return 0
+
+
+def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock import pipeline
+
+    recorded = pipeline.patch_record(ws, args.workdir.absolute(), subject=args.subject, why=args.why,
+                                     upstream=args.upstream)
+
+    def text() -> str:
+        rel = ws.relative(recorded.path)
+        return (f"wrote {rel} ({len(recorded.files)} files)\n"
+                f"add it to [sources.{recorded.source}] patches = [..., \"{rel}\"] and run `envlock lock`")
+
+    _out(args, recorded.to_dict(), text)
+    return 0
+
+
 # -- parser -------------------------------------------------------------------
 
 
@@ -146,6 +340,74 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",
+            "Fetch every locked wheel into the store (verified), build the venv with the pinned uv from the\n"
+            "store only, check its digest against the lock, and make it the env's new current generation.\n"
+            "The last line printed is the env's stable path.")
+    p.add_argument("env", metavar="ENV")
+    p.add_argument("--frozen", action="store_true", help="never write the lock (not even the venv digest)")
+    p.add_argument("--offline", action="store_true", help="use the store only; name what is missing")
+    p.add_argument("--lock", metavar="PATH[@REV]", help="sync this lock instead of locks/pylock.ENV.toml")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    p = add("path", cmd_path, "print the env's stable path (a symlink to its current generation)")
+    p.add_argument("env", metavar="ENV")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    p = add("verify", cmd_verify, "recompute the venv digest and compare with the lock (exit 1 on mismatch)")
+    p.add_argument("env", metavar="ENV")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    p = add("generations", cmd_generations, "list the env's generations (* = current)")
+    p.add_argument("env", metavar="ENV")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    p = add("rollback", cmd_rollback, "make an earlier generation current (default: the previous one)")
+    p.add_argument("env", metavar="ENV")
+    p.add_argument("--to", type=int, metavar="N", help="generation number to switch to")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    p = add("run", cmd_run, "run a command inside the env: envlock run ENV -- CMD...")
+    p.add_argument("env", metavar="ENV")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD")
+
+    p = add("build", cmd_build, "build the env's local packages ([builds.*]) into the wheelhouse",
+            "Fetch each source at its pinned commit, apply its patches, build the wheel (keyed by an input digest:\n"
+            "same inputs => no rebuild) and record it in the lock. --check rebuilds from scratch and compares\n"
+            "(exit 1 if not bit-identical, naming the files that differ).")
+    p.add_argument("env", metavar="ENV")
+    p.add_argument("packages", nargs="*", metavar="PKG", help="only these builds (default: all)")
+    p.add_argument("--check", action="store_true", help="rebuild from scratch and compare (exit 1 on a difference)")
+    p.add_argument("--override-source", action="append", default=[], metavar="NAME=PATH",
+                   help="build source NAME from a local tree instead of its pin (not recorded in the lock)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    p = add("patch", lambda a, w: 2, "patch status / edit / record")
+    psub = p.add_subparsers(dest="patch_command", metavar="ACTION", parser_class=_Parser, required=True)
+
+    def padd(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str) -> argparse.ArgumentParser:
+        q = psub.add_parser(name, help=help, description=help, parents=[common])
+        q.set_defaults(func=func)
+        return q
+
+    q = padd("status", cmd_patch_status, "each patch against the pinned commit (or --against REV): "
+             "applies, already-applied or conflict (exit 1 on any conflict)")
+    q.add_argument("env", metavar="ENV")
+    q.add_argument("--against", metavar="REV", help="a commit, branch or tag of the source's repository")
+    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    q = padd("edit", cmd_patch_edit, "check the patched tree of SOURCE out into a work dir (a git repo, "
+             "one commit per patch)")
+    q.add_argument("env", metavar="ENV")
+    q.add_argument("source", metavar="SOURCE")
+    q.add_argument("--dir", type=Path, help="work dir (default: ./SOURCE-edit)")
+    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    q = padd("record", cmd_patch_record, "write a work dir's edits as the next patches/SOURCE/NNNN-title.patch")
+    q.add_argument("workdir", type=Path, metavar="WORKDIR")
+    q.add_argument("--subject", required=True, help="one line: what the patch does (also its file name)")
+    q.add_argument("--why", required=True, help="why it is needed")
+    q.add_argument("--upstream", default="not proposed upstream", help="upstream link or status")
+    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     return parser
 

@@ -74,9 +74,14 @@ def lock_env(
     spec = load_env_spec(ws, env)
     all_mirrors = {**mirrors_from_env(spec), **(mirrors or {})}
     urls = resolve.index_urls(spec, all_mirrors)
-    resolution = resolve.resolve(spec, resolve.ResolveInputs(index_urls=urls, cache_dir=cache_dir))
     path = ws.lock_path(env)
     old = _read_optional(path)
+    states = _sources_for_lock(ws, spec, old)  # patched trees: built packages' metadata comes from them
+    build_sources, build_requires, build_vars = resolve_build_inputs(spec, states)
+    resolution = resolve.resolve(spec, resolve.ResolveInputs(
+        index_urls=urls, cache_dir=cache_dir, build_sources=build_sources,
+        extra_requirements=build_requires, build_env=build_vars,
+    ))
     lock = Lock(
         env=env,
         python=spec.python,
@@ -86,7 +91,9 @@ def lock_env(
         packages=resolution.packages,
         requires_python=resolution.requires_python,
         nightlies=resolution.nightlies,
+        sources={name: state.locked() for name, state in states.items()},
     )
+    lock = _carry_builds(ws, spec, states, lock, old)  # unchanged build inputs keep their wheel
     if old is not None and old.install_digest() == lock.install_digest():
         lock = lock.with_venv_digest(old.venv_digest)  # same wheels: the recorded venv still holds
     text = lock.to_toml()
@@ -214,5 +221,395 @@ def sync(
         if not frozen and (not lock_path.exists() or not check_lock(ws, env).current):
             lock_env(ws, env)
         lock = read_lock(lock_path)
+        lock = _ensure_builds(ws, env, lock, lock_path, frozen=frozen)
     return sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                      offline=offline, progress=progress)
+
+
+# -- sources, patches and local builds (issue 4) --------------------------------
+
+if TYPE_CHECKING:
+    from envlock.build import BuiltWheel, CheckResult
+    from envlock.lockfile import LockedSource
+    from envlock.patch import EditSession, PatchedTree, PatchStatus, RecordedPatch
+    from envlock.sources import PreparedSource
+    from envlock.spec import SourceSpec
+    from envlock.store import Store
+
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """A source fetched (or snapshotted) into the store, and its patched tree."""
+
+    prepared: PreparedSource
+    patched: PatchedTree
+
+    def locked(self) -> LockedSource:
+        return self.prepared.locked(self.patched.patches)
+
+
+def _pinned_commit(src: SourceSpec, lock: Lock | None) -> str | None:
+    """The commit to use for a git source: the spec's full hash, else the one the lock resolved."""
+    if src.git is None:
+        return None
+    if src.rev and _HEX40.fullmatch(src.rev):
+        return src.rev
+    locked = lock.sources.get(src.name) if lock is not None else None
+    if locked is not None and locked.kind == "git" and locked.location == src.git and locked.commit:
+        return locked.commit
+    return None  # resolved now (``git ls-remote``); the lock then records it
+
+
+def prepare_sources(
+    ws: Workspace,
+    spec: EnvSpec,
+    store: Store,
+    *,
+    lock: Lock | None = None,
+    overrides: Mapping[str, Path] | None = None,
+    names: set[str] | None = None,
+) -> dict[str, SourceState]:
+    """Fetch or snapshot each source (only ``names``, if given) and apply its patches."""
+    from envlock import patch, sources
+    from envlock.errors import UsageError
+
+    overrides = overrides or {}
+    unknown = sorted(set(overrides) - set(spec.sources))
+    if unknown:
+        known = ", ".join(sorted(spec.sources)) or "none"
+        raise UsageError(f"--override-source {unknown[0]}=...: {spec.path} has no [sources.{unknown[0]}]; "
+                         f"sources: {known}")
+    out: dict[str, SourceState] = {}
+    for name, src in sorted(spec.sources.items()):
+        if names is not None and name not in names:
+            continue
+        prepared = sources.prepare(src, store, ws.root, commit=_pinned_commit(src, lock),
+                                   override=overrides.get(name))
+        patches = patch.load_patches(ws.root, src.patches)
+        out[name] = SourceState(prepared, patch.apply_all(name, prepared.tree, prepared.tree_digest, patches, store))
+    return out
+
+
+def resolve_build_inputs(
+    spec: EnvSpec, states: Mapping[str, SourceState]
+) -> tuple[dict[Any, Path], tuple[str, ...], dict[str, str]]:
+    """For the resolver: each built package's patched source dir (its metadata), the build
+    requirements of ``isolation = false`` builds (locked with the env), and the builds' env."""
+    build_sources: dict[Any, Path] = {}
+    extra: set[str] = set()
+    env: dict[str, str] = {}
+    for pkg in spec.packages.values():
+        if pkg.build and pkg.build in spec.builds:
+            b = spec.builds[pkg.build]
+            tree = states[b.source].patched.tree
+            build_sources[pkg.name] = tree / b.subdirectory if b.subdirectory else tree
+            env.update(b.env)
+            if not b.isolation:
+                extra.update(b.requires)
+    return build_sources, tuple(sorted(extra)), env
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    env: str
+    lock: Path
+    builds: tuple[BuiltWheel, ...]
+    checks: tuple[CheckResult, ...]
+    notices: tuple[str, ...]
+    lock_changed: bool
+
+    @property
+    def rebuilt(self) -> int:
+        return sum(1 for b in self.builds if b.rebuilt)
+
+    @property
+    def reproducible(self) -> bool:
+        return all(c.reproducible for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "lock": str(self.lock),
+            "lock-changed": self.lock_changed,
+            "rebuilt": self.rebuilt,
+            "builds": [b.to_dict() for b in self.builds],
+            "checks": [c.to_dict() for c in self.checks],
+            "reproducible": self.reproducible,
+            "notices": list(self.notices),
+        }
+
+
+def _default_index_url(spec: EnvSpec) -> str:
+    return mirrors_from_env(spec).get(spec.default_index.name, spec.default_index.url)
+
+
+def build_env(
+    ws: Workspace,
+    env: str,
+    packages: tuple[str, ...] = (),
+    *,
+    check: bool = False,
+    overrides: Mapping[str, Path] | None = None,
+    write_lock: bool = True,
+) -> BuildReport:
+    """Build the env's ``[builds.*]`` (or just ``packages``) into the wheelhouse and record them in its lock.
+
+    The lock (``envlock lock``) must exist: ``isolation = false`` builds run against its
+    packages. Records each source's commit and patch digests, each build's input digest
+    and wheel sha256, and a PEP 751 entry pointing at the wheelhouse. With ``check``, every
+    build is also rebuilt from scratch and compared. An ``--override-source`` build is
+    never recorded in the lock.
+    """
+    from dataclasses import replace
+
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    from envlock import build, fetch
+    from envlock.errors import UsageError
+    from envlock.lockfile import Artifact, LockedPackage
+    from envlock.store import Store
+
+    spec = load_env_spec(ws, env)
+    lock_path = ws.lock_path(env)
+    if not lock_path.exists():
+        raise LockError(f"{lock_path}: no lock file; create it with `envlock lock {env}` before building")
+    lock = read_lock(lock_path)
+    wanted = list(spec.builds.values())
+    if packages:
+        by_name = {canonicalize_name(b.name): b for b in wanted}
+        by_name |= {canonicalize_name(k): v for k, v in spec.builds.items()}
+        unknown = [p for p in packages if canonicalize_name(p) not in by_name]
+        if unknown:
+            known = ", ".join(sorted(spec.builds)) or "none"
+            raise UsageError(f"{spec.path}: no [builds.{unknown[0]}]; builds: {known}")
+        wanted = list({id(by_name[canonicalize_name(p)]): by_name[canonicalize_name(p)] for p in packages}.values())
+    store = Store.open()
+    states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted})
+    build_names = {canonicalize_name(b.name) for b in spec.builds.values()}
+    runtime = tuple(p for p in lock.packages if p.name not in build_names)
+    env_packages: tuple[build.BuildEnvPackage, ...] = ()
+    if any(not b.isolation for b in wanted):
+        fetch.fetch([p.wheels[0] for p in runtime], store, base_dir=lock_path.parent)
+        env_packages = build.env_packages_from_lock(replace(lock, packages=runtime), store)
+    index_url = _default_index_url(spec)
+    built: list[BuiltWheel] = []
+    checks: list[CheckResult] = []
+    for b in wanted:
+        state = states[b.source]
+        request = build.BuildRequest(
+            b, state.patched.tree, state.prepared.source_date_epoch, spec.python, spec.platform, index_url,
+            () if b.isolation else env_packages,
+        )
+        plan = build.plan(request, store)
+        if check:
+            recorded = lock.builds.get(b.name)
+            expected = recorded.sha256 if recorded and recorded.input_digest == plan.input_digest else None
+            checks.append(build.check(request, store, ws.wheelhouse, expected_sha256=expected, plan_=plan))
+        built.append(build.build_wheel(request, store, ws.wheelhouse, plan_=plan))
+    notices = tuple(n for s in states.values() if (n := s.prepared.notice))
+    overridden = any(s.prepared.override is not None for s in states.values())
+    pkgs = {p.name: p for p in lock.packages}
+    for w in built:
+        name, version = parse_wheel_filename(w.filename)[:2]
+        rel = os.path.relpath(w.wheel, lock_path.parent).replace(os.sep, "/")
+        artifact = Artifact(sha256=w.sha256, path=rel, size=w.wheel.stat().st_size)
+        pkgs[name] = LockedPackage(name, str(version), (artifact,))
+    new = replace(
+        lock,
+        sources={**lock.sources, **{n: s.locked() for n, s in states.items()}},
+        builds={**lock.builds, **{w.name: w.locked() for w in built}},
+        packages=tuple(sorted(pkgs.values(), key=lambda p: p.name)),
+    )
+    if new.install_digest() != lock.install_digest():
+        new = new.with_venv_digest(None)
+    text = new.to_toml()
+    validate_pep751(text, lock_path)
+    changed = text != lock_path.read_text(encoding="utf-8")
+    if changed and write_lock and not overridden:
+        write_atomic(lock_path, text.encode())
+    if overridden:
+        notices += ("the lock was not updated: an overridden source is not a pin",)
+    return BuildReport(env, lock_path, tuple(built), tuple(checks), notices,
+                       changed and write_lock and not overridden)
+
+
+@dataclass(frozen=True)
+class PatchReport:
+    env: str
+    against: str | None
+    sources: Mapping[str, tuple[PatchStatus, ...]]
+    commits: Mapping[str, str | None]
+
+    @property
+    def conflicts(self) -> int:
+        return sum(1 for st in self.sources.values() for s in st if s.state == "conflict")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "against": self.against,
+            "sources": {
+                name: {"commit": self.commits.get(name), "patches": [s.to_dict() for s in st]}
+                for name, st in sorted(self.sources.items())
+            },
+            "conflicts": self.conflicts,
+        }
+
+
+def patch_status(ws: Workspace, env: str, *, against: str | None = None) -> PatchReport:
+    """Each source's patches against its pinned commit (or ``against``): applies / already-applied / conflict."""
+    from envlock import patch, sources
+    from envlock.errors import UsageError
+    from envlock.store import Store
+
+    spec = load_env_spec(ws, env)
+    lock = _read_optional(ws.lock_path(env))
+    store = Store.open()
+    out: dict[str, tuple[PatchStatus, ...]] = {}
+    commits: dict[str, str | None] = {}
+    for name, src in sorted(spec.sources.items()):
+        if not src.patches:
+            continue
+        if against is not None:
+            if src.git is None:
+                raise UsageError(f"--against {against}: source {name!r} is a path source (no commits)")
+            commit: str | None = sources.resolve_rev(src.git, against, store=store)
+        else:
+            commit = _pinned_commit(src, lock)
+        prepared = sources.prepare(src, store, ws.root, commit=commit)
+        commits[name] = prepared.commit
+        out[name] = tuple(patch.status(prepared.tree, patch.load_patches(ws.root, src.patches)))
+    return PatchReport(env, against, out, commits)
+
+
+def patch_edit(ws: Workspace, env: str, source: str, workdir: Path) -> EditSession:
+    """Check the patched tree of ``source`` out into ``workdir`` (one git commit per patch level)."""
+    from envlock import patch, sources
+    from envlock.errors import UsageError
+    from envlock.store import Store
+
+    spec = load_env_spec(ws, env)
+    if source not in spec.sources:
+        known = ", ".join(sorted(spec.sources)) or "none"
+        raise UsageError(f"{spec.path}: no [sources.{source}]; sources: {known}")
+    src = spec.sources[source]
+    commit = _pinned_commit(src, _read_optional(ws.lock_path(env)))
+    prepared = sources.prepare(src, Store.open(), ws.root, commit=commit)
+    return patch.edit(source, prepared.tree, patch.load_patches(ws.root, src.patches), workdir)
+
+
+def patch_record(ws: Workspace, workdir: Path, *, subject: str, why: str, upstream: str) -> RecordedPatch:
+    """Write the edits in ``workdir`` as ``patches/SOURCE/NNNN-title.patch`` (add it to the spec's list)."""
+    import json
+
+    from envlock import patch
+    from envlock.errors import UsageError
+
+    state = workdir / ".git" / "envlock-edit.json"
+    if not state.is_file():
+        raise UsageError(f"{workdir}: not an envlock edit work dir; create one with `envlock patch edit ENV SOURCE`")
+    source = str(json.loads(state.read_text())["source"])
+    return patch.record(workdir, ws.root / "patches" / source, subject=subject, why=why, upstream=upstream)
+
+
+def _sources_for_lock(ws: Workspace, spec: EnvSpec, old: Lock | None) -> dict[str, SourceState]:
+    if not spec.sources:
+        return {}
+    from envlock.store import Store
+
+    return prepare_sources(ws, spec, Store.open(), lock=old)
+
+
+def _carry_builds(
+    ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, old: Lock | None
+) -> Lock:
+    """Keep the old lock's build records (and PEP 751 entries) whose input digest is unchanged.
+
+    A relock of an unchanged spec then gives the same bytes; a build whose inputs moved
+    drops out until ``envlock build`` (or ``sync``) builds it again.
+    """
+    if old is None or not old.builds or not spec.builds:
+        return lock
+    from dataclasses import replace
+
+    from packaging.utils import canonicalize_name
+
+    from envlock import build
+    from envlock.store import Store
+
+    store = Store.open()
+    build_names = {canonicalize_name(b.name) for b in spec.builds.values()}
+    runtime = [p for p in lock.packages if p.name not in build_names]
+    env_packages = tuple(
+        build.BuildEnvPackage(p.name, p.version, p.wheels[0].sha256, store.path("wheels", p.wheels[0].sha256))
+        for p in runtime
+    )
+    kept_builds = {}
+    kept_packages = []
+    old_packages = {p.name: p for p in old.packages}
+    for key, b in spec.builds.items():
+        recorded = old.builds.get(b.name) or old.builds.get(key)
+        package = old_packages.get(canonicalize_name(b.name))
+        if recorded is None or package is None or b.source not in states:
+            continue
+        state = states[b.source]
+        request = build.BuildRequest(
+            b, state.patched.tree, state.prepared.source_date_epoch, spec.python, spec.platform,
+            _default_index_url(spec), () if b.isolation else env_packages,
+        )
+        if build.plan(request, store).input_digest == recorded.input_digest:
+            kept_builds[b.name] = recorded
+            kept_packages.append(package)
+    if not kept_builds:
+        return lock
+    packages = sorted([*lock.packages, *kept_packages], key=lambda p: p.name)
+    return replace(lock, builds=kept_builds, packages=tuple(packages))
+
+
+def _ensure_builds(ws: Workspace, env: str, lock: Lock, lock_path: Path, *, frozen: bool) -> Lock:
+    """Before a sync: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
+
+    Unfrozen, the lock gets the build records; ``--frozen`` rebuilds only to restore a
+    recorded wheel and fails if the rebuild is not bit-identical to it.
+    """
+    import hashlib
+
+    from packaging.utils import canonicalize_name
+
+    from envlock.errors import BuildError
+
+    spec = load_env_spec(ws, env)
+    if not spec.builds:
+        return lock
+    missing = []
+    for b in spec.builds.values():
+        recorded = lock.builds.get(b.name)
+        package = lock.package(b.name)
+        art = package.wheels[0] if package is not None else None
+        if recorded is None or art is None or art.path is None:
+            missing.append(b.name)
+            continue
+        file = lock_path.parent / art.path
+        if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != art.sha256:
+            missing.append(b.name)
+    if not missing:
+        return lock
+    if not frozen:
+        build_env(ws, env, tuple(missing))
+        return read_lock(lock_path)
+    report = build_env(ws, env, tuple(missing), write_lock=False)
+    for w in report.builds:
+        recorded = lock.builds.get(w.name)
+        if recorded is None:
+            raise LockError(f"{lock_path}: --frozen, but the lock has no build of {w.name}; "
+                            f"run `envlock build {env}` first")
+        if recorded.sha256 != w.sha256:
+            raise BuildError(
+                f"{lock_path}: --frozen: rebuilt {w.filename} is not the recorded wheel "
+                f"(recorded sha256 {recorded.sha256}, rebuilt {w.sha256}, input digest "
+                f"{'unchanged' if recorded.input_digest == w.input_digest else 'changed'}); "
+                f"see `envlock build {env} {canonicalize_name(w.name)} --check`"
+            )
+    return lock

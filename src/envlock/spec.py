@@ -27,7 +27,7 @@ _HEX40 = re.compile(r"[0-9a-f]{40}")
 _PYTHON = re.compile(r"3\.\d+(\.\d+)?")
 _PLATFORM = re.compile(r"[a-z0-9_]+-[a-z0-9_.]+")
 _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_CMAKE_NAME = re.compile(r"[A-Za-z0-9_]+")
+_CMAKE_NAME = re.compile(r"[A-Za-z0-9_.+-]+")  # FetchContent names: sgl-kernel uses repo-cutlass
 
 
 @dataclass(frozen=True)
@@ -360,7 +360,7 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
         for dep, spec in fc_table.items():
             dkey = f"{key}.fetchcontent.{dep}"
             if not _CMAKE_NAME.fullmatch(dep):
-                p.add(dkey, "expected a CMake FetchContent name (letters, digits, _)")
+                p.add(dkey, "expected a CMake FetchContent name (letters, digits, _ . + -)")
             if not isinstance(spec, dict):
                 p.add(dkey, f"expected a table {{ git = \"URL\", rev = \"<40-hex commit>\" }}, found {_found(spec)}")
                 continue

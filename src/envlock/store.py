@@ -13,14 +13,23 @@ Layout (version 1)::
         sources/<kind>/<digest>/         fetched or patched source trees
         builds/<input digest>/<wheel>    locally built wheels, by input digest
         venvs/<install digest>/          installed venvs, by lock install digest
+        manifests/<venv digest>          per-file manifest of a venv (to list differing files)
         envs/<name>/                     generations and the stable ``current`` link
+        locks/<name>.lock                flock files serializing writers of one entry
         tmp/                             work in progress; never read
+        tmp/partial/<sha256>.part        interrupted downloads, resumed with HTTP Range
+
+Work directories under ``tmp/`` carry their writer's pid; ``Store.open`` removes
+those whose writer is gone (a killed sync), and keeps ``tmp/partial/`` for resuming.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -63,6 +72,7 @@ class Store:
             else:
                 _write_atomic(marker, f"{LAYOUT_VERSION}\n".encode())
             store.tmp.mkdir(parents=True, exist_ok=True)
+            store.clean_tmp()
         except OSError as exc:
             raise StoreError(f"{store.home}: cannot use as store: {exc.strerror}") from None
         return store
@@ -92,7 +102,7 @@ class Store:
         were built from the same inputs, and the first complete one wins.
         """
         final = self.path(kind, key)
-        work = self.tmp / f"{kind}-{key[:24]}-{uuid.uuid4().hex[:8]}"
+        work = self.tmp / _work_name(f"{kind}-{key.replace(':', '-')[:24]}")
         work.mkdir(parents=True)
         try:
             yield work
@@ -108,9 +118,94 @@ class Store:
 
     def temp_dir(self, label: str) -> Path:
         """A fresh scratch directory under ``tmp/`` (the caller removes it)."""
-        path = self.tmp / f"{label}-{uuid.uuid4().hex[:12]}"
+        path = self.tmp / _work_name(label)
         path.mkdir(parents=True)
         return path
+
+    @property
+    def partial_dir(self) -> Path:
+        """Where interrupted downloads wait to be resumed (kept across runs)."""
+        return self.tmp / "partial"
+
+    @contextlib.contextmanager
+    def locked(self, name: str) -> Iterator[None]:
+        """Hold an exclusive ``flock`` on ``locks/<name>.lock`` (blocks until free).
+
+        The kernel drops the lock when its holder dies, so a SIGKILLed sync never
+        leaves a stale lock behind.
+        """
+        with exclusive_lock(self.root / "locks" / f"{name}.lock"):
+            yield
+
+    def clean_tmp(self) -> list[Path]:
+        """Remove work directories under ``tmp/`` whose writer process is gone; return them."""
+        removed: list[Path] = []
+        for entry in self.tmp.iterdir():
+            m = _WORK_NAME.search(entry.name)
+            if m is None or _alive(int(m.group(1))):
+                continue
+            _rmtree(entry)
+            removed.append(entry)
+        return removed
+
+    def remove_entry(self, kind: str, key: str) -> None:
+        """Delete an entry: rename it into ``tmp/`` first, so it vanishes in one step."""
+        final = self.path(kind, key)
+        if not final.exists() and not final.is_symlink():
+            return
+        doomed = self.tmp / _work_name(f"rm-{kind}")
+        os.rename(final, doomed)
+        _rmtree(doomed)
+
+
+_WORK_NAME = re.compile(r"-p(\d+)-[0-9a-f]{8}$")
+
+
+def _work_name(label: str) -> str:
+    # The pid lets a later open() tell a killed writer's litter from live work.
+    return f"{label}-p{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _rmtree(path: Path) -> None:
+    if path.is_symlink() or not path.is_dir():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        return
+    # A directory someone made read-only cannot be emptied; give write back first.
+    for dirpath, _dirs, _files in os.walk(path):
+        with contextlib.suppress(OSError):
+            os.chmod(dirpath, 0o755)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on ``path`` (created if needed) for the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                break
+            except OSError as exc:  # EINTR from a signal: try again
+                if exc.errno != errno.EINTR:
+                    raise
+        yield
+    finally:
+        os.close(fd)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

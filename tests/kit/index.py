@@ -102,15 +102,15 @@ class IndexServer:
             # Keep-alive clients otherwise wait out a delayed ACK (~40 ms) per request.
             disable_nagle_algorithm = True
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: object) -> None:
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 with server._lock:
                     server.requests.append((self.path, self.headers.get("Range", "")))
                 server._handle(self)
 
-            def do_HEAD(self) -> None:  # noqa: N802
+            def do_HEAD(self) -> None:
                 # uv probes files with HEAD before range requests for metadata.
                 server._handle(self)
 

@@ -39,7 +39,7 @@ def build_wheel(
     if files is None:
         files = {f"{dist}/__init__.py": f"NAME = {name!r}\nVERSION = {version!r}\n"}
     dist_info = f"{dist}-{version}.dist-info"
-    metadata = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     if requires_python:
         metadata.append(f"Requires-Python: {requires_python}")
     metadata += [f"Requires-Dist: {req}" for req in requires]

@@ -1,0 +1,226 @@
+"""Benchmark ``envlock sync`` against uv on one generated lock, served on loopback.
+
+Prints four ratios, each against a peer measured in the same run:
+
+* warm sync (every wheel in the store, a new venv + generation) / ``uv venv`` +
+  ``uv pip sync`` with a warm uv cache, same wheels          target <= 1.3
+* no-op sync / ``uv pip sync`` no-op                         target <= 2.0
+* verify throughput / ``sha256sum`` over the same files     target >= 0.8
+* peak RSS of a process fetching a 1 GB wheel               target < 150 MB
+
+Usage: .venv/bin/python benchmarks/sync.py [--packages N] [--big-mb M] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from envlock import runner  # noqa: E402
+from envlock.lockfile import Artifact  # noqa: E402
+from envlock.store import Store  # noqa: E402
+from kit.index import IndexServer  # noqa: E402
+from kit.locks import lock_for  # noqa: E402
+from kit.wheels import build_wheel  # noqa: E402
+
+
+def make_wheels(dest: Path, packages: int) -> list[Path]:
+    """Wheels shaped like a real env: many small modules, a few multi-MB native libraries."""
+    wheels = []
+    for i in range(packages):
+        name = f"pkg{i:03d}"
+        files: dict[str, bytes | str] = {
+            f"{name}/mod{j:02d}.py": f"# module {j}\n" + "x = 1\n" * (50 + 40 * j) for j in range(40)
+        }
+        files[f"{name}/__init__.py"] = "VERSION = '1.0'\n"
+        if i % 5 == 0:
+            files[f"{name}/_native.so"] = os.urandom(6 * 1024 * 1024)
+        wheels.append(build_wheel(dest, name, "1.0", files=files, tag="py3-none-any"))
+    return wheels
+
+
+def big_wheel(dest: Path, megabytes: int) -> Path:
+    """A real (stored, uncompressed) wheel of about ``megabytes`` MB, written without holding it in memory."""
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / "huge-1.0-py3-none-any.whl"
+    block = os.urandom(1 << 20)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        with zf.open(zipfile.ZipInfo("huge/blob.bin", date_time=(2020, 1, 1, 0, 0, 0)), "w",
+                     force_zip64=True) as fh:
+            for _ in range(megabytes):
+                fh.write(block)
+        zf.writestr("huge-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: huge\nVersion: 1.0\n")
+        zf.writestr("huge-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr("huge-1.0.dist-info/RECORD", "")
+    return path
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(argv)}\n{proc.stdout}{proc.stderr}")
+    return elapsed
+
+
+def median(f: object, n: int) -> float:
+    return statistics.median(f() for _ in range(n))  # type: ignore[operator]
+
+
+def sha_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+FETCH_CHILD = """
+import resource, sys
+from pathlib import Path
+from envlock.fetch import fetch
+from envlock.lockfile import Artifact
+from envlock.store import Store
+art = Artifact(sha256=sys.argv[2], url=sys.argv[3], size=int(sys.argv[4]))
+fetch([art], Store.open(Path(sys.argv[1])), base_dir=Path(sys.argv[1]))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--packages", type=int, default=40)
+    ap.add_argument("--big-mb", type=int, default=1024)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keep", type=Path, help="work folder to keep (default: a temp folder, removed)")
+    args = ap.parse_args()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="envlock-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    server = IndexServer(work / "served").start()
+    try:
+        return run(args, work, server)
+    finally:
+        server.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
+    wheels = make_wheels(work / "wheels", args.packages)
+    server.add("pypi", *wheels)
+    lock = lock_for(server, "pypi", wheels, env="bench")
+    ws = work / "ws"
+    (ws / "envs").mkdir(parents=True, exist_ok=True)
+    (ws / "locks").mkdir(exist_ok=True)
+    lock_path = ws / "locks" / "pylock.bench.toml"
+    lock_path.write_text(lock.to_toml())
+    home = work / "home"
+    env = runner.uv_env({"ENVLOCK_HOME": str(home), "UV_CACHE_DIR": str(work / "uv-cache")})
+    # Measure an ordinary install: envlock's own byte-code cached after the first run.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    envlock = [sys.executable, "-m", "envlock.cli"]
+    total = sum(w.stat().st_size for w in wheels)
+    print(f"lock: {len(wheels)} packages, {total / 1e6:.0f} MB of wheels")
+
+    # Cold sync: fills the store and warms the uv cache for both tools.
+    cold = timed([*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path)], env, ws)
+    print(f"cold sync (download + install + digest): {cold:.2f}s")
+    store = Store.open(home)
+    key = lock.install_digest()
+
+    # 1. Warm sync: all wheels in the store, the venv entry removed, a new generation.
+    def warm() -> float:
+        store.remove_entry("venvs", key)
+        return timed([*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path)], env, ws)
+
+    find_links = [a for p in lock.packages for a in ("--find-links", str(home / "v1" / "wheels" / p.wheels[0].sha256))]
+    reqs = work / "requirements.txt"
+    reqs.write_text("".join(f"{p.name}=={p.version}\n" for p in lock.packages))
+    peer_venv = work / "peer-venv"
+    uv = runner.uv_bin()
+    python = sys.executable
+
+    def peer_warm() -> float:
+        shutil.rmtree(peer_venv, ignore_errors=True)
+        start = time.perf_counter()
+        timed([uv, "venv", "-q", "--python", python, str(peer_venv)], env)
+        timed([uv, "pip", "sync", "-q", "--python", str(peer_venv / "bin" / "python"), "--no-index",
+               *find_links, str(reqs)], env)
+        return time.perf_counter() - start
+
+    peer_warm()
+    t_warm, t_peer_warm = median(warm, args.repeat), median(peer_warm, args.repeat)
+    print(f"warm sync {t_warm:.3f}s / uv venv + uv pip sync (warm cache) {t_peer_warm:.3f}s "
+          f"= {t_warm / t_peer_warm:.2f}  (target <= 1.3)")
+
+    # 2. No-op: the env already is this lock.
+    def noop() -> float:
+        return timed([*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path)], env, ws)
+
+    def peer_noop() -> float:
+        return timed([uv, "pip", "sync", "-q", "--python", str(peer_venv / "bin" / "python"), "--no-index",
+                      *find_links, str(reqs)], env)
+
+    noop()
+    peer_noop()
+    t_noop, t_peer_noop = median(noop, 5), median(peer_noop, 5)
+    print(f"no-op sync {t_noop * 1000:.0f}ms / uv pip sync no-op {t_peer_noop * 1000:.0f}ms "
+          f"= {t_noop / t_peer_noop:.2f}  (target <= 2.0)")
+
+    # 3. Verify throughput against sha256sum over the very same files (page cache warm for both).
+    from envlock.verify import manifest
+
+    venv = store.path("venvs", key)
+    files = [str(p) for p in venv.rglob("*") if p.is_file() and not p.is_symlink()]
+    size = sum(os.path.getsize(f) for f in files)
+    listing = work / "files.txt"
+    listing.write_text("\0".join(files))
+
+    def verify_time() -> float:
+        start = time.perf_counter()
+        manifest(venv)
+        return time.perf_counter() - start
+
+    def sha256sum_time() -> float:
+        start = time.perf_counter()
+        subprocess.run(f"xargs -0 sha256sum < {listing} > /dev/null", shell=True, check=True)
+        return time.perf_counter() - start
+
+    verify_time()
+    sha256sum_time()
+    t_verify, t_sum = min(verify_time() for _ in range(3)), min(sha256sum_time() for _ in range(3))
+    print(f"verify {size / t_verify / 1e6:.0f} MB/s / sha256sum {size / t_sum / 1e6:.0f} MB/s "
+          f"= {t_sum / t_verify:.2f}  ({len(files)} files, {size / 1e6:.0f} MB; target >= 0.8)")
+
+    # 4. Peak RSS of a process fetching a big wheel over loopback.
+    big = big_wheel(work / "big", args.big_mb)
+    server.add("pypi", big)
+    art = Artifact(sha256=sha_file(big), url=server.file_url("pypi", big.name), size=big.stat().st_size)
+    big.unlink()  # the served copy remains; do not keep two
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", FETCH_CHILD, str(work / "home-big"), art.sha256,
+                          art.url or "", str(art.size)], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    elapsed = time.perf_counter() - start
+    rss_mb = int(out.stdout.strip()) / 1024
+    print(f"fetch {(art.size or 0) / 1e6:.0f} MB wheel: peak RSS {rss_mb:.0f} MB, "
+          f"{(art.size or 0) / elapsed / 1e6:.0f} MB/s  (target < 150 MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

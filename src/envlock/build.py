@@ -1,0 +1,681 @@
+"""Local builds: a wheel from a patched source tree, keyed in the store by an input digest.
+
+The input digest covers everything that can change the wheel:
+
+- the digest of the build's subdirectory of the patched source tree (the build sees only
+  that subdirectory: a patch elsewhere in the source does not rebuild it), the build
+  recipe (``[builds.*]``: subdirectory, isolation, env, config-settings, requires,
+  FetchContent inputs) and SOURCE_DATE_EPOCH;
+- the build environment, locked: with ``isolation = true`` the backend's
+  ``[build-system].requires`` resolved with hashes (``uv pip compile --generate-hashes``)
+  and enforced during the build (``--build-constraint`` + ``--require-hashes``); with
+  ``isolation = false`` the env's own locked wheels (name==version sha256) plus the
+  build's ``requires``, resolved the same way, installed into a fresh build venv;
+- the interpreter (full version), the target and host platforms, uv's version and a
+  toolchain fingerprint (``cc``, ``c++``, ``cmake``, ``nvcc`` versions; missing ones
+  recorded as absent).
+
+Same digest => the stored wheel is reused, no rebuild. The wheel is made bit-identical by
+SOURCE_DATE_EPOCH (the commit time; path sources use ``sources.PATH_SOURCE_EPOCH``), a
+build in a scratch copy whose paths are mapped away (``-ffile-prefix-map`` in
+CFLAGS/CXXFLAGS/CUDAFLAGS, scikit-build-core's build-dir inside the scratch dir), and a
+final rewrite of the zip with fixed timestamps and permissions. ``check`` rebuilds from
+scratch and names the files inside the wheel that differ.
+
+CMake FetchContent inputs are fetched into the store with the git source machinery and
+handed to CMake as ``FETCHCONTENT_SOURCE_DIR_<NAME>`` with
+``FETCHCONTENT_FULLY_DISCONNECTED=ON``: the build downloads nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform as host_platform
+import shutil
+import sysconfig
+import time
+import tomllib
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from envlock import runner, sources
+from envlock.errors import BuildError, SourceError
+from envlock.lockfile import Lock, LockedBuild
+from envlock.spec import BuildSpec
+from envlock.store import Store
+
+RECIPE_FORMAT = 1
+_ZIP_EPOCH_MIN = 315532800  # 1980-01-01T00:00:00Z, the earliest date a zip entry can carry
+_SCRATCH_MAP = "/envlock/build"
+_VENV_MAP = "/envlock/build-env"
+_LOG_TAIL = 25
+
+
+# -- inputs and results ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildEnvPackage:
+    """One locked package of the env, installed into an ``isolation = false`` build venv."""
+
+    name: str
+    version: str
+    sha256: str
+    wheel: Path
+
+    @property
+    def line(self) -> str:
+        return f"{canonicalize_name(self.name)}=={self.version} sha256:{self.sha256}"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """What to build: a ``[builds.*]`` entry applied to a patched tree, for one env."""
+
+    spec: BuildSpec
+    tree: Path  # the patched source tree (store entry; never written)
+    source_date_epoch: int
+    python: str  # interpreter request, as uv takes it ("3.11")
+    platform: str | None = None  # the env's target platform
+    index_url: str | None = None  # default index for build requirements (None: uv's default)
+    env_packages: tuple[BuildEnvPackage, ...] = ()  # isolation = false: the env's locked wheels
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """A request with its inputs resolved: the recipe and its digest."""
+
+    request: BuildRequest
+    recipe: Mapping[str, Any]
+    input_digest: str
+    build_requirements: tuple[str, ...]  # "name==version --hash=sha256:..." lines, locked
+    fetchcontent_dirs: Mapping[str, Path] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.input_digest.removeprefix("sha256:")
+
+
+@dataclass(frozen=True)
+class BuiltWheel:
+    name: str
+    filename: str
+    sha256: str
+    input_digest: str
+    wheel: Path  # the copy in the workspace wheelhouse
+    store_path: Path  # the stored original
+    log: Path
+    rebuilt: bool  # False: the stored wheel for these inputs was reused
+    build_requirements: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()
+
+    def locked(self) -> LockedBuild:
+        return LockedBuild(input_digest=self.input_digest, wheel=self.filename, sha256=self.sha256)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "wheel": self.filename,
+            "path": str(self.wheel),
+            "sha256": self.sha256,
+            "input-digest": self.input_digest,
+            "rebuilt": self.rebuilt,
+            "log": str(self.log),
+            "build-requirements": list(self.build_requirements),
+            "notices": list(self.notices),
+        }
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    input_digest: str
+    expected_sha256: str
+    actual_sha256: str
+    differing: tuple[str, ...] = ()  # files inside the wheel that differ
+    kept: Path | None = None  # the differing rebuild, kept for inspection
+
+    @property
+    def reproducible(self) -> bool:
+        return self.expected_sha256 == self.actual_sha256
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "input-digest": self.input_digest,
+            "reproducible": self.reproducible,
+            "expected-sha256": self.expected_sha256,
+            "actual-sha256": self.actual_sha256,
+            "differing": list(self.differing),
+            "kept": str(self.kept) if self.kept else None,
+        }
+
+
+# -- the toolchain -----------------------------------------------------------
+
+
+def _first_line(argv: Sequence[str], prefer: str | None = None) -> str:
+    result = runner.run(argv)
+    if not result.ok:
+        return "absent"
+    lines = [line.strip() for line in (result.stdout or result.stderr).splitlines() if line.strip()]
+    if prefer:
+        lines = [line for line in lines if prefer in line] or lines
+    return lines[0] if lines else "absent"
+
+
+@functools.cache
+def toolchain() -> dict[str, str]:
+    """First version line of each compiler/build tool a backend may use ("absent" if missing)."""
+    return {
+        "cc": _first_line(["cc", "--version"]),
+        "c++": _first_line(["c++", "--version"]),
+        "cmake": _first_line(["cmake", "--version"]),
+        "nvcc": _first_line(["nvcc", "--version"], prefer="release"),
+        "uv": _first_line([runner.uv_bin(), "--version"]),
+    }
+
+
+@functools.cache
+def _interpreter(python: str) -> dict[str, str]:
+    found = runner.uv(["python", "find", "--no-project", python])
+    if not found.ok:
+        raise BuildError(
+            f"python {python!r}: no such interpreter for the build (uv python find: "
+            f"{found.tail(1)}); expected it installed on this machine"
+        )
+    exe = found.stdout.strip()
+    probe = runner.run(
+        [
+            exe,
+            "-c",
+            "import platform, sysconfig; print(platform.python_version()); print(sysconfig.get_platform())",
+        ]
+    )
+    version, plat = [*probe.stdout.split(), "?", "?"][:2]
+    return {"executable": exe, "version": version, "platform": plat}
+
+
+# -- build requirements ------------------------------------------------------
+
+
+def _backend(project: Path) -> tuple[str, list[str]]:
+    """(build-backend, [build-system].requires) of a project, with PEP 517's defaults."""
+    try:
+        doc = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "setuptools.build_meta:__legacy__", ["setuptools>=40.8.0"]
+    except tomllib.TOMLDecodeError as exc:
+        raise BuildError(f"{project / 'pyproject.toml'}: not valid TOML: {exc}") from None
+    system = doc.get("build-system", {})
+    return (
+        str(system.get("build-backend", "setuptools.build_meta:__legacy__")),
+        [str(r) for r in system.get("requires", ["setuptools>=40.8.0"])],
+    )
+
+
+def _compile(
+    requirements: Sequence[str],
+    *,
+    python: str,
+    index_url: str | None,
+    what: str,
+    constraints: Sequence[str] = (),
+    scratch: Path,
+) -> tuple[str, ...]:
+    """Resolve ``requirements`` with hashes; return sorted, one line per package."""
+    if not requirements:
+        return ()
+    scratch.mkdir(parents=True, exist_ok=True)
+    req_in = scratch / "requirements.in"
+    req_in.write_text("".join(f"{r}\n" for r in requirements))
+    out = scratch / "requirements.txt"
+    args: list[str | os.PathLike[str]] = [
+        "pip",
+        "compile",
+        req_in,
+        "-o",
+        out,
+        "--python-version",
+        python,
+        "--generate-hashes",
+        "--no-header",
+        "--no-annotate",
+        "--quiet",
+    ]
+    if index_url:
+        args += ["--default-index", index_url]
+    if constraints:
+        cons = scratch / "constraints.txt"
+        cons.write_text("".join(f"{c}\n" for c in constraints))
+        args += ["--constraint", cons]
+    result = runner.uv(args)
+    if not result.ok:
+        raise BuildError(
+            f"{what}: cannot resolve build requirements {', '.join(requirements)} "
+            f"(uv pip compile exit {result.returncode})",
+            details=result.tail(15).splitlines(),
+        )
+    text = out.read_text().replace("\\\n", " ")
+    lines = []
+    for raw in text.splitlines():
+        line = " ".join(raw.split())
+        if line and not line.startswith("#"):
+            name, _, rest = line.partition("==")
+            lines.append(f"{canonicalize_name(name)}=={rest}")
+    return tuple(sorted(lines))
+
+
+# -- planning ----------------------------------------------------------------
+
+
+def plan(request: BuildRequest, store: Store) -> BuildPlan:
+    """Resolve a request's inputs (FetchContent checkouts, locked build requirements) and digest them."""
+    spec = request.spec
+    what = f"[builds.{spec.name}]"
+    project = request.tree / spec.subdirectory if spec.subdirectory else request.tree
+    if not project.is_dir():
+        raise BuildError(f"{what}: subdirectory {spec.subdirectory!r} not found in source {spec.source!r}")
+    backend, system_requires = _backend(project)
+    interpreter = _interpreter(request.python)
+    scratch = store.temp_dir(f"plan-{canonicalize_name(spec.name)}")
+    try:
+        if spec.isolation:
+            env_lines: tuple[str, ...] = ()
+            build_reqs = _compile(
+                system_requires,
+                python=interpreter["version"],
+                index_url=request.index_url,
+                what=what,
+                scratch=scratch,
+            )
+        else:
+            if not spec.requires:
+                raise BuildError(
+                    f"{what}: isolation = false needs requires = [...] (the build backend "
+                    f"and its tools, e.g. {system_requires!r}); found none"
+                )
+            env = [p for p in request.env_packages if canonicalize_name(p.name) != canonicalize_name(spec.name)]
+            env_lines = tuple(sorted(p.line for p in env))
+            in_env = {canonicalize_name(p.name) for p in env}
+            wanted = [r for r in spec.requires if canonicalize_name(Requirement(r).name) not in in_env]
+            pins = [f"{canonicalize_name(p.name)}=={p.version}" for p in env]
+            build_reqs = tuple(
+                line
+                for line in _compile(
+                    wanted,
+                    python=interpreter["version"],
+                    index_url=request.index_url,
+                    what=what,
+                    constraints=pins,
+                    scratch=scratch,
+                )
+                if canonicalize_name(line.partition("==")[0]) not in in_env
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    fc_dirs: dict[str, Path] = {}
+    for dep in spec.fetchcontent:
+        try:
+            fc_dirs[dep.name] = sources.checkout(store, dep.git, dep.rev).tree
+        except SourceError as exc:
+            raise BuildError(f"{what}: fetchcontent.{dep.name}: {exc.message}", details=exc.details) from None
+    recipe: dict[str, Any] = {
+        "format": RECIPE_FORMAT,
+        "name": str(canonicalize_name(spec.name)),
+        "source": spec.source,
+        "source-tree": sources.tree_digest(project),  # the subdirectory: all a build sees
+        "subdirectory": spec.subdirectory,
+        "isolation": spec.isolation,
+        "backend": backend,
+        "env": dict(sorted(spec.env.items())),
+        "config-settings": dict(sorted(spec.config_settings.items())),
+        "requires": list(spec.requires),
+        "fetchcontent": [{"name": d.name, "git": d.git, "rev": d.rev} for d in spec.fetchcontent],
+        "source-date-epoch": request.source_date_epoch,
+        "build-env": {"env-packages": list(env_lines), "requirements": list(build_reqs)},
+        "python": interpreter["version"],
+        "platform": request.platform or "",
+        "host": interpreter["platform"] or sysconfig.get_platform(),
+        "machine": host_platform.machine(),
+        "toolchain": toolchain(),
+    }
+    digest = "sha256:" + hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+    return BuildPlan(request, recipe, digest, build_reqs, fc_dirs)
+
+
+# -- building ----------------------------------------------------------------
+
+
+def _build_env(plan_: BuildPlan, scratch: Path, backend_is_skbuild: bool) -> dict[str, str]:
+    req = plan_.request
+    env = {k: v for k, v in req.spec.env.items()}
+    maps = [(scratch, _SCRATCH_MAP)] + [
+        (path, f"/envlock/fetchcontent/{name}") for name, path in sorted(plan_.fetchcontent_dirs.items())
+    ]
+    venv = scratch / "venv"
+    if not req.spec.isolation:
+        maps.append((venv, _VENV_MAP))
+    flags = " ".join(f"-ffile-prefix-map={src}={dst}" for src, dst in maps)
+    cuda_flags = " ".join(f"-Xcompiler=-ffile-prefix-map={src}={dst}" for src, dst in maps)
+    for var, value in (("CFLAGS", flags), ("CXXFLAGS", flags), ("CUDAFLAGS", cuda_flags)):
+        env[var] = f"{env[var]} {value}" if env.get(var) else value
+    if plan_.fetchcontent_dirs and not backend_is_skbuild:
+        defs = [f"-DFETCHCONTENT_SOURCE_DIR_{n.upper()}={p}" for n, p in sorted(plan_.fetchcontent_dirs.items())]
+        defs.append("-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
+        env["CMAKE_ARGS"] = " ".join([env.get("CMAKE_ARGS", ""), *defs]).strip()
+    env.update(
+        {
+            "SOURCE_DATE_EPOCH": str(max(req.source_date_epoch, _ZIP_EPOCH_MIN)),
+            "PYTHONHASHSEED": "0",
+            "TZ": "UTC",
+            "LC_ALL": "C",
+        }
+    )
+    return env
+
+
+def _config_settings(plan_: BuildPlan, scratch: Path, backend_is_skbuild: bool) -> list[str]:
+    settings = dict(plan_.request.spec.config_settings)
+    if backend_is_skbuild:
+        settings.setdefault("build-dir", str(scratch / "cmake-build"))
+        for name, path in plan_.fetchcontent_dirs.items():
+            settings[f"cmake.define.FETCHCONTENT_SOURCE_DIR_{name.upper()}"] = str(path)
+        if plan_.fetchcontent_dirs:
+            settings["cmake.define.FETCHCONTENT_FULLY_DISCONNECTED"] = "ON"
+    out: list[str] = []
+    for key, value in sorted(settings.items()):
+        out += ["--config-setting", f"{key}={value}"]
+    return out
+
+
+def _fail(plan_: BuildPlan, store: Store, log: Path, message: str) -> BuildError:
+    kept = store.path("logs", f"build-{plan_.key[:32]}.log")
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    if log.exists():
+        shutil.copyfile(log, kept)
+    else:
+        kept.write_text("(no output)\n")
+    tail = kept.read_text(errors="replace").rstrip().splitlines()[-_LOG_TAIL:]
+    err = BuildError(f"[builds.{plan_.request.spec.name}]: {message}; build log: {kept}", details=tail)
+    err.log = kept  # type: ignore[attr-defined]
+    return err
+
+
+def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Path]:
+    """Build in ``scratch``; return (normalized wheel, log). Raises ``BuildError`` with the log kept."""
+    req = plan_.request
+    spec = req.spec
+    log = scratch / "build.log"
+    # Only the subdirectory is copied: the build cannot depend on what its digest leaves out.
+    project = scratch / "src"
+    sources.copy_tree(req.tree / spec.subdirectory if spec.subdirectory else req.tree, project)
+    dist = scratch / "dist"
+    backend_is_skbuild = str(plan_.recipe["backend"]).startswith("scikit_build_core")
+    env = _build_env(plan_, scratch, backend_is_skbuild)
+    args: list[str | os.PathLike[str]] = ["build", "--wheel", "--no-sources", "--out-dir", dist]
+    if req.index_url:
+        args += ["--default-index", req.index_url]
+    if spec.isolation:
+        interpreter = _interpreter(req.python)["executable"]
+        args += ["--python", interpreter]
+        if plan_.build_requirements:
+            constraints = scratch / "build-constraints.txt"
+            constraints.write_text("".join(f"{line}\n" for line in plan_.build_requirements))
+            args += ["--build-constraint", constraints, "--require-hashes"]
+    else:
+        python = _make_build_venv(plan_, scratch, log, store)
+        args += ["--no-build-isolation", "--python", python]
+    args += _config_settings(plan_, scratch, backend_is_skbuild)
+    args.append(project)
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(
+            f"# envlock build {spec.name} {plan_.input_digest}\n"
+            + json.dumps(plan_.recipe, indent=2, sort_keys=True)
+            + "\n"
+        )
+    result = runner.uv(args, cwd=scratch, env=env, log=log)
+    if not result.ok:
+        raise _fail(plan_, store, log, f"build failed (uv build exit {result.returncode})")
+    wheels = sorted(dist.glob("*.whl"))
+    if len(wheels) != 1:
+        raise _fail(plan_, store, log, f"expected one wheel in {dist}, found {len(wheels)}")
+    built = parse_wheel_filename(wheels[0].name)[0]
+    if built != canonicalize_name(spec.name):
+        raise _fail(
+            plan_,
+            store,
+            log,
+            f"built {wheels[0].name}, but the build is named {spec.name!r} "
+            f"(expected a wheel of {canonicalize_name(spec.name)})",
+        )
+    normalize_wheel(wheels[0], req.source_date_epoch)
+    return wheels[0], log
+
+
+def _make_build_venv(plan_: BuildPlan, scratch: Path, log: Path, store: Store) -> Path:
+    """A venv with exactly the env's locked wheels and the build's locked requirements."""
+    req = plan_.request
+    venv = scratch / "venv"
+    made = runner.uv(["venv", "--no-project", "--python", _interpreter(req.python)["executable"], venv], log=log)
+    if not made.ok:
+        raise _fail(plan_, store, log, f"cannot create the build venv (uv venv exit {made.returncode})")
+    python = venv / "bin" / "python"
+    own = canonicalize_name(req.spec.name)
+    wheels = [p.wheel for p in req.env_packages if canonicalize_name(p.name) != own]
+    if wheels:
+        r = runner.uv(["pip", "install", "--python", python, "--no-deps", "--no-index", *wheels], log=log)
+        if not r.ok:
+            raise _fail(
+                plan_,
+                store,
+                log,
+                f"cannot install the env's packages into the build venv (exit {r.returncode})",
+            )
+    if plan_.build_requirements:
+        reqs = scratch / "build-requirements.txt"
+        reqs.write_text("".join(f"{line}\n" for line in plan_.build_requirements))
+        args: list[str | os.PathLike[str]] = [
+            "pip",
+            "install",
+            "--python",
+            python,
+            "--no-deps",
+            "--require-hashes",
+            "-r",
+            reqs,
+        ]
+        if req.index_url:
+            args += ["--default-index", req.index_url]
+        r = runner.uv(args, log=log)
+        if not r.ok:
+            raise _fail(
+                plan_,
+                store,
+                log,
+                f"cannot install build requirements into the build venv (exit {r.returncode})",
+            )
+    return python
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _copy_atomic(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)
+
+
+def build_wheel(
+    request: BuildRequest,
+    store: Store,
+    wheelhouse: Path,
+    *,
+    plan_: BuildPlan | None = None,
+    force: bool = False,
+) -> BuiltWheel:
+    """Build (or reuse) the wheel for ``request``: stored by input digest, copied to ``wheelhouse``."""
+    p = plan_ or plan(request, store)
+    entry = store.path("builds", p.key)
+    rebuilt = False
+    if force or not (entry / "wheel.json").is_file():
+        scratch = store.temp_dir(f"build-{canonicalize_name(request.spec.name)}")
+        try:
+            wheel, log = _run_build(p, store, scratch)
+            if force and entry.exists():
+                shutil.rmtree(entry)
+            with store.new_entry("builds", p.key) as work:
+                shutil.copyfile(wheel, work / wheel.name)
+                shutil.copyfile(log, work / "build.log")
+                (work / "recipe.json").write_text(json.dumps(p.recipe, indent=2, sort_keys=True) + "\n")
+                (work / "wheel.json").write_text(
+                    json.dumps({"wheel": wheel.name, "sha256": _sha256(wheel)}, sort_keys=True) + "\n"
+                )
+            rebuilt = True
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    info = json.loads((entry / "wheel.json").read_text())
+    stored = entry / info["wheel"]
+    target = wheelhouse / info["wheel"]
+    if not target.is_file() or _sha256(target) != info["sha256"]:
+        _copy_atomic(stored, target)
+    return BuiltWheel(
+        name=request.spec.name,
+        filename=info["wheel"],
+        sha256=info["sha256"],
+        input_digest=p.input_digest,
+        wheel=target,
+        store_path=stored,
+        log=entry / "build.log",
+        rebuilt=rebuilt,
+        build_requirements=p.build_requirements,
+    )
+
+
+def check(
+    request: BuildRequest,
+    store: Store,
+    wheelhouse: Path,
+    *,
+    expected_sha256: str | None = None,
+    plan_: BuildPlan | None = None,
+) -> CheckResult:
+    """Rebuild from scratch and compare with the stored (or recorded) wheel (Nix's ``--check``).
+
+    Builds first when nothing is stored for these inputs. On a difference, names the files
+    inside the wheel that differ and keeps the rebuild for inspection.
+    """
+    p = plan_ or plan(request, store)
+    first = build_wheel(request, store, wheelhouse, plan_=p)
+    expected = expected_sha256 or first.sha256
+    scratch = store.temp_dir(f"check-{canonicalize_name(request.spec.name)}")
+    try:
+        wheel, _log = _run_build(p, store, scratch)
+        actual = _sha256(wheel)
+        if actual == expected:
+            return CheckResult(request.spec.name, p.input_digest, expected, actual)
+        differing = tuple(wheel_diff(first.store_path, wheel)) if first.sha256 != actual else ()
+        if not differing and first.sha256 != expected:
+            differing = (
+                f"(the stored wheel {first.sha256[:12]} differs from the recorded "
+                f"{expected[:12]}; no stored copy of the recorded wheel to compare files with)",
+            )
+        kept = store.path("check-failures", f"{p.key[:32]}-{int(time.time())}")
+        kept.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(wheel, kept / wheel.name)
+        return CheckResult(request.spec.name, p.input_digest, expected, actual, differing, kept / wheel.name)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# -- wheels ------------------------------------------------------------------
+
+
+def normalize_wheel(path: Path, epoch: int) -> None:
+    """Rewrite a wheel's zip with fixed timestamps, permissions and compression (contents unchanged)."""
+    stamp = time.gmtime(max(epoch, _ZIP_EPOCH_MIN))[:6]
+    tmp = path.with_name(path.name + ".norm")
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            out = zipfile.ZipInfo(info.filename, date_time=stamp)
+            out.create_system = 3
+            if info.is_dir():
+                out.external_attr = (0o40755 << 16) | 0x10
+            else:
+                executable = (info.external_attr >> 16) & 0o111
+                out.external_attr = (0o100755 if executable else 0o100644) << 16
+            out.compress_type = zipfile.ZIP_DEFLATED
+            dst.writestr(out, data, compresslevel=6)
+    os.replace(tmp, path)
+
+
+def wheel_diff(a: Path, b: Path) -> list[str]:
+    """Names of the files inside two wheels that differ (content, presence or zip metadata)."""
+    with zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
+        ia = {i.filename: i for i in za.infolist()}
+        ib = {i.filename: i for i in zb.infolist()}
+        out = []
+        for name in sorted(ia.keys() | ib.keys()):
+            if name not in ib:
+                out.append(f"{name} (only in the first build)")
+            elif name not in ia:
+                out.append(f"{name} (only in the rebuild)")
+            elif za.read(name) != zb.read(name):
+                out.append(name)
+            elif (ia[name].date_time, ia[name].external_attr) != (ib[name].date_time, ib[name].external_attr):
+                out.append(f"{name} (zip metadata: time or permissions)")
+        if not out and [i.filename for i in za.infolist()] != [i.filename for i in zb.infolist()]:
+            out.append("(zip member order)")
+    return out
+
+
+# -- glue for the pipeline ---------------------------------------------------
+
+
+def env_packages_from_lock(lock: Lock, store: Store, *, exclude: Sequence[str] = ()) -> tuple[BuildEnvPackage, ...]:
+    """The lock's packages as a build venv gets them: the fetched wheel of each, from the store.
+
+    Leaves out ``exclude`` (the env's local builds). A package with several wheels uses the
+    first one that was fetched into ``wheels/<sha256>/``.
+    """
+    skip = {canonicalize_name(n) for n in exclude}
+    out = []
+    missing = []
+    for pkg in lock.packages:
+        if pkg.name in skip:
+            continue
+        found = None
+        for art in pkg.wheels:
+            folder = store.path("wheels", art.sha256)
+            candidate = folder / art.filename
+            if candidate.is_file():
+                found = BuildEnvPackage(pkg.name, pkg.version, art.sha256, candidate)
+                break
+        if found is None:
+            missing.append(f"{pkg.name}=={pkg.version}")
+        else:
+            out.append(found)
+    if missing:
+        raise BuildError(
+            "the build venv needs the env's wheels, but these are not fetched yet: "
+            + ", ".join(missing)
+            + "; run `envlock sync` (or its fetch step) first"
+        )
+    return tuple(out)

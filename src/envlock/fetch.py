@@ -1,0 +1,351 @@
+"""Fetch locked artifacts into the store: streaming sha256 + size checks, retries, resume.
+
+Every artifact is written to ``tmp/partial/<sha256>.part`` (named by its hash, so a
+retry or the next run resumes it with an HTTP Range request), verified while it
+streams, and only then renamed into ``wheels/<sha256>/<filename>``. Memory stays at
+one chunk per download whatever the wheel size. ``fetch`` never prints: progress
+goes to a ``Progress`` the caller passes (``envlock.ui`` draws it on a terminal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+from envlock.errors import FetchError
+from envlock.lockfile import Artifact
+from envlock.store import Store
+
+CHUNK = 1 << 20
+#: Fixed mtime for store wheels and their folders: the store's bytes and metadata do not
+#: depend on when an artifact was fetched.
+STORE_MTIME = 1577836800  # 2020-01-01T00:00:00Z
+
+
+class Progress(Protocol):
+    """Receives download progress; every method must be thread-safe."""
+
+    def begin(self, name: str, total: int | None) -> None: ...
+
+    def advance(self, name: str, nbytes: int) -> None: ...
+
+    def end(self, name: str) -> None: ...
+
+
+class NullProgress:
+    """Progress that shows nothing (not a terminal, ``-q``, tests)."""
+
+    def begin(self, name: str, total: int | None) -> None:
+        pass
+
+    def advance(self, name: str, nbytes: int) -> None:
+        pass
+
+    def end(self, name: str) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """One artifact in the store; ``source`` says how it got there this run."""
+
+    sha256: str
+    filename: str
+    path: Path
+    source: str  # "store" (already there), "download", "local" (copied from a path)
+    downloaded: int = 0  # bytes received over HTTP this run
+    resumed_from: int = 0  # offset a download resumed from (0: started fresh)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sha256": self.sha256,
+            "filename": self.filename,
+            "path": str(self.path),
+            "source": self.source,
+            "downloaded": self.downloaded,
+            "resumed_from": self.resumed_from,
+        }
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    artifacts: tuple[Fetched, ...]
+
+    @property
+    def downloaded(self) -> int:
+        return sum(a.downloaded for a in self.artifacts)
+
+    def paths(self) -> dict[str, Path]:
+        """sha256 -> store file."""
+        return {a.sha256: a.path for a in self.artifacts}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"downloaded": self.downloaded, "artifacts": [a.to_dict() for a in self.artifacts]}
+
+
+def store_file(store: Store, artifact: Artifact) -> Path:
+    """Where ``artifact`` lives in the store once fetched."""
+    return store.path("wheels", artifact.sha256) / artifact.filename
+
+
+def fetch(
+    artifacts: Sequence[Artifact],
+    store: Store,
+    *,
+    base_dir: Path,
+    offline: bool = False,
+    jobs: int = 4,
+    retries: int = 5,
+    backoff: float = 0.25,
+    progress: Progress | None = None,
+) -> FetchResult:
+    """Bring every artifact into the store (verified) and return where each is.
+
+    ``path`` artifacts are relative to ``base_dir`` (the lock's folder). Offline, or
+    when any artifact fails, raises one ``FetchError`` naming every failed artifact.
+    """
+    progress = progress or NullProgress()
+    unique = list({a.sha256: a for a in artifacts}.values())
+    have = {a.sha256: store_file(store, a) for a in unique if store_file(store, a).is_file()}
+    missing = [a for a in unique if a.sha256 not in have]
+    if offline and missing:
+        raise FetchError(
+            f"--offline: {len(missing)} locked artifact(s) not in the store {store.root / 'wheels'}",
+            details=[f"{a.filename} (sha256 {a.sha256}) from {a.url or a.path}" for a in missing],
+        )
+    results: dict[str, Fetched] = {
+        sha: Fetched(sha, path.name, path, "store") for sha, path in have.items()
+    }
+    errors: list[FetchError] = []
+    if missing:
+        with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(missing)))) as pool:
+            futures = [
+                pool.submit(fetch_one, a, store, base_dir=base_dir, retries=retries,
+                            backoff=backoff, progress=progress)
+                for a in missing
+            ]
+            for fut in futures:
+                try:
+                    got = fut.result()
+                    results[got.sha256] = got
+                except FetchError as exc:
+                    errors.append(exc)
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise FetchError(
+            f"{len(errors)} artifacts failed to fetch; nothing unverified was stored",
+            details=[str(e) for e in errors],
+        )
+    return FetchResult(tuple(results[a.sha256] for a in unique))
+
+
+def fetch_one(
+    artifact: Artifact,
+    store: Store,
+    *,
+    base_dir: Path,
+    retries: int = 5,
+    backoff: float = 0.25,
+    progress: Progress | None = None,
+) -> Fetched:
+    """Fetch one artifact into the store, resuming a partial download left by an earlier run."""
+    progress = progress or NullProgress()
+    final = store_file(store, artifact)
+    if final.is_file():
+        return Fetched(artifact.sha256, final.name, final, "store")
+    part = store.partial_dir / f"{artifact.sha256}.part"
+    with _locked_partial(part) as fh:
+        # Another process may have finished this artifact while we waited for the lock.
+        if final.is_file():
+            return Fetched(artifact.sha256, final.name, final, "store")
+        try:
+            if artifact.url is not None and not artifact.url.startswith("file:"):
+                got = _download(artifact, artifact.url, fh, retries=retries, backoff=backoff,
+                                progress=progress)
+            else:
+                got = _copy_local(artifact, _local_source(artifact, base_dir), fh, progress=progress)
+        except FetchError:
+            # A failed hash check empties the partial: drop it. A network failure keeps
+            # its bytes so the next run resumes from there.
+            if os.fstat(fh.fileno()).st_size == 0:
+                with contextlib.suppress(FileNotFoundError):
+                    part.unlink()
+            raise
+        fh.flush()
+        os.fsync(fh.fileno())
+        _commit(store, part, artifact)
+        return Fetched(artifact.sha256, final.name, final, got.source, got.downloaded, got.resumed_from)
+
+
+@dataclass(frozen=True)
+class _Got:
+    source: str
+    downloaded: int = 0
+    resumed_from: int = 0
+
+
+@contextlib.contextmanager
+def _locked_partial(part: Path) -> Iterator[IO[bytes]]:
+    """Open ``part`` for appending under an exclusive flock (one writer per artifact)."""
+    part.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fh = open(part, "a+b")  # noqa: SIM115 - closed below, or kept open by the caller's with
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        # The holder before us may have renamed or removed the file: lock the current one.
+        try:
+            same = os.stat(part).st_ino == os.fstat(fh.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        fh.close()
+    try:
+        yield fh
+    finally:
+        fh.close()
+
+
+def _commit(store: Store, part: Path, artifact: Artifact) -> None:
+    """Move a verified partial file into ``wheels/<sha256>/`` in one rename."""
+    with store.new_entry("wheels", artifact.sha256) as work:
+        target = work / artifact.filename
+        os.rename(part, target)
+        os.chmod(target, 0o444)  # store entries are immutable
+        os.utime(target, (STORE_MTIME, STORE_MTIME))
+    # The rename into place changed the folder's mtime.
+    os.utime(store.path("wheels", artifact.sha256), (STORE_MTIME, STORE_MTIME))
+
+
+def _rehash(fh: IO[bytes]) -> tuple[Any, int]:
+    """sha256 state and length of what a partial file already holds (to resume it)."""
+    hasher = hashlib.sha256()
+    fh.seek(0)
+    have = 0
+    while chunk := fh.read(CHUNK):
+        hasher.update(chunk)
+        have += len(chunk)
+    return hasher, have
+
+
+def _restart(fh: IO[bytes]) -> Any:
+    fh.seek(0)
+    fh.truncate(0)
+    return hashlib.sha256()
+
+
+def _download(
+    artifact: Artifact, url: str, fh: IO[bytes], *, retries: int, backoff: float, progress: Progress
+) -> _Got:
+    from envlock import http  # requests is heavy; only a real download needs it
+
+    expected_size = artifact.size
+    hasher, have = _rehash(fh)
+    if expected_size is not None and have > expected_size:
+        hasher, have = _restart(fh), 0
+    resumed_from = have
+    received = 0
+    failures = 0
+    fresh_retry_used = False
+    progress.begin(artifact.filename, expected_size)
+    progress.advance(artifact.filename, have)
+    try:
+        while True:
+            if expected_size is None or have < expected_size:
+                if have > 0:
+                    resumed_from = have  # this request continues earlier bytes (Range)
+                try:
+                    with http.open_stream(url, start=have, chunk_size=CHUNK) as body:
+                        if body.start != have:  # the server ignored our Range: start over
+                            progress.advance(artifact.filename, -have)
+                            hasher, have = _restart(fh), 0
+                        for chunk in body.chunks:
+                            fh.write(chunk)
+                            hasher.update(chunk)
+                            have += len(chunk)
+                            received += len(chunk)
+                            progress.advance(artifact.filename, len(chunk))
+                            if expected_size is not None and have > expected_size:
+                                break  # longer than locked: the hash check below names it
+                except http.HttpError as exc:
+                    if exc.status == 416 and have > 0:
+                        pass  # nothing past our offset: the partial may already be whole
+                    elif exc.retryable and failures < retries:
+                        failures += 1
+                        time.sleep(min(backoff * 2 ** (failures - 1), 10.0))
+                        continue
+                    else:
+                        raise FetchError(
+                            f"{artifact.filename}: download failed from {url}: {exc.reason}"
+                            + (f" (after {failures} retries)" if failures else "")
+                        ) from None
+            actual = hasher.hexdigest()
+            if actual == artifact.sha256 and (expected_size is None or have == expected_size):
+                return _Got("download", received, resumed_from)
+            if resumed_from > 0 and not fresh_retry_used:
+                # A bad byte may sit in the resumed prefix: one clean download decides.
+                fresh_retry_used = True
+                progress.advance(artifact.filename, -have)
+                hasher, have, resumed_from = _restart(fh), 0, 0
+                continue
+            _restart(fh)
+            raise FetchError(
+                f"{artifact.filename}: sha256 mismatch for {url}: "
+                f"expected {artifact.sha256}, got {actual}"
+                + (f" ({have} bytes, expected {expected_size})" if have != expected_size
+                   and expected_size is not None else "")
+                + "; nothing was stored"
+            )
+    finally:
+        progress.end(artifact.filename)
+
+
+def _local_source(artifact: Artifact, base_dir: Path) -> Path:
+    if artifact.url is not None:  # file: URL
+        return Path(unquote(urlsplit(artifact.url).path))
+    assert artifact.path is not None
+    path = Path(artifact.path)
+    return path if path.is_absolute() else base_dir / path
+
+
+def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Progress) -> _Got:
+    """Copy a local wheel (a built one in the wheelhouse) into the partial file, hashing as it goes."""
+    _restart(fh)
+    hasher = hashlib.sha256()
+    try:
+        src = open(source, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise FetchError(
+            f"{artifact.filename}: local artifact {source} cannot be read ({exc.strerror}); "
+            "expected the wheel recorded in the lock (build it with `envlock build`)"
+        ) from None
+    progress.begin(artifact.filename, artifact.size)
+    with src:
+        while chunk := src.read(CHUNK):
+            fh.write(chunk)
+            hasher.update(chunk)
+            progress.advance(artifact.filename, len(chunk))
+    progress.end(artifact.filename)
+    actual = hasher.hexdigest()
+    if actual != artifact.sha256:
+        _restart(fh)
+        raise FetchError(
+            f"{artifact.filename}: sha256 mismatch for local file {source}: "
+            f"expected {artifact.sha256}, got {actual}; nothing was stored"
+        )
+    return _Got("local")
+
+
+def missing(artifacts: Sequence[Artifact], store: Store) -> list[Artifact]:
+    """The artifacts not yet in the store (cheap: one stat each)."""
+    return [a for a in artifacts if not store_file(store, a).is_file()]
+

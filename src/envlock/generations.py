@@ -1,0 +1,219 @@
+"""Numbered generations of an env and the stable ``current`` link.
+
+Layout, under the store's ``envs/<name>/``::
+
+    .lock                 flock: one writer (sync, rollback) per env at a time
+    <N>/venv              relative symlink to ``../../../venvs/<install digest>``
+    <N>/generation.json   number, created (UTC), install digest, venv digest
+    <N>/pylock.toml       the lock this generation was built from
+    current               symlink to ``<N>/venv``: ``envlock path`` prints it
+
+A generation folder is written under a temp name and renamed; ``current`` is
+flipped by making a new symlink and ``os.replace``-ing it over the old one (a
+single ``rename(2)``), so a reader always sees one whole generation and a killed
+sync leaves the previous one current.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envlock.errors import UsageError
+from envlock.store import Store, exclusive_lock, write_atomic
+
+CURRENT = "current"
+_RECORD = "generation.json"
+_LOCK_COPY = "pylock.toml"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation of an env; doubles as an entry of ``envlock generations --json``."""
+
+    env: str
+    number: int
+    created: str  # ISO 8601, UTC
+    install_digest: str
+    venv_digest: str
+    path: Path  # the generation folder
+    current: bool = False
+    lock_sha256: str = ""  # sha256 of the lock file's bytes after the sync (fast no-op check)
+
+    @property
+    def venv(self) -> Path:
+        return self.path / "venv"
+
+    @property
+    def lock_copy(self) -> Path:
+        return self.path / _LOCK_COPY
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "number": self.number,
+            "created": self.created,
+            "install_digest": self.install_digest,
+            "venv_digest": self.venv_digest,
+            "path": str(self.path),
+            "current": self.current,
+            "lock_sha256": self.lock_sha256,
+        }
+
+
+@dataclass(frozen=True)
+class Switch:
+    """Result of a rollback: which generation was current, which is now."""
+
+    env: str
+    previous: int | None
+    current: int
+    path: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"env": self.env, "previous": self.previous, "current": self.current, "path": str(self.path)}
+
+
+def env_dir(store: Store, env: str) -> Path:
+    """The folder holding ``env``'s generations."""
+    return store.path("envs", env)
+
+
+def stable_path(store: Store, env: str) -> Path:
+    """The env's stable path: the ``current`` symlink (``<path>/bin/python`` is its python)."""
+    return env_dir(store, env) / CURRENT
+
+
+@contextlib.contextmanager
+def env_lock(store: Store, env: str) -> Iterator[None]:
+    """Serialize writers of one env (``fcntl.flock`` on ``envs/<name>/.lock``)."""
+    with exclusive_lock(env_dir(store, env) / ".lock"):
+        yield
+
+
+def current_number(store: Store, env: str) -> int | None:
+    """The current generation's number, or None when the env has none (one readlink)."""
+    try:
+        target = os.readlink(stable_path(store, env))
+    except (FileNotFoundError, OSError):
+        return None
+    head = target.split("/", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def read(store: Store, env: str, number: int, *, current: int | None = None) -> Generation | None:
+    """Generation ``number`` of ``env``, or None when it is not there (or not whole)."""
+    folder = env_dir(store, env) / str(number)
+    try:
+        doc = json.loads((folder / _RECORD).read_text(encoding="utf-8"))
+        return Generation(
+            env=env,
+            number=number,
+            created=str(doc["created"]),
+            install_digest=str(doc["install_digest"]),
+            venv_digest=str(doc["venv_digest"]),
+            path=folder,
+            current=number == current,
+            lock_sha256=str(doc.get("lock_sha256", "")),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def current(store: Store, env: str) -> Generation | None:
+    """The current generation (cheap: a readlink and one small JSON file)."""
+    number = current_number(store, env)
+    return None if number is None else read(store, env, number, current=number)
+
+
+def list_generations(store: Store, env: str) -> tuple[Generation, ...]:
+    """Every whole generation of ``env``, oldest first."""
+    folder = env_dir(store, env)
+    if not folder.is_dir():
+        return ()
+    cur = current_number(store, env)
+    numbers = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+    found = (read(store, env, n, current=cur) for n in numbers)
+    return tuple(g for g in found if g is not None)
+
+
+def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest: str,
+        lock_text: str) -> Generation:
+    """Write the next generation pointing at ``venv`` (call under ``env_lock``); does not flip."""
+    folder = env_dir(store, env)
+    folder.mkdir(parents=True, exist_ok=True)
+    for litter in folder.glob(".new-*"):  # left by a killed sync; we hold the env lock
+        shutil.rmtree(litter, ignore_errors=True)
+    for litter in folder.glob(".current-*"):
+        litter.unlink(missing_ok=True)
+    numbers = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
+    number = max(numbers, default=0) + 1
+    work = folder / f".new-{number}-{uuid.uuid4().hex[:8]}"
+    work.mkdir()
+    created = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    # Relative, so the store can be moved as a whole (the venvs are relocatable too).
+    os.symlink(os.path.relpath(venv, work), work / "venv")
+    write_atomic(work / _LOCK_COPY, lock_text.encode())
+    lock_sha256 = hashlib.sha256(lock_text.encode()).hexdigest()
+    record = {"created": created, "install_digest": install_digest, "venv_digest": venv_digest,
+              "lock_sha256": lock_sha256}
+    write_atomic(work / _RECORD, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    os.rename(work, folder / str(number))
+    return Generation(env, number, created, install_digest, venv_digest, folder / str(number),
+                      lock_sha256=lock_sha256)
+
+
+def flip(store: Store, env: str, number: int) -> None:
+    """Point ``current`` at generation ``number`` in one atomic rename."""
+    folder = env_dir(store, env)
+    tmp = folder / f".current-{uuid.uuid4().hex[:8]}"
+    os.symlink(f"{number}/venv", tmp)
+    try:
+        os.replace(tmp, folder / CURRENT)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    # Make the rename itself durable: a power cut must not bring the old link back.
+    dfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def rollback(store: Store, env: str, to: int | None = None) -> Switch:
+    """Make generation ``to`` (default: the newest one older than the current) current."""
+    with env_lock(store, env):
+        gens = list_generations(store, env)
+        if not gens:
+            raise UsageError(
+                f"{env_dir(store, env)}: env {env!r} has no generations; run `envlock sync {env}`"
+            )
+        cur = current_number(store, env)
+        numbers = [g.number for g in gens]
+        if to is None:
+            older = [n for n in numbers if cur is None or n < cur]
+            if not older:
+                raise UsageError(
+                    f"env {env!r}: generation {cur} is the oldest; nothing to roll back to "
+                    f"(generations: {', '.join(map(str, numbers))})"
+                )
+            to = older[-1]
+        elif to not in numbers:
+            raise UsageError(
+                f"env {env!r}: no generation {to} (generations: {', '.join(map(str, numbers))})"
+            )
+        target = next(g for g in gens if g.number == to)
+        if not target.venv.resolve().is_dir():
+            raise UsageError(f"{target.venv}: generation {to}'s venv is gone from the store")
+        flip(store, env, to)
+        return Switch(env, cur, to, stable_path(store, env))

@@ -1,0 +1,203 @@
+"""Install: build ``venvs/<install digest>/`` from store wheels with the pinned uv.
+
+No index, no resolution: ``uv pip install --no-index --offline --no-deps`` of
+exactly the locked ``name==version`` set, each found only in its own store folder
+(``--find-links wheels/<sha256>/``). The venv is created ``--relocatable``, so
+nothing in it names the folder it was built in: it is built under ``tmp/`` and
+renamed into place in one step, like every other store entry, and a killed
+install leaves only litter under ``tmp/``.
+
+What would make two installs differ, and what is done about it, is listed in
+docs/reproducibility.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envlock import runner
+from envlock.errors import InstallError
+from envlock.lockfile import Lock
+from envlock.store import Store, write_atomic
+from envlock.verify import Manifest, load_manifest, manifest
+
+#: Inside every venv entry: its manifest, written before the entry is renamed into place.
+MANIFEST_NAME = ".envlock-manifest.json"
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    """A complete venv entry; ``built`` is False when the store already had it."""
+
+    venv: Path
+    install_digest: str
+    manifest: Manifest
+    built: bool
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "venv": str(self.venv),
+            "install_digest": self.install_digest,
+            "venv_digest": self.manifest.digest,
+            "built": self.built,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def venv_key(lock: Lock) -> str:
+    """The store key of a lock's venv (its install digest)."""
+    return lock.install_digest()
+
+
+def venv_path(store: Store, lock: Lock) -> Path:
+    """Where the lock's venv lives in the store (complete or not yet there)."""
+    return store.path("venvs", venv_key(lock))
+
+
+def stored_manifest(venv: Path) -> Manifest | None:
+    """The manifest recorded when ``venv`` was built, or None if it is not a complete entry."""
+    return load_manifest(venv / MANIFEST_NAME)
+
+
+def find_python(version: str) -> Path:
+    """The interpreter for ``version`` on this machine (never a download).
+
+    The interpreter running envlock when its version matches (free), else uv's
+    discovery (which probes every interpreter on PATH: a few hundred ms).
+    """
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    if version in (running, f"{running}.{sys.version_info.micro}") and base:
+        return _versioned(Path(base), running)
+    result = runner.uv(["python", "find", "--system", "--no-project", version])
+    found = result.stdout.strip().splitlines()
+    if not result.ok or not found:
+        raise InstallError(
+            f"python {version} (the lock's python) is not available on this machine; "
+            "envlock never downloads interpreters (UV_PYTHON_DOWNLOADS=never): install it, "
+            "or lock the env for a python that is here",
+            details=result.tail(5).splitlines(),
+        )
+    return _versioned(Path(found[-1]), version)
+
+
+def _versioned(python: Path, version: str) -> Path:
+    # The venv's bin/python links to the name we pass: always pass pythonX.Y when it
+    # exists, so one interpreter found two ways gives one venv.
+    major_minor = ".".join(version.split(".")[:2])
+    named = python.parent / f"python{major_minor}"
+    return named if named.exists() else python
+
+
+def install(
+    store: Store,
+    lock: Lock,
+    wheels: Mapping[str, Path],
+    *,
+    on_stage: Callable[[str], None] | None = None,
+) -> InstallResult:
+    """Make the store hold the lock's venv, built from ``wheels`` (sha256 -> store file).
+
+    Concurrent installs of one lock serialize on the store; the second reuses the
+    first's entry.
+    """
+    started = time.monotonic()
+    key = venv_key(lock)
+    final = store.path("venvs", key)
+    with store.locked(f"venv-{key.replace(':', '-')}"):
+        existing = stored_manifest(final)
+        if existing is not None:
+            return InstallResult(final, key, existing, False, time.monotonic() - started)
+        if final.exists():
+            # Only a venv from a foreign writer could lack its manifest: not ours to trust.
+            store.remove_entry("venvs", key)
+        requirements: list[str] = []
+        find_links: list[str] = []
+        for pkg in lock.packages:
+            artifact = pkg.wheels[0]
+            wheel = wheels.get(artifact.sha256)
+            if wheel is None:
+                raise InstallError(
+                    f"{artifact.filename}: not fetched into the store (sha256 {artifact.sha256}); "
+                    "expected every locked wheel before install"
+                )
+            requirements.append(f"{pkg.name}=={pkg.version}")
+            # Each wheel's own store folder: uv sees exactly one candidate per package.
+            find_links += ["--find-links", str(wheel.parent)]
+        python = find_python(lock.python)
+        # In a pid-named temp folder: a killed install's log goes with its other litter.
+        log_dir = store.temp_dir("install-log")
+        log = log_dir / "uv.log"
+        with _keep_log_on_failure(store, log, key), store.new_entry("venvs", key) as work:
+            _uv(["venv", "--relocatable", "--prompt", f"envlock-{key[7:19]}",
+                 "--python", str(python), str(work)], what="create the venv", log=log)
+            if on_stage is not None:
+                on_stage("install")
+            if requirements:
+                _uv(["pip", "install", "--python", str(work / "bin" / "python"),
+                     "--no-index", "--offline", "--no-deps", "--no-build",
+                     *find_links, *requirements], what="install the locked wheels", log=log)
+            _drop_uv_cache_info(work)
+            # The digest is taken where it will be read from, so ${VENV} means the final path.
+            built = manifest(work, prefix=final)
+            write_atomic(work / MANIFEST_NAME, built.to_json().encode())
+        shutil.rmtree(log_dir, ignore_errors=True)
+        save_manifest(store, built)
+    return InstallResult(final, key, built, True, time.monotonic() - started)
+
+
+def save_manifest(store: Store, m: Manifest) -> Path:
+    """Keep ``m`` under ``manifests/<digest>`` so a later verify can name differing files."""
+    path = store.path("manifests", m.digest)
+    if not path.exists():
+        write_atomic(path, m.to_json().encode())
+    return path
+
+
+def _drop_uv_cache_info(venv: Path) -> None:
+    """Remove ``<dist-info>/uv_cache.json`` and its RECORD line from every installed dist.
+
+    uv writes there the ctime of the wheel it installed from (a ctime cannot be set),
+    so it differs on every machine and every store. Only uv's own freshness check for
+    ``uv pip`` on path sources reads it, and nothing installs into a store venv again.
+    """
+    for cache_info in venv.glob("lib/python*/site-packages/*.dist-info/uv_cache.json"):
+        record = cache_info.parent / "RECORD"
+        name = f"{cache_info.parent.name}/uv_cache.json,"
+        lines = record.read_text(encoding="utf-8").splitlines(keepends=True)
+        record.write_text("".join(line for line in lines if not line.startswith(name)), encoding="utf-8")
+        cache_info.unlink()
+
+
+@contextlib.contextmanager
+def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
+    """On an ``InstallError``, move the uv log to ``logs/`` (out of ``tmp/``) and name it."""
+    try:
+        yield
+    except InstallError as exc:
+        if not log.exists():
+            shutil.rmtree(log.parent, ignore_errors=True)
+            raise
+        kept = store.root / "logs" / f"install-{key[7:19]}-{time.strftime('%Y%m%dT%H%M%S')}.log"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(log, kept)
+        shutil.rmtree(log.parent, ignore_errors=True)
+        raise InstallError(f"{exc.message}; full log in {kept}", details=exc.details) from None
+
+
+def _uv(args: list[str], *, what: str, log: Path) -> None:
+    result = runner.uv(args, log=log)
+    if not result.ok:
+        raise InstallError(
+            f"uv could not {what} (exit {result.returncode}): uv {' '.join(args[:2])} ...",
+            details=result.tail(15).splitlines(),
+        )

@@ -1,0 +1,821 @@
+"""Recorded patches: strict application, status against any commit, and the edit/record workflow.
+
+Patches are unified diffs in git format with a short header (``Subject:``, ``Why:``,
+``Upstream:``, then a ``---`` line). envlock applies them with its own applier rather
+than ``git apply`` so that a failure can name the patch, the file and the hunk and show
+the expected lines next to the ones actually there:
+
+- strict: every context and removed line must match exactly (no fuzz); a hunk may sit at
+  another line than its header says (an offset, as ``git apply`` allows), never overlap
+  the previous hunk;
+- all-or-nothing: patches are applied to an in-memory view of the tree; only when every
+  patch applied is the result written, into a temp copy renamed into the store;
+- contained: a path with ``..``, an absolute path, a ``.git`` component, or one that runs
+  through (or is) a symlink in the tree is refused, as are binary patches, renames and
+  symlink creation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from envlock import runner
+from envlock.errors import PatchError
+from envlock.lockfile import LockedPatch
+from envlock.sources import copy_tree, tree_digest
+from envlock.store import Store, write_atomic
+
+State = Literal["applies", "already-applied", "conflict"]
+_HUNK = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_HEADER_KEYS = ("Subject", "Why", "Upstream")
+_REGULAR = 0o100644
+_EXECUTABLE = 0o100755
+
+
+# -- parsed patches ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hunk:
+    header: str  # the "@@ -a,b +c,d @@ ..." line
+    old_start: int
+    old_count: int
+    new_start: int
+    new_count: int
+    lines: tuple[tuple[str, bytes], ...]  # (" " | "-" | "+", line bytes with its newline, if any)
+
+    @property
+    def old(self) -> list[bytes]:
+        return [text for op, text in self.lines if op != "+"]
+
+    @property
+    def new(self) -> list[bytes]:
+        return [text for op, text in self.lines if op != "-"]
+
+    def reversed(self) -> Hunk:
+        swap = {" ": " ", "-": "+", "+": "-"}
+        return Hunk(
+            header=f"@@ -{self.new_start},{self.new_count} +{self.old_start},{self.old_count} @@ (reversed)",
+            old_start=self.new_start,
+            old_count=self.new_count,
+            new_start=self.old_start,
+            new_count=self.old_count,
+            lines=tuple((swap[op], text) for op, text in self.lines),
+        )
+
+
+@dataclass(frozen=True)
+class FilePatch:
+    old_path: str | None  # None: the file is created
+    new_path: str | None  # None: the file is deleted
+    hunks: tuple[Hunk, ...]
+    new_mode: int | None = None  # set by "new file mode" / "new mode"
+    old_mode: int | None = None
+
+    @property
+    def path(self) -> str:
+        path = self.new_path or self.old_path
+        assert path is not None
+        return path
+
+    def reversed(self) -> FilePatch:
+        return FilePatch(
+            old_path=self.new_path,
+            new_path=self.old_path,
+            hunks=tuple(h.reversed() for h in self.hunks),
+            new_mode=self.old_mode,
+            old_mode=self.new_mode,
+        )
+
+
+@dataclass(frozen=True)
+class PatchFile:
+    """One ``.patch`` file: its header and its per-file diffs."""
+
+    label: str  # as the spec lists it (workspace-relative)
+    path: Path
+    sha256: str
+    files: tuple[FilePatch, ...]
+    subject: str = ""
+    why: str = ""
+    upstream: str = ""
+
+    def reversed(self) -> PatchFile:
+        return PatchFile(
+            self.label,
+            self.path,
+            self.sha256,
+            tuple(f.reversed() for f in self.files),
+            self.subject,
+            self.why,
+            self.upstream,
+        )
+
+    def locked(self) -> LockedPatch:
+        return LockedPatch(path=self.label, sha256=self.sha256)
+
+
+def load_patches(root: Path, labels: Iterable[str]) -> list[PatchFile]:
+    """Read and parse the patches a source lists (paths relative to the workspace ``root``)."""
+    return [parse_patch_file(root / label, label=label) for label in labels]
+
+
+def parse_patch_file(path: Path, *, label: str | None = None) -> PatchFile:
+    name = label or str(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise PatchError(f"{name}: patch file not found") from None
+    return parse_patch(data, label=name, path=path)
+
+
+def parse_patch(data: bytes, *, label: str, path: Path | None = None) -> PatchFile:
+    """Parse a git-format unified diff with an optional header; refuse what envlock cannot apply safely."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    i = 0
+    header: list[bytes] = []
+    while i < len(lines) and not _starts_file(lines, i):
+        header.append(lines[i])
+        i += 1
+    files: list[FilePatch] = []
+    while i < len(lines):
+        fp, i = _parse_file(lines, i, label)
+        files.append(fp)
+    if not files:
+        raise PatchError(f"{label}: no diff found; expected a unified diff (`diff --git a/... b/...`)")
+    for fp in files:
+        for p in (fp.old_path, fp.new_path):
+            if p is not None:
+                problem = _path_problem(p)
+                if problem:
+                    raise PatchError(f"{label}: refuses to touch {p!r}: {problem}")
+    fields = _parse_header(header)
+    return PatchFile(
+        label=label,
+        path=path or Path(label),
+        sha256=hashlib.sha256(data).hexdigest(),
+        files=tuple(files),
+        subject=fields.get("Subject", ""),
+        why=fields.get("Why", ""),
+        upstream=fields.get("Upstream", ""),
+    )
+
+
+def _parse_header(lines: Sequence[bytes]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    key: str | None = None
+    for raw in lines:
+        line = raw.decode("utf-8", "replace")
+        if line.strip() == "---":
+            break
+        m = re.match(r"([A-Za-z-]+):\s?(.*)", line)
+        if m and m.group(1) in _HEADER_KEYS:
+            key = m.group(1)
+            out[key] = m.group(2).strip()
+        elif key and line[:1].isspace():
+            out[key] += " " + line.strip()
+    return out
+
+
+def _starts_file(lines: Sequence[bytes], i: int) -> bool:
+    if lines[i].startswith(b"diff --git "):
+        return True
+    return (
+        lines[i].startswith(b"--- ")
+        and i + 2 < len(lines)
+        and lines[i + 1].startswith(b"+++ ")
+        and lines[i + 2].startswith(b"@@ ")
+    )
+
+
+def _unquote(path: bytes) -> str:
+    """A path as git writes it: plain, or C-quoted when it has unusual bytes."""
+    if not (path.startswith(b'"') and path.endswith(b'"') and len(path) >= 2):
+        return path.decode("utf-8", "surrogateescape")
+    body, out, j = path[1:-1], bytearray(), 0
+    escapes = {
+        ord("n"): 10,
+        ord("t"): 9,
+        ord('"'): 34,
+        ord("\\"): 92,
+        ord("a"): 7,
+        ord("b"): 8,
+        ord("f"): 12,
+        ord("r"): 13,
+        ord("v"): 11,
+    }
+    while j < len(body):
+        c = body[j]
+        if c == 92 and j + 1 < len(body):
+            nxt = body[j + 1]
+            if 48 <= nxt <= 55:
+                out.append(int(body[j + 1 : j + 4], 8))
+                j += 4
+                continue
+            out.append(escapes.get(nxt, nxt))
+            j += 2
+            continue
+        out.append(c)
+        j += 1
+    return bytes(out).decode("utf-8", "surrogateescape")
+
+
+def _strip_path(raw: bytes) -> str | None:
+    """``a/dir/file`` (from a ---/+++ line) -> ``dir/file``; ``/dev/null`` -> None."""
+    raw = raw.split(b"\t", 1)[0].rstrip(b"\r")
+    if raw == b"/dev/null":
+        return None
+    path = _unquote(raw)
+    if path.startswith("/"):
+        return path  # refused later, loudly, as an absolute path
+    return path.split("/", 1)[1] if "/" in path else path
+
+
+def _path_problem(path: str) -> str | None:
+    if not path:
+        return "empty path"
+    if path.startswith("/"):
+        return "absolute path, outside the source tree"
+    parts = path.split("/")
+    if ".." in parts:
+        return "'..' component leaves the source tree"
+    if ".git" in parts:
+        return "writes into a .git directory"
+    if "\\" in path or any(p in ("", ".") for p in parts):
+        return "not a plain relative path"
+    return None
+
+
+def _parse_mode(value: bytes) -> int:
+    return int(value.strip(), 8)
+
+
+def _parse_file(lines: Sequence[bytes], i: int, label: str) -> tuple[FilePatch, int]:
+    old_path: str | None = None
+    new_path: str | None = None
+    new_mode: int | None = None
+    old_mode: int | None = None
+    created = deleted = False
+    start = i
+    if lines[i].startswith(b"diff --git "):
+        m = re.fullmatch(rb"diff --git (\"?a/.+\"?) (\"?b/.+\"?)", lines[i])
+        if m:
+            old_path = new_path = _strip_path(m.group(1))
+        i += 1
+        while i < len(lines) and not lines[i].startswith((b"--- ", b"@@ ", b"diff --git ")):
+            line = lines[i]
+            if line.startswith(b"new file mode "):
+                created, new_mode = True, _parse_mode(line[14:])
+            elif line.startswith(b"deleted file mode "):
+                deleted, old_mode = True, _parse_mode(line[18:])
+            elif line.startswith(b"old mode "):
+                old_mode = _parse_mode(line[9:])
+            elif line.startswith(b"new mode "):
+                new_mode = _parse_mode(line[9:])
+            elif line.startswith((b"rename ", b"copy ")):
+                raise PatchError(
+                    f"{label}: line {i + 1}: renames and copies are not supported; "
+                    "record the patch with `git diff --no-renames`"
+                )
+            elif line.startswith((b"Binary files ", b"GIT binary patch")):
+                raise PatchError(f"{label}: line {i + 1}: binary patches are not supported ({old_path})")
+            i += 1
+    if i < len(lines) and lines[i].startswith(b"--- "):
+        if i + 1 >= len(lines) or not lines[i + 1].startswith(b"+++ "):
+            raise PatchError(f"{label}: line {i + 2}: expected a '+++ ' line after '--- '")
+        old_path = _strip_path(lines[i][4:])
+        new_path = _strip_path(lines[i + 1][4:])
+        i += 2
+    if created:
+        old_path = None
+    if deleted:
+        new_path = None
+    if old_path is None and new_path is None:
+        raise PatchError(f"{label}: line {start + 1}: a file diff without a file name")
+    for mode in (new_mode, old_mode):
+        if mode is not None and stat.S_ISLNK(mode):
+            raise PatchError(f"{label}: {new_path or old_path}: symlinks in patches are not supported")
+    hunks: list[Hunk] = []
+    while i < len(lines) and lines[i].startswith(b"@@ "):
+        hunk, i = _parse_hunk(lines, i, label)
+        hunks.append(hunk)
+    return FilePatch(old_path, new_path, tuple(hunks), new_mode=new_mode, old_mode=old_mode), i
+
+
+def _parse_hunk(lines: Sequence[bytes], i: int, label: str) -> tuple[Hunk, int]:
+    m = _HUNK.match(lines[i])
+    if not m:
+        found = lines[i].decode(errors="replace")
+        raise PatchError(f"{label}: line {i + 1}: malformed hunk header {found!r}")
+    old_start, new_start = int(m.group(1)), int(m.group(3))
+    old_count = int(m.group(2)) if m.group(2) is not None else 1
+    new_count = int(m.group(4)) if m.group(4) is not None else 1
+    header = lines[i].decode("utf-8", "replace")
+    i += 1
+    body: list[tuple[str, bytes]] = []
+    old_left, new_left = old_count, new_count
+    while old_left > 0 or new_left > 0:
+        if i >= len(lines):
+            raise PatchError(
+                f"{label}: hunk {header!r} ends early (expected {old_left} more old and {new_left} more new lines)"
+            )
+        line = lines[i]
+        op = chr(line[0]) if line else " "  # an empty line is an empty context line
+        text = line[1:] + b"\n"
+        if op == " ":
+            old_left, new_left = old_left - 1, new_left - 1
+        elif op == "-":
+            old_left -= 1
+        elif op == "+":
+            new_left -= 1
+        elif op == "\\":
+            _drop_newline(body)
+            i += 1
+            continue
+        else:
+            raise PatchError(f"{label}: line {i + 1}: unexpected line in hunk {header!r}")
+        if old_left < 0 or new_left < 0:
+            raise PatchError(f"{label}: line {i + 1}: hunk {header!r} has more lines than its header says")
+        body.append((op, text))
+        i += 1
+    while i < len(lines) and lines[i].startswith(b"\\"):
+        _drop_newline(body)
+        i += 1
+    return Hunk(header, old_start, old_count, new_start, new_count, tuple(body)), i
+
+
+def _drop_newline(body: list[tuple[str, bytes]]) -> None:
+    if body:
+        op, text = body[-1]
+        body[-1] = (op, text[:-1] if text.endswith(b"\n") else text)
+
+
+# -- applying ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HunkFailure:
+    """Why one file of a patch does not apply."""
+
+    file: str
+    hunk: int  # 1-based within the file, 0 for a file-level problem
+    header: str
+    reason: str
+    line: int = 0  # 1-based line in the file where the hunk was expected
+    expected: tuple[str, ...] = ()
+    actual: tuple[str, ...] = ()
+
+    def describe(self) -> list[str]:
+        where = f"{self.file}: hunk {self.hunk} ({self.header})" if self.hunk else self.file
+        out = [f"{where}: {self.reason}"]
+        if self.expected or self.actual:
+            out.append(f"expected at line {self.line}:")
+            out += [f"  | {t}" for t in self.expected] or ["  (nothing)"]
+            out.append("found:")
+            out += [f"  | {t}" for t in self.actual] or ["  (end of file)"]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "hunk": self.hunk,
+            "header": self.header,
+            "reason": self.reason,
+            "line": self.line,
+            "expected": list(self.expected),
+            "actual": list(self.actual),
+        }
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a patch changes in a view: path -> (bytes, mode) or None (deleted)."""
+
+    changes: dict[str, tuple[bytes, int] | None]
+    offset: int  # summed distance of its hunks from their stated lines
+
+
+class _FailedError(Exception):
+    def __init__(self, failure: HunkFailure) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+
+
+def _show(lines: Iterable[bytes]) -> tuple[str, ...]:
+    return tuple(t.decode("utf-8", "replace").rstrip("\n") for t in lines)
+
+
+def _split(data: bytes) -> list[bytes]:
+    parts = data.split(b"\n")
+    out = [p + b"\n" for p in parts[:-1]]
+    if parts[-1]:
+        out.append(parts[-1])
+    return out
+
+
+class TreeView:
+    """A source tree on disk plus in-memory changes (path -> (bytes, mode), or None if deleted)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.changes: dict[str, tuple[bytes, int] | None] = {}
+
+    def _symlink_problem(self, rel: str) -> str | None:
+        parts = rel.split("/")
+        for n in range(1, len(parts) + 1):
+            sub = "/".join(parts[:n])
+            if sub in self.changes:
+                return None  # created by an earlier patch: a regular file, never a link
+            if (self.root / sub).is_symlink():
+                kind = "is a symlink" if n == len(parts) else f"goes through the symlink {sub!r}"
+                return f"{kind} in the source tree (-> {os.readlink(self.root / sub)})"
+        return None
+
+    def read(self, rel: str) -> tuple[bytes, int] | None:
+        if rel in self.changes:
+            return self.changes[rel]
+        path = self.root / rel
+        try:
+            st = path.lstat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return path.read_bytes(), _EXECUTABLE if st.st_mode & 0o100 else _REGULAR
+
+    def try_apply(self, patch: PatchFile) -> Applied | HunkFailure:
+        """The changes ``patch`` makes to this view, or the first failure (the view is unchanged)."""
+        staged: dict[str, tuple[bytes, int] | None] = {}
+        offset = 0
+        saved = self.changes
+        try:
+            for fp in patch.files:
+                self.changes = {**saved, **staged}
+                changes, moved = self._apply_file(fp)
+                staged.update(changes)
+                offset += moved
+        except _FailedError as failed:
+            return failed.failure
+        finally:
+            self.changes = saved
+        return Applied(staged, offset)
+
+    def classify(self, patch: PatchFile) -> tuple[State, Applied | None, HunkFailure | None]:
+        """applies / already-applied / conflict, with the changes (applies) or the failure (conflict).
+
+        When both the patch and its reverse apply (the patch's result is already there, and
+        its context also occurs elsewhere), the one matching nearer its stated lines wins:
+        re-applying an upstreamed hunk at an offset would silently duplicate it.
+        """
+        forward = self.try_apply(patch)
+        backward = self.try_apply(patch.reversed())
+        if isinstance(forward, Applied) and (isinstance(backward, HunkFailure) or forward.offset <= backward.offset):
+            return "applies", forward, None
+        if isinstance(backward, Applied):
+            return "already-applied", None, None
+        assert isinstance(forward, HunkFailure)
+        return "conflict", None, forward
+
+    def apply(self, patch: PatchFile) -> None:
+        """Apply ``patch`` to the view, or raise ``PatchError`` naming the patch, file and hunk."""
+        state, applied, failure = self.classify(patch)
+        if state == "already-applied":
+            raise PatchError(
+                f"{patch.label}: already applied (its reverse applies): upstream has it; "
+                "remove it from the source's patches"
+            )
+        if failure is not None:
+            raise PatchError(f"{patch.label}: does not apply", details=failure.describe())
+        assert applied is not None
+        self.changes.update(applied.changes)
+
+    def _apply_file(self, fp: FilePatch) -> tuple[dict[str, tuple[bytes, int] | None], int]:
+        for path in {p for p in (fp.old_path, fp.new_path) if p is not None}:
+            problem = self._symlink_problem(path)
+            if problem:
+                raise _FailedError(HunkFailure(path, 0, "", f"refused: {problem}"))
+        if fp.old_path is None:  # creation
+            assert fp.new_path is not None
+            if self.read(fp.new_path) is not None or (self.root / fp.new_path).is_symlink():
+                raise _FailedError(HunkFailure(fp.new_path, 0, "", "would be created, but already exists"))
+            content = b"".join(b"".join(h.new) for h in fp.hunks)
+            return {fp.new_path: (content, _mode(fp.new_mode, _REGULAR))}, 0
+        current = self.read(fp.old_path)
+        if current is None:
+            raise _FailedError(HunkFailure(fp.old_path, 0, "", "does not exist in the tree"))
+        data, mode = current
+        lines, offset = _apply_hunks(fp.old_path, _split(data), fp.hunks)
+        if fp.new_path is None:  # deletion: what is left must be nothing
+            if lines:
+                raise _FailedError(
+                    HunkFailure(fp.old_path, 0, "", "would be deleted, but has other content than the patch removes")
+                )
+            return {fp.old_path: None}, offset
+        out: dict[str, tuple[bytes, int] | None] = {fp.new_path: (b"".join(lines), _mode(fp.new_mode, mode))}
+        if fp.new_path != fp.old_path:
+            out[fp.old_path] = None
+        return out, offset
+
+    def write(self, dest: Path) -> None:
+        """Write the in-memory changes over a copy of the tree at ``dest``."""
+        for rel, change in sorted(self.changes.items()):
+            target = dest / rel
+            if change is None:
+                target.unlink(missing_ok=True)
+                continue
+            data, mode = change
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            target.chmod(0o755 if mode & 0o100 else 0o644)
+
+
+def _mode(mode: int | None, default: int) -> int:
+    return default if mode is None else (_EXECUTABLE if mode & 0o100 else _REGULAR)
+
+
+def _apply_hunks(path: str, lines: list[bytes], hunks: Sequence[Hunk]) -> tuple[list[bytes], int]:
+    """The file's lines after ``hunks``, and how far (in lines, summed) the hunks sat from their headers."""
+    out: list[bytes] = []
+    offset = 0
+    cursor = 0  # first line of ``lines`` not yet copied to ``out``
+    for number, hunk in enumerate(hunks, 1):
+        old, new = hunk.old, hunk.new
+        wanted = hunk.old_start - 1 if hunk.old_count else hunk.old_start
+        anchored = not old or (hunk.old_start <= 1 and bool(hunk.lines) and hunk.lines[0][0] != " ")
+        pos = _find(lines, old, wanted, cursor, anchored)
+        if pos is None:
+            at = max(wanted, cursor)
+            actual = lines[at : at + max(len(old), 1)]
+            mismatch = next(
+                (k for k, (a, b) in enumerate(zip(old, actual, strict=False)) if a != b),
+                min(len(old), len(actual)),
+            )
+            reason = ("context does not match" if actual else "the file ends before the hunk") + (
+                f" (first difference at line {at + mismatch + 1})" if actual else ""
+            )
+            failure = HunkFailure(path, number, hunk.header, reason, at + 1, _show(old), _show(actual))
+            raise _FailedError(failure)
+        out += lines[cursor:pos]
+        out += new
+        cursor = pos + len(old)
+        offset += abs(pos - wanted)
+    out += lines[cursor:]
+    return out, offset
+
+
+def _find(lines: Sequence[bytes], old: Sequence[bytes], wanted: int, floor: int, anchored: bool) -> int | None:
+    """Where ``old`` matches exactly, nearest to ``wanted`` and not before ``floor``."""
+    n = len(old)
+    last = len(lines) - n
+    if anchored:
+        pos = max(wanted, floor)
+        return pos if floor <= pos <= last and list(lines[pos : pos + n]) == list(old) else None
+    for delta in range(0, max(last, wanted) + 1):
+        for pos in (wanted - delta, wanted + delta) if delta else (wanted,):
+            if floor <= pos <= last and list(lines[pos : pos + n]) == list(old):
+                return pos
+    return None
+
+
+# -- the stage: apply all, status -------------------------------------------
+
+
+@dataclass(frozen=True)
+class PatchedTree:
+    source: str
+    tree: Path  # patched tree in the store (or the unpatched one when there are no patches)
+    tree_digest: str  # content digest after patches
+    base_digest: str
+    patches: tuple[LockedPatch, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "tree": str(self.tree),
+            "tree-digest": self.tree_digest,
+            "base-digest": self.base_digest,
+            "patches": [{"path": p.path, "sha256": p.sha256} for p in self.patches],
+        }
+
+
+def apply_all(source: str, tree: Path, base_digest: str, patches: Sequence[PatchFile], store: Store) -> PatchedTree:
+    """Apply ``patches`` in order to a fresh copy of ``tree``; the result is a store entry.
+
+    All-or-nothing: every patch is applied in memory first; a failure raises ``PatchError``
+    and writes nothing. Keyed by the base tree digest and the patches' sha256.
+    """
+    locked = tuple(p.locked() for p in patches)
+    if not patches:
+        return PatchedTree(source, tree, base_digest, base_digest, ())
+    key_text = base_digest + "\n" + "".join(f"{p.path} {p.sha256}\n" for p in locked)
+    key = hashlib.sha256(key_text.encode()).hexdigest()
+    entry = store.path("sources", f"patched-{key}")
+    if not (entry / "tree-digest").is_file():
+        view = TreeView(tree)
+        for patch in patches:
+            try:
+                view.apply(patch)
+            except PatchError as exc:
+                raise PatchError(f"source {source!r}: {exc.message}", details=exc.details) from None
+        with store.new_entry("sources", f"patched-{key}") as work:
+            copy_tree(tree, work / "tree")
+            view.write(work / "tree")
+            (work / "tree-digest").write_text(tree_digest(work / "tree") + "\n")
+    digest = (entry / "tree-digest").read_text().strip()
+    return PatchedTree(source, entry / "tree", digest, base_digest, locked)
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    patch: str
+    subject: str
+    state: State
+    failure: HunkFailure | None = None  # for "conflict": the first hunk that does not apply
+
+    @property
+    def advice(self) -> str:
+        if self.state == "already-applied":
+            return "upstream has it: retire this patch"
+        if self.state == "conflict" and self.failure is not None:
+            return f"refresh it: {self.failure.file} hunk {self.failure.hunk} no longer matches"
+        return ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "patch": self.patch,
+            "subject": self.subject,
+            "state": self.state,
+            "advice": self.advice,
+            "failure": self.failure.to_dict() if self.failure else None,
+        }
+
+
+def status(tree: Path, patches: Sequence[PatchFile]) -> list[PatchStatus]:
+    """Each patch, in order, against ``tree``: applies, already-applied (its reverse applies) or conflict.
+
+    A patch that applies is applied (in memory) before the next one is checked, as a real
+    application would; an already-applied or conflicting one is not.
+    """
+    view = TreeView(tree)
+    out: list[PatchStatus] = []
+    for patch in patches:
+        state, applied, failure = view.classify(patch)
+        if applied is not None:
+            view.changes.update(applied.changes)
+        out.append(PatchStatus(patch.label, patch.subject, state, failure))
+    return out
+
+
+# -- edit / record -----------------------------------------------------------
+
+_EDIT_STATE = "envlock-edit.json"
+
+
+@dataclass(frozen=True)
+class EditSession:
+    source: str
+    workdir: Path
+    levels: tuple[str, ...]  # patch labels, one commit each on top of "base"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "workdir": str(self.workdir), "levels": list(self.levels)}
+
+
+def _git_ok(args: Sequence[str | os.PathLike[str]], cwd: Path, what: str) -> runner.Result:
+    result = runner.git(args, cwd=cwd)
+    if not result.ok:
+        raise PatchError(
+            f"{what}: `git {' '.join(map(str, args))}` failed (exit {result.returncode})",
+            details=result.tail(10).splitlines(),
+        )
+    return result
+
+
+def edit(source: str, tree: Path, patches: Sequence[PatchFile], workdir: Path) -> EditSession:
+    """Check the patched tree out into ``workdir``: a git repo, one commit per patch level.
+
+    Edit files there, then ``record`` writes the difference against the top level as the
+    next patch.
+    """
+    if workdir.exists() and any(workdir.iterdir()):
+        raise PatchError(f"{workdir}: work dir exists and is not empty; expected a new or empty directory")
+    view = TreeView(tree)
+    for patch in patches:
+        view.apply(patch)  # fails before anything is written
+    copy_tree(tree, workdir)
+    what = f"patch edit {source}"
+    _git_ok(["init", "-q"], workdir, what)
+    _git_ok(["add", "-A", "-f"], workdir, what)
+    _git_ok(["commit", "-q", "--allow-empty", "--no-verify", "-m", "base (unpatched)"], workdir, what)
+    applied = TreeView(workdir)
+    for patch in patches:
+        applied.changes = {}
+        applied.apply(patch)
+        applied.write(workdir)
+        _git_ok(["add", "-A", "-f"], workdir, what)
+        _git_ok(
+            ["commit", "-q", "--allow-empty", "--no-verify", "-m", f"{patch.label}\n\n{patch.subject}"],
+            workdir,
+            what,
+        )
+    state = {"source": source, "levels": [p.label for p in patches]}
+    (workdir / ".git" / _EDIT_STATE).write_text(json.dumps(state, indent=2) + "\n")
+    return EditSession(source, workdir, tuple(state["levels"]))
+
+
+@dataclass(frozen=True)
+class RecordedPatch:
+    source: str
+    path: Path
+    number: int
+    files: tuple[str, ...]
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "path": str(self.path),
+            "number": self.number,
+            "files": list(self.files),
+            "sha256": self.sha256,
+        }
+
+
+def slug(title: str) -> str:
+    s = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+    return s[:60].rstrip("-") or "patch"
+
+
+def format_header(subject: str, why: str, upstream: str) -> str:
+    """The header envlock writes above a recorded diff (continuation lines indented by two)."""
+
+    def field_(key: str, value: str) -> str:
+        lines = value.strip().splitlines() or [""]
+        return f"{key}: {lines[0].strip()}\n" + "".join(f"  {line.strip()}\n" for line in lines[1:])
+
+    return field_("Subject", subject) + field_("Why", why) + field_("Upstream", upstream) + "---\n"
+
+
+def record(workdir: Path, patches_dir: Path, *, subject: str, why: str, upstream: str) -> RecordedPatch:
+    """Write the work dir's changes against its top patch level as ``patches_dir/NNNN-slug.patch``.
+
+    The new patch becomes the next level (committed), so another ``record`` diffs against it.
+    """
+    state_file = workdir / ".git" / _EDIT_STATE
+    if not state_file.is_file():
+        raise PatchError(
+            f"{workdir}: not an envlock edit work dir (no .git/{_EDIT_STATE}); create one with `envlock patch edit`"
+        )
+    state = json.loads(state_file.read_text())
+    source = str(state["source"])
+    what = f"patch record {source}"
+    _git_ok(["add", "-A"], workdir, what)
+    diff = _git_ok(
+        [
+            "-c",
+            "core.quotepath=false",
+            "diff",
+            "--cached",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-renames",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
+            "HEAD",
+        ],
+        workdir,
+        what,
+    ).stdout
+    if not diff.strip():
+        level = state["levels"][-1] if state["levels"] else "base"
+        raise PatchError(f"{workdir}: nothing to record (no change against {level})")
+    names = _git_ok(["diff", "--cached", "--name-only", "--no-renames", "HEAD"], workdir, what).stdout.split()
+    numbers = [int(m.group(1)) for p in patches_dir.glob("*.patch") if (m := re.match(r"(\d{4})-", p.name))]
+    number = max(numbers, default=0) + 1
+    text = format_header(subject, why, upstream) + diff
+    target = patches_dir / f"{number:04d}-{slug(subject)}.patch"
+    parsed = parse_patch(text.encode(), label=str(target))  # refuses binary diffs and the like
+    check = TreeView(workdir)
+    _git_ok(["stash", "-q"], workdir, what)  # check the patch against the level it was diffed from
+    try:
+        result = check.try_apply(parsed)
+    finally:
+        _git_ok(["stash", "pop", "-q"], workdir, what)
+    if isinstance(result, HunkFailure):
+        raise PatchError(f"{target}: recorded diff does not apply to its own base", details=result.describe())
+    write_atomic(target, text.encode())
+    _git_ok(["add", "-A"], workdir, what)
+    _git_ok(["commit", "-q", "--no-verify", "-m", f"{target.name}\n\n{subject}"], workdir, what)
+    state["levels"] = [*state["levels"], str(target)]
+    state_file.write_text(json.dumps(state, indent=2) + "\n")
+    return RecordedPatch(source, target, number, tuple(names), parsed.sha256)

@@ -1,0 +1,378 @@
+"""Pinned source trees: git commits fetched into a store-managed mirror, and content-hashed paths.
+
+A git source is fetched into a bare mirror under the store (``git-mirrors/<url digest>``),
+asking the server for just the pinned commit (``git fetch --depth 1 URL <sha>``) and falling
+back to a full fetch when the server refuses unadvertised objects. The commit is then
+checked out into an immutable store entry ``sources/git-<commit>`` (no ``.git``), after
+verifying that the checked-out HEAD is exactly the 40-hex commit. A branch, tag or short
+hash in the spec is resolved once (``git ls-remote``, or the fetched history for a short
+hash); the lock records the full commit.
+
+A path source is copied into ``sources/path-<tree digest>`` so builds never write into the
+workspace. ``--override-source NAME=PATH`` (Nix's ``--override-input``) takes a local tree
+instead of the pin; the result says so in ``notice``.
+
+Tree digest: ``sha256:`` over a sorted walk of the tree (POSIX relative path, entry type,
+executable bit, file bytes or symlink target). ``.git`` and ``__pycache__`` are left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envlock import runner
+from envlock.errors import SourceError, UsageError
+from envlock.lockfile import LockedPatch, LockedSource
+from envlock.spec import SourceSpec
+from envlock.store import Store
+
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_SHORT_HEX = re.compile(r"[0-9a-f]{4,39}")
+IGNORED_NAMES = frozenset({".git", "__pycache__"})
+
+# SOURCE_DATE_EPOCH for trees without a commit (path sources, overrides): a fixed value
+# (1980-01-01T00:00:00Z, the earliest a zip file can record) rather than the newest mtime,
+# so two trees with one digest build the same wheel whatever their files' mtimes.
+PATH_SOURCE_EPOCH = 315532800
+
+
+@dataclass(frozen=True)
+class PreparedSource:
+    """A source tree ready to patch: where it is in the store and what it is pinned to."""
+
+    name: str
+    kind: str  # "git" or "path"
+    location: str  # git URL, or workspace-relative path
+    tree: Path  # unpatched tree in the store (read it, never write it)
+    tree_digest: str
+    commit: str | None = None  # full 40-hex commit (git sources, not overridden)
+    commit_time: int | None = None  # committer time, unix seconds
+    requested_rev: str | None = None  # the spec's rev, when it was not a full commit
+    override: Path | None = None  # the local tree used instead of the pin
+
+    @property
+    def source_date_epoch(self) -> int:
+        return self.commit_time if self.commit_time is not None else PATH_SOURCE_EPOCH
+
+    @property
+    def notice(self) -> str | None:
+        """A loud line for the user when the pin was not used."""
+        if self.override is None:
+            return None
+        pinned = f"commit {self.commit}" if self.commit else f"{self.kind} {self.location}"
+        return (
+            f"OVERRIDDEN: source {self.name!r} is built from the local tree {self.override} "
+            f"({self.tree_digest}), not from its pin ({pinned}); what is built from it is not "
+            "reproducible from the lock"
+        )
+
+    def locked(self, patches: Sequence[LockedPatch] = ()) -> LockedSource:
+        """The lock's record of this source (its pin, never an override's tree)."""
+        return LockedSource(
+            kind=self.kind,
+            location=self.location,
+            commit=self.commit if self.kind == "git" else None,
+            tree_digest=self.tree_digest if self.kind == "path" else None,
+            patches=tuple(patches),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "location": self.location,
+            "tree": str(self.tree),
+            "tree-digest": self.tree_digest,
+            "commit": self.commit,
+            "commit-time": self.commit_time,
+            "requested-rev": self.requested_rev,
+            "override": str(self.override) if self.override else None,
+            "notice": self.notice,
+        }
+
+
+@dataclass(frozen=True)
+class GitCheckout:
+    """One commit of one repository, checked out into the store."""
+
+    url: str
+    commit: str
+    commit_time: int
+    tree: Path
+    tree_digest: str
+
+
+# -- overrides ---------------------------------------------------------------
+
+
+def parse_override(value: str, *, cwd: Path | None = None) -> tuple[str, Path]:
+    """``NAME=PATH`` from ``--override-source`` -> (name, absolute path of an existing directory)."""
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise UsageError(f"--override-source {value!r}: expected NAME=PATH")
+    folder = (cwd or Path.cwd()) / Path(path).expanduser()
+    if not folder.is_dir():
+        raise UsageError(f"--override-source {value!r}: {folder} is not a directory")
+    return name, folder.resolve()
+
+
+# -- tree digests ------------------------------------------------------------
+
+
+def walk_tree(root: Path) -> Iterator[tuple[str, Path]]:
+    """Every file and symlink under ``root`` as (POSIX relative path, path), sorted by relative path."""
+    entries: list[tuple[str, Path]] = []
+
+    def visit(folder: Path, prefix: str) -> None:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if entry.name in IGNORED_NAMES:
+                    continue
+                rel = f"{prefix}{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    visit(Path(entry.path), rel + "/")
+                else:
+                    entries.append((rel, Path(entry.path)))
+
+    visit(root, "")
+    yield from sorted(entries)
+
+
+def tree_digest(root: Path) -> str:
+    """Content digest of a tree: sorted paths, entry type, exec bit, bytes or symlink target."""
+    h = hashlib.sha256()
+    for rel, path in walk_tree(root):
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            kind, data = b"l", os.readlink(path).encode()
+        elif stat.S_ISREG(st.st_mode):
+            kind = b"x" if st.st_mode & 0o100 else b"f"
+            data = path.read_bytes()
+        else:
+            raise SourceError(f"{path}: not a regular file, directory or symlink")
+        name = rel.encode()
+        h.update(kind + len(name).to_bytes(4, "big") + name + len(data).to_bytes(8, "big") + data)
+    return "sha256:" + h.hexdigest()
+
+
+def copy_tree(src: Path, dest: Path) -> None:
+    """Copy a tree (symlinks as symlinks, modes kept, ``.git``/``__pycache__`` left out) into ``dest``."""
+    shutil.copytree(
+        src,
+        dest,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(*IGNORED_NAMES),
+        dirs_exist_ok=True,
+    )
+
+
+# -- git ---------------------------------------------------------------------
+
+
+def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None = None) -> runner.Result:
+    result = runner.git(args, cwd=cwd)
+    if not result.ok:
+        raise SourceError(
+            f"{what}: `git {' '.join(str(a) for a in args)}` failed (exit {result.returncode})",
+            details=result.tail(15).splitlines(),
+        )
+    return result
+
+
+def mirror_path(store: Store, url: str) -> Path:
+    """The store's bare mirror for ``url`` (created on first use)."""
+    key = hashlib.sha256(url.encode()).hexdigest()[:32]
+    path = store.path("git-mirrors", key)
+    if not (path / "HEAD").exists():
+        work = store.temp_dir("git-mirror")
+        _git(["init", "-q", "--bare", work], what=url)
+        (work / "envlock-url").write_text(url + "\n")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(work, path)
+        except OSError:
+            shutil.rmtree(work, ignore_errors=True)
+            if not (path / "HEAD").exists():
+                raise
+    return path
+
+
+def resolve_rev(url: str, rev: str, *, store: Store | None = None) -> str:
+    """A branch, tag, full or short commit -> the full 40-hex commit it names now.
+
+    Names are looked up with ``git ls-remote`` (a tag's peeled commit wins); a short hash
+    needs history, so it is looked up in the store's mirror after a full fetch.
+    """
+    if _HEX40.fullmatch(rev):
+        return rev
+    result = runner.git(["ls-remote", url, rev, f"refs/tags/{rev}^{{}}"])
+    if not result.ok:
+        raise SourceError(
+            f"{url}: cannot list refs to resolve rev {rev!r} (git ls-remote exit {result.returncode})",
+            details=result.tail(10).splitlines(),
+        )
+    refs = {}
+    for line in result.stdout.splitlines():
+        sha, _, ref = line.partition("\t")
+        refs[ref] = sha
+    for ref in (f"refs/tags/{rev}^{{}}", f"refs/tags/{rev}", f"refs/heads/{rev}", rev):
+        if ref in refs:
+            return refs[ref]
+    if _SHORT_HEX.fullmatch(rev) and store is not None:
+        mirror = mirror_path(store, url)
+        _fetch_all(mirror, url)
+        found = runner.git(["--git-dir", mirror, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"])
+        if found.ok and _HEX40.fullmatch(found.stdout.strip()):
+            return found.stdout.strip()
+        raise SourceError(
+            f"{url}: rev {rev!r} names no commit (or an ambiguous one); expected a branch, a tag or a commit hash"
+        )
+    raise SourceError(f"{url}: rev {rev!r} names no branch or tag there; expected a branch, a tag or a commit hash")
+
+
+def _has_commit(mirror: Path, commit: str) -> bool:
+    return runner.git(["--git-dir", mirror, "cat-file", "-e", f"{commit}^{{commit}}"]).ok
+
+
+def _fetch_all(mirror: Path, url: str) -> None:
+    args: list[str | os.PathLike[str]] = ["--git-dir", mirror, "fetch", "-q", "--no-tags"]
+    if (mirror / "shallow").exists():
+        args.append("--unshallow")
+    args += [url, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
+    _git(args, what=f"{url}: full fetch")
+
+
+def fetch_commit(store: Store, url: str, commit: str) -> Path:
+    """Make sure the store's mirror of ``url`` holds ``commit``; return the mirror.
+
+    Asks for the one commit first (cheap on servers that allow it); a server that refuses
+    an unadvertised object gets a full fetch instead.
+    """
+    if not _HEX40.fullmatch(commit):
+        raise SourceError(f"{url}: expected a full 40-hex commit, found {commit!r}")
+    mirror = mirror_path(store, url)
+    with store.locked(f"git-mirror-{mirror.name}"):
+        _fetch_into(mirror, url, commit)
+    return mirror
+
+
+def _fetch_into(mirror: Path, url: str, commit: str) -> None:
+    if not _has_commit(mirror, commit):
+        shallow = runner.git(["--git-dir", mirror, "fetch", "-q", "--no-tags", "--depth", "1", url, commit])
+        if not (shallow.ok and _has_commit(mirror, commit)):
+            _fetch_all(mirror, url)
+        if not _has_commit(mirror, commit):
+            raise SourceError(
+                f"{url}: commit {commit} not found (fetched the whole repository); expected a commit that exists there"
+            )
+    # A ref per pinned commit keeps it from gc and lets the checkout fetch a ref tip.
+    _git(["--git-dir", mirror, "update-ref", f"refs/envlock/{commit}", commit], what=url)
+
+
+def checkout(store: Store, url: str, commit: str) -> GitCheckout:
+    """``commit`` of ``url`` as a tree in the store (``sources/git-<commit>``), fetched if needed."""
+    entry = store.path("sources", f"git-{commit}")
+    if not (entry / "tree").is_dir():
+        mirror = fetch_commit(store, url, commit)
+        with store.new_entry("sources", f"git-{commit}") as work:
+            tree = work / "tree"
+            _git(["init", "-q", tree], what=url)
+            _git(
+                ["fetch", "-q", "--no-tags", "--depth", "1", str(mirror), f"refs/envlock/{commit}"],
+                cwd=tree,
+                what=url,
+            )
+            _git(
+                ["-c", "advice.detachedHead=false", "checkout", "-q", "--detach", "FETCH_HEAD"],
+                cwd=tree,
+                what=url,
+            )
+            head = _git(["rev-parse", "HEAD"], cwd=tree, what=url).stdout.strip()
+            if head != commit:
+                raise SourceError(f"{url}: checked out {head}, expected the pinned commit {commit}")
+            when = _git(["show", "-s", "--format=%ct", "HEAD"], cwd=tree, what=url).stdout.strip()
+            shutil.rmtree(tree / ".git")
+            (work / "commit-time").write_text(when + "\n")
+            (work / "tree-digest").write_text(tree_digest(tree) + "\n")
+            (work / "url").write_text(url + "\n")
+    return GitCheckout(
+        url=url,
+        commit=commit,
+        commit_time=int((entry / "commit-time").read_text().strip()),
+        tree=entry / "tree",
+        tree_digest=(entry / "tree-digest").read_text().strip(),
+    )
+
+
+def snapshot_path(store: Store, folder: Path) -> tuple[Path, str]:
+    """Copy a local tree into ``sources/path-<digest>``; return (tree, digest)."""
+    if not folder.is_dir():
+        raise SourceError(f"{folder}: source directory does not exist")
+    digest = tree_digest(folder)
+    key = digest.removeprefix("sha256:")
+    entry = store.path("sources", f"path-{key}")
+    if not (entry / "tree").is_dir():
+        with store.new_entry("sources", f"path-{key}") as work:
+            copy_tree(folder, work / "tree")
+            found = tree_digest(work / "tree")
+            if found != digest:
+                raise SourceError(f"{folder}: changed while it was copied ({digest} -> {found})")
+    return entry / "tree", digest
+
+
+# -- the stage ---------------------------------------------------------------
+
+
+def prepare(
+    spec: SourceSpec,
+    store: Store,
+    workspace_root: Path,
+    *,
+    commit: str | None = None,
+    override: Path | None = None,
+) -> PreparedSource:
+    """Fetch or snapshot one source into the store.
+
+    ``commit``: the commit the lock already recorded for a non-hex ``rev`` (so a branch is
+    resolved once, at lock time); without it a branch or tag is resolved now. ``override``:
+    a local tree used instead of the pin (the result's ``notice`` says so).
+    """
+    if spec.git is not None:
+        rev = spec.rev or "HEAD"
+        pinned = commit or resolve_rev(spec.git, rev, store=store)
+        requested = None if rev == pinned else rev
+        if override is not None:
+            tree, digest = snapshot_path(store, override)
+            return PreparedSource(
+                spec.name,
+                "git",
+                spec.git,
+                tree,
+                digest,
+                commit=pinned,
+                requested_rev=requested,
+                override=override,
+            )
+        co = checkout(store, spec.git, pinned)
+        return PreparedSource(
+            spec.name,
+            "git",
+            spec.git,
+            co.tree,
+            co.tree_digest,
+            commit=co.commit,
+            commit_time=co.commit_time,
+            requested_rev=requested,
+        )
+    assert spec.path is not None
+    folder = override if override is not None else workspace_root / spec.path
+    tree, digest = snapshot_path(store, folder)
+    return PreparedSource(spec.name, "path", spec.path, tree, digest, override=override)

@@ -1,0 +1,242 @@
+"""``sync``, ``path``, ``verify``, ``generations``, ``rollback`` and ``run`` for one env.
+
+``sync_lock`` chains fetch -> install -> verify -> new generation -> flip, under
+the env's file lock. Its no-op path (the current generation already is this lock's
+venv) reads one symlink and two small files and imports nothing heavy: fetch,
+install and verify are imported only when there is work.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envlock import generations
+from envlock.errors import LockError, UsageError, VerifyError
+from envlock.store import Store, write_atomic
+
+if TYPE_CHECKING:
+    # Type names only: importing these at run time would pull packaging onto the no-op path.
+    from envlock.fetch import Progress
+    from envlock.lockfile import Lock
+    from envlock.verify import VerifyResult
+
+#: Test hook: sleep at the named point(s) so a test can SIGKILL a real sync there.
+PAUSE_ENV = "ENVLOCK_TEST_PAUSE_AT"
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What ``envlock sync`` did; doubles as its ``--json`` output."""
+
+    env: str
+    path: Path  # the stable path (``current`` symlink)
+    generation: int
+    install_digest: str
+    venv_digest: str
+    noop: bool
+    downloaded: int = 0  # bytes
+    fetched: int = 0  # artifacts brought into the store this run
+    built: bool = False  # a new venv entry was installed (False: reused from the store)
+    recorded: bool = False  # the venv digest was written into the lock
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "path": str(self.path),
+            "generation": self.generation,
+            "install_digest": self.install_digest,
+            "venv_digest": self.venv_digest,
+            "noop": self.noop,
+            "downloaded": self.downloaded,
+            "fetched": self.fetched,
+            "built": self.built,
+            "recorded": self.recorded,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def sync_lock(
+    store: Store,
+    env: str,
+    lock: Lock,
+    *,
+    lock_path: Path | None,
+    frozen: bool = False,
+    offline: bool = False,
+    progress: Progress | None = None,
+    jobs: int = 4,
+) -> SyncResult:
+    """Make ``env``'s current generation the venv of ``lock``, verified, and return what happened.
+
+    ``lock_path`` is where the lock was read from (``path`` wheels are relative to
+    its folder); the venv digest is written back there on first sync unless
+    ``frozen`` or ``lock_path`` is None. A digest differing from the recorded one
+    is a ``VerifyError`` listing the files, and nothing is flipped.
+    """
+    started = time.monotonic()
+    key = lock.install_digest()
+    with generations.env_lock(store, env):
+        cur = generations.current(store, env)
+        if (
+            cur is not None
+            and cur.install_digest == key
+            and lock.venv_digest in (None, cur.venv_digest)
+            # install.MANIFEST_NAME, spelled out to keep install's imports off this path
+            and (cur.venv / ".envlock-manifest.json").is_file()
+        ):
+            recorded = _record(lock, lock_path, cur.venv_digest, frozen)
+            return SyncResult(env, generations.stable_path(store, env), cur.number, key,
+                              cur.venv_digest, noop=True, recorded=recorded,
+                              seconds=time.monotonic() - started)
+
+        from envlock import fetch, install, verify
+
+        base_dir = lock_path.parent if lock_path is not None else Path.cwd()
+        got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir,
+                          offline=offline, progress=progress, jobs=jobs)
+        inst = install.install(store, lock, got.paths(), on_stage=pause)
+        if inst.built:
+            actual = inst.manifest  # walked just now, before the entry was renamed into place
+        else:
+            # A reused entry is re-walked: a venv someone edited must not become current.
+            actual = verify.manifest(inst.venv)
+            if actual.digest != inst.manifest.digest:
+                diff = verify.compare(inst.manifest.entries, actual.entries)
+                raise VerifyError(
+                    f"{inst.venv}: store venv was modified after it was built "
+                    f"(recorded {inst.manifest.digest}, found {actual.digest}); "
+                    "remove that folder and sync again",
+                    details=diff.lines(),
+                )
+        if lock.venv_digest is not None and lock.venv_digest != actual.digest:
+            reference = verify.load_manifest(store.path("manifests", lock.venv_digest))
+            lines = (verify.compare(reference.entries, actual.entries).lines() if reference
+                     else [f"(no manifest of {lock.venv_digest} in this store to list files)"])
+            raise VerifyError(
+                f"{lock_path or env}: not reproducible: the lock records venv digest "
+                f"{lock.venv_digest}, this sync built {actual.digest} at {inst.venv}; "
+                "the env was not switched",
+                details=lines,
+            )
+        # Record first, so the generation keeps the lock text as it stands after this sync.
+        recorded = _record(lock, lock_path, actual.digest, frozen)
+        lock_text = lock_path.read_text(encoding="utf-8") if lock_path is not None else lock.to_toml()
+        newest = generations.list_generations(store, env)[-1:]
+        if (newest and (cur is None or newest[0].number > cur.number)
+                and (newest[0].install_digest, newest[0].venv_digest) == (key, actual.digest)):
+            gen = newest[0]  # written by a sync killed just before its flip: finish its job
+        else:
+            gen = generations.add(store, env, venv=inst.venv, install_digest=key,
+                                  venv_digest=actual.digest, lock_text=lock_text)
+        pause("before-flip")
+        generations.flip(store, env, gen.number)
+        return SyncResult(
+            env, generations.stable_path(store, env), gen.number, key, actual.digest, noop=False,
+            downloaded=got.downloaded, fetched=sum(1 for a in got.artifacts if a.source != "store"),
+            built=inst.built, recorded=recorded, seconds=time.monotonic() - started,
+        )
+
+
+def quick_noop(store: Store, env: str, lock_path: Path) -> SyncResult | None:
+    """The no-op answer when the current generation was made from these exact lock bytes, else None.
+
+    One readlink, one small JSON file, one hash of the lock file: no TOML parsing and
+    no packaging import, so an up-to-date ``envlock sync --frozen`` costs little more
+    than starting Python.
+    """
+    import hashlib
+
+    started = time.monotonic()
+    cur = generations.current(store, env)
+    if cur is None or not cur.lock_sha256:
+        return None
+    try:
+        data = lock_path.read_bytes()
+    except OSError:
+        return None
+    if hashlib.sha256(data).hexdigest() != cur.lock_sha256:
+        return None
+    if not (cur.venv / ".envlock-manifest.json").is_file():
+        return None
+    return SyncResult(env, generations.stable_path(store, env), cur.number, cur.install_digest,
+                      cur.venv_digest, noop=True, seconds=time.monotonic() - started)
+
+
+def _record(lock: Lock, lock_path: Path | None, digest: str, frozen: bool) -> bool:
+    """Write ``digest`` into the lock file when it has none yet (not ``frozen``)."""
+    from envlock.lockfile import read_lock
+
+    if frozen or lock_path is None or lock.venv_digest is not None:
+        return False
+    try:
+        on_disk = read_lock(lock_path)
+    except LockError:
+        return False
+    # Only if the file still holds the lock we synced (``envlock lock`` may have run meanwhile).
+    if on_disk.install_digest() != lock.install_digest() or on_disk.venv_digest is not None:
+        return False
+    write_atomic(lock_path, on_disk.with_venv_digest(digest).to_toml().encode())
+    return True
+
+
+def pause(point: str) -> None:
+    """Test hook: sleep when ``$ENVLOCK_TEST_PAUSE_AT`` names ``point`` (the one place it is read)."""
+    wanted = os.environ.get(PAUSE_ENV, "")
+    if point in wanted.split(","):
+        marker = os.environ.get("ENVLOCK_TEST_PAUSE_MARKER")
+        if marker:
+            Path(marker).write_text(point)
+        time.sleep(float(os.environ.get("ENVLOCK_TEST_PAUSE_SECONDS", "60")))
+
+
+def env_path(store: Store, env: str) -> Path:
+    """The env's stable path; ``UsageError`` when it was never synced."""
+    if generations.current_number(store, env) is None:
+        raise UsageError(f"env {env!r}: no current generation in {store.home}; run `envlock sync {env}`")
+    return generations.stable_path(store, env)
+
+
+def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult:
+    """Recompute the current generation's venv digest; compare with the lock's (else the recorded one)."""
+    from envlock import install, verify
+
+    cur = generations.current(store, env)
+    if cur is None:
+        raise UsageError(f"env {env!r}: no current generation in {store.home}; run `envlock sync {env}`")
+    venv = cur.venv.resolve()
+    expected = lock.venv_digest if lock is not None and lock.venv_digest else cur.venv_digest
+    reference = verify.load_manifest(store.path("manifests", expected))
+    if reference is None:
+        stored = install.stored_manifest(venv)
+        reference = stored if stored is not None and stored.digest == expected else None
+    result = verify.check(venv, expected, reference, env=env)
+    if lock is not None and lock.install_digest() != cur.install_digest:
+        return verify.VerifyResult(
+            result.env, result.path, result.expected, result.actual, result.difference,
+            note=f"the current generation ({cur.number}) was built from another lock "
+            f"(install digest {cur.install_digest}); run `envlock sync {env}`",
+        )
+    return result
+
+
+def run_in_env(store: Store, env: str, argv: Sequence[str]) -> int:
+    """Run ``argv`` with the env's ``bin`` first on PATH and ``VIRTUAL_ENV`` set; return its exit status."""
+    if not argv:
+        raise UsageError("envlock run ENV -- CMD...: no command given")
+    root = env_path(store, env)
+    environ = dict(os.environ)
+    environ["VIRTUAL_ENV"] = str(root)
+    environ["PATH"] = os.pathsep.join([str(root / "bin"), environ.get("PATH", "")])
+    environ.pop("PYTHONHOME", None)
+    import subprocess
+
+    try:
+        return subprocess.call(list(argv), env=environ)
+    except FileNotFoundError:
+        raise UsageError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)") from None

@@ -1,0 +1,240 @@
+"""The venv digest: a canonical walk of a venv tree, and ``verify`` against a recorded one.
+
+Each entry of the walk is one line, ``<relative path>\\0<descriptor>``, in sorted
+(byte) path order:
+
+* ``d`` a directory; ``l <target>`` a symlink; ``f <x|-> <sha256>`` a file with its
+  exec bit and the sha256 of its bytes; ``o`` anything else.
+* Before hashing, the venv's own absolute prefix is replaced by ``${VENV}`` and the
+  base interpreter's folder (``home`` in ``pyvenv.cfg``) by ``${PYTHON_HOME}``, in
+  file bytes and symlink targets, so one lock gives one digest wherever it lives.
+* Left out: ``__pycache__`` folders (Python writes them on import), and top-level
+  names starting with ``.envlock`` (envlock's own bookkeeping).
+
+The digest is ``sha256:`` + sha256 over the lines. Files are hashed streaming, in a
+thread pool (hashlib releases the GIL on large updates), see docs/reproducibility.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envlock.errors import VerifyError
+
+VENV_PLACEHOLDER = b"${VENV}"
+PYTHON_HOME_PLACEHOLDER = b"${PYTHON_HOME}"
+_CHUNK = 1 << 20
+_WHOLE = 4 << 20  # files up to this size are read in one go (most files in a venv)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Every entry of a venv walk (relative path -> descriptor) and the digest over them."""
+
+    digest: str
+    entries: Mapping[str, str] = field(repr=False)
+
+    def to_json(self) -> str:
+        return json.dumps({"digest": self.digest, "entries": dict(self.entries)}, indent=0,
+                          sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        doc = json.loads(text)
+        return cls(digest=str(doc["digest"]), entries=dict(doc["entries"]))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Files that differ between an expected and an actual manifest."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+    def lines(self, limit: int = 50) -> list[str]:
+        """Human lines: ``+ path`` added, ``- path`` removed, ``~ path`` changed (at most ``limit``)."""
+        out = [f"+ {p}" for p in self.added] + [f"- {p}" for p in self.removed]
+        out += [f"~ {p}" for p in self.changed]
+        if len(out) > limit:
+            out = [*out[:limit], f"... and {len(out) - limit} more"]
+        return out
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of ``verify``; doubles as ``envlock verify --json``."""
+
+    env: str
+    path: str
+    expected: str | None
+    actual: str
+    difference: Difference | None  # None when no reference manifest is at hand
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.expected == self.actual
+
+    def to_dict(self) -> dict[str, Any]:
+        diff = self.difference
+        return {
+            "env": self.env,
+            "path": self.path,
+            "ok": self.ok,
+            "expected": self.expected,
+            "actual": self.actual,
+            "added": list(diff.added) if diff else None,
+            "removed": list(diff.removed) if diff else None,
+            "changed": list(diff.changed) if diff else None,
+            "note": self.note,
+        }
+
+
+def python_home(venv: Path) -> str | None:
+    """The ``home`` key of ``venv/pyvenv.cfg`` (the base interpreter's folder), if any."""
+    try:
+        text = (venv / "pyvenv.cfg").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "home":
+            return value.strip()
+    return None
+
+
+def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None) -> Manifest:
+    """Walk ``venv`` and return its manifest and digest.
+
+    ``prefix`` is the absolute path the venv is known by (default: ``venv`` itself);
+    it is what gets normalized to ``${VENV}``.
+    """
+    root = venv.absolute()
+    needles = _needles(prefix.absolute() if prefix else root, python_home(root))
+    entries: dict[str, str] = {}
+    files: list[tuple[str, str, bool, int]] = []  # (rel, abs, exec, size)
+    for rel, path, st in _walk(root):
+        if stat.S_ISLNK(st.st_mode):
+            target = _normalize(os.fsencode(os.readlink(path)), needles)
+            entries[rel] = "l " + os.fsdecode(target)
+        elif stat.S_ISDIR(st.st_mode):
+            entries[rel] = "d"
+        elif stat.S_ISREG(st.st_mode):
+            files.append((rel, path, bool(st.st_mode & stat.S_IXUSR), st.st_size))
+        else:
+            entries[rel] = "o"
+    workers = jobs or min(8, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        # Big files first, so one huge file does not start last and run alone.
+        files.sort(key=lambda f: -f[3])
+        hashes = pool.map(lambda f: _hash_file(f[1], needles), files)
+        for (rel, _path, exe, _size), digest in zip(files, hashes, strict=True):
+            entries[rel] = f"f {'x' if exe else '-'} {digest}"
+    return Manifest(digest_of(entries), entries)
+
+
+def digest_of(entries: Mapping[str, str]) -> str:
+    """The venv digest over a manifest's entries."""
+    h = hashlib.sha256()
+    for rel in sorted(entries, key=os.fsencode):
+        h.update(os.fsencode(rel) + b"\0" + entries[rel].encode("utf-8", "surrogateescape") + b"\n")
+    return "sha256:" + h.hexdigest()
+
+
+def compare(expected: Mapping[str, str], actual: Mapping[str, str]) -> Difference:
+    """Which paths were added, removed or changed going from ``expected`` to ``actual``."""
+    return Difference(
+        added=tuple(sorted(set(actual) - set(expected))),
+        removed=tuple(sorted(set(expected) - set(actual))),
+        changed=tuple(sorted(p for p in set(expected) & set(actual) if expected[p] != actual[p])),
+    )
+
+
+def check(venv: Path, expected: str | None, reference: Manifest | None, *, env: str = "",
+          prefix: Path | None = None) -> VerifyResult:
+    """Recompute ``venv``'s digest and compare it with ``expected`` (listing files when ``reference``)."""
+    if not venv.is_dir():
+        raise VerifyError(f"{venv}: no venv there (expected the env's current generation)")
+    actual = manifest(venv, prefix=prefix)
+    difference = None
+    note = ""
+    if expected is None:
+        note = "no venv digest recorded to compare with"
+    elif reference is not None and reference.digest == expected:
+        difference = compare(reference.entries, actual.entries)
+    elif expected != actual.digest:
+        note = f"no manifest for {expected} in this store: cannot list the differing files"
+    return VerifyResult(env, str(prefix or venv), expected, actual.digest, difference, note)
+
+
+def _needles(prefix: Path, home: str | None) -> list[tuple[bytes, bytes]]:
+    pairs = [(os.fsencode(str(prefix)), VENV_PLACEHOLDER)]
+    if home:
+        pairs.append((os.fsencode(home.rstrip("/")), PYTHON_HOME_PLACEHOLDER))
+    # Longest first, so a prefix nested in another is not replaced piecemeal.
+    return sorted((p for p in pairs if len(p[0]) > 1), key=lambda p: -len(p[0]))
+
+
+def _normalize(data: bytes, needles: Iterable[tuple[bytes, bytes]]) -> bytes:
+    for needle, placeholder in needles:
+        if needle in data:
+            data = data.replace(needle, placeholder)
+    return data
+
+
+def _walk(root: Path) -> Iterable[tuple[str, str, os.stat_result]]:
+    """Yield (relative posix path, absolute path, lstat) for every entry, depth first."""
+    stack = [("", str(root))]
+    while stack:
+        rel_dir, abs_dir = stack.pop()
+        with os.scandir(abs_dir) as it:
+            for entry in it:
+                if entry.name == "__pycache__" or (not rel_dir and entry.name.startswith(".envlock")):
+                    continue
+                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                st = entry.stat(follow_symlinks=False)
+                yield rel, entry.path, st
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append((rel, entry.path))
+
+
+def _hash_file(path: str, needles: list[tuple[bytes, bytes]]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as fh:
+        data = fh.read(_WHOLE + 1)
+        if len(data) <= _WHOLE:
+            h.update(_normalize(data, needles))
+            return h.hexdigest()
+        # Streaming: keep the last (longest needle - 1) bytes back, so a prefix that
+        # straddles two chunks is still seen whole.
+        keep = max((len(n) for n, _ in needles), default=1) - 1
+        pending = data
+        while True:
+            pending = _normalize(pending, needles)
+            if len(pending) > keep:
+                cut = len(pending) - keep
+                h.update(pending[:cut])
+                pending = pending[cut:]
+            chunk = fh.read(_CHUNK)
+            if not chunk:
+                break
+            pending += chunk
+        h.update(pending)
+    return h.hexdigest()
+
+
+def load_manifest(path: Path) -> Manifest | None:
+    """Read a stored manifest, or None when it is missing or unreadable."""
+    try:
+        return Manifest.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError):
+        return None

@@ -1,0 +1,56 @@
+"""Test set-up step: download the build backends the build tests need, once, into tests/.wheels/.
+
+    python tests/kit/backends.py
+
+The build tests run ``uv build`` against a loopback index (tests/kit/index.py) that
+publishes this folder, so the test run itself never reaches PyPI. Run this again
+after changing ``BACKENDS``; the folder is gitignored.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+WHEELS = Path(__file__).resolve().parents[1] / ".wheels"
+
+# Build backends of the fixture projects (tests/kit/sglike.py, examples/mini-kernel) and
+# their runtime dependencies; pip pulls the dependencies in.
+BACKENDS = [
+    "scikit-build-core>=0.10",
+    "setuptools>=68",
+    "wheel",
+    "packaging",
+    "pathspec",
+]
+
+
+def main() -> int:
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--only-binary",
+        ":all:",
+        "--python-version",
+        f"{sys.version_info.major}.{sys.version_info.minor}",
+        "--dest",
+        str(WHEELS),
+        *BACKENDS,
+    ]
+    proc = subprocess.run(argv, check=False)
+    if proc.returncode != 0:
+        print(f"backends: pip download failed (exit {proc.returncode})", file=sys.stderr)
+        return proc.returncode
+    names = sorted(p.name for p in WHEELS.glob("*.whl"))
+    print(f"backends: {len(names)} wheels in {WHEELS}")
+    for name in names:
+        print(f"  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,355 @@
+"""build: wheels from patched sources, keyed by input digest, bit-reproducible, hermetic.
+
+Build backends come from tests/.wheels (the README's test set-up step, ``python
+tests/kit/backends.py``), served on a loopback index: no test reaches PyPI. CMake builds
+are slow on small machines, so the C extension fixture is built as few times as possible:
+the module-scoped fixtures below share one store between tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from envlock import build, patch, runner, sources
+from envlock.errors import BuildError
+from envlock.spec import BuildSpec, FetchContentInput, SourceSpec
+from envlock.store import Store
+from kit import sglike
+from kit.index import IndexServer
+from kit.sglike import SgLike, write
+
+ROOT = Path(__file__).resolve().parents[1]
+WHEELS = ROOT / "tests" / ".wheels"
+TORCH_A = "2.12.0.dev20260307"
+TORCH_B = "2.12.0.dev20260308"
+
+
+def _backend_wheels() -> Path:
+    wanted = ("scikit_build_core-", "setuptools-")
+    found = [p.name for p in WHEELS.glob("*.whl")] if WHEELS.is_dir() else []
+    missing = [w for w in wanted if not any(n.startswith(w) for n in found)]
+    if missing:
+        pytest.fail(
+            f"{WHEELS} lacks the build backends ({', '.join(m.rstrip('-') for m in missing)}): "
+            "run the test set-up step `python tests/kit/backends.py` once (it downloads them from PyPI)",
+            pytrace=False,
+        )
+    return WHEELS
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    server = IndexServer(tmp_path_factory.mktemp("index"))
+    server.add_dir("pypi", _backend_wheels())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def sg(tmp_path_factory: pytest.TempPathFactory) -> SgLike:
+    return sglike.make_sglike(tmp_path_factory.mktemp("sglike"))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    return Store.open(tmp_path_factory.mktemp("home"))
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("wheelhouse")
+
+
+@dataclass(frozen=True)
+class Kit:
+    sg: SgLike
+    store: Store
+    index: IndexServer
+    wheelhouse: Path
+    patched: patch.PatchedTree
+    epoch: int
+    torch_wheels: dict[str, Path]
+
+    def env(self, torch: str) -> tuple[build.BuildEnvPackage, ...]:
+        wheel = self.torch_wheels[torch]
+        return (build.BuildEnvPackage("torchlike", torch, hashlib.sha256(wheel.read_bytes()).hexdigest(), wheel),)
+
+    def kernel(self, torch: str = TORCH_A, tree: patch.PatchedTree | None = None) -> build.BuildRequest:
+        spec = BuildSpec(
+            name="sglike-kernel",
+            source="sglike",
+            subdirectory="sgl-kernel",
+            isolation=False,  # compiled against the env's own torchlike headers
+            env={"SGLIKE_ARCH_LIST": "12.0a"},
+            config_settings={"cmake.define.SGLIKE_ENABLE_FA3": "OFF"},
+            requires=("scikit-build-core>=0.10",),
+            fetchcontent=(FetchContentInput(sglike.KDEP_NAME, self.sg.kdep_url, self.sg.kdep_commit),),
+        )
+        return build.BuildRequest(
+            spec, (tree or self.patched).tree, self.epoch, "3.11", None, self.index.url("pypi"), self.env(torch)
+        )
+
+    def package(self, tree: patch.PatchedTree | None = None) -> build.BuildRequest:
+        spec = BuildSpec(
+            name="sglike", source="sglike", subdirectory="python", env={"SETUPTOOLS_SCM_PRETEND_VERSION": "0.5.9"}
+        )
+        return build.BuildRequest(spec, (tree or self.patched).tree, self.epoch, "3.11", None, self.index.url("pypi"))
+
+
+@pytest.fixture(scope="module")
+def kit(
+    sg: SgLike, store: Store, index: IndexServer, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Kit:
+    source = sources.prepare(SourceSpec("sglike", git=sg.url, rev=sg.pin), store, sg.repo)
+    patches = patch.load_patches(sg.patches_dir, sg.patches)
+    patched = patch.apply_all("sglike", source.tree, source.tree_digest, patches, store)
+    folder = tmp_path_factory.mktemp("torch")
+    torch = {v: sglike.torchlike_wheel(folder, v) for v in (TORCH_A, TORCH_B)}
+    return Kit(sg, store, index, wheelhouse, patched, source.source_date_epoch, torch)
+
+
+@pytest.fixture(scope="module")
+def built(kit: Kit) -> tuple[build.BuiltWheel, build.BuiltWheel]:
+    """The kernel and the package, built once for the module."""
+    return (
+        build.build_wheel(kit.kernel(), kit.store, kit.wheelhouse),
+        build.build_wheel(kit.package(), kit.store, kit.wheelhouse),
+    )
+
+
+def _venv_python(tmp: Path, *wheels: Path) -> Path:
+    venv = tmp / "venv"
+    assert runner.uv(["venv", "--no-project", "--python", "3.11", venv]).ok
+    python = venv / "bin" / "python"
+    result = runner.uv(["pip", "install", "--python", python, "--no-deps", "--no-index", *wheels])
+    assert result.ok, result.tail()
+    return python
+
+
+@pytest.mark.slow
+def test_patched_sglike_builds_installs_and_imports(
+    kit: Kit, built: tuple[build.BuiltWheel, ...], tmp_path: Path
+) -> None:
+    kernel, package = built
+    assert kernel.rebuilt and package.rebuilt
+    assert kernel.filename == "sglike_kernel-0.1.0-cp311-cp311-linux_x86_64.whl"
+    assert package.filename == "sglike-0.5.9-py3-none-any.whl"
+    for wheel in built:
+        assert wheel.wheel == kit.wheelhouse / wheel.filename
+        assert hashlib.sha256(wheel.wheel.read_bytes()).hexdigest() == wheel.sha256
+        assert wheel.store_path == kit.store.path("builds", wheel.input_digest.removeprefix("sha256:")) / wheel.filename
+        assert wheel.locked().sha256 == wheel.sha256
+    python = _venv_python(tmp_path, kernel.wheel, package.wheel, kit.torch_wheels[TORCH_A])
+    probe = runner.run(
+        [
+            python,
+            "-c",
+            (
+                "import sglike, sglike_kernel as k; "
+                "print(sglike.kernel_add(2, 3), k.mul(6, 7), k.magic(), k.built_against(), sglike.max_size(12, 4))"
+            ),
+        ]
+    )
+    assert probe.ok, probe.tail()
+    # add from the pin, mul from patch 0002, magic from the FetchContent dep, the env's torch
+    # headers, and compute capability 12 from patch 0001.
+    assert probe.stdout.split() == ["5", "42", "42", TORCH_A, str(64 * 1024 * 1024)]
+
+
+@pytest.mark.slow
+def test_fetchcontent_input_is_prefetched_and_nothing_is_downloaded(
+    kit: Kit, built: tuple[build.BuiltWheel, ...]
+) -> None:
+    kernel = built[0]
+    log = kernel.log.read_text()
+    fc_dir = kit.store.path("sources", f"git-{kit.sg.kdep_commit}") / "tree"
+    assert f"--config-setting cmake.define.FETCHCONTENT_SOURCE_DIR_REPO-KDEP={fc_dir}" in log
+    assert "--config-setting cmake.define.FETCHCONTENT_FULLY_DISCONNECTED=ON" in log
+    assert "invalid.invalid" not in log  # CMakeLists' URL (which does not exist) was never tried
+    recipe = (kernel.store_path.parent / "recipe.json").read_text()
+    assert kit.sg.kdep_commit in recipe
+
+
+@pytest.mark.slow
+def test_same_inputs_do_not_rebuild(kit: Kit, built: tuple[build.BuiltWheel, ...]) -> None:
+    again = [
+        build.build_wheel(kit.kernel(), kit.store, kit.wheelhouse),
+        build.build_wheel(kit.package(), kit.store, kit.wheelhouse),
+    ]
+    assert sum(w.rebuilt for w in again) == 0
+    assert [(w.sha256, w.input_digest) for w in again] == [(w.sha256, w.input_digest) for w in built]
+    # A deleted wheelhouse copy comes back from the store, still without a build.
+    again[0].wheel.unlink()
+    restored = build.build_wheel(kit.kernel(), kit.store, kit.wheelhouse)
+    assert not restored.rebuilt and restored.wheel.is_file()
+
+
+@pytest.mark.slow
+def test_check_is_bit_identical_for_kernel_and_package(kit: Kit, built: tuple[build.BuiltWheel, ...]) -> None:
+    for request, first in ((kit.kernel(), built[0]), (kit.package(), built[1])):
+        result = build.check(request, kit.store, kit.wheelhouse, expected_sha256=first.sha256)
+        assert result.reproducible, result.to_dict()
+        assert result.actual_sha256 == first.sha256 and result.differing == ()
+
+
+@pytest.mark.slow
+def test_torch_pin_changes_the_kernel_digest_and_rebuilds(kit: Kit, built: tuple[build.BuiltWheel, ...]) -> None:
+    plan_a = build.plan(kit.kernel(TORCH_A), kit.store)
+    plan_b = build.plan(kit.kernel(TORCH_B), kit.store)
+    assert plan_a.input_digest == built[0].input_digest != plan_b.input_digest
+    assert plan_b.recipe["build-env"]["env-packages"] == [  # type: ignore[index]
+        f"torchlike=={TORCH_B} sha256:{kit.env(TORCH_B)[0].sha256}"
+    ]
+    rebuilt = build.build_wheel(kit.kernel(TORCH_B), kit.store, kit.wheelhouse)
+    assert rebuilt.rebuilt and rebuilt.sha256 != built[0].sha256  # other headers, other binary
+
+
+def test_patch_changes_rebuild_only_what_they_touch(
+    kit: Kit, built: tuple[build.BuiltWheel, ...], tmp_path: Path
+) -> None:
+    source = sources.prepare(SourceSpec("sglike", git=kit.sg.url, rev=kit.sg.pin), kit.store, kit.sg.repo)
+    patches = patch.load_patches(kit.sg.patches_dir, kit.sg.patches)
+
+    def with_edit(index: int, old: str, new: str) -> patch.PatchedTree:
+        edited = tmp_path / kit.sg.patches[index]
+        edited.write_text((kit.sg.patches_dir / kit.sg.patches[index]).read_text().replace(old, new))
+        changed = list(patches)
+        changed[index] = patch.parse_patch_file(edited, label=kit.sg.patches[index])
+        return patch.apply_all("sglike", source.tree, source.tree_digest, changed, kit.store)
+
+    kernel_patch = with_edit(1, '"a * b"', '"a times b"')  # 0002 touches sgl-kernel/ only
+    assert build.plan(kit.kernel(tree=kernel_patch), kit.store).input_digest != built[0].input_digest
+    assert build.plan(kit.package(tree=kernel_patch), kit.store).input_digest == built[1].input_digest
+
+    python_patch = with_edit(2, "kernel is optional", "kernel may be missing")  # 0003: python/ only
+    assert build.plan(kit.kernel(tree=python_patch), kit.store).input_digest == built[0].input_digest
+    rebuilt = build.build_wheel(kit.package(tree=python_patch), kit.store, kit.wheelhouse)
+    assert rebuilt.rebuilt and rebuilt.input_digest != built[1].input_digest
+
+
+def test_recipe_changes_change_the_digest(kit: Kit, built: tuple[build.BuiltWheel, ...]) -> None:
+    base = kit.package()
+    digests = {build.plan(base, kit.store).input_digest}
+    for spec in (
+        replace(base.spec, env={"SETUPTOOLS_SCM_PRETEND_VERSION": "0.5.10"}),
+        replace(base.spec, config_settings={"x": "y"}),
+    ):
+        digests.add(build.plan(replace(base, spec=spec), kit.store).input_digest)
+    digests.add(build.plan(replace(base, source_date_epoch=base.source_date_epoch + 1), kit.store).input_digest)
+    assert len(digests) == 4
+    recipe = build.plan(base, kit.store).recipe
+    assert set(recipe["toolchain"]) == {"cc", "c++", "cmake", "nvcc", "uv"}
+    assert recipe["build-env"]["requirements"][0].startswith("setuptools==")
+    assert "--hash=sha256:" in recipe["build-env"]["requirements"][0]
+
+
+def test_non_deterministic_build_is_caught_and_the_file_named(kit: Kit, tmp_path: Path) -> None:
+    folder = tmp_path / "nondet"
+    write(folder, sglike.NONDET)
+    tree, _digest = sources.snapshot_path(kit.store, folder)
+    spec = BuildSpec(name="nondet", source="nondet")
+    request = build.BuildRequest(spec, tree, sources.PATH_SOURCE_EPOCH, "3.11", None, kit.index.url("pypi"))
+    result = build.check(request, kit.store, kit.wheelhouse)
+    assert not result.reproducible
+    assert result.differing == ("nondet-1.0.dist-info/RECORD", "nondet/stamp.py")
+    assert result.kept is not None and result.kept.is_file()
+    assert result.to_dict()["reproducible"] is False
+
+
+def test_failed_build_keeps_its_log(kit: Kit, tmp_path: Path) -> None:
+    folder = tmp_path / "broken"
+    write(
+        folder,
+        {
+            "pyproject.toml": '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+            '[project]\nname = "broken"\nversion = "1.0"\n',
+            "setup.py": "raise SystemExit('broken on purpose: expected failure 1234')\n",
+        },
+    )
+    tree, _digest = sources.snapshot_path(kit.store, folder)
+    request = build.BuildRequest(
+        BuildSpec(name="broken", source="broken"), tree, sources.PATH_SOURCE_EPOCH, "3.11", None, kit.index.url("pypi")
+    )
+    with pytest.raises(BuildError) as exc:
+        build.build_wheel(request, kit.store, kit.wheelhouse)
+    message = str(exc.value)
+    assert message.startswith("[builds.broken]: build failed (uv build exit ")
+    log = Path(message.splitlines()[0].rsplit("build log: ", 1)[1])
+    assert log.is_file() and log.parent == kit.store.path("logs", "x").parent
+    assert "broken on purpose: expected failure 1234" in log.read_text()
+    assert "broken on purpose: expected failure 1234" in message  # the tail is shown
+    assert not any(p.name.startswith("build-broken") for p in kit.store.tmp.iterdir())
+
+
+def test_wrong_distribution_name_is_an_error(kit: Kit) -> None:
+    request = kit.package()
+    request = replace(request, spec=replace(request.spec, name="sglang"))
+    with pytest.raises(BuildError, match=r"built sglike-0\.5\.9-py3-none-any\.whl, but the build is named 'sglang'"):
+        build.build_wheel(request, kit.store, kit.wheelhouse)
+
+
+def test_isolation_false_needs_requires(kit: Kit) -> None:
+    request = kit.kernel()
+    request = replace(request, spec=replace(request.spec, requires=()))
+    with pytest.raises(BuildError, match=r"isolation = false needs requires = \[\.\.\.\]"):
+        build.plan(request, kit.store)
+
+
+@pytest.mark.slow
+def test_mini_kernel_example_builds_patched_and_isolated(kit: Kit, tmp_path: Path) -> None:
+    """examples/mini-kernel (the demo env's path source) with patches/mini-kernel/0001."""
+    source = sources.prepare(SourceSpec("mini-kernel", path="examples/mini-kernel"), kit.store, ROOT)
+    labels = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "patches/mini-kernel").glob("*.patch"))
+    assert [s.state for s in patch.status(source.tree, patch.load_patches(ROOT, labels))] == ["applies"]
+    patched = patch.apply_all(
+        "mini-kernel", source.tree, source.tree_digest, patch.load_patches(ROOT, labels), kit.store
+    )
+    request = build.BuildRequest(
+        BuildSpec(name="mini-kernel", source="mini-kernel"),
+        patched.tree,
+        source.source_date_epoch,
+        "3.11",
+        None,
+        kit.index.url("pypi"),
+    )
+    wheel = build.build_wheel(request, kit.store, kit.wheelhouse)
+    with zipfile.ZipFile(wheel.wheel) as zf:
+        assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+    python = _venv_python(tmp_path, wheel.wheel)
+    probe = runner.run([python, "-c", "import mini_kernel as m; print(m.add(2, 3), m.dot([1, 2], [3, 4]))"])
+    assert probe.stdout.split() == ["5", "11.0"], probe.tail()
+
+
+def test_wheel_diff_names_members(tmp_path: Path) -> None:
+    def wheel(name: str, files: dict[str, bytes]) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as zf:
+            for arc, data in files.items():
+                zf.writestr(zipfile.ZipInfo(arc, (2020, 1, 1, 0, 0, 0)), data)
+        return path
+
+    a = wheel("a.whl", {"p/a.py": b"1", "p/b.py": b"2", "p/gone.py": b""})
+    b = wheel("b.whl", {"p/a.py": b"1", "p/b.py": b"3", "p/new.py": b""})
+    assert build.wheel_diff(a, b) == ["p/b.py", "p/gone.py (only in the first build)", "p/new.py (only in the rebuild)"]
+
+
+def test_normalize_wheel_fixes_times_and_modes(tmp_path: Path) -> None:
+    path = tmp_path / "x-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        info = zipfile.ZipInfo("x/run.sh", (2031, 5, 6, 7, 8, 10))
+        info.external_attr = 0o100775 << 16
+        zf.writestr(info, b"#!/bin/sh\n")
+        zf.writestr(zipfile.ZipInfo("x/a.py", (2030, 1, 1, 0, 0, 0)), b"")
+    build.normalize_wheel(path, 1772877960)
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+    assert [i.filename for i in infos] == ["x/run.sh", "x/a.py"]
+    assert {i.date_time for i in infos} == {(2026, 3, 7, 10, 6, 0)}
+    assert [i.external_attr >> 16 for i in infos] == [0o100755, 0o100644]

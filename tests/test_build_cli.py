@@ -1,0 +1,127 @@
+"""End to end through the CLI: a demo-shaped env with a patched local C extension.
+
+lock -> build -> build again (nothing rebuilt) -> build --check -> patch status -> relock
+(byte-identical) -> sync -> import. Build backends come from tests/.wheels on a loopback
+index (see tests/test_build.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envlock import runner
+from kit.index import IndexServer
+from test_build import _backend_wheels
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def backend_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    server = IndexServer(tmp_path_factory.mktemp("index"))
+    server.add_dir("pypi", _backend_wheels())
+    server.start()
+    yield server
+    server.stop()
+
+
+def _demo(ws_root: Path, index_url: str) -> None:
+    shutil.copytree(ROOT / "examples" / "mini-kernel", ws_root / "examples" / "mini-kernel")
+    shutil.copytree(ROOT / "patches" / "mini-kernel", ws_root / "patches" / "mini-kernel")
+    (ws_root / "envs" / "demo.toml").write_text(
+        f"""\
+[env]
+python = "3.11"
+
+[indexes.pypi]
+url = "{index_url}"
+default = true
+
+[packages]
+mini-kernel = {{ build = "mini-kernel" }}
+packaging = ">=20"
+
+[sources.mini-kernel]
+path = "examples/mini-kernel"
+patches = ["patches/mini-kernel/0001-add-dot.patch"]
+
+[builds.mini-kernel]
+source = "mini-kernel"
+"""
+    )
+
+
+@pytest.mark.slow
+def test_demo_lock_build_check_status_sync(ws, cli, backend_index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    _demo(ws.root, backend_index.url("pypi"))
+    r = cli("lock", "demo")
+    assert r.code == 0, r.err
+    lock = tomllib.loads(ws.lock_text("demo"))
+    source = lock["tool"]["envlock"]["sources"]["mini-kernel"]
+    assert source["path"] == "examples/mini-kernel" and source["tree-digest"].startswith("sha256:")
+    assert [p["path"] for p in source["patches"]] == ["patches/mini-kernel/0001-add-dot.patch"]
+
+    r = cli("build", "demo")
+    assert r.code == 0, r.err
+    assert "mini-kernel: built wheelhouse/mini_kernel-0.1.0-cp311-cp311-linux_x86_64.whl" in r.out
+    assert "1 rebuilt, 0 reused; updated locks/pylock.demo.toml" in r.out
+    text = ws.lock_text("demo")
+    lock = tomllib.loads(text)
+    built = lock["tool"]["envlock"]["builds"]["mini-kernel"]
+    package = next(p for p in lock["packages"] if p["name"] == "mini-kernel")
+    assert package["wheels"][0]["path"] == "../wheelhouse/" + built["wheel"]
+    assert package["wheels"][0]["hashes"]["sha256"] == built["sha256"]
+
+    r = cli("build", "demo", "--json")
+    assert r.code == 0 and '"rebuilt": 0' in r.out
+
+    r = cli("build", "demo", "--check")
+    assert r.code == 0, r.err
+    assert "mini-kernel: reproducible (rebuilt bit-identical" in r.out
+
+    r = cli("patch", "status", "demo")
+    assert r.code == 0
+    assert "applies          patches/mini-kernel/0001-add-dot.patch" in r.out
+
+    assert cli("lock", "demo").code == 0
+    assert ws.lock_text("demo") == text  # the build record survives a relock of the same spec
+
+    r = cli("sync", "demo")
+    assert r.code == 0, r.err
+    env_path = Path(r.out.strip().splitlines()[-1])
+    probe = runner.run([env_path / "bin" / "python", "-c", "import mini_kernel as m; print(m.dot([1, 2], [3, 4]))"])
+    assert probe.stdout.strip() == "11.0", probe.tail()
+
+
+def test_patch_status_exit_code_and_json_on_conflict(ws, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (ws.root / "src").mkdir()
+    (ws.root / "src" / "f.txt").write_text("a\nB\nc\n")
+    (ws.root / "patches" / "s").mkdir(parents=True)
+    (ws.root / "patches" / "s" / "0001-x.patch").write_text(
+        "Subject: x\nWhy: y\nUpstream: z\n---\n"
+        "diff --git a/f.txt b/f.txt\n--- a/f.txt\n+++ b/f.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+b2\n c\n"
+    )
+    (ws.root / "envs" / "e.toml").write_text(
+        '[env]\npython = "3.11"\n[indexes.pypi]\nurl = "http://127.0.0.1:9/simple"\ndefault = true\n'
+        '[sources.s]\npath = "src"\npatches = ["patches/s/0001-x.patch"]\n'
+    )
+    r = cli("patch", "status", "e")
+    assert r.code == 1
+    assert "conflict         patches/s/0001-x.patch  -- refresh it: f.txt hunk 1 no longer matches" in r.out
+    r = cli("patch", "status", "e", "--json")
+    assert r.code == 1 and '"conflicts": 1' in r.out
+    r = cli("patch", "status", "e", "--against", "main")
+    assert r.code == 2 and "source 's' is a path source" in r.err
+
+
+def test_build_refuses_a_missing_lock_and_unknown_build(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    _demo(ws.root, "http://127.0.0.1:9/simple")
+    r = cli("build", "demo")
+    assert r.code == 2 and "no lock file; create it with `envlock lock demo` before building" in r.err
+    r = cli("build", "demo", "--override-source", "nope")
+    assert r.code == 2 and "--override-source 'nope': expected NAME=PATH" in r.err

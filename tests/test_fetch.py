@@ -1,0 +1,202 @@
+"""Fetch: verified streaming downloads into the store, resume, retries, offline, memory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envlock.errors import FetchError
+from envlock.fetch import STORE_MTIME, fetch, store_file
+from envlock.lockfile import Artifact
+from envlock.store import Store
+from kit.index import IndexServer
+from kit.locks import artifact
+from kit.wheels import build_wheel
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[IndexServer]:
+    srv = IndexServer(tmp_path / "served").start()
+    srv.add_index("pypi")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "home")
+
+
+def _publish(server: IndexServer, tmp_path: Path, name: str, payload: int = 200_000) -> tuple[Path, Artifact]:
+    # Random bytes do not compress: the wheel is about ``payload`` bytes on the wire.
+    wheel = build_wheel(tmp_path / "wheels", name, "1.0", files={f"{name}/blob.bin": os.urandom(payload)})
+    server.add("pypi", wheel)
+    return wheel, artifact(wheel, url=server.file_url("pypi", wheel.name))
+
+
+def test_downloads_verify_and_store_read_only_with_fixed_mtime(server: IndexServer, store: Store,
+                                                               tmp_path: Path) -> None:
+    wheels = [_publish(server, tmp_path, n) for n in ("alpha", "beta", "gamma")]
+    result = fetch([a for _, a in wheels], store, base_dir=tmp_path)
+    for wheel, art in wheels:
+        stored = store_file(store, art)
+        assert stored.read_bytes() == wheel.read_bytes()
+        st = stored.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o444
+        assert st.st_mtime == STORE_MTIME
+        assert result.paths()[art.sha256] == stored
+    assert {a.source for a in result.artifacts} == {"download"}
+    assert result.downloaded == sum(w.stat().st_size for w, _ in wheels)
+    assert list(store.partial_dir.iterdir()) == []
+
+
+def test_artifact_in_store_is_never_downloaded_again(server: IndexServer, store: Store, tmp_path: Path) -> None:
+    _, art = _publish(server, tmp_path, "alpha")
+    fetch([art], store, base_dir=tmp_path)
+    before = len(server.downloads())
+    again = fetch([art], store, base_dir=tmp_path)
+    assert len(server.downloads()) == before == 1
+    assert [a.source for a in again.artifacts] == ["store"]
+    assert again.downloaded == 0
+
+
+def test_cut_download_resumes_with_range_request(server: IndexServer, store: Store, tmp_path: Path) -> None:
+    wheel, art = _publish(server, tmp_path, "alpha", payload=3_000_000)
+    server.faults[wheel.name] = "cut-once"
+    result = fetch([art], store, base_dir=tmp_path, backoff=0.01)
+    assert store_file(store, art).read_bytes() == wheel.read_bytes()
+    ranges = [r for p, r in server.requests if p.endswith(wheel.name)]
+    assert ranges[0] == ""
+    assert ranges[1].startswith("bytes=") and ranges[1] != "bytes=0-"
+    (got,) = result.artifacts
+    assert got.resumed_from == int(ranges[1][len("bytes="):-1]) > 0
+    # The first half was kept: the whole file crossed the wire once.
+    assert got.downloaded == wheel.stat().st_size
+
+
+def test_partial_left_by_a_killed_run_is_resumed(server: IndexServer, store: Store, tmp_path: Path) -> None:
+    wheel, art = _publish(server, tmp_path, "alpha", payload=1_000_000)
+    store.partial_dir.mkdir(parents=True, exist_ok=True)
+    (store.partial_dir / f"{art.sha256}.part").write_bytes(wheel.read_bytes()[:400_000])
+    (got,) = fetch([art], store, base_dir=tmp_path).artifacts
+    assert server.requests[-1] == (f"/pypi/files/{wheel.name}", "bytes=400000-")
+    assert got.resumed_from == 400_000
+    assert store_file(store, art).read_bytes() == wheel.read_bytes()
+
+
+def test_wrong_bytes_fail_naming_both_hashes_and_store_nothing(server: IndexServer, store: Store,
+                                                                tmp_path: Path) -> None:
+    wheel, art = _publish(server, tmp_path, "alpha")
+    server.faults[wheel.name] = "corrupt"
+    data = wheel.read_bytes()
+    actual = hashlib.sha256(bytes(b ^ 0xFF for b in data[:64]) + data[64:]).hexdigest()
+    with pytest.raises(FetchError) as info:
+        fetch([art], store, base_dir=tmp_path)
+    assert str(info.value) == (
+        f"{wheel.name}: sha256 mismatch for {art.url}: expected {art.sha256}, got {actual}; nothing was stored"
+    )
+    assert not store.has("wheels", art.sha256)
+    assert list(store.partial_dir.iterdir()) == []
+
+
+def test_size_mismatch_is_named(server: IndexServer, store: Store, tmp_path: Path) -> None:
+    _, art = _publish(server, tmp_path, "alpha")
+    short = Artifact(sha256=art.sha256, url=art.url, size=(art.size or 0) - 10)
+    with pytest.raises(FetchError) as info:
+        fetch([short], store, base_dir=tmp_path)
+    assert f"expected {art.sha256}, got " in str(info.value)
+    assert f"({art.size} bytes, expected {(art.size or 0) - 10})" in str(info.value)
+    assert not store.has("wheels", art.sha256)
+
+
+def test_http_404_is_not_retried(server: IndexServer, store: Store, tmp_path: Path) -> None:
+    art = Artifact(sha256="0" * 64, url=server.file_url("pypi", "nope-1.0-py3-none-any.whl"))
+    with pytest.raises(FetchError) as info:
+        fetch([art], store, base_dir=tmp_path)
+    assert str(info.value) == f"nope-1.0-py3-none-any.whl: download failed from {art.url}: HTTP 404"
+    assert len(server.requests) == 1
+
+
+def test_connection_refused_is_retried_then_reported(store: Store, tmp_path: Path) -> None:
+    art = Artifact(sha256="0" * 64, url="http://127.0.0.1:9/x/files/dead-1.0-py3-none-any.whl")
+    with pytest.raises(FetchError) as info:
+        fetch([art], store, base_dir=tmp_path, retries=2, backoff=0.01)
+    assert str(info.value) == (
+        f"dead-1.0-py3-none-any.whl: download failed from {art.url}: cannot connect (ConnectionError) "
+        "(after 2 retries)"
+    )
+
+
+def test_every_failure_is_reported(server: IndexServer, store: Store, tmp_path: Path) -> None:
+    arts = [Artifact(sha256=f"{i}" * 64, url=server.file_url("pypi", f"n{i}-1.0-py3-none-any.whl"))
+            for i in range(2)]
+    with pytest.raises(FetchError) as info:
+        fetch(arts, store, base_dir=tmp_path)
+    assert info.value.message == "2 artifacts failed to fetch; nothing unverified was stored"
+    assert [d.split(":")[0] for d in info.value.details] == ["n0-1.0-py3-none-any.whl", "n1-1.0-py3-none-any.whl"]
+
+
+def test_offline_names_every_missing_artifact(server: IndexServer, store: Store, tmp_path: Path) -> None:
+    pairs = [_publish(server, tmp_path, n) for n in ("alpha", "beta", "gamma")]
+    fetch([pairs[0][1]], store, base_dir=tmp_path)
+    with pytest.raises(FetchError) as info:
+        fetch([a for _, a in pairs], store, base_dir=tmp_path, offline=True)
+    assert info.value.message == f"--offline: 2 locked artifact(s) not in the store {store.root / 'wheels'}"
+    assert info.value.details == tuple(
+        f"{w.name} (sha256 {a.sha256}) from {a.url}" for w, a in pairs[1:]
+    )
+    assert len(server.downloads()) == 1
+    ok = fetch([pairs[0][1]], store, base_dir=tmp_path, offline=True)
+    assert [a.source for a in ok.artifacts] == ["store"]
+
+
+def test_local_path_artifacts_are_hash_checked_and_copied(store: Store, tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path / "ws" / "wheelhouse", "kernel", "0.1", tag="cp311-cp311-linux_x86_64")
+    art = artifact(wheel, rel=f"../wheelhouse/{wheel.name}")
+    lock_dir = tmp_path / "ws" / "locks"
+    lock_dir.mkdir()
+    (got,) = fetch([art], store, base_dir=lock_dir).artifacts
+    assert got.source == "local"
+    assert store_file(store, art).read_bytes() == wheel.read_bytes()
+    bad = Artifact(sha256="f" * 64, path=f"../wheelhouse/{wheel.name}")
+    with pytest.raises(FetchError) as info:
+        fetch([bad], store, base_dir=lock_dir)
+    assert str(info.value) == (
+        f"{wheel.name}: sha256 mismatch for local file {lock_dir}/../wheelhouse/{wheel.name}: "
+        f"expected {'f' * 64}, got {art.sha256}; nothing was stored"
+    )
+    gone = Artifact(sha256="e" * 64, path="../wheelhouse/gone-1.0-py3-none-any.whl")
+    with pytest.raises(FetchError) as info:
+        fetch([gone], store, base_dir=lock_dir)
+    assert str(info.value) == (
+        f"gone-1.0-py3-none-any.whl: local artifact {lock_dir}/../wheelhouse/gone-1.0-py3-none-any.whl "
+        "cannot be read (No such file or directory); expected the wheel recorded in the lock "
+        "(build it with `envlock build`)"
+    )
+
+
+def test_memory_stays_flat_for_a_big_download(server: IndexServer, store: Store, tmp_path: Path) -> None:
+    size = 50 * 1024 * 1024
+    big = tmp_path / "big-1.0-py3-none-any.whl"  # the bytes need not be a wheel to be fetched
+    h = hashlib.sha256()
+    with big.open("wb") as fh:
+        for _ in range(size // (1 << 20)):
+            block = os.urandom(1 << 20)
+            h.update(block)
+            fh.write(block)
+    server.add("pypi", big)
+    art = Artifact(sha256=h.hexdigest(), url=server.file_url("pypi", big.name), size=size)
+    tracemalloc.start()
+    try:
+        fetch([art], store, base_dir=tmp_path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert store_file(store, art).stat().st_size == size
+    assert peak < 8 * 1024 * 1024, f"peak {peak} bytes for a {size}-byte download"

@@ -1,0 +1,192 @@
+"""Generations, the current link, rollback, and sync_lock end to end (real uv, loopback index)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from envlock import generations
+from envlock.errors import UsageError, VerifyError
+from envlock.lockfile import Lock, read_lock
+from envlock.store import Store
+from envlock.sync import env_path, run_in_env, sync_lock, verify_env
+from kit.index import IndexServer
+from kit.locks import lock_for
+from kit.wheels import build_wheel
+
+
+@pytest.fixture(scope="module")
+def locks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IndexServer, Lock, Lock]]:
+    root = tmp_path_factory.mktemp("gen-index")
+    server = IndexServer(root / "served").start()
+    w = root / "wheels"
+    one = build_wheel(w, "alpha", "1.0")
+    two = build_wheel(w, "alpha", "2.0")
+    beta = build_wheel(w, "beta", "1.0")
+    server.add("pypi", one, two, beta)
+    yield server, lock_for(server, "pypi", [one, beta]), lock_for(server, "pypi", [two, beta])
+    server.stop()
+
+
+def _write(lock: Lock, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(lock.to_toml())
+    return path
+
+
+def _python(store: Store, env: str, code: str) -> str:
+    py = generations.stable_path(store, env) / "bin" / "python"
+    return subprocess.run([py, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_sync_records_digest_then_noop_then_new_generation_and_rollback(
+    locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
+) -> None:
+    server, v1, v2 = locks
+    store = Store.open(tmp_path / "home")
+    lock_path = _write(v1, tmp_path / "ws" / "locks" / "pylock.demo.toml")
+
+    first = sync_lock(store, "demo", v1, lock_path=lock_path)
+    assert (first.generation, first.noop, first.built, first.recorded) == (1, False, True, True)
+    assert read_lock(lock_path).venv_digest == first.venv_digest
+    assert env_path(store, "demo") == first.path == store.path("envs", "demo") / "current"
+    assert os.readlink(first.path) == "1/venv"
+    assert _python(store, "demo", "import alpha; print(alpha.VERSION)") == "1.0"
+
+    downloads = len(server.downloads())
+    noop = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    assert noop.noop and noop.generation == 1 and noop.venv_digest == first.venv_digest
+    assert len(server.downloads()) == downloads
+
+    second = sync_lock(store, "demo", v2, lock_path=_write(v2, tmp_path / "ws" / "locks" / "v2.toml"))
+    assert (second.generation, second.noop) == (2, False)
+    assert _python(store, "demo", "import alpha; print(alpha.VERSION)") == "2.0"
+    assert verify_env(store, "demo", read_lock(tmp_path / "ws" / "locks" / "v2.toml")).ok
+
+    gens = generations.list_generations(store, "demo")
+    assert [(g.number, g.current, g.install_digest) for g in gens] == [
+        (1, False, v1.install_digest()), (2, True, v2.install_digest()),
+    ]
+    assert gens[0].lock_copy.read_text() == v1.with_venv_digest(first.venv_digest).to_toml()
+    assert gens[0].to_dict()["created"].endswith("Z")
+
+    back = generations.rollback(store, "demo")
+    assert (back.previous, back.current) == (2, 1)
+    assert _python(store, "demo", "import alpha; print(alpha.VERSION)") == "1.0"
+    assert verify_env(store, "demo", read_lock(lock_path)).ok
+    # Syncing v1 again while generation 1 is current is a no-op.
+    assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop
+    assert generations.rollback(store, "demo", to=2).current == 2
+
+
+def test_rollback_errors(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    _, v1, _ = locks
+    store = Store.open(tmp_path / "home")
+    with pytest.raises(UsageError) as info:
+        generations.rollback(store, "demo")
+    assert str(info.value) == (
+        f"{store.path('envs', 'demo')}: env 'demo' has no generations; run `envlock sync demo`"
+    )
+    sync_lock(store, "demo", v1, lock_path=None)
+    with pytest.raises(UsageError) as info:
+        generations.rollback(store, "demo")
+    assert str(info.value) == "env 'demo': generation 1 is the oldest; nothing to roll back to (generations: 1)"
+    with pytest.raises(UsageError) as info:
+        generations.rollback(store, "demo", to=7)
+    assert str(info.value) == "env 'demo': no generation 7 (generations: 1)"
+
+
+def test_frozen_never_writes_the_lock(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    _, v1, _ = locks
+    lock_path = _write(v1, tmp_path / "pylock.demo.toml")
+    result = sync_lock(Store.open(tmp_path / "home"), "demo", v1, lock_path=lock_path, frozen=True)
+    assert not result.recorded and lock_path.read_text() == v1.to_toml()
+
+
+def test_a_different_recorded_digest_fails_and_does_not_flip(locks: tuple[IndexServer, Lock, Lock],
+                                                              tmp_path: Path) -> None:
+    _, v1, v2 = locks
+    store = Store.open(tmp_path / "home")
+    good = sync_lock(store, "demo", v1, lock_path=None)
+    # A lock claiming alpha 2.0 builds to alpha 1.0's venv: a reproducibility failure.
+    lying = v2.with_venv_digest(good.venv_digest)
+    with pytest.raises(VerifyError) as info:
+        sync_lock(store, "demo", lying, lock_path=None)
+    message = str(info.value)
+    assert f"not reproducible: the lock records venv digest {good.venv_digest}, this sync built " in message
+    assert "the env was not switched" in message
+    assert "~ lib/python3.11/site-packages/alpha/__init__.py" in message
+    assert "+ lib/python3.11/site-packages/alpha-2.0.dist-info/METADATA" in message
+    assert generations.current_number(store, "demo") == 1
+
+
+def test_verify_lists_tampered_files_and_sync_refuses_a_modified_store_venv(
+    locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
+) -> None:
+    _, v1, _ = locks
+    store = Store.open(tmp_path / "home")
+    result = sync_lock(store, "demo", v1, lock_path=None)
+    init = result.path / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
+    init.write_text("tampered\n")
+    checked = verify_env(store, "demo", v1.with_venv_digest(result.venv_digest))
+    assert not checked.ok
+    assert checked.to_dict()["changed"] == ["lib/python3.11/site-packages/alpha/__init__.py"]
+    # A new env on the same lock reuses the store venv: it is re-walked and refused.
+    with pytest.raises(VerifyError) as info:
+        sync_lock(store, "other", v1, lock_path=None)
+    assert "store venv was modified after it was built" in str(info.value)
+    assert generations.current_number(store, "other") is None
+
+
+def test_concurrent_syncs_of_one_env_serialize(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    _, v1, v2 = locks
+    store = Store.open(tmp_path / "home")
+    results: list[object] = []
+
+    def run(lock: Lock) -> None:
+        try:
+            results.append(sync_lock(store, "demo", lock, lock_path=None))
+        except Exception as exc:  # pragma: no cover - reported below
+            results.append(exc)
+
+    threads = [threading.Thread(target=run, args=(lock,)) for lock in (v1, v2, v1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(not isinstance(r, Exception) for r in results), results
+    gens = generations.list_generations(store, "demo")
+    assert [g.number for g in gens] == list(range(1, len(gens) + 1))
+    assert sum(g.current for g in gens) == 1
+    assert verify_env(store, "demo").ok
+
+
+def test_run_puts_the_env_first_and_returns_the_exit_code(locks: tuple[IndexServer, Lock, Lock],
+                                                          tmp_path: Path) -> None:
+    _, v1, _ = locks
+    store = Store.open(tmp_path / "home")
+    sync_lock(store, "demo", v1, lock_path=None)
+    code = run_in_env(store, "demo", ["python", "-c",
+                                      "import os, sys, alpha; sys.exit(7 if os.environ['VIRTUAL_ENV'] else 0)"])
+    assert code == 7
+    with pytest.raises(UsageError) as info:
+        run_in_env(store, "nope", [sys.executable])
+    assert str(info.value) == f"env 'nope': no current generation in {store.home}; run `envlock sync nope`"
+
+
+def test_generation_records_survive_unreadable_litter(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    _, v1, _ = locks
+    store = Store.open(tmp_path / "home")
+    sync_lock(store, "demo", v1, lock_path=None)
+    folder = generations.env_dir(store, "demo")
+    (folder / ".new-2-deadbeef").mkdir()  # a killed sync's half-written generation
+    (folder / "9").mkdir()  # no record: not a generation
+    assert [g.number for g in generations.list_generations(store, "demo")] == [1]
+    assert sync_lock(store, "demo", replace(v1, python=v1.python), lock_path=None).noop

@@ -1,0 +1,114 @@
+"""Install with the real pinned uv from store wheels; two homes and two uv caches give one venv."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envlock import install, verify
+from envlock.errors import InstallError
+from envlock.fetch import fetch
+from envlock.lockfile import Lock
+from envlock.store import Store
+from kit.index import IndexServer
+from kit.locks import lock_for
+from kit.wheels import build_wheel
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IndexServer, Lock]]:
+    root = tmp_path_factory.mktemp("install-index")
+    server = IndexServer(root / "served").start()
+    wheels = root / "wheels"
+    files = [
+        build_wheel(wheels, "alpha", "1.0", files={
+            "alpha/__init__.py": "from beta import B\nA = 'alpha'\n",
+            "alpha-1.0.data/scripts/alpha-tool": "#!python\nimport alpha\nprint(alpha.A)\n",
+        }),
+        build_wheel(wheels, "beta", "2.0", requires=["gamma>=9"],  # gamma is not locked: --no-deps
+                    files={"beta/__init__.py": "B = 'beta'\n", "beta/data.bin": os.urandom(50_000)}),
+        build_wheel(wheels, "native-thing", "0.3", tag="cp311-cp311-manylinux_2_17_x86_64",
+                    files={"native_thing/__init__.py": "", "native_thing/_lib.so": os.urandom(20_000)}),
+    ]
+    server.add("pypi", *files)
+    yield server, lock_for(server, "pypi", files)
+    server.stop()
+
+
+def _sync_venv(home: Path, lock: Lock, cache: Path, monkeypatch: pytest.MonkeyPatch) -> install.InstallResult:
+    monkeypatch.setenv("UV_CACHE_DIR", str(cache))
+    store = Store.open(home)
+    got = fetch([p.wheels[0] for p in lock.packages], store, base_dir=home)
+    return install.install(store, lock, got.paths())
+
+
+def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    _, lock = published
+    result = _sync_venv(tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
+    venv = result.venv
+    assert result.built and venv == Store.open(tmp_path / "home").path("venvs", lock.install_digest())
+    out = subprocess.run([venv / "bin" / "alpha-tool"], capture_output=True, text=True, check=True)
+    assert out.stdout == "alpha\n"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    assert sorted(p.name for p in site.glob("*.dist-info")) == [
+        "alpha-1.0.dist-info", "beta-2.0.dist-info", "native_thing-0.3.dist-info",
+    ]
+    assert not list(site.glob("*.dist-info/direct_url.json"))  # installed by name from find-links
+    assert not list(site.glob("*.dist-info/uv_cache.json"))  # holds a ctime: dropped
+    assert "uv_cache.json" not in (site / "alpha-1.0.dist-info" / "RECORD").read_text()
+    assert not list(venv.rglob("*.pyc"))
+    assert "relocatable = true" in (venv / "pyvenv.cfg").read_text()
+    assert install.stored_manifest(venv) == result.manifest == verify.manifest(venv)
+    # No temp litter; the manifest is also kept by digest for later verifies.
+    store = Store.open(tmp_path / "home")
+    assert list(store.tmp.iterdir()) == [store.partial_dir]
+    assert store.has("manifests", result.manifest.digest)
+    again = install.install(store, lock, {})
+    assert not again.built and again.manifest == result.manifest
+
+
+def test_two_homes_cold_and_warm_uv_cache_give_one_venv(published: tuple[IndexServer, Lock], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _, lock = published
+    cache = tmp_path / "uv-cache"
+    first = _sync_venv(tmp_path / "home-a", lock, cache, monkeypatch)  # cold uv cache
+    assert any(cache.iterdir())
+    second = _sync_venv(tmp_path / "home-b", lock, cache, monkeypatch)  # warm uv cache
+    third = _sync_venv(tmp_path / "home-c", lock, tmp_path / "other-cache", monkeypatch)  # cold again
+    assert first.manifest.digest == second.manifest.digest == third.manifest.digest
+    # Same relative location under each home: diff -r sees identical trees.
+    diff = subprocess.run(["diff", "-r", "--no-dereference", first.venv, second.venv],
+                          capture_output=True, text=True)
+    assert diff.returncode == 0, diff.stdout
+
+
+def test_lock_python_not_on_this_machine(published: tuple[IndexServer, Lock], tmp_path: Path) -> None:
+    _, lock = published
+    from dataclasses import replace
+
+    with pytest.raises(InstallError) as info:
+        fake = {p.wheels[0].sha256: tmp_path / p.wheels[0].filename for p in lock.packages}
+        install.install(Store.open(tmp_path), replace(lock, python="3.99"), fake)
+    assert info.value.message == (
+        "python 3.99 (the lock's python) is not available on this machine; envlock never downloads "
+        "interpreters (UV_PYTHON_DOWNLOADS=never): install it, or lock the env for a python that is here"
+    )
+    assert not any(Store.open(tmp_path).root.joinpath("venvs").glob("*"))
+
+
+def test_missing_wheel_is_named_and_leaves_no_entry(published: tuple[IndexServer, Lock], tmp_path: Path) -> None:
+    _, lock = published
+    store = Store.open(tmp_path)
+    with pytest.raises(InstallError) as info:
+        install.install(store, lock, {})
+    art = lock.packages[0].wheels[0]
+    assert str(info.value) == (
+        f"{art.filename}: not fetched into the store (sha256 {art.sha256}); expected every locked wheel before install"
+    )
+    assert not store.has("venvs", lock.install_digest())
+    assert list(store.tmp.iterdir()) == []

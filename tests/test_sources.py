@@ -1,0 +1,169 @@
+"""sources: git pins fetched into the store's mirror, path trees content-hashed, overrides loud."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from envlock import sources
+from envlock.errors import SourceError, UsageError
+from envlock.spec import SourceSpec
+from envlock.store import Store
+from kit.sglike import SgLike, commit_all, git, init_repo, make_sglike, write
+
+
+@pytest.fixture(scope="module")
+def sg(tmp_path_factory: pytest.TempPathFactory) -> SgLike:
+    return make_sglike(tmp_path_factory.mktemp("sglike"))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "home")
+
+
+def test_git_source_checks_out_the_pinned_commit(sg: SgLike, store: Store, tmp_path: Path) -> None:
+    prepared = sources.prepare(SourceSpec("sglike", git=sg.url, rev=sg.pin), store, tmp_path)
+    assert prepared.commit == sg.pin
+    assert prepared.commit_time == sg.pin_time == prepared.source_date_epoch
+    assert prepared.requested_rev is None
+    assert prepared.notice is None
+    assert (prepared.tree / "python/sglike/comm.py").is_file()
+    assert not (prepared.tree / ".git").exists()
+    assert "12:" not in (prepared.tree / "python/sglike/comm.py").read_text()  # pin, not upstream
+    assert prepared.tree_digest == sources.tree_digest(prepared.tree)
+    assert prepared.tree == store.path("sources", f"git-{sg.pin}") / "tree"
+    locked = prepared.locked()
+    assert (locked.kind, locked.location, locked.commit, locked.tree_digest) == ("git", sg.url, sg.pin, None)
+
+
+def test_branch_tag_and_short_rev_resolve_to_the_full_commit(sg: SgLike, store: Store) -> None:
+    assert sources.resolve_rev(sg.url, "main", store=store) == sg.upstream
+    assert sources.resolve_rev(sg.url, "v0.6.0", store=store) == sg.upstream
+    assert sources.resolve_rev(sg.url, sg.pin[:10], store=store) == sg.pin
+    assert sources.resolve_rev(sg.url, sg.pin) == sg.pin
+
+
+def test_branch_is_resolved_once_then_the_locked_commit_is_used(sg: SgLike, store: Store, tmp_path: Path) -> None:
+    spec = SourceSpec("sglike", git=sg.url, rev="main")
+    first = sources.prepare(spec, store, tmp_path)
+    assert (first.commit, first.requested_rev) == (sg.upstream, "main")
+    # The lock recorded first.commit; a later prepare with it does not follow the branch.
+    again = sources.prepare(spec, store, tmp_path, commit=sg.pin)
+    assert again.commit == sg.pin
+
+
+def test_unknown_rev_names_the_url_and_rev(sg: SgLike, store: Store) -> None:
+    with pytest.raises(SourceError) as exc:
+        sources.resolve_rev(sg.url, "no-such-branch", store=store)
+    assert str(exc.value) == (
+        f"{sg.url}: rev 'no-such-branch' names no branch or tag there; expected a branch, a tag or a commit hash"
+    )
+
+
+def test_missing_commit_is_an_error(sg: SgLike, store: Store) -> None:
+    with pytest.raises(SourceError, match=r"commit 0{40} not found"):
+        sources.checkout(store, sg.url, "0" * 40)
+
+
+def test_server_refusing_sha_fetch_falls_back_to_full_fetch(
+    sg: SgLike, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Protocol v0 servers refuse to send an unadvertised commit ("not our ref").
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "protocol.version")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "0")
+    mirror = sources.fetch_commit(store, sg.url, sg.pin)
+    assert not (mirror / "shallow").exists()  # full history came down
+    co = sources.checkout(store, sg.url, sg.pin)
+    assert co.commit == sg.pin
+
+
+def test_sha_fetch_is_shallow(sg: SgLike, store: Store) -> None:
+    mirror = sources.fetch_commit(store, sg.url, sg.pin)
+    assert (mirror / "shallow").read_text().split() == [sg.pin]
+
+
+def test_checkout_is_cached_in_the_store(sg: SgLike, store: Store) -> None:
+    first = sources.checkout(store, sg.url, sg.pin)
+    (store.path("git-mirrors", "x")).parent.mkdir(parents=True, exist_ok=True)
+    again = sources.checkout(store, "file:///nonexistent/elsewhere", sg.pin)  # no fetch needed
+    assert again.tree == first.tree and again.tree_digest == first.tree_digest
+
+
+def test_tree_digest_covers_paths_bytes_and_exec_bit(tmp_path: Path) -> None:
+    tree = tmp_path / "t"
+    write(tree, {"a.txt": "a\n", "sub/b.sh": "echo\n"})
+    base = sources.tree_digest(tree)
+    (tree / "sub/b.sh").chmod(0o755)
+    executable = sources.tree_digest(tree)
+    assert executable != base
+    (tree / "sub/b.sh").chmod(0o644)
+    assert sources.tree_digest(tree) == base
+    (tree / "a.txt").write_text("A\n")
+    assert sources.tree_digest(tree) != base
+    (tree / "a.txt").write_text("a\n")
+    (tree / "sub/b.sh").rename(tree / "sub/c.sh")
+    assert sources.tree_digest(tree) != base
+    (tree / "sub/c.sh").rename(tree / "sub/b.sh")
+    os.utime(tree / "a.txt", (1, 1))  # mtimes do not count
+    (tree / "__pycache__").mkdir()
+    (tree / "__pycache__/x.pyc").write_bytes(b"junk")
+    assert sources.tree_digest(tree) == base
+
+
+def test_path_source_is_snapshotted_by_digest(tmp_path: Path, store: Store) -> None:
+    root = tmp_path / "ws"
+    write(root, {"examples/k/pyproject.toml": "[project]\nname='k'\n", "examples/k/k.c": "int x;\n"})
+    prepared = sources.prepare(SourceSpec("k", path="examples/k"), store, root)
+    assert prepared.kind == "path" and prepared.commit is None
+    assert prepared.tree_digest == sources.tree_digest(root / "examples/k")
+    assert prepared.tree.parent == store.path("sources", "path-" + prepared.tree_digest.removeprefix("sha256:"))
+    assert prepared.source_date_epoch == sources.PATH_SOURCE_EPOCH
+    assert prepared.locked().tree_digest == prepared.tree_digest
+    (root / "examples/k/k.c").write_text("int y;\n")
+    assert sources.prepare(SourceSpec("k", path="examples/k"), store, root).tree_digest != prepared.tree_digest
+
+
+def test_override_source_is_loud(sg: SgLike, store: Store, tmp_path: Path) -> None:
+    local = tmp_path / "checkout"
+    init_repo(local)
+    write(local, {"python/sglike/comm.py": "MAX_SIZES = {}\n"})
+    commit_all(local, "local work")
+    name, path = sources.parse_override(f"sglike={local}")
+    prepared = sources.prepare(SourceSpec("sglike", git=sg.url, rev=sg.pin), store, tmp_path, override=path)
+    assert name == "sglike"
+    assert prepared.override == local
+    assert (prepared.tree / "python/sglike/comm.py").read_text() == "MAX_SIZES = {}\n"
+    assert not (prepared.tree / ".git").exists()
+    assert prepared.notice is not None
+    assert prepared.notice.startswith(f"OVERRIDDEN: source 'sglike' is built from the local tree {local}")
+    assert f"not from its pin (commit {sg.pin})" in prepared.notice
+    assert prepared.to_dict()["notice"] == prepared.notice
+    assert prepared.locked().commit == sg.pin  # the lock keeps the pin, never the override
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("sglike", "--override-source 'sglike': expected NAME=PATH"),
+        ("=x", "--override-source '=x': expected NAME=PATH"),
+    ],
+)
+def test_override_syntax(value: str, message: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        sources.parse_override(value)
+    assert str(exc.value) == message
+
+
+def test_override_must_be_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is not a directory"):
+        sources.parse_override(f"x={tmp_path / 'missing'}")
+
+
+def test_checkout_verifies_head(sg: SgLike, store: Store) -> None:
+    co = sources.checkout(store, sg.url, sg.upstream)
+    assert co.commit == sg.upstream
+    assert git(sg.repo, "show", "-s", "--format=%ct", sg.upstream) == str(co.commit_time)

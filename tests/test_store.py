@@ -1,0 +1,101 @@
+"""The store: layout version, atomic entries, litter of killed writers, flock."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from envlock.errors import StoreError
+from envlock.store import Store, exclusive_lock
+
+
+def test_open_writes_layout_and_refuses_unknown_layout(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    assert (tmp_path / "home" / "layout").read_text() == "1\n"
+    assert store.tmp.is_dir()
+    (tmp_path / "home" / "layout").write_text("7\n")
+    with pytest.raises(StoreError) as info:
+        Store.open(tmp_path / "home")
+    assert str(info.value) == (
+        f"{tmp_path}/home/layout: store layout '7', this envlock reads layout 1; "
+        "use another ENVLOCK_HOME or a matching envlock"
+    )
+
+
+def test_new_entry_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    with pytest.raises(RuntimeError), store.new_entry("wheels", "abc") as work:
+        (work / "f").write_text("half")
+        raise RuntimeError("killed")
+    assert not store.has("wheels", "abc")
+    assert list(store.tmp.iterdir()) == []
+    with store.new_entry("wheels", "abc") as work:
+        (work / "f").write_text("whole")
+    assert (store.path("wheels", "abc") / "f").read_text() == "whole"
+
+
+def test_first_complete_entry_wins(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    with store.new_entry("wheels", "k") as first:
+        (first / "f").write_text("one")
+        with store.new_entry("wheels", "k") as second:
+            (second / "f").write_text("two")
+    assert (store.path("wheels", "k") / "f").read_text() == "two"
+    assert list(store.tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("key", ["", "a/b", ".hidden"])
+def test_path_rejects_non_digest_keys(tmp_path: Path, key: str) -> None:
+    with pytest.raises(StoreError) as info:
+        Store.open(tmp_path).path("wheels", key)
+    assert str(info.value) == f"store key {key!r} for wheels: expected a digest-like name"
+
+
+def test_open_clears_litter_of_dead_writers_but_keeps_live_work_and_partials(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    litter = store.tmp / f"venvs-sha256-abc-p{dead.stdout.strip()}-0123abcd"
+    (litter / "bin").mkdir(parents=True)
+    (litter / "bin" / "python").write_text("x")
+    os.chmod(litter / "bin", 0o555)  # even read-only folders go
+    live = store.temp_dir("venv")
+    store.partial_dir.mkdir()
+    (store.partial_dir / "ab.part").write_bytes(b"half")
+    Store.open(tmp_path)
+    assert not litter.exists()
+    assert live.is_dir()
+    assert (store.partial_dir / "ab.part").read_bytes() == b"half"
+
+
+def test_remove_entry(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    with store.new_entry("venvs", "k") as work:
+        (work / "f").write_text("x")
+        os.chmod(work / "f", 0o444)
+    store.remove_entry("venvs", "k")
+    assert not store.has("venvs", "k")
+    store.remove_entry("venvs", "k")  # already gone: fine
+
+
+def test_exclusive_lock_serializes_holders(tmp_path: Path) -> None:
+    order: list[str] = []
+    lock = tmp_path / "x.lock"
+
+    def second() -> None:
+        with exclusive_lock(lock):
+            order.append("second")
+
+    with exclusive_lock(lock):
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(0.2)
+        order.append("first")
+    t.join()
+    assert order == ["first", "second"]

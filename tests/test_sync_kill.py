@@ -1,0 +1,117 @@
+"""SIGKILL a real ``envlock sync`` at several points: the previous generation stays current and whole."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from envlock import generations
+from envlock.install import stored_manifest
+from envlock.lockfile import Lock, read_lock
+from envlock.store import Store
+from envlock.sync import verify_env
+from kit.index import IndexServer
+from kit.locks import lock_for
+from kit.wheels import build_wheel
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[tuple[IndexServer, Path, Lock, Lock, Path]]:
+    server = IndexServer(tmp_path / "served").start()
+    server.slow_chunk, server.slow_delay = 8 * 1024, 0.02
+    w = tmp_path / "wheels"
+    alpha1 = build_wheel(w, "alpha", "1.0")
+    alpha2 = build_wheel(w, "alpha", "2.0")
+    big = build_wheel(w, "big", "1.0", files={"big/blob.bin": os.urandom(2_000_000)})
+    server.add("pypi", alpha1, alpha2, big)
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "locks").mkdir()
+    v1 = lock_for(server, "pypi", [alpha1])
+    v2 = lock_for(server, "pypi", [alpha2, big])
+    yield server, ws, v1, v2, big
+    server.stop()
+
+
+def _envlock(ws: Path, home: Path, *args: str, extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    env = dict(os.environ, ENVLOCK_HOME=str(home), **(extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "envlock.cli", *args], cwd=ws, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _assert_store_whole(store: Store) -> None:
+    for entry in (store.root / "wheels").iterdir():
+        (wheel,) = entry.iterdir()
+        assert hashlib.sha256(wheel.read_bytes()).hexdigest() == entry.name
+    for venv in (store.root / "venvs").iterdir():
+        assert stored_manifest(venv) is not None, f"{venv}: incomplete venv entry"
+
+
+@pytest.mark.parametrize("point", ["download", "install", "before-flip"])
+def test_sigkill_leaves_previous_generation_current(setup: tuple[IndexServer, Path, Lock, Lock, Path],
+                                                    tmp_path: Path, point: str) -> None:
+    server, ws, v1, v2, big = setup
+    home = tmp_path / "home"
+    lock1 = ws / "locks" / "pylock.demo.toml"
+    lock1.write_text(v1.to_toml())
+    first = _envlock(ws, home, "sync", "demo", "--lock", str(lock1))
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    store = Store.open(home)
+    assert out.splitlines()[-1] == str(generations.stable_path(store, "demo"))
+    recorded = read_lock(lock1)
+    assert recorded.venv_digest is not None
+
+    lock2 = ws / "locks" / "v2.toml"
+    lock2.write_text(v2.to_toml())
+    marker = tmp_path / "paused"
+    extra = {"ENVLOCK_TEST_PAUSE_MARKER": str(marker)}
+    if point == "download":
+        server.faults[big.name] = "slow"
+        part = store.partial_dir / f"{v2.package('big').wheels[0].sha256}.part"  # type: ignore[union-attr]
+        ready = lambda: part.exists() and part.stat().st_size > 100_000  # noqa: E731
+    else:
+        extra["ENVLOCK_TEST_PAUSE_AT"] = point
+        ready = marker.exists
+    proc = _envlock(ws, home, "sync", "demo", "--lock", str(lock2), extra=extra)
+    try:
+        _wait_for(ready, f"sync to reach {point}")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+    store = Store.open(home)  # clears the killed writer's litter
+    assert generations.current_number(store, "demo") == 1
+    assert verify_env(store, "demo", recorded).ok
+    _assert_store_whole(store)
+    assert [p.name for p in store.tmp.iterdir()] == ["partial"]
+    if point != "before-flip":
+        assert not store.has("venvs", v2.install_digest())
+
+    # The next sync finishes the job; a killed download resumes where it stopped.
+    server.faults.clear()
+    again = _envlock(ws, home, "sync", "demo", "--lock", str(lock2))
+    _, err = again.communicate(timeout=60)
+    assert again.returncode == 0, err
+    assert generations.current_number(store, "demo") == 2
+    assert verify_env(store, "demo", read_lock(lock2)).ok
+    if point == "download":
+        last = [r for p, r in server.requests if p.endswith(big.name)][-1]
+        assert last.startswith("bytes=") and last != "bytes=0-"
