@@ -119,7 +119,12 @@ class BuiltWheel:
     notices: tuple[str, ...] = ()
 
     def locked(self) -> LockedBuild:
-        return LockedBuild(input_digest=self.input_digest, wheel=self.filename, sha256=self.sha256)
+        return LockedBuild(
+            input_digest=self.input_digest,
+            wheel=self.filename,
+            sha256=self.sha256,
+            requirements=self.build_requirements,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -73,6 +73,9 @@ class LockedBuild:
     input_digest: str
     wheel: str  # filename in the wheelhouse
     sha256: str
+    # The build's own requirements as resolved and hash-pinned ("name==version --hash=sha256:..."):
+    # for isolated builds these are not in [[packages]], so they are recorded here.
+    requirements: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,8 @@ class Lock:
         out = ['lock-version = "1.0"', f"created-by = {_s('envlock')}"]
         if self.requires_python:
             out.append(f"requires-python = {_s(self.requires_python)}")
+        if not self.packages:
+            out.append("packages = []")  # PEP 751: the key is required even when empty
         for pkg in self.packages:
             out += ["", "[[packages]]", f"name = {_s(pkg.name)}", f"version = {_s(pkg.version)}"]
             if pkg.index:
@@ -157,6 +162,10 @@ class Lock:
                 f"wheel = {_s(build.wheel)}",
                 f"sha256 = {_s(build.sha256)}",
             ]
+            if build.requirements:
+                out.append("build-requirements = [")
+                out += [f"    {_s(r)}," for r in build.requirements]
+                out.append("]")
         return "\n".join(out) + "\n"
 
     @classmethod
@@ -226,7 +235,12 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         },
         sources=sources,
         builds={
-            k: LockedBuild(input_digest=v["input-digest"], wheel=v["wheel"], sha256=v["sha256"])
+            k: LockedBuild(
+                input_digest=v["input-digest"],
+                wheel=v["wheel"],
+                sha256=v["sha256"],
+                requirements=tuple(v.get("build-requirements", ())),
+            )
             for k, v in tool.get("builds", {}).items()
         },
         venv_digest=tool.get("venv-digest"),
