@@ -180,10 +180,11 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
     def text() -> str:
         if not gens:
             return f"{args.env}: no generations (run `envlock sync {args.env}`)"
-        return "\n".join(
+        header = f"  {'gen':>4}  {'created':20}  {'lock (install digest)':23}  venv digest"
+        return "\n".join([header] + [
             f"{'*' if g.current else ' '} {g.number:>4}  {g.created}  {g.install_digest[:23]}  {g.venv_digest[:23]}"
             for g in gens
-        )
+        ])
 
     _out(args, {"env": args.env, "generations": [g.to_dict() for g in gens]}, text)
     return 0
@@ -353,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("path", cmd_path, "print the env's stable path (a symlink to its current generation)")
     p.add_argument("env", metavar="ENV")
+    p.set_defaults(needs_workspace=False)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("verify", cmd_verify, "recompute the venv digest and compare with the lock (exit 1 on mismatch)")
@@ -361,15 +363,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("generations", cmd_generations, "list the env's generations (* = current)")
     p.add_argument("env", metavar="ENV")
+    p.set_defaults(needs_workspace=False)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("rollback", cmd_rollback, "make an earlier generation current (default: the previous one)")
     p.add_argument("env", metavar="ENV")
+    p.set_defaults(needs_workspace=False)
     p.add_argument("--to", type=int, metavar="N", help="generation number to switch to")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("run", cmd_run, "run a command inside the env: envlock run ENV -- CMD...")
     p.add_argument("env", metavar="ENV")
+    p.set_defaults(needs_workspace=False)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD")
 
     p = add("build", cmd_build, "build the env's local packages ([builds.*]) into the wheelhouse",
@@ -419,9 +424,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        ws = Workspace.find(root=args.root)
+        try:
+            ws = Workspace.find(root=args.root)
+        except UsageError:
+            # path, run, generations and rollback read only the store: they work from
+            # anywhere (a systemd unit, another checkout), so a missing workspace is fine.
+            if getattr(args, "needs_workspace", True):
+                raise
+            ws = Workspace(Path.cwd())
         code: int = args.func(args, ws)
         return code
+    except BrokenPipeError:
+        # `envlock diff ... | head`: the reader left; not an error worth a traceback.
+        sys.stderr.close()
+        return 0
     except EnvlockError as exc:
         if args.debug:
             raise
