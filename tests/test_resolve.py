@@ -182,7 +182,8 @@ def test_real_qwen_spec_index_part_locks_against_mirrors(ws, universe: Universe)
 
     lines = [f'[env]\npython = "{real["env"]["python"]}"\nplatform = "{real["env"]["platform"]}"']
     for name, idx in real["indexes"].items():
-        lines.append(f"[indexes.{name}]\nurl = {json.dumps(idx['url'])}" + ("\ndefault = true" if idx.get("default") else ""))
+        default = "\ndefault = true" if idx.get("default") else ""
+        lines.append(f"[indexes.{name}]\nurl = {json.dumps(idx['url'])}{default}")
     lines.append("[packages]")
     lines += [f"{json.dumps(k)} = {json.dumps(v) if isinstance(v, str) else _inline(v)}" for k, v in packages.items()]
     lines.append("[resolution]")

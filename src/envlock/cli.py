@@ -36,12 +36,13 @@ def _out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str]
             print(rendered)
 
 
-def _index_pairs(pairs: Sequence[str]) -> dict[str, str]:
+def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str]:
+    what = "index" if option == "--index" else "source"
     out = {}
     for pair in pairs:
         name, sep, url = pair.partition("=")
         if not sep or not name or not url:
-            raise UsageError(f"--index {pair!r}: expected NAME=URL (a spec index name and the mirror's URL)")
+            raise UsageError(f"{option} {pair!r}: expected NAME=URL (a spec {what} name and the mirror's URL)")
         out[name] = url
     return out
 
@@ -63,7 +64,8 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 
         _out(args, check.to_dict(), text)
         return 0 if check.current else 1
-    result = pipeline.lock_env(ws, args.env, mirrors=_index_pairs(args.index))
+    result = pipeline.lock_env(ws, args.env, mirrors=_index_pairs(args.index),
+                               sources_from=_index_pairs(args.source, "--source"))
 
     def text_lock() -> str:
         verb = "wrote" if result.changed else "unchanged:"
@@ -218,7 +220,8 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import pipeline
 
     report = pipeline.build_env(ws, args.env, tuple(args.packages), check=args.check,
-                                overrides=_overrides(args.override_source))
+                                overrides=_overrides(args.override_source),
+                                sources_from=_index_pairs(args.source, "--source"))
     for notice in report.notices:
         print(f"envlock: {notice}", file=sys.stderr)  # loud, also under --json
 
@@ -333,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no network, no writes: exit 0 if the lock is current, 1 if stale (and why), 2 if missing")
     p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
                    help="resolve spec index NAME against URL (a mirror); repeatable")
+    p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
+                   help="fetch git source NAME's pinned commit from URL (a local clone or mirror; the commit "
+                   "is verified and the lock keeps the spec's URL); also ENVLOCK_SOURCE_<NAME>=URL; repeatable")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("diff", cmd_diff, "what changes between two locks",
@@ -386,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="rebuild from scratch and compare (exit 1 on a difference)")
     p.add_argument("--override-source", action="append", default=[], metavar="NAME=PATH",
                    help="build source NAME from a local tree instead of its pin (not recorded in the lock)")
+    p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
+                   help="fetch git source NAME's pinned commit from URL (verified; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("patch", lambda a, w: 2, "patch status / edit / record")

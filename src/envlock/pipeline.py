@@ -37,6 +37,34 @@ def mirrors_from_env(spec: EnvSpec, environ: Mapping[str, str] | None = None) ->
     return out
 
 
+SOURCE_MIRROR_ENV_PREFIX = "ENVLOCK_SOURCE_"
+
+
+def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
+                   environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Where to fetch each git source from: ``--source NAME=URL`` or ``ENVLOCK_SOURCE_<NAME>=URL``.
+
+    The lock still names the spec's URL and the pinned commit is verified, so a mirror
+    (a local clone, an internal git server) changes where bytes come from, not what they are.
+    """
+    from envlock.errors import UsageError
+
+    environ = os.environ if environ is None else environ
+    out = {}
+    for name in spec.sources:
+        var = SOURCE_MIRROR_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.upper())
+        if environ.get(var):
+            out[name] = environ[var]
+    for name, url in (explicit or {}).items():
+        if name not in spec.sources:
+            known = ", ".join(sorted(spec.sources)) or "none"
+            raise UsageError(f"--source {name}=...: {spec.path} has no [sources.{name}]; sources: {known}")
+        if spec.sources[name].git is None:
+            raise UsageError(f"--source {name}=...: [sources.{name}] is a path source; only git sources take a mirror")
+        out[name] = url
+    return out
+
+
 def load_env_spec(ws: Workspace, env: str) -> EnvSpec:
     return load_spec(ws.spec_path(env), name=env)
 
@@ -66,6 +94,7 @@ def lock_env(
     env: str,
     *,
     mirrors: Mapping[str, str] | None = None,
+    sources_from: Mapping[str, str] | None = None,
     cache_dir: Path | None = None,
 ) -> LockResult:
     """Resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes unchanged if nothing changed)."""
@@ -76,7 +105,8 @@ def lock_env(
     urls = resolve.index_urls(spec, all_mirrors)
     path = ws.lock_path(env)
     old = _read_optional(path)
-    states = _sources_for_lock(ws, spec, old)  # patched trees: built packages' metadata comes from them
+    # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
+    states = _sources_for_lock(ws, spec, old, source_mirrors(spec, sources_from))
     build_sources, build_requires, build_vars = resolve_build_inputs(spec, states)
     resolution = resolve.resolve(spec, resolve.ResolveInputs(
         index_urls=urls, cache_dir=cache_dir, build_sources=build_sources,
@@ -270,6 +300,7 @@ def prepare_sources(
     lock: Lock | None = None,
     overrides: Mapping[str, Path] | None = None,
     names: set[str] | None = None,
+    mirrors: Mapping[str, str] | None = None,
 ) -> dict[str, SourceState]:
     """Fetch or snapshot each source (only ``names``, if given) and apply its patches."""
     from envlock import patch, sources
@@ -286,7 +317,7 @@ def prepare_sources(
         if names is not None and name not in names:
             continue
         prepared = sources.prepare(src, store, ws.root, commit=_pinned_commit(src, lock),
-                                   override=overrides.get(name))
+                                   override=overrides.get(name), fetch_from=(mirrors or {}).get(name))
         patches = patch.load_patches(ws.root, src.patches)
         out[name] = SourceState(prepared, patch.apply_all(name, prepared.tree, prepared.tree_digest, patches, store))
     return out
@@ -353,6 +384,7 @@ def build_env(
     check: bool = False,
     overrides: Mapping[str, Path] | None = None,
     write_lock: bool = True,
+    sources_from: Mapping[str, str] | None = None,
 ) -> BuildReport:
     """Build the env's ``[builds.*]`` (or just ``packages``) into the wheelhouse and record them in its lock.
 
@@ -386,7 +418,8 @@ def build_env(
             raise UsageError(f"{spec.path}: no [builds.{unknown[0]}]; builds: {known}")
         wanted = list({id(by_name[canonicalize_name(p)]): by_name[canonicalize_name(p)] for p in packages}.values())
     store = Store.open()
-    states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted})
+    states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted},
+                             mirrors=source_mirrors(spec, sources_from))
     build_names = {canonicalize_name(b.name) for b in spec.builds.values()}
     runtime = tuple(p for p in lock.packages if p.name not in build_names)
     env_packages: tuple[build.BuildEnvPackage, ...] = ()
@@ -458,7 +491,8 @@ class PatchReport:
         }
 
 
-def patch_status(ws: Workspace, env: str, *, against: str | None = None) -> PatchReport:
+def patch_status(ws: Workspace, env: str, *, against: str | None = None,
+                 sources_from: Mapping[str, str] | None = None) -> PatchReport:
     """Each source's patches against its pinned commit (or ``against``): applies / already-applied / conflict."""
     from envlock import patch, sources
     from envlock.errors import UsageError
@@ -469,16 +503,18 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None) -> Patc
     store = Store.open()
     out: dict[str, tuple[PatchStatus, ...]] = {}
     commits: dict[str, str | None] = {}
+    mirrors = source_mirrors(spec, sources_from)
+    commit: str | None
     for name, src in sorted(spec.sources.items()):
         if not src.patches:
             continue
         if against is not None:
             if src.git is None:
                 raise UsageError(f"--against {against}: source {name!r} is a path source (no commits)")
-            commit: str | None = sources.resolve_rev(src.git, against, store=store)
+            commit = sources.resolve_rev(mirrors.get(name, src.git), against, store=store)
         else:
             commit = _pinned_commit(src, lock)
-        prepared = sources.prepare(src, store, ws.root, commit=commit)
+        prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirrors.get(name))
         commits[name] = prepared.commit
         out[name] = tuple(patch.status(prepared.tree, patch.load_patches(ws.root, src.patches)))
     return PatchReport(env, against, out, commits)
@@ -496,7 +532,8 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path) -> EditSessi
         raise UsageError(f"{spec.path}: no [sources.{source}]; sources: {known}")
     src = spec.sources[source]
     commit = _pinned_commit(src, _read_optional(ws.lock_path(env)))
-    prepared = sources.prepare(src, Store.open(), ws.root, commit=commit)
+    prepared = sources.prepare(src, Store.open(), ws.root, commit=commit,
+                               fetch_from=source_mirrors(spec).get(source))
     return patch.edit(source, prepared.tree, patch.load_patches(ws.root, src.patches), workdir)
 
 
@@ -514,12 +551,14 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str, why: str, upstre
     return patch.record(workdir, ws.root / "patches" / source, subject=subject, why=why, upstream=upstream)
 
 
-def _sources_for_lock(ws: Workspace, spec: EnvSpec, old: Lock | None) -> dict[str, SourceState]:
+def _sources_for_lock(
+    ws: Workspace, spec: EnvSpec, old: Lock | None, mirrors: Mapping[str, str]
+) -> dict[str, SourceState]:
     if not spec.sources:
         return {}
     from envlock.store import Store
 
-    return prepare_sources(ws, spec, Store.open(), lock=old)
+    return prepare_sources(ws, spec, Store.open(), lock=old, mirrors=mirrors)
 
 
 def _carry_builds(

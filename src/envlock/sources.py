@@ -250,17 +250,19 @@ def _fetch_all(mirror: Path, url: str) -> None:
     _git(args, what=f"{url}: full fetch")
 
 
-def fetch_commit(store: Store, url: str, commit: str) -> Path:
+def fetch_commit(store: Store, url: str, commit: str, *, fetch_from: str | None = None) -> Path:
     """Make sure the store's mirror of ``url`` holds ``commit``; return the mirror.
 
     Asks for the one commit first (cheap on servers that allow it); a server that refuses
-    an unadvertised object gets a full fetch instead.
+    an unadvertised object gets a full fetch instead. ``fetch_from`` is another place to
+    fetch ``url``'s objects from (a local clone, an internal mirror): safe because the
+    commit id is checked, and git ids name content.
     """
     if not _HEX40.fullmatch(commit):
         raise SourceError(f"{url}: expected a full 40-hex commit, found {commit!r}")
     mirror = mirror_path(store, url)
     with store.locked(f"git-mirror-{mirror.name}"):
-        _fetch_into(mirror, url, commit)
+        _fetch_into(mirror, fetch_from or url, commit)
     return mirror
 
 
@@ -277,11 +279,11 @@ def _fetch_into(mirror: Path, url: str, commit: str) -> None:
     _git(["--git-dir", mirror, "update-ref", f"refs/envlock/{commit}", commit], what=url)
 
 
-def checkout(store: Store, url: str, commit: str) -> GitCheckout:
+def checkout(store: Store, url: str, commit: str, *, fetch_from: str | None = None) -> GitCheckout:
     """``commit`` of ``url`` as a tree in the store (``sources/git-<commit>``), fetched if needed."""
     entry = store.path("sources", f"git-{commit}")
     if not (entry / "tree").is_dir():
-        mirror = fetch_commit(store, url, commit)
+        mirror = fetch_commit(store, url, commit, fetch_from=fetch_from)
         with store.new_entry("sources", f"git-{commit}") as work:
             tree = work / "tree"
             _git(["init", "-q", tree], what=url)
@@ -338,16 +340,19 @@ def prepare(
     *,
     commit: str | None = None,
     override: Path | None = None,
+    fetch_from: str | None = None,
 ) -> PreparedSource:
     """Fetch or snapshot one source into the store.
 
     ``commit``: the commit the lock already recorded for a non-hex ``rev`` (so a branch is
     resolved once, at lock time); without it a branch or tag is resolved now. ``override``:
-    a local tree used instead of the pin (the result's ``notice`` says so).
+    a local tree used instead of the pin (the result's ``notice`` says so). ``fetch_from``:
+    a mirror of the git URL to fetch the pinned commit from (the lock still names the
+    spec's URL: the commit id is verified either way).
     """
     if spec.git is not None:
         rev = spec.rev or "HEAD"
-        pinned = commit or resolve_rev(spec.git, rev, store=store)
+        pinned = commit or resolve_rev(fetch_from or spec.git, rev, store=store)
         requested = None if rev == pinned else rev
         if override is not None:
             tree, digest = snapshot_path(store, override)
@@ -361,7 +366,7 @@ def prepare(
                 requested_rev=requested,
                 override=override,
             )
-        co = checkout(store, spec.git, pinned)
+        co = checkout(store, spec.git, pinned, fetch_from=fetch_from)
         return PreparedSource(
             spec.name,
             "git",
