@@ -248,7 +248,8 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
 def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import pipeline
 
-    report = pipeline.patch_status(ws, args.env, against=args.against)
+    report = pipeline.patch_status(ws, args.env, against=args.against,
+                                   sources_from=_index_pairs(args.source, "--source"))
 
     def text() -> str:
         lines = []
@@ -408,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
              "applies, already-applied or conflict (exit 1 on any conflict)")
     q.add_argument("env", metavar="ENV")
     q.add_argument("--against", metavar="REV", help="a commit, branch or tag of the source's repository")
+    q.add_argument("--source", action="append", default=[], metavar="NAME=URL",
+                   help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
     q = padd("edit", cmd_patch_edit, "check the patched tree of SOURCE out into a work dir (a git repo, "
              "one commit per patch)")
