@@ -167,3 +167,55 @@ def test_checkout_verifies_head(sg: SgLike, store: Store) -> None:
     co = sources.checkout(store, sg.url, sg.upstream)
     assert co.commit == sg.upstream
     assert git(sg.repo, "show", "-s", "--format=%ct", sg.upstream) == str(co.commit_time)
+
+
+UNREACHABLE = "https://git.invalid/sgl-project/sglang"
+
+
+def test_mirror_fetches_the_pinned_commit_but_the_lock_names_the_spec_url(
+    sg: SgLike, store: Store, tmp_path: Path
+) -> None:
+    spec = SourceSpec("sglike", git=UNREACHABLE, rev=sg.pin)
+    prepared = sources.prepare(spec, store, tmp_path, fetch_from=str(sg.repo))
+    assert prepared.commit == sg.pin
+    assert (prepared.tree / "python/sglike/comm.py").is_file()
+    assert prepared.locked().location == UNREACHABLE
+    assert prepared.notice is None  # the pinned commit itself, verified: nothing to warn about
+
+
+def test_mirror_without_the_commit_is_an_error(sg: SgLike, store: Store, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    init_repo(other)
+    write(other, {"x": "1\n"})
+    commit_all(other, "unrelated")
+    with pytest.raises(SourceError, match=f"commit {sg.pin} not found"):
+        sources.prepare(SourceSpec("sglike", git=UNREACHABLE, rev=sg.pin), store, tmp_path, fetch_from=str(other))
+
+
+def test_source_mirror_from_option_and_environment(ws, cli, sg: SgLike) -> None:  # type: ignore[no-untyped-def]
+    from envlock.pipeline import source_mirrors
+    from envlock.spec import load_spec
+
+    ws.write_spec("e", f"""
+[env]
+python = "3.11"
+[indexes.pypi]
+url = "https://pypi.org/simple"
+default = true
+[sources.sglike]
+git = "{UNREACHABLE}"
+rev = "{sg.pin}"
+[sources.local]
+path = "x"
+""")
+    spec = load_spec(ws.root / "envs" / "e.toml")
+    env_var = {"ENVLOCK_SOURCE_SGLIKE": "/mirror/a"}
+    assert source_mirrors(spec, None, env_var) == {"sglike": "/mirror/a"}
+    assert source_mirrors(spec, {"sglike": "/mirror/b"}, env_var) == {"sglike": "/mirror/b"}
+    with pytest.raises(UsageError, match=r"--source nope=\.\.\.: .* has no \[sources.nope\]; sources: local, sglike"):
+        source_mirrors(spec, {"nope": "/m"}, {})
+    with pytest.raises(UsageError, match=r"\[sources.local\] is a path source"):
+        source_mirrors(spec, {"local": "/m"}, {})
+    bad = cli("lock", "e", "--source", "sglike")
+    assert (bad.code, bad.err) == (
+        2, "envlock: error: --source 'sglike': expected NAME=URL (a spec source name and the mirror's URL)\n")
