@@ -211,6 +211,49 @@ def test_torch_pin_changes_the_kernel_digest_and_rebuilds(kit: Kit, built: tuple
     assert rebuilt.rebuilt and rebuilt.sha256 != built[0].sha256  # other headers, other binary
 
 
+@pytest.mark.slow
+def test_other_pypi_pins_do_not_touch_the_kernel(
+    kit: Kit, built: tuple[build.BuiltWheel, ...], tmp_path: Path
+) -> None:
+    """The build env is the closure of the kernel's build requirements, not the whole env."""
+    from kit.wheels import build_wheel
+
+    torch = kit.env(TORCH_A)[0]
+    extras = []
+    for version in ("1.0", "2.0"):  # an unrelated PyPI package, pinned two ways
+        wheel = build_wheel(tmp_path / version, "requestslike", version)
+        extras.append(build.BuildEnvPackage("requestslike", version, hashlib.sha256(wheel.read_bytes()).hexdigest(),
+                                            wheel))
+    digests = {
+        build.plan(replace(kit.kernel(), env_packages=(torch, extra)), kit.store).input_digest for extra in extras
+    }
+    assert digests == {built[0].input_digest}
+    again = build.build_wheel(replace(kit.kernel(), env_packages=(torch, extras[1])), kit.store, kit.wheelhouse)
+    assert not again.rebuilt  # build count 0
+
+
+def test_build_env_closure_follows_requirements_and_markers(tmp_path: Path) -> None:
+    from kit.wheels import build_wheel
+
+    def pkg(name: str, requires: list[str]) -> build.BuildEnvPackage:
+        wheel = build_wheel(tmp_path, name, "1.0", requires=requires)
+        return build.BuildEnvPackage(name, "1.0", "0" * 64, wheel)
+
+    env = (
+        pkg("torch", ["filelock", "pytorch-triton; platform_machine == 'x86_64'", "winonly; sys_platform == 'win32'"]),
+        pkg("filelock", []),
+        pkg("pytorch-triton", []),
+        pkg("winonly", []),
+        pkg("transformers", ["filelock"]),
+    )
+    environment = {"python_version": "3.12", "python_full_version": "3.12.0", "sys_platform": "linux",
+                   "platform_machine": "x86_64", "platform_system": "Linux", "os_name": "posix",
+                   "implementation_name": "cpython", "platform_python_implementation": "CPython",
+                   "platform_release": "", "platform_version": "", "implementation_version": "3.12.0"}
+    names = [p.name for p in build.build_env_closure(env, {"torch"}, environment)]
+    assert names == ["torch", "filelock", "pytorch-triton"]
+
+
 def test_patch_changes_rebuild_only_what_they_touch(
     kit: Kit, built: tuple[build.BuiltWheel, ...], tmp_path: Path
 ) -> None:

@@ -213,6 +213,56 @@ def _interpreter(python: str) -> dict[str, str]:
 # -- build requirements ------------------------------------------------------
 
 
+def _target_environment(request: BuildRequest) -> dict[str, str]:
+    """PEP 508 marker values for the env's target (python version, platform), not this host's."""
+    import re
+
+    from packaging.markers import default_environment
+
+    env = dict(default_environment())
+    parts = request.python.split(".")
+    env["python_version"] = ".".join(parts[:2])
+    env["python_full_version"] = request.python if len(parts) > 2 else f"{request.python}.0"
+    m = re.fullmatch(r"(x86_64|aarch64)-manylinux_2_\d+", request.platform or "")
+    if m:
+        env.update(sys_platform="linux", platform_system="Linux", os_name="posix", platform_machine=m.group(1))
+    return env
+
+
+def _requires_dist(wheel: Path) -> list[Requirement]:
+    """A wheel's ``Requires-Dist`` (read from its METADATA without unpacking it)."""
+    from email.parser import BytesParser
+
+    with zipfile.ZipFile(wheel) as zf:
+        name = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+        if name is None:
+            raise BuildError(f"{wheel}: not a wheel (no .dist-info/METADATA)")
+        meta = BytesParser().parsebytes(zf.read(name), headersonly=True)
+    return [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+
+
+def build_env_closure(
+    packages: Sequence[BuildEnvPackage], roots: set[Any], environment: Mapping[str, str]
+) -> tuple[BuildEnvPackage, ...]:
+    """The packages reachable from ``roots`` through their wheels' requirements (markers for the target)."""
+    by_name = {canonicalize_name(p.name): p for p in packages}
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo: list[tuple[str, frozenset[str]]] = [(str(r), frozenset()) for r in roots]
+    while todo:
+        name, extras = todo.pop()
+        if name not in by_name or (name, extras) in seen:
+            continue
+        seen.add((name, extras))
+        for req in _requires_dist(by_name[name].wheel):
+            if req.marker is not None and not any(
+                req.marker.evaluate({**environment, "extra": e}) for e in (extras or {""})
+            ):
+                continue
+            todo.append((str(canonicalize_name(req.name)), frozenset(req.extras)))
+    reached = {name for name, _ in seen}
+    return tuple(p for p in packages if canonicalize_name(p.name) in reached)
+
+
 def _backend(project: Path) -> tuple[str, list[str]]:
     """(build-backend, [build-system].requires) of a project, with PEP 517's defaults."""
     try:
@@ -309,7 +359,15 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
                     f"{what}: isolation = false needs requires = [...] (the build backend "
                     f"and its tools, e.g. {system_requires!r}); found none"
                 )
-            env = [p for p in request.env_packages if canonicalize_name(p.name) != canonicalize_name(spec.name)]
+            # Only what the build can import: the closure of its own build requirements
+            # within the env. Pinning another PyPI package must not rebuild the kernel;
+            # moving torch (named in sgl-kernel's [build-system] requires) must.
+            roots = {canonicalize_name(Requirement(r).name) for r in (*spec.requires, *system_requires)}
+            env = [
+                p
+                for p in build_env_closure(request.env_packages, roots, _target_environment(request))
+                if canonicalize_name(p.name) != canonicalize_name(spec.name)
+            ]
             env_lines = tuple(sorted(p.line for p in env))
             in_env = {canonicalize_name(p.name) for p in env}
             wanted = [r for r in spec.requires if canonicalize_name(Requirement(r).name) not in in_env]

@@ -124,7 +124,7 @@ def max_size(cc: int, world: int) -> int:
 
 KERNEL_PYPROJECT = """\
 [build-system]
-requires = ["scikit-build-core>=0.10"]
+requires = ["scikit-build-core>=0.10", "torchlike"]
 build-backend = "scikit_build_core.build"
 
 [project]
