@@ -219,7 +219,7 @@ def _target_environment(request: BuildRequest) -> dict[str, str]:
 
     from packaging.markers import default_environment
 
-    env = dict(default_environment())
+    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
     parts = request.python.split(".")
     env["python_version"] = ".".join(parts[:2])
     env["python_full_version"] = request.python if len(parts) > 2 else f"{request.python}.0"
@@ -245,7 +245,7 @@ def build_env_closure(
     packages: Sequence[BuildEnvPackage], roots: set[Any], environment: Mapping[str, str]
 ) -> tuple[BuildEnvPackage, ...]:
     """The packages reachable from ``roots`` through their wheels' requirements (markers for the target)."""
-    by_name = {canonicalize_name(p.name): p for p in packages}
+    by_name: dict[str, BuildEnvPackage] = {str(canonicalize_name(p.name)): p for p in packages}
     seen: set[tuple[str, frozenset[str]]] = set()
     todo: list[tuple[str, frozenset[str]]] = [(str(r), frozenset()) for r in roots]
     while todo:
