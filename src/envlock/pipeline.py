@@ -575,16 +575,18 @@ def _carry_builds(
 
     from packaging.utils import canonicalize_name
 
-    from envlock import build
+    from envlock import build, fetch
     from envlock.store import Store
 
     store = Store.open()
     build_names = {canonicalize_name(b.name) for b in spec.builds.values()}
-    runtime = [p for p in lock.packages if p.name not in build_names]
-    env_packages = tuple(
-        build.BuildEnvPackage(p.name, p.version, p.wheels[0].sha256, store.path("wheels", p.wheels[0].sha256))
-        for p in runtime
-    )
+    runtime = tuple(p for p in lock.packages if p.name not in build_names)
+    env_packages: tuple[build.BuildEnvPackage, ...] = ()
+    if any(not b.isolation for b in spec.builds.values()):
+        # A non-isolated build's inputs are the wheels its build requirements reach in the
+        # env; reading their metadata needs them in the store (sync fetches them anyway).
+        fetch.fetch([p.wheels[0] for p in runtime], store, base_dir=ws.lock_path(spec.name).parent)
+        env_packages = build.env_packages_from_lock(replace(lock, packages=runtime), store)
     kept_builds = {}
     kept_packages = []
     old_packages = {p.name: p for p in old.packages}

@@ -84,6 +84,7 @@ build-backend = "setuptools.build_meta"
 name = "sglike"
 version = "0.5.9"
 requires-python = ">=3.10"
+dependencies = ["sglike-kernel==0.1.0"]  # as sglang pins sgl-kernel: the env builds it instead
 
 [tool.setuptools.packages.find]
 include = ["sglike*"]

@@ -1,0 +1,130 @@
+"""The whole chain on an SGLang-shaped env: spec -> lock -> source -> patch -> build -> venv.
+
+What rebuilds when: changing only a PyPI pin re-syncs with no build; moving the torch
+stand-in or a kernel patch rebuilds the kernel (and only what the patch touches).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit import sglike
+from kit.sglike import SgLike
+from kit.universe import Universe
+
+TORCH_A = "2.12.0.dev20260307"
+TORCH_B = "2.12.0.dev20260308"
+
+
+@pytest.fixture(scope="module")
+def sg(tmp_path_factory: pytest.TempPathFactory, universe: Universe) -> SgLike:
+    sg = sglike.make_sglike(tmp_path_factory.mktemp("sglike"))
+    wheels = tmp_path_factory.mktemp("torchlike")
+    universe.server.add("pypi", *(sglike.torchlike_wheel(wheels, v) for v in (TORCH_A, TORCH_B)))
+    return sg
+
+
+def spec(u: Universe, sg: SgLike, *, tinydep: str = "1.0", torch: str = TORCH_A) -> str:
+    patches = ", ".join(f'"patches/sglike/{name}"' for name in sg.patches)
+    return f"""
+[env]
+python = "3.11"
+[indexes.pypi]
+url = "{u.pypi}"
+default = true
+[packages]
+tinydep = "=={tinydep}"
+torchlike = "=={torch}"
+sglike = {{ build = "sglike" }}
+sglike-kernel = {{ build = "sglike-kernel" }}
+[sources.sglike]
+git = "{sg.url}"
+rev = "{sg.pin}"
+patches = [{patches}]
+[builds.sglike]
+source = "sglike"
+subdirectory = "python"
+env = {{ SETUPTOOLS_SCM_PRETEND_VERSION = "0.5.9" }}
+[builds.sglike-kernel]
+source = "sglike"
+subdirectory = "sgl-kernel"
+isolation = false
+requires = ["scikit-build-core>=0.10"]
+env = {{ SGLIKE_ARCH_LIST = "12.0a" }}
+config-settings = {{ "cmake.define.SGLIKE_ENABLE_FA3" = "OFF" }}
+[builds.sglike-kernel.fetchcontent]
+{sglike.KDEP_NAME} = {{ git = "{sg.kdep_url}", rev = "{sg.kdep_commit}" }}
+"""
+
+
+def built_inputs(home: Path) -> set[str]:
+    """Input digests the store holds a built wheel for (a new one = a build ran)."""
+    folder = home / "v1" / "builds"
+    return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+
+
+def sync(cli, env: str = "e") -> dict:  # type: ignore[no-untyped-def, type-arg]
+    result = cli("sync", env, "--json")
+    assert result.code == 0, result.err
+    return json.loads(result.out)  # type: ignore[no-any-return]
+
+
+def in_env(ws_root: Path, code: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "envlock.cli", "run", "e", "--", "python", "-c", code], cwd=ws_root,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+@pytest.mark.slow
+def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Universe, sg: SgLike,
+                                                        tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    home = tmp_path / "home"
+    shutil.copytree(sg.patches_dir, ws.root / "patches" / "sglike")
+    ws.write_spec("e", spec(universe, sg))
+
+    first = sync(cli)
+    assert len(built_inputs(home)) == 2  # the kernel and the python package
+    lock = ws.lock_text("e")
+    assert f'commit = "{sg.pin}"' in lock and "[tool.envlock.builds.\"sglike-kernel\"]" in lock
+    # Patched (0001: capability 12; 0002: mul), compiled against torchlike's header, fetched dep inlined.
+    out = in_env(ws.root, "import sglike, sglike.comm as c, sglike_kernel as k, tinydep; "
+                          "print(c.max_size(12, 4), k.mul(6, 7), tinydep.VERSION)")
+    assert out.split() == [str(64 * 1024 * 1024), "42", "1.0"]
+
+    # Only a PyPI pin moves: a new generation, no build.
+    ws.write_spec("e", spec(universe, sg, tinydep="1.1"))
+    before = built_inputs(home)
+    second = sync(cli)
+    assert built_inputs(home) == before
+    assert second["generation"] == first["generation"] + 1
+    assert in_env(ws.root, "import tinydep; print(tinydep.VERSION)") == "1.1"
+
+    # The torch pin moves: the kernel (built against it) rebuilds; the python package does not.
+    ws.write_spec("e", spec(universe, sg, tinydep="1.1", torch=TORCH_B))
+    sync(cli)
+    assert len(built_inputs(home) - before) == 1
+    assert in_env(ws.root, "import torchlike; print(torchlike.__version__)") == TORCH_B
+
+    # A kernel patch changes: the kernel rebuilds once more.
+    patch_file = ws.root / "patches" / "sglike" / sg.patches[1]
+    patch_file.write_text(patch_file.read_text().replace("Why:", "Why: (reworded)", 1))
+    before = built_inputs(home)
+    check = cli("lock", "e", "--check")
+    assert check.code == 1 and f"sources.sglike.patches: patches/sglike/{sg.patches[1]} changed" in check.out
+    sync(cli)
+    # The header is not part of the diff, so the patched tree, and so the build inputs, are unchanged.
+    assert built_inputs(home) == before
+
+    # The kernel patch's code changes: only the kernel rebuilds, and the venv has the new code.
+    patch_file.write_text(patch_file.read_text().replace("+    return PyLong_FromLong(a * b);",
+                                                         "+    return PyLong_FromLong(a * b + 1);"))
+    sync(cli)
+    assert len(built_inputs(home) - before) == 1
+    assert in_env(ws.root, "import sglike_kernel as k; print(k.mul(6, 7))") == "43"
