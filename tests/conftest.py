@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from envlock.cli import main
-from kit.universe import Universe, build_universe
+from envlock.store import Store
+from kit.index import IndexServer
+from kit.sglike import SgLike, make_sglike
+from kit.universe import BACKENDS, Universe, build_universe
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -88,3 +91,38 @@ def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
         return CliResult(code, captured.out, captured.err)
 
     return run
+
+
+def backend_wheels() -> Path:
+    """tests/.wheels, holding the build backends, or a clear failure naming the set-up step."""
+    wanted = ("scikit_build_core-", "setuptools-")
+    found = [p.name for p in BACKENDS.glob("*.whl")] if BACKENDS.is_dir() else []
+    missing = [w for w in wanted if not any(n.startswith(w) for n in found)]
+    if missing:
+        pytest.fail(
+            f"{BACKENDS} lacks the build backends ({', '.join(m.rstrip('-') for m in missing)}): "
+            "run the test set-up step `python tests/kit/backends.py` once (it downloads them from PyPI)",
+            pytrace=False,
+        )
+    return BACKENDS
+
+
+@pytest.fixture(scope="session")
+def backend_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    """A loopback index serving only the build backends (uv build's isolated envs use it)."""
+    server = IndexServer(tmp_path_factory.mktemp("backend-index"))
+    server.add_dir("pypi", backend_wheels())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def sg(tmp_path_factory: pytest.TempPathFactory) -> SgLike:
+    """The SGLang-shaped fixture repository (tests/kit/sglike.py)."""
+    return make_sglike(tmp_path_factory.mktemp("sglike"))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "home")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,36 +24,13 @@ from kit.index import IndexServer
 from kit.sglike import SgLike, write
 
 ROOT = Path(__file__).resolve().parents[1]
-WHEELS = ROOT / "tests" / ".wheels"
 TORCH_A = "2.12.0.dev20260307"
 TORCH_B = "2.12.0.dev20260308"
 
 
-def _backend_wheels() -> Path:
-    wanted = ("scikit_build_core-", "setuptools-")
-    found = [p.name for p in WHEELS.glob("*.whl")] if WHEELS.is_dir() else []
-    missing = [w for w in wanted if not any(n.startswith(w) for n in found)]
-    if missing:
-        pytest.fail(
-            f"{WHEELS} lacks the build backends ({', '.join(m.rstrip('-') for m in missing)}): "
-            "run the test set-up step `python tests/kit/backends.py` once (it downloads them from PyPI)",
-            pytrace=False,
-        )
-    return WHEELS
-
-
 @pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    server = IndexServer(tmp_path_factory.mktemp("index"))
-    server.add_dir("pypi", _backend_wheels())
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def sg(tmp_path_factory: pytest.TempPathFactory) -> SgLike:
-    return sglike.make_sglike(tmp_path_factory.mktemp("sglike"))
+def index(backend_index: IndexServer) -> IndexServer:
+    return backend_index
 
 
 @pytest.fixture(scope="module")

@@ -9,25 +9,14 @@ from __future__ import annotations
 
 import shutil
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from envlock import runner
 from kit.index import IndexServer
-from test_build import _backend_wheels
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def backend_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    server = IndexServer(tmp_path_factory.mktemp("index"))
-    server.add_dir("pypi", _backend_wheels())
-    server.start()
-    yield server
-    server.stop()
 
 
 def _demo(ws_root: Path, index_url: str) -> None:

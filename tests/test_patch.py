@@ -10,19 +10,9 @@ import pytest
 from envlock import patch, sources
 from envlock.errors import PatchError
 from envlock.store import Store
-from kit.sglike import SgLike, git, make_sglike, write
+from kit.sglike import SgLike, git, write
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def sg(tmp_path_factory: pytest.TempPathFactory) -> SgLike:
-    return make_sglike(tmp_path_factory.mktemp("sglike"))
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store.open(tmp_path / "home")
 
 
 def _patches(sg: SgLike) -> list[patch.PatchFile]:

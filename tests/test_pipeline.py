@@ -23,7 +23,8 @@ TORCH_B = "2.12.0.dev20260308"
 
 
 @pytest.fixture(scope="module")
-def sg(tmp_path_factory: pytest.TempPathFactory, universe: Universe) -> SgLike:
+def sg(tmp_path_factory: pytest.TempPathFactory, universe: Universe, backend_index: object) -> SgLike:
+    """The fixture repo, with the torch stand-in published on the universe's default index."""
     sg = sglike.make_sglike(tmp_path_factory.mktemp("sglike"))
     wheels = tmp_path_factory.mktemp("torchlike")
     universe.server.add("pypi", *(sglike.torchlike_wheel(wheels, v) for v in (TORCH_A, TORCH_B)))

@@ -11,17 +11,7 @@ from envlock import sources
 from envlock.errors import SourceError, UsageError
 from envlock.spec import SourceSpec
 from envlock.store import Store
-from kit.sglike import SgLike, commit_all, git, init_repo, make_sglike, write
-
-
-@pytest.fixture(scope="module")
-def sg(tmp_path_factory: pytest.TempPathFactory) -> SgLike:
-    return make_sglike(tmp_path_factory.mktemp("sglike"))
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store.open(tmp_path / "home")
+from kit.sglike import SgLike, commit_all, git, init_repo, write
 
 
 def test_git_source_checks_out_the_pinned_commit(sg: SgLike, store: Store, tmp_path: Path) -> None:
