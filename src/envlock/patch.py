@@ -692,13 +692,7 @@ class EditSession:
 
 
 def _git_ok(args: Sequence[str | os.PathLike[str]], cwd: Path, what: str) -> runner.Result:
-    result = runner.git(args, cwd=cwd)
-    if not result.ok:
-        raise PatchError(
-            f"{what}: `git {' '.join(map(str, args))}` failed (exit {result.returncode})",
-            details=result.tail(10).splitlines(),
-        )
-    return result
+    return runner.git_checked(args, what=what, error=PatchError, cwd=cwd)
 
 
 def edit(source: str, tree: Path, patches: Sequence[PatchFile], workdir: Path) -> EditSession:

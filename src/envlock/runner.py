@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from envlock.errors import EnvlockError
+
 
 @dataclass(frozen=True)
 class Result:
@@ -88,6 +90,19 @@ def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
        env: Mapping[str, str] | None = None, log: Path | None = None) -> Result:
     """Run the pinned uv with ``args``."""
     return run([uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log)
+
+
+def git_checked(
+    args: Sequence[str | os.PathLike[str]], *, what: str, error: type[EnvlockError], cwd: Path | None = None
+) -> Result:
+    """``git(args)``, raising ``error`` (naming ``what``, the command and its output) when it fails."""
+    result = git(args, cwd=cwd)
+    if not result.ok:
+        raise error(
+            f"{what}: `git {' '.join(str(a) for a in args)}` failed (exit {result.returncode})",
+            details=result.tail(15).splitlines(),
+        )
+    return result
 
 
 def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None, log: Path | None = None) -> Result:

@@ -178,13 +178,7 @@ def copy_tree(src: Path, dest: Path) -> None:
 
 
 def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None = None) -> runner.Result:
-    result = runner.git(args, cwd=cwd)
-    if not result.ok:
-        raise SourceError(
-            f"{what}: `git {' '.join(str(a) for a in args)}` failed (exit {result.returncode})",
-            details=result.tail(15).splitlines(),
-        )
-    return result
+    return runner.git_checked(args, what=what, error=SourceError, cwd=cwd)
 
 
 def mirror_path(store: Store, url: str) -> Path:

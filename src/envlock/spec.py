@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -271,14 +271,22 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path) -> EnvSpec:
     )
 
 
+def _entries(
+    p: _Problems, table: dict[str, Any], prefix: str, expected: str, allowed: set[str]
+) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(name, key path, entry) of each sub-table of ``[prefix.*]``; other values and unknown keys are problems."""
+    for name, entry in table.items():
+        key = f"{prefix}.{name}"
+        if not isinstance(entry, dict):
+            p.add(key, f"expected a table with {expected}, found {_found(entry)}")
+            continue
+        p.check_keys(key, entry, allowed)
+        yield name, key, entry
+
+
 def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
     out: dict[str, IndexSpec] = {}
-    for name, entry in table.items():
-        key = f"indexes.{name}"
-        if not isinstance(entry, dict):
-            p.add(key, f"expected a table with url = \"...\", found {_found(entry)}")
-            continue
-        p.check_keys(key, entry, _INDEX_KEYS)
+    for name, key, entry in _entries(p, table, "indexes", 'url = "..."', _INDEX_KEYS):
         url = _get_str(p, entry, "url", key, required=True)
         if url is not None and not re.match(r"(https?|file)://", url):
             p.add(f"{key}.url", f"expected an http(s):// or file:// URL, found {url!r}")
@@ -296,12 +304,7 @@ def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
 
 def _parse_sources(p: _Problems, table: dict[str, Any]) -> dict[str, SourceSpec]:
     out: dict[str, SourceSpec] = {}
-    for name, entry in table.items():
-        key = f"sources.{name}"
-        if not isinstance(entry, dict):
-            p.add(key, f"expected a table with git = \"...\" or path = \"...\", found {_found(entry)}")
-            continue
-        p.check_keys(key, entry, _SOURCE_KEYS)
+    for name, key, entry in _entries(p, table, "sources", 'git = "..." or path = "..."', _SOURCE_KEYS):
         git = _get_str(p, entry, "git", key)
         rev = _get_str(p, entry, "rev", key)
         path = _get_str(p, entry, "path", key)
@@ -324,12 +327,7 @@ def _parse_sources(p: _Problems, table: dict[str, Any]) -> dict[str, SourceSpec]
 
 def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, SourceSpec]) -> dict[str, BuildSpec]:
     out: dict[str, BuildSpec] = {}
-    for name, entry in table.items():
-        key = f"builds.{name}"
-        if not isinstance(entry, dict):
-            p.add(key, f"expected a table with source = \"...\", found {_found(entry)}")
-            continue
-        p.check_keys(key, entry, _BUILD_KEYS)
+    for name, key, entry in _entries(p, table, "builds", 'source = "..."', _BUILD_KEYS):
         source = _get_str(p, entry, "source", key, required=True)
         if source is not None and source not in sources:
             known = ", ".join(sorted(sources)) or "none defined"
