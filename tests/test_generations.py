@@ -190,3 +190,90 @@ def test_generation_records_survive_unreadable_litter(locks: tuple[IndexServer, 
     (folder / "9").mkdir()  # no record: not a generation
     assert [g.number for g in generations.list_generations(store, "demo")] == [1]
     assert sync_lock(store, "demo", replace(v1, python=v1.python), lock_path=None).noop
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_noop_stamp_vouches_only_for_unchanged_lock_spec_and_patch_bytes(
+    locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
+) -> None:
+    from envlock import quick
+
+    _server, v1, v2 = locks
+    store = Store.open(tmp_path / "home")
+    lock_path = _write(v1, tmp_path / "ws" / "locks" / "pylock.demo.toml")
+    spec = tmp_path / "ws" / "envs" / "demo.toml"
+    patch = tmp_path / "ws" / "patches" / "src" / "0001-fix.patch"
+    for path, text in ((spec, "[env]\n"), (patch, "--- a\n+++ b\n")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    inputs = {str(spec): _sha(spec), str(patch): _sha(patch)}
+    first = sync_lock(store, "demo", v1, lock_path=lock_path, inputs=inputs)
+    assert first.recorded  # the stamp holds the lock's bytes after the digest was written
+
+    def check(spec_file: Path | None = spec) -> tuple[int, str, str] | None:
+        return quick.check(str(store.home), "demo", str(lock_path), None if spec_file is None else str(spec_file))
+
+    answer = (first.generation, first.install_digest, first.venv_digest)
+    assert check() == check(None) == answer
+    spec.write_text("[env]\n# edited\n")
+    assert (check(), check(None)) == (None, answer)  # plain sync: re-check; --frozen: the lock is the lock
+    spec.write_text("[env]\n")
+    assert check() == answer
+    patch.write_text("--- a\n+++ c\n")
+    assert check() is None
+    patch.write_text("--- a\n+++ b\n")
+    assert check(tmp_path / "elsewhere" / "demo.toml") is None  # it checked another spec
+
+    # A sync that did not check the spec keeps the lock answer, but vouches for no spec.
+    assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=True).noop
+    assert (check(), check(None)) == (None, answer)
+    lock_path.write_text(lock_path.read_text() + "# touched\n")
+    assert check(None) is None  # other lock bytes: the full path decides
+
+    # A new generation: the stamp follows it; rolled back, the old generation has none.
+    second = sync_lock(store, "demo", v2, lock_path=_write(v2, lock_path), frozen=True)
+    assert check(None) == (second.generation, second.install_digest, second.venv_digest)
+    generations.rollback(store, "demo")
+    assert check(None) is None
+    generations.rollback(store, "demo", 2)
+    assert check(None) is not None
+    (store.path("envs", "demo") / "2" / "venv").unlink()  # its venv is gone: not a no-op
+    assert check(None) is None
+
+
+def test_fast_noop_prints_what_the_full_path_prints_and_imports_nothing_heavy(
+    locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
+) -> None:
+    _server, v1, _ = locks
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    lock_path = _write(v1, ws / "locks" / "pylock.demo.toml")
+    env = {**os.environ, "ENVLOCK_HOME": str(tmp_path / "home")}
+    probe = (
+        "import sys\nfrom envlock.cli import main\ncode = main(sys.argv[1:])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'packaging', 'tomllib', 'requests', "
+        "'rich', 'dataclasses', 'pathlib', 'platformdirs'} or m in {'envlock.pipeline', 'envlock.lockfile', "
+        "'envlock.sync', 'envlock.store'})\nprint('heavy:', *heavy)\nsys.exit(code)\n"
+    )
+
+    def sync(*extra: str) -> tuple[str, str]:
+        proc = subprocess.run([sys.executable, "-c", probe, "sync", "demo", "--lock", str(lock_path), *extra],
+                              cwd=ws, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        *out, heavy = proc.stdout.splitlines()
+        return "\n".join(out), heavy
+
+    built, heavy = sync()
+    assert "venv built" in built and heavy != "heavy:"
+    stamp = tmp_path / "home" / "v1" / "envs" / "demo" / generations.NOOP_STAMP
+    stamp.unlink()
+    full, heavy = sync("--frozen")  # no stamp: argparse, the pipeline, sync_lock's no-op (writes one)
+    assert full.startswith("demo: up to date (generation 1)") and heavy != "heavy:"
+    fast, heavy = sync("--frozen")
+    assert (fast, heavy) == (full, "heavy:")
+    assert sync("-q")[0] == full  # not --frozen, --lock PATH: the lock is taken as is either way

@@ -99,3 +99,43 @@ def test_exclusive_lock_serializes_holders(tmp_path: Path) -> None:
         order.append("first")
     t.join()
     assert order == ["first", "second"]
+
+
+def test_slot_entries_reuse_one_path_and_leftovers_of_dead_holders_are_cleared(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    with store.new_entry("venvs", "sha256:aa", slot="venv") as work:
+        assert work == store.tmp / "venv-slot0"
+        # A second writer at the same time gets the next slot.
+        with store.new_entry("venvs", "sha256:bb", slot="venv") as other:
+            assert other == store.tmp / "venv-slot1"
+            (other / "f").write_text("b")
+        assert Store.open(tmp_path / "home").clean_tmp() == []  # a held slot is live work
+        (work / "f").write_text("a")
+    assert (store.path("venvs", "sha256:aa") / "f").read_text() == "a"
+    assert (store.path("venvs", "sha256:bb") / "f").read_text() == "b"
+    with store.new_entry("venvs", "sha256:cc", slot="venv") as again:
+        assert again == store.tmp / "venv-slot0"  # the path comes back: uv's caches by path hit
+    # What a killed holder left behind (no one holds its lock) goes on the next open.
+    (store.tmp / "venv-slot0" / "bin").mkdir(parents=True)
+    assert store.clean_tmp() == [store.tmp / "venv-slot0"]
+    assert list(store.tmp.iterdir()) == []
+
+
+def test_default_home_follows_envlock_home_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from envlock import quick
+    from envlock.store import LAYOUT_VERSION, default_home
+
+    assert f"v{LAYOUT_VERSION}" == quick.LAYOUT_DIR
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "h"))
+    assert default_home() == tmp_path / "h"
+    if sys.platform.startswith("linux"):
+        monkeypatch.delenv("ENVLOCK_HOME")
+        from platformdirs import user_data_dir
+
+        # The fast no-op computes the home without importing platformdirs: same answer.
+        monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+        assert default_home() == tmp_path / "xdg" / "envlock" == Path(user_data_dir("envlock", appauthor=False))
+        monkeypatch.setenv("XDG_DATA_HOME", "relative/ignored")
+        monkeypatch.setenv("HOME", str(tmp_path / "user"))
+        assert default_home() == tmp_path / "user" / ".local" / "share" / "envlock"
+        assert default_home() == Path(user_data_dir("envlock", appauthor=False))

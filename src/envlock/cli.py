@@ -6,12 +6,18 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
 
 from envlock import __version__
 from envlock.errors import EnvlockError, UsageError
-from envlock.workspace import Workspace
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    # pathlib, typing and workspace (dataclasses, difflib) are imported where used at run
+    # time: main()'s fast no-op answers before any of them is needed.
+    from pathlib import Path
+    from typing import Any
+
+    from envlock.workspace import Workspace
 
 EPILOG = """\
 Typical use:
@@ -106,17 +112,20 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.store import Store
     from envlock.sync import quick_noop
 
-    # When the lock is taken as is (no spec check) and the current generation was made
-    # from these very bytes, answer before importing the pipeline (fast no-op).
+    # The no-op check of main()'s fast path, for the cases it leaves to us (--json):
+    # answer from the env's stamp before importing the pipeline (see envlock.quick).
     result = None
-    lock_file = None
-    if args.lock is None and args.frozen:
-        ws.spec_path(args.env)  # an unknown env is still a usage error
+    lock_file = spec_file = None
+    if args.lock is None:
+        spec_file = ws.spec_path(args.env)  # an unknown env is still a usage error
         lock_file = ws.lock_path(args.env)
-    elif args.lock and "@" not in args.lock and args.lock.endswith(".toml"):
+    elif "@" not in args.lock and args.lock.endswith(".toml"):
+        from pathlib import Path
+
         lock_file = Path(args.lock).absolute()
     if lock_file is not None:
-        result = quick_noop(Store.open(), args.env, lock_file)
+        result = quick_noop(Store.open(), args.env, lock_file,
+                            None if args.frozen or args.lock is not None else spec_file)
     if result is None:
         from envlock import pipeline, ui
 
@@ -271,6 +280,8 @@ def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
+    from pathlib import Path
+
     from envlock import pipeline
 
     workdir = (args.dir or Path(f"{args.source}-edit")).absolute()
@@ -303,6 +314,8 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pathlib import Path
+
     common = _Parser(add_help=False)
     common.add_argument("--root", type=Path, help="workspace root (default: first folder with envs/ from here up)")
     common.add_argument("--debug", action="store_true", help="show tracebacks for errors")
@@ -429,6 +442,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Fast path: an up-to-date `envlock sync ENV` answers here, before argparse is built
+    # and the pipeline (tomllib, packaging) is imported. envlock.quick imports only os,
+    # sys and hashlib and returns None for anything it does not fully handle.
+    from envlock.quick import fast_sync
+
+    fast = fast_sync(list(sys.argv[1:] if argv is None else argv))
+    if fast is not None:
+        return fast
+    from pathlib import Path
+
+    from envlock.workspace import Workspace
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -7,6 +7,7 @@ Layout, under the store's ``envs/<name>/``::
     <N>/generation.json   number, created (UTC), install digest, venv digest
     <N>/pylock.toml       the lock this generation was built from
     current               symlink to ``<N>/venv``: ``envlock path`` prints it
+    noop-stamp            what the last sync found current (``envlock.quick``)
 
 A generation folder is written under a temp name and renamed; ``current`` is
 flipped by making a new symlink and ``os.replace``-ing it over the old one (a
@@ -32,6 +33,7 @@ from envlock.errors import UsageError
 from envlock.store import Store, exclusive_lock, write_atomic
 
 CURRENT = "current"
+NOOP_STAMP = "noop-stamp"  # envlock.quick.STAMP: written by sync, read by the fast no-op
 _RECORD = "generation.json"
 _LOCK_COPY = "pylock.toml"
 
@@ -155,6 +157,9 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
         shutil.rmtree(litter, ignore_errors=True)
     for litter in folder.glob(".current-*"):
         litter.unlink(missing_ok=True)
+    # The fast no-op stamp names a generation by number; a number can come back (an
+    # old generation folder removed by hand), so no stamp may outlive this point.
+    (folder / NOOP_STAMP).unlink(missing_ok=True)
     numbers = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
     number = max(numbers, default=0) + 1
     work = folder / f".new-{number}-{uuid.uuid4().hex[:8]}"

@@ -3,8 +3,8 @@
 No index, no resolution: ``uv pip install --no-index --offline --no-deps`` of
 exactly the locked ``name==version`` set, each found only in its own store folder
 (``--find-links wheels/<sha256>/``). The venv is created ``--relocatable``, so
-nothing in it names the folder it was built in: it is built under ``tmp/`` and
-renamed into place in one step, like every other store entry, and a killed
+nothing in it names the folder it was built in: it is built under ``tmp/`` (in a
+reused, locked slot folder) and renamed into place in one step, like every other store entry, and a killed
 install leaves only litter under ``tmp/``.
 
 What would make two installs differ, and what is done about it, is listed in
@@ -137,7 +137,9 @@ def install(
         # In a pid-named temp folder: a killed install's log goes with its other litter.
         log_dir = store.temp_dir("install-log")
         log = log_dir / "uv.log"
-        with _keep_log_on_failure(store, log, key), store.new_entry("venvs", key) as work:
+        # Built in a reused slot folder (tmp/venv-slotN), not a fresh temp path: uv then
+        # finds its cached probe of the venv's interpreter instead of running it again.
+        with _keep_log_on_failure(store, log, key), store.new_entry("venvs", key, slot="venv") as work:
             _uv(["venv", "--relocatable", "--prompt", f"envlock-{key[7:19]}",
                  "--python", str(python), str(work)], what="create the venv", log=log)
             if on_stage is not None:

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from envlock.errors import LockError
 from envlock.lockfile import Lock, read_lock, validate_pep751
-from envlock.spec import EnvSpec, load_spec
 from envlock.store import write_atomic
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
     from envlock.fetch import Progress
+    from envlock.spec import EnvSpec  # imported by load_env_spec: `sync --lock PATH` needs no spec
     from envlock.sync import SyncResult
 
 MIRROR_ENV_PREFIX = "ENVLOCK_INDEX_"
@@ -66,6 +66,8 @@ def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
 
 
 def load_env_spec(ws: Workspace, env: str) -> EnvSpec:
+    from envlock.spec import load_spec
+
     return load_spec(ws.spec_path(env), name=env)
 
 
@@ -233,9 +235,11 @@ def sync(
     (then a missing lock is a ``LockError``). The venv digest is written back only
     to a lock file in the working tree, never to a ``PATH@REV``.
     """
+    from envlock.quick import file_sha256
     from envlock.store import Store
     from envlock.sync import sync_lock
 
+    inputs = None
     if lock_ref is not None:
         lock, _label = load_lock_ref(ws, lock_ref)
         path_part, _, rev = lock_ref.partition("@")
@@ -246,14 +250,39 @@ def sync(
         else:
             lock_path = Path(path_part).absolute()
     else:
-        ws.spec_path(env)  # an unknown env is a usage error before anything else
+        spec_path = ws.spec_path(env)  # an unknown env is a usage error before anything else
         lock_path = ws.lock_path(env)
+        spec_sha = None if frozen else file_sha256(str(spec_path))  # before the check reads it
         if not frozen and (not lock_path.exists() or not check_lock(ws, env).current):
             lock_env(ws, env)
         lock = read_lock(lock_path)
         lock = _ensure_builds(ws, env, lock, lock_path, frozen=frozen)
+        if spec_sha is not None:
+            inputs = _checked_inputs(ws, env, lock, lock_path, spec_sha)
     return sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
-                     offline=offline, progress=progress)
+                     offline=offline, progress=progress, inputs=inputs)
+
+
+def _checked_inputs(ws: Workspace, env: str, lock: Lock, lock_path: Path, spec_sha: str) -> dict[str, str] | None:
+    """The files whose bytes make ``lock`` current for its spec (path -> sha256), or None.
+
+    For the fast no-op stamp (``envlock.quick``): the spec's bytes must still be the ones
+    hashed before the check and give the lock's spec digest; patches and local wheels
+    must keep the sha256 the lock records (what ``lock --check`` and the build check read).
+    """
+    from envlock.quick import file_sha256
+
+    spec_path = ws.spec_path(env)
+    if load_env_spec(ws, env).digest() != lock.spec_digest or file_sha256(str(spec_path)) != spec_sha:
+        return None
+    inputs = {str(spec_path): spec_sha}
+    for source in lock.sources.values():
+        inputs.update((str(ws.root / patch.path), patch.sha256) for patch in source.patches)
+    for pkg in lock.packages:
+        art = pkg.wheels[0]
+        if art.path is not None:
+            inputs[str(lock_path.parent / art.path)] = art.sha256
+    return inputs
 
 
 # -- sources, patches and local builds (issue 4) --------------------------------

@@ -18,6 +18,7 @@ Layout (version 1)::
         locks/<name>.lock                flock files serializing writers of one entry
         tmp/                             work in progress; never read
         tmp/partial/<sha256>.part        interrupted downloads, resumed with HTTP Range
+        tmp/<label>-slot<N>/             reused build folders, each held under locks/slot-<label>-<N>.lock
 
 Work directories under ``tmp/`` carry their writer's pid; ``Store.open`` removes
 those whose writer is gone (a killed sync), and keeps ``tmp/partial/`` for resuming.
@@ -42,13 +43,10 @@ LAYOUT_VERSION = 1
 
 
 def default_home() -> Path:
-    """``$ENVLOCK_HOME``, else the platform's user data dir."""
-    env = os.environ.get("ENVLOCK_HOME")
-    if env:
-        return Path(env).expanduser()
-    from platformdirs import user_data_dir
+    """``$ENVLOCK_HOME``, else the platform's user data dir (one rule, shared with the fast no-op)."""
+    from envlock.quick import default_home as home
 
-    return Path(user_data_dir("envlock", appauthor=False))
+    return Path(home())
 
 
 @dataclass(frozen=True)
@@ -95,26 +93,79 @@ class Store:
         return self.path(kind, key).exists()
 
     @contextlib.contextmanager
-    def new_entry(self, kind: str, key: str) -> Iterator[Path]:
+    def new_entry(self, kind: str, key: str, *, slot: str | None = None) -> Iterator[Path]:
         """Yield an empty temp directory; on success it becomes ``kind/key`` in one rename.
 
         If another writer completed the same entry first, ours is discarded: both
-        were built from the same inputs, and the first complete one wins.
+        were built from the same inputs, and the first complete one wins. With
+        ``slot``, the directory is a reused one, ``tmp/<slot>-slot<N>``, held under a
+        lock (see ``_slot``).
         """
         final = self.path(kind, key)
-        work = self.tmp / _work_name(f"{kind}-{key.replace(':', '-')[:24]}")
-        work.mkdir(parents=True)
-        try:
-            yield work
-            final.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.ExitStack() as stack:
+            if slot is not None:
+                work = stack.enter_context(self._slot(slot))
+            else:
+                work = self.tmp / _work_name(f"{kind}-{key.replace(':', '-')[:24]}")
+            work.mkdir(parents=True)
             try:
-                os.rename(work, final)
+                yield work
+                final.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.rename(work, final)
+                except OSError:
+                    if not final.exists():
+                        raise
+            finally:
+                if work.exists():
+                    _rmtree(work)
+
+    @contextlib.contextmanager
+    def _slot(self, label: str) -> Iterator[Path]:
+        """Hold the first free ``tmp/<label>-slot<N>`` (a non-blocking flock per N); yield its path, absent.
+
+        A stable path lets tools that cache by path hit their cache: uv caches an
+        interpreter's query by the path of ``bin/python``, and a venv built at a fresh
+        path each time costs a ~50 ms interpreter probe per ``uv pip`` call. What a
+        killed holder left there is removed by the next holder or by ``clean_tmp``.
+        """
+        locks = self.root / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        number = 0
+        while True:
+            fd = os.open(locks / f"slot-{label}-{number}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                if not final.exists():
-                    raise
+                os.close(fd)
+                number += 1
+                continue
+            break
+        try:
+            path = self.tmp / f"{label}-slot{number}"
+            if path.exists() or path.is_symlink():
+                _rmtree(path)
+            yield path
         finally:
-            if work.exists():
-                shutil.rmtree(work, ignore_errors=True)
+            os.close(fd)
+
+    def _unused_slot(self, entry: Path) -> bool:
+        """Whether ``entry`` is a slot directory no live process holds."""
+        label, sep, number = entry.name.rpartition("-slot")
+        if not sep or not number.isdigit():
+            return False
+        lock = self.root / "locks" / f"slot-{label}-{number}.lock"
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except OSError:
+            return True  # never locked: not a live slot
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        return True
 
     def temp_dir(self, label: str) -> Path:
         """A fresh scratch directory under ``tmp/`` (the caller removes it)."""
@@ -138,11 +189,13 @@ class Store:
             yield
 
     def clean_tmp(self) -> list[Path]:
-        """Remove work directories under ``tmp/`` whose writer process is gone; return them."""
+        """Remove work directories under ``tmp/`` whose writer is gone (or slots no one holds); return them."""
         removed: list[Path] = []
         for entry in self.tmp.iterdir():
             m = _WORK_NAME.search(entry.name)
-            if m is None or _alive(int(m.group(1))):
+            if m is None and not self._unused_slot(entry):
+                continue
+            if m is not None and _alive(int(m.group(1))):
                 continue
             _rmtree(entry)
             removed.append(entry)

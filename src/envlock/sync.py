@@ -3,14 +3,17 @@
 ``sync_lock`` chains fetch -> install -> verify -> new generation -> flip, under
 the env's file lock. Its no-op path (the current generation already is this lock's
 venv) reads one symlink and two small files and imports nothing heavy: fetch,
-install and verify are imported only when there is work.
+install and verify are imported only when there is work. Either way it ends by
+writing the env's no-op stamp, which lets the next ``envlock sync`` answer before
+the pipeline is even imported (``envlock.quick``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,13 +74,16 @@ def sync_lock(
     offline: bool = False,
     progress: Progress | None = None,
     jobs: int = 4,
+    inputs: Mapping[str, str] | None = None,
 ) -> SyncResult:
     """Make ``env``'s current generation the venv of ``lock``, verified, and return what happened.
 
     ``lock_path`` is where the lock was read from (``path`` wheels are relative to
     its folder); the venv digest is written back there on first sync unless
     ``frozen`` or ``lock_path`` is None. A digest differing from the recorded one
-    is a ``VerifyError`` listing the files, and nothing is flipped.
+    is a ``VerifyError`` listing the files, and nothing is flipped. ``inputs`` (path
+    -> sha256) are the files whose bytes made the lock current for its spec, kept in
+    the fast no-op stamp (see ``envlock.quick``).
     """
     started = time.monotonic()
     key = lock.install_digest()
@@ -91,6 +97,7 @@ def sync_lock(
             and (cur.venv / ".envlock-manifest.json").is_file()
         ):
             recorded = _record(lock, lock_path, cur.venv_digest, frozen)
+            _stamp(store, env, cur.number, lock, cur.venv_digest, lock_path, None, inputs)
             return SyncResult(env, generations.stable_path(store, env), cur.number, key,
                               cur.venv_digest, noop=True, recorded=recorded,
                               seconds=time.monotonic() - started)
@@ -126,7 +133,8 @@ def sync_lock(
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
         recorded = _record(lock, lock_path, actual.digest, frozen)
-        lock_text = lock_path.read_text(encoding="utf-8") if lock_path is not None else lock.to_toml()
+        lock_bytes = _read_optional(lock_path)
+        lock_text = lock_bytes.decode("utf-8") if lock_bytes is not None else lock.to_toml()
         newest = generations.list_generations(store, env)[-1:]
         if (newest and (cur is None or newest[0].number > cur.number)
                 and (newest[0].install_digest, newest[0].venv_digest) == (key, actual.digest)):
@@ -136,6 +144,7 @@ def sync_lock(
                                   venv_digest=actual.digest, lock_text=lock_text)
         pause("before-flip")
         generations.flip(store, env, gen.number)
+        _stamp(store, env, gen.number, lock, actual.digest, lock_path, lock_bytes, inputs)
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, key, actual.digest, noop=False,
             downloaded=got.downloaded, fetched=sum(1 for a in got.artifacts if a.source != "store"),
@@ -143,29 +152,65 @@ def sync_lock(
         )
 
 
-def quick_noop(store: Store, env: str, lock_path: Path) -> SyncResult | None:
-    """The no-op answer when the current generation was made from these exact lock bytes, else None.
+def quick_noop(store: Store, env: str, lock_path: Path, spec_path: Path | None = None) -> SyncResult | None:
+    """The no-op answer from the env's stamp (see ``envlock.quick``), else None.
 
-    One readlink, one small JSON file, one hash of the lock file: no TOML parsing and
-    no packaging import, so an up-to-date ``envlock sync --frozen`` costs little more
+    ``spec_path`` given: the stamp must also vouch that the lock is current for it.
+    No TOML parsing and no packaging import: an up-to-date sync costs little more
     than starting Python.
     """
-    import hashlib
+    from envlock import quick
 
     started = time.monotonic()
-    cur = generations.current(store, env)
-    if cur is None or not cur.lock_sha256:
+    found = quick.check(str(store.home), env, str(lock_path), None if spec_path is None else str(spec_path))
+    if found is None:
+        return None
+    number, install_digest, venv_digest = found
+    return SyncResult(env, generations.stable_path(store, env), number, install_digest, venv_digest,
+                      noop=True, seconds=time.monotonic() - started)
+
+
+def _read_optional(path: Path | None) -> bytes | None:
+    if path is None:
         return None
     try:
-        data = lock_path.read_bytes()
+        return path.read_bytes()
     except OSError:
         return None
-    if hashlib.sha256(data).hexdigest() != cur.lock_sha256:
-        return None
-    if not (cur.venv / ".envlock-manifest.json").is_file():
-        return None
-    return SyncResult(env, generations.stable_path(store, env), cur.number, cur.install_digest,
-                      cur.venv_digest, noop=True, seconds=time.monotonic() - started)
+
+
+def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, lock_path: Path | None,
+           lock_bytes: bytes | None, inputs: Mapping[str, str] | None) -> None:
+    """Write the fast no-op stamp for generation ``number`` (call under the env lock).
+
+    Only when the lock file's bytes still hold the lock just synced (``envlock lock``
+    may have rewritten it meanwhile); otherwise the stamp is removed and the next
+    sync takes the full path.
+    """
+    from envlock import quick
+    from envlock.lockfile import Lock as _Lock
+
+    stamp = generations.env_dir(store, env) / quick.STAMP
+    data = lock_bytes if lock_bytes is not None else _read_optional(lock_path)
+    on_disk = None
+    if data is not None and lock_path is not None:
+        try:
+            on_disk = _Lock.from_toml(data.decode("utf-8"), lock_path)
+        except (LockError, UnicodeDecodeError):
+            on_disk = None
+    if (
+        data is None
+        or on_disk is None
+        or on_disk.install_digest() != lock.install_digest()
+        or on_disk.venv_digest not in (None, venv_digest)
+        or (on_disk.spec_digest, on_disk.sources) != (lock.spec_digest, lock.sources)
+        or any("\n" in p for p in inputs or {})
+    ):
+        stamp.unlink(missing_ok=True)
+        return
+    text = quick.stamp_text(number, lock.install_digest(), venv_digest, hashlib.sha256(data).hexdigest(),
+                            dict(inputs) if inputs is not None else None)
+    write_atomic(stamp, text.encode())
 
 
 def _record(lock: Lock, lock_path: Path | None, digest: str, frozen: bool) -> bool:

@@ -21,8 +21,9 @@ import hashlib
 import json
 import os
 import stat
+import threading
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ VENV_PLACEHOLDER = b"${VENV}"
 PYTHON_HOME_PLACEHOLDER = b"${PYTHON_HOME}"
 _CHUNK = 1 << 20
 _WHOLE = 4 << 20  # files up to this size are read in one go (most files in a venv)
+_BIG = 256 << 10  # files from this size on are hashed on worker threads
 
 
 @dataclass(frozen=True)
@@ -116,29 +118,39 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None)
     """Walk ``venv`` and return its manifest and digest.
 
     ``prefix`` is the absolute path the venv is known by (default: ``venv`` itself);
-    it is what gets normalized to ``${VENV}``.
+    it is what gets normalized to ``${VENV}``. ``jobs``: hashing threads (default:
+    one per core).
     """
     root = venv.absolute()
     needles = _needles(prefix.absolute() if prefix else root, python_home(root))
     entries: dict[str, str] = {}
-    files: list[tuple[str, str, bool, int]] = []  # (rel, abs, exec, size)
-    for rel, path, st in _walk(root):
-        if stat.S_ISLNK(st.st_mode):
-            target = _normalize(os.fsencode(os.readlink(path)), needles)
-            entries[rel] = "l " + os.fsdecode(target)
-        elif stat.S_ISDIR(st.st_mode):
-            entries[rel] = "d"
-        elif stat.S_ISREG(st.st_mode):
-            files.append((rel, path, bool(st.st_mode & stat.S_IXUSR), st.st_size))
-        else:
-            entries[rel] = "o"
-    workers = jobs or min(8, os.cpu_count() or 1)
+    hashed: list[tuple[str, bool, Future[str] | str]] = []
+    small: list[tuple[str, str, bool, int]] = []  # (rel, abs, exec, size)
+    workers = jobs or os.cpu_count() or 1
+    # Big files go to worker threads as the walk finds them (hashlib and os.read release
+    # the GIL on big buffers, so they run on every core); this thread walks and then
+    # hashes the many small files, whose cost is mostly system calls that a pool's
+    # hand-offs would only add to.
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        # Big files first, so one huge file does not start last and run alone.
-        files.sort(key=lambda f: -f[3])
-        hashes = pool.map(lambda f: _hash_file(f[1], needles), files)
-        for (rel, _path, exe, _size), digest in zip(files, hashes, strict=True):
-            entries[rel] = f"f {'x' if exe else '-'} {digest}"
+        for rel, path, st in _walk(root):
+            if stat.S_ISLNK(st.st_mode):
+                target = _normalize(os.fsencode(os.readlink(path)), needles)
+                entries[rel] = "l " + os.fsdecode(target)
+            elif stat.S_ISDIR(st.st_mode):
+                entries[rel] = "d"
+            elif stat.S_ISREG(st.st_mode):
+                exe = bool(st.st_mode & stat.S_IXUSR)
+                if st.st_size >= _BIG and workers > 1:
+                    hashed.append((rel, exe, pool.submit(_hash_file, path, needles)))
+                else:
+                    small.append((rel, path, exe, st.st_size))
+            else:
+                entries[rel] = "o"
+        for rel, path, exe, size in small:
+            hashed.append((rel, exe, _hash_small(path, size, needles)))
+        for rel, exe, digest in hashed:
+            value = digest if isinstance(digest, str) else digest.result()
+            entries[rel] = f"f {'x' if exe else '-'} {value}"
     return Manifest(digest_of(entries), entries)
 
 
@@ -207,29 +219,77 @@ def _walk(root: Path) -> Iterable[tuple[str, str, os.stat_result]]:
                     stack.append((rel, entry.path))
 
 
+def _hash_small(path: str, size: int, needles: list[tuple[bytes, bytes]]) -> str:
+    """sha256 of a small file's normalized bytes: one open, (usually) one read."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, size + 1)
+        if len(data) > size:  # it grew since the walk: read the rest, streaming if large
+            os.close(fd)
+            fd = -1
+            return _hash_file(path, needles)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return hashlib.sha256(_normalize(data, needles)).hexdigest()
+
+
 def _hash_file(path: str, needles: list[tuple[bytes, bytes]]) -> str:
+    """sha256 of a file's normalized bytes: whole up to ``_WHOLE``, else streamed.
+
+    Reads go into one reused buffer per thread: a fresh multi-MB ``bytes`` per read
+    costs a page fault per 4 KiB, which made hashing twice as slow as sha256 itself.
+    """
+    keep = max((len(n) for n, _ in needles), default=1) - 1
+    buf = _buffer(max(_WHOLE + 1, keep + _CHUNK))
+    view = memoryview(buf)
     h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as fh:
-        data = fh.read(_WHOLE + 1)
-        if len(data) <= _WHOLE:
-            h.update(_normalize(data, needles))
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        have = os.readv(fd, [view[: _WHOLE + 1]])
+        if have <= _WHOLE:
+            if _found(buf, have, needles):
+                h.update(_normalize(bytes(view[:have]), needles))
+            else:
+                h.update(view[:have])
             return h.hexdigest()
-        # Streaming: keep the last (longest needle - 1) bytes back, so a prefix that
-        # straddles two chunks is still seen whole.
-        keep = max((len(n) for n, _ in needles), default=1) - 1
-        pending = data
+        # Streaming: keep the last (longest needle - 1) normalized bytes back, so a
+        # prefix that straddles two chunks is still seen whole.
         while True:
-            pending = _normalize(pending, needles)
-            if len(pending) > keep:
-                cut = len(pending) - keep
-                h.update(pending[:cut])
-                pending = pending[cut:]
-            chunk = fh.read(_CHUNK)
-            if not chunk:
+            if _found(buf, have, needles):
+                data = _normalize(bytes(view[:have]), needles)
+                cut = max(len(data) - keep, 0)
+                h.update(data[:cut])
+                have = len(data) - cut
+                buf[:have] = data[cut:]
+            elif have > keep:
+                cut = have - keep
+                h.update(view[:cut])
+                buf[:keep] = buf[cut:have]
+                have = keep
+            n = os.readv(fd, [view[have : have + _CHUNK]])
+            if not n:
                 break
-            pending += chunk
-        h.update(pending)
+            have += n
+        h.update(view[:have])
+    finally:
+        os.close(fd)
     return h.hexdigest()
+
+
+_local = threading.local()
+
+
+def _buffer(size: int) -> bytearray:
+    """This thread's read buffer, at least ``size`` bytes."""
+    buf: bytearray | None = getattr(_local, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = _local.buf = bytearray(size)
+    return buf
+
+
+def _found(buf: bytearray, end: int, needles: Iterable[tuple[bytes, bytes]]) -> bool:
+    return any(buf.find(needle, 0, end) >= 0 for needle, _ in needles)
 
 
 def load_manifest(path: Path) -> Manifest | None:
