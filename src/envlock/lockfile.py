@@ -8,17 +8,26 @@ writer writes (and validates it with ``packaging.pylock``).
 from __future__ import annotations
 
 import hashlib
-import json
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
-from packaging.utils import NormalizedName, canonicalize_name
-
 from envlock.errors import LockError
+
+if TYPE_CHECKING:
+    from packaging.utils import NormalizedName
+
+
+def canonicalize_name(name: str) -> NormalizedName:
+    """PEP 503 name normalization, as ``packaging.utils.canonicalize_name``.
+
+    Kept here so that reading a lock (every ``sync``) does not import ``packaging``.
+    """
+    return cast("NormalizedName", re.sub(r"[-_.]+", "-", name).lower())
 
 LOCK_FORMAT = 1
 
@@ -268,6 +277,8 @@ def validate_pep751(text: str, origin: Path | str) -> None:
 
 def _s(value: str) -> str:
     # JSON string escapes are a subset of TOML basic-string escapes.
+    import json
+
     return json.dumps(value, ensure_ascii=False)
 
 
