@@ -42,6 +42,18 @@ def _out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str]
             print(rendered)
 
 
+def _size(n: int) -> str:
+    """Bytes for people: 743.4 kB, 9.4 MB."""
+    if n < 1000:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("kB", "MB"):
+        value /= 1000
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1000:.1f} GB"
+
+
 def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str]:
     what = "index" if option == "--index" else "source"
     out = {}
@@ -139,7 +151,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         else:
             venv = "built" if result.built else "reused from the store"
             head = (f"{args.env}: generation {result.generation} ({result.fetched} fetched, "
-                    f"{result.downloaded} bytes; venv {venv}) in {result.seconds:.1f}s")
+                    f"{_size(result.downloaded)} downloaded; venv {venv}) in {result.seconds:.1f}s")
         lines = [head, f"  venv digest {result.venv_digest}"]
         if result.recorded:
             lines.append("  recorded the venv digest in the lock")
