@@ -283,6 +283,49 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
         patch.record(work, patches_dir, subject="again", why="", upstream="")
 
 
+def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tmp_path: Path) -> None:
+    """edit --against NEW: 0001 is upstream (retire), 0002 conflicts (redo + record --refresh), 0003 follows."""
+    tree = sources.checkout(store, sg.url, sg.upstream).tree
+    patches_dir = tmp_path / "patches"
+    patches_dir.mkdir()
+    for name in sg.patches:
+        (patches_dir / name).write_bytes((sg.patches_dir / name).read_bytes())
+    work = tmp_path / "work"
+    session = patch.edit("sglike", tree, patch.load_patches(patches_dir, sg.patches), work, stop_at_conflict=True)
+    assert session.upstreamed == (sg.patches[0],)
+    assert session.levels == ()
+    assert session.pending == sg.patches[1:]
+    assert session.conflict is not None and session.conflict.file == "sgl-kernel/csrc/ops.c"
+
+    # Redo 0002's change by hand on the new code (upstream reworded the method table).
+    ops = work / "sgl-kernel/csrc/ops.c"
+    ops.write_text(ops.read_text().replace(
+        "static PyObject *built_against(",
+        "static PyObject *mul(PyObject *self, PyObject *args) {\n    long a, b;\n"
+        '    if (!PyArg_ParseTuple(args, "ll", &a, &b)) {\n        return NULL;\n    }\n'
+        "    return PyLong_FromLong(a * b);\n}\n\nstatic PyObject *built_against(",
+    ).replace('    {"add", add, METH_VARARGS, "add two integers"},\n',
+              '    {"add", add, METH_VARARGS, "add two integers"},\n    {"mul", mul, METH_VARARGS, "a * b"},\n'))
+    init = work / "sgl-kernel/python/sglike_kernel/__init__.py"
+    init.write_text(init.read_text().replace("built_against, magic", "built_against, magic, mul")
+                    .replace('"magic"]', '"magic", "mul"]'))
+    before = (patches_dir / sg.patches[1]).read_text()
+    recorded = patch.record(work, patches_dir, subject=None, why=None, upstream=None, refresh=True,
+                            workspace_root=patches_dir)
+    assert recorded.path == patches_dir / sg.patches[1]  # same file, same name
+    after = recorded.path.read_text()
+    assert after != before
+    assert after.startswith("Subject: sgl-kernel: add mul()\nWhy: the fixture needs a C patch.\nUpstream: fixture\n")
+    assert recorded.pending == ()  # 0003 applied on top by itself
+    # The refreshed series (without the upstreamed 0001) applies cleanly to the new commit.
+    states = patch.status(tree, patch.load_patches(patches_dir, sg.patches[1:]))
+    assert [st.state for st in states] == ["applies", "applies"]
+    (work / "README.md").write_text("changed\n")
+    with pytest.raises(PatchError, match="no pending patch to refresh; record a new one with --subject and --why"):
+        patch.record(work, patches_dir, subject=None, why=None, upstream=None, refresh=True,
+                     workspace_root=patches_dir)
+
+
 def test_record_needs_an_edit_workdir(tmp_path: Path) -> None:
     with pytest.raises(PatchError, match="not an envlock edit work dir"):
         patch.record(tmp_path, tmp_path, subject="x", why="", upstream="")

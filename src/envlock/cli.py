@@ -297,11 +297,21 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import pipeline
 
     workdir = (args.dir or Path(f"{args.source}-edit")).absolute()
-    session = pipeline.patch_edit(ws, args.env, args.source, workdir)
+    session = pipeline.patch_edit(ws, args.env, args.source, workdir, against=args.against)
 
     def text() -> str:
-        return (f"{workdir}: {args.source} with {len(session.levels)} patches applied (one commit each)\n"
-                f"edit there, then: envlock patch record {workdir} --subject '...' --why '...' --upstream '...'")
+        lines = [f"{workdir}: {args.source} with {len(session.levels)} patches applied (one commit each)"]
+        lines += [f"{label} is already upstream at {args.against}: retire it (drop it from the spec)"
+                  for label in session.upstreamed]
+        if session.pending:
+            lines.append(f"{session.pending[0]} does not apply here:")
+            if session.conflict is not None:
+                lines += [f"  {line}" for line in session.conflict.describe()]
+            lines.append(f"redo its change in {workdir}, then: envlock patch record {workdir} --refresh")
+        else:
+            lines.append(f"edit there, then: envlock patch record {workdir} --subject '...' --why '...' "
+                         "--upstream '...'")
+        return "\n".join(lines)
 
     _out(args, session.to_dict(), text)
     return 0
@@ -311,10 +321,17 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import pipeline
 
     recorded = pipeline.patch_record(ws, args.workdir.absolute(), subject=args.subject, why=args.why,
-                                     upstream=args.upstream)
+                                     upstream=args.upstream, refresh=args.refresh)
 
     def text() -> str:
         rel = ws.relative(recorded.path)
+        if args.refresh:
+            lines = [f"refreshed {rel} ({len(recorded.files)} files)"]
+            if recorded.pending:
+                lines.append(f"next: {recorded.pending[0]} does not apply either; redo it, then record --refresh again")
+            else:
+                lines.append("every patch applies now; update the source's rev in the spec and run `envlock lock`")
+            return "\n".join(lines)
         return (f"wrote {rel} ({len(recorded.files)} files)\n"
                 f"add it to [sources.{recorded.source}] patches = [..., \"{rel}\"] and run `envlock lock`")
 
@@ -442,12 +459,18 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("env", metavar="ENV")
     q.add_argument("source", metavar="SOURCE")
     q.add_argument("--dir", type=Path, help="work dir (default: ./SOURCE-edit)")
+    q.add_argument("--against", metavar="REV",
+                   help="check out REV instead of the pin (an upgrade): patches apply up to the first conflict, "
+                   "which you redo and record with --refresh")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
     q = padd("record", cmd_patch_record, "write a work dir's edits as the next patches/SOURCE/NNNN-title.patch")
     q.add_argument("workdir", type=Path, metavar="WORKDIR")
-    q.add_argument("--subject", required=True, help="one line: what the patch does (also its file name)")
-    q.add_argument("--why", required=True, help="why it is needed")
-    q.add_argument("--upstream", default="not proposed upstream", help="upstream link or status")
+    q.add_argument("--subject", help="one line: what the patch does (also its file name); needed for a new patch")
+    q.add_argument("--why", help="why it is needed; needed for a new patch")
+    q.add_argument("--upstream", help="upstream link or status (default for a new patch: not proposed upstream)")
+    q.add_argument("--refresh", action="store_true",
+                   help="rewrite the pending patch that did not apply (after `patch edit --against`), "
+                   "keeping its name and header")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     return parser

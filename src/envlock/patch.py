@@ -686,26 +686,58 @@ class EditSession:
     source: str
     workdir: Path
     levels: tuple[str, ...]  # patch labels, one commit each on top of "base"
+    # Patches not applied because the first of them conflicts (``edit(..., stop_at_conflict=True)``):
+    # redo its change by hand, then ``record(..., refresh=True)`` rewrites that file.
+    pending: tuple[str, ...] = ()
+    conflict: HunkFailure | None = None
+    upstreamed: tuple[str, ...] = ()  # already applied at that commit: drop them from the spec
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "workdir": str(self.workdir), "levels": list(self.levels)}
+        return {
+            "source": self.source,
+            "workdir": str(self.workdir),
+            "levels": list(self.levels),
+            "pending": list(self.pending),
+            "conflict": self.conflict.to_dict() if self.conflict else None,
+            "upstreamed": list(self.upstreamed),
+        }
 
 
 def _git_ok(args: Sequence[str | os.PathLike[str]], cwd: Path, what: str) -> runner.Result:
     return runner.git_checked(args, what=what, error=PatchError, cwd=cwd)
 
 
-def edit(source: str, tree: Path, patches: Sequence[PatchFile], workdir: Path) -> EditSession:
+def edit(
+    source: str, tree: Path, patches: Sequence[PatchFile], workdir: Path, *, stop_at_conflict: bool = False
+) -> EditSession:
     """Check the patched tree out into ``workdir``: a git repo, one commit per patch level.
 
     Edit files there, then ``record`` writes the difference against the top level as the
-    next patch.
+    next patch. With ``stop_at_conflict`` (refreshing patches for a new commit) the patches
+    are applied up to the first that does not apply; it and the rest are ``pending``.
     """
     if workdir.exists() and any(workdir.iterdir()):
         raise PatchError(f"{workdir}: work dir exists and is not empty; expected a new or empty directory")
     view = TreeView(tree)
-    for patch in patches:
-        view.apply(patch)  # fails before anything is written
+    conflict: HunkFailure | None = None
+    applying: list[PatchFile] = []
+    upstreamed: list[str] = []
+    pending: Sequence[PatchFile] = ()
+    for i, patch in enumerate(patches):
+        if not stop_at_conflict:
+            view.apply(patch)  # fails before anything is written
+            applying.append(patch)
+            continue
+        verdict, ok, failure = view.classify(patch)
+        if verdict == "already-applied":
+            upstreamed.append(patch.label)  # upstream has it: nothing to redo, retire it
+        elif ok is not None:
+            view.changes.update(ok.changes)
+            applying.append(patch)
+        else:
+            conflict, pending = failure, patches[i:]
+            break
+    patches = applying
     copy_tree(tree, workdir)
     what = f"patch edit {source}"
     _git_ok(["init", "-q"], workdir, what)
@@ -722,9 +754,10 @@ def edit(source: str, tree: Path, patches: Sequence[PatchFile], workdir: Path) -
             workdir,
             what,
         )
-    state = {"source": source, "levels": [p.label for p in patches]}
+    state = {"source": source, "levels": [p.label for p in patches], "pending": [p.label for p in pending]}
     (workdir / ".git" / _EDIT_STATE).write_text(json.dumps(state, indent=2) + "\n")
-    return EditSession(source, workdir, tuple(state["levels"]))
+    return EditSession(source, workdir, tuple(state["levels"]), tuple(state["pending"]), conflict,
+                       tuple(upstreamed))
 
 
 @dataclass(frozen=True)
@@ -734,6 +767,7 @@ class RecordedPatch:
     number: int
     files: tuple[str, ...]
     sha256: str
+    pending: tuple[str, ...] = ()  # (refresh) patches still to redo by hand, first one conflicting
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -742,6 +776,7 @@ class RecordedPatch:
             "number": self.number,
             "files": list(self.files),
             "sha256": self.sha256,
+            "pending": list(self.pending),
         }
 
 
@@ -760,10 +795,21 @@ def format_header(subject: str, why: str, upstream: str) -> str:
     return field_("Subject", subject) + field_("Why", why) + field_("Upstream", upstream) + "---\n"
 
 
-def record(workdir: Path, patches_dir: Path, *, subject: str, why: str, upstream: str) -> RecordedPatch:
+def record(
+    workdir: Path,
+    patches_dir: Path,
+    *,
+    subject: str | None,
+    why: str | None,
+    upstream: str | None,
+    refresh: bool = False,
+    workspace_root: Path | None = None,
+) -> RecordedPatch:
     """Write the work dir's changes against its top patch level as ``patches_dir/NNNN-slug.patch``.
 
     The new patch becomes the next level (committed), so another ``record`` diffs against it.
+    With ``refresh``, the changes replace the first pending patch's file instead (same name,
+    same header unless given), for a patch that no longer applied to a new commit.
     """
     state_file = workdir / ".git" / _EDIT_STATE
     if not state_file.is_file():
@@ -794,10 +840,24 @@ def record(workdir: Path, patches_dir: Path, *, subject: str, why: str, upstream
         level = state["levels"][-1] if state["levels"] else "base"
         raise PatchError(f"{workdir}: nothing to record (no change against {level})")
     names = _git_ok(["diff", "--cached", "--name-only", "--no-renames", "HEAD"], workdir, what).stdout.split()
-    numbers = [int(m.group(1)) for p in patches_dir.glob("*.patch") if (m := re.match(r"(\d{4})-", p.name))]
-    number = max(numbers, default=0) + 1
-    text = format_header(subject, why, upstream) + diff
-    target = patches_dir / f"{number:04d}-{slug(subject)}.patch"
+    pending = [str(p) for p in state.get("pending", [])]
+    if refresh:
+        if not pending:
+            raise PatchError(f"{workdir}: no pending patch to refresh; record a new one with --subject and --why")
+        label = pending[0]
+        target = (workspace_root or patches_dir.parent.parent) / label
+        old = parse_patch_file(target, label=label)
+        subject, why, upstream = subject or old.subject, why or old.why, upstream or old.upstream
+        found = re.match(r"(\d{4})-", target.name)
+        number = int(found.group(1)) if found else 0
+    else:
+        if not subject or not why:
+            raise PatchError(f"{workdir}: a new patch needs a subject and a why (--subject, --why)")
+        numbers = [int(m.group(1)) for p in patches_dir.glob("*.patch") if (m := re.match(r"(\d{4})-", p.name))]
+        number = max(numbers, default=0) + 1
+        target = patches_dir / f"{number:04d}-{slug(subject)}.patch"
+        label = str(target)
+    text = format_header(subject, why or "", upstream or "not proposed upstream") + diff
     parsed = parse_patch(text.encode(), label=str(target))  # refuses binary diffs and the like
     check = TreeView(workdir)
     _git_ok(["stash", "-q"], workdir, what)  # check the patch against the level it was diffed from
@@ -810,6 +870,22 @@ def record(workdir: Path, patches_dir: Path, *, subject: str, why: str, upstream
     write_atomic(target, text.encode())
     _git_ok(["add", "-A"], workdir, what)
     _git_ok(["commit", "-q", "--no-verify", "-m", f"{target.name}\n\n{subject}"], workdir, what)
-    state["levels"] = [*state["levels"], str(target)]
+    state["levels"] = [*state["levels"], label]
+    state["pending"] = pending[1:] if refresh else pending
+    if refresh:
+        # Carry on with the patches after it, up to the next one that needs a hand.
+        root = workspace_root or patches_dir.parent.parent
+        while state["pending"]:
+            nxt = parse_patch_file(root / state["pending"][0], label=state["pending"][0])
+            view = TreeView(workdir)
+            if isinstance(view.try_apply(nxt), HunkFailure):
+                break
+            view.apply(nxt)
+            view.write(workdir)
+            _git_ok(["add", "-A", "-f"], workdir, what)
+            _git_ok(["commit", "-q", "--allow-empty", "--no-verify", "-m", f"{nxt.label}\n\n{nxt.subject}"],
+                    workdir, what)
+            state["levels"].append(nxt.label)
+            state["pending"] = state["pending"][1:]
     state_file.write_text(json.dumps(state, indent=2) + "\n")
-    return RecordedPatch(source, target, number, tuple(names), parsed.sha256)
+    return RecordedPatch(source, target, number, tuple(names), parsed.sha256, tuple(state["pending"]))

@@ -549,8 +549,12 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None,
     return PatchReport(env, against, out, commits)
 
 
-def patch_edit(ws: Workspace, env: str, source: str, workdir: Path) -> EditSession:
-    """Check the patched tree of ``source`` out into ``workdir`` (one git commit per patch level)."""
+def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: str | None = None) -> EditSession:
+    """Check the patched tree of ``source`` out into ``workdir`` (one git commit per patch level).
+
+    ``against``: another commit (an upgrade target); patches apply up to the first conflict,
+    which ``patch_record(..., refresh=True)`` then rewrites from the user's edits.
+    """
     from envlock import patch, sources
     from envlock.errors import UsageError
     from envlock.store import Store
@@ -560,14 +564,23 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path) -> EditSessi
         known = ", ".join(sorted(spec.sources)) or "none"
         raise UsageError(f"{spec.path}: no [sources.{source}]; sources: {known}")
     src = spec.sources[source]
-    commit = _pinned_commit(src, _read_optional(ws.lock_path(env)))
-    prepared = sources.prepare(src, Store.open(), ws.root, commit=commit,
-                               fetch_from=source_mirrors(spec).get(source))
-    return patch.edit(source, prepared.tree, patch.load_patches(ws.root, src.patches), workdir)
+    store = Store.open()
+    mirror = source_mirrors(spec).get(source)
+    if against is not None:
+        if src.git is None:
+            raise UsageError(f"--against {against}: source {source!r} is a path source (no commits)")
+        commit: str | None = sources.resolve_rev(mirror or src.git, against, store=store)
+    else:
+        commit = _pinned_commit(src, _read_optional(ws.lock_path(env)))
+    prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirror)
+    return patch.edit(source, prepared.tree, patch.load_patches(ws.root, src.patches), workdir,
+                      stop_at_conflict=against is not None)
 
 
-def patch_record(ws: Workspace, workdir: Path, *, subject: str, why: str, upstream: str) -> RecordedPatch:
-    """Write the edits in ``workdir`` as ``patches/SOURCE/NNNN-title.patch`` (add it to the spec's list)."""
+def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str | None, upstream: str | None,
+                 refresh: bool = False) -> RecordedPatch:
+    """Write the edits in ``workdir`` as ``patches/SOURCE/NNNN-title.patch`` (add it to the spec's list),
+    or with ``refresh`` over the first pending patch that did not apply to the new commit."""
     import json
 
     from envlock import patch
@@ -577,7 +590,8 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str, why: str, upstre
     if not state.is_file():
         raise UsageError(f"{workdir}: not an envlock edit work dir; create one with `envlock patch edit ENV SOURCE`")
     source = str(json.loads(state.read_text())["source"])
-    return patch.record(workdir, ws.root / "patches" / source, subject=subject, why=why, upstream=upstream)
+    return patch.record(workdir, ws.root / "patches" / source, subject=subject, why=why, upstream=upstream,
+                        refresh=refresh, workspace_root=ws.root)
 
 
 def _sources_for_lock(
