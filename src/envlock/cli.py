@@ -143,7 +143,8 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
 
         with ui.progress(quiet=args.quiet or args.json) as bar:
             result = pipeline.sync(ws, args.env, frozen=args.frozen, offline=args.offline,
-                                   lock_ref=args.lock, progress=bar)
+                                   lock_ref=args.lock, progress=bar,
+                                   sources_from=_index_pairs(args.source, "--source"))
 
     def text() -> str:
         if result.noop:
@@ -399,6 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frozen", action="store_true", help="never write the lock (not even the venv digest)")
     p.add_argument("--offline", action="store_true", help="use the store only; name what is missing")
     p.add_argument("--lock", metavar="PATH[@REV]", help="sync this lock instead of locks/pylock.ENV.toml")
+    p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
+                   help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("path", cmd_path, "print the env's stable path (a symlink to its current generation)")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock.errors import LockError
+from envlock.errors import LockError, SourceError
 from envlock.lockfile import Lock, read_lock, validate_pep751
 from envlock.store import write_atomic
 from envlock.workspace import Workspace
@@ -228,6 +228,7 @@ def sync(
     offline: bool = False,
     lock_ref: str | None = None,
     progress: Progress | None = None,
+    sources_from: Mapping[str, str] | None = None,
 ) -> SyncResult:
     """Make ``env`` match its lock (``--lock PATH[@REV]`` overrides which) and return a ``SyncResult``.
 
@@ -254,9 +255,9 @@ def sync(
         lock_path = ws.lock_path(env)
         spec_sha = None if frozen else file_sha256(str(spec_path))  # before the check reads it
         if not frozen and (not lock_path.exists() or not check_lock(ws, env).current):
-            lock_env(ws, env)
+            lock_env(ws, env, sources_from=sources_from)
         lock = read_lock(lock_path)
-        lock = _ensure_builds(ws, env, lock, lock_path, frozen=frozen)
+        lock = _ensure_builds(ws, env, lock, lock_path, frozen=frozen, sources_from=sources_from)
         if spec_sha is not None:
             inputs = _checked_inputs(ws, env, lock, lock_path, spec_sha)
     return sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
@@ -345,8 +346,18 @@ def prepare_sources(
     for name, src in sorted(spec.sources.items()):
         if names is not None and name not in names:
             continue
-        prepared = sources.prepare(src, store, ws.root, commit=_pinned_commit(src, lock),
-                                   override=overrides.get(name), fetch_from=(mirrors or {}).get(name))
+        try:
+            prepared = sources.prepare(src, store, ws.root, commit=_pinned_commit(src, lock),
+                                       override=overrides.get(name), fetch_from=(mirrors or {}).get(name))
+        except SourceError as exc:
+            if src.git is None or name in (mirrors or {}):
+                raise
+            var = SOURCE_MIRROR_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.upper())
+            raise SourceError(exc.message, details=[
+                *exc.details,
+                f"no access to {src.git}? fetch the pinned commit from a clone or mirror: "
+                f"--source {name}=URL-OR-PATH or {var}=URL-OR-PATH",
+            ]) from None
         patches = patch.load_patches(ws.root, src.patches)
         out[name] = SourceState(prepared, patch.apply_all(name, prepared.tree, prepared.tree_digest, patches, store))
     return out
@@ -652,7 +663,8 @@ def _carry_builds(
     return replace(lock, builds=kept_builds, packages=tuple(packages))
 
 
-def _ensure_builds(ws: Workspace, env: str, lock: Lock, lock_path: Path, *, frozen: bool) -> Lock:
+def _ensure_builds(ws: Workspace, env: str, lock: Lock, lock_path: Path, *, frozen: bool,
+                   sources_from: Mapping[str, str] | None = None) -> Lock:
     """Before a sync: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
 
     Unfrozen, the lock gets the build records; ``--frozen`` rebuilds only to restore a
@@ -681,9 +693,9 @@ def _ensure_builds(ws: Workspace, env: str, lock: Lock, lock_path: Path, *, froz
     if not missing:
         return lock
     if not frozen:
-        build_env(ws, env, tuple(missing))
+        build_env(ws, env, tuple(missing), sources_from=sources_from)
         return read_lock(lock_path)
-    report = build_env(ws, env, tuple(missing), write_lock=False)
+    report = build_env(ws, env, tuple(missing), write_lock=False, sources_from=sources_from)
     for w in report.builds:
         recorded = lock.builds.get(w.name)
         if recorded is None:
