@@ -1,6 +1,6 @@
 """envlock lock vs raw uv on the same inputs.
 
-    python benchmarks/lock.py [--runs 7] [--packages 200]
+    python benchmarks/lock.py [--runs 7] [--packages 150]
 
 Builds the test kit's loopback universe (tests/kit) plus N extra plain packages,
 writes an env spec shaped like qwen35-blackwell's index part (torch nightly + its
@@ -34,8 +34,8 @@ from kit.wheels import build_wheel  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--packages", type=int, default=200,
-                    help="extra plain packages in the env (SGLang's full env locks ~200)")
+    ap.add_argument("--packages", type=int, default=150,
+                    help="extra plain packages (150: the env locks 158 packages, as the real qwen35-blackwell lock does)")
     args = ap.parse_args()
 
     from envlock import runner

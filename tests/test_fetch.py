@@ -128,8 +128,8 @@ def test_connection_refused_is_retried_then_reported(store: Store, tmp_path: Pat
     with pytest.raises(FetchError) as info:
         fetch([art], store, base_dir=tmp_path, retries=2, backoff=0.01)
     assert str(info.value) == (
-        f"dead-1.0-py3-none-any.whl: download failed from {art.url}: cannot connect (ConnectionError) "
-        "(after 2 retries)"
+        f"dead-1.0-py3-none-any.whl: download failed from {art.url}: cannot connect "
+        "(ConnectionRefusedError: [Errno 111] Connection refused) (after 2 retries)"
     )
 
 

@@ -1,28 +1,31 @@
-"""The one module that speaks HTTP: index pages, and ranged streaming GETs for ``fetch``."""
+"""The one module that speaks HTTP: index pages, and ranged streaming GETs for ``fetch``.
+
+Built on ``http.client`` rather than requests: every ``envlock lock`` pays for its
+imports (requests costs ~90 ms more), and all envlock needs is GET with keep-alive,
+redirects, proxies from the environment, credentials from the URL or ``~/.netrc``
+and streaming. Connections are kept per thread and per host.
+"""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import http.client
+import os
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import requests
+from urllib.parse import unquote, urljoin, urlsplit
 
 from envlock import __version__
 
 USER_AGENT = f"envlock/{__version__}"
+_MAX_REDIRECTS = 10
 _local = threading.local()
-
-
-def session() -> requests.Session:
-    """A per-thread session (requests sessions are not thread-safe)."""
-    s: requests.Session | None = getattr(_local, "session", None)
-    if s is None:
-        s = requests.Session()
-        s.headers["User-Agent"] = USER_AGENT
-        _local.session = s
-    return s
+_lock = threading.Lock()
+_ssl_context: ssl.SSLContext | None = None
+_netrc: object = None  # netrc.netrc | False (unreadable), loaded once
 
 
 @dataclass(frozen=True)
@@ -42,15 +45,153 @@ class HttpError(Exception):
         self.status = status
 
 
+# -- connections ---------------------------------------------------------------
+
+
+def _context() -> ssl.SSLContext:
+    """The system's CA store, or a bundle named the way pip/requests users already do."""
+    global _ssl_context
+    with _lock:
+        if _ssl_context is None:
+            bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or None
+            _ssl_context = ssl.create_default_context(cafile=bundle)
+        return _ssl_context
+
+
+def _proxy_for(scheme: str, host: str) -> str | None:
+    from urllib.request import getproxies, proxy_bypass
+
+    proxy = getproxies().get(scheme)
+    if not proxy or proxy_bypass(host):
+        return None
+    return proxy
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+
+
+def _credentials(url: str) -> str | None:
+    """An Authorization header from the URL's user:password, else from ~/.netrc (as pip and uv do)."""
+    parts = urlsplit(url)
+    if parts.username is not None:
+        return _basic(parts.username, parts.password or "")
+    global _netrc
+    with _lock:
+        if _netrc is None:
+            import netrc
+
+            try:
+                _netrc = netrc.netrc()
+            except (OSError, netrc.NetrcParseError):
+                _netrc = False
+    if _netrc is False or parts.hostname is None:
+        return None
+    auth = _netrc.authenticators(parts.hostname)  # type: ignore[attr-defined]
+    return _basic(auth[0] or "", auth[2] or "") if auth else None
+
+
+def _connection(scheme: str, host: str, port: int, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+    """A kept-alive connection for this thread (and whether it is new)."""
+    proxy = _proxy_for(scheme, host)
+    key = (scheme, host, port, proxy)
+    pool: dict[tuple[str, str, int, str | None], http.client.HTTPConnection] = _local.__dict__.setdefault("pool", {})
+    conn = pool.get(key)
+    if conn is not None:
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        return conn, False
+    if proxy is None:
+        conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=_context()) if scheme == "https"
+                else http.client.HTTPConnection(host, port, timeout=timeout))
+    else:
+        p = urlsplit(proxy)
+        proxy_headers = {"Proxy-Authorization": _basic(p.username, p.password or "")} if p.username else None
+        if scheme == "https":  # CONNECT tunnel through the proxy
+            conn = http.client.HTTPSConnection(p.hostname or "", p.port or 80, timeout=timeout, context=_context())
+            conn.set_tunnel(host, port, headers=proxy_headers)
+        else:  # plain HTTP: the proxy gets the absolute URL (see _target)
+            conn = http.client.HTTPConnection(p.hostname or "", p.port or 80, timeout=timeout)
+    pool[key] = conn
+    return conn, True
+
+
+def _drop(conn: http.client.HTTPConnection) -> None:
+    conn.close()
+    pool = _local.__dict__.get("pool", {})
+    for key, value in list(pool.items()):
+        if value is conn:
+            del pool[key]
+
+
+def _request(
+    url: str, headers: dict[str, str], timeout: float
+) -> tuple[str, http.client.HTTPResponse, http.client.HTTPConnection]:
+    """GET ``url`` following redirects; the body is still to be read, then ``_finish`` it."""
+    start_host = urlsplit(url).hostname
+    for _ in range(_MAX_REDIRECTS):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise HttpError(url, "not an http(s) URL")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
+        # Credentials go only to the host they came with, never along a redirect elsewhere.
+        auth = _credentials(url) if parts.hostname == start_host else None
+        if auth:
+            sent["Authorization"] = auth
+        netloc = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        for attempt in (0, 1):
+            conn, new = _connection(parts.scheme, parts.hostname, port, timeout)
+            via_proxy = parts.scheme == "http" and conn.host != parts.hostname  # a plain proxy wants the URL
+            try:
+                conn.request("GET", f"http://{netloc}{target}" if via_proxy else target,
+                             headers={"Host": netloc, **sent})
+                resp = conn.getresponse()
+                break
+            except (OSError, http.client.HTTPException) as exc:
+                _drop(conn)
+                # A kept-alive connection the server closed meanwhile: one fresh try.
+                if new or attempt:
+                    raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
+        if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
+            resp.read()
+            url = urljoin(url, resp.getheader("Location") or "")
+            continue
+        return url, resp, conn
+    raise HttpError(url, f"more than {_MAX_REDIRECTS} redirects")
+
+
+def _finish(resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> None:
+    """Keep the connection when its response was read to the end; otherwise unread bytes
+    are still on the socket, so drop it."""
+    if not resp.isclosed():
+        resp.close()
+        _drop(conn)
+
+
+# -- the API ---------------------------------------------------------------------
+
+
 def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
     """GET a text page; ``HttpError`` on connection errors and non-2xx answers."""
+    final, resp, conn = _request(url, {"Accept": accept}, timeout)
     try:
-        resp = session().get(url, headers={"Accept": accept}, timeout=timeout)
-    except requests.RequestException as exc:
-        raise HttpError(url, f"cannot connect ({type(exc).__name__})") from None
-    if resp.status_code >= 400:
-        raise HttpError(url, f"HTTP {resp.status_code}")
-    return Page(url=resp.url, content_type=resp.headers.get("Content-Type", ""), text=resp.text)
+        body = resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise HttpError(url, f"connection broken ({type(exc).__name__})", retryable=True) from None
+    finally:
+        _finish(resp, conn)
+    if resp.status >= 400:
+        raise HttpError(url, f"HTTP {resp.status}", retryable=_retryable_status(resp.status), status=resp.status)
+    content_type = resp.getheader("Content-Type", "")
+    charset = "utf-8"
+    for param in content_type.split(";")[1:]:
+        key, _, value = param.strip().partition("=")
+        if key.lower() == "charset" and value:
+            charset = value.strip('"')
+    return Page(url=final, content_type=content_type, text=body.decode(charset, errors="replace"))
 
 
 def hash_url(url: str, *, timeout: float = 60.0) -> tuple[str, int]:
@@ -59,15 +200,10 @@ def hash_url(url: str, *, timeout: float = 60.0) -> tuple[str, int]:
 
     digest = hashlib.sha256()
     size = 0
-    try:
-        with session().get(url, stream=True, timeout=timeout) as resp:
-            if resp.status_code >= 400:
-                raise HttpError(url, f"HTTP {resp.status_code}")
-            for chunk in resp.iter_content(chunk_size=1 << 20):
-                digest.update(chunk)
-                size += len(chunk)
-    except requests.RequestException as exc:
-        raise HttpError(url, f"download failed ({type(exc).__name__})") from None
+    with open_stream(url, timeout=timeout) as body:
+        for chunk in body.chunks:
+            digest.update(chunk)
+            size += len(chunk)
     return digest.hexdigest(), size
 
 
@@ -94,38 +230,39 @@ def open_stream(
     A server that ignores the Range answers 200: ``Body.start`` is then 0 and the
     caller must start over. Every failure, also mid-body, is an ``HttpError``.
     """
-    headers = {"Accept-Encoding": "identity"}  # byte offsets must be offsets in the file itself
+    headers = {}
     if start > 0:
         headers["Range"] = f"bytes={start}-"
+    _, resp, conn = _request(url, headers, timeout)
     try:
-        resp = session().get(url, headers=headers, stream=True, timeout=timeout)
-    except requests.RequestException as exc:
-        raise HttpError(url, f"cannot connect ({type(exc).__name__})", retryable=True) from None
-    try:
-        if resp.status_code == 416:
+        if resp.status == 416:
             raise HttpError(url, f"HTTP 416 for bytes={start}-", status=416)
-        if resp.status_code >= 400:
+        if resp.status >= 400:
             raise HttpError(
-                url,
-                f"HTTP {resp.status_code}",
-                retryable=_retryable_status(resp.status_code),
-                status=resp.status_code,
+                url, f"HTTP {resp.status}", retryable=_retryable_status(resp.status), status=resp.status
             )
-        body_start, total = 0, _int(resp.headers.get("Content-Length"))
-        if resp.status_code == 206:
-            body_start, total = _content_range(url, resp.headers.get("Content-Range", ""))
-        yield Body(resp.status_code, body_start, total, _chunks(url, resp, chunk_size))
+        body_start, total = 0, _int(resp.getheader("Content-Length"))
+        if resp.status == 206:
+            body_start, total = _content_range(url, resp.getheader("Content-Range", ""))
+        yield Body(resp.status, body_start, total, _chunks(url, resp, chunk_size))
     finally:
-        resp.close()
+        _finish(resp, conn)
 
 
-def _chunks(url: str, resp: requests.Response, chunk_size: int) -> Iterator[bytes]:
+def _chunks(url: str, resp: http.client.HTTPResponse, chunk_size: int) -> Iterator[bytes]:
+    # Memory stays at one chunk. A body that ends before its Content-Length (a cut
+    # connection) becomes a retry from the offset: http.client's read(n) just returns
+    # b"" there, so the count is checked here.
+    expected = _int(resp.getheader("Content-Length"))
+    got = 0
     try:
-        # raw.stream keeps memory at one chunk; urllib3 raises when the body
-        # ends before Content-Length (a cut connection), which we turn into a retry.
-        yield from resp.raw.stream(chunk_size, decode_content=False)
-    except Exception as exc:  # urllib3 ProtocolError, ReadTimeoutError, OSError, ...
+        while chunk := resp.read(chunk_size):
+            got += len(chunk)
+            yield chunk
+    except (OSError, http.client.HTTPException) as exc:
         raise HttpError(url, f"connection broken mid-body ({type(exc).__name__})", retryable=True) from None
+    if expected is not None and got < expected:
+        raise HttpError(url, f"connection broken mid-body ({got} of {expected} bytes)", retryable=True)
 
 
 def _int(value: str | None) -> int | None:
