@@ -35,7 +35,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--packages", type=int, default=150,
-                    help="extra plain packages (150: the env locks 158 packages, as the real qwen35-blackwell lock does)")
+                    help="extra plain packages (150: 158 locked, the size of the real qwen35-blackwell lock)")
     args = ap.parse_args()
 
     from envlock import runner
