@@ -74,7 +74,8 @@ def test_sync_records_digest_then_noop_then_new_generation_and_rollback(
     assert [(g.number, g.current, g.install_digest) for g in gens] == [
         (1, False, v1.install_digest()), (2, True, v2.install_digest()),
     ]
-    assert gens[0].lock_copy.read_text() == v1.with_venv_digest(first.venv_digest).to_toml()
+    python = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+    assert gens[0].lock_copy.read_text() == v1.with_venv_digest(first.venv_digest, python).to_toml()
     assert gens[0].to_dict()["created"].endswith("Z")
 
     back = generations.rollback(store, "demo")
@@ -277,3 +278,24 @@ def test_fast_noop_prints_what_the_full_path_prints_and_imports_nothing_heavy(
     fast, heavy = sync("--frozen")
     assert (fast, heavy) == (full, "heavy:")
     assert sync("-q")[0] == full  # not --frozen, --lock PATH: the lock is taken as is either way
+
+
+def test_digest_recorded_with_another_interpreter_is_not_compared(
+    locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
+) -> None:
+    """A venv holds its interpreter's version: a digest from 3.11.2 says nothing about a 3.11.7 venv."""
+    _, v1, _ = locks
+    other = v1.with_venv_digest("sha256:" + "0" * 64, "3.11.0")
+    lock_path = _write(other, tmp_path / "ws" / "locks" / "pylock.demo.toml")
+    store = Store.open(tmp_path / "home")
+    result = sync_lock(store, "demo", other, lock_path=lock_path)
+    assert not result.noop and result.venv_digest != other.venv_digest
+    assert result.note.startswith("the lock's venv digest was recorded with Python 3.11.0; this venv was built with 3.")
+    assert lock_path.read_text() == other.to_toml()  # the other machine's record is kept
+    checked = verify_env(store, "demo", other)
+    assert checked.ok and "recorded with Python 3.11.0" in checked.note
+    # The same interpreter and a wrong digest is still a reproducibility failure.
+    python = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+    lying = v1.with_venv_digest("sha256:" + "0" * 64, python)
+    with pytest.raises(VerifyError, match="not reproducible"):
+        sync_lock(Store.open(tmp_path / "home2"), "demo", lying, lock_path=_write(lying, tmp_path / "l2.toml"))

@@ -156,6 +156,8 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         lines = [head, f"  venv digest {result.venv_digest}"]
         if result.recorded:
             lines.append("  recorded the venv digest in the lock")
+        if result.note:
+            lines.append(f"  note: {result.note}")
         return "\n".join([*lines, str(result.path)])  # last line: the env path
 
     _out(args, result.to_dict(), text)

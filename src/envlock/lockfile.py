@@ -102,6 +102,9 @@ class Lock:
     sources: Mapping[str, LockedSource] = field(default_factory=dict)
     builds: Mapping[str, LockedBuild] = field(default_factory=dict)
     venv_digest: str | None = None
+    # The interpreter the venv digest was taken with ("3.11.7"): a venv holds its interpreter's
+    # version (pyvenv.cfg), so a digest is comparable only between equal interpreters.
+    venv_python: str | None = None
 
     def package(self, name: str) -> LockedPackage | None:
         wanted = canonicalize_name(name)
@@ -119,8 +122,14 @@ class Lock:
         ]
         return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
-    def with_venv_digest(self, digest: str | None) -> Lock:
-        return replace(self, venv_digest=digest)
+    def with_venv_digest(self, digest: str | None, python: str | None = None) -> Lock:
+        return replace(self, venv_digest=digest, venv_python=python if digest else None)
+
+    def venv_digest_for(self, python: str | None) -> str | None:
+        """The recorded venv digest if it applies to a venv built with ``python`` (else None)."""
+        if self.venv_python is not None and python is not None and python != self.venv_python:
+            return None
+        return self.venv_digest
 
     # -- TOML ------------------------------------------------------------
     def to_toml(self) -> str:
@@ -147,6 +156,8 @@ class Lock:
         tool["spec-digest"] = self.spec_digest
         if self.venv_digest:
             tool["venv-digest"] = self.venv_digest
+            if self.venv_python:
+                tool["venv-python"] = self.venv_python
         out += ["", "[tool.envlock]"] + [f"{k} = {_v(v)}" for k, v in tool.items()]
         out += ["", "[tool.envlock.spec-keys]"]
         out += [f"{_s(k)} = {_s(v)}" for k, v in sorted(self.spec_keys.items())]
@@ -253,6 +264,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
             for k, v in tool.get("builds", {}).items()
         },
         venv_digest=tool.get("venv-digest"),
+        venv_python=tool.get("venv-python"),
     )
 
 

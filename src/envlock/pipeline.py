@@ -127,7 +127,7 @@ def lock_env(
     )
     lock = _carry_builds(ws, spec, states, lock, old)  # unchanged build inputs keep their wheel
     if old is not None and old.install_digest() == lock.install_digest():
-        lock = lock.with_venv_digest(old.venv_digest)  # same wheels: the recorded venv still holds
+        lock = lock.with_venv_digest(old.venv_digest, old.venv_python)  # same wheels: the recorded venv holds
     # PEP 751 validity comes from the writer (tests load every shape it writes with
     # packaging.pylock); re-validating here would cost ~90 ms of import and parse per lock.
     text = lock.to_toml()

@@ -47,6 +47,7 @@ class SyncResult:
     built: bool = False  # a new venv entry was installed (False: reused from the store)
     recorded: bool = False  # the venv digest was written into the lock
     seconds: float = 0.0
+    note: str = ""  # e.g. why the recorded venv digest was not compared
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +62,7 @@ class SyncResult:
             "built": self.built,
             "recorded": self.recorded,
             "seconds": round(self.seconds, 3),
+            "note": self.note,
         }
 
 
@@ -92,11 +94,11 @@ def sync_lock(
         if (
             cur is not None
             and cur.install_digest == key
-            and lock.venv_digest in (None, cur.venv_digest)
+            and lock.venv_digest_for(venv_python(cur.venv)) in (None, cur.venv_digest)
             # install.MANIFEST_NAME, spelled out to keep install's imports off this path
             and (cur.venv / ".envlock-manifest.json").is_file()
         ):
-            recorded = _record(lock, lock_path, cur.venv_digest, frozen)
+            recorded = _record(lock, lock_path, cur.venv_digest, venv_python(cur.venv), frozen)
             _stamp(store, env, cur.number, lock, cur.venv_digest, lock_path, None, inputs)
             return SyncResult(env, generations.stable_path(store, env), cur.number, key,
                               cur.venv_digest, noop=True, recorded=recorded,
@@ -121,18 +123,27 @@ def sync_lock(
                     "remove that folder and sync again",
                     details=diff.lines(),
                 )
-        if lock.venv_digest is not None and lock.venv_digest != actual.digest:
-            reference = verify.load_manifest(store.path("manifests", lock.venv_digest))
+        built_with = venv_python(inst.venv)
+        expected = lock.venv_digest_for(built_with)
+        if expected is None and lock.venv_digest is not None:
+            # Another interpreter build recorded the digest: this venv holds a different
+            # pyvenv.cfg by design, so the digests say nothing about each other.
+            note = (f"the lock's venv digest was recorded with Python {lock.venv_python}; this venv was built "
+                    f"with {built_with}, so it was not compared (the lock keeps the recorded one)")
+        else:
+            note = ""
+        if expected is not None and expected != actual.digest:
+            reference = verify.load_manifest(store.path("manifests", expected))
             lines = (verify.compare(reference.entries, actual.entries).lines() if reference
-                     else [f"(no manifest of {lock.venv_digest} in this store to list files)"])
+                     else [f"(no manifest of {expected} in this store to list files)"])
             raise VerifyError(
                 f"{lock_path or env}: not reproducible: the lock records venv digest "
-                f"{lock.venv_digest}, this sync built {actual.digest} at {inst.venv}; "
+                f"{expected}, this sync built {actual.digest} at {inst.venv}; "
                 "the env was not switched",
                 details=lines,
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
-        recorded = _record(lock, lock_path, actual.digest, frozen)
+        recorded = _record(lock, lock_path, actual.digest, built_with, frozen)
         lock_bytes = _read_optional(lock_path)
         lock_text = lock_bytes.decode("utf-8") if lock_bytes is not None else lock.to_toml()
         newest = generations.list_generations(store, env)[-1:]
@@ -148,7 +159,7 @@ def sync_lock(
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, key, actual.digest, noop=False,
             downloaded=got.downloaded, fetched=sum(1 for a in got.artifacts if a.source != "store"),
-            built=inst.built, recorded=recorded, seconds=time.monotonic() - started,
+            built=inst.built, recorded=recorded, seconds=time.monotonic() - started, note=note,
         )
 
 
@@ -213,8 +224,21 @@ def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, lo
     write_atomic(stamp, text.encode())
 
 
-def _record(lock: Lock, lock_path: Path | None, digest: str, frozen: bool) -> bool:
-    """Write ``digest`` into the lock file when it has none yet (not ``frozen``)."""
+def venv_python(venv: Path) -> str | None:
+    """``version_info`` of the venv's ``pyvenv.cfg`` (the interpreter it was built with), if any."""
+    try:
+        text = (venv / "pyvenv.cfg").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "version_info":
+            return value.strip()
+    return None
+
+
+def _record(lock: Lock, lock_path: Path | None, digest: str, python: str | None, frozen: bool) -> bool:
+    """Write ``digest`` (taken with ``python``) into the lock file when it has none yet (not ``frozen``)."""
     from envlock.lockfile import read_lock
 
     if frozen or lock_path is None or lock.venv_digest is not None:
@@ -226,7 +250,7 @@ def _record(lock: Lock, lock_path: Path | None, digest: str, frozen: bool) -> bo
     # Only if the file still holds the lock we synced (``envlock lock`` may have run meanwhile).
     if on_disk.install_digest() != lock.install_digest() or on_disk.venv_digest is not None:
         return False
-    write_atomic(lock_path, on_disk.with_venv_digest(digest).to_toml().encode())
+    write_atomic(lock_path, on_disk.with_venv_digest(digest, python).to_toml().encode())
     return True
 
 
@@ -255,7 +279,8 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
     if cur is None:
         raise UsageError(f"env {env!r}: no current generation in {store.home}; run `envlock sync {env}`")
     venv = cur.venv.resolve()
-    expected = lock.venv_digest if lock is not None and lock.venv_digest else cur.venv_digest
+    recorded = lock.venv_digest_for(venv_python(cur.venv)) if lock is not None else None
+    expected = recorded or cur.venv_digest
     reference = verify.load_manifest(store.path("manifests", expected))
     if reference is None:
         stored = install.stored_manifest(venv)
@@ -266,6 +291,12 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
             result.env, result.path, result.expected, result.actual, result.difference,
             note=f"the current generation ({cur.number}) was built from another lock "
             f"(install digest {cur.install_digest}); run `envlock sync {env}`",
+        )
+    if lock is not None and lock.venv_digest is not None and recorded is None:
+        return verify.VerifyResult(
+            result.env, result.path, result.expected, result.actual, result.difference,
+            note=f"compared with this generation's own digest: the lock's was recorded with Python "
+            f"{lock.venv_python}, this venv has {venv_python(cur.venv)}",
         )
     return result
 
