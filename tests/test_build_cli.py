@@ -7,6 +7,7 @@ index (see tests/test_build.py).
 
 from __future__ import annotations
 
+import json
 import shutil
 import tomllib
 from pathlib import Path
@@ -46,7 +47,9 @@ source = "mini-kernel"
 
 
 @pytest.mark.slow
-def test_demo_lock_build_check_status_sync(ws, cli, backend_index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
+    ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _demo(ws.root, backend_index.url("pypi"))
     r = cli("lock", "demo")
     assert r.code == 0, r.err
@@ -85,6 +88,31 @@ def test_demo_lock_build_check_status_sync(ws, cli, backend_index: IndexServer) 
     env_path = Path(r.out.strip().splitlines()[-1])
     probe = runner.run([env_path / "bin" / "python", "-c", "import mini_kernel as m; print(m.dot([1, 2], [3, 4]))"])
     assert probe.stdout.strip() == "11.0", probe.tail()
+
+    # The known-good lock from git history syncs into a fresh store: its wheelhouse path is
+    # relative to locks/ in the work tree, not to the current directory.
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "known good"]):
+        assert runner.run([*git, *args], cwd=ws.root).ok
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home2"))
+    monkeypatch.chdir(ws.root / "examples")
+    r = cli("sync", "demo", "--lock", "../locks/pylock.demo.toml@HEAD")
+    assert r.code == 0, r.err
+
+    # A path source is content-hashed: an edit in its tree makes the lock stale and rebuilds.
+    monkeypatch.chdir(ws.root)
+    init = ws.root / "examples" / "mini-kernel" / "python" / "mini_kernel" / "__init__.py"
+    init.write_text(init.read_text() + "\nEDITED = True\n")
+    r = cli("lock", "demo", "--check")
+    assert r.code == 1
+    assert r.out.splitlines()[1] == "  sources.mini-kernel.path: examples/mini-kernel changed since the lock"
+    r = cli("sync", "demo", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["generation"] == 2
+    assert tomllib.loads(ws.lock_text("demo"))["tool"]["envlock"]["builds"]["mini-kernel"] != built
+    env_path = Path(cli("path", "demo").out.strip())
+    probe = runner.run([env_path / "bin" / "python", "-c", "import mini_kernel as m; print(m.EDITED)"])
+    assert probe.stdout.strip() == "True", probe.tail()
 
 
 def test_patch_status_exit_code_and_json_on_conflict(ws, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

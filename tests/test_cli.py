@@ -144,3 +144,22 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--index NAME=URL" in out
     assert "ENVLOCK_INDEX_<NAME>=URL" in out
     assert "exit 0 if the lock is current, 1 if stale" in out
+
+
+def test_unreadable_specs_and_locks_exit_2_without_traceback(ws, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (ws.root / "envs" / "latin1.toml").write_bytes(b'[env]\npython = "3.11"\n# caf\xe9\n')
+    r = cli("lock", "latin1")
+    assert (r.code, r.err) == (
+        2, f"envlock: error: {ws.root}/envs/latin1.toml: not UTF-8 text (byte 27); TOML files are UTF-8\n")
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'x = "\xff"\n')
+    r = cli("diff", str(bad), str(bad))
+    assert (r.code, r.err) == (2, f"envlock: error: {bad}: not UTF-8 text (byte 5); not a lock file\n")
+    r = cli("diff", str(ws.root / "locks"), str(bad))
+    assert r.code == 2 and r.err.startswith(f"envlock: error: {ws.root / 'locks'}: cannot read the lock (")
+
+
+@pytest.mark.parametrize("command", [["path"], ["generations"], ["rollback"], ["run"]])
+def test_store_commands_refuse_names_that_are_no_env_names(cli, command: list[str]) -> None:  # type: ignore[no-untyped-def]
+    r = cli(*command, "..", *(["--", "true"] if command == ["run"] else []))
+    assert (r.code, r.err) == (2, "envlock: error: '..': not an env name (letters, digits, '.', '_', '-')\n")

@@ -208,3 +208,17 @@ def _inline(table: dict) -> str:  # type: ignore[type-arg]
     import json
 
     return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + " }"
+
+
+def test_index_credentials_are_used_but_never_written_or_shown(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    secret_url = universe.pytorch.replace("http://", "http://alice:s3cret@")
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON).replace(universe.pytorch, secret_url))
+    lock_env(Workspace(ws.root), "e")
+    text = ws.lock_text("e")
+    assert "s3cret" not in text and "alice" not in text
+    assert f'index = "{universe.pytorch}"' in text
+    ws.write_spec("e", spec_text(universe, 'torch = { nightly = "2026-03-04", local = "cu130", index = "pytorch" }')
+                  .replace(universe.pytorch, secret_url))
+    with pytest.raises(ResolveError) as info:
+        lock_env(Workspace(ws.root), "e")
+    assert "s3cret" not in str(info.value) and f"({universe.pytorch})" in str(info.value)

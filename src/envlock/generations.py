@@ -86,7 +86,13 @@ class Switch:
 
 
 def env_dir(store: Store, env: str) -> Path:
-    """The folder holding ``env``'s generations."""
+    """The folder holding ``env``'s generations (``UsageError`` for a name that is no env name)."""
+    import re
+
+    from envlock.errors import UsageError
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", env):
+        raise UsageError(f"{env!r}: not an env name (letters, digits, '.', '_', '-')")
     return store.path("envs", env)
 
 

@@ -37,12 +37,23 @@ class Page:
 
 class HttpError(Exception):
     def __init__(self, url: str, reason: str, *, retryable: bool = False, status: int | None = None) -> None:
+        url = redact(url)  # errors are printed and logged: never with a password in them
         super().__init__(f"{url}: {reason}")
         self.url = url
         self.reason = reason
         #: True for failures worth retrying: connection drops, timeouts, 5xx, 429.
         self.retryable = retryable
         self.status = status
+
+
+def redact(url: str) -> str:
+    """``url`` without ``user:password@``: for messages and for files that get committed."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return parts._replace(netloc=netloc).geturl()
 
 
 # -- connections ---------------------------------------------------------------

@@ -70,7 +70,7 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
     except http.HttpError as exc:
         if "HTTP 404" in exc.reason:
             return []
-        raise PackageIndexError(f"{url}: cannot read the index page: {exc.reason}") from None
+        raise PackageIndexError(f"{http.redact(url)}: cannot read the index page: {exc.reason}") from None
     entries: list[tuple[str, str, str | None]] = []  # filename, url, sha256
     if "json" in page.content_type:
         try:
@@ -78,7 +78,7 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
             for f in doc["files"]:
                 entries.append((f["filename"], urljoin(page.url, f["url"]), f.get("hashes", {}).get("sha256")))
         except (ValueError, KeyError, TypeError) as exc:
-            raise PackageIndexError(f"{url}: malformed PEP 691 page ({exc})") from None
+            raise PackageIndexError(f"{http.redact(url)}: malformed PEP 691 page ({exc})") from None
     else:
         parser = _Links()
         parser.feed(page.text)
@@ -88,7 +88,10 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
             filename = text or absolute.rsplit("/", 1)[-1]
             entries.append((filename, absolute, digest))
     files = []
-    for filename, file_url, digest in entries:
+    for filename, raw_url, digest in entries:
+        # The index's credentials stay with the index: file URLs are compared with uv's
+        # (which carry none) and may be written into a lock.
+        file_url = http.redact(raw_url)
         version = _version_of(filename)
         if version is not None:
             files.append(IndexFile(filename=filename, url=file_url, version=version, sha256=digest))

@@ -274,6 +274,10 @@ def read_lock(path: Path) -> Lock:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise LockError(f"{path}: no lock file; create it with `envlock lock`") from None
+    except UnicodeDecodeError as exc:
+        raise LockError(f"{path}: not UTF-8 text (byte {exc.start}); not a lock file") from None
+    except OSError as exc:
+        raise LockError(f"{path}: cannot read the lock ({exc.strerror})") from None
     return Lock.from_toml(text, path)
 
 

@@ -181,9 +181,23 @@ def check_lock(ws: Workspace, env: str) -> LockCheck:
         if not reasons:
             reasons.append("spec changed")
     for name, source in sorted(lock.sources.items()):
+        if source.kind == "path" and source.tree_digest is not None:
+            reasons += _tree_drift(ws, name, source.location, source.tree_digest)
         for patch in source.patches:
             reasons += _patch_drift(ws, name, patch.path, patch.sha256)
     return LockCheck(env=env, path=path, current=not reasons, reasons=tuple(reasons))
+
+
+def _tree_drift(ws: Workspace, source: str, rel: str, digest: str) -> list[str]:
+    """A ``path`` source is content-hashed: an edit in its tree makes the lock stale."""
+    from envlock.sources import tree_digest
+
+    folder = ws.root / rel
+    if not folder.is_dir():
+        return [f"sources.{source}.path: {rel} is missing"]
+    if tree_digest(folder) != digest:
+        return [f"sources.{source}.path: {rel} changed since the lock"]
+    return []
 
 
 def _patch_drift(ws: Workspace, source: str, rel: str, sha256: str) -> list[str]:
@@ -242,11 +256,15 @@ def sync(
     from envlock.sync import sync_lock
 
     inputs = None
+    base_dir: Path | None = None
     if lock_ref is not None:
         lock, _label = load_lock_ref(ws, lock_ref)
         path_part, _, rev = lock_ref.partition("@")
         if rev:
+            # Never written back; its `path` wheels are relative to where the file lives
+            # in the work tree (locks/ -> ../wheelhouse/...).
             lock_path = None
+            base_dir = Path(path_part).absolute().parent
         elif "/" not in lock_ref and not lock_ref.endswith(".toml"):
             lock_path = ws.lock_path(lock_ref)
         else:
@@ -262,7 +280,7 @@ def sync(
         if spec_sha is not None:
             inputs = _checked_inputs(ws, env, lock, lock_path, spec_sha)
     return sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
-                     offline=offline, progress=progress, inputs=inputs)
+                     offline=offline, progress=progress, inputs=inputs, base_dir=base_dir)
 
 
 def _checked_inputs(ws: Workspace, env: str, lock: Lock, lock_path: Path, spec_sha: str) -> dict[str, str] | None:
@@ -277,6 +295,8 @@ def _checked_inputs(ws: Workspace, env: str, lock: Lock, lock_path: Path, spec_s
     spec_path = ws.spec_path(env)
     if load_env_spec(ws, env).digest() != lock.spec_digest or file_sha256(str(spec_path)) != spec_sha:
         return None
+    if any(source.kind == "path" for source in lock.sources.values()):
+        return None  # a whole tree is an input: the full check (tree digest) runs every time
     inputs = {str(spec_path): spec_sha}
     for source in lock.sources.values():
         inputs.update((str(ws.root / patch.path), patch.sha256) for patch in source.patches)

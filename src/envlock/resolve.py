@@ -85,7 +85,7 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings
             local=pkg.local,
             key=f"{spec.path}: packages.{pkg.name}.nightly",
             index_name=pkg.index,
-            index_url=urls[pkg.index],
+            index_url=http.redact(urls[pkg.index]),
         )
         pins[str(pkg.name)] = NightlyPin(date=pkg.nightly, version=str(version))
     return pins
@@ -129,7 +129,8 @@ def pinned_override_urls(
             files = [f for f in files if parse_wheel_filename(f.filename)[3] & supported]
         if not files:
             raise ResolveError(
-                f"{spec.path}: packages.{name}: index {index!r} ({urls[index]}) lists no wheel of {name} {version} "
+                f"{spec.path}: packages.{name}: index {index!r} ({http.redact(urls[index])}) "
+                f"lists no wheel of {name} {version} "
                 f"for python {spec.python}{' on ' + spec.platform if spec.platform else ''}"
             )
         out[name] = files[best_wheel([f.filename for f in files], tags)].url
@@ -290,9 +291,14 @@ def _checked_packages(
 ) -> tuple[LockedPackage, ...]:
     """uv's answer, checked: each wheel listed on its package's index, with a sha256.
 
-    A package is looked up on its index when it is pinned to a non-default index or
-    when a non-default index also has a project of that name (the dependency-confusion
-    case); a name only the default index has can have come from nowhere else.
+    This guards against the resolver itself taking a package from the wrong index (as
+    ``uv pip compile`` does with overrides of index-pinned packages, see
+    ``pinned_override_urls``). A package is looked up on its allowed index when it is
+    pinned to a non-default index, or when a non-default index also lists its name (the
+    only other place it could have come from); a name only the default index has cannot
+    have come from anywhere else. Which index a package *should* come from is the spec's
+    call: one not pinned comes from the default index, by the rule that protects against
+    the torchtriton attack (pin `pytorch-triton = { index = ... }` to take it from there).
     """
     build_names = {p.name for p in spec.packages.values() if p.build}
     wanted: list[tuple[NormalizedName, str, list[Mapping[str, object]]]] = []
@@ -348,7 +354,8 @@ def _checked_packages(
             if found is None:
                 raise ResolveError(
                     f"{spec.path}: {name} {version} resolved to {url}, which index {index_name!r} "
-                    f"({inputs.index_urls[index_name]}) does not list; {name} may come from that index only"
+                    f"({http.redact(inputs.index_urls[index_name])}) does not list; "
+                    f"{name} may come from that index only"
                 )
             hashes = wheel.get("hashes")
             sha = hashes.get("sha256") if isinstance(hashes, dict) else None
@@ -366,7 +373,8 @@ def _checked_packages(
                 )
             artifacts.append(Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None))
         packages.append(
-            LockedPackage(name=name, version=version, wheels=tuple(artifacts), index=inputs.index_urls[index_name])
+            LockedPackage(name=name, version=version, wheels=tuple(artifacts),
+                          index=http.redact(inputs.index_urls[index_name]))
         )
     return tuple(sorted(packages, key=lambda p: p.name))
 

@@ -497,6 +497,10 @@ def load_spec(path: Path, *, name: str | None = None) -> EnvSpec:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such env spec") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read the env spec ({exc.strerror})") from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

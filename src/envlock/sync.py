@@ -77,6 +77,7 @@ def sync_lock(
     progress: Progress | None = None,
     jobs: int = 4,
     inputs: Mapping[str, str] | None = None,
+    base_dir: Path | None = None,
 ) -> SyncResult:
     """Make ``env``'s current generation the venv of ``lock``, verified, and return what happened.
 
@@ -85,7 +86,8 @@ def sync_lock(
     ``frozen`` or ``lock_path`` is None. A digest differing from the recorded one
     is a ``VerifyError`` listing the files, and nothing is flipped. ``inputs`` (path
     -> sha256) are the files whose bytes made the lock current for its spec, kept in
-    the fast no-op stamp (see ``envlock.quick``).
+    the fast no-op stamp (see ``envlock.quick``). ``base_dir``: where the lock's relative
+    ``path`` wheels are found (default: the lock file's folder).
     """
     started = time.monotonic()
     key = lock.install_digest()
@@ -106,7 +108,8 @@ def sync_lock(
 
         from envlock import fetch, install, verify
 
-        base_dir = lock_path.parent if lock_path is not None else Path.cwd()
+        if base_dir is None:
+            base_dir = lock_path.parent if lock_path is not None else Path.cwd()
         got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir,
                           offline=offline, progress=progress, jobs=jobs)
         inst = install.install(store, lock, got.paths(), on_stage=pause)
