@@ -85,6 +85,19 @@ class Switch:
         return {"env": self.env, "previous": self.previous, "current": self.current, "path": str(self.path)}
 
 
+def pyvenv_value(venv: Path, key: str) -> str | None:
+    """A key of ``venv/pyvenv.cfg`` (``home``, ``version_info``), if the venv has it."""
+    try:
+        text = (venv / "pyvenv.cfg").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    return None
+
+
 def env_dir(store: Store, env: str) -> Path:
     """The folder holding ``env``'s generations (``UsageError`` for a name that is no env name)."""
     import re

@@ -228,16 +228,8 @@ def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, lo
 
 
 def venv_python(venv: Path) -> str | None:
-    """``version_info`` of the venv's ``pyvenv.cfg`` (the interpreter it was built with), if any."""
-    try:
-        text = (venv / "pyvenv.cfg").read_text(encoding="utf-8")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "version_info":
-            return value.strip()
-    return None
+    """The interpreter version a venv was built with (``version_info`` in its ``pyvenv.cfg``)."""
+    return generations.pyvenv_value(venv, "version_info")
 
 
 def _record(lock: Lock, lock_path: Path | None, digest: str, python: str | None, frozen: bool) -> bool:

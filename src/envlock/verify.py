@@ -103,15 +103,9 @@ class VerifyResult:
 
 def python_home(venv: Path) -> str | None:
     """The ``home`` key of ``venv/pyvenv.cfg`` (the base interpreter's folder), if any."""
-    try:
-        text = (venv / "pyvenv.cfg").read_text(encoding="utf-8")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "home":
-            return value.strip()
-    return None
+    from envlock.generations import pyvenv_value
+
+    return pyvenv_value(venv, "home")
 
 
 def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None) -> Manifest:
