@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
 from envlock.errors import EnvlockError, UsageError
@@ -40,6 +41,18 @@ def _out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str]
         rendered = text()
         if rendered:
             print(rendered)
+
+
+@contextlib.contextmanager
+def _status(args: argparse.Namespace, message: str) -> Iterator[None]:
+    """A spinner on a terminal for long quiet work (a resolution can download GBs to hash them)."""
+    if args.quiet or getattr(args, "json", False) or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(message):
+        yield
 
 
 def _size(n: int) -> str:
@@ -82,8 +95,10 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 
         _out(args, check.to_dict(), text)
         return 0 if check.current else 1
-    result = pipeline.lock_env(ws, args.env, mirrors=_index_pairs(args.index),
-                               sources_from=_index_pairs(args.source, "--source"))
+    with _status(args, f"locking envs/{args.env}.toml (sources, then uv; wheels an index publishes "
+                       "no hash for are downloaded to hash them)"):
+        result = pipeline.lock_env(ws, args.env, mirrors=_index_pairs(args.index),
+                                   sources_from=_index_pairs(args.source, "--source"))
 
     def text_lock() -> str:
         verb = "wrote" if result.changed else "unchanged:"
