@@ -44,15 +44,16 @@ def _out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str]
 
 
 @contextlib.contextmanager
-def _status(args: argparse.Namespace, message: str) -> Iterator[None]:
-    """A spinner on a terminal for long quiet work (a resolution can download GBs to hash them)."""
+def _status(args: argparse.Namespace, message: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on a terminal for long quiet work (a resolution can download GBs to hash
+    them, a kernel build can take an hour); yields a function that changes its text."""
     if args.quiet or getattr(args, "json", False) or not sys.stderr.isatty():
-        yield
+        yield lambda _text: None
         return
     from rich.console import Console
 
-    with Console(stderr=True).status(message):
-        yield
+    with Console(stderr=True).status(message) as status:
+        yield lambda text: status.update(text)
 
 
 def _size(n: int) -> str:
@@ -258,9 +259,13 @@ def _overrides(values: Sequence[str]) -> dict[str, Path]:
 def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import pipeline
 
-    report = pipeline.build_env(ws, args.env, tuple(args.packages), check=args.check,
-                                overrides=_overrides(args.override_source),
-                                sources_from=_index_pairs(args.source, "--source"))
+    with _status(args, "preparing sources and build inputs") as say:
+        report = pipeline.build_env(
+            ws, args.env, tuple(args.packages), check=args.check, overrides=_overrides(args.override_source),
+            sources_from=_index_pairs(args.source, "--source"),
+            on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "
+                                              "reused from the store; a native build can take long)"),
+        )
     for notice in report.notices:
         print(f"envlock: {notice}", file=sys.stderr)  # loud, also under --json
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -446,6 +446,7 @@ def build_env(
     overrides: Mapping[str, Path] | None = None,
     write_lock: bool = True,
     sources_from: Mapping[str, str] | None = None,
+    on_build: Callable[[str, str], None] | None = None,
 ) -> BuildReport:
     """Build the env's ``[builds.*]`` (or just ``packages``) into the wheelhouse and record them in its lock.
 
@@ -497,6 +498,8 @@ def build_env(
             () if b.isolation else env_packages,
         )
         plan = build.plan(request, store)
+        if on_build is not None:
+            on_build(b.name, plan.input_digest)
         if check:
             recorded = lock.builds.get(b.name)
             expected = recorded.sha256 if recorded and recorded.input_digest == plan.input_digest else None
