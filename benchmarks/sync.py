@@ -14,7 +14,6 @@ Usage: .venv/bin/python benchmarks/sync.py [--packages N] [--big-mb M] [--keep D
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import statistics
@@ -33,7 +32,7 @@ from envlock import runner  # noqa: E402
 from envlock.lockfile import Artifact  # noqa: E402
 from envlock.store import Store  # noqa: E402
 from kit.index import IndexServer  # noqa: E402
-from kit.locks import lock_for  # noqa: E402
+from kit.locks import lock_for, sha256_of  # noqa: E402
 from kit.wheels import build_wheel  # noqa: E402
 
 
@@ -89,14 +88,6 @@ def paired(a: Callable[[], float], b: Callable[[], float], n: int) -> tuple[floa
         ta.append(a())
         tb.append(b())
     return statistics.median(ta), statistics.median(tb)
-
-
-def sha_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 FETCH_CHILD = """
@@ -238,7 +229,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     # 4. Peak RSS of a process fetching a big wheel over loopback.
     big = big_wheel(work / "big", args.big_mb)
     server.add("pypi", big)
-    art = Artifact(sha256=sha_file(big), url=server.file_url("pypi", big.name), size=big.stat().st_size)
+    art = Artifact(sha256=sha256_of(big), url=server.file_url("pypi", big.name), size=big.stat().st_size)
     big.unlink()  # the served copy remains; do not keep two
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", FETCH_CHILD, str(work / "home-big"), art.sha256,

@@ -426,29 +426,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
-    p = add("path", cmd_path, "print the env's stable path (a symlink to its current generation)")
-    p.add_argument("env", metavar="ENV")
-    p.set_defaults(needs_workspace=False)
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    def env_command(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str, *,
+                    store_only: bool = False, json: bool = True) -> argparse.ArgumentParser:
+        """A command on one env; ``store_only`` ones need no workspace (they read only the store)."""
+        p = add(name, func, help)
+        p.add_argument("env", metavar="ENV")
+        if store_only:
+            p.set_defaults(needs_workspace=False)
+        if json:
+            p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+        return p
 
-    p = add("verify", cmd_verify, "recompute the venv digest and compare with the lock (exit 1 on mismatch)")
-    p.add_argument("env", metavar="ENV")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
-
-    p = add("generations", cmd_generations, "list the env's generations (* = current)")
-    p.add_argument("env", metavar="ENV")
-    p.set_defaults(needs_workspace=False)
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
-
-    p = add("rollback", cmd_rollback, "make an earlier generation current (default: the previous one)")
-    p.add_argument("env", metavar="ENV")
-    p.set_defaults(needs_workspace=False)
+    env_command("path", cmd_path, "print the env's stable path (a symlink to its current generation)",
+                store_only=True)
+    env_command("verify", cmd_verify, "recompute the venv digest and compare with the lock (exit 1 on mismatch)")
+    env_command("generations", cmd_generations, "list the env's generations (* = current)", store_only=True)
+    p = env_command("rollback", cmd_rollback, "make an earlier generation current (default: the previous one)",
+                    store_only=True)
     p.add_argument("--to", type=int, metavar="N", help="generation number to switch to")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
-    p = add("run", cmd_run, "run a command inside the env: envlock run ENV -- CMD...")
-    p.add_argument("env", metavar="ENV")
-    p.set_defaults(needs_workspace=False)
+    p = env_command("run", cmd_run, "run a command inside the env: envlock run ENV -- CMD...",
+                    store_only=True, json=False)
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD")
 
     p = add("build", cmd_build, "build the env's local packages ([builds.*]) into the wheelhouse",
