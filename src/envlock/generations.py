@@ -100,12 +100,9 @@ def pyvenv_value(venv: Path, key: str) -> str | None:
 
 def env_dir(store: Store, env: str) -> Path:
     """The folder holding ``env``'s generations (``UsageError`` for a name that is no env name)."""
-    import re
+    from envlock.workspace import check_env_name
 
-    from envlock.errors import UsageError
-
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", env):
-        raise UsageError(f"{env!r}: not an env name (letters, digits, '.', '_', '-')")
+    check_env_name(env)
     return store.path("envs", env)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -317,6 +317,3 @@ def _wheel_table(wheel: Artifact) -> str:
     fields.append(f"hashes = {{ sha256 = {_s(wheel.sha256)} }}")
     return "{ " + ", ".join(fields) + " }"
 
-
-def sorted_packages(packages: Iterable[LockedPackage]) -> tuple[LockedPackage, ...]:
-    return tuple(sorted(packages, key=lambda p: p.name))

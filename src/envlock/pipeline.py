@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,20 +24,22 @@ if TYPE_CHECKING:
     from envlock.sync import SyncResult
 
 MIRROR_ENV_PREFIX = "ENVLOCK_INDEX_"
+SOURCE_MIRROR_ENV_PREFIX = "ENVLOCK_SOURCE_"
+
+
+def env_var(prefix: str, name: str) -> str:
+    """``PREFIX<NAME>``: the name upper-cased, other characters as ``_`` (pytorch-nightly -> PYTORCH_NIGHTLY)."""
+    return prefix + re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+def _from_env(prefix: str, names: Iterable[str], environ: Mapping[str, str] | None) -> dict[str, str]:
+    environ = os.environ if environ is None else environ
+    return {name: environ[var] for name in names if environ.get(var := env_var(prefix, name))}
 
 
 def mirrors_from_env(spec: EnvSpec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``ENVLOCK_INDEX_<NAME>=URL`` (name upper-cased, other characters as ``_``) per spec index."""
-    environ = os.environ if environ is None else environ
-    out = {}
-    for name in spec.indexes:
-        var = MIRROR_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.upper())
-        if environ.get(var):
-            out[name] = environ[var]
-    return out
-
-
-SOURCE_MIRROR_ENV_PREFIX = "ENVLOCK_SOURCE_"
+    """``ENVLOCK_INDEX_<NAME>=URL`` per spec index."""
+    return _from_env(MIRROR_ENV_PREFIX, spec.indexes, environ)
 
 
 def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
@@ -49,12 +51,7 @@ def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
     """
     from envlock.errors import UsageError
 
-    environ = os.environ if environ is None else environ
-    out = {}
-    for name in spec.sources:
-        var = SOURCE_MIRROR_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.upper())
-        if environ.get(var):
-            out[name] = environ[var]
+    out = _from_env(SOURCE_MIRROR_ENV_PREFIX, spec.sources, environ)
     for name, url in (explicit or {}).items():
         if name not in spec.sources:
             known = ", ".join(sorted(spec.sources)) or "none"
@@ -373,7 +370,7 @@ def prepare_sources(
         except SourceError as exc:
             if src.git is None or name in (mirrors or {}):
                 raise
-            var = SOURCE_MIRROR_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", name.upper())
+            var = env_var(SOURCE_MIRROR_ENV_PREFIX, name)
             raise SourceError(exc.message, details=[
                 *exc.details,
                 f"no access to {src.git}? fetch the pinned commit from a clone or mirror: "

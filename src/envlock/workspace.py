@@ -12,6 +12,12 @@ from envlock.errors import UsageError
 _ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
+def check_env_name(env: str) -> None:
+    """``UsageError`` unless ``env`` can name an env (and so a file and a store folder)."""
+    if not _ENV_NAME.fullmatch(env):
+        raise UsageError(f"{env!r}: not an env name (letters, digits, '.', '_', '-')")
+
+
 @dataclass(frozen=True)
 class Workspace:
     root: Path
@@ -33,8 +39,7 @@ class Workspace:
         return sorted(p.stem for p in (self.root / "envs").glob("*.toml"))
 
     def spec_path(self, env: str) -> Path:
-        if not _ENV_NAME.fullmatch(env):
-            raise UsageError(f"{env!r}: not an env name (letters, digits, '.', '_', '-')")
+        check_env_name(env)
         path = self.root / "envs" / f"{env}.toml"
         if not path.is_file():
             known = self.envs()
