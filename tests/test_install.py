@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from envlock import install, verify
+from envlock import install, runner, verify
 from envlock.errors import InstallError
 from envlock.fetch import fetch
 from envlock.lockfile import Lock
@@ -112,3 +113,44 @@ def test_missing_wheel_is_named_and_leaves_no_entry(published: tuple[IndexServer
     )
     assert not store.has("venvs", lock.install_digest())
     assert list(store.tmp.iterdir()) == []
+
+
+def test_venvs_are_copies_of_one_uv_made_skeleton(published: tuple[IndexServer, Lock], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    _, lock = published
+    result = _sync_venv(tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
+    store = Store.open(tmp_path / "home")
+    (skeleton,) = (store.root / "skeletons").iterdir()
+    # A second lock reuses the skeleton: one uv venv per interpreter, not per sync.
+    smaller = replace(lock, packages=lock.packages[:1])
+    install.install(store, smaller, {lock.packages[0].wheels[0].sha256: install_path(store, lock)})
+    assert list((store.root / "skeletons").iterdir()) == [skeleton]
+    # The copy is what `uv venv` makes in place: same digest as a venv made there directly.
+    direct = tmp_path / "direct"
+    python = install.find_python(lock.python)
+    out = runner.uv(["venv", "--relocatable", "--prompt", "envlock", "--python", str(python), str(direct)])
+    assert out.ok, out.tail()
+    copied = tmp_path / "copied"
+    shutil.copytree(skeleton, copied, symlinks=True)
+    assert verify.manifest(copied) == verify.manifest(direct)
+    assert "prompt = envlock" in (result.venv / "pyvenv.cfg").read_text()
+
+
+def test_a_skeleton_naming_its_own_folder_is_not_kept(tmp_path: Path) -> None:
+    venv = tmp_path / "v"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "activate").write_text("VIRTUAL_ENV=/elsewhere\n")
+    assert not install._names_folder(venv)
+    (venv / "bin" / "activate").write_text(f"VIRTUAL_ENV={venv}\n")
+    assert install._names_folder(venv)
+    (venv / "bin" / "activate").write_text("relative\n")
+    os.symlink(venv / "bin" / "activate", venv / "bin" / "link")
+    assert install._names_folder(venv)
+
+
+def install_path(store: Store, lock: Lock) -> Path:
+    from envlock.fetch import store_file
+
+    return store_file(store, lock.packages[0].wheels[0])

@@ -15,7 +15,6 @@ import hashlib
 import os
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -127,6 +126,9 @@ def fetch(
     }
     errors: list[FetchError] = []
     if missing:
+        # Imported here: a sync with every artifact in the store needs no pool (nor logging).
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(missing)))) as pool:
             futures = [
                 pool.submit(fetch_one, a, store, base_dir=base_dir, retries=retries,

@@ -18,12 +18,11 @@ sync leaves the previous one current.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import hashlib
 import json
 import os
 import shutil
-import uuid
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,9 +177,9 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
     (folder / NOOP_STAMP).unlink(missing_ok=True)
     numbers = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
     number = max(numbers, default=0) + 1
-    work = folder / f".new-{number}-{uuid.uuid4().hex[:8]}"
+    work = folder / f".new-{number}-{os.urandom(4).hex()}"
     work.mkdir()
-    created = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # Relative, so the store can be moved as a whole (the venvs are relocatable too).
     os.symlink(os.path.relpath(venv, work), work / "venv")
     write_atomic(work / _LOCK_COPY, lock_text.encode())
@@ -196,7 +195,7 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
 def flip(store: Store, env: str, number: int) -> None:
     """Point ``current`` at generation ``number`` in one atomic rename."""
     folder = env_dir(store, env)
-    tmp = folder / f".current-{uuid.uuid4().hex[:8]}"
+    tmp = folder / f".current-{os.urandom(4).hex()}"
     os.symlink(f"{number}/venv", tmp)
     try:
         os.replace(tmp, folder / CURRENT)

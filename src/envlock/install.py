@@ -140,8 +140,11 @@ def install(
         # Built in a reused slot folder (tmp/venv-slotN), not a fresh temp path: uv then
         # finds its cached probe of the venv's interpreter instead of running it again.
         with _keep_log_on_failure(store, log, key), store.new_entry("venvs", key, slot="venv") as work:
-            _uv(["venv", "--relocatable", "--prompt", f"envlock-{key[7:19]}",
-                 "--python", str(python), str(work)], what="create the venv", log=log)
+            skeleton = venv_skeleton(store, python, log)
+            if skeleton is not None:
+                shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True)
+            else:
+                _uv([*_VENV_ARGS, "--python", str(python), str(work)], what="create the venv", log=log)
             if on_stage is not None:
                 on_stage("install")
             if requirements:
@@ -150,18 +153,78 @@ def install(
                      *find_links, *requirements], what="install the locked wheels", log=log)
             _drop_uv_cache_info(work)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
-            built = manifest(work, prefix=final)
-            write_atomic(work / MANIFEST_NAME, built.to_json().encode())
+            built = manifest(work, prefix=final, cache_dir=store.hash_cache)
+            text = built.to_json().encode()
+            write_atomic(work / MANIFEST_NAME, text)
         shutil.rmtree(log_dir, ignore_errors=True)
-        save_manifest(store, built)
+        save_manifest(store, built, text)
     return InstallResult(final, key, built, True, time.monotonic() - started)
 
 
-def save_manifest(store: Store, m: Manifest) -> Path:
-    """Keep ``m`` under ``manifests/<digest>`` so a later verify can name differing files."""
+#: How every venv is created. The prompt is the same for all: the skeleton below is shared.
+_VENV_ARGS = ["venv", "--relocatable", "--prompt", "envlock"]
+
+
+def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
+    """The empty venv ``uv venv`` makes for ``python``, kept in the store and copied into each new venv.
+
+    A relocatable venv names no folder of its own, so uv's output for one interpreter
+    and one uv is the same wherever it is made: copying it saves a uv run (~25 ms)
+    per sync. The key covers the interpreter's path and file identity (an upgrade in
+    place makes a new skeleton) and the uv binary's. None, and every venv is made by
+    ``uv venv`` in place, if the skeleton turns out to name its own folder after all.
+    """
+    import hashlib
+
+    ident = []
+    for path in (python, Path(runner.uv_bin())):
+        st = path.stat()
+        ident.append(f"{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}")
+    key = hashlib.sha256("\0".join([*_VENV_ARGS, *ident]).encode("utf-8", "surrogateescape")).hexdigest()
+    final = store.path("skeletons", key)
+    if (final / "pyvenv.cfg").is_file():
+        return final
+    with store.locked(f"skeleton-{key[:16]}"):
+        if (final / "pyvenv.cfg").is_file():
+            return final
+        try:
+            with store.new_entry("skeletons", key) as work:
+                _uv([*_VENV_ARGS, "--python", str(python), str(work)], what="create the venv", log=log)
+                if _names_folder(work):
+                    raise _NotRelocatableError  # leaves the with block without the rename
+        except _NotRelocatableError:
+            return None  # this interpreter's venvs are made in place, by uv, each time
+    return final
+
+
+class _NotRelocatableError(Exception):
+    pass
+
+
+def _names_folder(venv: Path) -> bool:
+    """Whether any file or link in ``venv`` holds ``venv``'s own absolute path."""
+    needle = os.fsencode(str(venv.absolute()))
+    for folder, _dirs, files in os.walk(venv):
+        for name in files:
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                if needle in os.fsencode(os.readlink(path)):
+                    return True
+            else:
+                with open(path, "rb") as fh:
+                    if needle in fh.read():
+                        return True
+    return False
+
+
+def save_manifest(store: Store, m: Manifest, text: bytes | None = None) -> Path:
+    """Keep ``m`` under ``manifests/<digest>`` so a later verify can name differing files.
+
+    ``text``: ``m.to_json()`` encoded, when the caller has it already.
+    """
     path = store.path("manifests", m.digest)
     if not path.exists():
-        write_atomic(path, m.to_json().encode())
+        write_atomic(path, text if text is not None else m.to_json().encode())
     return path
 
 
@@ -172,12 +235,21 @@ def _drop_uv_cache_info(venv: Path) -> None:
     so it differs on every machine and every store. Only uv's own freshness check for
     ``uv pip`` on path sources reads it, and nothing installs into a store venv again.
     """
-    for cache_info in venv.glob("lib/python*/site-packages/*.dist-info/uv_cache.json"):
-        record = cache_info.parent / "RECORD"
-        name = f"{cache_info.parent.name}/uv_cache.json,"
-        lines = record.read_text(encoding="utf-8").splitlines(keepends=True)
-        record.write_text("".join(line for line in lines if not line.startswith(name)), encoding="utf-8")
-        cache_info.unlink()
+    for site in venv.glob("lib/python*/site-packages"):
+        with os.scandir(site) as it:
+            dists = [e.path for e in it if e.name.endswith(".dist-info")]
+        for dist in dists:
+            try:
+                os.unlink(os.path.join(dist, "uv_cache.json"))
+            except FileNotFoundError:
+                continue
+            record = os.path.join(dist, "RECORD")
+            name = f"{os.path.basename(dist)}/uv_cache.json,"
+            with open(record, "rb") as fh:
+                lines = fh.read().decode("utf-8").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not line.startswith(name))
+            with open(record, "wb") as fh:
+                fh.write(kept.encode("utf-8"))
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ Layout (version 1)::
         builds/<input digest>/<wheel>    locally built wheels, by input digest
         venvs/<install digest>/          installed venvs, by lock install digest
         manifests/<venv digest>          per-file manifest of a venv (to list differing files)
+        hashes/<scope>.marshal           inode -> sha256 of files already hashed (a cache, see hashcache.py)
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
         tmp/                             work in progress; never read
@@ -32,7 +33,6 @@ import fcntl
 import os
 import re
 import shutil
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +82,11 @@ class Store:
     @property
     def tmp(self) -> Path:
         return self.root / "tmp"
+
+    @property
+    def hash_cache(self) -> Path:
+        """The folder of the inode hash cache (``envlock.hashcache``): not entries, just a cache."""
+        return self.root / "hashes"
 
     def path(self, kind: str, key: str) -> Path:
         """Where the entry ``kind/key`` lives (complete or not)."""
@@ -216,7 +221,7 @@ _WORK_NAME = re.compile(r"-p(\d+)-[0-9a-f]{8}$")
 
 def _work_name(label: str) -> str:
     # The pid lets a later open() tell a killed writer's litter from live work.
-    return f"{label}-p{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return f"{label}-p{os.getpid()}-{os.urandom(4).hex()}"
 
 
 def _alive(pid: int) -> bool:
@@ -262,7 +267,7 @@ def exclusive_lock(path: Path) -> Iterator[None]:
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
 

@@ -117,7 +117,7 @@ def sync_lock(
             actual = inst.manifest  # walked just now, before the entry was renamed into place
         else:
             # A reused entry is re-walked: a venv someone edited must not become current.
-            actual = verify.manifest(inst.venv)
+            actual = verify.manifest(inst.venv, cache_dir=store.hash_cache)
             if actual.digest != inst.manifest.digest:
                 diff = verify.compare(inst.manifest.entries, actual.entries)
                 raise VerifyError(
@@ -208,10 +208,15 @@ def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, lo
     data = lock_bytes if lock_bytes is not None else _read_optional(lock_path)
     on_disk = None
     if data is not None and lock_path is not None:
-        try:
-            on_disk = _Lock.from_toml(data.decode("utf-8"), lock_path)
-        except (LockError, UnicodeDecodeError):
-            on_disk = None
+        # Our writer is deterministic: a file holding exactly the synced lock's text
+        # needs no second parse (after a first sync recorded its digest, it is parsed).
+        if data == lock.to_toml().encode():
+            on_disk = lock
+        else:
+            try:
+                on_disk = _Lock.from_toml(data.decode("utf-8"), lock_path)
+            except (LockError, UnicodeDecodeError):
+                on_disk = None
     if (
         data is None
         or on_disk is None
@@ -280,7 +285,7 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
     if reference is None:
         stored = install.stored_manifest(venv)
         reference = stored if stored is not None and stored.digest == expected else None
-    result = verify.check(venv, expected, reference, env=env)
+    result = verify.check(venv, expected, reference, env=env, cache_dir=store.hash_cache)
     if lock is not None and lock.install_digest() != cur.install_digest:
         return verify.VerifyResult(
             result.env, result.path, result.expected, result.actual, result.difference,

@@ -22,19 +22,26 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlock.errors import VerifyError
+from envlock.hashcache import HashCache
+
+if TYPE_CHECKING:
+    # The pool is imported when a big file needs it (concurrent.futures pulls in logging).
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 VENV_PLACEHOLDER = b"${VENV}"
 PYTHON_HOME_PLACEHOLDER = b"${PYTHON_HOME}"
 _CHUNK = 1 << 20
 _WHOLE = 4 << 20  # files up to this size are read in one go (most files in a venv)
 _BIG = 256 << 10  # files from this size on are hashed on worker threads
+
+#: A file's hash and whether its bytes were free of normalization strings (raw hash = hash).
+Hashed = tuple[str, bool]
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,9 @@ class Manifest:
     entries: Mapping[str, str] = field(repr=False)
 
     def to_json(self) -> str:
-        return json.dumps({"digest": self.digest, "entries": dict(self.entries)}, indent=0,
-                          sort_keys=True)
+        # Compact, so the C encoder does the work (any indent falls back to pure Python).
+        return json.dumps({"digest": self.digest, "entries": dict(self.entries)}, sort_keys=True,
+                          separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
@@ -108,52 +116,81 @@ def python_home(venv: Path) -> str | None:
     return pyvenv_value(venv, "home")
 
 
-def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None) -> Manifest:
+def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
+             cache_dir: Path | None = None, reuse: bool = True) -> Manifest:
     """Walk ``venv`` and return its manifest and digest.
 
     ``prefix`` is the absolute path the venv is known by (default: ``venv`` itself);
     it is what gets normalized to ``${VENV}``. ``jobs``: hashing threads (default:
-    one per core).
+    one per core). ``cache_dir``: the store's inode hash cache (see ``envlock.hashcache``),
+    answered from when ``reuse``, refreshed either way.
     """
     root = venv.absolute()
-    needles = _needles(prefix.absolute() if prefix else root, python_home(root))
+    home = python_home(root)
+    needles = _needles(prefix.absolute() if prefix else root, home)
+    cache = HashCache.open(cache_dir, home, reuse=reuse) if cache_dir is not None else None
     entries: dict[str, str] = {}
-    hashed: list[tuple[str, bool, Future[str] | str]] = []
-    small: list[tuple[str, str, bool, int]] = []  # (rel, abs, exec, size)
+    hashed: list[tuple[str, str, os.stat_result, Future[Hashed] | Hashed]] = []
+    small: list[tuple[str, str, str, os.stat_result]] = []  # (rel, abs, exec flag, lstat)
     workers = jobs or os.cpu_count() or 1
     # Big files go to worker threads as the walk finds them (hashlib and os.read release
     # the GIL on big buffers, so they run on every core); this thread walks and then
     # hashes the many small files, whose cost is mostly system calls that a pool's
-    # hand-offs would only add to.
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for rel, path, st in _walk(root):
-            if stat.S_ISLNK(st.st_mode):
-                target = _normalize(os.fsencode(os.readlink(path)), needles)
+    # hand-offs would only add to. The pool (and its import) only when a big file needs it.
+    pool: ThreadPoolExecutor | None = None
+    get = cache.get if cache is not None else (lambda st: None)
+    try:
+        for rel, entry in _walk(root):
+            if entry.is_symlink():
+                target = _normalize(os.fsencode(os.readlink(entry.path)), needles)
                 entries[rel] = "l " + os.fsdecode(target)
-            elif stat.S_ISDIR(st.st_mode):
+                continue
+            if entry.is_dir(follow_symlinks=False):
                 entries[rel] = "d"
-            elif stat.S_ISREG(st.st_mode):
-                exe = bool(st.st_mode & stat.S_IXUSR)
-                if st.st_size >= _BIG and workers > 1:
-                    hashed.append((rel, exe, pool.submit(_hash_file, path, needles)))
-                else:
-                    small.append((rel, path, exe, st.st_size))
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
+                continue
+            exe = "x" if st.st_mode & stat.S_IXUSR else "-"
+            known = get(st)
+            if known is not None:
+                entries[rel] = f"f {exe} {known}"
+            elif st.st_size >= _BIG and workers > 1:
+                if pool is None:
+                    from concurrent.futures import ThreadPoolExecutor
+
+                    pool = ThreadPoolExecutor(max_workers=workers)
+                hashed.append((rel, exe, st, pool.submit(_hash_file, entry.path, needles)))
             else:
-                entries[rel] = "o"
-        for rel, path, exe, size in small:
-            hashed.append((rel, exe, _hash_small(path, size, needles)))
-        for rel, exe, digest in hashed:
-            value = digest if isinstance(digest, str) else digest.result()
-            entries[rel] = f"f {'x' if exe else '-'} {value}"
+                small.append((rel, entry.path, exe, st))
+        for rel, path, exe, st in small:
+            hashed.append((rel, exe, st, _hash_small(path, st.st_size, needles)))
+        for rel, exe, st, done in hashed:
+            digest, clean = done if isinstance(done, tuple) else done.result()
+            entries[rel] = f"f {exe} {digest}"
+            if clean and cache is not None:
+                cache.put(st, digest)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    if cache is not None:
+        cache.save()
     return Manifest(digest_of(entries), entries)
 
 
 def digest_of(entries: Mapping[str, str]) -> str:
-    """The venv digest over a manifest's entries."""
-    h = hashlib.sha256()
-    for rel in sorted(entries, key=os.fsencode):
-        h.update(os.fsencode(rel) + b"\0" + entries[rel].encode("utf-8", "surrogateescape") + b"\n")
-    return "sha256:" + h.hexdigest()
+    """The venv digest over a manifest's entries: one line per entry, sorted by the path's bytes."""
+    # UTF-8 keeps code point order, so for the usual all-ASCII-or-UTF-8 names sorting the
+    # strings is sorting their bytes; names holding undecodable bytes (surrogate escapes)
+    # are sorted by their bytes explicitly.
+    names = list(entries)
+    if all(name.isascii() for name in names):
+        names.sort()
+    else:
+        names.sort(key=os.fsencode)
+    text = "".join(f"{name}\0{entries[name]}\n" for name in names)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def compare(expected: Mapping[str, str], actual: Mapping[str, str]) -> Difference:
@@ -166,11 +203,15 @@ def compare(expected: Mapping[str, str], actual: Mapping[str, str]) -> Differenc
 
 
 def check(venv: Path, expected: str | None, reference: Manifest | None, *, env: str = "",
-          prefix: Path | None = None) -> VerifyResult:
-    """Recompute ``venv``'s digest and compare it with ``expected`` (listing files when ``reference``)."""
+          prefix: Path | None = None, cache_dir: Path | None = None) -> VerifyResult:
+    """Recompute ``venv``'s digest from every byte and compare it with ``expected``.
+
+    Files are listed when ``reference`` is given. The hash cache in ``cache_dir`` is
+    refreshed, never answered from.
+    """
     if not venv.is_dir():
         raise VerifyError(f"{venv}: no venv there (expected the env's current generation)")
-    actual = manifest(venv, prefix=prefix)
+    actual = manifest(venv, prefix=prefix, cache_dir=cache_dir, reuse=False)
     difference = None
     note = ""
     if expected is None:
@@ -197,8 +238,8 @@ def _normalize(data: bytes, needles: Iterable[tuple[bytes, bytes]]) -> bytes:
     return data
 
 
-def _walk(root: Path) -> Iterable[tuple[str, str, os.stat_result]]:
-    """Yield (relative posix path, absolute path, lstat) for every entry, depth first."""
+def _walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """Yield (relative posix path, entry) for every entry, depth first (folders by file type, no stat)."""
     stack = [("", str(root))]
     while stack:
         rel_dir, abs_dir = stack.pop()
@@ -207,13 +248,12 @@ def _walk(root: Path) -> Iterable[tuple[str, str, os.stat_result]]:
                 if entry.name == "__pycache__" or (not rel_dir and entry.name.startswith(".envlock")):
                     continue
                 rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-                st = entry.stat(follow_symlinks=False)
-                yield rel, entry.path, st
-                if stat.S_ISDIR(st.st_mode):
+                yield rel, entry
+                if entry.is_dir(follow_symlinks=False):
                     stack.append((rel, entry.path))
 
 
-def _hash_small(path: str, size: int, needles: list[tuple[bytes, bytes]]) -> str:
+def _hash_small(path: str, size: int, needles: list[tuple[bytes, bytes]]) -> Hashed:
     """sha256 of a small file's normalized bytes: one open, (usually) one read."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -225,10 +265,11 @@ def _hash_small(path: str, size: int, needles: list[tuple[bytes, bytes]]) -> str
     finally:
         if fd >= 0:
             os.close(fd)
-    return hashlib.sha256(_normalize(data, needles)).hexdigest()
+    normalized = _normalize(data, needles)
+    return hashlib.sha256(normalized).hexdigest(), normalized is data
 
 
-def _hash_file(path: str, needles: list[tuple[bytes, bytes]]) -> str:
+def _hash_file(path: str, needles: list[tuple[bytes, bytes]]) -> Hashed:
     """sha256 of a file's normalized bytes: whole up to ``_WHOLE``, else streamed.
 
     Reads go into one reused buffer per thread: a fresh multi-MB ``bytes`` per read
@@ -238,19 +279,22 @@ def _hash_file(path: str, needles: list[tuple[bytes, bytes]]) -> str:
     buf = _buffer(max(_WHOLE + 1, keep + _CHUNK))
     view = memoryview(buf)
     h = hashlib.sha256()
+    clean = True
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         have = os.readv(fd, [view[: _WHOLE + 1]])
         if have <= _WHOLE:
             if _found(buf, have, needles):
                 h.update(_normalize(bytes(view[:have]), needles))
+                clean = False
             else:
                 h.update(view[:have])
-            return h.hexdigest()
+            return h.hexdigest(), clean
         # Streaming: keep the last (longest needle - 1) normalized bytes back, so a
         # prefix that straddles two chunks is still seen whole.
         while True:
             if _found(buf, have, needles):
+                clean = False
                 data = _normalize(bytes(view[:have]), needles)
                 cut = max(len(data) - keep, 0)
                 h.update(data[:cut])
@@ -268,7 +312,7 @@ def _hash_file(path: str, needles: list[tuple[bytes, bytes]]) -> str:
         h.update(view[:have])
     finally:
         os.close(fd)
-    return h.hexdigest()
+    return h.hexdigest(), clean
 
 
 _local = threading.local()

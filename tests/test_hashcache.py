@@ -1,0 +1,114 @@
+"""The inode hash cache: hits only for unchanged files, never for racy or normalized ones."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+from envlock import verify
+from envlock.hashcache import HashCache
+
+OLD = 1_600_000_000  # a file time well before any walk in these tests
+
+
+def _file(path: Path, data: bytes, *, old: bool = True) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if old:
+        os.utime(path, (OLD, OLD))
+    return path
+
+
+def _venv(root: Path) -> Path:
+    _file(root / "pyvenv.cfg", b"home = /opt/py/bin\nversion_info = 3.11.7\n")
+    _file(root / "lib" / "pkg" / "a.py", b"A = 1\n")
+    _file(root / "lib" / "pkg" / "big.so", os.urandom(600_000))  # hashed on a worker thread
+    _file(root / "lib" / "pkg" / "self.txt", f"made at {root}\n".encode())  # holds the venv's path
+    return root
+
+
+def test_unchanged_file_is_answered_from_the_cache(tmp_path: Path) -> None:
+    f = _file(tmp_path / "f", b"hello\n")
+    first = HashCache.open(tmp_path / "cache", "/opt/py/bin")
+    assert first.get(os.lstat(f)) is None
+    first.put(os.lstat(f), "digest-of-hello")
+    first.save()
+    again = HashCache.open(tmp_path / "cache", "/opt/py/bin")
+    assert again.get(os.lstat(f)) == "digest-of-hello"
+    # Another base interpreter has its own cache.
+    assert HashCache.open(tmp_path / "cache", "/usr/bin").get(os.lstat(f)) is None
+
+
+def test_a_rewritten_file_misses_even_at_the_same_size(tmp_path: Path) -> None:
+    f = _file(tmp_path / "f", b"hello\n")
+    cache = HashCache.open(tmp_path / "cache", None)
+    cache.put(os.lstat(f), "old")
+    cache.save()
+    with open(f, "r+b") as fh:  # same inode, same size, new bytes
+        fh.write(b"HELLO\n")
+    assert HashCache.open(tmp_path / "cache", None).get(os.lstat(f)) is None
+
+
+def test_files_changed_since_the_walk_began_are_not_kept(tmp_path: Path) -> None:
+    cache = HashCache.open(tmp_path / "cache", None)
+    time.sleep(0.01)
+    fresh = _file(tmp_path / "fresh", b"written during the walk\n", old=False)
+    cache.put(os.lstat(fresh), "racy")  # a later write in the same clock tick could not be told apart
+    cache.save()
+    assert HashCache.open(tmp_path / "cache", None).get(os.lstat(fresh)) is None
+
+
+def test_unreadable_cache_is_an_empty_one(tmp_path: Path) -> None:
+    f = _file(tmp_path / "f", b"x")
+    cache = HashCache.open(tmp_path / "cache", None)
+    cache.put(os.lstat(f), "d")
+    cache.save()
+    (only,) = (tmp_path / "cache").glob("*.marshal")
+    only.write_bytes(b"\x00garbage")
+    assert HashCache.open(tmp_path / "cache", None).get(os.lstat(f)) is None
+
+
+def test_walk_with_the_cache_gives_the_same_manifest(tmp_path: Path) -> None:
+    venv = _venv(tmp_path / "v")
+    plain = verify.manifest(venv)
+    cold = verify.manifest(venv, cache_dir=tmp_path / "cache")
+    warm = verify.manifest(venv, cache_dir=tmp_path / "cache")
+    assert plain == cold == warm
+    # The file holding the venv's own path is normalized, so its raw hash is never kept.
+    kept = HashCache.open(tmp_path / "cache", verify.python_home(venv))
+    assert kept.get(os.lstat(venv / "lib" / "pkg" / "a.py")) is not None
+    assert kept.get(os.lstat(venv / "lib" / "pkg" / "big.so")) is not None
+    assert kept.get(os.lstat(venv / "lib" / "pkg" / "self.txt")) is None
+
+
+def test_a_changed_file_changes_the_digest_with_a_warm_cache(tmp_path: Path) -> None:
+    venv = _venv(tmp_path / "v")
+    before = verify.manifest(venv, cache_dir=tmp_path / "cache")
+    target = venv / "lib" / "pkg" / "a.py"
+    with open(target, "r+b") as fh:
+        fh.write(b"B")  # "B = 1\n": same size, same inode
+    after = verify.manifest(venv, cache_dir=tmp_path / "cache")
+    assert after.digest != before.digest
+    assert after.entries["lib/pkg/a.py"] == f"f - {hashlib.sha256(b'B = 1' + chr(10).encode()).hexdigest()}"
+    assert after == verify.manifest(venv)
+
+
+def test_verify_reads_every_byte_but_refreshes_the_cache(tmp_path: Path) -> None:
+    venv = _venv(tmp_path / "v")
+    other = _file(tmp_path / "other" / "kept.py", b"kept\n")
+    home = verify.python_home(venv)
+    seeded = HashCache.open(tmp_path / "cache", home)
+    seeded.put(os.lstat(other), "entry of another venv")
+    # A poisoned entry for a.py: a walk that trusts the cache would take it.
+    seeded.put(os.lstat(venv / "lib" / "pkg" / "a.py"), "0" * 64)
+    seeded.save()
+    trusted = verify.manifest(venv, cache_dir=tmp_path / "cache")
+    assert trusted.entries["lib/pkg/a.py"] == "f - " + "0" * 64
+    result = verify.check(venv, trusted.digest, trusted, cache_dir=tmp_path / "cache")
+    assert not result.ok and result.difference is not None
+    assert result.difference.changed == ("lib/pkg/a.py",)
+    refreshed = HashCache.open(tmp_path / "cache", home)
+    assert refreshed.get(os.lstat(venv / "lib" / "pkg" / "a.py")) == hashlib.sha256(b"A = 1\n").hexdigest()
+    assert refreshed.get(os.lstat(other)) == "entry of another venv"
