@@ -243,13 +243,24 @@ def _drop_uv_cache_info(venv: Path) -> None:
                 os.unlink(os.path.join(dist, "uv_cache.json"))
             except FileNotFoundError:
                 continue
-            record = os.path.join(dist, "RECORD")
-            name = f"{os.path.basename(dist)}/uv_cache.json,"
-            with open(record, "rb") as fh:
-                lines = fh.read().decode("utf-8").splitlines(keepends=True)
-            kept = "".join(line for line in lines if not line.startswith(name))
-            with open(record, "wb") as fh:
-                fh.write(kept.encode("utf-8"))
+            name = f"{os.path.basename(dist)}/uv_cache.json,".encode()
+            # Rewritten in place and cut to length: truncating to zero and writing again
+            # makes ext4 flush the file on close (auto_da_alloc), ~0.2 ms per dist.
+            fd = os.open(os.path.join(dist, "RECORD"), os.O_RDWR | os.O_CLOEXEC)
+            try:
+                lines = _read_all(fd).splitlines(keepends=True)
+                kept = b"".join(line for line in lines if not line.startswith(name))
+                os.pwrite(fd, kept, 0)
+                os.ftruncate(fd, len(kept))
+            finally:
+                os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,31 +139,45 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     # hand-offs would only add to. The pool (and its import) only when a big file needs it.
     pool: ThreadPoolExecutor | None = None
     get = cache.get if cache is not None else (lambda st: None)
+    regular = stat.S_ISREG
+    # The walk is inlined and files are tested first: it runs once per file of a venv
+    # (tens of thousands for a CUDA stack), so every call per entry shows.
+    stack = [("", str(root))]
     try:
-        for rel, entry in _walk(root):
-            if entry.is_symlink():
-                target = _normalize(os.fsencode(os.readlink(entry.path)), needles)
-                entries[rel] = "l " + os.fsdecode(target)
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                entries[rel] = "d"
-                continue
-            st = entry.stat(follow_symlinks=False)
-            if not stat.S_ISREG(st.st_mode):
-                entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
-                continue
-            exe = "x" if st.st_mode & stat.S_IXUSR else "-"
-            known = get(st)
-            if known is not None:
-                entries[rel] = f"f {exe} {known}"
-            elif st.st_size >= _BIG and workers > 1:
-                if pool is None:
-                    from concurrent.futures import ThreadPoolExecutor
+        while stack:
+            rel_dir, abs_dir = stack.pop()
+            with os.scandir(abs_dir) as it:
+                listing = list(it)
+            for entry in listing:
+                name = entry.name
+                if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
+                    continue
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                if entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    if not regular(st.st_mode):  # replaced since the listing: take what is there
+                        entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
+                        continue
+                    exe = "x" if st.st_mode & stat.S_IXUSR else "-"
+                    known = get(st)
+                    if known is not None:
+                        entries[rel] = f"f {exe} {known}"
+                    elif st.st_size >= _BIG and workers > 1:
+                        if pool is None:
+                            from concurrent.futures import ThreadPoolExecutor
 
-                    pool = ThreadPoolExecutor(max_workers=workers)
-                hashed.append((rel, exe, st, pool.submit(_hash_file, entry.path, needles)))
-            else:
-                small.append((rel, entry.path, exe, st))
+                            pool = ThreadPoolExecutor(max_workers=workers)
+                        hashed.append((rel, exe, st, pool.submit(_hash_file, entry.path, needles)))
+                    else:
+                        small.append((rel, entry.path, exe, st))
+                elif entry.is_symlink():
+                    target = _normalize(os.fsencode(os.readlink(entry.path)), needles)
+                    entries[rel] = "l " + os.fsdecode(target)
+                elif entry.is_dir(follow_symlinks=False):
+                    entries[rel] = "d"
+                    stack.append((rel, entry.path))
+                else:
+                    entries[rel] = "o"
         for rel, path, exe, st in small:
             hashed.append((rel, exe, st, _hash_small(path, st.st_size, needles)))
         for rel, exe, st, done in hashed:
@@ -236,21 +250,6 @@ def _normalize(data: bytes, needles: Iterable[tuple[bytes, bytes]]) -> bytes:
         if needle in data:
             data = data.replace(needle, placeholder)
     return data
-
-
-def _walk(root: Path) -> Iterator[tuple[str, os.DirEntry[str]]]:
-    """Yield (relative posix path, entry) for every entry, depth first (folders by file type, no stat)."""
-    stack = [("", str(root))]
-    while stack:
-        rel_dir, abs_dir = stack.pop()
-        with os.scandir(abs_dir) as it:
-            for entry in it:
-                if entry.name == "__pycache__" or (not rel_dir and entry.name.startswith(".envlock")):
-                    continue
-                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-                yield rel, entry
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((rel, entry.path))
 
 
 def _hash_small(path: str, size: int, needles: list[tuple[bytes, bytes]]) -> Hashed:
