@@ -36,13 +36,13 @@ from kit.locks import lock_for, sha256_of  # noqa: E402
 from kit.wheels import build_wheel  # noqa: E402
 
 
-def make_wheels(dest: Path, packages: int) -> list[Path]:
+def make_wheels(dest: Path, packages: int, modules: int = 40) -> list[Path]:
     """Wheels shaped like a real env: many small modules, a few multi-MB native libraries."""
     wheels = []
     for i in range(packages):
         name = f"pkg{i:03d}"
         files: dict[str, bytes | str] = {
-            f"{name}/mod{j:02d}.py": f"# module {j}\n" + "x = 1\n" * (50 + 40 * j) for j in range(40)
+            f"{name}/mod{j:03d}.py": f"# module {j}\n" + "x = 1\n" * (50 + 40 * (j % 40)) for j in range(modules)
         }
         files[f"{name}/__init__.py"] = "VERSION = '1.0'\n"
         if i % 5 == 0:
@@ -105,6 +105,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--packages", type=int, default=40)
+    ap.add_argument("--modules", type=int, default=40, help="Python modules per package")
     ap.add_argument("--big-mb", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--keep", type=Path, help="work folder to keep (default: a temp folder, removed)")
@@ -121,7 +122,7 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
-    wheels = make_wheels(work / "wheels", args.packages)
+    wheels = make_wheels(work / "wheels", args.packages, args.modules)
     server.add("pypi", *wheels)
     lock = lock_for(server, "pypi", wheels, env="bench")
     ws = work / "ws"

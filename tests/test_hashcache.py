@@ -13,24 +13,30 @@ from envlock.hashcache import HashCache
 OLD = 1_600_000_000  # a file time well before any walk in these tests
 
 
-def _file(path: Path, data: bytes, *, old: bool = True) -> Path:
+def _file(path: Path, data: bytes, *, old: bool = True, links: Path | None = None) -> Path:
+    """A file; as uv installs it (a second link to it in its cache) when ``links`` is given."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     if old:
         os.utime(path, (OLD, OLD))
+    if links is not None:
+        links.mkdir(exist_ok=True)
+        os.link(path, links / str(len(list(links.iterdir()))))
     return path
 
 
 def _venv(root: Path) -> Path:
+    uv_cache = root.parent / f"{root.name}-uv-cache"
     _file(root / "pyvenv.cfg", b"home = /opt/py/bin\nversion_info = 3.11.7\n")
-    _file(root / "lib" / "pkg" / "a.py", b"A = 1\n")
-    _file(root / "lib" / "pkg" / "big.so", os.urandom(600_000))  # hashed on a worker thread
-    _file(root / "lib" / "pkg" / "self.txt", f"made at {root}\n".encode())  # holds the venv's path
+    _file(root / "lib" / "pkg" / "a.py", b"A = 1\n", links=uv_cache)
+    _file(root / "lib" / "pkg" / "big.so", os.urandom(600_000), links=uv_cache)  # hashed on a thread
+    _file(root / "lib" / "pkg" / "self.txt", f"made at {root}\n".encode(), links=uv_cache)  # names the venv
+    _file(root / "lib" / "pkg" / "RECORD", b"pkg/a.py,,\n")  # written by uv for this venv: one link
     return root
 
 
 def test_unchanged_file_is_answered_from_the_cache(tmp_path: Path) -> None:
-    f = _file(tmp_path / "f", b"hello\n")
+    f = _file(tmp_path / "f", b"hello\n", links=tmp_path / "links")
     first = HashCache.open(tmp_path / "cache", "/opt/py/bin")
     assert first.get(os.lstat(f)) is None
     first.put(os.lstat(f), "digest-of-hello")
@@ -42,7 +48,7 @@ def test_unchanged_file_is_answered_from_the_cache(tmp_path: Path) -> None:
 
 
 def test_a_rewritten_file_misses_even_at_the_same_size(tmp_path: Path) -> None:
-    f = _file(tmp_path / "f", b"hello\n")
+    f = _file(tmp_path / "f", b"hello\n", links=tmp_path / "links")
     cache = HashCache.open(tmp_path / "cache", None)
     cache.put(os.lstat(f), "old")
     cache.save()
@@ -54,14 +60,14 @@ def test_a_rewritten_file_misses_even_at_the_same_size(tmp_path: Path) -> None:
 def test_files_changed_since_the_walk_began_are_not_kept(tmp_path: Path) -> None:
     cache = HashCache.open(tmp_path / "cache", None)
     time.sleep(0.01)
-    fresh = _file(tmp_path / "fresh", b"written during the walk\n", old=False)
+    fresh = _file(tmp_path / "fresh", b"written during the walk\n", old=False, links=tmp_path / "links")
     cache.put(os.lstat(fresh), "racy")  # a later write in the same clock tick could not be told apart
     cache.save()
     assert HashCache.open(tmp_path / "cache", None).get(os.lstat(fresh)) is None
 
 
 def test_unreadable_cache_is_an_empty_one(tmp_path: Path) -> None:
-    f = _file(tmp_path / "f", b"x")
+    f = _file(tmp_path / "f", b"x", links=tmp_path / "links")
     cache = HashCache.open(tmp_path / "cache", None)
     cache.put(os.lstat(f), "d")
     cache.save()
@@ -81,6 +87,8 @@ def test_walk_with_the_cache_gives_the_same_manifest(tmp_path: Path) -> None:
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "a.py")) is not None
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "big.so")) is not None
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "self.txt")) is None
+    # A file with one link was written for this venv alone: no later venv shares it.
+    assert kept.get(os.lstat(venv / "lib" / "pkg" / "RECORD")) is None
 
 
 def test_a_changed_file_changes_the_digest_with_a_warm_cache(tmp_path: Path) -> None:
@@ -97,7 +105,7 @@ def test_a_changed_file_changes_the_digest_with_a_warm_cache(tmp_path: Path) -> 
 
 def test_verify_reads_every_byte_but_refreshes_the_cache(tmp_path: Path) -> None:
     venv = _venv(tmp_path / "v")
-    other = _file(tmp_path / "other" / "kept.py", b"kept\n")
+    other = _file(tmp_path / "other" / "kept.py", b"kept\n", links=tmp_path / "links")
     home = verify.python_home(venv)
     seeded = HashCache.open(tmp_path / "cache", home)
     seeded.put(os.lstat(other), "entry of another venv")

@@ -122,3 +122,4 @@ def test_manifest_round_trips_json(tmp_path: Path) -> None:
     m = verify.manifest(_fake_venv(tmp_path / "v"))
     assert verify.Manifest.from_json(m.to_json()) == m
     assert verify.digest_of(m.entries) == m.digest
+

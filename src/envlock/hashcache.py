@@ -89,9 +89,11 @@ class HashCache:
     def put(self, st: os.stat_result, digest: str) -> None:
         """Remember ``digest`` for the file with this ``lstat`` (taken before it was read).
 
-        Not kept when the file changed too recently to tell a later same-tick write apart.
+        Not kept when the file changed too recently to tell a later same-tick write
+        apart, nor when it has a single link: a file uv wrote for this venv alone
+        (``RECORD``, ``INSTALLER``), which no later venv shares.
         """
-        if st.st_mtime_ns < self._horizon_ns:
+        if st.st_nlink > 1 and st.st_mtime_ns < self._horizon_ns:
             key, value = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns, digest)
             self._new[key] = value
             self._changed = self._changed or self._old.get(key) != value

@@ -129,55 +129,61 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     home = python_home(root)
     needles = _needles(prefix.absolute() if prefix else root, home)
     cache = HashCache.open(cache_dir, home, reuse=reuse) if cache_dir is not None else None
-    entries: dict[str, str] = {}
-    hashed: list[tuple[str, str, os.stat_result, Future[Hashed] | Hashed]] = []
-    small: list[tuple[str, str, str, os.stat_result]] = []  # (rel, abs, exec flag, lstat)
-    workers = jobs or os.cpu_count() or 1
-    # Big files go to worker threads as the walk finds them (hashlib and os.read release
-    # the GIL on big buffers, so they run on every core); this thread walks and then
-    # hashes the many small files, whose cost is mostly system calls that a pool's
-    # hand-offs would only add to. The pool (and its import) only when a big file needs it.
-    pool: ThreadPoolExecutor | None = None
+    threads = jobs or os.cpu_count() or 1
     get = cache.get if cache is not None else (lambda st: None)
     regular = stat.S_ISREG
-    # The walk is inlined and files are tested first: it runs once per file of a venv
-    # (tens of thousands for a CUDA stack), so every call per entry shows.
+    entries: dict[str, str] = {}
+    small: list[tuple[str, str, str, os.stat_result]] = []  # (rel, abs, exec flag, lstat)
+    hashed: list[tuple[str, str, os.stat_result, Future[Hashed] | Hashed]] = []
+    pool: ThreadPoolExecutor | None = None
+    # Inlined and files tested first: this runs once per file of a venv (tens of
+    # thousands for a CUDA stack), so every call per entry shows. Folders are read
+    # through a descriptor, so each lstat resolves one name, not the whole path.
+    # (Spreading the walk over threads or forked processes was tried: the per-file
+    # interpreter work holds the GIL, and forked walkers gained nothing measurable.)
     stack = [("", str(root))]
     try:
         while stack:
             rel_dir, abs_dir = stack.pop()
-            with os.scandir(abs_dir) as it:
-                listing = list(it)
-            for entry in listing:
-                name = entry.name
-                if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
-                    continue
-                rel = f"{rel_dir}/{name}" if rel_dir else name
-                if entry.is_file(follow_symlinks=False):
-                    st = entry.stat(follow_symlinks=False)
-                    if not regular(st.st_mode):  # replaced since the listing: take what is there
-                        entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
-                        continue
-                    exe = "x" if st.st_mode & stat.S_IXUSR else "-"
-                    known = get(st)
-                    if known is not None:
-                        entries[rel] = f"f {exe} {known}"
-                    elif st.st_size >= _BIG and workers > 1:
-                        if pool is None:
-                            from concurrent.futures import ThreadPoolExecutor
+            fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        name = entry.name
+                        if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
+                            continue
+                        rel = f"{rel_dir}/{name}" if rel_dir else name
+                        if entry.is_file(follow_symlinks=False):
+                            st = entry.stat(follow_symlinks=False)  # fstatat(fd, name)
+                            if not regular(st.st_mode):  # replaced since the listing
+                                entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
+                                continue
+                            exe = "x" if st.st_mode & stat.S_IXUSR else "-"
+                            known = get(st)
+                            if known is not None:
+                                entries[rel] = f"f {exe} {known}"
+                            elif st.st_size >= _BIG and threads > 1:
+                                # Big files go to threads at once (hashlib and os.read release
+                                # the GIL on big buffers); the pool (and its import) only if needed.
+                                if pool is None:
+                                    from concurrent.futures import ThreadPoolExecutor
 
-                            pool = ThreadPoolExecutor(max_workers=workers)
-                        hashed.append((rel, exe, st, pool.submit(_hash_file, entry.path, needles)))
-                    else:
-                        small.append((rel, entry.path, exe, st))
-                elif entry.is_symlink():
-                    target = _normalize(os.fsencode(os.readlink(entry.path)), needles)
-                    entries[rel] = "l " + os.fsdecode(target)
-                elif entry.is_dir(follow_symlinks=False):
-                    entries[rel] = "d"
-                    stack.append((rel, entry.path))
-                else:
-                    entries[rel] = "o"
+                                    pool = ThreadPoolExecutor(max_workers=threads)
+                                hashed.append((rel, exe, st, pool.submit(_hash_file, f"{abs_dir}/{name}", needles)))
+                            else:
+                                small.append((rel, f"{abs_dir}/{name}", exe, st))
+                        elif entry.is_dir(follow_symlinks=False):
+                            entries[rel] = "d"
+                            stack.append((rel, f"{abs_dir}/{name}"))
+                        elif entry.is_symlink():
+                            target = _normalize(os.fsencode(os.readlink(name, dir_fd=fd)), needles)
+                            entries[rel] = "l " + os.fsdecode(target)
+                        else:
+                            entries[rel] = "o"
+            finally:
+                os.close(fd)
+        # The many small files are hashed on this thread, not the pool: their cost is
+        # system calls, which a pool's hand-offs would only add to.
         for rel, path, exe, st in small:
             hashed.append((rel, exe, st, _hash_small(path, st.st_size, needles)))
         for rel, exe, st, done in hashed:
