@@ -59,7 +59,7 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
     assert sorted(p.name for p in site.glob("*.dist-info")) == [
         "alpha-1.0.dist-info", "beta-2.0.dist-info", "native_thing-0.3.dist-info",
     ]
-    assert not list(site.glob("*.dist-info/direct_url.json"))  # installed by name from find-links
+    assert not list(site.glob("*.dist-info/direct_url.json"))  # named the store path: dropped
     assert not list(site.glob("*.dist-info/uv_cache.json"))  # holds a ctime: dropped
     assert "uv_cache.json" not in (site / "alpha-1.0.dist-info" / "RECORD").read_text()
     assert not list(venv.rglob("*.pyc"))

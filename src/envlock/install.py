@@ -1,11 +1,12 @@
 """Install: build ``venvs/<install digest>/`` from store wheels with the pinned uv.
 
 No index, no resolution: ``uv pip install --no-index --offline --no-deps`` of
-exactly the locked ``name==version`` set, each found only in its own store folder
-(``--find-links wheels/<sha256>/``). The venv is created ``--relocatable``, so
-nothing in it names the folder it was built in: it is built under ``tmp/`` (in a
-reused, locked slot folder) and renamed into place in one step, like every other store entry, and a killed
-install leaves only litter under ``tmp/``.
+exactly the locked wheels, given as their store files (``wheels/<sha256>/<file>``).
+The venv starts as a copy of the empty venv uv made once for this interpreter
+(``venv_skeleton``), created ``--relocatable``, so nothing in it names the folder
+it was built in: it is built under ``tmp/`` (in a reused, locked slot folder) and
+renamed into place in one step, like every other store entry, and a killed install
+leaves only litter under ``tmp/``.
 
 What would make two installs differ, and what is done about it, is listed in
 docs/reproducibility.md.
@@ -120,8 +121,7 @@ def install(
         if final.exists():
             # Only a venv from a foreign writer could lack its manifest: not ours to trust.
             store.remove_entry("venvs", key)
-        requirements: list[str] = []
-        find_links: list[str] = []
+        files: list[str] = []
         for pkg in lock.packages:
             artifact = pkg.wheels[0]
             wheel = wheels.get(artifact.sha256)
@@ -130,9 +130,7 @@ def install(
                     f"{artifact.filename}: not fetched into the store (sha256 {artifact.sha256}); "
                     "expected every locked wheel before install"
                 )
-            requirements.append(f"{pkg.name}=={pkg.version}")
-            # Each wheel's own store folder: uv sees exactly one candidate per package.
-            find_links += ["--find-links", str(wheel.parent)]
+            files.append(str(wheel))
         python = find_python(lock.python)
         # In a pid-named temp folder: a killed install's log goes with its other litter.
         log_dir = store.temp_dir("install-log")
@@ -147,11 +145,13 @@ def install(
                 _uv([*_VENV_ARGS, "--python", str(python), str(work)], what="create the venv", log=log)
             if on_stage is not None:
                 on_stage("install")
-            if requirements:
+            if files:
+                # The store files themselves, not name==version from find-links: uv then
+                # neither lists folders nor resolves (~20% of its time for 158 wheels).
                 _uv(["pip", "install", "--python", str(work / "bin" / "python"),
-                     "--no-index", "--offline", "--no-deps", "--no-build",
-                     *find_links, *requirements], what="install the locked wheels", log=log)
-            _drop_uv_cache_info(work)
+                     "--no-index", "--offline", "--no-deps", "--no-build", *files],
+                    what="install the locked wheels", log=log)
+            _drop_install_records(work)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
             built = manifest(work, prefix=final, cache_dir=store.hash_cache)
             text = built.to_json().encode()
@@ -228,28 +228,39 @@ def save_manifest(store: Store, m: Manifest, text: bytes | None = None) -> Path:
     return path
 
 
-def _drop_uv_cache_info(venv: Path) -> None:
-    """Remove ``<dist-info>/uv_cache.json`` and its RECORD line from every installed dist.
+#: What uv writes into a dist-info that names this store or this moment, not the wheel.
+_LOCAL_RECORDS = ("uv_cache.json", "direct_url.json")
 
-    uv writes there the ctime of the wheel it installed from (a ctime cannot be set),
-    so it differs on every machine and every store. Only uv's own freshness check for
-    ``uv pip`` on path sources reads it, and nothing installs into a store venv again.
+
+def _drop_install_records(venv: Path) -> None:
+    """Remove ``uv_cache.json`` and ``direct_url.json`` (and their RECORD lines) from every dist.
+
+    ``uv_cache.json`` holds the ctime of the wheel installed from (a ctime cannot be
+    set), ``direct_url.json`` the wheel's path in this store: both differ on every
+    machine and store. Only uv's own freshness check for ``uv pip`` on path sources
+    reads the first, and nothing installs into a store venv again; without the
+    second a dist reads as installed from an index, which it was, through the lock.
     """
     for site in venv.glob("lib/python*/site-packages"):
         with os.scandir(site) as it:
             dists = [e.path for e in it if e.name.endswith(".dist-info")]
         for dist in dists:
-            try:
-                os.unlink(os.path.join(dist, "uv_cache.json"))
-            except FileNotFoundError:
+            dropped = []
+            for name in _LOCAL_RECORDS:
+                try:
+                    os.unlink(os.path.join(dist, name))
+                except FileNotFoundError:
+                    continue
+                dropped.append(f"{os.path.basename(dist)}/{name},".encode())
+            if not dropped:
                 continue
-            name = f"{os.path.basename(dist)}/uv_cache.json,".encode()
+            prefixes = tuple(dropped)
             # Rewritten in place and cut to length: truncating to zero and writing again
             # makes ext4 flush the file on close (auto_da_alloc), ~0.2 ms per dist.
             fd = os.open(os.path.join(dist, "RECORD"), os.O_RDWR | os.O_CLOEXEC)
             try:
                 lines = _read_all(fd).splitlines(keepends=True)
-                kept = b"".join(line for line in lines if not line.startswith(name))
+                kept = b"".join(line for line in lines if not line.startswith(prefixes))
                 os.pwrite(fd, kept, 0)
                 os.ftruncate(fd, len(kept))
             finally:
