@@ -136,6 +136,12 @@ def test_venvs_are_copies_of_one_uv_made_skeleton(published: tuple[IndexServer, 
     shutil.copytree(skeleton, copied, symlinks=True)
     assert verify.manifest(copied) == verify.manifest(direct)
     assert "prompt = envlock" in (result.venv / "pyvenv.cfg").read_text()
+    assert not (result.venv / ".envlock-skeleton-digest").exists()
+    # A skeleton someone edited is made again, not copied into later venvs.
+    cfg = skeleton / "pyvenv.cfg"
+    cfg.write_text(cfg.read_text() + "include-system-site-packages = true\n")
+    again = install.venv_skeleton(store, python, tmp_path / "log")
+    assert again == skeleton and "include-system-site-packages = true" not in cfg.read_text()
 
 
 def test_a_skeleton_naming_its_own_folder_is_not_kept(tmp_path: Path) -> None:

@@ -140,7 +140,8 @@ def install(
         with _keep_log_on_failure(store, log, key), store.new_entry("venvs", key, slot="venv") as work:
             skeleton = venv_skeleton(store, python, log)
             if skeleton is not None:
-                shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True)
+                shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns(_SKELETON_DIGEST))
             else:
                 _uv([*_VENV_ARGS, "--python", str(python), str(work)], what="create the venv", log=log)
             if on_stage is not None:
@@ -173,6 +174,8 @@ def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
     per sync. The key covers the interpreter's path and file identity (an upgrade in
     place makes a new skeleton) and the uv binary's. None, and every venv is made by
     ``uv venv`` in place, if the skeleton turns out to name its own folder after all.
+    Its digest is kept in it and checked on every use (a few files): a skeleton
+    someone changed is made again, not copied into every later venv.
     """
     import hashlib
 
@@ -182,19 +185,32 @@ def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
         ident.append(f"{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}")
     key = hashlib.sha256("\0".join([*_VENV_ARGS, *ident]).encode("utf-8", "surrogateescape")).hexdigest()
     final = store.path("skeletons", key)
-    if (final / "pyvenv.cfg").is_file():
-        return final
     with store.locked(f"skeleton-{key[:16]}"):
-        if (final / "pyvenv.cfg").is_file():
+        if _intact(final):
             return final
+        if final.exists():
+            store.remove_entry("skeletons", key)
         try:
             with store.new_entry("skeletons", key) as work:
                 _uv([*_VENV_ARGS, "--python", str(python), str(work)], what="create the venv", log=log)
                 if _names_folder(work):
                     raise _NotRelocatableError  # leaves the with block without the rename
+                write_atomic(work / _SKELETON_DIGEST, manifest(work).digest.encode())
         except _NotRelocatableError:
             return None  # this interpreter's venvs are made in place, by uv, each time
     return final
+
+
+#: Inside a skeleton: the digest of the rest (a top-level .envlock name, so not part of it).
+_SKELETON_DIGEST = ".envlock-skeleton-digest"
+
+
+def _intact(skeleton: Path) -> bool:
+    try:
+        recorded = (skeleton / _SKELETON_DIGEST).read_text().strip()
+    except OSError:
+        return False
+    return manifest(skeleton).digest == recorded
 
 
 class _NotRelocatableError(Exception):
@@ -204,13 +220,13 @@ class _NotRelocatableError(Exception):
 def _names_folder(venv: Path) -> bool:
     """Whether any file or link in ``venv`` holds ``venv``'s own absolute path."""
     needle = os.fsencode(str(venv.absolute()))
-    for folder, _dirs, files in os.walk(venv):
-        for name in files:
+    for folder, dirs, files in os.walk(venv):
+        for name in dirs + files:  # links to folders (lib64) are listed with the folders
             path = os.path.join(folder, name)
             if os.path.islink(path):
                 if needle in os.fsencode(os.readlink(path)):
                     return True
-            else:
+            elif os.path.isfile(path):
                 with open(path, "rb") as fh:
                     if needle in fh.read():
                         return True
