@@ -8,7 +8,13 @@ Prints four ratios, each against a peer measured in the same run:
 * verify throughput / ``sha256sum`` over the same files     target >= 0.8
 * peak RSS of a process fetching a 1 GB wheel               target < 150 MB
 
-Usage: .venv/bin/python benchmarks/sync.py [--packages N] [--big-mb M] [--keep DIR]
+The lock: --packages wheels (default 158, the real qwen35-blackwell lock's count, as
+in benchmarks/lock.py) of --modules Python modules each (default 40), every fifth with a
+6 MB native library. Try --packages 40 (a small lock: envlock's fixed cost of Python
+start-up and imports weighs most) and --modules 200 (a file-heavy one, ~32k files: the
+venv walk's lstat per file weighs most) too; the ratios differ, see the README.
+
+Usage: .venv/bin/python benchmarks/sync.py [--packages N] [--modules M] [--big-mb M] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -104,7 +110,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--packages", type=int, default=40)
+    ap.add_argument("--packages", type=int, default=158)
     ap.add_argument("--modules", type=int, default=40, help="Python modules per package")
     ap.add_argument("--big-mb", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=5)
@@ -134,13 +140,16 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     env = runner.uv_env({"ENVLOCK_HOME": str(home), "UV_CACHE_DIR": str(work / "uv-cache")})
     # Measure an ordinary install: envlock's own byte-code cached after the first run.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    envlock = [sys.executable, "-m", "envlock.cli"]
+    # The console script, as users run it (python -m adds runpy's imports).
+    script = Path(sys.executable).parent / "envlock"
+    envlock = [str(script)] if script.exists() else [sys.executable, "-m", "envlock.cli"]
     total = sum(w.stat().st_size for w in wheels)
     print(f"lock: {len(wheels)} packages, {total / 1e6:.0f} MB of wheels")
 
     # Cold sync: fills the store and warms the uv cache for both tools.
     cold = timed([*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path)], env, ws)
-    print(f"cold sync (download + install + digest): {cold:.2f}s")
+    files = sum(len(names) for _, _, names in os.walk(home / "v1" / "envs" / "bench" / "current" / ""))
+    print(f"cold sync (download + install + digest): {cold:.2f}s; the venv has {files} files")
     # A user's install has envlock's byte-code: make sure the runs below use it.
     import importlib.util
 
