@@ -15,6 +15,7 @@ Layout (version 1)::
         venvs/<install digest>/          installed venvs, by lock install digest
         manifests/<venv digest>          per-file manifest of a venv (to list differing files)
         hashes/<scope>.marshal           inode -> sha256 of files already hashed (a cache, see hashcache.py)
+        skeletons/<key>/                 the empty venv uv made for one interpreter, copied into new venvs
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
         tmp/                             work in progress; never read
