@@ -11,19 +11,21 @@ sha256 of its bytes, together with the size and mtime it had when it was hashed:
 A hit needs all three to match the file's ``lstat`` now. Writing a file's content
 always sets its mtime to the current time, so a changed file misses. The one way
 this could be fooled is a write within the same clock tick as the hash (same
-mtime). Git calls this "racy clean" and so it is handled like git: an entry is kept only
-when the file's mtime is strictly older than a marker file touched in the cache's
-folder just before the walk. That marker gets its time from the same file system clock,
-at whatever granularity the file system has. What is
-deliberately trusted: that nobody rewrites a file and then resets its mtime by
-hand (``touch -d``). ``envlock verify`` therefore never reads the cache (it re-reads
-every byte), only refreshes it.
+mtime), which git calls "racy clean"; it is handled like git does: an entry is kept
+only when the file's mtime is strictly older than a marker file written in the
+cache's folder just before the walk, whose mtime comes from the same file system
+clock, at whatever granularity the file system has. What is deliberately trusted:
+that nobody rewrites a file and then sets its mtime back by hand (``touch -d``).
+``envlock verify`` therefore never answers from the cache (it reads every byte);
+it only refreshes it.
 
-Only files whose bytes held none of the walk's normalization strings are kept, so the
-cached hash is both the raw and the normalized one. The cache is kept per base
-interpreter folder (``${PYTHON_HOME}`` is one of those strings). The other,
-the venv's own path ``…/venvs/<install digest>``, cannot occur in a wheel's file:
-that digest is a hash of the lock that names the wheel's own sha256.
+Kept are only files with more than one link (the uv cache's: a file uv wrote for
+one venv, like ``RECORD``, is never shared by a later one) whose bytes held none of
+the walk's normalization strings, so the cached hash is both the raw and the
+normalized one. The cache is kept per base interpreter folder (``${PYTHON_HOME}``
+is one of those strings). The other, the venv's own path ``…/venvs/<install
+digest>``, cannot occur in a wheel's file: that digest hashes the lock that names
+the wheel's own sha256.
 
 The cache is an optimization only: a missing, unreadable or foreign file is an empty
 cache, and concurrent writers may lose each other's new entries (the next walk
