@@ -165,3 +165,26 @@ def install_path(store: Store, lock: Lock) -> Path:
     from envlock.fetch import store_file
 
     return store_file(store, lock.packages[0].wheels[0])
+
+
+def test_a_local_version_wheel_served_percent_encoded_installs(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # PyTorch's index writes the "+" of a local version as %2B in its file URLs.
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        wheel = build_wheel(tmp_path / "wheels", "torch", "2.12.0.dev20260307+cu130",
+                            files={"torch/__init__.py": "__version__ = '2.12.0.dev20260307+cu130'\n"})
+        server.add("nightly", wheel)
+        lock = lock_for(server, "nightly", [wheel])
+        quoted = server.file_url("nightly", wheel.name.replace("+", "%2B"))
+        from dataclasses import replace
+
+        pkg = lock.packages[0]
+        lock = replace(lock, packages=(replace(pkg, wheels=(replace(pkg.wheels[0], url=quoted),)),))
+        result = _sync_venv(tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
+    finally:
+        server.stop()
+    out = subprocess.run([result.venv / "bin" / "python", "-c", "import torch; print(torch.__version__)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout == "2.12.0.dev20260307+cu130\n"
+    assert (result.venv / "lib" / "python3.11" / "site-packages" / "torch-2.12.0.dev20260307+cu130.dist-info").is_dir()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
@@ -134,8 +135,9 @@ class IndexServer:
         if m and m.group(1) in self.indexes:
             return self._project_page(req, m.group(1), m.group(2))
         m = re.fullmatch(r"/([^/]+)/files/([^/]+)", path)
-        if m and m.group(1) in self.indexes and m.group(2) in self.indexes[m.group(1)].files:
-            return self._file(req, self.indexes[m.group(1)].files[m.group(2)])
+        name = unquote(m.group(2)) if m else ""  # as a real server does: torch-…%2Bcu130-….whl
+        if m and m.group(1) in self.indexes and name in self.indexes[m.group(1)].files:
+            return self._file(req, self.indexes[m.group(1)].files[name])
         self._send(req, 404, b"not found\n", "text/plain")
 
     def _projects(self, index: str) -> dict[str, list[str]]:
