@@ -3,7 +3,8 @@
 Prints four ratios, each against a peer measured in the same run:
 
 * warm sync (every wheel in the store, a new venv + generation) / ``uv venv`` +
-  ``uv pip sync`` with a warm uv cache, same wheels          target <= 1.3
+  ``uv pip sync`` with a warm uv cache, the same wheels in one
+  --find-links folder                                        target <= 1.3
 * no-op sync / ``uv pip sync`` no-op                         target <= 2.0
 * verify throughput / ``sha256sum`` over the same files     target >= 0.8
 * peak RSS of a process fetching a 1 GB wheel               target < 150 MB
@@ -174,7 +175,15 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
         (store.path("envs", "bench") / "current").unlink()
         return timed(sync_argv, env, ws)
 
-    find_links = [a for p in lock.packages for a in ("--find-links", str(home / "v1" / "wheels" / p.wheels[0].sha256))]
+    # The peer's wheels sit in one folder, as a user's wheelhouse would (hard links to
+    # the store's files: same bytes, same file system, no copy).
+    wheelhouse = work / "wheelhouse"
+    wheelhouse.mkdir(exist_ok=True)
+    for p in lock.packages:
+        name = p.wheels[0].filename
+        if not (wheelhouse / name).exists():
+            os.link(home / "v1" / "wheels" / p.wheels[0].sha256 / name, wheelhouse / name)
+    find_links = ["--find-links", str(wheelhouse)]
     reqs = work / "requirements.txt"
     reqs.write_text("".join(f"{p.name}=={p.version}\n" for p in lock.packages))
     peer_venv = work / "peer-venv"

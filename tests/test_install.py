@@ -65,6 +65,8 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
         record = (dist / "RECORD").read_text()
         assert "uv_cache.json" not in record and "direct_url.json" not in record
         assert f"{dist.name}/METADATA," in record  # the rest of RECORD is kept
+    # Files are hard links into the uv cache (what the hash cache relies on), not clones.
+    assert (site / "beta" / "data.bin").stat().st_nlink > 1
     # Nothing in the venv names this store (the wheels were installed from its files).
     assert not subprocess.run(["grep", "-rl", str(tmp_path / "home"), venv], capture_output=True).stdout
     assert not list(venv.rglob("*.pyc"))

@@ -147,9 +147,11 @@ def install(
             if on_stage is not None:
                 on_stage("install")
             if files:
-                # The store files themselves, not name==version from find-links: uv then
-                # neither lists folders nor resolves (~20% of its time for 158 wheels).
-                _uv(["pip", "install", "--python", str(work / "bin" / "python"),
+                # The store files themselves, not name==version from a find-links folder
+                # per wheel: uv then neither lists 158 folders nor resolves. Hard links, not
+                # uv's default clone: on XFS or btrfs a clone is a new inode per sync, which
+                # the hash cache cannot vouch for, so every sync would re-read GBs.
+                _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
                      "--no-index", "--offline", "--no-deps", "--no-build", *files],
                     what="install the locked wheels", log=log)
             _drop_install_records(work)
