@@ -190,3 +190,30 @@ def test_a_local_version_wheel_served_percent_encoded_installs(tmp_path: Path,
                          capture_output=True, text=True, check=True)
     assert out.stdout == "2.12.0.dev20260307+cu130\n"
     assert (result.venv / "lib" / "python3.11" / "site-packages" / "torch-2.12.0.dev20260307+cu130.dist-info").is_dir()
+
+
+def test_a_package_locked_to_another_wheel_is_refused(published: tuple[IndexServer, Lock], tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    _, lock = published
+    alpha, beta = lock.packages[0], lock.packages[1]
+    # "beta 2.0" pointing at alpha's wheel: the sha256 is right, the name is not.
+    forged = replace(lock, packages=(replace(beta, wheels=alpha.wheels),))
+    store = Store.open(tmp_path)
+    got = fetch([alpha.wheels[0]], store, base_dir=tmp_path)
+    with pytest.raises(InstallError) as info:
+        install.install(store, forged, got.paths())
+    assert str(info.value) == (
+        "alpha-1.0-py3-none-any.whl: locked as beta 2.0, but that is not this wheel's name and version; "
+        "expected the lock's [[packages]] entry to point at its own wheel"
+    )
+    assert not store.has("venvs", forged.install_digest())
+
+
+def test_wheel_names_compare_canonically() -> None:
+    assert install._wheel_is("Foo_Bar-1.0-py3-none-any.whl", "foo-bar", "1.0")
+    assert install._wheel_is("torch-2.12.0.dev20260307+cu130-cp312-cp312-manylinux_2_28_x86_64.whl",
+                             "torch", "2.12.0.dev20260307+cu130")
+    assert install._wheel_is("pkg-1.0.0-1-py3-none-any.whl", "pkg", "1.0")  # build tag; 1.0.0 == 1.0
+    assert not install._wheel_is("pkg-1.1-py3-none-any.whl", "pkg", "1.0")
+    assert not install._wheel_is("pkg-1.0.tar.gz", "pkg", "1.0")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 import time
@@ -130,6 +131,12 @@ def install(
                     f"{artifact.filename}: not fetched into the store (sha256 {artifact.sha256}); "
                     "expected every locked wheel before install"
                 )
+            # uv installs what the file is, so the file must be what the lock says it is.
+            if not _wheel_is(artifact.filename, pkg.name, pkg.version):
+                raise InstallError(
+                    f"{artifact.filename}: locked as {pkg.name} {pkg.version}, but that is not this "
+                    "wheel's name and version; expected the lock's [[packages]] entry to point at its own wheel"
+                )
             files.append(str(wheel))
         python = find_python(lock.python)
         # In a pid-named temp folder: a killed install's log goes with its other litter.
@@ -162,6 +169,21 @@ def install(
         shutil.rmtree(log_dir, ignore_errors=True)
         save_manifest(store, built, text)
     return InstallResult(final, key, built, True, time.monotonic() - started)
+
+
+def _wheel_is(filename: str, name: str, version: str) -> bool:
+    """Whether wheel ``filename`` is distribution ``name`` (canonical) at ``version``."""
+    parts = filename[:-4].split("-") if filename.endswith(".whl") else []
+    if len(parts) not in (5, 6) or re.sub(r"[-_.]+", "-", parts[0]).lower() != name:
+        return False
+    if parts[1] == version:
+        return True
+    from packaging.version import InvalidVersion, Version  # only for spellings that differ
+
+    try:
+        return Version(parts[1]) == Version(version)
+    except InvalidVersion:
+        return False
 
 
 #: How every venv is created. The prompt is the same for all: the skeleton below is shared.
