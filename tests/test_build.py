@@ -206,6 +206,12 @@ def test_other_pypi_pins_do_not_touch_the_kernel(
     assert digests == {built[0].input_digest}
     again = build.build_wheel(replace(kit.kernel(), env_packages=(torch, extras[1])), kit.store, kit.wheelhouse)
     assert not again.rebuilt  # build count 0
+    # And the build cannot see what its digest leaves out: the build venv holds the closure only.
+    plan_ = build.plan(replace(kit.kernel(), env_packages=(torch, extras[0])), kit.store)
+    assert [p.name for p in plan_.env_packages] == ["torchlike"]
+    python = build._make_build_venv(plan_, tmp_path / "scratch", tmp_path / "build.log", kit.store)
+    site = python.parent.parent / "lib" / "python3.11" / "site-packages"
+    assert (site / "torchlike").is_dir() and not (site / "requestslike").exists()
 
 
 def test_build_env_closure_follows_requirements_and_markers(tmp_path: Path) -> None:

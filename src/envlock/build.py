@@ -99,6 +99,8 @@ class BuildPlan:
     input_digest: str
     build_requirements: tuple[str, ...]  # "name==version --hash=sha256:..." lines, locked
     fetchcontent_dirs: Mapping[str, Path] = field(default_factory=dict)
+    # isolation = false: the env's wheels the build venv holds (those the digest covers)
+    env_packages: tuple[BuildEnvPackage, ...] = ()
 
     @property
     def key(self) -> str:
@@ -345,7 +347,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
     scratch = store.temp_dir(f"plan-{canonicalize_name(spec.name)}")
     try:
         if spec.isolation:
-            env_lines: tuple[str, ...] = ()
+            env: list[BuildEnvPackage] = []
             build_reqs = _compile(
                 system_requires,
                 python=interpreter["version"],
@@ -368,7 +370,6 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
                 for p in build_env_closure(request.env_packages, roots, _target_environment(request))
                 if canonicalize_name(p.name) != canonicalize_name(spec.name)
             ]
-            env_lines = tuple(sorted(p.line for p in env))
             in_env = {canonicalize_name(p.name) for p in env}
             wanted = [r for r in spec.requires if canonicalize_name(Requirement(r).name) not in in_env]
             pins = [f"{canonicalize_name(p.name)}=={p.version}" for p in env]
@@ -405,7 +406,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         "requires": list(spec.requires),
         "fetchcontent": [{"name": d.name, "git": d.git, "rev": d.rev} for d in spec.fetchcontent],
         "source-date-epoch": request.source_date_epoch,
-        "build-env": {"env-packages": list(env_lines), "requirements": list(build_reqs)},
+        "build-env": {"env-packages": sorted(p.line for p in env), "requirements": list(build_reqs)},
         "python": interpreter["version"],
         "platform": request.platform or "",
         "host": interpreter["platform"] or sysconfig.get_platform(),
@@ -413,7 +414,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         "toolchain": toolchain(),
     }
     digest = "sha256:" + hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
-    return BuildPlan(request, recipe, digest, build_reqs, fc_dirs)
+    return BuildPlan(request, recipe, digest, build_reqs, fc_dirs, tuple(env))
 
 
 # -- building ----------------------------------------------------------------
@@ -526,15 +527,14 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
 
 
 def _make_build_venv(plan_: BuildPlan, scratch: Path, log: Path, store: Store) -> Path:
-    """A venv with exactly the env's locked wheels and the build's locked requirements."""
+    """A venv with exactly the env wheels the plan's digest covers and the build's locked requirements."""
     req = plan_.request
     venv = scratch / "venv"
     made = runner.uv(["venv", "--no-project", "--python", _interpreter(req.python)["executable"], venv], log=log)
     if not made.ok:
         raise _fail(plan_, store, log, f"cannot create the build venv (uv venv exit {made.returncode})")
     python = venv / "bin" / "python"
-    own = canonicalize_name(req.spec.name)
-    wheels = [p.wheel for p in req.env_packages if canonicalize_name(p.name) != own]
+    wheels = [p.wheel for p in plan_.env_packages]
     if wheels:
         r = runner.uv(["pip", "install", "--python", python, "--no-deps", "--no-index", *wheels], log=log)
         if not r.ok:
