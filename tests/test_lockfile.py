@@ -41,7 +41,7 @@ def sample(**changes: object) -> Lock:
         requires_python="==3.12.*",
         nightlies={"torch": NightlyPin("2026-03-07", "2.12.0.dev20260307+cu130")},
         sources={"sglang": LockedSource("git", "https://github.com/sgl-project/sglang", commit="f" * 40,
-                                        patches=(LockedPatch("patches/sglang/0001-x.patch", "c" * 64),))},
+                                        rev="main", patches=(LockedPatch("patches/sglang/0001-x.patch", "c" * 64),))},
         builds={"sgl-kernel": LockedBuild("sha256:" + "d" * 64, "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl",
                                           "b" * 64)},
         venv_digest="sha256:" + "e" * 64,

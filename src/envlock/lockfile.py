@@ -73,6 +73,7 @@ class LockedSource:
     kind: str  # "git" or "path"
     location: str  # git URL or workspace-relative path
     commit: str | None = None  # full 40-hex commit, git sources
+    rev: str | None = None  # the spec's branch or tag that ``commit`` was resolved from, if not a hash
     tree_digest: str | None = None  # content digest, path sources
     patches: tuple[LockedPatch, ...] = ()
 
@@ -169,6 +170,8 @@ class Lock:
             out += ["", f"[tool.envlock.sources.{_s(name)}]", f"{src.kind} = {_s(src.location)}"]
             if src.commit:
                 out.append(f"commit = {_s(src.commit)}")
+            if src.rev:
+                out.append(f"rev = {_s(src.rev)}")
             if src.tree_digest:
                 out.append(f"tree-digest = {_s(src.tree_digest)}")
             out.append("patches = [")
@@ -236,6 +239,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
             kind="git" if "git" in s else "path",
             location=str(s.get("git", s.get("path"))),
             commit=s.get("commit"),
+            rev=s.get("rev"),
             tree_digest=s.get("tree-digest"),
             patches=tuple(LockedPatch(p["path"], p["sha256"]) for p in s.get("patches", [])),
         )

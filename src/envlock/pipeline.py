@@ -329,13 +329,15 @@ class SourceState:
 
 
 def _pinned_commit(src: SourceSpec, lock: Lock | None) -> str | None:
-    """The commit to use for a git source: the spec's full hash, else the one the lock resolved."""
+    """The commit to use for a git source: the spec's full hash, else the one the lock resolved
+    from this very URL and branch or tag (a branch is followed only when asked to relock)."""
     if src.git is None:
         return None
     if src.rev and _HEX40.fullmatch(src.rev):
         return src.rev
     locked = lock.sources.get(src.name) if lock is not None else None
-    if locked is not None and locked.kind == "git" and locked.location == src.git and locked.commit:
+    if (locked is not None and locked.kind == "git" and locked.location == src.git and locked.commit
+            and locked.rev == (src.rev or "HEAD")):
         return locked.commit
     return None  # resolved now (``git ls-remote``); the lock then records it
 

@@ -80,6 +80,7 @@ class PreparedSource:
             kind=self.kind,
             location=self.location,
             commit=self.commit if self.kind == "git" else None,
+            rev=self.requested_rev if self.kind == "git" else None,
             tree_digest=self.tree_digest if self.kind == "path" else None,
             patches=tuple(patches),
         )
