@@ -174,8 +174,10 @@ def test_run_puts_the_env_first_and_returns_the_exit_code(locks: tuple[IndexServ
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
     sync_lock(store, "demo", v1, lock_path=None)
-    code = run_in_env(store, "demo", ["python", "-c",
-                                      "import os, sys, alpha; sys.exit(7 if os.environ['VIRTUAL_ENV'] else 0)"])
+    expected = str(env_path(store, "demo"))
+    probe = ("import os, sys, alpha; env = os.environ['VIRTUAL_ENV']; "
+             f"sys.exit(7 if env == {expected!r} and os.path.realpath(sys.prefix) == os.path.realpath(env) else 0)")
+    code = run_in_env(store, "demo", ["python", "-c", probe])
     assert code == 7
     with pytest.raises(UsageError) as info:
         run_in_env(store, "nope", [sys.executable])

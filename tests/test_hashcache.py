@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from pathlib import Path
 
 from envlock import verify
@@ -59,11 +58,18 @@ def test_a_rewritten_file_misses_even_at_the_same_size(tmp_path: Path) -> None:
 
 def test_files_changed_since_the_walk_began_are_not_kept(tmp_path: Path) -> None:
     cache = HashCache.open(tmp_path / "cache", None)
-    time.sleep(0.01)
     fresh = _file(tmp_path / "fresh", b"written during the walk\n", old=False, links=tmp_path / "links")
-    cache.put(os.lstat(fresh), "racy")  # a later write in the same clock tick could not be told apart
+    # The edge: a file stamped in the very tick the walk began, so a later write in that
+    # tick would keep its mtime.
+    os.utime(fresh, ns=(cache._horizon_ns, cache._horizon_ns))
+    cache.put(os.lstat(fresh), "racy")
+    older = _file(tmp_path / "older", b"written before\n", old=False, links=tmp_path / "links")
+    os.utime(older, ns=(cache._horizon_ns - 1, cache._horizon_ns - 1))
+    cache.put(os.lstat(older), "kept")
     cache.save()
-    assert HashCache.open(tmp_path / "cache", None).get(os.lstat(fresh)) is None
+    again = HashCache.open(tmp_path / "cache", None)
+    assert again.get(os.lstat(fresh)) is None
+    assert again.get(os.lstat(older)) == "kept"
 
 
 def test_unreadable_cache_is_an_empty_one(tmp_path: Path) -> None:

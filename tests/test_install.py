@@ -40,17 +40,21 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IndexS
     server.stop()
 
 
-def _sync_venv(home: Path, lock: Lock, cache: Path, monkeypatch: pytest.MonkeyPatch) -> install.InstallResult:
+def _sync_venv(server: IndexServer, home: Path, lock: Lock, cache: Path,
+               monkeypatch: pytest.MonkeyPatch) -> install.InstallResult:
     monkeypatch.setenv("UV_CACHE_DIR", str(cache))
     store = Store.open(home)
     got = fetch([p.wheels[0] for p in lock.packages], store, base_dir=home)
-    return install.install(store, lock, got.paths())
+    asked = len(server.requests)
+    result = install.install(store, lock, got.paths())
+    assert len(server.requests) == asked  # install reads the store only, never the index
+    return result
 
 
 def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock], tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    _, lock = published
-    result = _sync_venv(tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
+    server, lock = published
+    result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
     venv = result.venv
     assert result.built and venv == Store.open(tmp_path / "home").path("venvs", lock.install_digest())
     out = subprocess.run([venv / "bin" / "alpha-tool"], capture_output=True, text=True, check=True)
@@ -82,12 +86,12 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
 
 def test_two_homes_cold_and_warm_uv_cache_give_one_venv(published: tuple[IndexServer, Lock], tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    _, lock = published
+    server, lock = published
     cache = tmp_path / "uv-cache"
-    first = _sync_venv(tmp_path / "home-a", lock, cache, monkeypatch)  # cold uv cache
+    first = _sync_venv(server, tmp_path / "home-a", lock, cache, monkeypatch)  # cold uv cache
     assert any(cache.iterdir())
-    second = _sync_venv(tmp_path / "home-b", lock, cache, monkeypatch)  # warm uv cache
-    third = _sync_venv(tmp_path / "home-c", lock, tmp_path / "other-cache", monkeypatch)  # cold again
+    second = _sync_venv(server, tmp_path / "home-b", lock, cache, monkeypatch)  # warm uv cache
+    third = _sync_venv(server, tmp_path / "home-c", lock, tmp_path / "other-cache", monkeypatch)  # cold again
     assert first.manifest.digest == second.manifest.digest == third.manifest.digest
     # Same relative location under each home: diff -r sees identical trees.
     diff = subprocess.run(["diff", "-r", "--no-dereference", first.venv, second.venv],
@@ -126,8 +130,8 @@ def test_venvs_are_copies_of_one_uv_made_skeleton(published: tuple[IndexServer, 
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    _, lock = published
-    result = _sync_venv(tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
+    server, lock = published
+    result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
     store = Store.open(tmp_path / "home")
     (skeleton,) = (store.root / "skeletons").iterdir()
     # A second lock reuses the skeleton: one uv venv per interpreter, not per sync.
@@ -183,7 +187,7 @@ def test_a_local_version_wheel_served_percent_encoded_installs(tmp_path: Path,
 
         pkg = lock.packages[0]
         lock = replace(lock, packages=(replace(pkg, wheels=(replace(pkg.wheels[0], url=quoted),)),))
-        result = _sync_venv(tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
+        result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
     finally:
         server.stop()
     out = subprocess.run([result.venv / "bin" / "python", "-c", "import torch; print(torch.__version__)"],

@@ -54,7 +54,20 @@ def test_pycache_and_envlock_bookkeeping_are_left_out(tmp_path: Path) -> None:
 
 def test_digest_is_independent_of_worker_count(tmp_path: Path) -> None:
     venv = _fake_venv(tmp_path / "v")
-    assert verify.manifest(venv, jobs=1).digest == verify.manifest(venv, jobs=4).digest
+    # Big enough to be hashed on worker threads with jobs > 1, one of them naming the venv.
+    lib = venv / "lib" / "site-packages" / "pkg"
+    for i in range(3):
+        (lib / f"big{i}.so").write_bytes(os.urandom(verify._BIG + i))
+    (lib / "big-named.txt").write_bytes(os.urandom(verify._BIG) + f"at {venv}/lib\n".encode())
+    (lib / "big-exec").write_bytes(os.urandom(verify._BIG))
+    (lib / "big-exec").chmod(0o755)
+    one = verify.manifest(venv, jobs=1)
+    assert verify.manifest(venv, jobs=4) == one
+    assert one.entries["lib/site-packages/pkg/big-exec"].startswith("f x ")
+    tail = f"at {venv}/lib\n".encode()
+    named = (lib / "big-named.txt").read_bytes()
+    assert one.entries["lib/site-packages/pkg/big-named.txt"] == "f - " + hashlib.sha256(
+        named[: -len(tail)] + b"at ${VENV}/lib\n").hexdigest()
 
 
 def test_prefix_is_normalized_across_chunk_boundaries_of_big_files(tmp_path: Path) -> None:
