@@ -8,7 +8,6 @@ the module-scoped fixtures below share one store between tests.
 
 from __future__ import annotations
 
-import hashlib
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from envlock.spec import BuildSpec, FetchContentInput, SourceSpec
 from envlock.store import Store
 from kit import sglike
 from kit.index import IndexServer
+from kit.locks import sha256_of
 from kit.sglike import SgLike, write
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ class Kit:
 
     def env(self, torch: str) -> tuple[build.BuildEnvPackage, ...]:
         wheel = self.torch_wheels[torch]
-        return (build.BuildEnvPackage("torchlike", torch, hashlib.sha256(wheel.read_bytes()).hexdigest(), wheel),)
+        return (build.BuildEnvPackage("torchlike", torch, sha256_of(wheel), wheel),)
 
     def kernel(self, torch: str = TORCH_A, tree: patch.PatchedTree | None = None) -> build.BuildRequest:
         spec = BuildSpec(
@@ -119,7 +119,7 @@ def test_patched_sglike_builds_installs_and_imports(
     assert package.filename == "sglike-0.5.9-py3-none-any.whl"
     for wheel in built:
         assert wheel.wheel == kit.wheelhouse / wheel.filename
-        assert hashlib.sha256(wheel.wheel.read_bytes()).hexdigest() == wheel.sha256
+        assert sha256_of(wheel.wheel) == wheel.sha256
         assert wheel.store_path == kit.store.path("builds", wheel.input_digest.removeprefix("sha256:")) / wheel.filename
         assert wheel.locked().sha256 == wheel.sha256
     python = _venv_python(tmp_path, kernel.wheel, package.wheel, kit.torch_wheels[TORCH_A])
@@ -198,7 +198,7 @@ def test_other_pypi_pins_do_not_touch_the_kernel(
     extras = []
     for version in ("1.0", "2.0"):  # an unrelated PyPI package, pinned two ways
         wheel = build_wheel(tmp_path / version, "requestslike", version)
-        extras.append(build.BuildEnvPackage("requestslike", version, hashlib.sha256(wheel.read_bytes()).hexdigest(),
+        extras.append(build.BuildEnvPackage("requestslike", version, sha256_of(wheel),
                                             wheel))
     digests = {
         build.plan(replace(kit.kernel(), env_packages=(torch, extra)), kit.store).input_digest for extra in extras

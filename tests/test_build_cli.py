@@ -16,6 +16,7 @@ import pytest
 
 from envlock import runner
 from kit.index import IndexServer
+from kit.sglike import commit_all, init_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,9 +92,8 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
 
     # The known-good lock from git history syncs into a fresh store: its wheelhouse path is
     # relative to locks/ in the work tree, not to the current directory.
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "known good"]):
-        assert runner.run([*git, *args], cwd=ws.root).ok
+    init_repo(ws.root)
+    commit_all(ws.root, "known good")
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home2"))
     monkeypatch.chdir(ws.root / "examples")
     r = cli("sync", "demo", "--lock", "../locks/pylock.demo.toml@HEAD")

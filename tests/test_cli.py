@@ -5,28 +5,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from envlock import __version__
+from kit.sglike import commit_all, init_repo
 from kit.universe import Universe
 from test_resolve import TORCH, TRITON, spec_text
 
 
-def test_version(cli) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(SystemExit) as info:
-        cli("--version")
-    assert info.value.code == 0
-
-
 def test_console_script_runs_and_reports_errors_without_traceback(ws) -> None:  # type: ignore[no-untyped-def]
-    proc = subprocess.run([sys.executable, "-m", "envlock.cli", "lock", "nope"], capture_output=True, text=True,
-                          cwd=ws.root)
+    # The installed entry point ([project.scripts]), as users run it.
+    script = Path(sys.executable).with_name("envlock")
+    proc = subprocess.run([script, "lock", "nope"], capture_output=True, text=True, cwd=ws.root)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr == f"envlock: error: {ws.root}/envs/nope.toml: no env 'nope' (envs: none)\n"
-    version = subprocess.run([sys.executable, "-m", "envlock.cli", "--version"], capture_output=True, text=True)
-    assert version.stdout.strip() == f"envlock {__version__}"
+    version = subprocess.run([script, "--version"], capture_output=True, text=True)
+    assert (version.returncode, version.stdout.strip()) == (0, f"envlock {__version__}")
 
 
 def test_unknown_env_suggests_close_name(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
@@ -108,12 +105,10 @@ def test_lock_json(ws, cli, universe: Universe) -> None:  # type: ignore[no-unty
 
 
 def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run([*git, "init", "-q"], cwd=ws.root, check=True)
+    init_repo(ws.root)
     ws.write_spec("e", spec_text(universe, TORCH + TRITON))
     assert cli("lock", "e").code == 0
-    subprocess.run([*git, "add", "-A"], cwd=ws.root, check=True)
-    subprocess.run([*git, "commit", "-qm", "known good"], cwd=ws.root, check=True)
+    commit_all(ws.root, "known good")
     ws.write_spec("e", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-10") + TRITON))
     assert cli("lock", "e").code == 0
 

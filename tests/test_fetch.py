@@ -28,11 +28,6 @@ def server(tmp_path: Path) -> Iterator[IndexServer]:
     srv.stop()
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store.open(tmp_path / "home")
-
-
 def _publish(server: IndexServer, tmp_path: Path, name: str, payload: int = 200_000) -> tuple[Path, Artifact]:
     # Random bytes do not compress: the wheel is about ``payload`` bytes on the wire.
     wheel = build_wheel(tmp_path / "wheels", name, "1.0", files={f"{name}/blob.bin": os.urandom(payload)})

@@ -18,7 +18,7 @@ from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
 from envlock.sync import env_path, run_in_env, sync_lock, verify_env
 from kit.index import IndexServer
-from kit.locks import lock_for
+from kit.locks import lock_for, sha256_of
 from kit.wheels import build_wheel
 
 
@@ -195,12 +195,6 @@ def test_generation_records_survive_unreadable_litter(locks: tuple[IndexServer, 
     assert sync_lock(store, "demo", replace(v1, python=v1.python), lock_path=None).noop
 
 
-def _sha(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def test_noop_stamp_vouches_only_for_unchanged_lock_spec_and_patch_bytes(
     locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
 ) -> None:
@@ -214,7 +208,7 @@ def test_noop_stamp_vouches_only_for_unchanged_lock_spec_and_patch_bytes(
     for path, text in ((spec, "[env]\n"), (patch, "--- a\n+++ b\n")):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    inputs = {str(spec): _sha(spec), str(patch): _sha(patch)}
+    inputs = {str(spec): sha256_of(spec), str(patch): sha256_of(patch)}
     first = sync_lock(store, "demo", v1, lock_path=lock_path, inputs=inputs)
     assert first.recorded  # the stamp holds the lock's bytes after the digest was written
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import tomllib
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from envlock.lockfile import read_lock
 from envlock.nightly import nightly_date
 from envlock.pipeline import lock_env
 from envlock.workspace import Workspace
+from kit.locks import sha256_of
 from kit.universe import Universe
 
 
@@ -42,7 +42,7 @@ TRITON = 'pytorch-triton = { index = "pytorch" }\n'
 
 def lock(ws_root: Path, name: str = "e") -> dict:  # type: ignore[type-arg]
     lock_env(Workspace(ws_root), name)
-    return tomllib.loads((ws_root / "locks" / f"pylock.{name}.toml").read_text())
+    return tomllib.loads(Workspace(ws_root).lock_path(name).read_text())
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_every_artifact_has_sha256_even_without_index_hashes(ws, universe: Unive
         (wheel,) = pkg["wheels"]
         filename = wheel["url"].rsplit("/", 1)[1]
         served = next(p for p in (universe.server.root).rglob(filename))
-        assert wheel["hashes"]["sha256"] == hashlib.sha256(served.read_bytes()).hexdigest()
+        assert wheel["hashes"]["sha256"] == sha256_of(served)
 
 
 def test_lock_is_valid_pep751_and_byte_identical(ws, universe: Universe, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

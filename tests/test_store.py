@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -88,14 +87,19 @@ def test_exclusive_lock_serializes_holders(tmp_path: Path) -> None:
     order: list[str] = []
     lock = tmp_path / "x.lock"
 
+    waiting = threading.Event()
+
     def second() -> None:
+        waiting.set()
         with exclusive_lock(lock):
             order.append("second")
 
     with exclusive_lock(lock):
         t = threading.Thread(target=second)
         t.start()
-        time.sleep(0.2)
+        assert waiting.wait(10)
+        t.join(0.2)
+        assert t.is_alive()  # still blocked: the first holder has not let go
         order.append("first")
     t.join()
     assert order == ["first", "second"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
 from envlock.sync import verify_env
 from kit.index import IndexServer
-from kit.locks import lock_for
+from kit.locks import lock_for, sha256_of
 from kit.wheels import build_wheel
 
 
@@ -58,7 +57,7 @@ def _wait_for(cond: Callable[[], bool], what: str, timeout: float = 30.0) -> Non
 def _assert_store_whole(store: Store) -> None:
     for entry in (store.root / "wheels").iterdir():
         (wheel,) = entry.iterdir()
-        assert hashlib.sha256(wheel.read_bytes()).hexdigest() == entry.name
+        assert sha256_of(wheel) == entry.name
     for venv in (store.root / "venvs").iterdir():
         assert stored_manifest(venv) is not None, f"{venv}: incomplete venv entry"
 

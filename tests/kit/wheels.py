@@ -64,6 +64,3 @@ def build_wheel(
             zf.writestr(info, data)
     return path
 
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
