@@ -44,6 +44,21 @@ def _hermetic_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.environ[k] = v
 
 
+@pytest.fixture(autouse=True)
+def _no_way_out(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside ``network`` tests, any HTTP not to loopback goes to a closed port and fails at once.
+
+    A mirror that was not applied (a spec still naming the real PyTorch index) then
+    fails the test instead of quietly reaching the internet.
+    """
+    if request.node.get_closest_marker("network"):
+        return
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    for var in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(var, "127.0.0.1,localhost")
+
+
 @pytest.fixture(scope="session")
 def universe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Universe]:
     u = build_universe(tmp_path_factory.mktemp("universe"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -160,16 +161,21 @@ def test_overrides_and_excludes(ws, universe: Universe) -> None:  # type: ignore
     assert versions == {"flashinfer-cubin": "0.6.4", "flashinfer-python": "0.6.5", "tinydep": "1.1"}
 
 
-def test_mirror_by_option_and_environment(ws, universe: Universe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_mirror_by_option_and_environment(ws, cli, universe: Universe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The spec names the real index; without the mirror the test's closed proxy fails it.
     real_url = "https://download.pytorch.org/whl/nightly/cu130"
     text = spec_text(universe, TORCH + TRITON).replace(universe.pytorch, real_url)
     ws.write_spec("e", text)
-    result = lock_env(Workspace(ws.root), "e", mirrors={"pytorch": universe.pytorch})
-    assert result.nightlies == {"torch": "2.12.0.dev20260307+cu130"}
+    unmirrored = cli("lock", "e")
+    assert unmirrored.code == 1 and "download.pytorch.org" in unmirrored.err
+    result = cli("lock", "e", "--index", f"pytorch={universe.pytorch}", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["nightlies"] == {"torch": "2.12.0.dev20260307+cu130"}
     by_option = ws.lock_text("e")
+    assert f'index = "{universe.pytorch}"' in by_option  # the wheels were found on the mirror
     (ws.root / "locks" / "pylock.e.toml").unlink()
     monkeypatch.setenv("ENVLOCK_INDEX_PYTORCH", universe.pytorch)
-    lock_env(Workspace(ws.root), "e")
+    assert cli("lock", "e").code == 0
     assert ws.lock_text("e") == by_option
 
 

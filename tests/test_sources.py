@@ -229,3 +229,26 @@ path = "x"
     bad = cli("lock", "e", "--source", "sglike")
     assert (bad.code, bad.err) == (
         2, "envlock: error: --source 'sglike': expected NAME=URL (a spec source name and the mirror's URL)\n")
+
+
+def test_lock_and_sync_fetch_a_source_through_its_mirror(ws, cli, sg: SgLike,  # type: ignore[no-untyped-def]
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    ws.write_spec("e", f"""
+[env]
+python = "3.11"
+[indexes.pypi]
+url = "https://pypi.org/simple"
+default = true
+[sources.sglike]
+git = "{UNREACHABLE}"
+rev = "{sg.pin}"
+""")
+    assert cli("lock", "e").code == 1  # the spec's URL cannot be reached
+    by_option = cli("lock", "e", "--source", f"sglike={sg.repo}")
+    assert by_option.code == 0, by_option.err
+    text = ws.lock_text("e")
+    assert f'git = "{UNREACHABLE}"' in text and f'commit = "{sg.pin}"' in text and str(sg.repo) not in text
+    (ws.root / "locks" / "pylock.e.toml").unlink()
+    monkeypatch.setenv("ENVLOCK_SOURCE_SGLIKE", str(sg.repo))
+    assert cli("lock", "e").code == 0
+    assert ws.lock_text("e") == text
