@@ -470,9 +470,7 @@ def _fail(plan_: BuildPlan, store: Store, log: Path, message: str) -> BuildError
     else:
         kept.write_text("(no output)\n")
     tail = kept.read_text(errors="replace").rstrip().splitlines()[-_LOG_TAIL:]
-    err = BuildError(f"[builds.{plan_.request.spec.name}]: {message}; build log: {kept}", details=tail)
-    err.log = kept  # type: ignore[attr-defined]
-    return err
+    return BuildError(f"[builds.{plan_.request.spec.name}]: {message}; build log: {kept}", details=tail)
 
 
 def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Path]:
@@ -591,18 +589,15 @@ def build_wheel(
     wheelhouse: Path,
     *,
     plan_: BuildPlan | None = None,
-    force: bool = False,
 ) -> BuiltWheel:
     """Build (or reuse) the wheel for ``request``: stored by input digest, copied to ``wheelhouse``."""
     p = plan_ or plan(request, store)
     entry = store.path("builds", p.key)
     rebuilt = False
-    if force or not (entry / "wheel.json").is_file():
+    if not (entry / "wheel.json").is_file():
         scratch = store.temp_dir(f"build-{canonicalize_name(request.spec.name)}")
         try:
             wheel, log = _run_build(p, store, scratch)
-            if force and entry.exists():
-                shutil.rmtree(entry)
             with store.new_entry("builds", p.key) as work:
                 shutil.copyfile(wheel, work / wheel.name)
                 shutil.copyfile(log, work / "build.log")

@@ -70,7 +70,7 @@ class PatchError(EnvlockError):
 
 
 class BuildError(EnvlockError):
-    """A local build failed or is not reproducible; ``log`` is the kept build log."""
+    """A local build failed or is not reproducible (the message names the kept build log)."""
 
 
 class InstallError(EnvlockError):

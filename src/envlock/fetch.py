@@ -64,17 +64,6 @@ class Fetched:
     downloaded: int = 0  # bytes received over HTTP this run
     resumed_from: int = 0  # offset a download resumed from (0: started fresh)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sha256": self.sha256,
-            "filename": self.filename,
-            "path": str(self.path),
-            "source": self.source,
-            "downloaded": self.downloaded,
-            "resumed_from": self.resumed_from,
-        }
-
-
 @dataclass(frozen=True)
 class FetchResult:
     artifacts: tuple[Fetched, ...]
@@ -86,10 +75,6 @@ class FetchResult:
     def paths(self) -> dict[str, Path]:
         """sha256 -> store file."""
         return {a.sha256: a.path for a in self.artifacts}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"downloaded": self.downloaded, "artifacts": [a.to_dict() for a in self.artifacts]}
-
 
 def store_file(store: Store, artifact: Artifact) -> Path:
     """Where ``artifact`` lives in the store once fetched."""
@@ -345,9 +330,4 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
             f"expected {artifact.sha256}, got {actual}; nothing was stored"
         )
     return _Got("local")
-
-
-def missing(artifacts: Sequence[Artifact], store: Store) -> list[Artifact]:
-    """The artifacts not yet in the store (cheap: one stat each)."""
-    return [a for a in artifacts if not store_file(store, a).is_file()]
 

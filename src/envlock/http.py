@@ -222,9 +222,7 @@ def hash_url(url: str, *, timeout: float = 60.0) -> tuple[str, int]:
 class Body:
     """A streaming response body: ``chunks`` yields the file's bytes from offset ``start``."""
 
-    status: int
     start: int  # offset in the whole file of the first byte ``chunks`` yields
-    total: int | None  # size of the whole file, when the server says
     chunks: Iterator[bytes]
 
 
@@ -252,10 +250,10 @@ def open_stream(
             raise HttpError(
                 url, f"HTTP {resp.status}", retryable=_retryable_status(resp.status), status=resp.status
             )
-        body_start, total = 0, _int(resp.getheader("Content-Length"))
+        body_start = 0
         if resp.status == 206:
-            body_start, total = _content_range(url, resp.getheader("Content-Range", ""))
-        yield Body(resp.status, body_start, total, _chunks(url, resp, chunk_size))
+            body_start = _content_range(url, resp.getheader("Content-Range", ""))
+        yield Body(body_start, _chunks(url, resp, chunk_size))
     finally:
         _finish(resp, conn)
 
@@ -283,14 +281,13 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _content_range(url: str, value: str) -> tuple[int, int | None]:
-    # "bytes START-END/TOTAL" (RFC 9110 14.4); TOTAL may be "*".
+def _content_range(url: str, value: str) -> int:
+    """The first byte's offset in "bytes START-END/TOTAL" (RFC 9110 14.4)."""
     try:
         unit, _, rest = value.partition(" ")
-        span, _, total = rest.partition("/")
-        first = int(span.split("-", 1)[0])
+        first = int(rest.split("-", 1)[0])
         if unit != "bytes":
             raise ValueError(unit)
     except ValueError:
         raise HttpError(url, f"HTTP 206 with unreadable Content-Range {value!r}", retryable=True) from None
-    return first, (int(total) if total.isdigit() else None)
+    return first

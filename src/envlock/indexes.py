@@ -68,7 +68,7 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
     try:
         page = http.get_page(url, accept=_ACCEPT)
     except http.HttpError as exc:
-        if "HTTP 404" in exc.reason:
+        if exc.status == 404:
             return []
         raise PackageIndexError(f"{http.redact(url)}: cannot read the index page: {exc.reason}") from None
     entries: list[tuple[str, str, str | None]] = []  # filename, url, sha256

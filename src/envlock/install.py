@@ -60,11 +60,6 @@ def venv_key(lock: Lock) -> str:
     return lock.install_digest()
 
 
-def venv_path(store: Store, lock: Lock) -> Path:
-    """Where the lock's venv lives in the store (complete or not yet there)."""
-    return store.path("venvs", venv_key(lock))
-
-
 def stored_manifest(venv: Path) -> Manifest | None:
     """The manifest recorded when ``venv`` was built, or None if it is not a complete entry."""
     return load_manifest(venv / MANIFEST_NAME)

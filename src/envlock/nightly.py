@@ -8,18 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from packaging.version import Version
 
 from envlock.errors import ResolveError
 from envlock.indexes import IndexFile
-
-
-@dataclass(frozen=True)
-class NightlyMatch:
-    version: Version
-    date: str
 
 
 def nightly_date(version: Version) -> str | None:

@@ -598,15 +598,6 @@ class PatchedTree:
     base_digest: str
     patches: tuple[LockedPatch, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "tree": str(self.tree),
-            "tree-digest": self.tree_digest,
-            "base-digest": self.base_digest,
-            "patches": [{"path": p.path, "sha256": p.sha256} for p in self.patches],
-        }
-
 
 def apply_all(source: str, tree: Path, base_digest: str, patches: Sequence[PatchFile], store: Store) -> PatchedTree:
     """Apply ``patches`` in order to a fresh copy of ``tree``; the result is a store entry.

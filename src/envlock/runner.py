@@ -61,7 +61,6 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     log: Path | None = None,
-    timeout: float | None = None,
 ) -> Result:
     """Run a command to completion and capture its output (also into ``log``, if given)."""
     args = tuple(str(a) for a in argv)
@@ -73,7 +72,6 @@ def run(
             capture_output=True,
             text=True,
             errors="replace",
-            timeout=timeout,
             check=False,
         )
         result = Result(args, proc.returncode, proc.stdout, proc.stderr)
@@ -105,7 +103,7 @@ def git_checked(
     return result
 
 
-def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None, log: Path | None = None) -> Result:
+def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> Result:
     """Run git with a fixed identity and no user config, so results do not depend on the machine."""
     env = dict(os.environ)
     env.update(
@@ -120,4 +118,4 @@ def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None, log:
             "LC_ALL": "C",
         }
     )
-    return run(["git", *args], cwd=cwd, env=env, log=log)
+    return run(["git", *args], cwd=cwd, env=env)

@@ -75,7 +75,6 @@ def sync_lock(
     frozen: bool = False,
     offline: bool = False,
     progress: Progress | None = None,
-    jobs: int = 4,
     inputs: Mapping[str, str] | None = None,
     base_dir: Path | None = None,
 ) -> SyncResult:
@@ -111,7 +110,7 @@ def sync_lock(
         if base_dir is None:
             base_dir = lock_path.parent if lock_path is not None else Path.cwd()
         got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir,
-                          offline=offline, progress=progress, jobs=jobs)
+                          offline=offline, progress=progress)
         inst = install.install(store, lock, got.paths(), on_stage=pause)
         if inst.built:
             actual = inst.manifest  # walked just now, before the entry was renamed into place

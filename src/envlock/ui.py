@@ -69,12 +69,11 @@ class _Quiet(NullProgress):
         pass
 
 
-def progress(*, quiet: bool = False, stream: TextIO | None = None) -> RichProgress | _Quiet:
-    """A context-managed ``Progress``: a bar when ``stream`` (stderr) is a terminal and not ``quiet``."""
-    out = stream or sys.stderr
-    if quiet or not out.isatty():
+def progress(*, quiet: bool = False) -> RichProgress | _Quiet:
+    """A context-managed ``Progress``: a bar when stderr is a terminal and not ``quiet``."""
+    if quiet or not sys.stderr.isatty():
         return _Quiet()
-    return RichProgress(out)
+    return RichProgress(sys.stderr)
 
 
 __all__ = ["Progress", "RichProgress", "progress"]
