@@ -50,6 +50,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from envlock import runner, sources
 from envlock.errors import BuildError, SourceError
 from envlock.lockfile import Lock, LockedBuild
+from envlock.quick import file_sha256
 from envlock.spec import BuildSpec
 from envlock.store import Store
 
@@ -568,14 +569,6 @@ def _make_build_venv(plan_: BuildPlan, scratch: Path, log: Path, store: Store) -
     return python
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _copy_atomic(src: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
@@ -611,7 +604,7 @@ def build_wheel(
     info = json.loads((entry / "wheel.json").read_text())
     stored = entry / info["wheel"]
     target = wheelhouse / info["wheel"]
-    if not target.is_file() or _sha256(target) != info["sha256"]:
+    if file_sha256(str(target)) != info["sha256"]:
         _copy_atomic(stored, target)
     return BuiltWheel(
         name=request.spec.name,
@@ -663,6 +656,14 @@ def check(
 
 
 # -- wheels ------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    """``quick.file_sha256`` for a file that must be there (a wheel just built)."""
+    digest = file_sha256(str(path))
+    if digest is None:
+        raise BuildError(f"{path}: cannot be read")
+    return digest
 
 
 def normalize_wheel(path: Path, epoch: int) -> None:

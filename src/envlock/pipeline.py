@@ -198,12 +198,12 @@ def _tree_drift(ws: Workspace, source: str, rel: str, digest: str) -> list[str]:
 
 
 def _patch_drift(ws: Workspace, source: str, rel: str, sha256: str) -> list[str]:
-    import hashlib
+    from envlock.quick import file_sha256
 
-    file = ws.root / rel
-    if not file.is_file():
+    actual = file_sha256(str(ws.root / rel))
+    if actual is None:
         return [f"sources.{source}.patches: {rel} is missing"]
-    if hashlib.sha256(file.read_bytes()).hexdigest() != sha256:
+    if actual != sha256:
         return [f"sources.{source}.patches: {rel} changed since the lock"]
     return []
 
@@ -693,11 +693,10 @@ def _ensure_builds(ws: Workspace, env: str, lock: Lock, lock_path: Path, *, froz
     Unfrozen, the lock gets the build records; ``--frozen`` rebuilds only to restore a
     recorded wheel and fails if the rebuild is not bit-identical to it.
     """
-    import hashlib
-
     from packaging.utils import canonicalize_name
 
     from envlock.errors import BuildError
+    from envlock.quick import file_sha256
 
     spec = load_env_spec(ws, env)
     if not spec.builds:
@@ -710,8 +709,8 @@ def _ensure_builds(ws: Workspace, env: str, lock: Lock, lock_path: Path, *, froz
         if recorded is None or art is None or art.path is None:
             missing.append(b.name)
             continue
-        file = lock_path.parent / art.path
-        if not file.is_file() or hashlib.sha256(file.read_bytes()).hexdigest() != art.sha256:
+        # Streamed: a local build can be hundreds of MB.
+        if file_sha256(str(lock_path.parent / art.path)) != art.sha256:
             missing.append(b.name)
     if not missing:
         return lock
