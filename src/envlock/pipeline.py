@@ -76,6 +76,7 @@ class LockResult:
     packages: int
     nightlies: Mapping[str, str] = field(default_factory=dict)  # name -> exact version
     mirrors: Mapping[str, str] = field(default_factory=dict)
+    lock: Lock | None = field(default=None, repr=False)  # what the file now holds
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,15 +96,20 @@ def lock_env(
     mirrors: Mapping[str, str] | None = None,
     sources_from: Mapping[str, str] | None = None,
     cache_dir: Path | None = None,
+    spec: EnvSpec | None = None,
 ) -> LockResult:
-    """Resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes unchanged if nothing changed)."""
+    """Resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes unchanged if nothing changed).
+
+    ``spec``: the env's spec when the caller has read it already.
+    """
     from envlock import resolve
 
-    spec = load_env_spec(ws, env)
+    spec = spec or load_env_spec(ws, env)
     all_mirrors = {**mirrors_from_env(spec), **(mirrors or {})}
     urls = resolve.index_urls(spec, all_mirrors)
     path = ws.lock_path(env)
-    old = _read_optional(path)
+    old_text = _read_text_optional(path)
+    old = _lock_optional(old_text, path)
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
     states = _sources_for_lock(ws, spec, old, source_mirrors(spec, sources_from))
     build_sources, build_requires, build_vars = resolve_build_inputs(spec, states)
@@ -128,7 +134,7 @@ def lock_env(
     # PEP 751 validity comes from the writer (tests load every shape it writes with
     # packaging.pylock); re-validating here would cost ~90 ms of import and parse per lock.
     text = lock.to_toml()
-    changed = not path.exists() or path.read_text(encoding="utf-8") != text
+    changed = old_text != text
     if changed:
         write_atomic(path, text.encode())
     return LockResult(
@@ -138,12 +144,29 @@ def lock_env(
         packages=len(lock.packages),
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
         mirrors=all_mirrors,
+        lock=lock,
     )
 
 
 def _read_optional(path: Path) -> Lock | None:
     try:
         return read_lock(path)
+    except LockError:
+        return None
+
+
+def _read_text_optional(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _lock_optional(text: str | None, path: Path) -> Lock | None:
+    if text is None:
+        return None
+    try:
+        return Lock.from_toml(text, path)
     except LockError:
         return None
 
@@ -161,9 +184,11 @@ class LockCheck:
 
 def check_lock(ws: Workspace, env: str) -> LockCheck:
     """Whether the lock matches the spec: no network, no writes. ``LockError`` if there is no lock."""
-    spec = load_env_spec(ws, env)
     path = ws.lock_path(env)
-    lock = read_lock(path)
+    return _check(ws, env, load_env_spec(ws, env), path, read_lock(path))
+
+
+def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> LockCheck:
     reasons: list[str] = []
     if lock.spec_digest != spec.digest():
         new = spec.key_digests()
@@ -248,7 +273,8 @@ def sync(
     (then a missing lock is a ``LockError``). The venv digest is written back only
     to a lock file in the working tree, never to a ``PATH@REV``.
     """
-    from envlock.quick import file_sha256
+    import hashlib
+
     from envlock.store import Store
     from envlock.sync import sync_lock
 
@@ -267,30 +293,33 @@ def sync(
         else:
             lock_path = Path(path_part).absolute()
     else:
+        from envlock.spec import read_spec
+
         spec_path = ws.spec_path(env)  # an unknown env is a usage error before anything else
         lock_path = ws.lock_path(env)
-        spec_sha = None if frozen else file_sha256(str(spec_path))  # before the check reads it
-        if not frozen and (not lock_path.exists() or not check_lock(ws, env).current):
-            lock_env(ws, env, sources_from=sources_from)
-        lock = read_lock(lock_path)
-        lock = _ensure_builds(ws, env, lock, lock_path, frozen=frozen, sources_from=sources_from)
-        if spec_sha is not None:
-            inputs = _checked_inputs(ws, env, lock, lock_path, spec_sha)
+        # One read of each file: the spec parsed is the spec hashed for the no-op stamp.
+        spec, spec_bytes = read_spec(spec_path, name=env)
+        found = read_lock(lock_path) if frozen or lock_path.exists() else None
+        if not frozen and (found is None or not _check(ws, env, spec, lock_path, found).current):
+            found = lock_env(ws, env, sources_from=sources_from, spec=spec).lock
+        assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
+        lock = _ensure_builds(ws, env, spec, found, lock_path, frozen=frozen, sources_from=sources_from)
+        if not frozen:
+            inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
     return sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                      offline=offline, progress=progress, inputs=inputs, base_dir=base_dir)
 
 
-def _checked_inputs(ws: Workspace, env: str, lock: Lock, lock_path: Path, spec_sha: str) -> dict[str, str] | None:
+def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,
+                    lock_path: Path) -> dict[str, str] | None:
     """The files whose bytes make ``lock`` current for its spec (path -> sha256), or None.
 
-    For the fast no-op stamp (``envlock.quick``): the spec's bytes must still be the ones
-    hashed before the check and give the lock's spec digest; patches and local wheels
-    must keep the sha256 the lock records (what ``lock --check`` and the build check read).
+    For the fast no-op stamp (``envlock.quick``): ``spec`` was parsed from the bytes with
+    ``spec_sha`` and must give the lock's spec digest; patches and local wheels must keep
+    the sha256 the lock records (what ``lock --check`` and the build check read).
     """
-    from envlock.quick import file_sha256
-
-    spec_path = ws.spec_path(env)
-    if load_env_spec(ws, env).digest() != lock.spec_digest or file_sha256(str(spec_path)) != spec_sha:
+    spec_path = spec.path
+    if spec.digest() != lock.spec_digest:
         return None
     if any(source.kind == "path" for source in lock.sources.values()):
         return None  # a whole tree is an input: the full check (tree digest) runs every time
@@ -686,7 +715,7 @@ def _carry_builds(
     return replace(lock, builds=kept_builds, packages=tuple(packages))
 
 
-def _ensure_builds(ws: Workspace, env: str, lock: Lock, lock_path: Path, *, frozen: bool,
+def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path: Path, *, frozen: bool,
                    sources_from: Mapping[str, str] | None = None) -> Lock:
     """Before a sync: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
 
@@ -698,7 +727,6 @@ def _ensure_builds(ws: Workspace, env: str, lock: Lock, lock_path: Path, *, froz
     from envlock.errors import BuildError
     from envlock.quick import file_sha256
 
-    spec = load_env_spec(ws, env)
     if not spec.builds:
         return lock
     missing = []

@@ -492,9 +492,15 @@ def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
 
 def load_spec(path: Path, *, name: str | None = None) -> EnvSpec:
     """Read and validate a spec file."""
+    return read_spec(path, name=name)[0]
+
+
+def read_spec(path: Path, *, name: str | None = None) -> tuple[EnvSpec, bytes]:
+    """Read and validate a spec file; also return the bytes it was parsed from."""
     env_name = name or path.stem
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such env spec") from None
     except UnicodeDecodeError as exc:
@@ -505,4 +511,4 @@ def load_spec(path: Path, *, name: str | None = None) -> EnvSpec:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
-    return parse_spec(doc, name=env_name, origin=path)
+    return parse_spec(doc, name=env_name, origin=path), data
