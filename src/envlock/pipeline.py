@@ -336,11 +336,11 @@ def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,
 # -- sources, patches and local builds (issue 4) --------------------------------
 
 if TYPE_CHECKING:
-    from envlock.build import BuiltWheel, CheckResult
+    from envlock.build import BuildRequest, BuiltWheel, CheckResult
     from envlock.lockfile import LockedSource
     from envlock.patch import EditSession, PatchedTree, PatchStatus, RecordedPatch
     from envlock.sources import PreparedSource
-    from envlock.spec import SourceSpec
+    from envlock.spec import BuildSpec, SourceSpec
     from envlock.store import Store
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
@@ -488,7 +488,7 @@ def build_env(
 
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
-    from envlock import build, fetch
+    from envlock import build
     from envlock.errors import UsageError
     from envlock.lockfile import Artifact, LockedPackage
     from envlock.store import Store
@@ -500,31 +500,20 @@ def build_env(
     lock = read_lock(lock_path)
     wanted = list(spec.builds.values())
     if packages:
-        by_name = {canonicalize_name(b.name): b for b in wanted}
-        by_name |= {canonicalize_name(k): v for k, v in spec.builds.items()}
+        by_name = {canonicalize_name(b.name): b for b in wanted}  # a build's name is its table key
         unknown = [p for p in packages if canonicalize_name(p) not in by_name]
         if unknown:
             known = ", ".join(sorted(spec.builds)) or "none"
             raise UsageError(f"{spec.path}: no [builds.{unknown[0]}]; builds: {known}")
-        wanted = list({id(by_name[canonicalize_name(p)]): by_name[canonicalize_name(p)] for p in packages}.values())
+        wanted = list({canonicalize_name(p): by_name[canonicalize_name(p)] for p in packages}.values())
     store = Store.open()
     states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted},
                              mirrors=source_mirrors(spec, sources_from))
-    build_names = {canonicalize_name(b.name) for b in spec.builds.values()}
-    runtime = tuple(p for p in lock.packages if p.name not in build_names)
-    env_packages: tuple[build.BuildEnvPackage, ...] = ()
-    if any(not b.isolation for b in wanted):
-        fetch.fetch([p.wheels[0] for p in runtime], store, base_dir=lock_path.parent)
-        env_packages = build.env_packages_from_lock(replace(lock, packages=runtime), store)
-    index_url = _default_index_url(spec)
+    requests = _build_requests(ws, spec, states, lock, store, wanted)
     built: list[BuiltWheel] = []
     checks: list[CheckResult] = []
     for b in wanted:
-        state = states[b.source]
-        request = build.BuildRequest(
-            b, state.patched.tree, state.prepared.source_date_epoch, spec.python, spec.platform, index_url,
-            () if b.isolation else env_packages,
-        )
+        request = requests[b.name]
         plan = build.plan(request, store)
         if on_build is not None:
             on_build(b.name, plan.input_digest)
@@ -667,6 +656,36 @@ def _sources_for_lock(
     return prepare_sources(ws, spec, Store.open(), lock=old, mirrors=mirrors)
 
 
+def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, store: Store,
+                    builds: Iterable[BuildSpec]) -> dict[str, BuildRequest]:
+    """The request of each build whose source is prepared: what ``build_env`` builds and
+    ``_carry_builds`` compares digests of, so they must be made one way.
+
+    A non-isolated build's inputs are the wheels its build requirements reach in the env;
+    reading their metadata needs the env's runtime wheels in the store (sync fetches them anyway).
+    """
+    from envlock import build, fetch
+
+    builds = [b for b in builds if b.source in states]
+    env_packages: tuple[build.BuildEnvPackage, ...] = ()
+    if any(not b.isolation for b in builds):
+        from envlock.lockfile import canonicalize_name
+
+        local = {canonicalize_name(n) for n in spec.builds}
+        runtime = [p.wheels[0] for p in lock.packages if p.name not in local]
+        fetch.fetch(runtime, store, base_dir=ws.lock_path(spec.name).parent)
+        env_packages = build.env_packages_from_lock(lock, store, exclude=tuple(local))
+    index_url = _default_index_url(spec)
+    out = {}
+    for b in builds:
+        state = states[b.source]
+        out[b.name] = build.BuildRequest(
+            b, state.patched.tree, state.prepared.source_date_epoch, spec.python, spec.platform, index_url,
+            () if b.isolation else env_packages,
+        )
+    return out
+
+
 def _carry_builds(
     ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, old: Lock | None
 ) -> Lock:
@@ -681,32 +700,20 @@ def _carry_builds(
 
     from packaging.utils import canonicalize_name
 
-    from envlock import build, fetch
+    from envlock import build
     from envlock.store import Store
 
     store = Store.open()
-    build_names = {canonicalize_name(b.name) for b in spec.builds.values()}
-    runtime = tuple(p for p in lock.packages if p.name not in build_names)
-    env_packages: tuple[build.BuildEnvPackage, ...] = ()
-    if any(not b.isolation for b in spec.builds.values()):
-        # A non-isolated build's inputs are the wheels its build requirements reach in the
-        # env; reading their metadata needs them in the store (sync fetches them anyway).
-        fetch.fetch([p.wheels[0] for p in runtime], store, base_dir=ws.lock_path(spec.name).parent)
-        env_packages = build.env_packages_from_lock(replace(lock, packages=runtime), store)
+    requests = _build_requests(ws, spec, states, lock, store, spec.builds.values())
     kept_builds = {}
     kept_packages = []
     old_packages = {p.name: p for p in old.packages}
-    for key, b in spec.builds.items():
-        recorded = old.builds.get(b.name) or old.builds.get(key)
+    for b in spec.builds.values():
+        recorded = old.builds.get(b.name)
         package = old_packages.get(canonicalize_name(b.name))
-        if recorded is None or package is None or b.source not in states:
+        if recorded is None or package is None or b.name not in requests:
             continue
-        state = states[b.source]
-        request = build.BuildRequest(
-            b, state.patched.tree, state.prepared.source_date_epoch, spec.python, spec.platform,
-            _default_index_url(spec), () if b.isolation else env_packages,
-        )
-        if build.plan(request, store).input_digest == recorded.input_digest:
+        if build.plan(requests[b.name], store).input_digest == recorded.input_digest:
             kept_builds[b.name] = recorded
             kept_packages.append(package)
     if not kept_builds:
