@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock import generations
+from envlock import generations, quick
 from envlock.errors import UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
@@ -198,8 +198,6 @@ def test_generation_records_survive_unreadable_litter(locks: tuple[IndexServer, 
 def test_noop_stamp_vouches_only_for_unchanged_lock_spec_and_patch_bytes(
     locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
 ) -> None:
-    from envlock import quick
-
     _server, v1, v2 = locks
     store = Store.open(tmp_path / "home")
     lock_path = _write(v1, tmp_path / "ws" / "locks" / "pylock.demo.toml")
@@ -267,7 +265,7 @@ def test_fast_noop_prints_what_the_full_path_prints_and_imports_nothing_heavy(
 
     built, heavy = sync()
     assert "venv built" in built and heavy != "heavy:"
-    stamp = tmp_path / "home" / "v1" / "envs" / "demo" / generations.NOOP_STAMP
+    stamp = tmp_path / "home" / "v1" / "envs" / "demo" / quick.STAMP
     stamp.unlink()
     full, heavy = sync("--frozen")  # no stamp: argparse, the pipeline, sync_lock's no-op (writes one)
     assert full.startswith("demo: up to date (generation 1)") and heavy != "heavy:"

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envlock import quick
 from envlock.errors import UsageError
 from envlock.store import Store, exclusive_lock, write_atomic
 
 CURRENT = "current"
-NOOP_STAMP = "noop-stamp"  # envlock.quick.STAMP: written by sync, read by the fast no-op
 _RECORD = "generation.json"
 _LOCK_COPY = "pylock.toml"
 
@@ -174,7 +174,7 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
         litter.unlink(missing_ok=True)
     # The fast no-op stamp names a generation by number; a number can come back (an
     # old generation folder removed by hand), so no stamp may outlive this point.
-    (folder / NOOP_STAMP).unlink(missing_ok=True)
+    (folder / quick.STAMP).unlink(missing_ok=True)  # written by sync, read by the fast no-op
     numbers = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
     number = max(numbers, default=0) + 1
     work = folder / f".new-{number}-{os.urandom(4).hex()}"

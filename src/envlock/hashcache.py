@@ -34,6 +34,7 @@ re-hashes them), never corrupt them (the file is replaced atomically).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import marshal
 import os
@@ -111,13 +112,11 @@ class HashCache:
         unused = {k: v for k, v in self._old.items() if k not in merged}
         if len(unused) <= KEEP_UNUSED:
             merged = {**unused, **merged}
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(marshal.dumps((_FORMAT, merged)))
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # a cache that cannot be written only costs the next walk its hits
+        from envlock.store import write_atomic
+
+        # A cache that cannot be written only costs the next walk its hits.
+        with contextlib.suppress(OSError):
+            write_atomic(self.path, marshal.dumps((_FORMAT, merged)))
 
 
 def _touch(marker: Path) -> int:

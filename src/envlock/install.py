@@ -28,11 +28,9 @@ from typing import Any
 from envlock import runner
 from envlock.errors import InstallError
 from envlock.lockfile import Lock
+from envlock.quick import MANIFEST_NAME  # defined where the fast no-op reads it
 from envlock.store import Store, write_atomic
 from envlock.verify import Manifest, load_manifest, manifest
-
-#: Inside every venv entry: its manifest, written before the entry is renamed into place.
-MANIFEST_NAME = ".envlock-manifest.json"
 
 
 @dataclass(frozen=True)
@@ -145,7 +143,7 @@ def install(
                 shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True,
                                 ignore=shutil.ignore_patterns(_SKELETON_DIGEST))
             else:
-                _uv([*_VENV_ARGS, "--python", str(python), str(work)], what="create the venv", log=log)
+                _make_venv(python, work, log)
             if on_stage is not None:
                 on_stage("install")
             if files:
@@ -185,6 +183,10 @@ def _wheel_is(filename: str, name: str, version: str) -> bool:
 _VENV_ARGS = ["venv", "--relocatable", "--prompt", "envlock"]
 
 
+def _make_venv(python: Path, dest: Path, log: Path) -> None:
+    _uv([*_VENV_ARGS, "--python", str(python), str(dest)], what="create the venv", log=log)
+
+
 def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
     """The empty venv ``uv venv`` makes for ``python``, kept in the store and copied into each new venv.
 
@@ -211,7 +213,7 @@ def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
             store.remove_entry("skeletons", key)
         try:
             with store.new_entry("skeletons", key) as work:
-                _uv([*_VENV_ARGS, "--python", str(python), str(work)], what="create the venv", log=log)
+                _make_venv(python, work, log)
                 if _names_folder(work):
                     raise _NotRelocatableError  # leaves the with block without the rename
                 write_atomic(work / _SKELETON_DIGEST, manifest(work).digest.encode())

@@ -22,6 +22,8 @@ import os
 import sys
 
 STAMP = "noop-stamp"
+#: Inside every complete venv entry: its manifest (install writes it before the rename).
+MANIFEST_NAME = ".envlock-manifest.json"
 #: The store's layout folder (``store.LAYOUT_VERSION``); tests check they agree.
 LAYOUT_DIR = "v1"
 _MAGIC = "envlock-noop-stamp 1"
@@ -97,7 +99,7 @@ def check(home: str, env: str, lock_file: str, spec_file: str | None) -> tuple[i
         return None
     if spec_file is not None and spec_file not in inputs:
         return None  # the last sync did not check the lock against this spec
-    if not os.path.isfile(os.path.join(env_dir, head, "venv", ".envlock-manifest.json")):
+    if not os.path.isfile(os.path.join(env_dir, head, "venv", MANIFEST_NAME)):
         return None  # the venv is gone from the store
     if file_sha256(lock_file) != fields["lock"]:
         return None

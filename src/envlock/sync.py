@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock import generations
+from envlock import generations, quick
 from envlock.errors import LockError, UsageError, VerifyError
 from envlock.store import Store, write_atomic
 
@@ -96,8 +96,7 @@ def sync_lock(
             cur is not None
             and cur.install_digest == key
             and lock.venv_digest_for(venv_python(cur.venv)) in (None, cur.venv_digest)
-            # install.MANIFEST_NAME, spelled out to keep install's imports off this path
-            and (cur.venv / ".envlock-manifest.json").is_file()
+            and (cur.venv / quick.MANIFEST_NAME).is_file()
         ):
             recorded = _record(lock, lock_path, cur.venv_digest, venv_python(cur.venv), frozen)
             _stamp(store, env, cur.number, lock, cur.venv_digest, lock_path, None, inputs)
@@ -172,8 +171,6 @@ def quick_noop(store: Store, env: str, lock_path: Path, spec_path: Path | None =
     No TOML parsing and no packaging import: an up-to-date sync costs little more
     than starting Python.
     """
-    from envlock import quick
-
     started = time.monotonic()
     found = quick.check(str(store.home), env, str(lock_path), None if spec_path is None else str(spec_path))
     if found is None:
@@ -200,7 +197,6 @@ def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, lo
     may have rewritten it meanwhile); otherwise the stamp is removed and the next
     sync takes the full path.
     """
-    from envlock import quick
     from envlock.lockfile import Lock as _Lock
 
     stamp = generations.env_dir(store, env) / quick.STAMP
