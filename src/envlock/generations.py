@@ -48,7 +48,7 @@ class Generation:
     venv_digest: str
     path: Path  # the generation folder
     current: bool = False
-    lock_sha256: str = ""  # sha256 of the lock file's bytes after the sync (fast no-op check)
+    lock_sha256: str = ""  # sha256 of the lock text this generation was synced from (its pylock.toml)
 
     @property
     def venv(self) -> Path:
@@ -150,6 +150,15 @@ def current(store: Store, env: str) -> Generation | None:
     """The current generation (cheap: a readlink and one small JSON file)."""
     number = current_number(store, env)
     return None if number is None else read(store, env, number, current=number)
+
+
+def newest(store: Store, env: str) -> Generation | None:
+    """The highest-numbered generation (current or not), or None."""
+    folder = env_dir(store, env)
+    if not folder.is_dir():
+        return None
+    numbers = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
+    return read(store, env, max(numbers), current=current_number(store, env)) if numbers else None
 
 
 def list_generations(store: Store, env: str) -> tuple[Generation, ...]:

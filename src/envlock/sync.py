@@ -92,14 +92,15 @@ def sync_lock(
     key = lock.install_digest()
     with generations.env_lock(store, env):
         cur = generations.current(store, env)
+        cur_python = venv_python(cur.venv) if cur is not None else None
         if (
             cur is not None
             and cur.install_digest == key
-            and lock.venv_digest_for(venv_python(cur.venv)) in (None, cur.venv_digest)
+            and lock.venv_digest_for(cur_python) in (None, cur.venv_digest)
             and (cur.venv / quick.MANIFEST_NAME).is_file()
         ):
-            recorded = _record(lock, lock_path, cur.venv_digest, venv_python(cur.venv), frozen)
-            _stamp(store, env, cur.number, lock, cur.venv_digest, lock_path, None, inputs)
+            data, on_disk, recorded = _record(lock, lock_path, cur.venv_digest, cur_python, frozen)
+            _stamp(store, env, cur.number, lock, cur.venv_digest, data, on_disk, inputs)
             return SyncResult(env, generations.stable_path(store, env), cur.number, key,
                               cur.venv_digest, noop=True, recorded=recorded,
                               seconds=time.monotonic() - started)
@@ -144,19 +145,19 @@ def sync_lock(
                 details=lines,
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
-        recorded = _record(lock, lock_path, actual.digest, built_with, frozen)
-        lock_bytes = _read_optional(lock_path)
+        lock_bytes, on_disk, recorded = _record(lock, lock_path, actual.digest, built_with, frozen)
         lock_text = lock_bytes.decode("utf-8") if lock_bytes is not None else lock.to_toml()
-        newest = generations.list_generations(store, env)[-1:]
-        if (newest and (cur is None or newest[0].number > cur.number)
-                and (newest[0].install_digest, newest[0].venv_digest) == (key, actual.digest)):
-            gen = newest[0]  # written by a sync killed just before its flip: finish its job
+        newest = generations.newest(store, env)
+        if (newest is not None and (cur is None or newest.number > cur.number)
+                and (newest.install_digest, newest.venv_digest, newest.lock_sha256)
+                == (key, actual.digest, hashlib.sha256(lock_text.encode()).hexdigest())):
+            gen = newest  # written by a sync killed just before its flip: finish its job
         else:
             gen = generations.add(store, env, venv=inst.venv, install_digest=key,
                                   venv_digest=actual.digest, lock_text=lock_text)
         pause("before-flip")
         generations.flip(store, env, gen.number)
-        _stamp(store, env, gen.number, lock, actual.digest, lock_path, lock_bytes, inputs)
+        _stamp(store, env, gen.number, lock, actual.digest, lock_bytes, on_disk, inputs)
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, key, actual.digest, noop=False,
             downloaded=got.downloaded, fetched=sum(1 for a in got.artifacts if a.source != "store"),
@@ -189,33 +190,54 @@ def _read_optional(path: Path | None) -> bytes | None:
         return None
 
 
-def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, lock_path: Path | None,
-           lock_bytes: bytes | None, inputs: Mapping[str, str] | None) -> None:
-    """Write the fast no-op stamp for generation ``number`` (call under the env lock).
+def _record(lock: Lock, lock_path: Path | None, digest: str, python: str | None,
+            frozen: bool) -> tuple[bytes | None, Lock | None, bool]:
+    """Read the lock file once; write ``digest`` (taken with ``python``) into it when it has
+    none yet and still holds the synced lock (not ``frozen``).
 
-    Only when the lock file's bytes still hold the lock just synced (``envlock lock``
-    may have rewritten it meanwhile); otherwise the stamp is removed and the next
-    sync takes the full path.
+    Returns the file's bytes as they stand after, the lock they hold (None if not the
+    synced one, see ``_held``) and whether the digest was recorded.
+    """
+    data = _read_optional(lock_path)
+    on_disk = _held(lock, data, lock_path)
+    if frozen or lock_path is None or on_disk is None or on_disk.venv_digest is not None or lock.venv_digest:
+        return data, on_disk, False
+    on_disk = on_disk.with_venv_digest(digest, python)
+    data = on_disk.to_toml().encode()
+    write_atomic(lock_path, data)
+    return data, on_disk, True
+
+
+def _held(lock: Lock, data: bytes | None, lock_path: Path | None) -> Lock | None:
+    """The lock the file's ``data`` holds, if it has the synced lock's wheels, else None.
+
+    ``envlock lock`` may have rewritten the file meanwhile. Our writer is deterministic,
+    so a file holding exactly the synced lock's text needs no second parse.
     """
     from envlock.lockfile import Lock as _Lock
 
+    if data is None or lock_path is None:
+        return None
+    if data == lock.to_toml().encode():
+        return lock
+    try:
+        on_disk = _Lock.from_toml(data.decode("utf-8"), lock_path)
+    except (LockError, UnicodeDecodeError):
+        return None
+    return on_disk if on_disk.install_digest() == lock.install_digest() else None
+
+
+def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, data: bytes | None,
+           on_disk: Lock | None, inputs: Mapping[str, str] | None) -> None:
+    """Write the fast no-op stamp for generation ``number`` (call under the env lock).
+
+    Only when the lock file's bytes (``data``, holding ``on_disk``) still hold the lock
+    just synced; otherwise the stamp is removed and the next sync takes the full path.
+    """
     stamp = generations.env_dir(store, env) / quick.STAMP
-    data = lock_bytes if lock_bytes is not None else _read_optional(lock_path)
-    on_disk = None
-    if data is not None and lock_path is not None:
-        # Our writer is deterministic: a file holding exactly the synced lock's text
-        # needs no second parse (after a first sync recorded its digest, it is parsed).
-        if data == lock.to_toml().encode():
-            on_disk = lock
-        else:
-            try:
-                on_disk = _Lock.from_toml(data.decode("utf-8"), lock_path)
-            except (LockError, UnicodeDecodeError):
-                on_disk = None
     if (
         data is None
         or on_disk is None
-        or on_disk.install_digest() != lock.install_digest()
         or on_disk.venv_digest not in (None, venv_digest)
         or (on_disk.spec_digest, on_disk.sources) != (lock.spec_digest, lock.sources)
         or any("\n" in p for p in inputs or {})
@@ -230,23 +252,6 @@ def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, lo
 def venv_python(venv: Path) -> str | None:
     """The interpreter version a venv was built with (``version_info`` in its ``pyvenv.cfg``)."""
     return generations.pyvenv_value(venv, "version_info")
-
-
-def _record(lock: Lock, lock_path: Path | None, digest: str, python: str | None, frozen: bool) -> bool:
-    """Write ``digest`` (taken with ``python``) into the lock file when it has none yet (not ``frozen``)."""
-    from envlock.lockfile import read_lock
-
-    if frozen or lock_path is None or lock.venv_digest is not None:
-        return False
-    try:
-        on_disk = read_lock(lock_path)
-    except LockError:
-        return False
-    # Only if the file still holds the lock we synced (``envlock lock`` may have run meanwhile).
-    if on_disk.install_digest() != lock.install_digest() or on_disk.venv_digest is not None:
-        return False
-    write_atomic(lock_path, on_disk.with_venv_digest(digest, python).to_toml().encode())
-    return True
 
 
 def pause(point: str) -> None:
