@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from envlock import install, runner, verify
-from envlock.errors import InstallError
+from envlock.errors import InstallError, VerifyError
 from envlock.fetch import fetch
 from envlock.lockfile import Lock
 from envlock.store import Store
@@ -82,6 +82,13 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
     assert store.has("manifests", result.manifest.digest)
     again = install.install(store, lock, {})
     assert not again.built and again.manifest == result.manifest
+    # A reused entry is walked again: one edited since it was built is refused, naming the file.
+    with (site / "alpha" / "__init__.py").open("a") as fh:
+        fh.write("EDITED = True\n")
+    with pytest.raises(VerifyError) as info:
+        install.install(store, lock, {})
+    assert "store venv was modified after it was built" in str(info.value)
+    assert list(info.value.details) == ["~ lib/python3.11/site-packages/alpha/__init__.py"]
 
 
 def test_two_homes_cold_and_warm_uv_cache_give_one_venv(published: tuple[IndexServer, Lock], tmp_path: Path,

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from envlock import runner
-from envlock.errors import InstallError
+from envlock.errors import InstallError, VerifyError
 from envlock.lockfile import Lock
 from envlock.quick import MANIFEST_NAME  # defined where the fast no-op reads it
 from envlock.store import Store, write_atomic
-from envlock.verify import Manifest, load_manifest, manifest
+from envlock.verify import Manifest, compare, load_manifest, manifest
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,9 @@ def install(
     """Make the store hold the lock's venv, built from ``wheels`` (sha256 -> store file).
 
     Concurrent installs of one lock serialize on the store; the second reuses the
-    first's entry.
+    first's entry. Either way the result's manifest is a walk taken now: a reused
+    entry is walked again, and one someone edited since it was built is a
+    ``VerifyError`` naming the files (it must not become current).
     """
     started = time.monotonic()
     key = venv_key(lock)
@@ -111,7 +113,14 @@ def install(
     with store.locked(f"venv-{key.replace(':', '-')}"):
         existing = stored_manifest(final)
         if existing is not None:
-            return InstallResult(final, key, existing, False, time.monotonic() - started)
+            actual = manifest(final, cache_dir=store.hash_cache)
+            if actual.digest != existing.digest:
+                raise VerifyError(
+                    f"{final}: store venv was modified after it was built "
+                    f"(recorded {existing.digest}, found {actual.digest}); remove that folder and sync again",
+                    details=compare(existing.entries, actual.entries).lines(),
+                )
+            return InstallResult(final, key, actual, False, time.monotonic() - started)
         if final.exists():
             # Only a venv from a foreign writer could lack its manifest: not ours to trust.
             store.remove_entry("venvs", key)

