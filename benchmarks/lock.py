@@ -40,7 +40,15 @@ def main() -> int:
 
     from envlock import runner
     from envlock.indexes import Listings
-    from envlock.resolve import ResolveInputs, index_urls, pinned_override_urls, resolve_nightlies, transient_project
+    from envlock.resolve import (
+        ResolveInputs,
+        compile_args,
+        index_urls,
+        pinned_override_wheels,
+        resolve_nightlies,
+        transient_project,
+        uv_overrides,
+    )
     from envlock.spec import load_spec
 
     tmp = Path(tempfile.mkdtemp(prefix="envlock-bench-lock-"))
@@ -84,18 +92,13 @@ same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"
     spec = load_spec(ws / "envs" / "bench.toml")
     urls = index_urls(spec, {})
     with Listings() as listings:
-        pinned = pinned_override_urls(spec, urls, resolve_nightlies(spec, urls, listings), listings)
+        pinned = pinned_override_wheels(spec, urls, resolve_nightlies(spec, urls, listings), listings)
     raw = tmp / "raw"
     raw.mkdir()
-    project = transient_project(spec, ResolveInputs(index_urls=urls), pinned)
-    (raw / "pyproject.toml").write_text(project)
-    import tomllib
-
-    (raw / "overrides.txt").write_text(
-        "".join(f"{o}\n" for o in tomllib.loads(project)["tool"]["uv"]["override-dependencies"]))
-    uv_cmd = [runner.uv_bin(), "pip", "compile", "pyproject.toml", "--format", "pylock.toml", "-o", "pylock.toml",
-              "--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_28", "--no-header", "--quiet",
-              "--default-index", universe.pypi, "--index-strategy", "first-index", "--override", "overrides.txt"]
+    inputs = ResolveInputs(index_urls=urls)
+    (raw / "pyproject.toml").write_text(transient_project(spec, inputs, pinned))
+    (raw / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, pinned)))
+    uv_cmd = [runner.uv_bin(), *compile_args(spec, inputs)]
 
     def timed(cmd: list[str], cwd: Path) -> float:
         start = time.perf_counter()

@@ -91,10 +91,10 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings
     return pins
 
 
-def pinned_override_urls(
+def pinned_override_wheels(
     spec: EnvSpec, urls: Mapping[str, str], nightlies: Mapping[str, NightlyPin], listings: Listings
-) -> dict[str, str]:
-    """Wheel URLs for overrides of packages pinned to a non-default index.
+) -> dict[str, IndexFile]:
+    """The wheels (URL and version) for overrides of packages pinned to a non-default index.
 
     uv does not apply ``[tool.uv.sources]`` to overrides in ``uv pip compile``: an
     override ``torch==X`` would be looked up on the default index (where a hostile
@@ -133,37 +133,58 @@ def pinned_override_urls(
                 f"lists no wheel of {name} {version} "
                 f"for python {spec.python}{' on ' + spec.platform if spec.platform else ''}"
             )
-        out[name] = files[best_wheel([f.filename for f in files], tags)].url
+        out[name] = files[best_wheel([f.filename for f in files], tags)]
     return out
 
 
-def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned_urls: Mapping[str, str]) -> str:
+def uv_overrides(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile]) -> list[str]:
+    """The override lines uv gets (in the project and, as uv reads them, on its command line)."""
+    overrides = [o for o in spec.resolution.overrides if str(canonicalize_name(Requirement(o).name)) not in pinned]
+    overrides += [f"{name} @ {f.url}" for name, f in sorted(pinned.items())]
+    # Provided by a local build after resolution: upstream pins on it (sglang's
+    # sgl-kernel==0.3.21) must not pull it from an index.
+    overrides += [f"{pkg.name}; {_NEVER}" for pkg in spec.packages.values()
+                  if pkg.build and pkg.name not in inputs.build_sources]
+    overrides += [f"{name}; {_NEVER}" for name in spec.resolution.exclude]
+    return overrides
+
+
+def compile_args(spec: EnvSpec, inputs: ResolveInputs) -> list[str]:
+    """``uv pip compile`` of the transient project (in its folder, with ``overrides.txt`` beside it)."""
+    # uv runs with UV_NO_CONFIG (no user config may leak in), which also drops the
+    # project's [tool.uv] settings: the default index and the overrides go on the
+    # command line. Index pins ([tool.uv.sources]) are project metadata and stay.
+    args = [
+        "pip", "compile", "pyproject.toml", "--format", "pylock.toml", "-o", "pylock.toml",
+        "--python-version", spec.python, "--no-header", "--quiet",
+        "--default-index", inputs.index_urls[spec.default_index.name],
+        "--index-strategy", "first-index",
+        "--override", "overrides.txt",
+    ]
+    if spec.platform:
+        args += ["--python-platform", spec.platform]
+    return args
+
+
+def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile]) -> str:
     """The pyproject.toml uv resolves (pure function of its inputs, so it can be tested and benchmarked)."""
     deps: list[str] = []
     sources: dict[str, dict[str, str]] = {}
-    overrides = [
-        o for o in spec.resolution.overrides if str(canonicalize_name(Requirement(o).name)) not in pinned_urls
-    ]
-    overrides += [f"{name} @ {url}" for name, url in sorted(pinned_urls.items())]
     for pkg in spec.packages.values():
         if pkg.build:
             if pkg.name in inputs.build_sources:
                 deps.append(str(pkg.name))
                 sources[str(pkg.name)] = {"path": str(inputs.build_sources[pkg.name])}
-            else:
-                # Provided by a local build after resolution: upstream pins on it
-                # (sglang's sgl-kernel==0.3.21) must not pull it from an index.
-                overrides.append(f"{pkg.name}; {_NEVER}")
             continue
         if pkg.nightly:
             # The override (a URL on its own index) beats upstream == pins on the stable release.
-            deps.append(f"{pkg.name}=={pinned_urls_version(pinned_urls, pkg.name)}")
+            deps.append(f"{pkg.name}=={pinned[str(pkg.name)].version}")
         else:
             deps.append(f"{pkg.name}{pkg.specifier}")
         if pkg.index:
             sources[str(pkg.name)] = {"index": pkg.index}
     deps += inputs.extra_requirements
-    overrides += [f"{name}; {_NEVER}" for name in spec.resolution.exclude]
+    overrides = uv_overrides(spec, inputs, pinned)
     lines = [
         "[project]",
         'name = "envlock-resolution"',
@@ -197,7 +218,7 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs, *, log: Path | None = None) ->
             if not idx.default:
                 listings.prefetch_names(inputs.index_urls[name])
         nightlies = resolve_nightlies(spec, inputs.index_urls, listings)
-        pinned = pinned_override_urls(spec, inputs.index_urls, nightlies, listings)
+        pinned = pinned_override_wheels(spec, inputs.index_urls, nightlies, listings)
         entries = _run_uv(spec, inputs, pinned, log)
         packages = _checked_packages(spec, inputs, entries, listings)
     check_same_version(spec, packages)
@@ -205,26 +226,13 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs, *, log: Path | None = None) ->
 
 
 def _run_uv(
-    spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, str], log: Path | None
+    spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile], log: Path | None
 ) -> list[Mapping[str, object]]:
     work = Path(tempfile.mkdtemp(prefix="envlock-resolve-"))
     try:
-        project = transient_project(spec, inputs, pinned)
-        (work / "pyproject.toml").write_text(project)
-        # uv runs with UV_NO_CONFIG (no user config may leak in), which also drops the
-        # project's [tool.uv] settings: the default index and the overrides go on the
-        # command line. Index pins ([tool.uv.sources]) are project metadata and stay.
-        overrides = tomllib.loads(project)["tool"]["uv"]["override-dependencies"]
-        (work / "overrides.txt").write_text("".join(f"{o}\n" for o in overrides))
-        args: list[str] = [
-            "pip", "compile", "pyproject.toml", "--format", "pylock.toml", "-o", "pylock.toml",
-            "--python-version", spec.python, "--no-header", "--quiet",
-            "--default-index", inputs.index_urls[spec.default_index.name],
-            "--index-strategy", "first-index",
-            "--override", "overrides.txt",
-        ]
-        if spec.platform:
-            args += ["--python-platform", spec.platform]
+        (work / "pyproject.toml").write_text(transient_project(spec, inputs, pinned))
+        (work / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, pinned)))
+        args = compile_args(spec, inputs)
         env = dict(inputs.build_env)
         if inputs.cache_dir is not None:
             env["UV_CACHE_DIR"] = str(inputs.cache_dir)
@@ -275,12 +283,6 @@ def best_wheel(filenames: Sequence[str], tags: Sequence[Tag] | None) -> int:
     return scores.index(min(scores))
 
 
-def pinned_urls_version(pinned_urls: Mapping[str, str], name: str) -> str:
-    """The version in a pinned wheel URL's filename."""
-    filename = Artifact(sha256="", url=pinned_urls[name]).filename
-    return str(parse_wheel_filename(filename)[1])
-
-
 def _allowed_index(spec: EnvSpec, name: NormalizedName) -> str:
     pkg = spec.packages.get(name)
     return pkg.index if pkg and pkg.index else spec.default_index.name
@@ -293,7 +295,7 @@ def _checked_packages(
 
     This guards against the resolver itself taking a package from the wrong index (as
     ``uv pip compile`` does with overrides of index-pinned packages, see
-    ``pinned_override_urls``). A package is looked up on its allowed index when it is
+    ``pinned_override_wheels``). A package is looked up on its allowed index when it is
     pinned to a non-default index, or when a non-default index also lists its name (the
     only other place it could have come from); a name only the default index has cannot
     have come from anywhere else. Which index a package *should* come from is the spec's
