@@ -116,8 +116,8 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import pipeline
     from envlock.diff import diff_locks
 
-    old, old_label = pipeline.load_lock_ref(ws, args.old)
-    new, new_label = pipeline.load_lock_ref(ws, args.new)
+    old_ref, new_ref = pipeline.load_lock_ref(ws, args.old), pipeline.load_lock_ref(ws, args.new)
+    old, old_label, new, new_label = old_ref.lock, old_ref.label, new_ref.lock, new_ref.label
     result = diff_locks(old, new, old_label=old_label, new_label=new_label)
 
     def text() -> str:

@@ -233,19 +233,29 @@ def _patch_drift(ws: Workspace, source: str, rel: str, sha256: str) -> list[str]
     return []
 
 
-def load_lock_ref(ws: Workspace, ref: str) -> tuple[Lock, str]:
+@dataclass(frozen=True)
+class LockRef:
+    """A lock read from ``PATH``, ``PATH@GITREV`` or an env name, and where it lives."""
+
+    lock: Lock
+    label: str  # how to name it to people
+    path: Path | None  # the file a sync may write the venv digest back to (None: read from git)
+    folder: Path  # what the lock's relative ``path`` wheels are relative to
+
+
+def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
     """A lock from ``PATH``, ``PATH@GITREV`` (read with ``git show``) or an env name."""
     from envlock import runner
 
     path_part, _, rev = ref.partition("@")
     if not rev and "/" not in ref and not ref.endswith(".toml"):
         path = ws.lock_path(ref)  # an env name
-        return read_lock(path), ws.relative(path) if path.exists() else str(path)
+        return LockRef(read_lock(path), ws.relative(path), path, path.parent)
     path = Path(path_part)
     if not path.is_absolute():
         path = (Path.cwd() / path).resolve()
     if not rev:
-        return read_lock(path), ref
+        return LockRef(read_lock(path), ref, path, path.parent)
     top = runner.git(["rev-parse", "--show-toplevel"], cwd=path.parent if path.parent.is_dir() else ws.root)
     if not top.ok:
         raise LockError(f"{ref}: {path.parent} is not in a git repository, so @{rev} cannot be read")
@@ -254,7 +264,9 @@ def load_lock_ref(ws: Workspace, ref: str) -> tuple[Lock, str]:
     shown = runner.git(["show", f"{rev}:{rel}"], cwd=repo)
     if not shown.ok:
         raise LockError(f"{ref}: git has no {rel} at {rev!r}: {shown.tail(1)}")
-    return Lock.from_toml(shown.stdout, ref), ref
+    # Never written back; its `path` wheels are relative to where the file lives in the
+    # work tree (locks/ -> ../wheelhouse/...).
+    return LockRef(Lock.from_toml(shown.stdout, ref), ref, None, path.parent)
 
 
 def sync(
@@ -281,17 +293,8 @@ def sync(
     inputs = None
     base_dir: Path | None = None
     if lock_ref is not None:
-        lock, _label = load_lock_ref(ws, lock_ref)
-        path_part, _, rev = lock_ref.partition("@")
-        if rev:
-            # Never written back; its `path` wheels are relative to where the file lives
-            # in the work tree (locks/ -> ../wheelhouse/...).
-            lock_path = None
-            base_dir = Path(path_part).absolute().parent
-        elif "/" not in lock_ref and not lock_ref.endswith(".toml"):
-            lock_path = ws.lock_path(lock_ref)
-        else:
-            lock_path = Path(path_part).absolute()
+        ref = load_lock_ref(ws, lock_ref)
+        lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
     else:
         from envlock.spec import read_spec
 
