@@ -734,21 +734,22 @@ def edit(
     _git_ok(["init", "-q"], workdir, what)
     _git_ok(["add", "-A", "-f"], workdir, what)
     _git_ok(["commit", "-q", "--allow-empty", "--no-verify", "-m", "base (unpatched)"], workdir, what)
-    applied = TreeView(workdir)
     for patch in patches:
-        applied.changes = {}
-        applied.apply(patch)
-        applied.write(workdir)
-        _git_ok(["add", "-A", "-f"], workdir, what)
-        _git_ok(
-            ["commit", "-q", "--allow-empty", "--no-verify", "-m", f"{patch.label}\n\n{patch.subject}"],
-            workdir,
-            what,
-        )
+        view = TreeView(workdir)
+        view.apply(patch)
+        _commit_level(workdir, view, patch, what)
     state = {"source": source, "levels": [p.label for p in patches], "pending": [p.label for p in pending]}
     (workdir / ".git" / _EDIT_STATE).write_text(json.dumps(state, indent=2) + "\n")
     return EditSession(source, workdir, tuple(state["levels"]), tuple(state["pending"]), conflict,
                        tuple(upstreamed))
+
+
+def _commit_level(workdir: Path, view: TreeView, patch: PatchFile, what: str) -> None:
+    """Write ``view``'s changes (``patch`` applied) into the work dir as the next patch level."""
+    view.write(workdir)
+    _git_ok(["add", "-A", "-f"], workdir, what)
+    _git_ok(["commit", "-q", "--allow-empty", "--no-verify", "-m", f"{patch.label}\n\n{patch.subject}"],
+            workdir, what)
 
 
 @dataclass(frozen=True)
@@ -832,11 +833,12 @@ def record(
         raise PatchError(f"{workdir}: nothing to record (no change against {level})")
     names = _git_ok(["diff", "--cached", "--name-only", "--no-renames", "HEAD"], workdir, what).stdout.split()
     pending = [str(p) for p in state.get("pending", [])]
+    root = workspace_root or patches_dir.parent.parent  # pending patches are named from the workspace root
     if refresh:
         if not pending:
             raise PatchError(f"{workdir}: no pending patch to refresh; record a new one with --subject and --why")
         label = pending[0]
-        target = (workspace_root or patches_dir.parent.parent) / label
+        target = root / label
         old = parse_patch_file(target, label=label)
         subject, why, upstream = subject or old.subject, why or old.why, upstream or old.upstream
         found = re.match(r"(\d{4})-", target.name)
@@ -865,17 +867,14 @@ def record(
     state["pending"] = pending[1:] if refresh else pending
     if refresh:
         # Carry on with the patches after it, up to the next one that needs a hand.
-        root = workspace_root or patches_dir.parent.parent
         while state["pending"]:
             nxt = parse_patch_file(root / state["pending"][0], label=state["pending"][0])
             view = TreeView(workdir)
-            if isinstance(view.try_apply(nxt), HunkFailure):
+            _verdict, applies, _failure = view.classify(nxt)
+            if applies is None:  # a conflict (or upstream has it): left pending for a hand
                 break
-            view.apply(nxt)
-            view.write(workdir)
-            _git_ok(["add", "-A", "-f"], workdir, what)
-            _git_ok(["commit", "-q", "--allow-empty", "--no-verify", "-m", f"{nxt.label}\n\n{nxt.subject}"],
-                    workdir, what)
+            view.changes.update(applies.changes)
+            _commit_level(workdir, view, nxt, what)
             state["levels"].append(nxt.label)
             state["pending"] = state["pending"][1:]
     state_file.write_text(json.dumps(state, indent=2) + "\n")
