@@ -626,14 +626,16 @@ def check(
     *,
     expected_sha256: str | None = None,
     plan_: BuildPlan | None = None,
+    first: BuiltWheel | None = None,
 ) -> CheckResult:
     """Rebuild from scratch and compare with the stored (or recorded) wheel (Nix's ``--check``).
 
-    Builds first when nothing is stored for these inputs. On a difference, names the files
-    inside the wheel that differ and keeps the rebuild for inspection.
+    Builds first when nothing is stored for these inputs (``first``: that build, when the
+    caller has it). On a difference, names the files inside the wheel that differ and keeps
+    the rebuild for inspection.
     """
     p = plan_ or plan(request, store)
-    first = build_wheel(request, store, wheelhouse, plan_=p)
+    first = first or build_wheel(request, store, wheelhouse, plan_=p)
     expected = expected_sha256 or first.sha256
     scratch = store.temp_dir(f"check-{canonicalize_name(request.spec.name)}")
     try:

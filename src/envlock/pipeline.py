@@ -520,11 +520,13 @@ def build_env(
         plan = build.plan(request, store)
         if on_build is not None:
             on_build(b.name, plan.input_digest)
+        wheel = build.build_wheel(request, store, ws.wheelhouse, plan_=plan)
+        built.append(wheel)
         if check:
             recorded = lock.builds.get(b.name)
             expected = recorded.sha256 if recorded and recorded.input_digest == plan.input_digest else None
-            checks.append(build.check(request, store, ws.wheelhouse, expected_sha256=expected, plan_=plan))
-        built.append(build.build_wheel(request, store, ws.wheelhouse, plan_=plan))
+            checks.append(build.check(request, store, ws.wheelhouse, expected_sha256=expected, plan_=plan,
+                                      first=wheel))
     notices = tuple(n for s in states.values() if (n := s.prepared.notice))
     overridden = any(s.prepared.override is not None for s in states.values())
     pkgs = {p.name: p for p in lock.packages}
