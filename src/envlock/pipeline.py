@@ -597,7 +597,7 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None,
         if against is not None:
             if src.git is None:
                 raise UsageError(f"--against {against}: source {name!r} is a path source (no commits)")
-            commit = sources.resolve_rev(mirrors.get(name, src.git), against, store=store)
+            commit = sources.resolve_rev(src.git, against, store=store, fetch_from=mirrors.get(name))
         else:
             commit = _pinned_commit(src, lock)
         prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirrors.get(name))
@@ -626,7 +626,7 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
     if against is not None:
         if src.git is None:
             raise UsageError(f"--against {against}: source {source!r} is a path source (no commits)")
-        commit: str | None = sources.resolve_rev(mirror or src.git, against, store=store)
+        commit: str | None = sources.resolve_rev(src.git, against, store=store, fetch_from=mirror)
     else:
         commit = _pinned_commit(src, _read_optional(ws.lock_path(env)))
     prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirror)

@@ -187,28 +187,23 @@ def mirror_path(store: Store, url: str) -> Path:
     key = hashlib.sha256(url.encode()).hexdigest()[:32]
     path = store.path("git-mirrors", key)
     if not (path / "HEAD").exists():
-        work = store.temp_dir("git-mirror")
-        _git(["init", "-q", "--bare", work], what=url)
-        (work / "envlock-url").write_text(url + "\n")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.rename(work, path)
-        except OSError:
-            shutil.rmtree(work, ignore_errors=True)
-            if not (path / "HEAD").exists():
-                raise
+        with store.new_entry("git-mirrors", key) as work:
+            _git(["init", "-q", "--bare", work], what=url)
+            (work / "envlock-url").write_text(url + "\n")
     return path
 
 
-def resolve_rev(url: str, rev: str, *, store: Store | None = None) -> str:
+def resolve_rev(url: str, rev: str, *, store: Store | None = None, fetch_from: str | None = None) -> str:
     """A branch, tag, full or short commit -> the full 40-hex commit it names now.
 
     Names are looked up with ``git ls-remote`` (a tag's peeled commit wins); a short hash
-    needs history, so it is looked up in the store's mirror after a full fetch.
+    needs history, so it is looked up in the store's mirror of ``url`` after a full fetch.
+    ``fetch_from``: where to ask instead of ``url`` (a mirror of it; see ``fetch_commit``).
     """
     if _HEX40.fullmatch(rev):
         return rev
-    result = runner.git(["ls-remote", url, rev, f"refs/tags/{rev}^{{}}"])
+    remote = fetch_from or url
+    result = runner.git(["ls-remote", remote, rev, f"refs/tags/{rev}^{{}}"])
     if not result.ok:
         raise SourceError(
             f"{url}: cannot list refs to resolve rev {rev!r} (git ls-remote exit {result.returncode})",
@@ -223,7 +218,8 @@ def resolve_rev(url: str, rev: str, *, store: Store | None = None) -> str:
             return refs[ref]
     if _SHORT_HEX.fullmatch(rev) and store is not None:
         mirror = mirror_path(store, url)
-        _fetch_all(mirror, url)
+        with store.locked(f"git-mirror-{mirror.name}"):
+            _fetch_all(mirror, remote)
         found = runner.git(["--git-dir", mirror, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"])
         if found.ok and _HEX40.fullmatch(found.stdout.strip()):
             return found.stdout.strip()
@@ -347,7 +343,7 @@ def prepare(
     """
     if spec.git is not None:
         rev = spec.rev or "HEAD"
-        pinned = commit or resolve_rev(fetch_from or spec.git, rev, store=store)
+        pinned = commit or resolve_rev(spec.git, rev, store=store, fetch_from=fetch_from)
         requested = None if rev == pinned else rev
         if override is not None:
             tree, digest = snapshot_path(store, override)
