@@ -36,6 +36,14 @@ def test_branch_tag_and_short_rev_resolve_to_the_full_commit(sg: SgLike, store: 
     assert sources.resolve_rev(sg.url, sg.pin) == sg.pin
 
 
+def test_a_rev_is_resolved_through_a_mirror_into_the_spec_urls_mirror(sg: SgLike, store: Store) -> None:
+    remote = "https://git.invalid/sglike"  # the spec's URL: unreachable, only its mirror answers
+    assert sources.resolve_rev(remote, "main", store=store, fetch_from=sg.url) == sg.upstream
+    assert sources.resolve_rev(remote, sg.pin[:10], store=store, fetch_from=sg.url) == sg.pin
+    (mirror,) = (store.root / "git-mirrors").iterdir()  # one mirror, the spec URL's
+    assert (mirror / "envlock-url").read_text() == remote + "\n"
+
+
 def test_branch_is_resolved_once_then_the_locked_commit_is_used(sg: SgLike, store: Store, tmp_path: Path) -> None:
     spec = SourceSpec("sglike", git=sg.url, rev="main")
     first = sources.prepare(spec, store, tmp_path)
