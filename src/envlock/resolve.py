@@ -303,7 +303,7 @@ def _checked_packages(
     the torchtriton attack (pin `pytorch-triton = { index = ... }` to take it from there).
     """
     build_names = {p.name for p in spec.packages.values() if p.build}
-    wanted: list[tuple[NormalizedName, str, list[Mapping[str, object]]]] = []
+    wanted: list[tuple[NormalizedName, str, Mapping[str, object]]] = []  # name, version, wheel
     problems: list[str] = []
     tags = target_tags(spec.python, spec.platform)
     for entry in entries:
@@ -324,7 +324,7 @@ def _checked_packages(
         # One wheel per package: the one the target would install, so the lock names
         # exactly the bytes that end up in the venv.
         names = [Artifact(sha256="", url=str(w["url"])).filename for w in wheels]
-        wanted.append((name, str(entry["version"]), [wheels[best_wheel(names, tags)]]))
+        wanted.append((name, str(entry["version"]), wheels[best_wheel(names, tags)]))
     if problems:
         raise ResolveError(f"{spec.path}: env {spec.name!r} cannot be locked to wheels", details=problems)
 
@@ -337,45 +337,37 @@ def _checked_packages(
     must_check = [
         item for item in wanted
         if _allowed_index(spec, item[0]) != default or elsewhere is None or item[0] in elsewhere
-        or not _sha_of(item[2][0])
+        or not _sha_of(item[2])
     ]
     for name, _, _ in must_check:
         listings.prefetch(inputs.index_urls[_allowed_index(spec, name)], name)
     checked = {item[0] for item in must_check}
     packages = []
-    for name, version, wheels in wanted:
+    for name, version, wheel in wanted:
         index_name = _allowed_index(spec, name)
-        files = listings.files(inputs.index_urls[index_name], name) if name in checked else []
-        listed = {f.url: f for f in files}
-        artifacts = []
-        for wheel in wheels:
-            url = urldefrag(str(wheel["url"]))[0]
-            found = listed.get(url)
-            if found is None and name not in checked:
-                found = IndexFile(filename="", url=url, version=Version(version), sha256=None)
+        url = urldefrag(str(wheel["url"]))[0]
+        listed_sha = None  # what the index says, for a checked package
+        if name in checked:
+            found = {f.url: f for f in listings.files(inputs.index_urls[index_name], name)}.get(url)
             if found is None:
                 raise ResolveError(
                     f"{spec.path}: {name} {version} resolved to {url}, which index {index_name!r} "
                     f"({http.redact(inputs.index_urls[index_name])}) does not list; "
                     f"{name} may come from that index only"
                 )
-            hashes = wheel.get("hashes")
-            sha = hashes.get("sha256") if isinstance(hashes, dict) else None
-            size = wheel.get("size")
-            if sha is None:
-                sha = found.sha256
-            if sha is None:  # the index publishes no hash (PyTorch nightlies): compute it
-                try:
-                    sha, size = http.hash_url(url)
-                except http.HttpError as exc:
-                    raise ResolveError(f"{name} {version}: cannot hash {url}: {exc.reason}") from None
-            if found.sha256 is not None and found.sha256 != sha:
-                raise ResolveError(
-                    f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {found.sha256}"
-                )
-            artifacts.append(Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None))
+            listed_sha = found.sha256
+        sha = _sha_of(wheel) or listed_sha
+        size = wheel.get("size")
+        if sha is None:  # the index publishes no hash (PyTorch nightlies): compute it
+            try:
+                sha, size = http.hash_url(url)
+            except http.HttpError as exc:
+                raise ResolveError(f"{name} {version}: cannot hash {url}: {exc.reason}") from None
+        if listed_sha is not None and listed_sha != sha:
+            raise ResolveError(f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {listed_sha}")
+        artifact = Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None)
         packages.append(
-            LockedPackage(name=name, version=version, wheels=tuple(artifacts),
+            LockedPackage(name=name, version=version, wheels=(artifact,),
                           index=http.redact(inputs.index_urls[index_name]))
         )
     return tuple(sorted(packages, key=lambda p: p.name))
