@@ -194,8 +194,7 @@ def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
         raise HttpError(url, f"connection broken ({type(exc).__name__})", retryable=True) from None
     finally:
         _finish(resp, conn)
-    if resp.status >= 400:
-        raise HttpError(url, f"HTTP {resp.status}", retryable=_retryable_status(resp.status), status=resp.status)
+    _raise_for_status(url, resp.status)
     content_type = resp.getheader("Content-Type", "")
     charset = "utf-8"
     for param in content_type.split(";")[1:]:
@@ -226,8 +225,9 @@ class Body:
     chunks: Iterator[bytes]
 
 
-def _retryable_status(status: int) -> bool:
-    return status == 429 or status >= 500
+def _raise_for_status(url: str, status: int) -> None:
+    if status >= 400:
+        raise HttpError(url, f"HTTP {status}", retryable=status == 429 or status >= 500, status=status)
 
 
 @contextlib.contextmanager
@@ -246,10 +246,7 @@ def open_stream(
     try:
         if resp.status == 416:
             raise HttpError(url, f"HTTP 416 for bytes={start}-", status=416)
-        if resp.status >= 400:
-            raise HttpError(
-                url, f"HTTP {resp.status}", retryable=_retryable_status(resp.status), status=resp.status
-            )
+        _raise_for_status(url, resp.status)
         body_start = 0
         if resp.status == 206:
             body_start = _content_range(url, resp.getheader("Content-Range", ""))
