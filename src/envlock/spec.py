@@ -355,14 +355,10 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
         if not isinstance(fc_table, dict):
             p.add(f"{key}.fetchcontent", f"expected a table of name = {{ git, rev }}, found {_found(fc_table)}")
             fc_table = {}
-        for dep, spec in fc_table.items():
-            dkey = f"{key}.fetchcontent.{dep}"
+        for dep, dkey, spec in _entries(p, fc_table, f"{key}.fetchcontent",
+                                        '{ git = "URL", rev = "<40-hex commit>" }', _FETCHCONTENT_KEYS):
             if not _CMAKE_NAME.fullmatch(dep):
                 p.add(dkey, "expected a CMake FetchContent name (letters, digits, _ . + -)")
-            if not isinstance(spec, dict):
-                p.add(dkey, f"expected a table {{ git = \"URL\", rev = \"<40-hex commit>\" }}, found {_found(spec)}")
-                continue
-            p.check_keys(dkey, spec, _FETCHCONTENT_KEYS)
             git = _get_str(p, spec, "git", dkey, required=True)
             rev = _get_str(p, spec, "rev", dkey, required=True)
             if rev is not None and not _HEX40.fullmatch(rev):
