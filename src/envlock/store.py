@@ -29,7 +29,6 @@ those whose writer is gone (a killed sync), and keeps ``tmp/partial/`` for resum
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import re
@@ -255,13 +254,7 @@ def exclusive_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                break
-            except OSError as exc:  # EINTR from a signal: try again
-                if exc.errno != errno.EINTR:
-                    raise
+        fcntl.flock(fd, fcntl.LOCK_EX)  # retried on EINTR by Python itself (PEP 475)
         yield
     finally:
         os.close(fd)
