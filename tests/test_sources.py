@@ -210,11 +210,9 @@ def test_mirror_without_the_commit_is_an_error(sg: SgLike, store: Store, tmp_pat
         sources.prepare(SourceSpec("sglike", git=UNREACHABLE, rev=sg.pin), store, tmp_path, fetch_from=str(other))
 
 
-def test_source_mirror_from_option_and_environment(ws, cli, sg: SgLike) -> None:  # type: ignore[no-untyped-def]
-    from envlock.pipeline import source_mirrors
-    from envlock.spec import load_spec
-
-    ws.write_spec("e", f"""
+def _unreachable_source_spec(sg: SgLike, extra: str = "") -> str:
+    """A spec whose git source's URL cannot be reached: only a mirror can serve it."""
+    return f"""
 [env]
 python = "3.11"
 [indexes.pypi]
@@ -223,9 +221,14 @@ default = true
 [sources.sglike]
 git = "{UNREACHABLE}"
 rev = "{sg.pin}"
-[sources.local]
-path = "x"
-""")
+{extra}"""
+
+
+def test_source_mirror_from_option_and_environment(ws, cli, sg: SgLike) -> None:  # type: ignore[no-untyped-def]
+    from envlock.pipeline import source_mirrors
+    from envlock.spec import load_spec
+
+    ws.write_spec("e", _unreachable_source_spec(sg, '[sources.local]\npath = "x"\n'))
     spec = load_spec(ws.root / "envs" / "e.toml")
     env_var = {"ENVLOCK_SOURCE_SGLIKE": "/mirror/a"}
     assert source_mirrors(spec, None, env_var) == {"sglike": "/mirror/a"}
@@ -239,18 +242,9 @@ path = "x"
         2, "envlock: error: --source 'sglike': expected NAME=URL (a spec source name and the mirror's URL)\n")
 
 
-def test_lock_and_sync_fetch_a_source_through_its_mirror(ws, cli, sg: SgLike,  # type: ignore[no-untyped-def]
+def test_lock_fetches_a_source_through_its_mirror(ws, cli, sg: SgLike,  # type: ignore[no-untyped-def]
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    ws.write_spec("e", f"""
-[env]
-python = "3.11"
-[indexes.pypi]
-url = "https://pypi.org/simple"
-default = true
-[sources.sglike]
-git = "{UNREACHABLE}"
-rev = "{sg.pin}"
-""")
+    ws.write_spec("e", _unreachable_source_spec(sg))
     assert cli("lock", "e").code == 1  # the spec's URL cannot be reached
     by_option = cli("lock", "e", "--source", f"sglike={sg.repo}")
     assert by_option.code == 0, by_option.err
