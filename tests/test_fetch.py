@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from envlock.errors import FetchError
-from envlock.fetch import STORE_MTIME, fetch, store_file
+from envlock.fetch import STORE_MTIME, fetch, fetch_unhashed, store_file
 from envlock.lockfile import Artifact
 from envlock.store import Store
 from kit.index import IndexServer
@@ -195,3 +195,28 @@ def test_memory_stays_flat_for_a_big_download(server: IndexServer, store: Store,
         tracemalloc.stop()
     assert store_file(store, art).stat().st_size == size
     assert peak < 8 * 1024 * 1024, f"peak {peak} bytes for a {size}-byte download"
+
+
+def test_unhashed_download_is_stored_under_its_hash_and_restarts_from_the_start(
+        server: IndexServer, store: Store, tmp_path: Path) -> None:
+    # An index that publishes no hash (PyTorch nightlies): the resolver hashes the bytes.
+    wheel, art = _publish(server, tmp_path, "alpha")
+    server.faults[wheel.name] = "cut-once"
+    got = fetch_unhashed(server.file_url("pypi", wheel.name), store)
+    assert (got.sha256, got.downloaded, got.source) == (art.sha256, wheel.stat().st_size, "download")
+    assert got.path == store_file(store, art) and got.path.read_bytes() == wheel.read_bytes()
+    # No Range after the cut: with no hash to check it, a prefix could be from another upload.
+    assert [r for p, r in server.requests if p.endswith(wheel.name)] == ["", ""]
+    assert list(store.partial_dir.iterdir()) == []
+    # The sync's fetch then finds it in the store.
+    before = len(server.downloads())
+    assert [a.source for a in fetch([art], store, base_dir=tmp_path).artifacts] == ["store"]
+    assert len(server.downloads()) == before
+
+
+def test_unhashed_download_that_fails_leaves_nothing(server: IndexServer, store: Store) -> None:
+    url = server.file_url("pypi", "gone-1.0-py3-none-any.whl")
+    with pytest.raises(FetchError, match=r"gone-1.0-py3-none-any.whl: download failed from .*: HTTP 404"):
+        fetch_unhashed(url, store)
+    assert list(store.partial_dir.iterdir()) == []
+    assert not (store.root / "wheels").exists()

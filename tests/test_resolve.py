@@ -11,9 +11,12 @@ from packaging.pylock import Pylock
 from packaging.version import Version
 
 from envlock.errors import ResolveError
-from envlock.lockfile import read_lock
+from envlock.fetch import fetch, store_file
+from envlock.lockfile import Artifact, read_lock
 from envlock.nightly import nightly_date
 from envlock.pipeline import lock_env
+from envlock.resolve import ResolveInputs, _hash_unlisted
+from envlock.store import Store
 from envlock.workspace import Workspace
 from kit.locks import sha256_of
 from kit.universe import Universe
@@ -228,3 +231,30 @@ def test_index_credentials_are_used_but_never_written_or_shown(ws, universe: Uni
     with pytest.raises(ResolveError) as info:
         lock_env(Workspace(ws.root), "e")
     assert "s3cret" not in str(info.value) and f"({universe.pytorch})" in str(info.value)
+
+
+
+def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe, tmp_path: Path) -> None:
+    # uv reports the hashes it computed; for a wheel it reports none for (an index with
+    # neither hashes nor a download by uv), envlock downloads the bytes into the store,
+    # where the sync after the lock finds them, and a relock keeps that hash.
+    store = Store.open(tmp_path / "home")
+    filename = next(f for f in universe.server.indexes["pytorch"].files if f.startswith("torch-2.12.0.dev20260307"))
+    url = universe.server.file_url("pytorch", filename)
+    served = sha256_of(universe.server.indexes["pytorch"].files[filename])
+    inputs = ResolveInputs(index_urls={}, store=store)
+    before = len(universe.server.downloads(filename))
+    sha, size = _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs)
+    art = Artifact(sha256=sha, url=url, size=size)
+    assert sha == served and sha256_of(store_file(store, art)) == served
+    assert len(universe.server.downloads(filename)) == before + 1
+    assert [a.source for a in fetch([art], store, base_dir=tmp_path).artifacts] == ["store"]
+    # A relock: the earlier lock's hash is kept while the store holds its bytes.
+    relock = ResolveInputs(index_urls={}, store=store, hashed={url: art})
+    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size)
+    assert len(universe.server.downloads(filename)) == before + 1
+    store.remove_entry("wheels", sha)
+    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size)
+    assert len(universe.server.downloads(filename)) == before + 2
+    with pytest.raises(ResolveError, match=r"^torch 1.0: cannot hash .*/gone.whl: gone.whl: download failed"):
+        _hash_unlisted("torch", "1.0", universe.server.file_url("pytorch", "gone.whl"), inputs)

@@ -174,6 +174,52 @@ def fetch_one(
         return Fetched(artifact.sha256, final.name, final, got.source, got.downloaded, got.resumed_from)
 
 
+def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float = 0.25) -> Fetched:
+    """Download ``url``, whose index publishes no hash, into the store under the sha256 its bytes have.
+
+    For the resolver (PyTorch nightlies, GBs each): the lock records the hash computed
+    here and the bytes stay in the store, so the sync that follows does not download
+    them a second time. With no hash to check a resumed prefix against, every attempt
+    starts from the first byte: a prefix from an earlier upload would be hashed as if
+    it were this one.
+    """
+    from envlock import http
+
+    filename = Artifact(sha256="", url=url).filename
+    # Named by the URL (no content hash is known yet): one writer per URL at a time.
+    part = store.partial_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()}.part"
+    failures = 0
+    with _locked_partial(part) as fh:
+        while True:
+            hasher, size = _restart(fh), 0
+            try:
+                with http.open_stream(url, chunk_size=CHUNK) as body:
+                    for chunk in body.chunks:
+                        fh.write(chunk)
+                        hasher.update(chunk)
+                        size += len(chunk)
+                break
+            except http.HttpError as exc:
+                if exc.retryable and failures < retries:
+                    failures += 1
+                    time.sleep(min(backoff * 2 ** (failures - 1), 10.0))
+                    continue
+                part.unlink(missing_ok=True)
+                raise FetchError(
+                    f"{filename}: download failed from {url}: {exc.reason}"
+                    + (f" (after {failures} retries)" if failures else "")
+                ) from None
+        artifact = Artifact(sha256=hasher.hexdigest(), url=url, size=size)
+        final = store_file(store, artifact)
+        if final.is_file():  # the same bytes came from another URL before
+            part.unlink()
+        else:
+            fh.flush()
+            os.fsync(fh.fileno())
+            _commit(store, part, artifact)
+    return Fetched(artifact.sha256, filename, final, "download", size)
+
+
 @dataclass(frozen=True)
 class _Got:
     source: str

@@ -204,19 +204,6 @@ def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
     return Page(url=final, content_type=content_type, text=body.decode(charset, errors="replace"))
 
 
-def hash_url(url: str, *, timeout: float = 60.0) -> tuple[str, int]:
-    """Stream ``url`` and return its (sha256 hex, size) without keeping the body in memory."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    size = 0
-    with open_stream(url, timeout=timeout) as body:
-        for chunk in body.chunks:
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
 @dataclass(frozen=True)
 class Body:
     """A streaming response body: ``chunks`` yields the file's bytes from offset ``start``."""

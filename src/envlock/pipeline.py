@@ -113,9 +113,11 @@ def lock_env(
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
     states = _sources_for_lock(ws, spec, old, source_mirrors(spec, sources_from))
     build_sources, build_requires, build_vars = resolve_build_inputs(spec, states)
+    # Hashes an index does not publish were computed from bytes now in the store.
+    hashed = {a.url: a for p in old.packages for a in p.wheels if a.url} if old is not None else {}
     resolution = resolve.resolve(spec, resolve.ResolveInputs(
         index_urls=urls, cache_dir=cache_dir, build_sources=build_sources,
-        extra_requirements=build_requires, build_env=build_vars,
+        extra_requirements=build_requires, build_env=build_vars, hashed=hashed,
     ))
     lock = Lock(
         env=env,

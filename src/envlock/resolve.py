@@ -20,6 +20,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urldefrag
 
 from packaging.requirements import Requirement
@@ -33,6 +34,9 @@ from envlock.indexes import IndexFile, Listings
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.nightly import select_nightly
 from envlock.spec import EnvSpec
+
+if TYPE_CHECKING:
+    from envlock.store import Store
 
 # An override to a marker that is never true removes a package from the resolution
 # (uv's documented way to drop a dependency that an upstream package declares).
@@ -57,6 +61,10 @@ class ResolveInputs:
     extra_requirements: tuple[str, ...] = ()
     build_env: Mapping[str, str] = field(default_factory=dict)  # env vars for metadata builds
     cache_dir: Path | None = None
+    # Where wheels an index publishes no hash for are downloaded to hash them (default:
+    # the user's store), and what an earlier lock found for them (URL -> artifact).
+    store: Store | None = None
+    hashed: Mapping[str, Artifact] = field(default_factory=dict)
 
 
 def index_urls(spec: EnvSpec, mirrors: Mapping[str, str]) -> dict[str, str]:
@@ -358,11 +366,8 @@ def _checked_packages(
             listed_sha = found.sha256
         sha = _sha_of(wheel) or listed_sha
         size = wheel.get("size")
-        if sha is None:  # the index publishes no hash (PyTorch nightlies): compute it
-            try:
-                sha, size = http.hash_url(url)
-            except http.HttpError as exc:
-                raise ResolveError(f"{name} {version}: cannot hash {url}: {exc.reason}") from None
+        if sha is None:  # the index publishes no hash (PyTorch nightlies): hash the bytes
+            sha, size = _hash_unlisted(name, version, url, inputs)
         if listed_sha is not None and listed_sha != sha:
             raise ResolveError(f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {listed_sha}")
         artifact = Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None)
@@ -371,6 +376,29 @@ def _checked_packages(
                           index=http.redact(inputs.index_urls[index_name]))
         )
     return tuple(sorted(packages, key=lambda p: p.name))
+
+
+def _hash_unlisted(name: str, version: str, url: str, inputs: ResolveInputs) -> tuple[str, int]:
+    """sha256 and size of a wheel whose index publishes no hash.
+
+    An earlier lock's hash for the same URL is kept when the store holds those bytes
+    (the store is content-addressed: they are what that hash names), so a relock does
+    not download GBs of torch again. Otherwise the wheel is downloaded into the store,
+    where the sync that follows finds it.
+    """
+    from envlock.errors import FetchError
+    from envlock.fetch import fetch_unhashed, store_file
+    from envlock.store import Store
+
+    store = inputs.store or Store.open()
+    earlier = inputs.hashed.get(url)
+    if earlier is not None and earlier.size is not None and store_file(store, earlier).is_file():
+        return earlier.sha256, earlier.size
+    try:
+        got = fetch_unhashed(url, store)
+    except FetchError as exc:
+        raise ResolveError(f"{name} {version}: cannot hash {url}: {exc.message}") from None
+    return got.sha256, got.downloaded
 
 
 def _sha_of(wheel: Mapping[str, object]) -> str | None:
