@@ -220,3 +220,18 @@ def test_unhashed_download_that_fails_leaves_nothing(server: IndexServer, store:
         fetch_unhashed(url, store)
     assert list(store.partial_dir.iterdir()) == []
     assert not (store.root / "wheels").exists()
+
+
+@pytest.mark.parametrize("name", ["..%2F..%2F..%2Fescaped.whl", "%2E%2E", ".hidden.whl", "x.tar.gz"])
+def test_a_file_name_that_would_leave_the_store_entry_is_refused(server: IndexServer, store: Store,
+                                                                 tmp_path: Path, name: str) -> None:
+    # The store path is wheels/<sha256>/<file name from the URL>: an encoded slash in a
+    # URL (a hostile lock or index page) must not write, nor find, a file outside it.
+    url = f"{server.base}/pypi/files/{name}"
+    art = Artifact(sha256="a" * 64, url=url)
+    with pytest.raises(FetchError, match=r"expected a plain \*\.whl file name"):
+        fetch([art], store, base_dir=tmp_path)
+    with pytest.raises(FetchError, match=r"expected a plain \*\.whl file name"):
+        fetch_unhashed(url, store)
+    assert server.downloads() == []
+    assert sorted(p.name for p in store.root.parent.rglob("*") if p.is_file()) == ["layout"]

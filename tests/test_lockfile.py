@@ -100,3 +100,25 @@ def test_pep751_violation_is_reported() -> None:
     text = sample().to_toml().replace('lock-version = "1.0"', 'lock-version = "7.0"')
     with pytest.raises(LockError, match="not a valid PEP 751 lock"):
         validate_pep751(text, "x")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("torch-2.12.0.dev20260307%2Bcu130-cp312-cp312-linux_x86_64.whl", "..%2F..%2F..%2Fescaped.whl",
+         "package 'torch': wheel 'https://x/..%2F..%2F..%2Fescaped.whl' names the file '../../../escaped.whl', "
+         "expected a plain *.whl file name"),
+        ('sha256 = "' + "a" * 64, 'sha256 = "../../x' + "a" * 56,
+         "package 'torch': wheel sha256 '../../x" + "a" * 56 + "' is not 64 lowercase hex digits"),
+        ('url = "https://x/torch', 'nothing = "https://x/torch', "package 'torch': a wheel has neither url nor path"),
+    ],
+)
+def test_wheel_entries_that_could_steer_a_store_path_are_refused(tmp_path: Path, old: str, new: str,
+                                                                 message: str) -> None:
+    text = sample().to_toml()
+    assert old in text
+    path = tmp_path / "pylock.e.toml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(LockError) as info:
+        read_lock(path)
+    assert info.value.message == f"{path}: not an envlock lock ({message}); regenerate it with `envlock lock`"

@@ -21,7 +21,7 @@ from typing import IO, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from envlock.errors import FetchError
-from envlock.lockfile import Artifact
+from envlock.lockfile import Artifact, is_wheel_file_name
 from envlock.store import Store
 
 CHUNK = 1 << 20
@@ -77,8 +77,18 @@ class FetchResult:
         return {a.sha256: a.path for a in self.artifacts}
 
 def store_file(store: Store, artifact: Artifact) -> Path:
-    """Where ``artifact`` lives in the store once fetched."""
+    """Where ``artifact`` lives in the store once fetched.
+
+    ``FetchError`` for a file name that would lead out of its entry (a URL ending in
+    ``..%2F..%2Fx.whl``): nothing is looked up, downloaded or written for it.
+    """
+    _check_file_name(artifact.filename, artifact.url or artifact.path)
     return store.path("wheels", artifact.sha256) / artifact.filename
+
+
+def _check_file_name(filename: str, where: str | None) -> None:
+    if not is_wheel_file_name(filename):
+        raise FetchError(f"{where}: names the file {filename!r}, expected a plain *.whl file name")
 
 
 def fetch(
@@ -186,6 +196,7 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
     from envlock import http
 
     filename = Artifact(sha256="", url=url).filename
+    _check_file_name(filename, url)
     # Named by the URL (no content hash is known yet): one writer per URL at a time.
     part = store.partial_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()}.part"
     failures = 0

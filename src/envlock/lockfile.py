@@ -30,6 +30,7 @@ def canonicalize_name(name: str) -> NormalizedName:
     return cast("NormalizedName", re.sub(r"[-_.]+", "-", name).lower())
 
 LOCK_FORMAT = 1
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -215,15 +216,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         raise ValueError(f"tool.envlock.format is {tool.get('format')!r}, expected {LOCK_FORMAT}")
     packages = []
     for pkg in doc.get("packages", []):
-        wheels = tuple(
-            Artifact(
-                sha256=str(w["hashes"]["sha256"]),
-                url=w.get("url"),
-                path=w.get("path"),
-                size=w.get("size"),
-            )
-            for w in pkg.get("wheels", [])
-        )
+        wheels = tuple(_artifact(pkg["name"], w) for w in pkg.get("wheels", []))
         if not wheels:
             raise ValueError(f"package {pkg['name']!r} has no wheel")
         packages.append(
@@ -270,6 +263,29 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         venv_digest=tool.get("venv-digest"),
         venv_python=tool.get("venv-python"),
     )
+
+
+def _artifact(package: str, wheel: Mapping[str, Any]) -> Artifact:
+    """One ``[[packages.wheels]]`` entry, refused when its hash or file name could steer a store path.
+
+    Both name where the wheel is kept (``wheels/<sha256>/<file name>``), so a lock from
+    a pull request or a hostile index page (``..%2F..%2Fx.whl``) must not reach outside it.
+    """
+    art = Artifact(sha256=str(wheel["hashes"]["sha256"]), url=wheel.get("url"), path=wheel.get("path"),
+                   size=wheel.get("size"))
+    if not _SHA256.fullmatch(art.sha256):
+        raise ValueError(f"package {package!r}: wheel sha256 {art.sha256!r} is not 64 lowercase hex digits")
+    if art.url is None and art.path is None:
+        raise ValueError(f"package {package!r}: a wheel has neither url nor path")
+    if not is_wheel_file_name(art.filename):
+        raise ValueError(f"package {package!r}: wheel {art.url or art.path!r} names the file {art.filename!r}, "
+                         "expected a plain *.whl file name")
+    return art
+
+
+def is_wheel_file_name(name: str) -> bool:
+    """Whether ``name`` is a single ``*.whl`` file name: no folder part, no ``..``, nothing hidden."""
+    return name.endswith(".whl") and not name.startswith(".") and not any(c in name for c in "/\\\0")
 
 
 def read_lock(path: Path) -> Lock:
