@@ -49,6 +49,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envlock import runner, sources
 from envlock.errors import BuildError, SourceError
+from envlock.fetch import store_file
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
 from envlock.spec import BuildSpec
@@ -724,8 +725,7 @@ def env_packages_from_lock(lock: Lock, store: Store, *, exclude: Sequence[str] =
             continue
         found = None
         for art in pkg.wheels:
-            folder = store.path("wheels", art.sha256)
-            candidate = folder / art.filename
+            candidate = store_file(store, art)
             if candidate.is_file():
                 found = BuildEnvPackage(pkg.name, pkg.version, art.sha256, candidate)
                 break

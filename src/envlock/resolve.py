@@ -31,7 +31,7 @@ from packaging.version import Version
 from envlock import http, runner
 from envlock.errors import ResolveError
 from envlock.indexes import IndexFile, Listings
-from envlock.lockfile import Artifact, LockedPackage, NightlyPin
+from envlock.lockfile import Artifact, LockedPackage, NightlyPin, is_wheel_file_name
 from envlock.nightly import select_nightly
 from envlock.spec import EnvSpec
 
@@ -371,6 +371,9 @@ def _checked_packages(
         if listed_sha is not None and listed_sha != sha:
             raise ResolveError(f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {listed_sha}")
         artifact = Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None)
+        if not is_wheel_file_name(artifact.filename):  # a hostile page's ..%2F..%2Fx.whl
+            raise ResolveError(f"{name} {version}: {url} names the file {artifact.filename!r}, "
+                               "expected a plain *.whl file name")
         packages.append(
             LockedPackage(name=name, version=version, wheels=(artifact,),
                           index=http.redact(inputs.index_urls[index_name]))
