@@ -109,7 +109,8 @@ def fetch(
     """
     progress = progress or NullProgress()
     unique = list({a.sha256: a for a in artifacts}.values())
-    have = {a.sha256: store_file(store, a) for a in unique if store_file(store, a).is_file()}
+    where = {a.sha256: store_file(store, a) for a in unique}
+    have = {sha: path for sha, path in where.items() if path.is_file()}
     missing = [a for a in unique if a.sha256 not in have]
     if offline and missing:
         raise FetchError(
