@@ -46,7 +46,10 @@ class Artifact:
     def filename(self) -> str:
         where = self.url if self.url is not None else self.path
         assert where is not None
-        return unquote(urlsplit(where).path.rsplit("/", 1)[-1])
+        if "?" in where or "#" in where:  # the common case skips urlsplit: every lock read checks names
+            where = urlsplit(where).path
+        name = where.rsplit("/", 1)[-1]
+        return unquote(name) if "%" in name else name
 
 
 @dataclass(frozen=True)
