@@ -21,7 +21,7 @@ from typing import IO, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from envlock.errors import FetchError
-from envlock.lockfile import Artifact, is_wheel_file_name
+from envlock.lockfile import Artifact
 from envlock.store import Store
 
 CHUNK = 1 << 20
@@ -82,13 +82,9 @@ def store_file(store: Store, artifact: Artifact) -> Path:
     ``FetchError`` for a file name that would lead out of its entry (a URL ending in
     ``..%2F..%2Fx.whl``): nothing is looked up, downloaded or written for it.
     """
-    _check_file_name(artifact.filename, artifact.url or artifact.path)
+    if problem := artifact.filename_problem():
+        raise FetchError(problem)
     return store.path("wheels", artifact.sha256) / artifact.filename
-
-
-def _check_file_name(filename: str, where: str | None) -> None:
-    if not is_wheel_file_name(filename):
-        raise FetchError(f"{where}: names the file {filename!r}, expected a plain *.whl file name")
 
 
 def fetch(
@@ -196,8 +192,10 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
     """
     from envlock import http
 
-    filename = Artifact(sha256="", url=url).filename
-    _check_file_name(filename, url)
+    probe = Artifact(sha256="", url=url)
+    if problem := probe.filename_problem():
+        raise FetchError(problem)
+    filename = probe.filename
     # Named by the URL (no content hash is known yet): one writer per URL at a time.
     part = store.partial_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()}.part"
     failures = 0

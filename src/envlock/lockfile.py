@@ -51,6 +51,17 @@ class Artifact:
         name = where.rsplit("/", 1)[-1]
         return unquote(name) if "%" in name else name
 
+    def filename_problem(self) -> str | None:
+        """Why ``filename`` cannot be kept as ``wheels/<sha256>/<filename>``, or None when it can.
+
+        Only a plain ``*.whl`` name stays inside its store entry: a lock from a pull
+        request or a hostile index page may end a URL in ``..%2F..%2Fx.whl``.
+        """
+        name = self.filename
+        if name.endswith(".whl") and not name.startswith(".") and not any(c in name for c in "/\\\0"):
+            return None
+        return f"{self.url or self.path!r} names the file {name!r}, expected a plain *.whl file name"
+
 
 @dataclass(frozen=True)
 class LockedPackage:
@@ -280,15 +291,9 @@ def _artifact(package: str, wheel: Mapping[str, Any]) -> Artifact:
         raise ValueError(f"package {package!r}: wheel sha256 {art.sha256!r} is not 64 lowercase hex digits")
     if art.url is None and art.path is None:
         raise ValueError(f"package {package!r}: a wheel has neither url nor path")
-    if not is_wheel_file_name(art.filename):
-        raise ValueError(f"package {package!r}: wheel {art.url or art.path!r} names the file {art.filename!r}, "
-                         "expected a plain *.whl file name")
+    if problem := art.filename_problem():
+        raise ValueError(f"package {package!r}: wheel {problem}")
     return art
-
-
-def is_wheel_file_name(name: str) -> bool:
-    """Whether ``name`` is a single ``*.whl`` file name: no folder part, no ``..``, nothing hidden."""
-    return name.endswith(".whl") and not name.startswith(".") and not any(c in name for c in "/\\\0")
 
 
 def read_lock(path: Path) -> Lock:

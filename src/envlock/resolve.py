@@ -31,7 +31,7 @@ from packaging.version import Version
 from envlock import http, runner
 from envlock.errors import ResolveError
 from envlock.indexes import IndexFile, Listings
-from envlock.lockfile import Artifact, LockedPackage, NightlyPin, is_wheel_file_name
+from envlock.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.nightly import select_nightly
 from envlock.spec import EnvSpec
 
@@ -354,6 +354,8 @@ def _checked_packages(
     for name, version, wheel in wanted:
         index_name = _allowed_index(spec, name)
         url = urldefrag(str(wheel["url"]))[0]
+        if problem := Artifact(sha256="", url=url).filename_problem():  # before anything is downloaded
+            raise ResolveError(f"{name} {version}: {problem}")
         listed_sha = None  # what the index says, for a checked package
         if name in checked:
             found = {f.url: f for f in listings.files(inputs.index_urls[index_name], name)}.get(url)
@@ -371,9 +373,6 @@ def _checked_packages(
         if listed_sha is not None and listed_sha != sha:
             raise ResolveError(f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {listed_sha}")
         artifact = Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None)
-        if not is_wheel_file_name(artifact.filename):  # a hostile page's ..%2F..%2Fx.whl
-            raise ResolveError(f"{name} {version}: {url} names the file {artifact.filename!r}, "
-                               "expected a plain *.whl file name")
         packages.append(
             LockedPackage(name=name, version=version, wheels=(artifact,),
                           index=http.redact(inputs.index_urls[index_name]))
