@@ -79,6 +79,9 @@ def test_install_digest_ignores_venv_digest_but_not_wheels() -> None:
         ('lock-version = "1.0"\n', "not an envlock lock ('tool'); regenerate it with `envlock lock`"),
         ('lock-version = "1.0"\n[tool.envlock]\nformat = 9\n',
          "not an envlock lock (tool.envlock.format is 9, expected 1)"),
+        ('lock-version = "1.0"\n[tool]\nenvlock = 1\n', "not an envlock lock ('int' object has no attribute 'get')"),
+        ('lock-version = "1.0"\npackages = ["x"]\n[tool.envlock]\nformat = 1\n',
+         "not an envlock lock ('str' object has no attribute 'get')"),
     ],
 )
 def test_bad_lock_files(tmp_path: Path, text: str, message: str) -> None:
@@ -111,6 +114,7 @@ def test_pep751_violation_is_reported() -> None:
         ('sha256 = "' + "a" * 64, 'sha256 = "../../x' + "a" * 56,
          "package 'torch': wheel sha256 '../../x" + "a" * 56 + "' is not 64 lowercase hex digits"),
         ('url = "https://x/torch', 'nothing = "https://x/torch', "package 'torch': a wheel has neither url nor path"),
+        ("size = 10", 'size = "10"', "package 'sgl-kernel': wheel size '10' is not a byte count"),
     ],
 )
 def test_wheel_entries_that_could_steer_a_store_path_are_refused(tmp_path: Path, old: str, new: str,

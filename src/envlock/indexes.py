@@ -77,7 +77,7 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
             doc = json.loads(page.text)
             for f in doc["files"]:
                 entries.append((f["filename"], urljoin(page.url, f["url"]), f.get("hashes", {}).get("sha256")))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise PackageIndexError(f"{http.redact(url)}: malformed PEP 691 page ({exc})") from None
     else:
         parser = _Links()

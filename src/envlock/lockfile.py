@@ -218,7 +218,7 @@ class Lock:
     def from_dict(cls, doc: Mapping[str, Any], origin: Path | str) -> Lock:
         try:
             return _lock_from_dict(doc)
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a table where a value belongs
             raise LockError(
                 f"{origin}: not an envlock lock ({exc}); regenerate it with `envlock lock`"
             ) from None
@@ -291,6 +291,8 @@ def _artifact(package: str, wheel: Mapping[str, Any]) -> Artifact:
         raise ValueError(f"package {package!r}: wheel sha256 {art.sha256!r} is not 64 lowercase hex digits")
     if art.url is None and art.path is None:
         raise ValueError(f"package {package!r}: a wheel has neither url nor path")
+    if art.size is not None and (not isinstance(art.size, int) or isinstance(art.size, bool) or art.size < 0):
+        raise ValueError(f"package {package!r}: wheel size {art.size!r} is not a byte count")
     if problem := art.filename_problem():
         raise ValueError(f"package {package!r}: wheel {problem}")
     return art
