@@ -254,3 +254,15 @@ def test_lock_fetches_a_source_through_its_mirror(ws, cli, sg: SgLike,  # type: 
     monkeypatch.setenv("ENVLOCK_SOURCE_SGLIKE", str(sg.repo))
     assert cli("lock", "e").code == 0
     assert ws.lock_text("e") == text
+
+
+def test_a_url_that_looks_like_an_option_runs_nothing(store: Store, tmp_path: Path) -> None:
+    # A mirror from --source or ENVLOCK_SOURCE_* reaches git without the spec's check:
+    # git must get it after "--", where --upload-pack=CMD is a path, not a command to run.
+    marker = tmp_path / "ran"
+    url = f"--upload-pack=touch {marker}; git-upload-pack"
+    with pytest.raises(SourceError):
+        sources.resolve_rev("https://example.invalid/repo", "main", store=store, fetch_from=url)
+    with pytest.raises(SourceError):
+        sources.fetch_commit(store, "https://example.invalid/repo", "a" * 40, fetch_from=url)
+    assert not marker.exists()

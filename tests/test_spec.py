@@ -52,6 +52,13 @@ BAD_SPECS = [
     ('[sources.sglang]\ngit = "https://x/y"\npath = "y"\nrev = "main"',
      ["sources.sglang: expected exactly one of git = \"URL\" or path = \"DIR\"",
       "sources.sglang.rev: only git sources take a rev"]),
+    ('[sources.sglang]\ngit = "--upload-pack=touch pwned; git-upload-pack"\nrev = "-q"',
+     ["sources.sglang.git: expected a repository URL or path, found '--upload-pack=touch pwned; git-upload-pack' "
+      "(git would read it as an option)", "sources.sglang.rev: expected a commit, tag or branch, found '-q'"]),
+    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.cutlass]\n'
+     'git = "--upload-pack=x"\nrev = "' + "a" * 40 + '"',
+     ["builds.k.fetchcontent.cutlass.git: expected a repository URL or path, found '--upload-pack=x' "
+      "(git would read it as an option)"]),
     ('[sources.sglang]\npath = "../outside"',
      ["sources.sglang.path: expected a relative path inside the workspace, found '../outside'"]),
     ('[sources.sglang]\ngit = "https://x/y"\nrev = "main"\npatches = ["/etc/passwd.patch"]',

@@ -203,7 +203,9 @@ def resolve_rev(url: str, rev: str, *, store: Store | None = None, fetch_from: s
     if _HEX40.fullmatch(rev):
         return rev
     remote = fetch_from or url
-    result = runner.git(["ls-remote", remote, rev, f"refs/tags/{rev}^{{}}"])
+    # "--": a URL from a spec, --source or the environment is never read as an option
+    # (--upload-pack=CMD would run CMD).
+    result = runner.git(["ls-remote", "--", remote, rev, f"refs/tags/{rev}^{{}}"])
     if not result.ok:
         raise SourceError(
             f"{url}: cannot list refs to resolve rev {rev!r} (git ls-remote exit {result.returncode})",
@@ -237,7 +239,7 @@ def _fetch_all(mirror: Path, url: str) -> None:
     args: list[str | os.PathLike[str]] = ["--git-dir", mirror, "fetch", "-q", "--no-tags"]
     if (mirror / "shallow").exists():
         args.append("--unshallow")
-    args += [url, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
+    args += ["--", url, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
     _git(args, what=f"{url}: full fetch")
 
 
@@ -259,7 +261,7 @@ def fetch_commit(store: Store, url: str, commit: str, *, fetch_from: str | None 
 
 def _fetch_into(mirror: Path, url: str, commit: str) -> None:
     if not _has_commit(mirror, commit):
-        shallow = runner.git(["--git-dir", mirror, "fetch", "-q", "--no-tags", "--depth", "1", url, commit])
+        shallow = runner.git(["--git-dir", mirror, "fetch", "-q", "--no-tags", "--depth", "1", "--", url, commit])
         if not (shallow.ok and _has_commit(mirror, commit)):
             _fetch_all(mirror, url)
         if not _has_commit(mirror, commit):
@@ -279,7 +281,7 @@ def checkout(store: Store, url: str, commit: str, *, fetch_from: str | None = No
             tree = work / "tree"
             _git(["init", "-q", tree], what=url)
             _git(
-                ["fetch", "-q", "--no-tags", "--depth", "1", str(mirror), f"refs/envlock/{commit}"],
+                ["fetch", "-q", "--no-tags", "--depth", "1", "--", str(mirror), f"refs/envlock/{commit}"],
                 cwd=tree,
                 what=url,
             )

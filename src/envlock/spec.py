@@ -312,6 +312,9 @@ def _parse_sources(p: _Problems, table: dict[str, Any]) -> dict[str, SourceSpec]
             p.add(key, "expected exactly one of git = \"URL\" or path = \"DIR\"")
         if git is not None and rev is None:
             p.add(f"{key}.rev", "missing; a git source needs rev = \"<commit, tag or branch>\"")
+        _check_git_url(p, f"{key}.git", git)
+        if rev is not None and rev.startswith("-"):
+            p.add(f"{key}.rev", f"expected a commit, tag or branch, found {rev!r}")
         if path is not None:
             _check_relpath(p, f"{key}.path", path)
             if rev is not None:
@@ -323,6 +326,12 @@ def _parse_sources(p: _Problems, table: dict[str, Any]) -> dict[str, SourceSpec]
                 p.add(f"{key}.patches[{i}]", f"expected a .patch file, found {patch!r}")
         out[name] = SourceSpec(name=name, git=git, rev=rev, path=path, patches=patches)
     return out
+
+
+def _check_git_url(p: _Problems, key: str, url: str | None) -> None:
+    # envlock passes URLs after "--", so this is for a clear message, not the defence.
+    if url is not None and url.startswith("-"):
+        p.add(key, f"expected a repository URL or path, found {url!r} (git would read it as an option)")
 
 
 def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, SourceSpec]) -> dict[str, BuildSpec]:
@@ -360,6 +369,7 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
             if not _CMAKE_NAME.fullmatch(dep):
                 p.add(dkey, "expected a CMake FetchContent name (letters, digits, _ . + -)")
             git = _get_str(p, spec, "git", dkey, required=True)
+            _check_git_url(p, f"{dkey}.git", git)
             rev = _get_str(p, spec, "rev", dkey, required=True)
             if rev is not None and not _HEX40.fullmatch(rev):
                 p.add(f"{dkey}.rev", f"expected a full 40-hex commit (a tag can move), found {rev!r}")
