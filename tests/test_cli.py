@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from envlock import __version__
+from envlock.errors import SpecError
 from kit.sglike import commit_all, init_repo
 from kit.universe import Universe
 from test_resolve import TORCH, TRITON, spec_text
@@ -46,6 +47,19 @@ def test_bad_spec_exits_2_listing_every_problem(ws, cli) -> None:  # type: ignor
         "the default index by accident)",
     ]
     assert result.out == ""
+
+
+def test_common_options_work_before_and_after_the_command(ws, cli, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", '[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\n'
+                       'default = true\n[packages]\ntorch = { nightly = "yesterday" }\n')
+    monkeypatch.chdir(tmp_path)  # outside the workspace: only --root finds it
+    for args in (["--root", str(ws.root), "lock", "--check", "e"], ["lock", "--root", str(ws.root), "--check", "e"],
+                 ["--root", "/", "lock", "--root", str(ws.root), "--check", "e"]):
+        result = cli(*args)
+        assert (result.code, result.err.splitlines()[0]) == (
+            2, f"envlock: error: {ws.root}/envs/e.toml: 2 problems in env spec 'e'"), args
+    with pytest.raises(SpecError):  # --debug before the command: the error is raised, not printed
+        cli("--debug", "--root", str(ws.root), "lock", "--check", "e")
 
 
 def test_unknown_option_exits_2(ws, cli) -> None:  # type: ignore[no-untyped-def]

@@ -368,10 +368,17 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from pathlib import Path
 
-    common = _Parser(add_help=False)
-    common.add_argument("--root", type=Path, help="workspace root (default: first folder with envs/ from here up)")
-    common.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    common.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    def common_options(default: object) -> argparse.ArgumentParser:
+        options = _Parser(add_help=False)
+        options.add_argument("--root", type=Path, default=default,
+                             help="workspace root (default: first folder with envs/ from here up)")
+        options.add_argument("--debug", action="store_true", default=default, help="show tracebacks for errors")
+        options.add_argument("-q", "--quiet", action="store_true", default=default, help="no progress output")
+        return options
+
+    # Accepted before and after the command. After it, an option not given must leave the
+    # value given before it alone: argparse copies a subcommand's defaults over the top's.
+    top_common, common = common_options(None), common_options(argparse.SUPPRESS)
 
     parser = _Parser(
         prog="envlock",
@@ -380,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
         "bit-reproducible venvs.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        parents=[common],
+        parents=[top_common],
     )
     parser.add_argument("--version", action="version", version=f"envlock {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
