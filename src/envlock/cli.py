@@ -368,7 +368,7 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from pathlib import Path
 
-    def common_options(default: object) -> argparse.ArgumentParser:
+    def common_options(default: object) -> _Parser:
         options = _Parser(add_help=False)
         options.add_argument("--root", type=Path, default=default,
                              help="workspace root (default: first folder with envs/ from here up)")
