@@ -235,3 +235,22 @@ def test_a_file_name_that_would_leave_the_store_entry_is_refused(server: IndexSe
         fetch_unhashed(url, store)
     assert server.downloads() == []
     assert sorted(p.name for p in store.root.parent.rglob("*") if p.is_file()) == ["layout"]
+
+
+def test_the_same_bytes_under_another_file_name_get_that_name_too(store: Store, tmp_path: Path) -> None:
+    # PyYAML-6.0-… from an index and pyyaml-6.0-… from a wheelhouse: one sha256, two names.
+    wheel = build_wheel(tmp_path / "wheels", "PyYAML", "6.0", files={"yaml/__init__.py": "X = 1\n"})
+    other = tmp_path / "house" / wheel.name.replace(wheel.name.split("-")[0], "PyYAML_", 1)
+    other.parent.mkdir()
+    other.write_bytes(wheel.read_bytes())
+    first, second = artifact(wheel, rel=str(wheel)), artifact(other, rel=str(other))
+    assert first.sha256 == second.sha256 and first.filename != second.filename
+    fetch([first], store, base_dir=tmp_path)
+    (got,) = fetch([second], store, base_dir=tmp_path).artifacts
+    assert got.path == store_file(store, second) and got.path.read_bytes() == wheel.read_bytes()
+    assert store_file(store, first).read_bytes() == wheel.read_bytes()  # the first name is still there
+    assert stat.S_IMODE(got.path.stat().st_mode) == 0o444
+    assert store.path("wheels", first.sha256).stat().st_mtime == STORE_MTIME
+    for art in (first, second):
+        assert [a.source for a in fetch([art], store, base_dir=tmp_path).artifacts] == ["store"]
+    assert list(store.partial_dir.iterdir()) == []

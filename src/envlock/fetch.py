@@ -220,14 +220,10 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
                     + (f" (after {failures} retries)" if failures else "")
                 ) from None
         artifact = Artifact(sha256=hasher.hexdigest(), url=url, size=size)
-        final = store_file(store, artifact)
-        if final.is_file():  # the same bytes came from another URL before
-            part.unlink()
-        else:
-            fh.flush()
-            os.fsync(fh.fileno())
-            _commit(store, part, artifact)
-    return Fetched(artifact.sha256, filename, final, "download", size)
+        fh.flush()
+        os.fsync(fh.fileno())
+        _commit(store, part, artifact)
+    return Fetched(artifact.sha256, filename, store_file(store, artifact), "download", size)
 
 
 @dataclass(frozen=True)
@@ -259,14 +255,24 @@ def _locked_partial(part: Path) -> Iterator[IO[bytes]]:
 
 
 def _commit(store: Store, part: Path, artifact: Artifact) -> None:
-    """Move a verified partial file into ``wheels/<sha256>/`` in one rename."""
-    with store.new_entry("wheels", artifact.sha256) as work:
-        target = work / artifact.filename
-        os.rename(part, target)
-        os.chmod(target, 0o444)  # store entries are immutable
-        os.utime(target, (STORE_MTIME, STORE_MTIME))
-    # The rename into place changed the folder's mtime.
-    os.utime(store.path("wheels", artifact.sha256), (STORE_MTIME, STORE_MTIME))
+    """Make a verified partial file ``wheels/<sha256>/<filename>``; the partial is gone after.
+
+    The entry appears in one rename. It may already exist, made by another writer or
+    holding these bytes under another file name (``PyYAML-6.0-…`` from an index,
+    ``pyyaml-6.0-…`` from a wheelhouse): this name is then added as a hard link, which
+    is complete the moment it appears, so every locked name finds its file.
+    """
+    os.chmod(part, 0o444)  # store entries are immutable
+    os.utime(part, (STORE_MTIME, STORE_MTIME))
+    entry = store.path("wheels", artifact.sha256)
+    if not entry.is_dir():
+        with store.new_entry("wheels", artifact.sha256) as work:
+            os.link(part, work / artifact.filename)
+    with contextlib.suppress(FileExistsError):
+        os.link(part, entry / artifact.filename)
+    part.unlink()
+    # Adding a name changed the folder's mtime.
+    os.utime(entry, (STORE_MTIME, STORE_MTIME))
 
 
 def _rehash(fh: IO[bytes]) -> tuple[Any, int]:

@@ -2,7 +2,9 @@
 
 Entries are immutable: each is written under ``tmp/`` and renamed into place in
 one step, so a reader sees either nothing or a complete entry, and a killed
-writer leaves only litter under ``tmp/`` (cleared on the next open).
+writer leaves only litter under ``tmp/`` (cleared on the next open). The one
+addition ever made to a complete entry is another name for the same bytes in a
+``wheels/<sha256>/`` (a hard link: it too appears complete or not at all).
 
 Layout (version 1)::
 
