@@ -126,3 +126,17 @@ def test_verify_reads_every_byte_but_refreshes_the_cache(tmp_path: Path) -> None
     refreshed = HashCache.open(tmp_path / "cache", home)
     assert refreshed.get(os.lstat(venv / "lib" / "pkg" / "a.py")) == hashlib.sha256(b"A = 1\n").hexdigest()
     assert refreshed.get(os.lstat(other)) == "entry of another venv"
+
+
+def test_save_keeps_the_most_recent_unused_entries_up_to_the_limit(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("envlock.hashcache.KEEP_UNUSED", 2)
+    files = [_file(tmp_path / f"f{i}", f"{i}\n".encode(), links=tmp_path / "links") for i in range(5)]
+    for f in files[:4]:  # saved one walk at a time: f0 is the least recently used
+        cache = HashCache.open(tmp_path / "cache", None)
+        cache.put(os.lstat(f), f"digest-{f.name}")
+        cache.save()
+    cache = HashCache.open(tmp_path / "cache", None)
+    cache.put(os.lstat(files[4]), "digest-f4")
+    cache.save()
+    kept = HashCache.open(tmp_path / "cache", None)
+    assert [kept.get(os.lstat(f)) for f in files] == [None, None, "digest-f2", "digest-f3", "digest-f4"]

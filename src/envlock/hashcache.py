@@ -40,7 +40,7 @@ import marshal
 import os
 from pathlib import Path
 
-#: Entries beyond this many, not used by the walk that saves, are dropped on save.
+#: Entries not used by the walk that saves are kept up to this many (the most recent).
 KEEP_UNUSED = 200_000
 _FORMAT = 1
 
@@ -108,10 +108,11 @@ class HashCache:
         """
         if not self._changed:
             return
-        merged = self._new
-        unused = {k: v for k, v in self._old.items() if k not in merged}
-        if len(unused) <= KEEP_UNUSED:
-            merged = {**unused, **merged}
+        # Oldest first: entries are saved in the order they were last used or made, so
+        # trimming the front of the unused ones keeps the most recently useful.
+        unused = [(k, v) for k, v in self._old.items() if k not in self._new]
+        merged = dict(unused[max(0, len(unused) - KEEP_UNUSED):])
+        merged.update(self._new)
         from envlock.store import write_atomic
 
         # A cache that cannot be written only costs the next walk its hits.
