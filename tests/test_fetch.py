@@ -254,3 +254,14 @@ def test_the_same_bytes_under_another_file_name_get_that_name_too(store: Store, 
     for art in (first, second):
         assert [a.source for a in fetch([art], store, base_dir=tmp_path).artifacts] == ["store"]
     assert list(store.partial_dir.iterdir()) == []
+
+
+def test_a_store_that_cannot_be_written_is_a_fetch_error(server: IndexServer, store: Store, tmp_path: Path) -> None:
+    wheel, art = _publish(server, tmp_path, "alpha")
+    # Something in the way of the partial file (a full disk gives an OSError the same way).
+    (store.partial_dir / f"{art.sha256}.part").mkdir(parents=True)
+    with pytest.raises(FetchError) as info:
+        fetch([art], store, base_dir=tmp_path)
+    assert info.value.message == (f"{wheel.name}: Is a directory ({store.partial_dir / art.sha256}.part); "
+                                  "nothing was stored")
+    assert not store_file(store, art).exists()

@@ -123,7 +123,7 @@ def fetch(
 
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(missing)))) as pool:
             futures = [
-                pool.submit(fetch_one, a, store, base_dir=base_dir, retries=retries,
+                pool.submit(_fetch_one, a, store, base_dir=base_dir, retries=retries,
                             backoff=backoff, progress=progress)
                 for a in missing
             ]
@@ -143,7 +143,7 @@ def fetch(
     return FetchResult(tuple(results[a.sha256] for a in unique))
 
 
-def fetch_one(
+def _fetch_one(
     artifact: Artifact,
     store: Store,
     *,
@@ -152,13 +152,11 @@ def fetch_one(
     backoff: float = 0.25,
     progress: Progress | None = None,
 ) -> Fetched:
-    """Fetch one artifact into the store, resuming a partial download left by an earlier run."""
+    """Fetch one artifact not in the store, resuming a partial download left by an earlier run."""
     progress = progress or NullProgress()
     final = store_file(store, artifact)
-    if final.is_file():
-        return Fetched(artifact.sha256, final.name, final, "store")
     part = store.partial_dir / f"{artifact.sha256}.part"
-    with _locked_partial(part) as fh:
+    with _disk_errors(artifact.filename), _locked_partial(part) as fh:
         # Another process may have finished this artifact while we waited for the lock.
         if final.is_file():
             return Fetched(artifact.sha256, final.name, final, "store")
@@ -181,6 +179,15 @@ def fetch_one(
         return Fetched(artifact.sha256, final.name, final, got.source, got.downloaded, got.resumed_from)
 
 
+@contextlib.contextmanager
+def _disk_errors(filename: str) -> Iterator[None]:
+    """A full disk or an unwritable store is a ``FetchError`` naming the artifact and the file."""
+    try:
+        yield
+    except OSError as exc:
+        raise FetchError(f"{filename}: {exc.strerror or exc} ({exc.filename}); nothing was stored") from None
+
+
 def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float = 0.25) -> Fetched:
     """Download ``url``, whose index publishes no hash, into the store under the sha256 its bytes have.
 
@@ -199,7 +206,7 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
     # Named by the URL (no content hash is known yet): one writer per URL at a time.
     part = store.partial_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()}.part"
     failures = 0
-    with _locked_partial(part) as fh:
+    with _disk_errors(filename), _locked_partial(part) as fh:
         while True:
             hasher, size = _restart(fh), 0
             try:
@@ -378,12 +385,14 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
             "expected the wheel recorded in the lock (build it with `envlock build`)"
         ) from None
     progress.begin(artifact.filename, artifact.size)
-    with src:
-        while chunk := src.read(CHUNK):
-            fh.write(chunk)
-            hasher.update(chunk)
-            progress.advance(artifact.filename, len(chunk))
-    progress.end(artifact.filename)
+    try:
+        with src:
+            while chunk := src.read(CHUNK):
+                fh.write(chunk)
+                hasher.update(chunk)
+                progress.advance(artifact.filename, len(chunk))
+    finally:
+        progress.end(artifact.filename)
     actual = hasher.hexdigest()
     if actual != artifact.sha256:
         _restart(fh)
