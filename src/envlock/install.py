@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import sys
 import time
@@ -27,7 +26,7 @@ from typing import Any
 
 from envlock import runner
 from envlock.errors import InstallError, VerifyError
-from envlock.lockfile import Lock
+from envlock.lockfile import Lock, canonicalize_name
 from envlock.quick import MANIFEST_NAME  # defined where the fast no-op reads it
 from envlock.store import Store, write_atomic
 from envlock.verify import Manifest, compare, load_manifest, manifest
@@ -176,7 +175,7 @@ def install(
 def _wheel_is(filename: str, name: str, version: str) -> bool:
     """Whether wheel ``filename`` is distribution ``name`` (canonical) at ``version``."""
     parts = filename[:-4].split("-") if filename.endswith(".whl") else []
-    if len(parts) not in (5, 6) or re.sub(r"[-_.]+", "-", parts[0]).lower() != name:
+    if len(parts) not in (5, 6) or canonicalize_name(parts[0]) != name:
         return False
     if parts[1] == version:
         return True
