@@ -140,8 +140,9 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.store import Store
     from envlock.sync import quick_noop
 
-    # The no-op check of main()'s fast path, for the cases it leaves to us (--json):
-    # answer from the env's stamp before importing the pipeline (see envlock.quick).
+    # The no-op check of main()'s fast path, for the one case it leaves to us (--json; in
+    # text mode it has already said no): answer from the env's stamp before importing
+    # the pipeline (see envlock.quick).
     result = None
     lock_file = spec_file = None
     if args.lock is None:
@@ -151,7 +152,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         from pathlib import Path
 
         lock_file = Path(args.lock).absolute()
-    if lock_file is not None:
+    if lock_file is not None and args.json:
         result = quick_noop(Store.open(), args.env, lock_file,
                             None if args.frozen or args.lock is not None else spec_file)
     if result is None:
