@@ -129,3 +129,12 @@ def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Unive
     sync(cli)
     assert len(built_inputs(home) - before) == 1
     assert in_env(ws.root, "import sglike_kernel as k; print(k.mul(6, 7))") == "43"
+
+    # A relock through a mirror (--index): the build requirements resolve there too, so
+    # the recorded builds carry over even though the spec's own index URL is unreachable.
+    builds_before = ws.lock_text("e").split("[tool.envlock.builds.", 1)[1]
+    ws.write_spec("e", spec(universe, sg, tinydep="1.1", torch=TORCH_B).replace(
+        f'url = "{universe.pypi}"', 'url = "http://127.0.0.1:9/simple"'))
+    relock = cli("lock", "e", "--index", f"pypi={universe.pypi}")
+    assert relock.code == 0, relock.err
+    assert ws.lock_text("e").split("[tool.envlock.builds.", 1)[1] == builds_before

@@ -130,7 +130,8 @@ def lock_env(
         nightlies=resolution.nightlies,
         sources={name: state.locked() for name, state in states.items()},
     )
-    lock = _carry_builds(ws, spec, states, lock, old)  # unchanged build inputs keep their wheel
+    # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
+    lock = _carry_builds(ws, spec, states, lock, old, urls[spec.default_index.name])
     if old is not None and old.install_digest() == lock.install_digest():
         lock = lock.with_venv_digest(old.venv_digest, old.venv_python)  # same wheels: the recorded venv holds
     # PEP 751 validity comes from the writer (tests load every shape it writes with
@@ -467,7 +468,10 @@ class BuildReport:
 
 
 def _default_index_url(spec: EnvSpec) -> str:
-    return mirrors_from_env(spec).get(spec.default_index.name, spec.default_index.url)
+    """The default index's URL with ``ENVLOCK_INDEX_*`` mirrors applied, as ``lock`` resolves it."""
+    from envlock import resolve
+
+    return resolve.index_urls(spec, mirrors_from_env(spec))[spec.default_index.name]
 
 
 def build_env(
@@ -514,7 +518,7 @@ def build_env(
     store = Store.open()
     states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted},
                              mirrors=source_mirrors(spec, sources_from))
-    requests = _build_requests(ws, spec, states, lock, store, wanted)
+    requests = _build_requests(ws, spec, states, lock, store, wanted, _default_index_url(spec))
     built: list[BuiltWheel] = []
     checks: list[CheckResult] = []
     for b in wanted:
@@ -664,7 +668,7 @@ def _sources_for_lock(
 
 
 def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, store: Store,
-                    builds: Iterable[BuildSpec]) -> dict[str, BuildRequest]:
+                    builds: Iterable[BuildSpec], index_url: str) -> dict[str, BuildRequest]:
     """The request of each build whose source is prepared: what ``build_env`` builds and
     ``_carry_builds`` compares digests of, so they must be made one way.
 
@@ -682,7 +686,6 @@ def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceSta
         runtime = [p.wheels[0] for p in lock.packages if p.name not in local]
         fetch.fetch(runtime, store, base_dir=ws.lock_path(spec.name).parent)
         env_packages = build.env_packages_from_lock(lock, store, exclude=tuple(local))
-    index_url = _default_index_url(spec)
     out = {}
     for b in builds:
         state = states[b.source]
@@ -694,7 +697,7 @@ def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceSta
 
 
 def _carry_builds(
-    ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, old: Lock | None
+    ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, old: Lock | None, index_url: str
 ) -> Lock:
     """Keep the old lock's build records (and PEP 751 entries) whose input digest is unchanged.
 
@@ -711,7 +714,7 @@ def _carry_builds(
     from envlock.store import Store
 
     store = Store.open()
-    requests = _build_requests(ws, spec, states, lock, store, spec.builds.values())
+    requests = _build_requests(ws, spec, states, lock, store, spec.builds.values(), index_url)
     kept_builds = {}
     kept_packages = []
     old_packages = {p.name: p for p in old.packages}
