@@ -51,9 +51,8 @@ def redact(url: str) -> str:
     parts = urlsplit(url)
     if parts.username is None and parts.password is None:
         return url
-    host = parts.hostname or ""
-    netloc = host if parts.port is None else f"{host}:{parts.port}"
-    return parts._replace(netloc=netloc).geturl()
+    # The netloc after "@", as written: hostname would drop an IPv6 literal's brackets.
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 # -- connections ---------------------------------------------------------------
@@ -151,7 +150,7 @@ def _request(
         auth = _credentials(url) if parts.hostname == start_host else None
         if auth:
             sent["Authorization"] = auth
-        netloc = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+        netloc = parts.netloc.rpartition("@")[2]  # host[:port], an IPv6 literal keeping its brackets
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         for attempt in (0, 1):
             conn, new = _connection(parts.scheme, parts.hostname, port, timeout)
