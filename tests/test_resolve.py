@@ -180,6 +180,13 @@ def test_mirror_by_option_and_environment(ws, cli, universe: Universe, monkeypat
     monkeypatch.setenv("ENVLOCK_INDEX_PYTORCH", universe.pytorch)
     assert cli("lock", "e").code == 0
     assert ws.lock_text("e") == by_option
+    # A mirror's credentials are used, never printed (the output lands in CI logs).
+    secret = universe.pytorch.replace("http://", "http://ci:s3cret@")
+    for extra in ((), ("--json",)):
+        shown = cli("lock", "e", "--index", f"pytorch={secret}", *extra)
+        assert shown.code == 0, shown.err
+        assert "s3cret" not in shown.out + shown.err and universe.pytorch in shown.out
+    assert ws.lock_text("e") == by_option
 
 
 def test_real_qwen_spec_index_part_locks_against_mirrors(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]

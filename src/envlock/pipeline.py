@@ -102,7 +102,7 @@ def lock_env(
 
     ``spec``: the env's spec when the caller has read it already.
     """
-    from envlock import resolve
+    from envlock import http, resolve
 
     spec = spec or load_env_spec(ws, env)
     all_mirrors = {**mirrors_from_env(spec), **(mirrors or {})}
@@ -146,7 +146,7 @@ def lock_env(
         changed=changed,
         packages=len(lock.packages),
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
-        mirrors=all_mirrors,
+        mirrors={name: http.redact(url) for name, url in all_mirrors.items()},  # printed: no credentials
         lock=lock,
     )
 
