@@ -12,8 +12,9 @@ from packaging.version import Version
 
 from envlock.errors import ResolveError
 from envlock.fetch import fetch, store_file
+from envlock.indexes import IndexFile
 from envlock.lockfile import Artifact, read_lock
-from envlock.nightly import nightly_date
+from envlock.nightly import nightly_date, select_nightly
 from envlock.pipeline import lock_env
 from envlock.resolve import ResolveInputs, _hash_unlisted
 from envlock.store import Store
@@ -265,3 +266,11 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
     assert len(universe.server.downloads(filename)) == before + 2
     with pytest.raises(ResolveError, match=r"^torch 1.0: cannot hash .*/gone.whl: gone.whl: download failed"):
         _hash_unlisted("torch", "1.0", universe.server.file_url("pytorch", "gone.whl"), inputs)
+
+
+@pytest.mark.parametrize("local", ["cu130", "CU130", "Cu130"])
+def test_nightly_local_tag_is_compared_as_pep440_normalizes_it(local: str) -> None:
+    files = [IndexFile(f"torch-{v}-cp311-cp311-linux_x86_64.whl", f"https://x/{v}.whl", Version(v), None)
+             for v in ("2.12.0.dev20260307+cu130", "2.12.0.dev20260307+cpu", "2.12.0.dev20260306+cu130")]
+    assert select_nightly(files, date="2026-03-07", local=local, key="packages.torch.nightly",
+                          index_name="pytorch", index_url="https://x") == Version("2.12.0.dev20260307+cu130")
