@@ -42,9 +42,9 @@ def select_nightly(
     """The newest version listed for ``date`` (and ``local`` tag); ``ResolveError`` naming nearby dates."""
     by_date: dict[str, set[Version]] = {}
     # As PEP 440 normalizes Version.local: "CU130" and "cu_130" are +cu130 and +cu.130.
-    wanted = None if local is None else local.lower().replace("_", ".").replace("-", ".")
+    tag_wanted = None if local is None else local.lower().replace("_", ".").replace("-", ".")
     for f in files:
-        if wanted is not None and f.version.local != wanted:
+        if tag_wanted is not None and f.version.local != tag_wanted:
             continue
         day = nightly_date(f.version)
         if day is not None:
