@@ -48,3 +48,16 @@ def test_added_and_removed_packages_and_sources() -> None:
                                                                                                tree_digest="sha256:1")})
     rows = [(c.kind, c.name, c.action) for c in diff_locks(old, new, old_label="a", new_label="b").changes]
     assert rows == [("package", "sgl-kernel", "removed"), ("source", "extra", "added")]
+
+
+def test_a_build_is_a_rebuild_only_when_its_inputs_changed() -> None:
+    old = sample()
+    recorded = old.builds["sgl-kernel"]
+    same_inputs = replace(old, builds={"sgl-kernel": replace(recorded, sha256="9" * 64)})
+    new_inputs = replace(old, builds={"sgl-kernel": replace(recorded, input_digest="sha256:" + "8" * 64)})
+    rows = [(c.kind, c.name, c.old, c.new, c.note) for c in diff_locks(old, same_inputs, old_label="a",
+                                                                        new_label="b").changes]
+    assert rows == [("build", "sgl-kernel", "b" * 64, "9" * 64, "same inputs, another wheel sha256")]
+    rows = [(c.kind, c.name, c.old, c.new, c.note) for c in diff_locks(old, new_inputs, old_label="a",
+                                                                        new_label="b").changes]
+    assert rows == [("build", "sgl-kernel", recorded.input_digest, "sha256:" + "8" * 64, "inputs changed: rebuild")]

@@ -86,7 +86,11 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str) -> LockD
                 changes.append(Change("patch", path, pa.get(path), pb.get(path), f"source {name}"))
     for name in sorted(set(old.builds) | set(new.builds)):
         ba, bb = old.builds.get(name), new.builds.get(name)
-        if ba != bb:
+        if ba == bb:
+            continue
+        if ba and bb and ba.input_digest == bb.input_digest:  # a build that did not reproduce
+            changes.append(Change("build", name, ba.sha256, bb.sha256, "same inputs, another wheel sha256"))
+        else:
             changes.append(Change("build", name, ba.input_digest if ba else None, bb.input_digest if bb else None,
                                   "inputs changed: rebuild" if ba and bb else ""))
     return LockDiff(old=old_label, new=new_label, changes=tuple(changes), unchanged=unchanged)
