@@ -11,6 +11,7 @@ import pytest
 
 from envlock import __version__
 from envlock.errors import SpecError
+from envlock.workspace import Workspace
 from kit.sglike import commit_all, init_repo
 from kit.universe import Universe
 from test_resolve import TORCH, TRITON, spec_text
@@ -141,6 +142,22 @@ def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> N
     missing_rev = cli("diff", "locks/pylock.e.toml@nope", "e")
     assert missing_rev.code == 2
     assert "git has no locks/pylock.e.toml at 'nope'" in missing_rev.err
+    # An absolute PATH@REV through a symlink to the workspace reads the same file.
+    link = ws.root.parent / "ws-link"
+    link.symlink_to(ws.root)
+    via_link = cli("diff", f"{link}/locks/pylock.e.toml@HEAD", "e")
+    assert via_link.code == 0, via_link.err
+    assert via_link.out.splitlines()[2:] == result.out.splitlines()[2:]
+
+
+def test_workspace_paths_are_shown_relative_even_through_a_symlinked_folder(tmp_path: Path) -> None:
+    outside = tmp_path / "big-disk" / "wheelhouse"
+    outside.mkdir(parents=True)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "wheelhouse").symlink_to(outside)
+    ws = Workspace(tmp_path / "ws")
+    assert ws.relative(ws.wheelhouse / "k-1.0-py3-none-any.whl") == "wheelhouse/k-1.0-py3-none-any.whl"
+    assert ws.relative(tmp_path / "elsewhere.whl") == str(tmp_path / "elsewhere.whl")
 
 
 def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:

@@ -254,9 +254,8 @@ def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
     if not rev and "/" not in ref and not ref.endswith(".toml"):
         path = ws.lock_path(ref)  # an env name
         return LockRef(read_lock(path), ws.relative(path), path, path.parent)
-    path = Path(path_part)
-    if not path.is_absolute():
-        path = (Path.cwd() / path).resolve()
+    # Resolved either way: git names files by the repository's real path, not a symlink's.
+    path = (Path.cwd() / path_part).resolve()
     if not rev:
         return LockRef(read_lock(path), ref, path, path.parent)
     top = runner.git(["rev-parse", "--show-toplevel"], cwd=path.parent if path.parent.is_dir() else ws.root)

@@ -58,4 +58,12 @@ class Workspace:
         return self.root / "wheelhouse"
 
     def relative(self, path: Path) -> str:
-        return path.resolve().relative_to(self.root).as_posix()
+        """``path`` (built from ``root``) as people see it in the workspace; whole if it lies elsewhere.
+
+        Not resolved: a symlinked ``wheelhouse/`` (multi-GB builds on another disk) still
+        reads ``wheelhouse/x.whl``.
+        """
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
