@@ -16,6 +16,7 @@ import pytest
 
 from envlock import build, patch, runner, sources
 from envlock.errors import BuildError
+from envlock.install import find_python
 from envlock.spec import BuildSpec, FetchContentInput, SourceSpec
 from envlock.store import Store
 from kit import sglike
@@ -378,3 +379,19 @@ def test_normalize_wheel_fixes_times_and_modes(tmp_path: Path) -> None:
     assert [i.filename for i in infos] == ["x/run.sh", "x/a.py"]
     assert {i.date_time for i in infos} == {(2026, 3, 7, 10, 6, 0)}
     assert [i.external_attr >> 16 for i in infos] == [0o100755, 0o100644]
+
+
+def test_the_build_interpreter_does_not_depend_on_a_nearby_venv(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # uv's discovery prefers an active or ./.venv; the build must take what install takes.
+    assert runner.uv(["venv", "-q", "--python", "3.11", str(tmp_path / ".venv")]).ok
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / ".venv"))
+    build._interpreter.cache_clear()
+    try:
+        found = build._interpreter("3.11")
+    finally:
+        build._interpreter.cache_clear()
+    assert found["executable"] == str(find_python("3.11"))
+    assert not found["executable"].startswith(str(tmp_path))
+    assert found["version"].startswith("3.11.") and found["platform"]

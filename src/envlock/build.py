@@ -35,7 +35,6 @@ import json
 import os
 import platform as host_platform
 import shutil
-import sysconfig
 import time
 import tomllib
 import zipfile
@@ -196,22 +195,23 @@ def toolchain() -> dict[str, str]:
 
 @functools.cache
 def _interpreter(python: str) -> dict[str, str]:
-    found = runner.uv(["python", "find", "--no-project", python])
-    if not found.ok:
-        raise BuildError(
-            f"python {python!r}: no such interpreter for the build (uv python find: "
-            f"{found.tail(1)}); expected it installed on this machine"
-        )
-    exe = found.stdout.strip()
+    """The build's interpreter for ``python``: the one install finds for it (never an active
+    or nearby venv's, so a build does not depend on where envlock runs), probed once."""
+    from envlock.errors import InstallError
+    from envlock.install import find_python
+
+    try:
+        exe = str(find_python(python))
+    except InstallError as exc:
+        raise BuildError(f"no interpreter for the build: {exc.message}", details=exc.details) from None
     probe = runner.run(
-        [
-            exe,
-            "-c",
-            "import platform, sysconfig; print(platform.python_version()); print(sysconfig.get_platform())",
-        ]
+        [exe, "-c", "import platform, sysconfig; print(platform.python_version()); print(sysconfig.get_platform())"]
     )
-    version, plat = [*probe.stdout.split(), "?", "?"][:2]
-    return {"executable": exe, "version": version, "platform": plat}
+    fields = probe.stdout.split()
+    if not probe.ok or len(fields) != 2:
+        raise BuildError(f"{exe}: cannot ask the build interpreter its version and platform "
+                         f"(exit {probe.returncode})", details=probe.tail(5).splitlines())
+    return {"executable": exe, "version": fields[0], "platform": fields[1]}
 
 
 # -- build requirements ------------------------------------------------------
@@ -411,7 +411,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         "build-env": {"env-packages": sorted(p.line for p in env), "requirements": list(build_reqs)},
         "python": interpreter["version"],
         "platform": request.platform or "",
-        "host": interpreter["platform"] or sysconfig.get_platform(),
+        "host": interpreter["platform"],
         "machine": host_platform.machine(),
         "toolchain": toolchain(),
     }
