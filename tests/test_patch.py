@@ -282,6 +282,16 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
     with pytest.raises(PatchError, match="nothing to record"):
         patch.record(work, patches_dir, subject="again", why="", upstream="")
 
+    # The files are named as the diff names them (a space is part of a name), and what the
+    # source's .gitignore covers (the byte-code of trying the change) is left out.
+    (work / ".gitignore").write_text("__pycache__/\n")
+    (work / "python/sglike/__pycache__").mkdir()
+    (work / "python/sglike/__pycache__/comm.cpython-311.pyc").write_bytes(b"\x00\xa7binary")
+    (work / "python/sglike/table with space.py").write_text("T = 1\n")
+    second = patch.record(work, patches_dir, subject="Table", why="Kept in git.", upstream="no")
+    assert second.files == (".gitignore", "python/sglike/table with space.py")
+    assert "+T = 1" in second.path.read_text()
+
 
 def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tmp_path: Path) -> None:
     """edit --against NEW: 0001 is upstream (retire), 0002 conflicts (redo + record --refresh), 0003 follows."""

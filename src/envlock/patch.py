@@ -811,6 +811,8 @@ def record(
     state = json.loads(state_file.read_text())
     source = str(state["source"])
     what = f"patch record {source}"
+    # Without -f (unlike edit's levels): what the source's .gitignore covers, such as the
+    # __pycache__ and build output of trying the change, is not part of a patch.
     _git_ok(["add", "-A"], workdir, what)
     diff = _git_ok(
         [
@@ -831,7 +833,6 @@ def record(
     if not diff.strip():
         level = state["levels"][-1] if state["levels"] else "base"
         raise PatchError(f"{workdir}: nothing to record (no change against {level})")
-    names = _git_ok(["diff", "--cached", "--name-only", "--no-renames", "HEAD"], workdir, what).stdout.split()
     pending = [str(p) for p in state.get("pending", [])]
     root = workspace_root or patches_dir.parent.parent  # pending patches are named from the workspace root
     if refresh:
@@ -878,4 +879,5 @@ def record(
             state["levels"].append(nxt.label)
             state["pending"] = state["pending"][1:]
     state_file.write_text(json.dumps(state, indent=2) + "\n")
-    return RecordedPatch(source, target, number, tuple(names), parsed.sha256, tuple(state["pending"]))
+    return RecordedPatch(source, target, number, tuple(f.path for f in parsed.files), parsed.sha256,
+                         tuple(state["pending"]))
