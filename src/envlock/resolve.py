@@ -146,7 +146,7 @@ def pinned_override_wheels(
 
 
 def uv_overrides(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile]) -> list[str]:
-    """The override lines uv gets (in the project and, as uv reads them, on its command line)."""
+    """The override lines uv gets (``overrides.txt``, named on its command line)."""
     overrides = [o for o in spec.resolution.overrides if str(canonicalize_name(Requirement(o).name)) not in pinned]
     overrides += [f"{name} @ {f.url}" for name, f in sorted(pinned.items())]
     # Provided by a local build after resolution: upstream pins on it (sglang's
@@ -192,16 +192,14 @@ def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str,
         if pkg.index:
             sources[str(pkg.name)] = {"index": pkg.index}
     deps += inputs.extra_requirements
-    overrides = uv_overrides(spec, inputs, pinned)
+    # No [tool.uv] override-dependencies: UV_NO_CONFIG drops them (see compile_args); the
+    # indexes and sources below are project metadata, which uv reads either way.
     lines = [
         "[project]",
         'name = "envlock-resolution"',
         'version = "0"',
         f"requires-python = {json.dumps('>=' + spec.python)}",
         f"dependencies = {json.dumps(deps)}",
-        "",
-        "[tool.uv]",
-        f"override-dependencies = {json.dumps(overrides)}",
     ]
     for name in sorted(spec.indexes, key=lambda n: (not spec.indexes[n].default, n)):
         idx = spec.indexes[name]
