@@ -95,7 +95,6 @@ def lock_env(
     *,
     mirrors: Mapping[str, str] | None = None,
     sources_from: Mapping[str, str] | None = None,
-    cache_dir: Path | None = None,
     spec: EnvSpec | None = None,
 ) -> LockResult:
     """Resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes unchanged if nothing changed).
@@ -103,6 +102,7 @@ def lock_env(
     ``spec``: the env's spec when the caller has read it already.
     """
     from envlock import http, resolve
+    from envlock.store import Store
 
     spec = spec or load_env_spec(ws, env)
     all_mirrors = {**mirrors_from_env(spec), **(mirrors or {})}
@@ -111,13 +111,14 @@ def lock_env(
     old_text = _read_text_optional(path)
     old = _lock_optional(old_text, path)
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
-    states = _sources_for_lock(ws, spec, old, source_mirrors(spec, sources_from))
+    store = Store.open()
+    states = _sources_for_lock(ws, spec, store, old, source_mirrors(spec, sources_from))
     build_sources, build_requires, build_vars = resolve_build_inputs(spec, states)
     # Hashes an index does not publish were computed from bytes now in the store.
     hashed = {a.url: a for p in old.packages for a in p.wheels if a.url} if old is not None else {}
     resolution = resolve.resolve(spec, resolve.ResolveInputs(
-        index_urls=urls, cache_dir=cache_dir, build_sources=build_sources,
-        extra_requirements=build_requires, build_env=build_vars, hashed=hashed,
+        index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
+        build_env=build_vars, store=store, hashed=hashed,
     ))
     lock = Lock(
         env=env,
@@ -131,7 +132,7 @@ def lock_env(
         sources={name: state.locked() for name, state in states.items()},
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
-    lock = _carry_builds(ws, spec, states, lock, old, urls[spec.default_index.name])
+    lock = _carry_builds(ws, spec, store, states, lock, old, urls[spec.default_index.name])
     if old is not None and old.install_digest() == lock.install_digest():
         lock = lock.with_venv_digest(old.venv_digest, old.venv_python)  # same wheels: the recorded venv holds
     # PEP 751 validity comes from the writer (tests load every shape it writes with
@@ -657,13 +658,11 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
 
 
 def _sources_for_lock(
-    ws: Workspace, spec: EnvSpec, old: Lock | None, mirrors: Mapping[str, str]
+    ws: Workspace, spec: EnvSpec, store: Store, old: Lock | None, mirrors: Mapping[str, str]
 ) -> dict[str, SourceState]:
     if not spec.sources:
         return {}
-    from envlock.store import Store
-
-    return prepare_sources(ws, spec, Store.open(), lock=old, mirrors=mirrors)
+    return prepare_sources(ws, spec, store, lock=old, mirrors=mirrors)
 
 
 def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, store: Store,
@@ -696,7 +695,8 @@ def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceSta
 
 
 def _carry_builds(
-    ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, old: Lock | None, index_url: str
+    ws: Workspace, spec: EnvSpec, store: Store, states: Mapping[str, SourceState], lock: Lock, old: Lock | None,
+    index_url: str,
 ) -> Lock:
     """Keep the old lock's build records (and PEP 751 entries) whose input digest is unchanged.
 
@@ -710,9 +710,7 @@ def _carry_builds(
     from packaging.utils import canonicalize_name
 
     from envlock import build
-    from envlock.store import Store
 
-    store = Store.open()
     requests = _build_requests(ws, spec, states, lock, store, spec.builds.values(), index_url)
     kept_builds = {}
     kept_packages = []

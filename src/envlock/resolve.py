@@ -60,7 +60,6 @@ class ResolveInputs:
     # Extra requirements to lock with the env (build requirements of non-isolated builds).
     extra_requirements: tuple[str, ...] = ()
     build_env: Mapping[str, str] = field(default_factory=dict)  # env vars for metadata builds
-    cache_dir: Path | None = None
     # Where wheels an index publishes no hash for are downloaded to hash them (default:
     # the user's store), and what an earlier lock found for them (URL -> artifact).
     store: Store | None = None
@@ -213,7 +212,7 @@ def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str,
     return "\n".join(lines) + "\n"
 
 
-def resolve(spec: EnvSpec, inputs: ResolveInputs, *, log: Path | None = None) -> Resolution:
+def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
     """Resolve the spec with uv; check index pins, hashes and same-version sets."""
     with Listings() as listings:
         # Pages the checks need are fetched while uv works.
@@ -225,24 +224,19 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs, *, log: Path | None = None) ->
                 listings.prefetch_names(inputs.index_urls[name])
         nightlies = resolve_nightlies(spec, inputs.index_urls, listings)
         pinned = pinned_override_wheels(spec, inputs.index_urls, nightlies, listings)
-        entries = _run_uv(spec, inputs, pinned, log)
+        entries = _run_uv(spec, inputs, pinned)
         packages = _checked_packages(spec, inputs, entries, listings)
     check_same_version(spec, packages)
     return Resolution(packages=packages, nightlies=nightlies, requires_python=f"=={spec.python}.*")
 
 
-def _run_uv(
-    spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile], log: Path | None
-) -> list[Mapping[str, object]]:
+def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile]) -> list[Mapping[str, object]]:
     work = Path(tempfile.mkdtemp(prefix="envlock-resolve-"))
     try:
         (work / "pyproject.toml").write_text(transient_project(spec, inputs, pinned))
         (work / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, pinned)))
         args = compile_args(spec, inputs)
-        env = dict(inputs.build_env)
-        if inputs.cache_dir is not None:
-            env["UV_CACHE_DIR"] = str(inputs.cache_dir)
-        result = runner.uv(args, cwd=work, env=env, log=log)
+        result = runner.uv(args, cwd=work, env=inputs.build_env)
         if not result.ok:
             raise ResolveError(
                 f"{spec.path}: uv found no resolution for env {spec.name!r}",
