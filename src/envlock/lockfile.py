@@ -311,16 +311,6 @@ def read_lock(path: Path) -> Lock:
     return Lock.from_toml(text, path)
 
 
-def validate_pep751(text: str, origin: Path | str) -> None:
-    """Check the text against ``packaging.pylock`` (the PEP 751 reference reader)."""
-    from packaging.pylock import Pylock, PylockValidationError
-
-    try:
-        Pylock.from_dict(tomllib.loads(text))
-    except PylockValidationError as exc:
-        raise LockError(f"{origin}: not a valid PEP 751 lock: {exc}") from None
-
-
 def _s(value: str) -> str:
     # JSON string escapes are a subset of TOML basic-string escapes.
     import json

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envlock.errors import LockError, SourceError
-from envlock.lockfile import Lock, read_lock, validate_pep751
+from envlock.lockfile import Lock, read_lock
 from envlock.store import write_atomic
 from envlock.workspace import Workspace
 
@@ -445,6 +445,7 @@ class BuildReport:
     checks: tuple[CheckResult, ...]
     notices: tuple[str, ...]
     lock_changed: bool
+    new_lock: Lock  # the lock with these builds (written when lock_changed)
 
     @property
     def rebuilt(self) -> int:
@@ -484,6 +485,7 @@ def build_env(
     write_lock: bool = True,
     sources_from: Mapping[str, str] | None = None,
     on_build: Callable[[str, str], None] | None = None,
+    spec: EnvSpec | None = None,
 ) -> BuildReport:
     """Build the env's ``[builds.*]`` (or just ``packages``) into the wheelhouse and record them in its lock.
 
@@ -491,7 +493,7 @@ def build_env(
     packages. Records each source's commit and patch digests, each build's input digest
     and wheel sha256, and a PEP 751 entry pointing at the wheelhouse. With ``check``, every
     build is also rebuilt from scratch and compared. An ``--override-source`` build is
-    never recorded in the lock.
+    never recorded in the lock. ``spec``: the env's spec when the caller has read it already.
     """
     from dataclasses import replace
 
@@ -502,11 +504,12 @@ def build_env(
     from envlock.lockfile import Artifact, LockedPackage
     from envlock.store import Store
 
-    spec = load_env_spec(ws, env)
+    spec = spec or load_env_spec(ws, env)
     lock_path = ws.lock_path(env)
-    if not lock_path.exists():
+    lock_text = _read_text_optional(lock_path)
+    if lock_text is None:
         raise LockError(f"{lock_path}: no lock file; create it with `envlock lock {env}` before building")
-    lock = read_lock(lock_path)
+    lock = Lock.from_toml(lock_text, lock_path)
     wanted = list(spec.builds.values())
     if packages:
         by_name = {canonicalize_name(b.name): b for b in wanted}  # a build's name is its table key
@@ -549,15 +552,15 @@ def build_env(
     )
     if new.install_digest() != lock.install_digest():
         new = new.with_venv_digest(None)
+    # PEP 751 validity comes from the writer, as in lock_env (tests load every shape it writes).
     text = new.to_toml()
-    validate_pep751(text, lock_path)
-    changed = text != lock_path.read_text(encoding="utf-8")
+    changed = text != lock_text
     if changed and write_lock and not overridden:
         write_atomic(lock_path, text.encode())
     if overridden:
         notices += ("the lock was not updated: an overridden source is not a pin",)
     return BuildReport(env, lock_path, tuple(built), tuple(checks), notices,
-                       changed and write_lock and not overridden)
+                       changed and write_lock and not overridden, new)
 
 
 @dataclass(frozen=True)
@@ -757,9 +760,8 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
     if not missing:
         return lock
     if not frozen:
-        build_env(ws, env, tuple(missing), sources_from=sources_from)
-        return read_lock(lock_path)
-    report = build_env(ws, env, tuple(missing), write_lock=False, sources_from=sources_from)
+        return build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec).new_lock
+    report = build_env(ws, env, tuple(missing), write_lock=False, sources_from=sources_from, spec=spec)
     for w in report.builds:
         recorded = lock.builds.get(w.name)
         if recorded is None:
