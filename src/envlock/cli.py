@@ -429,7 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("env", metavar="ENV")
     p.add_argument("--frozen", action="store_true", help="never write the lock (not even the venv digest)")
     p.add_argument("--offline", action="store_true", help="use the store only; name what is missing")
-    p.add_argument("--lock", metavar="PATH[@REV]", help="sync this lock instead of locks/pylock.ENV.toml")
+    p.add_argument("--lock", metavar="PATH[@REV]",
+                   help="sync this lock instead of locks/pylock.ENV.toml, as it is: no relock, no builds (its "
+                   "built wheels must be in the store or the wheelhouse)")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
