@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import backend_wheels
 from envlock import runner
 from kit.index import IndexServer
+from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
+from kit.wheels import build_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -142,3 +145,32 @@ def test_build_refuses_a_missing_lock_and_unknown_build(ws, cli) -> None:  # typ
     assert r.code == 2 and "no lock file; create it with `envlock lock demo` before building" in r.err
     r = cli("build", "demo", "--override-source", "nope")
     assert r.code == 2 and "--override-source 'nope': expected NAME=PATH" in r.err
+
+
+@pytest.mark.slow
+def test_frozen_sync_rebuilds_from_the_locked_build_requirements(  # type: ignore[no-untyped-def]
+    ws, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The known-good rebuild: the index has newer build tools than the lock recorded, the
+    # wheel is gone from this machine, and sync --frozen must rebuild the recorded wheel.
+    server = IndexServer(tmp_path / "index")
+    server.add_dir("pypi", backend_wheels())
+    server.start()
+    try:
+        _demo(ws.root, server.url("pypi"))
+        assert cli("lock", "demo").code == 0
+        r = cli("sync", "demo")
+        assert r.code == 0, r.err
+        recorded = tomllib.loads(ws.lock_text("demo"))["tool"]["envlock"]["builds"]["mini-kernel"]
+        assert any(line.startswith("scikit-build-core==") for line in recorded["build-requirements"])
+        server.add("pypi", build_wheel(tmp_path / "newer", "scikit_build_core", "99.0",
+                                       files={"scikit_build_core/__init__.py": "raise ImportError('never used')\n"}))
+        shutil.rmtree(ws.root / "wheelhouse")
+        monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh-home"))
+        before = ws.lock_text("demo")
+        r = cli("sync", "demo", "--frozen")
+        assert r.code == 0, r.err
+        assert ws.lock_text("demo") == before
+        assert sha256_of(ws.root / "wheelhouse" / recorded["wheel"]) == recorded["sha256"]
+    finally:
+        server.stop()

@@ -89,6 +89,9 @@ class BuildRequest:
     platform: str | None = None  # the env's target platform
     index_url: str | None = None  # default index for build requirements (None: uv's default)
     env_packages: tuple[BuildEnvPackage, ...] = ()  # isolation = false: the env's locked wheels
+    # The lock's build requirements, taken instead of resolving them again (sync --frozen
+    # rebuilding a recorded wheel: the index may have newer tools since).
+    locked_requirements: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -350,13 +353,15 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
     try:
         if spec.isolation:
             env: list[BuildEnvPackage] = []
-            build_reqs = _compile(
-                system_requires,
-                python=interpreter["version"],
-                index_url=request.index_url,
-                what=what,
-                scratch=scratch,
-            )
+            build_reqs = request.locked_requirements
+            if build_reqs is None:
+                build_reqs = _compile(
+                    system_requires,
+                    python=interpreter["version"],
+                    index_url=request.index_url,
+                    what=what,
+                    scratch=scratch,
+                )
         else:
             if not spec.requires:
                 raise BuildError(
@@ -373,20 +378,22 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
                 if canonicalize_name(p.name) != canonicalize_name(spec.name)
             ]
             in_env = {canonicalize_name(p.name) for p in env}
-            wanted = [r for r in spec.requires if canonicalize_name(Requirement(r).name) not in in_env]
-            pins = [f"{canonicalize_name(p.name)}=={p.version}" for p in env]
-            build_reqs = tuple(
-                line
-                for line in _compile(
-                    wanted,
-                    python=interpreter["version"],
-                    index_url=request.index_url,
-                    what=what,
-                    constraints=pins,
-                    scratch=scratch,
+            build_reqs = request.locked_requirements
+            if build_reqs is None:
+                wanted = [r for r in spec.requires if canonicalize_name(Requirement(r).name) not in in_env]
+                pins = [f"{canonicalize_name(p.name)}=={p.version}" for p in env]
+                build_reqs = tuple(
+                    line
+                    for line in _compile(
+                        wanted,
+                        python=interpreter["version"],
+                        index_url=request.index_url,
+                        what=what,
+                        constraints=pins,
+                        scratch=scratch,
+                    )
+                    if canonicalize_name(line.partition("==")[0]) not in in_env
                 )
-                if canonicalize_name(line.partition("==")[0]) not in in_env
-            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     fc_dirs: dict[str, Path] = {}

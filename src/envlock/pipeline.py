@@ -343,7 +343,7 @@ def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,
 
 if TYPE_CHECKING:
     from envlock.build import BuildRequest, BuiltWheel, CheckResult
-    from envlock.lockfile import LockedSource
+    from envlock.lockfile import LockedBuild, LockedSource
     from envlock.patch import EditSession, PatchedTree, PatchStatus, RecordedPatch
     from envlock.sources import PreparedSource
     from envlock.spec import BuildSpec, SourceSpec
@@ -482,7 +482,7 @@ def build_env(
     *,
     check: bool = False,
     overrides: Mapping[str, Path] | None = None,
-    write_lock: bool = True,
+    frozen: bool = False,
     sources_from: Mapping[str, str] | None = None,
     on_build: Callable[[str, str], None] | None = None,
     spec: EnvSpec | None = None,
@@ -493,7 +493,9 @@ def build_env(
     packages. Records each source's commit and patch digests, each build's input digest
     and wheel sha256, and a PEP 751 entry pointing at the wheelhouse. With ``check``, every
     build is also rebuilt from scratch and compared. An ``--override-source`` build is
-    never recorded in the lock. ``spec``: the env's spec when the caller has read it already.
+    never recorded in the lock. ``frozen``: rebuild what the lock records, from its build
+    requirements, and leave the lock as it is. ``spec``: the env's spec when the caller has
+    read it already.
     """
     from dataclasses import replace
 
@@ -521,7 +523,8 @@ def build_env(
     store = Store.open()
     states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted},
                              mirrors=source_mirrors(spec, sources_from))
-    requests = _build_requests(ws, spec, states, lock, store, wanted, _default_index_url(spec))
+    requests = _build_requests(ws, spec, states, lock, store, wanted, _default_index_url(spec),
+                               locked=lock.builds if frozen else {})
     built: list[BuiltWheel] = []
     checks: list[CheckResult] = []
     for b in wanted:
@@ -555,12 +558,12 @@ def build_env(
     # PEP 751 validity comes from the writer, as in lock_env (tests load every shape it writes).
     text = new.to_toml()
     changed = text != lock_text
-    if changed and write_lock and not overridden:
+    if changed and not frozen and not overridden:
         write_atomic(lock_path, text.encode())
     if overridden:
         notices += ("the lock was not updated: an overridden source is not a pin",)
     return BuildReport(env, lock_path, tuple(built), tuple(checks), notices,
-                       changed and write_lock and not overridden, new)
+                       changed and not frozen and not overridden, new)
 
 
 @dataclass(frozen=True)
@@ -669,7 +672,8 @@ def _sources_for_lock(
 
 
 def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, store: Store,
-                    builds: Iterable[BuildSpec], index_url: str) -> dict[str, BuildRequest]:
+                    builds: Iterable[BuildSpec], index_url: str,
+                    locked: Mapping[str, LockedBuild] | None = None) -> dict[str, BuildRequest]:
     """The request of each build whose source is prepared: what ``build_env`` builds and
     ``_carry_builds`` compares digests of, so they must be made one way.
 
@@ -690,9 +694,10 @@ def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceSta
     out = {}
     for b in builds:
         state = states[b.source]
+        recorded = (locked or {}).get(b.name)
         out[b.name] = build.BuildRequest(
             b, state.patched.tree, state.prepared.source_date_epoch, spec.python, spec.platform, index_url,
-            () if b.isolation else env_packages,
+            () if b.isolation else env_packages, recorded.requirements if recorded is not None else None,
         )
     return out
 
@@ -761,7 +766,7 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
         return lock
     if not frozen:
         return build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec).new_lock
-    report = build_env(ws, env, tuple(missing), write_lock=False, sources_from=sources_from, spec=spec)
+    report = build_env(ws, env, tuple(missing), frozen=True, sources_from=sources_from, spec=spec)
     for w in report.builds:
         recorded = lock.builds.get(w.name)
         if recorded is None:
