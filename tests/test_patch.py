@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -334,6 +335,26 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
     with pytest.raises(PatchError, match="no pending patch to refresh; record a new one with --subject and --why"):
         patch.record(work, patches_dir, subject=None, why=None, upstream=None, refresh=True,
                      workspace_root=patches_dir)
+
+
+def test_refresh_retires_a_later_patch_the_new_code_already_has(sg: SgLike, store: Store, tmp_path: Path) -> None:
+    """As edit does: after the conflicting patch is redone, a pending one upstream has is retired, not stuck."""
+    tree = sources.checkout(store, sg.url, sg.upstream).tree
+    patches_dir = tmp_path / "patches"
+    patches_dir.mkdir()
+    for name in sg.patches:
+        (patches_dir / name).write_bytes((sg.patches_dir / name).read_bytes())
+    order = (sg.patches[1], sg.patches[0], sg.patches[2])  # the conflict first, then the upstreamed one
+    work = tmp_path / "work"
+    session = patch.edit("sglike", tree, patch.load_patches(patches_dir, order), work, stop_at_conflict=True)
+    assert session.pending == order
+    ops = work / "sgl-kernel/csrc/ops.c"
+    ops.write_text(ops.read_text() + "\n/* redone by hand */\n")
+    recorded = patch.record(work, patches_dir, subject=None, why=None, upstream=None, refresh=True,
+                            workspace_root=patches_dir)
+    assert recorded.upstreamed == (sg.patches[0],)
+    assert recorded.pending == ()
+    assert json.loads((work / ".git" / "envlock-edit.json").read_text())["levels"] == [sg.patches[1], sg.patches[2]]
 
 
 def test_record_needs_an_edit_workdir(tmp_path: Path) -> None:

@@ -351,6 +351,8 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
         rel = ws.relative(recorded.path)
         if args.refresh:
             lines = [f"refreshed {rel} ({len(recorded.files)} files)"]
+            lines += [f"{label} is already upstream here: retire it (drop it from the spec)"
+                      for label in recorded.upstreamed]
             if recorded.pending:
                 lines.append(f"next: {recorded.pending[0]} does not apply either; redo it, then record --refresh again")
             else:

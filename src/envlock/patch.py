@@ -760,6 +760,7 @@ class RecordedPatch:
     files: tuple[str, ...]
     sha256: str
     pending: tuple[str, ...] = ()  # (refresh) patches still to redo by hand, first one conflicting
+    upstreamed: tuple[str, ...] = ()  # (refresh) later patches the new code already has: retire them
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -769,6 +770,7 @@ class RecordedPatch:
             "files": list(self.files),
             "sha256": self.sha256,
             "pending": list(self.pending),
+            "upstreamed": list(self.upstreamed),
         }
 
 
@@ -866,18 +868,23 @@ def record(
     _git_ok(["commit", "-q", "--no-verify", "-m", f"{target.name}\n\n{subject}"], workdir, what)
     state["levels"] = [*state["levels"], label]
     state["pending"] = pending[1:] if refresh else pending
+    upstreamed: list[str] = []
     if refresh:
-        # Carry on with the patches after it, up to the next one that needs a hand.
+        # Carry on with the patches after it, as edit does: apply what applies, retire what
+        # the new code already has, and stop at the next one that needs a hand.
         while state["pending"]:
             nxt = parse_patch_file(root / state["pending"][0], label=state["pending"][0])
             view = TreeView(workdir)
-            _verdict, applies, _failure = view.classify(nxt)
-            if applies is None:  # a conflict (or upstream has it): left pending for a hand
+            verdict, applies, _failure = view.classify(nxt)
+            if verdict == "already-applied":
+                upstreamed.append(nxt.label)
+            elif applies is not None:
+                view.changes.update(applies.changes)
+                _commit_level(workdir, view, nxt, what)
+                state["levels"].append(nxt.label)
+            else:
                 break
-            view.changes.update(applies.changes)
-            _commit_level(workdir, view, nxt, what)
-            state["levels"].append(nxt.label)
             state["pending"] = state["pending"][1:]
     state_file.write_text(json.dumps(state, indent=2) + "\n")
     return RecordedPatch(source, target, number, tuple(f.path for f in parsed.files), parsed.sha256,
-                         tuple(state["pending"]))
+                         tuple(state["pending"]), tuple(upstreamed))
