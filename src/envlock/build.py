@@ -122,7 +122,6 @@ class BuiltWheel:
     log: Path
     rebuilt: bool  # False: the stored wheel for these inputs was reused
     build_requirements: tuple[str, ...] = ()
-    notices: tuple[str, ...] = ()
 
     def locked(self) -> LockedBuild:
         return LockedBuild(
@@ -142,7 +141,6 @@ class BuiltWheel:
             "rebuilt": self.rebuilt,
             "log": str(self.log),
             "build-requirements": list(self.build_requirements),
-            "notices": list(self.notices),
         }
 
 

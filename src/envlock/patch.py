@@ -592,10 +592,8 @@ def _find(lines: Sequence[bytes], old: Sequence[bytes], wanted: int, floor: int,
 
 @dataclass(frozen=True)
 class PatchedTree:
-    source: str
     tree: Path  # patched tree in the store (or the unpatched one when there are no patches)
     tree_digest: str  # content digest after patches
-    base_digest: str
     patches: tuple[LockedPatch, ...]
 
 
@@ -607,7 +605,7 @@ def apply_all(source: str, tree: Path, base_digest: str, patches: Sequence[Patch
     """
     locked = tuple(p.locked() for p in patches)
     if not patches:
-        return PatchedTree(source, tree, base_digest, base_digest, ())
+        return PatchedTree(tree, base_digest, ())
     key_text = base_digest + "\n" + "".join(f"{p.path} {p.sha256}\n" for p in locked)
     key = hashlib.sha256(key_text.encode()).hexdigest()
     entry = store.path("sources", f"patched-{key}")
@@ -623,7 +621,7 @@ def apply_all(source: str, tree: Path, base_digest: str, patches: Sequence[Patch
             view.write(work / "tree")
             (work / "tree-digest").write_text(tree_digest(work / "tree") + "\n")
     digest = (entry / "tree-digest").read_text().strip()
-    return PatchedTree(source, entry / "tree", digest, base_digest, locked)
+    return PatchedTree(entry / "tree", digest, locked)
 
 
 @dataclass(frozen=True)

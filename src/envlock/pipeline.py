@@ -349,7 +349,6 @@ if TYPE_CHECKING:
     from envlock.spec import BuildSpec, SourceSpec
     from envlock.store import Store
 
-_HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
 @dataclass(frozen=True)
@@ -368,7 +367,9 @@ def _pinned_commit(src: SourceSpec, lock: Lock | None) -> str | None:
     from this very URL and branch or tag (a branch is followed only when asked to relock)."""
     if src.git is None:
         return None
-    if src.rev and _HEX40.fullmatch(src.rev):
+    from envlock.spec import COMMIT_ID
+
+    if src.rev and COMMIT_ID.fullmatch(src.rev):
         return src.rev
     locked = lock.sources.get(src.name) if lock is not None else None
     if (locked is not None and locked.kind == "git" and locked.location == src.git and locked.commit

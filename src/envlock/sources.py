@@ -26,15 +26,13 @@ import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from envlock import runner
 from envlock.errors import SourceError, UsageError
 from envlock.lockfile import LockedPatch, LockedSource
-from envlock.spec import SourceSpec
+from envlock.spec import COMMIT_ID, SourceSpec
 from envlock.store import Store
 
-_HEX40 = re.compile(r"[0-9a-f]{40}")
 _SHORT_HEX = re.compile(r"[0-9a-f]{4,39}")
 IGNORED_NAMES = frozenset({".git", "__pycache__"})
 
@@ -85,26 +83,11 @@ class PreparedSource:
             patches=tuple(patches),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "location": self.location,
-            "tree": str(self.tree),
-            "tree-digest": self.tree_digest,
-            "commit": self.commit,
-            "commit-time": self.commit_time,
-            "requested-rev": self.requested_rev,
-            "override": str(self.override) if self.override else None,
-            "notice": self.notice,
-        }
-
 
 @dataclass(frozen=True)
 class GitCheckout:
     """One commit of one repository, checked out into the store."""
 
-    url: str
     commit: str
     commit_time: int
     tree: Path
@@ -114,12 +97,12 @@ class GitCheckout:
 # -- overrides ---------------------------------------------------------------
 
 
-def parse_override(value: str, *, cwd: Path | None = None) -> tuple[str, Path]:
+def parse_override(value: str) -> tuple[str, Path]:
     """``NAME=PATH`` from ``--override-source`` -> (name, absolute path of an existing directory)."""
     name, sep, path = value.partition("=")
     if not sep or not name or not path:
         raise UsageError(f"--override-source {value!r}: expected NAME=PATH")
-    folder = (cwd or Path.cwd()) / Path(path).expanduser()
+    folder = Path.cwd() / Path(path).expanduser()
     if not folder.is_dir():
         raise UsageError(f"--override-source {value!r}: {folder} is not a directory")
     return name, folder.resolve()
@@ -200,7 +183,7 @@ def resolve_rev(url: str, rev: str, *, store: Store | None = None, fetch_from: s
     needs history, so it is looked up in the store's mirror of ``url`` after a full fetch.
     ``fetch_from``: where to ask instead of ``url`` (a mirror of it; see ``fetch_commit``).
     """
-    if _HEX40.fullmatch(rev):
+    if COMMIT_ID.fullmatch(rev):
         return rev
     remote = fetch_from or url
     # "--": a URL from a spec, --source or the environment is never read as an option
@@ -223,7 +206,7 @@ def resolve_rev(url: str, rev: str, *, store: Store | None = None, fetch_from: s
         with store.locked(f"git-mirror-{mirror.name}"):
             _fetch_all(mirror, remote)
         found = runner.git(["--git-dir", mirror, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"])
-        if found.ok and _HEX40.fullmatch(found.stdout.strip()):
+        if found.ok and COMMIT_ID.fullmatch(found.stdout.strip()):
             return found.stdout.strip()
         raise SourceError(
             f"{url}: rev {rev!r} names no commit (or an ambiguous one); expected a branch, a tag or a commit hash"
@@ -251,7 +234,7 @@ def fetch_commit(store: Store, url: str, commit: str, *, fetch_from: str | None 
     fetch ``url``'s objects from (a local clone, an internal mirror): safe because the
     commit id is checked, and git ids name content.
     """
-    if not _HEX40.fullmatch(commit):
+    if not COMMIT_ID.fullmatch(commit):
         raise SourceError(f"{url}: expected a full 40-hex commit, found {commit!r}")
     mirror = mirror_path(store, url)
     with store.locked(f"git-mirror-{mirror.name}"):
@@ -299,7 +282,6 @@ def checkout(store: Store, url: str, commit: str, *, fetch_from: str | None = No
             (work / "tree-digest").write_text(tree_digest(tree) + "\n")
             (work / "url").write_text(url + "\n")
     return GitCheckout(
-        url=url,
         commit=commit,
         commit_time=int((entry / "commit-time").read_text().strip()),
         tree=entry / "tree",

@@ -23,7 +23,8 @@ from packaging.utils import NormalizedName, canonicalize_name
 
 from envlock.errors import SpecError
 
-_HEX40 = re.compile(r"[0-9a-f]{40}")
+#: A full git commit id: what a pin must be where a moving rev would be a hole.
+COMMIT_ID = re.compile(r"[0-9a-f]{40}")
 _PYTHON = re.compile(r"3\.\d+(\.\d+)?")
 _PLATFORM = re.compile(r"[a-z0-9_]+-[a-z0-9_.]+")
 _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -371,7 +372,7 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
             git = _get_str(p, spec, "git", dkey, required=True)
             _check_git_url(p, f"{dkey}.git", git)
             rev = _get_str(p, spec, "rev", dkey, required=True)
-            if rev is not None and not _HEX40.fullmatch(rev):
+            if rev is not None and not COMMIT_ID.fullmatch(rev):
                 p.add(f"{dkey}.rev", f"expected a full 40-hex commit (a tag can move), found {rev!r}")
             fetchcontent.append(FetchContentInput(name=dep, git=git or "", rev=rev or ""))
         out[name] = BuildSpec(
