@@ -75,7 +75,7 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
     assert not subprocess.run(["grep", "-rl", str(tmp_path / "home"), venv], capture_output=True).stdout
     assert not list(venv.rglob("*.pyc"))
     assert "relocatable = true" in (venv / "pyvenv.cfg").read_text()
-    assert install.stored_manifest(venv) == result.manifest == verify.manifest(venv)
+    assert verify.stored_manifest(venv) == result.manifest == verify.manifest(venv)
     # No temp litter; the manifest is also kept by digest for later verifies.
     store = Store.open(tmp_path / "home")
     assert list(store.tmp.iterdir()) == [store.partial_dir]

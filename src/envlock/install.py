@@ -29,7 +29,7 @@ from envlock.errors import InstallError, VerifyError
 from envlock.lockfile import Lock, canonicalize_name
 from envlock.quick import MANIFEST_NAME  # defined where the fast no-op reads it
 from envlock.store import Store, write_atomic
-from envlock.verify import Manifest, compare, load_manifest, manifest
+from envlock.verify import Manifest, compare, manifest, stored_manifest
 
 
 @dataclass(frozen=True)
@@ -55,11 +55,6 @@ class InstallResult:
 def venv_key(lock: Lock) -> str:
     """The store key of a lock's venv (its install digest)."""
     return lock.install_digest()
-
-
-def stored_manifest(venv: Path) -> Manifest | None:
-    """The manifest recorded when ``venv`` was built, or None if it is not a complete entry."""
-    return load_manifest(venv / MANIFEST_NAME)
 
 
 def find_python(version: str) -> Path:

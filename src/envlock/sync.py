@@ -261,7 +261,9 @@ def env_path(store: Store, env: str) -> Path:
 
 def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult:
     """Recompute the current generation's venv digest; compare with the lock's (else the recorded one)."""
-    from envlock import install, verify
+    from dataclasses import replace
+
+    from envlock import verify
 
     cur = generations.current(store, env)
     if cur is None:
@@ -271,21 +273,15 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
     expected = recorded or cur.venv_digest
     reference = verify.load_manifest(store.path("manifests", expected))
     if reference is None:
-        stored = install.stored_manifest(venv)
+        stored = verify.stored_manifest(venv)
         reference = stored if stored is not None and stored.digest == expected else None
     result = verify.check(venv, expected, reference, env=env, cache_dir=store.hash_cache)
     if lock is not None and lock.install_digest() != cur.install_digest:
-        return verify.VerifyResult(
-            result.env, result.path, result.expected, result.actual, result.difference,
-            note=f"the current generation ({cur.number}) was built from another lock "
-            f"(install digest {cur.install_digest}); run `envlock sync {env}`",
-        )
+        return replace(result, note=f"the current generation ({cur.number}) was built from another lock "
+                       f"(install digest {cur.install_digest}); run `envlock sync {env}`")
     if lock is not None and lock.venv_digest is not None and recorded is None:
-        return verify.VerifyResult(
-            result.env, result.path, result.expected, result.actual, result.difference,
-            note=f"compared with this generation's own digest: the lock's was recorded with Python "
-            f"{lock.venv_python}, this venv has {venv_python(cur.venv)}",
-        )
+        return replace(result, note=f"compared with this generation's own digest: the lock's was recorded "
+                       f"with Python {lock.venv_python}, this venv has {venv_python(cur.venv)}")
     return result
 
 

@@ -223,7 +223,7 @@ def compare(expected: Mapping[str, str], actual: Mapping[str, str]) -> Differenc
 
 
 def check(venv: Path, expected: str | None, reference: Manifest | None, *, env: str = "",
-          prefix: Path | None = None, cache_dir: Path | None = None) -> VerifyResult:
+          cache_dir: Path | None = None) -> VerifyResult:
     """Recompute ``venv``'s digest from every byte and compare it with ``expected``.
 
     Files are listed when ``reference`` is given. The hash cache in ``cache_dir`` is
@@ -231,7 +231,7 @@ def check(venv: Path, expected: str | None, reference: Manifest | None, *, env: 
     """
     if not venv.is_dir():
         raise VerifyError(f"{venv}: no venv there (expected the env's current generation)")
-    actual = manifest(venv, prefix=prefix, cache_dir=cache_dir, reuse=False)
+    actual = manifest(venv, cache_dir=cache_dir, reuse=False)
     difference = None
     note = ""
     if expected is None:
@@ -240,7 +240,7 @@ def check(venv: Path, expected: str | None, reference: Manifest | None, *, env: 
         difference = compare(reference.entries, actual.entries)
     elif expected != actual.digest:
         note = f"no manifest for {expected} in this store: cannot list the differing files"
-    return VerifyResult(env, str(prefix or venv), expected, actual.digest, difference, note)
+    return VerifyResult(env, str(venv), expected, actual.digest, difference, note)
 
 
 def _needles(prefix: Path, home: str | None) -> list[tuple[bytes, bytes]]:
@@ -333,6 +333,13 @@ def _buffer(size: int) -> bytearray:
 
 def _found(buf: bytearray, end: int, needles: Iterable[tuple[bytes, bytes]]) -> bool:
     return any(buf.find(needle, 0, end) >= 0 for needle, _ in needles)
+
+
+def stored_manifest(venv: Path) -> Manifest | None:
+    """The manifest recorded in a store venv when it was built, or None if it is not a complete entry."""
+    from envlock.quick import MANIFEST_NAME  # defined where the fast no-op reads it
+
+    return load_manifest(venv / MANIFEST_NAME)
 
 
 def load_manifest(path: Path) -> Manifest | None:
