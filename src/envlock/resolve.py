@@ -129,8 +129,8 @@ def pinned_override_wheels(
     out = {}
     for name, version in sorted(exact.items()):
         index = _allowed_index(spec, canonicalize_name(name))
-        files = [f for f in listings.files(urls[index], name)
-                 if f.filename.endswith(".whl") and f.version == Version(version)]
+        wanted = Version(version)  # once, not per listed file (a torch page lists thousands)
+        files = [f for f in listings.files(urls[index], name) if f.filename.endswith(".whl") and f.version == wanted]
         if tags is not None:
             supported = set(tags)
             files = [f for f in files if parse_wheel_filename(f.filename)[3] & supported]
