@@ -17,6 +17,7 @@ Prints the medians and the ratio envlock / uv (target: <= 1.2).
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from kit.universe import build_universe  # noqa: E402
+from kit.universe import Universe, build_universe  # noqa: E402
 from kit.wheels import build_wheel  # noqa: E402
 
 
@@ -38,6 +39,16 @@ def main() -> int:
                     help="extra plain packages (150: 158 locked, the size of the real qwen35-blackwell lock)")
     args = ap.parse_args()
 
+    tmp = Path(tempfile.mkdtemp(prefix="envlock-bench-lock-"))
+    universe = build_universe(tmp / "universe")
+    try:
+        return run(args, tmp, universe)
+    finally:
+        universe.server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, tmp: Path, universe: Universe) -> int:
     from envlock import runner
     from envlock.indexes import Listings
     from envlock.resolve import (
@@ -51,8 +62,6 @@ def main() -> int:
     )
     from envlock.spec import load_spec
 
-    tmp = Path(tempfile.mkdtemp(prefix="envlock-bench-lock-"))
-    universe = build_universe(tmp / "universe")
     extra = [f"benchdep{i:03d}" for i in range(args.packages)]
     for i, name in enumerate(extra):
         requires = [extra[i + 1]] if i + 1 < len(extra) and i % 3 == 0 else []
@@ -85,8 +94,10 @@ flashinfer-jit-cache = {{ version = "==0.6.5+cu130", index = "flashinfer" }}
 exclude = ["sgl-fa4"]
 same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"]]
 """)
-    env = runner.uv_env({"UV_CACHE_DIR": str(tmp / "uv-cache")})
-    envlock_cmd = [sys.executable, "-m", "envlock.cli", "lock", "bench"]
+    env = runner.uv_env({"UV_CACHE_DIR": str(tmp / "uv-cache"), "ENVLOCK_HOME": str(tmp / "home")})
+    # The console script, as users run it (python -m adds runpy's imports), as in sync.py.
+    script = Path(sys.executable).parent / "envlock"
+    envlock_cmd = [*([str(script)] if script.exists() else [sys.executable, "-m", "envlock.cli"]), "lock", "bench"]
 
     # The same transient project envlock hands to uv, for the raw uv run.
     spec = load_spec(ws / "envs" / "bench.toml")
@@ -111,7 +122,6 @@ same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"
     for _ in range(args.runs):
         ours.append(timed(envlock_cmd, ws))
         theirs.append(timed(uv_cmd, raw))
-    universe.server.stop()
     a, b = statistics.median(ours), statistics.median(theirs)
     packages = (ws / "locks" / "pylock.bench.toml").read_text().count("[[packages]]")
     print(f"env: {packages} locked packages, {args.runs} runs each, warm caches, loopback index")

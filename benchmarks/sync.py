@@ -35,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from envlock import runner  # noqa: E402
+from envlock import generations, runner  # noqa: E402
+from envlock.fetch import store_file  # noqa: E402
 from envlock.lockfile import Artifact  # noqa: E402
 from envlock.store import Store  # noqa: E402
 from kit.index import IndexServer  # noqa: E402
@@ -81,10 +82,6 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> floa
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(argv)}\n{proc.stdout}{proc.stderr}")
     return elapsed
-
-
-def median(f: object, n: int) -> float:
-    return statistics.median(f() for _ in range(n))  # type: ignore[operator]
 
 
 def paired(a: Callable[[], float], b: Callable[[], float], n: int) -> tuple[float, float]:
@@ -148,8 +145,10 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     print(f"lock: {len(wheels)} packages, {total / 1e6:.0f} MB of wheels")
 
     # Cold sync: fills the store and warms the uv cache for both tools.
-    cold = timed([*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path)], env, ws)
-    files = sum(len(names) for _, _, names in os.walk(home / "v1" / "envs" / "bench" / "current" / ""))
+    sync_argv = [*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path)]
+    cold = timed(sync_argv, env, ws)
+    store = Store.open(home)
+    files = sum(len(names) for _, _, names in os.walk(generations.stable_path(store, "bench") / ""))
     print(f"cold sync (download + install + digest): {cold:.2f}s; the venv has {files} files")
     # A user's install has envlock's byte-code: make sure the runs below use it.
     import importlib.util
@@ -159,9 +158,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     pyc = importlib.util.cache_from_source(envlock_cli.__file__)
     if not os.path.exists(pyc):
         print(f"WARNING: {pyc} was not written: envlock's imports are measured without byte-code")
-    store = Store.open(home)
     key = lock.install_digest()
-    sync_argv = [*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path)]
 
     # 1. Warm sync: all wheels in the store, the venv entry removed, a new generation.
     #    The venv is installed by uv and hashed before the flip, like the peer's fresh venv.
@@ -172,7 +169,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     # Also shown (no target): the venv entry is still in the store (an earlier sync of this
     # lock), only a new generation is made; the entry is re-walked before it becomes current.
     def reuse() -> float:
-        (store.path("envs", "bench") / "current").unlink()
+        generations.stable_path(store, "bench").unlink()
         return timed(sync_argv, env, ws)
 
     # The peer's wheels sit in one folder, as a user's wheelhouse would (hard links to
@@ -182,7 +179,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     for p in lock.packages:
         name = p.wheels[0].filename
         if not (wheelhouse / name).exists():
-            os.link(home / "v1" / "wheels" / p.wheels[0].sha256 / name, wheelhouse / name)
+            os.link(store_file(store, p.wheels[0]), wheelhouse / name)
     find_links = ["--find-links", str(wheelhouse)]
     reqs = work / "requirements.txt"
     reqs.write_text("".join(f"{p.name}=={p.version}\n" for p in lock.packages))
@@ -208,7 +205,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     # 2. No-op: the env already is this lock.
     def noop() -> float:
-        return timed([*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path)], env, ws)
+        return timed(sync_argv, env, ws)
 
     def peer_noop() -> float:
         return timed([uv, "pip", "sync", "-q", "--python", str(peer_venv / "bin" / "python"), "--no-index",
