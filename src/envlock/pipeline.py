@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock.errors import LockError, SourceError
+from envlock.errors import BuildError, LockError, SourceError, UsageError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import write_atomic
 from envlock.workspace import Workspace
@@ -49,8 +49,6 @@ def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
     The lock still names the spec's URL and the pinned commit is verified, so a mirror
     (a local clone, an internal git server) changes where bytes come from, not what they are.
     """
-    from envlock.errors import UsageError
-
     out = _from_env(SOURCE_MIRROR_ENV_PREFIX, spec.sources, environ)
     for name, url in (explicit or {}).items():
         if name not in spec.sources:
@@ -153,10 +151,7 @@ def lock_env(
 
 
 def _read_optional(path: Path) -> Lock | None:
-    try:
-        return read_lock(path)
-    except LockError:
-        return None
+    return _lock_optional(_read_text_optional(path), path)
 
 
 def _read_text_optional(path: Path) -> str | None:
@@ -390,8 +385,6 @@ def prepare_sources(
 ) -> dict[str, SourceState]:
     """Fetch or snapshot each source (only ``names``, if given) and apply its patches."""
     from envlock import patch, sources
-    from envlock.errors import UsageError
-
     overrides = overrides or {}
     unknown = sorted(set(overrides) - set(spec.sources))
     if unknown:
@@ -503,7 +496,6 @@ def build_env(
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
     from envlock import build
-    from envlock.errors import UsageError
     from envlock.lockfile import Artifact, LockedPackage
     from envlock.store import Store
 
@@ -594,7 +586,6 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None,
                  sources_from: Mapping[str, str] | None = None) -> PatchReport:
     """Each source's patches against its pinned commit (or ``against``): applies / already-applied / conflict."""
     from envlock import patch, sources
-    from envlock.errors import UsageError
     from envlock.store import Store
 
     spec = load_env_spec(ws, env)
@@ -626,7 +617,6 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
     which ``patch_record(..., refresh=True)`` then rewrites from the user's edits.
     """
     from envlock import patch, sources
-    from envlock.errors import UsageError
     from envlock.store import Store
 
     spec = load_env_spec(ws, env)
@@ -654,8 +644,6 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
     import json
 
     from envlock import patch
-    from envlock.errors import UsageError
-
     state = workdir / ".git" / "envlock-edit.json"
     if not state.is_file():
         raise UsageError(f"{workdir}: not an envlock edit work dir; create one with `envlock patch edit ENV SOURCE`")
@@ -747,7 +735,6 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
     """
     from packaging.utils import canonicalize_name
 
-    from envlock.errors import BuildError
     from envlock.quick import file_sha256
 
     if not spec.builds:
