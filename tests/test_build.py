@@ -8,6 +8,7 @@ the module-scoped fixtures below share one store between tests.
 
 from __future__ import annotations
 
+import json
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -395,3 +396,19 @@ def test_the_build_interpreter_does_not_depend_on_a_nearby_venv(tmp_path: Path,
     assert found["executable"] == str(find_python("3.11"))
     assert not found["executable"].startswith(str(tmp_path))
     assert found["version"].startswith("3.11.") and found["platform"]
+
+
+
+def test_a_fetchcontent_repository_is_fetched_through_its_mirror(kit: Kit, tmp_path: Path) -> None:
+    # An air-gapped cluster cannot reach github.com/NVIDIA/cutlass: --source NAME=URL serves it.
+    request = kit.kernel()
+    unreachable = replace(request.spec, fetchcontent=(
+        FetchContentInput(sglike.KDEP_NAME, "https://example.invalid/kdep.git", kit.sg.kdep_commit),))
+    store = Store.open(tmp_path / "home")  # nothing fetched yet
+    with pytest.raises(BuildError) as info:
+        build.plan(replace(request, spec=unreachable), store)
+    assert f"--source {sglike.KDEP_NAME}=URL" in str(info.value)
+    planned = build.plan(replace(request, spec=unreachable, fetch_from={sglike.KDEP_NAME: str(kit.sg.kdep_url)}),
+                         store)
+    assert planned.fetchcontent_dirs[sglike.KDEP_NAME] == store.path("sources", f"git-{kit.sg.kdep_commit}") / "tree"
+    assert "https://example.invalid/kdep.git" in json.dumps(planned.recipe)  # the recipe names the spec's URL

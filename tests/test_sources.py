@@ -227,12 +227,16 @@ def test_source_mirror_from_option_and_environment(ws, cli, sg: SgLike) -> None:
     from envlock.pipeline import source_mirrors
     from envlock.spec import load_spec
 
-    ws.write_spec("e", _unreachable_source_spec(sg, '[sources.local]\npath = "x"\n'))
+    ws.write_spec("e", _unreachable_source_spec(sg, '[sources.local]\npath = "x"\n[builds.k]\nsource = "local"\n'
+                                                    f'[builds.k.fetchcontent.repo-cutlass]\ngit = "{UNREACHABLE}"\n'
+                                                    f'rev = "{sg.pin}"\n'))
     spec = load_spec(ws.root / "envs" / "e.toml")
-    env_var = {"ENVLOCK_SOURCE_SGLIKE": "/mirror/a"}
-    assert source_mirrors(spec, None, env_var) == {"sglike": "/mirror/a"}
-    assert source_mirrors(spec, {"sglike": "/mirror/b"}, env_var) == {"sglike": "/mirror/b"}
-    with pytest.raises(UsageError, match=r"--source nope=\.\.\.: .* has no \[sources.nope\]; sources: local, sglike"):
+    env_var = {"ENVLOCK_SOURCE_SGLIKE": "/mirror/a", "ENVLOCK_SOURCE_REPO_CUTLASS": "/mirror/c"}
+    assert source_mirrors(spec, None, env_var) == {"sglike": "/mirror/a", "repo-cutlass": "/mirror/c"}
+    assert source_mirrors(spec, {"sglike": "/mirror/b"}, env_var) == {"sglike": "/mirror/b",
+                                                                       "repo-cutlass": "/mirror/c"}
+    with pytest.raises(UsageError, match=r"--source nope=\.\.\.: .* has no \[sources.nope\] nor a fetchcontent.nope; "
+                                         r"known: local, repo-cutlass, sglike"):
         source_mirrors(spec, {"nope": "/m"}, {})
     with pytest.raises(UsageError, match=r"\[sources.local\] is a path source"):
         source_mirrors(spec, {"local": "/m"}, {})

@@ -92,6 +92,9 @@ class BuildRequest:
     # The lock's build requirements, taken instead of resolving them again (sync --frozen
     # rebuilding a recorded wheel: the index may have newer tools since).
     locked_requirements: tuple[str, ...] | None = None
+    # Where to fetch each FetchContent repository from instead of its spec URL (a mirror,
+    # by FetchContent name: --source NAME=URL / ENVLOCK_SOURCE_<NAME>); the commit is checked.
+    fetch_from: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -397,9 +400,13 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
     fc_dirs: dict[str, Path] = {}
     for dep in spec.fetchcontent:
         try:
-            fc_dirs[dep.name] = sources.checkout(store, dep.git, dep.rev).tree
+            mirror = request.fetch_from.get(dep.name)
+            fc_dirs[dep.name] = sources.checkout(store, dep.git, dep.rev, fetch_from=mirror).tree
         except SourceError as exc:
-            raise BuildError(f"{what}: fetchcontent.{dep.name}: {exc.message}", details=exc.details) from None
+            hint = [] if mirror else [f"no access to {dep.git}? fetch the pinned commit from a clone or mirror: "
+                                      f"--source {dep.name}=URL (or ENVLOCK_SOURCE_<NAME>=URL)"]
+            raise BuildError(f"{what}: fetchcontent.{dep.name}: {exc.message}",
+                             details=[*exc.details, *hint]) from None
     recipe: dict[str, Any] = {
         "format": RECIPE_FORMAT,
         "name": str(canonicalize_name(spec.name)),

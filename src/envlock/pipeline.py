@@ -44,17 +44,21 @@ def mirrors_from_env(spec: EnvSpec, environ: Mapping[str, str] | None = None) ->
 
 def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
                    environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Where to fetch each git source from: ``--source NAME=URL`` or ``ENVLOCK_SOURCE_<NAME>=URL``.
+    """Where to fetch each git repository from: ``--source NAME=URL`` or ``ENVLOCK_SOURCE_<NAME>=URL``.
 
-    The lock still names the spec's URL and the pinned commit is verified, so a mirror
-    (a local clone, an internal git server) changes where bytes come from, not what they are.
+    NAME is a ``[sources.NAME]`` or a build's ``fetchcontent.NAME`` (cutlass and the like,
+    which an air-gapped cluster also needs from a mirror). The lock still names the spec's
+    URL and the pinned commit is verified, so a mirror (a local clone, an internal git
+    server) changes where bytes come from, not what they are.
     """
-    out = _from_env(SOURCE_MIRROR_ENV_PREFIX, spec.sources, environ)
+    names = {*spec.sources, *(dep.name for b in spec.builds.values() for dep in b.fetchcontent)}
+    out = _from_env(SOURCE_MIRROR_ENV_PREFIX, names, environ)
     for name, url in (explicit or {}).items():
-        if name not in spec.sources:
-            known = ", ".join(sorted(spec.sources)) or "none"
-            raise UsageError(f"--source {name}=...: {spec.path} has no [sources.{name}]; sources: {known}")
-        if spec.sources[name].git is None:
+        if name not in names:
+            known = ", ".join(sorted(names)) or "none"
+            raise UsageError(f"--source {name}=...: {spec.path} has no [sources.{name}] nor a fetchcontent.{name}; "
+                             f"known: {known}")
+        if name in spec.sources and spec.sources[name].git is None:
             raise UsageError(f"--source {name}=...: [sources.{name}] is a path source; only git sources take a mirror")
         out[name] = url
     return out
@@ -110,7 +114,8 @@ def lock_env(
     old = _lock_optional(old_text, path)
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
     store = Store.open()
-    states = _sources_for_lock(ws, spec, store, old, source_mirrors(spec, sources_from))
+    git_mirrors = source_mirrors(spec, sources_from)
+    states = _sources_for_lock(ws, spec, store, old, git_mirrors)
     build_sources, build_requires, build_vars = resolve_build_inputs(spec, states)
     # Hashes an index does not publish were computed from bytes now in the store.
     hashed = {a.url: a for p in old.packages for a in p.wheels if a.url} if old is not None else {}
@@ -130,7 +135,7 @@ def lock_env(
         sources={name: state.locked() for name, state in states.items()},
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
-    lock = _carry_builds(ws, spec, store, states, lock, old, urls[spec.default_index.name])
+    lock = _carry_builds(ws, spec, store, states, lock, old, urls[spec.default_index.name], git_mirrors)
     if old is not None and old.install_digest() == lock.install_digest():
         lock = lock.with_venv_digest(old.venv_digest, old.venv_python)  # same wheels: the recorded venv holds
     # PEP 751 validity comes from the writer (tests load every shape it writes with
@@ -514,9 +519,10 @@ def build_env(
             raise UsageError(f"{spec.path}: no [builds.{unknown[0]}]; builds: {known}")
         wanted = list({canonicalize_name(p): by_name[canonicalize_name(p)] for p in packages}.values())
     store = Store.open()
+    git_mirrors = source_mirrors(spec, sources_from)
     states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted},
-                             mirrors=source_mirrors(spec, sources_from))
-    requests = _build_requests(ws, spec, states, lock, store, wanted, _default_index_url(spec),
+                             mirrors=git_mirrors)
+    requests = _build_requests(ws, spec, states, lock, store, wanted, _default_index_url(spec), git_mirrors,
                                locked=lock.builds if frozen else {})
     built: list[BuiltWheel] = []
     checks: list[CheckResult] = []
@@ -661,7 +667,7 @@ def _sources_for_lock(
 
 
 def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, store: Store,
-                    builds: Iterable[BuildSpec], index_url: str,
+                    builds: Iterable[BuildSpec], index_url: str, git_mirrors: Mapping[str, str],
                     locked: Mapping[str, LockedBuild] | None = None) -> dict[str, BuildRequest]:
     """The request of each build whose source is prepared: what ``build_env`` builds and
     ``_carry_builds`` compares digests of, so they must be made one way.
@@ -687,13 +693,14 @@ def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceSta
         out[b.name] = build.BuildRequest(
             b, state.patched.tree, state.prepared.source_date_epoch, spec.python, spec.platform, index_url,
             () if b.isolation else env_packages, recorded.requirements if recorded is not None else None,
+            {dep.name: git_mirrors[dep.name] for dep in b.fetchcontent if dep.name in git_mirrors},
         )
     return out
 
 
 def _carry_builds(
     ws: Workspace, spec: EnvSpec, store: Store, states: Mapping[str, SourceState], lock: Lock, old: Lock | None,
-    index_url: str,
+    index_url: str, git_mirrors: Mapping[str, str],
 ) -> Lock:
     """Keep the old lock's build records (and PEP 751 entries) whose input digest is unchanged.
 
@@ -708,7 +715,7 @@ def _carry_builds(
 
     from envlock import build
 
-    requests = _build_requests(ws, spec, states, lock, store, spec.builds.values(), index_url)
+    requests = _build_requests(ws, spec, states, lock, store, spec.builds.values(), index_url, git_mirrors)
     kept_builds = {}
     kept_packages = []
     old_packages = {p.name: p for p in old.packages}
