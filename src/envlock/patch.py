@@ -787,6 +787,21 @@ def format_header(subject: str, why: str, upstream: str) -> str:
     return field_("Subject", subject) + field_("Why", why) + field_("Upstream", upstream) + "---\n"
 
 
+def edited_source(workdir: Path) -> str:
+    """The source an ``edit`` work dir was made for (``PatchError`` if it is not one)."""
+    return str(_edit_state(workdir)[1]["source"])
+
+
+def _edit_state(workdir: Path) -> tuple[Path, dict[str, Any]]:
+    state_file = workdir / ".git" / _EDIT_STATE
+    if not state_file.is_file():
+        raise PatchError(
+            f"{workdir}: not an envlock edit work dir (no .git/{_EDIT_STATE}); create one with `envlock patch edit`"
+        )
+    state: dict[str, Any] = json.loads(state_file.read_text())
+    return state_file, state
+
+
 def record(
     workdir: Path,
     patches_dir: Path,
@@ -803,12 +818,7 @@ def record(
     With ``refresh``, the changes replace the first pending patch's file instead (same name,
     same header unless given), for a patch that no longer applied to a new commit.
     """
-    state_file = workdir / ".git" / _EDIT_STATE
-    if not state_file.is_file():
-        raise PatchError(
-            f"{workdir}: not an envlock edit work dir (no .git/{_EDIT_STATE}); create one with `envlock patch edit`"
-        )
-    state = json.loads(state_file.read_text())
+    state_file, state = _edit_state(workdir)
     source = str(state["source"])
     what = f"patch record {source}"
     # Without -f (unlike edit's levels): what the source's .gitignore covers, such as the

@@ -647,15 +647,16 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
                  refresh: bool = False) -> RecordedPatch:
     """Write the edits in ``workdir`` as ``patches/SOURCE/NNNN-title.patch`` (add it to the spec's list),
     or with ``refresh`` over the first pending patch that did not apply to the new commit."""
-    import json
-
     from envlock import patch
-    state = workdir / ".git" / "envlock-edit.json"
-    if not state.is_file():
-        raise UsageError(f"{workdir}: not an envlock edit work dir; create one with `envlock patch edit ENV SOURCE`")
-    source = str(json.loads(state.read_text())["source"])
-    return patch.record(workdir, ws.root / "patches" / source, subject=subject, why=why, upstream=upstream,
-                        refresh=refresh, workspace_root=ws.root)
+    from envlock.errors import PatchError
+
+    try:
+        source = patch.edited_source(workdir)
+    except PatchError as exc:  # the command was pointed at another folder: bad input
+        raise UsageError(exc.message) from None
+    patches_dir = ws.root / "patches" / source
+    return patch.record(workdir, patches_dir, subject=subject, why=why, upstream=upstream, refresh=refresh,
+                        workspace_root=ws.root)
 
 
 def _sources_for_lock(
