@@ -103,6 +103,9 @@ def test_missing_lock(tmp_path: Path) -> None:
         ("torch-2.12.0.dev20260307%2Bcu130-cp312-cp312-linux_x86_64.whl", "..%2F..%2F..%2Fescaped.whl",
          "package 'torch': wheel 'https://x/..%2F..%2F..%2Fescaped.whl' names the file '../../../escaped.whl', "
          "expected a plain *.whl file name"),
+        ("torch-2.12.0.dev20260307%2Bcu130-cp312-cp312-linux_x86_64.whl", "x%2F..%2F..%2Fescaped.whl",
+         "package 'torch': wheel 'https://x/x%2F..%2F..%2Fescaped.whl' names the file 'x/../../escaped.whl', "
+         "expected a plain *.whl file name"),
         ('sha256 = "' + "a" * 64, 'sha256 = "../../x' + "a" * 56,
          "package 'torch': wheel sha256 '../../x" + "a" * 56 + "' is not 64 lowercase hex digits"),
         ('url = "https://x/torch', 'nothing = "https://x/torch', "package 'torch': a wheel has neither url nor path"),
