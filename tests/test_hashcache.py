@@ -66,10 +66,14 @@ def test_files_changed_since_the_walk_began_are_not_kept(tmp_path: Path) -> None
     older = _file(tmp_path / "older", b"written before\n", old=False, links=tmp_path / "links")
     os.utime(older, ns=(cache._horizon_ns - 1, cache._horizon_ns - 1))
     cache.put(os.lstat(older), "kept")
+    # And the horizon is the walk's start, not some later time: a file written now is racy.
+    now = _file(tmp_path / "now", b"written now\n", old=False, links=tmp_path / "links")
+    cache.put(os.lstat(now), "racy too")
     cache.save()
     again = HashCache.open(tmp_path / "cache", None)
     assert again.get(os.lstat(fresh)) is None
     assert again.get(os.lstat(older)) == "kept"
+    assert again.get(os.lstat(now)) is None
 
 
 def test_unreadable_cache_is_an_empty_one(tmp_path: Path) -> None:

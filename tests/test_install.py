@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from packaging.tags import sys_tags
 
 from envlock import install, runner, verify
 from envlock.errors import InstallError, VerifyError
@@ -18,6 +21,9 @@ from envlock.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for
 from kit.wheels import build_wheel
+
+#: Where the running interpreter's venvs keep packages (the locks here are for it).
+SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +38,29 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IndexS
         }),
         build_wheel(wheels, "beta", "2.0", requires=["gamma>=9"],  # gamma is not locked: --no-deps
                     files={"beta/__init__.py": "B = 'beta'\n", "beta/data.bin": os.urandom(50_000)}),
-        build_wheel(wheels, "native-thing", "0.3", tag="cp311-cp311-manylinux_2_17_x86_64",
+        build_wheel(wheels, "native-thing", "0.3", tag=str(next(iter(sys_tags()))),  # this machine's own
                     files={"native_thing/__init__.py": "", "native_thing/_lib.so": os.urandom(20_000)}),
     ]
     server.add("pypi", *files)
     yield server, lock_for(server, "pypi", files)
     server.stop()
+
+
+@contextlib.contextmanager
+def _uv_calls() -> Iterator[list[list[str]]]:
+    """Record the arguments of every uv run inside the block (the real uv still runs)."""
+    calls: list[list[str]] = []
+    real = runner.uv
+
+    def spy(args: Sequence[str | os.PathLike[str]], **kwargs: object) -> runner.Result:
+        calls.append([str(a) for a in args])
+        return real(args, **kwargs)  # type: ignore[arg-type]
+
+    runner.uv = spy  # type: ignore[assignment]
+    try:
+        yield calls
+    finally:
+        runner.uv = real  # type: ignore[assignment]
 
 
 def _sync_venv(server: IndexServer, home: Path, lock: Lock, cache: Path,
@@ -46,8 +69,14 @@ def _sync_venv(server: IndexServer, home: Path, lock: Lock, cache: Path,
     store = Store.open(home)
     got = fetch([p.wheels[0] for p in lock.packages], store, base_dir=home)
     asked = len(server.requests)
-    result = install.install(store, lock, got.paths())
+    with _uv_calls() as calls:
+        result = install.install(store, lock, got.paths())
     assert len(server.requests) == asked  # install reads the store only, never the index
+    # ... because uv is told so: no index, offline, no resolution, no builds; hard links
+    # (not clones: the hash cache vouches for inodes), the store's files themselves.
+    (pip,) = [c for c in calls if c[:2] == ["pip", "install"]]
+    assert pip[4:10] == ["--link-mode", "hardlink", "--no-index", "--offline", "--no-deps", "--no-build"]
+    assert sorted(pip[10:]) == sorted(str(p) for p in got.paths().values())
     return result
 
 
@@ -59,7 +88,7 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
     assert result.built and venv == Store.open(tmp_path / "home").path("venvs", lock.install_digest())
     out = subprocess.run([venv / "bin" / "alpha-tool"], capture_output=True, text=True, check=True)
     assert out.stdout == "alpha\n"
-    site = venv / "lib" / "python3.11" / "site-packages"
+    site = venv / SITE
     assert sorted(p.name for p in site.glob("*.dist-info")) == [
         "alpha-1.0.dist-info", "beta-2.0.dist-info", "native_thing-0.3.dist-info",
     ]
@@ -88,7 +117,7 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
     with pytest.raises(VerifyError) as info:
         install.install(store, lock, {})
     assert "store venv was modified after it was built" in str(info.value)
-    assert list(info.value.details) == ["~ lib/python3.11/site-packages/alpha/__init__.py"]
+    assert list(info.value.details) == [f"~ {SITE}/alpha/__init__.py"]
 
 
 def test_two_homes_cold_and_warm_uv_cache_give_one_venv(published: tuple[IndexServer, Lock], tmp_path: Path,
@@ -143,7 +172,9 @@ def test_venvs_are_copies_of_one_uv_made_skeleton(published: tuple[IndexServer, 
     (skeleton,) = (store.root / "skeletons").iterdir()
     # A second lock reuses the skeleton: one uv venv per interpreter, not per sync.
     smaller = replace(lock, packages=lock.packages[:1])
-    install.install(store, smaller, {lock.packages[0].wheels[0].sha256: install_path(store, lock)})
+    with _uv_calls() as calls:
+        install.install(store, smaller, {lock.packages[0].wheels[0].sha256: install_path(store, lock)})
+    assert [c[:2] for c in calls] == [["pip", "install"]]  # no `uv venv`
     assert list((store.root / "skeletons").iterdir()) == [skeleton]
     # The copy is what `uv venv` makes in place: same digest as a venv made there directly.
     direct = tmp_path / "direct"
@@ -200,7 +231,7 @@ def test_a_local_version_wheel_served_percent_encoded_installs(tmp_path: Path,
     out = subprocess.run([result.venv / "bin" / "python", "-c", "import torch; print(torch.__version__)"],
                          capture_output=True, text=True, check=True)
     assert out.stdout == "2.12.0.dev20260307+cu130\n"
-    assert (result.venv / "lib" / "python3.11" / "site-packages" / "torch-2.12.0.dev20260307+cu130.dist-info").is_dir()
+    assert (result.venv / SITE / "torch-2.12.0.dev20260307+cu130.dist-info").is_dir()
 
 
 def test_a_package_locked_to_another_wheel_is_refused(published: tuple[IndexServer, Lock], tmp_path: Path) -> None:
@@ -228,3 +259,16 @@ def test_wheel_names_compare_canonically() -> None:
     assert install._wheel_is("pkg-1.0.0-1-py3-none-any.whl", "pkg", "1.0")  # build tag; 1.0.0 == 1.0
     assert not install._wheel_is("pkg-1.1-py3-none-any.whl", "pkg", "1.0")
     assert not install._wheel_is("pkg-1.0.tar.gz", "pkg", "1.0")
+
+
+def test_a_venv_folder_without_its_manifest_is_replaced(published: tuple[IndexServer, Lock], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not an entry envlock completed (a foreign writer's, or a copy): never trusted, made anew.
+    server, lock = published
+    planted = Store.open(tmp_path / "home").path("venvs", lock.install_digest())
+    planted.mkdir(parents=True)
+    (planted / "planted").write_text("not ours\n")
+    result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
+    assert result.built and result.venv == planted
+    assert not (planted / "planted").exists()
+    assert verify.stored_manifest(result.venv) == result.manifest
