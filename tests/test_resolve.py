@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import tomllib
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.pylock import Pylock
 from packaging.version import Version
 
+from envlock import fetch as fetch_module
+from envlock import runner
 from envlock.errors import ResolveError
 from envlock.fetch import fetch, store_file
 from envlock.indexes import IndexFile
@@ -242,11 +249,11 @@ def test_index_credentials_are_used_but_never_written_or_shown(ws, universe: Uni
 
 
 
-def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe, tmp_path: Path) -> None:
+def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe, store: Store,
+                                                              tmp_path: Path) -> None:
     # uv reports the hashes it computed; for a wheel it reports none for (an index with
     # neither hashes nor a download by uv), envlock downloads the bytes into the store,
     # where the sync after the lock finds them, and a relock keeps that hash.
-    store = Store.open(tmp_path / "home")
     filename = next(f for f in universe.server.indexes["pytorch"].files if f.startswith("torch-2.12.0.dev20260307"))
     url = universe.server.file_url("pytorch", filename)
     served = sha256_of(universe.server.indexes["pytorch"].files[filename])
@@ -255,6 +262,7 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
     sha, size = _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs)
     art = Artifact(sha256=sha, url=url, size=size)
     assert sha == served and sha256_of(store_file(store, art)) == served
+    assert size == universe.server.indexes["pytorch"].files[filename].stat().st_size
     assert len(universe.server.downloads(filename)) == before + 1
     assert [a.source for a in fetch([art], store, base_dir=tmp_path).artifacts] == ["store"]
     # A relock: the earlier lock's hash is kept while the store holds its bytes.
@@ -274,3 +282,65 @@ def test_nightly_local_tag_is_compared_as_pep440_normalizes_it(local: str) -> No
              for v in ("2.12.0.dev20260307+cu130", "2.12.0.dev20260307+cpu", "2.12.0.dev20260306+cu130")]
     assert select_nightly(files, date="2026-03-07", local=local, key="packages.torch.nightly",
                           index_name="pytorch", index_url="https://x") == Version("2.12.0.dev20260307+cu130")
+
+
+@contextlib.contextmanager
+def _uv_answer_edited(edit: Callable[[str], str]) -> Iterator[None]:
+    """Run the real uv, then change the pylock.toml it wrote (as an index or uv could answer)."""
+    real = runner.uv
+
+    def edited(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> runner.Result:
+        result = real(args, **kwargs)
+        answer = Path(kwargs["cwd"]) / "pylock.toml" if kwargs.get("cwd") else None
+        if answer is not None and answer.is_file():
+            answer.write_text(edit(answer.read_text()))
+        return result
+
+    runner.uv = edited  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        runner.uv = real  # type: ignore[assignment]
+
+
+def _without_pytorch_hashes(text: str) -> str:
+    return "\n".join(re.sub(r', hashes = \{ sha256 = "[0-9a-f]{64}" \}', "", line) if "/pytorch/files/" in line
+                     else line for line in text.splitlines())
+
+
+def test_a_lock_hashes_what_uv_reports_no_hash_for_once(ws, universe: Universe, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home"))
+    hashed: list[str] = []
+    real_fetch = fetch_module.fetch_unhashed
+
+    def counting(url: str, store: Store, **kwargs: Any) -> Any:
+        hashed.append(url.rsplit("/", 1)[1])
+        return real_fetch(url, store, **kwargs)
+
+    monkeypatch.setattr(fetch_module, "fetch_unhashed", counting)
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.0"'))
+    with _uv_answer_edited(_without_pytorch_hashes):
+        lock_env(Workspace(ws.root), "e")
+        first = ws.lock_text("e")
+        locked = read_lock(ws.root / "locks" / "pylock.e.toml")
+        for pkg in locked.packages:
+            (art,) = pkg.wheels
+            if "/pytorch/" in str(art.url):  # hashed by envlock: its sha256 and size are the served file's
+                served = universe.server.indexes["pytorch"].files[art.filename]
+                assert (art.sha256, art.size) == (sha256_of(served), served.stat().st_size)
+        assert sorted(h.split("-")[0] for h in hashed) == ["pytorch_triton", "torch"]
+        # A relock keeps those hashes while the store holds the bytes.
+        assert lock_env(Workspace(ws.root), "e").changed is False
+    assert len(hashed) == 2 and ws.lock_text("e") == first
+
+
+def test_a_wheel_url_naming_another_folder_is_refused_at_lock(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON))
+    hostile = re.compile(r"/pytorch/files/torch-[^\"]+\.whl")
+    answer = _uv_answer_edited(lambda text: hostile.sub("/pytorch/files/x%2F..%2F..%2Fescaped.whl", text))
+    refused = pytest.raises(ResolveError, match=r"names the file 'x/\.\./\.\./escaped\.whl', expected a plain")
+    with answer, refused:
+        lock_env(Workspace(ws.root), "e")
+    assert universe.server.downloads("x%2F..%2F..%2Fescaped.whl") == []
+    assert not (ws.root / "locks" / "pylock.e.toml").exists()
