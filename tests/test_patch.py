@@ -252,12 +252,17 @@ def test_the_real_sglang_patches_parse() -> None:
 # -- edit / record ----------------------------------------------------------------
 
 
-def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_path: Path) -> None:
-    tree = sources.checkout(store, sg.url, sg.pin).tree
-    patches_dir = tmp_path / "patches" / "sglike"
+def _patches_copied(sg: SgLike, patches_dir: Path) -> Path:
+    """The fixture's patch files copied into ``patches_dir`` (record writes there)."""
     patches_dir.mkdir(parents=True)
     for name in sg.patches:
         (patches_dir / name).write_bytes((sg.patches_dir / name).read_bytes())
+    return patches_dir
+
+
+def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_path: Path) -> None:
+    tree = sources.checkout(store, sg.url, sg.pin).tree
+    patches_dir = _patches_copied(sg, tmp_path / "patches" / "sglike")
     work = tmp_path / "work"
     session = patch.edit("sglike", tree, _patches(sg), work)
     assert session.levels == tuple(sg.patches)
@@ -297,10 +302,7 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
 def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tmp_path: Path) -> None:
     """edit --against NEW: 0001 is upstream (retire), 0002 conflicts (redo + record --refresh), 0003 follows."""
     tree = sources.checkout(store, sg.url, sg.upstream).tree
-    patches_dir = tmp_path / "patches"
-    patches_dir.mkdir()
-    for name in sg.patches:
-        (patches_dir / name).write_bytes((sg.patches_dir / name).read_bytes())
+    patches_dir = _patches_copied(sg, tmp_path / "patches")
     work = tmp_path / "work"
     session = patch.edit("sglike", tree, patch.load_patches(patches_dir, sg.patches), work, stop_at_conflict=True)
     assert session.upstreamed == (sg.patches[0],)
@@ -340,10 +342,7 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
 def test_refresh_retires_a_later_patch_the_new_code_already_has(sg: SgLike, store: Store, tmp_path: Path) -> None:
     """As edit does: after the conflicting patch is redone, a pending one upstream has is retired, not stuck."""
     tree = sources.checkout(store, sg.url, sg.upstream).tree
-    patches_dir = tmp_path / "patches"
-    patches_dir.mkdir()
-    for name in sg.patches:
-        (patches_dir / name).write_bytes((sg.patches_dir / name).read_bytes())
+    patches_dir = _patches_copied(sg, tmp_path / "patches")
     order = (sg.patches[1], sg.patches[0], sg.patches[2])  # the conflict first, then the upstreamed one
     work = tmp_path / "work"
     session = patch.edit("sglike", tree, patch.load_patches(patches_dir, order), work, stop_at_conflict=True)
