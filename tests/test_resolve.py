@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from packaging.pylock import Pylock
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from envlock import fetch as fetch_module
@@ -22,8 +23,8 @@ from envlock.fetch import fetch, store_file
 from envlock.indexes import IndexFile
 from envlock.lockfile import Artifact, read_lock
 from envlock.nightly import nightly_date, select_nightly
-from envlock.pipeline import lock_env
-from envlock.resolve import ResolveInputs, _hash_unlisted
+from envlock.pipeline import lock_env, sync
+from envlock.resolve import ResolveInputs, _hash_unlisted, _stored_package
 from envlock.store import Store
 from envlock.workspace import Workspace
 from kit.locks import sha256_of
@@ -257,13 +258,15 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
     filename = next(f for f in universe.server.indexes["pytorch"].files if f.startswith("torch-2.12.0.dev20260307"))
     url = universe.server.file_url("pytorch", filename)
     served = sha256_of(universe.server.indexes["pytorch"].files[filename])
-    inputs = ResolveInputs(index_urls={}, store=store)
+    shown = RecordedProgress()
+    inputs = ResolveInputs(index_urls={}, store=store, progress=shown)
     before = len(universe.server.downloads(filename))
     sha, size = _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs)
     art = Artifact(sha256=sha, url=url, size=size)
     assert sha == served and sha256_of(store_file(store, art)) == served
     assert size == universe.server.indexes["pytorch"].files[filename].stat().st_size
     assert len(universe.server.downloads(filename)) == before + 1
+    assert shown.events == [("begin", art.filename, size), ("advance", art.filename, size), ("end", art.filename, 0)]
     assert [a.source for a in fetch([art], store, base_dir=tmp_path).artifacts] == ["store"]
     # A relock: the earlier lock's hash is kept while the store holds its bytes.
     relock = ResolveInputs(index_urls={}, store=store, hashed={url: art})
@@ -274,6 +277,53 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
     assert len(universe.server.downloads(filename)) == before + 2
     with pytest.raises(ResolveError, match=r"^torch 1.0: cannot hash .*/gone.whl: gone.whl: download failed"):
         _hash_unlisted("torch", "1.0", universe.server.file_url("pytorch", "gone.whl"), inputs)
+
+
+class RecordedProgress:
+    """Progress that records what it is told (advances summed per file)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, int | None]] = []
+
+    def begin(self, name: str, total: int | None) -> None:
+        self.events.append(("begin", name, total))
+
+    def advance(self, name: str, nbytes: int) -> None:
+        if self.events[-1][:2] == ("advance", name):
+            nbytes += self.events.pop()[2] or 0
+        self.events.append(("advance", name, nbytes))
+
+    def end(self, name: str) -> None:
+        self.events.append(("end", name, 0))
+
+
+def test_a_pinned_nightly_crosses_the_network_once_for_lock_relock_and_sync(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    # Handed the nightly's URL, uv downloaded it to hash it on every lock, and the sync
+    # downloaded it once more. It is stored first now, and uv reads the store copy.
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON))
+    filename = next(f for f in universe.server.indexes["pytorch"].files if f.startswith("torch-2.12.0.dev20260307"))
+    served = universe.server.indexes["pytorch"].files[filename]
+    before = len(universe.server.downloads(filename))
+    lock_env(Workspace(ws.root), "e")
+    text = ws.lock_text("e")
+    torch = next(p for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages if p.name == "torch")
+    assert torch.wheels[0].url == universe.server.file_url("pytorch", filename)  # the index's URL, not the store's
+    assert (torch.wheels[0].sha256, torch.wheels[0].size) == (sha256_of(served), served.stat().st_size)
+    assert torch.index == universe.pytorch and "file:" not in text
+    assert lock_env(Workspace(ws.root), "e").changed is False
+    sync(Workspace(ws.root), "e")
+    assert len(universe.server.downloads(filename)) == before + 1
+    assert ws.lock_text("e").startswith(text.split("[tool.envlock]")[0].rstrip())
+
+
+def test_a_damaged_store_copy_is_never_locked() -> None:
+    art = Artifact(sha256="a" * 64, url="http://i/torch-1.0-py3-none-any.whl", size=3)
+    entry = {"name": "torch", "version": "1.0", "archive": {"path": "/s/torch-1.0-py3-none-any.whl",
+                                                           "hashes": {"sha256": "b" * 64}}}
+    with pytest.raises(ResolveError, match=f"uv hashed its store copy as sha256 {'b' * 64}, stored as {'a' * 64}"):
+        _stored_package(canonicalize_name("torch"), entry, art, "http://i")
+    entry["archive"] = {"path": "/s/torch-1.0-py3-none-any.whl", "hashes": {"sha256": "a" * 64}}
+    assert _stored_package(canonicalize_name("torch"), entry, art, "http://u:p@i").wheels == (art,)
 
 
 @pytest.mark.parametrize("local", ["cu130", "CU130", "Cu130"])
@@ -337,7 +387,7 @@ def test_a_lock_hashes_what_uv_reports_no_hash_for_once(ws, universe: Universe, 
 
 def test_a_wheel_url_naming_another_folder_is_refused_at_lock(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("e", spec_text(universe, TORCH + TRITON))
-    hostile = re.compile(r"/pytorch/files/torch-[^\"]+\.whl")
+    hostile = re.compile(r"/pytorch/files/pytorch_triton-[^\"]+\.whl")
     answer = _uv_answer_edited(lambda text: hostile.sub("/pytorch/files/x%2F..%2F..%2Fescaped.whl", text))
     refused = pytest.raises(ResolveError, match=r"names the file 'x/\.\./\.\./escaped\.whl', expected a plain")
     with answer, refused:

@@ -56,18 +56,6 @@ def _status(args: argparse.Namespace, message: str) -> Iterator[Callable[[str], 
         yield lambda text: status.update(text)
 
 
-def _size(n: int) -> str:
-    """Bytes for people: 743.4 kB, 9.4 MB."""
-    if n < 1000:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("kB", "MB"):
-        value /= 1000
-        if value < 1000:
-            return f"{value:.1f} {unit}"
-    return f"{value / 1000:.1f} GB"
-
-
 def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str]:
     what = "index" if option == "--index" else "source"
     out = {}
@@ -83,7 +71,7 @@ def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str
 
 
 def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import pipeline
+    from envlock import pipeline, ui
 
     if args.check:
         check = pipeline.check_lock(ws, args.env)
@@ -97,9 +85,10 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         _out(args, check.to_dict(), text)
         return 0 if check.current else 1
     with _status(args, f"locking envs/{args.env}.toml (sources, then uv; wheels an index publishes "
-                       "no hash for are downloaded to hash them)"):
+                       "no hash for are downloaded to hash them)") as status:
         result = pipeline.lock_env(ws, args.env, mirrors=_index_pairs(args.index),
-                                   sources_from=_index_pairs(args.source, "--source"))
+                                   sources_from=_index_pairs(args.source, "--source"),
+                                   progress=ui.StatusProgress(status, f"locking envs/{args.env}.toml, hashing"))
 
     def text_lock() -> str:
         verb = "wrote" if result.changed else "unchanged:"
@@ -169,7 +158,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         else:
             venv = "built" if result.built else "reused from the store"
             head = (f"{args.env}: generation {result.generation} ({result.fetched} fetched, "
-                    f"{_size(result.downloaded)} downloaded; venv {venv}) in {result.seconds:.1f}s")
+                    f"{ui.size(result.downloaded)} downloaded; venv {venv}) in {result.seconds:.1f}s")
         lines = [head, f"  venv digest {result.venv_digest}"]
         if result.recorded:
             lines.append("  recorded the venv digest in the lock")

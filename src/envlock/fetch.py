@@ -188,7 +188,8 @@ def _disk_errors(filename: str) -> Iterator[None]:
         raise FetchError(f"{filename}: {exc.strerror or exc} ({exc.filename}); nothing was stored") from None
 
 
-def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float = 0.25) -> Fetched:
+def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float = 0.25,
+                   progress: Progress | None = None) -> Fetched:
     """Download ``url``, whose index publishes no hash, into the store under the sha256 its bytes have.
 
     For the resolver (PyTorch nightlies, GBs each): the lock records the hash computed
@@ -199,6 +200,7 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
     """
     from envlock import http
 
+    progress = progress or NullProgress()
     probe = Artifact(sha256="", url=url)
     if problem := probe.filename_problem():
         raise FetchError(problem)
@@ -211,10 +213,15 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
             hasher, size = _restart(fh), 0
             try:
                 with http.open_stream(url, chunk_size=CHUNK) as body:
-                    for chunk in body.chunks:
-                        fh.write(chunk)
-                        hasher.update(chunk)
-                        size += len(chunk)
+                    progress.begin(filename, body.size)
+                    try:
+                        for chunk in body.chunks:
+                            fh.write(chunk)
+                            hasher.update(chunk)
+                            size += len(chunk)
+                            progress.advance(filename, len(chunk))
+                    finally:
+                        progress.end(filename)
                 break
             except http.HttpError as exc:
                 if exc.retryable and failures < retries:

@@ -209,6 +209,7 @@ class Body:
 
     start: int  # offset in the whole file of the first byte ``chunks`` yields
     chunks: Iterator[bytes]
+    size: int | None = None  # the whole file's, when the server says (for progress only)
 
 
 def _raise_for_status(url: str, status: int) -> None:
@@ -236,7 +237,8 @@ def open_stream(
         body_start = 0
         if resp.status == 206:
             body_start = _content_range(url, resp.getheader("Content-Range", ""))
-        yield Body(body_start, _chunks(url, resp, chunk_size))
+        length = _int(resp.getheader("Content-Length"))
+        yield Body(body_start, _chunks(url, resp, chunk_size), None if length is None else body_start + length)
     finally:
         _finish(resp, conn)
 

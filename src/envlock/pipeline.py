@@ -98,10 +98,12 @@ def lock_env(
     mirrors: Mapping[str, str] | None = None,
     sources_from: Mapping[str, str] | None = None,
     spec: EnvSpec | None = None,
+    progress: Progress | None = None,
 ) -> LockResult:
     """Resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes unchanged if nothing changed).
 
-    ``spec``: the env's spec when the caller has read it already.
+    ``spec``: the env's spec when the caller has read it already. ``progress``: of the
+    downloads that hash wheels an index publishes no hash for.
     """
     from envlock import http, resolve
     from envlock.store import Store
@@ -121,7 +123,7 @@ def lock_env(
     hashed = {a.url: a for p in old.packages for a in p.wheels if a.url} if old is not None else {}
     resolution = resolve.resolve(spec, resolve.ResolveInputs(
         index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
-        build_env=build_vars, store=store, hashed=hashed,
+        build_env=build_vars, store=store, hashed=hashed, progress=progress,
     ))
     lock = Lock(
         env=env,
@@ -307,7 +309,7 @@ def sync(
         spec, spec_bytes = read_spec(spec_path, name=env)
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
         if not frozen and (found is None or not _check(ws, env, spec, lock_path, found).current):
-            found = lock_env(ws, env, sources_from=sources_from, spec=spec).lock
+            found = lock_env(ws, env, sources_from=sources_from, spec=spec, progress=progress).lock
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
         lock = _ensure_builds(ws, env, spec, found, lock_path, frozen=frozen, sources_from=sources_from)
         if not frozen:

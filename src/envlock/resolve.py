@@ -36,6 +36,7 @@ from envlock.nightly import select_nightly
 from envlock.spec import EnvSpec
 
 if TYPE_CHECKING:
+    from envlock.fetch import Progress
     from envlock.store import Store
 
 # An override to a marker that is never true removes a package from the resolution
@@ -64,6 +65,7 @@ class ResolveInputs:
     # the user's store), and what an earlier lock found for them (URL -> artifact).
     store: Store | None = None
     hashed: Mapping[str, Artifact] = field(default_factory=dict)
+    progress: Progress | None = None  # of those downloads
 
 
 def index_urls(spec: EnvSpec, mirrors: Mapping[str, str]) -> dict[str, str]:
@@ -144,10 +146,15 @@ def pinned_override_wheels(
     return out
 
 
-def uv_overrides(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile]) -> list[str]:
-    """The override lines uv gets (``overrides.txt``, named on its command line)."""
+def uv_overrides(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
+                 local: Mapping[str, Path] | None = None) -> list[str]:
+    """The override lines uv gets (``overrides.txt``, named on its command line).
+
+    ``local``: pinned wheels uv reads from these files (store copies) instead of their URL.
+    """
+    local = local or {}
     overrides = [o for o in spec.resolution.overrides if str(canonicalize_name(Requirement(o).name)) not in pinned]
-    overrides += [f"{name} @ {f.url}" for name, f in sorted(pinned.items())]
+    overrides += [f"{name} @ {local[name].as_uri() if name in local else f.url}" for name, f in sorted(pinned.items())]
     # Provided by a local build after resolution: upstream pins on it (sglang's
     # sgl-kernel==0.3.21) must not pull it from an index.
     overrides += [f"{pkg.name}; {_NEVER}" for pkg in spec.packages.values()
@@ -224,17 +231,48 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
                 listings.prefetch_names(inputs.index_urls[name])
         nightlies = resolve_nightlies(spec, inputs.index_urls, listings)
         pinned = pinned_override_wheels(spec, inputs.index_urls, nightlies, listings)
-        entries = _run_uv(spec, inputs, pinned)
-        packages = _checked_packages(spec, inputs, entries, listings)
+        stored = store_unhashed_pins(pinned, inputs)
+        entries = _run_uv(spec, inputs, pinned, stored)
+        packages = _checked_packages(spec, inputs, entries, listings, stored)
     check_same_version(spec, packages)
     return Resolution(packages=packages, nightlies=nightlies, requires_python=f"=={spec.python}.*")
 
 
-def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile]) -> list[Mapping[str, object]]:
+def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) -> dict[str, Artifact]:
+    """The pinned wheels whose index publishes no hash, brought into the store before uv runs.
+
+    uv then reads them from the store: handed the URL, it would download a nightly's
+    GBs to hash it, and the sync after the lock would download them again. Stored
+    here, they cross the network once (hashed while stored), and a relock whose
+    earlier lock has them in the store downloads nothing.
+    """
+    unhashed = {name: f for name, f in pinned.items() if f.sha256 is None}
+    if not unhashed:
+        return {}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(4, len(unhashed))) as pool:
+        futures = {name: pool.submit(_hash_unlisted, name, str(f.version), f.url, inputs)
+                   for name, f in sorted(unhashed.items())}
+        hashed = {name: fut.result() for name, fut in futures.items()}
+    return {name: Artifact(sha256=sha, url=unhashed[name].url, size=size) for name, (sha, size) in hashed.items()}
+
+
+def _store(inputs: ResolveInputs) -> Store:
+    from envlock.store import Store
+
+    return inputs.store or Store.open()
+
+
+def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
+            stored: Mapping[str, Artifact]) -> list[Mapping[str, object]]:
+    from envlock.fetch import store_file
+
+    local = {name: store_file(_store(inputs), art) for name, art in stored.items()}
     work = Path(tempfile.mkdtemp(prefix="envlock-resolve-"))
     try:
         (work / "pyproject.toml").write_text(transient_project(spec, inputs, pinned))
-        (work / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, pinned)))
+        (work / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, pinned, local)))
         args = compile_args(spec, inputs)
         result = runner.uv(args, cwd=work, env=inputs.build_env)
         if not result.ok:
@@ -289,7 +327,8 @@ def _allowed_index(spec: EnvSpec, name: NormalizedName) -> str:
 
 
 def _checked_packages(
-    spec: EnvSpec, inputs: ResolveInputs, entries: Sequence[Mapping[str, object]], listings: Listings
+    spec: EnvSpec, inputs: ResolveInputs, entries: Sequence[Mapping[str, object]], listings: Listings,
+    stored: Mapping[str, Artifact],
 ) -> tuple[LockedPackage, ...]:
     """uv's answer, checked: each wheel listed on its package's index, with a sha256.
 
@@ -305,11 +344,15 @@ def _checked_packages(
     build_names = {p.name for p in spec.packages.values() if p.build}
     wanted: list[tuple[NormalizedName, str, Mapping[str, object]]] = []  # name, version, wheel
     problems: list[str] = []
+    packages = []
     tags = target_tags(spec.python, spec.platform)
     for entry in entries:
         name = canonicalize_name(str(entry["name"]))
         if name in build_names:
             continue  # replaced by the local build's wheel
+        if name in stored:  # read from its store copy: lock the URL its index lists
+            packages.append(_stored_package(name, entry, stored[name], inputs.index_urls[_allowed_index(spec, name)]))
+            continue
         wheels = entry.get("wheels")
         archive = entry.get("archive")
         if not wheels and isinstance(archive, dict) and str(archive.get("url", "")).endswith(".whl"):
@@ -342,7 +385,6 @@ def _checked_packages(
     for name, _, _ in must_check:
         listings.prefetch(inputs.index_urls[_allowed_index(spec, name)], name)
     checked = {item[0] for item in must_check}
-    packages = []
     for name, version, wheel in wanted:
         index_name = _allowed_index(spec, name)
         url = urldefrag(str(wheel["url"]))[0]
@@ -372,6 +414,17 @@ def _checked_packages(
     return tuple(sorted(packages, key=lambda p: p.name))
 
 
+def _stored_package(name: NormalizedName, entry: Mapping[str, object], artifact: Artifact,
+                    index_url: str) -> LockedPackage:
+    """A pinned wheel uv read from its store copy, locked under the URL its index lists."""
+    archive = entry.get("archive")
+    sha = _sha_of(archive) if isinstance(archive, dict) else None
+    if sha is not None and sha != artifact.sha256:  # the store entry changed under uv: never lock that
+        raise ResolveError(f"{name}: uv hashed its store copy as sha256 {sha}, stored as {artifact.sha256}; "
+                           f"the store entry is damaged, remove it and lock again")
+    return LockedPackage(name=name, version=str(entry["version"]), wheels=(artifact,), index=http.redact(index_url))
+
+
 def _hash_unlisted(name: str, version: str, url: str, inputs: ResolveInputs) -> tuple[str, int]:
     """sha256 and size of a wheel whose index publishes no hash.
 
@@ -382,14 +435,13 @@ def _hash_unlisted(name: str, version: str, url: str, inputs: ResolveInputs) -> 
     """
     from envlock.errors import FetchError
     from envlock.fetch import fetch_unhashed, store_file
-    from envlock.store import Store
 
-    store = inputs.store or Store.open()
+    store = _store(inputs)
     earlier = inputs.hashed.get(url)
     if earlier is not None and earlier.size is not None and store_file(store, earlier).is_file():
         return earlier.sha256, earlier.size
     try:
-        got = fetch_unhashed(url, store)
+        got = fetch_unhashed(url, store, progress=inputs.progress)
     except FetchError as exc:
         raise ResolveError(f"{name} {version}: cannot hash {url}: {exc.message}") from None
     return got.sha256, got.downloaded

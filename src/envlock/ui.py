@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from envlock.fetch import NullProgress, Progress
@@ -41,7 +43,11 @@ class RichProgress:
 
     def begin(self, name: str, total: int | None) -> None:
         with self._lock:
-            self._tasks[name] = self._bar.add_task(name, total=total)
+            task = self._tasks.get(name)
+            if task is None:
+                self._tasks[name] = self._bar.add_task(name, total=total)
+            else:  # a download started over: the same bar, from zero
+                self._bar.reset(task, total=total)
 
     def advance(self, name: str, nbytes: int) -> None:
         task = self._tasks.get(name)
@@ -61,6 +67,58 @@ class RichProgress:
         self._bar.stop()
 
 
+class StatusProgress(NullProgress):
+    """Download progress as the text of a status line.
+
+    For work shown by a spinner (``envlock lock``): rich draws one live display at a
+    time, so the downloads are summed into the spinner's text instead of bars.
+    """
+
+    def __init__(self, update: Callable[[str], None], what: str) -> None:
+        self._update = update
+        self._what = what
+        self._files: dict[str, tuple[int, int | None]] = {}  # name -> (bytes so far, total)
+        self._lock = threading.Lock()
+        self._shown = 0.0
+
+    def begin(self, name: str, total: int | None) -> None:
+        with self._lock:
+            self._files[name] = (0, total)
+            self._show(force=True)
+
+    def advance(self, name: str, nbytes: int) -> None:
+        with self._lock:
+            done, total = self._files.get(name, (0, None))
+            self._files[name] = (done + nbytes, total)
+            self._show()
+
+    def end(self, name: str) -> None:
+        with self._lock:
+            self._show(force=True)
+
+    def _show(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._shown < 0.1:  # chunks arrive far faster than anyone reads
+            return
+        self._shown = now
+        done = sum(d for d, _ in self._files.values())
+        totals = [t for _, t in self._files.values()]
+        of = f" of {size(sum(t for t in totals if t is not None))}" if None not in totals else ""
+        self._update(f"{self._what}: {', '.join(sorted(self._files))}: {size(done)}{of}")
+
+
+def size(n: int) -> str:
+    """Bytes for people: 743.4 kB, 9.4 MB."""
+    if n < 1000:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("kB", "MB"):
+        value /= 1000
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1000:.1f} GB"
+
+
 class _Quiet(NullProgress):
     def __enter__(self) -> _Quiet:
         return self
@@ -76,4 +134,4 @@ def progress(*, quiet: bool = False) -> RichProgress | _Quiet:
     return RichProgress(sys.stderr)
 
 
-__all__ = ["Progress", "RichProgress", "progress"]
+__all__ = ["Progress", "RichProgress", "StatusProgress", "progress", "size"]

@@ -1,0 +1,27 @@
+"""Progress rendering: sizes for people, and downloads summed into a spinner's text."""
+
+from __future__ import annotations
+
+import pytest
+
+from envlock import ui
+
+
+@pytest.mark.parametrize(("n", "text"), [(999, "999 B"), (743_400, "743.4 kB"), (9_400_000, "9.4 MB"),
+                                         (1_135_000_000, "1.1 GB")])
+def test_size_reads_as_people_write_it(n: int, text: str) -> None:
+    assert ui.size(n) == text
+
+
+def test_status_progress_sums_downloads_into_the_status_text() -> None:
+    shown: list[str] = []
+    progress = ui.StatusProgress(shown.append, "locking envs/e.toml, hashing")
+    progress.begin("torch-2.whl", 2_000_000_000)
+    progress.begin("torchvision-0.whl", 8_000_000)
+    assert shown[-1] == "locking envs/e.toml, hashing: torch-2.whl, torchvision-0.whl: 0 B of 2.0 GB"
+    progress.advance("torch-2.whl", 1_500_000_000)
+    progress.advance("torchvision-0.whl", 8_000_000)
+    progress.end("torchvision-0.whl")  # always shown, however soon after the last update
+    assert shown[-1] == "locking envs/e.toml, hashing: torch-2.whl, torchvision-0.whl: 1.5 GB of 2.0 GB"
+    progress.begin("no-length.whl", None)  # a server that sends no Content-Length: no total
+    assert shown[-1].endswith(": 1.5 GB")
