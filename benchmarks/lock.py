@@ -11,6 +11,11 @@ companions, the flashinfer trio, N plain deps), and times, with warm caches:
   which is what envlock drives; envlock adds the nightly look-up, the index-pin
   check of every wheel and the lock writing.
 
+The raw uv gets the nightlies' index URLs, as a user running uv would; envlock hands
+uv the copies in its store (downloaded on its first lock, the warm-up run here). The
+fixture's nightlies are KB, so that does not show in the ratio; real ones are GBs,
+which raw uv downloads on every run to hash them.
+
 Prints the medians and the ratio envlock / uv (target: <= 1.2).
 """
 
