@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock import __version__
+from envlock import __version__, ui
 from envlock.errors import SpecError
 from envlock.workspace import Workspace
 from kit.sglike import commit_all, init_repo
@@ -87,11 +87,17 @@ def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> N
 
     made = cli("lock", "e")
     assert made.code == 0
+    torch = next(f for f in universe.server.indexes["pytorch"].files if f.startswith("torch-2.12.0.dev20260307"))
+    size = ui.size(universe.server.indexes["pytorch"].files[torch].stat().st_size)
     assert made.out.splitlines() == [
         "wrote locks/pylock.e.toml (3 packages)",
         "  nightly torch -> 2.12.0.dev20260307+cu130",
+        f"  {size} downloaded into the store, to hash wheels their index publishes no hash for",
     ]
     assert cli("lock", "e", "--check").out == "locks/pylock.e.toml is current for envs/e.toml\n"
+    # A relock finds the nightly in the store: nothing downloaded, nothing said.
+    assert cli("lock", "e").out.splitlines() == [
+        "unchanged: locks/pylock.e.toml (3 packages)", "  nightly torch -> 2.12.0.dev20260307+cu130"]
 
     ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.1"'))
     stale = cli("lock", "e", "--check")

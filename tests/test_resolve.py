@@ -21,7 +21,7 @@ from envlock import runner
 from envlock.errors import ResolveError
 from envlock.fetch import fetch, store_file
 from envlock.indexes import IndexFile
-from envlock.lockfile import Artifact, read_lock
+from envlock.lockfile import Artifact, LockedPackage, read_lock
 from envlock.nightly import nightly_date, select_nightly
 from envlock.pipeline import lock_env, sync
 from envlock.resolve import ResolveInputs, _hash_unlisted, _stored_package
@@ -261,19 +261,24 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
     shown = RecordedProgress()
     inputs = ResolveInputs(index_urls={}, store=store, progress=shown)
     before = len(universe.server.downloads(filename))
-    sha, size = _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs)
+    sha, size, downloaded = _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs)
     art = Artifact(sha256=sha, url=url, size=size)
     assert sha == served and sha256_of(store_file(store, art)) == served
-    assert size == universe.server.indexes["pytorch"].files[filename].stat().st_size
+    assert size == downloaded == universe.server.indexes["pytorch"].files[filename].stat().st_size
     assert len(universe.server.downloads(filename)) == before + 1
     assert shown.events == [("begin", art.filename, size), ("advance", art.filename, size), ("end", art.filename, 0)]
     assert [a.source for a in fetch([art], store, base_dir=tmp_path).artifacts] == ["store"]
-    # A relock: the earlier lock's hash is kept while the store holds its bytes.
+    # A relock: the earlier lock's hash is kept while the store holds its bytes, and so
+    # is what the store recorded for the URL (a lock that failed after hashing it).
     relock = ResolveInputs(index_urls={}, store=store, hashed={url: art})
-    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size)
+    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size, 0)
+    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs) == (sha, size, 0)
+    # A lock written before sizes were recorded for these: the size comes from the store.
+    unsized = ResolveInputs(index_urls={}, store=store, hashed={url: Artifact(sha256=sha, url=url)})
+    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, unsized) == (sha, size, 0)
     assert len(universe.server.downloads(filename)) == before + 1
     store.remove_entry("wheels", sha)
-    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size)
+    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size, size)
     assert len(universe.server.downloads(filename)) == before + 2
     with pytest.raises(ResolveError, match=r"^torch 1.0: cannot hash .*/gone.whl: gone.whl: download failed"):
         _hash_unlisted("torch", "1.0", universe.server.file_url("pytorch", "gone.whl"), inputs)
@@ -300,10 +305,15 @@ class RecordedProgress:
 def test_a_pinned_nightly_crosses_the_network_once_for_lock_relock_and_sync(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     # Handed the nightly's URL, uv downloaded it to hash it on every lock, and the sync
     # downloaded it once more. It is stored first now, and uv reads the store copy.
-    ws.write_spec("e", spec_text(universe, TORCH + TRITON))
     filename = next(f for f in universe.server.indexes["pytorch"].files if f.startswith("torch-2.12.0.dev20260307"))
     served = universe.server.indexes["pytorch"].files[filename]
     before = len(universe.server.downloads(filename))
+    # A first try fails after the nightly was stored (pytorch-triton not pinned to its
+    # index): the store's record of the URL spares the next try the download.
+    ws.write_spec("e", spec_text(universe, TORCH))
+    with pytest.raises(ResolveError, match="uv found no resolution"):
+        lock_env(Workspace(ws.root), "e")
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON))
     lock_env(Workspace(ws.root), "e")
     text = ws.lock_text("e")
     torch = next(p for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages if p.name == "torch")
@@ -316,14 +326,37 @@ def test_a_pinned_nightly_crosses_the_network_once_for_lock_relock_and_sync(ws, 
     assert ws.lock_text("e").startswith(text.split("[tool.envlock]")[0].rstrip())
 
 
-def test_a_damaged_store_copy_is_never_locked() -> None:
+def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("g", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-06") + TRITON))
+    result = sync(Workspace(ws.root), "g")  # no lock yet: the sync locks first, hashing the nightly
+    locked = read_lock(ws.root / "locks" / "pylock.g.toml").packages
+    assert result.fetched == len(locked) - 1  # the nightly was in the store before the fetch
+    served = {name: path.stat().st_size for idx in universe.server.indexes.values() for name, path in idx.files.items()}
+    assert result.downloaded == sum(served[p.wheels[0].filename] for p in locked)
+
+
+def test_uv_answer_for_a_stored_pin_must_be_that_file_at_its_version(store: Store) -> None:
     art = Artifact(sha256="a" * 64, url="http://i/torch-1.0-py3-none-any.whl", size=3)
-    entry = {"name": "torch", "version": "1.0", "archive": {"path": "/s/torch-1.0-py3-none-any.whl",
-                                                           "hashes": {"sha256": "b" * 64}}}
+    pin = IndexFile("torch-1.0-py3-none-any.whl", str(art.url), Version("1.0"), None)
+    copy = str(store_file(store, art))
+
+    def answer(path: str | None = copy, version: str = "1.0", sha: str = "a" * 64) -> dict[str, object]:
+        archive = {"path": path, "hashes": {"sha256": sha}} if path else None
+        return {"name": "torch", "version": version, **({"archive": archive} if archive else {})}
+
+    def check(entry: dict[str, object]) -> object:
+        return _stored_package(canonicalize_name("torch"), entry, pin, art, store, "http://u:p@i")
+
     with pytest.raises(ResolveError, match=f"uv hashed its store copy as sha256 {'b' * 64}, stored as {'a' * 64}"):
-        _stored_package(canonicalize_name("torch"), entry, art, "http://i")
-    entry["archive"] = {"path": "/s/torch-1.0-py3-none-any.whl", "hashes": {"sha256": "a" * 64}}
-    assert _stored_package(canonicalize_name("torch"), entry, art, "http://u:p@i").wheels == (art,)
+        check(answer(sha="b" * 64))  # the store entry changed under uv
+    with pytest.raises(ResolveError, match=r"^torch: uv answered .*/elsewhere.whl.*expected the pinned wheel"):
+        check(answer(path="/s/elsewhere.whl"))
+    with pytest.raises(ResolveError, match=r"^torch: uv answered None, expected the pinned wheel"):
+        check(answer(path=None))
+    with pytest.raises(ResolveError, match=r"holds version 99.0, but its index lists it as 1.0"):
+        check(answer(version="99.0"))
+    locked = check(answer())
+    assert locked == LockedPackage(name="torch", version="1.0", wheels=(art,), index="http://i")
 
 
 @pytest.mark.parametrize("local", ["cu130", "CU130", "Cu130"])

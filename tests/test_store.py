@@ -125,6 +125,22 @@ def test_slot_entries_reuse_one_path_and_leftovers_of_dead_holders_are_cleared(t
     assert list(store.tmp.iterdir()) == []
 
 
+def test_unresumable_partial_downloads_no_one_holds_are_cleared(tmp_path: Path) -> None:
+    import fcntl
+
+    store = Store.open(tmp_path / "home")
+    store.partial_dir.mkdir(parents=True)
+    killed = store.partial_dir / f"url-{'a' * 64}.part"  # a killed lock's hashing download
+    live = store.partial_dir / f"url-{'b' * 64}.part"
+    resumable = store.partial_dir / f"{'c' * 64}.part"  # hash known: the next fetch resumes it
+    for part in (killed, live, resumable):
+        part.write_bytes(b"x" * 10)
+    with open(live, "a+b") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # as fetch_unhashed holds the one it writes
+        assert store.clean_tmp() == [killed]
+    assert sorted(store.partial_dir.iterdir()) == [resumable, live]
+
+
 def test_default_home_follows_envlock_home_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from envlock import quick
     from envlock.store import LAYOUT_VERSION, default_home

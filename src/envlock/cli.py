@@ -84,17 +84,20 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 
         _out(args, check.to_dict(), text)
         return 0 if check.current else 1
-    with _status(args, f"locking envs/{args.env}.toml (sources, then uv; wheels an index publishes "
-                       "no hash for are downloaded to hash them)") as status:
+    message = f"locking envs/{args.env}.toml"
+    with _status(args, message) as status:
         result = pipeline.lock_env(ws, args.env, mirrors=_index_pairs(args.index),
                                    sources_from=_index_pairs(args.source, "--source"),
-                                   progress=ui.StatusProgress(status, f"locking envs/{args.env}.toml, hashing"))
+                                   progress=ui.StatusProgress(status, message))
 
     def text_lock() -> str:
         verb = "wrote" if result.changed else "unchanged:"
         lines = [f"{verb} {ws.relative(result.path)} ({result.packages} packages)"]
         lines += [f"  nightly {n} -> {v}" for n, v in result.nightlies.items()]
         lines += [f"  index {n} mirrored at {u}" for n, u in sorted(result.mirrors.items())]
+        if result.downloaded:
+            lines.append(f"  {ui.size(result.downloaded)} downloaded into the store, to hash wheels "
+                         "their index publishes no hash for")
         return "\n".join(lines)
 
     _out(args, result.to_dict(), text_lock)

@@ -12,19 +12,22 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from envlock.errors import FetchError
 from envlock.lockfile import Artifact
-from envlock.store import Store
+from envlock.store import Store, write_atomic
 
 CHUNK = 1 << 20
+_T = TypeVar("_T")
 #: Fixed mtime for store wheels and their folders: the store's bytes and metadata do not
 #: depend on when an artifact was fetched.
 STORE_MTIME = 1577836800  # 2020-01-01T00:00:00Z
@@ -76,6 +79,38 @@ class FetchResult:
         """sha256 -> store file."""
         return {a.sha256: a.path for a in self.artifacts}
 
+class DownloadStoppedError(Exception):
+    """A download stopped because its run was interrupted (Ctrl-C)."""
+
+
+def parallel(calls: Sequence[Callable[[threading.Event], _T]], jobs: int) -> list[_T | FetchError]:
+    """Run ``calls`` on up to ``jobs`` threads; return each one's result or its ``FetchError``.
+
+    A failed call does not stop the others: what they bring into the store is kept for
+    the next run. An interrupt (Ctrl-C) in the caller sets the event every call checks
+    between chunks, so the run stops at once instead of after every download finished;
+    a download with a known hash keeps its partial file to resume.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    stop = threading.Event()
+    out: list[_T | FetchError] = []
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(calls)))) as pool:
+        futures = [pool.submit(call, stop) for call in calls]
+        try:
+            for fut in futures:
+                try:
+                    out.append(fut.result())
+                except FetchError as exc:
+                    out.append(exc)
+        except BaseException:
+            stop.set()
+            for fut in futures:
+                fut.cancel()
+            raise
+    return out
+
+
 def store_file(store: Store, artifact: Artifact) -> Path:
     """Where ``artifact`` lives in the store once fetched.
 
@@ -118,21 +153,16 @@ def fetch(
     }
     errors: list[FetchError] = []
     if missing:
-        # Imported here: a sync with every artifact in the store needs no pool (nor logging).
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(missing)))) as pool:
-            futures = [
-                pool.submit(_fetch_one, a, store, base_dir=base_dir, retries=retries,
-                            backoff=backoff, progress=progress)
-                for a in missing
-            ]
-            for fut in futures:
-                try:
-                    got = fut.result()
-                    results[got.sha256] = got
-                except FetchError as exc:
-                    errors.append(exc)
+        calls = [
+            lambda stop, a=a: _fetch_one(a, store, base_dir=base_dir, retries=retries, backoff=backoff,
+                                         progress=progress, stop=stop)
+            for a in missing
+        ]
+        for got in parallel(calls, jobs):
+            if isinstance(got, FetchError):
+                errors.append(got)
+            else:
+                results[got.sha256] = got
     if len(errors) == 1:
         raise errors[0]
     if errors:
@@ -151,9 +181,14 @@ def _fetch_one(
     retries: int = 5,
     backoff: float = 0.25,
     progress: Progress | None = None,
+    stop: threading.Event | None = None,
 ) -> Fetched:
-    """Fetch one artifact not in the store, resuming a partial download left by an earlier run."""
+    """Fetch one artifact not in the store, resuming a partial download left by an earlier run.
+
+    ``stop`` set: ``DownloadStoppedError`` at the next chunk, the partial file kept.
+    """
     progress = progress or NullProgress()
+    stop = stop or threading.Event()
     final = store_file(store, artifact)
     part = store.partial_dir / f"{artifact.sha256}.part"
     with _disk_errors(artifact.filename), _locked_partial(part) as fh:
@@ -163,9 +198,9 @@ def _fetch_one(
         try:
             if artifact.url is not None and not artifact.url.startswith("file:"):
                 got = _download(artifact, artifact.url, fh, retries=retries, backoff=backoff,
-                                progress=progress)
+                                progress=progress, stop=stop)
             else:
-                got = _copy_local(artifact, _local_source(artifact, base_dir), fh, progress=progress)
+                got = _copy_local(artifact, _local_source(artifact, base_dir), fh, progress=progress, stop=stop)
         except FetchError:
             # A failed hash check empties the partial: drop it. A network failure keeps
             # its bytes so the next run resumes from there.
@@ -189,18 +224,19 @@ def _disk_errors(filename: str) -> Iterator[None]:
 
 
 def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float = 0.25,
-                   progress: Progress | None = None) -> Fetched:
+                   progress: Progress | None = None, stop: threading.Event | None = None) -> Fetched:
     """Download ``url``, whose index publishes no hash, into the store under the sha256 its bytes have.
 
     For the resolver (PyTorch nightlies, GBs each): the lock records the hash computed
     here and the bytes stay in the store, so the sync that follows does not download
     them a second time. With no hash to check a resumed prefix against, every attempt
     starts from the first byte: a prefix from an earlier upload would be hashed as if
-    it were this one.
+    it were this one. The store records what the URL held (``hashed_before``).
     """
     from envlock import http
 
     progress = progress or NullProgress()
+    stop = stop or threading.Event()
     probe = Artifact(sha256="", url=url)
     if problem := probe.filename_problem():
         raise FetchError(problem)
@@ -216,6 +252,8 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
                     progress.begin(filename, body.size)
                     try:
                         for chunk in body.chunks:
+                            if stop.is_set():
+                                raise DownloadStoppedError(url)
                             fh.write(chunk)
                             hasher.update(chunk)
                             size += len(chunk)
@@ -223,6 +261,9 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
                     finally:
                         progress.end(filename)
                 break
+            except DownloadStoppedError:
+                part.unlink(missing_ok=True)  # no hash to resume against: worth nothing
+                raise
             except http.HttpError as exc:
                 if exc.retryable and failures < retries:
                     failures += 1
@@ -237,7 +278,29 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
         fh.flush()
         os.fsync(fh.fileno())
         _commit(store, part, artifact)
+    record = json.dumps({"url": url, "sha256": artifact.sha256, "size": size}, sort_keys=True)
+    write_atomic(_url_record(store, url), record.encode())
     return Fetched(artifact.sha256, filename, store_file(store, artifact), "download", size)
+
+
+def hashed_before(url: str, store: Store) -> Artifact | None:
+    """What ``fetch_unhashed`` last stored from ``url``, if the store still holds those bytes.
+
+    So a lock that failed after hashing a nightly (or one whose earlier lock was lost)
+    does not download its GBs again.
+    """
+    try:
+        record = json.loads(_url_record(store, url).read_bytes())
+        artifact = Artifact(sha256=str(record["sha256"]), url=url, size=int(record["size"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if record.get("url") != url or artifact.filename_problem() or not store_file(store, artifact).is_file():
+        return None
+    return artifact
+
+
+def _url_record(store: Store, url: str) -> Path:
+    return store.root / "urls" / hashlib.sha256(url.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -307,7 +370,8 @@ def _restart(fh: IO[bytes]) -> Any:
 
 
 def _download(
-    artifact: Artifact, url: str, fh: IO[bytes], *, retries: int, backoff: float, progress: Progress
+    artifact: Artifact, url: str, fh: IO[bytes], *, retries: int, backoff: float, progress: Progress,
+    stop: threading.Event,
 ) -> _Got:
     from envlock import http  # requests is heavy; only a real download needs it
 
@@ -332,6 +396,8 @@ def _download(
                             progress.advance(artifact.filename, -have)
                             hasher, have = _restart(fh), 0
                         for chunk in body.chunks:
+                            if stop.is_set():
+                                raise DownloadStoppedError(url)
                             fh.write(chunk)
                             hasher.update(chunk)
                             have += len(chunk)
@@ -380,7 +446,8 @@ def _local_source(artifact: Artifact, base_dir: Path) -> Path:
     return path if path.is_absolute() else base_dir / path
 
 
-def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Progress) -> _Got:
+def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Progress,
+                stop: threading.Event) -> _Got:
     """Copy a local wheel (a built one in the wheelhouse) into the partial file, hashing as it goes."""
     _restart(fh)
     hasher = hashlib.sha256()
@@ -395,6 +462,8 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
     try:
         with src:
             while chunk := src.read(CHUNK):
+                if stop.is_set():
+                    raise DownloadStoppedError(str(source))
                 fh.write(chunk)
                 hasher.update(chunk)
                 progress.advance(artifact.filename, len(chunk))

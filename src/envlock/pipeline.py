@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +79,7 @@ class LockResult:
     nightlies: Mapping[str, str] = field(default_factory=dict)  # name -> exact version
     mirrors: Mapping[str, str] = field(default_factory=dict)
     lock: Lock | None = field(default=None, repr=False)  # what the file now holds
+    downloaded: int = 0  # bytes, to hash wheels an index publishes no hash for
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +89,7 @@ class LockResult:
             "packages": self.packages,
             "nightlies": dict(self.nightlies),
             "mirrors": dict(self.mirrors),
+            "downloaded": self.downloaded,
         }
 
 
@@ -154,6 +156,7 @@ def lock_env(
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
         mirrors={name: http.redact(url) for name, url in all_mirrors.items()},  # printed: no credentials
         lock=lock,
+        downloaded=resolution.downloaded,
     )
 
 
@@ -297,6 +300,7 @@ def sync(
 
     inputs = None
     base_dir: Path | None = None
+    hashed = 0  # bytes a relock downloaded
     if lock_ref is not None:
         ref = load_lock_ref(ws, lock_ref)
         lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
@@ -309,13 +313,16 @@ def sync(
         spec, spec_bytes = read_spec(spec_path, name=env)
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
         if not frozen and (found is None or not _check(ws, env, spec, lock_path, found).current):
-            found = lock_env(ws, env, sources_from=sources_from, spec=spec, progress=progress).lock
+            relocked = lock_env(ws, env, sources_from=sources_from, spec=spec, progress=progress)
+            found, hashed = relocked.lock, relocked.downloaded
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
         lock = _ensure_builds(ws, env, spec, found, lock_path, frozen=frozen, sources_from=sources_from)
         if not frozen:
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
-    return sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
-                     offline=offline, progress=progress, inputs=inputs, base_dir=base_dir)
+    result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
+                       offline=offline, progress=progress, inputs=inputs, base_dir=base_dir)
+    # Wheels the relock downloaded to hash them are in the store now: this sync downloaded them.
+    return replace(result, downloaded=result.downloaded + hashed) if hashed else result
 
 
 def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,
@@ -498,8 +505,6 @@ def build_env(
     requirements, and leave the lock as it is. ``spec``: the env's spec when the caller has
     read it already.
     """
-    from dataclasses import replace
-
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
     from envlock import build
@@ -712,8 +717,6 @@ def _carry_builds(
     """
     if old is None or not old.builds or not spec.builds:
         return lock
-    from dataclasses import replace
-
     from packaging.utils import canonicalize_name
 
     from envlock import build

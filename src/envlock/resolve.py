@@ -16,6 +16,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from packaging.utils import NormalizedName, canonicalize_name, parse_wheel_filen
 from packaging.version import Version
 
 from envlock import http, runner
-from envlock.errors import ResolveError
+from envlock.errors import FetchError, ResolveError
 from envlock.indexes import IndexFile, Listings
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.nightly import select_nightly
@@ -49,6 +50,7 @@ class Resolution:
     packages: tuple[LockedPackage, ...]
     nightlies: Mapping[str, NightlyPin]
     requires_python: str
+    downloaded: int = 0  # bytes downloaded to hash wheels an index publishes no hash for
 
 
 @dataclass(frozen=True)
@@ -231,31 +233,36 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
                 listings.prefetch_names(inputs.index_urls[name])
         nightlies = resolve_nightlies(spec, inputs.index_urls, listings)
         pinned = pinned_override_wheels(spec, inputs.index_urls, nightlies, listings)
-        stored = store_unhashed_pins(pinned, inputs)
+        stored, downloaded = store_unhashed_pins(pinned, inputs)
         entries = _run_uv(spec, inputs, pinned, stored)
-        packages = _checked_packages(spec, inputs, entries, listings, stored)
+        packages, more = _checked_packages(spec, inputs, entries, listings, pinned, stored)
     check_same_version(spec, packages)
-    return Resolution(packages=packages, nightlies=nightlies, requires_python=f"=={spec.python}.*")
+    return Resolution(packages=packages, nightlies=nightlies, requires_python=f"=={spec.python}.*",
+                      downloaded=downloaded + more)
 
 
-def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) -> dict[str, Artifact]:
-    """The pinned wheels whose index publishes no hash, brought into the store before uv runs.
+def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) -> tuple[dict[str, Artifact], int]:
+    """The pinned wheels whose index publishes no hash, brought into the store before uv runs,
+    and the bytes that took.
 
     uv then reads them from the store: handed the URL, it would download a nightly's
     GBs to hash it, and the sync after the lock would download them again. Stored
-    here, they cross the network once (hashed while stored), and a relock whose
-    earlier lock has them in the store downloads nothing.
+    here, they cross the network once (hashed while stored), and a relock downloads
+    nothing while the store holds them. One failed download does not stop the others
+    (they are kept for the next lock).
     """
-    unhashed = {name: f for name, f in pinned.items() if f.sha256 is None}
-    if not unhashed:
-        return {}
-    from concurrent.futures import ThreadPoolExecutor
+    from envlock.fetch import parallel
 
-    with ThreadPoolExecutor(max_workers=min(4, len(unhashed))) as pool:
-        futures = {name: pool.submit(_hash_unlisted, name, str(f.version), f.url, inputs)
-                   for name, f in sorted(unhashed.items())}
-        hashed = {name: fut.result() for name, fut in futures.items()}
-    return {name: Artifact(sha256=sha, url=unhashed[name].url, size=size) for name, (sha, size) in hashed.items()}
+    unhashed = sorted((name, f) for name, f in pinned.items() if f.sha256 is None)
+    calls = [lambda stop, f=f: _unlisted_artifact(f.url, inputs, stop) for _, f in unhashed]
+    results = parallel(calls, jobs=4) if calls else []
+    failed = [(name, f, got) for (name, f), got in zip(unhashed, results, strict=True) if isinstance(got, FetchError)]
+    if failed:
+        name, f, exc = failed[0]
+        raise ResolveError(f"{name} {f.version}: cannot hash {f.url}: {exc.message}",
+                           details=[f"{n} {g.version}: {e.message}" for n, g, e in failed[1:]])
+    stored = {name: got[0] for (name, _), got in zip(unhashed, results, strict=True) if not isinstance(got, FetchError)}
+    return stored, sum(got[1] for got in results if not isinstance(got, FetchError))
 
 
 def _store(inputs: ResolveInputs) -> Store:
@@ -328,8 +335,8 @@ def _allowed_index(spec: EnvSpec, name: NormalizedName) -> str:
 
 def _checked_packages(
     spec: EnvSpec, inputs: ResolveInputs, entries: Sequence[Mapping[str, object]], listings: Listings,
-    stored: Mapping[str, Artifact],
-) -> tuple[LockedPackage, ...]:
+    pinned: Mapping[str, IndexFile], stored: Mapping[str, Artifact],
+) -> tuple[tuple[LockedPackage, ...], int]:
     """uv's answer, checked: each wheel listed on its package's index, with a sha256.
 
     This guards against the resolver itself taking a package from the wrong index (as
@@ -351,7 +358,8 @@ def _checked_packages(
         if name in build_names:
             continue  # replaced by the local build's wheel
         if name in stored:  # read from its store copy: lock the URL its index lists
-            packages.append(_stored_package(name, entry, stored[name], inputs.index_urls[_allowed_index(spec, name)]))
+            packages.append(_stored_package(name, entry, pinned[name], stored[name], _store(inputs),
+                                            inputs.index_urls[_allowed_index(spec, name)]))
             continue
         wheels = entry.get("wheels")
         archive = entry.get("archive")
@@ -385,6 +393,7 @@ def _checked_packages(
     for name, _, _ in must_check:
         listings.prefetch(inputs.index_urls[_allowed_index(spec, name)], name)
     checked = {item[0] for item in must_check}
+    downloaded = 0
     for name, version, wheel in wanted:
         index_name = _allowed_index(spec, name)
         url = urldefrag(str(wheel["url"]))[0]
@@ -403,7 +412,8 @@ def _checked_packages(
         sha = _sha_of(wheel) or listed_sha
         size = wheel.get("size")
         if sha is None:  # the index publishes no hash (PyTorch nightlies): hash the bytes
-            sha, size = _hash_unlisted(name, version, url, inputs)
+            sha, size, got = _hash_unlisted(name, version, url, inputs)
+            downloaded += got
         if listed_sha is not None and listed_sha != sha:
             raise ResolveError(f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {listed_sha}")
         artifact = Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None)
@@ -411,40 +421,64 @@ def _checked_packages(
             LockedPackage(name=name, version=version, wheels=(artifact,),
                           index=http.redact(inputs.index_urls[index_name]))
         )
-    return tuple(sorted(packages, key=lambda p: p.name))
+    return tuple(sorted(packages, key=lambda p: p.name)), downloaded
 
 
-def _stored_package(name: NormalizedName, entry: Mapping[str, object], artifact: Artifact,
-                    index_url: str) -> LockedPackage:
-    """A pinned wheel uv read from its store copy, locked under the URL its index lists."""
+def _stored_package(name: NormalizedName, entry: Mapping[str, object], pin: IndexFile, artifact: Artifact,
+                    store: Store, index_url: str) -> LockedPackage:
+    """A pinned wheel uv read from its store copy, locked under the URL its index lists.
+
+    uv's answer must be that very file at the pinned version: the index-pin check
+    (``_checked_packages``) vouches only for the wheel the pin chose from the listing.
+    """
+    from envlock.fetch import store_file
+
     archive = entry.get("archive")
+    path = archive.get("path") if isinstance(archive, dict) else None
+    expected = store_file(store, artifact)
+    if not isinstance(path, str) or Path(path).resolve() != expected.resolve():
+        raise ResolveError(f"{name}: uv answered {archive or entry.get('wheels')!r}, expected the pinned wheel "
+                           f"it was handed, {expected}")
+    if str(entry.get("version")) != str(pin.version):
+        raise ResolveError(f"{name}: {pin.url} holds version {entry.get('version')}, but its index lists it "
+                           f"as {pin.version}; expected the version the file name says")
     sha = _sha_of(archive) if isinstance(archive, dict) else None
     if sha is not None and sha != artifact.sha256:  # the store entry changed under uv: never lock that
         raise ResolveError(f"{name}: uv hashed its store copy as sha256 {sha}, stored as {artifact.sha256}; "
                            f"the store entry is damaged, remove it and lock again")
-    return LockedPackage(name=name, version=str(entry["version"]), wheels=(artifact,), index=http.redact(index_url))
+    return LockedPackage(name=name, version=str(pin.version), wheels=(artifact,), index=http.redact(index_url))
 
 
-def _hash_unlisted(name: str, version: str, url: str, inputs: ResolveInputs) -> tuple[str, int]:
-    """sha256 and size of a wheel whose index publishes no hash.
+def _hash_unlisted(name: str, version: str, url: str, inputs: ResolveInputs) -> tuple[str, int, int]:
+    """sha256 and size of a wheel whose index publishes no hash, and the bytes downloaded for them."""
+    try:
+        artifact, downloaded = _unlisted_artifact(url, inputs)
+    except FetchError as exc:
+        raise ResolveError(f"{name} {version}: cannot hash {url}: {exc.message}") from None
+    assert artifact.size is not None
+    return artifact.sha256, artifact.size, downloaded
 
-    An earlier lock's hash for the same URL is kept when the store holds those bytes
-    (the store is content-addressed: they are what that hash names), so a relock does
-    not download GBs of torch again. Otherwise the wheel is downloaded into the store,
-    where the sync that follows finds it.
+
+def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: threading.Event | None = None) -> tuple[Artifact, int]:
+    """The artifact (sha256 and size) at ``url``, whose index publishes no hash, and the bytes downloaded.
+
+    Bytes the store already holds for the URL are not downloaded again: the earlier
+    lock's hash for it (the store is content-addressed: the bytes are what that hash
+    names), or what the store recorded when it last downloaded the URL (a lock that
+    failed after hashing). Otherwise the wheel is downloaded into the store, where the
+    sync that follows finds it.
     """
-    from envlock.errors import FetchError
-    from envlock.fetch import fetch_unhashed, store_file
+    from envlock.fetch import fetch_unhashed, hashed_before, store_file
 
     store = _store(inputs)
     earlier = inputs.hashed.get(url)
-    if earlier is not None and earlier.size is not None and store_file(store, earlier).is_file():
-        return earlier.sha256, earlier.size
-    try:
-        got = fetch_unhashed(url, store, progress=inputs.progress)
-    except FetchError as exc:
-        raise ResolveError(f"{name} {version}: cannot hash {url}: {exc.message}") from None
-    return got.sha256, got.downloaded
+    if earlier is not None and (held := store_file(store, earlier)).is_file():
+        # A lock written before sizes were recorded for these: the stored file has it.
+        return Artifact(sha256=earlier.sha256, url=url, size=earlier.size or held.stat().st_size), 0
+    if (recorded := hashed_before(url, store)) is not None:
+        return recorded, 0
+    got = fetch_unhashed(url, store, progress=inputs.progress, stop=stop)
+    return Artifact(sha256=got.sha256, url=url, size=got.downloaded), got.downloaded
 
 
 def _sha_of(wheel: Mapping[str, object]) -> str | None:

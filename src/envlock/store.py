@@ -21,7 +21,9 @@ Layout (version 1)::
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
         tmp/                             work in progress; never read
+        urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed
         tmp/partial/<sha256>.part        interrupted downloads, resumed with HTTP Range
+        tmp/partial/url-<sha256 of URL>.part  a download being hashed (never resumed)
         tmp/<label>-slot<N>/             reused build folders, each held under locks/slot-<label>-<N>.lock
 
 Work directories under ``tmp/`` carry their writer's pid; ``Store.open`` removes
@@ -196,7 +198,8 @@ class Store:
             yield
 
     def clean_tmp(self) -> list[Path]:
-        """Remove work directories under ``tmp/`` whose writer is gone (or slots no one holds); return them."""
+        """Remove work directories under ``tmp/`` whose writer is gone (or slots no one holds),
+        and unheld partial downloads that cannot be resumed; return them."""
         removed: list[Path] = []
         for entry in self.tmp.iterdir():
             m = _WORK_NAME.search(entry.name)
@@ -206,6 +209,20 @@ class Store:
                 continue
             _rmtree(entry)
             removed.append(entry)
+        # A download being hashed has no hash to resume against: one no writer holds
+        # (a killed lock's) is GBs of litter.
+        for part in self.partial_dir.glob("url-*.part") if self.partial_dir.is_dir() else ():
+            try:
+                fh = open(part, "rb")  # noqa: SIM115 - closed below
+            except FileNotFoundError:  # its writer finished meanwhile
+                continue
+            with fh:
+                try:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                part.unlink(missing_ok=True)  # a writer that opened it meanwhile sees it gone and reopens
+                removed.append(part)
         return removed
 
     def remove_entry(self, kind: str, key: str) -> None:

@@ -71,19 +71,22 @@ class StatusProgress(NullProgress):
     """Download progress as the text of a status line.
 
     For work shown by a spinner (``envlock lock``): rich draws one live display at a
-    time, so the downloads are summed into the spinner's text instead of bars.
+    time, so the downloads are summed into the spinner's text instead of bars, and the
+    text is ``message`` again once they are done.
     """
 
-    def __init__(self, update: Callable[[str], None], what: str) -> None:
+    def __init__(self, update: Callable[[str], None], message: str) -> None:
         self._update = update
-        self._what = what
+        self._message = message
         self._files: dict[str, tuple[int, int | None]] = {}  # name -> (bytes so far, total)
+        self._running: set[str] = set()
         self._lock = threading.Lock()
         self._shown = 0.0
 
     def begin(self, name: str, total: int | None) -> None:
         with self._lock:
             self._files[name] = (0, total)
+            self._running.add(name)
             self._show(force=True)
 
     def advance(self, name: str, nbytes: int) -> None:
@@ -94,6 +97,7 @@ class StatusProgress(NullProgress):
 
     def end(self, name: str) -> None:
         with self._lock:
+            self._running.discard(name)
             self._show(force=True)
 
     def _show(self, *, force: bool = False) -> None:
@@ -101,10 +105,15 @@ class StatusProgress(NullProgress):
         if not force and now - self._shown < 0.1:  # chunks arrive far faster than anyone reads
             return
         self._shown = now
+        if not self._running:
+            self._update(self._message)
+            return
         done = sum(d for d, _ in self._files.values())
         totals = [t for _, t in self._files.values()]
         of = f" of {size(sum(t for t in totals if t is not None))}" if None not in totals else ""
-        self._update(f"{self._what}: {', '.join(sorted(self._files))}: {size(done)}{of}")
+        count = len(self._files)
+        self._update(f"{self._message}: downloading {count} wheel{'s' if count > 1 else ''} "
+                     f"to hash {'them' if count > 1 else 'it'}, {size(done)}{of}")
 
 
 def size(n: int) -> str:

@@ -1,0 +1,107 @@
+"""Ctrl-C (SIGINT) during a real ``envlock`` download: the run stops at once, nothing half-made stays.
+
+Downloads run on worker threads; the interrupt lands in the main thread, which must
+tell the workers to stop rather than wait for GBs to finish arriving.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envlock.store import Store
+from kit.index import IndexServer
+from kit.locks import lock_for, sha256_of
+from kit.wheels import build_wheel
+from test_sync_kill import _wait_for
+
+# 20 MB trickling at ~3 MB/s: a run that waited for it would finish the download.
+PAYLOAD = 20_000_000
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[IndexServer]:
+    srv = IndexServer(tmp_path / "served").start()
+    srv.slow_chunk, srv.slow_delay = 64 * 1024, 0.02
+    srv.add_index("pypi")
+    srv.add_index("pytorch", hashes=False)
+    yield srv
+    srv.stop()
+
+
+def _big(server: IndexServer, tmp_path: Path, index: str, name: str, version: str) -> Path:
+    wheel = build_wheel(tmp_path / "wheels", name, version, files={f"{name}/blob.bin": os.urandom(PAYLOAD)})
+    server.add(index, wheel)
+    server.faults[wheel.name] = "slow"
+    return wheel
+
+
+def _interrupt(ws: Path, home: Path, wheel: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``envlock ARGS`` in ``ws``, SIGINT it once ``wheel``'s download is under way."""
+    env = dict(os.environ, ENVLOCK_HOME=str(home))
+    proc = subprocess.Popen([sys.executable, "-m", "envlock.cli", *args], cwd=ws, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    partial = home / "v1" / "tmp" / "partial"
+
+    def downloading() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return any(p.stat().st_size > 0 for p in partial.glob("*.part")) if partial.is_dir() else False
+
+    _wait_for(downloading, f"{wheel.name} to start downloading")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_ctrl_c_stops_a_sync_download_and_keeps_its_partial_to_resume(server: IndexServer, tmp_path: Path) -> None:
+    big = _big(server, tmp_path, "pypi", "big", "1.0")
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "locks").mkdir()
+    lock = ws / "locks" / "pylock.demo.toml"
+    lock.write_text(lock_for(server, "pypi", [big]).to_toml())
+    home = tmp_path / "home"
+    done = _interrupt(ws, home, big, "sync", "demo", "--lock", str(lock))
+    assert (done.returncode, done.stderr) == (130, "envlock: interrupted\n")
+    sha = sha256_of(big)
+    store = Store.open(home)
+    assert not store.has("wheels", sha)  # stopped, not waited out
+    part = store.partial_dir / f"{sha}.part"
+    assert 0 < part.stat().st_size < big.stat().st_size
+    # The next sync resumes from where the interrupted one stopped.
+    server.faults.pop(big.name)
+    again = subprocess.run([sys.executable, "-m", "envlock.cli", "sync", "demo", "--lock", str(lock)], cwd=ws,
+                           env=dict(os.environ, ENVLOCK_HOME=str(home)), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert any(path.endswith(big.name) and rng.startswith("bytes=") for path, rng in server.requests)
+    assert sha256_of(next(store.path("wheels", sha).iterdir())) == sha
+
+
+def test_ctrl_c_stops_a_lock_hashing_a_nightly_and_leaves_nothing(server: IndexServer, tmp_path: Path) -> None:
+    torch = _big(server, tmp_path, "pytorch", "torch", "2.12.0.dev20260307+cpu")
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "envs" / "e.toml").write_text(f"""
+[env]
+python = "3.11"
+[indexes.pypi]
+url = "{server.url('pypi')}"
+default = true
+[indexes.pytorch]
+url = "{server.url('pytorch')}"
+[packages]
+torch = {{ nightly = "2026-03-07", local = "cpu", index = "pytorch" }}
+""")
+    home = tmp_path / "home"
+    done = _interrupt(ws, home, torch, "lock", "e")
+    assert (done.returncode, done.stderr) == (130, "envlock: interrupted\n")
+    store = Store.open(home)
+    assert not (store.root / "wheels").exists() or not any((store.root / "wheels").iterdir())
+    assert list(store.partial_dir.glob("*.part")) == []  # no hash to resume against: removed
+    assert not (ws / "locks" / "pylock.e.toml").exists()
