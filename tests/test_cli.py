@@ -195,3 +195,72 @@ def test_unreadable_specs_and_locks_exit_2_without_traceback(ws, cli, tmp_path) 
 def test_store_commands_refuse_names_that_are_no_env_names(cli, command: list[str]) -> None:  # type: ignore[no-untyped-def]
     r = cli(*command, "..", *(["--", "true"] if command == ["run"] else []))
     assert (r.code, r.err) == (2, "envlock: error: '..': not an env name (letters, digits, '.', '_', '-')\n")
+
+
+def test_a_disk_error_is_one_line_naming_the_file_and_leaves_no_temp_file(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    (ws.root / "locks" / "pylock.e.toml").mkdir()  # where the lock file belongs
+    r = cli("lock", "e")
+    target = ws.root / "locks" / "pylock.e.toml"
+    assert (r.code, r.err) == (1, f"envlock: error: {target}: Is a directory (rerun with --debug for where)\n")
+    assert sorted(p.name for p in (ws.root / "locks").iterdir()) == ["pylock.e.toml"]  # no .tmp left
+    r = cli("lock", "e", "--json")
+    assert json.loads(r.out) == {"error": {"kind": "OSError", "exit_code": 1, "details": [],
+                                           "message": f"{target}: Is a directory (rerun with --debug for where)"}}
+
+
+def test_json_errors_are_a_document_on_stdout_too(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("lock", "nosuch", "--json")
+    assert r.code == 2 and r.err.startswith("envlock: error: ")
+    error = json.loads(r.out)["error"]
+    assert (error["kind"], error["exit_code"]) == ("UsageError", 2) and "no env 'nosuch'" in error["message"]
+
+
+def test_sync_refuses_what_it_cannot_do_as_asked(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    ws.write_spec("f", spec_text(universe, 'tinydep = "==1.1"'))
+    # --offline cannot lock: it says so before any network.
+    requests = len(universe.server.requests)
+    r = cli("sync", "e", "--offline")
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.e.toml: missing; --offline cannot lock (that needs "
+                                  "the indexes): run `envlock lock e` where they are reachable, or sync the lock as "
+                                  "it is with --frozen --offline\n")
+    assert len(universe.server.requests) == requests
+    r = cli("sync", "e", "--source", "nosuch=/x")
+    assert r.code == 2 and "--source nosuch=...: " in r.err and "has no [sources.nosuch]" in r.err
+    assert cli("lock", "e").code == 0
+    # Another env's lock: its generations and path would hold the wrong packages.
+    r = cli("sync", "f", "--lock", "locks/pylock.e.toml")
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.e.toml: the lock of env 'e', not 'f'; expected "
+                                  "`envlock sync e --lock locks/pylock.e.toml`\n")
+    r = cli("sync", "e", "--lock", "locks/pylock.e.toml", "--source", "x=/y")
+    assert r.code == 2 and "neither locks nor builds, so it fetches no source" in r.err
+    r = cli("sync", "e", "--lock", "nope.toml")
+    assert (r.code, r.err) == (2, f"envlock: error: nope.toml: no such lock file ({ws.root / 'nope.toml'})\n")
+    assert not (ws.root / "locks" / "pylock.f.toml").exists()
+
+
+def test_diff_names_what_is_missing_and_reads_lock_files_in_the_current_folder(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
+                                                                               monkeypatch) -> None:
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    assert cli("lock", "e").code == 0
+    r = cli("diff", "e", "f")
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.f.toml: no lock of env 'f'; there is no "
+                                  "envs/f.toml either (expected a lock path, PATH@GITREV or an env name; envs: e)\n")
+    ws.write_spec("f", spec_text(universe, 'tinydep = "==1.1"'))
+    r = cli("diff", "e", "f")
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.f.toml: no lock of env 'f'; create it with "
+                                  "`envlock lock f`\n")
+    # Files named without a slash or .toml are files when no env lock has that name.
+    monkeypatch.chdir(ws.root / "locks")
+    (ws.root / "locks" / "a.lock").write_text(ws.lock_text("e"))
+    (ws.root / "locks" / "b.lock").write_text(ws.lock_text("e"))
+    r = cli("diff", "a.lock", "b.lock")
+    assert (r.code, r.out) == (0, "no differences (1 packages identical)\n")
+
+
+def test_a_folder_where_a_spec_belongs_is_named(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    (ws.root / "envs" / "dirspec.toml").mkdir()
+    r = cli("lock", "dirspec")
+    assert (r.code, r.err) == (2, f"envlock: error: {ws.root}/envs/dirspec.toml: not a file; expected env "
+                                  "'dirspec''s spec (a TOML file) there\n")

@@ -150,10 +150,15 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
     if result is None:
         from envlock import pipeline, ui
 
+        def on_build(name: str, digest: str) -> None:
+            if not (args.quiet or args.json):  # said even off a terminal: a kernel build can take an hour
+                print(f"envlock: building {name} (inputs {digest[:19]}): from the store if these inputs "
+                      "were built before, else a native build, which can take long", file=sys.stderr)
+
         with ui.progress(quiet=args.quiet or args.json) as bar:
             result = pipeline.sync(ws, args.env, frozen=args.frozen, offline=args.offline,
                                    lock_ref=args.lock, progress=bar,
-                                   sources_from=_index_pairs(args.source, "--source"))
+                                   sources_from=_index_pairs(args.source, "--source"), on_build=on_build)
 
     def text() -> str:
         if result.noop:
@@ -503,6 +508,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fail(args: argparse.Namespace, message: str, details: Sequence[str], kind: str, code: int) -> int:
+    """Report an error on stderr (and, under --json, as the JSON document on stdout); return the exit code."""
+    print("envlock: error: " + "\n".join([message, *(f"  {d}" for d in details)]), file=sys.stderr)
+    if getattr(args, "json", False):  # a caller parsing stdout gets a document either way
+        print(json.dumps({"error": {"kind": kind, "message": message, "details": list(details),
+                                    "exit_code": code}}, indent=2, sort_keys=True))
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Fast path: an up-to-date `envlock sync ENV` answers here, before argparse is built
     # and the pipeline (tomllib, packaging) is imported. envlock.quick imports only os,
@@ -539,8 +553,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EnvlockError as exc:
         if args.debug:
             raise
-        print(f"envlock: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _fail(args, exc.message, exc.details, type(exc).__name__, exc.exit_code)
+    except OSError as exc:
+        # What the stages do not name themselves: a read-only workspace, a store removed
+        # under a running sync. One line naming the file; --debug shows where it happened.
+        if args.debug:
+            raise
+        named = exc.filename2 or exc.filename  # a rename's target is the file people know
+        where = f"{named}: " if named else ""
+        return _fail(args, f"{where}{exc.strerror or exc} (rerun with --debug for where)", (), "OSError", 1)
     except KeyboardInterrupt:
         print("envlock: interrupted", file=sys.stderr)
         return 130

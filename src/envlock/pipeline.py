@@ -257,12 +257,20 @@ def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
     from envlock import runner
 
     path_part, _, rev = ref.partition("@")
-    if not rev and "/" not in ref and not ref.endswith(".toml"):
+    if not rev and "/" not in ref and not ref.endswith(".toml") and not _lock_file_here(ws, ref):
         path = ws.lock_path(ref)  # an env name
+        if not path.exists():
+            has_spec = (ws.root / "envs" / f"{ref}.toml").is_file()
+            raise LockError(f"{ws.relative(path)}: no lock of env {ref!r}; "
+                            + (f"create it with `envlock lock {ref}`" if has_spec else
+                               f"there is no envs/{ref}.toml either (expected a lock path, PATH@GITREV or an env "
+                               f"name; envs: {', '.join(ws.envs()) or 'none'})"))
         return LockRef(read_lock(path), ws.relative(path), path, path.parent)
     # Resolved either way: git names files by the repository's real path, not a symlink's.
     path = (Path.cwd() / path_part).resolve()
     if not rev:
+        if not path.exists():
+            raise LockError(f"{ref}: no such lock file ({path})")
         return LockRef(read_lock(path), ref, path, path.parent)
     top = runner.git(["rev-parse", "--show-toplevel"], cwd=path.parent if path.parent.is_dir() else ws.root)
     if not top.ok:
@@ -277,6 +285,11 @@ def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
     return LockRef(Lock.from_toml(shown.stdout, ref), ref, None, path.parent)
 
 
+def _lock_file_here(ws: Workspace, ref: str) -> bool:
+    """Whether ``ref`` (no slash, no .toml) is a file in the current folder rather than an env name."""
+    return not ws.lock_path(ref).exists() and (Path.cwd() / ref).is_file()
+
+
 def sync(
     ws: Workspace,
     env: str,
@@ -286,14 +299,19 @@ def sync(
     lock_ref: str | None = None,
     progress: Progress | None = None,
     sources_from: Mapping[str, str] | None = None,
+    on_build: Callable[[str, str], None] | None = None,
 ) -> SyncResult:
     """Make ``env`` match its lock (``--lock PATH[@REV]`` overrides which) and return a ``SyncResult``.
 
     Without ``lock_ref`` a missing or stale lock is re-locked first, unless ``frozen``
     (then a missing lock is a ``LockError``). The venv digest is written back only
-    to a lock file in the working tree, never to a ``PATH@REV``.
+    to a lock file in the working tree, never to a ``PATH@REV``. ``on_build(name,
+    input digest)`` is called before each local build this sync runs (minutes to hours).
     """
     import hashlib
+    import time
+
+    started = time.monotonic()
 
     from envlock.store import Store
     from envlock.sync import sync_lock
@@ -302,8 +320,14 @@ def sync(
     base_dir: Path | None = None
     hashed = 0  # bytes a relock downloaded
     if lock_ref is not None:
+        if sources_from:
+            raise UsageError(f"--source: `sync --lock {lock_ref}` neither locks nor builds, so it fetches no source")
         ref = load_lock_ref(ws, lock_ref)
         lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
+        if lock.env and lock.env != env:
+            # The env's generations and `envlock path` would then hold another env's packages.
+            raise UsageError(f"{ref.label}: the lock of env {lock.env!r}, not {env!r}; "
+                             f"expected `envlock sync {lock.env} --lock {lock_ref}`")
     else:
         from envlock.spec import read_spec
 
@@ -311,18 +335,26 @@ def sync(
         lock_path = ws.lock_path(env)
         # One read of each file: the spec parsed is the spec hashed for the no-op stamp.
         spec, spec_bytes = read_spec(spec_path, name=env)
+        source_mirrors(spec, sources_from)  # a --source NAME the spec lacks is an error before any work
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
         if not frozen and (found is None or not _check(ws, env, spec, lock_path, found).current):
+            if offline:
+                raise LockError(f"{ws.relative(lock_path)}: " + ("missing" if found is None else
+                                                                 f"stale for envs/{env}.toml")
+                                + f"; --offline cannot lock (that needs the indexes): run `envlock lock {env}` "
+                                "where they are reachable, or sync the lock as it is with --frozen --offline")
             relocked = lock_env(ws, env, sources_from=sources_from, spec=spec, progress=progress)
             found, hashed = relocked.lock, relocked.downloaded
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
-        lock = _ensure_builds(ws, env, spec, found, lock_path, frozen=frozen, sources_from=sources_from)
+        lock = _ensure_builds(ws, env, spec, found, lock_path, frozen=frozen, sources_from=sources_from,
+                              on_build=on_build)
         if not frozen:
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
     result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                        offline=offline, progress=progress, inputs=inputs, base_dir=base_dir)
-    # Wheels the relock downloaded to hash them are in the store now: this sync downloaded them.
-    return replace(result, downloaded=result.downloaded + hashed) if hashed else result
+    # The whole sync: a relock and builds come before sync_lock's own clock starts. Wheels
+    # the relock downloaded to hash them are in the store now: this sync downloaded them.
+    return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started)
 
 
 def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,
@@ -740,7 +772,8 @@ def _carry_builds(
 
 
 def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path: Path, *, frozen: bool,
-                   sources_from: Mapping[str, str] | None = None) -> Lock:
+                   sources_from: Mapping[str, str] | None = None,
+                   on_build: Callable[[str, str], None] | None = None) -> Lock:
     """Before a sync: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
 
     Unfrozen, the lock gets the build records; ``--frozen`` rebuilds only to restore a
@@ -766,8 +799,9 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
     if not missing:
         return lock
     if not frozen:
-        return build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec).new_lock
-    report = build_env(ws, env, tuple(missing), frozen=True, sources_from=sources_from, spec=spec)
+        return build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec, on_build=on_build).new_lock
+    report = build_env(ws, env, tuple(missing), frozen=True, sources_from=sources_from, spec=spec,
+                       on_build=on_build)
     for w in report.builds:
         recorded = lock.builds.get(w.name)
         if recorded is None:

@@ -281,8 +281,12 @@ def exclusive_lock(path: Path) -> Iterator[None]:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk, a folder where the file belongs: no litter
+        raise
 
 
 def write_atomic(path: Path, data: bytes) -> None:

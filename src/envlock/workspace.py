@@ -36,11 +36,13 @@ class Workspace:
         raise UsageError(f"{here}: not inside an envlock workspace (no envs/ folder here or above); pass --root DIR")
 
     def envs(self) -> list[str]:
-        return sorted(p.stem for p in (self.root / "envs").glob("*.toml"))
+        return sorted(p.stem for p in (self.root / "envs").glob("*.toml") if p.is_file())
 
     def spec_path(self, env: str) -> Path:
         check_env_name(env)
         path = self.root / "envs" / f"{env}.toml"
+        if path.exists() and not path.is_file():
+            raise UsageError(f"{path}: not a file; expected env {env!r}'s spec (a TOML file) there")
         if not path.is_file():
             known = self.envs()
             close = difflib.get_close_matches(env, known, n=1)
