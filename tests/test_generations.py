@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from envlock import generations, quick
+from envlock import generations, install, quick
 from envlock.errors import UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
@@ -125,6 +127,62 @@ def test_a_different_recorded_digest_fails_and_does_not_flip(locks: tuple[IndexS
     assert "the env was not switched" in message
     assert "~ lib/python3.11/site-packages/alpha/__init__.py" in message
     assert "+ lib/python3.11/site-packages/alpha-2.0.dist-info/METADATA" in message
+    assert generations.current_number(store, "demo") == 1
+    # The venv it built is not left in the store to be reused (and fail the same way) by
+    # every later sync: once the cause is fixed, the next sync builds it anew.
+    assert info.value.message.endswith(
+        "the env was not switched; that venv was removed from the store, so the next sync builds it anew"
+    )
+    assert not store.has("venvs", v2.install_digest())
+    fixed = sync_lock(store, "demo", v2, lock_path=None)
+    assert fixed.built and fixed.generation == 2
+
+
+def test_a_not_reproducible_venv_a_generation_uses_is_kept_and_named(locks: tuple[IndexServer, Lock, Lock],
+                                                                     tmp_path: Path) -> None:
+    _, v1, v2 = locks
+    store = Store.open(tmp_path / "home")
+    good = sync_lock(store, "demo", v1, lock_path=None)
+    sync_lock(store, "other", v2, lock_path=None)  # other's generation 1 is v2's venv
+    lying = v2.with_venv_digest(good.venv_digest)
+    venv = store.path("venvs", v2.install_digest())
+    with pytest.raises(VerifyError) as info:
+        sync_lock(store, "demo", lying, lock_path=None)
+    assert info.value.message.endswith(
+        "the env was not switched; that venv was kept in the store, as other generation 1 uses it: "
+        f"once the cause is fixed, remove {venv} and sync again to build it anew"
+    )
+    assert "+ lib/python3.11/site-packages/alpha-2.0.dist-info/METADATA" in str(info.value)
+    assert generations.current(store, "other") is not None and venv.is_dir()
+    # Reused, but no generation points at it any more: nothing stops its removal.
+    shutil.rmtree(generations.env_dir(store, "other"))
+    with pytest.raises(VerifyError, match="that venv was removed from the store"):
+        sync_lock(store, "demo", lying, lock_path=None)
+    assert not venv.exists()
+
+
+def test_a_venv_removed_before_the_flip_is_not_made_current(locks: tuple[IndexServer, Lock, Lock],
+                                                             tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # A concurrent sync of another env found the entry not reproducible and removed it
+    # between this sync's install and its flip.
+    _, v1, v2 = locks
+    store = Store.open(tmp_path / "home")
+    sync_lock(store, "demo", v1, lock_path=None)
+    real = install.install
+
+    def then_removed(*args: Any, **kwargs: Any) -> install.InstallResult:
+        result = real(*args, **kwargs)
+        store.remove_entry("venvs", result.install_digest)
+        return result
+
+    monkeypatch.setattr(install, "install", then_removed)
+    with pytest.raises(VerifyError) as info:
+        sync_lock(store, "demo", v2, lock_path=None)
+    assert str(info.value) == (
+        f"{store.path('venvs', v2.install_digest())}: the venv for generation 2 was removed from the store "
+        "meanwhile (a concurrent sync found it not reproducible); the env was not switched"
+    )
     assert generations.current_number(store, "demo") == 1
 
 

@@ -172,6 +172,24 @@ def list_generations(store: Store, env: str) -> tuple[Generation, ...]:
     return tuple(g for g in found if g is not None)
 
 
+def users(store: Store, venv: Path) -> list[tuple[str, int]]:
+    """Every (env, generation number), in any env, whose venv link points at the store entry ``venv``."""
+    found = []
+    envs = store.root / "envs"
+    want = os.path.normpath(venv)
+    for folder in sorted(envs.iterdir()) if envs.is_dir() else ():
+        numbers = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+        for number in numbers:
+            link = folder / str(number) / "venv"
+            try:
+                target = os.readlink(link)
+            except OSError:
+                continue
+            if os.path.normpath(os.path.join(link.parent, target)) == want:
+                found.append((folder.name, number))
+    return found
+
+
 def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest: str,
         lock_text: str) -> Generation:
     """Write the next generation pointing at ``venv`` (call under ``env_lock``); does not flip."""

@@ -57,6 +57,11 @@ def venv_key(lock: Lock) -> str:
     return lock.install_digest()
 
 
+def venv_lock(key: str) -> str:
+    """The store lock held while the venv entry ``key`` is built, re-walked or removed."""
+    return f"venv-{key.replace(':', '-')}"
+
+
 def find_python(version: str) -> Path:
     """The interpreter for ``version`` on this machine (never a download).
 
@@ -104,7 +109,7 @@ def install(
     started = time.monotonic()
     key = venv_key(lock)
     final = store.path("venvs", key)
-    with store.locked(f"venv-{key.replace(':', '-')}"):
+    with store.locked(venv_lock(key)):
         existing = stored_manifest(final)
         if existing is not None:
             actual = manifest(final, cache_dir=store.hash_cache)

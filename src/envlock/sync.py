@@ -128,8 +128,8 @@ def sync_lock(
                      else [f"(no manifest of {expected} in this store to list files)"])
             raise VerifyError(
                 f"{lock_path or env}: not reproducible: the lock records venv digest "
-                f"{expected}, this sync built {actual.digest} at {inst.venv}; "
-                "the env was not switched",
+                f"{expected}, this sync built {actual.digest}; the env was not switched; "
+                + _discard(store, key, inst.venv),
                 details=lines,
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
@@ -143,6 +143,7 @@ def sync_lock(
         else:
             gen = generations.add(store, env, venv=inst.venv, install_digest=key,
                                   venv_digest=actual.digest, lock_text=lock_text)
+        _still_there(store, key, inst.venv, gen.number)
         pause("before-flip")
         generations.flip(store, env, gen.number)
         _stamp(store, env, gen.number, lock, actual.digest, lock_bytes, on_disk, inputs)
@@ -151,6 +152,42 @@ def sync_lock(
             downloaded=got.downloaded, fetched=sum(1 for a in got.artifacts if a.source != "store"),
             built=inst.built, recorded=recorded, seconds=time.monotonic() - started, note=note,
         )
+
+
+def _discard(store: Store, key: str, venv: Path) -> str:
+    """After a reproducibility failure: remove the venv entry ``venv`` unless a generation
+    points at it, so the next sync builds it anew instead of reusing it and failing the
+    same way; return what was done, for the message.
+
+    A generation pointing at it means it was reused from an earlier sync (or a concurrent
+    sync of another env took it meanwhile, see ``_still_there``): it is kept, and named.
+    """
+    from envlock import install
+
+    with store.locked(install.venv_lock(key)):
+        users = generations.users(store, venv)
+        if not users:
+            store.remove_entry("venvs", key)
+            return "that venv was removed from the store, so the next sync builds it anew"
+    used = ", ".join(f"{e} generation {n}" for e, n in users)
+    return (f"that venv was kept in the store, as {used} uses it: once the cause is fixed, "
+            f"remove {venv} and sync again to build it anew")
+
+
+def _still_there(store: Store, key: str, venv: Path, number: int) -> None:
+    """Refuse to flip to generation ``number`` if its venv entry is gone.
+
+    A concurrent sync of another env that found this entry not reproducible removes it
+    (``_discard``) unless a generation points at it: the generation exists now, so either
+    that sync saw it, or the entry is already gone and seen here.
+    """
+    from envlock import install
+
+    with store.locked(install.venv_lock(key)):
+        if (venv / quick.MANIFEST_NAME).is_file():
+            return
+    raise VerifyError(f"{venv}: the venv for generation {number} was removed from the store meanwhile "
+                      "(a concurrent sync found it not reproducible); the env was not switched")
 
 
 def quick_noop(store: Store, env: str, lock_path: Path, spec_path: Path | None = None) -> SyncResult | None:
