@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from envlock import patch, sources
-from envlock.errors import PatchError
+from envlock.errors import PatchError, UsageError
 from envlock.store import Store
 from kit.sglike import SgLike, git, write
 
@@ -286,7 +286,19 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
     states = patch.status(tree, patch.load_patches(patches_dir, labels))
     assert [s.state for s in states] == ["applies"] * 4
     with pytest.raises(PatchError, match="nothing to record"):
+        patch.record(work, patches_dir, subject="again", why="Still.", upstream="")
+    with pytest.raises(UsageError, match="a new patch needs a subject and a why"):  # exit 2, before any work
         patch.record(work, patches_dir, subject="again", why="", upstream="")
+
+    # patch(1)'s leftovers from redoing a change by hand are refused, and left where they are.
+    (work / "python/sglike/comm.py.orig").write_text("old\n")
+    (work / "python/sglike/comm.py.rej").write_text("hunk\n")
+    with pytest.raises(PatchError, match=r"2 patch\(1\) leftover file\(s\) would be recorded") as info:
+        patch.record(work, patches_dir, subject="Leftovers", why="No.", upstream="")
+    assert info.value.details == ("python/sglike/comm.py.orig", "python/sglike/comm.py.rej")
+    assert git(work, "diff", "--cached", "--name-only") == "" and (work / "python/sglike/comm.py.rej").is_file()
+    (work / "python/sglike/comm.py.orig").unlink()
+    (work / "python/sglike/comm.py.rej").unlink()
 
     # The files are named as the diff names them (a space is part of a name), and what the
     # source's .gitignore covers (the byte-code of trying the change) is left out.
@@ -334,7 +346,7 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
     states = patch.status(tree, patch.load_patches(patches_dir, sg.patches[1:]))
     assert [st.state for st in states] == ["applies", "applies"]
     (work / "README.md").write_text("changed\n")
-    with pytest.raises(PatchError, match="no pending patch to refresh; record a new one with --subject and --why"):
+    with pytest.raises(UsageError, match="no pending patch to refresh; record a new one with --subject and --why"):
         patch.record(work, patches_dir, subject=None, why=None, upstream=None, refresh=True,
                      workspace_root=patches_dir)
 
@@ -365,7 +377,7 @@ def test_edit_refuses_a_non_empty_workdir(sg: SgLike, store: Store, tmp_path: Pa
     tree = sources.checkout(store, sg.url, sg.pin).tree
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "x").write_text("")
-    with pytest.raises(PatchError, match="work dir exists and is not empty"):
+    with pytest.raises(UsageError, match="work dir exists and is not empty"):
         patch.edit("sglike", tree, _patches(sg), tmp_path / "work")
 
 

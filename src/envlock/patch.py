@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envlock import runner
-from envlock.errors import PatchError
+from envlock.errors import PatchError, UsageError
 from envlock.lockfile import LockedPatch
 from envlock.sources import copy_tree, tree_digest
 from envlock.store import Store, write_atomic
@@ -706,7 +706,7 @@ def edit(
     are applied up to the first that does not apply; it and the rest are ``pending``.
     """
     if workdir.exists() and any(workdir.iterdir()):
-        raise PatchError(f"{workdir}: work dir exists and is not empty; expected a new or empty directory")
+        raise UsageError(f"{workdir}: work dir exists and is not empty; expected a new or empty directory")
     view = TreeView(tree)
     conflict: HunkFailure | None = None
     applying: list[PatchFile] = []
@@ -821,6 +821,12 @@ def record(
     state_file, state = _edit_state(workdir)
     source = str(state["source"])
     what = f"patch record {source}"
+    pending = [str(p) for p in state.get("pending", [])]
+    # What was asked is checked before anything in the work dir is touched.
+    if refresh and not pending:
+        raise UsageError(f"{workdir}: no pending patch to refresh; record a new one with --subject and --why")
+    if not refresh and (not subject or not why):
+        raise UsageError(f"{workdir}: a new patch needs a subject and a why (--subject, --why)")
     # Without -f (unlike edit's levels): what the source's .gitignore covers, such as the
     # __pycache__ and build output of trying the change, is not part of a patch.
     _git_ok(["add", "-A"], workdir, what)
@@ -843,11 +849,8 @@ def record(
     if not diff.strip():
         level = state["levels"][-1] if state["levels"] else "base"
         raise PatchError(f"{workdir}: nothing to record (no change against {level})")
-    pending = [str(p) for p in state.get("pending", [])]
     root = workspace_root or patches_dir.parent.parent  # pending patches are named from the workspace root
     if refresh:
-        if not pending:
-            raise PatchError(f"{workdir}: no pending patch to refresh; record a new one with --subject and --why")
         label = pending[0]
         target = root / label
         old = parse_patch_file(target, label=label)
@@ -855,14 +858,19 @@ def record(
         found = re.match(r"(\d{4})-", target.name)
         number = int(found.group(1)) if found else 0
     else:
-        if not subject or not why:
-            raise PatchError(f"{workdir}: a new patch needs a subject and a why (--subject, --why)")
+        assert subject and why  # checked above
         numbers = [int(m.group(1)) for p in patches_dir.glob("*.patch") if (m := re.match(r"(\d{4})-", p.name))]
         number = max(numbers, default=0) + 1
         target = patches_dir / f"{number:04d}-{slug(subject)}.patch"
         label = str(target)
     text = format_header(subject, why or "", upstream or "not proposed upstream") + diff
     parsed = parse_patch(text.encode(), label=str(target))  # refuses binary diffs and the like
+    # patch(1)'s leftovers from redoing a change by hand would become part of the patch.
+    leftovers = sorted(f.path for f in parsed.files if f.path.endswith((".orig", ".rej")))
+    if leftovers:
+        _git_ok(["reset", "-q"], workdir, what)  # unstage: the work dir is as the user left it
+        raise PatchError(f"{workdir}: {len(leftovers)} patch(1) leftover file(s) would be recorded; "
+                         "expected them removed first", details=leftovers)
     check = TreeView(workdir)
     _git_ok(["stash", "-q"], workdir, what)  # check the patch against the level it was diffed from
     try:
