@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from envlock import generations, install, quick
+from envlock import generations, install, quick, verify
 from envlock.errors import UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
@@ -202,6 +202,38 @@ def test_verify_lists_tampered_files_and_sync_refuses_a_modified_store_venv(
         sync_lock(store, "other", v1, lock_path=None)
     assert "store venv was modified after it was built" in str(info.value)
     assert generations.current_number(store, "other") is None
+
+
+@pytest.mark.parametrize("to", [1, None])
+def test_rollback_refuses_a_generation_whose_venv_was_modified(locks: tuple[IndexServer, Lock, Lock],
+                                                               tmp_path: Path, to: int | None) -> None:
+    _, v1, v2 = locks
+    store = Store.open(tmp_path / "home")
+    first = sync_lock(store, "demo", v1, lock_path=None)
+    sync_lock(store, "demo", v2, lock_path=None)
+    venv = store.path("venvs", v1.install_digest())
+    init = venv / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
+    built = init.read_bytes()
+    init.unlink()  # a new file, not an edit of the inode uv's cache shares
+    init.write_text("tampered\n")
+    (venv / "lib" / "python3.11" / "site-packages" / "extra.py").write_text("")
+    with pytest.raises(VerifyError) as info:
+        generations.rollback(store, "demo", to)
+    found = verify.manifest(venv).digest
+    gen = store.path("envs", "demo") / "1"
+    assert str(info.value) == (
+        f"{venv}: generation 1 of env 'demo' was modified after it was built (recorded {first.venv_digest}, "
+        f"found {found}); the env was not switched; to build it anew, remove that folder and run "
+        f"`envlock sync demo --frozen --lock {gen / 'pylock.toml'}`\n"
+        "  + lib/python3.11/site-packages/extra.py\n"
+        "  ~ lib/python3.11/site-packages/alpha/__init__.py"
+    )
+    assert generations.current_number(store, "demo") == 2
+    # Put back as it was built: the rollback goes through.
+    init.unlink()
+    init.write_bytes(built)
+    (venv / "lib" / "python3.11" / "site-packages" / "extra.py").unlink()
+    assert generations.rollback(store, "demo", to).current == 1
 
 
 def test_concurrent_syncs_of_one_env_serialize(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:

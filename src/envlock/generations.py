@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from envlock import quick
-from envlock.errors import UsageError
+from envlock.errors import UsageError, VerifyError
 from envlock.store import Store, exclusive_lock, write_atomic
 
 CURRENT = "current"
@@ -262,5 +262,33 @@ def rollback(store: Store, env: str, to: int | None = None) -> Switch:
         target = next(g for g in gens if g.number == to)
         if not target.venv.resolve().is_dir():
             raise UsageError(f"{target.venv}: generation {to}'s venv is gone from the store")
+        _check_unchanged(store, target)
         flip(store, env, to)
         return Switch(env, cur, to, stable_path(store, env))
+
+
+def _check_unchanged(store: Store, gen: Generation) -> None:
+    """``VerifyError`` listing the files when ``gen``'s venv no longer has the digest it was built with.
+
+    The walk a sync makes of a reused store venv (inode hash cache included): a venv
+    changed since it was built (``pip install`` into the env) must not become current
+    by a rollback either.
+    """
+    from envlock import verify
+
+    venv = Path(os.path.normpath(gen.path / os.readlink(gen.venv)))  # as install named it, unresolved
+    actual = verify.manifest(venv, cache_dir=store.hash_cache)
+    if actual.digest == gen.venv_digest:
+        return
+    reference = verify.load_manifest(store.path("manifests", gen.venv_digest))
+    if reference is None or reference.digest != gen.venv_digest:
+        reference = verify.stored_manifest(venv)
+    lines = (verify.compare(reference.entries, actual.entries).lines()
+             if reference is not None and reference.digest == gen.venv_digest
+             else [f"(no manifest of {gen.venv_digest} in this store to list files)"])
+    raise VerifyError(
+        f"{venv}: generation {gen.number} of env {gen.env!r} was modified after it was built "
+        f"(recorded {gen.venv_digest}, found {actual.digest}); the env was not switched; "
+        f"to build it anew, remove that folder and run `envlock sync {gen.env} --frozen --lock {gen.lock_copy}`",
+        details=lines,
+    )
