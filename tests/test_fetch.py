@@ -100,13 +100,45 @@ def test_wrong_bytes_fail_naming_both_hashes_and_store_nothing(server: IndexServ
     assert list(store.partial_dir.iterdir()) == []
 
 
-def test_size_mismatch_is_named(server: IndexServer, store: Store, tmp_path: Path) -> None:
-    _, art = _publish(server, tmp_path, "alpha")
-    short = Artifact(sha256=art.sha256, url=art.url, size=(art.size or 0) - 10)
+@pytest.mark.parametrize("delta", [-10, 1])
+def test_a_wrong_locked_size_is_named_as_such(server: IndexServer, store: Store, tmp_path: Path,
+                                              delta: int) -> None:
+    # The bytes have the locked sha256, so they are the locked bytes: the lock's size is wrong.
+    wheel, art = _publish(server, tmp_path, "alpha")
+    size = wheel.stat().st_size
+    wrong = Artifact(sha256=art.sha256, url=art.url, size=size + delta)
     with pytest.raises(FetchError) as info:
-        fetch([short], store, base_dir=tmp_path)
-    assert f"expected {art.sha256}, got " in str(info.value)
-    assert f"({art.size} bytes, expected {(art.size or 0) - 10})" in str(info.value)
+        fetch([wrong], store, base_dir=tmp_path)
+    assert str(info.value) == (
+        f"{wheel.name}: size mismatch for {art.url}: the bytes have the locked sha256 but are {size} bytes, "
+        f"the lock says {size + delta}; nothing was stored"
+    )
+    assert not store.has("wheels", art.sha256)
+    assert list(store.partial_dir.iterdir()) == []
+
+
+def test_wrong_bytes_of_the_wrong_size_name_both_hashes_and_sizes(server: IndexServer, store: Store,
+                                                                  tmp_path: Path) -> None:
+    wheel, art = _publish(server, tmp_path, "alpha")
+    other = Artifact(sha256="0" * 64, url=art.url, size=(art.size or 0) + 1)
+    with pytest.raises(FetchError) as info:
+        fetch([other], store, base_dir=tmp_path)
+    assert str(info.value) == (
+        f"{wheel.name}: sha256 mismatch for {art.url}: expected {'0' * 64}, got {art.sha256} "
+        f"({art.size} bytes, expected {(art.size or 0) + 1}); nothing was stored"
+    )
+
+
+def test_a_local_file_of_the_wrong_size_is_refused(store: Store, tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path / "wheelhouse", "kernel", "0.1")
+    art = artifact(wheel, rel=str(wheel))
+    size = wheel.stat().st_size
+    with pytest.raises(FetchError) as info:
+        fetch([Artifact(sha256=art.sha256, path=art.path, size=size - 1)], store, base_dir=tmp_path)
+    assert str(info.value) == (
+        f"{wheel.name}: size mismatch for local file {wheel}: the bytes have the locked sha256 but are "
+        f"{size} bytes, the lock says {size - 1}; nothing was stored"
+    )
     assert not store.has("wheels", art.sha256)
 
 

@@ -427,13 +427,7 @@ def _download(
                 hasher, have, resumed_from = _restart(fh), 0, 0
                 continue
             _restart(fh)
-            raise FetchError(
-                f"{artifact.filename}: sha256 mismatch for {url}: "
-                f"expected {artifact.sha256}, got {actual}"
-                + (f" ({have} bytes, expected {expected_size})" if have != expected_size
-                   and expected_size is not None else "")
-                + "; nothing was stored"
-            )
+            raise FetchError(_mismatch(artifact, f"for {url}", actual, have))
     finally:
         progress.end(artifact.filename)
 
@@ -458,6 +452,7 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
             f"{artifact.filename}: local artifact {source} cannot be read ({exc.strerror}); "
             "expected the wheel recorded in the lock (build it with `envlock build`)"
         ) from None
+    size = 0
     progress.begin(artifact.filename, artifact.size)
     try:
         with src:
@@ -466,15 +461,26 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
                     raise DownloadStoppedError(str(source))
                 fh.write(chunk)
                 hasher.update(chunk)
+                size += len(chunk)
                 progress.advance(artifact.filename, len(chunk))
     finally:
         progress.end(artifact.filename)
     actual = hasher.hexdigest()
-    if actual != artifact.sha256:
+    if actual != artifact.sha256 or artifact.size not in (None, size):
         _restart(fh)
-        raise FetchError(
-            f"{artifact.filename}: sha256 mismatch for local file {source}: "
-            f"expected {artifact.sha256}, got {actual}; nothing was stored"
-        )
+        raise FetchError(_mismatch(artifact, f"for local file {source}", actual, size))
     return _Got("local")
+
+
+def _mismatch(artifact: Artifact, where: str, actual: str, size: int) -> str:
+    """The message for bytes that are not the locked ones: ``actual`` sha256, ``size`` bytes.
+
+    Bytes with the locked sha256 are the locked bytes: only the lock's size can be wrong then.
+    """
+    if actual == artifact.sha256:
+        return (f"{artifact.filename}: size mismatch {where}: the bytes have the locked sha256 but are "
+                f"{size} bytes, the lock says {artifact.size}; nothing was stored")
+    return (f"{artifact.filename}: sha256 mismatch {where}: expected {artifact.sha256}, got {actual}"
+            + (f" ({size} bytes, expected {artifact.size})" if artifact.size not in (None, size) else "")
+            + "; nothing was stored")
 
