@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import tracemalloc
 from collections.abc import Iterator
@@ -140,6 +141,50 @@ def test_a_local_file_of_the_wrong_size_is_refused(store: Store, tmp_path: Path)
         f"{size} bytes, the lock says {size - 1}; nothing was stored"
     )
     assert not store.has("wheels", art.sha256)
+
+
+def test_a_store_file_of_another_size_is_named_with_what_to_do(server: IndexServer, store: Store,
+                                                                tmp_path: Path) -> None:
+    wheel, art = _publish(server, tmp_path, "alpha")
+    fetch([art], store, base_dir=tmp_path)
+    stored = store_file(store, art)
+    stored.chmod(0o644)
+    stored.write_bytes(wheel.read_bytes()[:1000])  # a truncated copy, a disk error, a stray tool
+    before = len(server.downloads())
+    with pytest.raises(FetchError) as info:
+        fetch([art], store, base_dir=tmp_path)
+    cut = hashlib.sha256(wheel.read_bytes()[:1000]).hexdigest()
+    assert str(info.value) == (
+        f"{wheel.name}: store file {stored} is 1000 bytes, the lock says {art.size} (its sha256 is {cut}, "
+        f"the lock's {art.sha256}): the store entry is damaged; remove {stored.parent} and sync again "
+        "to fetch it anew"
+    )
+    assert len(server.downloads()) == before and stored.stat().st_size == 1000  # left as found
+    # Offline, with another artifact missing: both are named, each artifact counted once.
+    _, beta = _publish(server, tmp_path, "beta")
+    _, gamma = _publish(server, tmp_path, "gamma")
+    with pytest.raises(FetchError) as info:
+        fetch([art, beta, gamma], store, base_dir=tmp_path, offline=True)
+    assert info.value.message == "3 artifacts failed to fetch; nothing unverified was stored"
+    assert [d.split(":")[0] for d in info.value.details] == [wheel.name, "--offline"]
+    # Done as told: fetched anew.
+    shutil.rmtree(stored.parent)
+    (got,) = fetch([art], store, base_dir=tmp_path).artifacts
+    assert got.source == "download" and stored.read_bytes() == wheel.read_bytes()
+
+
+def test_an_intact_store_file_and_a_wrong_locked_size_blame_the_lock(server: IndexServer, store: Store,
+                                                                     tmp_path: Path) -> None:
+    wheel, art = _publish(server, tmp_path, "alpha")
+    fetch([art], store, base_dir=tmp_path)
+    wrong = Artifact(sha256=art.sha256, url=art.url, size=(art.size or 0) + 1)
+    with pytest.raises(FetchError) as info:
+        fetch([wrong], store, base_dir=tmp_path)
+    assert str(info.value) == (
+        f"{wheel.name}: store file {store_file(store, art)} has the locked sha256 but is {art.size} bytes, "
+        f"the lock says {(art.size or 0) + 1}: the lock's size is wrong (the store file is intact)"
+    )
+    assert store_file(store, art).read_bytes() == wheel.read_bytes()
 
 
 def test_http_404_is_not_retried(server: IndexServer, store: Store, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -136,22 +137,38 @@ def fetch(
     """Bring every artifact into the store (verified) and return where each is.
 
     ``path`` artifacts are relative to ``base_dir`` (the lock's folder). Offline, or
-    when any artifact fails, raises one ``FetchError`` naming every failed artifact.
+    when any artifact fails, raises one ``FetchError`` naming every failed artifact;
+    a store file whose size is not the lock's fails too (it is not removed).
     """
     progress = progress or NullProgress()
     unique = list({a.sha256: a for a in artifacts}.values())
     where = {a.sha256: store_file(store, a) for a in unique}
-    have = {sha: path for sha, path in where.items() if path.is_file()}
-    missing = [a for a in unique if a.sha256 not in have]
+    have: dict[str, Path] = {}
+    errors: list[FetchError] = []
+    missing: list[Artifact] = []
+    for a in unique:
+        # A stat, not a hash: re-reading GBs of wheels on every sync is what the store saves
+        # us. A size other than the lock's still shows a truncated or overwritten file.
+        try:
+            st = os.stat(where[a.sha256])
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            missing.append(a)
+        elif a.size is not None and st.st_size != a.size:
+            errors.append(_wrong_size_in_store(a, where[a.sha256], st.st_size))
+        else:
+            have[a.sha256] = where[a.sha256]
+    failed = len(errors) + (len(missing) if offline else 0)  # artifacts, for the summary below
     if offline and missing:
-        raise FetchError(
+        errors.append(FetchError(
             f"--offline: {len(missing)} locked artifact(s) not in the store {store.root / 'wheels'}",
             details=[f"{a.filename} (sha256 {a.sha256}) from {a.url or a.path}" for a in missing],
-        )
+        ))
+        missing = []
     results: dict[str, Fetched] = {
         sha: Fetched(sha, path.name, path, "store") for sha, path in have.items()
     }
-    errors: list[FetchError] = []
     if missing:
         calls = [
             lambda stop, a=a: _fetch_one(a, store, base_dir=base_dir, retries=retries, backoff=backoff,
@@ -161,16 +178,41 @@ def fetch(
         for got in parallel(calls, jobs):
             if isinstance(got, FetchError):
                 errors.append(got)
+                failed += 1
             else:
                 results[got.sha256] = got
     if len(errors) == 1:
         raise errors[0]
     if errors:
         raise FetchError(
-            f"{len(errors)} artifacts failed to fetch; nothing unverified was stored",
+            f"{failed} artifacts failed to fetch; nothing unverified was stored",
             details=[str(e) for e in errors],
         )
     return FetchResult(tuple(results[a.sha256] for a in unique))
+
+
+def _wrong_size_in_store(artifact: Artifact, path: Path, size: int) -> FetchError:
+    """The error for a store file of ``size`` bytes where the lock says ``artifact.size``.
+
+    Rare, so the file is read once to say which is wrong. It is never removed here: store
+    entries are removed by hand, and the bytes may be the only copy of a nightly its index
+    no longer lists, so what is reported is what to do.
+    """
+    try:
+        with open(path, "rb") as fh:
+            actual = hashlib.file_digest(fh, "sha256").hexdigest()
+    except OSError as exc:
+        actual = f"unreadable: {exc.strerror}"
+    if actual == artifact.sha256:
+        return FetchError(
+            f"{artifact.filename}: store file {path} has the locked sha256 but is {size} bytes, "
+            f"the lock says {artifact.size}: the lock's size is wrong (the store file is intact)"
+        )
+    return FetchError(
+        f"{artifact.filename}: store file {path} is {size} bytes, the lock says {artifact.size} "
+        f"(its sha256 is {actual}, the lock's {artifact.sha256}): the store entry is damaged; "
+        f"remove {path.parent} and sync again to fetch it anew"
+    )
 
 
 def _fetch_one(
