@@ -228,6 +228,27 @@ def test_offline_names_every_missing_artifact(server: IndexServer, store: Store,
     assert [a.source for a in ok.artifacts] == ["store"]
 
 
+def test_offline_copies_local_wheels_and_names_only_what_needs_the_network(
+        server: IndexServer, store: Store, tmp_path: Path) -> None:
+    # A built wheel in the wheelhouse is on this machine: offline is no reason to refuse it.
+    wheel = build_wheel(tmp_path / "ws" / "wheelhouse", "kernel", "0.1", tag="cp311-cp311-linux_x86_64")
+    lock_dir = tmp_path / "ws" / "locks"
+    lock_dir.mkdir()
+    local = artifact(wheel, rel=f"../wheelhouse/{wheel.name}")
+    (got,) = fetch([local], store, base_dir=lock_dir, offline=True).artifacts
+    assert got.source == "local" and store_file(store, local).read_bytes() == wheel.read_bytes()
+    # A file: URL is local too; a remote wheel is still named as missing, with nothing downloaded.
+    other = build_wheel(tmp_path / "house", "other", "0.1")
+    by_url = artifact(other, url=other.as_uri())
+    remote_wheel, remote = _publish(server, tmp_path, "alpha")
+    with pytest.raises(FetchError) as info:
+        fetch([local, by_url, remote], store, base_dir=lock_dir, offline=True)
+    assert info.value.message == f"--offline: 1 locked artifact(s) not in the store {store.root / 'wheels'}"
+    assert info.value.details == (f"{remote_wheel.name} (sha256 {remote.sha256}) from {remote.url}",)
+    assert store_file(store, by_url).read_bytes() == other.read_bytes()
+    assert server.downloads() == []
+
+
 def test_local_path_artifacts_are_hash_checked_and_copied(store: Store, tmp_path: Path) -> None:
     wheel = build_wheel(tmp_path / "ws" / "wheelhouse", "kernel", "0.1", tag="cp311-cp311-linux_x86_64")
     art = artifact(wheel, rel=f"../wheelhouse/{wheel.name}")

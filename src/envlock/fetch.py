@@ -136,9 +136,10 @@ def fetch(
 ) -> FetchResult:
     """Bring every artifact into the store (verified) and return where each is.
 
-    ``path`` artifacts are relative to ``base_dir`` (the lock's folder). Offline, or
-    when any artifact fails, raises one ``FetchError`` naming every failed artifact;
-    a store file whose size is not the lock's fails too (it is not removed).
+    ``path`` artifacts are relative to ``base_dir`` (the lock's folder). ``offline``:
+    nothing is downloaded (local files are still copied in). When any artifact fails,
+    raises one ``FetchError`` naming every failed artifact; a store file whose size is
+    not the lock's fails too (it is not removed).
     """
     progress = progress or NullProgress()
     unique = list({a.sha256: a for a in artifacts}.values())
@@ -159,13 +160,15 @@ def fetch(
             errors.append(_wrong_size_in_store(a, where[a.sha256], st.st_size))
         else:
             have[a.sha256] = where[a.sha256]
-    failed = len(errors) + (len(missing) if offline else 0)  # artifacts, for the summary below
-    if offline and missing:
+    # Offline means no network: a local wheel (a build's, in the wheelhouse) is still copied in.
+    remote = [a for a in missing if not _is_local(a)] if offline else []
+    failed = len(errors) + len(remote)  # artifacts, for the summary below
+    if remote:
         errors.append(FetchError(
-            f"--offline: {len(missing)} locked artifact(s) not in the store {store.root / 'wheels'}",
-            details=[f"{a.filename} (sha256 {a.sha256}) from {a.url or a.path}" for a in missing],
+            f"--offline: {len(remote)} locked artifact(s) not in the store {store.root / 'wheels'}",
+            details=[f"{a.filename} (sha256 {a.sha256}) from {a.url}" for a in remote],
         ))
-        missing = []
+        missing = [a for a in missing if _is_local(a)]
     results: dict[str, Fetched] = {
         sha: Fetched(sha, path.name, path, "store") for sha, path in have.items()
     }
@@ -238,7 +241,8 @@ def _fetch_one(
         if final.is_file():
             return Fetched(artifact.sha256, final.name, final, "store")
         try:
-            if artifact.url is not None and not artifact.url.startswith("file:"):
+            if not _is_local(artifact):
+                assert artifact.url is not None
                 got = _download(artifact, artifact.url, fh, retries=retries, backoff=backoff,
                                 progress=progress, stop=stop)
             else:
@@ -472,6 +476,11 @@ def _download(
             raise FetchError(_mismatch(artifact, f"for {url}", actual, have))
     finally:
         progress.end(artifact.filename)
+
+
+def _is_local(artifact: Artifact) -> bool:
+    """Whether ``artifact`` is copied from this machine's files (a ``path``, a ``file:`` URL), not downloaded."""
+    return artifact.url is None or artifact.url.startswith("file:")
 
 
 def _local_source(artifact: Artifact, base_dir: Path) -> Path:
