@@ -236,6 +236,24 @@ def test_rollback_refuses_a_generation_whose_venv_was_modified(locks: tuple[Inde
     assert generations.rollback(store, "demo", to).current == 1
 
 
+def test_a_noop_sync_trusts_the_current_venv_verify_reads_it_and_removing_it_repairs(
+    locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
+) -> None:
+    # What docs/reproducibility.md tells a user whose `envlock verify` failed.
+    _, v1, _ = locks
+    store = Store.open(tmp_path / "home")
+    lock_path = _write(v1, tmp_path / "ws" / "locks" / "pylock.demo.toml")
+    first = sync_lock(store, "demo", v1, lock_path=lock_path)
+    (first.path / "lib" / "python3.11" / "site-packages" / "stray.py").write_text("")  # pip install, say
+    assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop  # not re-read
+    checked = verify_env(store, "demo", read_lock(lock_path))
+    assert not checked.ok and checked.to_dict()["added"] == ["lib/python3.11/site-packages/stray.py"]
+    shutil.rmtree(checked.path)
+    again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    assert (again.noop, again.built, again.generation, again.venv_digest) == (False, True, 2, first.venv_digest)
+    assert verify_env(store, "demo", read_lock(lock_path)).ok
+
+
 def test_concurrent_syncs_of_one_env_serialize(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
     _, v1, v2 = locks
     store = Store.open(tmp_path / "home")
