@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from envlock import runner
 from envlock.errors import SpecError
-from envlock.spec import load_spec
+from envlock.spec import UV_PLATFORMS, load_spec
 
 HEAD = """
 [env]
@@ -140,7 +142,7 @@ def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
 def test_shipped_specs_are_valid() -> None:
     root = Path(__file__).resolve().parents[1]
     for path in sorted((root / "envs").glob("*.toml")):
-        spec = load_spec(path)
+        spec = load_spec(path, root=root)
         assert spec.default_index.name == "pypi"
     qwen = load_spec(root / "envs" / "qwen35-blackwell.toml")
     assert qwen.packages["torch"].nightly == "2026-03-07"
@@ -155,3 +157,89 @@ def test_key_digests_name_each_entry(tmp_path: Path) -> None:
     path.write_text(HEAD + '[packages]\na = "==1"\nb = "==2"\n')
     keys = load_spec(path).key_digests()
     assert sorted(keys) == ["env", "indexes.nightly", "indexes.pypi", "packages.a", "packages.b"]
+
+
+# Mistakes that used to pass validation and fail a later stage (exit 1) without naming the key,
+# checked against a workspace holding examples/tree and one patch.
+WORKSPACE_SPECS = [
+    ('[sources.x]\npath = "examples/nope"',
+     ["sources.x.path: expected a directory relative to the workspace root {root}, found 'examples/nope', "
+      "which does not exist"]),
+    ('[sources.x]\npath = "examples/tree/file.txt"',
+     ["sources.x.path: expected a directory relative to the workspace root {root}, found "
+      "'examples/tree/file.txt', which is not a directory"]),
+    ('[sources.x]\npath = ""',
+     ["sources.x.path: expected a relative path inside the workspace, found ''"]),
+    ('[sources.x]\npath = "examples/tree"\npatches = ["patches/x/0001-ok.patch", "patches/x/9999-missing.patch"]',
+     ["sources.x.patches[1]: expected a file relative to the workspace root {root}, found "
+      "'patches/x/9999-missing.patch', which does not exist"]),
+    ('[sources.x]\ngit = "https://x/y"\nrev = ""',
+     ["sources.x.rev: expected a commit, tag or branch, found ''"]),
+    ('[sources.x]\ngit = ""\nrev = "main"',
+     ["sources.x.git: expected a repository URL or path, found ''"]),
+]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "examples" / "tree").mkdir(parents=True)
+    (tmp_path / "examples" / "tree" / "file.txt").write_text("x\n")
+    (tmp_path / "patches" / "x").mkdir(parents=True)
+    (tmp_path / "patches" / "x" / "0001-ok.patch").write_text("")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("body", "problems"), WORKSPACE_SPECS, ids=[p[0] for _, p in WORKSPACE_SPECS])
+def test_spec_paths_must_exist_in_the_workspace(workspace: Path, body: str, problems: list[str]) -> None:
+    path = workspace / "envs" / "e.toml"
+    path.write_text(HEAD + body + "\n")
+    with pytest.raises(SpecError) as info:
+        load_spec(path, root=workspace)
+    assert list(info.value.details) == [p.format(root=workspace) for p in problems]
+    assert info.value.exit_code == 2
+
+
+def test_path_mistakes_are_reported_with_every_other_problem(workspace: Path) -> None:
+    text = (HEAD.replace('python = "3.11"', 'python = "3.11"\nplatform = "x86_64-manylinuxx"')
+            + '[packages]\na = "1"\n[sources.x]\npath = "examples/nope"\npatches = ["patches/x/9999-missing.patch"]\n'
+            + '[sources.y]\ngit = "https://x/y"\nrev = ""\n')
+    spec_file = workspace / "envs" / "e.toml"
+    spec_file.write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_spec(spec_file, root=workspace)
+    assert [d.split(":")[0] for d in info.value.details] == [
+        "env.platform", "sources.x.path", "sources.x.patches[0]", "sources.y.rev", "packages.a"]
+    assert info.value.message == f"{spec_file}: 5 problems in env spec 'e'"
+    # Without a root, existence is left to the stages that read the files.
+    with pytest.raises(SpecError) as info:
+        load_spec(spec_file)
+    assert [d.split(":")[0] for d in info.value.details] == ["env.platform", "sources.y.rev", "packages.a"]
+
+
+def test_existing_paths_pass(workspace: Path) -> None:
+    path = workspace / "envs" / "e.toml"
+    path.write_text(HEAD + '[sources.x]\npath = "examples/tree"\npatches = ["patches/x/0001-ok.patch"]\n')
+    assert load_spec(path, root=workspace).sources["x"].patches == ("patches/x/0001-ok.patch",)
+
+
+def test_platform_unknown_to_uv_names_the_accepted_values(tmp_path: Path) -> None:
+    path = tmp_path / "e.toml"
+    path.write_text(HEAD.replace('python = "3.11"', 'python = "3.11"\nplatform = "x86_64-manylinuxx"'))
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    (problem,) = info.value.details
+    assert problem.startswith(
+        "env.platform: expected a platform the pinned uv accepts for --python-platform, found 'x86_64-manylinuxx' "
+        "(did you mean 'x86_64-manylinux2014'?); accepted: aarch64-apple-darwin, aarch64-linux-android, ")
+    assert problem.endswith(", x86_64-unknown-linux-gnu, x86_64-unknown-linux-musl")
+    assert "x86_64-manylinux_2_28, " in problem
+
+
+def test_platforms_are_those_the_pinned_uv_accepts() -> None:
+    # A uv upgrade that adds or drops a --python-platform value must update UV_PLATFORMS.
+    help_text = runner.uv(["pip", "compile", "--help"]).stdout
+    listed = re.search(r"--python-platform <PYTHON_PLATFORM>.*?\[possible values: ([^\]]*)\]", help_text, re.S)
+    assert listed is not None
+    values = {v.strip() for v in listed.group(1).split(",")}
+    assert values - {"linux", "macos", "windows"} == UV_PLATFORMS

@@ -26,7 +26,23 @@ from envlock.errors import SpecError
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
 _PYTHON = re.compile(r"3\.\d+(\.\d+)?")
-_PLATFORM = re.compile(r"[a-z0-9_]+-[a-z0-9_.]+")
+_PLATFORM = re.compile(r"[a-z0-9_]+(-[a-z0-9_.]+)+")
+#: What the pinned uv (pyproject.toml) accepts for ``--python-platform``, less the bare OS names
+#: (``linux``, ``macos``, ``windows``), which name no architecture. A spec naming anything else
+#: would pass here and fail in uv with "no resolution"; test_spec checks this set against the
+#: pinned uv's ``uv pip compile --help``, so a uv upgrade that changes it fails a test.
+UV_PLATFORMS = frozenset({
+    "x86_64-pc-windows-msvc", "aarch64-pc-windows-msvc", "i686-pc-windows-msvc",
+    "x86_64-unknown-linux-gnu", "aarch64-apple-darwin", "x86_64-apple-darwin",
+    "aarch64-unknown-linux-gnu", "aarch64-unknown-linux-musl", "x86_64-unknown-linux-musl",
+    "riscv64-unknown-linux",
+    "x86_64-manylinux2014", "x86_64-manylinux_2_17", "x86_64-manylinux_2_28",
+    *(f"x86_64-manylinux_2_{minor}" for minor in range(31, 41)),
+    "aarch64-manylinux2014", "aarch64-manylinux_2_17", "aarch64-manylinux_2_28",
+    *(f"aarch64-manylinux_2_{minor}" for minor in range(31, 41)),
+    "aarch64-linux-android", "x86_64-linux-android", "wasm32-pyodide2024", "wasm32-pyodide2025",
+    "arm64-apple-ios", "arm64-apple-ios-simulator", "x86_64-apple-ios-simulator",
+})
 _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CMAKE_NAME = re.compile(r"[A-Za-z0-9_.+-]+")  # FetchContent names: sgl-kernel uses repo-cutlass
 
@@ -214,10 +230,37 @@ def _check_date(p: _Problems, key: str, value: str) -> None:
         p.add(key, f"expected a date YYYY-MM-DD, found {value!r}")
 
 
-def _check_relpath(p: _Problems, key: str, value: str) -> None:
+def _check_relpath(p: _Problems, key: str, value: str) -> bool:
     pure = PurePosixPath(value)
-    if pure.is_absolute() or ".." in pure.parts or "\\" in value:
+    if not value.strip() or pure.is_absolute() or ".." in pure.parts or "\\" in value:
         p.add(key, f"expected a relative path inside the workspace, found {value!r}")
+        return False
+    return True
+
+
+def _check_exists(p: _Problems, key: str, root: Path | None, value: str, *, directory: bool) -> None:
+    """A workspace-relative path must name a directory (or file) now, not when a later stage reads it."""
+    if root is None:
+        return
+    target = root / value
+    if target.is_dir() if directory else target.is_file():
+        return
+    what = "a directory" if directory else "a file"
+    why = "does not exist" if not target.exists() else f"is not {what}"
+    p.add(key, f"expected {what} relative to the workspace root {root}, found {value!r}, which {why}")
+
+
+def _check_platform(p: _Problems, platform: str) -> None:
+    if platform in UV_PLATFORMS:
+        return
+    if not _PLATFORM.fullmatch(platform):
+        p.add("env.platform",
+              f"expected a platform as uv spells it (e.g. \"x86_64-manylinux_2_28\"), found {platform!r}")
+        return
+    close = difflib.get_close_matches(platform, sorted(UV_PLATFORMS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    p.add("env.platform", f"expected a platform the pinned uv accepts for --python-platform, "
+          f"found {platform!r}{hint}; accepted: {', '.join(sorted(UV_PLATFORMS))}")
 
 
 _TOP = {"env", "indexes", "packages", "sources", "builds", "resolution"}
@@ -230,8 +273,12 @@ _FETCHCONTENT_KEYS = {"git", "rev"}
 _RESOLUTION_KEYS = {"overrides", "exclude", "same-version"}
 
 
-def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path) -> EnvSpec:
-    """Validate a parsed spec document; raise ``SpecError`` listing every problem."""
+def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | None = None) -> EnvSpec:
+    """Validate a parsed spec document; raise ``SpecError`` listing every problem.
+
+    ``root``: the workspace root that source paths and patches are relative to; when
+    given, each must exist (None: their form is checked, not their existence).
+    """
     p = _Problems(str(origin))
     p.check_keys("", doc, _TOP)
 
@@ -241,12 +288,11 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path) -> EnvSpec:
     if "python" in env and isinstance(env["python"], str) and not _PYTHON.fullmatch(python):
         p.add("env.python", f"expected a Python version like \"3.12\", found {python!r}")
     platform = _get_str(p, env, "platform", "env")
-    if platform is not None and not _PLATFORM.fullmatch(platform):
-        p.add("env.platform",
-              f"expected a platform as uv spells it (e.g. \"x86_64-manylinux_2_28\"), found {platform!r}")
+    if platform is not None:
+        _check_platform(p, platform)
 
     indexes = _parse_indexes(p, _get_table(p, doc, "indexes"))
-    sources = _parse_sources(p, _get_table(p, doc, "sources"))
+    sources = _parse_sources(p, _get_table(p, doc, "sources"), root)
     builds = _parse_builds(p, _get_table(p, doc, "builds"), sources)
     packages = _parse_packages(p, _get_table(p, doc, "packages"), indexes, builds)
     resolution = _parse_resolution(p, _get_table(p, doc, "resolution"))
@@ -303,7 +349,7 @@ def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
     return out
 
 
-def _parse_sources(p: _Problems, table: dict[str, Any]) -> dict[str, SourceSpec]:
+def _parse_sources(p: _Problems, table: dict[str, Any], root: Path | None) -> dict[str, SourceSpec]:
     out: dict[str, SourceSpec] = {}
     for name, key, entry in _entries(p, table, "sources", 'git = "..." or path = "..."', _SOURCE_KEYS):
         git = _get_str(p, entry, "git", key)
@@ -314,17 +360,21 @@ def _parse_sources(p: _Problems, table: dict[str, Any]) -> dict[str, SourceSpec]
         if git is not None and rev is None:
             p.add(f"{key}.rev", "missing; a git source needs rev = \"<commit, tag or branch>\"")
         _check_git_url(p, f"{key}.git", git)
-        if rev is not None and rev.startswith("-"):
+        # An empty rev would be fetched as HEAD: a moving pin nobody wrote down.
+        if rev is not None and (rev.startswith("-") or not rev.strip()):
             p.add(f"{key}.rev", f"expected a commit, tag or branch, found {rev!r}")
         if path is not None:
-            _check_relpath(p, f"{key}.path", path)
+            if _check_relpath(p, f"{key}.path", path):
+                _check_exists(p, f"{key}.path", root, path, directory=True)
             if rev is not None:
                 p.add(f"{key}.rev", "only git sources take a rev")
         patches = _get_str_list(p, entry, "patches", key)
         for i, patch in enumerate(patches):
-            _check_relpath(p, f"{key}.patches[{i}]", patch)
             if not patch.endswith(".patch"):
+                _check_relpath(p, f"{key}.patches[{i}]", patch)
                 p.add(f"{key}.patches[{i}]", f"expected a .patch file, found {patch!r}")
+            elif _check_relpath(p, f"{key}.patches[{i}]", patch):
+                _check_exists(p, f"{key}.patches[{i}]", root, patch, directory=False)
         out[name] = SourceSpec(name=name, git=git, rev=rev, path=path, patches=patches)
     return out
 
@@ -333,6 +383,8 @@ def _check_git_url(p: _Problems, key: str, url: str | None) -> None:
     # envlock passes URLs after "--", so this is for a clear message, not the defence.
     if url is not None and url.startswith("-"):
         p.add(key, f"expected a repository URL or path, found {url!r} (git would read it as an option)")
+    elif url is not None and not url.strip():
+        p.add(key, f"expected a repository URL or path, found {url!r}")
 
 
 def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, SourceSpec]) -> dict[str, BuildSpec]:
@@ -497,13 +549,17 @@ def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
     return ResolutionSpec(overrides=overrides, exclude=exclude, same_version=tuple(groups))
 
 
-def load_spec(path: Path, *, name: str | None = None) -> EnvSpec:
-    """Read and validate a spec file."""
-    return read_spec(path, name=name)[0]
+def load_spec(path: Path, *, name: str | None = None, root: Path | None = None) -> EnvSpec:
+    """Read and validate a spec file (``root``: as for ``read_spec``)."""
+    return read_spec(path, name=name, root=root)[0]
 
 
-def read_spec(path: Path, *, name: str | None = None) -> tuple[EnvSpec, bytes]:
-    """Read and validate a spec file; also return the bytes it was parsed from."""
+def read_spec(path: Path, *, name: str | None = None, root: Path | None = None) -> tuple[EnvSpec, bytes]:
+    """Read and validate a spec file; also return the bytes it was parsed from.
+
+    ``root``: the workspace root its source paths and patches must exist under (None:
+    their existence is left to the stages that read them).
+    """
     env_name = name or path.stem
     try:
         data = path.read_bytes()
@@ -518,4 +574,4 @@ def read_spec(path: Path, *, name: str | None = None) -> tuple[EnvSpec, bytes]:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
-    return parse_spec(doc, name=env_name, origin=path), data
+    return parse_spec(doc, name=env_name, origin=path, root=root), data
