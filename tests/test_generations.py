@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from envlock import generations, install, quick, verify
-from envlock.errors import UsageError, VerifyError
+from envlock.errors import CommandNotFoundError, StoreError, UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
 from envlock.sync import env_path, run_in_env, sync_lock, verify_env
@@ -290,6 +290,16 @@ def test_run_puts_the_env_first_and_returns_the_exit_code(locks: tuple[IndexServ
     with pytest.raises(UsageError) as info:
         run_in_env(store, "nope", [sys.executable])
     assert str(info.value) == f"env 'nope': no current generation in {store.home}; run `envlock sync nope`"
+    with pytest.raises(CommandNotFoundError, match=r"^no-such-tool: command not found \(in .*/bin or on PATH\)$"):
+        run_in_env(store, "demo", ["no-such-tool"])
+    assert CommandNotFoundError.exit_code == 127  # as a shell says
+    # The venv removed from under the env: the host's python must not answer instead.
+    venv = env_path(store, "demo").resolve()
+    shutil.rmtree(venv)
+    with pytest.raises(StoreError, match=r"generation 1's venv is gone from the store .*; run `envlock sync demo`"):
+        run_in_env(store, "demo", ["python", "-c", "pass"])
+    with pytest.raises(StoreError):
+        env_path(store, "demo")
 
 
 def test_generation_records_survive_unreadable_litter(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:

@@ -33,6 +33,12 @@ class UsageError(EnvlockError):
     exit_code = 2
 
 
+class CommandNotFoundError(UsageError):
+    """``envlock run``'s command is neither in the env nor on PATH: 127, as a shell says."""
+
+    exit_code = 127
+
+
 class SpecError(EnvlockError):
     """An env spec (envs/NAME.toml) is invalid; ``details`` lists every problem."""
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envlock import generations, quick
-from envlock.errors import LockError, UsageError, VerifyError
+from envlock.errors import CommandNotFoundError, LockError, StoreError, UsageError, VerifyError
 from envlock.store import Store, write_atomic
 
 if TYPE_CHECKING:
@@ -290,10 +290,16 @@ def pause(point: str) -> None:
 
 
 def env_path(store: Store, env: str) -> Path:
-    """The env's stable path; ``UsageError`` when it was never synced."""
-    if generations.current_number(store, env) is None:
+    """The env's stable path; ``UsageError`` when it was never synced or its venv is gone."""
+    number = generations.current_number(store, env)
+    if number is None:
         raise UsageError(f"env {env!r}: no current generation in {store.home}; run `envlock sync {env}`")
-    return generations.stable_path(store, env)
+    path = generations.stable_path(store, env)
+    if not path.is_dir():
+        # A dangling path would run the host's python (PATH falls through to it).
+        raise StoreError(f"{path}: generation {number}'s venv is gone from the store ({path.resolve()}); "
+                         f"run `envlock sync {env}` to build it again, or `envlock rollback {env}`")
+    return path
 
 
 def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult:
@@ -336,4 +342,4 @@ def run_in_env(store: Store, env: str, argv: Sequence[str]) -> int:
     try:
         return subprocess.call(list(argv), env=environ)
     except FileNotFoundError:
-        raise UsageError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)") from None
+        raise CommandNotFoundError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)") from None
