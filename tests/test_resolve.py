@@ -163,6 +163,53 @@ def test_same_version_set_is_enforced(ws, universe: Universe) -> None:  # type: 
     )
 
 
+def test_same_version_name_missing_from_the_lock_is_an_error(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    # A misspelt name used to drop out of the comparison, so the check held vacuously.
+    packages = 'flashinfer-python = "==0.6.5"\nflashinfer-cubin = "==0.6.5"'
+    extra = '[resolution]\nexclude = ["sgl-fa4"]\nsame-version = [["flashinfer-python", "flashinfer-cubn"]]'
+    ws.write_spec("e", spec_text(universe, packages, extra))
+    with pytest.raises(ResolveError) as info:
+        lock_env(Workspace(ws.root), "e")
+    assert info.value.details == (
+        "resolution.same-version[0]: 'flashinfer-cubn' is not in the resolved lock (did you mean "
+        "'flashinfer-cubin'?); expected names of packages the env resolves to",
+    )
+    assert not (ws.root / "locks" / "pylock.e.toml").exists()
+
+
+@pytest.mark.parametrize(
+    ("groups", "details"),
+    [
+        ('[["requests", "urlib3"]]',
+         ["resolution.same-version[0]: 'urlib3' is not in the resolved lock (did you mean 'urllib3'?); "
+          "expected names of packages the env resolves to"]),
+        ('[["requests", "urllib3"], ["zzz", "kernel", "requests"]]',
+         ["resolution.same-version[0]: public versions differ: requests 2.34.2, urllib3 2.5.0",
+          "resolution.same-version[1]: 'zzz' is not in the resolved lock; expected names of packages the env "
+          "resolves to"]),
+        ('[["kernel", "requests"], ["requests", "Requests"]]', []),  # a build's wheel is not resolved here
+    ],
+)
+def test_check_same_version(tmp_path: Path, groups: str, details: list[str]) -> None:
+    from envlock.resolve import check_same_version
+    from envlock.spec import parse_spec
+
+    doc = tomllib.loads('[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\ndefault = true\n'
+                       '[packages]\nrequests = "==2.34.2"\nkernel = { build = "kernel" }\n'
+                       '[sources.kernel]\ngit = "https://x/kernel"\nrev = "main"\n[builds.kernel]\nsource = "kernel"\n'
+                       f"[resolution]\nsame-version = {groups}\n")
+    spec = parse_spec(doc, name="e", origin=tmp_path / "e.toml")
+    resolved = [LockedPackage(canonicalize_name(n), v, (Artifact("a" * 64, url=f"https://x/{n}-{v}-py3-none-any.whl"),))
+                for n, v in [("requests", "2.34.2"), ("urllib3", "2.5.0"), ("idna", "3.10")]]
+    if not details:
+        check_same_version(spec, resolved)
+        return
+    with pytest.raises(ResolveError) as info:
+        check_same_version(spec, resolved)
+    assert list(info.value.details) == details
+    assert info.value.message == f"{tmp_path / 'e.toml'}: inconsistent component set"
+
+
 def test_overrides_and_excludes(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     # flashinfer-python 0.6.5 requires sgl-fa4 and flashinfer-cubin==0.6.5; override the cubin down
     # (as an env fighting an upstream == pin would) and exclude sgl-fa4.

@@ -81,6 +81,9 @@ BAD_SPECS = [
       "found 'flashinfer-python=0.6.5'"]),
     ('[resolution]\nsame-version = ["flashinfer-python"]',
      ["resolution.same-version: expected an array of arrays of two or more package names"]),
+    ('[packages]\nSGL_fa4 = "==1"\ntorch = "==2.9.1"\n[resolution]\nexclude = ["torch-x", "sgl-fa4"]',
+     ["resolution.exclude[1]: expected a package the spec does not declare, found 'sgl-fa4', which "
+      "packages.SGL_fa4 requires (keep one of the two)"]),
     ('[resolution]\nexclud = ["sgl-fa4"]',
      ["resolution.exclud: unknown key (did you mean 'exclude'?); expected one of: exclude, overrides, "
       "same-version"]),

@@ -11,6 +11,7 @@ sha256 even when the index publishes none.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import shutil
@@ -488,10 +489,22 @@ def _sha_of(wheel: Mapping[str, object]) -> str | None:
 
 
 def check_same_version(spec: EnvSpec, packages: Sequence[LockedPackage]) -> None:
-    """``[resolution] same-version`` groups must share a public version (local tags free)."""
+    """``[resolution] same-version`` groups must share a public version (local tags free).
+
+    Every name of a group must be resolved: a misspelt one would drop out of the
+    comparison and leave the check holding for the names that remain. A package a
+    local build provides is not resolved here (its wheel is built later) and is left out.
+    """
     versions = {p.name: p.version for p in packages}
+    built = {p.name for p in spec.packages.values() if p.build}
     problems = []
     for i, group in enumerate(spec.resolution.same_version):
+        for name in group:
+            if name not in versions and name not in built:
+                close = difflib.get_close_matches(name, sorted(versions), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                problems.append(f"resolution.same-version[{i}]: {name!r} is not in the resolved lock{hint}; "
+                                "expected names of packages the env resolves to")
         present = {n: versions[n] for n in group if n in versions}
         publics = {Version(v).public for v in present.values()}
         if len(publics) > 1:

@@ -294,9 +294,11 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
     indexes = _parse_indexes(p, _get_table(p, doc, "indexes"))
     sources = _parse_sources(p, _get_table(p, doc, "sources"), root)
     builds = _parse_builds(p, _get_table(p, doc, "builds"), sources)
-    packages = _parse_packages(p, _get_table(p, doc, "packages"), indexes, builds)
+    packages_table = _get_table(p, doc, "packages")
+    packages = _parse_packages(p, packages_table, indexes, builds)
     resolution = _parse_resolution(p, _get_table(p, doc, "resolution"))
     _check_same_date(p, packages)
+    _check_excluded_not_declared(p, packages_table, resolution)
 
     if p.items:
         count = len(p.items)
@@ -526,6 +528,15 @@ def _check_same_date(p: _Problems, packages: Mapping[NormalizedName, PackageSpec
                 f"nightlies from one index must share a date, found {listed} "
                 "(set same-date = false on a package to opt out)",
             )
+
+
+def _check_excluded_not_declared(p: _Problems, packages: Mapping[str, Any], resolution: ResolutionSpec) -> None:
+    # uv drops an excluded package with a never-true marker, and a declared one would go with it.
+    declared = {canonicalize_name(raw): raw for raw in packages}
+    for i, name in enumerate(resolution.exclude):
+        if name in declared:
+            p.add(f"resolution.exclude[{i}]", f"expected a package the spec does not declare, found {name!r}, "
+                  f"which packages.{declared[name]} requires (keep one of the two)")
 
 
 def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
