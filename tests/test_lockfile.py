@@ -92,6 +92,26 @@ def test_bad_lock_files(tmp_path: Path, text: str, message: str) -> None:
     assert info.value.exit_code == 2
 
 
+@pytest.mark.parametrize(
+    ("version", "found"),
+    [('"2.0"', "'2.0'"), ('"0.9"', "'0.9'"), ('"1"', "'1'"), ('"v1.0"', "'v1.0'"), ("1.0", "1.0 (not a string)")],
+)
+def test_unsupported_lock_version_is_refused(tmp_path: Path, version: str, found: str) -> None:
+    # PEP 751: a reader must raise on a major version it does not support.
+    path = tmp_path / "pylock.e.toml"
+    path.write_text(sample().to_toml().replace('lock-version = "1.0"', f"lock-version = {version}"))
+    with pytest.raises(LockError) as info:
+        read_lock(path)
+    assert info.value.message == (f'{path}: lock-version: found {found}; expected "1.x" '
+                                  "(PEP 751 lock format 1, the one this envlock reads)")
+    assert info.value.exit_code == 2
+
+
+def test_later_minor_lock_version_is_read() -> None:
+    text = sample().to_toml().replace('lock-version = "1.0"', 'lock-version = "1.7"')
+    assert Lock.from_toml(text, "x") == sample()
+
+
 def test_missing_lock(tmp_path: Path) -> None:
     with pytest.raises(LockError, match="no lock file; create it with `envlock lock`"):
         read_lock(tmp_path / "pylock.x.toml")

@@ -31,6 +31,10 @@ def canonicalize_name(name: str) -> NormalizedName:
 
 LOCK_FORMAT = 1
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# PEP 751's lock-version: MAJOR.MINOR. A reader must refuse a major version it does not
+# support; a newer minor only adds keys, which this reader ignores.
+_LOCK_VERSION = re.compile(r"(\d+)\.(\d+)")
+_LOCK_MAJOR = 1
 
 
 @dataclass(frozen=True)
@@ -216,12 +220,23 @@ class Lock:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], origin: Path | str) -> Lock:
+        _check_lock_version(doc.get("lock-version"), origin)
         try:
             return _lock_from_dict(doc)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a table where a value belongs
             raise LockError(
                 f"{origin}: not an envlock lock ({exc}); regenerate it with `envlock lock`"
             ) from None
+
+
+def _check_lock_version(version: object, origin: Path | str) -> None:
+    if version is None:
+        return
+    m = _LOCK_VERSION.fullmatch(version) if isinstance(version, str) else None
+    if m is None or int(m.group(1)) != _LOCK_MAJOR:
+        found = repr(version) if isinstance(version, str) else f"{version!r} (not a string)"
+        raise LockError(f"{origin}: lock-version: found {found}; expected \"{_LOCK_MAJOR}.x\" "
+                        f"(PEP 751 lock format {_LOCK_MAJOR}, the one this envlock reads)")
 
 
 def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
