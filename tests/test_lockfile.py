@@ -74,12 +74,23 @@ def test_install_digest_ignores_venv_digest_but_not_wheels() -> None:
     ("text", "message"),
     [
         ("lock-version = [", "not valid TOML"),
-        ('lock-version = "1.0"\n', "not an envlock lock ('tool'); regenerate it with `envlock lock`"),
+        ('lock-version = "1.0"\n',
+         "tool.envlock: missing (a PEP 751 lock, not written by envlock); expected the [tool.envlock] table "
+         "`envlock lock` writes"),
         ('lock-version = "1.0"\n[tool.envlock]\nformat = 9\n',
-         "not an envlock lock (tool.envlock.format is 9, expected 1)"),
-        ('lock-version = "1.0"\n[tool]\nenvlock = 1\n', "not an envlock lock ('int' object has no attribute 'get')"),
+         "tool.envlock.format: found 9; expected 1 (a lock from another envlock version: regenerate it with "
+         "`envlock lock`)"),
+        ('lock-version = "1.0"\n[tool.envlock]\nformat = true\n',
+         "tool.envlock.format: found true; expected 1 (a lock from another envlock version: regenerate it with "
+         "`envlock lock`)"),
+        ('lock-version = "1.0"\n[tool]\nenvlock = 1\n', "tool.envlock: found 1; expected a table"),
         ('lock-version = "1.0"\npackages = ["x"]\n[tool.envlock]\nformat = 1\n',
-         "not an envlock lock ('str' object has no attribute 'get')"),
+         "packages[0]: found 'x'; expected a table"),
+        ('[tool.envlock]\nformat = 1\n',
+         "not a PEP 751 lock (no lock-version); expected a pylock.*.toml file written by `envlock lock`"),
+        ('[env]\npython = "3.11"\n[packages]\nrequests = "==2"\n',
+         "not a PEP 751 lock (no lock-version); it has an [env] table, so it looks like an env spec: its lock is "
+         "locks/pylock.e.toml"),
     ],
 )
 def test_bad_lock_files(tmp_path: Path, text: str, message: str) -> None:
@@ -87,8 +98,58 @@ def test_bad_lock_files(tmp_path: Path, text: str, message: str) -> None:
     path.write_text(text)
     with pytest.raises(LockError) as info:
         read_lock(path)
-    assert str(path) in info.value.message
-    assert message in info.value.message
+    assert info.value.message.startswith(f"{path}: {message}")
+    assert info.value.exit_code == 2
+
+
+def test_an_env_spec_given_as_a_lock_is_named_as_one() -> None:
+    # `envlock diff envs/demo.toml demo` used to advise regenerating the spec with `envlock lock`.
+    spec = Path(__file__).resolve().parents[1] / "envs" / "demo.toml"
+    with pytest.raises(LockError) as info:
+        read_lock(spec)
+    assert info.value.message == (f"{spec}: not a PEP 751 lock (no lock-version); it has an [env] table, so it "
+                                  "looks like an env spec: its lock is locks/pylock.demo.toml")
+    with pytest.raises(LockError, match=r"^envs/demo.toml@HEAD: .* its lock is locks/pylock.demo.toml$"):
+        Lock.from_toml(spec.read_text(), "envs/demo.toml@HEAD")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ('hashes = { sha256 = "' + "a" * 64 + '" }', 'hashes = { md5 = "abc" }',
+         "packages[0].wheels[0].hashes.sha256 (package 'torch'): missing, found only md5; expected the wheel's "
+         "sha256 (envlock locks every wheel by sha256)"),
+        ('hashes = { sha256 = "' + "a" * 64 + '" }', "hashes = {}",
+         "packages[0].wheels[0].hashes.sha256 (package 'torch'): missing; expected the wheel's sha256 "
+         "(envlock locks every wheel by sha256)"),
+        ('hashes = { sha256 = "' + "a" * 64 + '" }', 'hashes = "' + "a" * 64 + '"',
+         "packages[0].wheels[0].hashes (package 'torch'): found '" + "a" * 64 + "'; expected a table"),
+        ('version = "0.3.21"', "version = 3", "packages[1].version (package 'sgl-kernel'): found 3; expected a string"),
+        ('name = "sgl-kernel"', "name = true", "packages[1].name: found true; expected a string"),
+        ('wheels = [\n    { path', 'wheels = []\nxwheels = [\n    { path',
+         "packages[1].wheels (package 'sgl-kernel'): found an empty array; expected a wheel (envlock installs "
+         "wheels only)"),
+        ('env = "e"', "env = 1", "tool.envlock.env: found 1; expected a string"),
+        ('"packages.torch" = "abc"', '"packages.torch" = 1',
+         'tool.envlock.spec-keys."packages.torch": found 1; expected a string'),
+        ('"torch" = { date = "2026-03-07",', '"torch" = { date = 20260307,',
+         "tool.envlock.nightlies.torch.date: found 20260307; expected a string"),
+        ('{ path = "patches/sglang/0001-x.patch", sha256 = "' + "c" * 64 + '" }', '"patches/sglang/0001-x.patch"',
+         "tool.envlock.sources.sglang.patches[0]: found 'patches/sglang/0001-x.patch'; expected a table"),
+        ('git = "https://github.com/sgl-project/sglang"', 'gti = "https://github.com/sgl-project/sglang"',
+         "tool.envlock.sources.sglang: found neither git nor path; expected one of them"),
+        ('input-digest = "', 'input-digests = "',
+         "tool.envlock.builds.sgl-kernel.input-digest: missing; expected a string"),
+    ],
+)
+def test_malformed_lock_keys_are_named(tmp_path: Path, old: str, new: str, message: str) -> None:
+    text = sample().to_toml()
+    assert old in text
+    path = tmp_path / "pylock.e.toml"
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(LockError) as info:
+        read_lock(path)
+    assert info.value.message == f"{path}: {message}"
     assert info.value.exit_code == 2
 
 
@@ -121,15 +182,24 @@ def test_missing_lock(tmp_path: Path) -> None:
     ("old", "new", "message"),
     [
         ("torch-2.12.0.dev20260307%2Bcu130-cp312-cp312-linux_x86_64.whl", "..%2F..%2F..%2Fescaped.whl",
-         "package 'torch': wheel 'https://x/..%2F..%2F..%2Fescaped.whl' names the file '../../../escaped.whl', "
-         "expected a plain *.whl file name"),
+         "packages[0].wheels[0].url (package 'torch'): found 'https://x/..%2F..%2F..%2Fescaped.whl', which names "
+         "the file '../../../escaped.whl'; expected a plain *.whl file name"),
         ("torch-2.12.0.dev20260307%2Bcu130-cp312-cp312-linux_x86_64.whl", "x%2F..%2F..%2Fescaped.whl",
-         "package 'torch': wheel 'https://x/x%2F..%2F..%2Fescaped.whl' names the file 'x/../../escaped.whl', "
+         "packages[0].wheels[0].url (package 'torch'): found 'https://x/x%2F..%2F..%2Fescaped.whl', which names "
+         "the file 'x/../../escaped.whl'; expected a plain *.whl file name"),
+        ("../wheelhouse/sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl", "../wheelhouse/..",
+         "packages[1].wheels[0].path (package 'sgl-kernel'): found '../wheelhouse/..', which names the file '..'; "
          "expected a plain *.whl file name"),
+        ("https://x/torch-2.12.0", "https://[x?torch-2.12.0",
+         "packages[0].wheels[0].url (package 'torch'): found 'https://[x?torch-2.12.0.dev20260307%2Bcu130-cp312-"
+         "cp312-linux_x86_64.whl'; expected a URL"),
         ('sha256 = "' + "a" * 64, 'sha256 = "../../x' + "a" * 56,
-         "package 'torch': wheel sha256 '../../x" + "a" * 56 + "' is not 64 lowercase hex digits"),
-        ('url = "https://x/torch', 'nothing = "https://x/torch', "package 'torch': a wheel has neither url nor path"),
-        ("size = 10", 'size = "10"', "package 'sgl-kernel': wheel size '10' is not a byte count"),
+         "packages[0].wheels[0].hashes.sha256 (package 'torch'): found '../../x" + "a" * 56 + "'; expected 64 "
+         "lowercase hex digits"),
+        ('url = "https://x/torch', 'nothing = "https://x/torch',
+         "packages[0].wheels[0] (package 'torch'): found neither url nor path; expected one of them"),
+        ("size = 10", 'size = "10"', "packages[1].wheels[0].size (package 'sgl-kernel'): found '10'; expected a "
+         "byte count"),
     ],
 )
 def test_wheel_entries_that_could_steer_a_store_path_are_refused(tmp_path: Path, old: str, new: str,
@@ -140,4 +210,4 @@ def test_wheel_entries_that_could_steer_a_store_path_are_refused(tmp_path: Path,
     path.write_text(text.replace(old, new, 1))
     with pytest.raises(LockError) as info:
         read_lock(path)
-    assert info.value.message == f"{path}: not an envlock lock ({message}); regenerate it with `envlock lock`"
+    assert info.value.message == f"{path}: {message}"

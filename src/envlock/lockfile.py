@@ -2,7 +2,8 @@
 
 The writer is envlock's own so the bytes are a pure function of the data: same
 spec + same index contents => byte-identical lock. The reader accepts what the
-writer writes (and validates it with ``packaging.pylock``).
+writer writes (tests validate that with ``packaging.pylock``) and refuses anything
+else naming the key path, what it found and what it expected.
 """
 
 from __future__ import annotations
@@ -220,97 +221,205 @@ class Lock:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], origin: Path | str) -> Lock:
-        _check_lock_version(doc.get("lock-version"), origin)
+        """The lock ``doc`` holds; ``LockError`` naming ``origin``, the key, what was found and expected."""
+        _check_lock_version(doc, origin)
         try:
             return _lock_from_dict(doc)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a table where a value belongs
-            raise LockError(
-                f"{origin}: not an envlock lock ({exc}); regenerate it with `envlock lock`"
-            ) from None
+        except _BadKeyError as exc:
+            raise LockError(f"{origin}: {exc}") from None
 
 
-def _check_lock_version(version: object, origin: Path | str) -> None:
-    if version is None:
-        return
+def _check_lock_version(doc: Mapping[str, Any], origin: Path | str) -> None:
+    version = doc.get("lock-version")
+    if version is None:  # every PEP 751 lock has one: this is some other TOML file
+        if isinstance(doc.get("env"), dict):
+            env = Path(str(origin).partition("@")[0]).stem.removeprefix("pylock.") or "NAME"  # PATH@REV: path first
+            raise LockError(f"{origin}: not a PEP 751 lock (no lock-version); it has an [env] table, so it looks "
+                            f"like an env spec: its lock is locks/pylock.{env}.toml")
+        raise LockError(f"{origin}: not a PEP 751 lock (no lock-version); expected a pylock.*.toml file "
+                        "written by `envlock lock`")
     m = _LOCK_VERSION.fullmatch(version) if isinstance(version, str) else None
     if m is None or int(m.group(1)) != _LOCK_MAJOR:
-        found = repr(version) if isinstance(version, str) else f"{version!r} (not a string)"
+        found = repr(version) if isinstance(version, str) else f"{_found(version)} (not a string)"
         raise LockError(f"{origin}: lock-version: found {found}; expected \"{_LOCK_MAJOR}.x\" "
                         f"(PEP 751 lock format {_LOCK_MAJOR}, the one this envlock reads)")
 
 
+class _BadKeyError(Exception):
+    """A key of the lock that holds what envlock cannot read: where, what was found, what was expected."""
+
+    def __init__(self, key: str, found: str, expected: str, package: str | None = None) -> None:
+        super().__init__(key, found, expected)
+        self.key, self.found, self.expected, self.package = key, found, expected, package
+
+    def __str__(self) -> str:
+        # packages[97] alone is hard to find in a lock of 158: name the package too.
+        where = f"{self.key} (package {self.package!r})" if self.package else self.key
+        return f"{where}: {self.found}; expected {self.expected}"
+
+
+def _found(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return repr(value)
+
+
+def _key(path: str, name: str) -> str:
+    """``path.name``, the name quoted as TOML does when it is not a bare key (``spec-keys."packages.torch"``)."""
+    bare = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _s(name)
+    return f"{path}.{bare}" if path else bare
+
+
+def _table(value: object, key: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise _BadKeyError(key, "missing" if value is None else f"found {_found(value)}", "a table")
+    return value
+
+
+def _array(value: object, key: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise _BadKeyError(key, "missing" if value is None else f"found {_found(value)}", "an array")
+    return value
+
+
+def _str(table: Mapping[str, Any], name: str, path: str) -> str:
+    value = table.get(name)
+    if not isinstance(value, str):
+        raise _BadKeyError(_key(path, name), "missing" if value is None else f"found {_found(value)}", "a string")
+    return value
+
+
+def _opt_str(table: Mapping[str, Any], name: str, path: str) -> str | None:
+    return None if table.get(name) is None else _str(table, name, path)
+
+
+def _strings(value: object, key: str) -> tuple[str, ...]:
+    for i, item in enumerate(_array(value, key)):
+        if not isinstance(item, str):
+            raise _BadKeyError(f"{key}[{i}]", f"found {_found(item)}", "a string")
+    return tuple(cast("list[str]", value))
+
+
 def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
-    tool = doc["tool"]["envlock"]
-    if tool.get("format") != LOCK_FORMAT:
-        raise ValueError(f"tool.envlock.format is {tool.get('format')!r}, expected {LOCK_FORMAT}")
-    packages = []
-    for pkg in doc.get("packages", []):
-        wheels = tuple(_artifact(pkg["name"], w) for w in pkg.get("wheels", []))
-        if not wheels:
-            raise ValueError(f"package {pkg['name']!r} has no wheel")
-        packages.append(
-            LockedPackage(
-                name=canonicalize_name(pkg["name"]),
-                version=str(pkg["version"]),
-                wheels=wheels,
-                index=pkg.get("index"),
-            )
-        )
-    sources = {
-        name: LockedSource(
-            kind="git" if "git" in s else "path",
-            location=str(s.get("git", s.get("path"))),
-            commit=s.get("commit"),
-            rev=s.get("rev"),
-            tree_digest=s.get("tree-digest"),
-            patches=tuple(LockedPatch(p["path"], p["sha256"]) for p in s.get("patches", [])),
-        )
-        for name, s in tool.get("sources", {}).items()
-    }
+    tables = doc.get("tool")
+    if not isinstance(tables, dict) or tables.get("envlock") is None:
+        raise _BadKeyError("tool.envlock", "missing (a PEP 751 lock, not written by envlock)",
+                       "the [tool.envlock] table `envlock lock` writes")
+    tool = _table(tables["envlock"], "tool.envlock")
+    if tool.get("format") != LOCK_FORMAT or isinstance(tool.get("format"), bool):  # true == 1 in Python
+        raise _BadKeyError("tool.envlock.format", f"found {_found(tool.get('format'))}",
+                       f"{LOCK_FORMAT} (a lock from another envlock version: regenerate it with `envlock lock`)")
+    packages = tuple(_package(pkg, f"packages[{i}]") for i, pkg in enumerate(_array(doc.get("packages", []),
+                                                                                        "packages")))
+    where = "tool.envlock.sources"
+    sources = {name: _source(_table(s, _key(where, name)), _key(where, name))
+               for name, s in _table(tool.get("sources", {}), where).items()}
+    nightlies = {}
+    for name, value in _table(tool.get("nightlies", {}), "tool.envlock.nightlies").items():
+        key = _key("tool.envlock.nightlies", name)
+        pin = _table(value, key)
+        nightlies[name] = NightlyPin(date=_str(pin, "date", key), version=_str(pin, "version", key))
+    where = "tool.envlock.builds"
+    builds = {name: _build(_table(v, _key(where, name)), _key(where, name))
+              for name, v in _table(tool.get("builds", {}), where).items()}
+    where = "tool.envlock.spec-keys"
+    spec_keys = _table(tool.get("spec-keys", {}), where)
     return Lock(
-        env=str(tool["env"]),
-        python=str(tool["python"]),
-        platform=tool.get("platform"),
-        spec_digest=str(tool["spec-digest"]),
-        spec_keys=dict(tool.get("spec-keys", {})),
-        packages=tuple(packages),
-        requires_python=doc.get("requires-python"),
-        nightlies={
-            k: NightlyPin(date=v["date"], version=v["version"])
-            for k, v in tool.get("nightlies", {}).items()
-        },
+        env=_str(tool, "env", "tool.envlock"),
+        python=_str(tool, "python", "tool.envlock"),
+        platform=_opt_str(tool, "platform", "tool.envlock"),
+        spec_digest=_str(tool, "spec-digest", "tool.envlock"),
+        spec_keys={name: _str(spec_keys, name, where) for name in spec_keys},
+        packages=packages,
+        requires_python=_opt_str(doc, "requires-python", ""),
+        nightlies=nightlies,
         sources=sources,
-        builds={
-            k: LockedBuild(
-                input_digest=v["input-digest"],
-                wheel=v["wheel"],
-                sha256=v["sha256"],
-                requirements=tuple(v.get("build-requirements", ())),
-            )
-            for k, v in tool.get("builds", {}).items()
-        },
-        venv_digest=tool.get("venv-digest"),
-        venv_python=tool.get("venv-python"),
+        builds=builds,
+        venv_digest=_opt_str(tool, "venv-digest", "tool.envlock"),
+        venv_python=_opt_str(tool, "venv-python", "tool.envlock"),
     )
 
 
-def _artifact(package: str, wheel: Mapping[str, Any]) -> Artifact:
+def _package(value: object, key: str) -> LockedPackage:
+    pkg = _table(value, key)
+    name = _str(pkg, "name", key)
+    try:
+        wheels = _array(pkg.get("wheels"), f"{key}.wheels")
+        if not wheels:
+            raise _BadKeyError(f"{key}.wheels", "found an empty array", "a wheel (envlock installs wheels only)")
+        return LockedPackage(
+            name=canonicalize_name(name),
+            version=_str(pkg, "version", key),
+            wheels=tuple(_artifact(w, f"{key}.wheels[{j}]") for j, w in enumerate(wheels)),
+            index=_opt_str(pkg, "index", key),
+        )
+    except _BadKeyError as exc:
+        exc.package = name
+        raise
+
+
+def _artifact(value: object, key: str) -> Artifact:
     """One ``[[packages.wheels]]`` entry, refused when its hash or file name could steer a store path.
 
     Both name where the wheel is kept (``wheels/<sha256>/<file name>``), so a lock from
     a pull request or a hostile index page (``..%2F..%2Fx.whl``) must not reach outside it.
     """
-    art = Artifact(sha256=str(wheel["hashes"]["sha256"]), url=wheel.get("url"), path=wheel.get("path"),
-                   size=wheel.get("size"))
-    if not _SHA256.fullmatch(art.sha256):
-        raise ValueError(f"package {package!r}: wheel sha256 {art.sha256!r} is not 64 lowercase hex digits")
-    if art.url is None and art.path is None:
-        raise ValueError(f"package {package!r}: a wheel has neither url nor path")
-    if art.size is not None and (not isinstance(art.size, int) or isinstance(art.size, bool) or art.size < 0):
-        raise ValueError(f"package {package!r}: wheel size {art.size!r} is not a byte count")
-    if problem := art.filename_problem():
-        raise ValueError(f"package {package!r}: wheel {problem}")
+    wheel = _table(value, key)
+    hashes = _table(wheel.get("hashes"), f"{key}.hashes")
+    if "sha256" not in hashes:
+        found = f"missing, found only {', '.join(sorted(hashes))}" if hashes else "missing"
+        raise _BadKeyError(f"{key}.hashes.sha256", found, "the wheel's sha256 (envlock locks every wheel by sha256)")
+    sha256 = _str(hashes, "sha256", f"{key}.hashes")
+    if not _SHA256.fullmatch(sha256):
+        raise _BadKeyError(f"{key}.hashes.sha256", f"found {sha256!r}", "64 lowercase hex digits")
+    url, path = _opt_str(wheel, "url", key), _opt_str(wheel, "path", key)
+    if url is None and path is None:
+        raise _BadKeyError(key, "found neither url nor path", "one of them")
+    size = wheel.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise _BadKeyError(f"{key}.size", f"found {_found(size)}", "a byte count")
+    art = Artifact(sha256=sha256, url=url, path=path, size=size)
+    where = f"{key}.url" if url is not None else f"{key}.path"
+    try:
+        problem = art.filename_problem()
+    except ValueError:  # urlsplit: "https://[x?y" is no URL
+        raise _BadKeyError(where, f"found {url!r}", "a URL") from None
+    if problem:
+        raise _BadKeyError(where, f"found {url or path!r}, which names the file {art.filename!r}",
+                       "a plain *.whl file name")
     return art
+
+
+def _source(src: Mapping[str, Any], key: str) -> LockedSource:
+    kind = "git" if "git" in src else "path"
+    if kind not in src:
+        raise _BadKeyError(key, "found neither git nor path", "one of them")
+    patches = []
+    for i, value in enumerate(_array(src.get("patches", []), f"{key}.patches")):
+        patch = _table(value, f"{key}.patches[{i}]")
+        patches.append(LockedPatch(_str(patch, "path", f"{key}.patches[{i}]"),
+                                   _str(patch, "sha256", f"{key}.patches[{i}]")))
+    return LockedSource(
+        kind=kind,
+        location=_str(src, kind, key),
+        commit=_opt_str(src, "commit", key),
+        rev=_opt_str(src, "rev", key),
+        tree_digest=_opt_str(src, "tree-digest", key),
+        patches=tuple(patches),
+    )
+
+
+def _build(build: Mapping[str, Any], key: str) -> LockedBuild:
+    return LockedBuild(
+        input_digest=_str(build, "input-digest", key),
+        wheel=_str(build, "wheel", key),
+        sha256=_str(build, "sha256", key),
+        requirements=_strings(build.get("build-requirements", []), f"{key}.build-requirements"),
+    )
 
 
 def read_lock(path: Path) -> Lock:
