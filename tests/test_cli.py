@@ -264,3 +264,12 @@ def test_a_folder_where_a_spec_belongs_is_named(ws, cli) -> None:  # type: ignor
     r = cli("lock", "dirspec")
     assert (r.code, r.err) == (2, f"envlock: error: {ws.root}/envs/dirspec.toml: not a file; expected env "
                                   "'dirspec''s spec (a TOML file) there\n")
+
+
+def test_spec_paths_that_do_not_exist_are_spec_errors_through_every_command(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"',
+                                 extra='[sources.k]\npath = "examples/nope"\npatches = ["patches/k/0001-x.patch"]\n'))
+    for command in (["lock", "e"], ["sync", "e"], ["build", "e"], ["patch", "status", "e"]):
+        r = cli(*command)
+        assert r.code == 2, (command, r.err)
+        assert "sources.k.path:" in r.err and "sources.k.patches[0]:" in r.err, (command, r.err)

@@ -67,7 +67,7 @@ def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
 def load_env_spec(ws: Workspace, env: str) -> EnvSpec:
     from envlock.spec import load_spec
 
-    return load_spec(ws.spec_path(env), name=env)
+    return load_spec(ws.spec_path(env), name=env, root=ws.root)
 
 
 @dataclass(frozen=True)
@@ -334,7 +334,7 @@ def sync(
         spec_path = ws.spec_path(env)  # an unknown env is a usage error before anything else
         lock_path = ws.lock_path(env)
         # One read of each file: the spec parsed is the spec hashed for the no-op stamp.
-        spec, spec_bytes = read_spec(spec_path, name=env)
+        spec, spec_bytes = read_spec(spec_path, name=env, root=ws.root)
         source_mirrors(spec, sources_from)  # a --source NAME the spec lacks is an error before any work
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
         if not frozen and (found is None or not _check(ws, env, spec, lock_path, found).current):
