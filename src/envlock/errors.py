@@ -10,6 +10,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def found(value: object) -> str:
+    """A TOML value as a message names what was found: ``'x'``, ``3``, ``true``, ``a table``, ``an array``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return repr(value)
+
+
 class EnvlockError(Exception):
     """Root of every error envlock reports to a user."""
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 from envlock.errors import LockError
+from envlock.errors import found as _found
 
 if TYPE_CHECKING:
     from packaging.utils import NormalizedName
@@ -256,16 +257,6 @@ class _BadKeyError(Exception):
         # packages[97] alone is hard to find in a lock of 158: name the package too.
         where = f"{self.key} (package {self.package!r})" if self.package else self.key
         return f"{where}: {self.found}; expected {self.expected}"
-
-
-def _found(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    return repr(value)
 
 
 def _key(path: str, name: str) -> str:

@@ -22,6 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 
 from envlock.errors import SpecError
+from envlock.errors import found as _found
 
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
@@ -165,18 +166,6 @@ class _Problems:
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 known = ", ".join(sorted(allowed))
                 self.add(f"{key}.{name}" if key else name, f"unknown key{hint}; expected one of: {known}")
-
-
-def _found(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    return repr(value)
 
 
 def _get_str(p: _Problems, table: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> str | None:
