@@ -57,6 +57,13 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     _demo(ws.root, backend_index.url("pypi"))
     r = cli("lock", "demo")
     assert r.code == 0, r.err
+    assert r.out.splitlines()[-1] == ("  mini-kernel: not built for this lock yet; `envlock build demo` builds it "
+                                      "(`envlock sync demo` too)")
+    # Synced as it is, this lock would make a venv without the kernel: refused.
+    r = cli("sync", "demo", "--lock", "locks/pylock.demo.toml")
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.demo.toml: records no build of mini-kernel (its spec "
+                                  "declares [builds.mini-kernel]; the lock was written before `envlock build demo`); "
+                                  "build first, or run `envlock sync demo`, which builds\n")
     lock = tomllib.loads(ws.lock_text("demo"))
     source = lock["tool"]["envlock"]["sources"]["mini-kernel"]
     assert source["path"] == "examples/mini-kernel" and source["tree-digest"].startswith("sha256:")
@@ -113,8 +120,12 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     assert r.code == 0, r.err
     assert r.out.startswith("demo: generation 2 (")
     # Said even off a terminal: a real kernel build is an hour of otherwise silent work.
-    assert re.search(r"^envlock: building mini-kernel \(inputs sha256:[0-9a-f]{12}\): from the store if these "
-                     r"inputs were built before, else a native build", r.err, re.M), r.err
+    assert re.search(r"^envlock: building mini-kernel \(inputs sha256:[0-9a-f]{12}\); a native build can take "
+                     r"long$", r.err, re.M), r.err
+    # The same inputs again (the wheelhouse emptied): the store's wheel is copied, nothing is built or said.
+    shutil.rmtree(ws.root / "wheelhouse")
+    r = cli("sync", "demo")
+    assert r.code == 0 and "building" not in r.err, r.err
     assert tomllib.loads(ws.lock_text("demo"))["tool"]["envlock"]["builds"]["mini-kernel"] != built
     env_path = Path(cli("path", "demo").out.strip())
     probe = runner.run([env_path / "bin" / "python", "-c", "import mini_kernel as m; print(m.EDITED)"])

@@ -223,12 +223,17 @@ def test_sync_refuses_what_it_cannot_do_as_asked(ws, cli, universe: Universe) ->
     requests = len(universe.server.requests)
     r = cli("sync", "e", "--offline")
     assert (r.code, r.err) == (2, "envlock: error: locks/pylock.e.toml: missing; --offline cannot lock (that needs "
-                                  "the indexes): run `envlock lock e` where they are reachable, or sync the lock as "
-                                  "it is with --frozen --offline\n")
+                                  "the indexes): run `envlock lock e` where they are reachable\n")
     assert len(universe.server.requests) == requests
     r = cli("sync", "e", "--source", "nosuch=/x")
     assert r.code == 2 and "--source nosuch=...: " in r.err and "has no [sources.nosuch]" in r.err
     assert cli("lock", "e").code == 0
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.1"'))  # the lock is stale now
+    r = cli("sync", "e", "--offline")
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.e.toml: stale for envs/e.toml; --offline cannot lock "
+                                  "(that needs the indexes): run `envlock lock e` where they are reachable, or sync "
+                                  "the lock as it is with --frozen --offline\n")
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     # Another env's lock: its generations and path would hold the wrong packages.
     r = cli("sync", "f", "--lock", "locks/pylock.e.toml")
     assert (r.code, r.err) == (2, "envlock: error: locks/pylock.e.toml: the lock of env 'e', not 'f'; expected "

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from envlock import generations, install, quick, verify
-from envlock.errors import CommandNotFoundError, StoreError, UsageError, VerifyError
+from envlock.errors import CommandError, StoreError, UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
 from envlock.sync import env_path, run_in_env, sync_lock, verify_env
@@ -290,9 +290,14 @@ def test_run_puts_the_env_first_and_returns_the_exit_code(locks: tuple[IndexServ
     with pytest.raises(UsageError) as info:
         run_in_env(store, "nope", [sys.executable])
     assert str(info.value) == f"env 'nope': no current generation in {store.home}; run `envlock sync nope`"
-    with pytest.raises(CommandNotFoundError, match=r"^no-such-tool: command not found \(in .*/bin or on PATH\)$"):
+    with pytest.raises(CommandError, match=r"^no-such-tool: command not found \(in .*/bin or on PATH\)$") as info:
         run_in_env(store, "demo", ["no-such-tool"])
-    assert CommandNotFoundError.exit_code == 127  # as a shell says
+    assert info.value.exit_code == 127  # as a shell says
+    script = tmp_path / "noexec.sh"
+    script.write_text("#!/bin/sh\n")
+    with pytest.raises(CommandError, match=r"noexec.sh: not executable \(permission denied\)$") as info:
+        run_in_env(store, "demo", [str(script)])
+    assert info.value.exit_code == 126
     # The venv removed from under the env: the host's python must not answer instead.
     venv = env_path(store, "demo").resolve()
     shutil.rmtree(venv)

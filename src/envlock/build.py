@@ -589,6 +589,11 @@ def _copy_atomic(src: Path, dest: Path) -> None:
     os.replace(tmp, dest)
 
 
+def is_built(plan_: BuildPlan, store: Store) -> bool:
+    """Whether the store holds the wheel of ``plan_``'s inputs (``build_wheel`` then only copies it)."""
+    return (store.path("builds", plan_.key) / "wheel.json").is_file()
+
+
 def build_wheel(
     request: BuildRequest,
     store: Store,
@@ -600,7 +605,7 @@ def build_wheel(
     p = plan_ or plan(request, store)
     entry = store.path("builds", p.key)
     rebuilt = False
-    if not (entry / "wheel.json").is_file():
+    if not is_built(p, store):
         scratch = store.temp_dir(f"build-{canonicalize_name(request.spec.name)}")
         try:
             wheel, log = _run_build(p, store, scratch)

@@ -98,6 +98,9 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         if result.downloaded:
             lines.append(f"  {ui.size(result.downloaded)} downloaded into the store, to hash wheels "
                          "their index publishes no hash for")
+        unbuilt = result.lock.unbuilt() if result.lock is not None else ()
+        lines += [f"  {name}: not built for this lock yet; `envlock build {args.env}` builds it "
+                  f"(`envlock sync {args.env}` too)" for name in unbuilt]
         return "\n".join(lines)
 
     _out(args, result.to_dict(), text_lock)
@@ -152,8 +155,8 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
 
         def on_build(name: str, digest: str) -> None:
             if not (args.quiet or args.json):  # said even off a terminal: a kernel build can take an hour
-                print(f"envlock: building {name} (inputs {digest[:19]}): from the store if these inputs "
-                      "were built before, else a native build, which can take long", file=sys.stderr)
+                print(f"envlock: building {name} (inputs {digest[:19]}); a native build can take long",
+                      file=sys.stderr)
 
         with ui.progress(quiet=args.quiet or args.json) as bar:
             result = pipeline.sync(ws, args.env, frozen=args.frozen, offline=args.offline,
@@ -430,7 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true", help="use the store only; name what is missing")
     p.add_argument("--lock", metavar="PATH[@REV]",
                    help="sync this lock instead of locks/pylock.ENV.toml, as it is: no relock, no builds (its "
-                   "built wheels must be in the store or the wheelhouse)")
+                   "built wheels must be in the store or the wheelhouse); the first sync still records the venv "
+                   "digest in a lock file (not in PATH@REV, nor with --frozen)")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")

@@ -44,10 +44,12 @@ class UsageError(EnvlockError):
     exit_code = 2
 
 
-class CommandNotFoundError(UsageError):
-    """``envlock run``'s command is neither in the env nor on PATH: 127, as a shell says."""
+class CommandError(UsageError):
+    """``envlock run``'s command cannot be started; exit 127 (not found) or 126 (not executable), as a shell's."""
 
-    exit_code = 127
+    def __init__(self, message: str, *, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class SpecError(EnvlockError):

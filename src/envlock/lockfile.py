@@ -128,6 +128,11 @@ class Lock:
     # version (pyvenv.cfg), so a digest is comparable only between equal interpreters.
     venv_python: str | None = None
 
+    def unbuilt(self) -> tuple[str, ...]:
+        """The spec's ``[builds.*]`` this lock records no build of (``envlock lock`` before ``build``)."""
+        declared = (key.removeprefix("builds.") for key in self.spec_keys if key.startswith("builds."))
+        return tuple(sorted(name for name in declared if name not in self.builds))
+
     def package(self, name: str) -> LockedPackage | None:
         wanted = canonicalize_name(name)
         return next((p for p in self.packages if p.name == wanted), None)

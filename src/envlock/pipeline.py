@@ -90,6 +90,7 @@ class LockResult:
             "nightlies": dict(self.nightlies),
             "mirrors": dict(self.mirrors),
             "downloaded": self.downloaded,
+            "unbuilt": list(self.lock.unbuilt()) if self.lock is not None else [],
         }
 
 
@@ -328,6 +329,11 @@ def sync(
             # The env's generations and `envlock path` would then hold another env's packages.
             raise UsageError(f"{ref.label}: the lock of env {lock.env!r}, not {env!r}; "
                              f"expected `envlock sync {lock.env} --lock {lock_ref}`")
+        if unbuilt := lock.unbuilt():
+            # As it is, it would make a venv without the kernel: never silently.
+            raise LockError(f"{ref.label}: records no build of {', '.join(unbuilt)} (its spec declares "
+                            f"{', '.join('[builds.' + n + ']' for n in unbuilt)}; the lock was written before "
+                            f"`envlock build {env}`); build first, or run `envlock sync {env}`, which builds")
     else:
         from envlock.spec import read_spec
 
@@ -342,7 +348,8 @@ def sync(
                 raise LockError(f"{ws.relative(lock_path)}: " + ("missing" if found is None else
                                                                  f"stale for envs/{env}.toml")
                                 + f"; --offline cannot lock (that needs the indexes): run `envlock lock {env}` "
-                                "where they are reachable, or sync the lock as it is with --frozen --offline")
+                                "where they are reachable"
+                                + ("" if found is None else ", or sync the lock as it is with --frozen --offline"))
             relocked = lock_env(ws, env, sources_from=sources_from, spec=spec, progress=progress)
             found, hashed = relocked.lock, relocked.downloaded
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
@@ -568,7 +575,7 @@ def build_env(
     for b in wanted:
         request = requests[b.name]
         plan = build.plan(request, store)
-        if on_build is not None:
+        if on_build is not None and not build.is_built(plan, store):  # a wheel the store has is a copy, not work
             on_build(b.name, plan.input_digest)
         wheel = build.build_wheel(request, store, ws.wheelhouse, plan_=plan)
         built.append(wheel)

@@ -284,8 +284,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)
-    except BaseException:
+    except OSError as exc:
         tmp.unlink(missing_ok=True)  # a full disk, a folder where the file belongs: no litter
+        # Named by the file being written: the temp file is ours, not the user's.
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envlock import generations, quick
-from envlock.errors import CommandNotFoundError, LockError, StoreError, UsageError, VerifyError
+from envlock.errors import CommandError, LockError, StoreError, UsageError, VerifyError
 from envlock.store import Store, write_atomic
 
 if TYPE_CHECKING:
@@ -342,4 +342,6 @@ def run_in_env(store: Store, env: str, argv: Sequence[str]) -> int:
     try:
         return subprocess.call(list(argv), env=environ)
     except FileNotFoundError:
-        raise CommandNotFoundError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)") from None
+        raise CommandError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)", exit_code=127) from None
+    except PermissionError:
+        raise CommandError(f"{argv[0]}: not executable (permission denied)", exit_code=126) from None
