@@ -193,6 +193,7 @@ def test_verify_lists_tampered_files_and_sync_refuses_a_modified_store_venv(
     store = Store.open(tmp_path / "home")
     result = sync_lock(store, "demo", v1, lock_path=None)
     init = result.path / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
+    init.chmod(0o644)  # sealed read-only (root writes anyway)
     init.write_text("tampered\n")
     checked = verify_env(store, "demo", v1.with_venv_digest(result.venv_digest))
     assert not checked.ok
@@ -202,6 +203,41 @@ def test_verify_lists_tampered_files_and_sync_refuses_a_modified_store_venv(
         sync_lock(store, "other", v1, lock_path=None)
     assert "store venv was modified after it was built" in str(info.value)
     assert generations.current_number(store, "other") is None
+
+
+def test_an_edit_that_reached_uv_cache_is_repaired_by_a_rebuild_without_it(locks: tuple[IndexServer, Lock, Lock],
+                                                                              tmp_path: Path) -> None:
+    # A venv's files are uv's cache files (hard links): root editing one in place edits
+    # the cache, and the next venv built from it. The lock's digest catches that; the
+    # rebuild without the cache (uv unpacks the store's wheels again) repairs it.
+    server, v1, _ = locks
+    gamma = build_wheel(tmp_path / "wheels", "gamma", "1.0")
+    server.add("pypi", gamma)
+    v3 = replace(v1, packages=tuple(sorted([*v1.packages, *lock_for(server, "pypi", [gamma]).packages],
+                                           key=lambda p: p.name)))
+    clean = sync_lock(Store.open(tmp_path / "clean-home"), "demo", v3, lock_path=None)  # another store, its own cache
+    store = Store.open(tmp_path / "home")
+    first = sync_lock(store, "demo", v1, lock_path=None)
+    init = first.path / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
+    init.chmod(0o644)
+    init.write_text("edited in place\n")  # so in the store's uv cache too
+    lock_path = _write(v3.with_venv_digest(clean.venv_digest, clean_python := _python_version(clean.path)),
+                       tmp_path / "ws" / "locks" / "pylock.demo.toml")
+    assert clean_python
+    repaired = sync_lock(store, "other", read_lock(lock_path), lock_path=lock_path)
+    assert repaired.venv_digest == clean.venv_digest
+    assert repaired.note.startswith("the first build differed from the lock's digest; with uv's cache cleared")
+    assert (repaired.path / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py").read_text() != (
+        "edited in place\n")
+    assert init.read_text() == "edited in place\n"  # the edited venv keeps its files (verify names them)
+
+
+def _python_version(venv: Path) -> str:
+    from envlock.sync import venv_python
+
+    found = venv_python(venv)
+    assert found is not None
+    return found
 
 
 @pytest.mark.parametrize("to", [1, None])

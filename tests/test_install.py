@@ -98,8 +98,15 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
         record = (dist / "RECORD").read_text()
         assert "uv_cache.json" not in record and "direct_url.json" not in record
         assert f"{dist.name}/METADATA," in record  # the rest of RECORD is kept
-    # Files are hard links into the uv cache (what the hash cache relies on), not clones.
-    assert (site / "beta" / "data.bin").stat().st_nlink > 1
+    # Files are hard links into the store's own uv cache (what the hash cache relies on),
+    # not clones, and never into the user's uv cache; and they are sealed read-only.
+    data = (site / "beta" / "data.bin").stat()
+    assert data.st_nlink > 1
+    store_cache = install.uv_cache_dir(Store.open(tmp_path / "home"))
+    assert any(p.stat().st_ino == data.st_ino for p in store_cache.rglob("data.bin"))
+    assert not any(p.stat().st_ino == data.st_ino for p in (tmp_path / "uv-cache").rglob("data.bin"))
+    writable = [p for p in venv.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_mode & 0o222]
+    assert writable == []
     # Nothing in the venv names this store (the wheels were installed from its files).
     assert not subprocess.run(["grep", "-rl", str(tmp_path / "home"), venv], capture_output=True).stdout
     assert not list(venv.rglob("*.pyc"))
@@ -112,6 +119,7 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
     again = install.install(store, lock, {})
     assert not again.built and again.manifest == result.manifest
     # A reused entry is walked again: one edited since it was built is refused, naming the file.
+    (site / "alpha" / "__init__.py").chmod(0o644)  # sealed read-only (root writes anyway)
     with (site / "alpha" / "__init__.py").open("a") as fh:
         fh.write("EDITED = True\n")
     with pytest.raises(VerifyError) as info:
@@ -124,9 +132,13 @@ def test_two_homes_cold_and_warm_uv_cache_give_one_venv(published: tuple[IndexSe
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     server, lock = published
     cache = tmp_path / "uv-cache"
-    first = _sync_venv(server, tmp_path / "home-a", lock, cache, monkeypatch)  # cold uv cache
-    assert any(cache.iterdir())
-    second = _sync_venv(server, tmp_path / "home-b", lock, cache, monkeypatch)  # warm uv cache
+    first = _sync_venv(server, tmp_path / "home-a", lock, cache, monkeypatch)  # cold uv cache (the store's own)
+    home_a = Store.open(tmp_path / "home-a")
+    assert any(install.uv_cache_dir(home_a).iterdir())
+    home_a.remove_entry("venvs", lock.install_digest())
+    warm = _sync_venv(server, tmp_path / "home-a", lock, cache, monkeypatch)  # again: its uv cache is warm
+    assert warm.built and warm.manifest == first.manifest
+    second = _sync_venv(server, tmp_path / "home-b", lock, cache, monkeypatch)  # cold, another store
     third = _sync_venv(server, tmp_path / "home-c", lock, tmp_path / "other-cache", monkeypatch)  # cold again
     assert first.manifest.digest == second.manifest.digest == third.manifest.digest
     # Same relative location under each home: diff -r sees identical trees.

@@ -158,15 +158,19 @@ def install(
                 # The store files themselves, not name==version from a find-links folder
                 # per wheel: uv then neither lists 158 folders nor resolves. Hard links, not
                 # uv's default clone: on XFS or btrfs a clone is a new inode per sync, which
-                # the hash cache cannot vouch for, so every sync would re-read GBs.
+                # the hash cache cannot vouch for, so every sync would re-read GBs. Links
+                # into the store's own uv cache (uv_cache_dir), never the user's.
                 _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
                      "--no-index", "--offline", "--no-deps", "--no-build", *files],
-                    what="install the locked wheels", log=log)
+                    what="install the locked wheels", log=log, cache=uv_cache_dir(store))
             _drop_install_records(work)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
-            built = manifest(work, prefix=final, cache_dir=store.hash_cache)
+            # Sealed read-only: a file edited in one venv is edited in every venv sharing
+            # its inode (and in uv's cache, so in every venv built after).
+            built = manifest(work, prefix=final, cache_dir=store.hash_cache, seal=True)
             text = built.to_json().encode()
             write_atomic(work / MANIFEST_NAME, text)
+            os.chmod(work / MANIFEST_NAME, 0o444)  # sealed like the rest
         shutil.rmtree(log_dir, ignore_errors=True)
         save_manifest(store, built, text)
     return InstallResult(final, key, built, True, time.monotonic() - started)
@@ -193,6 +197,29 @@ _VENV_ARGS = ["venv", "--relocatable", "--prompt", "envlock"]
 
 def _make_venv(python: Path, dest: Path, log: Path) -> None:
     _uv([*_VENV_ARGS, "--python", str(python), str(dest)], what="create the venv", log=log)
+
+
+def uv_cache_dir(store: Store) -> Path:
+    """The uv cache store venvs are installed from: the store's own.
+
+    A venv's files are hard links to the files of this cache. In the user's uv cache
+    they would be shared with every other uv venv on the machine, and an edit in an
+    envlock venv would reach those, and the reverse.
+    """
+    return store.root / "uv-cache"
+
+
+def clear_uv_cache(store: Store) -> None:
+    """Remove the store's uv cache (renamed away first, so it goes in one step).
+
+    For a venv whose files differ from its wheels': uv had them from its cache, which
+    someone edited through a venv's hard link. Venvs built from it keep their files.
+    """
+    cache = uv_cache_dir(store)
+    if cache.exists():
+        doomed = store.temp_dir("uv-cache-cleared")
+        os.replace(cache, doomed / "uv-cache")
+        shutil.rmtree(doomed, ignore_errors=True)
 
 
 def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
@@ -335,8 +362,8 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
         raise InstallError(f"{exc.message}; full log in {kept}", details=exc.details) from None
 
 
-def _uv(args: list[str], *, what: str, log: Path) -> None:
-    result = runner.uv(args, log=log)
+def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None) -> None:
+    result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None)
     if not result.ok:
         raise InstallError(
             f"uv could not {what} (exit {result.returncode}): uv {' '.join(args[:2])} ...",

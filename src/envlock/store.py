@@ -22,6 +22,7 @@ Layout (version 1)::
         locks/<name>.lock                flock files serializing writers of one entry
         tmp/                             work in progress; never read
         urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed
+        uv-cache/                        the uv cache venvs are installed from (their files are its files)
         tmp/partial/<sha256>.part        interrupted downloads, resumed with HTTP Range
         tmp/partial/url-<sha256 of URL>.part  a download being hashed (never resumed)
         tmp/<label>-slot<N>/             reused build folders, each held under locks/slot-<label>-<N>.lock

@@ -115,13 +115,26 @@ def sync_lock(
         actual = inst.manifest  # walked just now, whether built or reused
         built_with = venv_python(inst.venv)
         expected = lock.venv_digest_for(built_with)
+        repaired = ""
+        if expected is not None and expected != actual.digest and inst.built and not generations.users(store,
+                                                                                                     inst.venv):
+            # uv installs from its cache, whose files are the venvs' (hard links): a file
+            # edited in a venv (root can, read-only or not) is in every venv built after.
+            # Once: without that cache, uv unpacks the store's verified wheels again.
+            _discard(store, key, inst.venv)
+            install.clear_uv_cache(store)
+            inst = install.install(store, lock, got.paths(), on_stage=pause)
+            actual = inst.manifest
+            if actual.digest == expected:
+                repaired = ("the first build differed from the lock's digest; with uv's cache cleared (a file "
+                            "edited in a venv had reached it), the rebuild matches")
         if expected is None and lock.venv_digest is not None:
             # Another interpreter build recorded the digest: this venv holds a different
             # pyvenv.cfg by design, so the digests say nothing about each other.
             note = (f"the lock's venv digest was recorded with Python {lock.venv_python}; this venv was built "
                     f"with {built_with}, so it was not compared (the lock keeps the recorded one)")
         else:
-            note = ""
+            note = repaired
         if expected is not None and expected != actual.digest:
             reference = verify.load_manifest(store.path("manifests", expected))
             lines = (verify.compare(reference.entries, actual.entries).lines() if reference

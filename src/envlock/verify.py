@@ -116,14 +116,18 @@ def python_home(venv: Path) -> str | None:
     return pyvenv_value(venv, "home")
 
 
+_WRITABLE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
 def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
-             cache_dir: Path | None = None, reuse: bool = True) -> Manifest:
+             cache_dir: Path | None = None, reuse: bool = True, seal: bool = False) -> Manifest:
     """Walk ``venv`` and return its manifest and digest.
 
     ``prefix`` is the absolute path the venv is known by (default: ``venv`` itself);
     it is what gets normalized to ``${VENV}``. ``jobs``: hashing threads (default:
     one per core). ``cache_dir``: the store's inode hash cache (see ``envlock.hashcache``),
-    answered from when ``reuse``, refreshed either way.
+    answered from when ``reuse``, refreshed either way. ``seal``: make every file
+    read-only on the way (a new store venv; the mode's write bits are not in the digest).
     """
     root = venv.absolute()
     home = python_home(root)
@@ -159,6 +163,9 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
                                 entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
                                 continue
                             exe = "x" if st.st_mode & stat.S_IXUSR else "-"
+                            if seal and st.st_mode & _WRITABLE:
+                                # chmod moves the ctime only: the hash cache's key still holds.
+                                os.chmod(name, stat.S_IMODE(st.st_mode) & ~_WRITABLE, dir_fd=fd)
                             known = get(st)
                             if known is not None:
                                 entries[rel] = f"f {exe} {known}"
