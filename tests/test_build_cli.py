@@ -59,6 +59,10 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     assert r.code == 0, r.err
     assert r.out.splitlines()[-1] == ("  mini-kernel: not built for this lock yet; `envlock build demo` builds it "
                                       "(`envlock sync demo` too)")
+    # A frozen sync could only refuse this lock after an (hour-long, for sgl-kernel) build: it refuses first.
+    r = cli("sync", "demo", "--frozen")
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.demo.toml: --frozen, but the lock records no build "
+                                  "of mini-kernel; run `envlock build demo` (or sync without --frozen)\n")
     # Synced as it is, this lock would make a venv without the kernel: refused.
     r = cli("sync", "demo", "--lock", "locks/pylock.demo.toml")
     assert (r.code, r.err) == (2, "envlock: error: locks/pylock.demo.toml: records no build of mini-kernel (its spec "
@@ -97,6 +101,14 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     r = cli("sync", "demo")
     assert r.code == 0, r.err
     env_path = Path(r.out.strip().splitlines()[-1])
+    # Frozen, with every wheel at hand, the sources are never read: a checkout without them syncs.
+    tree = ws.root / "examples" / "mini-kernel"
+    tree.rename(tmp_path / "mini-kernel-away")
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-frozen"))
+    r = cli("-q", "sync", "demo", "--frozen")
+    assert r.code == 0, r.err
+    (tmp_path / "mini-kernel-away").rename(tree)
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home"))
     probe = runner.run([env_path / "bin" / "python", "-c", "import mini_kernel as m; print(m.dot([1, 2], [3, 4]))"])
     assert probe.stdout.strip() == "11.0", probe.tail()
 

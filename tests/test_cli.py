@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from envlock import __version__, ui
+from envlock.cli import main
 from envlock.errors import SpecError
 from envlock.workspace import Workspace
 from kit.sglike import commit_all, init_repo
@@ -209,11 +210,17 @@ def test_a_disk_error_is_one_line_naming_the_file_and_leaves_no_temp_file(ws, cl
                                            "message": f"{target}: Is a directory (rerun with --debug for where)"}}
 
 
-def test_json_errors_are_a_document_on_stdout_too(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_json_errors_are_a_document_on_stdout_too(ws, cli, capsys) -> None:  # type: ignore[no-untyped-def]
     r = cli("lock", "nosuch", "--json")
     assert r.code == 2 and r.err.startswith("envlock: error: ")
     error = json.loads(r.out)["error"]
     assert (error["kind"], error["exit_code"]) == ("UsageError", 2) and "no env 'nosuch'" in error["message"]
+    with pytest.raises(SystemExit) as info:  # argparse's own errors too (it exits itself)
+        main(["lock", "--json"])
+    assert info.value.code == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error == {"kind": "UsageError", "exit_code": 2, "details": [],
+                     "message": "the following arguments are required: ENV"}
 
 
 def test_sync_refuses_what_it_cannot_do_as_asked(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
@@ -230,9 +237,9 @@ def test_sync_refuses_what_it_cannot_do_as_asked(ws, cli, universe: Universe) ->
     assert cli("lock", "e").code == 0
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.1"'))  # the lock is stale now
     r = cli("sync", "e", "--offline")
-    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.e.toml: stale for envs/e.toml; --offline cannot lock "
-                                  "(that needs the indexes): run `envlock lock e` where they are reachable, or sync "
-                                  "the lock as it is with --frozen --offline\n")
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.e.toml: stale (packages.tinydep: changed); --offline "
+                                  "cannot lock (that needs the indexes): run `envlock lock e` where they are "
+                                  "reachable, or sync the lock as it is with --frozen --offline\n")
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     # Another env's lock: its generations and path would hold the wrong packages.
     r = cli("sync", "f", "--lock", "locks/pylock.e.toml")
@@ -240,6 +247,12 @@ def test_sync_refuses_what_it_cannot_do_as_asked(ws, cli, universe: Universe) ->
                                   "`envlock sync e --lock locks/pylock.e.toml`\n")
     r = cli("sync", "e", "--lock", "locks/pylock.e.toml", "--source", "x=/y")
     assert r.code == 2 and "neither locks nor builds, so it fetches no source" in r.err
+    assert cli("sync", "e", "--lock", "locks/pylock.e.toml").code == 0
+    # --json answers up-to-date syncs from the stamp; it must not skip what is refused.
+    r = cli("sync", "e", "--lock", "locks/pylock.e.toml", "--source", "x=/y", "--json")
+    assert r.code == 2 and json.loads(r.out)["error"]["kind"] == "UsageError"
+    r = cli("sync", "e", "--source", "nosuch=/x", "--json")
+    assert r.code == 2 and "has no [sources.nosuch]" in json.loads(r.out)["error"]["message"]
     r = cli("sync", "e", "--lock", "nope.toml")
     assert (r.code, r.err) == (2, f"envlock: error: nope.toml: no such lock file ({ws.root / 'nope.toml'})\n")
     assert not (ws.root / "locks" / "pylock.f.toml").exists()

@@ -334,6 +334,11 @@ def test_run_puts_the_env_first_and_returns_the_exit_code(locks: tuple[IndexServ
     with pytest.raises(CommandError, match=r"noexec.sh: not executable \(permission denied\)$") as info:
         run_in_env(store, "demo", [str(script)])
     assert info.value.exit_code == 126
+    script.write_text("echo no #! line\n")
+    script.chmod(0o755)
+    with pytest.raises(CommandError, match=r"noexec.sh: cannot be run \(Exec format error\)$") as info:
+        run_in_env(store, "demo", [str(script)])
+    assert info.value.exit_code == 126
     # The venv removed from under the env: the host's python must not answer instead.
     venv = env_path(store, "demo").resolve()
     shutil.rmtree(venv)

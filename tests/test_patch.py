@@ -379,6 +379,8 @@ def test_edit_refuses_a_non_empty_workdir(sg: SgLike, store: Store, tmp_path: Pa
     (tmp_path / "work" / "x").write_text("")
     with pytest.raises(UsageError, match="work dir exists and is not empty"):
         patch.edit("sglike", tree, _patches(sg), tmp_path / "work")
+    with pytest.raises(UsageError, match="work dir exists and is a file; expected a new or empty directory"):
+        patch.edit("sglike", tree, _patches(sg), tmp_path / "work" / "x")
 
 
 def test_format_header_indents_continuations() -> None:

@@ -8,7 +8,7 @@ from envlock import ui
 
 
 @pytest.mark.parametrize(("n", "text"), [(999, "999 B"), (743_400, "743.4 kB"), (9_400_000, "9.4 MB"),
-                                         (1_135_000_000, "1.1 GB")])
+                                         (1_135_000_000, "1.1 GB"), (999_999, "1.0 MB"), (999_960_000, "1.0 GB")])
 def test_size_reads_as_people_write_it(n: int, text: str) -> None:
     assert ui.size(n) == text
 

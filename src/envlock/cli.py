@@ -28,9 +28,15 @@ Typical use:
 Exit codes: 0 ok, 1 the work failed or a check found a difference, 2 bad input (spec, env, option)."""
 
 
+#: Set by main(): the command line asks for --json, so even argparse's errors are a document.
+_JSON_ERRORS = False
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse's own exit path: keep it at code 2
         self.print_usage(sys.stderr)
+        if _JSON_ERRORS:
+            _json_error(message, (), "UsageError", 2)
         self.exit(2, f"envlock: error: {message}\n")
 
 
@@ -147,7 +153,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         from pathlib import Path
 
         lock_file = Path(args.lock).absolute()
-    if lock_file is not None and args.json:
+    if lock_file is not None and args.json and not args.source:  # --source is checked on the full path
         result = quick_noop(Store.open(), args.env, lock_file,
                             None if args.frozen or args.lock is not None else spec_file)
     if result is None:
@@ -516,9 +522,13 @@ def _fail(args: argparse.Namespace, message: str, details: Sequence[str], kind: 
     """Report an error on stderr (and, under --json, as the JSON document on stdout); return the exit code."""
     print("envlock: error: " + "\n".join([message, *(f"  {d}" for d in details)]), file=sys.stderr)
     if getattr(args, "json", False):  # a caller parsing stdout gets a document either way
-        print(json.dumps({"error": {"kind": kind, "message": message, "details": list(details),
-                                    "exit_code": code}}, indent=2, sort_keys=True))
+        _json_error(message, details, kind, code)
     return code
+
+
+def _json_error(message: str, details: Sequence[str], kind: str, code: int) -> None:
+    print(json.dumps({"error": {"kind": kind, "message": message, "details": list(details), "exit_code": code}},
+                     indent=2, sort_keys=True))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -534,6 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from envlock.workspace import Workspace
 
+    global _JSON_ERRORS
+    _JSON_ERRORS = "--json" in (sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -567,6 +579,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{named}: " if named else ""
         return _fail(args, f"{where}{exc.strerror or exc} (rerun with --debug for where)", (), "OSError", 1)
     except KeyboardInterrupt:
+        if getattr(args, "json", False):
+            _json_error("interrupted", (), "KeyboardInterrupt", 130)
         print("envlock: interrupted", file=sys.stderr)
         return 130
 

@@ -705,8 +705,9 @@ def edit(
     next patch. With ``stop_at_conflict`` (refreshing patches for a new commit) the patches
     are applied up to the first that does not apply; it and the rest are ``pending``.
     """
-    if workdir.exists() and any(workdir.iterdir()):
-        raise UsageError(f"{workdir}: work dir exists and is not empty; expected a new or empty directory")
+    if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
+        what = "is not empty" if workdir.is_dir() else "is a file"
+        raise UsageError(f"{workdir}: work dir exists and {what}; expected a new or empty directory")
     view = TreeView(tree)
     conflict: HunkFailure | None = None
     applying: list[PatchFile] = []

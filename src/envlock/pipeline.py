@@ -64,10 +64,13 @@ def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
     return out
 
 
-def load_env_spec(ws: Workspace, env: str) -> EnvSpec:
+def load_env_spec(ws: Workspace, env: str, *, check_paths: bool = True) -> EnvSpec:
+    """The env's spec; ``check_paths``: its source paths and patches must exist in the workspace
+    (not for work that may never read them: a frozen sync whose wheels are all there, a build
+    from --override-source)."""
     from envlock.spec import load_spec
 
-    return load_spec(ws.spec_path(env), name=env, root=ws.root)
+    return load_spec(ws.spec_path(env), name=env, root=ws.root if check_paths else None)
 
 
 @dataclass(frozen=True)
@@ -331,25 +334,33 @@ def sync(
                              f"expected `envlock sync {lock.env} --lock {lock_ref}`")
         if unbuilt := lock.unbuilt():
             # As it is, it would make a venv without the kernel: never silently.
+            how = (f"check that revision's envs/, locks/ and patches/ out and run `envlock sync {env}` there, "
+                   "which builds" if "@" in lock_ref else
+                   f"build first, or run `envlock sync {env}`, which builds")
             raise LockError(f"{ref.label}: records no build of {', '.join(unbuilt)} (its spec declares "
                             f"{', '.join('[builds.' + n + ']' for n in unbuilt)}; the lock was written before "
-                            f"`envlock build {env}`); build first, or run `envlock sync {env}`, which builds")
+                            f"`envlock build {env}`); {how}")
     else:
         from envlock.spec import read_spec
 
         spec_path = ws.spec_path(env)  # an unknown env is a usage error before anything else
         lock_path = ws.lock_path(env)
         # One read of each file: the spec parsed is the spec hashed for the no-op stamp.
-        spec, spec_bytes = read_spec(spec_path, name=env, root=ws.root)
+        # Frozen, the lock is synced as it is: the sources are read only if a build is missing.
+        spec, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
         source_mirrors(spec, sources_from)  # a --source NAME the spec lacks is an error before any work
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
-        if not frozen and (found is None or not _check(ws, env, spec, lock_path, found).current):
+        if frozen and found is not None and (unbuilt := found.unbuilt()):
+            # Before anything is built: a frozen sync could only refuse after the build.
+            raise LockError(f"{ws.relative(lock_path)}: --frozen, but the lock records no build of "
+                            f"{', '.join(unbuilt)}; run `envlock build {env}` (or sync without --frozen)")
+        check = _check(ws, env, spec, lock_path, found) if not frozen and found is not None else None
+        if not frozen and (check is None or not check.current):
             if offline:
-                raise LockError(f"{ws.relative(lock_path)}: " + ("missing" if found is None else
-                                                                 f"stale for envs/{env}.toml")
-                                + f"; --offline cannot lock (that needs the indexes): run `envlock lock {env}` "
-                                "where they are reachable"
-                                + ("" if found is None else ", or sync the lock as it is with --frozen --offline"))
+                why = "missing" if check is None else "stale (" + "; ".join(check.reasons) + ")"
+                raise LockError(f"{ws.relative(lock_path)}: {why}; --offline cannot lock (that needs the indexes): "
+                                f"run `envlock lock {env}` where they are reachable"
+                                + ("" if check is None else ", or sync the lock as it is with --frozen --offline"))
             relocked = lock_env(ws, env, sources_from=sources_from, spec=spec, progress=progress)
             found, hashed = relocked.lock, relocked.downloaded
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
@@ -550,7 +561,7 @@ def build_env(
     from envlock.lockfile import Artifact, LockedPackage
     from envlock.store import Store
 
-    spec = spec or load_env_spec(ws, env)
+    spec = spec or load_env_spec(ws, env, check_paths=not overrides)
     lock_path = ws.lock_path(env)
     lock_text = _read_text_optional(lock_path)
     if lock_text is None:

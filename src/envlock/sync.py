@@ -358,3 +358,5 @@ def run_in_env(store: Store, env: str, argv: Sequence[str]) -> int:
         raise CommandError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)", exit_code=127) from None
     except PermissionError:
         raise CommandError(f"{argv[0]}: not executable (permission denied)", exit_code=126) from None
+    except OSError as exc:  # found but cannot run: no #! line, another machine's binary (ENOEXEC)
+        raise CommandError(f"{argv[0]}: cannot be run ({exc.strerror})", exit_code=126) from None

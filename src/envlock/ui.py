@@ -123,7 +123,7 @@ def size(n: int) -> str:
     value = float(n)
     for unit in ("kB", "MB"):
         value /= 1000
-        if value < 1000:
+        if value < 999.95:  # what rounds to 1000.0 is the next unit's 1.0
             return f"{value:.1f} {unit}"
     return f"{value / 1000:.1f} GB"
 
