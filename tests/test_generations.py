@@ -232,6 +232,27 @@ def test_an_edit_that_reached_uv_cache_is_repaired_by_a_rebuild_without_it(locks
     assert init.read_text() == "edited in place\n"  # the edited venv keeps its files (verify names them)
 
 
+def test_a_venv_another_sync_rebuilt_meanwhile_is_not_discarded(locks: tuple[IndexServer, Lock, Lock],
+                                                                 tmp_path: Path) -> None:
+    from envlock.sync import _discard
+
+    _, v1, _ = locks
+    store = Store.open(tmp_path / "home")
+    built = install.install(store, v1, _fetched(store, v1))
+    # This sync judged a venv with another digest at that key: the entry there now is not it.
+    said = _discard(store, built.install_digest, built.venv, "sha256:" + "0" * 64)
+    assert said == "that venv was rebuilt by another sync meanwhile and is left to it"
+    assert verify.stored_manifest(built.venv) is not None
+    assert _discard(store, built.install_digest, built.venv, built.manifest.digest).startswith("that venv was removed")
+    assert not built.venv.exists()
+
+
+def _fetched(store: Store, lock: Lock) -> dict[str, Path]:
+    from envlock.fetch import fetch
+
+    return fetch([p.wheels[0] for p in lock.packages], store, base_dir=store.root).paths()
+
+
 def _python_version(venv: Path) -> str:
     from envlock.sync import venv_python
 
@@ -334,6 +355,19 @@ def test_run_puts_the_env_first_and_returns_the_exit_code(locks: tuple[IndexServ
     with pytest.raises(CommandError, match=r"noexec.sh: not executable \(permission denied\)$") as info:
         run_in_env(store, "demo", [str(script)])
     assert info.value.exit_code == 126
+    # A PATH folder execvp may not search answers EACCES: found nowhere, so 127, as sh says.
+    real_call = subprocess.call
+
+    def denied(*args: object, **kwargs: object) -> int:
+        raise PermissionError(13, "Permission denied")
+
+    subprocess.call = denied  # type: ignore[assignment]
+    try:
+        with pytest.raises(CommandError, match=r"^no-such-tool: command not found") as info:
+            run_in_env(store, "demo", ["no-such-tool"])
+        assert info.value.exit_code == 127
+    finally:
+        subprocess.call = real_call
     script.write_text("echo no #! line\n")
     script.chmod(0o755)
     with pytest.raises(CommandError, match=r"noexec.sh: cannot be run \(Exec format error\)$") as info:

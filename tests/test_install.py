@@ -284,3 +284,18 @@ def test_a_venv_folder_without_its_manifest_is_replaced(published: tuple[IndexSe
     assert result.built and result.venv == planted
     assert not (planted / "planted").exists()
     assert verify.stored_manifest(result.venv) == result.manifest
+
+
+def test_clearing_the_uv_cache_waits_for_installs_from_it(tmp_path: Path) -> None:
+    import threading
+
+    store = Store.open(tmp_path / "home")
+    cache = install.uv_cache_dir(store)
+    (cache / "archive-v0" / "x").mkdir(parents=True)
+    cleared = threading.Event()
+    with store.locked("uv-cache", shared=True):  # as a running `uv pip install` holds it
+        t = threading.Thread(target=lambda: (install.clear_uv_cache(store), cleared.set()))
+        t.start()
+        assert not cleared.wait(0.3) and cache.is_dir()  # still waiting: the install's files stay
+    t.join()
+    assert cleared.is_set() and not cache.exists()

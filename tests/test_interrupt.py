@@ -101,7 +101,55 @@ torch = {{ nightly = "2026-03-07", local = "cpu", index = "pytorch" }}
     home = tmp_path / "home"
     done = _interrupt(ws, home, torch, "lock", "e")
     assert (done.returncode, done.stderr) == (130, "envlock: interrupted\n")
+    # Looked at before Store.open, which would clear an unheld one anyway.
+    assert list((home / "v1" / "tmp" / "partial").glob("*.part")) == []  # no hash to resume against
     store = Store.open(home)
     assert not (store.root / "wheels").exists() or not any((store.root / "wheels").iterdir())
-    assert list(store.partial_dir.glob("*.part")) == []  # no hash to resume against: removed
     assert not (ws / "locks" / "pylock.e.toml").exists()
+
+
+def _sync_ws(server: IndexServer, tmp_path: Path, wheel: Path) -> tuple[Path, Path]:
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "locks").mkdir()
+    lock = ws / "locks" / "pylock.demo.toml"
+    lock.write_text(lock_for(server, "pypi", [wheel]).to_toml())
+    return ws, lock
+
+
+def test_ctrl_c_does_not_wait_out_a_stalled_server(server: IndexServer, tmp_path: Path) -> None:
+    big = _big(server, tmp_path, "pypi", "big", "1.0")
+    server.faults[big.name] = "stall"  # half the bytes, then nothing: the read waits on its 60 s timeout
+    ws, lock = _sync_ws(server, tmp_path, big)
+    done = _interrupt(ws, tmp_path / "home", big, "sync", "demo", "--lock", str(lock))  # 60 s communicate limit
+    assert (done.returncode, done.stderr) == (130, "envlock: interrupted\n")
+    assert len(server.downloads(big.name)) == 1  # and no retry after the interrupt
+
+
+def test_ctrl_c_does_not_wait_for_another_process_download(server: IndexServer, tmp_path: Path) -> None:
+    import fcntl
+
+    big = _big(server, tmp_path, "pypi", "big", "1.0")
+    ws, lock = _sync_ws(server, tmp_path, big)
+    home = tmp_path / "home"
+    partial = Store.open(home).partial_dir
+    partial.mkdir(parents=True, exist_ok=True)
+    part = partial / f"{sha256_of(big)}.part"
+    with open(part, "a+b") as held:  # as a concurrent sync downloading it holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        held.write(b"x")
+        held.flush()
+        proc = subprocess.Popen([sys.executable, "-m", "envlock.cli", "sync", "demo", "--lock", str(lock)], cwd=ws,
+                                env=dict(os.environ, ENVLOCK_HOME=str(home)), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+        def waiting() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            fds = Path(f"/proc/{proc.pid}/fd")
+            return any(os.path.realpath(fd) == str(part) for fd in fds.iterdir())
+
+        _wait_for(waiting, "the sync to wait for the partial file")
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)  # the lock is still held: waiting it out would hang here
+    assert (proc.returncode, err) == (130, "envlock: interrupted\n")
+    assert server.downloads(big.name) == []

@@ -29,6 +29,7 @@ from envlock.store import Store
 from envlock.workspace import Workspace
 from kit.locks import sha256_of
 from kit.universe import Universe
+from kit.wheels import build_wheel
 
 
 def spec_text(u: Universe, packages: str, extra: str = "", python: str = "3.11") -> str:
@@ -329,6 +330,59 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
     assert len(universe.server.downloads(filename)) == before + 2
     with pytest.raises(ResolveError, match=r"^torch 1.0: cannot hash .*/gone.whl: gone.whl: download failed"):
         _hash_unlisted("torch", "1.0", universe.server.file_url("pytorch", "gone.whl"), inputs)
+
+
+def test_a_relock_checks_the_url_still_holds_those_bytes_and_the_store_copy_is_whole(
+        universe: Universe, store: Store, tmp_path: Path) -> None:
+    served = universe.server.indexes["pytorch"].files
+    filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260306+cu130-cp311"))
+    url = universe.server.file_url("pytorch", filename)
+    original = served[filename]
+    inputs = ResolveInputs(index_urls={}, store=store)
+    sha, size, _ = _hash_unlisted("torch", "2.12.0.dev20260306+cu130", url, inputs)
+    relock = ResolveInputs(index_urls={}, store=store, hashed={url: Artifact(sha256=sha, url=url, size=size)})
+    probes = universe.server.probes(filename)
+    assert _hash_unlisted("torch", "v", url, relock) == (sha, size, 0)
+    assert universe.server.probes(filename) == probes + 1  # one byte asked for, not the file
+    # Uploaded again under the same URL (other bytes, another size): hashed again, not kept.
+    reupload = build_wheel(tmp_path / "reupload", "torch", "2.12.0.dev20260306+cu130",
+                           files={"torch/new.py": "X = 2\n" * 100}, tag="cp311-cp311-manylinux_2_28_x86_64")
+    served[filename] = reupload
+    try:
+        new_sha, new_size, got = _hash_unlisted("torch", "v", url, relock)
+        assert (new_sha, new_size) == (sha256_of(reupload), reupload.stat().st_size) and got == new_size
+        assert _hash_unlisted("torch", "v", url, inputs)[:2] == (new_sha, new_size)  # the store's record too
+    finally:
+        served[filename] = original
+    # A store copy of another size than recorded is damaged: named, with what to do.
+    copy = store_file(store, Artifact(sha256=sha, url=url))
+    copy.chmod(0o644)
+    copy.write_bytes(copy.read_bytes()[:-1])
+    with pytest.raises(ResolveError, match=rf"is {size - 1} bytes, the lock says {size} .*the store entry is "
+                                           rf"damaged; remove {re.escape(str(copy.parent))} and lock again"):
+        _hash_unlisted("torch", "v", url, relock)
+
+
+def test_two_locks_hashing_one_nightly_download_it_once(universe: Universe, store: Store) -> None:
+    import threading
+
+    served = universe.server.indexes["pytorch"].files
+    filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260305+cu130-cp311"))
+    url = universe.server.file_url("pytorch", filename)
+    universe.server.faults[filename] = "slow"  # the second waits for the first's partial file
+    results: list[object] = []
+    try:
+        threads = [threading.Thread(target=lambda: results.append(fetch_module.fetch_unhashed(url, store)))
+                   for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        universe.server.faults.pop(filename)
+    assert len(universe.server.downloads(filename)) == 1
+    assert sorted(r.source for r in results) == ["download", "store"]  # type: ignore[attr-defined]
+    assert list(store.partial_dir.glob("*.part")) == []
 
 
 class RecordedProgress:

@@ -14,9 +14,9 @@ import fcntl
 import hashlib
 import json
 import os
+import socket
 import stat
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,17 +84,64 @@ class DownloadStoppedError(Exception):
     """A download stopped because its run was interrupted (Ctrl-C)."""
 
 
-def parallel(calls: Sequence[Callable[[threading.Event], _T]], jobs: int) -> list[_T | FetchError]:
+class Stop:
+    """Set when the run is interrupted: downloads stop at once, wherever they wait.
+
+    Between chunks they check it; a socket one is reading from is shut down, so a read
+    waiting on a stalled server returns now, not at its timeout; retry back-offs and
+    waits for another process's partial file poll it.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def set(self) -> None:
+        with self._lock:
+            self._event.set()
+            for sock in self._sockets:
+                _shut(sock)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, or raise ``DownloadStoppedError`` as soon as the run is stopped."""
+        if self._event.wait(seconds):
+            raise DownloadStoppedError("stopped")
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise DownloadStoppedError("stopped")
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.add(sock)
+            if self._event.is_set():
+                _shut(sock)
+
+    def unwatch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.discard(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def parallel(calls: Sequence[Callable[[Stop], _T]], jobs: int) -> list[_T | FetchError]:
     """Run ``calls`` on up to ``jobs`` threads; return each one's result or its ``FetchError``.
 
     A failed call does not stop the others: what they bring into the store is kept for
-    the next run. An interrupt (Ctrl-C) in the caller sets the event every call checks
-    between chunks, so the run stops at once instead of after every download finished;
-    a download with a known hash keeps its partial file to resume.
+    the next run. An interrupt (Ctrl-C) in the caller sets the ``Stop`` every call is
+    given, so the run stops at once instead of after every download finished; a
+    download with a known hash keeps its partial file to resume.
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    stop = threading.Event()
+    stop = Stop()
     out: list[_T | FetchError] = []
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(calls)))) as pool:
         futures = [pool.submit(call, stop) for call in calls]
@@ -157,7 +204,7 @@ def fetch(
         if st is None or not stat.S_ISREG(st.st_mode):
             missing.append(a)
         elif a.size is not None and st.st_size != a.size:
-            errors.append(_wrong_size_in_store(a, where[a.sha256], st.st_size))
+            errors.append(wrong_size_in_store(a, where[a.sha256], st.st_size))
         else:
             have[a.sha256] = where[a.sha256]
     # Offline means no network: a local wheel (a build's, in the wheelhouse) is still copied in.
@@ -194,7 +241,7 @@ def fetch(
     return FetchResult(tuple(results[a.sha256] for a in unique))
 
 
-def _wrong_size_in_store(artifact: Artifact, path: Path, size: int) -> FetchError:
+def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str = "sync again") -> FetchError:
     """The error for a store file of ``size`` bytes where the lock says ``artifact.size``.
 
     Rare, so the file is read once to say which is wrong. It is never removed here: store
@@ -214,7 +261,7 @@ def _wrong_size_in_store(artifact: Artifact, path: Path, size: int) -> FetchErro
     return FetchError(
         f"{artifact.filename}: store file {path} is {size} bytes, the lock says {artifact.size} "
         f"(its sha256 is {actual}, the lock's {artifact.sha256}): the store entry is damaged; "
-        f"remove {path.parent} and sync again to fetch it anew"
+        f"remove {path.parent} and {then} to fetch it anew"
     )
 
 
@@ -226,19 +273,21 @@ def _fetch_one(
     retries: int = 5,
     backoff: float = 0.25,
     progress: Progress | None = None,
-    stop: threading.Event | None = None,
+    stop: Stop | None = None,
 ) -> Fetched:
     """Fetch one artifact not in the store, resuming a partial download left by an earlier run.
 
     ``stop`` set: ``DownloadStoppedError`` at the next chunk, the partial file kept.
     """
     progress = progress or NullProgress()
-    stop = stop or threading.Event()
+    stop = stop or Stop()
     final = store_file(store, artifact)
     part = store.partial_dir / f"{artifact.sha256}.part"
-    with _disk_errors(artifact.filename), _locked_partial(part) as fh:
+    with _disk_errors(artifact.filename), _locked_partial(part, stop) as fh:
         # Another process may have finished this artifact while we waited for the lock.
         if final.is_file():
+            if os.fstat(fh.fileno()).st_size == 0:
+                part.unlink(missing_ok=True)  # reopened empty by us: not a partial to keep
             return Fetched(artifact.sha256, final.name, final, "store")
         try:
             if not _is_local(artifact):
@@ -270,7 +319,7 @@ def _disk_errors(filename: str) -> Iterator[None]:
 
 
 def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float = 0.25,
-                   progress: Progress | None = None, stop: threading.Event | None = None) -> Fetched:
+                   progress: Progress | None = None, stop: Stop | None = None) -> Fetched:
     """Download ``url``, whose index publishes no hash, into the store under the sha256 its bytes have.
 
     For the resolver (PyTorch nightlies, GBs each): the lock records the hash computed
@@ -282,7 +331,7 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
     from envlock import http
 
     progress = progress or NullProgress()
-    stop = stop or threading.Event()
+    stop = stop or Stop()
     probe = Artifact(sha256="", url=url)
     if problem := probe.filename_problem():
         raise FetchError(problem)
@@ -290,42 +339,48 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
     # Named by the URL (no content hash is known yet): one writer per URL at a time.
     part = store.partial_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()}.part"
     failures = 0
-    with _disk_errors(filename), _locked_partial(part) as fh:
-        while True:
-            hasher, size = _restart(fh), 0
-            try:
-                with http.open_stream(url, chunk_size=CHUNK) as body:
-                    progress.begin(filename, body.size)
-                    try:
-                        for chunk in body.chunks:
-                            if stop.is_set():
-                                raise DownloadStoppedError(url)
-                            fh.write(chunk)
-                            hasher.update(chunk)
-                            size += len(chunk)
-                            progress.advance(filename, len(chunk))
-                    finally:
-                        progress.end(filename)
-                break
-            except DownloadStoppedError:
-                part.unlink(missing_ok=True)  # no hash to resume against: worth nothing
-                raise
-            except http.HttpError as exc:
-                if exc.retryable and failures < retries:
-                    failures += 1
-                    time.sleep(min(backoff * 2 ** (failures - 1), 10.0))
-                    continue
-                part.unlink(missing_ok=True)
-                raise FetchError(
-                    f"{filename}: download failed from {url}: {exc.reason}"
-                    + (f" (after {failures} retries)" if failures else "")
-                ) from None
+    before = hashed_before(url, store)  # what the caller chose not to trust, if anything
+    with _disk_errors(filename), _locked_partial(part, stop) as fh:
+        done = hashed_before(url, store)
+        if done is not None and done != before:  # another lock hashed it while we waited for its file
+            part.unlink(missing_ok=True)
+            return Fetched(done.sha256, filename, store_file(store, done), "store")
+        try:
+            while True:
+                hasher, size = _restart(fh), 0
+                try:
+                    with http.open_stream(url, chunk_size=CHUNK, watcher=stop) as body:
+                        progress.begin(filename, body.size)
+                        try:
+                            for chunk in body.chunks:
+                                stop.check()
+                                fh.write(chunk)
+                                hasher.update(chunk)
+                                size += len(chunk)
+                                progress.advance(filename, len(chunk))
+                        finally:
+                            progress.end(filename)
+                    break
+                except http.HttpError as exc:
+                    stop.check()  # a stopped run's socket was shut down: not a failure to retry
+                    if exc.retryable and failures < retries:
+                        failures += 1
+                        stop.wait(min(backoff * 2 ** (failures - 1), 10.0))
+                        continue
+                    part.unlink(missing_ok=True)
+                    raise FetchError(
+                        f"{filename}: download failed from {url}: {exc.reason}"
+                        + (f" (after {failures} retries)" if failures else "")
+                    ) from None
+        except DownloadStoppedError:
+            part.unlink(missing_ok=True)  # no hash to resume against: worth nothing
+            raise
         artifact = Artifact(sha256=hasher.hexdigest(), url=url, size=size)
         fh.flush()
         os.fsync(fh.fileno())
         _commit(store, part, artifact)
-    record = json.dumps({"url": url, "sha256": artifact.sha256, "size": size}, sort_keys=True)
-    write_atomic(_url_record(store, url), record.encode())
+        record = json.dumps({"url": url, "sha256": artifact.sha256, "size": size}, sort_keys=True)
+        write_atomic(_url_record(store, url), record.encode())
     return Fetched(artifact.sha256, filename, store_file(store, artifact), "download", size)
 
 
@@ -357,12 +412,27 @@ class _Got:
 
 
 @contextlib.contextmanager
-def _locked_partial(part: Path) -> Iterator[IO[bytes]]:
-    """Open ``part`` for appending under an exclusive flock (one writer per artifact)."""
+def _locked_partial(part: Path, stop: Stop | None = None) -> Iterator[IO[bytes]]:
+    """Open ``part`` for appending under an exclusive flock (one writer per artifact).
+
+    Waiting for another process's download of it polls ``stop``: Ctrl-C must not wait it out.
+    """
     part.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fh = open(part, "a+b")  # noqa: SIM115 - closed below, or kept open by the caller's with
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if stop is None:
+                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+                    break
+                try:
+                    stop.wait(0.1)
+                except DownloadStoppedError:
+                    fh.close()
+                    raise
         # The holder before us may have renamed or removed the file: lock the current one.
         try:
             same = os.stat(part).st_ino == os.fstat(fh.fileno()).st_ino
@@ -417,7 +487,7 @@ def _restart(fh: IO[bytes]) -> Any:
 
 def _download(
     artifact: Artifact, url: str, fh: IO[bytes], *, retries: int, backoff: float, progress: Progress,
-    stop: threading.Event,
+    stop: Stop,
 ) -> _Got:
     from envlock import http  # requests is heavy; only a real download needs it
 
@@ -437,13 +507,12 @@ def _download(
                 if have > 0:
                     resumed_from = have  # this request continues earlier bytes (Range)
                 try:
-                    with http.open_stream(url, start=have, chunk_size=CHUNK) as body:
+                    with http.open_stream(url, start=have, chunk_size=CHUNK, watcher=stop) as body:
                         if body.start != have:  # the server ignored our Range: start over
                             progress.advance(artifact.filename, -have)
                             hasher, have = _restart(fh), 0
                         for chunk in body.chunks:
-                            if stop.is_set():
-                                raise DownloadStoppedError(url)
+                            stop.check()
                             fh.write(chunk)
                             hasher.update(chunk)
                             have += len(chunk)
@@ -452,11 +521,12 @@ def _download(
                             if expected_size is not None and have > expected_size:
                                 break  # longer than locked: the hash check below names it
                 except http.HttpError as exc:
+                    stop.check()  # a stopped run's socket was shut down: not a failure to retry
                     if exc.status == 416 and have > 0:
                         pass  # nothing past our offset: the partial may already be whole
                     elif exc.retryable and failures < retries:
                         failures += 1
-                        time.sleep(min(backoff * 2 ** (failures - 1), 10.0))
+                        stop.wait(min(backoff * 2 ** (failures - 1), 10.0))
                         continue
                     else:
                         raise FetchError(
@@ -492,7 +562,7 @@ def _local_source(artifact: Artifact, base_dir: Path) -> Path:
 
 
 def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Progress,
-                stop: threading.Event) -> _Got:
+                stop: Stop) -> _Got:
     """Copy a local wheel (a built one in the wheelhouse) into the partial file, hashing as it goes."""
     _restart(fh)
     hasher = hashlib.sha256()
@@ -508,8 +578,7 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
     try:
         with src:
             while chunk := src.read(CHUNK):
-                if stop.is_set():
-                    raise DownloadStoppedError(str(source))
+                stop.check()
                 fh.write(chunk)
                 hasher.update(chunk)
                 size += len(chunk)

@@ -12,10 +12,12 @@ import base64
 import contextlib
 import http.client
 import os
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import unquote, urljoin, urlsplit
 
 from envlock import __version__
@@ -217,9 +219,17 @@ def _raise_for_status(url: str, status: int) -> None:
         raise HttpError(url, f"HTTP {status}", retryable=status == 429 or status >= 500, status=status)
 
 
+class Watcher(Protocol):
+    """Told the socket a body is read from, so it can shut it down (Ctrl-C while a server stalls)."""
+
+    def watch(self, sock: socket.socket) -> None: ...
+
+    def unwatch(self, sock: socket.socket) -> None: ...
+
+
 @contextlib.contextmanager
 def open_stream(
-    url: str, *, start: int = 0, timeout: float = 60.0, chunk_size: int = 1 << 20
+    url: str, *, start: int = 0, timeout: float = 60.0, chunk_size: int = 1 << 20, watcher: Watcher | None = None
 ) -> Iterator[Body]:
     """GET ``url`` from byte ``start`` (HTTP Range when > 0), streaming in ``chunk_size`` pieces.
 
@@ -230,6 +240,9 @@ def open_stream(
     if start > 0:
         headers["Range"] = f"bytes={start}-"
     _, resp, conn = _request(url, headers, timeout)
+    sock = conn.sock
+    if watcher is not None and sock is not None:
+        watcher.watch(sock)
     try:
         if resp.status == 416:
             raise HttpError(url, f"HTTP 416 for bytes={start}-", status=416)
@@ -239,6 +252,22 @@ def open_stream(
             body_start = _content_range(url, resp.getheader("Content-Range", ""))
         length = _int(resp.getheader("Content-Length"))
         yield Body(body_start, _chunks(url, resp, chunk_size), None if length is None else body_start + length)
+    finally:
+        if watcher is not None and sock is not None:
+            watcher.unwatch(sock)
+        _finish(resp, conn)
+
+
+def remote_size(url: str, *, timeout: float = 60.0) -> int | None:
+    """The size of the file at ``url`` (one byte asked for, the total read from Content-Range),
+    or None when the server does not say. ``HttpError`` when it cannot be asked."""
+    _, resp, conn = _request(url, {"Range": "bytes=0-0"}, timeout)
+    try:
+        _raise_for_status(url, resp.status)
+        if resp.status == 206:
+            total = resp.getheader("Content-Range", "").rpartition("/")[2]
+            return int(total) if total.isdigit() else None
+        return _int(resp.getheader("Content-Length"))  # the whole file, unasked for: not read
     finally:
         _finish(resp, conn)
 

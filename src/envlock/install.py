@@ -160,9 +160,10 @@ def install(
                 # uv's default clone: on XFS or btrfs a clone is a new inode per sync, which
                 # the hash cache cannot vouch for, so every sync would re-read GBs. Links
                 # into the store's own uv cache (uv_cache_dir), never the user's.
-                _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
-                     "--no-index", "--offline", "--no-deps", "--no-build", *files],
-                    what="install the locked wheels", log=log, cache=uv_cache_dir(store))
+                with store.locked(_UV_CACHE_LOCK, shared=True):  # clear_uv_cache waits for installs
+                    _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
+                         "--no-index", "--offline", "--no-deps", "--no-build", *files],
+                        what="install the locked wheels", log=log, cache=uv_cache_dir(store))
             _drop_install_records(work)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
             # Sealed read-only: a file edited in one venv is edited in every venv sharing
@@ -215,11 +216,14 @@ def clear_uv_cache(store: Store) -> None:
     For a venv whose files differ from its wheels': uv had them from its cache, which
     someone edited through a venv's hard link. Venvs built from it keep their files.
     """
-    cache = uv_cache_dir(store)
-    if cache.exists():
-        doomed = store.temp_dir("uv-cache-cleared")
-        os.replace(cache, doomed / "uv-cache")
-        shutil.rmtree(doomed, ignore_errors=True)
+    with store.locked(_UV_CACHE_LOCK):  # not under a running install (they hold it shared)
+        cache = uv_cache_dir(store)
+        if cache.exists():
+            store.remove_tree(cache)
+
+
+#: Held shared by every install from the store's uv cache, exclusively to clear it.
+_UV_CACHE_LOCK = "uv-cache"
 
 
 def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:

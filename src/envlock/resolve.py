@@ -17,7 +17,6 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from envlock.nightly import select_nightly
 from envlock.spec import EnvSpec
 
 if TYPE_CHECKING:
-    from envlock.fetch import Progress
+    from envlock.fetch import Progress, Stop
     from envlock.store import Store
 
 # An override to a marker that is never true removes a package from the resolution
@@ -460,26 +459,40 @@ def _hash_unlisted(name: str, version: str, url: str, inputs: ResolveInputs) -> 
     return artifact.sha256, artifact.size, downloaded
 
 
-def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: threading.Event | None = None) -> tuple[Artifact, int]:
+def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None) -> tuple[Artifact, int]:
     """The artifact (sha256 and size) at ``url``, whose index publishes no hash, and the bytes downloaded.
 
     Bytes the store already holds for the URL are not downloaded again: the earlier
     lock's hash for it (the store is content-addressed: the bytes are what that hash
     names), or what the store recorded when it last downloaded the URL (a lock that
-    failed after hashing). Otherwise the wheel is downloaded into the store, where the
-    sync that follows finds it.
+    failed after hashing). One small request checks the URL still holds a file of
+    that size: a nightly uploaded again under its URL is hashed again. Otherwise the
+    wheel is downloaded into the store, where the sync that follows finds it.
     """
-    from envlock.fetch import fetch_unhashed, hashed_before, store_file
+    from envlock.fetch import fetch_unhashed, hashed_before, store_file, wrong_size_in_store
 
     store = _store(inputs)
-    earlier = inputs.hashed.get(url)
-    if earlier is not None and (held := store_file(store, earlier)).is_file():
-        # A lock written before sizes were recorded for these: the stored file has it.
-        return Artifact(sha256=earlier.sha256, url=url, size=earlier.size or held.stat().st_size), 0
-    if (recorded := hashed_before(url, store)) is not None:
-        return recorded, 0
+    for known in (inputs.hashed.get(url), hashed_before(url, store)):
+        held = store_file(store, known) if known is not None else None
+        if known is None or held is None or not held.is_file():
+            continue
+        size = held.stat().st_size
+        if known.size is not None and size != known.size:
+            raise wrong_size_in_store(known, held, size, then="lock again")
+        if _remote_size(url) in (None, size):
+            return Artifact(sha256=known.sha256, url=url, size=size), 0
+        break  # other bytes there now: hash them
     got = fetch_unhashed(url, store, progress=inputs.progress, stop=stop)
-    return Artifact(sha256=got.sha256, url=url, size=got.downloaded), got.downloaded
+    return Artifact(sha256=got.sha256, url=url, size=got.path.stat().st_size), got.downloaded
+
+
+def _remote_size(url: str) -> int | None:
+    """The size of the file at ``url`` now; None when the server does not say or cannot be asked
+    (the bytes in the store are then what the URL held when they were hashed)."""
+    try:
+        return http.remote_size(url)
+    except http.HttpError:
+        return None
 
 
 def _sha_of(wheel: Mapping[str, object]) -> str | None:

@@ -189,14 +189,20 @@ class Store:
         return self.tmp / "partial"
 
     @contextlib.contextmanager
-    def locked(self, name: str) -> Iterator[None]:
-        """Hold an exclusive ``flock`` on ``locks/<name>.lock`` (blocks until free).
+    def locked(self, name: str, *, shared: bool = False) -> Iterator[None]:
+        """Hold an exclusive (or ``shared``) ``flock`` on ``locks/<name>.lock`` (blocks until free).
 
         The kernel drops the lock when its holder dies, so a SIGKILLed sync never
         leaves a stale lock behind.
         """
-        with exclusive_lock(self.root / "locks" / f"{name}.lock"):
+        with exclusive_lock(self.root / "locks" / f"{name}.lock", shared=shared):
             yield
+
+    def remove_tree(self, path: Path) -> None:
+        """Remove ``path`` (under the store) in one step: renamed into ``tmp/``, then deleted."""
+        doomed = self.tmp / _work_name(f"rm-{path.name}")
+        os.rename(path, doomed)
+        _rmtree(doomed)
 
     def clean_tmp(self) -> list[Path]:
         """Remove work directories under ``tmp/`` whose writer is gone (or slots no one holds),
@@ -269,12 +275,12 @@ def _rmtree(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``fcntl.flock`` on ``path`` (created if needed) for the block."""
+def exclusive_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
+    """Hold an exclusive (or ``shared``) ``fcntl.flock`` on ``path`` (created if needed) for the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # retried on EINTR by Python itself (PEP 475)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)  # retried on EINTR (PEP 475)
         yield
     finally:
         os.close(fd)

@@ -121,7 +121,7 @@ def sync_lock(
             # uv installs from its cache, whose files are the venvs' (hard links): a file
             # edited in a venv (root can, read-only or not) is in every venv built after.
             # Once: without that cache, uv unpacks the store's verified wheels again.
-            _discard(store, key, inst.venv)
+            _discard(store, key, inst.venv, actual.digest)
             install.clear_uv_cache(store)
             inst = install.install(store, lock, got.paths(), on_stage=pause)
             actual = inst.manifest
@@ -142,7 +142,7 @@ def sync_lock(
             raise VerifyError(
                 f"{lock_path or env}: not reproducible: the lock records venv digest "
                 f"{expected}, this sync built {actual.digest}; the env was not switched; "
-                + _discard(store, key, inst.venv),
+                + _discard(store, key, inst.venv, actual.digest),
                 details=lines,
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
@@ -167,7 +167,7 @@ def sync_lock(
         )
 
 
-def _discard(store: Store, key: str, venv: Path) -> str:
+def _discard(store: Store, key: str, venv: Path, digest: str) -> str:
     """After a reproducibility failure: remove the venv entry ``venv`` unless a generation
     points at it, so the next sync builds it anew instead of reusing it and failing the
     same way; return what was done, for the message.
@@ -176,8 +176,13 @@ def _discard(store: Store, key: str, venv: Path) -> str:
     sync of another env took it meanwhile, see ``_still_there``): it is kept, and named.
     """
     from envlock import install
+    from envlock.verify import stored_manifest
 
     with store.locked(install.venv_lock(key)):
+        found = stored_manifest(venv)
+        if found is None or found.digest != digest:
+            # Another sync removed it and built it anew meanwhile: that one is not ours to judge.
+            return "that venv was rebuilt by another sync meanwhile and is left to it"
         users = generations.users(store, venv)
         if not users:
             store.remove_entry("venvs", key)
@@ -357,6 +362,11 @@ def run_in_env(store: Store, env: str, argv: Sequence[str]) -> int:
     except FileNotFoundError:
         raise CommandError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)", exit_code=127) from None
     except PermissionError:
+        import shutil
+
+        if "/" not in argv[0] and shutil.which(argv[0], path=environ["PATH"]) is None:
+            # execvp's EACCES from a PATH folder it may not search: found nowhere, as sh says.
+            raise CommandError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)", exit_code=127) from None
         raise CommandError(f"{argv[0]}: not executable (permission denied)", exit_code=126) from None
     except OSError as exc:  # found but cannot run: no #! line, another machine's binary (ENOEXEC)
         raise CommandError(f"{argv[0]}: cannot be run ({exc.strerror})", exit_code=126) from None

@@ -24,7 +24,7 @@ from urllib.parse import unquote
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
-Fault = Literal["cut-once", "corrupt", "slow"]
+Fault = Literal["cut-once", "corrupt", "slow", "stall"]
 _JSON = "application/vnd.pypi.simple.v1+json"
 
 
@@ -40,6 +40,9 @@ class _Index:
     files: dict[str, Path] = field(default_factory=dict)  # filename -> path
 
 
+_PROBE = "bytes=0-0"  # what envlock asks to learn a file's size (http.remote_size)
+
+
 class IndexServer:
     """Serve wheels from named indexes; start with ``start()``, stop with ``stop()``."""
 
@@ -50,10 +53,12 @@ class IndexServer:
         self.html_only: set[str] = set()  # indexes that answer PEP 503 HTML even to PEP 691 clients
         self.requests: list[tuple[str, str]] = []  # (path, Range header or "")
         # Fault "slow": the body trickles out in slow_chunk pieces, slow_delay seconds apart,
-        # so a test can kill a client mid-download.
+        # so a test can kill a client mid-download. Fault "stall": half the body, then nothing
+        # until the server stops (or the client goes away), as a hung server does.
         self.slow_chunk = 16 * 1024
         self.slow_delay = 0.05
         self._served_cut: set[str] = set()
+        self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
 
@@ -89,10 +94,16 @@ class IndexServer:
         return f"http://{host!s}:{port}"
 
     def downloads(self, filename: str | None = None) -> list[str]:
-        """Paths of file requests served so far (optionally for one filename)."""
+        """Paths of file requests served so far (optionally for one filename); a one-byte size
+        probe (``Range: bytes=0-0``) is not a download."""
         with self._lock:
-            paths = [p for p, _ in self.requests if "/files/" in p]
+            paths = [p for p, rng in self.requests if "/files/" in p and rng != _PROBE]
         return [p for p in paths if filename is None or p.endswith("/" + filename)]
+
+    def probes(self, filename: str) -> int:
+        """How many one-byte size probes of ``filename`` were served."""
+        with self._lock:
+            return sum(1 for p, rng in self.requests if p.endswith("/" + filename) and rng == _PROBE)
 
     # -- serving ---------------------------------------------------------
     def start(self) -> IndexServer:
@@ -122,6 +133,7 @@ class IndexServer:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -231,6 +243,15 @@ class IndexServer:
             self._served_cut.add(path.name)
             req.wfile.write(body[: len(body) // 2])
             req.wfile.flush()
+            req.close_connection = True
+            return
+        if fault == "stall":
+            try:
+                req.wfile.write(body[: len(body) // 2])
+                req.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self._stopping.wait()
             req.close_connection = True
             return
         if fault == "slow":
