@@ -184,6 +184,7 @@ def test_a_venv_removed_before_the_flip_is_not_made_current(locks: tuple[IndexSe
         "meanwhile (a concurrent sync found it not reproducible); the env was not switched"
     )
     assert generations.current_number(store, "demo") == 1
+    assert [g.number for g in generations.list_generations(store, "demo")] == [1]  # none left pointing at nothing
 
 
 def test_verify_lists_tampered_files_and_sync_refuses_a_modified_store_venv(

@@ -219,6 +219,16 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
                       lock_sha256=lock_sha256)
 
 
+def discard(store: Store, env: str, number: int) -> None:
+    """Remove generation ``number``, never made current (call under ``env_lock``): its venv is gone."""
+    if current_number(store, env) == number:
+        raise ValueError(f"generation {number} of {env!r} is current")
+    folder = env_dir(store, env)
+    doomed = folder / f".new-{number}-{os.urandom(4).hex()}"  # litter the next add removes, if not now
+    os.rename(folder / str(number), doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
 def flip(store: Store, env: str, number: int) -> None:
     """Point ``current`` at generation ``number`` in one atomic rename."""
     folder = env_dir(store, env)

@@ -156,7 +156,11 @@ def sync_lock(
         else:
             gen = generations.add(store, env, venv=inst.venv, install_digest=key,
                                   venv_digest=actual.digest, lock_text=lock_text)
-        _still_there(store, key, inst.venv, gen.number)
+        try:
+            _still_there(store, key, inst.venv, gen.number)
+        except VerifyError:
+            generations.discard(store, env, gen.number)  # never to be listed with its venv gone
+            raise
         pause("before-flip")
         generations.flip(store, env, gen.number)
         _stamp(store, env, gen.number, lock, actual.digest, lock_bytes, on_disk, inputs)
