@@ -143,14 +143,20 @@ def test_an_env_spec_given_as_a_lock_is_named_as_one() -> None:
     ],
 )
 def test_malformed_lock_keys_are_named(tmp_path: Path, old: str, new: str, message: str) -> None:
+    path, error = _read_edited(tmp_path, old, new)
+    assert error.message == f"{path}: {message}"
+    assert error.exit_code == 2
+
+
+def _read_edited(tmp_path: Path, old: str, new: str) -> tuple[Path, LockError]:
+    """The sample lock with ``old`` replaced by ``new``, and the LockError reading it raises."""
     text = sample().to_toml()
     assert old in text
     path = tmp_path / "pylock.e.toml"
     path.write_text(text.replace(old, new, 1))
     with pytest.raises(LockError) as info:
         read_lock(path)
-    assert info.value.message == f"{path}: {message}"
-    assert info.value.exit_code == 2
+    return path, info.value
 
 
 @pytest.mark.parametrize(
@@ -204,10 +210,5 @@ def test_missing_lock(tmp_path: Path) -> None:
 )
 def test_wheel_entries_that_could_steer_a_store_path_are_refused(tmp_path: Path, old: str, new: str,
                                                                  message: str) -> None:
-    text = sample().to_toml()
-    assert old in text
-    path = tmp_path / "pylock.e.toml"
-    path.write_text(text.replace(old, new, 1))
-    with pytest.raises(LockError) as info:
-        read_lock(path)
-    assert info.value.message == f"{path}: {message}"
+    path, error = _read_edited(tmp_path, old, new)
+    assert error.message == f"{path}: {message}"
