@@ -101,6 +101,19 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     r = cli("sync", "demo")
     assert r.code == 0, r.err
     env_path = Path(r.out.strip().splitlines()[-1])
+    # Offline, nothing is built (a build needs the index): the built wheel comes from the store,
+    # where the sync above put it by its sha256, or is named missing; the lock is left as it is.
+    shutil.rmtree(ws.root / "wheelhouse")
+    before = ws.lock_text("demo")
+    r = cli("-q", "sync", "demo", "--offline")
+    assert r.code == 0 and "building" not in r.err, r.err
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-offline"))
+    r = cli("-q", "sync", "demo", "--offline")
+    assert r.code == 1 and "building" not in r.err
+    assert "mini_kernel-0.1.0-cp311-cp311-linux_x86_64.whl: local artifact " in r.err, r.err
+    assert ws.lock_text("demo") == before
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home"))
+    assert cli("-q", "build", "demo").code == 0  # the wheelhouse back, for what follows
     # Frozen, with every wheel at hand, the sources are never read: a checkout without them syncs.
     tree = ws.root / "examples" / "mini-kernel"
     tree.rename(tmp_path / "mini-kernel-away")

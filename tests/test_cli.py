@@ -84,7 +84,7 @@ def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> N
     ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.0"'))
     missing = cli("lock", "e", "--check")
     assert missing.code == 2
-    assert "no lock file; create it with `envlock lock`" in missing.err
+    assert "no lock file; create it with `envlock lock e`" in missing.err
 
     made = cli("lock", "e")
     assert made.code == 0
@@ -291,3 +291,28 @@ def test_spec_paths_that_do_not_exist_are_spec_errors_through_every_command(ws, 
         r = cli(*command)
         assert r.code == 2, (command, r.err)
         assert "sources.k.path:" in r.err and "sources.k.patches[0]:" in r.err, (command, r.err)
+
+
+def test_sync_says_it_relocked_and_diff_says_a_lock_is_stale(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    r = cli("sync", "e")
+    assert r.code == 0 and "  locked envs/e.toml anew first (the lock was missing or stale)" in r.out.splitlines()
+    init_repo(ws.root)
+    commit_all(ws.root, "e at tinydep 1.0")
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.1"'))
+    r = cli("diff", "locks/pylock.e.toml@HEAD", "e")  # the lock file itself has not moved yet
+    assert (r.code, r.out) == (0, "no differences (1 packages identical)\n")
+    assert r.err == ("envlock: note: locks/pylock.e.toml is stale for envs/e.toml (packages.tinydep: changed); "
+                     "run `envlock lock e` to diff what the spec asks for\n")
+    r = cli("sync", "e", "--json")
+    assert r.code == 0 and json.loads(r.out)["relocked"] is True
+    r = cli("sync", "e")
+    assert r.code == 0 and "anew" not in r.out  # current now: a no-op says nothing of locking
+
+
+def test_an_unreachable_index_is_not_called_unsolvable(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"').replace(universe.pypi, "http://127.0.0.1:9/simple"))
+    r = cli("lock", "e")
+    assert r.code == 1
+    assert r.err.startswith(f"envlock: error: {ws.root}/envs/e.toml: uv could not read an index for env 'e' "
+                            "(no network, or a mirror is needed: --index NAME=URL)\n"), r.err

@@ -233,6 +233,21 @@ def test_an_edit_that_reached_uv_cache_is_repaired_by_a_rebuild_without_it(locks
     assert init.read_text() == "edited in place\n"  # the edited venv keeps its files (verify names them)
 
 
+def test_verify_after_a_rollback_checks_the_generation_against_its_own_digest(
+        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    _, v1, v2 = locks
+    store = Store.open(tmp_path / "home")
+    lock_path = _write(v1, tmp_path / "ws" / "locks" / "pylock.demo.toml")
+    sync_lock(store, "demo", v1, lock_path=lock_path)
+    _write(v2, lock_path)
+    sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)  # records v2's digest
+    generations.rollback(store, "demo")  # back to v1's generation; the workspace lock is v2's
+    checked = verify_env(store, "demo", read_lock(lock_path))
+    assert checked.ok, checked.to_dict()
+    assert checked.note.startswith("the current generation (1) was built from another lock")
+    assert "checked against its own digest" in checked.note
+
+
 def test_a_venv_another_sync_rebuilt_meanwhile_is_not_discarded(locks: tuple[IndexServer, Lock, Lock],
                                                                  tmp_path: Path) -> None:
     from envlock.sync import _discard

@@ -153,3 +153,37 @@ def test_ctrl_c_does_not_wait_for_another_process_download(server: IndexServer, 
         _out, err = proc.communicate(timeout=60)  # the lock is still held: waiting it out would hang here
     assert (proc.returncode, err) == (130, "envlock: interrupted\n")
     assert server.downloads(big.name) == []
+
+
+CHILD_CLEANS_UP = """
+import signal, sys, time
+from pathlib import Path
+def cleanup(*_):
+    Path(sys.argv[1]).write_text("cleaned up")
+    sys.exit(1)
+signal.signal(signal.SIGINT, cleanup)
+Path(sys.argv[2]).write_text("started")
+time.sleep(60)
+"""
+
+RUNS_CHILD = """
+import sys
+from envlock import runner
+try:
+    runner.run([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3]])
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_an_interrupt_is_passed_on_to_the_running_tool(tmp_path: Path) -> None:
+    # `kill -INT` of envlock alone (not its process group): uv, git or a build must still get
+    # to clean up (uv removes its temp folders in its cache), not be killed outright.
+    cleaned, started = tmp_path / "cleaned", tmp_path / "started"
+    proc = subprocess.Popen([sys.executable, "-c", RUNS_CHILD, CHILD_CLEANS_UP, str(cleaned), str(started)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_for(started.exists, "the child to start")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert out == "interrupted\n"
+    assert cleaned.read_text() == "cleaned up"

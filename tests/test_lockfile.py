@@ -180,7 +180,7 @@ def test_later_minor_lock_version_is_read() -> None:
 
 
 def test_missing_lock(tmp_path: Path) -> None:
-    with pytest.raises(LockError, match="no lock file; create it with `envlock lock`"):
+    with pytest.raises(LockError, match=r"no lock file; create it with `envlock lock x`$"):
         read_lock(tmp_path / "pylock.x.toml")
 
 

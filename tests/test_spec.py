@@ -165,6 +165,8 @@ def test_key_digests_name_each_entry(tmp_path: Path) -> None:
 # Mistakes that used to pass validation and fail a later stage (exit 1) without naming the key,
 # checked against a workspace holding examples/tree and one patch.
 WORKSPACE_SPECS = [
+    ('[sources.x]\npath = "examples/tree"\npatches = ["patches/x/0001-ok.patch", "patches/x/0001-ok.patch"]',
+     ["sources.x.patches[1]: found 'patches/x/0001-ok.patch' again (also patches[0]); expected each patch once"]),
     ('[sources.x]\npath = "examples/nope"',
      ["sources.x.path: expected a directory relative to the workspace root {root}, found 'examples/nope', "
       "which does not exist"]),

@@ -120,6 +120,14 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     old_ref, new_ref = pipeline.load_lock_ref(ws, args.old), pipeline.load_lock_ref(ws, args.new)
     old, old_label, new, new_label = old_ref.lock, old_ref.label, new_ref.lock, new_ref.label
     result = diff_locks(old, new, old_label=old_label, new_label=new_label)
+    # An env name means its lock file: one the spec has moved past does not show the spec's change.
+    for ref in {args.old, args.new}:
+        if (ws.root / "envs" / f"{ref}.toml").is_file() and ws.lock_path(ref).is_file():
+            check = pipeline.check_lock(ws, ref)
+            if not check.current:
+                print(f"envlock: note: {ws.relative(check.path)} is stale for envs/{ref}.toml "
+                      f"({'; '.join(check.reasons)}); run `envlock lock {ref}` to diff what the spec asks for",
+                      file=sys.stderr)
 
     def text() -> str:
         if not result.changes:
@@ -177,6 +185,8 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
             head = (f"{args.env}: generation {result.generation} ({result.fetched} fetched, "
                     f"{ui.size(result.downloaded)} downloaded; venv {venv}) in {result.seconds:.1f}s")
         lines = [head, f"  venv digest {result.venv_digest}"]
+        if result.relocked:
+            lines.append(f"  locked envs/{args.env}.toml anew first (the lock was missing or stale)")
         if result.recorded:
             lines.append("  recorded the venv digest in the lock")
         if result.note:
@@ -431,12 +441,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",
-            "Fetch every locked wheel into the store (verified), build the venv with the pinned uv from the\n"
-            "store only, check its digest against the lock, and make it the env's new current generation.\n"
-            "The last line printed is the env's stable path.")
+            "Lock first if locks/pylock.ENV.toml is missing or stale, build the [builds.*] the wheelhouse\n"
+            "lacks, fetch every locked wheel into the store (verified), build the venv with the pinned uv\n"
+            "from the store only, check its digest against the lock, and make it the env's new current\n"
+            "generation. The store is $ENVLOCK_HOME (default: the user data dir). The last line printed is\n"
+            "the env's stable path. Exit: 0, 1 the work failed (nothing switched), 2 bad input, 130 Ctrl-C.")
     p.add_argument("env", metavar="ENV")
-    p.add_argument("--frozen", action="store_true", help="never write the lock (not even the venv digest)")
-    p.add_argument("--offline", action="store_true", help="use the store only; name what is missing")
+    p.add_argument("--frozen", action="store_true",
+                   help="sync the lock as it is, even if stale; never write it (not even the venv digest); "
+                   "a missing local build is rebuilt from the locked build requirements and must be bit-identical")
+    p.add_argument("--offline", action="store_true",
+                   help="no network: never lock or build; wheels come from the store (locally built ones also "
+                   "from the wheelhouse); name what is missing")
     p.add_argument("--lock", metavar="PATH[@REV]",
                    help="sync this lock instead of locks/pylock.ENV.toml, as it is: no relock, no builds (its "
                    "built wheels must be in the store or the wheelhouse); the first sync still records the venv "
@@ -466,7 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = env_command("run", cmd_run, "run a command inside the env: envlock run ENV -- CMD...",
                     store_only=True, json=False)
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD",
+                   help="the command and its arguments, after --; exit: its own, 127 not found, 126 not executable")
 
     p = add("build", cmd_build, "build the env's local packages ([builds.*]) into the wheelhouse",
             "Fetch each source at its pinned commit, apply its patches, build the wheel (keyed by an input digest:\n"

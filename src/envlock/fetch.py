@@ -571,7 +571,8 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
     except OSError as exc:
         raise FetchError(
             f"{artifact.filename}: local artifact {source} cannot be read ({exc.strerror}); "
-            "expected the wheel recorded in the lock (build it with `envlock build`)"
+            "expected the wheel recorded in the lock (`envlock build ENV` builds it for the current spec; "
+            "for a lock from another revision, check that revision out and `envlock sync ENV --frozen`)"
         ) from None
     size = 0
     progress.begin(artifact.filename, artifact.size)
@@ -588,7 +589,11 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
     actual = hasher.hexdigest()
     if actual != artifact.sha256 or artifact.size not in (None, size):
         _restart(fh)
-        raise FetchError(_mismatch(artifact, f"for local file {source}", actual, size))
+        # The wheelhouse keeps one file per wheel name: the newest build, not every lock's.
+        hint = ("; the wheelhouse holds another build of it (a lock from another revision?): check that "
+                "revision's envs/, locks/ and patches/ out and `envlock sync ENV --frozen` rebuilds it"
+                if actual != artifact.sha256 else "")
+        raise FetchError(_mismatch(artifact, f"for local file {source}", actual, size) + hint)
     return _Got("local")
 
 

@@ -423,7 +423,8 @@ def read_lock(path: Path) -> Lock:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise LockError(f"{path}: no lock file; create it with `envlock lock`") from None
+        env = path.name.removeprefix("pylock.").removesuffix(".toml") if path.name.startswith("pylock.") else "ENV"
+        raise LockError(f"{path}: no lock file; create it with `envlock lock {env}`") from None
     except UnicodeDecodeError as exc:
         raise LockError(f"{path}: not UTF-8 text (byte {exc.start}); not a lock file") from None
     except OSError as exc:

@@ -323,6 +323,7 @@ def sync(
     inputs = None
     base_dir: Path | None = None
     hashed = 0  # bytes a relock downloaded
+    relocked_to: Path | None = None
     if lock_ref is not None:
         if sources_from:
             raise UsageError(f"--source: `sync --lock {lock_ref}` neither locks nor builds, so it fetches no source")
@@ -363,16 +364,20 @@ def sync(
                                 + ("" if check is None else ", or sync the lock as it is with --frozen --offline"))
             relocked = lock_env(ws, env, sources_from=sources_from, spec=spec, progress=progress)
             found, hashed = relocked.lock, relocked.downloaded
+            relocked_to = relocked.path if relocked.changed else None
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
-        lock = _ensure_builds(ws, env, spec, found, lock_path, frozen=frozen, sources_from=sources_from,
-                              on_build=on_build)
+        # Offline, nothing is built (a build resolves and installs its requirements from the
+        # index): a locally built wheel then comes from the store, or is named missing by fetch.
+        lock = found if offline else _ensure_builds(ws, env, spec, found, lock_path, frozen=frozen,
+                                                    sources_from=sources_from, on_build=on_build)
         if not frozen:
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
     result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                        offline=offline, progress=progress, inputs=inputs, base_dir=base_dir)
     # The whole sync: a relock and builds come before sync_lock's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
-    return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started)
+    return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started,
+                   relocked=relocked_to is not None)
 
 
 def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,

@@ -283,7 +283,10 @@ def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile
         args = compile_args(spec, inputs)
         result = runner.uv(args, cwd=work, env=inputs.build_env)
         if not result.ok:
+            unreachable = "Failed to fetch" in result.stderr or "error sending request" in result.stderr
             raise ResolveError(
+                f"{spec.path}: uv could not read an index for env {spec.name!r} (no network, or a mirror is "
+                f"needed: --index NAME=URL)" if unreachable else
                 f"{spec.path}: uv found no resolution for env {spec.name!r}",
                 details=result.tail().splitlines(),
             )

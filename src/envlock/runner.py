@@ -65,16 +65,14 @@ def run(
     """Run a command to completion and capture its output (also into ``log``, if given)."""
     args = tuple(str(a) for a in argv)
     try:
-        proc = subprocess.run(
-            args,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            check=False,
-        )
-        result = Result(args, proc.returncode, proc.stdout, proc.stderr)
+        with subprocess.Popen(args, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, errors="replace") as proc:
+            try:
+                out, err = proc.communicate()
+            except KeyboardInterrupt:
+                _interrupt(proc)
+                raise
+        result = Result(args, proc.returncode, out, err)
     except FileNotFoundError:
         result = Result(args, 127, "", f"{args[0]}: command not found")
     if log is not None:
@@ -82,6 +80,21 @@ def run(
         with log.open("a", encoding="utf-8") as fh:
             fh.write(f"$ {' '.join(args)}\n{result.stdout}{result.stderr}\n[exit {result.returncode}]\n")
     return result
+
+
+def _interrupt(proc: subprocess.Popen[str]) -> None:
+    """Pass an interrupt on and let the child clean up (uv removes its temp folders in its
+    cache), then kill it. A terminal's Ctrl-C reaches it anyway; `kill -INT` on envlock alone
+    does not, and killing it outright would leave its litter."""
+    import signal
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,

@@ -366,6 +366,9 @@ def _parse_sources(p: _Problems, table: dict[str, Any], root: Path | None) -> di
                 p.add(f"{key}.patches[{i}]", f"expected a .patch file, found {patch!r}")
             elif _check_relpath(p, f"{key}.patches[{i}]", patch):
                 _check_exists(p, f"{key}.patches[{i}]", root, patch, directory=False)
+            if patch in patches[:i]:  # applied twice, it reads as "already upstream" the second time
+                p.add(f"{key}.patches[{i}]", f"found {patch!r} again (also patches[{patches.index(patch)}]); "
+                      "expected each patch once")
         out[name] = SourceSpec(name=name, git=git, rev=rev, path=path, patches=patches)
     return out
 

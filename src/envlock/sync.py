@@ -48,6 +48,7 @@ class SyncResult:
     recorded: bool = False  # the venv digest was written into the lock
     seconds: float = 0.0
     note: str = ""  # e.g. why the recorded venv digest was not compared
+    relocked: bool = False  # the lock file was stale (or missing) and was written anew first
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -63,6 +64,7 @@ class SyncResult:
             "recorded": self.recorded,
             "seconds": round(self.seconds, 3),
             "note": self.note,
+            "relocked": self.relocked,
         }
 
 
@@ -334,16 +336,19 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
     if cur is None:
         raise UsageError(f"env {env!r}: no current generation in {store.home}; run `envlock sync {env}`")
     venv = cur.venv.resolve()
-    recorded = lock.venv_digest_for(venv_python(cur.venv)) if lock is not None else None
+    same_lock = lock is not None and lock.install_digest() == cur.install_digest
+    # A generation of another lock (a rollback, a --lock sync) is checked against its own digest.
+    recorded = lock.venv_digest_for(venv_python(cur.venv)) if lock is not None and same_lock else None
     expected = recorded or cur.venv_digest
     reference = verify.load_manifest(store.path("manifests", expected))
     if reference is None:
         stored = verify.stored_manifest(venv)
         reference = stored if stored is not None and stored.digest == expected else None
     result = verify.check(venv, expected, reference, env=env, cache_dir=store.hash_cache)
-    if lock is not None and lock.install_digest() != cur.install_digest:
+    if lock is not None and not same_lock:
         return replace(result, note=f"the current generation ({cur.number}) was built from another lock "
-                       f"(install digest {cur.install_digest}); run `envlock sync {env}`")
+                       f"(install digest {cur.install_digest}), so it was checked against its own digest; "
+                       f"`envlock sync {env}` makes the env this lock's")
     if lock is not None and lock.venv_digest is not None and recorded is None:
         return replace(result, note=f"compared with this generation's own digest: the lock's was recorded "
                        f"with Python {lock.venv_python}, this venv has {venv_python(cur.venv)}")
