@@ -156,6 +156,13 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     probe = runner.run([env_path / "bin" / "python", "-c", "import mini_kernel as m; print(m.EDITED)"])
     assert probe.stdout.strip() == "True", probe.tail()
 
+    # --override-source takes an unpatched tree: a `patch edit` work dir (patches applied) is named as such.
+    edit = tmp_path / "mk-edit"
+    assert cli("patch", "edit", "demo", "mini-kernel", "--dir", str(edit)).code == 0
+    r = cli("build", "demo", "--override-source", f"mini-kernel={edit}")
+    assert r.code == 1 and ("--override-source mini-kernel=...: the spec's patches are applied to that tree, so it "
+                            "must be unpatched (a `patch edit` work dir has them applied already)") in r.err, r.err
+
 
 def test_patch_status_exit_code_and_json_on_conflict(ws, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     (ws.root / "src").mkdir()

@@ -308,6 +308,12 @@ def test_sync_says_it_relocked_and_diff_says_a_lock_is_stale(ws, cli, universe: 
     assert r.code == 0 and json.loads(r.out)["relocked"] is True
     r = cli("sync", "e")
     assert r.code == 0 and "anew" not in r.out  # current now: a no-op says nothing of locking
+    # A damaged generation record is named, not hidden.
+    record = Path(cli("path", "e").out.strip()).parent / "2" / "generation.json"
+    record.write_text("{")
+    r = cli("generations", "e")
+    assert r.code == 0 and r.out.splitlines()[-1] == (
+        f"  unreadable: {record} (not listed; `envlock sync e` makes a new generation)")
 
 
 def test_an_unreachable_index_is_not_called_unsolvable(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]

@@ -234,18 +234,21 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import generations
     from envlock.store import Store
 
-    gens = generations.list_generations(Store.open(), args.env)
+    store = Store.open()
+    gens = generations.list_generations(store, args.env)
+    damaged = generations.unreadable(store, args.env)
 
     def text() -> str:
-        if not gens:
-            return f"{args.env}: no generations (run `envlock sync {args.env}`)"
-        header = f"  {'gen':>4}  {'created':20}  {'lock (install digest)':23}  venv digest"
-        return "\n".join([header] + [
+        lines = [f"  {'gen':>4}  {'created':20}  {'lock (install digest)':23}  venv digest"] + [
             f"{'*' if g.current else ' '} {g.number:>4}  {g.created}  {g.install_digest[:23]}  {g.venv_digest[:23]}"
             for g in gens
-        ])
+        ] if gens else [f"{args.env}: no generations" + ("" if damaged else f" (run `envlock sync {args.env}`)")]
+        lines += [f"  unreadable: {path} (not listed; `envlock sync {args.env}` makes a new generation)"
+                  for path in damaged]
+        return "\n".join(lines)
 
-    _out(args, {"env": args.env, "generations": [g.to_dict() for g in gens]}, text)
+    _out(args, {"env": args.env, "generations": [g.to_dict() for g in gens],
+                "unreadable": [str(p) for p in damaged]}, text)
     return 0
 
 
@@ -493,7 +496,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("packages", nargs="*", metavar="PKG", help="only these builds (default: all)")
     p.add_argument("--check", action="store_true", help="rebuild from scratch and compare (exit 1 on a difference)")
     p.add_argument("--override-source", action="append", default=[], metavar="NAME=PATH",
-                   help="build source NAME from a local tree instead of its pin (not recorded in the lock)")
+                   help="build source NAME from a local tree instead of its pin, the spec's patches applied on "
+                   "top (so give it unpatched); never recorded in the lock")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME's pinned commit from URL (verified; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")

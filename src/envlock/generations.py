@@ -172,6 +172,15 @@ def list_generations(store: Store, env: str) -> tuple[Generation, ...]:
     return tuple(g for g in found if g is not None)
 
 
+def unreadable(store: Store, env: str) -> tuple[Path, ...]:
+    """The records of generation folders ``list_generations`` leaves out (damaged by hand, say)."""
+    folder = env_dir(store, env)
+    if not folder.is_dir():
+        return ()
+    numbers = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+    return tuple(folder / str(n) / _RECORD for n in numbers if read(store, env, n) is None)
+
+
 def users(store: Store, venv: Path) -> list[tuple[str, int]]:
     """Every (env, generation number), in any env, whose venv link points at the store entry ``venv``."""
     found = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock.errors import BuildError, LockError, SourceError, UsageError
+from envlock.errors import BuildError, LockError, PatchError, SourceError, UsageError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import write_atomic
 from envlock.workspace import Workspace
@@ -477,7 +477,15 @@ def prepare_sources(
                 f"--source {name}=URL-OR-PATH or {var}=URL-OR-PATH",
             ]) from None
         patches = patch.load_patches(ws.root, src.patches)
-        out[name] = SourceState(prepared, patch.apply_all(name, prepared.tree, prepared.tree_digest, patches, store))
+        try:
+            patched = patch.apply_all(name, prepared.tree, prepared.tree_digest, patches, store)
+        except PatchError as exc:
+            if name not in overrides:
+                raise
+            raise PatchError(exc.message, details=[
+                *exc.details, f"--override-source {name}=...: the spec's patches are applied to that tree, so it "
+                "must be unpatched (a `patch edit` work dir has them applied already)"]) from None
+        out[name] = SourceState(prepared, patched)
     return out
 
 
