@@ -156,9 +156,29 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     probe = runner.run([env_path / "bin" / "python", "-c", "import mini_kernel as m; print(m.EDITED)"])
     assert probe.stdout.strip() == "True", probe.tail()
 
-    # --override-source takes an unpatched tree: a `patch edit` work dir (patches applied) is named as such.
-    edit = tmp_path / "mk-edit"
+    edit = tmp_path / "mk-edit"  # the patched tree, as a work dir
     assert cli("patch", "edit", "demo", "mini-kernel", "--dir", str(edit)).code == 0
+
+    # A path source edited under its patch: `patch edit` stops at the conflict for a redo and
+    # `record --refresh` rewrites the patch (a path source has no pin to go back to).
+    init_py = ws.root / "examples" / "mini-kernel" / "python" / "mini_kernel" / "__init__.py"
+    init_py.write_text(init_py.read_text().replace("from mini_kernel._core import add\n",
+                                                   "from mini_kernel._core import add  # the C core\n"))
+    redo = tmp_path / "mk-redo"
+    r = cli("patch", "edit", "demo", "mini-kernel", "--dir", str(redo))
+    assert r.code == 0, r.err
+    assert "patches/mini-kernel/0001-add-dot.patch does not apply here:" in r.out
+    redone = redo / "python" / "mini_kernel" / "__init__.py"
+    redone.write_text(redone.read_text().replace("import add  # the C core", "import add, dot  # the C core")
+                      .replace('["add"]', '["add", "dot"]'))
+    (redo / "src" / "core.c").write_text((edit / "src" / "core.c").read_text())
+    r = cli("patch", "record", str(redo), "--refresh")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[0] == "refreshed patches/mini-kernel/0001-add-dot.patch (2 files)"
+    r = cli("patch", "status", "demo")
+    assert r.code == 0 and "applies          patches/mini-kernel/0001-add-dot.patch" in r.out
+
+    # --override-source takes an unpatched tree: a `patch edit` work dir (patches applied) is named as such.
     r = cli("build", "demo", "--override-source", f"mini-kernel={edit}")
     assert r.code == 1 and ("--override-source mini-kernel=...: the spec's patches are applied to that tree, so it "
                             "must be unpatched (a `patch edit` work dir has them applied already)") in r.err, r.err

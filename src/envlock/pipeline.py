@@ -709,8 +709,10 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
     else:
         commit = _pinned_commit(src, _read_optional(ws.lock_path(env)))
     prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirror)
+    # A path source has no pin to go back to: its tree as it is now is what a patch must
+    # be redone on, as for a new commit (record --refresh).
     return patch.edit(source, prepared.tree, patch.load_patches(ws.root, src.patches), workdir,
-                      stop_at_conflict=against is not None)
+                      stop_at_conflict=against is not None or src.git is None)
 
 
 def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str | None, upstream: str | None,
