@@ -59,6 +59,10 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     assert r.code == 0, r.err
     assert r.out.splitlines()[-1] == ("  mini-kernel: not built for this lock yet; `envlock build demo` builds it "
                                       "(`envlock sync demo` too)")
+    # Offline, an unbuilt lock cannot be built (that needs the index): refused, not synced without the kernel.
+    r = cli("sync", "demo", "--offline")
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.demo.toml: --offline, but the lock records no build "
+                                  "of mini-kernel (building needs the index); run `envlock sync demo` online\n")
     # A frozen sync could only refuse this lock after an (hour-long, for sgl-kernel) build: it refuses first.
     r = cli("sync", "demo", "--frozen")
     assert (r.code, r.err) == (2, "envlock: error: locks/pylock.demo.toml: --frozen, but the lock records no build "
@@ -105,10 +109,10 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     # where the sync above put it by its sha256, or is named missing; the lock is left as it is.
     shutil.rmtree(ws.root / "wheelhouse")
     before = ws.lock_text("demo")
-    r = cli("-q", "sync", "demo", "--offline")
+    r = cli("sync", "demo", "--offline")  # not -q: a build would be announced
     assert r.code == 0 and "building" not in r.err, r.err
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-offline"))
-    r = cli("-q", "sync", "demo", "--offline")
+    r = cli("sync", "demo", "--offline")
     assert r.code == 1 and "building" not in r.err
     assert "mini_kernel-0.1.0-cp311-cp311-linux_x86_64.whl: local artifact " in r.err, r.err
     assert ws.lock_text("demo") == before

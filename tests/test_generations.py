@@ -243,9 +243,11 @@ def test_verify_after_a_rollback_checks_the_generation_against_its_own_digest(
     sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)  # records v2's digest
     generations.rollback(store, "demo")  # back to v1's generation; the workspace lock is v2's
     checked = verify_env(store, "demo", read_lock(lock_path))
-    assert checked.ok, checked.to_dict()
+    # Intact as built, but not this lock's env: not ok (exit 1), and not a list of every file.
+    assert checked.intact and checked.other_lock and not checked.ok, checked.to_dict()
     assert checked.note.startswith("the current generation (1) was built from another lock")
     assert "checked against its own digest" in checked.note
+    assert verify_env(store, "demo", v1).ok  # against its own lock
 
 
 def test_a_venv_another_sync_rebuilt_meanwhile_is_not_discarded(locks: tuple[IndexServer, Lock, Lock],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
+import time
 
 import pytest
 
@@ -53,3 +54,62 @@ def test_an_ipv6_literal_host_gets_a_bracketed_host_header(monkeypatch: pytest.M
         server.shutdown()
     assert page.text == "<html></html>"
     assert seen == [f"[::1]:{port}"]
+
+
+class _Stalling:
+    """A raw server on loopback: answers each connection with ``head`` (if any), then sends nothing."""
+
+    def __init__(self, head: bytes) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.head = head
+        self.done = threading.Event()
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/x.whl"
+
+    def _serve(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            conn.recv(65536)
+            if self.head:
+                conn.sendall(self.head)
+
+    def close(self) -> None:
+        self.done.set()
+        for c in [*self.conns, self.sock]:
+            c.close()
+
+
+@pytest.mark.parametrize("head", [
+    # http.client forgets the socket of a response that closes its connection; it is still read from.
+    b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nConnection: close\r\n\r\nhalf",
+    b"",  # no answer at all: waiting for the headers
+])
+def test_a_stop_wakes_a_read_from_a_stalled_server(head: bytes) -> None:
+    from envlock.fetch import Stop
+
+    server = _Stalling(head)
+    stop = Stop()
+    timer = threading.Timer(0.3, stop.set)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(envlock_http.HttpError):
+            if head:
+                with envlock_http.open_stream(server.url, watcher=stop, timeout=30) as body:
+                    for _ in body.chunks:
+                        pass
+            else:
+                envlock_http.remote_size(server.url, watcher=stop, timeout=30)
+        # Woken by the stop, not by the read's 30 s timeout (a liveness bound, not a speed target).
+        assert time.monotonic() - started < 20
+    finally:
+        timer.cancel()
+        server.close()

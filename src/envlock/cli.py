@@ -121,9 +121,12 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     old, old_label, new, new_label = old_ref.lock, old_ref.label, new_ref.lock, new_ref.label
     result = diff_locks(old, new, old_label=old_label, new_label=new_label)
     # An env name means its lock file: one the spec has moved past does not show the spec's change.
-    for ref in {args.old, args.new}:
+    for ref in sorted({args.old, args.new}):
         if (ws.root / "envs" / f"{ref}.toml").is_file() and ws.lock_path(ref).is_file():
-            check = pipeline.check_lock(ws, ref)
+            try:
+                check = pipeline.check_lock(ws, ref)
+            except EnvlockError:
+                continue  # a spec that does not read: the note is a courtesy, the diff stands
             if not check.current:
                 print(f"envlock: note: {ws.relative(check.path)} is stale for envs/{ref}.toml "
                       f"({'; '.join(check.reasons)}); run `envlock lock {ref}` to diff what the spec asks for",
@@ -218,6 +221,8 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
     def text() -> str:
         if result.ok:
             return f"{args.env}: ok ({result.actual})" + (f"; {result.note}" if result.note else "")
+        if result.intact:  # a generation of another lock, as it was built
+            return f"{args.env}: NOT THIS LOCK: intact ({result.actual}), but {result.note}"
         lines = [f"{args.env}: MISMATCH at {result.path}", f"  expected {result.expected}",
                  f"  found    {result.actual}"]
         if result.difference is not None:
@@ -344,8 +349,8 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
 
     def text() -> str:
         lines = [f"{workdir}: {args.source} with {len(session.levels)} patches applied (one commit each)"]
-        lines += [f"{label} is already upstream at {args.against}: retire it (drop it from the spec)"
-                  for label in session.upstreamed]
+        where = f"upstream at {args.against}" if args.against else "in the source tree"
+        lines += [f"{label} is already {where}: retire it (drop it from the spec)" for label in session.upstreamed]
         if session.pending:
             lines.append(f"{session.pending[0]} does not apply here:")
             if session.conflict is not None:

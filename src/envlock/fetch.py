@@ -147,9 +147,11 @@ def parallel(calls: Sequence[Callable[[Stop], _T]], jobs: int) -> list[_T | Fetc
 
     stop = Stop()
     out: list[_T | FetchError] = []
+    futures: list[Any] = []
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(calls)))) as pool:
-        futures = [pool.submit(call, stop) for call in calls]
         try:
+            # Submitted inside the try: an interrupt while a worker thread starts must stop it too.
+            futures += [pool.submit(call, stop) for call in calls]
             for fut in futures:
                 try:
                     out.append(fut.result())

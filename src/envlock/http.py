@@ -138,9 +138,14 @@ def _drop(conn: http.client.HTTPConnection) -> None:
 
 
 def _request(
-    url: str, headers: dict[str, str], timeout: float
+    url: str, headers: dict[str, str], timeout: float, watcher: Watcher | None = None
 ) -> tuple[str, http.client.HTTPResponse, http.client.HTTPConnection]:
-    """GET ``url`` following redirects; the body is still to be read, then ``_finish`` it."""
+    """GET ``url`` following redirects; the body is still to be read, then ``_finish`` it.
+
+    ``watcher`` is told each socket from the request on (waiting for the headers too), and
+    must be told to ``unwatch`` the last one's (``_finish`` does): http.client forgets
+    the socket of a response that closes its connection, but it is still read from.
+    """
     start_host = urlsplit(url).hostname
     for _ in range(_MAX_REDIRECTS):
         parts = urlsplit(url)
@@ -157,30 +162,45 @@ def _request(
         for attempt in (0, 1):
             conn, new = _connection(parts.scheme, parts.hostname, port, timeout)
             via_proxy = parts.scheme == "http" and conn.host != parts.hostname  # a plain proxy wants the URL
+            sock: socket.socket | None = None
             try:
                 conn.request("GET", f"http://{netloc}{target}" if via_proxy else target,
                              headers={"Host": netloc, **sent})
+                sock = conn.sock
+                if watcher is not None and sock is not None:
+                    watcher.watch(sock)
                 resp = conn.getresponse()
+                resp.envlock_sock = sock  # type: ignore[attr-defined]  # for _finish's unwatch
                 break
             except (OSError, http.client.HTTPException) as exc:
+                if watcher is not None and sock is not None:
+                    watcher.unwatch(sock)
                 _drop(conn)
                 # A kept-alive connection the server closed meanwhile: one fresh try.
                 if new or attempt:
                     raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
         if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
             resp.read()
+            _unwatch(resp, watcher)
             url = urljoin(url, resp.getheader("Location") or "")
             continue
         return url, resp, conn
     raise HttpError(url, f"more than {_MAX_REDIRECTS} redirects")
 
 
-def _finish(resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> None:
+def _finish(resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, watcher: Watcher | None = None) -> None:
     """Keep the connection when its response was read to the end; otherwise unread bytes
     are still on the socket, so drop it."""
+    _unwatch(resp, watcher)
     if not resp.isclosed():
         resp.close()
         _drop(conn)
+
+
+def _unwatch(resp: http.client.HTTPResponse, watcher: Watcher | None) -> None:
+    sock = getattr(resp, "envlock_sock", None)
+    if watcher is not None and sock is not None:
+        watcher.unwatch(sock)
 
 
 # -- the API ---------------------------------------------------------------------
@@ -239,10 +259,7 @@ def open_stream(
     headers = {}
     if start > 0:
         headers["Range"] = f"bytes={start}-"
-    _, resp, conn = _request(url, headers, timeout)
-    sock = conn.sock
-    if watcher is not None and sock is not None:
-        watcher.watch(sock)
+    _, resp, conn = _request(url, headers, timeout, watcher)
     try:
         if resp.status == 416:
             raise HttpError(url, f"HTTP 416 for bytes={start}-", status=416)
@@ -253,15 +270,13 @@ def open_stream(
         length = _int(resp.getheader("Content-Length"))
         yield Body(body_start, _chunks(url, resp, chunk_size), None if length is None else body_start + length)
     finally:
-        if watcher is not None and sock is not None:
-            watcher.unwatch(sock)
-        _finish(resp, conn)
+        _finish(resp, conn, watcher)
 
 
-def remote_size(url: str, *, timeout: float = 60.0) -> int | None:
+def remote_size(url: str, *, timeout: float = 60.0, watcher: Watcher | None = None) -> int | None:
     """The size of the file at ``url`` (one byte asked for, the total read from Content-Range),
     or None when the server does not say. ``HttpError`` when it cannot be asked."""
-    _, resp, conn = _request(url, {"Range": "bytes=0-0"}, timeout)
+    _, resp, conn = _request(url, {"Range": "bytes=0-0"}, timeout, watcher)
     try:
         _raise_for_status(url, resp.status)
         if resp.status == 206:
@@ -269,7 +284,7 @@ def remote_size(url: str, *, timeout: float = 60.0) -> int | None:
             return int(total) if total.isdigit() else None
         return _int(resp.getheader("Content-Length"))  # the whole file, unasked for: not read
     finally:
-        _finish(resp, conn)
+        _finish(resp, conn, watcher)
 
 
 def _chunks(url: str, resp: http.client.HTTPResponse, chunk_size: int) -> Iterator[bytes]:

@@ -351,6 +351,9 @@ def sync(
         spec, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
         source_mirrors(spec, sources_from)  # a --source NAME the spec lacks is an error before any work
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
+        if offline and found is not None and (unbuilt := found.unbuilt()):
+            raise LockError(f"{ws.relative(lock_path)}: --offline, but the lock records no build of "
+                            f"{', '.join(unbuilt)} (building needs the index); run `envlock sync {env}` online")
         if frozen and found is not None and (unbuilt := found.unbuilt()):
             # Before anything is built: a frozen sync could only refuse after the build.
             raise LockError(f"{ws.relative(lock_path)}: --frozen, but the lock records no build of "

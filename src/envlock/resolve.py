@@ -482,18 +482,18 @@ def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None
         size = held.stat().st_size
         if known.size is not None and size != known.size:
             raise wrong_size_in_store(known, held, size, then="lock again")
-        if _remote_size(url) in (None, size):
+        if _remote_size(url, stop) in (None, size):
             return Artifact(sha256=known.sha256, url=url, size=size), 0
-        break  # other bytes there now: hash them
+        # Not these bytes there now: the store's record may be of the newer ones, else hash them.
     got = fetch_unhashed(url, store, progress=inputs.progress, stop=stop)
     return Artifact(sha256=got.sha256, url=url, size=got.path.stat().st_size), got.downloaded
 
 
-def _remote_size(url: str) -> int | None:
+def _remote_size(url: str, stop: Stop | None) -> int | None:
     """The size of the file at ``url`` now; None when the server does not say or cannot be asked
     (the bytes in the store are then what the URL held when they were hashed)."""
     try:
-        return http.remote_size(url)
+        return http.remote_size(url, watcher=stop)
     except http.HttpError:
         return None
 

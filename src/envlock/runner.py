@@ -91,10 +91,10 @@ def _interrupt(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+            proc.communicate(timeout=10)  # read on: a child writing as it cleans up must not block
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):  # too slow, or a second Ctrl-C
             proc.kill()
-            proc.wait()
+            proc.communicate()
 
 
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,

@@ -186,7 +186,9 @@ def _discard(store: Store, key: str, venv: Path, digest: str) -> str:
 
     with store.locked(install.venv_lock(key)):
         found = stored_manifest(venv)
-        if found is None or found.digest != digest:
+        if found is None:
+            return "that venv was removed by another sync meanwhile"
+        if found.digest != digest:
             # Another sync removed it and built it anew meanwhile: that one is not ours to judge.
             return "that venv was rebuilt by another sync meanwhile and is left to it"
         users = generations.users(store, venv)
@@ -346,9 +348,10 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
         reference = stored if stored is not None and stored.digest == expected else None
     result = verify.check(venv, expected, reference, env=env, cache_dir=store.hash_cache)
     if lock is not None and not same_lock:
-        return replace(result, note=f"the current generation ({cur.number}) was built from another lock "
-                       f"(install digest {cur.install_digest}), so it was checked against its own digest; "
-                       f"`envlock sync {env}` makes the env this lock's")
+        return replace(result, other_lock=True,
+                       note=f"the current generation ({cur.number}) was built from another lock (install digest "
+                       f"{cur.install_digest}), so it was checked against its own digest; `envlock sync {env}` "
+                       "makes the env this lock's")
     if lock is not None and lock.venv_digest is not None and recorded is None:
         return replace(result, note=f"compared with this generation's own digest: the lock's was recorded "
                        f"with Python {lock.venv_python}, this venv has {venv_python(cur.venv)}")

@@ -89,10 +89,18 @@ class VerifyResult:
     actual: str
     difference: Difference | None  # None when no reference manifest is at hand
     note: str = ""
+    # The current generation was built from another lock (a rollback): checked against its
+    # own digest, and not ok, since the env is not the lock's.
+    other_lock: bool = False
+
+    @property
+    def intact(self) -> bool:
+        """The venv has the digest it was checked against."""
+        return self.expected == self.actual
 
     @property
     def ok(self) -> bool:
-        return self.expected == self.actual
+        return self.intact and not self.other_lock
 
     def to_dict(self) -> dict[str, Any]:
         diff = self.difference
@@ -100,6 +108,8 @@ class VerifyResult:
             "env": self.env,
             "path": self.path,
             "ok": self.ok,
+            "intact": self.intact,
+            "other_lock": self.other_lock,
             "expected": self.expected,
             "actual": self.actual,
             "added": list(diff.added) if diff else None,
