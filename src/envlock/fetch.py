@@ -254,11 +254,9 @@ def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str 
     entries are removed by hand, and the bytes may be the only copy of a nightly its index
     no longer lists, so what is reported is what to do.
     """
-    try:
-        with open(path, "rb") as fh:
-            actual = hashlib.file_digest(fh, "sha256").hexdigest()
-    except OSError as exc:
-        actual = f"unreadable: {exc.strerror}"
+    from envlock.quick import file_sha256
+
+    actual = file_sha256(str(path)) or "unreadable"
     if actual == artifact.sha256:
         return FetchError(
             f"{artifact.filename}: store file {path} has the locked sha256 but is {size} bytes, "

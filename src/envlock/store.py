@@ -233,13 +233,10 @@ class Store:
         return removed
 
     def remove_entry(self, kind: str, key: str) -> None:
-        """Delete an entry: rename it into ``tmp/`` first, so it vanishes in one step."""
+        """Delete an entry (if there) in one step, as ``remove_tree`` does."""
         final = self.path(kind, key)
-        if not final.exists() and not final.is_symlink():
-            return
-        doomed = self.tmp / _work_name(f"rm-{kind}")
-        os.rename(final, doomed)
-        _rmtree(doomed)
+        if final.exists() or final.is_symlink():
+            self.remove_tree(final)
 
 
 _WORK_NAME = re.compile(r"-p(\d+)-[0-9a-f]{8}$")
