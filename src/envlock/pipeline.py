@@ -323,7 +323,7 @@ def sync(
     inputs = None
     base_dir: Path | None = None
     hashed = 0  # bytes a relock downloaded
-    relocked_to: Path | None = None
+    relocked = False  # the lock file was written anew first
     if lock_ref is not None:
         if sources_from:
             raise UsageError(f"--source: `sync --lock {lock_ref}` neither locks nor builds, so it fetches no source")
@@ -365,9 +365,8 @@ def sync(
                 raise LockError(f"{ws.relative(lock_path)}: {why}; --offline cannot lock (that needs the indexes): "
                                 f"run `envlock lock {env}` where they are reachable"
                                 + ("" if check is None else ", or sync the lock as it is with --frozen --offline"))
-            relocked = lock_env(ws, env, sources_from=sources_from, spec=spec, progress=progress)
-            found, hashed = relocked.lock, relocked.downloaded
-            relocked_to = relocked.path if relocked.changed else None
+            locked = lock_env(ws, env, sources_from=sources_from, spec=spec, progress=progress)
+            found, hashed, relocked = locked.lock, locked.downloaded, locked.changed
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
         # Offline, nothing is built (a build resolves and installs its requirements from the
         # index): a locally built wheel then comes from the store, or is named missing by fetch.
@@ -380,7 +379,7 @@ def sync(
     # The whole sync: a relock and builds come before sync_lock's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started,
-                   relocked=relocked_to is not None)
+                   relocked=relocked)
 
 
 def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,

@@ -223,6 +223,10 @@ def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str,
 
 def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
     """Resolve the spec with uv; check index pins, hashes and same-version sets."""
+    if inputs.store is None:  # opened once here, not by every stage that needs it
+        from dataclasses import replace
+
+        inputs = replace(inputs, store=_store(inputs))
     with Listings() as listings:
         # Pages the checks need are fetched while uv works.
         for pkg in spec.packages.values():
@@ -255,14 +259,13 @@ def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) 
 
     unhashed = sorted((name, f) for name, f in pinned.items() if f.sha256 is None)
     calls = [lambda stop, f=f: _unlisted_artifact(f.url, inputs, stop) for _, f in unhashed]
-    results = parallel(calls, jobs=4) if calls else []
-    failed = [(name, f, got) for (name, f), got in zip(unhashed, results, strict=True) if isinstance(got, FetchError)]
+    results = dict(zip([name for name, _ in unhashed], parallel(calls, jobs=4) if calls else [], strict=True))
+    failed = [f"{name} {pinned[name].version}: cannot hash {pinned[name].url}: {got.message}"
+              for name, got in results.items() if isinstance(got, FetchError)]
     if failed:
-        name, f, exc = failed[0]
-        raise ResolveError(f"{name} {f.version}: cannot hash {f.url}: {exc.message}",
-                           details=[f"{n} {g.version}: {e.message}" for n, g, e in failed[1:]])
-    stored = {name: got[0] for (name, _), got in zip(unhashed, results, strict=True) if not isinstance(got, FetchError)}
-    return stored, sum(got[1] for got in results if not isinstance(got, FetchError))
+        raise ResolveError(failed[0], details=failed[1:])
+    done = {name: got for name, got in results.items() if not isinstance(got, FetchError)}
+    return {name: artifact for name, (artifact, _) in done.items()}, sum(n for _, n in done.values())
 
 
 def _store(inputs: ResolveInputs) -> Store:
@@ -476,9 +479,8 @@ def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None
 
     store = _store(inputs)
     for known in (inputs.hashed.get(url), hashed_before(url, store)):
-        held = store_file(store, known) if known is not None else None
-        if known is None or held is None or not held.is_file():
-            continue
+        if known is None or not (held := store_file(store, known)).is_file():
+            continue  # nothing known, or bytes the store no longer holds
         size = held.stat().st_size
         if known.size is not None and size != known.size:
             raise wrong_size_in_store(known, held, size, then="lock again")
