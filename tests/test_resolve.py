@@ -155,23 +155,25 @@ def test_same_version_set_is_enforced(ws, universe: Universe) -> None:  # type: 
                 'flashinfer-jit-cache = { version = "==0.6.4+cu130", index = "flashinfer" }')
     extra = ('[resolution]\nexclude = ["sgl-fa4"]\n'
              'same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"]]')
-    ws.write_spec("e", spec_text(universe, packages, extra))
-    with pytest.raises(ResolveError) as info:
-        lock_env(Workspace(ws.root), "e")
-    assert info.value.details == (
+    assert _refused(ws, universe, packages, extra).details == (
         "resolution.same-version[0]: public versions differ: flashinfer-python 0.6.5, flashinfer-cubin 0.6.5, "
         "flashinfer-jit-cache 0.6.4+cu130",
     )
+
+
+def _refused(ws, universe: Universe, packages: str, extra: str) -> ResolveError:  # type: ignore[no-untyped-def]
+    """The ResolveError locking env "e" of ``packages`` and ``extra`` raises."""
+    ws.write_spec("e", spec_text(universe, packages, extra))
+    with pytest.raises(ResolveError) as info:
+        lock_env(Workspace(ws.root), "e")
+    return info.value
 
 
 def test_same_version_name_missing_from_the_lock_is_an_error(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     # A misspelt name used to drop out of the comparison, so the check held vacuously.
     packages = 'flashinfer-python = "==0.6.5"\nflashinfer-cubin = "==0.6.5"'
     extra = '[resolution]\nexclude = ["sgl-fa4"]\nsame-version = [["flashinfer-python", "flashinfer-cubn"]]'
-    ws.write_spec("e", spec_text(universe, packages, extra))
-    with pytest.raises(ResolveError) as info:
-        lock_env(Workspace(ws.root), "e")
-    assert info.value.details == (
+    assert _refused(ws, universe, packages, extra).details == (
         "resolution.same-version[0]: 'flashinfer-cubn' is not in the resolved lock (did you mean "
         "'flashinfer-cubin'?); expected names of packages the env resolves to",
     )

@@ -266,7 +266,7 @@ def open_stream(
         _raise_for_status(url, resp.status)
         body_start = 0
         if resp.status == 206:
-            body_start = _content_range(url, resp.getheader("Content-Range", ""))
+            body_start = _content_range(url, resp.getheader("Content-Range", ""))[0]
         length = _int(resp.getheader("Content-Length"))
         yield Body(body_start, _chunks(url, resp, chunk_size), None if length is None else body_start + length)
     finally:
@@ -280,8 +280,7 @@ def remote_size(url: str, *, timeout: float = 60.0, watcher: Watcher | None = No
     try:
         _raise_for_status(url, resp.status)
         if resp.status == 206:
-            total = resp.getheader("Content-Range", "").rpartition("/")[2]
-            return int(total) if total.isdigit() else None
+            return _content_range(url, resp.getheader("Content-Range", ""))[1]
         return _int(resp.getheader("Content-Length"))  # the whole file, unasked for: not read
     finally:
         _finish(resp, conn, watcher)
@@ -310,13 +309,15 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _content_range(url: str, value: str) -> int:
-    """The first byte's offset in "bytes START-END/TOTAL" (RFC 9110 14.4)."""
+def _content_range(url: str, value: str) -> tuple[int, int | None]:
+    """The first byte's offset and the whole file's size (None for "*") in "bytes START-END/TOTAL"
+    (RFC 9110 14.4)."""
     try:
         unit, _, rest = value.partition(" ")
         first = int(rest.split("-", 1)[0])
+        total = rest.rpartition("/")[2]
         if unit != "bytes":
             raise ValueError(unit)
     except ValueError:
         raise HttpError(url, f"HTTP 206 with unreadable Content-Range {value!r}", retryable=True) from None
-    return first
+    return first, int(total) if total.isdigit() else None
