@@ -43,6 +43,11 @@ def _write(lock: Lock, path: Path) -> Path:
     return path
 
 
+def _home_with_lock(tmp_path: Path, lock: Lock) -> tuple[Store, Path]:
+    """A fresh store, and ``lock`` written as the workspace's lock of env "demo"."""
+    return Store.open(tmp_path / "home"), _write(lock, tmp_path / "ws" / "locks" / "pylock.demo.toml")
+
+
 def _python(store: Store, env: str, code: str) -> str:
     py = generations.stable_path(store, env) / "bin" / "python"
     return subprocess.run([py, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
@@ -52,8 +57,7 @@ def test_sync_records_digest_then_noop_then_new_generation_and_rollback(
     locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
 ) -> None:
     server, v1, v2 = locks
-    store = Store.open(tmp_path / "home")
-    lock_path = _write(v1, tmp_path / "ws" / "locks" / "pylock.demo.toml")
+    store, lock_path = _home_with_lock(tmp_path, v1)
 
     first = sync_lock(store, "demo", v1, lock_path=lock_path)
     assert (first.generation, first.noop, first.built, first.recorded) == (1, False, True, True)
@@ -236,8 +240,7 @@ def test_an_edit_that_reached_uv_cache_is_repaired_by_a_rebuild_without_it(locks
 def test_verify_after_a_rollback_checks_the_generation_against_its_own_digest(
         locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
     _, v1, v2 = locks
-    store = Store.open(tmp_path / "home")
-    lock_path = _write(v1, tmp_path / "ws" / "locks" / "pylock.demo.toml")
+    store, lock_path = _home_with_lock(tmp_path, v1)
     sync_lock(store, "demo", v1, lock_path=lock_path)
     _write(v2, lock_path)
     sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)  # records v2's digest
@@ -316,8 +319,7 @@ def test_a_noop_sync_trusts_the_current_venv_verify_reads_it_and_removing_it_rep
 ) -> None:
     # What docs/reproducibility.md tells a user whose `envlock verify` failed.
     _, v1, _ = locks
-    store = Store.open(tmp_path / "home")
-    lock_path = _write(v1, tmp_path / "ws" / "locks" / "pylock.demo.toml")
+    store, lock_path = _home_with_lock(tmp_path, v1)
     first = sync_lock(store, "demo", v1, lock_path=lock_path)
     (first.path / "lib" / "python3.11" / "site-packages" / "stray.py").write_text("")  # pip install, say
     assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop  # not re-read
@@ -421,8 +423,7 @@ def test_noop_stamp_vouches_only_for_unchanged_lock_spec_and_patch_bytes(
     locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
 ) -> None:
     _server, v1, v2 = locks
-    store = Store.open(tmp_path / "home")
-    lock_path = _write(v1, tmp_path / "ws" / "locks" / "pylock.demo.toml")
+    store, lock_path = _home_with_lock(tmp_path, v1)
     spec = tmp_path / "ws" / "envs" / "demo.toml"
     patch = tmp_path / "ws" / "patches" / "src" / "0001-fix.patch"
     for path, text in ((spec, "[env]\n"), (patch, "--- a\n+++ b\n")):
