@@ -36,28 +36,26 @@ def _venv(root: Path) -> Path:
 
 def test_unchanged_file_is_answered_from_the_cache(tmp_path: Path) -> None:
     f = _file(tmp_path / "f", b"hello\n", links=tmp_path / "links")
-    first = HashCache.open(tmp_path / "cache", "/opt/py/bin")
+    first = HashCache.open(tmp_path / "cache")
     assert first.get(os.lstat(f)) is None
     first.put(os.lstat(f), "digest-of-hello")
     first.save()
-    again = HashCache.open(tmp_path / "cache", "/opt/py/bin")
+    again = HashCache.open(tmp_path / "cache")
     assert again.get(os.lstat(f)) == "digest-of-hello"
-    # Another base interpreter has its own cache.
-    assert HashCache.open(tmp_path / "cache", "/usr/bin").get(os.lstat(f)) is None
 
 
 def test_a_rewritten_file_misses_even_at_the_same_size(tmp_path: Path) -> None:
     f = _file(tmp_path / "f", b"hello\n", links=tmp_path / "links")
-    cache = HashCache.open(tmp_path / "cache", None)
+    cache = HashCache.open(tmp_path / "cache")
     cache.put(os.lstat(f), "old")
     cache.save()
     with open(f, "r+b") as fh:  # same inode, same size, new bytes
         fh.write(b"HELLO\n")
-    assert HashCache.open(tmp_path / "cache", None).get(os.lstat(f)) is None
+    assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) is None
 
 
 def test_files_changed_since_the_walk_began_are_not_kept(tmp_path: Path) -> None:
-    cache = HashCache.open(tmp_path / "cache", None)
+    cache = HashCache.open(tmp_path / "cache")
     fresh = _file(tmp_path / "fresh", b"written during the walk\n", old=False, links=tmp_path / "links")
     # The edge: a file stamped in the very tick the walk began, so a later write in that
     # tick would keep its mtime.
@@ -70,7 +68,7 @@ def test_files_changed_since_the_walk_began_are_not_kept(tmp_path: Path) -> None
     now = _file(tmp_path / "now", b"written now\n", old=False, links=tmp_path / "links")
     cache.put(os.lstat(now), "racy too")
     cache.save()
-    again = HashCache.open(tmp_path / "cache", None)
+    again = HashCache.open(tmp_path / "cache")
     assert again.get(os.lstat(fresh)) is None
     assert again.get(os.lstat(older)) == "kept"
     assert again.get(os.lstat(now)) is None
@@ -78,12 +76,12 @@ def test_files_changed_since_the_walk_began_are_not_kept(tmp_path: Path) -> None
 
 def test_unreadable_cache_is_an_empty_one(tmp_path: Path) -> None:
     f = _file(tmp_path / "f", b"x", links=tmp_path / "links")
-    cache = HashCache.open(tmp_path / "cache", None)
+    cache = HashCache.open(tmp_path / "cache")
     cache.put(os.lstat(f), "d")
     cache.save()
     (only,) = (tmp_path / "cache").glob("*.marshal")
     only.write_bytes(b"\x00garbage")
-    assert HashCache.open(tmp_path / "cache", None).get(os.lstat(f)) is None
+    assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) is None
 
 
 def test_walk_with_the_cache_gives_the_same_manifest(tmp_path: Path) -> None:
@@ -93,7 +91,7 @@ def test_walk_with_the_cache_gives_the_same_manifest(tmp_path: Path) -> None:
     warm = verify.manifest(venv, cache_dir=tmp_path / "cache")
     assert plain == cold == warm
     # The file holding the venv's own path is normalized, so its raw hash is never kept.
-    kept = HashCache.open(tmp_path / "cache", verify.python_home(venv))
+    kept = HashCache.open(tmp_path / "cache")
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "a.py")) is not None
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "big.so")) is not None
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "self.txt")) is None
@@ -116,8 +114,7 @@ def test_a_changed_file_changes_the_digest_with_a_warm_cache(tmp_path: Path) -> 
 def test_verify_reads_every_byte_but_refreshes_the_cache(tmp_path: Path) -> None:
     venv = _venv(tmp_path / "v")
     other = _file(tmp_path / "other" / "kept.py", b"kept\n", links=tmp_path / "links")
-    home = verify.python_home(venv)
-    seeded = HashCache.open(tmp_path / "cache", home)
+    seeded = HashCache.open(tmp_path / "cache")
     seeded.put(os.lstat(other), "entry of another venv")
     # A poisoned entry for a.py: a walk that trusts the cache would take it.
     seeded.put(os.lstat(venv / "lib" / "pkg" / "a.py"), "0" * 64)
@@ -127,7 +124,7 @@ def test_verify_reads_every_byte_but_refreshes_the_cache(tmp_path: Path) -> None
     result = verify.check(venv, trusted.digest, trusted, cache_dir=tmp_path / "cache")
     assert not result.ok and result.difference is not None
     assert result.difference.changed == ("lib/pkg/a.py",)
-    refreshed = HashCache.open(tmp_path / "cache", home)
+    refreshed = HashCache.open(tmp_path / "cache")
     assert refreshed.get(os.lstat(venv / "lib" / "pkg" / "a.py")) == hashlib.sha256(b"A = 1\n").hexdigest()
     assert refreshed.get(os.lstat(other)) == "entry of another venv"
 
@@ -136,11 +133,11 @@ def test_save_keeps_the_most_recent_unused_entries_up_to_the_limit(tmp_path: Pat
     monkeypatch.setattr("envlock.hashcache.KEEP_UNUSED", 2)
     files = [_file(tmp_path / f"f{i}", f"{i}\n".encode(), links=tmp_path / "links") for i in range(5)]
     for f in files[:4]:  # saved one walk at a time: f0 is the least recently used
-        cache = HashCache.open(tmp_path / "cache", None)
+        cache = HashCache.open(tmp_path / "cache")
         cache.put(os.lstat(f), f"digest-{f.name}")
         cache.save()
-    cache = HashCache.open(tmp_path / "cache", None)
+    cache = HashCache.open(tmp_path / "cache")
     cache.put(os.lstat(files[4]), "digest-f4")
     cache.save()
-    kept = HashCache.open(tmp_path / "cache", None)
+    kept = HashCache.open(tmp_path / "cache")
     assert [kept.get(os.lstat(f)) for f in files] == [None, None, "digest-f2", "digest-f3", "digest-f4"]

@@ -136,3 +136,41 @@ def test_manifest_round_trips_json(tmp_path: Path) -> None:
     assert verify.Manifest.from_json(m.to_json()) == m
     assert verify.digest_of(m.entries) == m.digest
 
+
+
+def test_a_wheel_file_naming_the_interpreter_folder_hashes_alike_for_any_interpreter(tmp_path: Path) -> None:
+    # A Debian python has home = /usr/bin: a shebang in a wheel's file must not be rewritten
+    # for it, or one lock gives two digests on two machines.
+    script = "#!/usr/bin/env python3\nimport subprocess\nsubprocess.run(['/usr/bin/git'])\n"
+    digests = []
+    for home in ("/usr/bin", "/opt/python3.11/bin"):
+        venv = _fake_venv(tmp_path / home.strip("/").replace("/", "-"), home=home)
+        (venv / "lib" / "site-packages" / "pkg" / "cli.py").write_text(script)
+        m = verify.manifest(venv)
+        assert m.entries["lib/site-packages/pkg/cli.py"] == "f - " + hashlib.sha256(script.encode()).hexdigest()
+        assert m.entries["bin/python"] == "l ${PYTHON_HOME}/python3.11"
+        cfg = b"home = ${PYTHON_HOME}\nversion_info = 3.11.7\n"
+        assert m.entries["pyvenv.cfg"] == "f - " + hashlib.sha256(cfg).hexdigest()
+        digests.append(m.digest)
+    assert digests[0] == digests[1]
+
+
+def test_the_interpreter_folder_is_normalized_as_a_whole_path_only(tmp_path: Path) -> None:
+    venv = _fake_venv(tmp_path / "v", home="/usr/bin")
+    os.symlink("/usr/bin2/tool", venv / "bin" / "other")
+    os.symlink("/usr/bin", venv / "bin" / "home")
+    m = verify.manifest(venv)
+    assert m.entries["bin/other"] == "l /usr/bin2/tool"
+    assert m.entries["bin/home"] == "l ${PYTHON_HOME}"
+
+
+def test_a_newline_in_a_name_or_link_target_cannot_make_two_trees_one_digest() -> None:
+    file = "f - " + hashlib.sha256(b"").hexdigest()
+    # One tree's lines would spell the other's: the target's newline moved into the next name.
+    a = {"a": "l p\nq", "r": file}
+    b = {"a": "l p", "q\nr": file}
+    assert verify.digest_of(a) != verify.digest_of(b)
+    # Trees without such names keep the digest of the plain line format.
+    plain = {"a": "l p", "r": file}
+    text = "".join(f"{name}\0{plain[name]}\n" for name in sorted(plain))
+    assert verify.digest_of(plain) == "sha256:" + hashlib.sha256(text.encode()).hexdigest()

@@ -22,10 +22,11 @@ it only refreshes it.
 Kept are only files with more than one link (the uv cache's: a file uv wrote for
 one venv, like ``RECORD``, is never shared by a later one) whose bytes held none of
 the walk's normalization strings, so the cached hash is both the raw and the
-normalized one. The cache is kept per base interpreter folder (``${PYTHON_HOME}``
-is one of those strings). The other, the venv's own path ``…/venvs/<install
-digest>``, cannot occur in a wheel's file: that digest hashes the lock that names
-the wheel's own sha256.
+normalized one. The walk searches a file's bytes for one string only, the venv's
+own path ``…/venvs/<install digest>``, which cannot occur in a wheel's file: that
+digest hashes the lock that names the wheel's own sha256. (The interpreter's folder
+is normalized in ``pyvenv.cfg`` and symlinks, which are never cached.) So one cache
+serves every interpreter.
 
 The cache is an optimization only: a missing, unreadable or foreign file is an empty
 cache, and concurrent writers may lose each other's new entries (the next walk
@@ -35,7 +36,6 @@ re-hashes them), never corrupt them (the file is replaced atomically).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import marshal
 import os
 from pathlib import Path
@@ -63,13 +63,12 @@ class HashCache:
         self._changed = False
 
     @classmethod
-    def open(cls, folder: Path, python_home: str | None, *, reuse: bool = True) -> HashCache:
-        """Load the cache for ``python_home`` from ``folder`` and take the racy-clean horizon now.
+    def open(cls, folder: Path, *, reuse: bool = True) -> HashCache:
+        """Load the cache from ``folder`` and take the racy-clean horizon now.
 
         ``reuse=False`` (``verify``): never answer from the cache, only record.
         """
-        scope = hashlib.sha256((python_home or "").encode("utf-8", "surrogateescape")).hexdigest()[:16]
-        path = folder / f"{scope}.marshal"
+        path = folder / "inodes.marshal"
         entries: dict[Key, Value] = {}
         try:  # loaded also when not answered from: saving keeps the other venvs' entries
             data = marshal.loads(path.read_bytes())

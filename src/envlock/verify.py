@@ -5,9 +5,12 @@ Each entry of the walk is one line, ``<relative path>\\0<descriptor>``, in sorte
 
 * ``d`` a directory; ``l <target>`` a symlink; ``f <x|-> <sha256>`` a file with its
   exec bit and the sha256 of its bytes; ``o`` anything else.
-* Before hashing, the venv's own absolute prefix is replaced by ``${VENV}`` and the
-  base interpreter's folder (``home`` in ``pyvenv.cfg``) by ``${PYTHON_HOME}``, in
-  file bytes and symlink targets, so one lock gives one digest wherever it lives.
+* Before hashing, the venv's own absolute prefix is replaced by ``${VENV}`` (in file
+  bytes and symlink targets), and the base interpreter's folder (``home`` in
+  ``pyvenv.cfg``) by ``${PYTHON_HOME}`` where uv writes it: in the top-level
+  ``pyvenv.cfg`` and in symlink targets, as a whole path only. So one lock gives one
+  digest wherever it lives, and a wheel's file that merely mentions, say, ``/usr/bin``
+  hashes the same whichever interpreter the venv was made with.
 * Left out: ``__pycache__`` folders (Python writes them on import), and top-level
   names starting with ``.envlock`` (envlock's own bookkeeping).
 
@@ -141,8 +144,11 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     """
     root = venv.absolute()
     home = python_home(root)
-    needles = _needles(prefix.absolute() if prefix else root, home)
-    cache = HashCache.open(cache_dir, home, reuse=reuse) if cache_dir is not None else None
+    # Files are searched for the venv's own path only: the interpreter's folder can be
+    # as common a string as /usr/bin, which a wheel's file may well hold.
+    needles = _needles(prefix.absolute() if prefix else root, None)
+    where_uv_writes = _needles(prefix.absolute() if prefix else root, home)
+    cache = HashCache.open(cache_dir, reuse=reuse) if cache_dir is not None else None
     threads = jobs or os.cpu_count() or 1
     get = cache.get if cache is not None else (lambda st: None)
     regular = stat.S_ISREG
@@ -176,6 +182,9 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
                             if seal and st.st_mode & _WRITABLE:
                                 # chmod moves the ctime only: the hash cache's key still holds.
                                 os.chmod(name, stat.S_IMODE(st.st_mode) & ~_WRITABLE, dir_fd=fd)
+                            if rel == "pyvenv.cfg":  # the one file uv writes the interpreter's folder into
+                                entries[rel] = f"f {exe} {_hash_pyvenv_cfg(f'{abs_dir}/{name}', where_uv_writes)}"
+                                continue
                             known = get(st)
                             if known is not None:
                                 entries[rel] = f"f {exe} {known}"
@@ -193,7 +202,7 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
                             entries[rel] = "d"
                             stack.append((rel, f"{abs_dir}/{name}"))
                         elif entry.is_symlink():
-                            target = _normalize(os.fsencode(os.readlink(name, dir_fd=fd)), needles)
+                            target = _normalize_paths(os.fsencode(os.readlink(name, dir_fd=fd)), where_uv_writes)
                             entries[rel] = "l " + os.fsdecode(target)
                         else:
                             entries[rel] = "o"
@@ -227,7 +236,23 @@ def digest_of(entries: Mapping[str, str]) -> str:
     else:
         names.sort(key=os.fsencode)
     text = "".join(f"{name}\0{entries[name]}\n" for name in names)
+    if text.count("\n") != len(names):  # a name or a symlink target holds a newline (never in uv's venvs)
+        text = "".join(_line(name, entries[name]) for name in names)
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _line(name: str, descriptor: str) -> str:
+    """One entry's line: ``name\\0descriptor\\n``, or, when either holds a newline, both length-prefixed.
+
+    A name holds no NUL, so a line is read up to its NUL and then its newline, unless
+    a newline sits inside the name or a symlink target: then one tree's lines could
+    spell another's (a target's newline moved into the next name). Such an entry is
+    written ``\\0<len>:<name>\\0<len>:<descriptor>\\n``; no name starts with NUL, so
+    the two forms cannot be confused, and every other venv keeps its digest.
+    """
+    if "\n" in name or "\n" in descriptor:
+        return f"\0{len(name)}:{name}\0{len(descriptor)}:{descriptor}\n"
+    return f"{name}\0{descriptor}\n"
 
 
 def compare(expected: Mapping[str, str], actual: Mapping[str, str]) -> Difference:
@@ -273,6 +298,23 @@ def _normalize(data: bytes, needles: Iterable[tuple[bytes, bytes]]) -> bytes:
         if needle in data:
             data = data.replace(needle, placeholder)
     return data
+
+
+def _normalize_paths(data: bytes, needles: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """``data`` with each needle replaced where it is a whole path: followed by ``/``, white space or the end."""
+    import re
+
+    for needle, placeholder in needles:
+        if needle in data:
+            # The placeholders hold no backslash, so they are literal replacement templates.
+            data = re.sub(re.escape(needle) + rb"(?=/|\s|$)", placeholder, data)
+    return data
+
+
+def _hash_pyvenv_cfg(path: str, needles: Iterable[tuple[bytes, bytes]]) -> str:
+    """sha256 of the venv's ``pyvenv.cfg`` with its paths normalized (``home = ${PYTHON_HOME}``)."""
+    with open(path, "rb") as fh:
+        return hashlib.sha256(_normalize_paths(fh.read(), needles)).hexdigest()
 
 
 def _hash_small(path: str, size: int, needles: list[tuple[bytes, bytes]]) -> Hashed:
