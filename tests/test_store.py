@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -123,6 +124,30 @@ def test_slot_entries_reuse_one_path_and_leftovers_of_dead_holders_are_cleared(t
     (store.tmp / "venv-slot0" / "bin").mkdir(parents=True)
     assert store.clean_tmp() == [store.tmp / "venv-slot0"]
     assert list(store.tmp.iterdir()) == []
+
+
+def test_a_slot_taken_while_clean_tmp_removes_its_leftover_is_never_removed(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from envlock import store as store_module
+
+    store = Store.open(tmp_path / "home")
+    leftover = store.tmp / "venv-slot0"
+    (leftover / "bin").mkdir(parents=True)  # a killed sync's
+    taken: list[Path] = []
+    real_rmtree = store_module._rmtree
+
+    def another_sync_starts(path: Path) -> None:
+        # Another process takes a venv slot just as the cleaner removes the leftover.
+        if path == leftover and not taken:
+            taken.append(Path())
+            slot = stack.enter_context(store.new_entry("venvs", "sha256:dd", slot="venv"))
+            (slot / "building").write_text("uv is installing here")
+            taken[0] = slot
+        real_rmtree(path)
+
+    monkeypatch.setattr(store_module, "_rmtree", another_sync_starts)
+    with contextlib.ExitStack() as stack:
+        assert store.clean_tmp() == [leftover]
+        assert (taken[0] / "building").read_text() == "uv is installing here"
 
 
 def test_unresumable_partial_downloads_no_one_holds_are_cleared(tmp_path: Path) -> None:

@@ -159,23 +159,29 @@ class Store:
         finally:
             os.close(fd)
 
-    def _unused_slot(self, entry: Path) -> bool:
-        """Whether ``entry`` is a slot directory no live process holds."""
+    @contextlib.contextmanager
+    def _unheld_slot(self, entry: Path) -> Iterator[bool]:
+        """Whether ``entry`` is a slot directory no live process holds; if so, held for the block.
+
+        Held, not just tested: between a test and the removal, another process could
+        take the slot and start building in it.
+        """
         label, sep, number = entry.name.rpartition("-slot")
         if not sep or not number.isdigit():
-            return False
-        lock = self.root / "locks" / f"slot-{label}-{number}.lock"
+            yield False
+            return
+        (self.root / "locks").mkdir(exist_ok=True)
+        fd = os.open(self.root / "locks" / f"slot-{label}-{number}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fd = os.open(lock, os.O_RDWR)
-        except OSError:
-            return True  # never locked: not a live slot
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                held = False
+            else:
+                held = True
+            yield held
         finally:
             os.close(fd)
-        return True
 
     def temp_dir(self, label: str) -> Path:
         """A fresh scratch directory under ``tmp/`` (the caller removes it)."""
@@ -210,9 +216,13 @@ class Store:
         removed: list[Path] = []
         for entry in self.tmp.iterdir():
             m = _WORK_NAME.search(entry.name)
-            if m is None and not self._unused_slot(entry):
+            if m is None:
+                with self._unheld_slot(entry) as unheld:
+                    if unheld:
+                        _rmtree(entry)
+                        removed.append(entry)
                 continue
-            if m is not None and _alive(int(m.group(1))):
+            if _alive(int(m.group(1))):
                 continue
             _rmtree(entry)
             removed.append(entry)
