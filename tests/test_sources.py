@@ -132,6 +132,18 @@ def test_tree_digest_covers_paths_bytes_and_exec_bit(tmp_path: Path) -> None:
     assert sources.tree_digest(tree) == base
 
 
+def test_tree_digest_takes_names_that_are_not_utf8(tmp_path: Path) -> None:
+    tree = tmp_path / "t"
+    write(tree, {"a.txt": "a\n"})
+    base = sources.tree_digest(tree)
+    latin1 = os.fsdecode(b"caf\xe9.txt")  # a name written on a latin-1 system
+    (tree / latin1).write_text("x\n")
+    os.symlink(os.fsdecode(b"caf\xe9.txt"), tree / "link")
+    with_it = sources.tree_digest(tree)
+    assert with_it != base
+    assert sources.tree_digest(tree) == with_it
+
+
 def test_path_source_is_snapshotted_by_digest(tmp_path: Path, store: Store) -> None:
     root = tmp_path / "ws"
     write(root, {"examples/k/pyproject.toml": "[project]\nname='k'\n", "examples/k/k.c": "int x;\n"})

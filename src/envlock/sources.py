@@ -136,13 +136,13 @@ def tree_digest(root: Path) -> str:
     for rel, path in walk_tree(root):
         st = path.lstat()
         if stat.S_ISLNK(st.st_mode):
-            kind, data = b"l", os.readlink(path).encode()
+            kind, data = b"l", os.fsencode(os.readlink(path))
         elif stat.S_ISREG(st.st_mode):
             kind = b"x" if st.st_mode & 0o100 else b"f"
             data = path.read_bytes()
         else:
             raise SourceError(f"{path}: not a regular file, directory or symlink")
-        name = rel.encode()
+        name = os.fsencode(rel)  # raw bytes: a name need not be UTF-8
         h.update(kind + len(name).to_bytes(4, "big") + name + len(data).to_bytes(8, "big") + data)
     return "sha256:" + h.hexdigest()
 
