@@ -210,6 +210,29 @@ def test_a_disk_error_is_one_line_naming_the_file_and_leaves_no_temp_file(ws, cl
                                            "message": f"{target}: Is a directory (rerun with --debug for where)"}}
 
 
+def test_a_lock_written_by_another_envlock_during_resolution_is_kept(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from envlock import resolve
+
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    lock_file = ws.root / "locks" / "pylock.e.toml"
+    real_resolve = resolve.resolve
+
+    def another_lock_meanwhile(*args, **kwargs):  # type: ignore[no-untyped-def]
+        result = real_resolve(*args, **kwargs)
+        lock_file.write_text("# another envlock's lock\n")
+        return result
+
+    monkeypatch.setattr(resolve, "resolve", another_lock_meanwhile)
+    r = cli("lock", "e")
+    assert (r.code, r.err) == (1, "envlock: error: locks/pylock.e.toml: changed by another envlock while this one "
+                                  "resolved; nothing written. Run `envlock lock e` again\n")
+    assert lock_file.read_text() == "# another envlock's lock\n"
+    monkeypatch.setattr(resolve, "resolve", real_resolve)
+    assert cli("lock", "e").code == 0
+    assert lock_file.read_text().startswith("lock-version")
+
+
 def test_json_errors_are_a_document_on_stdout_too(ws, cli, capsys) -> None:  # type: ignore[no-untyped-def]
     r = cli("lock", "nosuch", "--json")
     assert r.code == 2 and r.err.startswith("envlock: error: ")

@@ -204,3 +204,16 @@ def test_a_failed_atomic_write_names_the_file_and_leaves_no_temp_file(tmp_path: 
         write_atomic(target, b"lock text")
     assert (info.value.errno, info.value.filename) == (errno.EROFS, str(target))
     assert list(target.parent.iterdir()) == []
+
+
+def test_replace_if_unchanged_writes_only_over_the_bytes_it_was_given(tmp_path: Path) -> None:
+    from envlock.store import replace_if_unchanged
+
+    lock = tmp_path / "locks" / "pylock.e.toml"
+    assert replace_if_unchanged(lock, None, b"first\n")  # no file yet, as expected
+    assert not replace_if_unchanged(lock, None, b"second\n")  # someone made it meanwhile
+    assert not replace_if_unchanged(lock, b"stale\n", b"second\n")
+    assert lock.read_bytes() == b"first\n"
+    assert replace_if_unchanged(lock, b"first\n", b"second\n")
+    assert lock.read_bytes() == b"second\n"
+    assert sorted(p.name for p in lock.parent.iterdir()) == ["pylock.e.toml"]  # no temp file left

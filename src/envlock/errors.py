@@ -64,6 +64,13 @@ class LockError(EnvlockError):
     exit_code = 2
 
 
+class LockChangedError(LockError):
+    """Another envlock wrote the lock file while this one worked from its earlier bytes: nothing
+    was written, and running again works from the new ones (not bad input, so exit 1)."""
+
+    exit_code = 1
+
+
 class ResolveError(EnvlockError):
     """Resolution failed: a nightly date not listed, uv found no solution, a set is inconsistent."""
 

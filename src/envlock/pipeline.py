@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock.errors import BuildError, LockError, PatchError, SourceError, UsageError
+from envlock.errors import BuildError, LockChangedError, LockError, PatchError, SourceError, UsageError
 from envlock.lockfile import Lock, read_lock
-from envlock.store import write_atomic
+from envlock.store import replace_if_unchanged
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def lock_env(
     all_mirrors = {**mirrors_from_env(spec), **(mirrors or {})}
     urls = resolve.index_urls(spec, all_mirrors)
     path = ws.lock_path(env)
-    old_text = _read_text_optional(path)
+    old_bytes, old_text = _read_lock_file(path)
     old = _lock_optional(old_text, path)
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
     store = Store.open()
@@ -150,8 +150,9 @@ def lock_env(
     # packaging.pylock); re-validating here would cost ~90 ms of import and parse per lock.
     text = lock.to_toml()
     changed = old_text != text
-    if changed:
-        write_atomic(path, text.encode())
+    if changed and not replace_if_unchanged(path, old_bytes, text.encode()):
+        raise LockChangedError(f"{ws.relative(path)}: changed by another envlock while this one resolved; "
+                               f"nothing written. Run `envlock lock {env}` again")
     return LockResult(
         env=env,
         path=path,
@@ -165,14 +166,23 @@ def lock_env(
 
 
 def _read_optional(path: Path) -> Lock | None:
-    return _lock_optional(_read_text_optional(path), path)
+    return _lock_optional(_read_lock_file(path)[1], path)
 
 
-def _read_text_optional(path: Path) -> str | None:
+def _read_lock_file(path: Path) -> tuple[bytes | None, str | None]:
+    """A lock file's bytes (None if missing or unreadable) and their text (None if not UTF-8).
+
+    The text is the bytes decoded as they are (no newline translation), so it encodes
+    back to exactly the bytes a later ``replace_if_unchanged`` compares with.
+    """
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
+        data = path.read_bytes()
+    except OSError:
+        return None, None
+    try:
+        return data, data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data, None
 
 
 def _lock_optional(text: str | None, path: Path) -> Lock | None:
@@ -578,7 +588,7 @@ def build_env(
 
     spec = spec or load_env_spec(ws, env, check_paths=not overrides)
     lock_path = ws.lock_path(env)
-    lock_text = _read_text_optional(lock_path)
+    lock_bytes, lock_text = _read_lock_file(lock_path)
     if lock_text is None:
         raise LockError(f"{lock_path}: no lock file; create it with `envlock lock {env}` before building")
     lock = Lock.from_toml(lock_text, lock_path)
@@ -629,8 +639,10 @@ def build_env(
     # PEP 751 validity comes from the writer, as in lock_env (tests load every shape it writes).
     text = new.to_toml()
     changed = text != lock_text
-    if changed and not frozen and not overridden:
-        write_atomic(lock_path, text.encode())
+    if changed and not frozen and not overridden and not replace_if_unchanged(lock_path, lock_bytes, text.encode()):
+        raise LockChangedError(f"{ws.relative(lock_path)}: changed by another envlock while this build ran; "
+                               f"the lock was not written. The wheels just built are in the store: "
+                               f"`envlock build {env}` again records them without building")
     if overridden:
         notices += ("the lock was not updated: an overridden source is not a pin",)
     return BuildReport(env, lock_path, tuple(built), tuple(checks), notices,

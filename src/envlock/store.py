@@ -311,3 +311,30 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Write ``path`` via a temp file in the same directory and ``os.replace``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_atomic(path, data)
+
+
+def replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> bool:
+    """Write ``data`` to ``path`` (as ``write_atomic``) only if its bytes are still ``expected``
+    (None: no file); False, writing nothing, if another writer changed it since.
+
+    For read-modify-write of a workspace file (a lock) that takes long (a resolution, an
+    hour-long build): without the comparison, a lock written meanwhile by another envlock
+    would silently be undone. Writers of one folder serialize on a flock of it, so the
+    comparison and the write are one step; where the file system has no flock for a
+    folder (NFS), the comparison still narrows the race to that step.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(folder, fcntl.LOCK_EX)
+        try:
+            current: bytes | None = path.read_bytes()
+        except FileNotFoundError:
+            current = None
+        if current != expected:
+            return False
+        _write_atomic(path, data)
+        return True
+    finally:
+        os.close(folder)

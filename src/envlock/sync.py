@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from envlock import generations, quick
 from envlock.errors import CommandError, LockError, StoreError, UsageError, VerifyError
-from envlock.store import Store, write_atomic
+from envlock.store import Store, replace_if_unchanged, write_atomic
 
 if TYPE_CHECKING:
     # Type names only: importing these at run time would pull packaging onto the no-op path.
@@ -253,10 +253,12 @@ def _record(lock: Lock, lock_path: Path | None, digest: str, python: str | None,
     on_disk = _held(lock, data, lock_path)
     if frozen or lock_path is None or on_disk is None or on_disk.venv_digest is not None or lock.venv_digest:
         return data, on_disk, False
-    on_disk = on_disk.with_venv_digest(digest, python)
-    data = on_disk.to_toml().encode()
-    write_atomic(lock_path, data)
-    return data, on_disk, True
+    recorded = on_disk.with_venv_digest(digest, python)
+    text = recorded.to_toml().encode()
+    if not replace_if_unchanged(lock_path, data, text):  # another envlock wrote it just now: its lock stands
+        data = _read_optional(lock_path)
+        return data, _held(lock, data, lock_path), False
+    return text, recorded, True
 
 
 def _held(lock: Lock, data: bytes | None, lock_path: Path | None) -> Lock | None:
