@@ -237,6 +237,28 @@ def test_an_edit_that_reached_uv_cache_is_repaired_by_a_rebuild_without_it(locks
     assert init.read_text() == "edited in place\n"  # the edited venv keeps its files (verify names them)
 
 
+def test_removing_an_edited_venv_and_syncing_again_repairs_it(locks: tuple[IndexServer, Lock, Lock],
+                                                              tmp_path: Path) -> None:
+    # The documented repair of a venv edited in place: remove its store folder, sync again.
+    # Its generation still points at that folder; the rebuild must still go without uv's
+    # (edited) cache, and the generation must never resolve to an unverified venv.
+    _, v1, _ = locks
+    store, lock_path = _home_with_lock(tmp_path, v1)
+    first = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)  # records the digest
+    venv = first.path.resolve()
+    init = venv / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
+    original = init.read_text()
+    init.chmod(0o644)
+    init.write_text("edited in place\n")  # so in the store's uv cache too
+    assert not verify_env(store, "demo", read_lock(lock_path)).ok
+    shutil.rmtree(venv)
+    again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    assert again.venv_digest == first.venv_digest
+    assert again.note.startswith("the first build differed from the lock's digest; with uv's cache cleared")
+    assert init.read_text() == original
+    assert verify_env(store, "demo", read_lock(lock_path)).ok
+
+
 def test_verify_after_a_rollback_checks_the_generation_against_its_own_digest(
         locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
     _, v1, v2 = locks
@@ -261,10 +283,11 @@ def test_a_venv_another_sync_rebuilt_meanwhile_is_not_discarded(locks: tuple[Ind
     store = Store.open(tmp_path / "home")
     built = install.install(store, v1, _fetched(store, v1))
     # This sync judged a venv with another digest at that key: the entry there now is not it.
-    said = _discard(store, built.install_digest, built.venv, "sha256:" + "0" * 64)
+    said = _discard(store, built.install_digest, built.venv, "sha256:" + "0" * 64, built_now=True)
     assert said == "that venv was rebuilt by another sync meanwhile and is left to it"
     assert verify.stored_manifest(built.venv) is not None
-    assert _discard(store, built.install_digest, built.venv, built.manifest.digest).startswith("that venv was removed")
+    assert _discard(store, built.install_digest, built.venv, built.manifest.digest,
+                    built_now=False).startswith("that venv was removed")
     assert not built.venv.exists()
 
 

@@ -118,12 +118,11 @@ def sync_lock(
         built_with = venv_python(inst.venv)
         expected = lock.venv_digest_for(built_with)
         repaired = ""
-        if expected is not None and expected != actual.digest and inst.built and not generations.users(store,
-                                                                                                     inst.venv):
+        if expected is not None and expected != actual.digest and inst.built:
             # uv installs from its cache, whose files are the venvs' (hard links): a file
             # edited in a venv (root can, read-only or not) is in every venv built after.
             # Once: without that cache, uv unpacks the store's verified wheels again.
-            _discard(store, key, inst.venv, actual.digest)
+            _discard(store, key, inst.venv, actual.digest, built_now=True)
             install.clear_uv_cache(store)
             inst = install.install(store, lock, got.paths(), on_stage=pause)
             actual = inst.manifest
@@ -144,7 +143,7 @@ def sync_lock(
             raise VerifyError(
                 f"{lock_path or env}: not reproducible: the lock records venv digest "
                 f"{expected}, this sync built {actual.digest}; the env was not switched; "
-                + _discard(store, key, inst.venv, actual.digest),
+                + _discard(store, key, inst.venv, actual.digest, built_now=inst.built),
                 details=lines,
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
@@ -173,13 +172,15 @@ def sync_lock(
         )
 
 
-def _discard(store: Store, key: str, venv: Path, digest: str) -> str:
-    """After a reproducibility failure: remove the venv entry ``venv`` unless a generation
-    points at it, so the next sync builds it anew instead of reusing it and failing the
-    same way; return what was done, for the message.
+def _discard(store: Store, key: str, venv: Path, digest: str, *, built_now: bool) -> str:
+    """After a reproducibility failure: remove the venv entry ``venv``, so the next sync
+    builds it anew instead of reusing it and failing the same way; return what was done,
+    for the message.
 
-    A generation pointing at it means it was reused from an earlier sync (or a concurrent
-    sync of another env took it meanwhile, see ``_still_there``): it is kept, and named.
+    An entry reused from an earlier sync is kept when a generation points at it, and
+    named. One this sync built (``built_now``) is removed whatever points at it: a
+    generation that does had no venv before this sync (its venv was removed, as the
+    repair of an edited venv asks), and must not now resolve to an unverified one.
     """
     from envlock import install
     from envlock.verify import stored_manifest
@@ -192,7 +193,7 @@ def _discard(store: Store, key: str, venv: Path, digest: str) -> str:
             # Another sync removed it and built it anew meanwhile: that one is not ours to judge.
             return "that venv was rebuilt by another sync meanwhile and is left to it"
         users = generations.users(store, venv)
-        if not users:
+        if built_now or not users:
             store.remove_entry("venvs", key)
             return "that venv was removed from the store, so the next sync builds it anew"
     used = ", ".join(f"{e} generation {n}" for e, n in users)
