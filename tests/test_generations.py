@@ -18,7 +18,7 @@ from envlock import generations, install, quick, verify
 from envlock.errors import CommandError, StoreError, UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
-from envlock.sync import env_path, run_in_env, sync_lock, verify_env
+from envlock.sync import env_path, exec_in_env, run_environ, sync_lock, verify_env
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
 from kit.wheels import build_wheel
@@ -377,52 +377,84 @@ def test_concurrent_syncs_of_one_env_serialize(locks: tuple[IndexServer, Lock, L
     assert verify_env(store, "demo").ok
 
 
-def test_run_puts_the_env_first_and_returns_the_exit_code(locks: tuple[IndexServer, Lock, Lock],
-                                                          tmp_path: Path) -> None:
+def _envlock(home: Path, *args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    """``envlock ARGS`` as its own process (``run`` replaces the process it runs in)."""
+    env = {**os.environ, "ENVLOCK_HOME": str(home)}
+    return subprocess.Popen([sys.executable, "-m", "envlock.cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_run_puts_the_env_first_and_exits_with_the_commands_status(
+        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
     sync_lock(store, "demo", v1, lock_path=None)
-    expected = str(env_path(store, "demo"))
+    # Generation 1's own venv link, not the stable path a later sync or rollback flips.
+    venv = generations.env_dir(store, "demo") / "1" / "venv"
+    root, environ = run_environ(store, "demo")
+    assert root == venv and environ["VIRTUAL_ENV"] == str(venv)
+    assert environ["PATH"].split(os.pathsep)[0] == str(venv / "bin")
     probe = ("import os, sys, alpha; env = os.environ['VIRTUAL_ENV']; "
-             f"sys.exit(7 if env == {expected!r} and os.path.realpath(sys.prefix) == os.path.realpath(env) else 0)")
-    code = run_in_env(store, "demo", ["python", "-c", probe])
-    assert code == 7
+             f"sys.exit(7 if env == {str(venv)!r} and sys.prefix == env else 0)")
+    proc = _envlock(store.home, "run", "demo", "--", "python", "-c", probe)
+    assert proc.wait(60) == 7, proc.communicate()
     with pytest.raises(UsageError) as info:
-        run_in_env(store, "nope", [sys.executable])
+        exec_in_env(store, "nope", [sys.executable])
     assert str(info.value) == f"env 'nope': no current generation in {store.home}; run `envlock sync nope`"
+    # What cannot be started raises before anything is replaced: exit 127 and 126, as a shell says.
     with pytest.raises(CommandError, match=r"^no-such-tool: command not found \(in .*/bin or on PATH\)$") as info:
-        run_in_env(store, "demo", ["no-such-tool"])
-    assert info.value.exit_code == 127  # as a shell says
+        exec_in_env(store, "demo", ["no-such-tool"])
+    assert info.value.exit_code == 127
     script = tmp_path / "noexec.sh"
     script.write_text("#!/bin/sh\n")
     with pytest.raises(CommandError, match=r"noexec.sh: not executable \(permission denied\)$") as info:
-        run_in_env(store, "demo", [str(script)])
+        exec_in_env(store, "demo", [str(script)])
     assert info.value.exit_code == 126
     # A PATH folder execvp may not search answers EACCES: found nowhere, so 127, as sh says.
-    real_call = subprocess.call
+    with monkeypatch.context() as m:
+        def denied(*args: object) -> None:
+            raise PermissionError(13, "Permission denied")
 
-    def denied(*args: object, **kwargs: object) -> int:
-        raise PermissionError(13, "Permission denied")
-
-    subprocess.call = denied  # type: ignore[assignment]
-    try:
+        m.setattr(os, "execvpe", denied)
         with pytest.raises(CommandError, match=r"^no-such-tool: command not found") as info:
-            run_in_env(store, "demo", ["no-such-tool"])
+            exec_in_env(store, "demo", ["no-such-tool"])
         assert info.value.exit_code == 127
-    finally:
-        subprocess.call = real_call
     script.write_text("echo no #! line\n")
     script.chmod(0o755)
     with pytest.raises(CommandError, match=r"noexec.sh: cannot be run \(Exec format error\)$") as info:
-        run_in_env(store, "demo", [str(script)])
+        exec_in_env(store, "demo", [str(script)])
     assert info.value.exit_code == 126
     # The venv removed from under the env: the host's python must not answer instead.
-    venv = env_path(store, "demo").resolve()
-    shutil.rmtree(venv)
+    shutil.rmtree(venv.resolve())
     with pytest.raises(StoreError, match=r"generation 1's venv is gone from the store .*; run `envlock sync demo`"):
-        run_in_env(store, "demo", ["python", "-c", "pass"])
+        exec_in_env(store, "demo", ["python", "-c", "pass"])
     with pytest.raises(StoreError):
         env_path(store, "demo")
+
+
+def test_run_hands_signals_to_the_command_itself(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    # A training job under `envlock run`: Ctrl-C must let its handler save a checkpoint, and
+    # a SIGTERM (docker stop, Slurm) must reach it, not orphan it. The command is the process.
+    import signal
+
+    _, v1, _ = locks
+    store = Store.open(tmp_path / "home")
+    sync_lock(store, "demo", v1, lock_path=None)
+    saved = tmp_path / "checkpoint"
+    job = ("import os, sys, time\nprint(os.getpid(), flush=True)\n"
+           "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+           f"    time.sleep(0.5)\n    open({str(saved)!r}, 'w').write('ok')\n    sys.exit(3)\n")
+    proc = _envlock(store.home, "run", "demo", "--", "python", "-c", job, start_new_session=True)
+    assert proc.stdout is not None
+    assert int(proc.stdout.readline()) == proc.pid  # exec'd: no child to orphan or to outlive
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 3
+    assert saved.read_text() == "ok"
+    proc = _envlock(store.home, "run", "demo", "--", "python", "-c", "import time; print(1, flush=True); "
+                    "time.sleep(60)", start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "1\n"
+    proc.terminate()
+    assert proc.wait(30) == -signal.SIGTERM  # killed by the signal, as the command would be
 
 
 def test_generation_records_survive_unreadable_litter(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:

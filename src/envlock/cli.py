@@ -269,10 +269,10 @@ def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
 
 def cmd_run(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.store import Store
-    from envlock.sync import run_in_env
+    from envlock.sync import exec_in_env
 
     argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    return run_in_env(Store.open(), args.env, argv)
+    exec_in_env(Store.open(), args.env, argv)
 
 
 def _overrides(values: Sequence[str]) -> dict[str, Path]:
@@ -490,6 +490,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = env_command("run", cmd_run, "run a command inside the env: envlock run ENV -- CMD...",
                     store_only=True, json=False)
+    p.description = (
+        "Run CMD with the env's bin first on PATH and VIRTUAL_ENV set. CMD replaces envlock (exec), so\n"
+        "Ctrl-C and SIGTERM reach CMD itself and its exit status is its own. It runs in the generation\n"
+        "current when it starts (envs/ENV/N/venv): a later sync or rollback does not change it under CMD.")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD",
                    help="the command and its arguments, after --; exit: its own, 127 not found, 126 not executable")
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from envlock import generations, quick
 from envlock.errors import CommandError, LockError, StoreError, UsageError, VerifyError
@@ -361,19 +362,39 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
     return result
 
 
-def run_in_env(store: Store, env: str, argv: Sequence[str]) -> int:
-    """Run ``argv`` with the env's ``bin`` first on PATH and ``VIRTUAL_ENV`` set; return its exit status."""
-    if not argv:
-        raise UsageError("envlock run ENV -- CMD...: no command given")
-    root = env_path(store, env)
+def run_environ(store: Store, env: str) -> tuple[Path, dict[str, str]]:
+    """The venv a command run in ``env`` uses, and the environment to run it with (its
+    ``bin`` first on PATH, ``VIRTUAL_ENV`` set).
+
+    The venv is the current generation's own link, ``envs/NAME/N/venv``, not the stable
+    path: a sync or rollback while the command runs flips ``current``, and a program
+    importing lazily (a server) must not load half its modules from another generation.
+    (Not the store entry it points at either: that name holds a ``:``, which PATH cannot.)
+    """
+    stable = env_path(store, env)
+    root = stable.parent / os.readlink(stable)  # one level: generation N's link is never flipped
     environ = dict(os.environ)
     environ["VIRTUAL_ENV"] = str(root)
     environ["PATH"] = os.pathsep.join([str(root / "bin"), environ.get("PATH", "")])
     environ.pop("PYTHONHOME", None)
-    import subprocess
+    return root, environ
 
+
+def exec_in_env(store: Store, env: str, argv: Sequence[str]) -> NoReturn:
+    """Replace this process with ``argv`` run in the env (see ``run_environ``).
+
+    exec, not a child process: a Ctrl-C or a SIGTERM (``docker stop``, Slurm) reaches
+    the command itself, whose handlers run to their end (a checkpoint gets saved), no
+    child is orphaned, and the exit status is the command's own, as a shell gives it.
+    Returns only by raising, when the command cannot be started (127, 126, as ``sh``).
+    """
+    if not argv:
+        raise UsageError("envlock run ENV -- CMD...: no command given")
+    root, environ = run_environ(store, env)
+    sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        return subprocess.call(list(argv), env=environ)
+        os.execvpe(argv[0], list(argv), environ)
     except FileNotFoundError:
         raise CommandError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)", exit_code=127) from None
     except PermissionError:
