@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from envlock import generations, install, quick, verify
-from envlock.errors import CommandError, StoreError, UsageError, VerifyError
+from envlock.errors import CommandError, FetchError, StoreError, UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
 from envlock.sync import env_path, exec_in_env, run_environ, sync_lock, verify_env
@@ -571,3 +571,18 @@ def test_digest_recorded_with_another_interpreter_is_not_compared(
     lying = v1.with_venv_digest("sha256:" + "0" * 64, python)
     with pytest.raises(VerifyError, match="not reproducible"):
         sync_lock(Store.open(tmp_path / "home2"), "demo", lying, lock_path=_write(lying, tmp_path / "l2.toml"))
+
+
+def test_an_up_to_date_sync_refuses_a_lock_whose_sizes_disagree_with_the_store(
+        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    # A fresh machine refuses this lock when it downloads the wheel; so must one that has the env.
+    _, v1, _ = locks
+    store = Store.open(tmp_path / "home")
+    assert not sync_lock(store, "demo", v1, lock_path=None).noop
+    first = v1.packages[0]
+    wrong = replace(first, wheels=(replace(first.wheels[0], size=(first.wheels[0].size or 0) + 1),))
+    bad = replace(v1, packages=(wrong, *v1.packages[1:]))
+    assert bad.install_digest() == v1.install_digest()  # the same venv: only the size claim differs
+    with pytest.raises(FetchError, match=r"the lock says \d+: the lock's size is wrong \(the store file is intact\)"):
+        sync_lock(store, "demo", bad, lock_path=None)
+    assert sync_lock(store, "demo", v1, lock_path=None).noop

@@ -247,6 +247,28 @@ def fetch(
     return FetchResult(tuple(results[a.sha256] for a in unique))
 
 
+def check_stored_sizes(artifacts: Sequence[Artifact], store: Store) -> None:
+    """Raise the ``fetch`` error for a store file whose size is not the lock's, without fetching.
+
+    For a sync with nothing to do: it fetches nothing, yet a lock whose sizes disagree
+    with the bytes must be refused there as on a machine that has to download them. A
+    stat each; a file no longer in the store is not checked (the venv was built from it).
+    """
+    errors = []
+    for a in {a.sha256: a for a in artifacts if a.size is not None}.values():
+        path = store_file(store, a)
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        if size != a.size:
+            errors.append(wrong_size_in_store(a, path, size))
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise FetchError(f"{len(errors)} locked sizes disagree with the store", details=[str(e) for e in errors])
+
+
 def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str = "sync again") -> FetchError:
     """The error for a store file of ``size`` bytes where the lock says ``artifact.size``.
 

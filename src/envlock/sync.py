@@ -102,6 +102,9 @@ def sync_lock(
             and lock.venv_digest_for(cur_python) in (None, cur.venv_digest)
             and (cur.venv / quick.MANIFEST_NAME).is_file()
         ):
+            from envlock.fetch import check_stored_sizes
+
+            check_stored_sizes([p.wheels[0] for p in lock.packages], store)
             data, on_disk, recorded = _record(lock, lock_path, cur.venv_digest, cur_python, frozen)
             _stamp(store, env, cur.number, lock, cur.venv_digest, data, on_disk, inputs)
             return SyncResult(env, generations.stable_path(store, env), cur.number, key,
