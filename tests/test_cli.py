@@ -157,6 +157,21 @@ def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> N
     assert via_link.out.splitlines()[2:] == result.out.splitlines()[2:]
 
 
+def test_a_lock_path_holding_an_at_sign_is_a_path_and_a_rev_may_hold_one(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    init_repo(ws.root)
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    assert cli("lock", "e").code == 0
+    (ws.root / "user@host").mkdir()
+    (ws.root / "user@host" / "pylock.e.toml").write_text(ws.lock_text("e"))
+    commit_all(ws.root, "a lock in a folder named like user@host")
+    for old in ("user@host/pylock.e.toml", f"{ws.root}/user@host/pylock.e.toml", "user@host/pylock.e.toml@HEAD",
+                "user@host/pylock.e.toml@HEAD@{0}"):
+        r = cli("diff", old, "e")
+        assert (r.code, r.out.splitlines()[-1]) == (0, "no differences (1 packages identical)"), (old, r.err)
+    r = cli("-q", "sync", "e", "--lock", "user@host/pylock.e.toml")
+    assert r.code == 0, r.err
+
+
 def test_workspace_paths_are_shown_relative_even_through_a_symlinked_folder(tmp_path: Path) -> None:
     outside = tmp_path / "big-disk" / "wheelhouse"
     outside.mkdir(parents=True)

@@ -266,11 +266,25 @@ class LockRef:
     folder: Path  # what the lock's relative ``path`` wheels are relative to
 
 
+def _split_ref(ref: str) -> tuple[str, str]:
+    """``PATH@GITREV`` as (PATH, GITREV); GITREV is "" for a plain path.
+
+    A path may hold an ``@`` (``/home/user@host/...``) and so may a rev (``HEAD@{1}``):
+    an existing file is a path, else the split is at the first ``@`` after which an
+    existing file ends, else at the first ``@`` (a lock git has but the tree has not).
+    """
+    if "@" not in ref or (Path.cwd() / ref).is_file():
+        return ref, ""
+    at = [i for i, c in enumerate(ref) if c == "@"]
+    cut = next((i for i in at if (Path.cwd() / ref[:i]).is_file()), at[0])
+    return ref[:cut], ref[cut + 1:]
+
+
 def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
     """A lock from ``PATH``, ``PATH@GITREV`` (read with ``git show``) or an env name."""
     from envlock import runner
 
-    path_part, _, rev = ref.partition("@")
+    path_part, rev = _split_ref(ref)
     if not rev and "/" not in ref and not ref.endswith(".toml") and not _lock_file_here(ws, ref):
         path = ws.lock_path(ref)  # an env name
         if not path.exists():
