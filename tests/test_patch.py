@@ -69,6 +69,22 @@ def test_status_shows_all_three_states_against_upstream(sg: SgLike, store: Store
     assert result[0].subject == "Add compute capability 12 to MAX_SIZES"
 
 
+def test_a_conflict_after_a_conflict_names_the_earlier_one(tmp_path: Path) -> None:
+    # 0002 edits the line 0001 adds: with 0001 conflicting, 0002 cannot apply on its own,
+    # and must not read as a patch to refresh by itself.
+    tree = tmp_path / "t"
+    write(tree, {"f.txt": "a\nx\nc\n"})  # upstream changed b: 0001 no longer applies
+    first = _one(MODIFY, "0001-change-b.patch")
+    second = _one(MODIFY.replace("-b\n+B", "-B\n+BB").replace("change b", "change B again"), "0002-again.patch")
+    result = patch.status(tree, [first, second])
+    assert [s.state for s in result] == ["conflict", "conflict"]
+    assert result[0].after is None and result[0].advice.startswith("refresh it: f.txt hunk 1")
+    assert result[1].after == "0001-change-b.patch"
+    assert result[1].advice == ("checked without 0001-change-b.patch, which conflicts first: refresh that one, "
+                                "then look again (this one may only build on it)")
+    assert result[1].to_dict()["after"] == "0001-change-b.patch"
+
+
 def test_upstreamed_patch_is_not_applied_twice(sg: SgLike, store: Store) -> None:
     # 0001's context also matches a few lines further down once upstream has it; applying
     # it there would duplicate the table entry. The reverse matching in place wins.

@@ -630,11 +630,17 @@ class PatchStatus:
     subject: str
     state: State
     failure: HunkFailure | None = None  # for "conflict": the first hunk that does not apply
+    # For "conflict": an earlier patch that conflicted too. This one was checked without
+    # it, so it may conflict only because it builds on that one.
+    after: str | None = None
 
     @property
     def advice(self) -> str:
         if self.state == "already-applied":
             return "upstream has it: retire this patch"
+        if self.state == "conflict" and self.after is not None:
+            return (f"checked without {self.after}, which conflicts first: refresh that one, then look again "
+                    "(this one may only build on it)")
         if self.state == "conflict" and self.failure is not None:
             return f"refresh it: {self.failure.file} hunk {self.failure.hunk} no longer matches"
         return ""
@@ -646,6 +652,7 @@ class PatchStatus:
             "state": self.state,
             "advice": self.advice,
             "failure": self.failure.to_dict() if self.failure else None,
+            "after": self.after,
         }
 
 
@@ -653,15 +660,20 @@ def status(tree: Path, patches: Sequence[PatchFile]) -> list[PatchStatus]:
     """Each patch, in order, against ``tree``: applies, already-applied (its reverse applies) or conflict.
 
     A patch that applies is applied (in memory) before the next one is checked, as a real
-    application would; an already-applied or conflicting one is not.
+    application would; an already-applied or conflicting one is not, so a conflict after
+    a conflict names the earlier one (``after``): it may only build on it.
     """
     view = TreeView(tree)
     out: list[PatchStatus] = []
+    first_conflict: str | None = None
     for patch in patches:
         state, applied, failure = view.classify(patch)
         if applied is not None:
             view.changes.update(applied.changes)
-        out.append(PatchStatus(patch.label, patch.subject, state, failure))
+        out.append(PatchStatus(patch.label, patch.subject, state, failure,
+                               after=first_conflict if state == "conflict" else None))
+        if state == "conflict" and first_conflict is None:
+            first_conflict = patch.label
     return out
 
 
