@@ -8,6 +8,7 @@ index (see tests/test_build.py).
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import tomllib
 from pathlib import Path
@@ -172,13 +173,19 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     r = cli("patch", "edit", "demo", "mini-kernel", "--dir", str(redo))
     assert r.code == 0, r.err
     assert "patches/mini-kernel/0001-add-dot.patch does not apply here:" in r.out
+    hint = r.out.splitlines()[-1]
+    assert hint == f"redo its change in {redo}, then: envlock patch record {redo} --refresh --root {ws.root}"
     redone = redo / "python" / "mini_kernel" / "__init__.py"
     redone.write_text(redone.read_text().replace("import add  # the C core", "import add, dot  # the C core")
                       .replace('["add"]', '["add", "dot"]'))
     (redo / "src" / "core.c").write_text((edit / "src" / "core.c").read_text())
-    r = cli("patch", "record", str(redo), "--refresh")
+    monkeypatch.chdir(redo)  # the printed command works from inside the work dir too
+    r = cli(*shlex.split(hint.split(": ", 1)[1])[1:])
+    monkeypatch.chdir(ws.root)
     assert r.code == 0, r.err
-    assert r.out.splitlines()[0] == "refreshed patches/mini-kernel/0001-add-dot.patch (2 files)"
+    assert r.out.splitlines() == ["refreshed patches/mini-kernel/0001-add-dot.patch (2 files)",
+                                  "every patch applies now; run `envlock lock` (for a git source, once its rev in "
+                                  "the spec is the commit you edited against)"]
     r = cli("patch", "status", "demo")
     assert r.code == 0 and "applies          patches/mini-kernel/0001-add-dot.patch" in r.out
 

@@ -346,6 +346,10 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
 
     workdir = (args.dir or Path(f"{args.source}-edit")).absolute()
     session = pipeline.patch_edit(ws, args.env, args.source, workdir, against=args.against)
+    import shlex
+
+    # The work dir is outside the workspace: named, the command also works from inside it.
+    root = f" --root {shlex.quote(str(ws.root))}"
 
     def text() -> str:
         lines = [f"{workdir}: {args.source} with {len(session.levels)} patches applied (one commit each)"]
@@ -355,10 +359,10 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"{session.pending[0]} does not apply here:")
             if session.conflict is not None:
                 lines += [f"  {line}" for line in session.conflict.describe()]
-            lines.append(f"redo its change in {workdir}, then: envlock patch record {workdir} --refresh")
+            lines.append(f"redo its change in {workdir}, then: envlock patch record {workdir} --refresh{root}")
         else:
             lines.append(f"edit there, then: envlock patch record {workdir} --subject '...' --why '...' "
-                         "--upstream '...'")
+                         f"--upstream '...'{root}")
         return "\n".join(lines)
 
     _out(args, session.to_dict(), text)
@@ -380,7 +384,8 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
             if recorded.pending:
                 lines.append(f"next: {recorded.pending[0]} does not apply either; redo it, then record --refresh again")
             else:
-                lines.append("every patch applies now; update the source's rev in the spec and run `envlock lock`")
+                lines.append("every patch applies now; run `envlock lock` (for a git source, once its rev in the "
+                             "spec is the commit you edited against)")
             return "\n".join(lines)
         return (f"wrote {rel} ({len(recorded.files)} files)\n"
                 f"add it to [sources.{recorded.source}] patches = [..., \"{rel}\"] and run `envlock lock`")
