@@ -78,6 +78,9 @@ def test_bad_index_option(ws, cli, universe: Universe) -> None:  # type: ignore[
     result = cli("lock", "e", "--index", "nope=http://x")
     assert result.code == 2
     assert "has no [indexes.nope]; indexes: flashinfer, pypi, pytorch" in result.err
+    result = cli("lock", "e", "--index", "pypi=notaurl")
+    assert (result.code, result.err) == (2, "envlock: error: --index pypi='notaurl': expected an http(s):// or "
+                                            "file:// URL\n")
 
 
 def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]

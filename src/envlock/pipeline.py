@@ -42,6 +42,22 @@ def mirrors_from_env(spec: EnvSpec, environ: Mapping[str, str] | None = None) ->
     return _from_env(MIRROR_ENV_PREFIX, spec.indexes, environ)
 
 
+def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The mirror URL of each spec index that has one: ``--index NAME=URL`` over ``ENVLOCK_INDEX_<NAME>``.
+
+    A mirror that is no URL is refused here (exit 2, naming where it came from), not
+    left to uv to report as a package missing from the registry.
+    """
+    found = mirrors_from_env(spec)
+    for name, url in sorted(found.items()):
+        if not url.startswith(("http://", "https://", "file://")):
+            raise UsageError(f"{env_var(MIRROR_ENV_PREFIX, name)}={url!r}: expected an http(s):// or file:// URL")
+    for name, url in sorted((explicit or {}).items()):
+        if not url.startswith(("http://", "https://", "file://")):
+            raise UsageError(f"--index {name}={url!r}: expected an http(s):// or file:// URL")
+    return {**found, **(explicit or {})}
+
+
 def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
                    environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Where to fetch each git repository from: ``--source NAME=URL`` or ``ENVLOCK_SOURCE_<NAME>=URL``.
@@ -115,7 +131,7 @@ def lock_env(
     from envlock.store import Store
 
     spec = spec or load_env_spec(ws, env)
-    all_mirrors = {**mirrors_from_env(spec), **(mirrors or {})}
+    all_mirrors = index_mirrors(spec, mirrors)
     urls = resolve.index_urls(spec, all_mirrors)
     path = ws.lock_path(env)
     old_bytes, old_text = _read_lock_file(path)
@@ -569,7 +585,7 @@ def _default_index_url(spec: EnvSpec) -> str:
     """The default index's URL with ``ENVLOCK_INDEX_*`` mirrors applied, as ``lock`` resolves it."""
     from envlock import resolve
 
-    return resolve.index_urls(spec, mirrors_from_env(spec))[spec.default_index.name]
+    return resolve.index_urls(spec, index_mirrors(spec))[spec.default_index.name]
 
 
 def build_env(
