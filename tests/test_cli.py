@@ -363,3 +363,11 @@ def test_an_unreachable_index_is_not_called_unsolvable(ws, cli, universe: Univer
     assert r.code == 1
     assert r.err.startswith(f"envlock: error: {ws.root}/envs/e.toml: uv could not read an index for env 'e' "
                             "(no network, or a mirror is needed: --index NAME=URL)\n"), r.err
+
+
+def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    home = ws.root.parent / "home"
+    for command in ("generations", "path"):
+        r = cli(command, "nope")
+        assert (r.code, r.err) == (2, f"envlock: error: env 'nope': no current generation in {home}; "
+                                      "run `envlock sync nope`\n"), command

@@ -98,10 +98,15 @@ def test_rollback_errors(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) 
     store = Store.open(tmp_path / "home")
     with pytest.raises(UsageError) as info:
         generations.rollback(store, "demo")
-    assert str(info.value) == (
-        f"{store.path('envs', 'demo')}: env 'demo' has no generations; run `envlock sync demo`"
-    )
+    assert str(info.value) == f"env 'demo': no current generation in {store.home}; run `envlock sync demo`"
     sync_lock(store, "demo", v1, lock_path=None)
+    # A typo of a synced env is named as one, not sent to sync a new env.
+    for call in (lambda: env_path(store, "demoo"), lambda: verify_env(store, "demoo"),
+                 lambda: generations.rollback(store, "demoo")):
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value) == (f"env 'demoo': no current generation in {store.home}; did you mean 'demo'? "
+                                   "(else run `envlock sync demoo`)")
     with pytest.raises(UsageError) as info:
         generations.rollback(store, "demo")
     assert str(info.value) == "env 'demo': generation 1 is the oldest; nothing to roll back to (generations: 1)"

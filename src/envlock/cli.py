@@ -242,6 +242,8 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
     store = Store.open()
     gens = generations.list_generations(store, args.env)
     damaged = generations.unreadable(store, args.env)
+    if not gens and not damaged and not generations.env_dir(store, args.env).is_dir():
+        raise generations.never_synced(store, args.env)  # exit 2, as path and verify say
 
     def text() -> str:
         lines = [f"  {'gen':>4}  {'created':20}  {'lock (install digest)':23}  venv digest"] + [

@@ -256,14 +256,25 @@ def flip(store: Store, env: str, number: int) -> None:
         os.close(dfd)
 
 
+def never_synced(store: Store, env: str) -> UsageError:
+    """The error for an env with no current generation in ``store``: a typo of a synced
+    env's name is named as one, rather than sent to sync a new env."""
+    import difflib
+
+    folder = store.root / "envs"
+    synced = sorted(p.name for p in folder.iterdir() if (p / CURRENT).is_symlink()) if folder.is_dir() else []
+    close = difflib.get_close_matches(env, [e for e in synced if e != env], n=1)
+    hint = (f"; did you mean {close[0]!r}? (else run `envlock sync {env}`)" if close
+            else f"; run `envlock sync {env}`")
+    return UsageError(f"env {env!r}: no current generation in {store.home}{hint}")
+
+
 def rollback(store: Store, env: str, to: int | None = None) -> Switch:
     """Make generation ``to`` (default: the newest one older than the current) current."""
     with env_lock(store, env):
         gens = list_generations(store, env)
         if not gens:
-            raise UsageError(
-                f"{env_dir(store, env)}: env {env!r} has no generations; run `envlock sync {env}`"
-            )
+            raise never_synced(store, env)
         cur = current_number(store, env)
         numbers = [g.number for g in gens]
         if to is None:

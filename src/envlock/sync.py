@@ -326,7 +326,7 @@ def env_path(store: Store, env: str) -> Path:
     """The env's stable path; ``UsageError`` when it was never synced or its venv is gone."""
     number = generations.current_number(store, env)
     if number is None:
-        raise UsageError(f"env {env!r}: no current generation in {store.home}; run `envlock sync {env}`")
+        raise generations.never_synced(store, env)
     path = generations.stable_path(store, env)
     if not path.is_dir():
         # A dangling path would run the host's python (PATH falls through to it).
@@ -343,7 +343,7 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
 
     cur = generations.current(store, env)
     if cur is None:
-        raise UsageError(f"env {env!r}: no current generation in {store.home}; run `envlock sync {env}`")
+        raise generations.never_synced(store, env)
     venv = cur.venv.resolve()
     same_lock = lock is not None and lock.install_digest() == cur.install_digest
     # A generation of another lock (a rollback, a --lock sync) is checked against its own digest.
