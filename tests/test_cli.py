@@ -371,3 +371,12 @@ def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws, cli) -> Non
         r = cli(command, "nope")
         assert (r.code, r.err) == (2, f"envlock: error: env 'nope': no current generation in {home}; "
                                       "run `envlock sync nope`\n"), command
+
+
+def test_commands_that_read_the_store_do_not_make_a_mistyped_home(ws, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    home = ws.root / "typo-home"
+    monkeypatch.setenv("ENVLOCK_HOME", str(home))
+    for command in (["path"], ["generations"], ["verify"], ["rollback"], ["run", "--", "true"]):
+        r = cli(command[0], "e", *command[1:])
+        assert r.code == 2 and "no current generation" in r.err, (command, r.err)
+    assert not home.exists()

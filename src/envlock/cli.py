@@ -204,7 +204,7 @@ def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.store import Store
     from envlock.sync import env_path
 
-    path = env_path(Store.open(), args.env)
+    path = env_path(Store.open(create=False), args.env)
     _out(args, {"env": args.env, "path": str(path)}, lambda: str(path))
     return 0
 
@@ -216,7 +216,7 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
 
     lock_path = ws.lock_path(args.env)
     lock = read_lock(lock_path) if lock_path.exists() else None
-    result = verify_env(Store.open(), args.env, lock)
+    result = verify_env(Store.open(create=False), args.env, lock)
 
     def text() -> str:
         if result.ok:
@@ -239,7 +239,7 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import generations
     from envlock.store import Store
 
-    store = Store.open()
+    store = Store.open(create=False)
     gens = generations.list_generations(store, args.env)
     damaged = generations.unreadable(store, args.env)
     if not gens and not damaged and not generations.env_dir(store, args.env).is_dir():
@@ -263,7 +263,7 @@ def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import generations
     from envlock.store import Store
 
-    result = generations.rollback(Store.open(), args.env, args.to)
+    result = generations.rollback(Store.open(create=False), args.env, args.to)
     _out(args, result.to_dict(),
          lambda: f"{args.env}: generation {result.previous} -> {result.current}\n{result.path}")
     return 0
@@ -274,7 +274,7 @@ def cmd_run(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.sync import exec_in_env
 
     argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    exec_in_env(Store.open(), args.env, argv)
+    exec_in_env(Store.open(create=False), args.env, argv)
 
 
 def _overrides(values: Sequence[str]) -> dict[str, Path]:

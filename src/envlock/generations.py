@@ -271,6 +271,8 @@ def never_synced(store: Store, env: str) -> UsageError:
 
 def rollback(store: Store, env: str, to: int | None = None) -> Switch:
     """Make generation ``to`` (default: the newest one older than the current) current."""
+    if not env_dir(store, env).is_dir():
+        raise never_synced(store, env)  # before the env lock, which would make its folder
     with env_lock(store, env):
         gens = list_generations(store, env)
         if not gens:

@@ -59,9 +59,16 @@ class Store:
     home: Path
 
     @classmethod
-    def open(cls, home: Path | None = None) -> Store:
-        """Open (creating if needed) the store; refuse a layout this version does not know."""
+    def open(cls, home: Path | None = None, *, create: bool = True) -> Store:
+        """Open (creating if needed) the store; refuse a layout this version does not know.
+
+        ``create=False`` (commands that only read it: ``path``, ``verify``, ...): a home
+        that does not exist is an empty store, and is not made (a mistyped ENVLOCK_HOME
+        must not leave a folder behind).
+        """
         store = cls((home or default_home()).absolute())
+        if not create and not store.home.exists():
+            return store
         marker = store.home / "layout"
         try:
             store.home.mkdir(parents=True, exist_ok=True)
