@@ -366,7 +366,12 @@ def test_an_unreachable_index_is_not_called_unsolvable(ws, cli, universe: Univer
 
 
 def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    from envlock import generations
+    from envlock.store import Store
+
     home = ws.root.parent / "home"
+    with generations.env_lock(Store.open(home), "nope"):  # a first sync that failed leaves the env's folder
+        pass
     for command in ("generations", "path"):
         r = cli(command, "nope")
         assert (r.code, r.err) == (2, f"envlock: error: env 'nope': no current generation in {home}; "

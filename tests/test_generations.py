@@ -424,8 +424,13 @@ def test_run_puts_the_env_first_and_exits_with_the_commands_status(
         with pytest.raises(CommandError, match=r"^no-such-tool: command not found") as info:
             exec_in_env(store, "demo", ["no-such-tool"])
         assert info.value.exit_code == 127
-    script.write_text("echo no #! line\n")
+    script.write_text("#!/no/such/python\n")
     script.chmod(0o755)
+    with pytest.raises(CommandError, match=r"noexec.sh: cannot be run: the interpreter its #! line names was not "
+                                           r"found$") as info:
+        exec_in_env(store, "demo", [str(script)])
+    assert info.value.exit_code == 126
+    script.write_text("echo no #! line\n")
     with pytest.raises(CommandError, match=r"noexec.sh: cannot be run \(Exec format error\)$") as info:
         exec_in_env(store, "demo", [str(script)])
     assert info.value.exit_code == 126
@@ -460,6 +465,12 @@ def test_run_hands_signals_to_the_command_itself(locks: tuple[IndexServer, Lock,
     assert proc.stdout is not None and proc.stdout.readline() == "1\n"
     proc.terminate()
     assert proc.wait(30) == -signal.SIGTERM  # killed by the signal, as the command would be
+    # Signals Python ignores for itself are not passed on ignored: `yes | head` ends quietly.
+    proc = _envlock(store.home, "run", "demo", "--", "sh", "-c", "grep SigIgn /proc/self/status; yes | head -n1")
+    out, err = proc.communicate(timeout=30)
+    ignored = int(out.split()[1], 16)
+    assert not ignored & (1 << (signal.SIGPIPE - 1)) and not ignored & (1 << (signal.SIGXFSZ - 1)), out
+    assert (proc.returncode, out.splitlines()[-1], err) == (0, "y", "")
 
 
 def test_generation_records_survive_unreadable_litter(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
@@ -591,3 +602,13 @@ def test_an_up_to_date_sync_refuses_a_lock_whose_sizes_disagree_with_the_store(
     with pytest.raises(FetchError, match=r"the lock says \d+: the lock's size is wrong \(the store file is intact\)"):
         sync_lock(store, "demo", bad, lock_path=None)
     assert sync_lock(store, "demo", v1, lock_path=None).noop
+
+
+def test_a_generation_keeps_the_lock_it_was_built_from_when_the_file_holds_another(
+        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    _, v1, v2 = locks
+    store, lock_path = _home_with_lock(tmp_path, v2)  # `envlock lock` wrote v2 since v1 was read
+    result = sync_lock(store, "demo", v1, lock_path=lock_path)
+    gen = generations.read(store, "demo", result.generation)
+    assert gen is not None and gen.lock_copy.read_text() == v1.to_toml()
+    assert read_lock(lock_path).install_digest() == v2.install_digest()  # and the file keeps v2

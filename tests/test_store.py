@@ -216,4 +216,6 @@ def test_replace_if_unchanged_writes_only_over_the_bytes_it_was_given(tmp_path: 
     assert lock.read_bytes() == b"first\n"
     assert replace_if_unchanged(lock, b"first\n", b"second\n")
     assert lock.read_bytes() == b"second\n"
+    # Another envlock wrote exactly these bytes meanwhile (two syncs relocking one stale lock): done.
+    assert replace_if_unchanged(lock, b"first\n", b"second\n")
     assert sorted(p.name for p in lock.parent.iterdir()) == ["pylock.e.toml"]  # no temp file left

@@ -242,7 +242,7 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
     store = Store.open(create=False)
     gens = generations.list_generations(store, args.env)
     damaged = generations.unreadable(store, args.env)
-    if not gens and not damaged and not generations.env_dir(store, args.env).is_dir():
+    if not gens and not damaged and generations.current_number(store, args.env) is None:
         raise generations.never_synced(store, args.env)  # exit 2, as path and verify say
 
     def text() -> str:
@@ -352,6 +352,7 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
 
     # The work dir is outside the workspace: named, the command also works from inside it.
     root = f" --root {shlex.quote(str(ws.root))}"
+    dir_arg = shlex.quote(str(workdir))
 
     def text() -> str:
         lines = [f"{workdir}: {args.source} with {len(session.levels)} patches applied (one commit each)"]
@@ -361,9 +362,9 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"{session.pending[0]} does not apply here:")
             if session.conflict is not None:
                 lines += [f"  {line}" for line in session.conflict.describe()]
-            lines.append(f"redo its change in {workdir}, then: envlock patch record {workdir} --refresh{root}")
+            lines.append(f"redo its change in {workdir}, then: envlock patch record {dir_arg} --refresh{root}")
         else:
-            lines.append(f"edit there, then: envlock patch record {workdir} --subject '...' --why '...' "
+            lines.append(f"edit there, then: envlock patch record {dir_arg} --subject '...' --why '...' "
                          f"--upstream '...'{root}")
         return "\n".join(lines)
 

@@ -376,7 +376,7 @@ def sync(
         if unbuilt := lock.unbuilt():
             # As it is, it would make a venv without the kernel: never silently.
             how = (f"check that revision's envs/, locks/ and patches/ out and run `envlock sync {env}` there, "
-                   "which builds" if "@" in lock_ref else
+                   "which builds" if ref.path is None else
                    f"build first, or run `envlock sync {env}`, which builds")
             raise LockError(f"{ref.label}: records no build of {', '.join(unbuilt)} (its spec declares "
                             f"{', '.join('[builds.' + n + ']' for n in unbuilt)}; the lock was written before "

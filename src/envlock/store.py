@@ -16,7 +16,7 @@ Layout (version 1)::
         builds/<input digest>/<wheel>    locally built wheels, by input digest
         venvs/<install digest>/          installed venvs, by lock install digest
         manifests/<venv digest>          per-file manifest of a venv (to list differing files)
-        hashes/<scope>.marshal           inode -> sha256 of files already hashed (a cache, see hashcache.py)
+        hashes/inodes.marshal           inode -> sha256 of files already hashed (a cache, see hashcache.py)
         skeletons/<key>/                 the empty venv uv made for one interpreter, copied into new venvs
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
@@ -322,7 +322,8 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> bool:
     """Write ``data`` to ``path`` (as ``write_atomic``) only if its bytes are still ``expected``
-    (None: no file); False, writing nothing, if another writer changed it since.
+    (None: no file); False, writing nothing, if another writer changed it since to
+    anything but ``data`` itself.
 
     For read-modify-write of a workspace file (a lock) that takes long (a resolution, an
     hour-long build): without the comparison, a lock written meanwhile by another envlock
@@ -339,6 +340,8 @@ def replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> boo
             current: bytes | None = path.read_bytes()
         except FileNotFoundError:
             current = None
+        if current == data:
+            return True  # another envlock wrote exactly this meanwhile (two syncs of one stale lock)
         if current != expected:
             return False
         _write_atomic(path, data)

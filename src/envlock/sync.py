@@ -152,7 +152,9 @@ def sync_lock(
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
         lock_bytes, on_disk, recorded = _record(lock, lock_path, actual.digest, built_with, frozen)
-        lock_text = lock_bytes.decode("utf-8") if lock_bytes is not None else lock.to_toml()
+        # The file's text when it holds the synced lock (with the digest just recorded);
+        # if it holds another lock now, the generation keeps the one it was built from.
+        lock_text = lock_bytes.decode("utf-8") if lock_bytes is not None and on_disk is not None else lock.to_toml()
         newest = generations.newest(store, env)
         if (newest is not None and (cur is None or newest.number > cur.number)
                 and (newest.install_digest, newest.venv_digest, newest.lock_sha256)
@@ -393,12 +395,23 @@ def exec_in_env(store: Store, env: str, argv: Sequence[str]) -> NoReturn:
     """
     if not argv:
         raise UsageError("envlock run ENV -- CMD...: no command given")
+    import signal
+
     root, environ = run_environ(store, env)
     sys.stdout.flush()
     sys.stderr.flush()
+    # Python ignores these at start-up, and an ignored signal stays ignored across exec:
+    # `yes | head` in the command would print "Broken pipe" instead of ending quietly.
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
         os.execvpe(argv[0], list(argv), environ)
     except FileNotFoundError:
+        if "/" in argv[0] and os.path.isfile(argv[0]):
+            # The file is there: what is missing is the interpreter its #! line names.
+            raise CommandError(f"{argv[0]}: cannot be run: the interpreter its #! line names was not found",
+                               exit_code=126) from None
         raise CommandError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)", exit_code=127) from None
     except PermissionError:
         import shutil
