@@ -288,11 +288,31 @@ def test_a_venv_another_sync_rebuilt_meanwhile_is_not_discarded(locks: tuple[Ind
     store = Store.open(tmp_path / "home")
     built = install.install(store, v1, _fetched(store, v1))
     # This sync judged a venv with another digest at that key: the entry there now is not it.
-    said = _discard(store, built.install_digest, built.venv, "sha256:" + "0" * 64, built_now=True)
+    said = _discard(store, built.install_digest, built.venv, "sha256:" + "0" * 64, stale=frozenset())
     assert said == "that venv was rebuilt by another sync meanwhile and is left to it"
     assert verify.stored_manifest(built.venv) is not None
     assert _discard(store, built.install_digest, built.venv, built.manifest.digest,
-                    built_now=False).startswith("that venv was removed")
+                    stale=None).startswith("that venv was removed")
+    assert not built.venv.exists()
+
+
+def test_a_venv_this_sync_built_is_kept_when_another_env_took_it_meanwhile(locks: tuple[IndexServer, Lock, Lock],
+                                                                          tmp_path: Path) -> None:
+    from envlock.sync import _discard
+
+    _, v1, _ = locks
+    store = Store.open(tmp_path / "home")
+    built = install.install(store, v1, _fetched(store, v1))
+    # Env "a" reused this build and made it current before this sync judged it: kept.
+    gen = generations.add(store, "a", venv=built.venv, install_digest=built.install_digest,
+                          venv_digest=built.manifest.digest, lock_text=v1.to_toml())
+    said = _discard(store, built.install_digest, built.venv, built.manifest.digest, stale=frozenset())
+    assert said.startswith(f"that venv was kept in the store, as a generation {gen.number} uses it")
+    assert built.venv.is_dir()
+    # A generation that pointed at the entry while it was missing (before this build) does not count.
+    said = _discard(store, built.install_digest, built.venv, built.manifest.digest,
+                    stale=frozenset({("a", gen.number)}))
+    assert said == "that venv was removed from the store, so the next sync builds it anew"
     assert not built.venv.exists()
 
 

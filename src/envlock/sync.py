@@ -117,6 +117,10 @@ def sync_lock(
             base_dir = lock_path.parent if lock_path is not None else Path.cwd()
         got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir,
                           offline=offline, progress=progress)
+        # Generations pointing at the venv entry while it is missing (its folder removed to
+        # rebuild it): if this sync builds it and it fails, they had no venv before either.
+        entry = store.path("venvs", key)
+        stale = frozenset(generations.users(store, entry)) if not (entry / quick.MANIFEST_NAME).is_file() else None
         inst = install.install(store, lock, got.paths(), on_stage=pause)
         actual = inst.manifest  # walked just now, whether built or reused
         built_with = venv_python(inst.venv)
@@ -126,7 +130,7 @@ def sync_lock(
             # uv installs from its cache, whose files are the venvs' (hard links): a file
             # edited in a venv (root can, read-only or not) is in every venv built after.
             # Once: without that cache, uv unpacks the store's verified wheels again.
-            _discard(store, key, inst.venv, actual.digest, built_now=True)
+            _discard(store, key, inst.venv, actual.digest, stale=stale or frozenset())
             install.clear_uv_cache(store)
             inst = install.install(store, lock, got.paths(), on_stage=pause)
             actual = inst.manifest
@@ -147,7 +151,7 @@ def sync_lock(
             raise VerifyError(
                 f"{lock_path or env}: not reproducible: the lock records venv digest "
                 f"{expected}, this sync built {actual.digest}; the env was not switched; "
-                + _discard(store, key, inst.venv, actual.digest, built_now=inst.built),
+                + _discard(store, key, inst.venv, actual.digest, stale=(stale or frozenset()) if inst.built else None),
                 details=lines,
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
@@ -178,15 +182,17 @@ def sync_lock(
         )
 
 
-def _discard(store: Store, key: str, venv: Path, digest: str, *, built_now: bool) -> str:
+def _discard(store: Store, key: str, venv: Path, digest: str, *,
+             stale: frozenset[tuple[str, int]] | None) -> str:
     """After a reproducibility failure: remove the venv entry ``venv``, so the next sync
     builds it anew instead of reusing it and failing the same way; return what was done,
     for the message.
 
-    An entry reused from an earlier sync is kept when a generation points at it, and
-    named. One this sync built (``built_now``) is removed whatever points at it: a
-    generation that does had no venv before this sync (its venv was removed, as the
-    repair of an edited venv asks), and must not now resolve to an unverified one.
+    It is kept, and named, when a generation uses it. Not counted as using it: the
+    ``stale`` generations, given when this sync built the entry, which pointed at it
+    while it was missing (its folder removed, as the repair of an edited venv asks):
+    they had no venv before this sync and must not now resolve to an unverified one. A
+    generation another env's sync made meanwhile, reusing this build, does count.
     """
     from envlock import install
     from envlock.verify import stored_manifest
@@ -198,8 +204,8 @@ def _discard(store: Store, key: str, venv: Path, digest: str, *, built_now: bool
         if found.digest != digest:
             # Another sync removed it and built it anew meanwhile: that one is not ours to judge.
             return "that venv was rebuilt by another sync meanwhile and is left to it"
-        users = generations.users(store, venv)
-        if built_now or not users:
+        users = [u for u in generations.users(store, venv) if stale is None or u not in stale]
+        if not users:
             store.remove_entry("venvs", key)
             return "that venv was removed from the store, so the next sync builds it anew"
     used = ", ".join(f"{e} generation {n}" for e, n in users)
