@@ -70,7 +70,7 @@ def test_unknown_option_exits_2(ws, cli) -> None:  # type: ignore[no-untyped-def
     assert info.value.code == 2
 
 
-def test_bad_index_option(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_bad_index_option(ws, cli, universe: Universe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     result = cli("lock", "e", "--index", "pytorch")
     assert (result.code, result.err) == (
@@ -81,6 +81,12 @@ def test_bad_index_option(ws, cli, universe: Universe) -> None:  # type: ignore[
     result = cli("lock", "e", "--index", "pypi=notaurl")
     assert (result.code, result.err) == (2, "envlock: error: --index pypi='notaurl': expected an http(s):// or "
                                             "file:// URL\n")
+    monkeypatch.setenv("ENVLOCK_INDEX_PYTORCH", "mirror.internal/whl")
+    result = cli("lock", "e")
+    assert (result.code, result.err) == (2, "envlock: error: ENVLOCK_INDEX_PYTORCH='mirror.internal/whl': expected "
+                                            "an http(s):// or file:// URL\n")
+    result = cli("lock", "e", "--index", "pypi=notaurl", "--index", f"pytorch={universe.pytorch}")
+    assert result.code == 2 and "--index pytorch" not in result.err  # --index overrides the variable
 
 
 def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]

@@ -45,17 +45,20 @@ def mirrors_from_env(spec: EnvSpec, environ: Mapping[str, str] | None = None) ->
 def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> dict[str, str]:
     """The mirror URL of each spec index that has one: ``--index NAME=URL`` over ``ENVLOCK_INDEX_<NAME>``.
 
-    A mirror that is no URL is refused here (exit 2, naming where it came from), not
-    left to uv to report as a package missing from the registry.
+    Mirrors that are no URL are refused here (exit 2, each named with where it came
+    from), not left to uv to report as a package missing from the registry.
     """
-    found = mirrors_from_env(spec)
-    for name, url in sorted(found.items()):
-        if not url.startswith(("http://", "https://", "file://")):
-            raise UsageError(f"{env_var(MIRROR_ENV_PREFIX, name)}={url!r}: expected an http(s):// or file:// URL")
-    for name, url in sorted((explicit or {}).items()):
-        if not url.startswith(("http://", "https://", "file://")):
-            raise UsageError(f"--index {name}={url!r}: expected an http(s):// or file:// URL")
-    return {**found, **(explicit or {})}
+    from envlock.spec import is_index_url
+
+    given = {name: (env_var(MIRROR_ENV_PREFIX, name), url) for name, url in mirrors_from_env(spec).items()}
+    given.update({name: (f"--index {name}", url) for name, url in (explicit or {}).items()})
+    bad = [f"{origin}={url!r}: expected an http(s):// or file:// URL"
+           for _, (origin, url) in sorted(given.items()) if not is_index_url(url)]
+    if len(bad) == 1:
+        raise UsageError(bad[0])
+    if bad:
+        raise UsageError(f"{len(bad)} index mirrors are not URLs", details=bad)
+    return {name: url for name, (_, url) in given.items()}
 
 
 def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,

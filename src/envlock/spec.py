@@ -322,11 +322,16 @@ def _entries(
         yield name, key, entry
 
 
+def is_index_url(url: str) -> bool:
+    """Whether ``url`` can be an index's (or its mirror's) URL: http(s):// or file://."""
+    return url.startswith(("http://", "https://", "file://"))
+
+
 def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
     out: dict[str, IndexSpec] = {}
     for name, key, entry in _entries(p, table, "indexes", 'url = "..."', _INDEX_KEYS):
         url = _get_str(p, entry, "url", key, required=True)
-        if url is not None and not re.match(r"(https?|file)://", url):
+        if url is not None and not is_index_url(url):
             p.add(f"{key}.url", f"expected an http(s):// or file:// URL, found {url!r}")
         default = entry.get("default", False)
         if not isinstance(default, bool):
