@@ -142,6 +142,10 @@ def test_tree_digest_takes_names_that_are_not_utf8(tmp_path: Path) -> None:
     with_it = sources.tree_digest(tree)
     assert with_it != base
     assert sources.tree_digest(tree) == with_it
+    # Hashed as the bytes they are: another undecodable name is another tree (a lossy
+    # encoding would give both one digest).
+    (tree / latin1).rename(tree / os.fsdecode(b"caf\xe8.txt"))
+    assert sources.tree_digest(tree) not in (base, with_it)
 
 
 def test_path_source_is_snapshotted_by_digest(tmp_path: Path, store: Store) -> None:

@@ -201,18 +201,13 @@ def fetch(
     errors: list[FetchError] = []
     missing: list[Artifact] = []
     for a in unique:
-        # A stat, not a hash: re-reading GBs of wheels on every sync is what the store saves
-        # us. A size other than the lock's still shows a truncated or overwritten file.
-        try:
-            st = os.stat(where[a.sha256])
-        except OSError:
-            st = None
-        if st is None or not stat.S_ISREG(st.st_mode):
-            missing.append(a)
-        elif a.size is not None and st.st_size != a.size:
-            errors.append(wrong_size_in_store(a, where[a.sha256], st.st_size))
-        else:
+        present, wrong = _stored(a, where[a.sha256])
+        if wrong is not None:
+            errors.append(wrong)
+        elif present:
             have[a.sha256] = where[a.sha256]
+        else:
+            missing.append(a)
     # Offline means no network: a local wheel (a build's, in the wheelhouse) is still copied in.
     remote = [a for a in missing if not _is_local(a)] if offline else []
     failed = len(errors) + len(remote)  # artifacts, for the summary below
@@ -237,14 +232,33 @@ def fetch(
                 failed += 1
             else:
                 results[got.sha256] = got
+    _raise_all(errors, f"{failed} artifacts failed to fetch; nothing unverified was stored")
+    return FetchResult(tuple(results[a.sha256] for a in unique))
+
+
+def _stored(artifact: Artifact, path: Path) -> tuple[bool, FetchError | None]:
+    """Whether the store has ``artifact``'s file at ``path``, and the error if its size is not the lock's.
+
+    A stat, not a hash: re-reading GBs of wheels on every sync is what the store saves
+    us. A size other than the lock's still shows a truncated or overwritten file.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False, None
+    if not stat.S_ISREG(st.st_mode):
+        return False, None
+    if artifact.size is not None and st.st_size != artifact.size:
+        return True, wrong_size_in_store(artifact, path, st.st_size)
+    return True, None
+
+
+def _raise_all(errors: Sequence[FetchError], summary: str) -> None:
+    """Raise the one error, or ``summary`` listing them all."""
     if len(errors) == 1:
         raise errors[0]
     if errors:
-        raise FetchError(
-            f"{failed} artifacts failed to fetch; nothing unverified was stored",
-            details=[str(e) for e in errors],
-        )
-    return FetchResult(tuple(results[a.sha256] for a in unique))
+        raise FetchError(summary, details=[str(e) for e in errors])
 
 
 def check_stored_sizes(artifacts: Sequence[Artifact], store: Store) -> None:
@@ -254,19 +268,9 @@ def check_stored_sizes(artifacts: Sequence[Artifact], store: Store) -> None:
     with the bytes must be refused there as on a machine that has to download them. A
     stat each; a file no longer in the store is not checked (the venv was built from it).
     """
-    errors = []
-    for a in {a.sha256: a for a in artifacts if a.size is not None}.values():
-        path = store_file(store, a)
-        try:
-            size = os.stat(path).st_size
-        except OSError:
-            continue
-        if size != a.size:
-            errors.append(wrong_size_in_store(a, path, size))
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        raise FetchError(f"{len(errors)} locked sizes disagree with the store", details=[str(e) for e in errors])
+    unique = {a.sha256: a for a in artifacts if a.size is not None}.values()
+    errors = [wrong for a in unique if (wrong := _stored(a, store_file(store, a))[1]) is not None]
+    _raise_all(errors, f"{len(errors)} locked sizes disagree with the store")
 
 
 def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str = "sync again") -> FetchError:

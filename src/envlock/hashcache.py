@@ -117,6 +117,9 @@ class HashCache:
         # A cache that cannot be written only costs the next walk its hits.
         with contextlib.suppress(OSError):
             write_atomic(self.path, marshal.dumps((_FORMAT, merged)))
+            # Earlier envlocks kept one file per interpreter (<16 hex digits>.marshal): unread now.
+            for stale in self.path.parent.glob("????????????????.marshal"):
+                stale.unlink(missing_ok=True)
 
 
 def _touch(marker: Path) -> int:
