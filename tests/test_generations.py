@@ -411,6 +411,8 @@ def _envlock(home: Path, *args: str, **kwargs: Any) -> subprocess.Popen[str]:
 
 def test_run_puts_the_env_first_and_exits_with_the_commands_status(
         locks: tuple[IndexServer, Lock, Lock], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import signal
+
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
     sync_lock(store, "demo", v1, lock_path=None)
@@ -430,6 +432,8 @@ def test_run_puts_the_env_first_and_exits_with_the_commands_status(
     with pytest.raises(CommandError, match=r"^no-such-tool: command not found \(in .*/bin or on PATH\)$") as info:
         exec_in_env(store, "demo", ["no-such-tool"])
     assert info.value.exit_code == 127
+    # This process goes on after a failed exec: still shielded from a closed pipe, as Python set it.
+    assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
     script = tmp_path / "noexec.sh"
     script.write_text("#!/bin/sh\n")
     with pytest.raises(CommandError, match=r"noexec.sh: not executable \(permission denied\)$") as info:

@@ -408,9 +408,9 @@ def exec_in_env(store: Store, env: str, argv: Sequence[str]) -> NoReturn:
     sys.stderr.flush()
     # Python ignores these at start-up, and an ignored signal stays ignored across exec:
     # `yes | head` in the command would print "Broken pipe" instead of ending quietly.
-    for name in ("SIGPIPE", "SIGXFSZ"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    # Put back if the exec fails: this process goes on, and must not die of a closed pipe.
+    ignored = [getattr(signal, name) for name in ("SIGPIPE", "SIGXFSZ") if hasattr(signal, name)]
+    saved = [(sig, signal.signal(sig, signal.SIG_DFL)) for sig in ignored]
     try:
         os.execvpe(argv[0], list(argv), environ)
     except FileNotFoundError:
@@ -428,3 +428,6 @@ def exec_in_env(store: Store, env: str, argv: Sequence[str]) -> NoReturn:
         raise CommandError(f"{argv[0]}: not executable (permission denied)", exit_code=126) from None
     except OSError as exc:  # found but cannot run: no #! line, another machine's binary (ENOEXEC)
         raise CommandError(f"{argv[0]}: cannot be run ({exc.strerror})", exit_code=126) from None
+    finally:
+        for sig, handler in saved:
+            signal.signal(sig, handler)
