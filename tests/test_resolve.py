@@ -223,6 +223,19 @@ def test_overrides_and_excludes(ws, universe: Universe) -> None:  # type: ignore
     assert versions == {"flashinfer-cubin": "0.6.4", "flashinfer-python": "0.6.5", "tinydep": "1.1"}
 
 
+def test_an_override_range_cannot_move_the_specs_own_pin(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    # uv lets an override replace every requirement on a package, the spec's own included:
+    # a range may pass the spec's check, but the lock must still hold the spec's pin.
+    packages = 'flashinfer-cubin = "==0.6.4"'
+    extra = '[resolution]\noverrides = ["flashinfer-cubin>=0.6.4"]'
+    ws.write_spec("e", spec_text(universe, packages, extra))
+    with pytest.raises(ResolveError) as info:
+        lock(ws.root)
+    assert info.value.message.endswith("e.toml: the resolution does not keep the spec's pins")
+    assert list(info.value.details) == ["packages.flashinfer-cubin: pinned ==0.6.4, but the resolution has 0.6.5"]
+    assert not (ws.root / "locks" / "pylock.e.toml").exists()
+
+
 def test_mirror_by_option_and_environment(ws, cli, universe: Universe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # The spec names the real index; without the mirror the test's closed proxy fails it.
     real_url = "https://download.pytorch.org/whl/nightly/cu130"

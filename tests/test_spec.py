@@ -79,6 +79,17 @@ BAD_SPECS = [
     ('[resolution]\noverrides = ["flashinfer-python=0.6.5"]',
      ["resolution.overrides[0]: expected a requirement like \"flashinfer-python==0.6.5\", "
       "found 'flashinfer-python=0.6.5'"]),
+    # Overrides beat upstream's pins, never the spec's own.
+    ('[packages]\ntorch = { nightly = "2026-03-07", local = "cu130", index = "nightly" }\n'
+     '[resolution]\noverrides = ["torch==2.12.0.dev20260310+cu130"]',
+     ["resolution.overrides[0]: expected no override of torch: packages.torch is a nightly pin (2026-03-07), "
+      "which already beats upstream's pins; found 'torch==2.12.0.dev20260310+cu130' (change the date there)"]),
+    ('[packages]\nflashinfer-python = "==0.6.5"\n[resolution]\noverrides = ["flashinfer-python==0.6.4"]',
+     ["resolution.overrides[0]: expected a version packages.flashinfer-python allows (==0.6.5), found "
+      "'flashinfer-python==0.6.4' (an override may beat upstream's pins, not the spec's own)"]),
+    ('[packages]\npytorch-triton = { index = "nightly" }\n[resolution]\noverrides = ["pytorch-triton>=3"]',
+     ["resolution.overrides[0]: pytorch-triton is pinned to index 'nightly'; an override of it must be an "
+      "exact ==VERSION, found 'pytorch-triton>=3'"]),
     ('[resolution]\nsame-version = ["flashinfer-python"]',
      ["resolution.same-version: expected an array of arrays of two or more package names"]),
     ('[packages]\nSGL_fa4 = "==1"\ntorch = "==2.9.1"\n[resolution]\nexclude = ["torch-x", "sgl-fa4"]',

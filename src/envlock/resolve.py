@@ -113,22 +113,13 @@ def pinned_override_wheels(
     URL to the wheel that its own index lists for the target.
     """
     exact: dict[str, str] = {name: pin.version for name, pin in nightlies.items()}
-    problems = []
-    for i, text in enumerate(spec.resolution.overrides):
+    for text in spec.resolution.overrides:
         req = Requirement(text)
         pkg = spec.packages.get(canonicalize_name(req.name))
         if pkg is None or pkg.index is None or pkg.index == spec.default_index.name:
             continue
-        pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
-        if len(pins) != 1 or "*" in pins[0]:
-            problems.append(
-                f"resolution.overrides[{i}]: {req.name} is pinned to index {pkg.index!r}; "
-                f"an override of it must be an exact ==VERSION, found {text!r}"
-            )
-            continue
-        exact[str(pkg.name)] = pins[0]
-    if problems:
-        raise ResolveError(f"{spec.path}: overrides cannot be applied", details=problems)
+        # The spec allows only an exact ==VERSION here, and none for a nightly pin.
+        (exact[str(pkg.name)],) = [s.version for s in req.specifier if s.operator in ("==", "===")]
     tags = target_tags(spec.python, spec.platform)
     out = {}
     for name, version in sorted(exact.items()):
@@ -241,6 +232,7 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
         entries = _run_uv(spec, inputs, pinned, stored)
         packages, more = _checked_packages(spec, inputs, entries, listings, pinned, stored)
     check_same_version(spec, packages)
+    check_spec_pins(spec, packages, nightlies)
     return Resolution(packages=packages, nightlies=nightlies, requires_python=f"=={spec.python}.*",
                       downloaded=downloaded + more)
 
@@ -504,6 +496,29 @@ def _sha_of(wheel: Mapping[str, object]) -> str | None:
     hashes = wheel.get("hashes")
     sha = hashes.get("sha256") if isinstance(hashes, dict) else None
     return str(sha) if sha else None
+
+
+def check_spec_pins(spec: EnvSpec, packages: Sequence[LockedPackage], nightlies: Mapping[str, NightlyPin]) -> None:
+    """Every package the spec pins is locked at a version its pin allows (a nightly: that very version).
+
+    The spec refuses overrides that move its own pins; this holds the lock to it
+    whatever else uv was told, so the lock never names one version and installs another.
+    """
+    from packaging.specifiers import SpecifierSet
+
+    locked = {p.name: p.version for p in packages}
+    problems = []
+    for pkg in spec.packages.values():
+        version = locked.get(pkg.name)
+        if version is None or pkg.build:
+            continue
+        if pkg.nightly and pkg.name in nightlies and Version(version) != Version(nightlies[pkg.name].version):
+            problems.append(f"packages.{pkg.name}: nightly {pkg.nightly} is {nightlies[pkg.name].version}, "
+                            f"but the resolution has {version}")
+        elif pkg.specifier and not SpecifierSet(pkg.specifier).contains(version, prereleases=True):
+            problems.append(f"packages.{pkg.name}: pinned {pkg.specifier}, but the resolution has {version}")
+    if problems:
+        raise ResolveError(f"{spec.path}: the resolution does not keep the spec's pins", details=problems)
 
 
 def check_same_version(spec: EnvSpec, packages: Sequence[LockedPackage]) -> None:

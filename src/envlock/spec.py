@@ -288,6 +288,7 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
     resolution = _parse_resolution(p, _get_table(p, doc, "resolution"))
     _check_same_date(p, packages)
     _check_excluded_not_declared(p, packages_table, resolution)
+    _check_overrides_keep_pins(p, packages, indexes, resolution)
 
     if p.items:
         count = len(p.items)
@@ -534,6 +535,34 @@ def _check_excluded_not_declared(p: _Problems, packages: Mapping[str, Any], reso
         if name in declared:
             p.add(f"resolution.exclude[{i}]", f"expected a package the spec does not declare, found {name!r}, "
                   f"which packages.{declared[name]} requires (keep one of the two)")
+
+
+def _check_overrides_keep_pins(p: _Problems, packages: Mapping[NormalizedName, PackageSpec],
+                               indexes: Mapping[str, IndexSpec], resolution: ResolutionSpec) -> None:
+    # Overrides are for upstream's pins (sglang's flashinfer==0.6.4): one that moved the
+    # spec's own pin would lock a version other than the one the spec (and its nightly
+    # table, and `diff`) names.
+    default = next((name for name, idx in indexes.items() if idx.default), None)
+    for i, text in enumerate(resolution.overrides):
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue  # reported by _parse_resolution
+        pkg = packages.get(canonicalize_name(req.name))
+        if pkg is None:
+            continue
+        key = f"resolution.overrides[{i}]"
+        pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
+        exact = pins[0] if len(pins) == 1 and "*" not in pins[0] else None
+        if pkg.nightly:
+            p.add(key, f"expected no override of {pkg.name}: packages.{pkg.name} is a nightly pin "
+                       f"({pkg.nightly}), which already beats upstream's pins; found {text!r} (change the date there)")
+        elif pkg.index and pkg.index != default and exact is None:
+            p.add(key, f"{pkg.name} is pinned to index {pkg.index!r}; an override of it must be an exact "
+                       f"==VERSION, found {text!r}")
+        elif pkg.specifier and exact is not None and not SpecifierSet(pkg.specifier).contains(exact, prereleases=True):
+            p.add(key, f"expected a version packages.{pkg.name} allows ({pkg.specifier}), found {text!r} "
+                       "(an override may beat upstream's pins, not the spec's own)")
 
 
 def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
