@@ -391,3 +391,26 @@ def test_commands_that_read_the_store_do_not_make_a_mistyped_home(ws, cli, monke
         r = cli(command[0], "e", *command[1:])
         assert r.code == 2 and "no current generation" in r.err, (command, r.err)
     assert not home.exists()
+
+
+def test_a_static_index_on_disk_serves_a_pinned_package(ws, cli, universe: Universe, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # An air-gapped cluster's mirror can be a folder (a mounted share): file:// for any index.
+    from kit.locks import sha256_of
+    from kit.wheels import build_wheel
+
+    wheel = build_wheel(tmp_path / "static" / "files", "tinyextra", "1.0", files={"tinyextra/__init__.py": "X = 1\n"})
+    project = tmp_path / "static" / "extra" / "tinyextra"
+    project.mkdir(parents=True)
+    (project.parent / "index.html").write_text('<a href="tinyextra/">tinyextra</a>\n')
+    link = f"../../files/{wheel.name}#sha256={sha256_of(wheel)}"
+    (project / "index.html").write_text(f'<a href="{link}">{wheel.name}</a>\n')
+    extra = f'[indexes.extra]\nurl = "{(tmp_path / "static" / "extra").as_uri()}"\n'
+    ws.write_spec("e", spec_text(universe, 'tinyextra = { index = "extra" }', extra))
+    r = cli("lock", "e")
+    assert r.code == 0, r.err
+    assert f'url = "{wheel.as_uri()}"' in ws.lock_text("e")
+    r = cli("-q", "sync", "e")
+    assert r.code == 0, r.err
+    python = Path(r.out.splitlines()[-1]) / "bin" / "python"
+    probe = subprocess.run([python, "-c", "import tinyextra; print(tinyextra.X)"], capture_output=True, text=True)
+    assert probe.stdout == "1\n", probe.stderr

@@ -207,7 +207,14 @@ def _unwatch(resp: http.client.HTTPResponse, watcher: Watcher | None) -> None:
 
 
 def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
-    """GET a text page; ``HttpError`` on connection errors and non-2xx answers."""
+    """GET a text page; ``HttpError`` on connection errors and non-2xx answers.
+
+    A ``file://`` URL (a static index on this machine or a mounted share, as an
+    air-gapped cluster keeps one) is read as a web server would serve that folder: its
+    ``index.html``; a missing one is a 404.
+    """
+    if urlsplit(url).scheme == "file":
+        return _file_page(url)
     final, resp, conn = _request(url, {"Accept": accept}, timeout)
     try:
         body = resp.read()
@@ -223,6 +230,22 @@ def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
         if key.lower() == "charset" and value:
             charset = value.strip('"')
     return Page(url=final, content_type=content_type, text=body.decode(charset, errors="replace"))
+
+
+def _file_page(url: str) -> Page:
+    from urllib.request import url2pathname
+
+    path = url2pathname(urlsplit(url).path)
+    if os.path.isdir(path):
+        path = os.path.join(path, "index.html")
+    try:
+        with open(path, "rb") as fh:
+            body = fh.read()
+    except (FileNotFoundError, NotADirectoryError):
+        raise HttpError(url, "no such file", status=404) from None
+    except OSError as exc:
+        raise HttpError(url, f"cannot read {path} ({exc.strerror})") from None
+    return Page(url=url, content_type="text/html", text=body.decode("utf-8", errors="replace"))
 
 
 @dataclass(frozen=True)
