@@ -135,8 +135,44 @@ def test_missing_nightly_date_names_nearest_dates(ws, universe: Universe) -> Non
         "packages.torch.nightly: no nightly with local tag +cu130 dated 2026-03-04 on index 'pytorch' "
         f"({universe.pytorch}); nearest listed dates: 2026-03-01, 2026-03-02, 2026-03-05, 2026-03-06, 2026-03-07 "
         "(listed range 2026-03-01 .. 2026-03-10). Indexes such as PyTorch's keep only their ~60 newest "
-        "nightlies: an older pin needs a mirror (--index NAME=URL) or a store that still holds its wheels"
+        "nightlies: an older pin needs a mirror (--index NAME=URL), or a relock of a lock that pinned this date, "
+        "with its wheels in the store"
     )
+
+
+def test_a_relock_keeps_a_nightly_the_index_dropped_while_the_store_holds_it(  # type: ignore[no-untyped-def]
+        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kit.index import IndexServer
+
+    # Nightly indexes keep ~60 builds: a spec edit weeks later must still lock the pinned torch.
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        server.add_index("pytorch", hashes=False)
+        tag = "cp311-cp311-manylinux_2_28_x86_64"
+        old, new = (build_wheel(tmp_path / "wheels", "torch", f"2.12.0.dev{d}+cu130", tag=tag)
+                    for d in ("20260307", "20260310"))
+        server.add("pytorch", old, new)
+        server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
+        spec = ("[env]\npython = \"3.11\"\nplatform = \"x86_64-manylinux_2_28\"\n"
+                f"[indexes.pypi]\nurl = \"{server.url('pypi')}\"\ndefault = true\n"
+                f"[indexes.pytorch]\nurl = \"{server.url('pytorch')}\"\n"
+                '[packages]\ntorch = { nightly = "2026-03-07", local = "cu130", index = "pytorch" }\n')
+        ws.write_spec("e", spec)
+        first = lock(ws.root)
+        del server.indexes["pytorch"].files[old.name]  # the index moves on
+        assert lock_env(Workspace(ws.root), "e").changed is False  # nothing to do, nothing downloaded
+        ws.write_spec("e", spec + 'tinydep = "==1.0"\n')  # a real edit
+        relocked = lock(ws.root)
+        torch = next(p for p in relocked["packages"] if p["name"] == "torch")
+        assert torch["wheels"] == next(p for p in first["packages"] if p["name"] == "torch")["wheels"]
+        assert relocked["tool"]["envlock"]["nightlies"]["torch"]["version"] == "2.12.0.dev20260307+cu130"
+        assert len(server.downloads(old.name)) == 1  # hashed once, by the first lock
+        # Without the wheel in the store (another machine), the date is gone: say so.
+        monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh-home"))
+        with pytest.raises(ResolveError, match="no nightly with local tag \\+cu130 dated 2026-03-07"):
+            lock_env(Workspace(ws.root), "e")
+    finally:
+        server.stop()
 
 
 def test_nightly_from_html_only_index(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]

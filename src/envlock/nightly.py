@@ -63,5 +63,5 @@ def select_nightly(
         f"{key}: no nightly{tag} dated {date} on index {index_name!r} ({index_url}); "
         f"nearest listed dates: {', '.join(sorted(nearest))} (listed range {min(by_date)} .. {max(by_date)}). "
         "Indexes such as PyTorch's keep only their ~60 newest nightlies: an older pin needs a mirror "
-        "(--index NAME=URL) or a store that still holds its wheels"
+        "(--index NAME=URL), or a relock of a lock that pinned this date, with its wheels in the store"
     )

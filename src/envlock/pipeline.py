@@ -146,9 +146,12 @@ def lock_env(
     build_sources, build_requires, build_vars = resolve_build_inputs(spec, states)
     # Hashes an index does not publish were computed from bytes now in the store.
     hashed = {a.url: a for p in old.packages for a in p.wheels if a.url} if old is not None else {}
+    # Its nightlies, for dates the index may no longer list (the store keeps their wheels).
+    kept = {name: (pin, pkg.wheels[0], pkg.index) for name, pin in (old.nightlies if old else {}).items()
+            if old is not None and (pkg := old.package(name)) is not None and pkg.wheels and pkg.wheels[0].url}
     resolution = resolve.resolve(spec, resolve.ResolveInputs(
         index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
-        build_env=build_vars, store=store, hashed=hashed, progress=progress,
+        build_env=build_vars, store=store, hashed=hashed, progress=progress, kept_nightlies=kept,
     ))
     lock = Lock(
         env=env,

@@ -68,6 +68,10 @@ class ResolveInputs:
     store: Store | None = None
     hashed: Mapping[str, Artifact] = field(default_factory=dict)
     progress: Progress | None = None  # of those downloads
+    # The earlier lock's nightly pins: name -> (pin, its wheel, the index URL it came from).
+    # Kept when the index no longer lists that date (PyTorch's keeps ~60 nightlies) and
+    # the store still holds the wheel, so a spec edit can be locked without a mirror.
+    kept_nightlies: Mapping[str, tuple[NightlyPin, Artifact, str | None]] = field(default_factory=dict)
 
 
 def index_urls(spec: EnvSpec, mirrors: Mapping[str, str]) -> dict[str, str]:
@@ -81,8 +85,13 @@ def index_urls(spec: EnvSpec, mirrors: Mapping[str, str]) -> dict[str, str]:
     return {name: mirrors.get(name, idx.url).rstrip("/") for name, idx in spec.indexes.items()}
 
 
-def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings) -> dict[str, NightlyPin]:
-    """Every ``nightly`` pin -> the exact version listed for that date on its index."""
+def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings,
+                      kept: Mapping[str, NightlyPin] | None = None) -> dict[str, NightlyPin]:
+    """Every ``nightly`` pin -> the exact version listed for that date on its index.
+
+    ``kept``: pins of an earlier lock whose wheels the store holds (``kept_pins``), taken
+    when the index no longer lists their date.
+    """
     wanted = [p for p in spec.packages.values() if p.nightly]
     for pkg in wanted:
         listings.prefetch(urls[pkg.index or ""], pkg.name)
@@ -90,20 +99,46 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings
     for pkg in wanted:
         assert pkg.nightly is not None and pkg.index is not None
         files = listings.files(urls[pkg.index], pkg.name)
-        version = select_nightly(
-            files,
-            date=pkg.nightly,
-            local=pkg.local,
-            key=f"{spec.path}: packages.{pkg.name}.nightly",
-            index_name=pkg.index,
-            index_url=http.redact(urls[pkg.index]),
-        )
-        pins[str(pkg.name)] = NightlyPin(date=pkg.nightly, version=str(version))
+        try:
+            version = str(select_nightly(
+                files,
+                date=pkg.nightly,
+                local=pkg.local,
+                key=f"{spec.path}: packages.{pkg.name}.nightly",
+                index_name=pkg.index,
+                index_url=http.redact(urls[pkg.index]),
+            ))
+        except ResolveError:
+            earlier = (kept or {}).get(str(pkg.name))
+            if earlier is None or earlier.date != pkg.nightly:
+                raise
+            version = earlier.version  # gone from the index, still in the store
+        pins[str(pkg.name)] = NightlyPin(date=pkg.nightly, version=version)
     return pins
 
 
+def kept_pins(spec: EnvSpec, inputs: ResolveInputs) -> dict[str, NightlyPin]:
+    """The earlier lock's nightly pins that may stand in for a date the index no longer lists:
+    same package, same index URL, same local tag, and the store holds its wheel."""
+    from envlock.fetch import store_file
+
+    out = {}
+    for name, (pin, artifact, index_url) in inputs.kept_nightlies.items():
+        pkg = spec.packages.get(canonicalize_name(name))
+        if pkg is None or pkg.index is None or not pkg.nightly or index_url is None:
+            continue
+        if index_url.rstrip("/") != inputs.index_urls[pkg.index].rstrip("/"):
+            continue  # another index now: its own listing decides
+        if (Version(pin.version).local or None) != (pkg.local or None) or artifact.filename_problem():
+            continue
+        if store_file(_store(inputs), artifact).is_file():
+            out[name] = pin
+    return out
+
+
 def pinned_override_wheels(
-    spec: EnvSpec, urls: Mapping[str, str], nightlies: Mapping[str, NightlyPin], listings: Listings
+    spec: EnvSpec, urls: Mapping[str, str], nightlies: Mapping[str, NightlyPin], listings: Listings,
+    kept: Mapping[str, tuple[NightlyPin, Artifact, str | None]] | None = None,
 ) -> dict[str, IndexFile]:
     """The wheels (URL and version) for overrides of packages pinned to a non-default index.
 
@@ -112,6 +147,7 @@ def pinned_override_wheels(
     ``torch`` may sit). So an override of an index-pinned package becomes a direct
     URL to the wheel that its own index lists for the target.
     """
+    kept = kept or {}
     exact: dict[str, str] = {name: pin.version for name, pin in nightlies.items()}
     for text in spec.resolution.overrides:
         req = Requirement(text)
@@ -129,6 +165,12 @@ def pinned_override_wheels(
         if tags is not None:
             supported = set(tags)
             files = [f for f in files if parse_wheel_filename(f.filename)[3] & supported]
+        if not files and name in kept and Version(kept[name][0].version) == wanted:
+            # A nightly the index dropped, its wheel in the store: the store copy is what uv
+            # reads (no hash here: store_unhashed_pins takes the earlier lock's for it).
+            artifact = kept[name][1]
+            assert artifact.url is not None
+            files = [IndexFile(filename=artifact.filename, url=artifact.url, version=wanted, sha256=None)]
         if not files:
             raise ResolveError(
                 f"{spec.path}: packages.{name}: index {index!r} ({http.redact(urls[index])}) "
@@ -226,8 +268,10 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
         for name, idx in spec.indexes.items():
             if not idx.default:
                 listings.prefetch_names(inputs.index_urls[name])
-        nightlies = resolve_nightlies(spec, inputs.index_urls, listings)
-        pinned = pinned_override_wheels(spec, inputs.index_urls, nightlies, listings)
+        kept = kept_pins(spec, inputs)
+        nightlies = resolve_nightlies(spec, inputs.index_urls, listings, kept)
+        pinned = pinned_override_wheels(spec, inputs.index_urls, nightlies, listings,
+                                        {name: inputs.kept_nightlies[name] for name in kept})
         stored, downloaded = store_unhashed_pins(pinned, inputs)
         entries = _run_uv(spec, inputs, pinned, stored)
         packages, more = _checked_packages(spec, inputs, entries, listings, pinned, stored)
