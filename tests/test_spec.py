@@ -79,6 +79,11 @@ BAD_SPECS = [
     ('[resolution]\noverrides = ["flashinfer-python=0.6.5"]',
      ["resolution.overrides[0]: expected a requirement like \"flashinfer-python==0.6.5\", "
       "found 'flashinfer-python=0.6.5'"]),
+    ('[packages]\ntorch = { nightly = 2026-03-07, local = "cu130", index = "nightly" }',
+     ["packages.torch.nightly: expected a string, found the unquoted date 2026-03-07"]),
+    ('[resolution]\nexclude = ["Nope!", "sgl-fa4", ""]',
+     ["resolution.exclude[0]: expected a package name like \"sgl-fa4\", found 'Nope!'",
+      "resolution.exclude[2]: expected a package name like \"sgl-fa4\", found ''"]),
     # Overrides beat upstream's pins, never the spec's own.
     ('[packages]\ntorch = { nightly = "2026-03-07", local = "cu130", index = "nightly" }\n'
      '[resolution]\noverrides = ["torch==2.12.0.dev20260310+cu130"]',

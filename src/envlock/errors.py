@@ -11,13 +11,16 @@ from collections.abc import Sequence
 
 
 def found(value: object) -> str:
-    """A TOML value as a message names what was found: ``'x'``, ``3``, ``true``, ``a table``, ``an array``."""
+    """A TOML value as a message names what was found: ``'x'``, ``3``, ``true``, ``a table``, ``an array``,
+    ``the unquoted date 2026-03-07``."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):
         return "a table"
     if isinstance(value, list):
         return "an array"
+    if hasattr(value, "isoformat"):  # TOML dates and times arrive as datetime objects
+        return f"the unquoted date {value.isoformat()}"
     return repr(value)
 
 

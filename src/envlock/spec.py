@@ -27,6 +27,8 @@ from envlock.errors import found as _found
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
 _PYTHON = re.compile(r"3\.\d+(\.\d+)?")
+#: A distribution name (PEP 508).
+_PACKAGE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _PLATFORM = re.compile(r"[a-z0-9_]+(-[a-z0-9_.]+)+")
 #: What the pinned uv (pyproject.toml) accepts for ``--python-platform``, less the bare OS names
 #: (``linux``, ``macos``, ``windows``), which name no architecture. A spec naming anything else
@@ -489,7 +491,7 @@ def _parse_packages(
                 p.add(f"{key}.index", "missing; a nightly pin must name its index "
                       "(nightlies are never taken from the default index by accident)")
         if local is not None:
-            if nightly is None:
+            if "nightly" not in entry:  # one that is there but malformed is reported as such
                 p.add(f"{key}.local",
                       "only a nightly pin takes a local tag; write it in the version (\"==0.6.5+cu130\")")
             elif not re.fullmatch(r"[A-Za-z0-9]+([._][A-Za-z0-9]+)*", local):
@@ -574,7 +576,11 @@ def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
         except InvalidRequirement:
             p.add(f"resolution.overrides[{i}]",
                   f"expected a requirement like \"flashinfer-python==0.6.5\", found {req!r}")
-    exclude = tuple(canonicalize_name(n) for n in _get_str_list(p, table, "exclude", "resolution"))
+    excluded = _get_str_list(p, table, "exclude", "resolution")
+    for i, name in enumerate(excluded):
+        if not _PACKAGE_NAME.fullmatch(name):
+            p.add(f"resolution.exclude[{i}]", f"expected a package name like \"sgl-fa4\", found {name!r}")
+    exclude = tuple(canonicalize_name(n) for n in excluded if _PACKAGE_NAME.fullmatch(n))
     groups_raw = table.get("same-version", [])
     groups: list[tuple[NormalizedName, ...]] = []
     if not isinstance(groups_raw, list) or not all(
