@@ -322,6 +322,12 @@ def test_diff_names_what_is_missing_and_reads_lock_files_in_the_current_folder(w
     (ws.root / "locks" / "b.lock").write_text(ws.lock_text("e"))
     r = cli("diff", "a.lock", "b.lock")
     assert (r.code, r.out) == (0, "no differences (1 packages identical)\n")
+    # Two lock paths need no workspace.
+    outside = ws.root.parent / "elsewhere"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    r = cli("diff", str(ws.root / "locks" / "a.lock"), str(ws.root / "locks" / "b.lock"))
+    assert (r.code, r.out) == (0, "no differences (1 packages identical)\n"), r.err
 
 
 def test_a_folder_where_a_spec_belongs_is_named(ws, cli) -> None:  # type: ignore[no-untyped-def]

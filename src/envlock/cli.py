@@ -455,6 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.set_defaults(needs_workspace=False)  # two lock paths need none; an env name is looked up in it
 
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",
             "Lock first if locks/pylock.ENV.toml is missing or stale, build the [builds.*] the wheelhouse\n"
@@ -593,8 +594,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             ws = Workspace.find(root=args.root)
         except UsageError:
-            # path, run, generations and rollback read only the store: they work from
-            # anywhere (a systemd unit, another checkout), so a missing workspace is fine.
+            # path, run, generations and rollback read only the store, and diff of two lock
+            # paths only them: they work from anywhere (a systemd unit, another checkout).
             if getattr(args, "needs_workspace", True):
                 raise
             ws = Workspace(Path.cwd())
