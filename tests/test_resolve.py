@@ -175,6 +175,37 @@ def test_a_relock_keeps_a_nightly_the_index_dropped_while_the_store_holds_it(  #
         server.stop()
 
 
+def test_a_nightly_date_takes_the_days_latest_build_the_target_can_install(ws, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from kit.index import IndexServer
+
+    # Builds of one day go up one python at a time: 23:00's has no cp311 wheel yet.
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        server.add_index("pt", hashes=False)
+        wheels = tmp_path / "wheels"
+        for build, pythons in (("2026030701", ("cp311", "cp312")), ("2026030723", ("cp312",))):
+            for py in pythons:
+                server.add("pt", build_wheel(wheels, "torch", f"2.12.0.dev{build}+cu130",
+                                             tag=f"{py}-{py}-manylinux_2_28_x86_64"))
+        server.add("pypi", build_wheel(wheels, "tinydep", "1.0"))
+        spec = ("[env]\npython = \"{py}\"\nplatform = \"x86_64-manylinux_2_28\"\n"
+                f"[indexes.pypi]\nurl = \"{server.url('pypi')}\"\ndefault = true\n"
+                f"[indexes.pt]\nurl = \"{server.url('pt')}\"\n"
+                '[packages]\ntorch = { nightly = "2026-03-07", local = "cu130", index = "pt" }\n')
+        ws.write_spec("e", spec.replace("{py}", "3.11"))
+        assert lock(ws.root)["tool"]["envlock"]["nightlies"]["torch"]["version"] == "2.12.0.dev2026030701+cu130"
+        ws.write_spec("e", spec.replace("{py}", "3.12"))
+        assert lock(ws.root)["tool"]["envlock"]["nightlies"]["torch"]["version"] == "2.12.0.dev2026030723+cu130"
+        ws.write_spec("e", spec.replace("{py}", "3.13"))
+        with pytest.raises(ResolveError) as info:
+            lock(ws.root)
+        assert info.value.message.endswith(
+            f"packages.torch.nightly: index 'pt' ({server.url('pt')}) lists torch nightlies dated 2026-03-07, but "
+            "none with a wheel for python 3.13 on x86_64-manylinux_2_28")
+    finally:
+        server.stop()
+
+
 def test_nightly_from_html_only_index(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     universe.server.html_only.add("pytorch")
     try:

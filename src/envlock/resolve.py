@@ -12,13 +12,14 @@ sha256 even when the index publishes none.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 import shutil
 import sys
 import tempfile
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -95,33 +96,49 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings
     wanted = [p for p in spec.packages.values() if p.nightly]
     for pkg in wanted:
         listings.prefetch(urls[pkg.index or ""], pkg.name)
+    tags = target_tags(spec.python, spec.platform)
+    supported = set(tags) if tags is not None else None
     pins = {}
     for pkg in wanted:
         assert pkg.nightly is not None and pkg.index is not None
         files = listings.files(urls[pkg.index], pkg.name)
+        # The day's latest build the target can install: a later build of that day may
+        # lack its python's wheel (uploads go one python at a time).
+        usable = files if supported is None else [
+            f for f in files if f.filename.endswith(".whl") and parse_wheel_filename(f.filename)[3] & supported]
+        key = f"{spec.path}: packages.{pkg.name}.nightly"
+        select = functools.partial(select_nightly, date=pkg.nightly, local=pkg.local, key=key,
+                                   index_name=pkg.index, index_url=http.redact(urls[pkg.index]))
         try:
-            version = str(select_nightly(
-                files,
-                date=pkg.nightly,
-                local=pkg.local,
-                key=f"{spec.path}: packages.{pkg.name}.nightly",
-                index_name=pkg.index,
-                index_url=http.redact(urls[pkg.index]),
-            ))
-        except ResolveError:
+            version = str(select(usable))
+        except ResolveError as exc:
             earlier = (kept or {}).get(str(pkg.name))
+            if usable is not files and _selects(select, files):
+                raise ResolveError(
+                    f"{key}: index {pkg.index!r} ({http.redact(urls[pkg.index])}) lists {pkg.name} nightlies "
+                    f"dated {pkg.nightly}, but none with a wheel for python {spec.python}"
+                    f"{' on ' + spec.platform if spec.platform else ''}") from None
             if earlier is None or earlier.date != pkg.nightly:
-                raise
+                raise exc from None
             version = earlier.version  # gone from the index, still in the store
         pins[str(pkg.name)] = NightlyPin(date=pkg.nightly, version=version)
     return pins
 
 
+def _selects(select: Callable[[Sequence[IndexFile]], Version], files: Sequence[IndexFile]) -> bool:
+    try:
+        select(files)
+    except ResolveError:
+        return False
+    return True
+
+
 def kept_pins(spec: EnvSpec, inputs: ResolveInputs) -> dict[str, NightlyPin]:
     """The earlier lock's nightly pins that may stand in for a date the index no longer lists:
-    same package, same index URL, same local tag, and the store holds its wheel."""
+    same package, same index URL, same local tag, a wheel for this target, in the store."""
     from envlock.fetch import store_file
 
+    tags = target_tags(spec.python, spec.platform)
     out = {}
     for name, (pin, artifact, index_url) in inputs.kept_nightlies.items():
         pkg = spec.packages.get(canonicalize_name(name))
@@ -131,6 +148,8 @@ def kept_pins(spec: EnvSpec, inputs: ResolveInputs) -> dict[str, NightlyPin]:
             continue  # another index now: its own listing decides
         if (Version(pin.version).local or None) != (pkg.local or None) or artifact.filename_problem():
             continue
+        if tags is not None and not parse_wheel_filename(artifact.filename)[3] & set(tags):
+            continue  # locked for another python or platform
         if store_file(_store(inputs), artifact).is_file():
             out[name] = pin
     return out
