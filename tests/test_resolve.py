@@ -206,6 +206,14 @@ def test_a_nightly_date_takes_the_days_latest_build_the_target_can_install(ws, t
         server.stop()
 
 
+def test_a_package_pinned_to_an_index_that_lacks_it_is_named(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'tinydep = { index = "flashinfer" }'))
+    with pytest.raises(ResolveError) as info:
+        lock(ws.root)
+    assert info.value.message.endswith(
+        f"e.toml: packages.tinydep.index: index 'flashinfer' ({universe.flashinfer}) lists no tinydep")
+
+
 def test_nightly_from_html_only_index(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     universe.server.html_only.add("pytorch")
     try:

@@ -125,6 +125,22 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings
     return pins
 
 
+def _check_pinned_listed(spec: EnvSpec, urls: Mapping[str, str], listings: Listings,
+                         kept: Mapping[str, NightlyPin]) -> None:
+    """A package pinned to an index that does not list it is named with its key, before uv
+    answers with a resolution failure that names neither the key nor the index."""
+    missing = [
+        f"packages.{pkg.name}.index: index {pkg.index!r} ({http.redact(urls[pkg.index])}) lists no {pkg.name}"
+        for pkg in spec.packages.values()
+        if pkg.index and not pkg.build and str(pkg.name) not in kept and not listings.files(urls[pkg.index], pkg.name)
+    ]
+    if len(missing) == 1:
+        raise ResolveError(f"{spec.path}: {missing[0]}")
+    if missing:
+        raise ResolveError(f"{spec.path}: {len(missing)} packages missing from the index they are pinned to",
+                           details=missing)
+
+
 def _selects(select: Callable[[Sequence[IndexFile]], Version], files: Sequence[IndexFile]) -> bool:
     try:
         select(files)
@@ -289,6 +305,7 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
                 listings.prefetch_names(inputs.index_urls[name])
         kept = kept_pins(spec, inputs)
         nightlies = resolve_nightlies(spec, inputs.index_urls, listings, kept)
+        _check_pinned_listed(spec, inputs.index_urls, listings, kept)
         pinned = pinned_override_wheels(spec, inputs.index_urls, nightlies, listings,
                                         {name: inputs.kept_nightlies[name] for name in kept})
         stored, downloaded = store_unhashed_pins(pinned, inputs)
