@@ -420,3 +420,18 @@ def test_a_static_index_on_disk_serves_a_pinned_package(ws, cli, universe: Unive
     python = Path(r.out.splitlines()[-1]) / "bin" / "python"
     probe = subprocess.run([python, "-c", "import tinyextra; print(tinyextra.X)"], capture_output=True, text=True)
     assert probe.stdout == "1\n", probe.stderr
+
+
+def test_ctrl_c_while_envlock_still_starts_is_one_line_not_a_traceback() -> None:
+    # A supervisor stopping a service it just started: the interrupt lands in cli's imports.
+    starting = ("import builtins, sys\n"
+                "real = builtins.__import__\n"
+                "def interrupted(name, *args, **kwargs):\n"
+                "    if name == 'argparse':\n"
+                "        raise KeyboardInterrupt\n"
+                "    return real(name, *args, **kwargs)\n"
+                "builtins.__import__ = interrupted\n"
+                "from envlock.__main__ import main\n"
+                "sys.exit(main())\n")
+    proc = subprocess.run([sys.executable, "-c", starting, "--help"], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "envlock: interrupted\n", "")

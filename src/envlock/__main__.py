@@ -1,0 +1,26 @@
+"""The ``envlock`` console script and ``python -m envlock``: ``cli.main``, with Ctrl-C handled
+from the first instruction on.
+
+``cli.main`` answers an interrupt with one line and exit 130, but only once its own
+handler is in place: an interrupt during the imports and the argument parsing before
+that (the first ~50 ms, when a supervisor stops a service it just started) would end
+in a traceback. This module imports nothing but ``sys`` before it is guarding.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> int:
+    try:
+        from envlock.cli import main as cli_main
+
+        return cli_main()
+    except KeyboardInterrupt:
+        print("envlock: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
