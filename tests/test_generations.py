@@ -132,7 +132,7 @@ def test_a_different_recorded_digest_fails_and_does_not_flip(locks: tuple[IndexS
     with pytest.raises(VerifyError) as info:
         sync_lock(store, "demo", lying, lock_path=None)
     message = str(info.value)
-    assert f"not reproducible: the lock records venv digest {good.venv_digest}, this sync built " in message
+    assert f"not reproducible: the lock's venv digest is {good.venv_digest}, this sync built " in message
     assert "the env was not switched" in message
     assert "~ lib/python3.11/site-packages/alpha/__init__.py" in message
     assert "+ lib/python3.11/site-packages/alpha-2.0.dist-info/METADATA" in message
@@ -294,6 +294,27 @@ def test_a_venv_another_sync_rebuilt_meanwhile_is_not_discarded(locks: tuple[Ind
     assert _discard(store, built.install_digest, built.venv, built.manifest.digest,
                     stale=None).startswith("that venv was removed")
     assert not built.venv.exists()
+
+
+def test_an_edit_in_the_uv_cache_is_not_recorded_as_a_locks_first_digest(locks: tuple[IndexServer, Lock, Lock],
+                                                                         tmp_path: Path) -> None:
+    # CI syncs --frozen (no digest recorded); someone edits the venv, removes it to rebuild,
+    # and syncs: the first digest the lock gets must not be the edit's.
+    _, v1, _ = locks
+    store, lock_path = _home_with_lock(tmp_path, v1)
+    first = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=True)
+    assert read_lock(lock_path).venv_digest is None
+    venv = first.path.resolve()
+    init = venv / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
+    original = init.read_text()
+    init.chmod(0o644)
+    init.write_text("edited in place\n")  # so in the store's uv cache too
+    shutil.rmtree(venv)
+    again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    assert again.note.startswith("the first build differed from this store's earlier generations' digest; "
+                                 "with uv's cache cleared")
+    assert again.venv_digest == first.venv_digest == read_lock(lock_path).venv_digest
+    assert init.read_text() == original
 
 
 def test_a_venv_this_sync_built_is_kept_when_another_env_took_it_meanwhile(locks: tuple[IndexServer, Lock, Lock],

@@ -49,6 +49,7 @@ class Generation:
     path: Path  # the generation folder
     current: bool = False
     lock_sha256: str = ""  # sha256 of the lock text this generation was synced from (its pylock.toml)
+    venv_python: str | None = None  # the interpreter version the venv was built with (None: not recorded)
 
     @property
     def venv(self) -> Path:
@@ -68,6 +69,7 @@ class Generation:
             "path": str(self.path),
             "current": self.current,
             "lock_sha256": self.lock_sha256,
+            "venv_python": self.venv_python,
         }
 
 
@@ -141,6 +143,7 @@ def read(store: Store, env: str, number: int, *, current: int | None = None) -> 
             path=folder,
             current=number == current,
             lock_sha256=str(doc.get("lock_sha256", "")),
+            venv_python=str(doc["venv_python"]) if doc.get("venv_python") else None,
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -181,6 +184,18 @@ def unreadable(store: Store, env: str) -> tuple[Path, ...]:
     return tuple(folder / str(n) / _RECORD for n in numbers if read(store, env, n) is None)
 
 
+def digests_seen(store: Store, install_digest: str, python: str | None) -> list[str]:
+    """The venv digests generations in this store (any env) recorded for ``install_digest``
+    built with ``python``, newest first: what a build of that lock gave here before."""
+    envs = store.root / "envs"
+    seen: list[tuple[str, str]] = []
+    for folder in sorted(envs.iterdir()) if envs.is_dir() and python else ():
+        for gen in list_generations(store, folder.name):
+            if gen.install_digest == install_digest and gen.venv_python == python:
+                seen.append((gen.created, gen.venv_digest))
+    return list(dict.fromkeys(digest for _, digest in sorted(seen, reverse=True)))
+
+
 def users(store: Store, venv: Path) -> list[tuple[str, int]]:
     """Every (env, generation number), in any env, whose venv link points at the store entry ``venv``."""
     found = []
@@ -200,7 +215,7 @@ def users(store: Store, venv: Path) -> list[tuple[str, int]]:
 
 
 def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest: str,
-        lock_text: str) -> Generation:
+        lock_text: str, venv_python: str | None = None) -> Generation:
     """Write the next generation pointing at ``venv`` (call under ``env_lock``); does not flip."""
     folder = env_dir(store, env)
     folder.mkdir(parents=True, exist_ok=True)
@@ -221,11 +236,11 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
     write_atomic(work / _LOCK_COPY, lock_text.encode())
     lock_sha256 = hashlib.sha256(lock_text.encode()).hexdigest()
     record = {"created": created, "install_digest": install_digest, "venv_digest": venv_digest,
-              "lock_sha256": lock_sha256}
+              "lock_sha256": lock_sha256, "venv_python": venv_python}
     write_atomic(work / _RECORD, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     os.rename(work, folder / str(number))
     return Generation(env, number, created, install_digest, venv_digest, folder / str(number),
-                      lock_sha256=lock_sha256)
+                      lock_sha256=lock_sha256, venv_python=venv_python)
 
 
 def discard(store: Store, env: str, number: int) -> None:

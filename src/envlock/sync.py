@@ -125,6 +125,11 @@ def sync_lock(
         actual = inst.manifest  # walked just now, whether built or reused
         built_with = venv_python(inst.venv)
         expected = lock.venv_digest_for(built_with)
+        whose = "the lock's"  # where ``expected`` comes from, for the messages
+        if expected is None and lock.venv_digest is None and (seen := generations.digests_seen(store, key, built_with)):
+            # A first digest is recorded as found: held to what this lock gave here before,
+            # an edit that reached uv's cache is not written into the lock as the truth.
+            expected, whose = seen[0], "this store's earlier generations'"
         repaired = ""
         if expected is not None and expected != actual.digest and inst.built:
             # uv installs from its cache, whose files are the venvs' (hard links): a file
@@ -135,7 +140,7 @@ def sync_lock(
             inst = install.install(store, lock, got.paths(), on_stage=pause)
             actual = inst.manifest
             if actual.digest == expected:
-                repaired = ("the first build differed from the lock's digest; with uv's cache cleared (a file "
+                repaired = (f"the first build differed from {whose} digest; with uv's cache cleared (a file "
                             "edited in a venv had reached it), the rebuild matches")
         if expected is None and lock.venv_digest is not None:
             # Another interpreter build recorded the digest: this venv holds a different
@@ -149,7 +154,7 @@ def sync_lock(
             lines = (verify.compare(reference.entries, actual.entries).lines() if reference
                      else [f"(no manifest of {expected} in this store to list files)"])
             raise VerifyError(
-                f"{lock_path or env}: not reproducible: the lock records venv digest "
+                f"{lock_path or env}: not reproducible: {whose} venv digest is "
                 f"{expected}, this sync built {actual.digest}; the env was not switched; "
                 + _discard(store, key, inst.venv, actual.digest, stale=(stale or frozenset()) if inst.built else None),
                 details=lines,
@@ -166,7 +171,7 @@ def sync_lock(
             gen = newest  # written by a sync killed just before its flip: finish its job
         else:
             gen = generations.add(store, env, venv=inst.venv, install_digest=key,
-                                  venv_digest=actual.digest, lock_text=lock_text)
+                                  venv_digest=actual.digest, lock_text=lock_text, venv_python=built_with)
         try:
             _still_there(store, key, inst.venv, gen.number)
         except VerifyError:
