@@ -420,6 +420,15 @@ def test_a_static_index_on_disk_serves_a_pinned_package(ws, cli, universe: Unive
     python = Path(r.out.splitlines()[-1]) / "bin" / "python"
     probe = subprocess.run([python, "-c", "import tinyextra; print(tinyextra.X)"], capture_output=True, text=True)
     assert probe.stdout == "1\n", probe.stderr
+    # A nightly on a mirror folder that lists no hashes (as PyTorch's index does): hashed from the file.
+    nightly = build_wheel(tmp_path / "mirror" / "torch", "torch", "2.12.0.dev20260307+cu130",
+                          tag="cp311-cp311-manylinux_2_28_x86_64")
+    (tmp_path / "mirror" / "index.html").write_text('<a href="torch/">torch</a>\n')
+    (tmp_path / "mirror" / "torch" / "index.html").write_text(f'<a href="{nightly.name}">{nightly.name}</a>\n')
+    ws.write_spec("n", spec_text(universe, 'torch = { nightly = "2026-03-07", local = "cu130", index = "pytorch" }'))
+    r = cli("lock", "n", "--index", f"pytorch={(tmp_path / 'mirror').as_uri()}")
+    assert r.code == 0, r.err
+    assert f'hashes = {{ sha256 = "{sha256_of(nightly)}" }}' in ws.lock_text("n")
 
 
 def test_ctrl_c_while_envlock_still_starts_is_one_line_not_a_traceback() -> None:

@@ -17,7 +17,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import BinaryIO, Protocol
 from urllib.parse import unquote, urljoin, urlsplit
 
 from envlock import __version__
@@ -213,7 +213,7 @@ def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
     air-gapped cluster keeps one) is read as a web server would serve that folder: its
     ``index.html``; a missing one is a 404.
     """
-    if urlsplit(url).scheme == "file":
+    if _file_path(url) is not None:
         return _file_page(url)
     final, resp, conn = _request(url, {"Accept": accept}, timeout)
     try:
@@ -233,19 +233,33 @@ def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
 
 
 def _file_page(url: str) -> Page:
-    from urllib.request import url2pathname
-
-    path = url2pathname(urlsplit(url).path)
+    path = _file_path(url)
+    assert path is not None
     if os.path.isdir(path):
         path = os.path.join(path, "index.html")
+    with _open_local(url, path) as fh:
+        body = fh.read()
+    return Page(url=url, content_type="text/html", text=body.decode("utf-8", errors="replace"))
+
+
+def _file_path(url: str) -> str | None:
+    """The local path a ``file://`` URL names (a mirror on disk), else None."""
+    parts = urlsplit(url)
+    if parts.scheme != "file":
+        return None
+    from urllib.request import url2pathname
+
+    return url2pathname(parts.path)
+
+
+def _open_local(url: str, path: str) -> BinaryIO:
+    """``path`` opened for reading, failing as a server would: a missing file is a 404."""
     try:
-        with open(path, "rb") as fh:
-            body = fh.read()
+        return open(path, "rb")  # the caller closes it
     except (FileNotFoundError, NotADirectoryError):
         raise HttpError(url, "no such file", status=404) from None
     except OSError as exc:
         raise HttpError(url, f"cannot read {path} ({exc.strerror})") from None
-    return Page(url=url, content_type="text/html", text=body.decode("utf-8", errors="replace"))
 
 
 @dataclass(frozen=True)
@@ -279,6 +293,12 @@ def open_stream(
     A server that ignores the Range answers 200: ``Body.start`` is then 0 and the
     caller must start over. Every failure, also mid-body, is an ``HttpError``.
     """
+    if (path := _file_path(url)) is not None:  # a mirror on disk: read as a server would send it
+        with _open_local(url, path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(start)
+            yield Body(start, iter(lambda: fh.read(chunk_size), b""), size)
+        return
     headers = {}
     if start > 0:
         headers["Range"] = f"bytes={start}-"
@@ -299,6 +319,9 @@ def open_stream(
 def remote_size(url: str, *, timeout: float = 60.0, watcher: Watcher | None = None) -> int | None:
     """The size of the file at ``url`` (one byte asked for, the total read from Content-Range),
     or None when the server does not say. ``HttpError`` when it cannot be asked."""
+    if (path := _file_path(url)) is not None:
+        with _open_local(url, path) as fh:
+            return os.fstat(fh.fileno()).st_size
     _, resp, conn = _request(url, {"Range": "bytes=0-0"}, timeout, watcher)
     try:
         _raise_for_status(url, resp.status)
