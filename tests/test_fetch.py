@@ -191,7 +191,12 @@ def test_http_404_is_not_retried(server: IndexServer, store: Store, tmp_path: Pa
     art = Artifact(sha256="0" * 64, url=server.file_url("pypi", "nope-1.0-py3-none-any.whl"))
     with pytest.raises(FetchError) as info:
         fetch([art], store, base_dir=tmp_path)
-    assert str(info.value) == f"nope-1.0-py3-none-any.whl: download failed from {art.url}: HTTP 404"
+    # A locked wheel the index no longer serves (an old nightly): what to do with the lock's sha256.
+    assert str(info.value) == (
+        f"nope-1.0-py3-none-any.whl: download failed from {art.url}: HTTP 404; the index no longer serves it "
+        f"(a nightly index keeps only its newest builds): its bytes are the lock's sha256, so copy "
+        f"wheels/{'0' * 64}/ from a store that has it (another machine's $ENVLOCK_HOME/v1/) into this one and "
+        "sync again")
     assert len(server.requests) == 1
 
 

@@ -559,9 +559,13 @@ def _download(
                         stop.wait(min(backoff * 2 ** (failures - 1), 10.0))
                         continue
                     else:
+                        gone = ("; the index no longer serves it (a nightly index keeps only its newest "
+                                f"builds): its bytes are the lock's sha256, so copy wheels/{artifact.sha256}/ "
+                                "from a store that has it (another machine's $ENVLOCK_HOME/v1/) into this one "
+                                "and sync again") if exc.status in (404, 410) else ""
                         raise FetchError(
                             f"{artifact.filename}: download failed from {url}: {exc.reason}"
-                            + (f" (after {failures} retries)" if failures else "")
+                            + (f" (after {failures} retries)" if failures else "") + gone
                         ) from None
             actual = hasher.hexdigest()
             if actual == artifact.sha256 and (expected_size is None or have == expected_size):
