@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import subprocess
@@ -262,6 +263,27 @@ def test_a_package_locked_to_another_wheel_is_refused(published: tuple[IndexServ
         "expected the lock's [[packages]] entry to point at its own wheel"
     )
     assert not store.has("venvs", forged.install_digest())
+
+
+def test_a_store_wheel_damaged_at_its_size_is_named_when_uv_cannot_unzip_it(published: tuple[IndexServer, Lock],
+                                                                           tmp_path: Path) -> None:
+    from envlock.errors import StoreError
+
+    _, lock = published
+    store = Store.open(tmp_path)
+    got = fetch([p.wheels[0] for p in lock.packages], store, base_dir=tmp_path)
+    damaged = got.paths()[lock.packages[0].wheels[0].sha256]
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # inside a member: uv's unzip fails its CRC; the size stays
+    os.chmod(damaged, 0o644)
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(StoreError) as info:
+        install.install(store, lock, got.paths())
+    assert info.value.message.startswith("1 store wheel(s) damaged (their bytes changed since they were verified)")
+    assert list(info.value.details) == [
+        f"{damaged}: sha256 {hashlib.sha256(data).hexdigest()}, expected {lock.packages[0].wheels[0].sha256}; "
+        f"remove {damaged.parent}"]
+    assert not store.has("venvs", lock.install_digest())
 
 
 def test_wheel_names_compare_canonically() -> None:

@@ -161,9 +161,13 @@ def install(
                 # the hash cache cannot vouch for, so every sync would re-read GBs. Links
                 # into the store's own uv cache (uv_cache_dir), never the user's.
                 with store.locked(_UV_CACHE_LOCK, shared=True):  # clear_uv_cache waits for installs
-                    _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
-                         "--no-index", "--offline", "--no-deps", "--no-build", *files],
-                        what="install the locked wheels", log=log, cache=uv_cache_dir(store))
+                    try:
+                        _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
+                             "--no-index", "--offline", "--no-deps", "--no-build", *files],
+                            what="install the locked wheels", log=log, cache=uv_cache_dir(store))
+                    except InstallError:
+                        _name_damaged_wheels(lock, wheels)  # uv's "Bad CRC" does not say what to do
+                        raise
             _drop_install_records(work)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
             # Sealed read-only: a file edited in one venv is edited in every venv sharing
@@ -175,6 +179,27 @@ def install(
         shutil.rmtree(log_dir, ignore_errors=True)
         save_manifest(store, built, text)
     return InstallResult(final, key, built, True, time.monotonic() - started)
+
+
+def _name_damaged_wheels(lock: Lock, wheels: Mapping[str, Path]) -> None:
+    """After uv failed: raise ``StoreError`` naming store wheels whose bytes are no longer their sha256.
+
+    fetch checks a store wheel's size, not its bytes (re-reading GBs on every sync is
+    what the store saves): damage that keeps the size shows only as uv failing to
+    unzip. Read once here, on that failure only.
+    """
+    from envlock.errors import StoreError
+    from envlock.quick import file_sha256
+
+    damaged = []
+    for pkg in lock.packages:
+        sha = pkg.wheels[0].sha256
+        path = wheels.get(sha)
+        if path is not None and (actual := file_sha256(str(path))) != sha:
+            damaged.append(f"{path}: sha256 {actual or 'unreadable'}, expected {sha}; remove {path.parent}")
+    if damaged:
+        raise StoreError(f"{len(damaged)} store wheel(s) damaged (their bytes changed since they were verified): "
+                         "remove each folder named and sync again to fetch it anew", details=damaged)
 
 
 def _wheel_is(filename: str, name: str, version: str) -> bool:
