@@ -107,7 +107,7 @@ def test_a_stop_wakes_a_read_from_a_stalled_server(head: bytes) -> None:
                     for _ in body.chunks:
                         pass
             else:
-                envlock_http.remote_size(server.url, watcher=stop, timeout=30)
+                envlock_http.remote_file(server.url, watcher=stop, timeout=30)
         # Woken by the stop, not by the read's 30 s timeout (a liveness bound, not a speed target).
         assert time.monotonic() - started < 20
     finally:

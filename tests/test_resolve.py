@@ -442,6 +442,14 @@ def test_a_relock_checks_the_url_still_holds_those_bytes_and_the_store_copy_is_w
         new_sha, new_size, got = _hash_unlisted("torch", "v", url, relock)
         assert (new_sha, new_size) == (sha256_of(reupload), reupload.stat().st_size) and got == new_size
         assert _hash_unlisted("torch", "v", url, inputs)[:2] == (new_sha, new_size)  # the store's record too
+        # Uploaded again with bytes of the very same size: the ETag recorded when hashed tells.
+        same_size = tmp_path / "same-size" / filename
+        same_size.parent.mkdir()
+        data = bytearray(reupload.read_bytes())
+        data[-30] ^= 0xFF  # in the zip's trailer: a file of the same size, other bytes
+        same_size.write_bytes(bytes(data))
+        served[filename] = same_size
+        assert _hash_unlisted("torch", "v", url, relock)[:2] == (sha256_of(same_size), new_size)
     finally:
         served[filename] = original
     # A store copy of another size than recorded is damaged: named, with what to do.

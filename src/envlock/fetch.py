@@ -380,6 +380,7 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
                 hasher, size = _restart(fh), 0
                 try:
                     with http.open_stream(url, chunk_size=CHUNK, watcher=stop) as body:
+                        upload = body.validator
                         progress.begin(filename, body.size)
                         try:
                             for chunk in body.chunks:
@@ -409,7 +410,8 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
         fh.flush()
         os.fsync(fh.fileno())
         _commit(store, part, artifact)
-        record = json.dumps({"url": url, "sha256": artifact.sha256, "size": size}, sort_keys=True)
+        record = json.dumps({"url": url, "sha256": artifact.sha256, "size": size, "validator": upload},
+                            sort_keys=True)
         write_atomic(_url_record(store, url), record.encode())
     return Fetched(artifact.sha256, filename, store_file(store, artifact), "download", size)
 
@@ -428,6 +430,19 @@ def hashed_before(url: str, store: Store) -> Artifact | None:
     if record.get("url") != url or artifact.filename_problem() or not store_file(store, artifact).is_file():
         return None
     return artifact
+
+
+def upload_hashed(url: str, store: Store, sha256: str) -> str | None:
+    """The ``http.validator`` ``url`` answered with when the store hashed its bytes as ``sha256``
+    (None when not recorded, or recorded for other bytes)."""
+    try:
+        record = json.loads(_url_record(store, url).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("url") != url or record.get("sha256") != sha256:
+        return None
+    found = record.get("validator")
+    return found if isinstance(found, str) else None
 
 
 def _url_record(store: Store, url: str) -> Path:

@@ -269,6 +269,15 @@ class Body:
     start: int  # offset in the whole file of the first byte ``chunks`` yields
     chunks: Iterator[bytes]
     size: int | None = None  # the whole file's, when the server says (for progress only)
+    validator: str | None = None  # see ``validator``: what changes when the file is uploaded again
+
+
+def validator(etag: str | None, last_modified: str | None) -> str | None:
+    """What tells one upload of a URL's file from the next: its ETag, else its Last-Modified
+    (None when the server gives neither). Two uploads of one size differ here, not in size."""
+    if etag:
+        return f"etag {etag}"
+    return f"modified {last_modified}" if last_modified else None
 
 
 def _raise_for_status(url: str, status: int) -> None:
@@ -295,9 +304,9 @@ def open_stream(
     """
     if (path := _file_path(url)) is not None:  # a mirror on disk: read as a server would send it
         with _open_local(url, path) as fh:
-            size = os.fstat(fh.fileno()).st_size
+            st = os.fstat(fh.fileno())
             fh.seek(start)
-            yield Body(start, iter(lambda: fh.read(chunk_size), b""), size)
+            yield Body(start, iter(lambda: fh.read(chunk_size), b""), st.st_size, _file_validator(st))
         return
     headers = {}
     if start > 0:
@@ -311,25 +320,33 @@ def open_stream(
         if resp.status == 206:
             body_start = _content_range(url, resp.getheader("Content-Range", ""))[0]
         length = _int(resp.getheader("Content-Length"))
-        yield Body(body_start, _chunks(url, resp, chunk_size), None if length is None else body_start + length)
+        yield Body(body_start, _chunks(url, resp, chunk_size), None if length is None else body_start + length,
+                   validator(resp.getheader("ETag"), resp.getheader("Last-Modified")))
     finally:
         _finish(resp, conn, watcher)
 
 
-def remote_size(url: str, *, timeout: float = 60.0, watcher: Watcher | None = None) -> int | None:
-    """The size of the file at ``url`` (one byte asked for, the total read from Content-Range),
-    or None when the server does not say. ``HttpError`` when it cannot be asked."""
+def remote_file(url: str, *, timeout: float = 60.0, watcher: Watcher | None = None) -> tuple[int | None, str | None]:
+    """The size of the file at ``url`` (one byte asked for, the total read from Content-Range)
+    and its ``validator``, each None when the server does not say. ``HttpError`` when it
+    cannot be asked."""
     if (path := _file_path(url)) is not None:
         with _open_local(url, path) as fh:
-            return os.fstat(fh.fileno()).st_size
+            st = os.fstat(fh.fileno())
+            return st.st_size, _file_validator(st)
     _, resp, conn = _request(url, {"Range": "bytes=0-0"}, timeout, watcher)
     try:
         _raise_for_status(url, resp.status)
+        tag = validator(resp.getheader("ETag"), resp.getheader("Last-Modified"))
         if resp.status == 206:
-            return _content_range(url, resp.getheader("Content-Range", ""))[1]
-        return _int(resp.getheader("Content-Length"))  # the whole file, unasked for: not read
+            return _content_range(url, resp.getheader("Content-Range", ""))[1], tag
+        return _int(resp.getheader("Content-Length")), tag  # the whole file, unasked for: not read
     finally:
         _finish(resp, conn, watcher)
+
+
+def _file_validator(st: os.stat_result) -> str:
+    return f"modified {st.st_mtime_ns}"
 
 
 def _chunks(url: str, resp: http.client.HTTPResponse, chunk_size: int) -> Iterator[bytes]:

@@ -547,7 +547,7 @@ def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None
     that size: a nightly uploaded again under its URL is hashed again. Otherwise the
     wheel is downloaded into the store, where the sync that follows finds it.
     """
-    from envlock.fetch import fetch_unhashed, hashed_before, store_file, wrong_size_in_store
+    from envlock.fetch import fetch_unhashed, hashed_before, store_file, upload_hashed, wrong_size_in_store
 
     store = _store(inputs)
     for known in (inputs.hashed.get(url), hashed_before(url, store)):
@@ -556,20 +556,25 @@ def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None
         size = held.stat().st_size
         if known.size is not None and size != known.size:
             raise wrong_size_in_store(known, held, size, then="lock again")
-        if _remote_size(url, stop) in (None, size):
+        remote_size, upload = _remote_file(url, stop)
+        hashed_upload = upload_hashed(url, store, known.sha256)
+        # A re-upload of the same size shows in the ETag (or Last-Modified) the store recorded
+        # when it hashed these bytes; where either side has none, the size is all there is.
+        if remote_size in (None, size) and (upload is None or hashed_upload is None or upload == hashed_upload):
             return Artifact(sha256=known.sha256, url=url, size=size), 0
         # Not these bytes there now: the store's record may be of the newer ones, else hash them.
     got = fetch_unhashed(url, store, progress=inputs.progress, stop=stop)
     return Artifact(sha256=got.sha256, url=url, size=got.path.stat().st_size), got.downloaded
 
 
-def _remote_size(url: str, stop: Stop | None) -> int | None:
-    """The size of the file at ``url`` now; None when the server does not say or cannot be asked
-    (the bytes in the store are then what the URL held when they were hashed)."""
+def _remote_file(url: str, stop: Stop | None) -> tuple[int | None, str | None]:
+    """The size and ``http.validator`` of the file at ``url`` now; None each when the server does
+    not say or cannot be asked (the bytes in the store are then what the URL held when they
+    were hashed: a nightly the index dropped)."""
     try:
-        return http.remote_size(url, watcher=stop)
+        return http.remote_file(url, watcher=stop)
     except http.HttpError:
-        return None
+        return None, None
 
 
 def _sha_of(wheel: Mapping[str, object]) -> str | None:

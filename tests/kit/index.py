@@ -198,7 +198,8 @@ class IndexServer:
 
     def _file(self, req: BaseHTTPRequestHandler, path: Path) -> None:
         fault = self.faults.get(path.name)
-        size = path.stat().st_size
+        st = path.stat()
+        size = st.st_size
         start, end = 0, size
         ranged = False
         rng = re.fullmatch(r"bytes=(\d*)-(\d*)", req.headers.get("Range", ""))
@@ -215,6 +216,7 @@ class IndexServer:
         req.send_header("Content-Type", "application/octet-stream")
         req.send_header("Content-Length", str(end - start))
         req.send_header("Accept-Ranges", "bytes")
+        req.send_header("ETag", f'"{st.st_mtime_ns:x}-{size:x}"')  # as nginx makes one: a new upload, a new tag
         if ranged:
             req.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         req.end_headers()
