@@ -328,6 +328,13 @@ def test_diff_names_what_is_missing_and_reads_lock_files_in_the_current_folder(w
     monkeypatch.chdir(outside)
     r = cli("diff", str(ws.root / "locks" / "a.lock"), str(ws.root / "locks" / "b.lock"))
     assert (r.code, r.out) == (0, "no differences (1 packages identical)\n"), r.err
+    r = cli("diff", "e", str(ws.root / "locks" / "b.lock"))
+    assert (r.code, r.err) == (2, f"envlock: error: 'e': no such lock file, and {outside} is not inside an envlock "
+                                  "workspace (no envs/ folder here or above) where it would be an env name; pass "
+                                  "--root DIR, or a lock path\n")
+    r = cli("diff", "--root", str(outside), "e", "e")
+    assert (r.code, r.err) == (2, f"envlock: error: {outside}: --root names no workspace (expected an envs/ folder "
+                                  "there)\n")
 
 
 def test_a_folder_where_a_spec_belongs_is_named(ws, cli) -> None:  # type: ignore[no-untyped-def]
@@ -420,15 +427,22 @@ def test_a_static_index_on_disk_serves_a_pinned_package(ws, cli, universe: Unive
     python = Path(r.out.splitlines()[-1]) / "bin" / "python"
     probe = subprocess.run([python, "-c", "import tinyextra; print(tinyextra.X)"], capture_output=True, text=True)
     assert probe.stdout == "1\n", probe.stderr
-    # A nightly on a mirror folder that lists no hashes (as PyTorch's index does): hashed from the file.
+    # A nightly on a mirror folder, listing no hashes (as PyTorch's index does) or listing them.
     nightly = build_wheel(tmp_path / "mirror" / "torch", "torch", "2.12.0.dev20260307+cu130",
                           tag="cp311-cp311-manylinux_2_28_x86_64")
     (tmp_path / "mirror" / "index.html").write_text('<a href="torch/">torch</a>\n')
-    (tmp_path / "mirror" / "torch" / "index.html").write_text(f'<a href="{nightly.name}">{nightly.name}</a>\n')
     ws.write_spec("n", spec_text(universe, 'torch = { nightly = "2026-03-07", local = "cu130", index = "pytorch" }'))
+    page = tmp_path / "mirror" / "torch" / "index.html"
+    for fragment in ("", f"#sha256={sha256_of(nightly)}"):
+        page.write_text(f'<a href="{nightly.name}{fragment}">{nightly.name}</a>\n')
+        r = cli("lock", "n", "--index", f"pytorch={(tmp_path / 'mirror').as_uri()}")
+        assert r.code == 0, (fragment, r.err)
+        assert f'url = "{(tmp_path / "mirror" / "torch").as_uri()}/{nightly.name}"' in ws.lock_text("n")
+        assert f'hashes = {{ sha256 = "{sha256_of(nightly)}" }}' in ws.lock_text("n")
+    # A listed hash the file does not have is refused.
+    page.write_text(f'<a href="{nightly.name}#sha256={"0" * 64}">{nightly.name}</a>\n')
     r = cli("lock", "n", "--index", f"pytorch={(tmp_path / 'mirror').as_uri()}")
-    assert r.code == 0, r.err
-    assert f'hashes = {{ sha256 = "{sha256_of(nightly)}" }}' in ws.lock_text("n")
+    assert r.code == 1 and f"the index lists sha256 {'0' * 64}, the file's is {sha256_of(nightly)}" in r.err, r.err
 
 
 def test_ctrl_c_while_envlock_still_starts_is_one_line_not_a_traceback() -> None:

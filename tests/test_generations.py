@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -475,6 +476,12 @@ def test_run_puts_the_env_first_and_exits_with_the_commands_status(
                                            r"found$") as info:
         exec_in_env(store, "demo", [str(script)])
     assert info.value.exit_code == 126
+    # Found on PATH by name, as a console script is: the same answer, naming the file found.
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(CommandError, match=rf"^{re.escape(str(script))}: cannot be run: the interpreter") as info:
+        exec_in_env(store, "demo", ["noexec.sh"])
+    assert info.value.exit_code == 126
+    monkeypatch.undo()
     script.write_text("echo no #! line\n")
     with pytest.raises(CommandError, match=r"noexec.sh: cannot be run \(Exec format error\)$") as info:
         exec_in_env(store, "demo", [str(script)])
@@ -496,8 +503,9 @@ def test_run_hands_signals_to_the_command_itself(locks: tuple[IndexServer, Lock,
     store = Store.open(tmp_path / "home")
     sync_lock(store, "demo", v1, lock_path=None)
     saved = tmp_path / "checkpoint"
-    job = ("import os, sys, time\nprint(os.getpid(), flush=True)\n"
-           "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+    # The pid is printed inside the try: an interrupt right after it still finds the handler.
+    job = ("import os, sys, time\n"
+           "try:\n    print(os.getpid(), flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
            f"    time.sleep(0.5)\n    open({str(saved)!r}, 'w').write('ok')\n    sys.exit(3)\n")
     proc = _envlock(store.home, "run", "demo", "--", "python", "-c", job, start_new_session=True)
     assert proc.stdout is not None

@@ -175,6 +175,36 @@ def test_a_relock_keeps_a_nightly_the_index_dropped_while_the_store_holds_it(  #
         server.stop()
 
 
+@pytest.mark.parametrize(("python", "local", "index_url", "kept"), [
+    ("3.11", "cu130", "{url}", True),
+    ("3.11", "CU130", "{url}", True),  # the spec's spelling of the tag, normalized
+    ("3.11", "cu130", "{creds}", True),  # the lock keeps the index URL without its credentials
+    ("3.11", "cu130", "http://mirror.internal/pytorch/simple", False),  # another index: its listing decides
+    ("3.11", "cpu", "{url}", False),  # another local tag
+    ("3.12", "cu130", "{url}", False),  # the kept wheel is cp311's
+])
+def test_a_kept_nightly_is_the_same_package_index_tag_and_target(  # type: ignore[no-untyped-def]
+        universe: Universe, store: Store, tmp_path: Path, python: str, local: str, index_url: str, kept: bool) -> None:
+    from envlock.lockfile import NightlyPin
+    from envlock.resolve import kept_pins
+    from envlock.spec import load_spec
+
+    served = universe.server.indexes["pytorch"].files
+    filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260307+cu130-cp311"))
+    art = Artifact(sha256=sha256_of(served[filename]), url=universe.server.file_url("pytorch", filename))
+    fetch([art], store, base_dir=tmp_path)
+    url = universe.pytorch
+    creds = url.replace("http://", "http://user:secret@")
+    spec_file = tmp_path / "e.toml"
+    pin = f'torch = {{ nightly = "2026-03-07", local = "{local}", index = "pytorch" }}'
+    spec_file.write_text(spec_text(universe, pin, python=python))
+    inputs = ResolveInputs(
+        index_urls={"pypi": universe.pypi, "flashinfer": universe.flashinfer,
+                    "pytorch": index_url.format(url=url, creds=creds)},
+        store=store, kept_nightlies={"torch": (NightlyPin("2026-03-07", "2.12.0.dev20260307+cu130"), art, url)})
+    assert ("torch" in kept_pins(load_spec(spec_file), inputs)) is kept
+
+
 def test_a_nightly_date_takes_the_days_latest_build_the_target_can_install(ws, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from kit.index import IndexServer
 
@@ -202,6 +232,11 @@ def test_a_nightly_date_takes_the_days_latest_build_the_target_can_install(ws, t
         assert info.value.message.endswith(
             f"packages.torch.nightly: index 'pt' ({server.url('pt')}) lists torch nightlies dated 2026-03-07, but "
             "none with a wheel for python 3.13 on x86_64-manylinux_2_28")
+        # A date not listed at all: the nearest dates of every build, not "no nightly is listed".
+        ws.write_spec("e", spec.replace("{py}", "3.13").replace("2026-03-07", "2026-03-08"))
+        with pytest.raises(ResolveError, match=r"no nightly with local tag \+cu130 dated 2026-03-08 on index 'pt' "
+                                               r".*; nearest listed dates: 2026-03-07 "):
+            lock(ws.root)
     finally:
         server.stop()
 

@@ -596,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UsageError:
             # path, run, generations and rollback read only the store, and diff of two lock
             # paths only them: they work from anywhere (a systemd unit, another checkout).
-            if getattr(args, "needs_workspace", True):
+            if getattr(args, "needs_workspace", True) or args.root is not None:
                 raise
             ws = Workspace(Path.cwd())
         code: int = args.func(args, ws)

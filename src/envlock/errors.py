@@ -20,7 +20,11 @@ def found(value: object) -> str:
     if isinstance(value, list):
         return "an array"
     if hasattr(value, "isoformat"):  # TOML dates and times arrive as datetime objects
-        return f"the unquoted date {value.isoformat()}"
+        import datetime as dt
+
+        kind = ("date-time" if isinstance(value, dt.datetime) else "date" if isinstance(value, dt.date)
+                else "time")
+        return f"the unquoted {kind} {value.isoformat()}"
     return repr(value)
 
 
@@ -108,3 +112,12 @@ class InstallError(EnvlockError):
 
 class VerifyError(EnvlockError):
     """A venv does not match its recorded digest."""
+
+
+def raise_all(error: type[EnvlockError], problems: Sequence[str], summary: str, *, prefix: str = "") -> None:
+    """Raise ``error`` with the one problem as its message (after ``prefix``), or with ``summary``
+    and every problem as its details; return when there are none."""
+    if len(problems) == 1:
+        raise error(prefix + problems[0])
+    if problems:
+        raise error(prefix + summary, details=problems)

@@ -30,6 +30,11 @@ def nightly_date(version: Version) -> str | None:
     return None
 
 
+def local_tag(local: str | None) -> str | None:
+    """A spec's ``local`` tag as PEP 440 normalizes ``Version.local``: "CU130" is cu130, "cu_130" cu.130."""
+    return None if local is None else local.lower().replace("_", ".").replace("-", ".")
+
+
 def select_nightly(
     files: Sequence[IndexFile],
     *,
@@ -41,8 +46,7 @@ def select_nightly(
 ) -> Version:
     """The newest version listed for ``date`` (and ``local`` tag); ``ResolveError`` naming nearby dates."""
     by_date: dict[str, set[Version]] = {}
-    # As PEP 440 normalizes Version.local: "CU130" and "cu_130" are +cu130 and +cu.130.
-    tag_wanted = None if local is None else local.lower().replace("_", ".").replace("-", ".")
+    tag_wanted = local_tag(local)
     for f in files:
         if tag_wanted is not None and f.version.local != tag_wanted:
             continue

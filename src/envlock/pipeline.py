@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock.errors import BuildError, LockChangedError, LockError, PatchError, SourceError, UsageError
+from envlock.errors import BuildError, LockChangedError, LockError, PatchError, SourceError, UsageError, raise_all
 from envlock.lockfile import Lock, read_lock
 from envlock.store import replace_if_unchanged
 from envlock.workspace import Workspace
@@ -54,10 +54,7 @@ def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> d
     given.update({name: (f"--index {name}", url) for name, url in (explicit or {}).items()})
     bad = [f"{origin}={url!r}: expected an http(s):// or file:// URL"
            for _, (origin, url) in sorted(given.items()) if not is_index_url(url)]
-    if len(bad) == 1:
-        raise UsageError(bad[0])
-    if bad:
-        raise UsageError(f"{len(bad)} index mirrors are not URLs", details=bad)
+    raise_all(UsageError, bad, f"{len(bad)} index mirrors are not URLs")
     return {name: url for name, (_, url) in given.items()}
 
 
@@ -308,6 +305,10 @@ def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
 
     path_part, rev = _split_ref(ref)
     if not rev and "/" not in ref and not ref.endswith(".toml") and not _lock_file_here(ws, ref):
+        if not (ws.root / "envs").is_dir():  # diff runs outside a workspace too, for two lock paths
+            raise UsageError(f"{ref!r}: no such lock file, and {ws.root} is not inside an envlock workspace "
+                             "(no envs/ folder here or above) where it would be an env name; pass --root DIR, "
+                             "or a lock path")
         path = ws.lock_path(ref)  # an env name
         if not path.exists():
             has_spec = (ws.root / "envs" / f"{ref}.toml").is_file()

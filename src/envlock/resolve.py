@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,10 +31,10 @@ from packaging.utils import NormalizedName, canonicalize_name, parse_wheel_filen
 from packaging.version import Version
 
 from envlock import http, runner
-from envlock.errors import FetchError, ResolveError
+from envlock.errors import FetchError, ResolveError, raise_all
 from envlock.indexes import IndexFile, Listings
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
-from envlock.nightly import select_nightly
+from envlock.nightly import local_tag, select_nightly
 from envlock.spec import EnvSpec
 
 if TYPE_CHECKING:
@@ -112,14 +112,20 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings
         try:
             version = str(select(usable))
         except ResolveError as exc:
+            failure = exc
+            if usable is not files:
+                try:
+                    select(files)
+                except ResolveError as unfiltered:
+                    failure = unfiltered  # the date is not listed at all: name the nearest dates of every build
+                else:
+                    raise ResolveError(
+                        f"{key}: index {pkg.index!r} ({http.redact(urls[pkg.index])}) lists {pkg.name} nightlies "
+                        f"dated {pkg.nightly}, but none with a wheel for python {spec.python}"
+                        f"{' on ' + spec.platform if spec.platform else ''}") from None
             earlier = (kept or {}).get(str(pkg.name))
-            if usable is not files and _selects(select, files):
-                raise ResolveError(
-                    f"{key}: index {pkg.index!r} ({http.redact(urls[pkg.index])}) lists {pkg.name} nightlies "
-                    f"dated {pkg.nightly}, but none with a wheel for python {spec.python}"
-                    f"{' on ' + spec.platform if spec.platform else ''}") from None
             if earlier is None or earlier.date != pkg.nightly:
-                raise exc from None
+                raise failure from None
             version = earlier.version  # gone from the index, still in the store
         pins[str(pkg.name)] = NightlyPin(date=pkg.nightly, version=version)
     return pins
@@ -134,19 +140,8 @@ def _check_pinned_listed(spec: EnvSpec, urls: Mapping[str, str], listings: Listi
         for pkg in spec.packages.values()
         if pkg.index and not pkg.build and str(pkg.name) not in kept and not listings.files(urls[pkg.index], pkg.name)
     ]
-    if len(missing) == 1:
-        raise ResolveError(f"{spec.path}: {missing[0]}")
-    if missing:
-        raise ResolveError(f"{spec.path}: {len(missing)} packages missing from the index they are pinned to",
-                           details=missing)
-
-
-def _selects(select: Callable[[Sequence[IndexFile]], Version], files: Sequence[IndexFile]) -> bool:
-    try:
-        select(files)
-    except ResolveError:
-        return False
-    return True
+    raise_all(ResolveError, missing, f"{len(missing)} packages missing from the index they are pinned to",
+              prefix=f"{spec.path}: ")
 
 
 def kept_pins(spec: EnvSpec, inputs: ResolveInputs) -> dict[str, NightlyPin]:
@@ -160,9 +155,9 @@ def kept_pins(spec: EnvSpec, inputs: ResolveInputs) -> dict[str, NightlyPin]:
         pkg = spec.packages.get(canonicalize_name(name))
         if pkg is None or pkg.index is None or not pkg.nightly or index_url is None:
             continue
-        if index_url.rstrip("/") != inputs.index_urls[pkg.index].rstrip("/"):
-            continue  # another index now: its own listing decides
-        if (Version(pin.version).local or None) != (pkg.local or None) or artifact.filename_problem():
+        if index_url.rstrip("/") != http.redact(inputs.index_urls[pkg.index]).rstrip("/"):
+            continue  # another index now (the lock keeps its URL without credentials): its listing decides
+        if Version(pin.version).local != local_tag(pkg.local) or artifact.filename_problem():
             continue
         if tags is not None and not parse_wheel_filename(artifact.filename)[3] & set(tags):
             continue  # locked for another python or platform
@@ -325,18 +320,23 @@ def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) 
     GBs to hash it, and the sync after the lock would download them again. Stored
     here, they cross the network once (hashed while stored), and a relock downloads
     nothing while the store holds them. One failed download does not stop the others
-    (they are kept for the next lock).
+    (they are kept for the next lock). A pinned wheel of a ``file://`` index (a mirror on
+    disk) is stored too, hash or not: uv answers a direct file URL with a path, which only a
+    store copy turns back into the index's URL; a listed hash must then be its bytes'.
     """
     from envlock.fetch import parallel
 
-    unhashed = sorted((name, f) for name, f in pinned.items() if f.sha256 is None)
+    unhashed = sorted((name, f) for name, f in pinned.items() if f.sha256 is None or f.url.startswith("file:"))
     calls = [lambda stop, f=f: _unlisted_artifact(f.url, inputs, stop) for _, f in unhashed]
     results = dict(zip([name for name, _ in unhashed], parallel(calls, jobs=4) if calls else [], strict=True))
     failed = [f"{name} {pinned[name].version}: cannot hash {pinned[name].url}: {got.message}"
               for name, got in results.items() if isinstance(got, FetchError)]
+    done = {name: got for name, got in results.items() if not isinstance(got, FetchError)}
+    failed += [f"{name} {pinned[name].version}: {pinned[name].url}: the index lists sha256 {pinned[name].sha256}, "
+               f"the file's is {artifact.sha256}"
+               for name, (artifact, _) in done.items() if pinned[name].sha256 not in (None, artifact.sha256)]
     if failed:
         raise ResolveError(failed[0], details=failed[1:])
-    done = {name: got for name, got in results.items() if not isinstance(got, FetchError)}
     return {name: artifact for name, (artifact, _) in done.items()}, sum(n for _, n in done.values())
 
 

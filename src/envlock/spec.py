@@ -451,7 +451,7 @@ def _parse_packages(
     out: dict[NormalizedName, PackageSpec] = {}
     for raw_name, entry in table.items():
         key = f"packages.{raw_name}"
-        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", raw_name):
+        if not _PACKAGE_NAME.fullmatch(raw_name):
             p.add(key, "expected a valid distribution name")
             continue
         name = canonicalize_name(raw_name)

@@ -419,9 +419,13 @@ def exec_in_env(store: Store, env: str, argv: Sequence[str]) -> NoReturn:
     try:
         os.execvpe(argv[0], list(argv), environ)
     except FileNotFoundError:
-        if "/" in argv[0] and os.path.isfile(argv[0]):
-            # The file is there: what is missing is the interpreter its #! line names.
-            raise CommandError(f"{argv[0]}: cannot be run: the interpreter its #! line names was not found",
+        import shutil
+
+        found = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=environ["PATH"])
+        if found is not None and os.path.isfile(found):
+            # The file is there: what is missing is the interpreter its #! line names (a
+            # console script whose venv python link dangles, say).
+            raise CommandError(f"{found}: cannot be run: the interpreter its #! line names was not found",
                                exit_code=126) from None
         raise CommandError(f"{argv[0]}: command not found (in {root / 'bin'} or on PATH)", exit_code=127) from None
     except PermissionError:
