@@ -478,11 +478,7 @@ def test_a_relock_checks_the_url_still_holds_those_bytes_and_the_store_copy_is_w
         assert (new_sha, new_size) == (sha256_of(reupload), reupload.stat().st_size) and got == new_size
         assert _hash_unlisted("torch", "v", url, inputs)[:2] == (new_sha, new_size)  # the store's record too
         # Uploaded again with bytes of the very same size: the ETag recorded when hashed tells.
-        same_size = tmp_path / "same-size" / filename
-        same_size.parent.mkdir()
-        data = bytearray(reupload.read_bytes())
-        data[-30] ^= 0xFF  # in the zip's trailer: a file of the same size, other bytes
-        same_size.write_bytes(bytes(data))
+        same_size = _same_size_other_bytes(reupload, tmp_path / "same-size")
         served[filename] = same_size
         assert _hash_unlisted("torch", "v", url, relock)[:2] == (sha256_of(same_size), new_size)
     finally:
@@ -494,6 +490,72 @@ def test_a_relock_checks_the_url_still_holds_those_bytes_and_the_store_copy_is_w
     with pytest.raises(ResolveError, match=rf"is {size - 1} bytes, the lock says {size} .*the store entry is "
                                            rf"damaged; remove {re.escape(str(copy.parent))} and lock again"):
         _hash_unlisted("torch", "v", url, relock)
+
+
+def _same_size_other_bytes(wheel: Path, dest: Path) -> Path:
+    """``wheel`` uploaded again: the same name and size, one byte of its zip trailer other."""
+    dest.mkdir(parents=True, exist_ok=True)
+    data = bytearray(wheel.read_bytes())
+    data[-30] ^= 0xFF
+    (dest / wheel.name).write_bytes(bytes(data))
+    return dest / wheel.name
+
+
+def test_a_relock_takes_the_bytes_the_store_last_hashed_from_the_url(universe: Universe, store: Store,
+                                                                      tmp_path: Path) -> None:
+    # The lock says A; since then a lock here hashed B, uploaded at the same size (and then
+    # failed): the URL holds B, which the store has, so B is locked without a download.
+    served = universe.server.indexes["pytorch"].files
+    filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260301+cu130-cp311"))
+    url = universe.server.file_url("pytorch", filename)
+    original = served[filename]
+    inputs = ResolveInputs(index_urls={}, store=store)
+    sha_a, size, _ = _hash_unlisted("torch", "v", url, inputs)
+    lock_a = ResolveInputs(index_urls={}, store=store, hashed={url: Artifact(sha256=sha_a, url=url, size=size)})
+    served[filename] = _same_size_other_bytes(original, tmp_path / "b")
+    try:
+        sha_b, _, got = _hash_unlisted("torch", "v", url, inputs)
+        assert sha_b != sha_a and got == size
+        before = len(universe.server.downloads(filename))
+        assert _hash_unlisted("torch", "v", url, lock_a) == (sha_b, size, 0)
+        assert len(universe.server.downloads(filename)) == before
+    finally:
+        served[filename] = original
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_relocks_against_hosts_with_their_own_etags_stop_downloading(universe: Universe, store: Store,
+                                                                     replicas: int) -> None:
+    served = universe.server.indexes["pytorch"].files
+    filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260301+cu130-cp312"))
+    url = universe.server.file_url("pytorch", filename)
+    universe.server.replicas = replicas
+    try:
+        sha, size, _ = _hash_unlisted("torch", "v", url, ResolveInputs(index_urls={}, store=store))
+        relock = ResolveInputs(index_urls={}, store=store, hashed={url: Artifact(sha256=sha, url=url, size=size)})
+        downloaded = [_hash_unlisted("torch", "v", url, relock)[2] for _ in range(8)]
+    finally:
+        universe.server.replicas = 1
+    assert sum(1 for n in downloaded if n) < replicas  # each host's ETag learnt once, at most
+    assert downloaded[-4:] == [0, 0, 0, 0]
+
+
+def test_a_server_without_etags_is_judged_by_the_size(universe: Universe, store: Store) -> None:
+    from envlock import http
+
+    assert http.validator('"abc"', "Mon, 30 Nov 2026 06:00:00 GMT") == 'etag "abc"'
+    assert http.validator(None, "Mon, 30 Nov 2026 06:00:00 GMT") == "modified Mon, 30 Nov 2026 06:00:00 GMT"
+    assert http.validator(None, None) is None
+    served = universe.server.indexes["pytorch"].files
+    filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260302+cu130-cp311"))
+    url = universe.server.file_url("pytorch", filename)
+    universe.server.replicas = 0
+    try:
+        sha, size, _ = _hash_unlisted("torch", "v", url, ResolveInputs(index_urls={}, store=store))
+        relock = ResolveInputs(index_urls={}, store=store, hashed={url: Artifact(sha256=sha, url=url, size=size)})
+        assert _hash_unlisted("torch", "v", url, relock) == (sha, size, 0)
+    finally:
+        universe.server.replicas = 1
 
 
 def test_two_locks_hashing_one_nightly_download_it_once(universe: Universe, store: Store) -> None:

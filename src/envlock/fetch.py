@@ -410,7 +410,10 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
         fh.flush()
         os.fsync(fh.fileno())
         _commit(store, part, artifact)
-        record = json.dumps({"url": url, "sha256": artifact.sha256, "size": size, "validator": upload},
+        # Every validator seen for these bytes is kept: servers behind a load balancer may
+        # each give their own ETag for one file, and a relock must not re-hash GBs for that.
+        seen = uploads_hashed(url, store, artifact.sha256) | ({upload} if upload else set())
+        record = json.dumps({"url": url, "sha256": artifact.sha256, "size": size, "validators": sorted(seen)},
                             sort_keys=True)
         write_atomic(_url_record(store, url), record.encode())
     return Fetched(artifact.sha256, filename, store_file(store, artifact), "download", size)
@@ -432,17 +435,27 @@ def hashed_before(url: str, store: Store) -> Artifact | None:
     return artifact
 
 
-def upload_hashed(url: str, store: Store, sha256: str) -> str | None:
-    """The ``http.validator`` ``url`` answered with when the store hashed its bytes as ``sha256``
-    (None when not recorded, or recorded for other bytes)."""
+def note_upload(url: str, store: Store, sha256: str, validator: str) -> None:
+    """Add ``validator`` to those ``url`` is known to answer with for the bytes ``sha256``
+    (when the store's record is of those bytes)."""
+    seen = uploads_hashed(url, store, sha256)
+    if seen and validator not in seen:
+        record = json.loads(_url_record(store, url).read_bytes())
+        record["validators"] = sorted(seen | {validator})
+        write_atomic(_url_record(store, url), json.dumps(record, sort_keys=True).encode())
+
+
+def uploads_hashed(url: str, store: Store, sha256: str) -> set[str]:
+    """The ``http.validator``s ``url`` answered with when the store hashed its bytes as ``sha256``
+    (empty when none was recorded, or the record is of other bytes)."""
     try:
         record = json.loads(_url_record(store, url).read_bytes())
     except (OSError, ValueError):
-        return None
+        return set()
     if not isinstance(record, dict) or record.get("url") != url or record.get("sha256") != sha256:
-        return None
-    found = record.get("validator")
-    return found if isinstance(found, str) else None
+        return set()
+    found = record.get("validators")
+    return {v for v in found if isinstance(v, str)} if isinstance(found, list) else set()
 
 
 def _url_record(store: Store, url: str) -> Path:

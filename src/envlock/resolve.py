@@ -543,27 +543,46 @@ def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None
     Bytes the store already holds for the URL are not downloaded again: the earlier
     lock's hash for it (the store is content-addressed: the bytes are what that hash
     names), or what the store recorded when it last downloaded the URL (a lock that
-    failed after hashing). One small request checks the URL still holds a file of
-    that size: a nightly uploaded again under its URL is hashed again. Otherwise the
-    wheel is downloaded into the store, where the sync that follows finds it.
+    failed after hashing). One small request checks the URL still holds them: a file
+    of that size, answering with an ETag (else Last-Modified) the store saw when it
+    hashed those bytes. So a nightly uploaded again under its URL, even at the same
+    size, is hashed again. Otherwise the wheel is downloaded into the store, where the
+    sync that follows finds it.
     """
-    from envlock.fetch import fetch_unhashed, hashed_before, store_file, upload_hashed, wrong_size_in_store
+    from envlock.fetch import (
+        fetch_unhashed,
+        hashed_before,
+        note_upload,
+        store_file,
+        uploads_hashed,
+        wrong_size_in_store,
+    )
 
     store = _store(inputs)
-    for known in (inputs.hashed.get(url), hashed_before(url, store)):
-        if known is None or not (held := store_file(store, known)).is_file():
-            continue  # nothing known, or bytes the store no longer holds
+    record = hashed_before(url, store)  # the bytes the store last hashed from this URL
+    remote: tuple[int | None, str | None] | None = None
+    knowns = list(dict.fromkeys(a for a in (inputs.hashed.get(url), record) if a is not None))
+    for known in knowns:
+        if not (held := store_file(store, known)).is_file():
+            continue  # bytes the store no longer holds
         size = held.stat().st_size
         if known.size is not None and size != known.size:
             raise wrong_size_in_store(known, held, size, then="lock again")
-        remote_size, upload = _remote_file(url, stop)
-        hashed_upload = upload_hashed(url, store, known.sha256)
-        # A re-upload of the same size shows in the ETag (or Last-Modified) the store recorded
-        # when it hashed these bytes; where either side has none, the size is all there is.
-        if remote_size in (None, size) and (upload is None or hashed_upload is None or upload == hashed_upload):
-            return Artifact(sha256=known.sha256, url=url, size=size), 0
-        # Not these bytes there now: the store's record may be of the newer ones, else hash them.
+        remote_size, upload = remote = remote or _remote_file(url, stop)
+        if remote_size not in (None, size):
+            continue
+        seen = uploads_hashed(url, store, known.sha256)
+        if upload is not None and seen:
+            if upload in seen:
+                return Artifact(sha256=known.sha256, url=url, size=size), 0
+            continue  # another upload than the one hashed as these bytes
+        if record is not None and record.sha256 != known.sha256:
+            continue  # since these bytes, the store saw the URL hold others: the size cannot tell
+        return Artifact(sha256=known.sha256, url=url, size=size), 0  # no validator to go by: the size
     got = fetch_unhashed(url, store, progress=inputs.progress, stop=stop)
+    if remote is not None and remote[1] is not None and any(k.sha256 == got.sha256 for k in knowns):
+        # The same bytes again: the probe's answer was theirs too (another host's ETag).
+        note_upload(url, store, got.sha256, remote[1])
     return Artifact(sha256=got.sha256, url=url, size=got.path.stat().st_size), got.downloaded
 
 

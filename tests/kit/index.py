@@ -57,6 +57,11 @@ class IndexServer:
         # until the server stops (or the client goes away), as a hung server does.
         self.slow_chunk = 16 * 1024
         self.slow_delay = 0.05
+        # File responses carry an ETag, as nginx makes one; ``replicas`` > 1 answers each
+        # request with the next of that many ETags for one file (hosts behind a load
+        # balancer, each with its own), 0 sends none (the size is then all there is).
+        self.replicas = 1
+        self._answered = 0
         self._served_cut: set[str] = set()
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -216,7 +221,11 @@ class IndexServer:
         req.send_header("Content-Type", "application/octet-stream")
         req.send_header("Content-Length", str(end - start))
         req.send_header("Accept-Ranges", "bytes")
-        req.send_header("ETag", f'"{st.st_mtime_ns:x}-{size:x}"')  # as nginx makes one: a new upload, a new tag
+        if self.replicas:
+            with self._lock:
+                self._answered += 1
+                replica = self._answered % self.replicas
+            req.send_header("ETag", f'"{st.st_mtime_ns:x}-{size:x}"' + (f"-{replica}" if self.replicas > 1 else ""))
         if ranged:
             req.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         req.end_headers()
