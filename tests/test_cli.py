@@ -458,3 +458,8 @@ def test_ctrl_c_while_envlock_still_starts_is_one_line_not_a_traceback() -> None
                 "sys.exit(main())\n")
     proc = subprocess.run([sys.executable, "-c", starting, "--help"], capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stderr, proc.stdout) == (130, "envlock: interrupted\n", "")
+    proc = subprocess.run([sys.executable, "-c", starting, "verify", "demo", "--json"], capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (130, "envlock: interrupted\n")
+    assert json.loads(proc.stdout) == {"error": {"details": [], "exit_code": 130, "kind": "KeyboardInterrupt",
+                                                 "message": "interrupted"}}

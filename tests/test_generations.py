@@ -318,6 +318,25 @@ def test_an_edit_in_the_uv_cache_is_not_recorded_as_a_locks_first_digest(locks: 
     assert init.read_text() == original
 
 
+def test_a_generation_that_recorded_a_bad_digest_does_not_block_a_clean_rebuild(
+        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    # A generation whose digest was taken while an edit sat in uv's cache: a build without
+    # that cache, from the verified wheels, is the truth, and is recorded with a note.
+    _, v1, _ = locks
+    store, lock_path = _home_with_lock(tmp_path, v1)
+    built = install.install(store, v1, _fetched(store, v1))
+    bad = "sha256:" + "1" * 64
+    generations.add(store, "other", venv=built.venv, install_digest=built.install_digest, venv_digest=bad,
+                    lock_text=v1.to_toml(), venv_python=_python_version(built.venv))
+    store.remove_entry("venvs", built.install_digest)
+    (store.root / "envs" / ".Trash-1000").mkdir()  # not an env's folder: passed over
+    synced = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    assert synced.venv_digest == built.manifest.digest == read_lock(lock_path).venv_digest
+    assert synced.note == (f"this store's earlier generations of this lock have venv digest {bad}, but a build "
+                           f"without uv's cache (from the verified wheels) gives {built.manifest.digest}: recorded "
+                           "that one; verify those generations")
+
+
 def test_a_venv_this_sync_built_is_kept_when_another_env_took_it_meanwhile(locks: tuple[IndexServer, Lock, Lock],
                                                                           tmp_path: Path) -> None:
     from envlock.sync import _discard

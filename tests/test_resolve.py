@@ -237,6 +237,12 @@ def test_a_nightly_date_takes_the_days_latest_build_the_target_can_install(ws, t
         with pytest.raises(ResolveError, match=r"no nightly with local tag \+cu130 dated 2026-03-08 on index 'pt' "
                                                r".*; nearest listed dates: 2026-03-07 "):
             lock(ws.root)
+        # ... but the target's own dates when it has some: not a cp311-only build of 03-09.
+        server.add("pt", build_wheel(wheels, "torch", "2.12.0.dev20260309+cu130",
+                                     tag="cp311-cp311-manylinux_2_28_x86_64"))
+        ws.write_spec("e", spec.replace("{py}", "3.12").replace("2026-03-07", "2026-03-08"))
+        with pytest.raises(ResolveError, match=r"dated 2026-03-08 .*; nearest listed dates: 2026-03-07 \("):
+            lock(ws.root)
     finally:
         server.stop()
 

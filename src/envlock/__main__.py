@@ -18,6 +18,11 @@ def main() -> int:
 
         return cli_main()
     except KeyboardInterrupt:
+        if "--json" in sys.argv[1:]:  # the document cli.main gives for an interrupt, as promised
+            import json
+
+            print(json.dumps({"error": {"details": [], "exit_code": 130, "kind": "KeyboardInterrupt",
+                                        "message": "interrupted"}}, indent=2, sort_keys=True))
         print("envlock: interrupted", file=sys.stderr)
         return 130
 

@@ -114,10 +114,13 @@ class VerifyError(EnvlockError):
     """A venv does not match its recorded digest."""
 
 
-def raise_all(error: type[EnvlockError], problems: Sequence[str], summary: str, *, prefix: str = "") -> None:
-    """Raise ``error`` with the one problem as its message (after ``prefix``), or with ``summary``
-    and every problem as its details; return when there are none."""
+def raise_all(error: type[EnvlockError], problems: Sequence[str | EnvlockError], summary: str, *,
+              prefix: str = "") -> None:
+    """Raise the one problem (an error as it is; a text as ``error``, after ``prefix``), or ``error``
+    with ``summary`` and every problem as its details; return when there are none."""
     if len(problems) == 1:
+        if isinstance(problems[0], EnvlockError):
+            raise problems[0]
         raise error(prefix + problems[0])
     if problems:
-        raise error(prefix + summary, details=problems)
+        raise error(prefix + summary, details=[str(p) for p in problems])

@@ -20,9 +20,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
-from urllib.parse import unquote, urlsplit
 
-from envlock.errors import FetchError
+from envlock.errors import FetchError, raise_all
 from envlock.lockfile import Artifact
 from envlock.store import Store, write_atomic
 
@@ -232,7 +231,7 @@ def fetch(
                 failed += 1
             else:
                 results[got.sha256] = got
-    _raise_all(errors, f"{failed} artifacts failed to fetch; nothing unverified was stored")
+    raise_all(FetchError, errors, f"{failed} artifacts failed to fetch; nothing unverified was stored")
     return FetchResult(tuple(results[a.sha256] for a in unique))
 
 
@@ -253,14 +252,6 @@ def _stored(artifact: Artifact, path: Path) -> tuple[bool, FetchError | None]:
     return True, None
 
 
-def _raise_all(errors: Sequence[FetchError], summary: str) -> None:
-    """Raise the one error, or ``summary`` listing them all."""
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        raise FetchError(summary, details=[str(e) for e in errors])
-
-
 def check_stored_sizes(artifacts: Sequence[Artifact], store: Store) -> None:
     """Raise the ``fetch`` error for a store file whose size is not the lock's, without fetching.
 
@@ -270,7 +261,7 @@ def check_stored_sizes(artifacts: Sequence[Artifact], store: Store) -> None:
     """
     unique = {a.sha256: a for a in artifacts if a.size is not None}.values()
     errors = [wrong for a in unique if (wrong := _stored(a, store_file(store, a))[1]) is not None]
-    _raise_all(errors, f"{len(errors)} locked sizes disagree with the store")
+    raise_all(FetchError, errors, f"{len(errors)} locked sizes disagree with the store")
 
 
 def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str = "sync again") -> FetchError:
@@ -616,8 +607,10 @@ def _is_local(artifact: Artifact) -> bool:
 
 
 def _local_source(artifact: Artifact, base_dir: Path) -> Path:
-    if artifact.url is not None:  # file: URL
-        return Path(unquote(urlsplit(artifact.url).path))
+    from envlock import http
+
+    if artifact.url is not None and (local := http.file_path(artifact.url)) is not None:  # a file: URL
+        return Path(local)
     assert artifact.path is not None
     path = Path(artifact.path)
     return path if path.is_absolute() else base_dir / path

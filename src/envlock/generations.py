@@ -190,7 +190,11 @@ def digests_seen(store: Store, install_digest: str, python: str | None) -> list[
     envs = store.root / "envs"
     seen: list[tuple[str, str]] = []
     for folder in sorted(envs.iterdir()) if envs.is_dir() and python else ():
-        for gen in list_generations(store, folder.name):
+        try:
+            gens = list_generations(store, folder.name)
+        except UsageError:
+            continue  # not an env's folder (a file manager's .Trash, say)
+        for gen in gens:
             if gen.install_digest == install_digest and gen.venv_python == python:
                 seen.append((gen.created, gen.venv_digest))
     return list(dict.fromkeys(digest for _, digest in sorted(seen, reverse=True)))

@@ -213,7 +213,7 @@ def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
     air-gapped cluster keeps one) is read as a web server would serve that folder: its
     ``index.html``; a missing one is a 404.
     """
-    if _file_path(url) is not None:
+    if file_path(url) is not None:
         return _file_page(url)
     final, resp, conn = _request(url, {"Accept": accept}, timeout)
     try:
@@ -233,7 +233,7 @@ def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
 
 
 def _file_page(url: str) -> Page:
-    path = _file_path(url)
+    path = file_path(url)
     assert path is not None
     if os.path.isdir(path):
         path = os.path.join(path, "index.html")
@@ -242,7 +242,7 @@ def _file_page(url: str) -> Page:
     return Page(url=url, content_type="text/html", text=body.decode("utf-8", errors="replace"))
 
 
-def _file_path(url: str) -> str | None:
+def file_path(url: str) -> str | None:
     """The local path a ``file://`` URL names (a mirror on disk), else None."""
     parts = urlsplit(url)
     if parts.scheme != "file":
@@ -302,7 +302,7 @@ def open_stream(
     A server that ignores the Range answers 200: ``Body.start`` is then 0 and the
     caller must start over. Every failure, also mid-body, is an ``HttpError``.
     """
-    if (path := _file_path(url)) is not None:  # a mirror on disk: read as a server would send it
+    if (path := file_path(url)) is not None:  # a mirror on disk: read as a server would send it
         with _open_local(url, path) as fh:
             st = os.fstat(fh.fileno())
             fh.seek(start)
@@ -330,7 +330,7 @@ def remote_file(url: str, *, timeout: float = 60.0, watcher: Watcher | None = No
     """The size of the file at ``url`` (one byte asked for, the total read from Content-Range)
     and its ``validator``, each None when the server does not say. ``HttpError`` when it
     cannot be asked."""
-    if (path := _file_path(url)) is not None:
+    if (path := file_path(url)) is not None:
         with _open_local(url, path) as fh:
             st = os.fstat(fh.fileno())
             return st.st_size, _file_validator(st)

@@ -34,7 +34,7 @@ from envlock import http, runner
 from envlock.errors import FetchError, ResolveError, raise_all
 from envlock.indexes import IndexFile, Listings
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
-from envlock.nightly import local_tag, select_nightly
+from envlock.nightly import local_tag, nightly_date, select_nightly
 from envlock.spec import EnvSpec
 
 if TYPE_CHECKING:
@@ -117,7 +117,11 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings
                 try:
                     select(files)
                 except ResolveError as unfiltered:
-                    failure = unfiltered  # the date is not listed at all: name the nearest dates of every build
+                    # Not listed at all. The nearest dates named are the target's own, unless
+                    # it has none: then every build's (for "none is listed" would mislead).
+                    tag = local_tag(pkg.local)
+                    if not any(nightly_date(f.version) and (tag is None or f.version.local == tag) for f in usable):
+                        failure = unfiltered
                 else:
                     raise ResolveError(
                         f"{key}: index {pkg.index!r} ({http.redact(urls[pkg.index])}) lists {pkg.name} nightlies "
@@ -335,8 +339,7 @@ def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) 
     failed += [f"{name} {pinned[name].version}: {pinned[name].url}: the index lists sha256 {pinned[name].sha256}, "
                f"the file's is {artifact.sha256}"
                for name, (artifact, _) in done.items() if pinned[name].sha256 not in (None, artifact.sha256)]
-    if failed:
-        raise ResolveError(failed[0], details=failed[1:])
+    raise_all(ResolveError, failed, f"{len(failed)} pinned wheels could not be hashed")
     return {name: artifact for name, (artifact, _) in done.items()}, sum(n for _, n in done.values())
 
 

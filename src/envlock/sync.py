@@ -125,13 +125,14 @@ def sync_lock(
         actual = inst.manifest  # walked just now, whether built or reused
         built_with = venv_python(inst.venv)
         expected = lock.venv_digest_for(built_with)
+        accepted = {expected} if expected is not None else set()
         whose = "the lock's"  # where ``expected`` comes from, for the messages
         if expected is None and lock.venv_digest is None and (seen := generations.digests_seen(store, key, built_with)):
             # A first digest is recorded as found: held to what this lock gave here before,
             # an edit that reached uv's cache is not written into the lock as the truth.
-            expected, whose = seen[0], "this store's earlier generations'"
+            expected, accepted, whose = seen[0], set(seen), "this store's earlier generations'"
         repaired = ""
-        if expected is not None and expected != actual.digest and inst.built:
+        if expected is not None and actual.digest not in accepted and inst.built:
             # uv installs from its cache, whose files are the venvs' (hard links): a file
             # edited in a venv (root can, read-only or not) is in every venv built after.
             # Once: without that cache, uv unpacks the store's verified wheels again.
@@ -139,7 +140,7 @@ def sync_lock(
             install.clear_uv_cache(store)
             inst = install.install(store, lock, got.paths(), on_stage=pause)
             actual = inst.manifest
-            if actual.digest == expected:
+            if actual.digest in accepted:
                 repaired = (f"the first build differed from {whose} digest; with uv's cache cleared (a file "
                             "edited in a venv had reached it), the rebuild matches")
         if expected is None and lock.venv_digest is not None:
@@ -149,7 +150,15 @@ def sync_lock(
                     f"with {built_with}, so it was not compared (the lock keeps the recorded one)")
         else:
             note = repaired
-        if expected is not None and expected != actual.digest:
+        if expected is not None and actual.digest not in accepted and whose != "the lock's" and inst.built:
+            # Rebuilt without uv's cache, from the store's sha256-verified wheels: this venv is
+            # what the lock gives. The earlier generations' digest was the suspect one (taken
+            # while an edit sat in that cache): it is not held against the truth.
+            note = (f"this store's earlier generations of this lock have venv digest {expected}, but a build "
+                    f"without uv's cache (from the verified wheels) gives {actual.digest}: recorded that one; "
+                    "verify those generations")
+            expected, accepted = actual.digest, {actual.digest}
+        if expected is not None and actual.digest not in accepted:
             reference = verify.load_manifest(store.path("manifests", expected))
             lines = (verify.compare(reference.entries, actual.entries).lines() if reference
                      else [f"(no manifest of {expected} in this store to list files)"])
