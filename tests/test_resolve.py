@@ -463,6 +463,16 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
         _hash_unlisted("torch", "1.0", universe.server.file_url("pytorch", "gone.whl"), inputs)
 
 
+def _hashed_nightly(universe: Universe, store: Store, prefix: str) -> tuple[str, str, ResolveInputs]:
+    """A nightly of the universe (by file name ``prefix``) hashed into ``store`` as a lock does;
+    its file name, URL, and the inputs of a relock whose earlier lock has that hash."""
+    filename = next(f for f in universe.server.indexes["pytorch"].files if f.startswith(prefix))
+    url = universe.server.file_url("pytorch", filename)
+    sha, size, _ = _hash_unlisted("torch", "v", url, ResolveInputs(index_urls={}, store=store))
+    earlier = Artifact(sha256=sha, url=url, size=size)
+    return filename, url, ResolveInputs(index_urls={}, store=store, hashed={url: earlier})
+
+
 def test_a_relock_checks_the_url_still_holds_those_bytes_and_the_store_copy_is_whole(
         universe: Universe, store: Store, tmp_path: Path) -> None:
     served = universe.server.indexes["pytorch"].files
@@ -511,16 +521,13 @@ def test_a_relock_takes_the_bytes_the_store_last_hashed_from_the_url(universe: U
                                                                       tmp_path: Path) -> None:
     # The lock says A; since then a lock here hashed B, uploaded at the same size (and then
     # failed): the URL holds B, which the store has, so B is locked without a download.
+    filename, url, lock_a = _hashed_nightly(universe, store, "torch-2.12.0.dev20260301+cu130-cp311")
+    (sha_a, size), = [(a.sha256, a.size) for a in lock_a.hashed.values()]
     served = universe.server.indexes["pytorch"].files
-    filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260301+cu130-cp311"))
-    url = universe.server.file_url("pytorch", filename)
     original = served[filename]
-    inputs = ResolveInputs(index_urls={}, store=store)
-    sha_a, size, _ = _hash_unlisted("torch", "v", url, inputs)
-    lock_a = ResolveInputs(index_urls={}, store=store, hashed={url: Artifact(sha256=sha_a, url=url, size=size)})
     served[filename] = _same_size_other_bytes(original, tmp_path / "b")
     try:
-        sha_b, _, got = _hash_unlisted("torch", "v", url, inputs)
+        sha_b, _, got = _hash_unlisted("torch", "v", url, ResolveInputs(index_urls={}, store=store))
         assert sha_b != sha_a and got == size
         before = len(universe.server.downloads(filename))
         assert _hash_unlisted("torch", "v", url, lock_a) == (sha_b, size, 0)
@@ -532,13 +539,9 @@ def test_a_relock_takes_the_bytes_the_store_last_hashed_from_the_url(universe: U
 @pytest.mark.parametrize("replicas", [2, 3])
 def test_relocks_against_hosts_with_their_own_etags_stop_downloading(universe: Universe, store: Store,
                                                                      replicas: int) -> None:
-    served = universe.server.indexes["pytorch"].files
-    filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260301+cu130-cp312"))
-    url = universe.server.file_url("pytorch", filename)
     universe.server.replicas = replicas
     try:
-        sha, size, _ = _hash_unlisted("torch", "v", url, ResolveInputs(index_urls={}, store=store))
-        relock = ResolveInputs(index_urls={}, store=store, hashed={url: Artifact(sha256=sha, url=url, size=size)})
+        _, url, relock = _hashed_nightly(universe, store, "torch-2.12.0.dev20260301+cu130-cp312")
         downloaded = [_hash_unlisted("torch", "v", url, relock)[2] for _ in range(8)]
     finally:
         universe.server.replicas = 1
@@ -552,14 +555,11 @@ def test_a_server_without_etags_is_judged_by_the_size(universe: Universe, store:
     assert http.validator('"abc"', "Mon, 30 Nov 2026 06:00:00 GMT") == 'etag "abc"'
     assert http.validator(None, "Mon, 30 Nov 2026 06:00:00 GMT") == "modified Mon, 30 Nov 2026 06:00:00 GMT"
     assert http.validator(None, None) is None
-    served = universe.server.indexes["pytorch"].files
-    filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260302+cu130-cp311"))
-    url = universe.server.file_url("pytorch", filename)
     universe.server.replicas = 0
     try:
-        sha, size, _ = _hash_unlisted("torch", "v", url, ResolveInputs(index_urls={}, store=store))
-        relock = ResolveInputs(index_urls={}, store=store, hashed={url: Artifact(sha256=sha, url=url, size=size)})
-        assert _hash_unlisted("torch", "v", url, relock) == (sha, size, 0)
+        _, url, relock = _hashed_nightly(universe, store, "torch-2.12.0.dev20260302+cu130-cp311")
+        (known,) = relock.hashed.values()
+        assert _hash_unlisted("torch", "v", url, relock) == (known.sha256, known.size, 0)
     finally:
         universe.server.replicas = 1
 
