@@ -337,6 +337,28 @@ def test_a_generation_that_recorded_a_bad_digest_does_not_block_a_clean_rebuild(
                            "that one; verify those generations")
 
 
+def test_a_store_wheel_changed_at_its_size_is_not_taken_for_the_locks_venv(locks: tuple[IndexServer, Lock, Lock],
+                                                                            tmp_path: Path) -> None:
+    # The newest generation's digest yields only to a build from wheels that still are their sha256.
+    from envlock.fetch import store_file
+
+    _, v1, _ = locks
+    store, lock_path = _home_with_lock(tmp_path, v1)
+    first = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=True)
+    alpha = next(p for p in v1.packages if p.name == "alpha").wheels[0]
+    stored = store_file(store, alpha)
+    forged = build_wheel(tmp_path / "forged", "alpha", "1.0",
+                         files={"alpha/__init__.py": "NAME = 'alpha'\nVERSION = '6.6'\n"})
+    assert forged.stat().st_size == stored.stat().st_size
+    stored.chmod(0o644)
+    stored.write_bytes(forged.read_bytes())
+    store.remove_entry("venvs", first.install_digest)
+    with pytest.raises(StoreError, match=r"^1 store wheel\(s\) damaged"):
+        sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    assert read_lock(lock_path).venv_digest is None
+    assert generations.current(store, "demo") == generations.read(store, "demo", 1, current=1)
+
+
 def test_a_venv_this_sync_built_is_kept_when_another_env_took_it_meanwhile(locks: tuple[IndexServer, Lock, Lock],
                                                                           tmp_path: Path) -> None:
     from envlock.sync import _discard

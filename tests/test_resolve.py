@@ -532,6 +532,9 @@ def test_a_relock_takes_the_bytes_the_store_last_hashed_from_the_url(universe: U
         before = len(universe.server.downloads(filename))
         assert _hash_unlisted("torch", "v", url, lock_a) == (sha_b, size, 0)
         assert len(universe.server.downloads(filename)) == before
+        # B's bytes removed from the store by hand: the lock's A is still not what the URL holds.
+        store.remove_entry("wheels", sha_b)
+        assert _hash_unlisted("torch", "v", url, lock_a) == (sha_b, size, size)
     finally:
         served[filename] = original
 
@@ -549,17 +552,35 @@ def test_relocks_against_hosts_with_their_own_etags_stop_downloading(universe: U
     assert downloaded[-4:] == [0, 0, 0, 0]
 
 
-def test_a_server_without_etags_is_judged_by_the_size(universe: Universe, store: Store) -> None:
+def test_a_server_without_etags_is_judged_by_the_size(universe: Universe, store: Store, tmp_path: Path) -> None:
     from envlock import http
 
     assert http.validator('"abc"', "Mon, 30 Nov 2026 06:00:00 GMT") == 'etag "abc"'
     assert http.validator(None, "Mon, 30 Nov 2026 06:00:00 GMT") == "modified Mon, 30 Nov 2026 06:00:00 GMT"
     assert http.validator(None, None) is None
+    # A record of the earlier format (one "validator") is read too.
+    from envlock.fetch import _url_record, uploads_hashed
+
+    record = _url_record(store, "http://x/y.whl")
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"url": "http://x/y.whl", "sha256": "ab", "size": 1, "validator": 'etag "1"'}))
+    assert uploads_hashed("http://x/y.whl", store, "ab") == {'etag "1"'}
     universe.server.replicas = 0
     try:
-        _, url, relock = _hashed_nightly(universe, store, "torch-2.12.0.dev20260302+cu130-cp311")
+        filename, url, relock = _hashed_nightly(universe, store, "torch-2.12.0.dev20260302+cu130-cp311")
         (known,) = relock.hashed.values()
         assert _hash_unlisted("torch", "v", url, relock) == (known.sha256, known.size, 0)
+        # Uploaded again at another size: hashed again.
+        served = universe.server.indexes["pytorch"].files
+        original = served[filename]
+        served[filename] = build_wheel(tmp_path / "other", "torch", "2.12.0.dev20260302+cu130",
+                                       files={"torch/x.py": "X = 1\n" * 50}, tag="cp311-cp311-manylinux_2_28_x86_64")
+        try:
+            again = _hash_unlisted("torch", "v", url, relock)
+            assert again == (sha256_of(served[filename]), served[filename].stat().st_size, again[1])
+            assert again[1] != known.size and again[2] == again[1]
+        finally:
+            served[filename] = original
     finally:
         universe.server.replicas = 1
 

@@ -18,7 +18,8 @@ def main() -> int:
 
         return cli_main()
     except KeyboardInterrupt:
-        if "--json" in sys.argv[1:]:  # the document cli.main gives for an interrupt, as promised
+        own = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]  # not `run`'s command's
+        if "--json" in own:  # the document cli.main gives for an interrupt, as promised
             import json
 
             print(json.dumps({"error": {"details": [], "exit_code": 130, "kind": "KeyboardInterrupt",

@@ -426,6 +426,16 @@ def hashed_before(url: str, store: Store) -> Artifact | None:
     return artifact
 
 
+def last_hashed(url: str, store: Store) -> str | None:
+    """The sha256 of the bytes the store last hashed from ``url``, whether or not it still holds them."""
+    try:
+        record = json.loads(_url_record(store, url).read_bytes())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(record, dict) and record.get("url") == url and isinstance(record.get("sha256"), str)
+    return str(record["sha256"]) if ok else None
+
+
 def note_upload(url: str, store: Store, sha256: str, validator: str) -> None:
     """Add ``validator`` to those ``url`` is known to answer with for the bytes ``sha256``
     (when the store's record is of those bytes)."""
@@ -445,7 +455,7 @@ def uploads_hashed(url: str, store: Store, sha256: str) -> set[str]:
         return set()
     if not isinstance(record, dict) or record.get("url") != url or record.get("sha256") != sha256:
         return set()
-    found = record.get("validators")
+    found = record.get("validators", [record.get("validator")])  # one "validator": a record of 2026-11-30
     return {v for v in found if isinstance(v, str)} if isinstance(found, list) else set()
 
 

@@ -166,7 +166,7 @@ def install(
                              "--no-index", "--offline", "--no-deps", "--no-build", *files],
                             what="install the locked wheels", log=log, cache=uv_cache_dir(store))
                     except InstallError:
-                        _name_damaged_wheels(lock, wheels)  # uv's "Bad CRC" does not say what to do
+                        check_store_wheels(lock, wheels)  # uv's "Bad CRC" does not say what to do
                         raise
             _drop_install_records(work)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
@@ -181,12 +181,12 @@ def install(
     return InstallResult(final, key, built, True, time.monotonic() - started)
 
 
-def _name_damaged_wheels(lock: Lock, wheels: Mapping[str, Path]) -> None:
-    """After uv failed: raise ``StoreError`` naming store wheels whose bytes are no longer their sha256.
+def check_store_wheels(lock: Lock, wheels: Mapping[str, Path]) -> None:
+    """Raise ``StoreError`` naming the lock's store wheels whose bytes are no longer their sha256.
 
     fetch checks a store wheel's size, not its bytes (re-reading GBs on every sync is
-    what the store saves): damage that keeps the size shows only as uv failing to
-    unzip. Read once here, on that failure only.
+    what the store saves): damage that keeps the size shows only as uv failing to unzip,
+    or as a venv unlike the one the lock gave before. Read here, on those occasions only.
     """
     from envlock.errors import StoreError
     from envlock.quick import file_sha256

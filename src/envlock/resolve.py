@@ -555,6 +555,7 @@ def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None
     from envlock.fetch import (
         fetch_unhashed,
         hashed_before,
+        last_hashed,
         note_upload,
         store_file,
         uploads_hashed,
@@ -562,7 +563,8 @@ def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None
     )
 
     store = _store(inputs)
-    record = hashed_before(url, store)  # the bytes the store last hashed from this URL
+    record = hashed_before(url, store)  # the bytes the store last hashed from this URL, if it holds them
+    latest = last_hashed(url, store)  # their sha256, also when it no longer does
     remote: tuple[int | None, str | None] | None = None
     knowns = list(dict.fromkeys(a for a in (inputs.hashed.get(url), record) if a is not None))
     for known in knowns:
@@ -579,7 +581,7 @@ def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None
             if upload in seen:
                 return Artifact(sha256=known.sha256, url=url, size=size), 0
             continue  # another upload than the one hashed as these bytes
-        if record is not None and record.sha256 != known.sha256:
+        if latest is not None and latest != known.sha256:
             continue  # since these bytes, the store saw the URL hold others: the size cannot tell
         return Artifact(sha256=known.sha256, url=url, size=size), 0  # no validator to go by: the size
     got = fetch_unhashed(url, store, progress=inputs.progress, stop=stop)

@@ -130,7 +130,7 @@ def sync_lock(
         if expected is None and lock.venv_digest is None and (seen := generations.digests_seen(store, key, built_with)):
             # A first digest is recorded as found: held to what this lock gave here before,
             # an edit that reached uv's cache is not written into the lock as the truth.
-            expected, accepted, whose = seen[0], set(seen), "this store's earlier generations'"
+            expected, accepted, whose = seen[0], {seen[0]}, "this store's earlier generations'"
         repaired = ""
         if expected is not None and actual.digest not in accepted and inst.built:
             # uv installs from its cache, whose files are the venvs' (hard links): a file
@@ -151,9 +151,10 @@ def sync_lock(
         else:
             note = repaired
         if expected is not None and actual.digest not in accepted and whose != "the lock's" and inst.built:
-            # Rebuilt without uv's cache, from the store's sha256-verified wheels: this venv is
-            # what the lock gives. The earlier generations' digest was the suspect one (taken
-            # while an edit sat in that cache): it is not held against the truth.
+            # Rebuilt without uv's cache: if the store's wheels still are their sha256 (read
+            # once, here), this venv is what the lock gives, and the newest generation's digest
+            # was the suspect one (taken while an edit sat in that cache).
+            install.check_store_wheels(lock, got.paths())
             note = (f"this store's earlier generations of this lock have venv digest {expected}, but a build "
                     f"without uv's cache (from the verified wheels) gives {actual.digest}: recorded that one; "
                     "verify those generations")
