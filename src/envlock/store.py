@@ -16,12 +16,13 @@ Layout (version 1)::
         builds/<input digest>/<wheel>    locally built wheels, by input digest
         venvs/<install digest>/          installed venvs, by lock install digest
         manifests/<venv digest>          per-file manifest of a venv (to list differing files)
-        hashes/inodes.marshal           inode -> sha256 of files already hashed (a cache, see hashcache.py)
+        hashes/inodes.marshal            inode -> sha256 of files already hashed (a cache, see hashcache.py)
         skeletons/<key>/                 the empty venv uv made for one interpreter, copied into new venvs
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
         tmp/                             work in progress; never read
-        urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed
+        urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed,
+                                         and the ETags (else Last-Modified) it answered with for it
         uv-cache/                        the uv cache venvs are installed from (their files are its files)
         tmp/partial/<sha256>.part        interrupted downloads, resumed with HTTP Range
         tmp/partial/url-<sha256 of URL>.part  a download being hashed (never resumed)
