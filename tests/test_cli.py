@@ -464,6 +464,6 @@ def test_ctrl_c_while_envlock_still_starts_is_one_line_not_a_traceback() -> None
     assert json.loads(proc.stdout) == {"error": {"details": [], "exit_code": 130, "kind": "KeyboardInterrupt",
                                                  "message": "interrupted"}}
     # A `--json` of the command `run` runs is the command's: envlock prints no document for it.
-    proc = subprocess.run([sys.executable, "-c", starting, "run", "demo", "--", "jq", "--json"], capture_output=True,
-                          text=True, timeout=60)
-    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "envlock: interrupted\n", "")
+    for command in (["run", "demo", "--", "jq", "--json"], ["run", "demo", "jq", "--json"]):
+        proc = subprocess.run([sys.executable, "-c", starting, *command], capture_output=True, text=True, timeout=60)
+        assert (proc.returncode, proc.stderr, proc.stdout) == (130, "envlock: interrupted\n", ""), command

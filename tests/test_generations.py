@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -357,6 +358,29 @@ def test_a_store_wheel_changed_at_its_size_is_not_taken_for_the_locks_venv(locks
         sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert read_lock(lock_path).venv_digest is None
     assert generations.current(store, "demo") == generations.read(store, "demo", 1, current=1)
+    assert not store.has("venvs", first.install_digest)  # nothing built from the forged wheel stays
+    # As the error says: remove the damaged folder and sync again; the wheel is fetched anew.
+    store.remove_tree(stored.parent)
+    again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    assert again.venv_digest == first.venv_digest and not again.noop
+
+
+def test_a_lock_without_a_digest_is_held_to_its_newest_generations(locks: tuple[IndexServer, Lock, Lock],
+                                                                    tmp_path: Path) -> None:
+    # An older generation's digest does not count: a build matching only it is rebuilt without
+    # uv's cache, and the result (from verified wheels) is what gets recorded.
+    _, v1, _ = locks
+    store, lock_path = _home_with_lock(tmp_path, v1)
+    built = install.install(store, v1, _fetched(store, v1))
+    python = _python_version(built.venv)
+    newest = "sha256:" + "2" * 64
+    for digest in (built.manifest.digest, newest):  # the older one is this build's
+        generations.add(store, "other", venv=built.venv, install_digest=built.install_digest, venv_digest=digest,
+                        lock_text=v1.to_toml(), venv_python=python)
+        time.sleep(1.1)  # generations are ordered by their creation time, in seconds
+    store.remove_entry("venvs", built.install_digest)
+    synced = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    assert synced.note.startswith(f"this store's earlier generations of this lock have venv digest {newest}")
 
 
 def test_a_venv_this_sync_built_is_kept_when_another_env_took_it_meanwhile(locks: tuple[IndexServer, Lock, Lock],

@@ -18,7 +18,9 @@ def main() -> int:
 
         return cli_main()
     except KeyboardInterrupt:
-        own = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]  # not `run`'s command's
+        own = sys.argv[1:]
+        for end in ("--", "run"):  # what follows is `run`'s command, never envlock's options
+            own = own[:own.index(end)] if end in own else own
         if "--json" in own:  # the document cli.main gives for an interrupt, as promised
             import json
 

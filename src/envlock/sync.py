@@ -154,7 +154,11 @@ def sync_lock(
             # Rebuilt without uv's cache: if the store's wheels still are their sha256 (read
             # once, here), this venv is what the lock gives, and the newest generation's digest
             # was the suspect one (taken while an edit sat in that cache).
-            install.check_store_wheels(lock, got.paths())
+            try:
+                install.check_store_wheels(lock, got.paths())
+            except StoreError:
+                _discard(store, key, inst.venv, actual.digest, stale=stale or frozenset())  # built from them
+                raise
             note = (f"this store's earlier generations of this lock have venv digest {expected}, but a build "
                     f"without uv's cache (from the verified wheels) gives {actual.digest}: recorded that one; "
                     "verify those generations")
