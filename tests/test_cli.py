@@ -102,7 +102,7 @@ def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> N
     assert made.out.splitlines() == [
         "wrote locks/pylock.e.toml (3 packages)",
         "  nightly torch -> 2.12.0.dev20260307+cu130",
-        f"  {size} downloaded into the store, to hash wheels their index publishes no hash for",
+        f"  {size} read into the store, to hash pinned wheels (their index publishes no hash, or is a folder on disk)",
     ]
     assert cli("lock", "e", "--check").out == "locks/pylock.e.toml is current for envs/e.toml\n"
     # A relock finds the nightly in the store: nothing downloaded, nothing said.

@@ -352,6 +352,17 @@ def test_an_override_range_cannot_move_the_specs_own_pin(ws, universe: Universe)
     assert not (ws.root / "locks" / "pylock.e.toml").exists()
 
 
+def test_an_override_cannot_take_a_declared_package_out_of_the_env(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    # A marker false for the target drops the requirement, as `exclude` does: never a declared one.
+    extra = '[resolution]\noverrides = ["tinydep==1.0; sys_platform == \'win32\'"]'
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"', extra))
+    with pytest.raises(ResolveError) as info:
+        lock(ws.root)
+    assert list(info.value.details) == ["packages.tinydep: declared, but the resolution leaves it out (an override "
+                                        "of it with a marker false for this target?)"]
+    assert not (ws.root / "locks" / "pylock.e.toml").exists()
+
+
 def test_mirror_by_option_and_environment(ws, cli, universe: Universe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # The spec names the real index; without the mirror the test's closed proxy fails it.
     real_url = "https://download.pytorch.org/whl/nightly/cu130"

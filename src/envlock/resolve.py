@@ -608,7 +608,7 @@ def _sha_of(wheel: Mapping[str, object]) -> str | None:
 
 
 def check_spec_pins(spec: EnvSpec, packages: Sequence[LockedPackage], nightlies: Mapping[str, NightlyPin]) -> None:
-    """Every package the spec pins is locked at a version its pin allows (a nightly: that very version).
+    """Every package the spec declares is locked, at a version its pin allows (a nightly: that very version).
 
     The spec refuses overrides that move its own pins; this holds the lock to it
     whatever else uv was told, so the lock never names one version and installs another.
@@ -619,7 +619,13 @@ def check_spec_pins(spec: EnvSpec, packages: Sequence[LockedPackage], nightlies:
     problems = []
     for pkg in spec.packages.values():
         version = locked.get(pkg.name)
-        if version is None or pkg.build:
+        if pkg.build:
+            continue
+        if version is None:
+            # uv drops a requirement whose marker is false (how `exclude` works): an override
+            # with one would take a package the spec declares out of the env without a word.
+            problems.append(f"packages.{pkg.name}: declared, but the resolution leaves it out (an override of it "
+                            "with a marker false for this target?)")
             continue
         if pkg.nightly and pkg.name in nightlies and Version(version) != Version(nightlies[pkg.name].version):
             problems.append(f"packages.{pkg.name}: nightly {pkg.nightly} is {nightlies[pkg.name].version}, "
