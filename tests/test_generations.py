@@ -20,7 +20,7 @@ from envlock import generations, install, quick, verify
 from envlock.errors import CommandError, FetchError, StoreError, UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
-from envlock.sync import env_path, exec_in_env, run_environ, sync_lock, verify_env
+from envlock.sync import SyncResult, env_path, exec_in_env, run_environ, sync_lock, verify_env
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
 from kit.wheels import build_wheel
@@ -50,6 +50,12 @@ def _home_with_lock(tmp_path: Path, lock: Lock) -> tuple[Store, Path]:
     return Store.open(tmp_path / "home"), _write(lock, tmp_path / "ws" / "locks" / "pylock.demo.toml")
 
 
+def _synced_home(tmp_path: Path, lock: Lock, *, frozen: bool = False) -> tuple[Store, Path, SyncResult]:
+    """``_home_with_lock``, and env "demo" synced once from that lock file."""
+    store, lock_path = _home_with_lock(tmp_path, lock)
+    return store, lock_path, sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=frozen)
+
+
 def _python(store: Store, env: str, code: str) -> str:
     py = generations.stable_path(store, env) / "bin" / "python"
     return subprocess.run([py, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
@@ -59,9 +65,7 @@ def test_sync_records_digest_then_noop_then_new_generation_and_rollback(
     locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
 ) -> None:
     server, v1, v2 = locks
-    store, lock_path = _home_with_lock(tmp_path, v1)
-
-    first = sync_lock(store, "demo", v1, lock_path=lock_path)
+    store, lock_path, first = _synced_home(tmp_path, v1)
     assert (first.generation, first.noop, first.built, first.recorded) == (1, False, True, True)
     assert read_lock(lock_path).venv_digest == first.venv_digest
     assert env_path(store, "demo") == first.path == store.path("envs", "demo") / "current"
@@ -250,8 +254,7 @@ def test_removing_an_edited_venv_and_syncing_again_repairs_it(locks: tuple[Index
     # Its generation still points at that folder; the rebuild must still go without uv's
     # (edited) cache, and the generation must never resolve to an unverified venv.
     _, v1, _ = locks
-    store, lock_path = _home_with_lock(tmp_path, v1)
-    first = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)  # records the digest
+    store, lock_path, first = _synced_home(tmp_path, v1)  # records the digest
     venv = first.path.resolve()
     init = venv / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
     original = init.read_text()
@@ -269,8 +272,7 @@ def test_removing_an_edited_venv_and_syncing_again_repairs_it(locks: tuple[Index
 def test_verify_after_a_rollback_checks_the_generation_against_its_own_digest(
         locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
     _, v1, v2 = locks
-    store, lock_path = _home_with_lock(tmp_path, v1)
-    sync_lock(store, "demo", v1, lock_path=lock_path)
+    store, lock_path, _ = _synced_home(tmp_path, v1)
     _write(v2, lock_path)
     sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)  # records v2's digest
     generations.rollback(store, "demo")  # back to v1's generation; the workspace lock is v2's
@@ -303,8 +305,7 @@ def test_an_edit_in_the_uv_cache_is_not_recorded_as_a_locks_first_digest(locks: 
     # CI syncs --frozen (no digest recorded); someone edits the venv, removes it to rebuild,
     # and syncs: the first digest the lock gets must not be the edit's.
     _, v1, _ = locks
-    store, lock_path = _home_with_lock(tmp_path, v1)
-    first = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=True)
+    store, lock_path, first = _synced_home(tmp_path, v1, frozen=True)
     assert read_lock(lock_path).venv_digest is None
     venv = first.path.resolve()
     init = venv / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
@@ -344,8 +345,7 @@ def test_a_store_wheel_changed_at_its_size_is_not_taken_for_the_locks_venv(locks
     from envlock.fetch import store_file
 
     _, v1, _ = locks
-    store, lock_path = _home_with_lock(tmp_path, v1)
-    first = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=True)
+    store, lock_path, first = _synced_home(tmp_path, v1, frozen=True)
     alpha = next(p for p in v1.packages if p.name == "alpha").wheels[0]
     stored = store_file(store, alpha)
     forged = build_wheel(tmp_path / "forged", "alpha", "1.0",
@@ -454,8 +454,7 @@ def test_a_noop_sync_trusts_the_current_venv_verify_reads_it_and_removing_it_rep
 ) -> None:
     # What docs/reproducibility.md tells a user whose `envlock verify` failed.
     _, v1, _ = locks
-    store, lock_path = _home_with_lock(tmp_path, v1)
-    first = sync_lock(store, "demo", v1, lock_path=lock_path)
+    store, lock_path, first = _synced_home(tmp_path, v1)
     (first.path / "lib" / "python3.11" / "site-packages" / "stray.py").write_text("")  # pip install, say
     assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop  # not re-read
     checked = verify_env(store, "demo", read_lock(lock_path))
