@@ -729,3 +729,16 @@ def test_a_generation_keeps_the_lock_it_was_built_from_when_the_file_holds_anoth
     gen = generations.read(store, "demo", result.generation)
     assert gen is not None and gen.lock_copy.read_text() == v1.to_toml()
     assert read_lock(lock_path).install_digest() == v2.install_digest()  # and the file keeps v2
+
+
+def test_an_up_to_date_sync_is_answered_before_the_cli_is_imported(locks: tuple[IndexServer, Lock, Lock],
+                                                                    tmp_path: Path) -> None:
+    _, v1, _ = locks
+    store, lock_path, first = _synced_home(tmp_path, v1)
+    (tmp_path / "ws" / "envs").mkdir()
+    probe = ("import sys\nfrom envlock.__main__ import main\ncode = main()\n"
+             "print(code, 'argparse' in sys.modules, 'envlock.cli' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", probe, "sync", "demo", "--lock", str(lock_path)], cwd=tmp_path / "ws",
+                         env={**os.environ, "ENVLOCK_HOME": str(store.home)}, capture_output=True, text=True)
+    assert out.stdout.splitlines() == [f"demo: up to date (generation {first.generation})",
+                                       f"  venv digest {first.venv_digest}", str(first.path), "0 False False"], out

@@ -4,7 +4,8 @@ from the first instruction on.
 ``cli.main`` answers an interrupt with one line and exit 130, but only once its own
 handler is in place: an interrupt during the imports and the argument parsing before
 that (the first ~50 ms, when a supervisor stops a service it just started) would end
-in a traceback. This module imports nothing but ``sys`` before it is guarding.
+in a traceback. This module imports nothing but ``sys`` before it is guarding, and
+answers the fast no-op (``envlock.quick``) before ``cli`` and its imports are loaded.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ import sys
 
 def main() -> int:
     try:
+        # An up-to-date `envlock sync ENV` is answered before cli (argparse, json) is imported.
+        from envlock.quick import fast_sync
+
+        fast = fast_sync(sys.argv[1:])
+        if fast is not None:
+            return fast
         from envlock.cli import main as cli_main
 
-        return cli_main()
+        return cli_main(fast_path=False)
     except KeyboardInterrupt:
         own = sys.argv[1:]
         for end in ("--", "run"):  # what follows is `run`'s command, never envlock's options

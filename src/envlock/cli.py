@@ -570,15 +570,17 @@ def _json_error(message: str, details: Sequence[str], kind: str, code: int) -> N
                      indent=2, sort_keys=True))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
     # Fast path: an up-to-date `envlock sync ENV` answers here, before argparse is built
     # and the pipeline (tomllib, packaging) is imported. envlock.quick imports only os,
-    # sys and hashlib and returns None for anything it does not fully handle.
-    from envlock.quick import fast_sync
+    # sys and hashlib and returns None for anything it does not fully handle. The console
+    # script tries it before importing this module at all (fast_path=False then).
+    if fast_path:
+        from envlock.quick import fast_sync
 
-    fast = fast_sync(list(sys.argv[1:] if argv is None else argv))
-    if fast is not None:
-        return fast
+        fast = fast_sync(list(sys.argv[1:] if argv is None else argv))
+        if fast is not None:
+            return fast
     from pathlib import Path
 
     from envlock.workspace import Workspace
