@@ -296,7 +296,7 @@ def test_a_venv_another_sync_rebuilt_meanwhile_is_not_discarded(locks: tuple[Ind
     assert said == "that venv was rebuilt by another sync meanwhile and is left to it"
     assert verify.stored_manifest(built.venv) is not None
     assert _discard(store, built.install_digest, built.venv, built.manifest.digest,
-                    stale=None).startswith("that venv was removed")
+                    stale=frozenset()).startswith("that venv was removed")
     assert not built.venv.exists()
 
 

@@ -120,27 +120,27 @@ def sync_lock(
         # Generations pointing at the venv entry while it is missing (its folder removed to
         # rebuild it): if this sync builds it and it fails, they had no venv before either.
         entry = store.path("venvs", key)
-        stale = frozenset(generations.users(store, entry)) if not (entry / quick.MANIFEST_NAME).is_file() else None
+        stale = frozenset() if (entry / quick.MANIFEST_NAME).is_file() else frozenset(generations.users(store, entry))
         inst = install.install(store, lock, got.paths(), on_stage=pause)
         actual = inst.manifest  # walked just now, whether built or reused
         built_with = venv_python(inst.venv)
         expected = lock.venv_digest_for(built_with)
-        accepted = {expected} if expected is not None else set()
-        whose = "the lock's"  # where ``expected`` comes from, for the messages
+        from_store = False  # ``expected`` is the newest generation's digest here, not the lock's
         if expected is None and lock.venv_digest is None and (seen := generations.digests_seen(store, key, built_with)):
             # A first digest is recorded as found: held to what this lock gave here before,
             # an edit that reached uv's cache is not written into the lock as the truth.
-            expected, accepted, whose = seen[0], {seen[0]}, "this store's earlier generations'"
+            expected, from_store = seen[0], True
+        whose = "this store's earlier generations'" if from_store else "the lock's"
         repaired = ""
-        if expected is not None and actual.digest not in accepted and inst.built:
+        if expected is not None and actual.digest != expected and inst.built:
             # uv installs from its cache, whose files are the venvs' (hard links): a file
             # edited in a venv (root can, read-only or not) is in every venv built after.
             # Once: without that cache, uv unpacks the store's verified wheels again.
-            _discard(store, key, inst.venv, actual.digest, stale=stale or frozenset())
+            _discard(store, key, inst.venv, actual.digest, stale=stale)
             install.clear_uv_cache(store)
             inst = install.install(store, lock, got.paths(), on_stage=pause)
             actual = inst.manifest
-            if actual.digest in accepted:
+            if actual.digest == expected:
                 repaired = (f"the first build differed from {whose} digest; with uv's cache cleared (a file "
                             "edited in a venv had reached it), the rebuild matches")
         if expected is None and lock.venv_digest is not None:
@@ -150,27 +150,27 @@ def sync_lock(
                     f"with {built_with}, so it was not compared (the lock keeps the recorded one)")
         else:
             note = repaired
-        if expected is not None and actual.digest not in accepted and whose != "the lock's" and inst.built:
+        if from_store and actual.digest != expected and inst.built:
             # Rebuilt without uv's cache: if the store's wheels still are their sha256 (read
             # once, here), this venv is what the lock gives, and the newest generation's digest
             # was the suspect one (taken while an edit sat in that cache).
             try:
                 install.check_store_wheels(lock, got.paths())
             except StoreError:
-                _discard(store, key, inst.venv, actual.digest, stale=stale or frozenset())  # built from them
+                _discard(store, key, inst.venv, actual.digest, stale=stale)  # built from them
                 raise
             note = (f"this store's earlier generations of this lock have venv digest {expected}, but a build "
                     f"without uv's cache (from the verified wheels) gives {actual.digest}: recorded that one; "
                     "verify those generations")
-            expected, accepted = actual.digest, {actual.digest}
-        if expected is not None and actual.digest not in accepted:
+            expected = actual.digest
+        if expected is not None and actual.digest != expected:
             reference = verify.load_manifest(store.path("manifests", expected))
             lines = (verify.compare(reference.entries, actual.entries).lines() if reference
                      else [f"(no manifest of {expected} in this store to list files)"])
             raise VerifyError(
                 f"{lock_path or env}: not reproducible: {whose} venv digest is "
                 f"{expected}, this sync built {actual.digest}; the env was not switched; "
-                + _discard(store, key, inst.venv, actual.digest, stale=(stale or frozenset()) if inst.built else None),
+                + _discard(store, key, inst.venv, actual.digest, stale=stale if inst.built else frozenset()),
                 details=lines,
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
@@ -202,7 +202,7 @@ def sync_lock(
 
 
 def _discard(store: Store, key: str, venv: Path, digest: str, *,
-             stale: frozenset[tuple[str, int]] | None) -> str:
+             stale: frozenset[tuple[str, int]] = frozenset()) -> str:
     """After a reproducibility failure: remove the venv entry ``venv``, so the next sync
     builds it anew instead of reusing it and failing the same way; return what was done,
     for the message.
@@ -223,7 +223,7 @@ def _discard(store: Store, key: str, venv: Path, digest: str, *,
         if found.digest != digest:
             # Another sync removed it and built it anew meanwhile: that one is not ours to judge.
             return "that venv was rebuilt by another sync meanwhile and is left to it"
-        users = [u for u in generations.users(store, venv) if stale is None or u not in stale]
+        users = [u for u in generations.users(store, venv) if u not in stale]
         if not users:
             store.remove_entry("venvs", key)
             return "that venv was removed from the store, so the next sync builds it anew"
