@@ -600,11 +600,10 @@ def test_generation_records_survive_unreadable_litter(locks: tuple[IndexServer, 
     assert [g.number for g in generations.list_generations(store, "demo")] == [1]
     assert sync_lock(store, "demo", replace(v1, python=v1.python), lock_path=None).noop
     # A folder that is a generation but whose record cannot be read is named, not hidden.
-    assert generations.unreadable(store, "demo") == (folder / "9" / "generation.json",)
+    assert generations.scan(store, "demo")[1] == (folder / "9" / "generation.json",)
     (folder / "1" / "generation.json").chmod(0o644)
     (folder / "1" / "generation.json").write_text("{not json")
-    assert generations.list_generations(store, "demo") == ()
-    assert generations.unreadable(store, "demo") == (folder / "1" / "generation.json", folder / "9" / "generation.json")
+    assert generations.scan(store, "demo") == ((), (folder / "1" / "generation.json", folder / "9" / "generation.json"))
 
 
 def test_noop_stamp_vouches_only_for_unchanged_lock_spec_and_patch_bytes(

@@ -240,8 +240,7 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.store import Store
 
     store = Store.open(create=False)
-    gens = generations.list_generations(store, args.env)
-    damaged = generations.unreadable(store, args.env)
+    gens, damaged = generations.scan(store, args.env)
     if not gens and not damaged and generations.current_number(store, args.env) is None:
         raise generations.never_synced(store, args.env)  # exit 2, as path and verify say
 

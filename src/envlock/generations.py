@@ -157,31 +157,34 @@ def current(store: Store, env: str) -> Generation | None:
 
 def newest(store: Store, env: str) -> Generation | None:
     """The highest-numbered generation (current or not), or None."""
+    numbers = _numbers(env_dir(store, env))
+    return read(store, env, numbers[-1], current=current_number(store, env)) if numbers else None
+
+
+def _numbers(folder: Path) -> list[int]:
+    """The generation numbers in an env's ``folder`` (its numbered subfolders), ascending."""
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+
+
+def scan(store: Store, env: str) -> tuple[tuple[Generation, ...], tuple[Path, ...]]:
+    """Every whole generation of ``env``, oldest first, and the records of the folders left out
+    (damaged by hand, say), in one pass."""
     folder = env_dir(store, env)
-    if not folder.is_dir():
-        return None
-    numbers = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
-    return read(store, env, max(numbers), current=current_number(store, env)) if numbers else None
+    cur = current_number(store, env)
+    found: list[Generation] = []
+    damaged: list[Path] = []
+    for n in _numbers(folder):
+        gen = read(store, env, n, current=cur)
+        if gen is None:
+            damaged.append(folder / str(n) / _RECORD)
+        else:
+            found.append(gen)
+    return tuple(found), tuple(damaged)
 
 
 def list_generations(store: Store, env: str) -> tuple[Generation, ...]:
     """Every whole generation of ``env``, oldest first."""
-    folder = env_dir(store, env)
-    if not folder.is_dir():
-        return ()
-    cur = current_number(store, env)
-    numbers = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
-    found = (read(store, env, n, current=cur) for n in numbers)
-    return tuple(g for g in found if g is not None)
-
-
-def unreadable(store: Store, env: str) -> tuple[Path, ...]:
-    """The records of generation folders ``list_generations`` leaves out (damaged by hand, say)."""
-    folder = env_dir(store, env)
-    if not folder.is_dir():
-        return ()
-    numbers = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
-    return tuple(folder / str(n) / _RECORD for n in numbers if read(store, env, n) is None)
+    return scan(store, env)[0]
 
 
 def digests_seen(store: Store, install_digest: str, python: str | None) -> list[str]:
@@ -206,8 +209,7 @@ def users(store: Store, venv: Path) -> list[tuple[str, int]]:
     envs = store.root / "envs"
     want = os.path.normpath(venv)
     for folder in sorted(envs.iterdir()) if envs.is_dir() else ():
-        numbers = sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
-        for number in numbers:
+        for number in _numbers(folder):
             link = folder / str(number) / "venv"
             try:
                 target = os.readlink(link)
@@ -230,8 +232,7 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
     # The fast no-op stamp names a generation by number; a number can come back (an
     # old generation folder removed by hand), so no stamp may outlive this point.
     (folder / quick.STAMP).unlink(missing_ok=True)  # written by sync, read by the fast no-op
-    numbers = [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
-    number = max(numbers, default=0) + 1
+    number = max(_numbers(folder), default=0) + 1
     work = folder / f".new-{number}-{os.urandom(4).hex()}"
     work.mkdir()
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -251,10 +252,7 @@ def discard(store: Store, env: str, number: int) -> None:
     """Remove generation ``number``, never made current (call under ``env_lock``): its venv is gone."""
     if current_number(store, env) == number:
         raise ValueError(f"generation {number} of {env!r} is current")
-    folder = env_dir(store, env)
-    doomed = folder / f".new-{number}-{os.urandom(4).hex()}"  # litter the next add removes, if not now
-    os.rename(folder / str(number), doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
+    store.remove_tree(env_dir(store, env) / str(number))
 
 
 def flip(store: Store, env: str, number: int) -> None:
