@@ -16,7 +16,7 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
@@ -262,6 +262,23 @@ def check_stored_sizes(artifacts: Sequence[Artifact], store: Store) -> None:
     unique = {a.sha256: a for a in artifacts if a.size is not None}.values()
     errors = [wrong for a in unique if (wrong := _stored(a, store_file(store, a))[1]) is not None]
     raise_all(FetchError, errors, f"{len(errors)} locked sizes disagree with the store")
+
+
+def check_stored_bytes(wheels: Mapping[str, Path]) -> None:
+    """Raise ``StoreError`` naming the store wheels (sha256 -> file) whose bytes are no longer their sha256.
+
+    A sync checks a store wheel's size, not its bytes (re-reading GBs on every sync is
+    what the store saves): damage that keeps the size shows only as uv failing to unzip,
+    or as a venv unlike the one the lock gave before. Read on those occasions only.
+    """
+    from envlock.errors import StoreError
+    from envlock.quick import file_sha256
+
+    damaged = [f"{path}: sha256 {actual or 'unreadable'}, expected {sha}; remove {path.parent}"
+               for sha, path in wheels.items() if (actual := file_sha256(str(path))) != sha]
+    if damaged:
+        raise StoreError(f"{len(damaged)} store wheel(s) damaged (their bytes changed since they were verified): "
+                         "remove each folder named and sync again to fetch it anew", details=damaged)
 
 
 def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str = "sync again") -> FetchError:

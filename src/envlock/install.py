@@ -26,6 +26,7 @@ from typing import Any
 
 from envlock import runner
 from envlock.errors import InstallError, VerifyError
+from envlock.fetch import check_stored_bytes
 from envlock.lockfile import Lock, canonicalize_name
 from envlock.quick import MANIFEST_NAME  # defined where the fast no-op reads it
 from envlock.store import Store, write_atomic
@@ -166,7 +167,8 @@ def install(
                              "--no-index", "--offline", "--no-deps", "--no-build", *files],
                             what="install the locked wheels", log=log, cache=uv_cache_dir(store))
                     except InstallError:
-                        check_store_wheels(lock, wheels)  # uv's "Bad CRC" does not say what to do
+                        # uv's "Bad CRC" does not say what to do: name a store wheel whose bytes changed.
+                        check_stored_bytes(wheels)
                         raise
             _drop_install_records(work)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
@@ -179,27 +181,6 @@ def install(
         shutil.rmtree(log_dir, ignore_errors=True)
         save_manifest(store, built, text)
     return InstallResult(final, key, built, True, time.monotonic() - started)
-
-
-def check_store_wheels(lock: Lock, wheels: Mapping[str, Path]) -> None:
-    """Raise ``StoreError`` naming the lock's store wheels whose bytes are no longer their sha256.
-
-    fetch checks a store wheel's size, not its bytes (re-reading GBs on every sync is
-    what the store saves): damage that keeps the size shows only as uv failing to unzip,
-    or as a venv unlike the one the lock gave before. Read here, on those occasions only.
-    """
-    from envlock.errors import StoreError
-    from envlock.quick import file_sha256
-
-    damaged = []
-    for pkg in lock.packages:
-        sha = pkg.wheels[0].sha256
-        path = wheels.get(sha)
-        if path is not None and (actual := file_sha256(str(path))) != sha:
-            damaged.append(f"{path}: sha256 {actual or 'unreadable'}, expected {sha}; remove {path.parent}")
-    if damaged:
-        raise StoreError(f"{len(damaged)} store wheel(s) damaged (their bytes changed since they were verified): "
-                         "remove each folder named and sync again to fetch it anew", details=damaged)
 
 
 def _wheel_is(filename: str, name: str, version: str) -> bool:

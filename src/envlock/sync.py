@@ -155,7 +155,7 @@ def sync_lock(
             # once, here), this venv is what the lock gives, and the newest generation's digest
             # was the suspect one (taken while an edit sat in that cache).
             try:
-                install.check_store_wheels(lock, got.paths())
+                fetch.check_stored_bytes(got.paths())
             except StoreError:
                 _discard(store, key, inst.venv, actual.digest, stale=stale)  # built from them
                 raise
