@@ -308,17 +308,15 @@ def _fetch_one(
     store: Store,
     *,
     base_dir: Path,
-    retries: int = 5,
-    backoff: float = 0.25,
-    progress: Progress | None = None,
-    stop: Stop | None = None,
+    retries: int,
+    backoff: float,
+    progress: Progress,
+    stop: Stop,
 ) -> Fetched:
     """Fetch one artifact not in the store, resuming a partial download left by an earlier run.
 
     ``stop`` set: ``DownloadStoppedError`` at the next chunk, the partial file kept.
     """
-    progress = progress or NullProgress()
-    stop = stop or Stop()
     final = store_file(store, artifact)
     part = store.partial_dir / f"{artifact.sha256}.part"
     with _disk_errors(artifact.filename), _locked_partial(part, stop) as fh:
@@ -488,7 +486,7 @@ class _Got:
 
 
 @contextlib.contextmanager
-def _locked_partial(part: Path, stop: Stop | None = None) -> Iterator[IO[bytes]]:
+def _locked_partial(part: Path, stop: Stop) -> Iterator[IO[bytes]]:
     """Open ``part`` for appending under an exclusive flock (one writer per artifact).
 
     Waiting for another process's download of it polls ``stop``: Ctrl-C must not wait it out.
@@ -501,9 +499,6 @@ def _locked_partial(part: Path, stop: Stop | None = None) -> Iterator[IO[bytes]]
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if stop is None:
-                    fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-                    break
                 try:
                     stop.wait(0.1)
                 except DownloadStoppedError:
