@@ -59,14 +59,14 @@ class ResolveInputs:
     """What the resolver needs besides the spec."""
 
     index_urls: Mapping[str, str]  # index name -> URL actually used (mirrors applied)
+    # Where wheels an index publishes no hash for are downloaded to hash them.
+    store: Store
     # Packages provided by local builds whose metadata uv may read from a source dir.
     build_sources: Mapping[NormalizedName, Path] = field(default_factory=dict)
     # Extra requirements to lock with the env (build requirements of non-isolated builds).
     extra_requirements: tuple[str, ...] = ()
     build_env: Mapping[str, str] = field(default_factory=dict)  # env vars for metadata builds
-    # Where wheels an index publishes no hash for are downloaded to hash them (default:
-    # the user's store), and what an earlier lock found for them (URL -> artifact).
-    store: Store | None = None
+    # What an earlier lock found for wheels an index publishes no hash for (URL -> artifact).
     hashed: Mapping[str, Artifact] = field(default_factory=dict)
     progress: Progress | None = None  # of those downloads
     # The earlier lock's nightly pins: name -> (pin, its wheel, the index URL it came from).
@@ -165,7 +165,7 @@ def kept_pins(spec: EnvSpec, inputs: ResolveInputs) -> dict[str, NightlyPin]:
             continue
         if tags is not None and not parse_wheel_filename(artifact.filename)[3] & set(tags):
             continue  # locked for another python or platform
-        if store_file(_store(inputs), artifact).is_file():
+        if store_file(inputs.store, artifact).is_file():
             out[name] = pin
     return out
 
@@ -290,10 +290,6 @@ def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str,
 
 def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
     """Resolve the spec with uv; check index pins, hashes and same-version sets."""
-    if inputs.store is None:  # opened once here, not by every stage that needs it
-        from dataclasses import replace
-
-        inputs = replace(inputs, store=_store(inputs))
     with Listings() as listings:
         # Pages the checks need are fetched while uv works.
         for pkg in spec.packages.values():
@@ -343,17 +339,11 @@ def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) 
     return {name: artifact for name, (artifact, _) in done.items()}, sum(n for _, n in done.values())
 
 
-def _store(inputs: ResolveInputs) -> Store:
-    from envlock.store import Store
-
-    return inputs.store or Store.open()
-
-
 def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
             stored: Mapping[str, Artifact]) -> list[Mapping[str, object]]:
     from envlock.fetch import store_file
 
-    local = {name: store_file(_store(inputs), art) for name, art in stored.items()}
+    local = {name: store_file(inputs.store, art) for name, art in stored.items()}
     work = Path(tempfile.mkdtemp(prefix="envlock-resolve-"))
     try:
         (work / "pyproject.toml").write_text(transient_project(spec, inputs, pinned))
@@ -439,7 +429,7 @@ def _checked_packages(
         if name in build_names:
             continue  # replaced by the local build's wheel
         if name in stored:  # read from its store copy: lock the URL its index lists
-            packages.append(_stored_package(name, entry, pinned[name], stored[name], _store(inputs),
+            packages.append(_stored_package(name, entry, pinned[name], stored[name], inputs.store,
                                             inputs.index_urls[_allowed_index(spec, name)]))
             continue
         wheels = entry.get("wheels")
@@ -562,7 +552,7 @@ def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None
         wrong_size_in_store,
     )
 
-    store = _store(inputs)
+    store = inputs.store
     record = hashed_before(url, store)  # the bytes the store last hashed from this URL, if it holds them
     latest = last_hashed(url, store)  # their sha256, also when it no longer does
     remote: tuple[int | None, str | None] | None = None
