@@ -369,10 +369,10 @@ def _parse_sources(p: _Problems, table: dict[str, Any], root: Path | None) -> di
                 p.add(f"{key}.rev", "only git sources take a rev")
         patches = _get_str_list(p, entry, "patches", key)
         for i, patch in enumerate(patches):
+            inside = _check_relpath(p, f"{key}.patches[{i}]", patch)
             if not patch.endswith(".patch"):
-                _check_relpath(p, f"{key}.patches[{i}]", patch)
                 p.add(f"{key}.patches[{i}]", f"expected a .patch file, found {patch!r}")
-            elif _check_relpath(p, f"{key}.patches[{i}]", patch):
+            elif inside:
                 _check_exists(p, f"{key}.patches[{i}]", root, patch, directory=False)
             if patch in patches[:i]:  # applied twice, it reads as "already upstream" the second time
                 p.add(f"{key}.patches[{i}]", f"found {patch!r} again (also patches[{patches.index(patch)}]); "
@@ -576,11 +576,12 @@ def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
         except InvalidRequirement:
             p.add(f"resolution.overrides[{i}]",
                   f"expected a requirement like \"flashinfer-python==0.6.5\", found {req!r}")
-    excluded = _get_str_list(p, table, "exclude", "resolution")
-    for i, name in enumerate(excluded):
-        if not _PACKAGE_NAME.fullmatch(name):
+    exclude: list[NormalizedName] = []
+    for i, name in enumerate(_get_str_list(p, table, "exclude", "resolution")):
+        if _PACKAGE_NAME.fullmatch(name):
+            exclude.append(canonicalize_name(name))
+        else:
             p.add(f"resolution.exclude[{i}]", f"expected a package name like \"sgl-fa4\", found {name!r}")
-    exclude = tuple(canonicalize_name(n) for n in excluded if _PACKAGE_NAME.fullmatch(n))
     groups_raw = table.get("same-version", [])
     groups: list[tuple[NormalizedName, ...]] = []
     if not isinstance(groups_raw, list) or not all(
@@ -589,7 +590,7 @@ def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
         p.add("resolution.same-version", "expected an array of arrays of two or more package names")
     else:
         groups = [tuple(canonicalize_name(n) for n in g) for g in groups_raw]
-    return ResolutionSpec(overrides=overrides, exclude=exclude, same_version=tuple(groups))
+    return ResolutionSpec(overrides=overrides, exclude=tuple(exclude), same_version=tuple(groups))
 
 
 def load_spec(path: Path, *, name: str | None = None, root: Path | None = None) -> EnvSpec:
