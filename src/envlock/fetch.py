@@ -629,9 +629,11 @@ def _is_local(artifact: Artifact) -> bool:
 
 
 def _local_source(artifact: Artifact, base_dir: Path) -> Path:
-    from envlock import http
+    if artifact.url is not None:  # a file: URL (see _is_local)
+        from envlock import http  # (ssl and http.client: only for this case)
 
-    if artifact.url is not None and (local := http.file_path(artifact.url)) is not None:  # a file: URL
+        local = http.file_path(artifact.url)
+        assert local is not None
         return Path(local)
     assert artifact.path is not None
     path = Path(artifact.path)

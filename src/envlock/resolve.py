@@ -326,7 +326,7 @@ def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) 
     """
     from envlock.fetch import parallel
 
-    unhashed = sorted((name, f) for name, f in pinned.items() if f.sha256 is None or f.url.startswith("file:"))
+    unhashed = sorted((name, f) for name, f in pinned.items() if f.sha256 is None or http.file_path(f.url))
     calls = [lambda stop, f=f: _unlisted_artifact(f.url, inputs, stop) for _, f in unhashed]
     results = dict(zip([name for name, _ in unhashed], parallel(calls, jobs=4) if calls else [], strict=True))
     failed = [f"{name} {pinned[name].version}: cannot hash {pinned[name].url}: {got.message}"
