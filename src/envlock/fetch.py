@@ -431,32 +431,28 @@ def hashed_before(url: str, store: Store) -> Artifact | None:
     So a lock that failed after hashing a nightly (or one whose earlier lock was lost)
     does not download its GBs again.
     """
+    record = _read_url_record(url, store)
     try:
-        record = json.loads(_url_record(store, url).read_bytes())
-        artifact = Artifact(sha256=str(record["sha256"]), url=url, size=int(record["size"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        artifact = Artifact(sha256=record["sha256"], url=url, size=int(record["size"])) if record else None
+    except (KeyError, TypeError, ValueError):
         return None
-    if record.get("url") != url or artifact.filename_problem() or not store_file(store, artifact).is_file():
+    if artifact is None or artifact.filename_problem() or not store_file(store, artifact).is_file():
         return None
     return artifact
 
 
 def last_hashed(url: str, store: Store) -> str | None:
     """The sha256 of the bytes the store last hashed from ``url``, whether or not it still holds them."""
-    try:
-        record = json.loads(_url_record(store, url).read_bytes())
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(record, dict) and record.get("url") == url and isinstance(record.get("sha256"), str)
-    return str(record["sha256"]) if ok else None
+    record = _read_url_record(url, store)
+    return str(record["sha256"]) if record else None
 
 
 def note_upload(url: str, store: Store, sha256: str, validator: str) -> None:
     """Add ``validator`` to those ``url`` is known to answer with for the bytes ``sha256``
     (when the store's record is of those bytes)."""
-    seen = uploads_hashed(url, store, sha256)
-    if seen and validator not in seen:
-        record = json.loads(_url_record(store, url).read_bytes())
+    record = _read_url_record(url, store)
+    seen = _validators(record, sha256)
+    if record and seen and validator not in seen:
         record["validators"] = sorted(seen | {validator})
         write_atomic(_url_record(store, url), json.dumps(record, sort_keys=True).encode())
 
@@ -464,11 +460,21 @@ def note_upload(url: str, store: Store, sha256: str, validator: str) -> None:
 def uploads_hashed(url: str, store: Store, sha256: str) -> set[str]:
     """The ``http.validator``s ``url`` answered with when the store hashed its bytes as ``sha256``
     (empty when none was recorded, or the record is of other bytes)."""
+    return _validators(_read_url_record(url, store), sha256)
+
+
+def _read_url_record(url: str, store: Store) -> dict[str, Any] | None:
+    """The store's record of what ``url`` held when it was last hashed, or None (none, or unreadable)."""
     try:
         record = json.loads(_url_record(store, url).read_bytes())
     except (OSError, ValueError):
-        return set()
-    if not isinstance(record, dict) or record.get("url") != url or record.get("sha256") != sha256:
+        return None
+    ok = isinstance(record, dict) and record.get("url") == url and isinstance(record.get("sha256"), str)
+    return record if ok else None
+
+
+def _validators(record: dict[str, Any] | None, sha256: str) -> set[str]:
+    if record is None or record["sha256"] != sha256:
         return set()
     found = record.get("validators", [record.get("validator")])  # one "validator": a record of 2026-11-30
     return {v for v in found if isinstance(v, str)} if isinstance(found, list) else set()
