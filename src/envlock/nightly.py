@@ -45,6 +45,14 @@ def select_nightly(
     index_url: str,
 ) -> Version:
     """The newest version listed for ``date`` (and ``local`` tag); ``ResolveError`` naming nearby dates."""
+    by_date = nightlies_by_date(files, local)
+    if date in by_date:
+        return max(by_date[date])
+    raise missing_date(by_date, date=date, local=local, key=key, index_name=index_name, index_url=index_url)
+
+
+def nightlies_by_date(files: Sequence[IndexFile], local: str | None) -> dict[str, set[Version]]:
+    """The nightly versions among ``files`` (with the ``local`` tag, if given), by their date."""
     by_date: dict[str, set[Version]] = {}
     tag_wanted = local_tag(local)
     for f in files:
@@ -53,17 +61,21 @@ def select_nightly(
         day = nightly_date(f.version)
         if day is not None:
             by_date.setdefault(day, set()).add(f.version)
-    if date in by_date:
-        return max(by_date[date])
+    return by_date
+
+
+def missing_date(by_date: dict[str, set[Version]], *, date: str, local: str | None, key: str, index_name: str,
+                 index_url: str) -> ResolveError:
+    """The error for a ``date`` that ``by_date`` (``nightlies_by_date``) does not list: the nearest dates."""
     tag = f" with local tag +{local}" if local else ""
     if not by_date:
-        raise ResolveError(
+        return ResolveError(
             f"{key}: no nightly{tag} is listed on index {index_name!r} ({index_url}); "
             "check the package name, the index and the local tag"
         )
     wanted = dt.date.fromisoformat(date)
     nearest = sorted(by_date, key=lambda d: (abs((dt.date.fromisoformat(d) - wanted).days), d))[:5]
-    raise ResolveError(
+    return ResolveError(
         f"{key}: no nightly{tag} dated {date} on index {index_name!r} ({index_url}); "
         f"nearest listed dates: {', '.join(sorted(nearest))} (listed range {min(by_date)} .. {max(by_date)}). "
         "Indexes such as PyTorch's keep only their ~60 newest nightlies: an older pin needs a mirror "

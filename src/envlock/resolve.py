@@ -12,7 +12,6 @@ sha256 even when the index publishes none.
 from __future__ import annotations
 
 import difflib
-import functools
 import json
 import re
 import shutil
@@ -34,7 +33,7 @@ from envlock import http, runner
 from envlock.errors import FetchError, ResolveError, raise_all
 from envlock.indexes import IndexFile, Listings
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
-from envlock.nightly import local_tag, nightly_date, select_nightly
+from envlock.nightly import local_tag, missing_date, nightlies_by_date
 from envlock.spec import EnvSpec
 
 if TYPE_CHECKING:
@@ -107,30 +106,23 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings
         usable = files if supported is None else [
             f for f in files if f.filename.endswith(".whl") and parse_wheel_filename(f.filename)[3] & supported]
         key = f"{spec.path}: packages.{pkg.name}.nightly"
-        select = functools.partial(select_nightly, date=pkg.nightly, local=pkg.local, key=key,
-                                   index_name=pkg.index, index_url=http.redact(urls[pkg.index]))
-        try:
-            version = str(select(usable))
-        except ResolveError as exc:
-            failure = exc
-            if usable is not files:
-                try:
-                    select(files)
-                except ResolveError as unfiltered:
-                    # Not listed at all. The nearest dates named are the target's own, unless
-                    # it has none: then every build's (for "none is listed" would mislead).
-                    tag = local_tag(pkg.local)
-                    if not any(nightly_date(f.version) and (tag is None or f.version.local == tag) for f in usable):
-                        failure = unfiltered
-                else:
-                    raise ResolveError(
-                        f"{key}: index {pkg.index!r} ({http.redact(urls[pkg.index])}) lists {pkg.name} nightlies "
-                        f"dated {pkg.nightly}, but none with a wheel for python {spec.python}"
-                        f"{' on ' + spec.platform if spec.platform else ''}") from None
-            earlier = (kept or {}).get(str(pkg.name))
-            if earlier is None or earlier.date != pkg.nightly:
-                raise failure from None
+        listed = nightlies_by_date(files, pkg.local)
+        installable = listed if usable is files else nightlies_by_date(usable, pkg.local)
+        earlier = (kept or {}).get(str(pkg.name))
+        if pkg.nightly in installable:
+            version = str(max(installable[pkg.nightly]))
+        elif pkg.nightly in listed:
+            raise ResolveError(
+                f"{key}: index {pkg.index!r} ({http.redact(urls[pkg.index])}) lists {pkg.name} nightlies "
+                f"dated {pkg.nightly}, but none with a wheel for python {spec.python}"
+                f"{' on ' + spec.platform if spec.platform else ''}")
+        elif earlier is not None and earlier.date == pkg.nightly:
             version = earlier.version  # gone from the index, still in the store
+        else:
+            # The nearest dates named are the target's own, unless it has none: then every
+            # build's (for "none is listed" would mislead).
+            raise missing_date(installable or listed, date=pkg.nightly, local=pkg.local, key=key,
+                               index_name=pkg.index, index_url=http.redact(urls[pkg.index]))
         pins[str(pkg.name)] = NightlyPin(date=pkg.nightly, version=version)
     return pins
 
