@@ -115,22 +115,10 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 
 def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import pipeline
-    from envlock.diff import diff_locks
 
-    old_ref, new_ref = pipeline.load_lock_ref(ws, args.old), pipeline.load_lock_ref(ws, args.new)
-    old, old_label, new, new_label = old_ref.lock, old_ref.label, new_ref.lock, new_ref.label
-    result = diff_locks(old, new, old_label=old_label, new_label=new_label)
-    # An env name means its lock file: one the spec has moved past does not show the spec's change.
-    for ref in sorted({args.old, args.new}):
-        if (ws.root / "envs" / f"{ref}.toml").is_file() and ws.lock_path(ref).is_file():
-            try:
-                check = pipeline.check_lock(ws, ref)
-            except EnvlockError:
-                continue  # a spec that does not read: the note is a courtesy, the diff stands
-            if not check.current:
-                print(f"envlock: note: {ws.relative(check.path)} is stale for envs/{ref}.toml "
-                      f"({'; '.join(check.reasons)}); run `envlock lock {ref}` to diff what the spec asks for",
-                      file=sys.stderr)
+    result, notes = pipeline.diff_refs(ws, args.old, args.new)
+    for note in notes:
+        print(f"envlock: note: {note}", file=sys.stderr)
 
     def text() -> str:
         if not result.changes:

@@ -13,12 +13,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock.errors import BuildError, LockChangedError, LockError, PatchError, SourceError, UsageError, raise_all
+from envlock.errors import (
+    BuildError,
+    EnvlockError,
+    LockChangedError,
+    LockError,
+    PatchError,
+    SourceError,
+    UsageError,
+    raise_all,
+)
 from envlock.lockfile import Lock, read_lock
 from envlock.store import replace_if_unchanged
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
+    from envlock.diff import LockDiff
     from envlock.fetch import Progress
     from envlock.spec import EnvSpec  # imported by load_env_spec: `sync --lock PATH` needs no spec
     from envlock.sync import SyncResult
@@ -283,6 +293,7 @@ class LockRef:
     label: str  # how to name it to people
     path: Path | None  # the file a sync may write the venv digest back to (None: read from git)
     folder: Path  # what the lock's relative ``path`` wheels are relative to
+    env: str | None = None  # the env name it was given as (its workspace lock file), if so
 
 
 def _split_ref(ref: str) -> tuple[str, str]:
@@ -297,6 +308,28 @@ def _split_ref(ref: str) -> tuple[str, str]:
     at = [i for i, c in enumerate(ref) if c == "@"]
     cut = next((i for i in at if (Path.cwd() / ref[:i]).is_file()), at[0])
     return ref[:cut], ref[cut + 1:]
+
+
+def diff_refs(ws: Workspace, old: str, new: str) -> tuple[LockDiff, tuple[str, ...]]:
+    """What changes from lock ``old`` to ``new`` (as ``load_lock_ref`` reads them), and notes.
+
+    A note names an env given by name whose lock file the spec has moved past: its diff
+    does not show the spec's change. A spec that does not read gives no note (the note is a
+    courtesy; the diff stands).
+    """
+    from envlock.diff import diff_locks
+
+    before, after = load_lock_ref(ws, old), load_lock_ref(ws, new)
+    notes = []
+    for env in sorted({r.env for r in (before, after) if r.env is not None}):
+        try:
+            check = check_lock(ws, env)
+        except EnvlockError:
+            continue
+        if not check.current:
+            notes.append(f"{ws.relative(check.path)} is stale for envs/{env}.toml ({'; '.join(check.reasons)}); "
+                         f"run `envlock lock {env}` to diff what the spec asks for")
+    return diff_locks(before.lock, after.lock, old_label=before.label, new_label=after.label), tuple(notes)
 
 
 def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
@@ -316,7 +349,7 @@ def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
                             + (f"create it with `envlock lock {ref}`" if has_spec else
                                f"there is no envs/{ref}.toml either (expected a lock path, PATH@GITREV or an env "
                                f"name; envs: {', '.join(ws.envs()) or 'none'})"))
-        return LockRef(read_lock(path), ws.relative(path), path, path.parent)
+        return LockRef(read_lock(path), ws.relative(path), path, path.parent, env=ref)
     # Resolved either way: git names files by the repository's real path, not a symlink's.
     path = (Path.cwd() / path_part).resolve()
     if not rev:
