@@ -329,12 +329,8 @@ def _check_unchanged(store: Store, gen: Generation) -> None:
     actual = verify.manifest(venv, cache_dir=store.hash_cache)
     if actual.digest == gen.venv_digest:
         return
-    reference = verify.load_manifest(store.path("manifests", gen.venv_digest))
-    if reference is None or reference.digest != gen.venv_digest:
-        reference = verify.stored_manifest(venv)
-    lines = (verify.compare(reference.entries, actual.entries).lines()
-             if reference is not None and reference.digest == gen.venv_digest
-             else [f"(no manifest of {gen.venv_digest} in this store to list files)"])
+    reference = verify.recorded_manifest(store.path("manifests", gen.venv_digest), gen.venv_digest, venv)
+    lines = verify.differing_lines(reference, actual, gen.venv_digest)
     raise VerifyError(
         f"{venv}: generation {gen.number} of env {gen.env!r} was modified after it was built "
         f"(recorded {gen.venv_digest}, found {actual.digest}); the env was not switched; "

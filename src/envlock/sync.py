@@ -164,9 +164,8 @@ def sync_lock(
                     "verify those generations")
             expected = actual.digest
         if expected is not None and actual.digest != expected:
-            reference = verify.load_manifest(store.path("manifests", expected))
-            lines = (verify.compare(reference.entries, actual.entries).lines() if reference
-                     else [f"(no manifest of {expected} in this store to list files)"])
+            reference = verify.recorded_manifest(store.path("manifests", expected), expected)
+            lines = verify.differing_lines(reference, actual, expected)
             raise VerifyError(
                 f"{lock_path or env}: not reproducible: {whose} venv digest is "
                 f"{expected}, this sync built {actual.digest}; the env was not switched; "
@@ -376,10 +375,7 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
     # A generation of another lock (a rollback, a --lock sync) is checked against its own digest.
     recorded = lock.venv_digest_for(venv_python(cur.venv)) if lock is not None and same_lock else None
     expected = recorded or cur.venv_digest
-    reference = verify.load_manifest(store.path("manifests", expected))
-    if reference is None:
-        stored = verify.stored_manifest(venv)
-        reference = stored if stored is not None and stored.digest == expected else None
+    reference = verify.recorded_manifest(store.path("manifests", expected), expected, venv)
     result = verify.check(venv, expected, reference, env=env, cache_dir=store.hash_cache)
     if lock is not None and not same_lock:
         return replace(result, other_lock=True,

@@ -401,6 +401,23 @@ def stored_manifest(venv: Path) -> Manifest | None:
     return load_manifest(venv / MANIFEST_NAME)
 
 
+def recorded_manifest(saved: Path, digest: str, venv: Path | None = None) -> Manifest | None:
+    """The manifest of ``digest``: the store's copy at ``saved`` (``manifests/<digest>``), else the
+    one ``venv`` keeps inside it when it has that digest; None when neither is there."""
+    for found in (load_manifest(saved), stored_manifest(venv) if venv is not None else None):
+        if found is not None and found.digest == digest:
+            return found
+    return None
+
+
+def differing_lines(reference: Manifest | None, actual: Manifest, digest: str) -> list[str]:
+    """The files ``actual`` changes from ``reference`` (the manifest of ``digest``), or a line saying
+    no manifest of ``digest`` is at hand to list them."""
+    if reference is None:
+        return [f"(no manifest of {digest} in this store to list files)"]
+    return compare(reference.entries, actual.entries).lines()
+
+
 def load_manifest(path: Path) -> Manifest | None:
     """Read a stored manifest, or None when it is missing or unreadable."""
     try:
