@@ -25,14 +25,10 @@ def main() -> int:
 
         return cli_main(fast_path=False)
     except KeyboardInterrupt:
-        own = sys.argv[1:]
-        for end in ("--", "run"):  # what follows is `run`'s command, never envlock's options
-            own = own[:own.index(end)] if end in own else own
-        if "--json" in own:  # the document cli.main gives for an interrupt, as promised
-            import json
+        from envlock.errors import asks_json, json_error
 
-            print(json.dumps({"error": {"details": [], "exit_code": 130, "kind": "KeyboardInterrupt",
-                                        "message": "interrupted"}}, indent=2, sort_keys=True))
+        if asks_json(sys.argv[1:]):  # the document cli.main gives for an interrupt, as promised
+            print(json_error("interrupted", (), "KeyboardInterrupt", 130))
         print("envlock: interrupted", file=sys.stderr)
         return 130
 

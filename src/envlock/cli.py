@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.errors import EnvlockError, UsageError
+from envlock.errors import EnvlockError, UsageError, asks_json, json_error
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -553,8 +553,7 @@ def _fail(args: argparse.Namespace, message: str, details: Sequence[str], kind: 
 
 
 def _json_error(message: str, details: Sequence[str], kind: str, code: int) -> None:
-    print(json.dumps({"error": {"kind": kind, "message": message, "details": list(details), "exit_code": code}},
-                     indent=2, sort_keys=True))
+    print(json_error(message, details, kind, code))
 
 
 def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
@@ -573,7 +572,7 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
     from envlock.workspace import Workspace
 
     global _JSON_ERRORS
-    _JSON_ERRORS = "--json" in (sys.argv[1:] if argv is None else argv)
+    _JSON_ERRORS = asks_json(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -124,3 +124,20 @@ def raise_all(error: type[EnvlockError], problems: Sequence[str | EnvlockError],
         raise error(prefix + problems[0])
     if problems:
         raise error(prefix + summary, details=[str(p) for p in problems])
+
+
+def asks_json(argv: Sequence[str]) -> bool:
+    """Whether an envlock command line asks for ``--json`` (not counting what follows ``--`` or
+    ``run``: the command ``run`` runs, whose options are its own)."""
+    own = list(argv)
+    for end in ("--", "run"):
+        own = own[:own.index(end)] if end in own else own
+    return "--json" in own
+
+
+def json_error(message: str, details: Sequence[str], kind: str, code: int) -> str:
+    """The ``{"error": ...}`` document a ``--json`` command prints on stdout when it fails."""
+    import json  # not on the fast no-op path, which imports this module
+
+    return json.dumps({"error": {"kind": kind, "message": message, "details": list(details), "exit_code": code}},
+                      indent=2, sort_keys=True)
