@@ -425,6 +425,59 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
     return Fetched(artifact.sha256, filename, store_file(store, artifact), "download", size)
 
 
+def hash_unlisted(url: str, store: Store, *, known: Artifact | None, progress: Progress | None = None,
+                  stop: Stop | None = None) -> tuple[Artifact, int]:
+    """The artifact (sha256 and size) at ``url``, whose index publishes no hash, and the bytes downloaded.
+
+    Bytes the store already holds for the URL are not downloaded again: ``known``, the
+    earlier lock's artifact for it (the store is content-addressed: the bytes are what that hash
+    names), or what the store recorded when it last downloaded the URL (a lock that
+    failed after hashing). One small request checks the URL still holds them: a file
+    of that size, answering with an ETag (else Last-Modified) the store saw when it
+    hashed those bytes. So a nightly uploaded again under its URL, even at the same
+    size, is hashed again. Otherwise the wheel is downloaded into the store, where the
+    sync that follows finds it.
+    """
+    record = hashed_before(url, store)  # the bytes the store last hashed from this URL, if it holds them
+    latest = last_hashed(url, store)  # their sha256, also when it no longer does
+    remote: tuple[int | None, str | None] | None = None
+    knowns = list(dict.fromkeys(a for a in (known, record) if a is not None))
+    for candidate in knowns:
+        if not (held := store_file(store, candidate)).is_file():
+            continue  # bytes the store no longer holds
+        size = held.stat().st_size
+        if candidate.size is not None and size != candidate.size:
+            raise wrong_size_in_store(candidate, held, size, then="lock again")
+        remote_size, upload = remote = remote or _remote_file(url, stop)
+        if remote_size not in (None, size):
+            continue
+        seen = uploads_hashed(url, store, candidate.sha256)
+        if upload is not None and seen:
+            if upload in seen:
+                return Artifact(sha256=candidate.sha256, url=url, size=size), 0
+            continue  # another upload than the one hashed as these bytes
+        if latest is not None and latest != candidate.sha256:
+            continue  # since these bytes, the store saw the URL hold others: the size cannot tell
+        return Artifact(sha256=candidate.sha256, url=url, size=size), 0  # no validator to go by: the size
+    got = fetch_unhashed(url, store, progress=progress, stop=stop)
+    if remote is not None and remote[1] is not None and any(k.sha256 == got.sha256 for k in knowns):
+        # The same bytes again: the probe's answer was theirs too (another host's ETag).
+        note_upload(url, store, got.sha256, remote[1])
+    return Artifact(sha256=got.sha256, url=url, size=got.path.stat().st_size), got.downloaded
+
+
+def _remote_file(url: str, stop: Stop | None) -> tuple[int | None, str | None]:
+    """The size and ``http.validator`` of the file at ``url`` now; None each when the server does
+    not say or cannot be asked (the bytes in the store are then what the URL held when they
+    were hashed: a nightly the index dropped)."""
+    from envlock import http
+
+    try:
+        return http.remote_file(url, watcher=stop)
+    except http.HttpError:
+        return None, None
+
+
 def hashed_before(url: str, store: Store) -> Artifact | None:
     """What ``fetch_unhashed`` last stored from ``url``, if the store still holds those bytes.
 

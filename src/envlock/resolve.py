@@ -523,64 +523,11 @@ def _hash_unlisted(name: str, version: str, url: str, inputs: ResolveInputs) -> 
 
 
 def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None) -> tuple[Artifact, int]:
-    """The artifact (sha256 and size) at ``url``, whose index publishes no hash, and the bytes downloaded.
+    """The artifact at ``url``, whose index publishes no hash, and the bytes downloaded to hash it
+    (``fetch.hash_unlisted``, given what the earlier lock found there)."""
+    from envlock.fetch import hash_unlisted
 
-    Bytes the store already holds for the URL are not downloaded again: the earlier
-    lock's hash for it (the store is content-addressed: the bytes are what that hash
-    names), or what the store recorded when it last downloaded the URL (a lock that
-    failed after hashing). One small request checks the URL still holds them: a file
-    of that size, answering with an ETag (else Last-Modified) the store saw when it
-    hashed those bytes. So a nightly uploaded again under its URL, even at the same
-    size, is hashed again. Otherwise the wheel is downloaded into the store, where the
-    sync that follows finds it.
-    """
-    from envlock.fetch import (
-        fetch_unhashed,
-        hashed_before,
-        last_hashed,
-        note_upload,
-        store_file,
-        uploads_hashed,
-        wrong_size_in_store,
-    )
-
-    store = inputs.store
-    record = hashed_before(url, store)  # the bytes the store last hashed from this URL, if it holds them
-    latest = last_hashed(url, store)  # their sha256, also when it no longer does
-    remote: tuple[int | None, str | None] | None = None
-    knowns = list(dict.fromkeys(a for a in (inputs.hashed.get(url), record) if a is not None))
-    for known in knowns:
-        if not (held := store_file(store, known)).is_file():
-            continue  # bytes the store no longer holds
-        size = held.stat().st_size
-        if known.size is not None and size != known.size:
-            raise wrong_size_in_store(known, held, size, then="lock again")
-        remote_size, upload = remote = remote or _remote_file(url, stop)
-        if remote_size not in (None, size):
-            continue
-        seen = uploads_hashed(url, store, known.sha256)
-        if upload is not None and seen:
-            if upload in seen:
-                return Artifact(sha256=known.sha256, url=url, size=size), 0
-            continue  # another upload than the one hashed as these bytes
-        if latest is not None and latest != known.sha256:
-            continue  # since these bytes, the store saw the URL hold others: the size cannot tell
-        return Artifact(sha256=known.sha256, url=url, size=size), 0  # no validator to go by: the size
-    got = fetch_unhashed(url, store, progress=inputs.progress, stop=stop)
-    if remote is not None and remote[1] is not None and any(k.sha256 == got.sha256 for k in knowns):
-        # The same bytes again: the probe's answer was theirs too (another host's ETag).
-        note_upload(url, store, got.sha256, remote[1])
-    return Artifact(sha256=got.sha256, url=url, size=got.path.stat().st_size), got.downloaded
-
-
-def _remote_file(url: str, stop: Stop | None) -> tuple[int | None, str | None]:
-    """The size and ``http.validator`` of the file at ``url`` now; None each when the server does
-    not say or cannot be asked (the bytes in the store are then what the URL held when they
-    were hashed: a nightly the index dropped)."""
-    try:
-        return http.remote_file(url, watcher=stop)
-    except http.HttpError:
-        return None, None
+    return hash_unlisted(url, inputs.store, known=inputs.hashed.get(url), progress=inputs.progress, stop=stop)
 
 
 def _sha_of(wheel: Mapping[str, object]) -> str | None:
