@@ -467,3 +467,43 @@ def test_ctrl_c_while_envlock_still_starts_is_one_line_not_a_traceback() -> None
     for command in (["run", "demo", "--", "jq", "--json"], ["run", "demo", "jq", "--json"]):
         proc = subprocess.run([sys.executable, "-c", starting, *command], capture_output=True, text=True, timeout=60)
         assert (proc.returncode, proc.stderr, proc.stdout) == (130, "envlock: interrupted\n", ""), command
+
+
+def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, universe: Universe, tmp_path,  # type: ignore[no-untyped-def]
+                                                                monkeypatch) -> None:
+    """A lock made where download.pytorch.org answers, synced on a cluster that reaches only a mirror."""
+    upstream = "https://download.pytorch.org/whl/nightly/cu130"  # the test's proxy refuses it
+    ws.write_spec("n", spec_text(universe, TORCH + TRITON))
+    assert cli("-q", "lock", "n").code == 0
+    served = universe.pytorch.removesuffix("/simple")
+    ws.write_spec("n", spec_text(universe, TORCH + TRITON).replace(universe.pytorch, f"{upstream}/simple"))
+    lock_file = ws.root / "locks" / "pylock.n.toml"
+    lock_file.write_text(ws.lock_text("n").replace(served, upstream))
+    locked = ws.lock_text("n")
+    assert f'index = "{upstream}/simple"' in locked and served not in locked
+
+    # The lock hashed torch into the store; pytorch-triton (uv hashed it) must be downloaded.
+    triton = next(line for line in locked.splitlines() if "/pytorch_triton-" in line).split('"')[1]
+    unreachable = cli("-q", "sync", "n", "--frozen")
+    assert unreachable.code == 1 and f"download failed from {triton}: cannot connect" in unreachable.err
+    before = len(universe.server.downloads(triton.rsplit("/", 1)[1]))
+    r = cli("sync", "n", "--frozen", "--index", f"pytorch={universe.pytorch}", "--json")
+    assert r.code == 0, r.err
+    assert len(universe.server.downloads(triton.rsplit("/", 1)[1])) == before + 1  # from the mirror
+    assert ws.lock_text("n") == locked  # a mirror changes where bytes come from, not the lock
+    assert cli("verify", "n").code == 0
+
+    # ENVLOCK_INDEX_<NAME> does the same, also for `--lock PATH`; a fresh store must download again.
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home2"))
+    monkeypatch.setenv("ENVLOCK_INDEX_PYTORCH", universe.pytorch)
+    r = cli("-q", "sync", "n", "--lock", str(lock_file))
+    assert r.code == 0, r.err
+
+    # Bad input is named before any work.
+    monkeypatch.delenv("ENVLOCK_INDEX_PYTORCH")
+    r = cli("sync", "n", "--frozen", "--index", f"torch={universe.pytorch}")
+    assert (r.code, r.err) == (2, f"envlock: error: --index torch=...: {ws.root / 'envs' / 'n.toml'} has no "
+                                  "[indexes.torch]; indexes: flashinfer, pypi, pytorch\n")
+    r = cli("sync", "n", "--frozen", "--offline", "--index", f"pytorch={universe.pytorch}")
+    assert (r.code, r.err) == (2, "envlock: error: --index: --offline downloads nothing, so no mirror is read; "
+                                  "drop one of the two\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import shutil
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from envlock.errors import FetchError
-from envlock.fetch import STORE_MTIME, fetch, fetch_unhashed, store_file
-from envlock.lockfile import Artifact
+from envlock.fetch import STORE_MTIME, fetch, fetch_unhashed, mirror_locator, store_file
+from envlock.lockfile import Artifact, LockedPackage, canonicalize_name
 from envlock.store import Store
 from kit.index import IndexServer
 from kit.locks import artifact
@@ -196,7 +197,7 @@ def test_http_404_is_not_retried(server: IndexServer, store: Store, tmp_path: Pa
         f"nope-1.0-py3-none-any.whl: download failed from {art.url}: HTTP 404; the index no longer serves it "
         f"(a nightly index keeps only its newest builds): its bytes are the lock's sha256, so copy "
         f"wheels/{'0' * 64}/ from a store that has it (another machine's $ENVLOCK_HOME/v1/) into this one and "
-        "sync again")
+        "sync again, or sync with --index NAME=URL from a mirror that keeps it")
     assert len(server.requests) == 1
 
 
@@ -373,3 +374,78 @@ def test_a_store_that_cannot_be_written_is_a_fetch_error(server: IndexServer, st
     assert info.value.message == (f"{wheel.name}: Is a directory ({store.partial_dir / art.sha256}.part); "
                                   "nothing was stored")
     assert not store_file(store, art).exists()
+
+
+# -- mirrors: where a sync downloads from when the locked URLs are not reachable ------------
+
+UPSTREAM = "https://download.pytorch.org/whl/nightly/cu130"  # what the lock names; the test proxy refuses it
+
+
+def _locked_upstream(wheel: Path) -> LockedPackage:
+    """A package locked from UPSTREAM (unreachable here), as a lock made elsewhere records it."""
+    name = wheel.name.split("-")[0]
+    return LockedPackage(name=canonicalize_name(name), version="1.0", index=UPSTREAM,
+                         wheels=(artifact(wheel, url=f"{UPSTREAM}/{name}/{wheel.name}"),))
+
+
+def test_a_mirror_serves_the_locked_files_and_the_locked_urls_are_not_asked(
+        server: IndexServer, store: Store, tmp_path: Path) -> None:
+    wheels = [_publish(server, tmp_path, n)[0] for n in ("alpha", "beta")]
+    packages = [_locked_upstream(w) for w in wheels]
+    locate = mirror_locator(packages, {UPSTREAM: server.url("pypi")})
+    result = fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path, locate=locate)
+    assert sorted(server.downloads()) == sorted(f"/pypi/files/{w.name}" for w in wheels)
+    for wheel, pkg in zip(wheels, packages, strict=True):
+        assert store_file(store, pkg.wheels[0]).read_bytes() == wheel.read_bytes()
+    assert result.downloaded == sum(w.stat().st_size for w in wheels)
+    # In the store now: the mirror is not even listed again.
+    listed = len(server.requests)
+    fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path, locate=locate)
+    assert len(server.requests) == listed
+
+
+def test_a_mirror_whose_file_is_not_the_locked_one_stores_nothing(server: IndexServer, store: Store,
+                                                                 tmp_path: Path) -> None:
+    locked = build_wheel(tmp_path / "locked", "alpha", "1.0", files={"alpha/blob.bin": os.urandom(1000)})
+    other = build_wheel(tmp_path / "other", "alpha", "1.0", files={"alpha/blob.bin": os.urandom(1000)})
+    server.add_index("plain", hashes=False)
+    server.add("plain", other)  # same name, other bytes, no hash listed: the download tells
+    server.add("pypi", other)  # same name, other bytes, its hash listed: known before any download
+    pkg = _locked_upstream(locked)
+    sha = pkg.wheels[0].sha256
+    with pytest.raises(FetchError) as unlisted_hash:
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {UPSTREAM: server.url("plain")}))
+    assert f"sha256 mismatch for {server.file_url('plain', other.name)}: expected {sha}" in unlisted_hash.value.message
+    with pytest.raises(FetchError) as listed_hash:
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {UPSTREAM: server.url("pypi")}))
+    other_sha = hashlib.sha256(other.read_bytes()).hexdigest()
+    assert listed_hash.value.message == (f"{locked.name}: mirror {server.url('pypi')} lists it with sha256 "
+                                         f"{other_sha}, the lock says {sha}: not the locked file")
+    assert server.downloads() == [f"/plain/files/{other.name}"]
+    assert not store_file(store, pkg.wheels[0]).exists()
+
+
+def test_a_file_the_mirror_lacks_is_named_and_nothing_is_downloaded(server: IndexServer, store: Store,
+                                                                    tmp_path: Path) -> None:
+    present = _publish(server, tmp_path, "alpha")[0]
+    absent = build_wheel(tmp_path / "absent", "beta", "1.0", files={"beta/x.py": "x = 1\n"})
+    packages = [_locked_upstream(present), _locked_upstream(absent)]
+    with pytest.raises(FetchError) as info:
+        fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path,
+              locate=mirror_locator(packages, {UPSTREAM: server.url("pypi")}))
+    assert info.value.message == (f"{absent.name}: mirror {server.url('pypi')} lists no such file for beta "
+                                  f"(expected the locked wheel, sha256 {packages[1].wheels[0].sha256})")
+    assert server.downloads() == []  # not the mirror's other file, nor the unreachable locked URL
+
+
+def test_a_mirror_with_credentials_gets_them_for_its_files_and_never_prints_them(
+        server: IndexServer, store: Store, tmp_path: Path) -> None:
+    wheel = _publish(server, tmp_path, "alpha")[0]
+    server.faults[wheel.name] = "corrupt"
+    pkg = _locked_upstream(wheel)
+    secret = server.url("pypi").replace("http://", "http://ci:s3cret@")
+    with pytest.raises(FetchError) as info:
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {UPSTREAM: secret}))
+    assert f"sha256 mismatch for {server.file_url('pypi', wheel.name)}: " in info.value.message
+    assert "s3cret" not in info.value.message
+    assert server.auth_seen(wheel.name) == "Basic " + base64.b64encode(b"ci:s3cret").decode()

@@ -24,6 +24,26 @@ def test_redact_drops_only_the_credentials(url: str, redacted: str) -> None:
     assert envlock_http.redact(url) == redacted
 
 
+@pytest.mark.parametrize(
+    ("url", "index", "sent"),
+    [
+        # A mirror's file on its own host gets the mirror's credentials back...
+        ("https://mirror.example/files/x.whl", "https://ci:tok@mirror.example/simple",
+         "https://ci:tok@mirror.example/files/x.whl"),
+        # ...never a file on another host (a CDN the page links to), nor another scheme or port.
+        ("https://cdn.example/x.whl", "https://ci:tok@mirror.example/simple", "https://cdn.example/x.whl"),
+        ("http://mirror.example/x.whl", "https://ci:tok@mirror.example/simple", "http://mirror.example/x.whl"),
+        ("https://mirror.example:8443/x.whl", "https://ci:tok@mirror.example/simple",
+         "https://mirror.example:8443/x.whl"),
+        ("https://mirror.example/x.whl", "https://mirror.example/simple", "https://mirror.example/x.whl"),
+        ("https://own:pw@mirror.example/x.whl", "https://ci:tok@mirror.example/simple",
+         "https://own:pw@mirror.example/x.whl"),
+    ],
+)
+def test_a_mirror_file_gets_the_mirror_credentials_only_on_its_host(url: str, index: str, sent: str) -> None:
+    assert envlock_http.with_credentials_of(url, index) == sent
+
+
 def test_an_ipv6_literal_host_gets_a_bracketed_host_header(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[str] = []
 

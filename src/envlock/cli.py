@@ -152,7 +152,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         from pathlib import Path
 
         lock_file = Path(args.lock).absolute()
-    if lock_file is not None and args.json and not args.source:  # --source is checked on the full path
+    if lock_file is not None and args.json and not (args.source or args.index):  # checked on the full path
         result = quick_noop(Store.open(), args.env, lock_file,
                             None if args.frozen or args.lock is not None else spec_file)
     if result is None:
@@ -166,7 +166,8 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         with ui.progress(quiet=args.quiet or args.json) as bar:
             result = pipeline.sync(ws, args.env, frozen=args.frozen, offline=args.offline,
                                    lock_ref=args.lock, progress=bar,
-                                   sources_from=_index_pairs(args.source, "--source"), on_build=on_build)
+                                   sources_from=_index_pairs(args.source, "--source"), on_build=on_build,
+                                   mirrors=_index_pairs(args.index))
 
     def text() -> str:
         if result.noop:
@@ -461,6 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sync this lock instead of locks/pylock.ENV.toml, as it is: no relock, no builds (its "
                    "built wheels must be in the store or the wheelhouse); the first sync still records the venv "
                    "digest in a lock file (not in PATH@REV, nor with --frozen)")
+    p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
+                   help="download the wheels locked from spec index NAME from the mirror at URL instead (the file "
+                   "of the same name it lists; the lock's sha256 decides), and lock against it if locking; "
+                   "also ENVLOCK_INDEX_<NAME>=URL; repeatable")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 from envlock.errors import FetchError, raise_all
-from envlock.lockfile import Artifact
+from envlock.lockfile import Artifact, LockedPackage
 from envlock.store import Store, write_atomic
 
 if TYPE_CHECKING:
@@ -185,13 +185,17 @@ def fetch(
     retries: int = 5,
     backoff: float = 0.25,
     progress: Progress | None = None,
+    locate: Callable[[Sequence[Artifact]], Mapping[str, str]] | None = None,
 ) -> FetchResult:
     """Bring every artifact into the store (verified) and return where each is.
 
     ``path`` artifacts are relative to ``base_dir`` (the lock's folder). ``offline``:
-    nothing is downloaded (local files are still copied in). When any artifact fails,
-    raises one ``FetchError`` naming every failed artifact; a store file whose size is
-    not the lock's fails too (it is not removed).
+    nothing is downloaded (local files are still copied in). ``locate``: asked, only
+    when something must be downloaded, where to download those artifacts from instead
+    of their locked URLs (sha256 -> URL: a mirror); the bytes are held to the lock's
+    sha256 and size all the same. When any artifact fails, raises one ``FetchError``
+    naming every failed artifact; a store file whose size is not the lock's fails too
+    (it is not removed).
     """
     progress = progress or NullProgress()
     unique = list({a.sha256: a for a in artifacts}.values())
@@ -219,10 +223,18 @@ def fetch(
     results: dict[str, Fetched] = {
         sha: Fetched(sha, path.name, path, "store") for sha, path in have.items()
     }
+    elsewhere: Mapping[str, str] = {}
+    if locate is not None and (to_download := [a for a in missing if not _is_local(a)]):
+        try:
+            elsewhere = locate(to_download)
+        except FetchError as exc:  # reported with the others; nothing is downloaded from the lock's URLs
+            errors.append(exc)
+            failed += len(to_download)
+            missing = [a for a in missing if _is_local(a)]
     if missing:
         calls = [
             lambda stop, a=a: _fetch_one(a, store, base_dir=base_dir, retries=retries, backoff=backoff,
-                                         progress=progress, stop=stop)
+                                         progress=progress, stop=stop, url=elsewhere.get(a.sha256))
             for a in missing
         ]
         for got in parallel(calls, jobs):
@@ -303,6 +315,55 @@ def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str 
     )
 
 
+def mirror_locator(packages: Sequence[LockedPackage],
+                   mirrors: Mapping[str, str]) -> Callable[[Sequence[Artifact]], dict[str, str]]:
+    """A ``fetch(locate=...)`` that takes wheels from mirrors: ``mirrors`` maps an index URL
+    as the lock records it (a package's ``index``) to the mirror's URL.
+
+    A wheel of such a package comes from the file of the same name that the mirror
+    lists for it (a PEP 503/691 page, as ``lock --index`` reads one); the lock's sha256
+    says whether it is the locked file, so a mirror changes where bytes come from, not
+    what they are. A file the mirror does not list is a ``FetchError`` naming it: never
+    the locked URL instead (a mirror is given where that one is not reachable).
+    """
+    wanted = {index.rstrip("/"): url.rstrip("/") for index, url in mirrors.items()}
+    by_sha = {p.wheels[0].sha256: (p.name, wanted[p.index.rstrip("/")]) for p in packages
+              if p.wheels and p.index is not None and p.index.rstrip("/") in wanted}
+
+    def locate(artifacts: Sequence[Artifact]) -> dict[str, str]:
+        mirrored = [(a, *by_sha[a.sha256]) for a in artifacts if a.sha256 in by_sha]
+        if not mirrored:
+            return {}
+        from envlock import http
+        from envlock.errors import PackageIndexError
+        from envlock.indexes import Listings
+
+        found: dict[str, str] = {}
+        problems: list[str] = []
+        with Listings() as listings:
+            for _, name, mirror in mirrored:
+                listings.prefetch(mirror, name)
+            for a, name, mirror in mirrored:
+                try:
+                    files = {f.filename: f for f in listings.files(mirror, name)}
+                except PackageIndexError as exc:
+                    problems.append(f"{a.filename}: {exc.message}")
+                    continue
+                listed = files.get(a.filename)
+                if listed is None:
+                    problems.append(f"{a.filename}: mirror {http.redact(mirror)} lists no such file for {name} "
+                                    f"(expected the locked wheel, sha256 {a.sha256})")
+                elif listed.sha256 not in (None, a.sha256):
+                    problems.append(f"{a.filename}: mirror {http.redact(mirror)} lists it with sha256 "
+                                    f"{listed.sha256}, the lock says {a.sha256}: not the locked file")
+                else:
+                    found[a.sha256] = http.with_credentials_of(listed.url, mirror)
+        raise_all(FetchError, problems, f"{len(problems)} locked wheels cannot be taken from their mirror")
+        return found
+
+    return locate
+
+
 def _fetch_one(
     artifact: Artifact,
     store: Store,
@@ -312,9 +373,11 @@ def _fetch_one(
     backoff: float,
     progress: Progress,
     stop: Stop,
+    url: str | None = None,
 ) -> Fetched:
     """Fetch one artifact not in the store, resuming a partial download left by an earlier run.
 
+    ``url``: where to download it from instead of its locked URL (a mirror).
     ``stop`` set: ``DownloadStoppedError`` at the next chunk, the partial file kept.
     """
     final = store_file(store, artifact)
@@ -328,7 +391,7 @@ def _fetch_one(
         try:
             if not _is_local(artifact):
                 assert artifact.url is not None
-                got = _download(artifact, artifact.url, fh, retries=retries, backoff=backoff,
+                got = _download(artifact, url or artifact.url, fh, retries=retries, backoff=backoff,
                                 progress=progress, stop=stop)
             else:
                 got = _copy_local(artifact, _local_source(artifact, base_dir), fh, progress=progress, stop=stop)
@@ -659,12 +722,13 @@ def _download(
                         stop.wait(min(backoff * 2 ** (failures - 1), 10.0))
                         continue
                     else:
-                        gone = ("; the index no longer serves it (a nightly index keeps only its newest "
+                        gone = (("; the index no longer serves it (a nightly index keeps only its newest "
                                 f"builds): its bytes are the lock's sha256, so copy wheels/{artifact.sha256}/ "
                                 "from a store that has it (another machine's $ENVLOCK_HOME/v1/) into this one "
-                                "and sync again") if exc.status in (404, 410) else ""
+                                "and sync again, or sync with --index NAME=URL from a mirror that keeps it")
+                                if exc.status in (404, 410) else "")
                         raise FetchError(
-                            f"{artifact.filename}: download failed from {url}: {exc.reason}"
+                            f"{artifact.filename}: download failed from {http.redact(url)}: {exc.reason}"
                             + (f" (after {failures} retries)" if failures else "") + gone
                         ) from None
             actual = hasher.hexdigest()
@@ -677,7 +741,7 @@ def _download(
                 hasher, have, resumed_from = _restart(fh), 0, 0
                 continue
             _restart(fh)
-            raise FetchError(_mismatch(artifact, f"for {url}", actual, have))
+            raise FetchError(_mismatch(artifact, f"for {http.redact(url)}", actual, have))
     finally:
         progress.end(artifact.filename)
 

@@ -57,6 +57,20 @@ def redact(url: str) -> str:
     return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
+def with_credentials_of(url: str, index_url: str) -> str:
+    """``url`` with ``index_url``'s ``user:password@`` when both are on one host (and ``url`` has none).
+
+    Index pages list their files without credentials (and envlock redacts them from
+    what it reads); a download from a mirror that needs them must send them again.
+    """
+    index = urlsplit(index_url)
+    parts = urlsplit(url)
+    if index.username is None or parts.username is not None or (parts.scheme, parts.netloc) != (
+            index.scheme, index.netloc.rpartition("@")[2]):
+        return url
+    return parts._replace(netloc=index.netloc).geturl()
+
+
 # -- connections ---------------------------------------------------------------
 
 

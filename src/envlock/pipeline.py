@@ -384,6 +384,7 @@ def sync(
     progress: Progress | None = None,
     sources_from: Mapping[str, str] | None = None,
     on_build: Callable[[str, str], None] | None = None,
+    mirrors: Mapping[str, str] | None = None,
 ) -> SyncResult:
     """Make ``env`` match its lock (``--lock PATH[@REV]`` overrides which) and return a ``SyncResult``.
 
@@ -391,6 +392,9 @@ def sync(
     (then a missing lock is a ``LockError``). The venv digest is written back only
     to a lock file in the working tree, never to a ``PATH@REV``. ``on_build(name,
     input digest)`` is called before each local build this sync runs (minutes to hours).
+    ``mirrors`` (``--index NAME=URL``, over ``ENVLOCK_INDEX_<NAME>``): a relock resolves
+    against them, and wheels locked from spec index NAME are downloaded from its mirror
+    (``fetch.mirror_locator``).
     """
     import hashlib
     import time
@@ -404,9 +408,17 @@ def sync(
     base_dir: Path | None = None
     hashed = 0  # bytes a relock downloaded
     relocked = False  # the lock file was written anew first
+    if offline and mirrors:
+        raise UsageError("--index: --offline downloads nothing, so no mirror is read; drop one of the two")
+    redirect: dict[str, str] = {}  # lock's index URL -> mirror URL, for the downloads
     if lock_ref is not None:
         if sources_from:
             raise UsageError(f"--source: `sync --lock {lock_ref}` neither locks nor builds, so it fetches no source")
+        if mirrors or (not offline and _mirror_vars()):
+            # The mirrors are named by spec index; only the spec says which URL a name is.
+            spec_path = ws.spec_path(env) if mirrors else _existing(ws.root / "envs" / f"{env}.toml")
+            if spec_path is not None:
+                redirect = _download_mirrors(load_env_spec(ws, env, check_paths=False), mirrors)
         ref = load_lock_ref(ws, lock_ref)
         lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
         if lock.env and lock.env != env:
@@ -430,6 +442,8 @@ def sync(
         # Frozen, the lock is synced as it is: the sources are read only if a build is missing.
         spec, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
         source_mirrors(spec, sources_from)  # a --source NAME the spec lacks is an error before any work
+        if not offline:
+            redirect = _download_mirrors(spec, mirrors)  # an --index NAME the spec lacks, too
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
         if offline and found is not None and (unbuilt := found.unbuilt()):
             raise LockError(f"{ws.relative(lock_path)}: --offline, but the lock records no build of "
@@ -445,7 +459,7 @@ def sync(
                 raise LockError(f"{ws.relative(lock_path)}: {why}; --offline cannot lock (that needs the indexes): "
                                 f"run `envlock lock {env}` where they are reachable"
                                 + ("" if check is None else ", or sync the lock as it is with --frozen --offline"))
-            locked = lock_env(ws, env, sources_from=sources_from, spec=spec, progress=progress)
+            locked = lock_env(ws, env, mirrors=mirrors, sources_from=sources_from, spec=spec, progress=progress)
             found, hashed, relocked = locked.lock, locked.downloaded, locked.changed
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
         # Offline, nothing is built (a build resolves and installs its requirements from the
@@ -455,11 +469,30 @@ def sync(
         if not frozen:
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
     result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
-                       offline=offline, progress=progress, inputs=inputs, base_dir=base_dir)
+                       offline=offline, progress=progress, inputs=inputs, base_dir=base_dir, mirrors=redirect)
     # The whole sync: a relock and builds come before sync_lock's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started,
                    relocked=relocked)
+
+
+def _mirror_vars() -> bool:
+    return any(var.startswith(MIRROR_ENV_PREFIX) for var in os.environ)
+
+
+def _existing(path: Path) -> Path | None:
+    return path if path.is_file() else None
+
+
+def _download_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None) -> dict[str, str]:
+    """For a sync's downloads: each mirrored spec index's URL (as a lock records it) -> its mirror."""
+    given = index_mirrors(spec, explicit)
+    if not given:
+        return {}
+    from envlock import http, resolve
+
+    resolve.index_urls(spec, given)  # an --index NAME the spec lacks: exit 2, naming the spec's indexes
+    return {http.redact(spec.indexes[name].url).rstrip("/"): url for name, url in given.items()}
 
 
 def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,

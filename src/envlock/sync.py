@@ -80,6 +80,7 @@ def sync_lock(
     progress: Progress | None = None,
     inputs: Mapping[str, str] | None = None,
     base_dir: Path | None = None,
+    mirrors: Mapping[str, str] | None = None,
 ) -> SyncResult:
     """Make ``env``'s current generation the venv of ``lock``, verified, and return what happened.
 
@@ -89,7 +90,8 @@ def sync_lock(
     is a ``VerifyError`` listing the files, and nothing is flipped. ``inputs`` (path
     -> sha256) are the files whose bytes made the lock current for its spec, kept in
     the fast no-op stamp (see ``envlock.quick``). ``base_dir``: where the lock's relative
-    ``path`` wheels are found (default: the lock file's folder).
+    ``path`` wheels are found (default: the lock file's folder). ``mirrors``: index URL (as
+    the lock records it) -> the mirror to download that index's wheels from instead.
     """
     started = time.monotonic()
     key = lock.install_digest()
@@ -116,7 +118,8 @@ def sync_lock(
         if base_dir is None:
             base_dir = lock_path.parent if lock_path is not None else Path.cwd()
         got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir,
-                          offline=offline, progress=progress)
+                          offline=offline, progress=progress,
+                          locate=fetch.mirror_locator(lock.packages, mirrors) if mirrors else None)
         # Generations pointing at the venv entry while it is missing (its folder removed to
         # rebuild it): if this sync builds it and it fails, they had no venv before either.
         entry = store.path("venvs", key)

@@ -63,6 +63,7 @@ class IndexServer:
         self.replicas = 1
         self._answered = 0
         self._served_cut: set[str] = set()
+        self._auth: dict[str, str | None] = {}
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -143,8 +144,15 @@ class IndexServer:
             self._httpd.shutdown()
             self._httpd.server_close()
 
+    def auth_seen(self, filename: str) -> str | None:
+        """The Authorization header of the last request for ``filename`` (None: it had none)."""
+        with self._lock:
+            return self._auth.get(filename)
+
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
         path = req.path.split("?", 1)[0]
+        with self._lock:
+            self._auth[unquote(path.rsplit("/", 1)[-1])] = req.headers.get("Authorization")
         m = re.fullmatch(r"/([^/]+)/simple/?", path)
         if m and m.group(1) in self.indexes:
             return self._root_page(req, m.group(1))
