@@ -507,3 +507,7 @@ def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, univers
     r = cli("sync", "n", "--frozen", "--offline", "--index", f"pytorch={universe.pytorch}")
     assert (r.code, r.err) == (2, "envlock: error: --index: --offline downloads nothing, so no mirror is read; "
                                   "drop one of the two\n")
+    # `--lock PATH` of an env this workspace has no spec for: no index names to go by.
+    r = cli("sync", "other", "--lock", str(lock_file), "--index", f"pytorch={universe.pytorch}")
+    assert (r.code, r.err) == (2, "envlock: error: --index pytorch=...: mirrors are named by spec index, and env "
+                                  "'other' has no spec (envs/other.toml)\n")

@@ -416,9 +416,11 @@ def sync(
             raise UsageError(f"--source: `sync --lock {lock_ref}` neither locks nor builds, so it fetches no source")
         if mirrors or (not offline and _mirror_vars()):
             # The mirrors are named by spec index; only the spec says which URL a name is.
-            spec_path = ws.spec_path(env) if mirrors else _existing(ws.root / "envs" / f"{env}.toml")
-            if spec_path is not None:
+            if (ws.root / "envs" / f"{env}.toml").is_file():
                 redirect = _download_mirrors(load_env_spec(ws, env, check_paths=False), mirrors)
+            elif mirrors:
+                raise UsageError(f"--index {next(iter(mirrors))}=...: mirrors are named by spec index, and env "
+                                 f"{env!r} has no spec ({ws.relative(ws.root / 'envs' / f'{env}.toml')})")
         ref = load_lock_ref(ws, lock_ref)
         lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
         if lock.env and lock.env != env:
@@ -478,10 +480,6 @@ def sync(
 
 def _mirror_vars() -> bool:
     return any(var.startswith(MIRROR_ENV_PREFIX) for var in os.environ)
-
-
-def _existing(path: Path) -> Path | None:
-    return path if path.is_file() else None
 
 
 def _download_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None) -> dict[str, str]:
