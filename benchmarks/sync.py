@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from envlock import generations, runner  # noqa: E402
 from envlock.fetch import store_file  # noqa: E402
+from envlock.install import venv_entry  # noqa: E402
 from envlock.lockfile import Artifact  # noqa: E402
 from envlock.store import Store  # noqa: E402
 from kit.index import IndexServer  # noqa: E402
@@ -163,7 +164,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     # 1. Warm sync: all wheels in the store, the venv entry removed, a new generation.
     #    The venv is installed by uv and hashed before the flip, like the peer's fresh venv.
     def warm() -> float:
-        store.remove_entry("venvs", key)
+        store.remove_entry("venvs", venv_entry(key))
         return timed(sync_argv, env, ws)
 
     # Also shown (no target): the venv entry is still in the store (an earlier sync of this
@@ -220,7 +221,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     # 3. Verify throughput against sha256sum over the very same files (page cache warm for both).
     from envlock.verify import manifest
 
-    venv = store.path("venvs", key)
+    venv = store.path("venvs", venv_entry(key))
     files = [str(p) for p in venv.rglob("*") if p.is_file() and not p.is_symlink()]
     size = sum(os.path.getsize(f) for f in files)
     listing = work / "files.txt"

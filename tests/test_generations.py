@@ -148,7 +148,7 @@ def test_a_different_recorded_digest_fails_and_does_not_flip(locks: tuple[IndexS
     assert info.value.message.endswith(
         "the env was not switched; that venv was removed from the store, so the next sync builds it anew"
     )
-    assert not store.has("venvs", v2.install_digest())
+    assert not store.has("venvs", install.venv_entry(v2.install_digest()))
     fixed = sync_lock(store, "demo", v2, lock_path=None)
     assert fixed.built and fixed.generation == 2
 
@@ -160,7 +160,7 @@ def test_a_not_reproducible_venv_a_generation_uses_is_kept_and_named(locks: tupl
     good = sync_lock(store, "demo", v1, lock_path=None)
     sync_lock(store, "other", v2, lock_path=None)  # other's generation 1 is v2's venv
     lying = v2.with_venv_digest(good.venv_digest)
-    venv = store.path("venvs", v2.install_digest())
+    venv = store.path("venvs", install.venv_entry(v2.install_digest()))
     with pytest.raises(VerifyError) as info:
         sync_lock(store, "demo", lying, lock_path=None)
     assert info.value.message.endswith(
@@ -188,14 +188,14 @@ def test_a_venv_removed_before_the_flip_is_not_made_current(locks: tuple[IndexSe
 
     def then_removed(*args: Any, **kwargs: Any) -> install.InstallResult:
         result = real(*args, **kwargs)
-        store.remove_entry("venvs", result.install_digest)
+        store.remove_entry("venvs", install.venv_entry(result.install_digest))
         return result
 
     monkeypatch.setattr(install, "install", then_removed)
     with pytest.raises(VerifyError) as info:
         sync_lock(store, "demo", v2, lock_path=None)
     assert str(info.value) == (
-        f"{store.path('venvs', v2.install_digest())}: the venv for generation 2 was removed from the store "
+        f"{install.venv_path(store, v2.install_digest())}: the venv for generation 2 was removed from the store "
         "meanwhile (a concurrent sync found it not reproducible); the env was not switched"
     )
     assert generations.current_number(store, "demo") == 1
@@ -330,7 +330,7 @@ def test_a_generation_that_recorded_a_bad_digest_does_not_block_a_clean_rebuild(
     bad = "sha256:" + "1" * 64
     generations.add(store, "other", venv=built.venv, install_digest=built.install_digest, venv_digest=bad,
                     lock_text=v1.to_toml(), venv_python=_python_version(built.venv))
-    store.remove_entry("venvs", built.install_digest)
+    store.remove_entry("venvs", install.venv_entry(built.install_digest))
     (store.root / "envs" / ".Trash-1000").mkdir()  # not an env's folder: passed over
     synced = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert synced.venv_digest == built.manifest.digest == read_lock(lock_path).venv_digest
@@ -353,12 +353,12 @@ def test_a_store_wheel_changed_at_its_size_is_not_taken_for_the_locks_venv(locks
     assert forged.stat().st_size == stored.stat().st_size
     stored.chmod(0o644)
     stored.write_bytes(forged.read_bytes())
-    store.remove_entry("venvs", first.install_digest)
+    store.remove_entry("venvs", install.venv_entry(first.install_digest))
     with pytest.raises(StoreError, match=r"^1 store wheel\(s\) damaged"):
         sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert read_lock(lock_path).venv_digest is None
     assert generations.current(store, "demo") == generations.read(store, "demo", 1, current=1)
-    assert not store.has("venvs", first.install_digest)  # nothing built from the forged wheel stays
+    assert not store.has("venvs", install.venv_entry(first.install_digest))  # nothing built from the forged wheel stays
     # As the error says: remove the damaged folder and sync again; the wheel is fetched anew.
     store.remove_tree(stored.parent)
     again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
@@ -378,7 +378,7 @@ def test_a_lock_without_a_digest_is_held_to_its_newest_generations(locks: tuple[
         generations.add(store, "other", venv=built.venv, install_digest=built.install_digest, venv_digest=digest,
                         lock_text=v1.to_toml(), venv_python=python)
         time.sleep(1.1)  # generations are ordered by their creation time, in seconds
-    store.remove_entry("venvs", built.install_digest)
+    store.remove_entry("venvs", install.venv_entry(built.install_digest))
     synced = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert synced.note.startswith(f"this store's earlier generations of this lock have venv digest {newest}")
 
@@ -424,7 +424,7 @@ def test_rollback_refuses_a_generation_whose_venv_was_modified(locks: tuple[Inde
     store = Store.open(tmp_path / "home")
     first = sync_lock(store, "demo", v1, lock_path=None)
     sync_lock(store, "demo", v2, lock_path=None)
-    venv = store.path("venvs", v1.install_digest())
+    venv = store.path("venvs", install.venv_entry(v1.install_digest()))
     init = venv / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
     built = init.read_bytes()
     init.unlink()  # a new file, not an edit of the inode uv's cache shares
@@ -741,3 +741,37 @@ def test_an_up_to_date_sync_is_answered_before_the_cli_is_imported(locks: tuple[
                          env={**os.environ, "ENVLOCK_HOME": str(store.home)}, capture_output=True, text=True)
     assert out.stdout.splitlines() == [f"demo: up to date (generation {first.generation})",
                                        f"  venv digest {first.venv_digest}", str(first.path), "0 False False"], out
+
+
+def test_an_activated_env_is_on_path(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    # activate resolves its own folder: a colon in the store path (venvs/sha256:<hex>) split
+    # that PATH entry in two, and `python` was the system's.
+    _, v1, _ = locks
+    store, _, result = _synced_home(tmp_path, v1)
+    real = Path(os.path.realpath(result.path))
+    assert ":" not in str(real) and real.parent == store.root / "venvs"
+    shell = subprocess.run(["bash", "--norc", "-c", 'source "$1/bin/activate" && command -v python', "_",
+                            str(result.path)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert shell.stdout.strip() == str(real / "bin" / "python"), shell.stderr
+
+
+def test_a_venv_an_earlier_envlock_named_with_a_colon_is_built_again(locks: tuple[IndexServer, Lock, Lock],
+                                                                      tmp_path: Path) -> None:
+    _, v1, _ = locks
+    store, lock_path, first = _synced_home(tmp_path, v1)
+    # The store as envlock 0.1.0 left it: venvs/sha256:<hex>, and a no-op stamp of format 1.
+    old = store.root / "venvs" / v1.install_digest()
+    os.rename(install.venv_path(store, v1.install_digest()), old)
+    link = store.path("envs", "demo") / "1" / "venv"
+    link.unlink()
+    link.symlink_to(os.path.relpath(old, link.parent))
+    stamp = store.path("envs", "demo") / quick.STAMP
+    stamp.write_text(stamp.read_text().replace("envlock-noop-stamp 2", "envlock-noop-stamp 1"))
+    assert quick.check(str(store.home), "demo", str(lock_path), None) is None
+    again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    assert (again.noop, again.built, again.generation, again.venv_digest) == (False, True, 2, first.venv_digest)
+    assert Path(os.path.realpath(again.path)) == install.venv_path(store, v1.install_digest())
+    assert verify_env(store, "demo").ok
+    # Generation 1 keeps its venv (a rollback target), and a sync now is a no-op.
+    assert os.path.realpath(link) == str(old) and (old / quick.MANIFEST_NAME).is_file()
+    assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop

@@ -86,7 +86,7 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
     server, lock = published
     result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
     venv = result.venv
-    assert result.built and venv == Store.open(tmp_path / "home").path("venvs", lock.install_digest())
+    assert result.built and venv == install.venv_path(Store.open(tmp_path / "home"), lock.install_digest())
     out = subprocess.run([venv / "bin" / "alpha-tool"], capture_output=True, text=True, check=True)
     assert out.stdout == "alpha\n"
     site = venv / SITE
@@ -136,7 +136,7 @@ def test_two_homes_cold_and_warm_uv_cache_give_one_venv(published: tuple[IndexSe
     first = _sync_venv(server, tmp_path / "home-a", lock, cache, monkeypatch)  # cold uv cache (the store's own)
     home_a = Store.open(tmp_path / "home-a")
     assert any(install.uv_cache_dir(home_a).iterdir())
-    home_a.remove_entry("venvs", lock.install_digest())
+    home_a.remove_entry("venvs", install.venv_entry(lock.install_digest()))
     warm = _sync_venv(server, tmp_path / "home-a", lock, cache, monkeypatch)  # again: its uv cache is warm
     assert warm.built and warm.manifest == first.manifest
     second = _sync_venv(server, tmp_path / "home-b", lock, cache, monkeypatch)  # cold, another store
@@ -171,7 +171,7 @@ def test_missing_wheel_is_named_and_leaves_no_entry(published: tuple[IndexServer
     assert str(info.value) == (
         f"{art.filename}: not fetched into the store (sha256 {art.sha256}); expected every locked wheel before install"
     )
-    assert not store.has("venvs", lock.install_digest())
+    assert not store.has("venvs", install.venv_entry(lock.install_digest()))
     assert list(store.tmp.iterdir()) == []
 
 
@@ -262,7 +262,7 @@ def test_a_package_locked_to_another_wheel_is_refused(published: tuple[IndexServ
         "alpha-1.0-py3-none-any.whl: locked as beta 2.0, but that is not this wheel's name and version; "
         "expected the lock's [[packages]] entry to point at its own wheel"
     )
-    assert not store.has("venvs", forged.install_digest())
+    assert not store.has("venvs", install.venv_entry(forged.install_digest()))
 
 
 def test_a_store_wheel_damaged_at_its_size_is_named_when_uv_cannot_unzip_it(published: tuple[IndexServer, Lock],
@@ -283,7 +283,7 @@ def test_a_store_wheel_damaged_at_its_size_is_named_when_uv_cannot_unzip_it(publ
     assert list(info.value.details) == [
         f"{damaged}: sha256 {hashlib.sha256(data).hexdigest()}, expected {lock.packages[0].wheels[0].sha256}; "
         f"remove {damaged.parent}"]
-    assert not store.has("venvs", lock.install_digest())
+    assert not store.has("venvs", install.venv_entry(lock.install_digest()))
 
 
 def test_wheel_names_compare_canonically() -> None:
@@ -299,7 +299,7 @@ def test_a_venv_folder_without_its_manifest_is_replaced(published: tuple[IndexSe
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     # Not an entry envlock completed (a foreign writer's, or a copy): never trusted, made anew.
     server, lock = published
-    planted = Store.open(tmp_path / "home").path("venvs", lock.install_digest())
+    planted = Store.open(tmp_path / "home").path("venvs", install.venv_entry(lock.install_digest()))
     planted.mkdir(parents=True)
     (planted / "planted").write_text("not ours\n")
     result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)

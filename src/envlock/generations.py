@@ -3,7 +3,7 @@
 Layout, under the store's ``envs/<name>/``::
 
     .lock                 flock: one writer (sync, rollback) per env at a time
-    <N>/venv              relative symlink to ``../../../venvs/<install digest>``
+    <N>/venv              relative symlink to ``../../../venvs/sha256-<hex>``
     <N>/generation.json   number, created (UTC), install digest, venv digest
     <N>/pylock.toml       the lock this generation was built from
     current               symlink to ``<N>/venv``: ``envlock path`` prints it

@@ -23,7 +23,7 @@ Kept are only files with more than one link (the uv cache's: a file uv wrote for
 one venv, like ``RECORD``, is never shared by a later one) whose bytes held none of
 the walk's normalization strings, so the cached hash is both the raw and the
 normalized one. The walk searches a file's bytes for one string only, the venv's
-own path ``…/venvs/<install digest>``, which cannot occur in a wheel's file: that
+own path ``…/venvs/sha256-<install digest hex>``, which cannot occur in a wheel's file: that
 digest hashes the lock that names the wheel's own sha256. (The interpreter's folder
 is normalized in ``pyvenv.cfg`` and symlinks, which are never cached.) So one cache
 serves every interpreter.

@@ -1,4 +1,4 @@
-"""Install: build ``venvs/<install digest>/`` from store wheels with the pinned uv.
+"""Install: build ``venvs/sha256-<hex>/`` (the install digest) from store wheels with the pinned uv.
 
 No index, no resolution: ``uv pip install --no-index --offline --no-deps`` of
 exactly the locked wheels, given as their store files (``wheels/<sha256>/<file>``).
@@ -58,6 +58,21 @@ def venv_key(lock: Lock) -> str:
     return lock.install_digest()
 
 
+def venv_entry(key: str) -> str:
+    """The ``venvs/`` folder name of the venv with install digest ``key``: ``sha256-<hex>``.
+
+    Not the digest as written (``sha256:<hex>``): a venv's real path ends up in PATH
+    (its relocatable ``activate`` resolves its own folder), LD_LIBRARY_PATH and the
+    like, where a colon splits it in two.
+    """
+    return key.replace(":", "-")
+
+
+def venv_path(store: Store, key: str) -> Path:
+    """Where the venv with install digest ``key`` lives in the store."""
+    return store.path("venvs", venv_entry(key))
+
+
 def venv_lock(key: str) -> str:
     """The store lock held while the venv entry ``key`` is built, re-walked or removed."""
     return f"venv-{key.replace(':', '-')}"
@@ -109,7 +124,7 @@ def install(
     """
     started = time.monotonic()
     key = venv_key(lock)
-    final = store.path("venvs", key)
+    final = venv_path(store, key)
     with store.locked(venv_lock(key)):
         existing = stored_manifest(final)
         if existing is not None:
@@ -123,7 +138,7 @@ def install(
             return InstallResult(final, key, actual, False, time.monotonic() - started)
         if final.exists():
             # Only a venv from a foreign writer could lack its manifest: not ours to trust.
-            store.remove_entry("venvs", key)
+            store.remove_entry("venvs", venv_entry(key))
         files: list[str] = []
         for pkg in lock.packages:
             artifact = pkg.wheels[0]
@@ -146,7 +161,7 @@ def install(
         log = log_dir / "uv.log"
         # Built in a reused slot folder (tmp/venv-slotN), not a fresh temp path: uv then
         # finds its cached probe of the venv's interpreter instead of running it again.
-        with _keep_log_on_failure(store, log, key), store.new_entry("venvs", key, slot="venv") as work:
+        with _keep_log_on_failure(store, log, key), store.new_entry("venvs", venv_entry(key), slot="venv") as work:
             skeleton = venv_skeleton(store, python, log)
             if skeleton is not None:
                 shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True,

@@ -26,7 +26,8 @@ STAMP = "noop-stamp"
 MANIFEST_NAME = ".envlock-manifest.json"
 #: The store's layout folder (``store.LAYOUT_VERSION``); tests check they agree.
 LAYOUT_DIR = "v1"
-_MAGIC = "envlock-noop-stamp 1"
+# 2: stamps of 1 may vouch for a venv folder named sha256:<hex>, which the full path builds again.
+_MAGIC = "envlock-noop-stamp 2"
 _FLAGS = {"--frozen", "--offline", "-q", "--quiet", "--debug"}
 
 

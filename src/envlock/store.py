@@ -14,7 +14,7 @@ Layout (version 1)::
         wheels/<sha256>/<filename>       downloaded artifacts, by sha256
         sources/<kind>/<digest>/         fetched or patched source trees
         builds/<input digest>/<wheel>    locally built wheels, by input digest
-        venvs/<install digest>/          installed venvs, by lock install digest
+        venvs/sha256-<hex>/              installed venvs, by lock install digest (no ':', see install.venv_entry)
         manifests/<venv digest>          per-file manifest of a venv (to list differing files)
         hashes/inodes.marshal            inode -> sha256 of files already hashed (a cache, see hashcache.py)
         skeletons/<key>/                 the empty venv uv made for one interpreter, copied into new venvs

@@ -103,6 +103,9 @@ def sync_lock(
             and cur.install_digest == key
             and lock.venv_digest_for(cur_python) in (None, cur.venv_digest)
             and (cur.venv / quick.MANIFEST_NAME).is_file()
+            # A venv folder named sha256:<hex> (envlock 0.1.0 made those): built again at
+            # its colon-free name, as a colon in its real path breaks PATH once activated.
+            and ":" not in os.path.basename(os.path.realpath(cur.venv))
         ):
             from envlock.fetch import check_stored_sizes
 
@@ -122,7 +125,7 @@ def sync_lock(
                           locate=fetch.mirror_locator(lock.packages, mirrors) if mirrors else None)
         # Generations pointing at the venv entry while it is missing (its folder removed to
         # rebuild it): if this sync builds it and it fails, they had no venv before either.
-        entry = store.path("venvs", key)
+        entry = install.venv_path(store, key)
         stale = frozenset() if (entry / quick.MANIFEST_NAME).is_file() else frozenset(generations.users(store, entry))
         inst = install.install(store, lock, got.paths(), on_stage=pause)
         actual = inst.manifest  # walked just now, whether built or reused
@@ -227,7 +230,7 @@ def _discard(store: Store, key: str, venv: Path, digest: str, *,
             return "that venv was rebuilt by another sync meanwhile and is left to it"
         users = [u for u in generations.users(store, venv) if u not in stale]
         if not users:
-            store.remove_entry("venvs", key)
+            store.remove_entry("venvs", install.venv_entry(key))
             return "that venv was removed from the store, so the next sync builds it anew"
     used = ", ".join(f"{e} generation {n}" for e, n in users)
     return (f"that venv was kept in the store, as {used} uses it: once the cause is fixed, "
