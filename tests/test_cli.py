@@ -158,6 +158,18 @@ def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> N
     missing_rev = cli("diff", "locks/pylock.e.toml@nope", "e")
     assert missing_rev.code == 2
     assert "git has no locks/pylock.e.toml at 'nope'" in missing_rev.err
+    # A rev git would take for an option (`--output=FILE` writes a file) is refused before git runs;
+    # an empty rev is not read as the working tree's file; a folder at a rev is not a lock.
+    written = ws.root.parent / "injected:locks"
+    written.mkdir()
+    for rev in ("--output=" + str(ws.root.parent / "injected"), "-p", ""):
+        r = cli("diff", f"locks/pylock.e.toml@{rev}", "e")
+        assert (r.code, r.err) == (2, f"envlock: error: locks/pylock.e.toml@{rev}: expected a git revision after "
+                                      f"'@' (a commit, tag or branch, such as HEAD~1), found {rev!r}\n"), rev
+    assert list(written.iterdir()) == []
+    folder = cli("diff", "locks@HEAD", "e")
+    assert (folder.code, folder.err) == (2, "envlock: error: locks@HEAD: locks at 'HEAD' is a git tree, "
+                                            "expected a lock file\n")
     # An absolute PATH@REV through a symlink to the workspace reads the same file.
     link = ws.root.parent / "ws-link"
     link.symlink_to(ws.root)

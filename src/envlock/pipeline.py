@@ -296,18 +296,24 @@ class LockRef:
     env: str | None = None  # the env name it was given as (its workspace lock file), if so
 
 
-def _split_ref(ref: str) -> tuple[str, str]:
-    """``PATH@GITREV`` as (PATH, GITREV); GITREV is "" for a plain path.
+def _split_ref(ref: str) -> tuple[str, str | None]:
+    """``PATH@GITREV`` as (PATH, GITREV); GITREV is None for a plain path.
 
     A path may hold an ``@`` (``/home/user@host/...``) and so may a rev (``HEAD@{1}``):
     an existing file is a path, else the split is at the first ``@`` after which an
     existing file ends, else at the first ``@`` (a lock git has but the tree has not).
+    A rev that is empty or starts with ``-`` (which git would read as an option, such
+    as ``--output=FILE``) is a ``UsageError``.
     """
     if "@" not in ref or (Path.cwd() / ref).is_file():
-        return ref, ""
+        return ref, None
     at = [i for i, c in enumerate(ref) if c == "@"]
     cut = next((i for i in at if (Path.cwd() / ref[:i]).is_file()), at[0])
-    return ref[:cut], ref[cut + 1:]
+    rev = ref[cut + 1:]
+    if not rev or rev.startswith("-"):
+        raise UsageError(f"{ref}: expected a git revision after '@' (a commit, tag or branch, such as HEAD~1), "
+                         f"found {rev!r}")
+    return ref[:cut], rev
 
 
 def diff_refs(ws: Workspace, old: str, new: str) -> tuple[LockDiff, tuple[str, ...]]:
@@ -337,7 +343,7 @@ def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
     from envlock import runner
 
     path_part, rev = _split_ref(ref)
-    if not rev and "/" not in ref and not ref.endswith(".toml") and not _lock_file_here(ws, ref):
+    if rev is None and "/" not in ref and not ref.endswith(".toml") and not _lock_file_here(ws, ref):
         if not (ws.root / "envs").is_dir():  # diff runs outside a workspace too, for two lock paths
             raise UsageError(f"{ref!r}: no such lock file, and {ws.root} is not inside an envlock workspace "
                              "(no envs/ folder here or above) where it would be an env name; pass --root DIR, "
@@ -352,7 +358,7 @@ def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
         return LockRef(read_lock(path), ws.relative(path), path, path.parent, env=ref)
     # Resolved either way: git names files by the repository's real path, not a symlink's.
     path = (Path.cwd() / path_part).resolve()
-    if not rev:
+    if rev is None:
         if not path.exists():
             raise LockError(f"{ref}: no such lock file ({path})")
         return LockRef(read_lock(path), ref, path, path.parent)
@@ -361,9 +367,14 @@ def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
         raise LockError(f"{ref}: {path.parent} is not in a git repository, so @{rev} cannot be read")
     repo = Path(top.stdout.strip())
     rel = path.relative_to(repo).as_posix() if path.is_relative_to(repo) else path_part
-    shown = runner.git(["show", f"{rev}:{rel}"], cwd=repo)
+    kind = runner.git(["cat-file", "-t", f"{rev}:{rel}"], cwd=repo)
+    if not kind.ok:
+        raise LockError(f"{ref}: git has no {rel} at {rev!r}: {kind.tail(1)}")
+    if kind.stdout.strip() != "blob":
+        raise LockError(f"{ref}: {rel} at {rev!r} is a git {kind.stdout.strip()}, expected a lock file")
+    shown = runner.git(["cat-file", "blob", f"{rev}:{rel}"], cwd=repo)
     if not shown.ok:
-        raise LockError(f"{ref}: git has no {rel} at {rev!r}: {shown.tail(1)}")
+        raise LockError(f"{ref}: git could not read {rel} at {rev!r}: {shown.tail(1)}")
     # Never written back; its `path` wheels are relative to where the file lives in the
     # work tree (locks/ -> ../wheelhouse/...).
     return LockRef(Lock.from_toml(shown.stdout, ref), ref, None, path.parent)
