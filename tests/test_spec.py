@@ -89,6 +89,9 @@ BAD_SPECS = [
      '[resolution]\noverrides = ["torch==2.12.0.dev20260310+cu130"]',
      ["resolution.overrides[0]: expected no override of torch: packages.torch is a nightly pin (2026-03-07), "
       "which already beats upstream's pins; found 'torch==2.12.0.dev20260310+cu130' (change the date there)"]),
+    # A specifier that does not parse is reported once, at its key, also when an override names it.
+    ('[packages]\nattrs = "=>25"\n[resolution]\noverrides = ["attrs==25.1.0"]',
+     ["packages.attrs: expected a version specifier like \"==0.6.5\", found '=>25'"]),
     ('[packages]\nflashinfer-python = "==0.6.5"\n[resolution]\noverrides = ["flashinfer-python==0.6.4"]',
      ["resolution.overrides[0]: expected a version packages.flashinfer-python allows (==0.6.5), found "
       "'flashinfer-python==0.6.4' (an override may beat upstream's pins, not the spec's own)"]),
@@ -103,6 +106,13 @@ BAD_SPECS = [
     ('[resolution]\nexclud = ["sgl-fa4"]',
      ["resolution.exclud: unknown key (did you mean 'exclude'?); expected one of: exclude, overrides, "
       "same-version"]),
+    # A build makes the package of its own name (its wheel is checked to be that, after the build).
+    ('[packages]\nmini = { build = "mk" }\n[sources.mini]\npath = "x"\n[builds.mk]\nsource = "mini"',
+     ["packages.mini.build: expected 'mini': a build makes the package of its own name, so packages.mini comes "
+      "from [builds.mini]; found 'mk' (rename [builds.mk])"]),
+    ('[packages]\nmk = { build = "mk" }\n[sources.mini]\npath = "x"\n[builds.mk]\nsource = "mini"\n'
+     'requires = ["scikit-build-core==1.1.2", 5]',
+     ["builds.mk.requires[1]: expected a string (an array of strings), found 5"]),
     ('[pakages]\ntorch = "==2.9.1"',
      ["pakages: unknown key (did you mean 'packages'?); expected one of: builds, env, indexes, packages, "
       "resolution, sources"]),
@@ -123,6 +133,8 @@ def test_bad_spec_messages(tmp_path: Path, body: str, problems: list[str]) -> No
 BAD_HEADS = [
     ('[env]\npython = "3.11"\n[indexes.a]\nurl = "https://a/simple"\n[indexes.b]\nurl = "https://b/simple"\n',
      ["indexes: expected exactly one index with default = true, found none"]),
+    ('[env]\npython = ""\n[indexes.a]\nurl = "https://a/simple"\ndefault = true\n',
+     ["env.python: expected a Python version like \"3.12\", found ''"]),
     ('[env]\npython = "311"\n[indexes.a]\nurl = "https://a/simple"\ndefault = true\n',
      ["env.python: expected a Python version like \"3.12\", found '311'"]),
     ('[env]\n[indexes.a]\nurl = "a.example/simple"\ndefault = true\n',

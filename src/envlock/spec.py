@@ -192,9 +192,14 @@ def _get_table(p: _Problems, doc: Mapping[str, Any], key: str) -> dict[str, Any]
 
 def _get_str_list(p: _Problems, table: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
     value = table.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        p.add(f"{path}.{key}" if path else key, f"expected an array of strings, found {_found(value)}")
+    where = f"{path}.{key}" if path else key
+    if not isinstance(value, list):
+        p.add(where, f"expected an array of strings, found {_found(value)}")
         return ()
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            p.add(f"{where}[{i}]", f"expected a string (an array of strings), found {_found(item)}")
+            return ()
     return tuple(value)
 
 
@@ -275,9 +280,10 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
 
     env = _get_table(p, doc, "env")
     p.check_keys("env", env, _ENV_KEYS)
-    python = _get_str(p, env, "python", "env", required=True) or "3"
-    if "python" in env and isinstance(env["python"], str) and not _PYTHON.fullmatch(python):
-        p.add("env.python", f"expected a Python version like \"3.12\", found {python!r}")
+    given = _get_str(p, env, "python", "env", required=True)
+    python = given or "3"
+    if given is not None and not _PYTHON.fullmatch(given):
+        p.add("env.python", f"expected a Python version like \"3.12\", found {given!r}")
     platform = _get_str(p, env, "platform", "env")
     if platform is not None:
         _check_platform(p, platform)
@@ -502,6 +508,11 @@ def _parse_packages(
             if build not in builds:
                 known = ", ".join(sorted(builds)) or "none defined"
                 p.add(f"{key}.build", f"names no [builds.{build}]; builds: {known}")
+            elif canonicalize_name(build) != name:
+                # The build's wheel is checked to be the build's name (after an hour of sgl-kernel):
+                # say so now, not after the build.
+                p.add(f"{key}.build", f"expected {name!r}: a build makes the package of its own name, so "
+                      f"packages.{name} comes from [builds.{name}]; found {build!r} (rename [builds.{build}])")
         out[name] = PackageSpec(
             name=name,
             specifier=version or "",
@@ -562,9 +573,18 @@ def _check_overrides_keep_pins(p: _Problems, packages: Mapping[NormalizedName, P
         elif pkg.index and pkg.index != default and exact is None:
             p.add(key, f"{pkg.name} is pinned to index {pkg.index!r}; an override of it must be an exact "
                        f"==VERSION, found {text!r}")
-        elif pkg.specifier and exact is not None and not SpecifierSet(pkg.specifier).contains(exact, prereleases=True):
+        elif pkg.specifier and exact is not None and not _allows(pkg.specifier, exact):
             p.add(key, f"expected a version packages.{pkg.name} allows ({pkg.specifier}), found {text!r} "
                        "(an override may beat upstream's pins, not the spec's own)")
+
+
+def _allows(specifier: str, version: str) -> bool:
+    """Whether ``specifier`` allows ``version``; True for a specifier that does not parse
+    (reported at its own key: one message, not a second one here)."""
+    try:
+        return SpecifierSet(specifier).contains(version, prereleases=True)
+    except InvalidSpecifier:
+        return True
 
 
 def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
