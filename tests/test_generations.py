@@ -518,6 +518,9 @@ def test_run_puts_the_env_first_and_exits_with_the_commands_status(
     with pytest.raises(CommandError, match=r"^no-such-tool: command not found \(in .*/bin or on PATH\)$") as info:
         exec_in_env(store, "demo", ["no-such-tool"])
     assert info.value.exit_code == 127
+    with pytest.raises(CommandError) as info:  # `envlock run demo -- "$UNSET_VAR"`
+        exec_in_env(store, "demo", ["", "x"])
+    assert (str(info.value), info.value.exit_code) == ("'': command not found (the command name is empty)", 127)
     # This process goes on after a failed exec: still shielded from a closed pipe, as Python set it.
     assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
     script = tmp_path / "noexec.sh"

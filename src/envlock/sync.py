@@ -422,6 +422,8 @@ def exec_in_env(store: Store, env: str, argv: Sequence[str]) -> NoReturn:
     """
     if not argv:
         raise UsageError("envlock run ENV -- CMD...: no command given")
+    if not argv[0]:  # execvpe refuses it with a ValueError; sh says "not found"
+        raise CommandError("'': command not found (the command name is empty)", exit_code=127)
     import signal
 
     root, environ = run_environ(store, env)
