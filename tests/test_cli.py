@@ -119,6 +119,34 @@ def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> N
                    "reasons": ["packages.tinydep: changed"]}
 
 
+def test_a_lock_edited_by_hand_or_of_another_env_is_not_current(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    made = path.read_text()
+    start = made.index('[[packages]]\nname = "tinydep"')
+    end = made.index("[[packages]]", start + 1) if "[[packages]]" in made[start + 1:] else made.index("\n[tool")
+    for edited, reason in [
+        (made[:start] + made[end:], "packages.tinydep: declared, but the lock leaves it out (edited by hand?)"),
+        (made.replace('name = "tinydep"\nversion = "1.0"', 'name = "tinydep"\nversion = "1.1"'),
+         "packages.tinydep: pinned ==1.0, but the lock has 1.1 (edited by hand?)"),
+        (made.replace('torch"\nversion = "2.12.0.dev20260307+cu130"', 'torch"\nversion = "2.12.0.dev20260310+cu130"'),
+         "packages.torch: nightly 2026-03-07 is 2.12.0.dev20260307+cu130, but the lock has 2.12.0.dev20260310+cu130 "
+         "(edited by hand?)"),
+        (made.replace('env = "e"', 'env = "other"'), "tool.envlock.env: the lock of env 'other', not 'e'"),
+    ]:
+        assert edited != made, reason
+        path.write_text(edited)
+        check = cli("lock", "e", "--check")
+        assert (check.code, check.out.splitlines()[1:2]) == (1, [f"  {reason}"]), check.out
+    # Synced as it is, another env's lock would make this env's generations hold that env's packages.
+    for frozen in ((), ("--frozen",)):
+        r = cli("sync", "e", *frozen)
+        assert (r.code, r.err) == (2, "envlock: error: locks/pylock.e.toml: the lock of env 'other', not 'e'; "
+                                      "expected the lock of env 'e' there (`envlock lock e` writes it anew)\n")
+    assert path.read_text() == edited  # nothing written
+
+
 def test_check_does_no_network(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("lock", "e").code == 0

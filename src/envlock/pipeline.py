@@ -254,6 +254,14 @@ def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> Lo
                 reasons.append(f"{key}: changed")
         if not reasons:
             reasons.append("spec changed")
+    elif lock.env == env:
+        # Made for this spec: a lock edited by hand since may still not keep its pins.
+        versions = {p.name: p.version for p in lock.packages}
+        nightlies = {name: pin.version for name, pin in lock.nightlies.items()}
+        reasons += [f"{problem} (edited by hand?)" for problem in spec.pin_problems(versions, nightlies,
+                                                                                      what="the lock")]
+    if lock.env != env:
+        reasons.append(f"tool.envlock.env: the lock of env {lock.env!r}, not {env!r}")
     for name, source in sorted(lock.sources.items()):
         if source.kind == "path" and source.tree_digest is not None:
             reasons += _tree_drift(ws, name, source.location, source.tree_digest)
@@ -458,6 +466,10 @@ def sync(
         if not offline:
             redirect = _download_mirrors(spec, mirrors)  # an --index NAME the spec lacks, too
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
+        if found is not None and found.env != env:
+            # As for --lock: the env's generations would hold another env's packages.
+            raise UsageError(f"{ws.relative(lock_path)}: the lock of env {found.env!r}, not {env!r}; expected "
+                             f"the lock of env {env!r} there (`envlock lock {env}` writes it anew)")
         if offline and found is not None and (unbuilt := found.unbuilt()):
             raise LockError(f"{ws.relative(lock_path)}: --offline, but the lock records no build of "
                             f"{', '.join(unbuilt)} (building needs the index); run `envlock sync {env}` online")

@@ -542,25 +542,12 @@ def check_spec_pins(spec: EnvSpec, packages: Sequence[LockedPackage], nightlies:
     The spec refuses overrides that move its own pins; this holds the lock to it
     whatever else uv was told, so the lock never names one version and installs another.
     """
-    from packaging.specifiers import SpecifierSet
-
-    locked = {p.name: p.version for p in packages}
-    problems = []
-    for pkg in spec.packages.values():
-        version = locked.get(pkg.name)
-        if pkg.build:
-            continue
-        if version is None:
-            # uv drops a requirement whose marker is false (how `exclude` works): an override
-            # with one would take a package the spec declares out of the env without a word.
-            problems.append(f"packages.{pkg.name}: declared, but the resolution leaves it out (an override of it "
-                            "with a marker false for this target?)")
-            continue
-        if pkg.nightly and pkg.name in nightlies and Version(version) != Version(nightlies[pkg.name].version):
-            problems.append(f"packages.{pkg.name}: nightly {pkg.nightly} is {nightlies[pkg.name].version}, "
-                            f"but the resolution has {version}")
-        elif pkg.specifier and not SpecifierSet(pkg.specifier).contains(version, prereleases=True):
-            problems.append(f"packages.{pkg.name}: pinned {pkg.specifier}, but the resolution has {version}")
+    problems = spec.pin_problems({p.name: p.version for p in packages},
+                                 {name: pin.version for name, pin in nightlies.items()}, what="the resolution")
+    # uv drops a requirement whose marker is false (how `exclude` works): an override with
+    # one would take a package the spec declares out of the env without a word.
+    problems = [p + " (an override of it with a marker false for this target?)" if p.endswith("leaves it out")
+                else p for p in problems]
     if problems:
         raise ResolveError(f"{spec.path}: the resolution does not keep the spec's pins", details=problems)
 

@@ -138,6 +138,33 @@ class EnvSpec:
     def digest(self) -> str:
         return "sha256:" + hashlib.sha256(_canonical(self.raw).encode()).hexdigest()
 
+    def pin_problems(self, versions: Mapping[str, str], nightlies: Mapping[str, str], *, what: str) -> list[str]:
+        """What in ``versions`` (name -> version: a resolution, a lock) breaks this spec's own pins.
+
+        Every declared package (but one a build provides) must be there, at a version its
+        pin allows; a nightly at the very version ``nightlies`` (name -> version) names.
+        ``what`` names ``versions`` in the messages ("the resolution", "the lock").
+        """
+        from packaging.version import InvalidVersion, Version
+
+        problems = []
+        for pkg in self.packages.values():
+            version = versions.get(pkg.name)
+            if pkg.build:
+                continue
+            if version is None:
+                problems.append(f"packages.{pkg.name}: declared, but {what} leaves it out")
+                continue
+            try:
+                if pkg.nightly and pkg.name in nightlies and Version(version) != Version(nightlies[pkg.name]):
+                    problems.append(f"packages.{pkg.name}: nightly {pkg.nightly} is {nightlies[pkg.name]}, "
+                                    f"but {what} has {version}")
+                elif pkg.specifier and not SpecifierSet(pkg.specifier).contains(version, prereleases=True):
+                    problems.append(f"packages.{pkg.name}: pinned {pkg.specifier}, but {what} has {version}")
+            except InvalidVersion:
+                problems.append(f"packages.{pkg.name}: {what} has {version!r}, which is no version")
+        return problems
+
 
 _KEYED_TABLES = {"indexes", "packages", "sources", "builds"}
 
