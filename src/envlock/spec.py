@@ -138,7 +138,8 @@ class EnvSpec:
     def digest(self) -> str:
         return "sha256:" + hashlib.sha256(_canonical(self.raw).encode()).hexdigest()
 
-    def pin_problems(self, versions: Mapping[str, str], nightlies: Mapping[str, str], *, what: str) -> list[str]:
+    def pin_problems(self, versions: Mapping[NormalizedName, str], nightlies: Mapping[str, str], *,
+                     what: str) -> list[str]:
         """What in ``versions`` (name -> version: a resolution, a lock) breaks this spec's own pins.
 
         Every declared package (but one a build provides) must be there, at a version its
