@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import resource
 import shutil
 import stat
 import tracemalloc
@@ -372,6 +373,21 @@ def test_a_store_that_cannot_be_written_is_a_fetch_error(server: IndexServer, st
     with pytest.raises(FetchError) as info:
         fetch([art], store, base_dir=tmp_path)
     assert info.value.message == (f"{wheel.name}: Is a directory ({store.partial_dir / art.sha256}.part); "
+                                  "nothing was stored")
+    assert not store_file(store, art).exists()
+
+
+def test_a_write_that_fails_names_the_file_being_written(server: IndexServer, store: Store, tmp_path: Path) -> None:
+    # A full disk fails a write with an OSError that names no file (as this file size limit does).
+    wheel, art = _publish(server, tmp_path, "alpha", payload=300_000)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, hard))
+    try:
+        with pytest.raises(FetchError) as info:
+            fetch([art], store, base_dir=tmp_path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert info.value.message == (f"{wheel.name}: File too large ({store.partial_dir / art.sha256}.part); "
                                   "nothing was stored")
     assert not store_file(store, art).exists()
 

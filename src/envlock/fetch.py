@@ -382,7 +382,7 @@ def _fetch_one(
     """
     final = store_file(store, artifact)
     part = store.partial_dir / f"{artifact.sha256}.part"
-    with _disk_errors(artifact.filename), _locked_partial(part, stop) as fh:
+    with _disk_errors(artifact.filename, part), _locked_partial(part, stop) as fh:
         # Another process may have finished this artifact while we waited for the lock.
         if final.is_file():
             if os.fstat(fh.fileno()).st_size == 0:
@@ -409,12 +409,14 @@ def _fetch_one(
 
 
 @contextlib.contextmanager
-def _disk_errors(filename: str) -> Iterator[None]:
-    """A full disk or an unwritable store is a ``FetchError`` naming the artifact and the file."""
+def _disk_errors(filename: str, writing: Path) -> Iterator[None]:
+    """A full disk or an unwritable store is a ``FetchError`` naming the artifact and the file
+    (the one the error names, else ``writing``: a full disk's write names none)."""
     try:
         yield
     except OSError as exc:
-        raise FetchError(f"{filename}: {exc.strerror or exc} ({exc.filename}); nothing was stored") from None
+        raise FetchError(f"{filename}: {exc.strerror or exc} ({exc.filename or writing}); "
+                         "nothing was stored") from None
 
 
 def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float = 0.25,
@@ -439,7 +441,7 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
     part = store.partial_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()}.part"
     failures = 0
     before = hashed_before(url, store)  # what the caller chose not to trust, if anything
-    with _disk_errors(filename), _locked_partial(part, stop) as fh:
+    with _disk_errors(filename, part), _locked_partial(part, stop) as fh:
         done = hashed_before(url, store)
         if done is not None and done != before:  # another lock hashed it while we waited for its file
             part.unlink(missing_ok=True)

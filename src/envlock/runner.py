@@ -76,9 +76,12 @@ def run(
     except FileNotFoundError:
         result = Result(args, 127, "", f"{args[0]}: command not found")
     if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("a", encoding="utf-8") as fh:
-            fh.write(f"$ {' '.join(args)}\n{result.stdout}{result.stderr}\n[exit {result.returncode}]\n")
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a", encoding="utf-8") as fh:
+                fh.write(f"$ {' '.join(args)}\n{result.stdout}{result.stderr}\n[exit {result.returncode}]\n")
+        except OSError as exc:  # a full disk's write names no file: name the log
+            raise OSError(exc.errno, exc.strerror, exc.filename or str(log)) from None
     return result
 
 
