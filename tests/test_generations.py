@@ -778,3 +778,35 @@ def test_a_venv_an_earlier_envlock_named_with_a_colon_is_built_again(locks: tupl
     # Generation 1 keeps its venv (a rollback target), and a sync now is a no-op.
     assert os.path.realpath(link) == str(old) and (old / quick.MANIFEST_NAME).is_file()
     assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop
+
+
+def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
+        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    _, v1, v2 = locks
+    store = Store.open(tmp_path / "home")
+    sync_lock(store, "demo", v1, lock_path=None)
+    sync_lock(store, "demo", v2, lock_path=None)
+    link = store.path("envs", "demo") / "current"
+    link.unlink()
+    (store.path("envs", "demo") / "007").mkdir()  # not generation 7's folder: not listed, not reported
+    expected = (f"env 'demo': no current generation in {store.home} ({link} is missing; generations: 1, 2); "
+                "`envlock rollback demo --to 2` makes one current, or run `envlock sync demo`")
+    for call in (lambda: env_path(store, "demo"), lambda: verify_env(store, "demo"),
+                 lambda: generations.rollback(store, "demo")):  # not a guess at which one
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value) == expected
+    assert [g.number for g in generations.list_generations(store, "demo")] == [1, 2]
+    assert generations.scan(store, "demo")[1] == ()
+    switched = generations.rollback(store, "demo", to=1)
+    assert (switched.previous, switched.current) == (None, 1)
+    # A folder where the link belongs is not envlock's to replace.
+    link.unlink()
+    link.mkdir()
+    with pytest.raises(UsageError) as info:
+        generations.rollback(store, "demo", to=2)
+    assert str(info.value) == (f"{link}: not the symlink envlock keeps there (a folder); move it away (it is not "
+                               "envlock's) and run the command again")
+    with pytest.raises(UsageError) as info:
+        env_path(store, "demo")
+    assert "is not the link envlock keeps; generations: 1, 2" in str(info.value)

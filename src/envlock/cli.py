@@ -253,7 +253,7 @@ def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
 
     result = generations.rollback(Store.open(create=False), args.env, args.to)
     _out(args, result.to_dict(),
-         lambda: f"{args.env}: generation {result.previous} -> {result.current}\n{result.path}")
+         lambda: f"{args.env}: generation {result.previous or '(none)'} -> {result.current}\n{result.path}")
     return 0
 
 

@@ -163,7 +163,9 @@ def newest(store: Store, env: str) -> Generation | None:
 
 def _numbers(folder: Path) -> list[int]:
     """The generation numbers in an env's ``folder`` (its numbered subfolders), ascending."""
-    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit()) if folder.is_dir() else []
+    # Only names envlock writes: "007" is not generation 7's folder (7 is).
+    return sorted(int(p.name) for p in folder.iterdir()
+                  if p.name.isascii() and p.name.isdigit() and p.name == str(int(p.name))) if folder.is_dir() else []
 
 
 def scan(store: Store, env: str) -> tuple[tuple[Generation, ...], tuple[Path, ...]]:
@@ -258,6 +260,10 @@ def discard(store: Store, env: str, number: int) -> None:
 def flip(store: Store, env: str, number: int) -> None:
     """Point ``current`` at generation ``number`` in one atomic rename."""
     folder = env_dir(store, env)
+    link = folder / CURRENT
+    if os.path.lexists(link) and not os.path.islink(link):
+        raise UsageError(f"{link}: not the symlink envlock keeps there (a {'folder' if link.is_dir() else 'file'}); "
+                         "move it away (it is not envlock's) and run the command again")
     tmp = folder / f".current-{os.urandom(4).hex()}"
     os.symlink(f"{number}/venv", tmp)
     try:
@@ -279,6 +285,13 @@ def never_synced(store: Store, env: str) -> UsageError:
     import difflib
 
     folder = store.root / "envs"
+    if numbers := _numbers(folder / env):
+        # Synced before: its `current` link was removed or broken by hand.
+        link = folder / env / CURRENT
+        state = "is not the link envlock keeps" if os.path.lexists(link) else "is missing"
+        return UsageError(f"env {env!r}: no current generation in {store.home} ({link} {state}; generations: "
+                          f"{', '.join(map(str, numbers))}); `envlock rollback {env} --to {numbers[-1]}` makes one "
+                          f"current, or run `envlock sync {env}`")
     synced = sorted(p.name for p in folder.iterdir() if (p / CURRENT).is_symlink()) if folder.is_dir() else []
     close = difflib.get_close_matches(env, [e for e in synced if e != env], n=1)
     hint = (f"; did you mean {close[0]!r}? (else run `envlock sync {env}`)" if close
@@ -297,7 +310,9 @@ def rollback(store: Store, env: str, to: int | None = None) -> Switch:
         cur = current_number(store, env)
         numbers = [g.number for g in gens]
         if to is None:
-            older = [n for n in numbers if cur is None or n < cur]
+            if cur is None:  # nothing to go back from: which one is for the user to say
+                raise never_synced(store, env)
+            older = [n for n in numbers if n < cur]
             if not older:
                 raise UsageError(
                     f"env {env!r}: generation {cur} is the oldest; nothing to roll back to "
