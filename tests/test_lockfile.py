@@ -140,6 +140,17 @@ def test_an_env_spec_given_as_a_lock_is_named_as_one() -> None:
          "tool.envlock.sources.sglang: found neither git nor path; expected one of them"),
         ('input-digest = "', 'input-digests = "',
          "tool.envlock.builds.sgl-kernel.input-digest: missing; expected a string"),
+        # What uv or pip would fail on later, with no key to go by.
+        ('name = "sgl-kernel"', 'name = "sgl-kernel!!"',
+         "packages[1].name: found 'sgl-kernel!!'; expected a package name (PEP 508)"),
+        ('version = "0.3.21"', 'version = "0.3.21 (patched)"',
+         "packages[1].version (package 'sgl-kernel'): found '0.3.21 (patched)'; expected a version (PEP 440), "
+         "like \"2.9.1\""),
+        ('name = "sgl-kernel"', 'name = "torch"',
+         "packages[1].name: found 'torch' again (also packages[0]); expected one entry per package"),
+        ("format = 1\n", "",
+         "tool.envlock.format: missing; expected 1 (a lock from another envlock version: regenerate it with "
+         "`envlock lock`)"),
     ],
 )
 def test_malformed_lock_keys_are_named(tmp_path: Path, old: str, new: str, message: str) -> None:

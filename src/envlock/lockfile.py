@@ -307,10 +307,16 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
                        "the [tool.envlock] table `envlock lock` writes")
     tool = _table(tables["envlock"], "tool.envlock")
     if tool.get("format") != LOCK_FORMAT or isinstance(tool.get("format"), bool):  # true == 1 in Python
-        raise _BadKeyError("tool.envlock.format", f"found {_found(tool.get('format'))}",
+        given = tool.get("format")
+        raise _BadKeyError("tool.envlock.format", "missing" if given is None else f"found {_found(given)}",
                        f"{LOCK_FORMAT} (a lock from another envlock version: regenerate it with `envlock lock`)")
     packages = tuple(_package(pkg, f"packages[{i}]") for i, pkg in enumerate(_array(doc.get("packages", []),
                                                                                         "packages")))
+    first: dict[str, int] = {}
+    for i, locked in enumerate(packages):
+        if (j := first.setdefault(locked.name, i)) != i:  # which of the two would install? neither, here
+            raise _BadKeyError(f"packages[{i}].name", f"found {locked.name!r} again (also packages[{j}])",
+                               "one entry per package")
     where = "tool.envlock.sources"
     sources = {name: _source(_table(s, _key(where, name)), _key(where, name))
                for name, s in _table(tool.get("sources", {}), where).items()}
@@ -340,16 +346,33 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
     )
 
 
+#: PEP 508's name, and PEP 440's version as its appendix spells it (every form it normalizes).
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+_VERSION = re.compile(
+    r"v?([0-9]+!)?[0-9]+(\.[0-9]+)*"
+    r"([-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?[0-9]*)?"
+    r"(-[0-9]+|[-_.]?(post|rev|r)[-_.]?[0-9]*)?"
+    r"([-_.]?dev[-_.]?[0-9]*)?"
+    r"(\+[a-z0-9]+([-_.][a-z0-9]+)*)?",
+    re.IGNORECASE,
+)
+
+
 def _package(value: object, key: str) -> LockedPackage:
     pkg = _table(value, key)
     name = _str(pkg, "name", key)
+    if not _NAME.fullmatch(name):
+        raise _BadKeyError(f"{key}.name", f"found {name!r}", "a package name (PEP 508)")
     try:
+        version = _str(pkg, "version", key)
+        if not _VERSION.fullmatch(version):
+            raise _BadKeyError(f"{key}.version", f"found {version!r}", "a version (PEP 440), like \"2.9.1\"")
         wheels = _array(pkg.get("wheels"), f"{key}.wheels")
         if not wheels:
             raise _BadKeyError(f"{key}.wheels", "found an empty array", "a wheel (envlock installs wheels only)")
         return LockedPackage(
             name=canonicalize_name(name),
-            version=_str(pkg, "version", key),
+            version=version,
             wheels=tuple(_artifact(w, f"{key}.wheels[{j}]") for j, w in enumerate(wheels)),
             index=_opt_str(pkg, "index", key),
         )
