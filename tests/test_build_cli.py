@@ -224,6 +224,16 @@ def test_build_refuses_a_missing_lock_and_unknown_build(ws, cli) -> None:  # typ
     assert r.code == 2 and "--override-source 'nope': expected NAME=PATH" in r.err
 
 
+def test_a_build_subdirectory_the_source_lacks_is_named_by_lock(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    # Before any index is asked (this one is closed): uv would call it a failed resolution.
+    _demo(ws.root, "http://127.0.0.1:9/simple")
+    spec = ws.root / "envs" / "demo.toml"
+    spec.write_text(spec.read_text() + 'subdirectory = "nonexist"\n')
+    r = cli("lock", "demo")
+    assert (r.code, r.err) == (2, f"envlock: error: {spec}: builds.mini-kernel.subdirectory: expected a folder of "
+                                  "source 'mini-kernel' (as patched), found no 'nonexist' there\n")
+
+
 @pytest.mark.slow
 def test_frozen_sync_rebuilds_from_the_locked_build_requirements(  # type: ignore[no-untyped-def]
     ws, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -20,6 +20,7 @@ from envlock.errors import (
     LockError,
     PatchError,
     SourceError,
+    SpecError,
     UsageError,
     raise_all,
 )
@@ -637,7 +638,11 @@ def resolve_build_inputs(
         if pkg.build and pkg.build in spec.builds:
             b = spec.builds[pkg.build]
             tree = states[b.source].patched.tree
-            build_sources[pkg.name] = tree / b.subdirectory if b.subdirectory else tree
+            project = tree / b.subdirectory if b.subdirectory else tree
+            if not project.is_dir():  # else uv reports "Distribution not found" as a failed resolution
+                raise SpecError(f"{spec.path}: builds.{pkg.build}.subdirectory: expected a folder of source "
+                                f"{b.source!r} (as patched), found no {b.subdirectory!r} there")
+            build_sources[pkg.name] = project
             env.update(b.env)
             if not b.isolation:
                 extra.update(b.requires)
