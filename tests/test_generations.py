@@ -810,3 +810,37 @@ def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
     with pytest.raises(UsageError) as info:
         env_path(store, "demo")
     assert "is not the link envlock keeps; generations: 1, 2" in str(info.value)
+
+
+def test_a_current_link_naming_a_generation_that_is_not_there_says_so(
+        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _, v1, v2 = locks
+    store = Store.open(tmp_path / "home")
+    sync_lock(store, "demo", v1, lock_path=None)
+    sync_lock(store, "demo", v2, lock_path=None)
+    link = store.path("envs", "demo") / "current"
+    link.unlink()
+    link.symlink_to("7/venv")
+    gone = (f"env 'demo': its current link names generation 7, whose record {link.parent / '7' / 'generation.json'} "
+            "is gone (generations: 1, 2); `envlock rollback demo --to 2` makes another one current, or run "
+            "`envlock sync demo`")
+    for call in (lambda: env_path(store, "demo"), lambda: verify_env(store, "demo")):
+        with pytest.raises(UsageError) as info:
+            call()
+        assert str(info.value) == gone
+    monkeypatch.setenv("ENVLOCK_HOME", str(store.home))
+    monkeypatch.chdir(tmp_path)
+    from envlock.cli import main
+
+    assert main(["generations", "demo"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "  current: the link names generation 7, which is not listed"
+    link.unlink()
+    link.symlink_to("2/venv")
+    record = link.parent / "2" / "generation.json"
+    record.write_text("{bad")
+    with pytest.raises(UsageError) as info:
+        verify_env(store, "demo")
+    assert str(info.value) == (f"env 'demo': its current link names generation 2, whose record {record} cannot be "
+                               "read (generations: 1); `envlock rollback demo --to 1` makes another one current, "
+                               "or run `envlock sync demo`")

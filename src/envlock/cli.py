@@ -240,6 +240,8 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
         ] if gens else [f"{args.env}: no generations" + ("" if damaged else f" (run `envlock sync {args.env}`)")]
         lines += [f"  unreadable: {path} (not listed; `envlock sync {args.env}` makes a new generation)"
                   for path in damaged]
+        if (number := generations.current_number(store, args.env)) is not None and not any(g.current for g in gens):
+            lines.append(f"  current: the link names generation {number}, which is not listed")
         return "\n".join(lines)
 
     _out(args, {"env": args.env, "generations": [g.to_dict() for g in gens],

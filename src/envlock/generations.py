@@ -155,6 +155,25 @@ def current(store: Store, env: str) -> Generation | None:
     return None if number is None else read(store, env, number, current=number)
 
 
+def current_or_error(store: Store, env: str) -> Generation:
+    """The current generation; else the ``UsageError`` that says why there is none: never
+    synced (or a typo), its link removed by hand, or its link naming a generation whose
+    record is gone or unreadable."""
+    number = current_number(store, env)
+    if number is None:
+        raise never_synced(store, env)
+    found = read(store, env, number, current=number)
+    if found is not None:
+        return found
+    record = env_dir(store, env) / str(number) / _RECORD
+    others = [n for n in _numbers(env_dir(store, env)) if n != number and read(store, env, n) is not None]
+    how = (f"`envlock rollback {env} --to {others[-1]}` makes another one current, or run `envlock sync {env}`"
+           if others else f"run `envlock sync {env}`")
+    state = "cannot be read" if record.parent.is_dir() else "is gone"
+    raise UsageError(f"env {env!r}: its current link names generation {number}, whose record {record} {state} "
+                     f"(generations: {', '.join(map(str, others)) or 'none'}); {how}")
+
+
 def newest(store: Store, env: str) -> Generation | None:
     """The highest-numbered generation (current or not), or None."""
     numbers = _numbers(env_dir(store, env))

@@ -360,6 +360,8 @@ def env_path(store: Store, env: str) -> Path:
     if number is None:
         raise generations.never_synced(store, env)
     path = generations.stable_path(store, env)
+    if not (generations.env_dir(store, env) / str(number)).is_dir():
+        generations.current_or_error(store, env)  # raises: the link names no generation there is
     if not path.is_dir():
         # A dangling path would run the host's python (PATH falls through to it).
         raise StoreError(f"{path}: generation {number}'s venv is gone from the store ({path.resolve()}); "
@@ -373,9 +375,7 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
 
     from envlock import verify
 
-    cur = generations.current(store, env)
-    if cur is None:
-        raise generations.never_synced(store, env)
+    cur = generations.current_or_error(store, env)
     venv = cur.venv.resolve()
     same_lock = lock is not None and lock.install_digest() == cur.install_digest
     # A generation of another lock (a rollback, a --lock sync) is checked against its own digest.
