@@ -424,6 +424,15 @@ def test_an_unreachable_index_is_not_called_unsolvable(ws, cli, universe: Univer
                             "(no network, or a mirror is needed: --index NAME=URL)\n"), r.err
 
 
+def test_an_env_neither_synced_nor_declared_is_named_as_a_typo(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    # Not sent to `envlock sync nosuch`, which would fail on it too.
+    ws.write_spec("demo", "")
+    for command in (["path"], ["verify"], ["generations"], ["rollback"], ["run", "--", "true"]):
+        r = cli(command[0], "dem", *command[1:])
+        assert (r.code, r.err) == (2, f"envlock: error: env 'dem': not synced in {ws.root.parent / 'home'}, and "
+                                      f"{ws.root / 'envs'} declares no such env (did you mean 'demo'? envs: demo)\n")
+
+
 def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws, cli) -> None:  # type: ignore[no-untyped-def]
     from envlock import generations
     from envlock.store import Store
@@ -440,6 +449,7 @@ def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws, cli) -> Non
 def test_commands_that_read_the_store_do_not_make_a_mistyped_home(ws, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     home = ws.root / "typo-home"
     monkeypatch.setenv("ENVLOCK_HOME", str(home))
+    ws.write_spec("e", "")  # declared: never synced is what they say
     for command in (["path"], ["generations"], ["verify"], ["rollback"], ["run", "--", "true"]):
         r = cli(command[0], "e", *command[1:])
         assert r.code == 2 and "no current generation" in r.err, (command, r.err)

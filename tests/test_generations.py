@@ -834,7 +834,7 @@ def test_a_current_link_naming_a_generation_that_is_not_there_says_so(
     from envlock.cli import main
 
     assert main(["generations", "demo"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "  current: the link names generation 7, which is not listed"
+    assert capsys.readouterr().out.splitlines()[-1] == "  current: the link names generation 7, which is not there"
     link.unlink()
     link.symlink_to("2/venv")
     record = link.parent / "2" / "generation.json"

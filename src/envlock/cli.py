@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
+    from envlock.store import Store
     from envlock.workspace import Workspace
 
 EPILOG = """\
@@ -189,23 +190,34 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
     return 0
 
 
-def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
+def _env_store(args: argparse.Namespace, ws: Workspace) -> Store:
+    """The store, for a command on ``args.env`` that reads it only; an env neither synced there
+    nor declared in the workspace is named as a typo, not sent to `envlock sync`."""
+    from envlock import generations
     from envlock.store import Store
+
+    store = Store.open(create=False)
+    spec = ws.root / "envs" / f"{args.env}.toml"
+    if not generations.env_dir(store, args.env).is_dir() and spec.parent.is_dir() and not spec.is_file():
+        raise generations.unknown_env(store, args.env, ws.root, ws.envs())
+    return store
+
+
+def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.sync import env_path
 
-    path = env_path(Store.open(create=False), args.env)
+    path = env_path(_env_store(args, ws), args.env)
     _out(args, {"env": args.env, "path": str(path)}, lambda: str(path))
     return 0
 
 
 def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.lockfile import read_lock
-    from envlock.store import Store
     from envlock.sync import verify_env
 
     lock_path = ws.lock_path(args.env)
     lock = read_lock(lock_path) if lock_path.exists() else None
-    result = verify_env(Store.open(create=False), args.env, lock)
+    result = verify_env(_env_store(args, ws), args.env, lock)
 
     def text() -> str:
         if result.ok:
@@ -226,9 +238,8 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
 
 def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import generations
-    from envlock.store import Store
 
-    store = Store.open(create=False)
+    store = _env_store(args, ws)
     gens, damaged = generations.scan(store, args.env)
     if not gens and not damaged and generations.current_number(store, args.env) is None:
         raise generations.never_synced(store, args.env)  # exit 2, as path and verify say
@@ -240,8 +251,10 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
         ] if gens else [f"{args.env}: no generations" + ("" if damaged else f" (run `envlock sync {args.env}`)")]
         lines += [f"  unreadable: {path} (not listed; `envlock sync {args.env}` makes a new generation)"
                   for path in damaged]
-        if (number := generations.current_number(store, args.env)) is not None and not any(g.current for g in gens):
-            lines.append(f"  current: the link names generation {number}, which is not listed")
+        number = generations.current_number(store, args.env)
+        if number is not None and not any(g.current for g in gens) and not any(p.parent.name == str(number)
+                                                                                for p in damaged):
+            lines.append(f"  current: the link names generation {number}, which is not there")
         return "\n".join(lines)
 
     _out(args, {"env": args.env, "generations": [g.to_dict() for g in gens],
@@ -251,20 +264,18 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
 
 def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import generations
-    from envlock.store import Store
 
-    result = generations.rollback(Store.open(create=False), args.env, args.to)
+    result = generations.rollback(_env_store(args, ws), args.env, args.to)
     _out(args, result.to_dict(),
          lambda: f"{args.env}: generation {result.previous or '(none)'} -> {result.current}\n{result.path}")
     return 0
 
 
 def cmd_run(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.store import Store
     from envlock.sync import exec_in_env
 
     argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    exec_in_env(Store.open(create=False), args.env, argv)
+    exec_in_env(_env_store(args, ws), args.env, argv)
 
 
 def _overrides(values: Sequence[str]) -> dict[str, Path]:

@@ -318,6 +318,20 @@ def never_synced(store: Store, env: str) -> UsageError:
     return UsageError(f"env {env!r}: no current generation in {store.home}{hint}")
 
 
+def unknown_env(store: Store, env: str, workspace: Path, declared: list[str]) -> UsageError:
+    """The error for an env neither synced in ``store`` nor declared in ``workspace``'s envs/
+    (``declared``): a typo, which `envlock sync ENV` would only fail on as well."""
+    import difflib
+
+    folder = store.root / "envs"
+    synced = [p.name for p in folder.iterdir() if (p / CURRENT).is_symlink()] if folder.is_dir() else []
+    known = sorted(set(synced) | set(declared))
+    close = difflib.get_close_matches(env, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return UsageError(f"env {env!r}: not synced in {store.home}, and {workspace / 'envs'} declares no such env "
+                      f"({hint}envs: {', '.join(known) or 'none'})")
+
+
 def rollback(store: Store, env: str, to: int | None = None) -> Switch:
     """Make generation ``to`` (default: the newest one older than the current) current."""
     if not env_dir(store, env).is_dir():
