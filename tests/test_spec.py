@@ -113,6 +113,15 @@ BAD_SPECS = [
     ('[packages]\nmk = { build = "mk" }\n[sources.mini]\npath = "x"\n[builds.mk]\nsource = "mini"\n'
      'requires = ["scikit-build-core==1.1.2", 5]',
      ["builds.mk.requires[1]: expected a string (an array of strings), found 5"]),
+    # A malformed date is reported once, not again as a second date of its index.
+    ('[packages]\ntorch = { nightly = "2026-3-7", index = "nightly" }\n'
+     'torchvision = { nightly = "2026-03-07", index = "nightly" }',
+     ["packages.torch.nightly: expected a date YYYY-MM-DD, found '2026-3-7'"]),
+    ('[packages]\ntorch = { version = "==2.9.1", same-date = false }',
+     ["packages.torch.same-date: only a nightly pin takes same-date (it opts out of sharing its index's date)"]),
+    ('[indexes."Bad Name!"]\nurl = "https://x.example/simple"',
+     ["indexes.Bad Name!: expected an index name of letters, digits, '-', '_' or '.' (like \"pytorch-nightly\"), "
+      "found 'Bad Name!'"]),
     ('[pakages]\ntorch = "==2.9.1"',
      ["pakages: unknown key (did you mean 'packages'?); expected one of: builds, env, indexes, packages, "
       "resolution, sources"]),

@@ -245,12 +245,15 @@ def _get_str_map(p: _Problems, table: Mapping[str, Any], key: str, path: str) ->
     return out
 
 
-def _check_date(p: _Problems, key: str, value: str) -> None:
+def _is_date(value: str) -> bool:
     try:
-        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
-            raise ValueError
-        dt.date.fromisoformat(value)
+        return bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", value)) and bool(dt.date.fromisoformat(value))
     except ValueError:
+        return False
+
+
+def _check_date(p: _Problems, key: str, value: str) -> None:
+    if not _is_date(value):
         p.add(key, f"expected a date YYYY-MM-DD, found {value!r}")
 
 
@@ -364,9 +367,15 @@ def is_index_url(url: str) -> bool:
     return url.startswith(("http://", "https://", "file://"))
 
 
+_INDEX_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+
+
 def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
     out: dict[str, IndexSpec] = {}
     for name, key, entry in _entries(p, table, "indexes", 'url = "..."', _INDEX_KEYS):
+        if not _INDEX_NAME.fullmatch(name):  # named in --index NAME=URL and ENVLOCK_INDEX_<NAME>
+            p.add(key, f"expected an index name of letters, digits, '-', '_' or '.' (like \"pytorch-nightly\"), "
+                       f"found {name!r}")
         url = _get_str(p, entry, "url", key, required=True)
         if url is not None and not is_index_url(url):
             p.add(f"{key}.url", f"expected an http(s):// or file:// URL, found {url!r}")
@@ -508,6 +517,8 @@ def _parse_packages(
         if not isinstance(same_date, bool):
             p.add(f"{key}.same-date", f"expected true or false, found {_found(same_date)}")
             same_date = True
+        elif "same-date" in entry and "nightly" not in entry:
+            p.add(f"{key}.same-date", "only a nightly pin takes same-date (it opts out of sharing its index's date)")
         if version is not None:
             try:
                 SpecifierSet(version)
@@ -557,7 +568,7 @@ def _check_same_date(p: _Problems, packages: Mapping[NormalizedName, PackageSpec
     # Nightlies of one index are built together; mixing dates mixes ABIs (torch vs torchvision).
     dates: dict[str, dict[str, list[str]]] = {}
     for pkg in packages.values():
-        if pkg.nightly and pkg.index and pkg.same_date:
+        if pkg.nightly and pkg.index and pkg.same_date and _is_date(pkg.nightly):  # a bad date: said at its key
             dates.setdefault(pkg.index, {}).setdefault(pkg.nightly, []).append(pkg.name)
     for index, by_date in sorted(dates.items()):
         if len(by_date) > 1:
