@@ -701,6 +701,8 @@ def test_digest_recorded_with_another_interpreter_is_not_compared(
     assert lock_path.read_text() == other.to_toml()  # the other machine's record is kept
     checked = verify_env(store, "demo", other)
     assert checked.ok and "recorded with Python 3.11.0" in checked.note
+    again = sync_lock(store, "demo", other, lock_path=lock_path)  # a no-op says it too
+    assert again.noop and again.note == result.note
     # The same interpreter and a wrong digest is still a reproducibility failure.
     python = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
     lying = v1.with_venv_digest("sha256:" + "0" * 64, python)

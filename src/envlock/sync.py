@@ -114,7 +114,7 @@ def sync_lock(
             _stamp(store, env, cur.number, lock, cur.venv_digest, data, on_disk, inputs)
             return SyncResult(env, generations.stable_path(store, env), cur.number, key,
                               cur.venv_digest, noop=True, recorded=recorded,
-                              seconds=time.monotonic() - started)
+                              seconds=time.monotonic() - started, note=_other_python(lock, cur_python))
 
         from envlock import fetch, install, verify
 
@@ -149,13 +149,7 @@ def sync_lock(
             if actual.digest == expected:
                 repaired = (f"the first build differed from {whose} digest; with uv's cache cleared (a file "
                             "edited in a venv had reached it), the rebuild matches")
-        if expected is None and lock.venv_digest is not None:
-            # Another interpreter build recorded the digest: this venv holds a different
-            # pyvenv.cfg by design, so the digests say nothing about each other.
-            note = (f"the lock's venv digest was recorded with Python {lock.venv_python}; this venv was built "
-                    f"with {built_with}, so it was not compared (the lock keeps the recorded one)")
-        else:
-            note = repaired
+        note = _other_python(lock, built_with) or repaired
         if from_store and actual.digest != expected and inst.built:
             # Rebuilt without uv's cache: if the store's wheels still are their sha256 (read
             # once, here), this venv is what the lock gives, and the newest generation's digest
@@ -204,6 +198,16 @@ def sync_lock(
             downloaded=got.downloaded, fetched=sum(1 for a in got.artifacts if a.source != "store"),
             built=inst.built, recorded=recorded, seconds=time.monotonic() - started, note=note,
         )
+
+
+def _other_python(lock: Lock, python: str | None) -> str:
+    """The note for a venv of another interpreter build than the one the lock's digest was
+    recorded with ("" when it is the same, or none was recorded): its pyvenv.cfg differs by
+    design, so the digests say nothing about each other."""
+    if lock.venv_digest is None or lock.venv_digest_for(python) is not None:
+        return ""
+    return (f"the lock's venv digest was recorded with Python {lock.venv_python}; this venv was built "
+            f"with {python}, so it was not compared (the lock keeps the recorded one)")
 
 
 def _discard(store: Store, key: str, venv: Path, digest: str, *,
