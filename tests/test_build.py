@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from envlock import build, patch, runner, sources
-from envlock.errors import BuildError
+from envlock.errors import BuildError, SourceTreeError
 from envlock.install import find_python
 from envlock.spec import BuildSpec, FetchContentInput, SourceSpec
 from envlock.store import Store
 from kit import sglike
 from kit.index import IndexServer
 from kit.locks import sha256_of
-from kit.sglike import SgLike, write
+from kit.sglike import SgLike, commit_all, init_repo, write
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_A = "2.12.0.dev20260307"
@@ -327,6 +327,31 @@ def test_isolation_false_needs_requires(kit: Kit) -> None:
     request = replace(request, spec=replace(request.spec, requires=()))
     with pytest.raises(BuildError, match=r"isolation = false needs requires = \[\.\.\.\]"):
         build.plan(request, kit.store)
+
+
+def test_a_build_refuses_links_out_of_its_source_in_what_it_reads(store: Store, tmp_path: Path) -> None:
+    """A git commit pins a link's text, not what it points to: a build must not read through it."""
+    outside = tmp_path / "outside"
+    write(outside, {"extra.py": "VALUE = 1\n", "pyproject.toml": "[project]\nname = 'pkg'\n"})
+    repo = tmp_path / "repo"
+    init_repo(repo)
+    write(repo, {"python/pyproject.toml": "[project]\nname = 'pkg'\nversion = '1'\n", "python/pkg/__init__.py": ""})
+    (repo / "python/pkg/extra.py").symlink_to(outside / "extra.py")
+    (repo / "vendored").symlink_to(outside)
+    commit = commit_all(repo, "links out of the tree")
+    # Checked out all the same: a commit may hold such a link where no build reads it.
+    tree = sources.checkout(store, str(repo), commit).tree
+    spec = BuildSpec(name="pkg", source="s", subdirectory="python")
+    request = build.BuildRequest(spec, tree, 0, "3.11", None, "http://127.0.0.1:9/simple")
+    with pytest.raises(SourceTreeError) as info:  # before anything is resolved or built
+        build.plan(request, store)
+    assert str(info.value) == (f"[builds.pkg] (source 's'): symlink python/pkg/extra.py -> {outside}/extra.py leads "
+                               "outside the source tree; expected links that stay inside it (a link is hashed by its "
+                               "text, not by what it points to)")
+    with pytest.raises(SourceTreeError) as info:
+        build.plan(replace(request, spec=replace(spec, subdirectory="vendored")), store)
+    assert str(info.value) == (f"[builds.pkg] (source 's'): subdirectory vendored leads outside the source tree "
+                               f"(through the symlink vendored -> {outside}); expected a folder inside it")
 
 
 @pytest.mark.slow

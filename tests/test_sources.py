@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from envlock import sources
-from envlock.errors import SourceError, UsageError
+from envlock.errors import SourceError, SourceTreeError, UsageError
 from envlock.spec import SourceSpec
 from envlock.store import Store
 from kit.sglike import SgLike, commit_all, git, init_repo, write
+from kit.universe import Universe
 
 
 def test_git_source_checks_out_the_pinned_commit(sg: SgLike, store: Store, tmp_path: Path) -> None:
@@ -159,6 +160,127 @@ def test_path_source_is_snapshotted_by_digest(tmp_path: Path, store: Store) -> N
     assert prepared.locked().tree_digest == prepared.tree_digest
     (root / "examples/k/k.c").write_text("int y;\n")
     assert sources.prepare(SourceSpec("k", path="examples/k"), store, root).tree_digest != prepared.tree_digest
+
+
+# A path source's links as (path in the source, target); {out} is a folder outside it.
+_EXPECTED = "expected links that stay inside it (a link is hashed by its text, not by what it points to)"
+
+
+@pytest.mark.parametrize(
+    ("links", "message"),
+    [
+        ([("pkg/extra.py", "{out}/extra.py")],
+         "sources.k.path: k: symlink pkg/extra.py -> {out}/extra.py leads outside the source tree; " + _EXPECTED),
+        ([("pkg/extra.py", "../../outside/extra.py")],
+         "sources.k.path: k: symlink pkg/extra.py -> ../../outside/extra.py leads outside the source tree; "
+         + _EXPECTED),
+        # A build subdirectory that is a link out of the tree.
+        ([("python", "{out}")], "sources.k.path: k: symlink python -> {out} leads outside the source tree; "
+         + _EXPECTED),
+        # Out and back in: the store's copy of the tree has another name and another parent.
+        ([("pkg/again.py", "../../k/pkg/real.py")],
+         "sources.k.path: k: symlink pkg/again.py -> ../../k/pkg/real.py leads outside the source tree; "
+         + _EXPECTED),
+        # Followed step by step: pkg/up is the tree's top, so up/.. is above it (lexically, pkg/x).
+        ([("pkg/up", ".."), ("pkg/esc", "up/../x")],
+         "sources.k.path: k: symlink pkg/esc -> up/../x leads outside the source tree; " + _EXPECTED),
+        # Every link that leads out is named; one may lead out through another.
+        ([("lib", "{out}"), ("pkg/extra.py", "../lib/extra.py")],
+         "sources.k.path: k: 2 symlinks lead outside the source tree; " + _EXPECTED + "\n"
+         "  symlink lib -> {out} leads outside the source tree\n"
+         "  symlink pkg/extra.py -> ../lib/extra.py leads outside the source tree (through the symlink lib -> {out})"),
+    ],
+)
+def test_a_path_source_with_a_link_out_of_its_tree_is_refused(tmp_path: Path, store: Store,
+                                                               links: list[tuple[str, str]], message: str) -> None:
+    """Its digest would record the link's text while a build reads what it points to."""
+    out = tmp_path / "outside"
+    write(out, {"extra.py": "VALUE = 1\n"})
+    root = tmp_path / "ws"
+    write(root, {"k/pkg/real.py": "REAL = 1\n"})
+    for link, target in links:
+        os.symlink(target.format(out=out), root / "k" / link)
+    with pytest.raises(SourceTreeError) as info:
+        sources.prepare(SourceSpec("k", path="k"), store, root)
+    assert str(info.value) == message.format(out=out)
+    assert info.value.exit_code == 2  # bad input: the tree is the user's to fix
+    assert not (store.root / "sources").is_dir() or not any((store.root / "sources").iterdir())
+    with pytest.raises(SourceTreeError):  # also where `lock --check` hashes the tree
+        sources.tree_digest(root / "k")
+
+
+def test_links_inside_a_path_source_are_kept_and_one_leading_out_is_not(tmp_path: Path, store: Store) -> None:
+    root = tmp_path / "ws"
+    write(root, {"k/pkg/real.py": "REAL = 1\n", "k/LICENSE": "MIT\n"})
+    for link, target in [("pkg/alias.py", "real.py"), ("pkg/LICENSE", "../LICENSE"), ("lib", "pkg"),
+                         ("pkg/up", ".."), ("pkg/via.py", "up/lib/real.py"), ("dangling", "nothing"),
+                         ("loop1", "loop2"), ("loop2", "loop1")]:
+        os.symlink(target, root / "k" / link)
+    prepared = sources.prepare(SourceSpec("k", path="k"), store, root)
+    assert prepared.tree_digest == sources.tree_digest(prepared.tree)
+    assert os.readlink(prepared.tree / "pkg/via.py") == "up/lib/real.py"  # kept as a link
+    assert (prepared.tree / "pkg/via.py").read_text() == "REAL = 1\n"
+    os.symlink("up/../..", root / "k/pkg/top")  # lexically k/, but pkg/up is k/ already
+    with pytest.raises(SourceTreeError) as info:
+        sources.prepare(SourceSpec("k", path="k"), store, root)
+    assert str(info.value) == ("sources.k.path: k: symlink pkg/top -> up/../.. leads outside the source tree; "
+                               + _EXPECTED)
+
+
+def test_a_path_source_may_be_a_link_to_a_folder_outside_the_workspace(tmp_path: Path, store: Store) -> None:
+    """Its content is what is hashed, wherever it lies; the spec's path is checked lexically."""
+    elsewhere = tmp_path / "big-disk" / "k"
+    write(elsewhere, {"pkg/real.py": "REAL = 1\n"})
+    os.symlink("real.py", elsewhere / "pkg/alias.py")
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "k").symlink_to(elsewhere)
+    prepared = sources.prepare(SourceSpec("k", path="k"), store, root)
+    assert prepared.tree_digest == sources.tree_digest(elsewhere)
+    assert prepared.location == "k"
+    # Its links are judged from the source's top, as given: one that leaves it is refused.
+    os.symlink("../../k/pkg/real.py", elsewhere / "pkg/out.py")
+    with pytest.raises(SourceTreeError) as info:
+        sources.prepare(SourceSpec("k", path="k"), store, root)
+    assert str(info.value) == ("sources.k.path: k: symlink pkg/out.py -> ../../k/pkg/real.py leads outside the source "
+                               f"tree; {_EXPECTED}")
+
+
+def test_a_build_subdirectory_is_hashed_with_links_into_the_rest_of_its_source(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    write(tree, {"src/py/pkg/a.py": "A = 1\n", "LICENSE": "MIT\n"})
+    os.symlink("../../LICENSE", tree / "src/py/LICENSE")
+    os.symlink("src/py", tree / "python")
+    # The subdirectory may be a link inside the tree; its links are followed from where it really is.
+    assert sources.tree_digest(tree / "python", within=tree) == sources.tree_digest(tree / "src/py", within=tree)
+    with pytest.raises(SourceTreeError) as info:
+        sources.tree_digest(tree / "src/py")  # on its own, ../../LICENSE leaves it
+    assert "symlink LICENSE -> ../../LICENSE leads outside the source tree" in str(info.value)
+    os.symlink(tmp_path, tree / "elsewhere")
+    with pytest.raises(SourceTreeError) as info:
+        sources.tree_digest(tree / "elsewhere" / "tree", within=tree, name="[builds.x] (source 's')")
+    assert str(info.value) == (f"[builds.x] (source 's'): subdirectory elsewhere/tree leads outside the source tree "
+                               f"(through the symlink elsewhere -> {tmp_path}); expected a folder inside it")
+
+
+def test_lock_refuses_a_path_source_with_a_link_out_of_its_tree(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
+                                                                tmp_path: Path) -> None:
+    from test_resolve import spec_text
+
+    write(ws.root, {"k/pkg/real.py": "REAL = 1\n"})
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"', extra='[sources.k]\npath = "k"\n'))
+    assert cli("lock", "e").code == 0
+    outside = tmp_path / "outside.py"
+    outside.write_text("VALUE = 1\n")
+    (ws.root / "k/pkg/extra.py").symlink_to(outside)
+    refusal = (f"envlock: error: sources.k.path: k: symlink pkg/extra.py -> {outside} leads outside the source tree; "
+               f"{_EXPECTED}\n")
+    r = cli("lock", "e", "--check")  # not "current": the link's target is not in the lock
+    assert (r.code, r.err) == (2, refusal)
+    r = cli("lock", "e")
+    assert (r.code, r.err) == (2, refusal)
+    r = cli("sync", "e")
+    assert (r.code, r.err) == (2, refusal)
 
 
 def test_override_source_is_loud(sg: SgLike, store: Store, tmp_path: Path) -> None:

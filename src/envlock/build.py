@@ -348,6 +348,9 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
     project = request.tree / spec.subdirectory if spec.subdirectory else request.tree
     if not project.is_dir():
         raise BuildError(f"{what}: subdirectory {spec.subdirectory!r} not found in source {spec.source!r}")
+    # Its links must stay in the source tree, which the lock pins (a git commit's links are
+    # checked only here, where a build reads them); before anything reads the subdirectory.
+    source_tree = sources.tree_digest(project, within=request.tree, name=f"{what} (source {spec.source!r})")
     backend, system_requires = _backend(project)
     interpreter = _interpreter(request.python)
     scratch = store.temp_dir(f"plan-{canonicalize_name(spec.name)}")
@@ -411,7 +414,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         "format": RECIPE_FORMAT,
         "name": str(canonicalize_name(spec.name)),
         "source": spec.source,
-        "source-tree": sources.tree_digest(project),  # the subdirectory: all a build sees
+        "source-tree": source_tree,  # the subdirectory: all a build sees
         "subdirectory": spec.subdirectory,
         "isolation": spec.isolation,
         "backend": backend,

@@ -98,6 +98,12 @@ class SourceError(EnvlockError):
     """A pinned source could not be fetched or does not match its pin."""
 
 
+class SourceTreeError(SourceError):
+    """A source tree holds what its digest cannot pin (a symlink leading out of it): bad input, exit 2."""
+
+    exit_code = 2
+
+
 class PatchError(EnvlockError):
     """A patch does not apply, or tries to write outside its tree."""
 

@@ -619,7 +619,9 @@ def apply_all(source: str, tree: Path, base_digest: str, patches: Sequence[Patch
         with store.new_entry("sources", f"patched-{key}") as work:
             copy_tree(tree, work / "tree")
             view.write(work / "tree")
-            (work / "tree-digest").write_text(tree_digest(work / "tree") + "\n")
+            # Patches make no links; those the tree has are refused, if a build reads them, by
+            # build.plan (a git commit's may lead anywhere and not matter).
+            (work / "tree-digest").write_text(tree_digest(work / "tree", links_inside=False) + "\n")
     digest = (entry / "tree-digest").read_text().strip()
     return PatchedTree(entry / "tree", digest, locked)
 

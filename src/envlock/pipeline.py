@@ -278,7 +278,7 @@ def _tree_drift(ws: Workspace, source: str, rel: str, digest: str) -> list[str]:
     folder = ws.root / rel
     if not folder.is_dir():
         return [f"sources.{source}.path: {rel} is missing"]
-    if tree_digest(folder) != digest:
+    if tree_digest(folder, name=f"sources.{source}.path: {rel}") != digest:
         return [f"sources.{source}.path: {rel} changed since the lock"]
     return []
 

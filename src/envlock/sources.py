@@ -14,6 +14,13 @@ instead of the pin; the result says so in ``notice``.
 
 Tree digest: ``sha256:`` over a sorted walk of the tree (POSIX relative path, entry type,
 executable bit, file bytes or symlink target). ``.git`` and ``__pycache__`` are left out.
+A symlink is hashed by its text, so a tree whose links lead out of it (an absolute target,
+or ``..`` past its top, also through other links) is refused: the digest would not cover the
+content a build reads through them.
+
+A path source's own path may be (or go through) a symlink, also to a folder outside the
+workspace: the spec's check of it is lexical, and what the digest covers is the content it
+names either way (another machine's tree with other bytes has another digest).
 """
 
 from __future__ import annotations
@@ -28,13 +35,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envlock import runner
-from envlock.errors import SourceError, UsageError
+from envlock.errors import SourceError, SourceTreeError, UsageError
 from envlock.lockfile import LockedPatch, LockedSource
 from envlock.spec import COMMIT_ID, SourceSpec
 from envlock.store import Store
 
 _SHORT_HEX = re.compile(r"[0-9a-f]{4,39}")
 IGNORED_NAMES = frozenset({".git", "__pycache__"})
+
+# Linux's limit on symlinks followed in one path lookup (ELOOP): a chain longer than this
+# is not followed by the build either.
+_MAX_LINKS = 40
 
 # SOURCE_DATE_EPOCH for trees without a commit (path sources, overrides): a fixed value
 # (1980-01-01T00:00:00Z, the earliest a zip file can record) rather than the newest mtime,
@@ -130,13 +141,55 @@ def walk_tree(root: Path) -> Iterator[tuple[str, Path]]:
     yield from sorted(entries)
 
 
-def tree_digest(root: Path) -> str:
-    """Content digest of a tree: sorted paths, entry type, exec bit, bytes or symlink target."""
+def tree_digest(root: Path, *, within: Path | None = None, name: str | None = None,
+                links_inside: bool = True) -> str:
+    """Content digest of a tree: sorted paths, entry type, exec bit, bytes or symlink target.
+
+    ``SourceTreeError`` (naming every such link) when a symlink leads out of ``within`` (default:
+    ``root``; a build's subdirectory passes its source tree: it may be a link itself, and its
+    links may reach the rest of the source). ``name`` names the tree in that message.
+    ``links_inside=False``: digest only, for a git commit's tree (see ``checkout``).
+    """
+    if not links_inside:
+        return _digest(root, [])
+    top = within if within is not None else root
+    shown = name or str(top)
+    lexical = root.relative_to(top).parts
+    # Links are followed from where the files really are: a subdirectory may be a link.
+    base = _resolve_within(top, lexical)
+    if isinstance(base, _Escape):
+        through = f" (through the symlink {base})" if base.link else ""
+        raise SourceTreeError(f"{shown}: subdirectory {'/'.join(lexical)} leads outside the source tree{through}; "
+                              "expected a folder inside it")
+    escapes: list[str] = []
+    links: list[tuple[str, str]] = []
+    digest = _digest(root, links)
+    for rel, target in links:
+        real = (*base, *rel.split("/"))
+        leads = _resolve_within(top, real)
+        if isinstance(leads, _Escape):
+            through = "" if leads.link == "/".join(real) else f" (through the symlink {leads})"
+            escapes.append(f"symlink {'/'.join((*lexical, rel))} -> {target} leads outside the source tree{through}")
+    # The digest would pin a link's text while a build reads what it points to: a file
+    # outside could change (or differ on another machine) under the same digest.
+    expected = "expected links that stay inside it (a link is hashed by its text, not by what it points to)"
+    if len(escapes) == 1:
+        raise SourceTreeError(f"{shown}: {escapes[0]}; {expected}")
+    if escapes:
+        raise SourceTreeError(f"{shown}: {len(escapes)} symlinks lead outside the source tree; {expected}",
+                              details=escapes)
+    return digest
+
+
+def _digest(root: Path, links: list[tuple[str, str]]) -> str:
+    """The digest of the tree at ``root``; each symlink's (relative path, target) is added to ``links``."""
     h = hashlib.sha256()
     for rel, path in walk_tree(root):
         st = path.lstat()
         if stat.S_ISLNK(st.st_mode):
-            kind, data = b"l", os.fsencode(os.readlink(path))
+            target = os.readlink(path)
+            links.append((rel, target))
+            kind, data = b"l", os.fsencode(target)
         elif stat.S_ISREG(st.st_mode):
             kind = b"x" if st.st_mode & 0o100 else b"f"
             data = path.read_bytes()
@@ -145,6 +198,53 @@ def tree_digest(root: Path) -> str:
         name = os.fsencode(rel)  # raw bytes: a name need not be UTF-8
         h.update(kind + len(name).to_bytes(4, "big") + name + len(data).to_bytes(8, "big") + data)
     return "sha256:" + h.hexdigest()
+
+
+@dataclass(frozen=True)
+class _Escape:
+    """The symlink by which a path leaves its tree (``link`` relative to the tree; empty if none)."""
+
+    link: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.link} -> {self.target}"
+
+
+def _resolve_within(top: Path, parts: Sequence[str]) -> tuple[str, ...] | _Escape:
+    """Where ``parts`` (relative to ``top``) lead with every symlink on the way followed, as parts
+    relative to ``top``; or the link whose target leaves ``top`` (``_Escape``).
+
+    Step by step, as the kernel resolves a path, not lexically: ``a/b/..`` is not ``a`` when
+    ``a/b`` is a link. A way that leaves the tree and comes back in (``../tree/x``) leaves it
+    too: a copy of the tree (the store's, the build's) has another name and another parent.
+    """
+    no_link = _Escape("", "")
+    todo = [(part, no_link) for part in parts]  # each part with the link whose target it came from
+    here: list[str] = []
+    hops = 0
+    while todo:
+        part, origin = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not here:
+                return origin
+            here.pop()
+            continue
+        path = top.joinpath(*here, part)
+        if not path.is_symlink():
+            here.append(part)
+            continue
+        hops += 1
+        if hops > _MAX_LINKS:  # a loop, or a chain too long: the build cannot follow it either
+            return tuple(here)
+        target = os.readlink(path)
+        link = _Escape("/".join([*here, part]), target)
+        if os.path.isabs(target):
+            return link
+        todo = [(p, link) for p in target.split("/")] + todo  # relative to the link's folder, ``here``
+    return tuple(here)
 
 
 def copy_tree(src: Path, dest: Path) -> None:
@@ -279,7 +379,9 @@ def checkout(store: Store, url: str, commit: str, *, fetch_from: str | None = No
             when = _git(["show", "-s", "--format=%ct", "HEAD"], cwd=tree, what=url).stdout.strip()
             shutil.rmtree(tree / ".git")
             (work / "commit-time").write_text(when + "\n")
-            (work / "tree-digest").write_text(tree_digest(tree) + "\n")
+            # Not refused here for links out of the tree: they are upstream's, and a commit that
+            # has one may still build; a build refuses those in what it reads (build.plan).
+            (work / "tree-digest").write_text(tree_digest(tree, links_inside=False) + "\n")
             (work / "url").write_text(url + "\n")
     return GitCheckout(
         commit=commit,
@@ -289,11 +391,14 @@ def checkout(store: Store, url: str, commit: str, *, fetch_from: str | None = No
     )
 
 
-def snapshot_path(store: Store, folder: Path) -> tuple[Path, str]:
-    """Copy a local tree into ``sources/path-<digest>``; return (tree, digest)."""
+def snapshot_path(store: Store, folder: Path, *, name: str | None = None) -> tuple[Path, str]:
+    """Copy a local tree into ``sources/path-<digest>``; return (tree, digest).
+
+    ``SourceTreeError`` (named ``name``) if a symlink in it leads out of it.
+    """
     if not folder.is_dir():
         raise SourceError(f"{folder}: source directory does not exist")
-    digest = tree_digest(folder)
+    digest = tree_digest(folder, name=name)
     key = digest.removeprefix("sha256:")
     entry = store.path("sources", f"path-{key}")
     if not (entry / "tree").is_dir():
@@ -330,7 +435,7 @@ def prepare(
         pinned = commit or resolve_rev(spec.git, rev, store=store, fetch_from=fetch_from)
         requested = None if rev == pinned else rev
         if override is not None:
-            tree, digest = snapshot_path(store, override)
+            tree, digest = snapshot_path(store, override, name=f"--override-source {spec.name}={override}")
             return PreparedSource(
                 spec.name,
                 "git",
@@ -354,5 +459,6 @@ def prepare(
         )
     assert spec.path is not None
     folder = override if override is not None else workspace_root / spec.path
-    tree, digest = snapshot_path(store, folder)
+    name = f"sources.{spec.name}.path: {spec.path}" if override is None else f"--override-source {spec.name}={override}"
+    tree, digest = snapshot_path(store, folder, name=name)
     return PreparedSource(spec.name, "path", spec.path, tree, digest, override=override)
