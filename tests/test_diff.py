@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from envlock.diff import diff_locks
 from envlock.lockfile import Artifact, LockedPatch, LockedSource, NightlyPin
 from test_lockfile import sample
+
+H1, H2, H3 = (f"--hash=sha256:{c * 64}" for c in "123")
 
 
 def test_identical_locks_have_no_changes() -> None:
@@ -61,3 +64,75 @@ def test_a_build_is_a_rebuild_only_when_its_inputs_changed() -> None:
     rows = [(c.kind, c.name, c.old, c.new, c.note) for c in diff_locks(old, new_inputs, old_label="a",
                                                                         new_label="b").changes]
     assert rows == [("build", "sgl-kernel", recorded.input_digest, "sha256:" + "8" * 64, "inputs changed: rebuild")]
+
+
+def test_a_build_says_which_build_requirements_changed() -> None:
+    old = sample()
+    recorded = replace(old.builds["sgl-kernel"], requirements=(
+        f"ninja==1.11.1 {H1}", f"packaging==26.4 {H1}", f"scikit-build-core==1.1.2 {H1} {H2}"))
+    old = replace(old, builds={"sgl-kernel": recorded})
+    bumped = replace(recorded, input_digest="sha256:" + "8" * 64, sha256="9" * 64, requirements=(
+        f"cmake==4.0.0 {H1}", f"packaging==26.4 {H3}", f"scikit_build_core==1.1.3 {H1}"))
+    rows = [(c.kind, c.name, c.action, c.old, c.new, c.note)
+            for c in diff_locks(old, replace(old, builds={"sgl-kernel": bumped}), old_label="a", new_label="b").changes]
+    assert rows == [
+        ("build", "sgl-kernel", "changed", recorded.input_digest, bumped.input_digest, "inputs changed: rebuild"),
+        ("build-requirement", "cmake", "added", None, "4.0.0", "build sgl-kernel"),
+        ("build-requirement", "ninja", "removed", "1.11.1", None, "build sgl-kernel"),
+        ("build-requirement", "packaging", "changed", "26.4", "26.4", "build sgl-kernel; same version, other hashes"),
+        ("build-requirement", "scikit-build-core", "changed", "1.1.2", "1.1.3", "build sgl-kernel"),
+    ]
+    # Only the requirements changed (a lock edited by hand): named, never "another wheel sha256"
+    # between two equal hashes.
+    edited = replace(recorded, requirements=(f"ninja==1.11.1 {H1}", f"packaging==26.4 {H1}",
+                                             f"scikit-build-core==1.1.3 {H1} {H2}"))
+    rows = [(c.kind, c.name, c.old, c.new, c.note)
+            for c in diff_locks(old, replace(old, builds={"sgl-kernel": edited}), old_label="a", new_label="b").changes]
+    assert rows == [("build-requirement", "scikit-build-core", "1.1.2", "1.1.3",
+                     "build sgl-kernel; its input digest did not change")]
+
+
+def test_the_venv_digest_and_its_python_are_changes() -> None:
+    old = sample(venv_python="3.12.3")
+    other_venv = old.with_venv_digest("sha256:" + "7" * 64, "3.12.3")
+    rows = [(c.kind, c.name, c.action, c.old, c.new, c.note)
+            for c in diff_locks(old, other_venv, old_label="a", new_label="b").changes]
+    assert rows == [("env", "venv-digest", "changed", old.venv_digest, other_venv.venv_digest,
+                     "same wheels, another venv")]
+    other_python = old.with_venv_digest("sha256:" + "7" * 64, "3.12.4")
+    rows = [(c.kind, c.name, c.action, c.old, c.new, c.note)
+            for c in diff_locks(old, other_python, old_label="a", new_label="b").changes]
+    assert rows == [("env", "venv-digest", "changed", old.venv_digest, other_python.venv_digest,
+                     "same wheels, another venv"),
+                    ("env", "venv-python", "changed", "3.12.3", "3.12.4", "")]
+    # Before its first sync a lock has none; another package makes another venv, said plainly.
+    rows = [(c.kind, c.name, c.action, c.note)
+            for c in diff_locks(old.with_venv_digest(None), old, old_label="a", new_label="b").changes]
+    assert rows == [("env", "venv-digest", "added", ""), ("env", "venv-python", "added", "")]
+    fewer = replace(other_venv, packages=old.packages[:1])
+    rows = [(c.kind, c.name, c.note) for c in diff_locks(old, fewer, old_label="a", new_label="b").changes]
+    assert rows == [("env", "venv-digest", ""), ("package", "sgl-kernel", "")]
+
+
+def test_diff_prints_and_reports_build_requirements_and_the_venv_digest(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    recorded = replace(sample().builds["sgl-kernel"], requirements=(f"scikit-build-core==1.1.2 {H1}",))
+    old = sample(builds={"sgl-kernel": recorded})
+    new = replace(old, builds={"sgl-kernel": replace(recorded, requirements=(f"scikit-build-core==1.1.3 {H1}",))},
+                  venv_digest="sha256:" + "7" * 64)
+    (ws.root / "locks" / "a.toml").write_text(old.to_toml())
+    (ws.root / "locks" / "b.toml").write_text(new.to_toml())
+    r = cli("diff", "locks/a.toml", "locks/b.toml")
+    assert (r.code, r.out.splitlines()) == (0, [
+        "--- locks/a.toml",
+        "+++ locks/b.toml",
+        f"~ env      venv-digest: {old.venv_digest} -> {new.venv_digest}  (same wheels, another venv)",
+        "~ build-requirement scikit-build-core: 1.1.2 -> 1.1.3  (build sgl-kernel; its input digest did not change)",
+        "2 changes, 2 packages identical",
+    ]), r.err
+    doc = json.loads(cli("diff", "locks/a.toml", "locks/b.toml", "--json").out)
+    assert doc["changes"] == [
+        {"kind": "env", "name": "venv-digest", "action": "changed", "old": old.venv_digest, "new": new.venv_digest,
+         "note": "same wheels, another venv"},
+        {"kind": "build-requirement", "name": "scikit-build-core", "action": "changed", "old": "1.1.2",
+         "new": "1.1.3", "note": "build sgl-kernel; its input digest did not change"},
+    ]

@@ -1,19 +1,23 @@
-"""What changes between two locks: packages, nightly pins, sources, patches, builds.
+"""What changes between two locks: packages, nightly pins, sources, patches, builds and their
+build requirements, and the lock's own keys (python, platform, venv digest and its python).
 
 Pure: takes two ``Lock`` values, reads no files.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from envlock.lockfile import Lock
+from envlock.lockfile import Lock, LockedBuild, canonicalize_name
 
 
 @dataclass(frozen=True)
 class Change:
-    kind: str  # "package", "nightly", "source", "patch", "build", "env"
+    # "package", "nightly", "source", "patch", "build", "build-requirement" (note: "build NAME"),
+    # "env" (a [tool.envlock] key: python, platform, venv-digest, venv-python)
+    kind: str
     name: str
     old: str | None  # None: added
     new: str | None  # None: removed
@@ -50,6 +54,15 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str) -> LockD
     for key, was, now in (("python", old.python, new.python), ("platform", old.platform, new.platform)):
         if was != now:
             changes.append(Change("env", key, was, now))
+    if old.venv_digest != new.venv_digest:
+        # The venv is keyed by the wheels it installs: the same wheels giving another venv is
+        # worth a word (another interpreter, or a venv that did not reproduce).
+        same = (old.venv_digest is not None and new.venv_digest is not None
+                and old.install_digest() == new.install_digest())
+        changes.append(Change("env", "venv-digest", old.venv_digest, new.venv_digest,
+                              "same wheels, another venv" if same else ""))
+    if old.venv_python != new.venv_python:
+        changes.append(Change("env", "venv-python", old.venv_python, new.venv_python))
     old_pkgs = {p.name: p for p in old.packages}
     new_pkgs = {p.name: p for p in new.packages}
     unchanged = 0
@@ -88,12 +101,52 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str) -> LockD
         ba, bb = old.builds.get(name), new.builds.get(name)
         if ba == bb:
             continue
-        if ba and bb and ba.input_digest == bb.input_digest:  # a build that did not reproduce
+        if ba is None or bb is None:
+            changes.append(Change("build", name, ba.input_digest if ba else None, bb.input_digest if bb else None))
+            continue
+        if ba.input_digest != bb.input_digest:
+            changes.append(Change("build", name, ba.input_digest, bb.input_digest, "inputs changed: rebuild"))
+        elif ba.sha256 != bb.sha256:  # a build that did not reproduce
             changes.append(Change("build", name, ba.sha256, bb.sha256, "same inputs, another wheel sha256"))
-        else:
-            changes.append(Change("build", name, ba.input_digest if ba else None, bb.input_digest if bb else None,
-                                  "inputs changed: rebuild" if ba and bb else ""))
+        elif ba.wheel != bb.wheel:
+            changes.append(Change("build", name, ba.wheel, bb.wheel, "same inputs, another wheel file name"))
+        changes += _requirement_changes(name, ba, bb)
     return LockDiff(old=old_label, new=new_label, changes=tuple(changes), unchanged=unchanged)
+
+
+def _requirement_changes(build: str, a: LockedBuild, b: LockedBuild) -> list[Change]:
+    """Each build requirement of ``build`` added, removed or changed (version, or the hashes it pins)."""
+    old, new = _requirements(a.requirements), _requirements(b.requirements)
+    note = f"build {build}"
+    if a.input_digest == b.input_digest:
+        # Build requirements are inputs of the build: a lock written by envlock never changes
+        # one without its input digest, so this one was edited by other means.
+        note += "; its input digest did not change"
+    out: list[Change] = []
+    for name in sorted(set(old) | set(new)):
+        ra, rb = old.get(name), new.get(name)
+        if ra == rb:
+            continue
+        if ra is None or rb is None:
+            out.append(Change("build-requirement", name, ra[0] if ra else None, rb[0] if rb else None, note))
+        elif ra[0] != rb[0]:
+            out.append(Change("build-requirement", name, ra[0], rb[0], note))
+        else:
+            what = "other hashes" if ra[1] != rb[1] else "another requirement line"
+            out.append(Change("build-requirement", name, ra[0], rb[0], f"{note}; same version, {what}"))
+    return out
+
+
+def _requirements(lines: Iterable[str]) -> dict[str, tuple[str, frozenset[str], str]]:
+    """``name==version [; marker] --hash=...`` lines (as the lock records them) -> name: (version, hashes, line)."""
+    out: dict[str, tuple[str, frozenset[str], str]] = {}
+    for line in lines:
+        words = line.split()
+        pin = words[0] if words else line
+        name, sep, version = pin.partition("==")
+        hashes = frozenset(w for w in words if w.startswith("--hash="))
+        out[canonicalize_name(name)] = (version if sep else pin, hashes, line)
+    return out
 
 
 def _index_note(a: str | None, b: str | None) -> str:
