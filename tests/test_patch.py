@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from envlock import patch, sources
 from envlock.errors import PatchError, UsageError
+from envlock.lockfile import LockedPatch
 from envlock.store import Store
 from kit.sglike import SgLike, git, write
 
@@ -276,9 +278,15 @@ def _patches_copied(sg: SgLike, patches_dir: Path) -> Path:
     return patches_dir
 
 
+def _listed(patches_dir: Path, labels: Sequence[str]) -> tuple[LockedPatch, ...]:
+    """The patches a spec lists now, as ``record`` is given them (labels relative to ``patches_dir``)."""
+    return tuple(p.locked() for p in patch.load_patches(patches_dir, labels))
+
+
 def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_path: Path) -> None:
     tree = sources.checkout(store, sg.url, sg.pin).tree
     patches_dir = _patches_copied(sg, tmp_path / "patches" / "sglike")
+    listed = _listed(patches_dir, sg.patches)  # the spec's patches, unchanged while the work dir is in use
     work = tmp_path / "work"
     session = patch.edit("sglike", tree, _patches(sg), work)
     assert session.levels == tuple(sg.patches)
@@ -289,7 +297,8 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
     comm = work / "python/sglike/comm.py"
     comm.write_text(comm.read_text().replace("    12: {", "    11: {\n        2: 32 * MiB,\n    },\n    12: {"))
     (work / "python/sglike/extra.py").write_text("EXTRA = True\n")
-    recorded = patch.record(work, patches_dir, subject="Add cc 11 (a test)", why="Because.", upstream="not proposed")
+    recorded = patch.record(work, patches_dir, subject="Add cc 11 (a test)", why="Because.", upstream="not proposed",
+                            current=listed, workspace_root=patches_dir)
     assert recorded.path == patches_dir / "0004-add-cc-11-a-test.patch"
     assert recorded.files == ("python/sglike/comm.py", "python/sglike/extra.py")
     text = recorded.path.read_text()
@@ -302,15 +311,18 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
     states = patch.status(tree, patch.load_patches(patches_dir, labels))
     assert [s.state for s in states] == ["applies"] * 4
     with pytest.raises(PatchError, match="nothing to record"):
-        patch.record(work, patches_dir, subject="again", why="Still.", upstream="")
+        patch.record(work, patches_dir, subject="again", why="Still.", upstream="", current=listed,
+                     workspace_root=patches_dir)
     with pytest.raises(UsageError, match="a new patch needs a subject and a why"):  # exit 2, before any work
-        patch.record(work, patches_dir, subject="again", why="", upstream="")
+        patch.record(work, patches_dir, subject="again", why="", upstream="", current=listed,
+                     workspace_root=patches_dir)
 
     # patch(1)'s leftovers from redoing a change by hand are refused, and left where they are.
     (work / "python/sglike/comm.py.orig").write_text("old\n")
     (work / "python/sglike/comm.py.rej").write_text("hunk\n")
     with pytest.raises(PatchError, match=r"2 patch\(1\) leftover file\(s\) would be recorded") as info:
-        patch.record(work, patches_dir, subject="Leftovers", why="No.", upstream="")
+        patch.record(work, patches_dir, subject="Leftovers", why="No.", upstream="", current=listed,
+                     workspace_root=patches_dir)
     assert info.value.details == ("python/sglike/comm.py.orig", "python/sglike/comm.py.rej")
     assert git(work, "diff", "--cached", "--name-only") == "" and (work / "python/sglike/comm.py.rej").is_file()
     (work / "python/sglike/comm.py.orig").unlink()
@@ -322,7 +334,8 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
     (work / "python/sglike/__pycache__").mkdir()
     (work / "python/sglike/__pycache__/comm.cpython-311.pyc").write_bytes(b"\x00\xa7binary")
     (work / "python/sglike/table with space.py").write_text("T = 1\n")
-    second = patch.record(work, patches_dir, subject="Table", why="Kept in git.", upstream="no")
+    second = patch.record(work, patches_dir, subject="Table", why="Kept in git.", upstream="no", current=listed,
+                          workspace_root=patches_dir)
     assert second.files == (".gitignore", "python/sglike/table with space.py")
     assert "+T = 1" in second.path.read_text()
 
@@ -351,8 +364,8 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
     init.write_text(init.read_text().replace("built_against, magic", "built_against, magic, mul")
                     .replace('"magic"]', '"magic", "mul"]'))
     before = (patches_dir / sg.patches[1]).read_text()
-    recorded = patch.record(work, patches_dir, subject=None, why=None, upstream=None, refresh=True,
-                            workspace_root=patches_dir)
+    recorded = patch.record(work, patches_dir, current=_listed(patches_dir, sg.patches), subject=None, why=None,
+                            upstream=None, refresh=True, workspace_root=patches_dir)
     assert recorded.path == patches_dir / sg.patches[1]  # same file, same name
     after = recorded.path.read_text()
     assert after != before
@@ -363,8 +376,8 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
     assert [st.state for st in states] == ["applies", "applies"]
     (work / "README.md").write_text("changed\n")
     with pytest.raises(UsageError, match="no pending patch to refresh; record a new one with --subject and --why"):
-        patch.record(work, patches_dir, subject=None, why=None, upstream=None, refresh=True,
-                     workspace_root=patches_dir)
+        patch.record(work, patches_dir, current=_listed(patches_dir, sg.patches), subject=None, why=None,
+                     upstream=None, refresh=True, workspace_root=patches_dir)
 
 
 def test_refresh_retires_a_later_patch_the_new_code_already_has(sg: SgLike, store: Store, tmp_path: Path) -> None:
@@ -377,8 +390,8 @@ def test_refresh_retires_a_later_patch_the_new_code_already_has(sg: SgLike, stor
     assert session.pending == order
     ops = work / "sgl-kernel/csrc/ops.c"
     ops.write_text(ops.read_text() + "\n/* redone by hand */\n")
-    recorded = patch.record(work, patches_dir, subject=None, why=None, upstream=None, refresh=True,
-                            workspace_root=patches_dir)
+    recorded = patch.record(work, patches_dir, current=_listed(patches_dir, order), subject=None, why=None,
+                            upstream=None, refresh=True, workspace_root=patches_dir)
     assert recorded.upstreamed == (sg.patches[0],)
     assert recorded.pending == ()
     assert json.loads((work / ".git" / "envlock-edit.json").read_text())["levels"] == [sg.patches[1], sg.patches[2]]
@@ -386,7 +399,7 @@ def test_refresh_retires_a_later_patch_the_new_code_already_has(sg: SgLike, stor
 
 def test_record_needs_an_edit_workdir(tmp_path: Path) -> None:
     with pytest.raises(PatchError, match="not an envlock edit work dir"):
-        patch.record(tmp_path, tmp_path, subject="x", why="", upstream="")
+        patch.record(tmp_path, tmp_path, current=(), subject="x", why="", upstream="")
 
 
 def test_edit_refuses_a_non_empty_workdir(sg: SgLike, store: Store, tmp_path: Path) -> None:
@@ -403,3 +416,187 @@ def test_format_header_indents_continuations() -> None:
     assert patch.format_header("S", "line one\nline two", "U") == (
         "Subject: S\nWhy: line one\n  line two\nUpstream: U\n---\n"
     )
+
+
+# -- record holds the work dir to the spec's patches ----------------------------
+
+
+def _in_workspace(sg: SgLike, root: Path) -> list[str]:
+    """The fixture's patches copied into ``root/patches/sglike``; their labels as a spec lists them."""
+    _patches_copied(sg, root / "patches" / "sglike")
+    return [f"patches/sglike/{name}" for name in sg.patches]
+
+
+def _stale(work: Path) -> str:
+    return (f"{work}: the spec's patches of source 'sglike' are no longer those this work dir was made on, so a patch "
+            "recorded here would be diffed against a tree the spec does not build; make a new work dir with "
+            "`envlock patch edit e sglike` and redo your change there")
+
+
+@pytest.mark.parametrize("change", ["removed", "added", "changed", "reordered"])
+def test_record_refuses_a_work_dir_made_on_other_patches_than_the_spec_lists(sg: SgLike, store: Store, tmp_path: Path,
+                                                                             change: str) -> None:
+    tree = sources.checkout(store, sg.url, sg.pin).tree
+    root = tmp_path / "ws"
+    first, second, third = labels = _in_workspace(sg, root)
+    work = tmp_path / "work"
+    patch.edit("sglike", tree, patch.load_patches(root, labels), work, env="e")
+    (work / "README.md").write_text("changed\n")
+    now = labels
+    if change == "removed":
+        now, details = [first, second], [f"{third}: removed from the spec"]
+    elif change == "added":
+        more = "patches/sglike/0004-more.patch"
+        (root / more).write_text(MODIFY)
+        now, details = [*labels, more], [f"{more}: added to the spec"]
+    elif change == "changed":
+        was = patch.parse_patch_file(root / second).sha256
+        (root / second).write_text((root / second).read_text().replace("Why:", "Why: reworded,", 1))
+        is_now = patch.parse_patch_file(root / second).sha256
+        details = [f"{second}: its file changed (sha256 {was[:12]} -> {is_now[:12]})"]
+    else:
+        now = [second, first, third]
+        details = [f"the spec lists {second}, {first}, {third}; expected {first}, {second}, {third}"]
+    listing = sorted(p.name for p in (root / "patches/sglike").iterdir())
+    with pytest.raises(PatchError) as info:
+        patch.record(work, root / "patches/sglike", current=_listed(root, now), subject="S", why="W", upstream="",
+                     workspace_root=root)
+    assert (info.value.message, info.value.details) == (_stale(work), tuple(details))
+    assert info.value.exit_code == 1  # as the other refusals of record's work dir
+    # Checked before anything is written or staged.
+    assert sorted(p.name for p in (root / "patches/sglike").iterdir()) == listing
+    assert git(work, "status", "--porcelain") == "M README.md"
+
+
+def test_record_refuses_a_new_patch_numbered_after_one_the_work_dir_was_not_made_on(sg: SgLike, store: Store,
+                                                                                    tmp_path: Path) -> None:
+    """Two work dirs made on 0001-0003: the second's patch must not be 0005, after the first's 0004."""
+    tree = sources.checkout(store, sg.url, sg.pin).tree
+    root = tmp_path / "ws"
+    labels = _in_workspace(sg, root)
+    patches_dir = root / "patches/sglike"
+    one, two = tmp_path / "one", tmp_path / "two"
+    for work in (one, two):
+        patch.edit("sglike", tree, patch.load_patches(root, labels), work, env="e")
+    (one / "README.md").write_text("one\n")
+    (two / "python/sglike/__init__.py").write_text("TWO = 2\n")
+    first = patch.record(one, patches_dir, current=_listed(root, labels), subject="One", why="W", upstream="",
+                         workspace_root=root)
+    assert first.path == patches_dir / "0004-one.patch"
+    with pytest.raises(PatchError) as info:
+        patch.record(two, patches_dir, current=_listed(root, labels), subject="Two", why="W", upstream="",
+                     workspace_root=root)
+    assert str(info.value) == (
+        f"{two}: a new patch of source 'sglike' would be numbered after patches/sglike/0004-one.patch, which this work "
+        "dir was not made on (recorded from another work dir since?); the new patch was diffed without it. Add it to "
+        "the spec and make a new work dir with `envlock patch edit e sglike` and redo your change there, or delete it "
+        "if retired")
+    assert not list(patches_dir.glob("0005-*"))
+    # Once the spec lists 0004, the second work dir is made on other patches than the spec's.
+    grown = _listed(root, [*labels, "patches/sglike/0004-one.patch"])
+    with pytest.raises(PatchError) as info:
+        patch.record(two, patches_dir, current=grown, subject="Two", why="W", upstream="", workspace_root=root)
+    assert info.value.details == ("patches/sglike/0004-one.patch: added to the spec",)
+    # The first goes on: its own patches may be in the spec or not yet.
+    (one / "README.md").write_text("one, again\n")
+    assert patch.record(one, patches_dir, current=_listed(root, labels), subject="Again", why="W", upstream="",
+                        workspace_root=root).number == 5
+    (one / "README.md").write_text("one, a third time\n")
+    assert patch.record(one, patches_dir, current=grown, subject="Third", why="W", upstream="",
+                        workspace_root=root).number == 6
+
+
+def test_record_follows_what_refresh_rewrote_and_what_upstream_has(sg: SgLike, store: Store, tmp_path: Path) -> None:
+    """After record --refresh the spec lists the rewritten file; a patch upstream has may leave the spec."""
+    tree = sources.checkout(store, sg.url, sg.upstream).tree
+    root = tmp_path / "ws"
+    labels = _in_workspace(sg, root)
+    order = [labels[1], labels[0], labels[2]]  # the conflict first, then the upstreamed one
+    patches_dir = root / "patches/sglike"
+    work = tmp_path / "work"
+    patch.edit("sglike", tree, patch.load_patches(root, order), work, stop_at_conflict=True, env="e")
+    ops = work / "sgl-kernel/csrc/ops.c"
+    ops.write_text(ops.read_text() + "\n/* redone by hand */\n")
+    refreshed = patch.record(work, patches_dir, current=_listed(root, order), subject=None, why=None, upstream=None,
+                             refresh=True, workspace_root=root)
+    assert refreshed.upstreamed == (labels[0],)
+    (work / "README.md").write_text("next\n")
+    assert patch.record(work, patches_dir, current=_listed(root, order), subject="Next", why="W", upstream="",
+                        workspace_root=root).number == 4
+    retired = [labels[1], labels[2]]  # the advice taken: 0001 dropped from the spec
+    (work / "README.md").write_text("after\n")
+    assert patch.record(work, patches_dir, current=_listed(root, retired), subject="After", why="W", upstream="",
+                        workspace_root=root).number == 5
+    # Listed, the upstreamed patch is still held to the bytes the work dir saw.
+    was = patch.parse_patch_file(root / labels[0]).sha256
+    (root / labels[0]).write_text((root / labels[0]).read_text().replace("Why:", "Why: reworded,", 1))
+    (work / "README.md").write_text("later\n")
+    with pytest.raises(PatchError) as info:
+        patch.record(work, patches_dir, current=_listed(root, order), subject="Later", why="W", upstream="",
+                     workspace_root=root)
+    assert info.value.details == (
+        f"{labels[0]}: its file changed (sha256 {was[:12]} -> {patch.parse_patch_file(root / labels[0]).sha256[:12]})",)
+
+
+def test_record_refuses_a_work_dir_that_does_not_say_what_it_was_made_on(sg: SgLike, store: Store,
+                                                                         tmp_path: Path) -> None:
+    tree = sources.checkout(store, sg.url, sg.pin).tree
+    work = tmp_path / "work"
+    patch.edit("sglike", tree, _patches(sg), work, env="e")
+    state = work / ".git" / "envlock-edit.json"
+    older = {k: v for k, v in json.loads(state.read_text()).items() if k in ("source", "levels", "pending")}
+    state.write_text(json.dumps(older))  # as an envlock before made_on wrote it
+    (work / "README.md").write_text("changed\n")
+    message = (f"{work}: the work dir does not record the env and the patches it was made on (made by an earlier "
+               "envlock, or not by `envlock patch edit`); expected a work dir made with `envlock patch edit ENV "
+               "sglike`: make one and redo your change there")
+    with pytest.raises(PatchError) as info:
+        patch.edited_env(work)
+    assert str(info.value) == message
+    with pytest.raises(PatchError) as info:
+        patch.record(work, sg.patches_dir, current=_listed(sg.patches_dir, sg.patches), subject="S", why="W",
+                     upstream="", workspace_root=sg.patches_dir)
+    assert str(info.value) == message
+
+
+_SPEC = ('[env]\npython = "3.11"\n[indexes.pypi]\nurl = "http://127.0.0.1:9/simple"\ndefault = true\n'
+         '[sources.s]\npath = "src"\npatches = [{patches}]\n')
+
+
+def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(ws, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """QA's repro: W2 is made on 0001 + 0002; 0002 leaves the spec; W2's patch would be diffed against it."""
+    write(ws.root, {"src/f.txt": "a\nb\nc\n", "patches/s/0001-x.patch": MODIFY})
+
+    def spec(*names: str) -> None:
+        ws.write_spec("e", _SPEC.format(patches=", ".join(f'"patches/s/{n}"' for n in names)))
+
+    spec("0001-x.patch")
+    w1, w2 = tmp_path / "w1", tmp_path / "w2"
+    assert cli("patch", "edit", "e", "s", "--dir", str(w1)).code == 0
+    (w1 / "g.txt").write_text("one\n")
+    r = cli("patch", "record", str(w1), "--subject", "x", "--why", "y")
+    assert (r.code, r.out.splitlines()[0]) == (0, "wrote patches/s/0002-x.patch (1 files)"), r.err
+    spec("0001-x.patch", "0002-x.patch")
+    assert cli("patch", "edit", "e", "s", "--dir", str(w2)).code == 0
+    spec("0001-x.patch")
+    (ws.root / "patches/s/0002-x.patch").unlink()
+    (w2 / "h.txt").write_text("two\n")
+    r = cli("patch", "record", str(w2), "--subject", "more", "--why", "y")
+    assert (r.code, r.err) == (1, f"envlock: error: {w2}: the spec's patches of source 's' are no longer those this "
+                                  "work dir was made on, so a patch recorded here would be diffed against a tree the "
+                                  "spec does not build; make a new work dir with `envlock patch edit e s` and redo "
+                                  "your change there\n  patches/s/0002-x.patch: removed from the spec\n")
+    assert sorted(p.name for p in (ws.root / "patches/s").iterdir()) == ["0001-x.patch"]
+
+    # Two work dirs recorded one after the other: the second is not numbered after the first's.
+    w3, w4 = tmp_path / "w3", tmp_path / "w4"
+    for work in (w3, w4):
+        assert cli("patch", "edit", "e", "s", "--dir", str(work)).code == 0
+        (work / f"{work.name}.txt").write_text(f"{work.name}\n")
+    assert cli("patch", "record", str(w3), "--subject", "three", "--why", "y").code == 0
+    r = cli("patch", "record", str(w4), "--subject", "four", "--why", "y", "--json")
+    assert r.code == 1
+    assert json.loads(r.out)["error"]["message"].startswith(
+        f"{w4}: a new patch of source 's' would be numbered after patches/s/0002-three.patch, which this work dir was "
+        "not made on")
+    assert sorted(p.name for p in (ws.root / "patches/s").iterdir()) == ["0001-x.patch", "0002-three.patch"]

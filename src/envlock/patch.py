@@ -711,13 +711,16 @@ def _git_ok(args: Sequence[str | os.PathLike[str]], cwd: Path, what: str) -> run
 
 
 def edit(
-    source: str, tree: Path, patches: Sequence[PatchFile], workdir: Path, *, stop_at_conflict: bool = False
+    source: str, tree: Path, patches: Sequence[PatchFile], workdir: Path, *, stop_at_conflict: bool = False,
+    env: str | None = None,
 ) -> EditSession:
     """Check the patched tree out into ``workdir``: a git repo, one commit per patch level.
 
     Edit files there, then ``record`` writes the difference against the top level as the
     next patch. With ``stop_at_conflict`` (refreshing patches for a new commit) the patches
     are applied up to the first that does not apply; it and the rest are ``pending``.
+    The work dir's state names ``env`` and the patches it was made on (label and sha256),
+    which ``record`` holds the spec's patches to.
     """
     if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
         what = "is not empty" if workdir.is_dir() else "is a file"
@@ -727,6 +730,7 @@ def edit(
     applying: list[PatchFile] = []
     upstreamed: list[str] = []
     pending: Sequence[PatchFile] = ()
+    made_on = [{"path": p.label, "sha256": p.sha256} for p in patches]
     for i, patch in enumerate(patches):
         if not stop_at_conflict:
             view.apply(patch)  # fails before anything is written
@@ -751,9 +755,10 @@ def edit(
         view = TreeView(workdir)
         view.apply(patch)
         _commit_level(workdir, view, patch, what)
-    state = {"source": source, "levels": [p.label for p in patches], "pending": [p.label for p in pending]}
+    state = {"source": source, "env": env, "levels": [p.label for p in patches], "pending": [p.label for p in pending],
+             "made_on": made_on, "upstreamed": upstreamed, "recorded": []}
     (workdir / ".git" / _EDIT_STATE).write_text(json.dumps(state, indent=2) + "\n")
-    return EditSession(source, workdir, tuple(state["levels"]), tuple(state["pending"]), conflict,
+    return EditSession(source, workdir, tuple(p.label for p in patches), tuple(p.label for p in pending), conflict,
                        tuple(upstreamed))
 
 
@@ -807,6 +812,22 @@ def edited_source(workdir: Path) -> str:
     return str(_edit_state(workdir)[1]["source"])
 
 
+def edited_env(workdir: Path) -> str:
+    """The env whose spec an ``edit`` work dir was made from (``PatchError`` if it does not say)."""
+    state = _edit_state(workdir)[1]
+    if not isinstance(state.get("env"), str) or "made_on" not in state:
+        raise _unknown_base(workdir, state)
+    return str(state["env"])
+
+
+def _unknown_base(workdir: Path, state: dict[str, Any]) -> PatchError:
+    return PatchError(
+        f"{workdir}: the work dir does not record the env and the patches it was made on (made by an earlier "
+        f"envlock, or not by `envlock patch edit`); expected a work dir made with `envlock patch edit ENV "
+        f"{state.get('source', 'SOURCE')}`: make one and redo your change there"
+    )
+
+
 def _edit_state(workdir: Path) -> tuple[Path, dict[str, Any]]:
     state_file = workdir / ".git" / _EDIT_STATE
     if not state_file.is_file():
@@ -821,6 +842,7 @@ def record(
     workdir: Path,
     patches_dir: Path,
     *,
+    current: Sequence[LockedPatch],
     subject: str | None,
     why: str | None,
     upstream: str | None,
@@ -832,6 +854,10 @@ def record(
     The new patch becomes the next level (committed), so another ``record`` diffs against it.
     With ``refresh``, the changes replace the first pending patch's file instead (same name,
     same header unless given), for a patch that no longer applied to a new commit.
+
+    ``current``: the source's patches as the spec lists them now. They must still be the ones
+    the work dir was made on (``PatchError`` otherwise, naming what changed), and no numbered
+    patch in ``patches_dir`` the work dir was not made on may precede the new one.
     """
     state_file, state = _edit_state(workdir)
     source = str(state["source"])
@@ -842,6 +868,8 @@ def record(
         raise UsageError(f"{workdir}: no pending patch to refresh; record a new one with --subject and --why")
     if not refresh and (not subject or not why):
         raise UsageError(f"{workdir}: a new patch needs a subject and a why (--subject, --why)")
+    root = workspace_root or patches_dir.parent.parent  # pending patches are named from the workspace root
+    _check_base(workdir, state, current, root, None if refresh else patches_dir)
     # Without -f (unlike edit's levels): what the source's .gitignore covers, such as the
     # __pycache__ and build output of trying the change, is not part of a patch.
     _git_ok(["add", "-A"], workdir, what)
@@ -864,7 +892,6 @@ def record(
     if not diff.strip():
         level = state["levels"][-1] if state["levels"] else "base"
         raise PatchError(f"{workdir}: nothing to record (no change against {level})")
-    root = workspace_root or patches_dir.parent.parent  # pending patches are named from the workspace root
     if refresh:
         label = pending[0]
         target = root / label
@@ -899,6 +926,11 @@ def record(
     _git_ok(["commit", "-q", "--no-verify", "-m", f"{target.name}\n\n{subject}"], workdir, what)
     state["levels"] = [*state["levels"], label]
     state["pending"] = pending[1:] if refresh else pending
+    if refresh:  # the spec lists the rewritten file: its new bytes are what the work dir is made on
+        state["made_on"] = [{"path": p["path"], "sha256": parsed.sha256 if p["path"] == label else p["sha256"]}
+                            for p in state["made_on"]]
+    else:
+        state["recorded"] = [*state.get("recorded", []), {"path": label, "sha256": parsed.sha256}]
     upstreamed: list[str] = []
     if refresh:
         # Carry on with the patches after it, as edit does: apply what applies, retire what
@@ -916,6 +948,69 @@ def record(
             else:
                 break
             state["pending"] = state["pending"][1:]
+    state["upstreamed"] = [*state.get("upstreamed", []), *upstreamed]
     state_file.write_text(json.dumps(state, indent=2) + "\n")
     return RecordedPatch(source, target, number, tuple(f.path for f in parsed.files), parsed.sha256,
                          tuple(state["pending"]), tuple(upstreamed))
+
+
+def _check_base(workdir: Path, state: dict[str, Any], current: Sequence[LockedPatch], root: Path,
+                patches_dir: Path | None) -> None:
+    """Refuse to record when the spec's patches are no longer those the work dir was made on
+    (the new patch would be diffed against a base the spec does not build), or, for a new
+    patch (``patches_dir``), when a numbered patch there that the work dir was not made on
+    would come between them and it."""
+    if "made_on" not in state:
+        raise _unknown_base(workdir, state)
+    source, env = state["source"], state.get("env") or "ENV"
+    redo = f"make a new work dir with `envlock patch edit {env} {source}` and redo your change there"
+
+    def where(label: str) -> str:  # one name for a patch however it is spelled (relative, absolute)
+        return os.path.normpath(root / label)
+
+    made_on = [(str(p["path"]), str(p["sha256"])) for p in state["made_on"]]
+    recorded = [(str(p["path"]), str(p["sha256"])) for p in state.get("recorded", [])]
+    # A patch the work dir found already applied may stay in the spec or leave it (as the
+    # advice says): the tree has its change either way.
+    gone = {label: sha for label, sha in made_on if label in state.get("upstreamed", [])}
+    expected = [(where(label), sha) for label, sha in made_on if label not in gone]
+    actual = [(where(p.path), p.sha256) for p in current if gone.get(p.path) != p.sha256]
+    mine = [(where(label), sha) for label, sha in recorded]
+    extra = actual[len(expected):]
+    if actual[:len(expected)] != expected or extra != mine[:len(extra)]:
+        was = dict(expected + mine + [(where(label), sha) for label, sha in gone.items()])
+        now = dict(actual)
+        names = {where(label): label for label, _ in made_on + recorded} | {where(p.path): p.path for p in current}
+        problems = [f"{names[key]}: removed from the spec" for key, _ in expected if key not in now]
+        problems += [f"{names[key]}: added to the spec" for key in now if key not in was]
+        problems += [f"{names[key]}: its file changed (sha256 {was[key][:12]} -> {sha[:12]})"
+                     for key, sha in actual if key in was and was[key] != sha]
+        if not problems:  # the same patches, in another order
+            problems.append("the spec lists " + ", ".join(names[key] for key, _ in actual) + "; expected "
+                            + ", ".join(names[key] for key, _ in expected)
+                            + (", then those recorded here, in order: " + ", ".join(names[k] for k, _ in mine)
+                               if mine else ""))
+        raise PatchError(f"{workdir}: the spec's patches of source {source!r} are no longer those this work dir was "
+                         f"made on, so a patch recorded here would be diffed against a tree the spec does not "
+                         f"build; {redo}", details=problems)
+    if patches_dir is None:
+        return
+    # The next number must follow the patches the work dir was made on: a higher-numbered
+    # patch it was not made on (recorded from another work dir since) would be taken to come
+    # before the new one, which was diffed without it.
+    def number(path: str) -> int | None:
+        found = re.match(r"(\d{4})-", os.path.basename(path))
+        return int(found.group(1)) if found else None
+
+    folder = os.path.normpath(patches_dir)
+    base = {key for key, _ in expected + mine} | {where(label) for label in gone}
+    top = max((n for key in base if os.path.dirname(key) == folder and (n := number(key)) is not None), default=0)
+    later = sorted(str(p) for p in patches_dir.glob("*.patch")
+                   if os.path.normpath(p) not in base and (n := number(p.name)) is not None and n > top)
+    if later:
+        shown = ", ".join(os.path.relpath(p, root) if p.startswith(os.path.normpath(root) + os.sep) else p
+                          for p in later)
+        it = "it" if len(later) == 1 else "them"
+        raise PatchError(f"{workdir}: a new patch of source {source!r} would be numbered after {shown}, which this "
+                         f"work dir was not made on (recorded from another work dir since?); the new patch was "
+                         f"diffed without {it}. Add {it} to the spec and {redo}, or delete {it} if retired")

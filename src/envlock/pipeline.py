@@ -855,13 +855,14 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
     # A path source has no pin to go back to: its tree as it is now is what a patch must
     # be redone on, as for a new commit (record --refresh).
     return patch.edit(source, prepared.tree, patch.load_patches(ws.root, src.patches), workdir,
-                      stop_at_conflict=against is not None or src.git is None)
+                      stop_at_conflict=against is not None or src.git is None, env=env)
 
 
 def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str | None, upstream: str | None,
                  refresh: bool = False) -> RecordedPatch:
     """Write the edits in ``workdir`` as ``patches/SOURCE/NNNN-title.patch`` (add it to the spec's list),
-    or with ``refresh`` over the first pending patch that did not apply to the new commit."""
+    or with ``refresh`` over the first pending patch that did not apply to the new commit; only while
+    the spec's patches of the source are still those the work dir was made on."""
     from envlock import patch
     from envlock.errors import PatchError
 
@@ -869,9 +870,14 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
         source = patch.edited_source(workdir)
     except PatchError as exc:  # the command was pointed at another folder: bad input
         raise UsageError(exc.message) from None
+    spec = load_env_spec(ws, patch.edited_env(workdir))
+    if source not in spec.sources:
+        raise PatchError(f"{workdir}: made for [sources.{source}], which {ws.relative(spec.path)} no longer has; "
+                         "expected the source the work dir was made for")
+    current = tuple(p.locked() for p in patch.load_patches(ws.root, spec.sources[source].patches))
     patches_dir = ws.root / "patches" / source
-    return patch.record(workdir, patches_dir, subject=subject, why=why, upstream=upstream, refresh=refresh,
-                        workspace_root=ws.root)
+    return patch.record(workdir, patches_dir, current=current, subject=subject, why=why, upstream=upstream,
+                        refresh=refresh, workspace_root=ws.root)
 
 
 def _sources_for_lock(
