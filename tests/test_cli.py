@@ -549,8 +549,26 @@ def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, univers
     r = cli("-q", "sync", "n", "--lock", str(lock_file))
     assert r.code == 0, r.err
 
-    # Bad input is named before any work.
+    # A lock made through one mirror (it records that mirror's URLs), synced through another:
+    # the mirror given is where the bytes come from, not the URLs the lock names.
     monkeypatch.delenv("ENVLOCK_INDEX_PYTORCH")
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home3"))
+    through_mirror = tmp_path / "pylock.n.toml"
+    through_mirror.write_text(locked.replace(upstream, served))
+    absent = (tmp_path / "no-mirror").as_uri()
+    r = cli("-q", "sync", "n", "--lock", str(through_mirror), "--index", f"pytorch={absent}")
+    assert r.code == 1 and f"mirror {absent} lists no such file for pytorch-triton" in r.err, r.err
+    # A spec that does not read, with ENVLOCK_INDEX_* set for another env: `--lock` syncs as it is.
+    monkeypatch.setenv("ENVLOCK_INDEX_SOMETHING_ELSE", absent)
+    spec = ws.root / "envs" / "n.toml"
+    good_spec = spec.read_text()
+    spec.write_text(good_spec + "[bogus]\n")
+    r = cli("-q", "sync", "n", "--lock", str(through_mirror))
+    assert r.code == 0, r.err
+    spec.write_text(good_spec)
+    monkeypatch.delenv("ENVLOCK_INDEX_SOMETHING_ELSE")
+
+    # Bad input is named before any work.
     r = cli("sync", "n", "--frozen", "--index", f"torch={universe.pytorch}")
     assert (r.code, r.err) == (2, f"envlock: error: --index torch=...: {ws.root / 'envs' / 'n.toml'} has no "
                                   "[indexes.torch]; indexes: flashinfer, pypi, pytorch\n")

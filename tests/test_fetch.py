@@ -408,7 +408,7 @@ def test_a_mirror_serves_the_locked_files_and_the_locked_urls_are_not_asked(
         server: IndexServer, store: Store, tmp_path: Path) -> None:
     wheels = [_publish(server, tmp_path, n)[0] for n in ("alpha", "beta")]
     packages = [_locked_upstream(w) for w in wheels]
-    locate = mirror_locator(packages, {UPSTREAM: server.url("pypi")})
+    locate = mirror_locator(packages, {p.name: server.url("pypi") for p in packages})
     result = fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path, locate=locate)
     assert sorted(server.downloads()) == sorted(f"/pypi/files/{w.name}" for w in wheels)
     for wheel, pkg in zip(wheels, packages, strict=True):
@@ -430,10 +430,10 @@ def test_a_mirror_whose_file_is_not_the_locked_one_stores_nothing(server: IndexS
     pkg = _locked_upstream(locked)
     sha = pkg.wheels[0].sha256
     with pytest.raises(FetchError) as unlisted_hash:
-        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {UPSTREAM: server.url("plain")}))
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {pkg.name: server.url("plain")}))
     assert f"sha256 mismatch for {server.file_url('plain', other.name)}: expected {sha}" in unlisted_hash.value.message
     with pytest.raises(FetchError) as listed_hash:
-        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {UPSTREAM: server.url("pypi")}))
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {pkg.name: server.url("pypi")}))
     other_sha = hashlib.sha256(other.read_bytes()).hexdigest()
     assert listed_hash.value.message == (f"{locked.name}: mirror {server.url('pypi')} lists it with sha256 "
                                          f"{other_sha}, the lock says {sha}: not the locked file")
@@ -441,17 +441,44 @@ def test_a_mirror_whose_file_is_not_the_locked_one_stores_nothing(server: IndexS
     assert not store_file(store, pkg.wheels[0]).exists()
 
 
-def test_a_file_the_mirror_lacks_is_named_and_nothing_is_downloaded(server: IndexServer, store: Store,
-                                                                    tmp_path: Path) -> None:
+def test_a_file_the_mirror_lacks_is_named_and_the_others_are_fetched(server: IndexServer, store: Store,
+                                                                     tmp_path: Path) -> None:
     present = _publish(server, tmp_path, "alpha")[0]
     absent = build_wheel(tmp_path / "absent", "beta", "1.0", files={"beta/x.py": "x = 1\n"})
+    own = _publish(server, tmp_path, "gamma")[1]  # from an index with no mirror: its locked URL
     packages = [_locked_upstream(present), _locked_upstream(absent)]
     with pytest.raises(FetchError) as info:
-        fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path,
-              locate=mirror_locator(packages, {UPSTREAM: server.url("pypi")}))
+        fetch([*(p.wheels[0] for p in packages), own], store, base_dir=tmp_path,
+              locate=mirror_locator(packages, {p.name: server.url("pypi") for p in packages}))
     assert info.value.message == (f"{absent.name}: mirror {server.url('pypi')} lists no such file for beta "
                                   f"(expected the locked wheel, sha256 {packages[1].wheels[0].sha256})")
-    assert server.downloads() == []  # not the mirror's other file, nor the unreachable locked URL
+    # Not the mirror's other file, nor the unreachable locked URL; the rest are fetched.
+    assert sorted(server.downloads()) == [f"/pypi/files/{present.name}", f"/pypi/files/{own.filename}"]
+    assert store_file(store, own).is_file() and store_file(store, packages[0].wheels[0]).is_file()
+
+
+def test_a_mirror_page_cannot_send_envlock_to_read_local_files(store: Store, tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    wheel = build_wheel(tmp_path / "w", "alpha", "1.0", files={"alpha/x.py": "x = 1\n"})
+    page = tmp_path / "site" / "alpha"
+    page.mkdir(parents=True)
+    (page / "index.html").write_text(f'<a href="{wheel.as_uri()}">{wheel.name}</a>\n')
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path / "site"))  # noqa: E731
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        mirror = f"http://127.0.0.1:{httpd.server_address[1]}"
+        pkg = _locked_upstream(wheel)
+        with pytest.raises(FetchError) as info:
+            fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {pkg.name: mirror}))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert info.value.message == (f"{wheel.name}: mirror {mirror} lists it at {wheel.as_uri()}; "
+                                  "expected a http or https URL")
+    assert not store_file(store, pkg.wheels[0]).exists()
 
 
 def test_a_mirror_with_credentials_gets_them_for_its_files_and_never_prints_them(
@@ -461,7 +488,7 @@ def test_a_mirror_with_credentials_gets_them_for_its_files_and_never_prints_them
     pkg = _locked_upstream(wheel)
     secret = server.url("pypi").replace("http://", "http://ci:s3cret@")
     with pytest.raises(FetchError) as info:
-        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {UPSTREAM: secret}))
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {pkg.name: secret}))
     assert f"sha256 mismatch for {server.file_url('pypi', wheel.name)}: " in info.value.message
     assert "s3cret" not in info.value.message
     assert server.auth_seen(wheel.name) == "Basic " + base64.b64encode(b"ci:s3cret").decode()

@@ -185,15 +185,16 @@ def fetch(
     retries: int = 5,
     backoff: float = 0.25,
     progress: Progress | None = None,
-    locate: Callable[[Sequence[Artifact]], Mapping[str, str]] | None = None,
+    locate: Callable[[Sequence[Artifact]], Mapping[str, str | FetchError]] | None = None,
 ) -> FetchResult:
     """Bring every artifact into the store (verified) and return where each is.
 
     ``path`` artifacts are relative to ``base_dir`` (the lock's folder). ``offline``:
     nothing is downloaded (local files are still copied in). ``locate``: asked, only
     when something must be downloaded, where to download those artifacts from instead
-    of their locked URLs (sha256 -> URL: a mirror); the bytes are held to the lock's
-    sha256 and size all the same. When any artifact fails, raises one ``FetchError``
+    of their locked URLs (sha256 -> URL: a mirror, or the error why that artifact cannot
+    come from there); the bytes are held to the lock's sha256 and size all the same. When
+    any artifact fails, raises one ``FetchError``
     naming every failed artifact; a store file whose size is not the lock's fails too
     (it is not removed).
     """
@@ -223,14 +224,17 @@ def fetch(
     results: dict[str, Fetched] = {
         sha: Fetched(sha, path.name, path, "store") for sha, path in have.items()
     }
-    elsewhere: Mapping[str, str] = {}
-    if locate is not None and (to_download := [a for a in missing if not _is_local(a)]):
-        try:
-            elsewhere = locate(to_download)
-        except FetchError as exc:  # reported with the others; nothing is downloaded from the lock's URLs
-            errors.append(exc)
-            failed += len(to_download)
-            missing = [a for a in missing if _is_local(a)]
+    elsewhere: dict[str, str] = {}
+    if locate is not None and (by_url := [a for a in missing if a.path is None]):  # file: URLs too
+        refused = set()
+        for sha, where_from in locate(by_url).items():
+            if isinstance(where_from, FetchError):  # its mirror cannot give it: not its locked URL either
+                errors.append(where_from)
+                refused.add(sha)
+            else:
+                elsewhere[sha] = where_from
+        failed += len(refused)
+        missing = [a for a in missing if a.sha256 not in refused]
     if missing:
         calls = [
             lambda stop, a=a: _fetch_one(a, store, base_dir=base_dir, retries=retries, backoff=backoff,
@@ -316,49 +320,55 @@ def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str 
 
 
 def mirror_locator(packages: Sequence[LockedPackage],
-                   mirrors: Mapping[str, str]) -> Callable[[Sequence[Artifact]], dict[str, str]]:
-    """A ``fetch(locate=...)`` that takes wheels from mirrors: ``mirrors`` maps an index URL
-    as the lock records it (a package's ``index``) to the mirror's URL.
+                   mirrors: Mapping[str, str]) -> Callable[[Sequence[Artifact]], dict[str, str | FetchError]]:
+    """A ``fetch(locate=...)`` that takes wheels from mirrors: ``mirrors`` maps a locked package's
+    name to the mirror (an index URL) its wheel is downloaded from instead of the lock's URL.
 
-    A wheel of such a package comes from the file of the same name that the mirror
-    lists for it (a PEP 503/691 page, as ``lock --index`` reads one); the lock's sha256
-    says whether it is the locked file, so a mirror changes where bytes come from, not
-    what they are. A file the mirror does not list is a ``FetchError`` naming it: never
-    the locked URL instead (a mirror is given where that one is not reachable).
+    The wheel is the file of the same name that the mirror lists for the package (a
+    PEP 503/691 page, as ``lock --index`` reads one); the lock's sha256 says whether it
+    is the locked file, so a mirror changes where bytes come from, not what they are. A
+    file the mirror does not list (or lists with another sha256) is that artifact's
+    ``FetchError``: never the locked URL instead (a mirror is given where that one is
+    not reachable).
     """
-    wanted = {index.rstrip("/"): url.rstrip("/") for index, url in mirrors.items()}
-    by_sha = {p.wheels[0].sha256: (p.name, wanted[p.index.rstrip("/")]) for p in packages
-              if p.wheels and p.index is not None and p.index.rstrip("/") in wanted}
+    by_sha = {p.wheels[0].sha256: (p.name, mirrors[p.name].rstrip("/")) for p in packages
+              if p.wheels and p.name in mirrors and p.wheels[0].path is None}
 
-    def locate(artifacts: Sequence[Artifact]) -> dict[str, str]:
+    def locate(artifacts: Sequence[Artifact]) -> dict[str, str | FetchError]:
         mirrored = [(a, *by_sha[a.sha256]) for a in artifacts if a.sha256 in by_sha]
         if not mirrored:
             return {}
+        from urllib.parse import urlsplit
+
         from envlock import http
         from envlock.errors import PackageIndexError
         from envlock.indexes import Listings
 
-        found: dict[str, str] = {}
-        problems: list[str] = []
+        found: dict[str, str | FetchError] = {}
         with Listings() as listings:
             for _, name, mirror in mirrored:
                 listings.prefetch(mirror, name)
             for a, name, mirror in mirrored:
+                shown = http.redact(mirror)
                 try:
                     files = {f.filename: f for f in listings.files(mirror, name)}
                 except PackageIndexError as exc:
-                    problems.append(f"{a.filename}: {exc.message}")
+                    found[a.sha256] = FetchError(f"{a.filename}: {exc.message}")
                     continue
                 listed = files.get(a.filename)
+                # An http(s) mirror's page must not send envlock to read this machine's files.
+                schemes = ("http", "https", "file") if urlsplit(mirror).scheme == "file" else ("http", "https")
                 if listed is None:
-                    problems.append(f"{a.filename}: mirror {http.redact(mirror)} lists no such file for {name} "
-                                    f"(expected the locked wheel, sha256 {a.sha256})")
+                    found[a.sha256] = FetchError(f"{a.filename}: mirror {shown} lists no such file for {name} "
+                                                 f"(expected the locked wheel, sha256 {a.sha256})")
                 elif listed.sha256 not in (None, a.sha256):
-                    problems.append(f"{a.filename}: mirror {http.redact(mirror)} lists it with sha256 "
-                                    f"{listed.sha256}, the lock says {a.sha256}: not the locked file")
+                    found[a.sha256] = FetchError(f"{a.filename}: mirror {shown} lists it with sha256 "
+                                                 f"{listed.sha256}, the lock says {a.sha256}: not the locked file")
+                elif urlsplit(listed.url).scheme not in schemes:
+                    found[a.sha256] = FetchError(f"{a.filename}: mirror {shown} lists it at {listed.url}; "
+                                                 f"expected a {' or '.join(schemes)} URL")
                 else:
                     found[a.sha256] = http.with_credentials_of(listed.url, mirror)
-        raise_all(FetchError, problems, f"{len(problems)} locked wheels cannot be taken from their mirror")
         return found
 
     return locate
@@ -389,7 +399,7 @@ def _fetch_one(
                 part.unlink(missing_ok=True)  # reopened empty by us: not a partial to keep
             return Fetched(artifact.sha256, final.name, final, "store")
         try:
-            if not _is_local(artifact):
+            if url is not None or not _is_local(artifact):  # a mirror's file: URL is read as a download
                 assert artifact.url is not None
                 got = _download(artifact, url or artifact.url, fh, retries=retries, backoff=backoff,
                                 progress=progress, stop=stop)

@@ -430,17 +430,25 @@ def sync(
     relocked = False  # the lock file was written anew first
     if offline and mirrors:
         raise UsageError("--index: --offline downloads nothing, so no mirror is read; drop one of the two")
-    redirect: dict[str, str] = {}  # lock's index URL -> mirror URL, for the downloads
+    mirrored_spec: EnvSpec | None = None  # the spec whose index names the mirrors are given by
+    download_from: dict[str, str] = {}  # spec index name -> mirror URL, for the downloads
     if lock_ref is not None:
         if sources_from:
             raise UsageError(f"--source: `sync --lock {lock_ref}` neither locks nor builds, so it fetches no source")
         if mirrors or (not offline and _mirror_vars()):
-            # The mirrors are named by spec index; only the spec says which URL a name is.
-            if (ws.root / "envs" / f"{env}.toml").is_file():
-                redirect = _download_mirrors(load_env_spec(ws, env, check_paths=False), mirrors)
-            elif mirrors:
+            # The mirrors are named by spec index; only the spec says which packages an index serves.
+            spec_file = ws.root / "envs" / f"{env}.toml"
+            if mirrors and not spec_file.is_file():
                 raise UsageError(f"--index {next(iter(mirrors))}=...: mirrors are named by spec index, and env "
-                                 f"{env!r} has no spec ({ws.relative(ws.root / 'envs' / f'{env}.toml')})")
+                                 f"{env!r} has no spec ({ws.relative(spec_file)})")
+            try:
+                mirrored_spec = load_env_spec(ws, env, check_paths=False) if spec_file.is_file() else None
+            except SpecError:
+                if mirrors:
+                    raise
+                # Only ENVLOCK_INDEX_* asked, maybe for another env: `--lock` syncs as it is.
+            if mirrored_spec is not None:
+                download_from = _download_mirrors(mirrored_spec, mirrors)
         ref = load_lock_ref(ws, lock_ref)
         lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
         if lock.env and lock.env != env:
@@ -465,7 +473,7 @@ def sync(
         spec, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
         source_mirrors(spec, sources_from)  # a --source NAME the spec lacks is an error before any work
         if not offline:
-            redirect = _download_mirrors(spec, mirrors)  # an --index NAME the spec lacks, too
+            mirrored_spec, download_from = spec, _download_mirrors(spec, mirrors)  # a NAME the spec lacks: exit 2
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
         if found is not None and found.env != env:
             # As for --lock: the env's generations would hold another env's packages.
@@ -495,7 +503,8 @@ def sync(
         if not frozen:
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
     result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
-                       offline=offline, progress=progress, inputs=inputs, base_dir=base_dir, mirrors=redirect)
+                       offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
+                       mirrors=_package_mirrors(mirrored_spec, lock, download_from))
     # The whole sync: a relock and builds come before sync_lock's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started,
@@ -507,14 +516,22 @@ def _mirror_vars() -> bool:
 
 
 def _download_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None) -> dict[str, str]:
-    """For a sync's downloads: each mirrored spec index's URL (as a lock records it) -> its mirror."""
+    """For a sync's downloads: spec index name -> its mirror (``--index`` over ``ENVLOCK_INDEX_<NAME>``)."""
     given = index_mirrors(spec, explicit)
-    if not given:
-        return {}
-    from envlock import http, resolve
+    if given:
+        from envlock import resolve
 
-    resolve.index_urls(spec, given)  # an --index NAME the spec lacks: exit 2, naming the spec's indexes
-    return {http.redact(spec.indexes[name].url).rstrip("/"): url for name, url in given.items()}
+        resolve.index_urls(spec, given)  # an --index NAME the spec lacks: exit 2, naming the spec's indexes
+    return given
+
+
+def _package_mirrors(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, str]) -> dict[str, str]:
+    """Locked package -> the mirror to download its wheel from: that of the one index the spec
+    lets it come from (whatever URL the lock recorded for it: the spec's, or another mirror's
+    the lock was made through)."""
+    if spec is None or not by_index:
+        return {}
+    return {p.name: by_index[index] for p in lock.packages if (index := spec.index_of(p.name)) in by_index}
 
 
 def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,

@@ -185,7 +185,7 @@ def pinned_override_wheels(
     tags = target_tags(spec.python, spec.platform)
     out = {}
     for name, version in sorted(exact.items()):
-        index = _allowed_index(spec, canonicalize_name(name))
+        index = spec.index_of(canonicalize_name(name))
         wanted = Version(version)  # once, not per listed file (a torch page lists thousands)
         files = [f for f in listings.files(urls[index], name) if f.filename.endswith(".whl") and f.version == wanted]
         if tags is not None:
@@ -391,11 +391,6 @@ def best_wheel(filenames: Sequence[str], tags: Sequence[Tag] | None) -> int:
     return scores.index(min(scores))
 
 
-def _allowed_index(spec: EnvSpec, name: NormalizedName) -> str:
-    pkg = spec.packages.get(name)
-    return pkg.index if pkg and pkg.index else spec.default_index.name
-
-
 def _checked_packages(
     spec: EnvSpec, inputs: ResolveInputs, entries: Sequence[Mapping[str, object]], listings: Listings,
     pinned: Mapping[str, IndexFile], stored: Mapping[str, Artifact],
@@ -422,7 +417,7 @@ def _checked_packages(
             continue  # replaced by the local build's wheel
         if name in stored:  # read from its store copy: lock the URL its index lists
             packages.append(_stored_package(name, entry, pinned[name], stored[name], inputs.store,
-                                            inputs.index_urls[_allowed_index(spec, name)]))
+                                            inputs.index_urls[spec.index_of(name)]))
             continue
         wheels = entry.get("wheels")
         archive = entry.get("archive")
@@ -450,15 +445,15 @@ def _checked_packages(
             elsewhere = None if listed_names is None or elsewhere is None else elsewhere | listed_names
     must_check = [
         item for item in wanted
-        if _allowed_index(spec, item[0]) != default or elsewhere is None or item[0] in elsewhere
+        if spec.index_of(item[0]) != default or elsewhere is None or item[0] in elsewhere
         or not _sha_of(item[2])
     ]
     for name, _, _ in must_check:
-        listings.prefetch(inputs.index_urls[_allowed_index(spec, name)], name)
+        listings.prefetch(inputs.index_urls[spec.index_of(name)], name)
     checked = {item[0] for item in must_check}
     downloaded = 0
     for name, version, wheel in wanted:
-        index_name = _allowed_index(spec, name)
+        index_name = spec.index_of(name)
         url = urldefrag(str(wheel["url"]))[0]
         if problem := Artifact(sha256="", url=url).filename_problem():  # before anything is downloaded
             raise ResolveError(f"{name} {version}: {problem}")

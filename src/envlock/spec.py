@@ -124,6 +124,12 @@ class EnvSpec:
     def default_index(self) -> IndexSpec:
         return next(i for i in self.indexes.values() if i.default)
 
+    def index_of(self, name: NormalizedName) -> str:
+        """The one index package ``name`` may come from: the one the spec pins it to, else the
+        default (every non-default index is explicit: the torchtriton lesson)."""
+        pkg = self.packages.get(name)
+        return pkg.index if pkg and pkg.index else self.default_index.name
+
     def key_digests(self) -> dict[str, str]:
         """A digest per spec key (``packages.torch``, ``env``, ...), for ``lock --check``."""
         out: dict[str, str] = {}

@@ -90,8 +90,8 @@ def sync_lock(
     is a ``VerifyError`` listing the files, and nothing is flipped. ``inputs`` (path
     -> sha256) are the files whose bytes made the lock current for its spec, kept in
     the fast no-op stamp (see ``envlock.quick``). ``base_dir``: where the lock's relative
-    ``path`` wheels are found (default: the lock file's folder). ``mirrors``: index URL (as
-    the lock records it) -> the mirror to download that index's wheels from instead.
+    ``path`` wheels are found (default: the lock file's folder). ``mirrors``: package name ->
+    the mirror (an index URL) to download its wheel from instead of the lock's URL.
     """
     started = time.monotonic()
     key = lock.install_digest()
