@@ -811,7 +811,9 @@ def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
                                "envlock's) and run the command again")
     with pytest.raises(UsageError) as info:
         env_path(store, "demo")
-    assert "is not the link envlock keeps; generations: 1, 2" in str(info.value)
+    assert str(info.value) == (f"env 'demo': no current generation in {store.home} ({link} is not the link envlock "
+                               "keeps; generations: 1, 2); move it away, then `envlock rollback demo --to 2` makes "
+                               "one current, or run `envlock sync demo`")
 
 
 def test_a_current_link_naming_a_generation_that_is_not_there_says_so(

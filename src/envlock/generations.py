@@ -307,10 +307,13 @@ def never_synced(store: Store, env: str) -> UsageError:
     if numbers := _numbers(folder / env):
         # Synced before: its `current` link was removed or broken by hand.
         link = folder / env / CURRENT
-        state = "is not the link envlock keeps" if os.path.lexists(link) else "is missing"
-        return UsageError(f"env {env!r}: no current generation in {store.home} ({link} {state}; generations: "
-                          f"{', '.join(map(str, numbers))}); `envlock rollback {env} --to {numbers[-1]}` makes one "
-                          f"current, or run `envlock sync {env}`")
+        listed = ", ".join(map(str, numbers))
+        how = f"`envlock rollback {env} --to {numbers[-1]}` makes one current, or run `envlock sync {env}`"
+        if os.path.lexists(link):  # neither command replaces what is not envlock's link
+            return UsageError(f"env {env!r}: no current generation in {store.home} ({link} is not the link "
+                              f"envlock keeps; generations: {listed}); move it away, then {how}")
+        return UsageError(f"env {env!r}: no current generation in {store.home} ({link} is missing; "
+                          f"generations: {listed}); {how}")
     synced = sorted(p.name for p in folder.iterdir() if (p / CURRENT).is_symlink()) if folder.is_dir() else []
     close = difflib.get_close_matches(env, [e for e in synced if e != env], n=1)
     hint = (f"; did you mean {close[0]!r}? (else run `envlock sync {env}`)" if close
