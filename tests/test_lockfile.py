@@ -142,7 +142,11 @@ def test_an_env_spec_given_as_a_lock_is_named_as_one() -> None:
          "tool.envlock.builds.sgl-kernel.input-digest: missing; expected a string"),
         # What uv or pip would fail on later, with no key to go by.
         ('name = "sgl-kernel"', 'name = "sgl-kernel!!"',
-         "packages[1].name: found 'sgl-kernel!!'; expected a package name (PEP 508)"),
+         "packages[1].name: found 'sgl-kernel!!'; expected a normalized package name (PEP 751), like "
+         "\"flashinfer-python\""),
+        ('name = "sgl-kernel"', 'name = "SGL_Kernel"',
+         "packages[1].name: found 'SGL_Kernel'; expected a normalized package name (PEP 751), like "
+         "\"flashinfer-python\""),
         ('version = "0.3.21"', 'version = "0.3.21 (patched)"',
          "packages[1].version (package 'sgl-kernel'): found '0.3.21 (patched)'; expected a version (PEP 440), "
          "like \"2.9.1\""),

@@ -119,6 +119,14 @@ BAD_SPECS = [
      ["packages.torch.nightly: expected a date YYYY-MM-DD, found '2026-3-7'"]),
     ('[packages]\ntorch = { version = "==2.9.1", same-date = false }',
      ["packages.torch.same-date: only a nightly pin takes same-date (it opts out of sharing its index's date)"]),
+    ('[indexes.pytorch-nightly]\nurl = "https://x.example/simple"\n[indexes."pytorch.nightly"]\n'
+     'url = "https://y.example/simple"',
+     ["indexes.pytorch.nightly: expected a name unlike 'pytorch-nightly' in more than '-', '_' and '.': both are "
+      "ENVLOCK_INDEX_PYTORCH_NIGHTLY (a mirror's variable)"]),
+    ('[packages]\nmk = { build = "mk" }\n[sources.mini]\npath = "x"\n[builds.mk]\nsource = "mini"\n'
+     'requires = [1, "ok", 2]',
+     ["builds.mk.requires[0]: expected a string (an array of strings), found 1",
+      "builds.mk.requires[2]: expected a string (an array of strings), found 2"]),
     ('[indexes."Bad Name!"]\nurl = "https://x.example/simple"',
      ["indexes.Bad Name!: expected an index name of letters, digits, '-', '_' or '.' (like \"pytorch-nightly\"), "
       "found 'Bad Name!'"]),

@@ -346,8 +346,10 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
     )
 
 
-#: PEP 508's name, and PEP 440's version as its appendix spells it (every form it normalizes).
-_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+#: PEP 508's package name (the spec checks its names with it too).
+PACKAGE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+#: PEP 440's version, as the PEP's appendix spells it (every form it normalizes). Not
+#: packaging's Version: reading a lock (every sync) does not import packaging.
 _VERSION = re.compile(
     r"v?([0-9]+!)?[0-9]+(\.[0-9]+)*"
     r"([-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?[0-9]*)?"
@@ -361,8 +363,9 @@ _VERSION = re.compile(
 def _package(value: object, key: str) -> LockedPackage:
     pkg = _table(value, key)
     name = _str(pkg, "name", key)
-    if not _NAME.fullmatch(name):
-        raise _BadKeyError(f"{key}.name", f"found {name!r}", "a package name (PEP 508)")
+    if not PACKAGE_NAME.fullmatch(name) or canonicalize_name(name) != name:
+        raise _BadKeyError(f"{key}.name", f"found {name!r}",
+                           "a normalized package name (PEP 751), like \"flashinfer-python\"")
     try:
         version = _str(pkg, "version", key)
         if not _VERSION.fullmatch(version):

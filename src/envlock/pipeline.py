@@ -7,7 +7,6 @@ renders results; the stages below never reach around each other.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +25,7 @@ from envlock.errors import (
 )
 from envlock.lockfile import Lock, read_lock
 from envlock.store import replace_if_unchanged
-from envlock.workspace import Workspace
+from envlock.workspace import Workspace, env_var_suffix
 
 if TYPE_CHECKING:
     from envlock.diff import LockDiff
@@ -39,8 +38,8 @@ SOURCE_MIRROR_ENV_PREFIX = "ENVLOCK_SOURCE_"
 
 
 def env_var(prefix: str, name: str) -> str:
-    """``PREFIX<NAME>``: the name upper-cased, other characters as ``_`` (pytorch-nightly -> PYTORCH_NIGHTLY)."""
-    return prefix + re.sub(r"[^A-Z0-9]", "_", name.upper())
+    """``PREFIX<NAME>``: see ``workspace.env_var_suffix``."""
+    return prefix + env_var_suffix(name)
 
 
 def _from_env(prefix: str, names: Iterable[str], environ: Mapping[str, str] | None) -> dict[str, str]:

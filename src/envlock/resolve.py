@@ -537,12 +537,11 @@ def check_spec_pins(spec: EnvSpec, packages: Sequence[LockedPackage], nightlies:
     The spec refuses overrides that move its own pins; this holds the lock to it
     whatever else uv was told, so the lock never names one version and installs another.
     """
-    problems = spec.pin_problems({p.name: p.version for p in packages},
-                                 {name: pin.version for name, pin in nightlies.items()}, what="the resolution")
     # uv drops a requirement whose marker is false (how `exclude` works): an override with
     # one would take a package the spec declares out of the env without a word.
-    problems = [p + " (an override of it with a marker false for this target?)" if p.endswith("leaves it out")
-                else p for p in problems]
+    problems = spec.pin_problems({p.name: p.version for p in packages},
+                                 {name: pin.version for name, pin in nightlies.items()}, what="the resolution",
+                                 missing_hint=" (an override of it with a marker false for this target?)")
     if problems:
         raise ResolveError(f"{spec.path}: the resolution does not keep the spec's pins", details=problems)
 

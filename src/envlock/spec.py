@@ -23,12 +23,13 @@ from packaging.utils import NormalizedName, canonicalize_name
 
 from envlock.errors import SpecError
 from envlock.errors import found as _found
+from envlock.lockfile import PACKAGE_NAME as _PACKAGE_NAME
+from envlock.workspace import env_var_suffix
 
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
 _PYTHON = re.compile(r"3\.\d+(\.\d+)?")
 #: A distribution name (PEP 508).
-_PACKAGE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _PLATFORM = re.compile(r"[a-z0-9_]+(-[a-z0-9_.]+)+")
 #: What the pinned uv (pyproject.toml) accepts for ``--python-platform``, less the bare OS names
 #: (``linux``, ``macos``, ``windows``), which name no architecture. A spec naming anything else
@@ -145,12 +146,13 @@ class EnvSpec:
         return "sha256:" + hashlib.sha256(_canonical(self.raw).encode()).hexdigest()
 
     def pin_problems(self, versions: Mapping[NormalizedName, str], nightlies: Mapping[str, str], *,
-                     what: str) -> list[str]:
+                     what: str, missing_hint: str = "") -> list[str]:
         """What in ``versions`` (name -> version: a resolution, a lock) breaks this spec's own pins.
 
         Every declared package (but one a build provides) must be there, at a version its
         pin allows; a nightly at the very version ``nightlies`` (name -> version) names.
-        ``what`` names ``versions`` in the messages ("the resolution", "the lock").
+        ``what`` names ``versions`` in the messages ("the resolution", "the lock");
+        ``missing_hint`` follows the message for a package that is not there.
         """
         from packaging.version import InvalidVersion, Version
 
@@ -160,7 +162,7 @@ class EnvSpec:
             if pkg.build:
                 continue
             if version is None:
-                problems.append(f"packages.{pkg.name}: declared, but {what} leaves it out")
+                problems.append(f"packages.{pkg.name}: declared, but {what} leaves it out{missing_hint}")
                 continue
             try:
                 if pkg.nightly and pkg.name in nightlies and Version(version) != Version(nightlies[pkg.name]):
@@ -233,8 +235,7 @@ def _get_str_list(p: _Problems, table: Mapping[str, Any], key: str, path: str) -
     for i, item in enumerate(value):
         if not isinstance(item, str):
             p.add(f"{where}[{i}]", f"expected a string (an array of strings), found {_found(item)}")
-            return ()
-    return tuple(value)
+    return tuple(value) if all(isinstance(item, str) for item in value) else ()
 
 
 def _get_str_map(p: _Problems, table: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
@@ -373,13 +374,14 @@ def is_index_url(url: str) -> bool:
     return url.startswith(("http://", "https://", "file://"))
 
 
-_INDEX_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
-
-
 def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
     out: dict[str, IndexSpec] = {}
+    by_variable: dict[str, str] = {}
     for name, key, entry in _entries(p, table, "indexes", 'url = "..."', _INDEX_KEYS):
-        if not _INDEX_NAME.fullmatch(name):  # named in --index NAME=URL and ENVLOCK_INDEX_<NAME>
+        if (other := by_variable.setdefault(env_var_suffix(name), name)) != name:
+            p.add(key, f"expected a name unlike {other!r} in more than '-', '_' and '.': both are "
+                       f"ENVLOCK_INDEX_{env_var_suffix(name)} (a mirror's variable)")
+        if not _PACKAGE_NAME.fullmatch(name):  # named in --index NAME=URL and ENVLOCK_INDEX_<NAME>
             p.add(key, f"expected an index name of letters, digits, '-', '_' or '.' (like \"pytorch-nightly\"), "
                        f"found {name!r}")
         url = _get_str(p, entry, "url", key, required=True)

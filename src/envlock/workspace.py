@@ -69,3 +69,9 @@ class Workspace:
             return path.relative_to(self.root).as_posix()
         except ValueError:
             return str(path)
+
+
+def env_var_suffix(name: str) -> str:
+    """A spec name as an environment variable's suffix: upper-cased, other characters as ``_``
+    (index pytorch-nightly -> ``ENVLOCK_INDEX_PYTORCH_NIGHTLY``)."""
+    return re.sub(r"[^A-Z0-9]", "_", name.upper())
