@@ -782,14 +782,20 @@ def test_a_venv_an_earlier_envlock_named_with_a_colon_is_built_again(locks: tupl
     assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop
 
 
-def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
-        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+def _two_generations_without_current(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> tuple[Store, Path]:
+    """A store where env "demo" has generations 1 and 2, and its ``current`` link (returned) removed."""
     _, v1, v2 = locks
     store = Store.open(tmp_path / "home")
     sync_lock(store, "demo", v1, lock_path=None)
     sync_lock(store, "demo", v2, lock_path=None)
     link = store.path("envs", "demo") / "current"
     link.unlink()
+    return store, link
+
+
+def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
+        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+    store, link = _two_generations_without_current(locks, tmp_path)
     (store.path("envs", "demo") / "007").mkdir()  # not generation 7's folder: not listed, not reported
     expected = (f"env 'demo': no current generation in {store.home} ({link} is missing; generations: 1, 2); "
                 "`envlock rollback demo --to 2` makes one current, or run `envlock sync demo`")
@@ -819,12 +825,7 @@ def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
 def test_a_current_link_naming_a_generation_that_is_not_there_says_so(
         locks: tuple[IndexServer, Lock, Lock], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    _, v1, v2 = locks
-    store = Store.open(tmp_path / "home")
-    sync_lock(store, "demo", v1, lock_path=None)
-    sync_lock(store, "demo", v2, lock_path=None)
-    link = store.path("envs", "demo") / "current"
-    link.unlink()
+    store, link = _two_generations_without_current(locks, tmp_path)
     link.symlink_to("7/venv")
     gone = (f"env 'demo': its current link names generation 7, whose record {link.parent / '7' / 'generation.json'} "
             "is gone (generations: 1, 2); `envlock rollback demo --to 2` makes another one current, or run "
