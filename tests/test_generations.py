@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -777,9 +778,25 @@ def test_a_venv_an_earlier_envlock_named_with_a_colon_is_built_again(locks: tupl
     assert (again.noop, again.built, again.generation, again.venv_digest) == (False, True, 2, first.venv_digest)
     assert Path(os.path.realpath(again.path)) == install.venv_path(store, v1.install_digest())
     assert verify_env(store, "demo").ok
+    assert again.note == (f"generation 1's venv folder holds a ':' (envlock 0.1.0 named venvs so), which splits "
+                          f"PATH once activated: this generation's is {install.venv_entry(v1.install_digest())}")
     # Generation 1 keeps its venv (a rollback target), and a sync now is a no-op.
     assert os.path.realpath(link) == str(old) and (old / quick.MANIFEST_NAME).is_file()
     assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop
+    # Rolled back to it, the env says so; a sync then makes a new generation, not generation 2
+    # again (its newest, with this very lock: what a sync killed before its flip leaves), nor 1.
+    back = generations.rollback(store, "demo", to=1)
+    assert back.note.startswith("generation 1's venv folder holds a ':'") and "--frozen --lock" in back.note
+    assert quick.check(str(store.home), "demo", str(lock_path), None) is None
+    forward = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=True)
+    assert forward.generation == 2 and not forward.noop  # generation 2 is this lock's, colon-free
+
+    # The state an 0.1.0 store can be in after a current link was removed by hand (which the
+    # message then says to sync): the newest generation is the lock's, but of old. Not reused.
+    store.path("envs", "demo").joinpath("2").rename(store.path("envs", "demo") / ".gone-2")
+    (store.path("envs", "demo") / "current").unlink()
+    third = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    assert third.generation == 2 and Path(os.path.realpath(third.path)) == install.venv_path(store, v1.install_digest())
 
 
 def _two_generations_without_current(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> tuple[Store, Path]:
@@ -794,8 +811,18 @@ def _two_generations_without_current(locks: tuple[IndexServer, Lock, Lock], tmp_
 
 
 def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
-        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
+        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     store, link = _two_generations_without_current(locks, tmp_path)
+    monkeypatch.setenv("ENVLOCK_HOME", str(store.home))
+    monkeypatch.chdir(tmp_path)
+    from envlock.cli import main
+
+    assert main(["generations", "demo"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "  current: none (its link is missing or not envlock's); `envlock rollback demo --to N` makes one current")
+    assert main(["generations", "demo", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["current"] is None
     (store.path("envs", "demo") / "007").mkdir()  # not generation 7's folder: not listed, not reported
     expected = (f"env 'demo': no current generation in {store.home} ({link} is missing; generations: 1, 2); "
                 "`envlock rollback demo --to 2` makes one current, or run `envlock sync demo`")

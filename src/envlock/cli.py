@@ -251,13 +251,16 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
         ] if gens else [f"{args.env}: no generations" + ("" if damaged else f" (run `envlock sync {args.env}`)")]
         lines += [f"  unreadable: {path} (not listed; `envlock sync {args.env}` makes a new generation)"
                   for path in damaged]
-        number = generations.current_number(store, args.env)
-        if number is not None and not any(g.current for g in gens) and not any(p.parent.name == str(number)
-                                                                                for p in damaged):
+        if number is None and gens:
+            lines.append(f"  current: none (its link is missing or not envlock's); `envlock rollback {args.env} "
+                         f"--to N` makes one current")
+        elif number is not None and not any(g.current for g in gens) and not any(p.parent.name == str(number)
+                                                                                  for p in damaged):
             lines.append(f"  current: the link names generation {number}, which is not there")
         return "\n".join(lines)
 
-    _out(args, {"env": args.env, "generations": [g.to_dict() for g in gens],
+    number = generations.current_number(store, args.env)
+    _out(args, {"env": args.env, "current": number, "generations": [g.to_dict() for g in gens],
                 "unreadable": [str(p) for p in damaged]}, text)
     return 0
 
@@ -267,7 +270,8 @@ def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
 
     result = generations.rollback(_env_store(args, ws), args.env, args.to)
     _out(args, result.to_dict(),
-         lambda: f"{args.env}: generation {result.previous or '(none)'} -> {result.current}\n{result.path}")
+         lambda: f"{args.env}: generation {result.previous or '(none)'} -> {result.current}\n"
+                 + (f"  note: {result.note}\n" if result.note else "") + str(result.path))
     return 0
 
 

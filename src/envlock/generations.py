@@ -81,9 +81,11 @@ class Switch:
     previous: int | None
     current: int
     path: Path
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "previous": self.previous, "current": self.current, "path": str(self.path)}
+        return {"env": self.env, "previous": self.previous, "current": self.current, "path": str(self.path),
+                "note": self.note}
 
 
 def pyvenv_value(venv: Path, key: str) -> str | None:
@@ -364,7 +366,12 @@ def rollback(store: Store, env: str, to: int | None = None) -> Switch:
             raise UsageError(f"{target.venv}: generation {to}'s venv is gone from the store")
         _check_unchanged(store, target)
         flip(store, env, to)
-        return Switch(env, cur, to, stable_path(store, env))
+        note = ""
+        if ":" in os.path.basename(os.path.realpath(target.venv)):
+            note = (f"generation {to}'s venv folder holds a ':' (envlock 0.1.0 named venvs so), which splits PATH "
+                    f"once activated (`envlock run` is not affected); `envlock sync {env} --frozen --lock "
+                    f"{target.lock_copy}` makes a generation of it anew")
+        return Switch(env, cur, to, stable_path(store, env), note)
 
 
 def _check_unchanged(store: Store, gen: Generation) -> None:

@@ -102,6 +102,12 @@ def check(home: str, env: str, lock_file: str, spec_file: str | None) -> tuple[i
         return None  # the last sync did not check the lock against this spec
     if not os.path.isfile(os.path.join(env_dir, head, "venv", MANIFEST_NAME)):
         return None  # the venv is gone from the store
+    try:
+        venv = os.readlink(os.path.join(env_dir, head, "venv"))
+    except OSError:
+        return None  # not the link a generation holds
+    if ":" in os.path.basename(venv):
+        return None  # a venv folder envlock 0.1.0 named sha256:<hex>: the full path builds it anew
     if file_sha256(lock_file) != fields["lock"]:
         return None
     if spec_file is not None and any(file_sha256(p) != sha for p, sha in inputs.items()):

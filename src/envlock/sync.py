@@ -98,14 +98,15 @@ def sync_lock(
     with generations.env_lock(store, env):
         cur = generations.current(store, env)
         cur_python = venv_python(cur.venv) if cur is not None else None
+        # A venv folder named sha256:<hex> (envlock 0.1.0 made those) is built again at its
+        # colon-free name: a colon in its real path breaks PATH once activated.
+        renamed = cur is not None and ":" in os.path.basename(os.path.realpath(cur.venv))
         if (
             cur is not None
             and cur.install_digest == key
             and lock.venv_digest_for(cur_python) in (None, cur.venv_digest)
             and (cur.venv / quick.MANIFEST_NAME).is_file()
-            # A venv folder named sha256:<hex> (envlock 0.1.0 made those): built again at
-            # its colon-free name, as a colon in its real path breaks PATH once activated.
-            and ":" not in os.path.basename(os.path.realpath(cur.venv))
+            and not renamed
         ):
             from envlock.fetch import check_stored_sizes
 
@@ -149,7 +150,10 @@ def sync_lock(
             if actual.digest == expected:
                 repaired = (f"the first build differed from {whose} digest; with uv's cache cleared (a file "
                             "edited in a venv had reached it), the rebuild matches")
-        note = _other_python(lock, built_with) or repaired
+        note = _other_python(lock, built_with) or repaired or (
+            f"generation {cur.number}'s venv folder holds a ':' (envlock 0.1.0 named venvs so), which splits "
+            f"PATH once activated: this generation's is {inst.venv.name}"
+            if renamed and cur is not None and cur.install_digest == key else "")
         if from_store and actual.digest != expected and inst.built:
             # Rebuilt without uv's cache: if the store's wheels still are their sha256 (read
             # once, here), this venv is what the lock gives, and the newest generation's digest
@@ -180,7 +184,8 @@ def sync_lock(
         newest = generations.newest(store, env)
         if (newest is not None and (cur is None or newest.number > cur.number)
                 and (newest.install_digest, newest.venv_digest, newest.lock_sha256)
-                == (key, actual.digest, hashlib.sha256(lock_text.encode()).hexdigest())):
+                == (key, actual.digest, hashlib.sha256(lock_text.encode()).hexdigest())
+                and os.path.realpath(newest.venv) == os.path.realpath(inst.venv)):  # not a venv of old
             gen = newest  # written by a sync killed just before its flip: finish its job
         else:
             gen = generations.add(store, env, venv=inst.venv, install_digest=key,
