@@ -253,6 +253,12 @@ def test_a_build_subdirectory_is_hashed_with_links_into_the_rest_of_its_source(t
     os.symlink("src/py", tree / "python")
     # The subdirectory may be a link inside the tree; its links are followed from where it really is.
     assert sources.tree_digest(tree / "python", within=tree) == sources.tree_digest(tree / "src/py", within=tree)
+    # What the build reads through such a link is covered: an edit there is a new digest...
+    before = sources.tree_digest(tree / "src/py", within=tree)
+    (tree / "LICENSE").write_text("GPL\n")
+    assert sources.tree_digest(tree / "src/py", within=tree) != before
+    # ...and a subdirectory with no link out of it keeps the digest of its own tree.
+    assert sources.tree_digest(tree / "src/py/pkg", within=tree) == sources.tree_digest(tree / "src/py/pkg")
     with pytest.raises(SourceTreeError) as info:
         sources.tree_digest(tree / "src/py")  # on its own, ../../LICENSE leaves it
     assert "symlink LICENSE -> ../../LICENSE leads outside the source tree" in str(info.value)

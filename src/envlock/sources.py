@@ -164,12 +164,15 @@ def tree_digest(root: Path, *, within: Path | None = None, name: str | None = No
     escapes: list[str] = []
     links: list[tuple[str, str]] = []
     digest = _digest(root, links)
+    reaches_source = False  # a link of the subdirectory leads elsewhere in the source
     for rel, target in links:
         real = (*base, *rel.split("/"))
         leads = _resolve_within(top, real)
         if isinstance(leads, _Escape):
             through = "" if leads.link == "/".join(real) else f" (through the symlink {leads})"
             escapes.append(f"symlink {'/'.join((*lexical, rel))} -> {target} leads outside the source tree{through}")
+        elif leads[:len(base)] != base:
+            reaches_source = True
     # The digest would pin a link's text while a build reads what it points to: a file
     # outside could change (or differ on another machine) under the same digest.
     expected = "expected links that stay inside it (a link is hashed by its text, not by what it points to)"
@@ -178,6 +181,12 @@ def tree_digest(root: Path, *, within: Path | None = None, name: str | None = No
     if escapes:
         raise SourceTreeError(f"{shown}: {len(escapes)} symlinks lead outside the source tree; {expected}",
                               details=escapes)
+    if reaches_source:
+        # What the build reads through such a link is in the source, not in the subdirectory:
+        # the whole source's digest is then part of this one (a subdirectory without such
+        # links keeps the digest it had).
+        whole = tree_digest(top, name=name)
+        return "sha256:" + hashlib.sha256(f"{digest}\nsource {whole}".encode()).hexdigest()
     return digest
 
 
