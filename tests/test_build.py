@@ -437,3 +437,23 @@ def test_a_fetchcontent_repository_is_fetched_through_its_mirror(kit: Kit, tmp_p
                          store)
     assert planned.fetchcontent_dirs[sglike.KDEP_NAME] == store.path("sources", f"git-{kit.sg.kdep_commit}") / "tree"
     assert "https://example.invalid/kdep.git" in json.dumps(planned.recipe)  # the recipe names the spec's URL
+
+
+def test_a_fetchcontent_checkout_with_a_link_out_of_it_is_refused(kit: Kit, tmp_path: Path) -> None:
+    # CMake reads it as a source folder, and the recipe pins only its commit: a header that is a
+    # link to the host's /usr/include would build from this machine's bytes under one digest.
+    repo = tmp_path / "dep"
+    init_repo(repo)
+    write(repo, {"CMakeLists.txt": "project(dep)\n", "include/ok.h": "#define OK 1\n"})
+    (repo / "include" / "inside.h").symlink_to("ok.h")
+    (repo / "include" / "host.h").symlink_to("/usr/include/stdio.h")
+    commit = commit_all(repo, "dep")
+    request = kit.kernel()
+    spec = replace(request.spec, fetchcontent=(FetchContentInput(sglike.KDEP_NAME, str(repo), commit),))
+    with pytest.raises(SourceTreeError) as info:
+        build.plan(replace(request, spec=spec), Store.open(tmp_path / "home"))
+    assert str(info.value) == (
+        f"[builds.{request.spec.name}]: fetchcontent.{sglike.KDEP_NAME}: symlink include/host.h -> "
+        "/usr/include/stdio.h leads outside the source tree; expected links that stay inside it (a link is hashed "
+        "by its text, not by what it points to)")
+    assert info.value.exit_code == 2

@@ -304,6 +304,12 @@ def test_override_source_is_loud(sg: SgLike, store: Store, tmp_path: Path) -> No
     assert prepared.notice.startswith(f"OVERRIDDEN: source 'sglike' is built from the local tree {local}")
     assert f"not from its pin (commit {sg.pin})" in prepared.notice
     assert prepared.locked().commit == sg.pin  # the lock keeps the pin, never the override
+    # A link out of it that no build reads is taken, as in the commit it stands in for (build.plan
+    # refuses one in what a build reads).
+    (local / "docs").mkdir()
+    (local / "docs" / "GPL").symlink_to("/usr/share/common-licenses/GPL")
+    linked = sources.prepare(SourceSpec("sglike", git=sg.url, rev=sg.pin), store, tmp_path, override=path)
+    assert os.readlink(linked.tree / "docs" / "GPL") == "/usr/share/common-licenses/GPL"
 
 
 @pytest.mark.parametrize(

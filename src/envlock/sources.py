@@ -161,10 +161,32 @@ def tree_digest(root: Path, *, within: Path | None = None, name: str | None = No
         through = f" (through the symlink {base})" if base.link else ""
         raise SourceTreeError(f"{shown}: subdirectory {'/'.join(lexical)} leads outside the source tree{through}; "
                               "expected a folder inside it")
-    escapes: list[str] = []
     links: list[tuple[str, str]] = []
     digest = _digest(root, links)
-    reaches_source = False  # a link of the subdirectory leads elsewhere in the source
+    reaches_source = _check_links(top, base, lexical, links, shown)
+    if reaches_source:
+        # What the build reads through such a link is in the source, not in the subdirectory:
+        # the whole source's digest is then part of this one (a subdirectory without such
+        # links keeps the digest it had).
+        whole = tree_digest(top, name=name)
+        return "sha256:" + hashlib.sha256(f"{digest}\nsource {whole}".encode()).hexdigest()
+    return digest
+
+
+def check_links(root: Path, *, name: str | None = None) -> None:
+    """``SourceTreeError`` when a symlink under ``root`` leads out of it (see ``tree_digest``),
+    without reading any file: for a tree that is pinned otherwise (a FetchContent commit)."""
+    links = [(rel, os.readlink(path)) for rel, path in walk_tree(root) if path.is_symlink()]
+    _check_links(root, (), (), links, name or str(root))
+
+
+def _check_links(top: Path, base: tuple[str, ...], lexical: tuple[str, ...], links: list[tuple[str, str]],
+                 shown: str) -> bool:
+    """Raise ``SourceTreeError`` naming every link (relative path, target) under ``base`` (where
+    the tree really is, relative to ``top``) that leads out of ``top``; return whether one leads
+    elsewhere in ``top`` than under ``base``."""
+    escapes: list[str] = []
+    reaches = False
     for rel, target in links:
         real = (*base, *rel.split("/"))
         leads = _resolve_within(top, real)
@@ -172,7 +194,7 @@ def tree_digest(root: Path, *, within: Path | None = None, name: str | None = No
             through = "" if leads.link == "/".join(real) else f" (through the symlink {leads})"
             escapes.append(f"symlink {'/'.join((*lexical, rel))} -> {target} leads outside the source tree{through}")
         elif leads[:len(base)] != base:
-            reaches_source = True
+            reaches = True
     # The digest would pin a link's text while a build reads what it points to: a file
     # outside could change (or differ on another machine) under the same digest.
     expected = "expected links that stay inside it (a link is hashed by its text, not by what it points to)"
@@ -181,13 +203,7 @@ def tree_digest(root: Path, *, within: Path | None = None, name: str | None = No
     if escapes:
         raise SourceTreeError(f"{shown}: {len(escapes)} symlinks lead outside the source tree; {expected}",
                               details=escapes)
-    if reaches_source:
-        # What the build reads through such a link is in the source, not in the subdirectory:
-        # the whole source's digest is then part of this one (a subdirectory without such
-        # links keeps the digest it had).
-        whole = tree_digest(top, name=name)
-        return "sha256:" + hashlib.sha256(f"{digest}\nsource {whole}".encode()).hexdigest()
-    return digest
+    return reaches
 
 
 def _digest(root: Path, links: list[tuple[str, str]]) -> str:
@@ -400,20 +416,23 @@ def checkout(store: Store, url: str, commit: str, *, fetch_from: str | None = No
     )
 
 
-def snapshot_path(store: Store, folder: Path, *, name: str | None = None) -> tuple[Path, str]:
+def snapshot_path(store: Store, folder: Path, *, name: str | None = None,
+                  links_inside: bool = True) -> tuple[Path, str]:
     """Copy a local tree into ``sources/path-<digest>``; return (tree, digest).
 
-    ``SourceTreeError`` (named ``name``) if a symlink in it leads out of it.
+    ``SourceTreeError`` (named ``name``) if a symlink in it leads out of it, unless not
+    ``links_inside`` (a git source's override: as for its commit, a link out is refused
+    where a build reads it, see ``build.plan``).
     """
     if not folder.is_dir():
         raise SourceError(f"{folder}: source directory does not exist")
-    digest = tree_digest(folder, name=name)
+    digest = tree_digest(folder, name=name, links_inside=links_inside)
     key = digest.removeprefix("sha256:")
     entry = store.path("sources", f"path-{key}")
     if not (entry / "tree").is_dir():
         with store.new_entry("sources", f"path-{key}") as work:
             copy_tree(folder, work / "tree")
-            found = tree_digest(work / "tree")
+            found = tree_digest(work / "tree", links_inside=False)
             if found != digest:
                 raise SourceError(f"{folder}: changed while it was copied ({digest} -> {found})")
     return entry / "tree", digest
@@ -444,7 +463,9 @@ def prepare(
         pinned = commit or resolve_rev(spec.git, rev, store=store, fetch_from=fetch_from)
         requested = None if rev == pinned else rev
         if override is not None:
-            tree, digest = snapshot_path(store, override, name=f"--override-source {spec.name}={override}")
+            # Like the commit it stands in for: a link out is refused where a build reads it.
+            tree, digest = snapshot_path(store, override, name=f"--override-source {spec.name}={override}",
+                                         links_inside=False)
             return PreparedSource(
                 spec.name,
                 "git",
