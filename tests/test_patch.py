@@ -600,3 +600,8 @@ def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(ws, cli, tmp_pa
         f"{w4}: a new patch of source 's' would be numbered after patches/s/0002-three.patch, which this work dir was "
         "not made on")
     assert sorted(p.name for p in (ws.root / "patches/s").iterdir()) == ["0001-x.patch", "0002-three.patch"]
+
+    # patches/s/ is the source's: another env that lists 0002 (or 0001) does not make it a stray one.
+    ws.write_spec("e2", _SPEC.format(patches='"patches/s/0001-x.patch", "patches/s/0002-three.patch"'))
+    r = cli("patch", "record", str(w4), "--subject", "four", "--why", "y")
+    assert (r.code, r.out.splitlines()[0]) == (0, "wrote patches/s/0003-four.patch (1 files)"), r.err

@@ -848,6 +848,7 @@ def record(
     upstream: str | None,
     refresh: bool = False,
     workspace_root: Path | None = None,
+    other_envs: Sequence[Path] = (),
 ) -> RecordedPatch:
     """Write the work dir's changes against its top patch level as ``patches_dir/NNNN-slug.patch``.
 
@@ -857,7 +858,8 @@ def record(
 
     ``current``: the source's patches as the spec lists them now. They must still be the ones
     the work dir was made on (``PatchError`` otherwise, naming what changed), and no numbered
-    patch in ``patches_dir`` the work dir was not made on may precede the new one.
+    patch in ``patches_dir`` the work dir was not made on may precede the new one, but those
+    ``other_envs`` list (the patch folder is the source's, which other envs share).
     """
     state_file, state = _edit_state(workdir)
     source = str(state["source"])
@@ -869,7 +871,7 @@ def record(
     if not refresh and (not subject or not why):
         raise UsageError(f"{workdir}: a new patch needs a subject and a why (--subject, --why)")
     root = workspace_root or patches_dir.parent.parent  # pending patches are named from the workspace root
-    _check_base(workdir, state, current, root, None if refresh else patches_dir)
+    _check_base(workdir, state, current, root, None if refresh else patches_dir, other_envs)
     # Without -f (unlike edit's levels): what the source's .gitignore covers, such as the
     # __pycache__ and build output of trying the change, is not part of a patch.
     _git_ok(["add", "-A"], workdir, what)
@@ -897,12 +899,11 @@ def record(
         target = root / label
         old = parse_patch_file(target, label=label)
         subject, why, upstream = subject or old.subject, why or old.why, upstream or old.upstream
-        found = re.match(r"(\d{4})-", target.name)
-        number = int(found.group(1)) if found else 0
+        number = patch_number(target.name) or 0
     else:
         assert subject and why  # checked above
-        numbers = [int(m.group(1)) for p in patches_dir.glob("*.patch") if (m := re.match(r"(\d{4})-", p.name))]
-        number = max(numbers, default=0) + 1
+        number = max((n for p in patches_dir.glob("*.patch") if (n := patch_number(p.name)) is not None),
+                     default=0) + 1
         target = patches_dir / f"{number:04d}-{slug(subject)}.patch"
         label = str(target)
     text = format_header(subject, why or "", upstream or "not proposed upstream") + diff
@@ -954,12 +955,19 @@ def record(
                          tuple(state["pending"]), tuple(upstreamed))
 
 
+def patch_number(filename: str) -> int | None:
+    """The NNNN of a ``NNNN-title.patch`` file name (None for another name): the order of a
+    source's patches folder, which ``record`` numbers after."""
+    found = re.match(r"(\d{4})-", filename)
+    return int(found.group(1)) if found else None
+
+
 def _check_base(workdir: Path, state: dict[str, Any], current: Sequence[LockedPatch], root: Path,
-                patches_dir: Path | None) -> None:
+                patches_dir: Path | None, other_envs: Sequence[Path] = ()) -> None:
     """Refuse to record when the spec's patches are no longer those the work dir was made on
     (the new patch would be diffed against a base the spec does not build), or, for a new
-    patch (``patches_dir``), when a numbered patch there that the work dir was not made on
-    would come between them and it."""
+    patch (``patches_dir``), when a numbered patch there that the work dir was not made on,
+    nor another env lists (``other_envs``), would come between them and it."""
     if "made_on" not in state:
         raise _unknown_base(workdir, state)
     source, env = state["source"], state.get("env") or "ENV"
@@ -998,15 +1006,14 @@ def _check_base(workdir: Path, state: dict[str, Any], current: Sequence[LockedPa
     # The next number must follow the patches the work dir was made on: a higher-numbered
     # patch it was not made on (recorded from another work dir since) would be taken to come
     # before the new one, which was diffed without it.
-    def number(path: str) -> int | None:
-        found = re.match(r"(\d{4})-", os.path.basename(path))
-        return int(found.group(1)) if found else None
-
     folder = os.path.normpath(patches_dir)
-    base = {key for key, _ in expected + mine} | {where(label) for label in gone}
-    top = max((n for key in base if os.path.dirname(key) == folder and (n := number(key)) is not None), default=0)
+    base = ({key for key, _ in expected + mine} | {where(label) for label in gone}
+            | {os.path.normpath(p) for p in other_envs})
+    top = max((n for key in base
+               if os.path.dirname(key) == folder and (n := patch_number(os.path.basename(key))) is not None),
+              default=0)
     later = sorted(str(p) for p in patches_dir.glob("*.patch")
-                   if os.path.normpath(p) not in base and (n := number(p.name)) is not None and n > top)
+                   if os.path.normpath(p) not in base and (n := patch_number(p.name)) is not None and n > top)
     if later:
         shown = ", ".join(os.path.relpath(p, root) if p.startswith(os.path.normpath(root) + os.sep) else p
                           for p in later)

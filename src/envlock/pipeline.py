@@ -893,7 +893,24 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
     current = tuple(p.locked() for p in patch.load_patches(ws.root, spec.sources[source].patches))
     patches_dir = ws.root / "patches" / source
     return patch.record(workdir, patches_dir, current=current, subject=subject, why=why, upstream=upstream,
-                        refresh=refresh, workspace_root=ws.root)
+                        refresh=refresh, workspace_root=ws.root,
+                        other_envs=_patches_of_other_envs(ws, spec.name, source))
+
+
+def _patches_of_other_envs(ws: Workspace, env: str, source: str) -> list[Path]:
+    """The patches of source ``source`` that the workspace's other envs list (patches/SOURCE/
+    is the source's, shared by every env that builds it). A spec that does not read lists none."""
+    found = []
+    for other in ws.envs():
+        if other == env:
+            continue
+        try:
+            spec = load_env_spec(ws, other, check_paths=False)
+        except EnvlockError:
+            continue
+        if source in spec.sources:
+            found += [ws.root / rel for rel in spec.sources[source].patches]
+    return found
 
 
 def _sources_for_lock(
