@@ -565,6 +565,8 @@ def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, univers
     spec.write_text(good_spec + "[bogus]\n")
     r = cli("-q", "sync", "n", "--lock", str(through_mirror))
     assert r.code == 0, r.err
+    assert ("note: ENVLOCK_INDEX_* is set, but envs/n.toml does not read (`envlock lock n --check` says why), so "
+            "no mirror was applied to this sync's downloads") in r.out
     spec.write_text(good_spec)
     monkeypatch.delenv("ENVLOCK_INDEX_SOMETHING_ELSE")
 

@@ -455,7 +455,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("diff", cmd_diff, "what changes between two locks",
-            "Compare two locks: packages (versions, re-uploaded wheels), nightly pins, sources, patches, builds.\n"
+            "Compare two locks: packages (versions, re-uploaded wheels), nightly pins, sources, patches, builds\n"
+            "and their build requirements, and the env (python, platform, venv digest and its interpreter).\n"
             "OLD and NEW are lock paths, PATH@GITREV (e.g. locks/pylock.X.toml@HEAD~1) or env names.")
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")

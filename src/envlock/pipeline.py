@@ -430,6 +430,7 @@ def sync(
     if offline and mirrors:
         raise UsageError("--index: --offline downloads nothing, so no mirror is read; drop one of the two")
     mirrored_spec: EnvSpec | None = None  # the spec whose index names the mirrors are given by
+    unread = ""  # why the mirrors of ENVLOCK_INDEX_* were not applied
     download_from: dict[str, str] = {}  # spec index name -> mirror URL, for the downloads
     if lock_ref is not None:
         if sources_from:
@@ -445,7 +446,9 @@ def sync(
             except SpecError:
                 if mirrors:
                     raise
-                # Only ENVLOCK_INDEX_* asked, maybe for another env: `--lock` syncs as it is.
+                # Only ENVLOCK_INDEX_* asked, maybe for another env: `--lock` syncs as it is, and says so.
+                unread = (f"ENVLOCK_INDEX_* is set, but {ws.relative(spec_file)} does not read (`envlock lock "
+                          f"{env} --check` says why), so no mirror was applied to this sync's downloads")
             if mirrored_spec is not None:
                 download_from = _download_mirrors(mirrored_spec, mirrors)
         ref = load_lock_ref(ws, lock_ref)
@@ -507,7 +510,7 @@ def sync(
     # The whole sync: a relock and builds come before sync_lock's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started,
-                   relocked=relocked)
+                   relocked=relocked, note="; ".join(n for n in (result.note, unread) if n))
 
 
 def _mirror_vars() -> bool:
