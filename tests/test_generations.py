@@ -820,7 +820,8 @@ def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
 
     assert main(["generations", "demo"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "  current: none (its link is missing or not envlock's); `envlock rollback demo --to N` makes one current")
+        f"  current: none ({link} is missing; generations: 1, 2); `envlock rollback demo --to 2` makes one "
+        "current, or run `envlock sync demo`")
     assert main(["generations", "demo", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["current"] is None
     (store.path("envs", "demo") / "007").mkdir()  # not generation 7's folder: not listed, not reported

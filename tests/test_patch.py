@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -605,3 +606,12 @@ def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(ws, cli, tmp_pa
     ws.write_spec("e2", _SPEC.format(patches='"patches/s/0001-x.patch", "patches/s/0002-three.patch"'))
     r = cli("patch", "record", str(w4), "--subject", "four", "--why", "y")
     assert (r.code, r.out.splitlines()[0]) == (0, "wrote patches/s/0003-four.patch (1 files)"), r.err
+    # Another env's higher-numbered patch does not hide the strays below it.
+    shutil.copy(ws.root / "patches/s/0001-x.patch", ws.root / "patches/s/0005-other.patch")
+    ws.write_spec("e2", _SPEC.format(patches='"patches/s/0001-x.patch", "patches/s/0005-other.patch"'))
+    w5 = tmp_path / "w5"
+    assert cli("patch", "edit", "e", "s", "--dir", str(w5)).code == 0
+    (w5 / "w5.txt").write_text("w5\n")
+    r = cli("patch", "record", str(w5), "--subject", "five", "--why", "y")
+    assert r.code == 1 and ("would be numbered after patches/s/0002-three.patch, patches/s/0003-four.patch, which "
+                            "this work dir was not made on") in r.err, r.err

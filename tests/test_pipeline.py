@@ -138,3 +138,29 @@ def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Unive
     relock = cli("lock", "e", "--index", f"pypi={universe.pypi}")
     assert relock.code == 0, relock.err
     assert ws.lock_text("e").split("[tool.envlock.builds.", 1)[1] == builds_before
+
+
+def test_sync_mirrors_go_by_the_index_the_lock_records_else_the_spec_pins(tmp_path: Path) -> None:
+    # `sync --lock PATH@REV`: an older lock may have taken a package from an index today's spec
+    # no longer pins it to; a lock made through another mirror records a URL the spec does not name.
+    from envlock.lockfile import Artifact, Lock, LockedPackage
+    from envlock.pipeline import _package_mirrors
+    from envlock.spec import load_spec
+
+    nightly = "https://download.pytorch.org/whl/nightly/cu130"
+    spec_file = tmp_path / "e.toml"
+    spec_file.write_text(f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\ndefault = true\n'
+                         f'[indexes.pytorch]\nurl = "{nightly}"\n'
+                         '[packages]\ntorch = { nightly = "2026-03-07", index = "pytorch" }\n')
+    spec = load_spec(spec_file)
+
+    def pkg(name: str, index: str) -> LockedPackage:
+        return LockedPackage(name=name, version="1.0", index=index,  # type: ignore[arg-type]
+                             wheels=(Artifact(sha256=name[0] * 64, url=f"{index}/{name}-1.0-py3-none-any.whl"),))
+
+    lock = Lock(env="e", python="3.11", platform=None, spec_digest="sha256:" + "0" * 64, spec_keys={},
+                packages=(pkg("filelock", nightly), pkg("torch", "https://mirror.other/pytorch"),
+                          pkg("idna", "https://pypi.org/simple")))
+    assert _package_mirrors(spec, lock, {"pytorch": "https://m/pt"}) == {"filelock": "https://m/pt",
+                                                                          "torch": "https://m/pt"}
+    assert _package_mirrors(spec, lock, {"pypi": "https://m/pypi"}) == {"idna": "https://m/pypi"}

@@ -121,7 +121,8 @@ BAD_SPECS = [
      ["packages.torch.same-date: only a nightly pin takes same-date (it opts out of sharing its index's date)"]),
     ('[indexes.pytorch-nightly]\nurl = "https://x.example/simple"\n[indexes."pytorch.nightly"]\n'
      'url = "https://y.example/simple"',
-     ["indexes.pytorch.nightly: expected a name unlike 'pytorch-nightly' in more than '-', '_' and '.': both are "
+     ["indexes.pytorch.nightly: expected a name unlike 'pytorch-nightly' in more than case, '-', '_' and '.': "
+      "both are "
       "ENVLOCK_INDEX_PYTORCH_NIGHTLY (a mirror's variable)"]),
     ('[packages]\nmk = { build = "mk" }\n[sources.mini]\npath = "x"\n[builds.mk]\nsource = "mini"\n'
      'requires = [1, "ok", 2]',

@@ -251,9 +251,8 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
         ] if gens else [f"{args.env}: no generations" + ("" if damaged else f" (run `envlock sync {args.env}`)")]
         lines += [f"  unreadable: {path} (not listed; `envlock sync {args.env}` makes a new generation)"
                   for path in damaged]
-        if number is None and gens:
-            lines.append(f"  current: none (its link is missing or not envlock's); `envlock rollback {args.env} "
-                         f"--to N` makes one current")
+        if number is None and (why := generations.no_current(store, args.env)) is not None:
+            lines.append(f"  current: none {why}")
         elif number is not None and not any(g.current for g in gens) and not any(p.parent.name == str(number)
                                                                                   for p in damaged):
             lines.append(f"  current: the link names generation {number}, which is not there")

@@ -300,22 +300,28 @@ def flip(store: Store, env: str, number: int) -> None:
         os.close(dfd)
 
 
+def no_current(store: Store, env: str) -> str | None:
+    """Why an env with generations has none current (its ``current`` link removed or replaced
+    by hand), and what to do; None when it has no generation."""
+    numbers = _numbers(env_dir(store, env))
+    if not numbers:
+        return None
+    link = env_dir(store, env) / CURRENT
+    listed = ", ".join(map(str, numbers))
+    how = f"`envlock rollback {env} --to {numbers[-1]}` makes one current, or run `envlock sync {env}`"
+    if os.path.lexists(link):  # neither command replaces what is not envlock's link
+        return f"({link} is not the link envlock keeps; generations: {listed}); move it away, then {how}"
+    return f"({link} is missing; generations: {listed}); {how}"
+
+
 def never_synced(store: Store, env: str) -> UsageError:
     """The error for an env with no current generation in ``store``: a typo of a synced
     env's name is named as one, rather than sent to sync a new env."""
     import difflib
 
     folder = store.root / "envs"
-    if numbers := _numbers(folder / env):
-        # Synced before: its `current` link was removed or broken by hand.
-        link = folder / env / CURRENT
-        listed = ", ".join(map(str, numbers))
-        how = f"`envlock rollback {env} --to {numbers[-1]}` makes one current, or run `envlock sync {env}`"
-        if os.path.lexists(link):  # neither command replaces what is not envlock's link
-            return UsageError(f"env {env!r}: no current generation in {store.home} ({link} is not the link "
-                              f"envlock keeps; generations: {listed}); move it away, then {how}")
-        return UsageError(f"env {env!r}: no current generation in {store.home} ({link} is missing; "
-                          f"generations: {listed}); {how}")
+    if (why := no_current(store, env)) is not None:
+        return UsageError(f"env {env!r}: no current generation in {store.home} {why}")
     synced = sorted(p.name for p in folder.iterdir() if (p / CURRENT).is_symlink()) if folder.is_dir() else []
     close = difflib.get_close_matches(env, [e for e in synced if e != env], n=1)
     hint = (f"; did you mean {close[0]!r}? (else run `envlock sync {env}`)" if close

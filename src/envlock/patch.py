@@ -1007,13 +1007,14 @@ def _check_base(workdir: Path, state: dict[str, Any], current: Sequence[LockedPa
     # patch it was not made on (recorded from another work dir since) would be taken to come
     # before the new one, which was diffed without it.
     folder = os.path.normpath(patches_dir)
-    base = ({key for key, _ in expected + mine} | {where(label) for label in gone}
-            | {os.path.normpath(p) for p in other_envs})
+    base = {key for key, _ in expected + mine} | {where(label) for label in gone}
     top = max((n for key in base
                if os.path.dirname(key) == folder and (n := patch_number(os.path.basename(key))) is not None),
               default=0)
+    # Not stray: what the work dir was made on, and what other envs list (the folder is the source's).
+    known = base | {os.path.normpath(p) for p in other_envs}
     later = sorted(str(p) for p in patches_dir.glob("*.patch")
-                   if os.path.normpath(p) not in base and (n := patch_number(p.name)) is not None and n > top)
+                   if os.path.normpath(p) not in known and (n := patch_number(p.name)) is not None and n > top)
     if later:
         shown = ", ".join(os.path.relpath(p, root) if p.startswith(os.path.normpath(root) + os.sep) else p
                           for p in later)

@@ -528,12 +528,20 @@ def _download_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None) -> dict
 
 
 def _package_mirrors(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, str]) -> dict[str, str]:
-    """Locked package -> the mirror to download its wheel from: that of the one index the spec
-    lets it come from (whatever URL the lock recorded for it: the spec's, or another mirror's
-    the lock was made through)."""
+    """Locked package -> the mirror to download its wheel from: that of the spec index whose URL
+    the lock records for it; for a URL the spec does not name (a lock made through another
+    mirror), that of the one index the spec lets the package come from."""
     if spec is None or not by_index:
         return {}
-    return {p.name: by_index[index] for p in lock.packages if (index := spec.index_of(p.name)) in by_index}
+    from envlock import http
+
+    named = {http.redact(idx.url).rstrip("/"): name for name, idx in spec.indexes.items()}
+    out: dict[str, str] = {}
+    for p in lock.packages:
+        index = named.get((p.index or "").rstrip("/")) or spec.index_of(p.name)
+        if index in by_index:
+            out[p.name] = by_index[index]
+    return out
 
 
 def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,

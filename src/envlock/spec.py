@@ -379,7 +379,7 @@ def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
     by_variable: dict[str, str] = {}
     for name, key, entry in _entries(p, table, "indexes", 'url = "..."', _INDEX_KEYS):
         if (other := by_variable.setdefault(env_var_suffix(name), name)) != name:
-            p.add(key, f"expected a name unlike {other!r} in more than '-', '_' and '.': both are "
+            p.add(key, f"expected a name unlike {other!r} in more than case, '-', '_' and '.': both are "
                        f"ENVLOCK_INDEX_{env_var_suffix(name)} (a mirror's variable)")
         if not _PACKAGE_NAME.fullmatch(name):  # named in --index NAME=URL and ENVLOCK_INDEX_<NAME>
             p.add(key, f"expected an index name of letters, digits, '-', '_' or '.' (like \"pytorch-nightly\"), "
