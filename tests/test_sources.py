@@ -253,30 +253,12 @@ def test_a_build_subdirectory_is_hashed_with_links_into_the_rest_of_its_source(t
     os.symlink("src/py", tree / "python")
     # The subdirectory may be a link inside the tree; its links are followed from where it really is.
     assert sources.tree_digest(tree / "python", within=tree) == sources.tree_digest(tree / "src/py", within=tree)
-    # What the build reads through such a link is covered: an edit there is a new digest...
+    # A build gets the subdirectory alone (links copied as links): what such a link names elsewhere
+    # in the source is nothing the build can read, so the digest is the subdirectory's own.
     before = sources.tree_digest(tree / "src/py", within=tree)
     (tree / "LICENSE").write_text("GPL\n")
-    assert sources.tree_digest(tree / "src/py", within=tree) != before
-    # ...and a subdirectory with no link out of it keeps the digest of its own tree.
-    assert sources.tree_digest(tree / "src/py/pkg", within=tree) == sources.tree_digest(tree / "src/py/pkg")
-    # Only what the links reach counts: not the rest of the source, nor a link there no build reads.
-    write(tree, {"docs/notes.txt": "one\n", "legal/README": "x\n"})
-    os.symlink("/usr/share/common-licenses/GPL", tree / "legal/GPL")  # nothing of src/py reaches legal/
-    os.symlink("../src", tree / "docs/back")  # two folders whose links reach each other
-    os.symlink("../../docs", tree / "src/py/docs")
-    reached = sources.tree_digest(tree / "src/py", within=tree)
-    (tree / "docs/notes.txt").write_text("two\n")
-    assert sources.tree_digest(tree / "src/py", within=tree) != reached  # docs/ is reached now
-    os.unlink(tree / "src/py/docs")
-    before = sources.tree_digest(tree / "src/py", within=tree)
-    (tree / "docs/notes.txt").write_text("three\n")
     assert sources.tree_digest(tree / "src/py", within=tree) == before
-    # A folder it reaches is checked like the subdirectory: a link out of it is refused.
-    os.symlink("../../legal", tree / "src/py/legal")
-    with pytest.raises(SourceTreeError) as info:
-        sources.tree_digest(tree / "src/py", within=tree)
-    assert "symlink legal/GPL -> /usr/share/common-licenses/GPL leads outside the source tree" in str(info.value)
-    os.unlink(tree / "src/py/legal")
+    assert sources.tree_digest(tree / "src/py/pkg", within=tree) == sources.tree_digest(tree / "src/py/pkg")
     with pytest.raises(SourceTreeError) as info:
         sources.tree_digest(tree / "src/py")  # on its own, ../../LICENSE leaves it
     assert "symlink LICENSE -> ../../LICENSE leads outside the source tree" in str(info.value)

@@ -142,14 +142,13 @@ def walk_tree(root: Path) -> Iterator[tuple[str, Path]]:
 
 
 def tree_digest(root: Path, *, within: Path | None = None, name: str | None = None,
-                links_inside: bool = True, _seen: set[tuple[str, ...]] | None = None) -> str:
+                links_inside: bool = True) -> str:
     """Content digest of a tree: sorted paths, entry type, exec bit, bytes or symlink target.
 
     ``SourceTreeError`` (naming every such link) when a symlink leads out of ``within`` (default:
     ``root``; a build's subdirectory passes its source tree: it may be a link itself, and its
-    links may reach the rest of the source, whose content they reach is then part of the
-    digest). ``name`` names the tree in that message. ``links_inside=False``: digest only,
-    for a git commit's tree (see ``checkout``).
+    links may lead elsewhere in the source). ``name`` names the tree in that message.
+    ``links_inside=False``: digest only, for a git commit's tree (see ``checkout``).
     """
     if not links_inside:
         return _digest(root, [])
@@ -164,26 +163,11 @@ def tree_digest(root: Path, *, within: Path | None = None, name: str | None = No
                               "expected a folder inside it")
     links: list[tuple[str, str]] = []
     digest = _digest(root, links)
-    reached = _check_links(top, base, lexical, links, shown)
-    if not reached:
-        return digest  # what a subdirectory without links out of it always had
-    # What a build reads through such a link is elsewhere in the source, not in the
-    # subdirectory: the content it reaches (checked the same way) is part of this digest.
-    seen = _seen if _seen is not None else {base}
-    h = hashlib.sha256(digest.encode())
-    for rel, parts in sorted(reached):
-        target = top.joinpath(*parts)
-        if parts in seen:
-            content = "seen"  # a folder already in this digest (links that reach each other)
-        elif target.is_dir():
-            seen.add(parts)
-            content = tree_digest(target, within=top, name=name, _seen=seen)
-        elif target.is_file():
-            content = "sha256:" + hashlib.sha256(target.read_bytes()).hexdigest()
-        else:
-            content = "missing"  # dangling: the build finds nothing there either
-        h.update(f"\n{rel}\0{content}".encode())
-    return "sha256:" + h.hexdigest()
+    # A link that stays in the source but leaves the subdirectory is hashed by its text, as
+    # it is copied: a build gets the subdirectory alone (build._run_build), where such a
+    # link leads to nothing of the source.
+    _check_links(top, base, lexical, links, shown)
+    return digest
 
 
 def check_links(root: Path, *, name: str | None = None) -> None:
@@ -194,20 +178,16 @@ def check_links(root: Path, *, name: str | None = None) -> None:
 
 
 def _check_links(top: Path, base: tuple[str, ...], lexical: tuple[str, ...], links: list[tuple[str, str]],
-                 shown: str) -> list[tuple[str, tuple[str, ...]]]:
+                 shown: str) -> None:
     """Raise ``SourceTreeError`` naming every link (relative path, target) under ``base`` (where
-    the tree really is, relative to ``top``) that leads out of ``top``; return those that lead
-    elsewhere in ``top`` than under ``base``, each with where it leads (parts under ``top``)."""
+    the tree really is, relative to ``top``) that leads out of ``top``."""
     escapes: list[str] = []
-    reaches: list[tuple[str, tuple[str, ...]]] = []
     for rel, target in links:
         real = (*base, *rel.split("/"))
         leads = _resolve_within(top, real)
         if isinstance(leads, _Escape):
             through = "" if leads.link == "/".join(real) else f" (through the symlink {leads})"
             escapes.append(f"symlink {'/'.join((*lexical, rel))} -> {target} leads outside the source tree{through}")
-        elif leads[:len(base)] != base:
-            reaches.append((rel, leads))
     # The digest would pin a link's text while a build reads what it points to: a file
     # outside could change (or differ on another machine) under the same digest.
     expected = "expected links that stay inside it (a link is hashed by its text, not by what it points to)"
@@ -216,7 +196,6 @@ def _check_links(top: Path, base: tuple[str, ...], lexical: tuple[str, ...], lin
     if escapes:
         raise SourceTreeError(f"{shown}: {len(escapes)} symlinks lead outside the source tree; {expected}",
                               details=escapes)
-    return reaches
 
 
 def _digest(root: Path, links: list[tuple[str, str]]) -> str:
