@@ -307,8 +307,10 @@ def no_current(store: Store, env: str) -> str | None:
     if not numbers:
         return None
     link = env_dir(store, env) / CURRENT
-    listed = ", ".join(map(str, numbers))
-    how = f"`envlock rollback {env} --to {numbers[-1]}` makes one current, or run `envlock sync {env}`"
+    whole = [n for n in numbers if read(store, env, n) is not None]  # what a rollback can make current
+    listed = ", ".join(map(str, whole)) or "none readable"
+    how = (f"`envlock rollback {env} --to {whole[-1]}` makes one current, or run `envlock sync {env}`" if whole
+           else f"run `envlock sync {env}`")
     if os.path.lexists(link):  # neither command replaces what is not envlock's link
         return f"({link} is not the link envlock keeps; generations: {listed}); move it away, then {how}"
     return f"({link} is missing; generations: {listed}); {how}"

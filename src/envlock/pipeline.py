@@ -535,10 +535,16 @@ def _package_mirrors(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, st
         return {}
     from envlock import http
 
-    named = {http.redact(idx.url).rstrip("/"): name for name, idx in spec.indexes.items()}
+    def url(name: str) -> str:
+        return http.redact(spec.indexes[name].url).rstrip("/")
+
     out: dict[str, str] = {}
     for p in lock.packages:
-        index = named.get((p.index or "").rstrip("/")) or spec.index_of(p.name)
+        recorded = (p.index or "").rstrip("/")
+        pinned = spec.index_of(p.name)
+        # The pin wins where two spec indexes share the recorded URL.
+        index = pinned if url(pinned) == recorded else next(
+            (name for name in spec.indexes if url(name) == recorded), pinned)
         if index in by_index:
             out[p.name] = by_index[index]
     return out
