@@ -4,7 +4,8 @@ Prints four ratios, each against a peer measured in the same run:
 
 * warm sync (every wheel in the store, a new venv + generation) / ``uv venv`` +
   ``uv pip sync`` with a warm uv cache, the same wheels in one
-  --find-links folder                                        target <= 1.3
+  --find-links folder, its venv made in the folder envlock
+  builds in (see peer_venv)                                  target <= 1.3
 * no-op sync / ``uv pip sync`` no-op                         target <= 2.0
 * verify throughput / ``sha256sum`` over the same files     target >= 0.8
 * peak RSS of a process fetching a 1 GB wheel               target < 150 MB
@@ -184,7 +185,11 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     find_links = ["--find-links", str(wheelhouse)]
     reqs = work / "requirements.txt"
     reqs.write_text("".join(f"{p.name}=={p.version}\n" for p in lock.packages))
-    peer_venv = work / "peer-venv"
+    # Made in the folder envlock builds its venvs in (the store's tmp/, where its build slot is):
+    # ext4 places a folder's new entries in that folder's block group, and one congested group
+    # made either side 2-4x slower on this VM (a new temp folder per run lands anywhere), so
+    # both are measured writing into the same folder.
+    peer_venv = store.root / "tmp" / "peer-venv"
     uv = runner.uv_bin()
     python = sys.executable
 
