@@ -87,6 +87,13 @@ def test_bad_index_option(ws, cli, universe: Universe, monkeypatch) -> None:  # 
                                             "an http(s):// or file:// URL\n")
     result = cli("lock", "e", "--index", "pypi=notaurl", "--index", f"pytorch={universe.pytorch}")
     assert result.code == 2 and "--index pytorch" not in result.err  # --index overrides the variable
+    # A URL that fails only when parsed to be fetched is named here too, for lock and sync alike.
+    monkeypatch.delenv("ENVLOCK_INDEX_PYTORCH")
+    for command in (["lock", "e"], ["sync", "e", "--frozen"]):
+        for url in ("http://127.0.0.1:99999/", "http://[::1/"):
+            result = cli(*command, "--index", f"pypi={url}")
+            assert (result.code, result.err) == (2, f"envlock: error: --index pypi={url!r}: expected an http(s):// "
+                                                    "or file:// URL\n"), (command, url)
 
 
 def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]

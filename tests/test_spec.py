@@ -128,6 +128,11 @@ BAD_SPECS = [
      'requires = [1, "ok", 2]',
      ["builds.mk.requires[0]: expected a string (an array of strings), found 1",
       "builds.mk.requires[2]: expected a string (an array of strings), found 2"]),
+    ('[sources.mini]\npath = "x"\n[builds."../evil"]\nsource = "mini"',
+     ["builds.../evil: expected the name of the package the build makes (like \"sgl-kernel\"), found '../evil'"]),
+    ('[indexes.m]\nurl = "http://127.0.0.1:99999/simple"\n[indexes.n]\nurl = "http://[::1/simple"',
+     ["indexes.m.url: expected an http(s):// or file:// URL, found 'http://127.0.0.1:99999/simple'",
+      "indexes.n.url: expected an http(s):// or file:// URL, found 'http://[::1/simple'"]),
     ('[indexes."Bad Name!"]\nurl = "https://x.example/simple"',
      ["indexes.Bad Name!: expected an index name of letters, digits, '-', '_' or '.' (like \"pytorch-nightly\"), "
       "found 'Bad Name!'"]),

@@ -370,8 +370,18 @@ def _entries(
 
 
 def is_index_url(url: str) -> bool:
-    """Whether ``url`` can be an index's (or its mirror's) URL: http(s):// or file://."""
-    return url.startswith(("http://", "https://", "file://"))
+    """Whether ``url`` can be an index's (or its mirror's) URL: http(s):// with a host, or file://,
+    that parses (a port past 65535 or an unclosed IPv6 bracket would fail only when fetched)."""
+    from urllib.parse import urlsplit
+
+    if not url.startswith(("http://", "https://", "file://")):
+        return False
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsed here, not at the first download
+    except ValueError:
+        return False
+    return parts.scheme == "file" or bool(parts.hostname)
 
 
 def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
@@ -443,6 +453,8 @@ def _check_git_url(p: _Problems, key: str, url: str | None) -> None:
 def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, SourceSpec]) -> dict[str, BuildSpec]:
     out: dict[str, BuildSpec] = {}
     for name, key, entry in _entries(p, table, "builds", 'source = "..."', _BUILD_KEYS):
+        if not _PACKAGE_NAME.fullmatch(name):  # it makes the package of its name (checked after the build)
+            p.add(key, f"expected the name of the package the build makes (like \"sgl-kernel\"), found {name!r}")
         source = _get_str(p, entry, "source", key, required=True)
         if source is not None and source not in sources:
             known = ", ".join(sorted(sources)) or "none defined"
