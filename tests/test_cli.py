@@ -588,3 +588,19 @@ def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, univers
     r = cli("sync", "other", "--lock", str(lock_file), "--index", f"pytorch={universe.pytorch}")
     assert (r.code, r.err) == (2, "envlock: error: --index pytorch=...: mirrors are named by spec index, and env "
                                   "'other' has no spec (envs/other.toml)\n")
+
+
+def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Its `path` wheels are written relative to locks/ (`../wheelhouse/...`), as --help promises
+    # "in the store or the wheelhouse"; beside a copy elsewhere they are not.
+    from kit.locks import lock_for
+    from kit.wheels import build_wheel
+
+    wheel = build_wheel(ws.root / "wheelhouse", "kern", "0.1", files={"kern/__init__.py": "K = 1\n"})
+    copy = tmp_path / "saved" / "pylock.e.toml"
+    copy.parent.mkdir()
+    copy.write_text(lock_for(None, "pypi", [], env="e", local=[(wheel, f"../wheelhouse/{wheel.name}")]).to_toml())
+    r = cli("-q", "sync", "e", "--lock", str(copy))
+    assert r.code == 0, r.err
+    python = Path(r.out.splitlines()[-1]) / "bin" / "python"
+    assert subprocess.run([python, "-c", "import kern; print(kern.K)"], capture_output=True, text=True).stdout == "1\n"

@@ -784,7 +784,7 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
         src = open(source, "rb")  # noqa: SIM115
     except OSError as exc:
         raise FetchError(
-            f"{artifact.filename}: local artifact {source} cannot be read ({exc.strerror}); "
+            f"{artifact.filename}: local artifact {os.path.normpath(source)} cannot be read ({exc.strerror}); "
             "expected the wheel recorded in the lock (`envlock build ENV` builds it for the current spec; "
             "for a lock from another revision, check that revision out and `envlock sync ENV --frozen`)"
         ) from None

@@ -453,6 +453,8 @@ def sync(
                 download_from = _download_mirrors(mirrored_spec, mirrors)
         ref = load_lock_ref(ws, lock_ref)
         lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
+        if ref.path is not None and (found_in := _locks_folder_for(ws, lock, ref.folder)) is not None:
+            base_dir = found_in  # a lock copied out of locks/: its built wheels are named from there
         if lock.env and lock.env != env:
             # The env's generations and `envlock path` would then hold another env's packages.
             raise UsageError(f"{ref.label}: the lock of env {lock.env!r}, not {env!r}; "
@@ -511,6 +513,16 @@ def sync(
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started,
                    relocked=relocked, note="; ".join(n for n in (result.note, unread) if n))
+
+
+def _locks_folder_for(ws: Workspace, lock: Lock, folder: Path) -> Path | None:
+    """The workspace's ``locks/`` when ``lock``'s relative ``path`` wheels (``../wheelhouse/...``,
+    as `envlock lock` writes them there) are not beside ``folder`` but are beside it; else None."""
+    locks = ws.root / "locks"
+    rel = [a.path for p in lock.packages for a in p.wheels[:1] if a.path and not Path(a.path).is_absolute()]
+    if not rel or folder.resolve() == locks.resolve() or all((folder / r).is_file() for r in rel):
+        return None
+    return locks if all((locks / r).is_file() for r in rel) else None
 
 
 def _mirror_vars() -> bool:
