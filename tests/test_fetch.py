@@ -268,7 +268,7 @@ def test_local_path_artifacts_are_hash_checked_and_copied(store: Store, tmp_path
     with pytest.raises(FetchError) as info:
         fetch([bad], store, base_dir=lock_dir)
     assert str(info.value) == (
-        f"{wheel.name}: sha256 mismatch for local file {lock_dir}/../wheelhouse/{wheel.name}: "
+        f"{wheel.name}: sha256 mismatch for local file {lock_dir.parent}/wheelhouse/{wheel.name}: "
         f"expected {'f' * 64}, got {art.sha256}; nothing was stored; the wheelhouse holds another build of it "
         "(a lock from another revision?): check that revision's envs/, locks/ and patches/ out and "
         "`envlock sync ENV --frozen` rebuilds it"
@@ -277,7 +277,7 @@ def test_local_path_artifacts_are_hash_checked_and_copied(store: Store, tmp_path
     with pytest.raises(FetchError) as info:
         fetch([gone], store, base_dir=lock_dir)
     assert str(info.value) == (
-        f"gone-1.0-py3-none-any.whl: local artifact {lock_dir}/../wheelhouse/gone-1.0-py3-none-any.whl "
+        f"gone-1.0-py3-none-any.whl: local artifact {lock_dir.parent}/wheelhouse/gone-1.0-py3-none-any.whl "
         "cannot be read (No such file or directory); expected the wheel recorded in the lock (`envlock build ENV` "
         "builds it for the current spec; for a lock from another revision, check that revision out and "
         "`envlock sync ENV --frozen`)"

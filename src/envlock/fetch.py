@@ -807,7 +807,7 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
         hint = ("; the wheelhouse holds another build of it (a lock from another revision?): check that "
                 "revision's envs/, locks/ and patches/ out and `envlock sync ENV --frozen` rebuilds it"
                 if actual != artifact.sha256 else "")
-        raise FetchError(_mismatch(artifact, f"for local file {source}", actual, size) + hint)
+        raise FetchError(_mismatch(artifact, f"for local file {os.path.normpath(source)}", actual, size) + hint)
     return _Got("local")
 
 
