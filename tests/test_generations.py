@@ -556,7 +556,8 @@ def test_run_puts_the_env_first_and_exits_with_the_commands_status(
     assert info.value.exit_code == 126
     # The venv removed from under the env: the host's python must not answer instead.
     shutil.rmtree(venv.resolve())
-    with pytest.raises(StoreError, match=r"generation 1's venv is gone from the store .*; run `envlock sync demo`"):
+    with pytest.raises(StoreError, match=r"generation 1's venv is gone from the store .*; run `envlock sync demo` "
+                                         r"to build it again$"):  # no rollback offered: there is no other one
         exec_in_env(store, "demo", ["python", "-c", "pass"])
     with pytest.raises(StoreError):
         env_path(store, "demo")
