@@ -345,6 +345,10 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
     """edit --against NEW: 0001 is upstream (retire), 0002 conflicts (redo + record --refresh), 0003 follows."""
     tree = sources.checkout(store, sg.url, sg.upstream).tree
     patches_dir = _patches_copied(sg, tmp_path / "patches")
+    # A header written over two lines, as people do: a refresh keeps it as it is.
+    second = patches_dir / sg.patches[1]
+    second.write_text(second.read_text().replace("Why: the fixture needs a C patch.\n",
+                                                 "Why: the fixture needs\n  a C patch.\n"))
     work = tmp_path / "work"
     session = patch.edit("sglike", tree, patch.load_patches(patches_dir, sg.patches), work, stop_at_conflict=True)
     assert session.upstreamed == (sg.patches[0],)
@@ -370,7 +374,8 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
     assert recorded.path == patches_dir / sg.patches[1]  # same file, same name
     after = recorded.path.read_text()
     assert after != before
-    assert after.startswith("Subject: sgl-kernel: add mul()\nWhy: the fixture needs a C patch.\nUpstream: fixture\n")
+    assert after.startswith("Subject: sgl-kernel: add mul()\nWhy: the fixture needs\n  a C patch.\n"
+                            "Upstream: fixture\n---\n")
     assert recorded.pending == ()  # 0003 applied on top by itself
     # The refreshed series (without the upstreamed 0001) applies cleanly to the new commit.
     states = patch.status(tree, patch.load_patches(patches_dir, sg.patches[1:]))

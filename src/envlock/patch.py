@@ -807,6 +807,14 @@ def format_header(subject: str, why: str, upstream: str) -> str:
     return field_("Subject", subject) + field_("Why", why) + field_("Upstream", upstream) + "---\n"
 
 
+def _written_header(text: str) -> str | None:
+    """The header above a patch's diff as written, through its ``---`` line; None if it has none."""
+    head, sep, _ = text.partition("\n---\n")
+    if not sep or "\ndiff --git " in f"\n{head}" or head.startswith(("--- ", "diff ")):
+        return None
+    return head + sep
+
+
 def edited_source(workdir: Path) -> str:
     """The source an ``edit`` work dir was made for (``PatchError`` if it is not one)."""
     return str(_edit_state(workdir)[1]["source"])
@@ -894,10 +902,13 @@ def record(
     if not diff.strip():
         level = state["levels"][-1] if state["levels"] else "base"
         raise PatchError(f"{workdir}: nothing to record (no change against {level})")
+    kept_header = None  # a refresh that changes no field keeps the header's bytes, line breaks and all
     if refresh:
         label = pending[0]
         target = root / label
         old = parse_patch_file(target, label=label)
+        if not (subject or why or upstream):
+            kept_header = _written_header(target.read_text(encoding="utf-8", errors="surrogateescape"))
         subject, why, upstream = subject or old.subject, why or old.why, upstream or old.upstream
         number = patch_number(target.name) or 0
     else:
@@ -906,7 +917,7 @@ def record(
                      default=0) + 1
         target = patches_dir / f"{number:04d}-{slug(subject)}.patch"
         label = str(target)
-    text = format_header(subject, why or "", upstream or "not proposed upstream") + diff
+    text = (kept_header or format_header(subject, why or "", upstream or "not proposed upstream")) + diff
     parsed = parse_patch(text.encode(), label=str(target))  # refuses binary diffs and the like
     # patch(1)'s leftovers from redoing a change by hand would become part of the patch.
     leftovers = sorted(f.path for f in parsed.files if f.path.endswith((".orig", ".rej")))
