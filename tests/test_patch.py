@@ -620,3 +620,23 @@ def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(ws, cli, tmp_pa
     r = cli("patch", "record", str(w5), "--subject", "five", "--why", "y")
     assert r.code == 1 and ("would be numbered after patches/s/0002-three.patch, patches/s/0003-four.patch, which "
                             "this work dir was not made on") in r.err, r.err
+
+
+@pytest.mark.parametrize(
+    ("data", "kept"),
+    [
+        (b"Subject: x\nWhy: two\n  lines\nUpstream: z\n---\n"
+         b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n",
+         b"Subject: x\nWhy: two\n  lines\nUpstream: z\n---\n"),
+        # Not UTF-8: kept as bytes, not decoded and encoded again.
+        (b"Subject: x\nWhy: caf\xe9\nUpstream: z\n---\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n",
+         b"Subject: x\nWhy: caf\xe9\nUpstream: z\n---\n"),
+        # No separator before a plain unified diff whose hunk removes a "--" line: no header to keep.
+        (b"Subject: x\nWhy: y\nUpstream: z\n--- a/f.txt\n+++ b/f.txt\n@@ -1,3 +1,2 @@\n a\n---\n b\n", None),
+        (b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n", None),
+    ],
+)
+def test_the_header_a_refresh_keeps_is_what_parse_patch_reads_as_one(data: bytes, kept: bytes | None) -> None:
+    from envlock.patch import _written_header
+
+    assert _written_header(data) == kept

@@ -807,12 +807,14 @@ def format_header(subject: str, why: str, upstream: str) -> str:
     return field_("Subject", subject) + field_("Why", why) + field_("Upstream", upstream) + "---\n"
 
 
-def _written_header(text: str) -> str | None:
-    """The header above a patch's diff as written, through its ``---`` line; None if it has none."""
-    head, sep, _ = text.partition("\n---\n")
-    if not sep or "\ndiff --git " in f"\n{head}" or head.startswith(("--- ", "diff ")):
+def _written_header(data: bytes) -> bytes | None:
+    """The header above a patch's diff as written (the lines before its first file diff, as
+    ``parse_patch`` reads them), when it ends in a ``---`` line; else None."""
+    lines = data.split(b"\n")
+    end = next((i for i in range(len(lines)) if _starts_file(lines, i)), None)
+    if not end or lines[end - 1].strip() != b"---":
         return None
-    return head + sep
+    return b"\n".join(lines[:end]) + b"\n"
 
 
 def edited_source(workdir: Path) -> str:
@@ -908,7 +910,7 @@ def record(
         target = root / label
         old = parse_patch_file(target, label=label)
         if not (subject or why or upstream):
-            kept_header = _written_header(target.read_text(encoding="utf-8", errors="surrogateescape"))
+            kept_header = _written_header(target.read_bytes())
         subject, why, upstream = subject or old.subject, why or old.why, upstream or old.upstream
         number = patch_number(target.name) or 0
     else:
@@ -917,8 +919,9 @@ def record(
                      default=0) + 1
         target = patches_dir / f"{number:04d}-{slug(subject)}.patch"
         label = str(target)
-    text = (kept_header or format_header(subject, why or "", upstream or "not proposed upstream")) + diff
-    parsed = parse_patch(text.encode(), label=str(target))  # refuses binary diffs and the like
+    header = kept_header or format_header(subject, why or "", upstream or "not proposed upstream").encode()
+    data = header + diff.encode()
+    parsed = parse_patch(data, label=str(target))  # refuses binary diffs and the like
     # patch(1)'s leftovers from redoing a change by hand would become part of the patch.
     leftovers = sorted(f.path for f in parsed.files if f.path.endswith((".orig", ".rej")))
     if leftovers:
@@ -933,7 +936,7 @@ def record(
         _git_ok(["stash", "pop", "-q"], workdir, what)
     if isinstance(result, HunkFailure):
         raise PatchError(f"{target}: recorded diff does not apply to its own base", details=result.describe())
-    write_atomic(target, text.encode())
+    write_atomic(target, data)
     _git_ok(["add", "-A"], workdir, what)
     _git_ok(["commit", "-q", "--no-verify", "-m", f"{target.name}\n\n{subject}"], workdir, what)
     state["levels"] = [*state["levels"], label]
