@@ -828,6 +828,8 @@ def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
     (store.path("envs", "demo") / "007").mkdir()  # not generation 7's folder: not listed, not reported
     (store.path("envs", "demo") / "3").mkdir()  # a generation whose record is damaged: not one to roll back to
     (store.path("envs", "demo") / "3" / "generation.json").write_text("junk")
+    generations.add(store, "demo", venv=tmp_path / "gone", install_digest="sha256:" + "4" * 64,
+                    venv_digest="sha256:" + "4" * 64, lock_text="")  # nor one whose venv is gone (4)
     expected = (f"env 'demo': no current generation in {store.home} ({link} is missing; generations: 1, 2); "
                 "`envlock rollback demo --to 2` makes one current, or run `envlock sync demo`")
     for call in (lambda: env_path(store, "demo"), lambda: verify_env(store, "demo"),
@@ -835,7 +837,7 @@ def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
         with pytest.raises(UsageError) as info:
             call()
         assert str(info.value) == expected
-    assert [g.number for g in generations.list_generations(store, "demo")] == [1, 2]
+    assert [g.number for g in generations.list_generations(store, "demo")] == [1, 2, 4]
     assert generations.scan(store, "demo")[1] == (store.path("envs", "demo") / "3" / "generation.json",)
     switched = generations.rollback(store, "demo", to=1)
     assert (switched.previous, switched.current) == (None, 1)

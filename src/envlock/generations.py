@@ -168,12 +168,17 @@ def current_or_error(store: Store, env: str) -> Generation:
     if found is not None:
         return found
     record = env_dir(store, env) / str(number) / _RECORD
-    others = [n for n in _numbers(env_dir(store, env)) if n != number and read(store, env, n) is not None]
+    others = rollback_targets(store, env, besides=number)
     how = (f"`envlock rollback {env} --to {others[-1]}` makes another one current, or run `envlock sync {env}`"
            if others else f"run `envlock sync {env}`")
     state = "cannot be read" if record.parent.is_dir() else "is gone"
     raise UsageError(f"env {env!r}: its current link names generation {number}, whose record {record} {state} "
                      f"(generations: {', '.join(map(str, others)) or 'none'}); {how}")
+
+
+def rollback_targets(store: Store, env: str, *, besides: int | None = None) -> list[int]:
+    """The generations ``rollback`` can make current (readable, venv still there), but ``besides``."""
+    return [g.number for g in list_generations(store, env) if g.number != besides and g.venv.is_dir()]
 
 
 def newest(store: Store, env: str) -> Generation | None:
@@ -307,8 +312,8 @@ def no_current(store: Store, env: str) -> str | None:
     if not numbers:
         return None
     link = env_dir(store, env) / CURRENT
-    whole = [n for n in numbers if read(store, env, n) is not None]  # what a rollback can make current
-    listed = ", ".join(map(str, whole)) or "none readable"
+    whole = rollback_targets(store, env)
+    listed = ", ".join(map(str, whole)) or "none with its venv"
     how = (f"`envlock rollback {env} --to {whole[-1]}` makes one current, or run `envlock sync {env}`" if whole
            else f"run `envlock sync {env}`")
     if os.path.lexists(link):  # neither command replaces what is not envlock's link

@@ -373,7 +373,7 @@ def env_path(store: Store, env: str) -> Path:
         generations.current_or_error(store, env)  # raises: the link names no generation there is
     if not path.is_dir():
         # A dangling path would run the host's python (PATH falls through to it).
-        others = [g.number for g in generations.list_generations(store, env) if g.number != number and g.venv.is_dir()]
+        others = generations.rollback_targets(store, env, besides=number)
         back = f", or `envlock rollback {env} --to {others[-1]}`" if others else ""
         raise StoreError(f"{path}: generation {number}'s venv is gone from the store ({path.resolve()}); "
                          f"run `envlock sync {env}` to build it again{back}")
