@@ -597,10 +597,15 @@ def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws,
     from kit.wheels import build_wheel
 
     wheel = build_wheel(ws.root / "wheelhouse", "kern", "0.1", files={"kern/__init__.py": "K = 1\n"})
+    # Beside the copy: another build of kern (another size), and the only copy of a second wheel.
+    build_wheel(tmp_path / "wheelhouse", "kern", "0.1", files={"kern/__init__.py": "K = 22222222\n"})
+    aux = build_wheel(tmp_path / "wheelhouse", "aux", "0.1", files={"aux/__init__.py": "A = 3\n"})
     copy = tmp_path / "saved" / "pylock.e.toml"
     copy.parent.mkdir()
-    copy.write_text(lock_for(None, "pypi", [], env="e", local=[(wheel, f"../wheelhouse/{wheel.name}")]).to_toml())
+    local = [(wheel, f"../wheelhouse/{wheel.name}"), (aux, f"../wheelhouse/{aux.name}")]
+    copy.write_text(lock_for(None, "pypi", [], env="e", local=local).to_toml())
     r = cli("-q", "sync", "e", "--lock", str(copy))
     assert r.code == 0, r.err
     python = Path(r.out.splitlines()[-1]) / "bin" / "python"
-    assert subprocess.run([python, "-c", "import kern; print(kern.K)"], capture_output=True, text=True).stdout == "1\n"
+    probe = subprocess.run([python, "-c", "import aux, kern; print(kern.K, aux.A)"], capture_output=True, text=True)
+    assert probe.stdout == "1 3\n", probe.stderr

@@ -186,6 +186,7 @@ def fetch(
     backoff: float = 0.25,
     progress: Progress | None = None,
     locate: Callable[[Sequence[Artifact]], Mapping[str, str | FetchError]] | None = None,
+    local_sources: Mapping[str, Path] | None = None,
 ) -> FetchResult:
     """Bring every artifact into the store (verified) and return where each is.
 
@@ -196,7 +197,8 @@ def fetch(
     come from there); the bytes are held to the lock's sha256 and size all the same. When
     any artifact fails, raises one ``FetchError``
     naming every failed artifact; a store file whose size is not the lock's fails too
-    (it is not removed).
+    (it is not removed). ``local_sources``: sha256 -> the file to copy a ``path`` artifact
+    from instead of its path under ``base_dir``.
     """
     progress = progress or NullProgress()
     unique = list({a.sha256: a for a in artifacts}.values())
@@ -238,7 +240,8 @@ def fetch(
     if missing:
         calls = [
             lambda stop, a=a: _fetch_one(a, store, base_dir=base_dir, retries=retries, backoff=backoff,
-                                         progress=progress, stop=stop, url=elsewhere.get(a.sha256))
+                                         progress=progress, stop=stop, url=elsewhere.get(a.sha256),
+                                         source=(local_sources or {}).get(a.sha256))
             for a in missing
         ]
         for got in parallel(calls, jobs):
@@ -384,10 +387,12 @@ def _fetch_one(
     progress: Progress,
     stop: Stop,
     url: str | None = None,
+    source: Path | None = None,
 ) -> Fetched:
     """Fetch one artifact not in the store, resuming a partial download left by an earlier run.
 
-    ``url``: where to download it from instead of its locked URL (a mirror).
+    ``url``: where to download it from instead of its locked URL (a mirror); ``source``: the
+    file to copy a local artifact from instead of its path under ``base_dir``.
     ``stop`` set: ``DownloadStoppedError`` at the next chunk, the partial file kept.
     """
     final = store_file(store, artifact)
@@ -404,7 +409,8 @@ def _fetch_one(
                 got = _download(artifact, url or artifact.url, fh, retries=retries, backoff=backoff,
                                 progress=progress, stop=stop)
             else:
-                got = _copy_local(artifact, _local_source(artifact, base_dir), fh, progress=progress, stop=stop)
+                got = _copy_local(artifact, source or _local_source(artifact, base_dir), fh, progress=progress,
+                                  stop=stop)
         except FetchError:
             # A failed hash check empties the partial: drop it. A network failure keeps
             # its bytes so the next run resumes from there.

@@ -429,6 +429,7 @@ def sync(
     relocked = False  # the lock file was written anew first
     if offline and mirrors:
         raise UsageError("--index: --offline downloads nothing, so no mirror is read; drop one of the two")
+    local_wheels: dict[str, Path] = {}  # sha256 -> where a built wheel of a --lock PATH lock is
     mirrored_spec: EnvSpec | None = None  # the spec whose index names the mirrors are given by
     unread = ""  # why the mirrors of ENVLOCK_INDEX_* were not applied
     download_from: dict[str, str] = {}  # spec index name -> mirror URL, for the downloads
@@ -453,8 +454,8 @@ def sync(
                 download_from = _download_mirrors(mirrored_spec, mirrors)
         ref = load_lock_ref(ws, lock_ref)
         lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
-        if ref.path is not None and (found_in := _locks_folder_for(ws, lock, ref.folder)) is not None:
-            base_dir = found_in  # a lock copied out of locks/: its built wheels are named from there
+        if ref.path is not None:  # a lock copied out of locks/: its built wheels are named from there
+            local_wheels = _local_wheels(ws, lock, ref.folder)
         if lock.env and lock.env != env:
             # The env's generations and `envlock path` would then hold another env's packages.
             raise UsageError(f"{ref.label}: the lock of env {lock.env!r}, not {env!r}; "
@@ -508,21 +509,32 @@ def sync(
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
     result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                        offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
-                       mirrors=_package_mirrors(mirrored_spec, lock, download_from))
+                       mirrors=_package_mirrors(mirrored_spec, lock, download_from), local_wheels=local_wheels)
     # The whole sync: a relock and builds come before sync_lock's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started,
                    relocked=relocked, note="; ".join(n for n in (result.note, unread) if n))
 
 
-def _locks_folder_for(ws: Workspace, lock: Lock, folder: Path) -> Path | None:
-    """The workspace's ``locks/`` when ``lock``'s relative ``path`` wheels (``../wheelhouse/...``,
-    as `envlock lock` writes them there) are not beside ``folder`` but are beside it; else None."""
-    locks = ws.root / "locks"
-    rel = [a.path for p in lock.packages for a in p.wheels[:1] if a.path and not Path(a.path).is_absolute()]
-    if not rel or folder.resolve() == locks.resolve() or all((folder / r).is_file() for r in rel):
-        return None
-    return locks if all((locks / r).is_file() for r in rel) else None
+def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, Path]:
+    """sha256 -> the file to copy each relative ``path`` wheel of ``lock`` (read from ``folder``)
+    from: beside ``folder``, else in the workspace's ``locks/`` (`envlock lock` writes them relative
+    to it: ``../wheelhouse/...``), whichever holds a file of the locked size. Its sha256 is
+    checked as it is copied in."""
+    out = {}
+    for pkg in lock.packages:
+        art = pkg.wheels[0]
+        if art.path is None or Path(art.path).is_absolute():
+            continue
+        for base in (folder, ws.root / "locks"):
+            try:
+                size = (base / art.path).stat().st_size
+            except OSError:
+                continue
+            if art.size in (None, size):
+                out[art.sha256] = base / art.path
+                break
+    return out
 
 
 def _mirror_vars() -> bool:

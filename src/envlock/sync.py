@@ -81,6 +81,7 @@ def sync_lock(
     inputs: Mapping[str, str] | None = None,
     base_dir: Path | None = None,
     mirrors: Mapping[str, str] | None = None,
+    local_wheels: Mapping[str, Path] | None = None,
 ) -> SyncResult:
     """Make ``env``'s current generation the venv of ``lock``, verified, and return what happened.
 
@@ -92,6 +93,7 @@ def sync_lock(
     the fast no-op stamp (see ``envlock.quick``). ``base_dir``: where the lock's relative
     ``path`` wheels are found (default: the lock file's folder). ``mirrors``: package name ->
     the mirror (an index URL) to download its wheel from instead of the lock's URL.
+    ``local_wheels``: sha256 -> the file to copy a ``path`` wheel from instead of ``base_dir``'s.
     """
     started = time.monotonic()
     key = lock.install_digest()
@@ -122,7 +124,7 @@ def sync_lock(
         if base_dir is None:
             base_dir = lock_path.parent if lock_path is not None else Path.cwd()
         got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir,
-                          offline=offline, progress=progress,
+                          offline=offline, progress=progress, local_sources=local_wheels,
                           locate=fetch.mirror_locator(lock.packages, mirrors) if mirrors else None)
         # Generations pointing at the venv entry while it is missing (its folder removed to
         # rebuild it): if this sync builds it and it fails, they had no venv before either.
