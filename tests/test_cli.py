@@ -590,15 +590,20 @@ def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, univers
                                   "'other' has no spec (envs/other.toml)\n")
 
 
-def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws, cli, tmp_path,  # type: ignore[no-untyped-def]
+                                                                            monkeypatch) -> None:
     # Its `path` wheels are written relative to locks/ (`../wheelhouse/...`), as --help promises
     # "in the store or the wheelhouse"; beside a copy elsewhere they are not.
     from kit.locks import lock_for
     from kit.wheels import build_wheel
 
     wheel = build_wheel(ws.root / "wheelhouse", "kern", "0.1", files={"kern/__init__.py": "K = 1\n"})
-    # Beside the copy: another build of kern (another size), and the only copy of a second wheel.
-    build_wheel(tmp_path / "wheelhouse", "kern", "0.1", files={"kern/__init__.py": "K = 22222222\n"})
+    # Beside the copy: another build of kern of the same size (one byte of a zip time differs),
+    # and the only copy of a second wheel.
+    (tmp_path / "wheelhouse").mkdir()
+    stale = bytearray(wheel.read_bytes())
+    stale[10] ^= 1
+    (tmp_path / "wheelhouse" / wheel.name).write_bytes(bytes(stale))
     aux = build_wheel(tmp_path / "wheelhouse", "aux", "0.1", files={"aux/__init__.py": "A = 3\n"})
     copy = tmp_path / "saved" / "pylock.e.toml"
     copy.parent.mkdir()
@@ -609,3 +614,9 @@ def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws,
     python = Path(r.out.splitlines()[-1]) / "bin" / "python"
     probe = subprocess.run([python, "-c", "import aux, kern; print(kern.K, aux.A)"], capture_output=True, text=True)
     assert probe.stdout == "1 3\n", probe.stderr
+    # The locked bytes nowhere, another build in the workspace: that one is named, with what it is.
+    (ws.root / "wheelhouse" / wheel.name).write_bytes(bytes(stale))
+    (tmp_path / "wheelhouse" / wheel.name).unlink()
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home2"))
+    r = cli("-q", "sync", "e", "--lock", str(copy))
+    assert r.code == 1 and f"sha256 mismatch for local file {ws.root / 'wheelhouse' / wheel.name}" in r.err, r.err

@@ -634,6 +634,12 @@ def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(ws, cli, tmp_pa
         # No separator before a plain unified diff whose hunk removes a "--" line: no header to keep.
         (b"Subject: x\nWhy: y\nUpstream: z\n--- a/f.txt\n+++ b/f.txt\n@@ -1,3 +1,2 @@\n a\n---\n b\n", None),
         (b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n", None),
+        # A blank line, or git format-patch's diffstat, between the header and the diff.
+        (b"Subject: x\nWhy: y\nUpstream: z\n---\n\ndiff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n",
+         b"Subject: x\nWhy: y\nUpstream: z\n---\n"),
+        (b"From: a@b\nSubject: [PATCH] x\n\nWhy: body\n---\n f | 2 +-\n 1 file changed\n\n"
+         b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n",
+         b"From: a@b\nSubject: [PATCH] x\n\nWhy: body\n---\n"),
     ],
 )
 def test_the_header_a_refresh_keeps_is_what_parse_patch_reads_as_one(data: bytes, kept: bytes | None) -> None:

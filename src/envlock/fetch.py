@@ -186,7 +186,7 @@ def fetch(
     backoff: float = 0.25,
     progress: Progress | None = None,
     locate: Callable[[Sequence[Artifact]], Mapping[str, str | FetchError]] | None = None,
-    local_sources: Mapping[str, Path] | None = None,
+    local_sources: Mapping[str, Sequence[Path]] | None = None,
 ) -> FetchResult:
     """Bring every artifact into the store (verified) and return where each is.
 
@@ -197,8 +197,8 @@ def fetch(
     come from there); the bytes are held to the lock's sha256 and size all the same. When
     any artifact fails, raises one ``FetchError``
     naming every failed artifact; a store file whose size is not the lock's fails too
-    (it is not removed). ``local_sources``: sha256 -> the file to copy a ``path`` artifact
-    from instead of its path under ``base_dir``.
+    (it is not removed). ``local_sources``: sha256 -> the files to copy a ``path`` artifact
+    from instead of its path under ``base_dir``, tried in order (the first with its sha256 wins).
     """
     progress = progress or NullProgress()
     unique = list({a.sha256: a for a in artifacts}.values())
@@ -241,7 +241,7 @@ def fetch(
         calls = [
             lambda stop, a=a: _fetch_one(a, store, base_dir=base_dir, retries=retries, backoff=backoff,
                                          progress=progress, stop=stop, url=elsewhere.get(a.sha256),
-                                         source=(local_sources or {}).get(a.sha256))
+                                         sources=(local_sources or {}).get(a.sha256, ()))
             for a in missing
         ]
         for got in parallel(calls, jobs):
@@ -387,12 +387,12 @@ def _fetch_one(
     progress: Progress,
     stop: Stop,
     url: str | None = None,
-    source: Path | None = None,
+    sources: Sequence[Path] = (),
 ) -> Fetched:
     """Fetch one artifact not in the store, resuming a partial download left by an earlier run.
 
-    ``url``: where to download it from instead of its locked URL (a mirror); ``source``: the
-    file to copy a local artifact from instead of its path under ``base_dir``.
+    ``url``: where to download it from instead of its locked URL (a mirror); ``sources``: the
+    files to copy a local artifact from instead of its path under ``base_dir``, tried in order.
     ``stop`` set: ``DownloadStoppedError`` at the next chunk, the partial file kept.
     """
     final = store_file(store, artifact)
@@ -409,8 +409,8 @@ def _fetch_one(
                 got = _download(artifact, url or artifact.url, fh, retries=retries, backoff=backoff,
                                 progress=progress, stop=stop)
             else:
-                got = _copy_local(artifact, source or _local_source(artifact, base_dir), fh, progress=progress,
-                                  stop=stop)
+                got = _copy_first(artifact, sources or [_local_source(artifact, base_dir)], fh,
+                                  progress=progress, stop=stop)
         except FetchError:
             # A failed hash check empties the partial: drop it. A network failure keeps
             # its bytes so the next run resumes from there.
@@ -779,6 +779,19 @@ def _local_source(artifact: Artifact, base_dir: Path) -> Path:
     assert artifact.path is not None
     path = Path(artifact.path)
     return path if path.is_absolute() else base_dir / path
+
+
+def _copy_first(artifact: Artifact, sources: Sequence[Path], fh: IO[bytes], *, progress: Progress,
+                stop: Stop) -> _Got:
+    """``_copy_local`` from the first of ``sources`` that holds the locked bytes; else the error
+    of the first that exists (its bytes are another build's), or of the first."""
+    errors: list[tuple[bool, FetchError]] = []
+    for source in sources:
+        try:
+            return _copy_local(artifact, source, fh, progress=progress, stop=stop)
+        except FetchError as exc:
+            errors.append((source.exists(), exc))
+    raise next((exc for exists, exc in errors if exists), errors[0][1])
 
 
 def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Progress,

@@ -808,13 +808,13 @@ def format_header(subject: str, why: str, upstream: str) -> str:
 
 
 def _written_header(data: bytes) -> bytes | None:
-    """The header above a patch's diff as written (the lines before its first file diff, as
-    ``parse_patch`` reads them), when it ends in a ``---`` line; else None."""
+    """The header above a patch's diff as written, through its first ``---`` line (as
+    ``_parse_header`` reads it), looked for only before the first file diff (as ``parse_patch``
+    finds that); None when it has none. What follows it there (a diffstat) is not kept."""
     lines = data.split(b"\n")
-    end = next((i for i in range(len(lines)) if _starts_file(lines, i)), None)
-    if not end or lines[end - 1].strip() != b"---":
-        return None
-    return b"\n".join(lines[:end]) + b"\n"
+    end = next((i for i in range(len(lines)) if _starts_file(lines, i)), len(lines))
+    sep = next((i for i in range(end) if lines[i].strip() == b"---"), None)
+    return None if sep is None else b"\n".join(lines[:sep + 1]) + b"\n"
 
 
 def edited_source(workdir: Path) -> str:

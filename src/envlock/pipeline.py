@@ -429,7 +429,7 @@ def sync(
     relocked = False  # the lock file was written anew first
     if offline and mirrors:
         raise UsageError("--index: --offline downloads nothing, so no mirror is read; drop one of the two")
-    local_wheels: dict[str, Path] = {}  # sha256 -> where a built wheel of a --lock PATH lock is
+    local_wheels: dict[str, list[Path]] = {}  # sha256 -> where a built wheel of a --lock PATH lock may be
     mirrored_spec: EnvSpec | None = None  # the spec whose index names the mirrors are given by
     unread = ""  # why the mirrors of ENVLOCK_INDEX_* were not applied
     download_from: dict[str, str] = {}  # spec index name -> mirror URL, for the downloads
@@ -516,24 +516,24 @@ def sync(
                    relocked=relocked, note="; ".join(n for n in (result.note, unread) if n))
 
 
-def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, Path]:
-    """sha256 -> the file to copy each relative ``path`` wheel of ``lock`` (read from ``folder``)
-    from: beside ``folder``, else in the workspace's ``locks/`` (`envlock lock` writes them relative
-    to it: ``../wheelhouse/...``), whichever holds a file of the locked size. Its sha256 is
-    checked as it is copied in."""
+def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, list[Path]]:
+    """sha256 -> the files to copy each relative ``path`` wheel of ``lock`` (read from ``folder``)
+    from, in the order to try them: beside ``folder``, and in the workspace's ``locks/`` (`envlock
+    lock` writes them relative to it: ``../wheelhouse/...``), those of the locked size first.
+    Each is held to the locked sha256 as it is copied in; the first that is, is taken."""
     out = {}
     for pkg in lock.packages:
         art = pkg.wheels[0]
         if art.path is None or Path(art.path).is_absolute():
             continue
+        found = []
         for base in (folder, ws.root / "locks"):
             try:
-                size = (base / art.path).stat().st_size
+                found.append((art.size not in (None, (base / art.path).stat().st_size), base / art.path))
             except OSError:
                 continue
-            if art.size in (None, size):
-                out[art.sha256] = base / art.path
-                break
+        if found:
+            out[art.sha256] = [path for _, path in sorted(found, key=lambda item: item[0])]
     return out
 
 

@@ -81,7 +81,7 @@ def sync_lock(
     inputs: Mapping[str, str] | None = None,
     base_dir: Path | None = None,
     mirrors: Mapping[str, str] | None = None,
-    local_wheels: Mapping[str, Path] | None = None,
+    local_wheels: Mapping[str, Sequence[Path]] | None = None,
 ) -> SyncResult:
     """Make ``env``'s current generation the venv of ``lock``, verified, and return what happened.
 
@@ -93,7 +93,8 @@ def sync_lock(
     the fast no-op stamp (see ``envlock.quick``). ``base_dir``: where the lock's relative
     ``path`` wheels are found (default: the lock file's folder). ``mirrors``: package name ->
     the mirror (an index URL) to download its wheel from instead of the lock's URL.
-    ``local_wheels``: sha256 -> the file to copy a ``path`` wheel from instead of ``base_dir``'s.
+    ``local_wheels``: sha256 -> the files to copy a ``path`` wheel from instead of ``base_dir``'s,
+    in the order to try them.
     """
     started = time.monotonic()
     key = lock.install_digest()
