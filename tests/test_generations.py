@@ -867,6 +867,16 @@ def test_a_current_link_naming_a_generation_that_is_not_there_says_so(
         with pytest.raises(UsageError) as info:
             call()
         assert str(info.value) == gone
+    # A generation whose venv is gone is not offered: rollback would refuse it.
+    hidden = link.parent / "2" / "venv"
+    target = os.readlink(hidden)
+    hidden.unlink()
+    hidden.symlink_to("../../../venvs/nowhere")
+    with pytest.raises(UsageError) as info:
+        verify_env(store, "demo")
+    assert "(generations: 1); `envlock rollback demo --to 1` makes another one current" in str(info.value)
+    hidden.unlink()
+    hidden.symlink_to(target)
     monkeypatch.setenv("ENVLOCK_HOME", str(store.home))
     monkeypatch.chdir(tmp_path)
     from envlock.cli import main
