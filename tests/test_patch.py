@@ -634,6 +634,9 @@ def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(ws, cli, tmp_pa
         # No separator before a plain unified diff whose hunk removes a "--" line: no header to keep.
         (b"Subject: x\nWhy: y\nUpstream: z\n--- a/f.txt\n+++ b/f.txt\n@@ -1,3 +1,2 @@\n a\n---\n b\n", None),
         (b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n", None),
+        # A field holding a "---" line, as format_header writes it (indented): not the separator.
+        (b"Subject: x\nWhy: first\n  ---\n  second\nUpstream: u\n---\ndiff --git a/f b/f\n--- a/f\n+++ b/f\n"
+         b"@@ -1 +1 @@\n-a\n+b\n", b"Subject: x\nWhy: first\n  ---\n  second\nUpstream: u\n---\n"),
         # A blank line, or git format-patch's diffstat, between the header and the diff.
         (b"Subject: x\nWhy: y\nUpstream: z\n---\n\ndiff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n",
          b"Subject: x\nWhy: y\nUpstream: z\n---\n"),
@@ -643,6 +646,10 @@ def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(ws, cli, tmp_pa
     ],
 )
 def test_the_header_a_refresh_keeps_is_what_parse_patch_reads_as_one(data: bytes, kept: bytes | None) -> None:
-    from envlock.patch import _written_header
+    from envlock.patch import _written_header, format_header
 
     assert _written_header(data) == kept
+    if kept is not None and kept.startswith(b"Subject: x\nWhy: first"):
+        parsed = patch.parse_patch(data, label="p")
+        assert (parsed.why, parsed.upstream) == ("first --- second", "u")
+        assert format_header("x", "first\n---\nsecond", "u").encode() == kept

@@ -176,7 +176,7 @@ def _parse_header(lines: Sequence[bytes]) -> dict[str, str]:
     key: str | None = None
     for raw in lines:
         line = raw.decode("utf-8", "replace")
-        if line.strip() == "---":
+        if line.rstrip() == "---":  # unindented: a field's own "---" line is written indented
             break
         m = re.match(r"([A-Za-z-]+):\s?(.*)", line)
         if m and m.group(1) in _HEADER_KEYS:
@@ -813,7 +813,7 @@ def _written_header(data: bytes) -> bytes | None:
     finds that); None when it has none. What follows it there (a diffstat) is not kept."""
     lines = data.split(b"\n")
     end = next((i for i in range(len(lines)) if _starts_file(lines, i)), len(lines))
-    sep = next((i for i in range(end) if lines[i].strip() == b"---"), None)
+    sep = next((i for i in range(end) if lines[i].rstrip() == b"---"), None)
     return None if sep is None else b"\n".join(lines[:sep + 1]) + b"\n"
 
 
