@@ -56,7 +56,8 @@ def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> d
     """The mirror URL of each spec index that has one: ``--index NAME=URL`` over ``ENVLOCK_INDEX_<NAME>``.
 
     Mirrors that are no URL are refused here (exit 2, each named with where it came
-    from), not left to uv to report as a package missing from the registry.
+    from), not left to uv to report as a package missing from the registry; so is an
+    ``--index NAME`` the spec has no index of, for ``lock`` and ``sync`` alike.
     """
     from envlock.spec import is_index_url
 
@@ -65,6 +66,9 @@ def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> d
     bad = [f"{origin}={url!r}: expected an http(s):// or file:// URL"
            for _, (origin, url) in sorted(given.items()) if not is_index_url(url)]
     raise_all(UsageError, bad, f"{len(bad)} index mirrors are not URLs")
+    if unknown := sorted(set(given) - set(spec.indexes)):
+        known = ", ".join(sorted(spec.indexes))
+        raise UsageError(f"--index {unknown[0]}=...: {spec.path} has no [indexes.{unknown[0]}]; indexes: {known}")
     return {name: url for name, (_, url) in given.items()}
 
 
@@ -451,7 +455,7 @@ def sync(
                 unread = (f"ENVLOCK_INDEX_* is set, but {ws.relative(spec_file)} does not read (`envlock lock "
                           f"{env} --check` says why), so no mirror was applied to this sync's downloads")
             if mirrored_spec is not None:
-                download_from = _download_mirrors(mirrored_spec, mirrors)
+                download_from = index_mirrors(mirrored_spec, mirrors)
         ref = load_lock_ref(ws, lock_ref)
         lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
         if ref.path is not None:  # a lock copied out of locks/: its built wheels are named from there
@@ -478,7 +482,7 @@ def sync(
         spec, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
         source_mirrors(spec, sources_from)  # a --source NAME the spec lacks is an error before any work
         if not offline:
-            mirrored_spec, download_from = spec, _download_mirrors(spec, mirrors)  # a NAME the spec lacks: exit 2
+            mirrored_spec, download_from = spec, index_mirrors(spec, mirrors)  # a NAME the spec lacks: exit 2
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
         if found is not None and found.env != env:
             # As for --lock: the env's generations would hold another env's packages.
@@ -539,16 +543,6 @@ def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, list[Pat
 
 def _mirror_vars() -> bool:
     return any(var.startswith(MIRROR_ENV_PREFIX) for var in os.environ)
-
-
-def _download_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None) -> dict[str, str]:
-    """For a sync's downloads: spec index name -> its mirror (``--index`` over ``ENVLOCK_INDEX_<NAME>``)."""
-    given = index_mirrors(spec, explicit)
-    if given:
-        from envlock import resolve
-
-        resolve.index_urls(spec, given)  # an --index NAME the spec lacks: exit 2, naming the spec's indexes
-    return given
 
 
 def _package_mirrors(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, str]) -> dict[str, str]:

@@ -75,13 +75,8 @@ class ResolveInputs:
 
 
 def index_urls(spec: EnvSpec, mirrors: Mapping[str, str]) -> dict[str, str]:
-    """The URL to use for each spec index: its mirror if one is given, else the spec's URL."""
-    unknown = sorted(set(mirrors) - set(spec.indexes))
-    if unknown:
-        from envlock.errors import UsageError
-
-        known = ", ".join(sorted(spec.indexes))
-        raise UsageError(f"--index {unknown[0]}=...: {spec.path} has no [indexes.{unknown[0]}]; indexes: {known}")
+    """The URL to use for each spec index: its mirror if one is given (``pipeline.index_mirrors``,
+    which refuses names the spec has no index of), else the spec's URL."""
     return {name: mirrors.get(name, idx.url).rstrip("/") for name, idx in spec.indexes.items()}
 
 
