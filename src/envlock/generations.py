@@ -56,6 +56,20 @@ class Generation:
         return self.path / "venv"
 
     @property
+    def store_venv(self) -> Path | None:
+        """The store venv its link names, as install named it (one readlink, not resolved);
+        None when the link is not there."""
+        try:
+            return Path(os.path.normpath(self.path / os.readlink(self.venv)))
+        except OSError:
+            return None
+
+    @property
+    def colon_named(self) -> bool:
+        """Whether its venv folder is named ``sha256:<hex>`` (envlock 0.1.0 named them so)."""
+        return self.store_venv is not None and ":" in self.store_venv.name
+
+    @property
     def lock_copy(self) -> Path:
         return self.path / _LOCK_COPY
 
@@ -380,11 +394,16 @@ def rollback(store: Store, env: str, to: int | None = None) -> Switch:
         _check_unchanged(store, target)
         flip(store, env, to)
         note = ""
-        if ":" in os.path.basename(os.path.realpath(target.venv)):
-            note = (f"generation {to}'s venv folder holds a ':' (envlock 0.1.0 named venvs so), which splits PATH "
-                    f"once activated (`envlock run` is not affected); `envlock sync {env} --frozen --lock "
+        if target.colon_named:
+            note = (f"{colon_note(to)} (`envlock run` is not affected); `envlock sync {env} --frozen --lock "
                     f"{target.lock_copy}` makes a generation of it anew")
         return Switch(env, cur, to, stable_path(store, env), note)
+
+
+def colon_note(number: int) -> str:
+    """What is wrong with generation ``number`` when it is ``colon_named``."""
+    return (f"generation {number}'s venv folder holds a ':' (envlock 0.1.0 named venvs so), which splits PATH "
+            "once activated")
 
 
 def _check_unchanged(store: Store, gen: Generation) -> None:
@@ -396,7 +415,7 @@ def _check_unchanged(store: Store, gen: Generation) -> None:
     """
     from envlock import verify
 
-    venv = Path(os.path.normpath(gen.path / os.readlink(gen.venv)))  # as install named it, unresolved
+    venv = gen.store_venv or gen.venv  # as install named it, unresolved
     actual = verify.manifest(venv, cache_dir=store.hash_cache)
     if actual.digest == gen.venv_digest:
         return

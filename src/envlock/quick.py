@@ -26,7 +26,8 @@ STAMP = "noop-stamp"
 MANIFEST_NAME = ".envlock-manifest.json"
 #: The store's layout folder (``store.LAYOUT_VERSION``); tests check they agree.
 LAYOUT_DIR = "v1"
-# 2: stamps of 1 may vouch for a venv folder named sha256:<hex>, which the full path builds again.
+# 2: stamps of 1 may vouch for a venv folder named sha256:<hex>, which the full path builds again
+# (and never stamps: a stamp of 2 names a generation whose venv is colon-free).
 _MAGIC = "envlock-noop-stamp 2"
 _FLAGS = {"--frozen", "--offline", "-q", "--quiet", "--debug"}
 
@@ -102,12 +103,6 @@ def check(home: str, env: str, lock_file: str, spec_file: str | None) -> tuple[i
         return None  # the last sync did not check the lock against this spec
     if not os.path.isfile(os.path.join(env_dir, head, "venv", MANIFEST_NAME)):
         return None  # the venv is gone from the store
-    try:
-        venv = os.readlink(os.path.join(env_dir, head, "venv"))
-    except OSError:
-        return None  # not the link a generation holds
-    if ":" in os.path.basename(venv):
-        return None  # a venv folder envlock 0.1.0 named sha256:<hex>: the full path builds it anew
     if file_sha256(lock_file) != fields["lock"]:
         return None
     if spec_file is not None and any(file_sha256(p) != sha for p, sha in inputs.items()):

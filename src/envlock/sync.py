@@ -2,8 +2,8 @@
 
 ``sync_lock`` chains fetch -> install -> verify -> new generation -> flip, under
 the env's file lock. Its no-op path (the current generation already is this lock's
-venv) reads one symlink and two small files and imports nothing heavy: fetch,
-install and verify are imported only when there is work. Either way it ends by
+venv) reads one symlink and two small files and imports nothing heavy: install and
+verify are imported only when there is work (fetch, for a stat of each locked wheel). Either way it ends by
 writing the env's no-op stamp, which lets the next ``envlock sync`` answer before
 the pipeline is even imported (``envlock.quick``).
 """
@@ -103,7 +103,7 @@ def sync_lock(
         cur_python = venv_python(cur.venv) if cur is not None else None
         # A venv folder named sha256:<hex> (envlock 0.1.0 made those) is built again at its
         # colon-free name: a colon in its real path breaks PATH once activated.
-        renamed = cur is not None and ":" in os.path.basename(os.path.realpath(cur.venv))
+        renamed = cur is not None and cur.colon_named
         if (
             cur is not None
             and cur.install_digest == key
@@ -154,8 +154,7 @@ def sync_lock(
                 repaired = (f"the first build differed from {whose} digest; with uv's cache cleared (a file "
                             "edited in a venv had reached it), the rebuild matches")
         note = _other_python(lock, built_with) or repaired or (
-            f"generation {cur.number}'s venv folder holds a ':' (envlock 0.1.0 named venvs so), which splits "
-            f"PATH once activated: this generation's is {inst.venv.name}"
+            f"{generations.colon_note(cur.number)}: this generation's is {inst.venv.name}"
             if renamed and cur is not None and cur.install_digest == key else "")
         if from_store and actual.digest != expected and inst.built:
             # Rebuilt without uv's cache: if the store's wheels still are their sha256 (read
@@ -188,7 +187,7 @@ def sync_lock(
         if (newest is not None and (cur is None or newest.number > cur.number)
                 and (newest.install_digest, newest.venv_digest, newest.lock_sha256)
                 == (key, actual.digest, hashlib.sha256(lock_text.encode()).hexdigest())
-                and os.path.realpath(newest.venv) == os.path.realpath(inst.venv)):  # not a venv of old
+                and newest.store_venv == inst.venv):  # not a venv of old
             gen = newest  # written by a sync killed just before its flip: finish its job
         else:
             gen = generations.add(store, env, venv=inst.venv, install_digest=key,
