@@ -164,7 +164,9 @@ def test_sync_mirrors_go_by_the_index_the_lock_records_else_the_spec_pins(tmp_pa
     assert _package_mirrors(spec, lock, {"pytorch": "https://m/pt"}) == {"filelock": "https://m/pt",
                                                                           "torch": "https://m/pt"}
     assert _package_mirrors(spec, lock, {"pypi": "https://m/pypi"}) == {"idna": "https://m/pypi"}
-    # Two spec indexes at one URL: the one the spec pins the package to.
+    # Two spec indexes at one URL: the one the spec pins the package to, not the first declared.
     spec_file.write_text(spec_file.read_text().replace(
-        "[packages]", '[indexes.internal]\nurl = "https://pypi.org/simple/"\n[packages]\nidna = "==1.0"'))
-    assert _package_mirrors(load_spec(spec_file), lock, {"pypi": "https://m/pypi"}) == {"idna": "https://m/pypi"}
+        "[packages]", '[indexes.internal]\nurl = "https://pypi.org/simple/"\n'
+                      '[packages]\nidna = { version = "==1.0", index = "internal" }'))
+    both = {"pypi": "https://m/pypi", "internal": "https://m/internal"}
+    assert _package_mirrors(load_spec(spec_file), lock, both) == {"idna": "https://m/internal"}

@@ -258,7 +258,6 @@ def test_a_build_subdirectory_is_hashed_with_links_into_the_rest_of_its_source(t
     before = sources.tree_digest(tree / "src/py", within=tree)
     (tree / "LICENSE").write_text("GPL\n")
     assert sources.tree_digest(tree / "src/py", within=tree) == before
-    assert sources.tree_digest(tree / "src/py/pkg", within=tree) == sources.tree_digest(tree / "src/py/pkg")
     with pytest.raises(SourceTreeError) as info:
         sources.tree_digest(tree / "src/py")  # on its own, ../../LICENSE leaves it
     assert "symlink LICENSE -> ../../LICENSE leads outside the source tree" in str(info.value)
