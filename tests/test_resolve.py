@@ -569,13 +569,6 @@ def test_a_server_without_etags_is_judged_by_the_size(universe: Universe, store:
     assert http.validator('"abc"', "Mon, 30 Nov 2026 06:00:00 GMT") == 'etag "abc"'
     assert http.validator(None, "Mon, 30 Nov 2026 06:00:00 GMT") == "modified Mon, 30 Nov 2026 06:00:00 GMT"
     assert http.validator(None, None) is None
-    # A record of the earlier format (one "validator") is read too.
-    from envlock.fetch import _url_record, uploads_hashed
-
-    record = _url_record(store, "http://x/y.whl")
-    record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps({"url": "http://x/y.whl", "sha256": "ab", "size": 1, "validator": 'etag "1"'}))
-    assert uploads_hashed("http://x/y.whl", store, "ab") == {'etag "1"'}
     universe.server.replicas = 0
     try:
         filename, url, relock = _hashed_nightly(universe, store, "torch-2.12.0.dev20260302+cu130-cp311")

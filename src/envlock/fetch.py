@@ -610,7 +610,7 @@ def _read_url_record(url: str, store: Store) -> dict[str, Any] | None:
 def _validators(record: dict[str, Any] | None, sha256: str) -> set[str]:
     if record is None or record["sha256"] != sha256:
         return set()
-    found = record.get("validators", [record.get("validator")])  # one "validator": a record of 2026-11-30
+    found = record.get("validators")
     return {v for v in found if isinstance(v, str)} if isinstance(found, list) else set()
 
 
