@@ -47,7 +47,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envlock import runner, sources
-from envlock.errors import BuildError, SourceError, SourceTreeError
+from envlock.errors import BuildError, SourceError
 from envlock.fetch import store_file
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
@@ -405,16 +405,14 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         try:
             mirror = request.fetch_from.get(dep.name)
             fc_dirs[dep.name] = sources.checkout(store, dep.git, dep.rev, fetch_from=mirror).tree
-            # CMake reads it as a source folder; the recipe pins only its commit, which says
-            # nothing of what a link out of it reads.
-            sources.check_links(fc_dirs[dep.name], name=f"{what}: fetchcontent.{dep.name}")
-        except SourceTreeError:
-            raise
         except SourceError as exc:
             hint = [] if mirror else [f"no access to {dep.git}? fetch the pinned commit from a clone or mirror: "
                                       f"--source {dep.name}=URL (or ENVLOCK_SOURCE_<NAME>=URL)"]
             raise BuildError(f"{what}: fetchcontent.{dep.name}: {exc.message}",
                              details=[*exc.details, *hint]) from None
+        # CMake reads it as a source folder; the recipe pins only its commit, which says
+        # nothing of what a link out of it reads.
+        sources.check_links(fc_dirs[dep.name], name=f"{what}: fetchcontent.{dep.name}")
     recipe: dict[str, Any] = {
         "format": RECIPE_FORMAT,
         "name": str(canonicalize_name(spec.name)),
