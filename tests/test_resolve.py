@@ -22,7 +22,7 @@ from envlock.errors import ResolveError
 from envlock.fetch import fetch, store_file
 from envlock.indexes import IndexFile
 from envlock.lockfile import Artifact, LockedPackage, read_lock
-from envlock.nightly import nightly_date, select_nightly
+from envlock.nightly import nightlies_by_date, nightly_date
 from envlock.pipeline import lock_env, sync
 from envlock.resolve import ResolveInputs, _hash_unlisted, _stored_package
 from envlock.store import Store
@@ -690,8 +690,8 @@ def test_uv_answer_for_a_stored_pin_must_be_that_file_at_its_version(store: Stor
 def test_nightly_local_tag_is_compared_as_pep440_normalizes_it(local: str) -> None:
     files = [IndexFile(f"torch-{v}-cp311-cp311-linux_x86_64.whl", f"https://x/{v}.whl", Version(v), None)
              for v in ("2.12.0.dev20260307+cu130", "2.12.0.dev20260307+cpu", "2.12.0.dev20260306+cu130")]
-    assert select_nightly(files, date="2026-03-07", local=local, key="packages.torch.nightly",
-                          index_name="pytorch", index_url="https://x") == Version("2.12.0.dev20260307+cu130")
+    assert nightlies_by_date(files, local) == {"2026-03-07": {Version("2.12.0.dev20260307+cu130")},
+                                               "2026-03-06": {Version("2.12.0.dev20260306+cu130")}}
 
 
 @contextlib.contextmanager

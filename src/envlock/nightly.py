@@ -35,22 +35,6 @@ def local_tag(local: str | None) -> str | None:
     return None if local is None else local.lower().replace("_", ".").replace("-", ".")
 
 
-def select_nightly(
-    files: Sequence[IndexFile],
-    *,
-    date: str,
-    local: str | None,
-    key: str,
-    index_name: str,
-    index_url: str,
-) -> Version:
-    """The newest version listed for ``date`` (and ``local`` tag); ``ResolveError`` naming nearby dates."""
-    by_date = nightlies_by_date(files, local)
-    if date in by_date:
-        return max(by_date[date])
-    raise missing_date(by_date, date=date, local=local, key=key, index_name=index_name, index_url=index_url)
-
-
 def nightlies_by_date(files: Sequence[IndexFile], local: str | None) -> dict[str, set[Version]]:
     """The nightly versions among ``files`` (with the ``local`` tag, if given), by their date."""
     by_date: dict[str, set[Version]] = {}
