@@ -908,9 +908,13 @@ def record(
     if refresh:
         label = pending[0]
         target = root / label
-        old = parse_patch_file(target, label=label)
+        try:
+            written = target.read_bytes()
+        except FileNotFoundError:
+            raise PatchError(f"{label}: patch file not found") from None
+        old = parse_patch(written, label=label, path=target)
         if not (subject or why or upstream):
-            kept_header = _written_header(target.read_bytes())
+            kept_header = _written_header(written)
         subject, why, upstream = subject or old.subject, why or old.why, upstream or old.upstream
         number = patch_number(target.name) or 0
     else:

@@ -339,9 +339,12 @@ def diff_refs(ws: Workspace, old: str, new: str) -> tuple[LockDiff, tuple[str, .
 
     before, after = load_lock_ref(ws, old), load_lock_ref(ws, new)
     notes = []
-    for env in sorted({r.env for r in (before, after) if r.env is not None}):
+    for ref in sorted({r.env: r for r in (before, after) if r.env is not None}.values(), key=lambda r: str(r.env)):
+        env = str(ref.env)
+        if ref.path is None:  # never: an env name is read from its lock file
+            continue
         try:
-            check = check_lock(ws, env)
+            check = _check(ws, env, load_env_spec(ws, env), ref.path, ref.lock)  # the lock read once, above
         except EnvlockError:
             continue
         if not check.current:
@@ -927,9 +930,10 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
                          "expected the source the work dir was made for")
     current = tuple(p.locked() for p in patch.load_patches(ws.root, spec.sources[source].patches))
     patches_dir = ws.root / "patches" / source
+    # A refresh rewrites a patch in place: no new number for other envs' patches to stand before.
     return patch.record(workdir, patches_dir, current=current, subject=subject, why=why, upstream=upstream,
                         refresh=refresh, workspace_root=ws.root,
-                        other_envs=_patches_of_other_envs(ws, spec.name, source))
+                        other_envs=() if refresh else _patches_of_other_envs(ws, spec.name, source))
 
 
 def _patches_of_other_envs(ws: Workspace, env: str, source: str) -> list[Path]:
