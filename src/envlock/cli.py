@@ -241,7 +241,8 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
 
     store = _env_store(args, ws)
     gens, damaged = generations.scan(store, args.env)
-    if not gens and not damaged and generations.current_number(store, args.env) is None:
+    number = generations.current_number(store, args.env)
+    if not gens and not damaged and number is None:
         raise generations.never_synced(store, args.env)  # exit 2, as path and verify say
 
     def text() -> str:
@@ -258,7 +259,6 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"  current: the link names generation {number}, which is not there")
         return "\n".join(lines)
 
-    number = generations.current_number(store, args.env)
     _out(args, {"env": args.env, "current": number, "generations": [g.to_dict() for g in gens],
                 "unreadable": [str(p) for p in damaged]}, text)
     return 0

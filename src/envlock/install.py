@@ -75,7 +75,7 @@ def venv_path(store: Store, key: str) -> Path:
 
 def venv_lock(key: str) -> str:
     """The store lock held while the venv entry ``key`` is built, re-walked or removed."""
-    return f"venv-{key.replace(':', '-')}"
+    return f"venv-{venv_entry(key)}"
 
 
 def find_python(version: str) -> Path:
@@ -138,7 +138,7 @@ def install(
             return InstallResult(final, key, actual, False, time.monotonic() - started)
         if final.exists():
             # Only a venv from a foreign writer could lack its manifest: not ours to trust.
-            store.remove_entry("venvs", venv_entry(key))
+            store.remove_tree(final)
         files: list[str] = []
         for pkg in lock.packages:
             artifact = pkg.wheels[0]

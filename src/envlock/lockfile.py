@@ -374,7 +374,7 @@ def _package(value: object, key: str) -> LockedPackage:
         if not wheels:
             raise _BadKeyError(f"{key}.wheels", "found an empty array", "a wheel (envlock installs wheels only)")
         return LockedPackage(
-            name=canonicalize_name(name),
+            name=cast("NormalizedName", name),  # normalized: checked above
             version=version,
             wheels=tuple(_artifact(w, f"{key}.wheels[{j}]") for j, w in enumerate(wheels)),
             index=_opt_str(pkg, "index", key),

@@ -29,7 +29,6 @@ from envlock.workspace import env_var_suffix
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
 _PYTHON = re.compile(r"3\.\d+(\.\d+)?")
-#: A distribution name (PEP 508).
 _PLATFORM = re.compile(r"[a-z0-9_]+(-[a-z0-9_.]+)+")
 #: What the pinned uv (pyproject.toml) accepts for ``--python-platform``, less the bare OS names
 #: (``linux``, ``macos``, ``windows``), which name no architecture. A spec naming anything else
