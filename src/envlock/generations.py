@@ -340,14 +340,18 @@ def never_synced(store: Store, env: str) -> UsageError:
     env's name is named as one, rather than sent to sync a new env."""
     import difflib
 
-    folder = store.root / "envs"
     if (why := no_current(store, env)) is not None:
         return UsageError(f"env {env!r}: no current generation in {store.home} {why}")
-    synced = sorted(p.name for p in folder.iterdir() if (p / CURRENT).is_symlink()) if folder.is_dir() else []
-    close = difflib.get_close_matches(env, [e for e in synced if e != env], n=1)
+    close = difflib.get_close_matches(env, [e for e in _synced(store) if e != env], n=1)
     hint = (f"; did you mean {close[0]!r}? (else run `envlock sync {env}`)" if close
             else f"; run `envlock sync {env}`")
     return UsageError(f"env {env!r}: no current generation in {store.home}{hint}")
+
+
+def _synced(store: Store) -> list[str]:
+    """The envs with a current generation in ``store``, sorted."""
+    folder = store.root / "envs"
+    return sorted(p.name for p in folder.iterdir() if (p / CURRENT).is_symlink()) if folder.is_dir() else []
 
 
 def unknown_env(store: Store, env: str, workspace: Path, declared: list[str]) -> UsageError:
@@ -355,9 +359,7 @@ def unknown_env(store: Store, env: str, workspace: Path, declared: list[str]) ->
     (``declared``): a typo, which `envlock sync ENV` would only fail on as well."""
     import difflib
 
-    folder = store.root / "envs"
-    synced = [p.name for p in folder.iterdir() if (p / CURRENT).is_symlink()] if folder.is_dir() else []
-    known = sorted(set(synced) | set(declared))
+    known = sorted(set(_synced(store)) | set(declared))
     close = difflib.get_close_matches(env, known, n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return UsageError(f"env {env!r}: not synced in {store.home}, and {workspace / 'envs'} declares no such env "
