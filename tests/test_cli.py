@@ -213,6 +213,14 @@ def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> N
     via_link = cli("diff", f"{link}/locks/pylock.e.toml@HEAD", "e")
     assert via_link.code == 0, via_link.err
     assert via_link.out.splitlines()[2:] == result.out.splitlines()[2:]
+    # A lock at a rev is read as strictly as a file: bytes that are not UTF-8 are refused, not replaced.
+    bad = ws.root / "locks" / "pylock.bad.toml"
+    bad.write_bytes(ws.lock_text("e").encode() + b"# caf\xe9\n")
+    commit_all(ws.root, "a lock that is not UTF-8")
+    for ref, named in (("locks/pylock.bad.toml", bad), ("locks/pylock.bad.toml@HEAD", "locks/pylock.bad.toml@HEAD")):
+        r = cli("diff", ref, "e")
+        assert (r.code, r.err) == (2, f"envlock: error: {named}: not UTF-8 text (byte {bad.stat().st_size - 2}); "
+                                      "not a lock file\n"), ref
 
 
 def test_a_lock_path_holding_an_at_sign_is_a_path_and_a_rev_may_hold_one(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]

@@ -341,6 +341,25 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
     assert "+T = 1" in second.path.read_text()
 
 
+def test_record_keeps_the_bytes_of_a_file_that_is_not_utf8(sg: SgLike, store: Store, tmp_path: Path) -> None:
+    """A Latin-1 file's change is recorded byte for byte, and the patch applies at the pin."""
+    tree = sources.checkout(store, sg.url, sg.pin).tree
+    patches_dir = _patches_copied(sg, tmp_path / "patches" / "sglike")
+    listed = _listed(patches_dir, sg.patches)
+    work = tmp_path / "work"
+    patch.edit("sglike", tree, _patches(sg), work)
+    latin1 = "# caf\u00e9 cr\u00e8me, \u00b5s\nNAME = 'Se\u00f1or'\n".encode("latin-1")
+    (work / "python/sglike/names.py").write_bytes(latin1)
+    recorded = patch.record(work, patches_dir, subject="Names", why="Latin-1 data.", upstream="", current=listed,
+                            workspace_root=patches_dir)
+    data = recorded.path.read_bytes()
+    assert b"+# caf\xe9 cr\xe8me, \xb5s\n+NAME = 'Se\xf1or'\n" in data
+    assert b"\xef\xbf\xbd" not in data  # no U+FFFD replacement character
+    labels = [*sg.patches, recorded.path.name]
+    states = patch.status(tree, patch.load_patches(patches_dir, labels))
+    assert [s.state for s in states] == ["applies"] * 4
+
+
 def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tmp_path: Path) -> None:
     """edit --against NEW: 0001 is upstream (retire), 0002 conflicts (redo + record --refresh), 0003 follows."""
     tree = sources.checkout(store, sg.url, sg.upstream).tree

@@ -885,7 +885,7 @@ def record(
     # Without -f (unlike edit's levels): what the source's .gitignore covers, such as the
     # __pycache__ and build output of trying the change, is not part of a patch.
     _git_ok(["add", "-A"], workdir, what)
-    diff = _git_ok(
+    diff = runner.git_bytes(
         [
             "-c",
             "core.quotepath=false",
@@ -898,9 +898,10 @@ def record(
             "--dst-prefix=b/",
             "HEAD",
         ],
-        workdir,
-        what,
-    ).stdout
+        what=what,
+        error=PatchError,
+        cwd=workdir,
+    )
     if not diff.strip():
         level = state["levels"][-1] if state["levels"] else "base"
         raise PatchError(f"{workdir}: nothing to record (no change against {level})")
@@ -924,7 +925,7 @@ def record(
         target = patches_dir / f"{number:04d}-{slug(subject)}.patch"
         label = str(target)
     header = kept_header or format_header(subject, why or "", upstream or "not proposed upstream").encode()
-    data = header + diff.encode()
+    data = header + diff
     parsed = parse_patch(data, label=str(target))  # refuses binary diffs and the like
     # patch(1)'s leftovers from redoing a change by hand would become part of the patch.
     leftovers = sorted(f.path for f in parsed.files if f.path.endswith((".orig", ".rej")))

@@ -387,12 +387,15 @@ def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
         raise LockError(f"{ref}: git has no {rel} at {rev!r}: {kind.tail(1)}")
     if kind.stdout.strip() != "blob":
         raise LockError(f"{ref}: {rel} at {rev!r} is a git {kind.stdout.strip()}, expected a lock file")
-    shown = runner.git(["cat-file", "blob", f"{rev}:{rel}"], cwd=repo)
-    if not shown.ok:
-        raise LockError(f"{ref}: git could not read {rel} at {rev!r}: {shown.tail(1)}")
+    shown = runner.git_bytes(["cat-file", "blob", f"{rev}:{rel}"], what=f"{ref}: git could not read {rel} at {rev!r}",
+                             error=LockError, cwd=repo)
+    try:
+        text = shown.decode("utf-8")  # strictly, as read_lock reads a file
+    except UnicodeDecodeError as exc:
+        raise LockError(f"{ref}: not UTF-8 text (byte {exc.start}); not a lock file") from None
     # Never written back; its `path` wheels are relative to where the file lives in the
     # work tree (locks/ -> ../wheelhouse/...).
-    return LockRef(Lock.from_toml(shown.stdout, ref), ref, None, path.parent)
+    return LockRef(Lock.from_toml(text, ref), ref, None, path.parent)
 
 
 def _lock_file_here(ws: Workspace, ref: str) -> bool:

@@ -119,8 +119,32 @@ def git_checked(
     return result
 
 
+def git_bytes(
+    args: Sequence[str | os.PathLike[str]], *, what: str, error: type[EnvlockError], cwd: Path | None = None
+) -> bytes:
+    """git's standard output as bytes, raising like ``git_checked``.
+
+    For output that carries file contents (a diff): a file that is not UTF-8 (a Latin-1
+    comment, a data table) must keep its bytes, which ``run``'s text decoding would replace.
+    """
+    argv = ["git", *(str(a) for a in args)]
+    try:
+        proc = subprocess.run(argv, cwd=cwd, env=_git_environ(), capture_output=True)
+    except FileNotFoundError:
+        raise error(f"{what}: git: command not found") from None
+    if proc.returncode != 0:
+        stderr = proc.stderr.decode("utf-8", "replace").rstrip()
+        raise error(f"{what}: `{' '.join(argv)}` failed (exit {proc.returncode})",
+                    details=stderr.splitlines()[-15:])
+    return proc.stdout
+
+
 def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> Result:
     """Run git with a fixed identity and no user config, so results do not depend on the machine."""
+    return run(["git", *args], cwd=cwd, env=_git_environ())
+
+
+def _git_environ() -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
@@ -134,4 +158,4 @@ def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> R
             "LC_ALL": "C",
         }
     )
-    return run(["git", *args], cwd=cwd, env=env)
+    return env
