@@ -653,11 +653,39 @@ def test_a_pinned_nightly_crosses_the_network_once_for_lock_relock_and_sync(ws, 
     assert ws.lock_text("e").startswith(text.split("[tool.envlock]")[0].rstrip())
 
 
+def test_a_wheel_uv_picks_from_a_hashless_index_crosses_the_network_once(  # type: ignore[no-untyped-def]
+        ws, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytorch-triton has no pin (uv picks the version torch requires) and its index publishes
+    # no hash. Asked for a pylock, uv downloaded it to hash it (twice with a cold cache) and
+    # the sync downloaded it again. uv is asked for its version first (metadata only, by
+    # range requests), and the wheel is stored and hashed once, like a pinned nightly.
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "cold-uv-cache"))
+    filename = next(f for f in universe.server.indexes["pytorch"].files
+                    if f.startswith("pytorch_triton-3.6.0") and "cp311" in f)
+    served = universe.server.indexes["pytorch"].files[filename]
+
+    def whole_file_gets() -> int:  # uv's metadata reads are range requests (of the whole file, for so small a wheel)
+        return sum(1 for path, rng in universe.server.requests if path.endswith("/" + filename) and not rng)
+
+    before = whole_file_gets()
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON))
+    lock_env(Workspace(ws.root), "e")
+    assert whole_file_gets() == before + 1
+    triton = next(p for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages if p.name == "pytorch-triton")
+    assert (triton.version, triton.index) == ("3.6.0+git5e7b3f4e", universe.pytorch)
+    assert triton.wheels[0] == Artifact(sha256=sha256_of(served), url=universe.server.file_url("pytorch", filename),
+                                        size=served.stat().st_size)
+    assert lock_env(Workspace(ws.root), "e").changed is False
+    result = sync(Workspace(ws.root), "e")
+    assert result.fetched == 1  # tinydep, from the default index
+    assert whole_file_gets() == before + 1
+
+
 def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("g", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-06") + TRITON))
     result = sync(Workspace(ws.root), "g")  # no lock yet: the sync locks first, hashing the nightly
     locked = read_lock(ws.root / "locks" / "pylock.g.toml").packages
-    assert result.fetched == len(locked) - 1  # the nightly was in the store before the fetch
+    assert result.fetched == len(locked) - 2  # the nightly and pytorch-triton were stored by the lock
     served = {name: path.stat().st_size for idx in universe.server.indexes.values() for name, path in idx.files.items()}
     assert result.downloaded == sum(served[p.wheels[0].filename] for p in locked)
 
@@ -747,7 +775,7 @@ def test_a_lock_hashes_what_uv_reports_no_hash_for_once(ws, universe: Universe, 
 
 def test_a_wheel_url_naming_another_folder_is_refused_at_lock(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("e", spec_text(universe, TORCH + TRITON))
-    hostile = re.compile(r"/pytorch/files/pytorch_triton-[^\"]+\.whl")
+    hostile = re.compile(r"/pypi/files/tinydep-[^\"]+\.whl")
     answer = _uv_answer_edited(lambda text: hostile.sub("/pytorch/files/x%2F..%2F..%2Fescaped.whl", text))
     refused = pytest.raises(ResolveError, match=r"names the file 'x/\.\./\.\./escaped\.whl', expected a plain")
     with answer, refused:

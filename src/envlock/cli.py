@@ -103,8 +103,8 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         lines += [f"  nightly {n} -> {v}" for n, v in result.nightlies.items()]
         lines += [f"  index {n} mirrored at {u}" for n, u in sorted(result.mirrors.items())]
         if result.downloaded:
-            lines.append(f"  {ui.size(result.downloaded)} read into the store, to hash pinned wheels "
-                         "(their index publishes no hash, or is a folder on disk)")
+            lines.append(f"  {ui.size(result.downloaded)} read into the store, to hash wheels whose index "
+                         "publishes no hash (or is a folder on disk)")
         unbuilt = result.lock.unbuilt() if result.lock is not None else ()
         lines += [f"  {name}: not built for this lock yet; `envlock build {args.env}` builds it "
                   f"(`envlock sync {args.env}` too)" for name in unbuilt]

@@ -27,7 +27,7 @@ from urllib.parse import urldefrag
 from packaging.requirements import Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
 from packaging.utils import NormalizedName, canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from envlock import http, runner
 from envlock.errors import FetchError, ResolveError, raise_all
@@ -219,13 +219,14 @@ def uv_overrides(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, Inde
     return overrides
 
 
-def compile_args(spec: EnvSpec, inputs: ResolveInputs) -> list[str]:
-    """``uv pip compile`` of the transient project (in its folder, with ``overrides.txt`` beside it)."""
+def compile_args(spec: EnvSpec, inputs: ResolveInputs, output: str = "pylock.toml") -> list[str]:
+    """``uv pip compile`` of the transient project (in its folder, with ``overrides.txt`` beside it),
+    written as ``output`` (``pylock.toml``, or ``requirements.txt`` for versions without hashes)."""
     # uv runs with UV_NO_CONFIG (no user config may leak in), which also drops the
     # project's [tool.uv] settings: the default index and the overrides go on the
     # command line. Index pins ([tool.uv.sources]) are project metadata and stay.
     args = [
-        "pip", "compile", "pyproject.toml", "--format", "pylock.toml", "-o", "pylock.toml",
+        "pip", "compile", "pyproject.toml", "--format", output, "-o", output,
         "--python-version", spec.python, "--no-header", "--quiet",
         "--default-index", inputs.index_urls[spec.default_index.name],
         "--index-strategy", "first-index",
@@ -291,7 +292,10 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
         pinned = pinned_override_wheels(spec, inputs.index_urls, nightlies, listings,
                                         {name: inputs.kept_nightlies[name] for name in kept})
         stored, downloaded = store_unhashed_pins(pinned, inputs)
-        entries = _run_uv(spec, inputs, pinned, stored)
+        if chosen := unhashed_choices(spec, inputs, listings, pinned, stored):
+            more_stored, got = store_unhashed_pins(chosen, inputs)
+            pinned, stored, downloaded = {**pinned, **chosen}, {**stored, **more_stored}, downloaded + got
+        entries = _pylock_entries(_run_uv(spec, inputs, pinned, stored, "pylock.toml"))
         packages, more = _checked_packages(spec, inputs, entries, listings, pinned, stored)
     check_same_version(spec, packages)
     check_spec_pins(spec, packages, nightlies)
@@ -326,8 +330,63 @@ def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) 
     return {name: artifact for name, (artifact, _) in done.items()}, sum(n for _, n in done.values())
 
 
+def unhashed_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, pinned: Mapping[str, IndexFile],
+                     stored: Mapping[str, Artifact]) -> dict[str, IndexFile]:
+    """The wheels uv picks itself (no exact pin) from an index that publishes no hash for them
+    (``pytorch-triton``, which a torch nightly requires), found before uv is asked for hashes.
+
+    uv's pylock output must hash every wheel, so uv downloads such a wheel (twice, with a
+    cold cache) and keeps no copy that the sync could use; the sync then downloads it once
+    more. So uv is first asked for versions only (a requirements output, for which it reads
+    a wheel's metadata with small range requests), and the wheel the package's own index
+    lists at that version becomes a pin like a nightly's: stored once, hashed while stored,
+    and handed to uv as that file. A version the listing does not show is left to uv.
+    """
+    unhashed = [
+        pkg for pkg in spec.packages.values()
+        if pkg.index and not pkg.build and str(pkg.name) not in pinned
+        and any(f.sha256 is None for f in listings.files(inputs.index_urls[pkg.index], pkg.name))
+    ]
+    if not unhashed:
+        return {}
+    versions = _requirements_versions(_run_uv(spec, inputs, pinned, stored, "requirements.txt"))
+    tags = target_tags(spec.python, spec.platform)
+    supported = set(tags) if tags is not None else None
+    chosen = {}
+    for pkg in unhashed:
+        version = versions.get(pkg.name)
+        if version is None:
+            continue  # not in the resolution (a marker left it out)
+        files = [f for f in listings.files(inputs.index_urls[pkg.index or ""], pkg.name)
+                 if f.filename.endswith(".whl") and f.version == version
+                 and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
+        if files:
+            chosen[str(pkg.name)] = files[best_wheel([f.filename for f in files], tags)]
+    return chosen
+
+
+def _requirements_versions(text: str) -> dict[NormalizedName, Version]:
+    """``name==version`` lines of uv's requirements output (direct-URL lines and comments skipped)."""
+    out = {}
+    for line in text.splitlines():
+        requirement = line.split("#", 1)[0].split(";", 1)[0].strip()
+        name, sep, version = requirement.partition("==")
+        if sep and " @ " not in requirement:
+            try:
+                out[canonicalize_name(name.strip())] = Version(version.strip())
+            except InvalidVersion:
+                continue  # not a version uv would write: the package is left to uv
+    return out
+
+
+def _pylock_entries(text: str) -> list[Mapping[str, object]]:
+    entries: list[Mapping[str, object]] = tomllib.loads(text).get("packages", [])
+    return entries
+
+
 def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
-            stored: Mapping[str, Artifact]) -> list[Mapping[str, object]]:
+            stored: Mapping[str, Artifact], output: str) -> str:
+    """uv's resolution of the transient project, as the text of its ``output`` format."""
     from envlock.fetch import store_file
 
     local = {name: store_file(inputs.store, art) for name, art in stored.items()}
@@ -335,7 +394,7 @@ def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile
     try:
         (work / "pyproject.toml").write_text(transient_project(spec, inputs, pinned))
         (work / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, pinned, local)))
-        args = compile_args(spec, inputs)
+        args = compile_args(spec, inputs, output)
         result = runner.uv(args, cwd=work, env=inputs.build_env)
         if not result.ok:
             unreachable = "Failed to fetch" in result.stderr or "error sending request" in result.stderr
@@ -345,11 +404,9 @@ def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile
                 f"{spec.path}: uv found no resolution for env {spec.name!r}",
                 details=result.tail().splitlines(),
             )
-        doc = tomllib.loads((work / "pylock.toml").read_text())
+        return (work / output).read_text()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    entries: list[Mapping[str, object]] = doc.get("packages", [])
-    return entries
 
 
 def target_tags(python: str, platform: str | None) -> list[Tag] | None:
