@@ -66,6 +66,7 @@ def run(args: argparse.Namespace, tmp: Path, universe: Universe) -> int:
         uv_overrides,
     )
     from envlock.spec import load_spec
+    from envlock.store import Store
 
     extra = [f"benchdep{i:03d}" for i in range(args.packages)]
     for i, name in enumerate(extra):
@@ -111,7 +112,7 @@ same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"
         pinned = pinned_override_wheels(spec, urls, resolve_nightlies(spec, urls, listings), listings)
     raw = tmp / "raw"
     raw.mkdir()
-    inputs = ResolveInputs(index_urls=urls)
+    inputs = ResolveInputs(index_urls=urls, store=Store.open(tmp / "raw-home"))
     (raw / "pyproject.toml").write_text(transient_project(spec, inputs, pinned))
     (raw / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, pinned)))
     uv_cmd = [runner.uv_bin(), *compile_args(spec, inputs)]

@@ -27,6 +27,7 @@ from envlock.pipeline import lock_env, sync
 from envlock.resolve import ResolveInputs, _hash_unlisted, _stored_package
 from envlock.store import Store
 from envlock.workspace import Workspace
+from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.universe import Universe
 from kit.wheels import build_wheel
@@ -675,10 +676,69 @@ def test_a_wheel_uv_picks_from_a_hashless_index_crosses_the_network_once(  # typ
     assert (triton.version, triton.index) == ("3.6.0+git5e7b3f4e", universe.pytorch)
     assert triton.wheels[0] == Artifact(sha256=sha256_of(served), url=universe.server.file_url("pytorch", filename),
                                         size=served.stat().st_size)
+    # A relock at the same pins skips the versions-only pass (the store holds the earlier
+    # lock's wheel, uv its hash); a new nightly date asks for versions again.
+    passes: list[str] = []
+    real_uv = runner.uv
+
+    def counting(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> runner.Result:
+        if "compile" in args:
+            passes.append(str(list(args)[list(args).index("--format") + 1]))
+        return real_uv(args, **kwargs)
+
+    monkeypatch.setattr(runner, "uv", counting)
     assert lock_env(Workspace(ws.root), "e").changed is False
+    assert passes == ["pylock.toml"]
     result = sync(Workspace(ws.root), "e")
     assert result.fetched == 1  # tinydep, from the default index
     assert whole_file_gets() == before + 1
+    ws.write_spec("e", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-10") + TRITON))
+    assert lock_env(Workspace(ws.root), "e").changed is True
+    assert passes == ["pylock.toml", "requirements.txt", "pylock.toml"]
+    assert whole_file_gets() == before + 1  # the same pytorch-triton, held in the store
+
+
+def test_a_relock_that_needs_another_version_of_an_unpinned_hashless_wheel_asks_uv_again(  # type: ignore[no-untyped-def]
+        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The earlier lock's wheel is handed to uv as a direct dependency, not an override: when
+    # the new pins need another version, uv refuses it and the versions-only pass decides.
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    server = IndexServer(tmp_path / "served")
+    server.add_index("pypi", hashes=True)
+    server.add_index("hashless", hashes=False)
+    for v in ("1.0", "2.0"):
+        server.add("pypi", build_wheel(tmp_path / "w", "top", v, requires=[f"companion=={v}"]))
+        server.add("hashless", build_wheel(tmp_path / "w", "companion", v))
+    server.start()
+    try:
+        def spec(top: str) -> str:
+            return (f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{server.url("pypi")}"\ndefault = true\n'
+                    f'[indexes.hashless]\nurl = "{server.url("hashless")}"\n[packages]\n'
+                    f'top = "=={top}"\ncompanion = {{ index = "hashless" }}\n')
+
+        ws.write_spec("e", spec("1.0"))
+        lock_env(Workspace(ws.root), "e")
+        passes: list[tuple[str, bool]] = []
+        real_uv = runner.uv
+
+        def counting(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> runner.Result:
+            result = real_uv(args, **kwargs)
+            passes.append((str(list(args)[list(args).index("--format") + 1]), result.ok))
+            return result
+
+        monkeypatch.setattr(runner, "uv", counting)
+        ws.write_spec("e", spec("2.0"))
+        assert lock_env(Workspace(ws.root), "e").changed is True
+        assert passes == [("pylock.toml", False), ("requirements.txt", True), ("pylock.toml", True)]
+        locked = {p.name: p for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages}
+        assert (locked["top"].version, locked["companion"].version) == ("2.0", "2.0")
+        served = server.indexes["hashless"].files["companion-2.0-py3-none-any.whl"]
+        assert locked["companion"].wheels[0] == Artifact(
+            sha256=sha256_of(served), url=server.file_url("hashless", served.name), size=served.stat().st_size)
+        assert [rng for path, rng in server.requests if path.endswith("/companion-2.0-py3-none-any.whl")
+                and not rng] == [""]  # stored once, by envlock
+    finally:
+        server.stop()
 
 
 def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import urldefrag
 
 from packaging.requirements import Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
-from packaging.utils import NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from envlock import http, runner
@@ -34,7 +35,7 @@ from envlock.errors import FetchError, ResolveError, raise_all
 from envlock.indexes import IndexFile, Listings
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.nightly import local_tag, missing_date, nightlies_by_date
-from envlock.spec import EnvSpec
+from envlock.spec import EnvSpec, PackageSpec
 
 if TYPE_CHECKING:
     from envlock.fetch import Progress, Stop
@@ -237,11 +238,18 @@ def compile_args(spec: EnvSpec, inputs: ResolveInputs, output: str = "pylock.tom
     return args
 
 
-def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile]) -> str:
-    """The pyproject.toml uv resolves (pure function of its inputs, so it can be tested and benchmarked)."""
+def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
+                      direct: Mapping[str, Path] | None = None) -> str:
+    """The pyproject.toml uv resolves (pure function of its inputs, so it can be tested and benchmarked).
+
+    ``direct``: packages given as a direct dependency on that wheel file (see ``_run_uv``).
+    """
     deps: list[str] = []
     sources: dict[str, dict[str, str]] = {}
     for pkg in spec.packages.values():
+        if direct and str(pkg.name) in direct:
+            deps.append(f"{pkg.name} @ {direct[str(pkg.name)].as_uri()}")
+            continue
         if pkg.build:
             if pkg.name in inputs.build_sources:
                 deps.append(str(pkg.name))
@@ -292,10 +300,21 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
         pinned = pinned_override_wheels(spec, inputs.index_urls, nightlies, listings,
                                         {name: inputs.kept_nightlies[name] for name in kept})
         stored, downloaded = store_unhashed_pins(pinned, inputs)
-        if chosen := unhashed_choices(spec, inputs, listings, pinned, stored):
-            more_stored, got = store_unhashed_pins(chosen, inputs)
-            pinned, stored, downloaded = {**pinned, **chosen}, {**stored, **more_stored}, downloaded + got
-        entries = _pylock_entries(_run_uv(spec, inputs, pinned, stored, "pylock.toml"))
+        entries = None
+        if unhashed := unhashed_unpinned(spec, inputs, listings, pinned):
+            if guessed := earlier_choices(spec, inputs, listings, pinned, unhashed):
+                # A relock at the earlier pins: their earlier wheels, as direct dependencies.
+                try:
+                    entries = _pylock_entries(_run_uv(spec, inputs, {**pinned, **guessed[0]},
+                                                      {**stored, **guessed[1]}, "pylock.toml", direct=set(guessed[0])))
+                    pinned, stored = {**pinned, **guessed[0]}, {**stored, **guessed[1]}
+                except ResolveError:
+                    entries = None  # the resolution needs other versions of them: ask uv for versions first
+            if entries is None and (chosen := unhashed_choices(spec, inputs, listings, pinned, stored, unhashed)):
+                more_stored, got = store_unhashed_pins(chosen, inputs)
+                pinned, stored, downloaded = {**pinned, **chosen}, {**stored, **more_stored}, downloaded + got
+        if entries is None:
+            entries = _pylock_entries(_run_uv(spec, inputs, pinned, stored, "pylock.toml"))
         packages, more = _checked_packages(spec, inputs, entries, listings, pinned, stored)
     check_same_version(spec, packages)
     check_spec_pins(spec, packages, nightlies)
@@ -330,25 +349,72 @@ def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) 
     return {name: artifact for name, (artifact, _) in done.items()}, sum(n for _, n in done.values())
 
 
-def unhashed_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, pinned: Mapping[str, IndexFile],
-                     stored: Mapping[str, Artifact]) -> dict[str, IndexFile]:
-    """The wheels uv picks itself (no exact pin) from an index that publishes no hash for them
-    (``pytorch-triton``, which a torch nightly requires), found before uv is asked for hashes.
+def unhashed_unpinned(spec: EnvSpec, inputs: ResolveInputs, listings: Listings,
+                      pinned: Mapping[str, IndexFile]) -> list[PackageSpec]:
+    """The spec's packages uv picks a version of itself (no exact pin) from an index that
+    publishes no hash for them: ``pytorch-triton``, whose version a torch nightly requires.
 
     uv's pylock output must hash every wheel, so uv downloads such a wheel (twice, with a
-    cold cache) and keeps no copy that the sync could use; the sync then downloads it once
-    more. So uv is first asked for versions only (a requirements output, for which it reads
-    a wheel's metadata with small range requests), and the wheel the package's own index
-    lists at that version becomes a pin like a nightly's: stored once, hashed while stored,
-    and handed to uv as that file. A version the listing does not show is left to uv.
+    cold cache) and keeps no copy the sync could use: the sync downloaded it once more.
+    So each is handed to uv as a file from the store instead, like a pinned nightly: the
+    earlier lock's wheel (``earlier_choices``), else the one uv picks when asked for
+    versions only (``unhashed_choices``).
     """
-    unhashed = [
+    return [
         pkg for pkg in spec.packages.values()
         if pkg.index and not pkg.build and str(pkg.name) not in pinned
         and any(f.sha256 is None for f in listings.files(inputs.index_urls[pkg.index], pkg.name))
     ]
-    if not unhashed:
-        return {}
+
+
+def earlier_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, pinned: Mapping[str, IndexFile],
+                    unhashed: Sequence[PackageSpec]) -> tuple[dict[str, IndexFile], dict[str, Artifact]] | None:
+    """For a relock at the earlier lock's pins: its wheel of each of ``unhashed``, still listed
+    and held in the store (the listed file, the stored artifact), else None.
+
+    They are handed to uv as direct dependencies, not overrides: a resolution that needs
+    another version of one fails (and the versions-only pass decides) instead of taking it.
+    """
+    from envlock.fetch import store_file
+
+    earlier: dict[NormalizedName, tuple[Version, Artifact]] = {}
+    for artifact in inputs.hashed.values():
+        try:
+            name, version, *_ = parse_wheel_filename(artifact.filename)
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        earlier[name] = (version, artifact)
+    if any(earlier.get(canonicalize_name(name), (None,))[0] != f.version for name, f in pinned.items()):
+        return None  # new pins (a new nightly date) may well need other versions of these
+    overridden = {canonicalize_name(Requirement(o).name) for o in spec.resolution.overrides}
+    files: dict[str, IndexFile] = {}
+    artifacts: dict[str, Artifact] = {}
+    for pkg in unhashed:
+        if pkg.name not in earlier or pkg.name in overridden:
+            return None
+        version, artifact = earlier[pkg.name]
+        listed = {f.url: f for f in listings.files(inputs.index_urls[pkg.index or ""], pkg.name)}.get(str(artifact.url))
+        if (listed is None or listed.version != version or not _allows(pkg.specifier, version)
+                or not store_file(inputs.store, artifact).is_file()):
+            return None
+        files[str(pkg.name)], artifacts[str(pkg.name)] = listed, artifact
+    return files, artifacts
+
+
+def _allows(specifier: str, version: Version) -> bool:
+    try:
+        return SpecifierSet(specifier).contains(version, prereleases=True)
+    except InvalidSpecifier:
+        return False  # the spec check names it
+
+
+def unhashed_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, pinned: Mapping[str, IndexFile],
+                     stored: Mapping[str, Artifact], unhashed: Sequence[PackageSpec]) -> dict[str, IndexFile]:
+    """The wheel of each of ``unhashed`` uv picks when asked for versions only (a requirements
+    output, for which it reads metadata with small range requests): the file the package's
+    own index lists at that version for the target. A version the listing does not show is
+    left to uv, which then hashes that wheel itself.
+    """
     versions = _requirements_versions(_run_uv(spec, inputs, pinned, stored, "requirements.txt"))
     tags = target_tags(spec.python, spec.platform)
     supported = set(tags) if tags is not None else None
@@ -385,15 +451,21 @@ def _pylock_entries(text: str) -> list[Mapping[str, object]]:
 
 
 def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
-            stored: Mapping[str, Artifact], output: str) -> str:
-    """uv's resolution of the transient project, as the text of its ``output`` format."""
+            stored: Mapping[str, Artifact], output: str, direct: set[str] | None = None) -> str:
+    """uv's resolution of the transient project, as the text of its ``output`` format.
+
+    ``direct``: names of ``pinned`` handed to uv as direct dependencies on their store file
+    (held to every requirement on them) rather than as overrides.
+    """
     from envlock.fetch import store_file
 
     local = {name: store_file(inputs.store, art) for name, art in stored.items()}
+    direct_files = {name: local[name] for name in direct or ()}
+    overridden = {name: f for name, f in pinned.items() if name not in direct_files}
     work = Path(tempfile.mkdtemp(prefix="envlock-resolve-"))
     try:
-        (work / "pyproject.toml").write_text(transient_project(spec, inputs, pinned))
-        (work / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, pinned, local)))
+        (work / "pyproject.toml").write_text(transient_project(spec, inputs, pinned, direct_files))
+        (work / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, overridden, local)))
         args = compile_args(spec, inputs, output)
         result = runner.uv(args, cwd=work, env=inputs.build_env)
         if not result.ok:
@@ -521,9 +593,16 @@ def _checked_packages(
             listed_sha = found.sha256
         sha = _sha_of(wheel) or listed_sha
         size = wheel.get("size")
-        if sha is None:  # the index publishes no hash (PyTorch nightlies): hash the bytes
-            sha, size, got = _hash_unlisted(name, version, url, inputs)
+        # The index publishes no hash (PyTorch nightlies): the store's copy is hashed, also when
+        # uv hashed its own download (a wheel uv picked, see unhashed_choices): the sync then
+        # finds it stored, and the lock has its size whichever way it was found.
+        if sha is None or (name in checked and listed_sha is None):
+            ours, size, got = _hash_unlisted(name, version, url, inputs)
             downloaded += got
+            if sha is not None and sha != ours:
+                raise ResolveError(f"{name} {version}: {url} changed while it was locked: uv hashed it as sha256 "
+                                   f"{sha}, the store's download as {ours}; lock again")
+            sha = ours
         if listed_sha is not None and listed_sha != sha:
             raise ResolveError(f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {listed_sha}")
         artifact = Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None)
