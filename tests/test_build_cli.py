@@ -146,6 +146,27 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     r = cli("lock", "demo", "--check")
     assert r.code == 1
     assert r.out.splitlines()[1] == "  sources.mini-kernel.path: examples/mini-kernel changed since the lock"
+    # A frozen sync that must rebuild (the wheelhouse gone) names the edit before a build is spent on it.
+    stale = ws.lock_text("demo")
+    shutil.rmtree(ws.root / "wheelhouse")
+    r = cli("sync", "demo", "--frozen")
+    assert r.code == 1 and "building" not in r.err, r.err
+    assert r.err.splitlines() == [
+        "envlock: error: locks/pylock.demo.toml: --frozen, but the inputs of mini-kernel changed since the lock, "
+        "so the recorded wheel cannot be rebuilt; restore them, or sync without --frozen (`envlock sync demo` "
+        "relocks and rebuilds)",
+        "  sources.mini-kernel.path: examples/mini-kernel changed since the lock"]
+    # `build --check` is a diagnosis: it says the lock records other inputs, and writes nothing.
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-check"))  # its builds stay out of the store below
+    r = cli("build", "demo", "--check")
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home2"))
+    assert r.code == 0, r.err
+    assert ("envlock: mini-kernel: the lock records a build of other inputs (sources.mini-kernel.path: "
+            "examples/mini-kernel changed since the lock; input digest sha256:") in r.err, r.err
+    assert ("envlock: --check does not write the lock: `envlock build demo` records these builds in "
+            "locks/pylock.demo.toml") in r.err
+    assert not r.out.rstrip().endswith("updated locks/pylock.demo.toml")
+    assert ws.lock_text("demo") == stale
     r = cli("sync", "demo")
     assert r.code == 0, r.err
     assert r.out.startswith("demo: generation 2 (")

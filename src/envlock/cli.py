@@ -518,10 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("build", cmd_build, "build the env's local packages ([builds.*]) into the wheelhouse",
             "Fetch each source at its pinned commit, apply its patches, build the wheel (keyed by an input digest:\n"
             "same inputs => no rebuild) and record it in the lock. --check rebuilds from scratch and compares\n"
-            "(exit 1 if not bit-identical, naming the files that differ).")
+            "(exit 1 if not bit-identical, naming the files that differ), and writes no lock: it says when the\n"
+            "lock records a build of other inputs, and what changed.")
     p.add_argument("env", metavar="ENV")
     p.add_argument("packages", nargs="*", metavar="PKG", help="only these builds (default: all)")
-    p.add_argument("--check", action="store_true", help="rebuild from scratch and compare (exit 1 on a difference)")
+    p.add_argument("--check", action="store_true",
+                   help="rebuild from scratch and compare (exit 1 on a difference); the lock is not written")
     p.add_argument("--override-source", action="append", default=[], metavar="NAME=PATH",
                    help="build source NAME from a local tree instead of its pin, the spec's patches applied on "
                    "top (so give it unpatched); never recorded in the lock")

@@ -274,6 +274,13 @@ def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> Lo
     return LockCheck(env=env, path=path, current=not reasons, reasons=tuple(reasons))
 
 
+def input_drift(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock, build: str, source: str) -> list[str]:
+    """What changed since the lock in the inputs of ``[builds.BUILD]`` (of source ``source``):
+    ``lock --check``'s reasons that name that build or source."""
+    keys = (f"sources.{source}.", f"sources.{source}:", f"builds.{build}.", f"builds.{build}:")
+    return [r for r in _check(ws, env, spec, path, lock).reasons if r.startswith(keys)]
+
+
 def _tree_drift(ws: Workspace, source: str, rel: str, digest: str) -> list[str]:
     """A ``path`` source is content-hashed: an edit in its tree makes the lock stale."""
     from envlock.sources import tree_digest
@@ -794,6 +801,7 @@ def build_env(
                                locked=lock.builds if frozen else {})
     built: list[BuiltWheel] = []
     checks: list[CheckResult] = []
+    moved: list[str] = []  # --check: builds whose inputs are not the ones the lock records
     for b in wanted:
         request = requests[b.name]
         plan = build.plan(request, store)
@@ -806,7 +814,12 @@ def build_env(
             expected = recorded.sha256 if recorded and recorded.input_digest == plan.input_digest else None
             checks.append(build.check(request, store, ws.wheelhouse, expected_sha256=expected, plan_=plan,
                                       first=wheel))
-    notices = tuple(n for s in states.values() if (n := s.prepared.notice))
+            if recorded is not None and recorded.input_digest != plan.input_digest:
+                why = "; ".join(input_drift(ws, env, spec, lock_path, lock, b.name, b.source)) or "inputs changed"
+                moved.append(f"{b.name}: the lock records a build of other inputs ({why}; input digest "
+                             f"{recorded.input_digest[:19]}, now {plan.input_digest[:19]}): --check compared two "
+                             "builds of the inputs as they are now")
+    notices = tuple(n for s in states.values() if (n := s.prepared.notice)) + tuple(moved)
     overridden = any(s.prepared.override is not None for s in states.values())
     pkgs = {p.name: p for p in lock.packages}
     for w in built:
@@ -825,14 +838,17 @@ def build_env(
     # PEP 751 validity comes from the writer, as in lock_env (tests load every shape it writes).
     text = new.to_toml()
     changed = text != lock_text
-    if changed and not frozen and not overridden and not replace_if_unchanged(lock_path, lock_bytes, text.encode()):
+    written = changed and not frozen and not overridden and not check  # a check is a diagnosis: it never writes
+    if written and not replace_if_unchanged(lock_path, lock_bytes, text.encode()):
         raise LockChangedError(f"{ws.relative(lock_path)}: changed by another envlock while this build ran; "
                                f"the lock was not written. The wheels just built are in the store: "
                                f"`envlock build {env}` again records them without building")
     if overridden:
         notices += ("the lock was not updated: an overridden source is not a pin",)
-    return BuildReport(env, lock_path, tuple(built), tuple(checks), notices,
-                       changed and not frozen and not overridden, new)
+    elif changed and check and not frozen:
+        notices += (f"--check does not write the lock: `envlock build {env}` records these builds in "
+                    f"{ws.relative(lock_path)}",)
+    return BuildReport(env, lock_path, tuple(built), tuple(checks), notices, written, new)
 
 
 @dataclass(frozen=True)
@@ -1057,6 +1073,15 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
         return lock
     if not frozen:
         return build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec, on_build=on_build).new_lock
+    # Inputs edited since the lock (a patch, a path source) cannot give the recorded wheel:
+    # said before a build is spent on it.
+    drift = {name: why for name in missing if (why := input_drift(ws, env, spec, lock_path, lock, name,
+                                                                   spec.builds[name].source))}
+    if drift:
+        raise BuildError(f"{ws.relative(lock_path)}: --frozen, but the inputs of {', '.join(sorted(drift))} changed "
+                         f"since the lock, so the recorded wheel cannot be rebuilt; restore them, or sync without "
+                         f"--frozen (`envlock sync {env}` relocks and rebuilds)",
+                         details=[r for why in drift.values() for r in why])
     report = build_env(ws, env, tuple(missing), frozen=True, sources_from=sources_from, spec=spec,
                        on_build=on_build)
     for w in report.builds:
@@ -1065,10 +1090,15 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
             raise LockError(f"{lock_path}: --frozen, but the lock has no build of {w.name}; "
                             f"run `envlock build {env}` first")
         if recorded.sha256 != w.sha256:
+            if recorded.input_digest == w.input_digest:  # the same inputs gave other bytes
+                raise BuildError(
+                    f"{ws.relative(lock_path)}: --frozen: rebuilt {w.filename} is not the recorded wheel (recorded "
+                    f"sha256 {recorded.sha256}, rebuilt {w.sha256}, input digest unchanged): the build is not "
+                    f"reproducible; `envlock build {env} {canonicalize_name(w.name)} --check` names the files "
+                    "that differ")
             raise BuildError(
-                f"{lock_path}: --frozen: rebuilt {w.filename} is not the recorded wheel "
-                f"(recorded sha256 {recorded.sha256}, rebuilt {w.sha256}, input digest "
-                f"{'unchanged' if recorded.input_digest == w.input_digest else 'changed'}); "
-                f"see `envlock build {env} {canonicalize_name(w.name)} --check`"
-            )
+                f"{ws.relative(lock_path)}: --frozen: the lock's build of {w.name} was made from other inputs (input "
+                f"digest {recorded.input_digest}, now {w.input_digest}; `envlock lock {env} --check` says what "
+                f"changed); rebuilt sha256 {w.sha256}, recorded {recorded.sha256}. Restore those inputs, or "
+                f"sync without --frozen (`envlock sync {env}` relocks and rebuilds)")
     return lock
