@@ -635,3 +635,32 @@ def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws,
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home2"))
     r = cli("-q", "sync", "e", "--lock", str(copy))
     assert r.code == 1 and f"sha256 mismatch for local file {ws.root / 'wheelhouse' / wheel.name}" in r.err, r.err
+
+
+def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    """Back to a known-good lock after a regression: `verify --lock` passes for it, and the plain
+    verify's "not this lock" says how to check it; with no lock at all, verify says so."""
+    init_repo(ws.root)
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    assert cli("-q", "sync", "e").code == 0
+    commit_all(ws.root, "known good")
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.1"'))
+    assert cli("-q", "sync", "e").code == 0
+    assert cli("-q", "sync", "e", "--lock", "locks/pylock.e.toml@HEAD").code == 0
+
+    plain = cli("verify", "e")
+    assert plain.code == 1
+    assert plain.out.startswith("e: NOT THIS LOCK: intact (sha256:")
+    assert plain.out.rstrip().endswith("`envlock sync e` makes the env this lock's, `envlock verify e --lock "
+                                       "PATH[@REV]` checks it against the lock it was built from")
+    good = cli("verify", "e", "--lock", "locks/pylock.e.toml@HEAD")
+    assert (good.code, good.out.startswith("e: ok (sha256:")) == (0, True), good.out + good.err
+    doc = json.loads(cli("verify", "e", "--lock", "locks/pylock.e.toml@HEAD", "--json").out)
+    assert (doc["ok"], doc["other_lock"], doc["note"]) == (True, False, "")
+    assert cli("verify", "e", "--lock", "locks/pylock.e.toml@nope").code == 2
+
+    (ws.root / "locks" / "pylock.e.toml").unlink()
+    alone = cli("verify", "e")
+    assert alone.code == 0
+    assert alone.out.rstrip().endswith("; no lock at locks/pylock.e.toml to compare with: checked against the "
+                                       "current generation's own digest (--lock PATH[@REV] names a lock)")

@@ -212,12 +212,24 @@ def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.lockfile import read_lock
+    from envlock.lockfile import Lock, read_lock
     from envlock.sync import verify_env
 
-    lock_path = ws.lock_path(args.env)
-    lock = read_lock(lock_path) if lock_path.exists() else None
+    lock: Lock | None
+    if args.lock is not None:
+        from envlock.pipeline import load_lock_ref
+
+        lock = load_lock_ref(ws, args.lock).lock
+    else:
+        lock_path = ws.lock_path(args.env)
+        lock = read_lock(lock_path) if lock_path.exists() else None
     result = verify_env(_env_store(args, ws), args.env, lock)
+    if lock is None:  # intact or not, whether it is the lock's cannot be said
+        from dataclasses import replace
+
+        result = replace(result, note="; ".join(filter(None, [
+            result.note, f"no lock at {ws.relative(ws.lock_path(args.env))} to compare with: checked against the "
+            "current generation's own digest (--lock PATH[@REV] names a lock)"])))
 
     def text() -> str:
         if result.ok:
@@ -500,7 +512,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     env_command("path", cmd_path, "print the env's stable path (a symlink to its current generation)",
                 store_only=True)
-    env_command("verify", cmd_verify, "recompute the venv digest and compare with the lock (exit 1 on mismatch)")
+    p = env_command("verify", cmd_verify, "recompute the venv digest and compare with the lock (exit 1 on mismatch)")
+    p.add_argument("--lock", metavar="PATH[@REV]",
+                   help="compare with this lock instead of locks/pylock.ENV.toml (as `sync --lock`, e.g. "
+                   "locks/pylock.ENV.toml@HEAD~1 after syncing a known-good lock)")
     env_command("generations", cmd_generations, "list the env's generations (* = current)", store_only=True)
     p = env_command("rollback", cmd_rollback, "make an earlier generation current (default: the previous one)",
                     store_only=True)

@@ -400,7 +400,8 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
         return replace(result, other_lock=True,
                        note=f"the current generation ({cur.number}) was built from another lock (install digest "
                        f"{cur.install_digest}), so it was checked against its own digest; `envlock sync {env}` "
-                       "makes the env this lock's")
+                       f"makes the env this lock's, `envlock verify {env} --lock PATH[@REV]` checks it against the "
+                       "lock it was built from")
     if lock is not None and lock.venv_digest is not None and recorded is None:
         return replace(result, note=f"compared with this generation's own digest: the lock's was recorded "
                        f"with Python {lock.venv_python}, this venv has {venv_python(cur.venv)}")
