@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -658,6 +659,19 @@ def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws, 
     doc = json.loads(cli("verify", "e", "--lock", "locks/pylock.e.toml@HEAD", "--json").out)
     assert (doc["ok"], doc["other_lock"], doc["note"]) == (True, False, "")
     assert cli("verify", "e", "--lock", "locks/pylock.e.toml@nope").code == 2
+    # Generation 2's venv (tinydep 1.1) removed from the store: listed as such, as it cannot be rolled back to.
+    shutil.rmtree((Path(cli("path", "e").out.strip()).parent / "2" / "venv").resolve())
+    rows = cli("generations", "e").out.splitlines()
+    assert [row.endswith("(venv gone from the store)") for row in rows[1:]] == [False, True, False]
+    listed = json.loads(cli("generations", "e", "--json").out)["generations"]
+    assert [g["venv_present"] for g in listed] == [True, False, True]
+    gone = cli("rollback", "e", "--to", "2")
+    copy = Path(cli("path", "e").out.strip()).parent / "2" / "pylock.toml"
+    assert gone.code != 0 and f"`envlock sync e --lock {copy}`" in gone.err, gone.err
+    rebuilt = cli("-q", "sync", "e", "--lock", str(copy))  # what that message and `path` say to run
+    assert rebuilt.code == 0, rebuilt.err
+    assert cli("verify", "e", "--lock", str(copy)).code == 0
+    assert cli("-q", "sync", "e", "--lock", "locks/pylock.e.toml@HEAD").code == 0
 
     (ws.root / "locks" / "pylock.e.toml").unlink()
     alone = cli("verify", "e")

@@ -556,11 +556,15 @@ def test_run_puts_the_env_first_and_exits_with_the_commands_status(
     assert info.value.exit_code == 126
     # The venv removed from under the env: the host's python must not answer instead.
     shutil.rmtree(venv.resolve())
-    with pytest.raises(StoreError, match=r"generation 1's venv is gone from the store .*; run `envlock sync demo` "
-                                         r"to build it again$"):  # no rollback offered: there is no other one
+    copy = generations.env_dir(store, "demo") / "1" / "pylock.toml"
+    gone = (rf"generation 1's venv is gone from the store .*; run `envlock sync demo --lock {re.escape(str(copy))}` "
+            r"to build it again \(the lock it was built from; `envlock sync demo` syncs the workspace's\)$")
+    with pytest.raises(StoreError, match=gone):  # no rollback offered: there is no other one
         exec_in_env(store, "demo", ["python", "-c", "pass"])
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreError, match=gone):
         env_path(store, "demo")
+    with pytest.raises(StoreError, match=gone):  # verify says the same, not "no venv there"
+        verify_env(store, "demo")
 
 
 def test_run_hands_signals_to_the_command_itself(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:

@@ -256,10 +256,12 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
     number = generations.current_number(store, args.env)
     if not gens and not damaged and number is None:
         raise generations.never_synced(store, args.env)  # exit 2, as path and verify say
+    present = {g.number: g.venv.is_dir() for g in gens}  # a generation whose venv is gone cannot be rolled back to
 
     def text() -> str:
         lines = [f"  {'gen':>4}  {'created':20}  {'lock (install digest)':23}  venv digest"] + [
             f"{'*' if g.current else ' '} {g.number:>4}  {g.created}  {g.install_digest[:23]}  {g.venv_digest[:23]}"
+            + ("" if present[g.number] else "  (venv gone from the store)")
             for g in gens
         ] if gens else [f"{args.env}: no generations" + ("" if damaged else f" (run `envlock sync {args.env}`)")]
         lines += [f"  unreadable: {path} (not listed; `envlock sync {args.env}` makes a new generation)"
@@ -271,7 +273,8 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"  current: the link names generation {number}, which is not there")
         return "\n".join(lines)
 
-    _out(args, {"env": args.env, "current": number, "generations": [g.to_dict() for g in gens],
+    _out(args, {"env": args.env, "current": number,
+                "generations": [{**g.to_dict(), "venv_present": present[g.number]} for g in gens],
                 "unreadable": [str(p) for p in damaged]}, text)
     return 0
 

@@ -377,8 +377,10 @@ def env_path(store: Store, env: str) -> Path:
         # A dangling path would run the host's python (PATH falls through to it).
         others = generations.rollback_targets(store, env, besides=number)
         back = f", or `envlock rollback {env} --to {others[-1]}`" if others else ""
+        copy = generations.env_dir(store, env) / str(number) / "pylock.toml"
         raise StoreError(f"{path}: generation {number}'s venv is gone from the store ({path.resolve()}); "
-                         f"run `envlock sync {env}` to build it again{back}")
+                         f"run `envlock sync {env} --lock {copy}` to build it again (the lock it was built from; "
+                         f"`envlock sync {env}` syncs the workspace's){back}")
     return path
 
 
@@ -388,6 +390,7 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
 
     from envlock import verify
 
+    env_path(store, env)  # the current generation and its venv are there, else says how to get them back
     cur = generations.current_or_error(store, env)
     venv = cur.venv.resolve()
     same_lock = lock is not None and lock.install_digest() == cur.install_digest
