@@ -15,6 +15,7 @@ from envlock.cli import main
 from envlock.errors import SpecError
 from envlock.lockfile import read_lock
 from envlock.workspace import Workspace
+from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
 from kit.universe import Universe
 from test_resolve import TORCH, TRITON, spec_text
@@ -678,3 +679,44 @@ def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws, 
     assert alone.code == 0
     assert alone.out.rstrip().endswith("; no lock at locks/pylock.e.toml to compare with: checked against the "
                                        "current generation's own digest (--lock PATH[@REV] names a lock)")
+
+
+def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    """The recorded venv digest names the packages it was taken for: after a hand edit of the
+    packages it is not held against the new venv (which would fail every sync alike)."""
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
+    assert cli("-q", "sync", "e").code == 0
+    text = ws.lock_text("e")
+    recorded = read_lock(ws.root / "locks" / "pylock.e.toml")
+    assert f'venv-install-digest = "{recorded.install_digest()}"' in text
+    old_url = next(w.url for p in recorded.packages if p.name == "tinydep" for w in p.wheels)
+    assert old_url is not None and old_url.endswith("/tinydep-1.1-py3-none-any.whl")
+    served = universe.server.indexes["pypi"].files["tinydep-1.0-py3-none-any.whl"]
+    edited = text.replace('version = "1.1"', 'version = "1.0"').replace(old_url, old_url.replace("1.1", "1.0"))
+    old_sha = next(w.sha256 for p in recorded.packages if p.name == "tinydep" for w in p.wheels)
+    edited = edited.replace(old_sha, sha256_of(served)).replace(
+        next(f"size = {w.size}" for p in recorded.packages if p.name == "tinydep" for w in p.wheels),
+        f"size = {served.stat().st_size}")
+    (ws.root / "locks" / "pylock.e.toml").write_text(edited)
+    now = read_lock(ws.root / "locks" / "pylock.e.toml").install_digest()
+
+    check = cli("lock", "e", "--check")
+    assert check.code == 1
+    assert (f"  tool.envlock.venv-digest: recorded for other packages than the lock's (install digest "
+            f"{recorded.install_digest()}, now {now}): the packages were edited by hand since") in check.out.splitlines()
+    frozen = cli("sync", "e", "--frozen")
+    assert frozen.code == 0, frozen.err
+    assert ("edited by hand since), so it was not compared; the lock keeps it (`envlock lock` records the lock "
+            "anew)") in frozen.out
+    synced = cli("sync", "e", "--lock", "locks/pylock.e.toml")  # the edited lock as it is
+    assert synced.code == 0, synced.err
+    assert "edited by hand since), so it was not compared; this venv's digest is recorded in its place" in synced.out
+    assert f'venv-install-digest = "{now}"' in ws.lock_text("e")
+    again = cli("sync", "e", "--lock", "locks/pylock.e.toml")
+    assert again.code == 0 and "up to date" in again.out, again.out
+    assert cli("verify", "e").code == 0
+    # A plain sync holds the lock to the spec: stale (edited), it is locked anew, which the sync says.
+    (ws.root / "locks" / "pylock.e.toml").write_text(edited)
+    relocked = cli("sync", "e")
+    assert relocked.code == 0 and "  locked envs/e.toml anew first (the lock was missing or stale)" in relocked.out
+    assert read_lock(ws.root / "locks" / "pylock.e.toml").install_digest() == recorded.install_digest()

@@ -127,6 +127,15 @@ class Lock:
     # The interpreter the venv digest was taken with ("3.11.7"): a venv holds its interpreter's
     # version (pyvenv.cfg), so a digest is comparable only between equal interpreters.
     venv_python: str | None = None
+    # The install digest of the packages the venv digest was taken for: a lock whose packages
+    # were edited by hand since holds a digest that says nothing about its venv. (None in locks
+    # of envlock before 0.3, which are trusted as before.)
+    venv_install: str | None = None
+
+    @property
+    def venv_digest_stale(self) -> bool:
+        """The recorded venv digest was taken for other packages than this lock's (a hand edit since)."""
+        return self.venv_digest is not None and self.venv_install not in (None, self.install_digest())
 
     def unbuilt(self) -> tuple[str, ...]:
         """The spec's ``[builds.*]`` this lock records no build of (``envlock lock`` before ``build``)."""
@@ -150,13 +159,16 @@ class Lock:
         return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def with_venv_digest(self, digest: str | None, python: str | None = None) -> Lock:
-        return replace(self, venv_digest=digest, venv_python=python if digest else None)
+        """This lock with ``digest`` recorded as its venv's (taken with ``python``), for its packages now."""
+        return replace(self, venv_digest=digest, venv_python=python if digest else None,
+                       venv_install=self.install_digest() if digest else None)
 
     def venv_digest_for(self, python: str | None) -> str | None:
-        """The recorded venv digest if it applies to a venv built with ``python`` (else None)."""
+        """The recorded venv digest if it applies to a venv built with ``python`` (else None), and to
+        this lock's packages."""
         if self.venv_python is not None and python is not None and python != self.venv_python:
             return None
-        return self.venv_digest
+        return None if self.venv_digest_stale else self.venv_digest
 
     # -- TOML ------------------------------------------------------------
     def to_toml(self) -> str:
@@ -185,6 +197,8 @@ class Lock:
             tool["venv-digest"] = self.venv_digest
             if self.venv_python:
                 tool["venv-python"] = self.venv_python
+            if self.venv_install:
+                tool["venv-install-digest"] = self.venv_install
         out += ["", "[tool.envlock]"] + [f"{k} = {_v(v)}" for k, v in tool.items()]
         out += ["", "[tool.envlock.spec-keys]"]
         out += [f"{_s(k)} = {_s(v)}" for k, v in sorted(self.spec_keys.items())]
@@ -343,6 +357,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         builds=builds,
         venv_digest=_opt_str(tool, "venv-digest", "tool.envlock"),
         venv_python=_opt_str(tool, "venv-python", "tool.envlock"),
+        venv_install=_opt_str(tool, "venv-install-digest", "tool.envlock"),
     )
 
 

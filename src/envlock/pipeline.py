@@ -177,8 +177,9 @@ def lock_env(
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
     lock = _carry_builds(ws, spec, store, states, lock, old, urls[spec.default_index.name], git_mirrors)
-    if old is not None and old.install_digest() == lock.install_digest():
-        lock = lock.with_venv_digest(old.venv_digest, old.venv_python)  # same wheels: the recorded venv holds
+    if old is not None and old.install_digest() == lock.install_digest() and not old.venv_digest_stale:
+        # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
+        lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
     # PEP 751 validity comes from the writer (tests load every shape it writes with
     # packaging.pylock); re-validating here would cost ~90 ms of import and parse per lock.
     text = lock.to_toml()
@@ -266,6 +267,9 @@ def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> Lo
                                                                                       what="the lock")]
     if lock.env != env:
         reasons.append(f"tool.envlock.env: the lock of env {lock.env!r}, not {env!r}")
+    if lock.venv_digest_stale:
+        reasons.append("tool.envlock.venv-digest: recorded for other packages than the lock's (install digest "
+                       f"{lock.venv_install}, now {lock.install_digest()}): the packages were edited by hand since")
     for name, source in sorted(lock.sources.items()):
         if source.kind == "path" and source.tree_digest is not None:
             reasons += _tree_drift(ws, name, source.location, source.tree_digest)

@@ -118,7 +118,7 @@ def sync_lock(
             _stamp(store, env, cur.number, lock, cur.venv_digest, data, on_disk, inputs)
             return SyncResult(env, generations.stable_path(store, env), cur.number, key,
                               cur.venv_digest, noop=True, recorded=recorded,
-                              seconds=time.monotonic() - started, note=_other_python(lock, cur_python))
+                              seconds=time.monotonic() - started, note=_recorded_note(lock, cur_python, recorded))
 
         from envlock import fetch, install, verify
 
@@ -136,7 +136,7 @@ def sync_lock(
         built_with = venv_python(inst.venv)
         expected = lock.venv_digest_for(built_with)
         from_store = False  # ``expected`` is the newest generation's digest here, not the lock's
-        if expected is None and lock.venv_digest is None and (seen := generations.digests_seen(store, key, built_with)):
+        if expected is None and not _holds_digest(lock) and (seen := generations.digests_seen(store, key, built_with)):
             # A first digest is recorded as found: held to what this lock gave here before,
             # an edit that reached uv's cache is not written into the lock as the truth.
             expected, from_store = seen[0], True
@@ -153,7 +153,7 @@ def sync_lock(
             if actual.digest == expected:
                 repaired = (f"the first build differed from {whose} digest; with uv's cache cleared (a file "
                             "edited in a venv had reached it), the rebuild matches")
-        note = _other_python(lock, built_with) or repaired or (
+        note = _recorded_note(lock, built_with, None) or repaired or (
             f"{generations.colon_note(cur.number)}: this generation's is {inst.venv.name}"
             if renamed and cur is not None and cur.install_digest == key else "")
         if from_store and actual.digest != expected and inst.built:
@@ -180,6 +180,8 @@ def sync_lock(
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
         lock_bytes, on_disk, recorded = _record(lock, lock_path, actual.digest, built_with, frozen)
+        if lock.venv_digest_stale:  # the note says whether this venv's digest replaced it
+            note = _recorded_note(lock, built_with, recorded)
         # The file's text when it holds the synced lock (with the digest just recorded);
         # if it holds another lock now, the generation keeps the one it was built from.
         lock_text = lock_bytes.decode("utf-8") if lock_bytes is not None and on_disk is not None else lock.to_toml()
@@ -207,10 +209,24 @@ def sync_lock(
         )
 
 
+def _recorded_note(lock: Lock, python: str | None, recorded: bool | None) -> str:
+    """``_other_python``'s note, saying for a digest taken for other packages whether this
+    sync recorded its own in its place (``recorded`` None: not known yet)."""
+    note = _other_python(lock, python)
+    if lock.venv_digest_stale and recorded is not None:
+        note += ("; this venv's digest is recorded in its place" if recorded else
+                 "; the lock keeps it (`envlock lock` records the lock anew)")
+    return note
+
+
 def _other_python(lock: Lock, python: str | None) -> str:
     """The note for a venv of another interpreter build than the one the lock's digest was
     recorded with ("" when it is the same, or none was recorded): its pyvenv.cfg differs by
-    design, so the digests say nothing about each other."""
+    design, so the digests say nothing about each other. Or for a digest taken for other
+    packages (the lock edited by hand since)."""
+    if lock.venv_digest_stale:
+        return (f"the lock's venv digest was taken for other packages (install digest {lock.venv_install}, the "
+                f"lock's now {lock.install_digest()}: edited by hand since), so it was not compared")
     if lock.venv_digest is None or lock.venv_digest_for(python) is not None:
         return ""
     return (f"the lock's venv digest was recorded with Python {lock.venv_python}; this venv was built "
@@ -299,7 +315,7 @@ def _record(lock: Lock, lock_path: Path | None, digest: str, python: str | None,
     """
     data = _read_optional(lock_path)
     on_disk = _held(lock, data, lock_path)
-    if frozen or lock_path is None or on_disk is None or on_disk.venv_digest is not None or lock.venv_digest:
+    if frozen or lock_path is None or on_disk is None or _holds_digest(on_disk) or _holds_digest(lock):
         return data, on_disk, False
     recorded = on_disk.with_venv_digest(digest, python)
     text = recorded.to_toml().encode()
@@ -307,6 +323,11 @@ def _record(lock: Lock, lock_path: Path | None, digest: str, python: str | None,
         data = _read_optional(lock_path)
         return data, _held(lock, data, lock_path), False
     return text, recorded, True
+
+
+def _holds_digest(lock: Lock) -> bool:
+    """Whether ``lock`` records a venv digest for its packages (one taken for others is replaced)."""
+    return lock.venv_digest is not None and not lock.venv_digest_stale
 
 
 def _held(lock: Lock, data: bytes | None, lock_path: Path | None) -> Lock | None:
@@ -405,6 +426,9 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
                        f"{cur.install_digest}), so it was checked against its own digest; `envlock sync {env}` "
                        f"makes the env this lock's, `envlock verify {env} --lock PATH[@REV]` checks it against the "
                        "lock it was built from")
+    if lock is not None and lock.venv_digest_stale:
+        return replace(result, note="compared with this generation's own digest: the lock's was taken for other "
+                       "packages (edited by hand since; `envlock sync` records it anew)")
     if lock is not None and lock.venv_digest is not None and recorded is None:
         return replace(result, note=f"compared with this generation's own digest: the lock's was recorded "
                        f"with Python {lock.venv_python}, this venv has {venv_python(cur.venv)}")
