@@ -720,3 +720,22 @@ def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, unive
     relocked = cli("sync", "e")
     assert relocked.code == 0 and "  locked envs/e.toml anew first (the lock was missing or stale)" in relocked.out
     assert read_lock(ws.root / "locks" / "pylock.e.toml").install_digest() == recorded.install_digest()
+
+
+def test_a_frozen_sync_says_when_the_spec_asks_for_more_than_the_lock(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    assert cli("-q", "sync", "e").code == 0
+    quiet = cli("sync", "e", "--frozen")
+    assert quiet.code == 0 and "up to date" in quiet.out and "note" not in quiet.out
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"\notherdep = "==2.0"'))
+    note = ("note: locks/pylock.e.toml is stale for envs/e.toml (packages.otherdep: added to the spec): --frozen "
+            "synced the lock as it is; `envlock lock e` locks the spec anew")
+    for _ in range(2):  # said every time, not only by the sync that first saw the spec changed
+        r = cli("sync", "e", "--frozen")
+        assert r.code == 0 and "up to date" in r.out and note in r.out, r.out
+    doc = json.loads(cli("sync", "e", "--frozen", "--json").out)
+    assert doc["noop"] is True and doc["note"] == note.removeprefix("note: ")
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))  # back as the lock was made
+    for _ in range(2):
+        r = cli("sync", "e", "--frozen")
+        assert r.code == 0 and "note" not in r.out, r.out

@@ -155,7 +155,8 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         lock_file = Path(args.lock).absolute()
     if lock_file is not None and args.json and not (args.source or args.index):  # checked on the full path
         result = quick_noop(Store.open(), args.env, lock_file,
-                            None if args.frozen or args.lock is not None else spec_file)
+                            None if args.frozen or args.lock is not None else spec_file,
+                            spec_file if args.frozen and args.lock is None else None)
     if result is None:
         from envlock import pipeline, ui
 

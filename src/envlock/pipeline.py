@@ -245,20 +245,25 @@ def check_lock(ws: Workspace, env: str) -> LockCheck:
     return _check(ws, env, load_env_spec(ws, env), path, read_lock(path))
 
 
+def _spec_reasons(spec: EnvSpec, lock: Lock) -> list[str]:
+    """The spec keys added, removed or changed since ``lock`` was made (it was made for another spec)."""
+    reasons = []
+    new = spec.key_digests()
+    old = dict(lock.spec_keys)
+    for key in sorted(set(new) | set(old)):
+        if key not in old:
+            reasons.append(f"{key}: added to the spec")
+        elif key not in new:
+            reasons.append(f"{key}: removed from the spec")
+        elif old[key] != new[key]:
+            reasons.append(f"{key}: changed")
+    return reasons or ["spec changed"]
+
+
 def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> LockCheck:
     reasons: list[str] = []
     if lock.spec_digest != spec.digest():
-        new = spec.key_digests()
-        old = dict(lock.spec_keys)
-        for key in sorted(set(new) | set(old)):
-            if key not in old:
-                reasons.append(f"{key}: added to the spec")
-            elif key not in new:
-                reasons.append(f"{key}: removed from the spec")
-            elif old[key] != new[key]:
-                reasons.append(f"{key}: changed")
-        if not reasons:
-            reasons.append("spec changed")
+        reasons += _spec_reasons(spec, lock)
     elif lock.env == env:
         # Made for this spec: a lock edited by hand since may still not keep its pins.
         versions = {p.name: p.version for p in lock.packages}
@@ -445,6 +450,7 @@ def sync(
     from envlock.sync import sync_lock
 
     inputs = None
+    spec_input: tuple[str, str] | None = None  # frozen: the spec the lock was found made for
     base_dir: Path | None = None
     hashed = 0  # bytes a relock downloaded
     relocked = False  # the lock file was written anew first
@@ -453,6 +459,7 @@ def sync(
     local_wheels: dict[str, list[Path]] = {}  # sha256 -> where a built wheel of a --lock PATH lock may be
     mirrored_spec: EnvSpec | None = None  # the spec whose index names the mirrors are given by
     unread = ""  # why the mirrors of ENVLOCK_INDEX_* were not applied
+    stale = ""  # frozen: what the spec asks for that the lock synced as it is does not have
     download_from: dict[str, str] = {}  # spec index name -> mirror URL, for the downloads
     if lock_ref is not None:
         if sources_from:
@@ -528,13 +535,20 @@ def sync(
                                                     sources_from=sources_from, on_build=on_build)
         if not frozen:
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
+        elif found.spec_digest == spec.digest():
+            spec_input = (str(spec_path), hashlib.sha256(spec_bytes).hexdigest())
+        else:  # synced as it is, as asked; but what the spec asks for now is not in it
+            stale = (f"{ws.relative(lock_path)} is stale for {ws.relative(spec_path)} ("
+                      + "; ".join(_spec_reasons(spec, found)) + f"): --frozen synced the lock as it is; "
+                      f"`envlock lock {env}` locks the spec anew")
     result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                        offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
-                       mirrors=_package_mirrors(mirrored_spec, lock, download_from), local_wheels=local_wheels)
+                       mirrors=_package_mirrors(mirrored_spec, lock, download_from), local_wheels=local_wheels,
+                       spec_input=spec_input)
     # The whole sync: a relock and builds come before sync_lock's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started,
-                   relocked=relocked, note="; ".join(n for n in (result.note, unread) if n))
+                   relocked=relocked, note="; ".join(n for n in (result.note, unread, stale) if n))
 
 
 def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, list[Path]]:

@@ -64,19 +64,29 @@ def file_sha256(path: str) -> str | None:
 
 
 def stamp_text(generation: int, install_digest: str, venv_digest: str, lock_sha256: str,
-               inputs: dict[str, str] | None) -> str:
-    """The stamp for a sync that left ``generation`` current (``inputs``: path -> sha256)."""
+               inputs: dict[str, str] | None, spec: tuple[str, str] | None = None) -> str:
+    """The stamp for a sync that left ``generation`` current (``inputs``: path -> sha256).
+
+    ``spec`` (path, sha256): a ``--frozen`` sync found the lock made for this spec (its keys
+    only: a frozen sync reads no source), so a frozen no-op may skip that check while the
+    spec's bytes are these.
+    """
     lines = [_MAGIC, f"generation {generation}", f"install-digest {install_digest}",
              f"venv-digest {venv_digest}", f"lock {lock_sha256}"]
     lines += [f"input {sha} {path}" for path, sha in sorted((inputs or {}).items())]
+    if spec is not None:
+        lines.append(f"spec {spec[1]} {spec[0]}")
     return "\n".join(lines) + "\n"
 
 
-def check(home: str, env: str, lock_file: str, spec_file: str | None) -> tuple[int, str, str] | None:
+def check(home: str, env: str, lock_file: str, spec_file: str | None,
+          frozen_spec: str | None = None) -> tuple[int, str, str] | None:
     """(generation, install digest, venv digest) when syncing ``lock_file`` is a no-op, else None.
 
     ``spec_file`` given (a plain sync): the stamp must also say the lock was checked
     current against that spec, and every file that check read must be unchanged.
+    ``frozen_spec`` given (``--frozen`` of the env's own lock): the stamp must say the lock
+    was made for that spec as its bytes are now (else the full path says it is stale).
     """
     env_dir = os.path.join(home, LAYOUT_DIR, "envs", env)
     try:
@@ -90,17 +100,20 @@ def check(home: str, env: str, lock_file: str, spec_file: str | None) -> tuple[i
         return None
     fields: dict[str, str] = {}
     inputs: dict[str, str] = {}
+    specs: dict[str, str] = {}
     for line in lines[1:]:
         key, _, value = line.partition(" ")
-        if key == "input":
+        if key in ("input", "spec"):
             sha, _, path = value.partition(" ")
-            inputs[path] = sha
+            (inputs if key == "input" else specs)[path] = sha
         else:
             fields[key] = value
     if fields.get("generation") != head or "lock" not in fields:
         return None
     if spec_file is not None and spec_file not in inputs:
         return None  # the last sync did not check the lock against this spec
+    if frozen_spec is not None and file_sha256(frozen_spec) != (inputs.get(frozen_spec) or specs.get(frozen_spec)):
+        return None  # the spec changed (or was never seen current): the full path notes a stale lock
     if not os.path.isfile(os.path.join(env_dir, head, "venv", MANIFEST_NAME)):
         return None  # the venv is gone from the store
     if file_sha256(lock_file) != fields["lock"]:
@@ -178,7 +191,7 @@ def fast_sync(argv: list[str]) -> int | None:
             return None  # an unknown env: the full path names it
         lock_file = os.path.join(ws, "locks", f"pylock.{env}.toml")
         checked_spec = None if frozen else spec_file
-    found = check(home, env, lock_file, checked_spec)
+    found = check(home, env, lock_file, checked_spec, spec_file if frozen and lock is None else None)
     if found is None:
         return None
     generation, _install, venv_digest = found

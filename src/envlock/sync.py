@@ -82,6 +82,7 @@ def sync_lock(
     base_dir: Path | None = None,
     mirrors: Mapping[str, str] | None = None,
     local_wheels: Mapping[str, Sequence[Path]] | None = None,
+    spec_input: tuple[str, str] | None = None,
 ) -> SyncResult:
     """Make ``env``'s current generation the venv of ``lock``, verified, and return what happened.
 
@@ -94,7 +95,8 @@ def sync_lock(
     ``path`` wheels are found (default: the lock file's folder). ``mirrors``: package name ->
     the mirror (an index URL) to download its wheel from instead of the lock's URL.
     ``local_wheels``: sha256 -> the files to copy a ``path`` wheel from instead of ``base_dir``'s,
-    in the order to try them.
+    in the order to try them. ``spec_input`` (path, sha256): the spec a frozen sync found this
+    lock made for, kept in the stamp for the next frozen no-op.
     """
     started = time.monotonic()
     key = lock.install_digest()
@@ -115,7 +117,7 @@ def sync_lock(
 
             check_stored_sizes([p.wheels[0] for p in lock.packages], store)
             data, on_disk, recorded = _record(lock, lock_path, cur.venv_digest, cur_python, frozen)
-            _stamp(store, env, cur.number, lock, cur.venv_digest, data, on_disk, inputs)
+            _stamp(store, env, cur.number, lock, cur.venv_digest, data, on_disk, inputs, spec_input)
             return SyncResult(env, generations.stable_path(store, env), cur.number, key,
                               cur.venv_digest, noop=True, recorded=recorded,
                               seconds=time.monotonic() - started, note=_recorded_note(lock, cur_python, recorded))
@@ -201,7 +203,7 @@ def sync_lock(
             raise
         pause("before-flip")
         generations.flip(store, env, gen.number)
-        _stamp(store, env, gen.number, lock, actual.digest, lock_bytes, on_disk, inputs)
+        _stamp(store, env, gen.number, lock, actual.digest, lock_bytes, on_disk, inputs, spec_input)
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, key, actual.digest, noop=False,
             downloaded=got.downloaded, fetched=sum(1 for a in got.artifacts if a.source != "store"),
@@ -280,7 +282,8 @@ def _still_there(store: Store, key: str, venv: Path, number: int) -> None:
                       "(a concurrent sync found it not reproducible); the env was not switched")
 
 
-def quick_noop(store: Store, env: str, lock_path: Path, spec_path: Path | None = None) -> SyncResult | None:
+def quick_noop(store: Store, env: str, lock_path: Path, spec_path: Path | None = None,
+               frozen_spec: Path | None = None) -> SyncResult | None:
     """The no-op answer from the env's stamp (see ``envlock.quick``), else None.
 
     ``spec_path`` given: the stamp must also vouch that the lock is current for it.
@@ -288,7 +291,8 @@ def quick_noop(store: Store, env: str, lock_path: Path, spec_path: Path | None =
     than starting Python.
     """
     started = time.monotonic()
-    found = quick.check(str(store.home), env, str(lock_path), None if spec_path is None else str(spec_path))
+    found = quick.check(str(store.home), env, str(lock_path), None if spec_path is None else str(spec_path),
+                        None if frozen_spec is None else str(frozen_spec))
     if found is None:
         return None
     number, install_digest, venv_digest = found
@@ -350,7 +354,7 @@ def _held(lock: Lock, data: bytes | None, lock_path: Path | None) -> Lock | None
 
 
 def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, data: bytes | None,
-           on_disk: Lock | None, inputs: Mapping[str, str] | None) -> None:
+           on_disk: Lock | None, inputs: Mapping[str, str] | None, spec: tuple[str, str] | None = None) -> None:
     """Write the fast no-op stamp for generation ``number`` (call under the env lock).
 
     Only when the lock file's bytes (``data``, holding ``on_disk``) still hold the lock
@@ -362,12 +366,12 @@ def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, da
         or on_disk is None
         or on_disk.venv_digest not in (None, venv_digest)
         or (on_disk.spec_digest, on_disk.sources) != (lock.spec_digest, lock.sources)
-        or any("\n" in p for p in inputs or {})
+        or any("\n" in p for p in [*(inputs or {}), *(spec or ())])
     ):
         stamp.unlink(missing_ok=True)
         return
     text = quick.stamp_text(number, lock.install_digest(), venv_digest, hashlib.sha256(data).hexdigest(),
-                            dict(inputs) if inputs is not None else None)
+                            dict(inputs) if inputs is not None else None, spec)
     write_atomic(stamp, text.encode())
 
 
