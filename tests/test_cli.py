@@ -703,7 +703,8 @@ def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, unive
     check = cli("lock", "e", "--check")
     assert check.code == 1
     assert (f"  tool.envlock.venv-digest: recorded for other packages than the lock's (install digest "
-            f"{recorded.install_digest()}, now {now}): the packages were edited by hand since") in check.out.splitlines()
+            f"{recorded.install_digest()}, now {now}): the packages were edited by hand since"
+            ) in check.out.splitlines()
     frozen = cli("sync", "e", "--frozen")
     assert frozen.code == 0, frozen.err
     assert ("edited by hand since), so it was not compared; the lock keeps it (`envlock lock` records the lock "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from envlock.lockfile import read_lock
 from kit import sglike
 from kit.sglike import SgLike
 from kit.universe import Universe
@@ -84,8 +85,8 @@ def in_env(ws_root: Path, code: str) -> str:
 
 
 @pytest.mark.slow
-def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Universe, sg: SgLike,
-                                                        tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Universe, sg: SgLike, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     shutil.copytree(sg.patches_dir, ws.root / "patches" / "sglike")
     ws.write_spec("e", spec(universe, sg))
@@ -138,6 +139,24 @@ def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Unive
     relock = cli("lock", "e", "--index", f"pypi={universe.pypi}")
     assert relock.code == 0, relock.err
     assert ws.lock_text("e").split("[tool.envlock.builds.", 1)[1] == builds_before
+
+    # A fresh machine that reaches only the mirror (the lock names the upstream): the frozen sync
+    # rebuilds the kernels, the env's wheels the non-isolated build reads and its build requirements
+    # come through the mirror too, and the summary counts every wheel it brought in.
+    served = universe.pypi.removesuffix("/pypi/simple")
+    lock_file = ws.root / "locks" / "pylock.e.toml"
+    lock_file.write_text(ws.lock_text("e").replace(served, "http://127.0.0.1:9"))
+    locked = read_lock(lock_file).packages
+    remote = [p.wheels[0].filename for p in locked if p.wheels[0].url]
+    shutil.rmtree(ws.root / "wheelhouse")
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "cluster-home"))
+    r = cli("sync", "e", "--frozen", "--index", f"pypi={universe.pypi}", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    served_size = {name: path.stat().st_size for name, path in universe.server.indexes["pypi"].files.items()}
+    # Every wheel: the remote ones downloaded, the two built ones copied in from the wheelhouse.
+    assert (doc["fetched"], doc["downloaded"]) == (len(locked), sum(served_size[name] for name in remote))
+    assert in_env(ws.root, "import sglike_kernel as k; print(k.mul(6, 7))") == "43"
 
 
 def test_sync_mirrors_go_by_the_index_the_lock_records_else_the_spec_pins(tmp_path: Path) -> None:

@@ -175,6 +175,10 @@ def store_file(store: Store, artifact: Artifact) -> Path:
     return store.path("wheels", artifact.sha256) / artifact.filename
 
 
+#: Where to download artifacts from instead of their locked URL: sha256 -> URL, or why not.
+Locate = Callable[[Sequence[Artifact]], Mapping[str, "str | FetchError"]]
+
+
 def fetch(
     artifacts: Sequence[Artifact],
     store: Store,
@@ -185,7 +189,7 @@ def fetch(
     retries: int = 5,
     backoff: float = 0.25,
     progress: Progress | None = None,
-    locate: Callable[[Sequence[Artifact]], Mapping[str, str | FetchError]] | None = None,
+    locate: Locate | None = None,
     local_sources: Mapping[str, Sequence[Path]] | None = None,
 ) -> FetchResult:
     """Bring every artifact into the store (verified) and return where each is.

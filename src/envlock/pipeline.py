@@ -29,7 +29,7 @@ from envlock.workspace import Workspace, env_var_suffix
 
 if TYPE_CHECKING:
     from envlock.diff import LockDiff
-    from envlock.fetch import Progress
+    from envlock.fetch import FetchResult, Locate, Progress
     from envlock.spec import EnvSpec  # imported by load_env_spec: `sync --lock PATH` needs no spec
     from envlock.sync import SyncResult
 
@@ -176,7 +176,7 @@ def lock_env(
         sources={name: state.locked() for name, state in states.items()},
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
-    lock = _carry_builds(ws, spec, store, states, lock, old, urls[spec.default_index.name], git_mirrors)
+    lock = _carry_builds(ws, spec, store, states, lock, old, urls[spec.default_index.name], git_mirrors, progress)
     if old is not None and old.install_digest() == lock.install_digest() and not old.venv_digest_stale:
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
@@ -453,6 +453,7 @@ def sync(
     spec_input: tuple[str, str] | None = None  # frozen: the spec the lock was found made for
     base_dir: Path | None = None
     hashed = 0  # bytes a relock downloaded
+    built_downloaded = built_fetched = 0  # what the builds' fetch of the env's wheels brought in
     relocked = False  # the lock file was written anew first
     if offline and mirrors:
         raise UsageError("--index: --offline downloads nothing, so no mirror is read; drop one of the two")
@@ -531,8 +532,15 @@ def sync(
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
         # Offline, nothing is built (a build resolves and installs its requirements from the
         # index): a locally built wheel then comes from the store, or is named missing by fetch.
-        lock = found if offline else _ensure_builds(ws, env, spec, found, lock_path, frozen=frozen,
-                                                    sources_from=sources_from, on_build=on_build)
+        from envlock.fetch import mirror_locator
+
+        build_mirrors = _package_mirrors(mirrored_spec, found, download_from)
+        lock, builds = (found, None) if offline else _ensure_builds(
+            ws, env, spec, found, lock_path, frozen=frozen, sources_from=sources_from, on_build=on_build,
+            progress=progress, locate=mirror_locator(found.packages, build_mirrors) if build_mirrors else None,
+            mirrors=mirrors)
+        if builds is not None:  # the env's wheels a non-isolated build needed were fetched for it
+            built_downloaded, built_fetched = builds.downloaded, builds.fetched
         if not frozen:
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
         elif found.spec_digest == spec.digest():
@@ -547,7 +555,8 @@ def sync(
                        spec_input=spec_input)
     # The whole sync: a relock and builds come before sync_lock's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
-    return replace(result, downloaded=result.downloaded + hashed, seconds=time.monotonic() - started,
+    return replace(result, downloaded=result.downloaded + hashed + built_downloaded,
+                   fetched=result.fetched + built_fetched, seconds=time.monotonic() - started,
                    relocked=relocked, note="; ".join(n for n in (result.note, unread, stale) if n))
 
 
@@ -740,6 +749,8 @@ class BuildReport:
     notices: tuple[str, ...]
     lock_changed: bool
     new_lock: Lock  # the lock with these builds (written when lock_changed)
+    downloaded: int = 0  # bytes of the env's wheels brought into the store for non-isolated builds
+    fetched: int = 0  # how many of them
 
     @property
     def rebuilt(self) -> int:
@@ -762,11 +773,12 @@ class BuildReport:
         }
 
 
-def _default_index_url(spec: EnvSpec) -> str:
-    """The default index's URL with ``ENVLOCK_INDEX_*`` mirrors applied, as ``lock`` resolves it."""
+def _default_index_url(spec: EnvSpec, mirrors: Mapping[str, str] | None = None) -> str:
+    """The default index's URL with ``mirrors`` (``--index``) and ``ENVLOCK_INDEX_*`` applied, as ``lock``
+    resolves it."""
     from envlock import resolve
 
-    return resolve.index_urls(spec, index_mirrors(spec))[spec.default_index.name]
+    return resolve.index_urls(spec, index_mirrors(spec, mirrors))[spec.default_index.name]
 
 
 def build_env(
@@ -780,6 +792,9 @@ def build_env(
     sources_from: Mapping[str, str] | None = None,
     on_build: Callable[[str, str], None] | None = None,
     spec: EnvSpec | None = None,
+    progress: Progress | None = None,
+    locate: Locate | None = None,
+    mirrors: Mapping[str, str] | None = None,
 ) -> BuildReport:
     """Build the env's ``[builds.*]`` (or just ``packages``) into the wheelhouse and record them in its lock.
 
@@ -815,8 +830,10 @@ def build_env(
     git_mirrors = source_mirrors(spec, sources_from)
     states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted},
                              mirrors=git_mirrors)
-    requests = _build_requests(ws, spec, states, lock, store, wanted, _default_index_url(spec), git_mirrors,
-                               locked=lock.builds if frozen else {})
+    fetched: list[FetchResult] = []
+    requests = _build_requests(ws, spec, states, lock, store, wanted, _default_index_url(spec, mirrors), git_mirrors,
+                               locked=lock.builds if frozen else {}, progress=progress, locate=locate,
+                               fetched=fetched)
     built: list[BuiltWheel] = []
     checks: list[CheckResult] = []
     moved: list[str] = []  # --check: builds whose inputs are not the ones the lock records
@@ -866,7 +883,9 @@ def build_env(
     elif changed and check and not frozen:
         notices += (f"--check does not write the lock: `envlock build {env}` records these builds in "
                     f"{ws.relative(lock_path)}",)
-    return BuildReport(env, lock_path, tuple(built), tuple(checks), notices, written, new)
+    return BuildReport(env, lock_path, tuple(built), tuple(checks), notices, written, new,
+                       downloaded=sum(f.downloaded for f in fetched),
+                       fetched=sum(1 for f in fetched for a in f.artifacts if a.source != "store"))
 
 
 @dataclass(frozen=True)
@@ -999,12 +1018,15 @@ def _sources_for_lock(
 
 def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, store: Store,
                     builds: Iterable[BuildSpec], index_url: str, git_mirrors: Mapping[str, str],
-                    locked: Mapping[str, LockedBuild] | None = None) -> dict[str, BuildRequest]:
+                    locked: Mapping[str, LockedBuild] | None = None, *, progress: Progress | None = None,
+                    locate: Locate | None = None, fetched: list[FetchResult] | None = None) -> dict[str, BuildRequest]:
     """The request of each build whose source is prepared: what ``build_env`` builds and
     ``_carry_builds`` compares digests of, so they must be made one way.
 
     A non-isolated build's inputs are the wheels its build requirements reach in the env;
-    reading their metadata needs the env's runtime wheels in the store (sync fetches them anyway).
+    reading their metadata needs the env's runtime wheels in the store (sync fetches them
+    anyway). They are fetched with ``progress``, from mirrors when ``locate`` (a sync's
+    ``--index``) says so, and what that brought in is appended to ``fetched``.
     """
     from envlock import build, fetch
 
@@ -1015,7 +1037,9 @@ def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceSta
 
         local = {canonicalize_name(n) for n in spec.builds}
         runtime = [p.wheels[0] for p in lock.packages if p.name not in local]
-        fetch.fetch(runtime, store, base_dir=ws.lock_path(spec.name).parent)
+        got = fetch.fetch(runtime, store, base_dir=ws.lock_path(spec.name).parent, progress=progress, locate=locate)
+        if fetched is not None:
+            fetched.append(got)
         env_packages = build.env_packages_from_lock(lock, store, exclude=tuple(local))
     out = {}
     for b in builds:
@@ -1031,7 +1055,7 @@ def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceSta
 
 def _carry_builds(
     ws: Workspace, spec: EnvSpec, store: Store, states: Mapping[str, SourceState], lock: Lock, old: Lock | None,
-    index_url: str, git_mirrors: Mapping[str, str],
+    index_url: str, git_mirrors: Mapping[str, str], progress: Progress | None = None,
 ) -> Lock:
     """Keep the old lock's build records (and PEP 751 entries) whose input digest is unchanged.
 
@@ -1044,7 +1068,8 @@ def _carry_builds(
 
     from envlock import build
 
-    requests = _build_requests(ws, spec, states, lock, store, spec.builds.values(), index_url, git_mirrors)
+    requests = _build_requests(ws, spec, states, lock, store, spec.builds.values(), index_url, git_mirrors,
+                               progress=progress)
     kept_builds = {}
     kept_packages = []
     old_packages = {p.name: p for p in old.packages}
@@ -1064,18 +1089,21 @@ def _carry_builds(
 
 def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path: Path, *, frozen: bool,
                    sources_from: Mapping[str, str] | None = None,
-                   on_build: Callable[[str, str], None] | None = None) -> Lock:
+                   on_build: Callable[[str, str], None] | None = None,
+                   progress: Progress | None = None, locate: Locate | None = None,
+                   mirrors: Mapping[str, str] | None = None) -> tuple[Lock, BuildReport | None]:
     """Before a sync: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
 
     Unfrozen, the lock gets the build records; ``--frozen`` rebuilds only to restore a
-    recorded wheel and fails if the rebuild is not bit-identical to it.
+    recorded wheel and fails if the rebuild is not bit-identical to it. Returns the lock
+    and the report of the builds run (None: none were needed).
     """
     from packaging.utils import canonicalize_name
 
     from envlock.quick import file_sha256
 
     if not spec.builds:
-        return lock
+        return lock, None
     missing = []
     for b in spec.builds.values():
         recorded = lock.builds.get(b.name)
@@ -1088,9 +1116,11 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
         if file_sha256(str(lock_path.parent / art.path)) != art.sha256:
             missing.append(b.name)
     if not missing:
-        return lock
+        return lock, None
     if not frozen:
-        return build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec, on_build=on_build).new_lock
+        report = build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec, on_build=on_build,
+                           progress=progress, locate=locate, mirrors=mirrors)
+        return report.new_lock, report
     # Inputs edited since the lock (a patch, a path source) cannot give the recorded wheel:
     # said before a build is spent on it.
     drift = {name: why for name in missing if (why := input_drift(ws, env, spec, lock_path, lock, name,
@@ -1101,7 +1131,7 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
                          f"--frozen (`envlock sync {env}` relocks and rebuilds)",
                          details=[r for why in drift.values() for r in why])
     report = build_env(ws, env, tuple(missing), frozen=True, sources_from=sources_from, spec=spec,
-                       on_build=on_build)
+                       on_build=on_build, progress=progress, locate=locate, mirrors=mirrors)
     for w in report.builds:
         recorded = lock.builds.get(w.name)
         if recorded is None:
@@ -1119,4 +1149,4 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
                 f"digest {recorded.input_digest}, now {w.input_digest}; `envlock lock {env} --check` says what "
                 f"changed); rebuilt sha256 {w.sha256}, recorded {recorded.sha256}. Restore those inputs, or "
                 f"sync without --frozen (`envlock sync {env}` relocks and rebuilds)")
-    return lock
+    return lock, report
