@@ -7,6 +7,7 @@ index (see tests/test_build.py).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -167,6 +168,16 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
             "locks/pylock.demo.toml") in r.err
     assert not r.out.rstrip().endswith("updated locks/pylock.demo.toml")
     assert ws.lock_text("demo") == stale
+    # Locked anew before the build: the diff says the kernel is to be rebuilt, not that it leaves the env.
+    assert cli("-q", "lock", "demo").code == 0
+    r = cli("diff", "locks/pylock.demo.toml@HEAD", "demo")
+    assert r.code == 0, r.err
+    assert ("~ package  mini-kernel: 0.1.0  (not built for this lock yet: `envlock build` (or `envlock sync`) "
+            "builds it)") in r.out.splitlines()
+    assert re.search(r"^~ build    mini-kernel: sha256:[0-9a-f]{64}  \(inputs changed: rebuild pending\)$", r.out, re.M)
+    doc = json.loads(cli("diff", "locks/pylock.demo.toml@HEAD", "demo", "--json").out)
+    assert {c["kind"]: c["action"] for c in doc["changes"] if c["name"] == "mini-kernel"} == {
+        "package": "pending", "source": "changed", "build": "pending"}
     r = cli("sync", "demo")
     assert r.code == 0, r.err
     assert r.out.startswith("demo: generation 2 (")

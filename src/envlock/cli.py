@@ -126,7 +126,7 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
             return f"no differences ({result.unchanged} packages identical)"
         lines = [f"--- {result.old}", f"+++ {result.new}"]
         for c in result.changes:
-            sign = {"added": "+", "removed": "-", "changed": "~"}[c.action]
+            sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[c.action]
             value = c.new if c.old is None else c.old if c.new is None else f"{c.old} -> {c.new}"
             note = f"  ({c.note})" if c.note else ""
             lines.append(f"{sign} {c.kind:8} {c.name}: {value}{note}")

@@ -20,11 +20,16 @@ class Change:
     kind: str
     name: str
     old: str | None  # None: added
-    new: str | None  # None: removed
+    new: str | None  # None: removed (or, pending, not built yet)
     note: str = ""
+    # A local build the new lock records no build of yet (`envlock lock` before `build`): its
+    # package is not removed, its wheel is still to be built.
+    pending: bool = False
 
     @property
     def action(self) -> str:
+        if self.pending:
+            return "pending"
         if self.old is None:
             return "added"
         if self.new is None:
@@ -65,6 +70,8 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str) -> LockD
         changes.append(Change("env", "venv-python", old.venv_python, new.venv_python))
     old_pkgs = {p.name: p for p in old.packages}
     new_pkgs = {p.name: p for p in new.packages}
+    unbuilt = {str(canonicalize_name(n)) for n in new.unbuilt()}  # a build's name is its package's
+    pending_note = "not built for this lock yet: `envlock build` (or `envlock sync`) builds it"
     unchanged = 0
     for pkg_name in sorted(set(old_pkgs) | set(new_pkgs)):
         a, b = old_pkgs.get(pkg_name), new_pkgs.get(pkg_name)
@@ -79,6 +86,8 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str) -> LockD
                 changes.append(Change("package", name, a.version, b.version, _index_note(a.index, b.index)))
             else:
                 unchanged += 1
+        elif b is None and name in unbuilt:
+            changes.append(Change("package", name, a.version if a else None, None, pending_note, pending=True))
         else:
             changes.append(Change("package", name, a.version if a else None, b.version if b else None))
     for name in sorted(set(old.nightlies) | set(new.nightlies)):
@@ -100,6 +109,10 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str) -> LockD
     for name in sorted(set(old.builds) | set(new.builds)):
         ba, bb = old.builds.get(name), new.builds.get(name)
         if ba == bb:
+            continue
+        if ba is not None and bb is None and str(canonicalize_name(name)) in unbuilt:
+            changes.append(Change("build", name, ba.input_digest, None, "inputs changed: rebuild pending",
+                                  pending=True))
             continue
         if ba is None or bb is None:
             changes.append(Change("build", name, ba.input_digest if ba else None, bb.input_digest if bb else None))
