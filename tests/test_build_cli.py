@@ -321,3 +321,16 @@ def test_a_lock_written_while_a_build_ran_is_not_undone(  # type: ignore[no-unty
     r = cli("build", "demo")
     assert r.code == 0, r.err
     assert "0 rebuilt, 1 reused; updated locks/pylock.demo.toml" in r.out
+
+
+def test_a_build_named_other_than_its_project_is_refused_at_its_key(ws, cli, backend_index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    # Before: uv's "metadata name does not match" at lock time, reported as a failed resolution (exit 1).
+    _demo(ws.root, backend_index.url("pypi"))
+    spec = ws.root / "envs" / "demo.toml"
+    spec.write_text(spec.read_text().replace('mini-kernel = { build = "mini-kernel" }', 'mk2 = { build = "mk2" }')
+                    .replace("[builds.mini-kernel]", "[builds.mk2]"))
+    for command in (["lock", "demo"], ["sync", "demo"]):
+        r = cli(*command)
+        assert (r.code, r.err) == (2, f"envlock: error: {spec}: [builds.mk2]: source 'mini-kernel' builds project "
+                                      "'mini-kernel' (pyproject.toml), expected 'mk2': a build makes the package of "
+                                      "its own name; name the build (and its package) 'mini-kernel'\n"), command

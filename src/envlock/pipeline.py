@@ -717,11 +717,24 @@ def prepare_sources(
     return out
 
 
+def _project_name(project: Path) -> str | None:
+    """The static ``[project] name`` of ``project``'s pyproject.toml, if it has one."""
+    import tomllib
+
+    try:
+        name = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+        return None  # the build backend reports what it cannot read
+    return name if isinstance(name, str) and name else None
+
+
 def resolve_build_inputs(
     spec: EnvSpec, states: Mapping[str, SourceState]
 ) -> tuple[dict[Any, Path], tuple[str, ...], dict[str, str]]:
     """For the resolver: each built package's patched source dir (its metadata), the build
     requirements of ``isolation = false`` builds (locked with the env), and the builds' env."""
+    from envlock.lockfile import canonicalize_name
+
     build_sources: dict[Any, Path] = {}
     extra: set[str] = set()
     env: dict[str, str] = {}
@@ -733,6 +746,12 @@ def resolve_build_inputs(
             if not project.is_dir():  # else uv reports "Distribution not found" as a failed resolution
                 raise SpecError(f"{spec.path}: builds.{pkg.build}.subdirectory: expected a folder of source "
                                 f"{b.source!r} (as patched), found no {b.subdirectory!r} there")
+            if (named := _project_name(project)) is not None and canonicalize_name(named) != pkg.name:
+                # Else uv's "metadata name does not match" reads as a failed resolution, exit 1.
+                where = f"{b.subdirectory}/pyproject.toml" if b.subdirectory else "pyproject.toml"
+                raise SpecError(f"{spec.path}: [builds.{pkg.build}]: source {b.source!r} builds project "
+                                f"{named!r} ({where}), expected {pkg.build!r}: a build makes the package of its "
+                                f"own name; name the build (and its package) {named!r}")
             build_sources[pkg.name] = project
             env.update(b.env)
             if not b.isolation:
