@@ -740,3 +740,37 @@ def test_a_frozen_sync_says_when_the_spec_asks_for_more_than_the_lock(ws, cli, u
     for _ in range(2):
         r = cli("sync", "e", "--frozen")
         assert r.code == 0 and "note" not in r.out, r.out
+
+
+def test_an_index_on_disk_that_is_missing_and_a_misspelt_mirror_variable_are_named(  # type: ignore[no-untyped-def]
+        ws, cli, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: uv's "not found in the package registry" for every package (exit 1), and a
+    # misspelt ENVLOCK_INDEX_* read as nothing at all.
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    gone = (tmp_path / "nonexist" / "simple").as_uri()
+    r = cli("lock", "e", "--index", f"pypi={gone}")
+    assert (r.code, r.err) == (2, f"envlock: error: --index pypi={gone!r}: no such folder "
+                                  f"({tmp_path}/nonexist/simple); expected an index on disk (a folder per project)\n")
+    monkeypatch.setenv("ENVLOCK_INDEX_PYPI", gone)
+    r = cli("sync", "e")
+    assert r.code == 2 and r.err.startswith(f"envlock: error: ENVLOCK_INDEX_PYPI={gone!r}: no such folder"), r.err
+    monkeypatch.delenv("ENVLOCK_INDEX_PYPI")
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"').replace(universe.flashinfer, gone))
+    r = cli("lock", "e")
+    assert (r.code, r.err) == (2, f"envlock: error: {ws.root}/envs/e.toml: indexes.flashinfer.url: {gone!r}: no such "
+                                  f"folder ({tmp_path}/nonexist/simple); expected an index on disk (a folder per "
+                                  "project)\n")
+
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    ws.write_spec("other", spec_text(universe, 'tinydep = "==1.0"').replace("[indexes.flashinfer]",
+                                                                           "[indexes.internal]"))
+    monkeypatch.setenv("ENVLOCK_INDEX_PYPII", gone)  # a typo
+    monkeypatch.setenv("ENVLOCK_INDEX_INTERNAL", universe.flashinfer)  # another env's index: no typo
+    r = cli("lock", "e")
+    assert r.code == 0, r.err
+    note = ("note: ENVLOCK_INDEX_PYPII set, but no env spec here has an index of that name, so it was not used "
+            "(this env's: ENVLOCK_INDEX_FLASHINFER, ENVLOCK_INDEX_PYPI, ENVLOCK_INDEX_PYTORCH)")
+    assert r.out.splitlines()[-1] == f"  {note}"
+    r = cli("sync", "e")
+    assert r.code == 0 and f"  {note}" in r.out.splitlines(), r.out
+    assert json.loads(cli("lock", "e", "--json").out)["note"] == note.removeprefix("note: ")

@@ -108,6 +108,8 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         unbuilt = result.lock.unbuilt() if result.lock is not None else ()
         lines += [f"  {name}: not built for this lock yet; `envlock build {args.env}` builds it "
                   f"(`envlock sync {args.env}` too)" for name in unbuilt]
+        if result.note:
+            lines.append(f"  note: {result.note}")
         return "\n".join(lines)
 
     _out(args, result.to_dict(), text_lock)

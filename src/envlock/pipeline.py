@@ -65,11 +65,49 @@ def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> d
     given.update({name: (f"--index {name}", url) for name, url in (explicit or {}).items()})
     bad = [f"{origin}={url!r}: expected an http(s):// or file:// URL"
            for _, (origin, url) in sorted(given.items()) if not is_index_url(url)]
-    raise_all(UsageError, bad, f"{len(bad)} index mirrors are not URLs")
+    bad += [f"{origin}={url!r}: no such folder ({path}); expected an index on disk (a folder per project)"
+            for _, (origin, url) in sorted(given.items()) if (path := _missing_folder(url)) is not None]
+    raise_all(UsageError, bad, f"{len(bad)} index mirrors are not URLs of an index")
     if unknown := sorted(set(given) - set(spec.indexes)):
         known = ", ".join(sorted(spec.indexes))
         raise UsageError(f"--index {unknown[0]}=...: {spec.path} has no [indexes.{unknown[0]}]; indexes: {known}")
     return {name: url for name, (_, url) in given.items()}
+
+
+def _missing_folder(url: str) -> str | None:
+    """The path of a ``file://`` index URL that names no folder (else None): uv would report
+    every package as missing from the registry."""
+    from envlock.http import file_path
+
+    path = file_path(url)
+    return path if path is not None and not os.path.isdir(path) else None
+
+
+def stray_mirror_vars(ws: Workspace, spec: EnvSpec, environ: Mapping[str, str] | None = None) -> list[str]:
+    """``ENVLOCK_INDEX_*`` variables set that name no index of any env spec in the workspace (a
+    typo: silently unused, the spec's own URL would be read instead)."""
+    from envlock.spec import read_spec
+
+    environ = os.environ if environ is None else environ
+    wanted = {env_var(MIRROR_ENV_PREFIX, name) for name in spec.indexes}
+    stray = sorted(v for v, url in environ.items() if v.startswith(MIRROR_ENV_PREFIX) and url and v not in wanted)
+    for other in ws.envs() if stray else ():  # another env's index is no typo
+        try:
+            wanted |= {env_var(MIRROR_ENV_PREFIX, name) for name in read_spec(ws.root / "envs" / f"{other}.toml",
+                                                                                 name=other)[0].indexes}
+        except (SpecError, OSError):
+            continue
+    return [v for v in stray if v not in wanted]
+
+
+def stray_mirror_note(ws: Workspace, spec: EnvSpec) -> str:
+    """The note for ``stray_mirror_vars`` ("" when there are none)."""
+    stray = stray_mirror_vars(ws, spec)
+    if not stray:
+        return ""
+    known = ", ".join(env_var(MIRROR_ENV_PREFIX, name) for name in sorted(spec.indexes))
+    return (f"{', '.join(stray)} set, but no env spec here has an index of that name, so it was not used "
+            f"(this env's: {known})")
 
 
 def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
@@ -113,6 +151,7 @@ class LockResult:
     mirrors: Mapping[str, str] = field(default_factory=dict)
     lock: Lock | None = field(default=None, repr=False)  # what the file now holds
     downloaded: int = 0  # bytes, to hash wheels an index publishes no hash for
+    note: str = ""  # e.g. a mirror variable that names no index
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +163,7 @@ class LockResult:
             "mirrors": dict(self.mirrors),
             "downloaded": self.downloaded,
             "unbuilt": list(self.lock.unbuilt()) if self.lock is not None else [],
+            "note": self.note,
         }
 
 
@@ -147,6 +187,10 @@ def lock_env(
     spec = spec or load_env_spec(ws, env)
     all_mirrors = index_mirrors(spec, mirrors)
     urls = resolve.index_urls(spec, all_mirrors)
+    missing = [f"indexes.{name}.url: {url!r}: no such folder ({folder}); expected an index on disk (a folder per "
+               "project)" for name, url in sorted(urls.items())
+               if name not in all_mirrors and (folder := _missing_folder(url)) is not None]
+    raise_all(SpecError, missing, f"{len(missing)} indexes on disk are missing", prefix=f"{spec.path}: ")
     path = ws.lock_path(env)
     old_bytes, old_text = _read_lock_file(path)
     old = _lock_optional(old_text, path)
@@ -196,6 +240,7 @@ def lock_env(
         mirrors={name: http.redact(url) for name, url in all_mirrors.items()},  # printed: no credentials
         lock=lock,
         downloaded=resolution.downloaded,
+        note=stray_mirror_note(ws, spec),
     )
 
 
@@ -549,6 +594,7 @@ def sync(
             stale = (f"{ws.relative(lock_path)} is stale for {ws.relative(spec_path)} ("
                       + "; ".join(_spec_reasons(spec, found)) + f"): --frozen synced the lock as it is; "
                       f"`envlock lock {env}` locks the spec anew")
+    stray = stray_mirror_note(ws, mirrored_spec) if mirrored_spec is not None and not offline else ""
     result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                        offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
                        mirrors=_package_mirrors(mirrored_spec, lock, download_from), local_wheels=local_wheels,
@@ -557,7 +603,7 @@ def sync(
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + hashed + built_downloaded,
                    fetched=result.fetched + built_fetched, seconds=time.monotonic() - started,
-                   relocked=relocked, note="; ".join(n for n in (result.note, unread, stale) if n))
+                   relocked=relocked, note="; ".join(n for n in (result.note, unread, stale, stray) if n))
 
 
 def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, list[Path]]:
