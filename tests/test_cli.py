@@ -774,3 +774,21 @@ def test_an_index_on_disk_that_is_missing_and_a_misspelt_mirror_variable_are_nam
     r = cli("sync", "e")
     assert r.code == 0 and f"  {note}" in r.out.splitlines(), r.out
     assert json.loads(cli("lock", "e", "--json").out)["note"] == note.removeprefix("note: ")
+
+
+def test_a_file_where_a_folder_is_expected_is_named_so(ws, cli, universe: Universe, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: "File exists" / "Not a directory", which say nothing of what to do.
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    shutil.rmtree(ws.root / "locks")
+    (ws.root / "locks").write_text("")
+    r = cli("lock", "e")
+    assert (r.code, r.err) == (1, f"envlock: error: {ws.root}/locks: a file is there, expected a folder (rerun with "
+                                  "--debug for where)\n")
+    (ws.root / "locks").unlink()
+    (tmp_path / "f").write_text("x")
+    for home, what in ((tmp_path / "f", "a file is there, expected a folder"),
+                       (tmp_path / "f" / "sub", "a part of this path is a file, expected folders")):
+        monkeypatch.setenv("ENVLOCK_HOME", str(home))
+        r = cli("sync", "e")
+        assert (r.code, r.err) == (1, f"envlock: error: {home}: cannot use as store: {what}\n"), r.err

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.errors import EnvlockError, UsageError, asks_json, json_error
+from envlock.errors import EnvlockError, UsageError, asks_json, folder_expected, json_error
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -649,7 +649,8 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
             raise
         named = exc.filename2 or exc.filename  # a rename's target is the file people know
         where = f"{named}: " if named else ""
-        return _fail(args, f"{where}{exc.strerror or exc} (rerun with --debug for where)", (), "OSError", 1)
+        return _fail(args, f"{where}{folder_expected(exc) or exc.strerror or exc} (rerun with --debug for where)", (),
+                     "OSError", 1)
     except KeyboardInterrupt:
         if getattr(args, "json", False):
             _json_error("interrupted", (), "KeyboardInterrupt", 130)

@@ -147,3 +147,15 @@ def json_error(message: str, details: Sequence[str], kind: str, code: int) -> st
 
     return json.dumps({"error": {"kind": kind, "message": message, "details": list(details), "exit_code": code}},
                       indent=2, sort_keys=True)
+
+
+def folder_expected(exc: OSError) -> str:
+    """What ``mkdir`` meant by "File exists" or "Not a directory" where a folder was to be made:
+    a file stands where a folder is expected ("" for any other error)."""
+    import errno
+
+    if exc.errno == errno.EEXIST:
+        return "a file is there, expected a folder"
+    if exc.errno == errno.ENOTDIR:
+        return "a part of this path is a file, expected folders"
+    return ""

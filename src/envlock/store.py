@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from envlock.errors import StoreError
+from envlock.errors import StoreError, folder_expected
 
 LAYOUT_VERSION = 1
 
@@ -85,7 +85,7 @@ class Store:
             store.tmp.mkdir(parents=True, exist_ok=True)
             store.clean_tmp()
         except OSError as exc:
-            raise StoreError(f"{store.home}: cannot use as store: {exc.strerror}") from None
+            raise StoreError(f"{store.home}: cannot use as store: {folder_expected(exc) or exc.strerror}") from None
         return store
 
     @property
