@@ -216,8 +216,15 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     monkeypatch.chdir(ws.root)
     assert r.code == 0, r.err
     assert r.out.splitlines() == ["refreshed patches/mini-kernel/0001-add-dot.patch (2 files)",
-                                  "every patch applies now; run `envlock lock` (for a git source, once its rev in "
+                                  "every patch applies now; run `envlock lock demo` (for a git source, once its rev in "
                                   "the spec is the commit you edited against)"]
+    # A new patch: where to list it, and the lock command to run, named with the env.
+    (redo / "python" / "mini_kernel" / "extra.py").write_text("EXTRA = 1\n")
+    r = cli("patch", "record", str(redo), "--subject", "Extra", "--why", "A test.")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[-1] == ('add it to [sources.mini-kernel] patches = [..., '
+                                      '"patches/mini-kernel/0002-extra.patch"] and run `envlock lock demo`')
+    (ws.root / "patches" / "mini-kernel" / "0002-extra.patch").unlink()
     r = cli("patch", "status", "demo")
     assert r.code == 0 and "applies          patches/mini-kernel/0001-add-dot.patch" in r.out
 

@@ -396,9 +396,11 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
 
 def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import pipeline
+    from envlock.patch import edited_env
 
     recorded = pipeline.patch_record(ws, args.workdir.absolute(), subject=args.subject, why=args.why,
                                      upstream=args.upstream, refresh=args.refresh)
+    env = edited_env(args.workdir.absolute())  # record checked it says
 
     def text() -> str:
         rel = ws.relative(recorded.path)
@@ -409,11 +411,11 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
             if recorded.pending:
                 lines.append(f"next: {recorded.pending[0]} does not apply either; redo it, then record --refresh again")
             else:
-                lines.append("every patch applies now; run `envlock lock` (for a git source, once its rev in the "
-                             "spec is the commit you edited against)")
+                lines.append(f"every patch applies now; run `envlock lock {env}` (for a git source, once its rev in "
+                             "the spec is the commit you edited against)")
             return "\n".join(lines)
         return (f"wrote {rel} ({len(recorded.files)} files)\n"
-                f"add it to [sources.{recorded.source}] patches = [..., \"{rel}\"] and run `envlock lock`")
+                f"add it to [sources.{recorded.source}] patches = [..., \"{rel}\"] and run `envlock lock {env}`")
 
     _out(args, recorded.to_dict(), text)
     return 0
