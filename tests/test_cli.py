@@ -792,3 +792,25 @@ def test_a_file_where_a_folder_is_expected_is_named_so(ws, cli, universe: Univer
         monkeypatch.setenv("ENVLOCK_HOME", str(home))
         r = cli("sync", "e")
         assert (r.code, r.err) == (1, f"envlock: error: {home}: cannot use as store: {what}\n"), r.err
+
+
+def test_run_takes_its_options_between_env_and_the_dashes(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    assert cli("-q", "sync", "e").code == 0
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "envlock", "run", "e", *args], cwd=ws.root, capture_output=True,
+                              text=True, timeout=60)
+
+    for options in (["-q"], ["--debug"], ["-q", "--debug"]):
+        proc = run(*options, "--", "python", "-c", "import tinydep, sys; print(tinydep.VERSION, sys.argv[1:])", "--",
+                   "-x")
+        assert (proc.returncode, proc.stdout) == (0, "1.0 ['--', '-x']\n"), proc.stderr  # a later -- is the command's
+    proc = run("--json", "--", "true")
+    assert (proc.returncode, proc.stderr) == (2, "envlock: error: envlock run e --json -- ...: '--json' is no option "
+                                                 "of run here (-q, --debug; --root goes before ENV); the command goes "
+                                                 "after `--`\n")
+    proc = run("-q", "python", "-c", "pass")  # an option, but no `--`: the command would be "-q"
+    assert (proc.returncode, proc.stderr) == (2, "envlock: error: envlock run e -q ...: '-q' is not a command; options "
+                                                 "go before `--` and the command after it: envlock run ENV [-q] -- "
+                                                 "CMD...\n")

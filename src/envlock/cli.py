@@ -295,7 +295,22 @@ def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
 def cmd_run(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.sync import exec_in_env
 
-    argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    cut = 0  # options between ENV and the `--` (a "--" later on is the command's own)
+    while cut < len(args.cmd) and args.cmd[cut] != "--" and args.cmd[cut].startswith("-"):
+        cut += 1
+    given_cut = cut < len(args.cmd) and args.cmd[cut] == "--"
+    options, argv = (args.cmd[:cut], args.cmd[cut + 1:]) if given_cut else ([], args.cmd)
+    for option in options:  # `run ENV -q -- CMD`, as `sync ENV --json` takes its options after ENV
+        if option in ("-q", "--quiet"):
+            args.quiet = True
+        elif option == "--debug":
+            args.debug = True
+        else:
+            raise UsageError(f"envlock run {args.env} {option} -- ...: {option!r} is no option of run here "
+                             "(-q, --debug; --root goes before ENV); the command goes after `--`")
+    if argv[:1] and argv[0].startswith("-") and not given_cut:
+        raise UsageError(f"envlock run {args.env} {argv[0]} ...: {argv[0]!r} is not a command; options go before "
+                         "`--` and the command after it: envlock run ENV [-q] -- CMD...")
     exec_in_env(_env_store(args, ws), args.env, argv)
 
 
