@@ -814,3 +814,13 @@ def test_run_takes_its_options_between_env_and_the_dashes(ws, cli, universe: Uni
     assert (proc.returncode, proc.stderr) == (2, "envlock: error: envlock run e -q ...: '-q' is not a command; options "
                                                  "go before `--` and the command after it: envlock run ENV [-q] -- "
                                                  "CMD...\n")
+
+
+def test_an_unknown_option_is_shown_with_its_commands_usage(ws, cli, capsys) -> None:  # type: ignore[no-untyped-def]
+    for command, usage in ((["sync", "e", "--bogus"], "usage: envlock sync "),
+                           (["patch", "status", "e", "--bogus"], "usage: envlock patch status ")):
+        with pytest.raises(SystemExit) as info:
+            cli(*command)
+        err = capsys.readouterr().err
+        assert info.value.code == 2
+        assert err.startswith(usage) and err.endswith("envlock: error: unrecognized arguments: --bogus\n"), err

@@ -470,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
             description: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=description or help, parents=[common],
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.set_defaults(func=func)
+        p.set_defaults(func=func, command_parser=p)  # an unknown option is its command's error (main)
         return p
 
     p = add("lock", cmd_lock, "resolve envs/ENV.toml into locks/pylock.ENV.toml",
@@ -574,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def padd(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str) -> argparse.ArgumentParser:
         q = psub.add_parser(name, help=help, description=help, parents=[common])
-        q.set_defaults(func=func)
+        q.set_defaults(func=func, command_parser=q)
         return q
 
     q = padd("status", cmd_patch_status, "each patch against the pinned commit (or --against REV): "
@@ -636,7 +636,9 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
     global _JSON_ERRORS
     _JSON_ERRORS = asks_json(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # with the command's own usage line, not the top level's
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
