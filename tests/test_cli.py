@@ -239,7 +239,7 @@ def test_a_lock_path_holding_an_at_sign_is_a_path_and_a_rev_may_hold_one(ws, cli
     for old in ("user@host/pylock.e.toml", f"{ws.root}/user@host/pylock.e.toml", "user@host/pylock.e.toml@HEAD",
                 "user@host/pylock.e.toml@HEAD@{0}"):
         r = cli("diff", old, "e")
-        assert (r.code, r.out.splitlines()[-1]) == (0, "no differences (1 packages identical)"), (old, r.err)
+        assert (r.code, r.out.splitlines()[-1]) == (0, "no differences (1 package identical)"), (old, r.err)
     r = cli("-q", "sync", "e", "--lock", "user@host/pylock.e.toml")
     assert r.code == 0, r.err
 
@@ -384,13 +384,13 @@ def test_diff_names_what_is_missing_and_reads_lock_files_in_the_current_folder(w
     (ws.root / "locks" / "a.lock").write_text(ws.lock_text("e"))
     (ws.root / "locks" / "b.lock").write_text(ws.lock_text("e"))
     r = cli("diff", "a.lock", "b.lock")
-    assert (r.code, r.out) == (0, "no differences (1 packages identical)\n")
+    assert (r.code, r.out) == (0, "no differences (1 package identical)\n")
     # Two lock paths need no workspace.
     outside = ws.root.parent / "elsewhere"
     outside.mkdir()
     monkeypatch.chdir(outside)
     r = cli("diff", str(ws.root / "locks" / "a.lock"), str(ws.root / "locks" / "b.lock"))
-    assert (r.code, r.out) == (0, "no differences (1 packages identical)\n"), r.err
+    assert (r.code, r.out) == (0, "no differences (1 package identical)\n"), r.err
     r = cli("diff", "e", str(ws.root / "locks" / "b.lock"))
     assert (r.code, r.err) == (2, f"envlock: error: 'e': no such lock file, and {outside} is not inside an envlock "
                                   "workspace (no envs/ folder here or above) where it would be an env name; pass "
@@ -424,7 +424,7 @@ def test_sync_says_it_relocked_and_diff_says_a_lock_is_stale(ws, cli, universe: 
     commit_all(ws.root, "e at tinydep 1.0")
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.1"'))
     r = cli("diff", "locks/pylock.e.toml@HEAD", "e")  # the lock file itself has not moved yet
-    assert (r.code, r.out) == (0, "no differences (1 packages identical)\n")
+    assert (r.code, r.out) == (0, "no differences (1 package identical)\n")
     assert r.err == ("envlock: note: locks/pylock.e.toml is stale for envs/e.toml (packages.tinydep: changed); "
                      "run `envlock lock e` to diff what the spec asks for\n")
     r = cli("sync", "e", "--json")
@@ -579,6 +579,7 @@ def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, univers
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home3"))
     through_mirror = tmp_path / "pylock.n.toml"
     through_mirror.write_text(locked.replace(upstream, served))
+    (tmp_path / "no-mirror").mkdir()  # an index on disk that lists nothing
     absent = (tmp_path / "no-mirror").as_uri()
     r = cli("-q", "sync", "n", "--lock", str(through_mirror), "--index", f"pytorch={absent}")
     assert r.code == 1 and f"mirror {absent} lists no such file for pytorch-triton" in r.err, r.err

@@ -226,7 +226,7 @@ def test_offline_names_every_missing_artifact(server: IndexServer, store: Store,
     fetch([pairs[0][1]], store, base_dir=tmp_path)
     with pytest.raises(FetchError) as info:
         fetch([a for _, a in pairs], store, base_dir=tmp_path, offline=True)
-    assert info.value.message == f"--offline: 2 locked artifact(s) not in the store {store.root / 'wheels'}"
+    assert info.value.message == f"--offline: 2 locked artifacts not in the store {store.root / 'wheels'}"
     assert info.value.details == tuple(
         f"{w.name} (sha256 {a.sha256}) from {a.url}" for w, a in pairs[1:]
     )
@@ -250,7 +250,7 @@ def test_offline_copies_local_wheels_and_names_only_what_needs_the_network(
     remote_wheel, remote = _publish(server, tmp_path, "alpha")
     with pytest.raises(FetchError) as info:
         fetch([local, by_url, remote], store, base_dir=lock_dir, offline=True)
-    assert info.value.message == f"--offline: 1 locked artifact(s) not in the store {store.root / 'wheels'}"
+    assert info.value.message == f"--offline: 1 locked artifact not in the store {store.root / 'wheels'}"
     assert info.value.details == (f"{remote_wheel.name} (sha256 {remote.sha256}) from {remote.url}",)
     assert store_file(store, by_url).read_bytes() == other.read_bytes()
     assert server.downloads() == []

@@ -600,7 +600,7 @@ def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(ws, cli, tmp_pa
     assert cli("patch", "edit", "e", "s", "--dir", str(w1)).code == 0
     (w1 / "g.txt").write_text("one\n")
     r = cli("patch", "record", str(w1), "--subject", "x", "--why", "y")
-    assert (r.code, r.out.splitlines()[0]) == (0, "wrote patches/s/0002-x.patch (1 files)"), r.err
+    assert (r.code, r.out.splitlines()[0]) == (0, "wrote patches/s/0002-x.patch (1 file)"), r.err
     spec("0001-x.patch", "0002-x.patch")
     assert cli("patch", "edit", "e", "s", "--dir", str(w2)).code == 0
     spec("0001-x.patch")
@@ -629,7 +629,7 @@ def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(ws, cli, tmp_pa
     # patches/s/ is the source's: another env that lists 0002 (or 0001) does not make it a stray one.
     ws.write_spec("e2", _SPEC.format(patches='"patches/s/0001-x.patch", "patches/s/0002-three.patch"'))
     r = cli("patch", "record", str(w4), "--subject", "four", "--why", "y")
-    assert (r.code, r.out.splitlines()[0]) == (0, "wrote patches/s/0003-four.patch (1 files)"), r.err
+    assert (r.code, r.out.splitlines()[0]) == (0, "wrote patches/s/0003-four.patch (1 file)"), r.err
     # Another env's higher-numbered patch does not hide the strays below it.
     shutil.copy(ws.root / "patches/s/0001-x.patch", ws.root / "patches/s/0005-other.patch")
     ws.write_spec("e2", _SPEC.format(patches='"patches/s/0001-x.patch", "patches/s/0005-other.patch"'))

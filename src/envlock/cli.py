@@ -41,6 +41,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"envlock: error: {message}\n")
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun in the number it takes: 1 package, 2 packages."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def _out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str]) -> None:
     if getattr(args, "json", False):
         print(json.dumps(data, indent=2, sort_keys=True))
@@ -99,7 +104,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 
     def text_lock() -> str:
         verb = "wrote" if result.changed else "unchanged:"
-        lines = [f"{verb} {ws.relative(result.path)} ({result.packages} packages)"]
+        lines = [f"{verb} {ws.relative(result.path)} ({count(result.packages, 'package')})"]
         lines += [f"  nightly {n} -> {v}" for n, v in result.nightlies.items()]
         lines += [f"  index {n} mirrored at {u}" for n, u in sorted(result.mirrors.items())]
         if result.downloaded:
@@ -125,14 +130,14 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
 
     def text() -> str:
         if not result.changes:
-            return f"no differences ({result.unchanged} packages identical)"
+            return f"no differences ({count(result.unchanged, 'package')} identical)"
         lines = [f"--- {result.old}", f"+++ {result.new}"]
         for c in result.changes:
             sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[c.action]
             value = c.new if c.old is None else c.old if c.new is None else f"{c.old} -> {c.new}"
             note = f"  ({c.note})" if c.note else ""
             lines.append(f"{sign} {c.kind:8} {c.name}: {value}{note}")
-        lines.append(f"{len(result.changes)} changes, {result.unchanged} packages identical")
+        lines.append(f"{count(len(result.changes), 'change')}, {count(result.unchanged, 'package')} identical")
         return "\n".join(lines)
 
     _out(args, result.to_dict(), text)
@@ -346,6 +351,7 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
                              f"rebuilt {c.actual_sha256[:16]}; differing files:")
                 lines += [f"  {d}" for d in c.differing] + [f"  rebuild kept at {c.kept}"]
         lines.append(f"{report.rebuilt} rebuilt, {len(report.builds) - report.rebuilt} reused"
+                     + (f"; {len(report.checks)} built again from scratch to check" if report.checks else "")
                      + (f"; updated {ws.relative(report.lock)}" if report.lock_changed else ""))
         return "\n".join(lines)
 
@@ -392,7 +398,8 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
     dir_arg = shlex.quote(str(workdir))
 
     def text() -> str:
-        lines = [f"{workdir}: {args.source} with {len(session.levels)} patches applied (one commit each)"]
+        lines = [f"{workdir}: {args.source} with {count(len(session.levels), 'patch', 'patches')} applied "
+                 "(one commit each)"]
         where = f"upstream at {args.against}" if args.against else "in the source tree"
         lines += [f"{label} is already {where}: retire it (drop it from the spec)" for label in session.upstreamed]
         if session.pending:
@@ -420,7 +427,7 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
     def text() -> str:
         rel = ws.relative(recorded.path)
         if args.refresh:
-            lines = [f"refreshed {rel} ({len(recorded.files)} files)"]
+            lines = [f"refreshed {rel} ({count(len(recorded.files), 'file')})"]
             lines += [f"{label} is already upstream here: retire it (drop it from the spec)"
                       for label in recorded.upstreamed]
             if recorded.pending:
@@ -429,7 +436,7 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
                 lines.append(f"every patch applies now; run `envlock lock {env}` (for a git source, once its rev in "
                              "the spec is the commit you edited against)")
             return "\n".join(lines)
-        return (f"wrote {rel} ({len(recorded.files)} files)\n"
+        return (f"wrote {rel} ({count(len(recorded.files), 'file')})\n"
                 f"add it to [sources.{recorded.source}] patches = [..., \"{rel}\"] and run `envlock lock {env}`")
 
     _out(args, recorded.to_dict(), text)

@@ -223,7 +223,8 @@ def fetch(
     failed = len(errors) + len(remote)  # artifacts, for the summary below
     if remote:
         errors.append(FetchError(
-            f"--offline: {len(remote)} locked artifact(s) not in the store {store.root / 'wheels'}",
+            f"--offline: {len(remote)} locked artifact{'s' if len(remote) != 1 else ''} not in the store "
+            f"{store.root / 'wheels'}",
             details=[f"{a.filename} (sha256 {a.sha256}) from {a.url}" for a in remote],
         ))
         missing = [a for a in missing if _is_local(a)]

@@ -66,7 +66,8 @@ def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> d
     bad = [f"{origin}={url!r}: expected an http(s):// or file:// URL"
            for _, (origin, url) in sorted(given.items()) if not is_index_url(url)]
     bad += [f"{origin}={url!r}: no such folder ({path}); expected an index on disk (a folder per project)"
-            for _, (origin, url) in sorted(given.items()) if (path := _missing_folder(url)) is not None]
+            for _, (origin, url) in sorted(given.items())
+            if is_index_url(url) and (path := _missing_folder(url)) is not None]
     raise_all(UsageError, bad, f"{len(bad)} index mirrors are not URLs of an index")
     if unknown := sorted(set(given) - set(spec.indexes)):
         known = ", ".join(sorted(spec.indexes))
