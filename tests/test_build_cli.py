@@ -232,6 +232,20 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     r = cli("build", "demo", "--override-source", f"mini-kernel={edit}")
     assert r.code == 1 and ("--override-source mini-kernel=...: the spec's patches are applied to that tree, so it "
                             "must be unpatched (a `patch edit` work dir has them applied already)") in r.err, r.err
+    # An overridden tree's build goes to wheelhouse/overrides/, never over the locked wheel, and
+    # the lock is left as it is.
+    trial = tmp_path / "mk-trial"
+    shutil.copytree(ws.root / "examples" / "mini-kernel", trial)
+    (trial / "python" / "mini_kernel" / "trial.py").write_text("TRIAL = True\n")
+    lock_before = ws.lock_text("demo")
+    locked = tomllib.loads(lock_before)["tool"]["envlock"]["builds"]["mini-kernel"]
+    r = cli("build", "demo", "--override-source", f"mini-kernel={trial}")
+    assert r.code == 0, r.err
+    assert ("envlock: the lock was not updated: an overridden source is not a pin; its build is in "
+            "wheelhouse/overrides/, which no sync installs") in r.err, r.err
+    assert r.out.startswith("mini-kernel: built wheelhouse/overrides/mini_kernel-0.1.0-"), r.out
+    assert ws.lock_text("demo") == lock_before
+    assert sha256_of(ws.root / "wheelhouse" / locked["wheel"]) == locked["sha256"]
 
 
 def test_patch_status_exit_code_and_json_on_conflict(ws, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -121,7 +121,7 @@ BAD_SPECS = [
      ["packages.torch.same-date: only a nightly pin takes same-date (it opts out of sharing its index's date)"]),
     ('[indexes.pytorch-nightly]\nurl = "https://x.example/simple"\n[indexes."pytorch.nightly"]\n'
      'url = "https://y.example/simple"',
-     ["indexes.pytorch.nightly: expected a name unlike 'pytorch-nightly' in more than case, '-', '_' and '.': "
+     ["indexes.\"pytorch.nightly\": expected a name unlike 'pytorch-nightly' in more than case, '-', '_' and '.': "
       "both are "
       "ENVLOCK_INDEX_PYTORCH_NIGHTLY (a mirror's variable)"]),
     ('[packages]\nmk = { build = "mk" }\n[sources.mini]\npath = "x"\n[builds.mk]\nsource = "mini"\n'
@@ -129,12 +129,12 @@ BAD_SPECS = [
      ["builds.mk.requires[0]: expected a string (an array of strings), found 1",
       "builds.mk.requires[2]: expected a string (an array of strings), found 2"]),
     ('[sources.mini]\npath = "x"\n[builds."../evil"]\nsource = "mini"',
-     ["builds.../evil: expected the name of the package the build makes (like \"sgl-kernel\"), found '../evil'"]),
+     ["builds.\"../evil\": expected the name of the package the build makes (like \"sgl-kernel\"), found '../evil'"]),
     ('[indexes.m]\nurl = "http://127.0.0.1:99999/simple"\n[indexes.n]\nurl = "http://[::1/simple"',
      ["indexes.m.url: expected an http(s):// or file:// URL, found 'http://127.0.0.1:99999/simple'",
       "indexes.n.url: expected an http(s):// or file:// URL, found 'http://[::1/simple'"]),
     ('[indexes."Bad Name!"]\nurl = "https://x.example/simple"',
-     ["indexes.Bad Name!: expected an index name of letters, digits, '-', '_' or '.' (like \"pytorch-nightly\"), "
+     ["indexes.\"Bad Name!\": expected an index name of letters, digits, '-', '_' or '.' (like \"pytorch-nightly\"), "
       "found 'Bad Name!'"]),
     ('[pakages]\ntorch = "==2.9.1"',
      ["pakages: unknown key (did you mean 'packages'?); expected one of: builds, env, indexes, packages, "

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from envlock.sync import SyncResult
 
 MIRROR_ENV_PREFIX = "ENVLOCK_INDEX_"
+#: Under the wheelhouse: builds of an ``--override-source`` tree (never named by a lock).
+OVERRIDE_WHEELHOUSE = "overrides"
 SOURCE_MIRROR_ENV_PREFIX = "ENVLOCK_SOURCE_"
 
 
@@ -908,13 +910,15 @@ def build_env(
         plan = build.plan(request, store)
         if on_build is not None and not build.is_built(plan, store):  # a wheel the store has is a copy, not work
             on_build(b.name, plan.input_digest)
-        wheel = build.build_wheel(request, store, ws.wheelhouse, plan_=plan)
+        # A build of an overridden tree goes beside the wheelhouse's locked wheels, not over one of
+        # the same file name: a sync installs only what the lock names.
+        house = ws.wheelhouse / OVERRIDE_WHEELHOUSE if states[b.source].prepared.override is not None else ws.wheelhouse
+        wheel = build.build_wheel(request, store, house, plan_=plan)
         built.append(wheel)
         if check:
             recorded = lock.builds.get(b.name)
             expected = recorded.sha256 if recorded and recorded.input_digest == plan.input_digest else None
-            checks.append(build.check(request, store, ws.wheelhouse, expected_sha256=expected, plan_=plan,
-                                      first=wheel))
+            checks.append(build.check(request, store, house, expected_sha256=expected, plan_=plan, first=wheel))
             if recorded is not None and recorded.input_digest != plan.input_digest:
                 why = "; ".join(input_drift(ws, env, spec, lock_path, lock, b.name, b.source)) or "inputs changed"
                 moved.append(f"{b.name}: the lock records a build of other inputs ({why}; input digest "
@@ -945,7 +949,9 @@ def build_env(
                                f"the lock was not written. The wheels just built are in the store: "
                                f"`envlock build {env}` again records them without building")
     if overridden:
-        notices += ("the lock was not updated: an overridden source is not a pin",)
+        notices += (f"the lock was not updated: an overridden source is not a pin; its build is in "
+                    f"{ws.relative(ws.wheelhouse / OVERRIDE_WHEELHOUSE)}/, which no sync installs (try it in a "
+                    f"venv of your own: `uv pip install` it into one made from `envlock path {env}`'s python)",)
     elif changed and check and not frozen:
         notices += (f"--check does not write the lock: `envlock build {env}` records these builds in "
                     f"{ws.relative(lock_path)}",)

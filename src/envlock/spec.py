@@ -355,12 +355,20 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
     )
 
 
+def key_part(name: str) -> str:
+    """``name`` as one part of a key path, quoted as TOML quotes it when it is no bare key
+    (``indexes."my.idx".url``, not a path of four keys)."""
+    if name and all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
+        return name
+    return json.dumps(name)
+
+
 def _entries(
     p: _Problems, table: dict[str, Any], prefix: str, expected: str, allowed: set[str]
 ) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(name, key path, entry) of each sub-table of ``[prefix.*]``; other values and unknown keys are problems."""
     for name, entry in table.items():
-        key = f"{prefix}.{name}"
+        key = f"{prefix}.{key_part(name)}"
         if not isinstance(entry, dict):
             p.add(key, f"expected a table with {expected}, found {_found(entry)}")
             continue
@@ -512,7 +520,7 @@ def _parse_packages(
 ) -> dict[NormalizedName, PackageSpec]:
     out: dict[NormalizedName, PackageSpec] = {}
     for raw_name, entry in table.items():
-        key = f"packages.{raw_name}"
+        key = f"packages.{key_part(raw_name)}"
         if not _PACKAGE_NAME.fullmatch(raw_name):
             p.add(key, "expected a valid distribution name")
             continue
