@@ -165,7 +165,7 @@ def test_a_not_reproducible_venv_a_generation_uses_is_kept_and_named(locks: tupl
     with pytest.raises(VerifyError) as info:
         sync_lock(store, "demo", lying, lock_path=None)
     assert info.value.message.endswith(
-        "the env was not switched; that venv was kept in the store, as other generation 1 uses it: "
+        "the env was not switched; that venv was kept in the store, as env 'other' generation 1 uses it: "
         f"once the cause is fixed, remove {venv} and sync again to build it anew"
     )
     assert "+ lib/python3.11/site-packages/alpha-2.0.dist-info/METADATA" in str(info.value)
@@ -395,7 +395,7 @@ def test_a_venv_this_sync_built_is_kept_when_another_env_took_it_meanwhile(locks
     gen = generations.add(store, "a", venv=built.venv, install_digest=built.install_digest,
                           venv_digest=built.manifest.digest, lock_text=v1.to_toml())
     said = _discard(store, built.install_digest, built.venv, built.manifest.digest, stale=frozenset())
-    assert said.startswith(f"that venv was kept in the store, as a generation {gen.number} uses it")
+    assert said.startswith(f"that venv was kept in the store, as env 'a' generation {gen.number} uses it")
     assert built.venv.is_dir()
     # A generation that pointed at the entry while it was missing (before this build) does not count.
     said = _discard(store, built.install_digest, built.venv, built.manifest.digest,

@@ -261,8 +261,9 @@ def _discard(store: Store, key: str, venv: Path, digest: str, *,
         if not users:
             store.remove_entry("venvs", install.venv_entry(key))
             return "that venv was removed from the store, so the next sync builds it anew"
-    used = ", ".join(f"{e} generation {n}" for e, n in users)
-    return (f"that venv was kept in the store, as {used} uses it: once the cause is fixed, "
+    used = ", ".join(f"env {e!r} generation {n}" for e, n in users)
+    uses = "uses" if len(users) == 1 else "use"
+    return (f"that venv was kept in the store, as {used} {uses} it: once the cause is fixed, "
             f"remove {venv} and sync again to build it anew")
 
 
