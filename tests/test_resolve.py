@@ -676,8 +676,8 @@ def test_a_wheel_uv_picks_from_a_hashless_index_crosses_the_network_once(  # typ
     assert (triton.version, triton.index) == ("3.6.0+git5e7b3f4e", universe.pytorch)
     assert triton.wheels[0] == Artifact(sha256=sha256_of(served), url=universe.server.file_url("pytorch", filename),
                                         size=served.stat().st_size)
-    # A relock at the same pins skips the versions-only pass (the store holds the earlier
-    # lock's wheel, uv its hash); a new nightly date asks for versions again.
+    # torch's own metadata requires that pytorch-triton exactly: one uv run per lock, a relock
+    # and a new nightly date included (the same pytorch-triton, held in the store, is probed).
     passes: list[str] = []
     real_uv = runner.uv
 
@@ -694,14 +694,14 @@ def test_a_wheel_uv_picks_from_a_hashless_index_crosses_the_network_once(  # typ
     assert whole_file_gets() == before + 1
     ws.write_spec("e", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-10") + TRITON))
     assert lock_env(Workspace(ws.root), "e").changed is True
-    assert passes == ["pylock.toml", "requirements.txt", "pylock.toml"]
-    assert whole_file_gets() == before + 1  # the same pytorch-triton, held in the store
+    assert passes == ["pylock.toml", "pylock.toml"]
+    assert whole_file_gets() == before + 1
 
 
-def test_a_relock_that_needs_another_version_of_an_unpinned_hashless_wheel_asks_uv_again(  # type: ignore[no-untyped-def]
+def test_an_unpinned_hashless_wheel_no_pinned_wheel_requires_is_chosen_by_asking_uv(  # type: ignore[no-untyped-def]
         ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The earlier lock's wheel is handed to uv as a direct dependency, not an override: when
-    # the new pins need another version, uv refuses it and the versions-only pass decides.
+    # `top` (hashed index, not pinned by the spec) requires `companion` exactly: uv is asked for
+    # versions first, each lock, so a relock for new pins takes the version they need.
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     server = IndexServer(tmp_path / "served")
     server.add_index("pypi", hashes=True)
@@ -729,7 +729,7 @@ def test_a_relock_that_needs_another_version_of_an_unpinned_hashless_wheel_asks_
         monkeypatch.setattr(runner, "uv", counting)
         ws.write_spec("e", spec("2.0"))
         assert lock_env(Workspace(ws.root), "e").changed is True
-        assert passes == [("pylock.toml", False), ("requirements.txt", True), ("pylock.toml", True)]
+        assert passes == [("requirements.txt", True), ("pylock.toml", True)]  # no pinned wheel requires it
         locked = {p.name: p for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages}
         assert (locked["top"].version, locked["companion"].version) == ("2.0", "2.0")
         served = server.indexes["hashless"].files["companion-2.0-py3-none-any.whl"]
@@ -737,6 +737,42 @@ def test_a_relock_that_needs_another_version_of_an_unpinned_hashless_wheel_asks_
             sha256=sha256_of(served), url=server.file_url("hashless", served.name), size=served.stat().st_size)
         assert [rng for path, rng in server.requests if path.endswith("/companion-2.0-py3-none-any.whl")
                 and not rng] == [""]  # stored once, by envlock
+    finally:
+        server.stop()
+
+
+def test_a_hashless_wheel_a_pinned_wheel_requires_is_probed_on_relock_and_locks_alike_anywhere(  # type: ignore[no-untyped-def]
+        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The version comes from the pinned wheel's metadata, not from an earlier lock or the store:
+    a re-upload under the same URL is seen (as for a nightly), and a fresh store locks the same."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    server = IndexServer(tmp_path / "served")
+    server.add_index("pypi", hashes=True)
+    server.add_index("hashless", hashes=False)
+    server.add("pypi", build_wheel(tmp_path / "w", "plain", "1.0"))
+    server.add("hashless", build_wheel(tmp_path / "w", "top", "1.0", requires=["companion==1.0"]))
+    server.add("hashless", build_wheel(tmp_path / "w", "companion", "1.0"))
+    server.start()
+    try:
+        ws.write_spec("e", f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{server.url("pypi")}"\ndefault = true\n'
+                           f'[indexes.hashless]\nurl = "{server.url("hashless")}"\n[packages]\n'
+                           'top = { index = "hashless" }\ncompanion = { index = "hashless" }\nplain = "==1.0"\n'
+                           '[resolution]\noverrides = ["top==1.0"]\n')
+        lock_env(Workspace(ws.root), "e")
+        first = read_lock(ws.root / "locks" / "pylock.e.toml").package("companion")
+        assert first is not None and first.version == "1.0"
+        # Uploaded again under its URL, with other bytes: the relock's probe sees it and hashes anew.
+        again = build_wheel(tmp_path / "w2", "companion", "1.0", files={"companion/__init__.py": "CHANGED = 1\n"})
+        server.add("hashless", again)
+        lock_env(Workspace(ws.root), "e")
+        relocked = ws.lock_text("e")
+        companion = read_lock(ws.root / "locks" / "pylock.e.toml").package("companion")
+        assert companion is not None and companion.wheels[0].sha256 == sha256_of(again) != first.wheels[0].sha256
+        # Another machine (no lock, empty store) locks the same bytes.
+        monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "elsewhere"))
+        (ws.root / "locks" / "pylock.e.toml").unlink()
+        lock_env(Workspace(ws.root), "e")
+        assert ws.lock_text("e") == relocked
     finally:
         server.stop()
 

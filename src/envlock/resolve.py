@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urldefrag
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
-from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.utils import NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from envlock import http, runner
@@ -302,14 +302,17 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
         stored, downloaded = store_unhashed_pins(pinned, inputs)
         entries = None
         if unhashed := unhashed_unpinned(spec, inputs, listings, pinned):
-            if guessed := earlier_choices(spec, inputs, listings, pinned, unhashed):
-                # A relock at the earlier pins: their earlier wheels, as direct dependencies.
+            if required := required_choices(spec, inputs, listings, stored, unhashed):
+                # Exact versions a pinned wheel requires: stored (a probe if the store holds them
+                # already) and handed to uv as direct dependencies, held to every requirement.
+                got_stored, got = store_unhashed_pins(required, inputs)
                 try:
-                    entries = _pylock_entries(_run_uv(spec, inputs, {**pinned, **guessed[0]},
-                                                      {**stored, **guessed[1]}, "pylock.toml", direct=set(guessed[0])))
-                    pinned, stored = {**pinned, **guessed[0]}, {**stored, **guessed[1]}
+                    entries = _pylock_entries(_run_uv(spec, inputs, {**pinned, **required}, {**stored, **got_stored},
+                                                      "pylock.toml", direct=set(required)))
+                    pinned, stored, downloaded = {**pinned, **required}, {**stored, **got_stored}, downloaded + got
                 except ResolveError:
-                    entries = None  # the resolution needs other versions of them: ask uv for versions first
+                    entries = None  # the target's markers read otherwise than here: ask uv for versions
+                    downloaded += got
             if entries is None and (chosen := unhashed_choices(spec, inputs, listings, pinned, stored, unhashed)):
                 more_stored, got = store_unhashed_pins(chosen, inputs)
                 pinned, stored, downloaded = {**pinned, **chosen}, {**stored, **more_stored}, downloaded + got
@@ -357,8 +360,8 @@ def unhashed_unpinned(spec: EnvSpec, inputs: ResolveInputs, listings: Listings,
     uv's pylock output must hash every wheel, so uv downloads such a wheel (twice, with a
     cold cache) and keeps no copy the sync could use: the sync downloaded it once more.
     So each is handed to uv as a file from the store instead, like a pinned nightly: the
-    earlier lock's wheel (``earlier_choices``), else the one uv picks when asked for
-    versions only (``unhashed_choices``).
+    version a pinned wheel requires (``required_choices``), else the one uv picks when asked
+    for versions only (``unhashed_choices``).
     """
     return [
         pkg for pkg in spec.packages.values()
@@ -367,38 +370,90 @@ def unhashed_unpinned(spec: EnvSpec, inputs: ResolveInputs, listings: Listings,
     ]
 
 
-def earlier_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, pinned: Mapping[str, IndexFile],
-                    unhashed: Sequence[PackageSpec]) -> tuple[dict[str, IndexFile], dict[str, Artifact]] | None:
-    """For a relock at the earlier lock's pins: its wheel of each of ``unhashed``, still listed
-    and held in the store (the listed file, the stored artifact), else None.
+def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, stored: Mapping[str, Artifact],
+                     unhashed: Sequence[PackageSpec]) -> dict[str, IndexFile]:
+    """The wheel of each of ``unhashed`` when a pinned wheel in the store requires it at one exact
+    version for the target (torch's ``pytorch-triton==3.6.0+git…``), else {} (uv is asked).
 
-    They are handed to uv as direct dependencies, not overrides: a resolution that needs
-    another version of one fails (and the versions-only pass decides) instead of taking it.
+    Read from the pinned wheels' own metadata, so the choice depends on the spec and the
+    index contents only, never on an earlier lock or on what the store held before; every
+    resolution has that version, so handing it to uv changes no other package's.
     """
+    markers = _target_markers(spec.python, spec.platform)
+    if markers is None:
+        return {}
     from envlock.fetch import store_file
 
-    earlier: dict[NormalizedName, tuple[Version, Artifact]] = {}
-    for artifact in inputs.hashed.values():
-        try:
-            name, version, *_ = parse_wheel_filename(artifact.filename)
-        except (InvalidWheelFilename, InvalidVersion):
-            continue
-        earlier[name] = (version, artifact)
-    if any(earlier.get(canonicalize_name(name), (None,))[0] != f.version for name, f in pinned.items()):
-        return None  # new pins (a new nightly date) may well need other versions of these
-    overridden = {canonicalize_name(Requirement(o).name) for o in spec.resolution.overrides}
-    files: dict[str, IndexFile] = {}
-    artifacts: dict[str, Artifact] = {}
+    exact: dict[NormalizedName, set[Version]] = {}
+    for artifact in stored.values():
+        for req in _requires_dist(store_file(inputs.store, artifact)):
+            if req.marker is not None:
+                try:
+                    if not req.marker.evaluate(markers):
+                        continue
+                except Exception:  # an unknown marker variable: not read here, uv decides
+                    return {}
+            pins = [s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
+            if pins:
+                try:
+                    exact.setdefault(canonicalize_name(req.name), set()).add(Version(pins[0]))
+                except InvalidVersion:
+                    return {}
+    tags = target_tags(spec.python, spec.platform)
+    supported = set(tags) if tags is not None else None
+    chosen = {}
     for pkg in unhashed:
-        if pkg.name not in earlier or pkg.name in overridden:
+        versions = exact.get(pkg.name, set())
+        if len(versions) != 1:
+            return {}  # not required at one exact version: uv picks it
+        (version,) = versions
+        files = [f for f in listings.files(inputs.index_urls[pkg.index or ""], pkg.name)
+                 if f.filename.endswith(".whl") and f.version == version
+                 and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
+        if not files or not _allows(pkg.specifier, version):
+            return {}
+        chosen[str(pkg.name)] = files[best_wheel([f.filename for f in files], tags)]
+    return chosen
+
+
+def _requires_dist(wheel: Path) -> list[Requirement]:
+    """The ``Requires-Dist`` of a wheel file (none when it cannot be read: uv then says why)."""
+    import zipfile
+    from email.parser import BytesParser
+
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            if len(names) != 1:
+                return []
+            message = BytesParser().parsebytes(zf.read(names[0]), headersonly=True)
+    except (OSError, zipfile.BadZipFile):
+        return []
+    out = []
+    for line in message.get_all("Requires-Dist") or []:
+        try:
+            out.append(Requirement(str(line)))
+        except InvalidRequirement:
+            continue
+    return out
+
+
+def _target_markers(python: str, platform: str | None) -> dict[str, str] | None:
+    """PEP 508 marker values of the target (None for a platform form not read here)."""
+    from packaging.markers import default_environment
+
+    env = {key: str(value) for key, value in default_environment().items()}
+    if platform is not None:
+        m = re.fullmatch(r"(x86_64|aarch64)-manylinux_2_\d+", platform)
+        if not m:
             return None
-        version, artifact = earlier[pkg.name]
-        listed = {f.url: f for f in listings.files(inputs.index_urls[pkg.index or ""], pkg.name)}.get(str(artifact.url))
-        if (listed is None or listed.version != version or not _allows(pkg.specifier, version)
-                or not store_file(inputs.store, artifact).is_file()):
-            return None
-        files[str(pkg.name)], artifacts[str(pkg.name)] = listed, artifact
-    return files, artifacts
+        env.update(sys_platform="linux", platform_system="Linux", platform_machine=m.group(1), os_name="posix")
+    elif not sys.platform.startswith("linux"):
+        return None
+    parts = python.split(".")
+    env.update(python_version=".".join(parts[:2]), python_full_version=python if len(parts) > 2 else f"{python}.0",
+               implementation_name="cpython", platform_python_implementation="CPython")
+    return env
 
 
 def _allows(specifier: str, version: Version) -> bool:
