@@ -149,16 +149,24 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     assert r.out.splitlines()[1] == "  sources.mini-kernel.path: examples/mini-kernel changed since the lock"
     # A frozen sync that must rebuild (the wheelhouse gone) names the edit before a build is spent on it.
     stale = ws.lock_text("demo")
+    locked_wheel = tomllib.loads(stale)["tool"]["envlock"]["builds"]["mini-kernel"]
+    kept_wheel = (ws.root / "wheelhouse" / locked_wheel["wheel"]).read_bytes()
     shutil.rmtree(ws.root / "wheelhouse")
     r = cli("sync", "demo", "--frozen")
     assert r.code == 1 and "building" not in r.err, r.err
-    assert r.err.splitlines() == [
-        "envlock: error: locks/pylock.demo.toml: --frozen, but the inputs of mini-kernel changed since the lock, "
-        "so the recorded wheel cannot be rebuilt; restore them, or sync without --frozen (`envlock sync demo` "
-        "relocks and rebuilds)",
-        "  sources.mini-kernel.path: examples/mini-kernel changed since the lock"]
-    # `build --check` is a diagnosis: it says the lock records other inputs, and writes nothing.
+    recorded_inputs = tomllib.loads(stale)["tool"]["envlock"]["builds"]["mini-kernel"]["input-digest"]
+    assert re.fullmatch(
+        r"envlock: error: locks/pylock\.demo\.toml: --frozen, but the inputs of mini-kernel changed since the lock "
+        rf"\(input digest {re.escape(recorded_inputs[:19])}, now sha256:[0-9a-f]{{12}}\), so the recorded wheel cannot "
+        r"be rebuilt; restore them, or sync without --frozen \(`envlock sync demo` relocks and rebuilds\)\n"
+        r"  sources\.mini-kernel\.path: examples/mini-kernel changed since the lock\n", r.err), r.err
+    assert not (ws.root / "wheelhouse").exists()  # nothing put where the lock's wheel belongs
+    # `build --check` is a diagnosis: it says the lock records other inputs, and writes nothing,
+    # neither the lock nor the wheelhouse (where the lock's wheel is, under the same file name).
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-check"))  # its builds stay out of the store below
+    (ws.root / "wheelhouse").mkdir()
+    (ws.root / "wheelhouse" / locked_wheel["wheel"]).write_bytes(kept_wheel)  # the locked wheel back
+    assert sha256_of(ws.root / "wheelhouse" / locked_wheel["wheel"]) == locked_wheel["sha256"]
     r = cli("build", "demo", "--check")
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home2"))
     assert r.code == 0, r.err
@@ -168,6 +176,7 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
             "locks/pylock.demo.toml") in r.err
     assert not r.out.rstrip().endswith("updated locks/pylock.demo.toml")
     assert ws.lock_text("demo") == stale
+    assert sha256_of(ws.root / "wheelhouse" / locked_wheel["wheel"]) == locked_wheel["sha256"]
     # Locked anew before the build: the diff says the kernel is to be rebuilt, not that it leaves the env.
     assert cli("-q", "lock", "demo").code == 0
     r = cli("diff", "locks/pylock.demo.toml@HEAD", "demo")

@@ -39,7 +39,7 @@ import time
 import tomllib
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -588,6 +588,15 @@ def _make_build_venv(plan_: BuildPlan, scratch: Path, log: Path, store: Store) -
     return python
 
 
+def place(wheel: BuiltWheel, wheelhouse: Path) -> BuiltWheel:
+    """``wheel`` (left in the store by ``build_wheel``) copied into ``wheelhouse``, once it proved to be
+    the wheel a lock names."""
+    target = wheelhouse / wheel.filename
+    if file_sha256(str(target)) != wheel.sha256:
+        _copy_atomic(wheel.store_path, target)
+    return replace(wheel, wheel=target)
+
+
 def _copy_atomic(src: Path, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
@@ -603,11 +612,12 @@ def is_built(plan_: BuildPlan, store: Store) -> bool:
 def build_wheel(
     request: BuildRequest,
     store: Store,
-    wheelhouse: Path,
+    wheelhouse: Path | None,
     *,
     plan_: BuildPlan | None = None,
 ) -> BuiltWheel:
-    """Build (or reuse) the wheel for ``request``: stored by input digest, copied to ``wheelhouse``."""
+    """Build (or reuse) the wheel for ``request``: stored by input digest, copied to ``wheelhouse``
+    (None: left in the store only, for a build no lock is to name yet)."""
     p = plan_ or plan(request, store)
     entry = store.path("builds", p.key)
     rebuilt = False
@@ -627,8 +637,8 @@ def build_wheel(
             shutil.rmtree(scratch, ignore_errors=True)
     info = json.loads((entry / "wheel.json").read_text())
     stored = entry / info["wheel"]
-    target = wheelhouse / info["wheel"]
-    if file_sha256(str(target)) != info["sha256"]:
+    target = wheelhouse / info["wheel"] if wheelhouse is not None else stored
+    if wheelhouse is not None and file_sha256(str(target)) != info["sha256"]:
         _copy_atomic(stored, target)
     return BuiltWheel(
         name=request.spec.name,
@@ -646,7 +656,7 @@ def build_wheel(
 def check(
     request: BuildRequest,
     store: Store,
-    wheelhouse: Path,
+    wheelhouse: Path | None,
     *,
     expected_sha256: str | None = None,
     plan_: BuildPlan | None = None,

@@ -908,20 +908,35 @@ def build_env(
     for b in wanted:
         request = requests[b.name]
         plan = build.plan(request, store)
+        recorded = lock.builds.get(b.name)
+        same_inputs = recorded is not None and recorded.input_digest == plan.input_digest
+        if frozen and recorded is not None and not same_inputs:
+            # Inputs edited since the lock (a patch, a path source) cannot give the recorded
+            # wheel: said before a build is spent on it.
+            why = input_drift(ws, env, spec, lock_path, lock, b.name, b.source)
+            raise BuildError(f"{ws.relative(lock_path)}: --frozen, but the inputs of {b.name} changed since the lock "
+                             f"(input digest {recorded.input_digest[:19]}, now {plan.input_digest[:19]}), so the "
+                             f"recorded wheel cannot be rebuilt; restore them, or sync without --frozen (`envlock "
+                             f"sync {env}` relocks and rebuilds)", details=why)
         if on_build is not None and not build.is_built(plan, store):  # a wheel the store has is a copy, not work
             on_build(b.name, plan.input_digest)
-        # A build of an overridden tree goes beside the wheelhouse's locked wheels, not over one of
-        # the same file name: a sync installs only what the lock names.
-        house = ws.wheelhouse / OVERRIDE_WHEELHOUSE if states[b.source].prepared.override is not None else ws.wheelhouse
+        # Into the wheelhouse only what the lock names (or will, when this build is recorded): an
+        # overridden tree's build goes beside it, a check's or a frozen rebuild's stays in the store
+        # until it proves to be the recorded wheel. A sync installs only what the lock names.
+        if states[b.source].prepared.override is not None:
+            house: Path | None = ws.wheelhouse / OVERRIDE_WHEELHOUSE
+        else:
+            house = None if frozen or (check and not same_inputs) else ws.wheelhouse
         wheel = build.build_wheel(request, store, house, plan_=plan)
+        if house is None and recorded is not None and wheel.sha256 == recorded.sha256:
+            wheel = build.place(wheel, ws.wheelhouse)
         built.append(wheel)
         if check:
-            recorded = lock.builds.get(b.name)
-            expected = recorded.sha256 if recorded and recorded.input_digest == plan.input_digest else None
+            expected = recorded.sha256 if recorded is not None and same_inputs else None
             checks.append(build.check(request, store, house, expected_sha256=expected, plan_=plan, first=wheel))
-            if recorded is not None and recorded.input_digest != plan.input_digest:
-                why = "; ".join(input_drift(ws, env, spec, lock_path, lock, b.name, b.source)) or "inputs changed"
-                moved.append(f"{b.name}: the lock records a build of other inputs ({why}; input digest "
+            if recorded is not None and not same_inputs:
+                what = "; ".join(input_drift(ws, env, spec, lock_path, lock, b.name, b.source)) or "inputs changed"
+                moved.append(f"{b.name}: the lock records a build of other inputs ({what}; input digest "
                              f"{recorded.input_digest[:19]}, now {plan.input_digest[:19]}): --check compared two "
                              "builds of the inputs as they are now")
     notices = tuple(n for s in states.values() if (n := s.prepared.notice)) + tuple(moved)
@@ -929,7 +944,7 @@ def build_env(
     pkgs = {p.name: p for p in lock.packages}
     for w in built:
         name, version = parse_wheel_filename(w.filename)[:2]
-        rel = os.path.relpath(w.wheel, lock_path.parent).replace(os.sep, "/")
+        rel = os.path.relpath(ws.wheelhouse / w.filename, lock_path.parent).replace(os.sep, "/")
         artifact = Artifact(sha256=w.sha256, path=rel, size=w.wheel.stat().st_size)
         pkgs[name] = LockedPackage(name, str(version), (artifact,))
     new = replace(
@@ -1193,15 +1208,6 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
         report = build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec, on_build=on_build,
                            progress=progress, locate=locate, mirrors=mirrors)
         return report.new_lock, report
-    # Inputs edited since the lock (a patch, a path source) cannot give the recorded wheel:
-    # said before a build is spent on it.
-    drift = {name: why for name in missing if (why := input_drift(ws, env, spec, lock_path, lock, name,
-                                                                   spec.builds[name].source))}
-    if drift:
-        raise BuildError(f"{ws.relative(lock_path)}: --frozen, but the inputs of {', '.join(sorted(drift))} changed "
-                         f"since the lock, so the recorded wheel cannot be rebuilt; restore them, or sync without "
-                         f"--frozen (`envlock sync {env}` relocks and rebuilds)",
-                         details=[r for why in drift.values() for r in why])
     report = build_env(ws, env, tuple(missing), frozen=True, sources_from=sources_from, spec=spec,
                        on_build=on_build, progress=progress, locate=locate, mirrors=mirrors)
     for w in report.builds:
