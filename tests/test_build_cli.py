@@ -181,8 +181,8 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     assert cli("-q", "lock", "demo").code == 0
     r = cli("diff", "locks/pylock.demo.toml@HEAD", "demo")
     assert r.code == 0, r.err
-    assert ("~ package  mini-kernel: 0.1.0  (not built for this lock yet: `envlock build` (or `envlock sync`) "
-            "builds it)") in r.out.splitlines()
+    assert ("~ package  mini-kernel: 0.1.0  (not built for this lock yet: `envlock build demo` (or `envlock sync "
+            "demo`) builds it)") in r.out.splitlines()
     assert re.search(r"^~ build    mini-kernel: sha256:[0-9a-f]{64}  \(inputs changed: rebuild pending\)$", r.out, re.M)
     doc = json.loads(cli("diff", "locks/pylock.demo.toml@HEAD", "demo", "--json").out)
     assert {c["kind"]: c["action"] for c in doc["changes"] if c["name"] == "mini-kernel"} == {

@@ -658,6 +658,15 @@ def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws, 
                                        "PATH[@REV]` checks it against the lock it was built from")
     good = cli("verify", "e", "--lock", "locks/pylock.e.toml@HEAD")
     assert (good.code, good.out.startswith("e: ok (sha256:")) == (0, True), good.out + good.err
+    # Checked against a named lock it is not: the way to make it that lock's is to sync that lock.
+    other = cli("verify", "e", "--lock", "locks/pylock.e.toml")
+    assert other.code == 1 and other.out.rstrip().endswith(
+        "`envlock sync e --lock locks/pylock.e.toml` makes the env this lock's"), other.out
+    ws.write_spec("f", spec_text(universe, 'tinydep = "==1.0"'))
+    assert cli("-q", "lock", "f").code == 0
+    theirs = cli("verify", "e", "--lock", "locks/pylock.f.toml")
+    assert (theirs.code, theirs.err) == (2, "envlock: error: locks/pylock.f.toml: the lock of env 'f', not 'e'; "
+                                            "expected `envlock verify f --lock locks/pylock.f.toml`\n")
     doc = json.loads(cli("verify", "e", "--lock", "locks/pylock.e.toml@HEAD", "--json").out)
     assert (doc["ok"], doc["other_lock"], doc["note"]) == (True, False, "")
     assert cli("verify", "e", "--lock", "locks/pylock.e.toml@nope").code == 2
@@ -708,8 +717,8 @@ def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, unive
             ) in check.out.splitlines()
     frozen = cli("sync", "e", "--frozen")
     assert frozen.code == 0, frozen.err
-    assert ("edited by hand since), so it was not compared; the lock keeps it (`envlock lock` records the lock "
-            "anew)") in frozen.out
+    assert ("edited by hand since), so it was not compared; the lock keeps it (`envlock sync e --lock "
+            f"{ws.root}/locks/pylock.e.toml` records this venv's; `envlock lock e` locks the spec anew)") in frozen.out
     synced = cli("sync", "e", "--lock", "locks/pylock.e.toml")  # the edited lock as it is
     assert synced.code == 0, synced.err
     assert "edited by hand since), so it was not compared; this venv's digest is recorded in its place" in synced.out

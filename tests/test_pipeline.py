@@ -157,6 +157,16 @@ def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Unive
     # Every wheel: the remote ones downloaded, the two built ones copied in from the wheelhouse.
     assert (doc["fetched"], doc["downloaded"]) == (len(locked), sum(served_size[name] for name in remote))
     assert in_env(ws.root, "import sglike_kernel as k; print(k.mul(6, 7))") == "43"
+    # `envlock build` there: the env's wheels the kernel's build reads come through ENVLOCK_INDEX_* too.
+    shutil.rmtree(ws.root / "wheelhouse")
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "cluster-home2"))
+    monkeypatch.setenv("ENVLOCK_INDEX_PYPI", universe.pypi)
+    r = cli("-q", "build", "e")
+    assert r.code == 0, r.err
+    # A relock on a fresh store says what it fetched to compute the kernel's input digest.
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "cluster-home3"))
+    doc = json.loads(cli("lock", "e", "--json").out)
+    assert doc["build_downloaded"] > 0
 
 
 def test_sync_mirrors_go_by_the_index_the_lock_records_else_the_spec_pins(tmp_path: Path) -> None:

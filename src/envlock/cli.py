@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.errors import EnvlockError, UsageError, asks_json, folder_expected, json_error
+from envlock.errors import EnvlockError, UsageError, asks_json, json_error
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -110,6 +110,9 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         if result.downloaded:
             lines.append(f"  {ui.size(result.downloaded)} read into the store, to hash wheels whose index "
                          "publishes no hash (or is a folder on disk)")
+        if result.build_downloaded:
+            lines.append(f"  {ui.size(result.build_downloaded)} downloaded into the store: the env's wheels a "
+                         "non-isolated build reads, for its input digest")
         unbuilt = result.lock.unbuilt() if result.lock is not None else ()
         lines += [f"  {name}: not built for this lock yet; `envlock build {args.env}` builds it "
                   f"(`envlock sync {args.env}` too)" for name in unbuilt]
@@ -228,10 +231,13 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
         from envlock.pipeline import load_lock_ref
 
         lock = load_lock_ref(ws, args.lock).lock
+        if lock.env and lock.env != args.env:  # as `sync --lock` refuses it
+            raise UsageError(f"{args.lock}: the lock of env {lock.env!r}, not {args.env!r}; expected "
+                             f"`envlock verify {lock.env} --lock {args.lock}`")
     else:
         lock_path = ws.lock_path(args.env)
         lock = read_lock(lock_path) if lock_path.exists() else None
-    result = verify_env(_env_store(args, ws), args.env, lock)
+    result = verify_env(_env_store(args, ws), args.env, lock, args.lock)
     if lock is None:  # intact or not, whether it is the lock's cannot be said
         from dataclasses import replace
 
@@ -675,8 +681,7 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
             raise
         named = exc.filename2 or exc.filename  # a rename's target is the file people know
         where = f"{named}: " if named else ""
-        return _fail(args, f"{where}{folder_expected(exc) or exc.strerror or exc} (rerun with --debug for where)", (),
-                     "OSError", 1)
+        return _fail(args, f"{where}{exc.strerror or exc} (rerun with --debug for where)", (), "OSError", 1)
     except KeyboardInterrupt:
         if getattr(args, "json", False):
             _json_error("interrupted", (), "KeyboardInterrupt", 130)

@@ -71,7 +71,7 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str) -> LockD
     old_pkgs = {p.name: p for p in old.packages}
     new_pkgs = {p.name: p for p in new.packages}
     unbuilt = {str(canonicalize_name(n)) for n in new.unbuilt()}  # a build's name is its package's
-    pending_note = "not built for this lock yet: `envlock build` (or `envlock sync`) builds it"
+    pending_note = f"not built for this lock yet: `envlock build {new.env}` (or `envlock sync {new.env}`) builds it"
     unchanged = 0
     for pkg_name in sorted(set(old_pkgs) | set(new_pkgs)):
         a, b = old_pkgs.get(pkg_name), new_pkgs.get(pkg_name)

@@ -155,6 +155,9 @@ class LockResult:
     lock: Lock | None = field(default=None, repr=False)  # what the file now holds
     downloaded: int = 0  # bytes, to hash wheels an index publishes no hash for
     note: str = ""  # e.g. a mirror variable that names no index
+    # The env's wheels brought into the store to compute a non-isolated build's input digest.
+    build_downloaded: int = 0  # bytes
+    build_fetched: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -167,6 +170,7 @@ class LockResult:
             "downloaded": self.downloaded,
             "unbuilt": list(self.lock.unbuilt()) if self.lock is not None else [],
             "note": self.note,
+            "build_downloaded": self.build_downloaded,
         }
 
 
@@ -223,7 +227,9 @@ def lock_env(
         sources={name: state.locked() for name, state in states.items()},
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
-    lock = _carry_builds(ws, spec, store, states, lock, old, urls[spec.default_index.name], git_mirrors, progress)
+    for_builds: list[FetchResult] = []  # the env's wheels fetched to compute non-isolated builds' inputs
+    lock = _carry_builds(ws, spec, store, states, lock, old, urls[spec.default_index.name], git_mirrors, progress,
+                         for_builds)
     if old is not None and old.install_digest() == lock.install_digest() and not old.venv_digest_stale:
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
@@ -244,6 +250,8 @@ def lock_env(
         lock=lock,
         downloaded=resolution.downloaded,
         note=stray_mirror_note(ws, spec),
+        build_downloaded=sum(f.downloaded for f in for_builds),
+        build_fetched=sum(1 for f in for_builds for a in f.artifacts if a.source != "store"),
     )
 
 
@@ -576,7 +584,8 @@ def sync(
                                 f"run `envlock lock {env}` where they are reachable"
                                 + ("" if check is None else ", or sync the lock as it is with --frozen --offline"))
             locked = lock_env(ws, env, mirrors=mirrors, sources_from=sources_from, spec=spec, progress=progress)
-            found, hashed, relocked = locked.lock, locked.downloaded, locked.changed
+            found, hashed, relocked = locked.lock, locked.downloaded + locked.build_downloaded, locked.changed
+            built_fetched += locked.build_fetched
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
         # Offline, nothing is built (a build resolves and installs its requirements from the
         # index): a locally built wheel then comes from the store, or is named missing by fetch.
@@ -588,7 +597,7 @@ def sync(
             progress=progress, locate=mirror_locator(found.packages, build_mirrors) if build_mirrors else None,
             mirrors=mirrors)
         if builds is not None:  # the env's wheels a non-isolated build needed were fetched for it
-            built_downloaded, built_fetched = builds.downloaded, builds.fetched
+            built_downloaded, built_fetched = built_downloaded + builds.downloaded, built_fetched + builds.fetched
         if not frozen:
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
         elif found.spec_digest == spec.digest():
@@ -899,6 +908,10 @@ def build_env(
     states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted},
                              mirrors=git_mirrors)
     fetched: list[FetchResult] = []
+    if locate is None and (by_package := _package_mirrors(spec, lock, index_mirrors(spec, mirrors))):
+        from envlock.fetch import mirror_locator
+
+        locate = mirror_locator(lock.packages, by_package)  # ENVLOCK_INDEX_*, for `envlock build` too
     requests = _build_requests(ws, spec, states, lock, store, wanted, _default_index_url(spec, mirrors), git_mirrors,
                                locked=lock.builds if frozen else {}, progress=progress, locate=locate,
                                fetched=fetched)
@@ -1143,6 +1156,7 @@ def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceSta
 def _carry_builds(
     ws: Workspace, spec: EnvSpec, store: Store, states: Mapping[str, SourceState], lock: Lock, old: Lock | None,
     index_url: str, git_mirrors: Mapping[str, str], progress: Progress | None = None,
+    fetched: list[FetchResult] | None = None,
 ) -> Lock:
     """Keep the old lock's build records (and PEP 751 entries) whose input digest is unchanged.
 
@@ -1156,7 +1170,7 @@ def _carry_builds(
     from envlock import build
 
     requests = _build_requests(ws, spec, states, lock, store, spec.builds.values(), index_url, git_mirrors,
-                               progress=progress)
+                               progress=progress, fetched=fetched)
     kept_builds = {}
     kept_packages = []
     old_packages = {p.name: p for p in old.packages}

@@ -315,9 +315,17 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def make_folder(path: Path) -> None:
+    """``mkdir -p path``; a file standing where a folder is to be is said so ("File exists" does not)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise OSError(exc.errno, folder_expected(exc), exc.filename or str(path)) from None
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``path`` via a temp file in the same directory and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     _write_atomic(path, data)
 
 
@@ -332,7 +340,7 @@ def replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> boo
     comparison and the write are one step; where the file system has no flock for a
     folder (NFS), the comparison still narrows the race to that step.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent)
     folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         with contextlib.suppress(OSError):

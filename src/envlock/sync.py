@@ -119,8 +119,8 @@ def sync_lock(
             data, on_disk, recorded = _record(lock, lock_path, cur.venv_digest, cur_python, frozen)
             _stamp(store, env, cur.number, lock, cur.venv_digest, data, on_disk, inputs, spec_input)
             return SyncResult(env, generations.stable_path(store, env), cur.number, key,
-                              cur.venv_digest, noop=True, recorded=recorded,
-                              seconds=time.monotonic() - started, note=_recorded_note(lock, cur_python, recorded))
+                              cur.venv_digest, noop=True, recorded=recorded, seconds=time.monotonic() - started,
+                              note=_recorded_note(lock, cur_python, recorded, env, lock_path))
 
         from envlock import fetch, install, verify
 
@@ -155,9 +155,9 @@ def sync_lock(
             if actual.digest == expected:
                 repaired = (f"the first build differed from {whose} digest; with uv's cache cleared (a file "
                             "edited in a venv had reached it), the rebuild matches")
-        note = _recorded_note(lock, built_with, None) or repaired or (
-            f"{generations.colon_note(cur.number)}: this generation's is {inst.venv.name}"
-            if renamed and cur is not None and cur.install_digest == key else "")
+        # Said besides a note on the lock's own digest (which ``_recorded_note`` gives, after _record).
+        other = repaired or (f"{generations.colon_note(cur.number)}: this generation's is {inst.venv.name}"
+                             if renamed and cur is not None and cur.install_digest == key else "")
         if from_store and actual.digest != expected and inst.built:
             # Rebuilt without uv's cache: if the store's wheels still are their sha256 (read
             # once, here), this venv is what the lock gives, and the newest generation's digest
@@ -167,9 +167,9 @@ def sync_lock(
             except StoreError:
                 _discard(store, key, inst.venv, actual.digest, stale=stale)  # built from them
                 raise
-            note = (f"this store's earlier generations of this lock have venv digest {expected}, but a build "
-                    f"without uv's cache (from the verified wheels) gives {actual.digest}: recorded that one; "
-                    "verify those generations")
+            other = (f"this store's earlier generations of this lock have venv digest {expected}, but a build "
+                     f"without uv's cache (from the verified wheels) gives {actual.digest}: recorded that one; "
+                     "verify those generations")
             expected = actual.digest
         if expected is not None and actual.digest != expected:
             reference = verify.recorded_manifest(store.path("manifests", expected), expected)
@@ -182,8 +182,7 @@ def sync_lock(
             )
         # Record first, so the generation keeps the lock text as it stands after this sync.
         lock_bytes, on_disk, recorded = _record(lock, lock_path, actual.digest, built_with, frozen)
-        if lock.venv_digest_stale:  # the note says whether this venv's digest replaced it
-            note = _recorded_note(lock, built_with, recorded)
+        note = "; ".join(filter(None, [_recorded_note(lock, built_with, recorded, env, lock_path), other]))
         # The file's text when it holds the synced lock (with the digest just recorded);
         # if it holds another lock now, the generation keeps the one it was built from.
         lock_text = lock_bytes.decode("utf-8") if lock_bytes is not None and on_disk is not None else lock.to_toml()
@@ -211,13 +210,19 @@ def sync_lock(
         )
 
 
-def _recorded_note(lock: Lock, python: str | None, recorded: bool | None) -> str:
+def _recorded_note(lock: Lock, python: str | None, recorded: bool | None, env: str,
+                   lock_path: Path | None) -> str:
     """``_other_python``'s note, saying for a digest taken for other packages whether this
-    sync recorded its own in its place (``recorded`` None: not known yet)."""
+    sync recorded its own in its place (``recorded`` None: not known yet), and how to."""
     note = _other_python(lock, python)
     if lock.venv_digest_stale and recorded is not None:
-        note += ("; this venv's digest is recorded in its place" if recorded else
-                 "; the lock keeps it (`envlock lock` records the lock anew)")
+        if recorded:
+            note += "; this venv's digest is recorded in its place"
+        elif lock_path is None:
+            note += "; a lock read from git is not written, so it keeps it"
+        else:
+            note += (f"; the lock keeps it (`envlock sync {env} --lock {lock_path}` records this venv's; "
+                     f"`envlock lock {env}` locks the spec anew)")
     return note
 
 
@@ -410,8 +415,12 @@ def env_path(store: Store, env: str) -> Path:
     return path
 
 
-def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult:
-    """Recompute the current generation's venv digest; compare with the lock's (else the recorded one)."""
+def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str | None = None) -> VerifyResult:
+    """Recompute the current generation's venv digest; compare with the lock's (else the recorded one).
+
+    ``lock_ref``: how the lock was named (``verify --lock``), for the next steps said; None for the
+    env's own lock file.
+    """
     from dataclasses import replace
 
     from envlock import verify
@@ -425,15 +434,18 @@ def verify_env(store: Store, env: str, lock: Lock | None = None) -> VerifyResult
     expected = recorded or cur.venv_digest
     reference = verify.recorded_manifest(store.path("manifests", expected), expected, venv)
     result = verify.check(venv, expected, reference, env=env, cache_dir=store.hash_cache)
+    sync = f"envlock sync {env}" + (f" --lock {lock_ref}" if lock_ref else "")
     if lock is not None and not same_lock:
         return replace(result, other_lock=True,
                        note=f"the current generation ({cur.number}) was built from another lock (install digest "
-                       f"{cur.install_digest}), so it was checked against its own digest; `envlock sync {env}` "
-                       f"makes the env this lock's, `envlock verify {env} --lock PATH[@REV]` checks it against the "
-                       "lock it was built from")
+                       f"{cur.install_digest}), so it was checked against its own digest; `{sync}` makes the env "
+                       f"this lock's" + ("" if lock_ref else f", `envlock verify {env} --lock PATH[@REV]` checks it "
+                                         "against the lock it was built from"))
     if lock is not None and lock.venv_digest_stale:
+        how = ("a lock read from git keeps it" if lock_ref and "@" in lock_ref and not lock_ref.endswith(".toml")
+               else f"`{sync}` records this venv's in its place")
         return replace(result, note="compared with this generation's own digest: the lock's was taken for other "
-                       "packages (edited by hand since; `envlock sync` records it anew)")
+                       f"packages (edited by hand since; {how})")
     if lock is not None and lock.venv_digest is not None and recorded is None:
         return replace(result, note=f"compared with this generation's own digest: the lock's was recorded "
                        f"with Python {lock.venv_python}, this venv has {venv_python(cur.venv)}")
