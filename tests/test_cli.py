@@ -820,6 +820,10 @@ def test_run_takes_its_options_between_env_and_the_dashes(ws, cli, universe: Uni
     assert (proc.returncode, proc.stderr) == (2, "envlock: error: envlock run e --json -- ...: '--json' is no option "
                                                  "of run here (-q, --debug; --root goes before ENV); the command goes "
                                                  "after `--`\n")
+    proc = run("--root", str(ws.root), "--", "true")
+    assert (proc.returncode, proc.stderr) == (2, "envlock: error: envlock run e --root ...: --root goes before ENV "
+                                                 "(envlock --root DIR run ENV -- CMD...), where the workspace is "
+                                                 "looked for\n")
     proc = run("-q", "python", "-c", "pass")  # an option, but no `--`: the command would be "-q"
     assert (proc.returncode, proc.stderr) == (2, "envlock: error: envlock run e -q ...: '-q' is not a command; options "
                                                  "go before `--` and the command after it: envlock run ENV [-q] -- "

@@ -306,6 +306,10 @@ def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
 def cmd_run(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.sync import exec_in_env
 
+    before = args.cmd[:args.cmd.index("--")] if "--" in args.cmd else []
+    if root := next((a for a in before if a == "--root" or a.startswith("--root=")), None):
+        raise UsageError(f"envlock run {args.env} {root} ...: --root goes before ENV (envlock --root DIR run ENV -- "
+                         "CMD...), where the workspace is looked for")
     cut = 0  # options between ENV and the `--` (a "--" later on is the command's own)
     while cut < len(args.cmd) and args.cmd[cut] != "--" and args.cmd[cut].startswith("-"):
         cut += 1

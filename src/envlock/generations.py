@@ -394,7 +394,7 @@ def rollback(store: Store, env: str, to: int | None = None) -> Switch:
         if not target.venv.resolve().is_dir():
             raise UsageError(f"{target.venv}: generation {to}'s venv is gone from the store; `envlock sync {env} "
                              f"--lock {env_dir(store, env) / str(to) / _LOCK_COPY}` builds it again (the lock it was "
-                             "built from), as a new generation")
+                             "built from) and makes it current")
         _check_unchanged(store, target)
         flip(store, env, to)
         note = ""

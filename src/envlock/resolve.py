@@ -656,7 +656,8 @@ def _checked_packages(
             downloaded += got
             if sha is not None and sha != ours:
                 raise ResolveError(f"{name} {version}: {url} changed while it was locked: uv hashed it as sha256 "
-                                   f"{sha}, the store's download as {ours}; lock again")
+                                   f"{sha}, the store's download as {ours}; lock again (if uv answers the same, "
+                                   f"`uv cache clean {name}` drops the copy uv hashed)")
             sha = ours
         if listed_sha is not None and listed_sha != sha:
             raise ResolveError(f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {listed_sha}")

@@ -360,7 +360,7 @@ def key_part(name: str) -> str:
     (``indexes."my.idx".url``, not a path of four keys)."""
     if name and all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
         return name
-    return json.dumps(name)
+    return json.dumps(name, ensure_ascii=False)
 
 
 def _entries(
