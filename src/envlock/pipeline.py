@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 from envlock.errors import (
     BuildError,
     EnvlockError,
+    FetchError,
     LockChangedError,
     LockError,
     PatchError,
+    ResolveError,
     SourceError,
     SpecError,
     UsageError,
@@ -211,10 +213,18 @@ def lock_env(
     # Its nightlies, for dates the index may no longer list (the store keeps their wheels).
     kept = {name: (pin, pkg.wheels[0], pkg.index) for name, pin in (old.nightlies if old else {}).items()
             if old is not None and (pkg := old.package(name)) is not None and pkg.wheels and pkg.wheels[0].url}
-    resolution = resolve.resolve(spec, resolve.ResolveInputs(
-        index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
-        build_env=build_vars, store=store, hashed=hashed, progress=progress, kept_nightlies=kept,
-    ))
+    try:
+        resolution = resolve.resolve(spec, resolve.ResolveInputs(
+            index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
+            build_env=build_vars, store=store, hashed=hashed, progress=progress, kept_nightlies=kept,
+        ))
+    except (ResolveError, FetchError) as exc:
+        # An index that cannot be read may be the one a misspelt mirror variable was meant for.
+        if not (note := stray_mirror_note(ws, spec)):
+            raise
+        failed = type(exc)(exc.message, details=[*exc.details, f"note: {note}"])
+        failed.exit_code = exc.exit_code
+        raise failed from None
     lock = Lock(
         env=env,
         python=spec.python,
