@@ -13,7 +13,7 @@ import pytest
 from envlock import __version__, ui
 from envlock.cli import main
 from envlock.errors import SpecError
-from envlock.lockfile import read_lock
+from envlock.lockfile import Lock, read_lock
 from envlock.workspace import Workspace
 from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
@@ -691,6 +691,10 @@ def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws, 
                                        "current generation's own digest (--lock PATH[@REV] names a lock)")
 
 
+def read_lock_text(text: str) -> Lock:
+    return Lock.from_toml(text, Path("pylock.toml"))
+
+
 def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     """The recorded venv digest names the packages it was taken for: after a hand edit of the
     packages it is not held against the new venv (which would fail every sync alike)."""
@@ -707,8 +711,19 @@ def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, unive
     edited = edited.replace(old_sha, sha256_of(served)).replace(
         next(f"size = {w.size}" for p in recorded.packages if p.name == "tinydep" for w in p.wheels),
         f"size = {served.stat().st_size}")
+    now = read_lock_text(edited).install_digest()
+    # A lock written before venv-install-digest: the store knows which packages gave that digest.
+    (ws.root / "locks" / "pylock.e.toml").write_text(
+        edited.replace(f'venv-install-digest = "{recorded.install_digest()}"\n', ""))
+    old_style = cli("sync", "e", "--lock", "locks/pylock.e.toml")
+    assert (old_style.code, old_style.err) == (2, (
+        f"envlock: error: {ws.root}/locks/pylock.e.toml: the lock's venv digest {recorded.venv_digest} was taken "
+        "for other "
+        f"packages (this store built it from install digest {recorded.install_digest()}; the lock's packages now "
+        f"give {now}): they were edited by hand since. `envlock lock e` locks the spec anew; to keep the edit, "
+        "delete venv-digest and venv-python from its [tool.envlock] and sync it to record this venv's\n")
+    ), old_style.err
     (ws.root / "locks" / "pylock.e.toml").write_text(edited)
-    now = read_lock(ws.root / "locks" / "pylock.e.toml").install_digest()
 
     check = cli("lock", "e", "--check")
     assert check.code == 1

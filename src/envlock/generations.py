@@ -245,6 +245,19 @@ def digests_seen(store: Store, install_digest: str, python: str | None) -> list[
     return list(dict.fromkeys(digest for _, digest in sorted(seen, reverse=True)))
 
 
+def installs_with_digest(store: Store, venv_digest: str) -> set[str]:
+    """The install digests (package sets) this store's generations (any env) built a venv of
+    ``venv_digest`` from."""
+    envs = store.root / "envs"
+    found: set[str] = set()
+    for folder in sorted(envs.iterdir()) if envs.is_dir() else ():
+        try:
+            found |= {g.install_digest for g in list_generations(store, folder.name) if g.venv_digest == venv_digest}
+        except UsageError:
+            continue  # not an env's folder
+    return found
+
+
 def users(store: Store, venv: Path) -> list[tuple[str, int]]:
     """Every (env, generation number), in any env, whose venv link points at the store entry ``venv``."""
     found = []

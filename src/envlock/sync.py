@@ -171,6 +171,15 @@ def sync_lock(
                      f"without uv's cache (from the verified wheels) gives {actual.digest}: recorded that one; "
                      "verify those generations")
             expected = actual.digest
+        if (expected is not None and actual.digest != expected and not from_store and lock.venv_install is None
+                and (others := generations.installs_with_digest(store, expected) - {key})):
+            # A lock of before venv-install-digest whose packages were edited by hand: the store
+            # built its recorded venv from other packages. The venv just built is this lock's: kept.
+            raise LockError(
+                f"{lock_path or env}: the lock's venv digest {expected} was taken for other packages (this store "
+                f"built it from install digest {sorted(others)[0]}; the lock's packages now give {key}): they were "
+                f"edited by hand since. `envlock lock {env}` locks the spec anew; to keep the edit, delete "
+                "venv-digest and venv-python from its [tool.envlock] and sync it to record this venv's")
         if expected is not None and actual.digest != expected:
             reference = verify.recorded_manifest(store.path("manifests", expected), expected)
             lines = verify.differing_lines(reference, actual, expected)
