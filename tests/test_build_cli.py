@@ -147,6 +147,13 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     r = cli("lock", "demo", "--check")
     assert r.code == 1
     assert r.out.splitlines()[1] == "  sources.mini-kernel.path: examples/mini-kernel changed since the lock"
+    # Frozen, the env is the lock's (nothing to do), and the edit the lock lacks is said, each time.
+    for _ in range(2):
+        r = cli("sync", "demo", "--frozen")
+        assert r.code == 0 and "up to date" in r.out, r.err
+        assert ("  note: locks/pylock.demo.toml is stale for envs/demo.toml (sources.mini-kernel.path: "
+                "examples/mini-kernel changed since the lock): --frozen synced the lock as it is; `envlock lock demo` "
+                "locks the spec anew") in r.out.splitlines(), r.out
     # A frozen sync that must rebuild (the wheelhouse gone) names the edit before a build is spent on it.
     stale = ws.lock_text("demo")
     locked_wheel = tomllib.loads(stale)["tool"]["envlock"]["builds"]["mini-kernel"]

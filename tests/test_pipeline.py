@@ -120,6 +120,11 @@ def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Unive
     before = built_inputs(home)
     check = cli("lock", "e", "--check")
     assert check.code == 1 and f"sources.sglike.patches: patches/sglike/{sg.patches[1]} changed" in check.out
+    for _ in range(2):  # frozen: nothing to do, and the edited patch the lock lacks is said
+        frozen = cli("sync", "e", "--frozen")
+        assert frozen.code == 0 and "up to date" in frozen.out, frozen.err
+        assert (f"(sources.sglike.patches: patches/sglike/{sg.patches[1]} changed since the lock): --frozen synced "
+                "the lock as it is") in frozen.out, frozen.out
     sync(cli)
     # The header is not part of the diff, so the patched tree, and so the build inputs, are unchanged.
     assert built_inputs(home) == before

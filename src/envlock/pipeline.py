@@ -326,6 +326,18 @@ def _spec_reasons(spec: EnvSpec, lock: Lock) -> list[str]:
     return reasons or ["spec changed"]
 
 
+def _frozen_reasons(ws: Workspace, spec: EnvSpec, lock: Lock) -> list[str]:
+    """What makes ``lock`` stale for the spec, as a frozen sync says it: the spec's keys, and
+    patches and path sources edited since (not missing ones: a frozen sync needs no source)."""
+    reasons = _spec_reasons(spec, lock) if lock.spec_digest != spec.digest() else []
+    for name, source in sorted(lock.sources.items()):
+        if source.kind == "path" and source.tree_digest is not None and (ws.root / source.location).is_dir():
+            reasons += _tree_drift(ws, name, source.location, source.tree_digest)
+        reasons += [r for patch in source.patches if (ws.root / patch.path).is_file()
+                    for r in _patch_drift(ws, name, patch.path, patch.sha256)]
+    return reasons
+
+
 def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> LockCheck:
     reasons: list[str] = []
     if lock.spec_digest != spec.digest():
@@ -516,7 +528,7 @@ def sync(
     from envlock.sync import sync_lock
 
     inputs = None
-    spec_input: tuple[str, str] | None = None  # frozen: the spec the lock was found made for
+    spec_input: dict[str, str] | None = None  # frozen: the spec and patches the lock was found made for
     base_dir: Path | None = None
     hashed = 0  # bytes a relock downloaded
     built_downloaded = built_fetched = 0  # what the builds' fetch of the env's wheels brought in
@@ -610,12 +622,14 @@ def sync(
             built_downloaded, built_fetched = built_downloaded + builds.downloaded, built_fetched + builds.fetched
         if not frozen:
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
-        elif found.spec_digest == spec.digest():
-            spec_input = (str(spec_path), hashlib.sha256(spec_bytes).hexdigest())
-        else:  # synced as it is, as asked; but what the spec asks for now is not in it
-            stale = (f"{ws.relative(lock_path)} is stale for {ws.relative(spec_path)} ("
-                      + "; ".join(_spec_reasons(spec, found)) + f"): --frozen synced the lock as it is; "
-                      f"`envlock lock {env}` locks the spec anew")
+        elif reasons := _frozen_reasons(ws, spec, found):  # synced as it is, as asked; but the spec and
+            # the patches ask for something else now
+            stale = (f"{ws.relative(lock_path)} is stale for {ws.relative(spec_path)} (" + "; ".join(reasons)
+                     + f"): --frozen synced the lock as it is; `envlock lock {env}` locks the spec anew")
+        elif not any(source.kind == "path" for source in found.sources.values()):  # a tree: checked each time
+            spec_input = {str(spec_path): hashlib.sha256(spec_bytes).hexdigest(),
+                          **{str(ws.root / patch.path): patch.sha256 for source in found.sources.values()
+                             for patch in source.patches}}
     stray = stray_mirror_note(ws, mirrored_spec) if mirrored_spec is not None and not offline else ""
     result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                        offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,

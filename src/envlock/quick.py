@@ -64,18 +64,16 @@ def file_sha256(path: str) -> str | None:
 
 
 def stamp_text(generation: int, install_digest: str, venv_digest: str, lock_sha256: str,
-               inputs: dict[str, str] | None, spec: tuple[str, str] | None = None) -> str:
+               inputs: dict[str, str] | None, spec: dict[str, str] | None = None) -> str:
     """The stamp for a sync that left ``generation`` current (``inputs``: path -> sha256).
 
-    ``spec`` (path, sha256): a ``--frozen`` sync found the lock made for this spec (its keys
-    only: a frozen sync reads no source), so a frozen no-op may skip that check while the
-    spec's bytes are these.
+    ``spec`` (path -> sha256): a ``--frozen`` sync found the lock made for this spec and these
+    patches, so a frozen no-op may skip that check while their bytes are these.
     """
     lines = [_MAGIC, f"generation {generation}", f"install-digest {install_digest}",
              f"venv-digest {venv_digest}", f"lock {lock_sha256}"]
     lines += [f"input {sha} {path}" for path, sha in sorted((inputs or {}).items())]
-    if spec is not None:
-        lines.append(f"spec {spec[1]} {spec[0]}")
+    lines += [f"spec {sha} {path}" for path, sha in sorted((spec or {}).items())]
     return "\n".join(lines) + "\n"
 
 
@@ -112,8 +110,11 @@ def check(home: str, env: str, lock_file: str, spec_file: str | None,
         return None
     if spec_file is not None and spec_file not in inputs:
         return None  # the last sync did not check the lock against this spec
-    if frozen_spec is not None and file_sha256(frozen_spec) != (inputs.get(frozen_spec) or specs.get(frozen_spec)):
-        return None  # the spec changed (or was never seen current): the full path notes a stale lock
+    if frozen_spec is not None:
+        # What a frozen sync (spec lines) or a plain one (inputs, a superset) found the lock made for.
+        made_for = specs if frozen_spec in specs else inputs if frozen_spec in inputs else None
+        if made_for is None or any(file_sha256(p) != sha for p, sha in made_for.items()):
+            return None  # changed (or never seen current): the full path notes a stale lock
     if not os.path.isfile(os.path.join(env_dir, head, "venv", MANIFEST_NAME)):
         return None  # the venv is gone from the store
     if file_sha256(lock_file) != fields["lock"]:

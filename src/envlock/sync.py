@@ -82,7 +82,7 @@ def sync_lock(
     base_dir: Path | None = None,
     mirrors: Mapping[str, str] | None = None,
     local_wheels: Mapping[str, Sequence[Path]] | None = None,
-    spec_input: tuple[str, str] | None = None,
+    spec_input: Mapping[str, str] | None = None,
 ) -> SyncResult:
     """Make ``env``'s current generation the venv of ``lock``, verified, and return what happened.
 
@@ -95,8 +95,8 @@ def sync_lock(
     ``path`` wheels are found (default: the lock file's folder). ``mirrors``: package name ->
     the mirror (an index URL) to download its wheel from instead of the lock's URL.
     ``local_wheels``: sha256 -> the files to copy a ``path`` wheel from instead of ``base_dir``'s,
-    in the order to try them. ``spec_input`` (path, sha256): the spec a frozen sync found this
-    lock made for, kept in the stamp for the next frozen no-op.
+    in the order to try them. ``spec_input`` (path -> sha256): the spec and patches a frozen sync
+    found this lock made for, kept in the stamp for the next frozen no-op.
     """
     started = time.monotonic()
     key = lock.install_digest()
@@ -369,7 +369,7 @@ def _held(lock: Lock, data: bytes | None, lock_path: Path | None) -> Lock | None
 
 
 def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, data: bytes | None,
-           on_disk: Lock | None, inputs: Mapping[str, str] | None, spec: tuple[str, str] | None = None) -> None:
+           on_disk: Lock | None, inputs: Mapping[str, str] | None, spec: Mapping[str, str] | None = None) -> None:
     """Write the fast no-op stamp for generation ``number`` (call under the env lock).
 
     Only when the lock file's bytes (``data``, holding ``on_disk``) still hold the lock
@@ -386,7 +386,7 @@ def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, da
         stamp.unlink(missing_ok=True)
         return
     text = quick.stamp_text(number, lock.install_digest(), venv_digest, hashlib.sha256(data).hexdigest(),
-                            dict(inputs) if inputs is not None else None, spec)
+                            dict(inputs) if inputs is not None else None, dict(spec) if spec else None)
     write_atomic(stamp, text.encode())
 
 
