@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -679,9 +680,22 @@ def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws, 
     gone = cli("rollback", "e", "--to", "2")
     copy = Path(cli("path", "e").out.strip()).parent / "2" / "pylock.toml"
     assert gone.code != 0 and f"`envlock sync e --lock {copy}`" in gone.err, gone.err
+    before = copy.read_bytes()
     rebuilt = cli("-q", "sync", "e", "--lock", str(copy))  # what that message and `path` say to run
     assert rebuilt.code == 0, rebuilt.err
+    assert copy.read_bytes() == before  # a store entry
     assert cli("verify", "e", "--lock", str(copy)).code == 0
+    # Nor is a generation's copy written when it has no venv digest to keep (a frozen sync's).
+    bare = ws.root.parent / "bare.toml"  # generation 1's lock (tinydep 1.0, not current), with no digest
+    first = (copy.parent.parent / "1" / "pylock.toml").read_text()
+    bare.write_text("".join(line for line in first.splitlines(keepends=True)
+                            if not line.startswith(("venv-digest", "venv-python", "venv-install-digest"))))
+    assert cli("-q", "sync", "e", "--frozen", "--lock", str(bare)).code == 0
+    current = Path(cli("path", "e").out.strip())
+    frozen_copy = current.parent / os.readlink(current).split("/")[0] / "pylock.toml"  # current -> N/venv
+    assert "venv-digest" not in frozen_copy.read_text()
+    assert cli("-q", "sync", "e", "--lock", str(frozen_copy)).code == 0
+    assert "venv-digest" not in frozen_copy.read_text()
     assert cli("-q", "sync", "e", "--lock", "locks/pylock.e.toml@HEAD").code == 0
 
     (ws.root / "locks" / "pylock.e.toml").unlink()

@@ -563,6 +563,8 @@ def sync(
         lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
         if ref.path is not None:  # a lock copied out of locks/: its built wheels are named from there
             local_wheels = _local_wheels(ws, lock, ref.folder)
+            if ref.path.resolve().is_relative_to(Store.open().root.resolve()):
+                lock_path = None  # a generation's copy (envs/ENV/N/pylock.toml): store entries are never written
         if lock.env and lock.env != env:
             # The env's generations and `envlock path` would then hold another env's packages.
             raise UsageError(f"{ref.label}: the lock of env {lock.env!r}, not {env!r}; "
