@@ -817,6 +817,9 @@ def test_an_index_on_disk_that_is_missing_and_a_misspelt_mirror_variable_are_nam
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"').replace(universe.pypi, "http://127.0.0.1:9/simple"))
     r = cli("lock", "e")
     assert r.code == 1 and r.err.rstrip().endswith(f"  {note}"), r.err
+    ws.write_spec("e", spec_text(universe, TORCH).replace(universe.pytorch, "http://127.0.0.1:9/simple"))
+    r = cli("lock", "e")  # the nightly's index page cannot be read
+    assert r.code == 1 and r.err.rstrip().endswith(f"  {note}"), r.err
 
 
 def test_a_file_where_a_folder_is_expected_is_named_so(ws, cli, universe: Universe, tmp_path: Path,  # type: ignore[no-untyped-def]

@@ -777,6 +777,40 @@ def test_a_hashless_wheel_a_pinned_wheel_requires_is_probed_on_relock_and_locks_
         server.stop()
 
 
+def test_an_exact_public_requirement_with_local_builds_listed_is_left_to_uv(  # type: ignore[no-untyped-def]
+        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `==1.0` admits 1.0+loc1 (PEP 440), which uv takes: reading the version off the metadata
+    # would lock 1.0 here and 1.0+loc1 wherever the pin is not stored (another transport).
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    server = IndexServer(tmp_path / "served")
+    server.add_index("pypi", hashes=True)
+    server.add_index("hashless", hashes=False)
+    server.add("pypi", build_wheel(tmp_path / "w", "plain", "1.0"))
+    server.add("hashless", build_wheel(tmp_path / "w", "top", "1.0", requires=["companion==1.0"]))
+    for v in ("1.0", "1.0+loc1"):
+        server.add("hashless", build_wheel(tmp_path / "w", "companion", v))
+    server.start()
+    try:
+        ws.write_spec("e", f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{server.url("pypi")}"\ndefault = true\n'
+                           f'[indexes.hashless]\nurl = "{server.url("hashless")}"\n[packages]\n'
+                           'top = { index = "hashless" }\ncompanion = { index = "hashless" }\nplain = "==1.0"\n'
+                           '[resolution]\noverrides = ["top==1.0"]\n')
+        passes: list[str] = []
+        real_uv = runner.uv
+
+        def counting(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> runner.Result:
+            passes.append(str(list(args)[list(args).index("--format") + 1]))
+            return real_uv(args, **kwargs)
+
+        monkeypatch.setattr(runner, "uv", counting)
+        lock_env(Workspace(ws.root), "e")
+        companion = read_lock(ws.root / "locks" / "pylock.e.toml").package("companion")
+        assert companion is not None and companion.version == "1.0+loc1"
+        assert passes == ["requirements.txt", "pylock.toml"]
+    finally:
+        server.stop()
+
+
 def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("g", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-06") + TRITON))
     result = sync(Workspace(ws.root), "g")  # no lock yet: the sync locks first, hashing the nightly

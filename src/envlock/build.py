@@ -52,7 +52,7 @@ from envlock.fetch import store_file
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
 from envlock.spec import BuildSpec
-from envlock.store import Store
+from envlock.store import Store, make_folder
 
 RECIPE_FORMAT = 1
 _ZIP_EPOCH_MIN = 315532800  # 1980-01-01T00:00:00Z, the earliest date a zip entry can carry
@@ -598,7 +598,7 @@ def place(wheel: BuiltWheel, wheelhouse: Path) -> BuiltWheel:
 
 
 def _copy_atomic(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(dest.parent)  # the wheelhouse: a file there is said to be one
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     shutil.copyfile(src, tmp)
     os.replace(tmp, dest)

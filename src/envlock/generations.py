@@ -245,6 +245,12 @@ def digests_seen(store: Store, install_digest: str, python: str | None) -> list[
     return list(dict.fromkeys(digest for _, digest in sorted(seen, reverse=True)))
 
 
+def is_lock_copy(path: Path) -> bool:
+    """Whether ``path`` is a generation's copy of its lock (``.../envs/ENV/N/pylock.toml`` in a
+    store, this one or another ``ENVLOCK_HOME``'s): a store entry, never written."""
+    return path.name == _LOCK_COPY and path.parent.name.isdigit() and path.parent.parent.parent.name == "envs"
+
+
 def installs_with_digest(store: Store, venv_digest: str) -> set[str]:
     """The install digests (package sets) this store's generations (any env) built a venv of
     ``venv_digest`` from."""

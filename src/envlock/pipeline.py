@@ -18,9 +18,11 @@ from envlock.errors import (
     FetchError,
     LockChangedError,
     LockError,
+    PackageIndexError,
     PatchError,
     ResolveError,
     SourceError,
+    SourceTreeError,
     SpecError,
     UsageError,
     raise_all,
@@ -218,7 +220,7 @@ def lock_env(
             index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
             build_env=build_vars, store=store, hashed=hashed, progress=progress, kept_nightlies=kept,
         ))
-    except (ResolveError, FetchError) as exc:
+    except (ResolveError, FetchError, PackageIndexError) as exc:
         # An index that cannot be read may be the one a misspelt mirror variable was meant for.
         if not (note := stray_mirror_note(ws, spec)):
             raise
@@ -332,7 +334,10 @@ def _frozen_reasons(ws: Workspace, spec: EnvSpec, lock: Lock) -> list[str]:
     reasons = _spec_reasons(spec, lock) if lock.spec_digest != spec.digest() else []
     for name, source in sorted(lock.sources.items()):
         if source.kind == "path" and source.tree_digest is not None and (ws.root / source.location).is_dir():
-            reasons += _tree_drift(ws, name, source.location, source.tree_digest)
+            try:
+                reasons += _tree_drift(ws, name, source.location, source.tree_digest)
+            except SourceTreeError as exc:  # a note is no reason to fail a sync that reads no source
+                reasons.append(f"sources.{name}.path: {exc.message}")
         reasons += [r for patch in source.patches if (ws.root / patch.path).is_file()
                     for r in _patch_drift(ws, name, patch.path, patch.sha256)]
     return reasons
@@ -364,8 +369,8 @@ def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> Lo
 def input_drift(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock, build: str, source: str) -> list[str]:
     """What changed since the lock in the inputs of ``[builds.BUILD]`` (of source ``source``):
     ``lock --check``'s reasons that name that build or source."""
-    keys = (f"sources.{source}.", f"sources.{source}:", f"builds.{build}.", f"builds.{build}:")
-    return [r for r in _check(ws, env, spec, path, lock).reasons if r.startswith(keys)]
+    keys = (f"sources.{source}.", f"sources.{source}:") + ((f"builds.{build}.", f"builds.{build}:") if build else ())
+    return list(dict.fromkeys(r for r in _check(ws, env, spec, path, lock).reasons if r.startswith(keys)))
 
 
 def _tree_drift(ws: Workspace, source: str, rel: str, digest: str) -> list[str]:
@@ -563,7 +568,9 @@ def sync(
         lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
         if ref.path is not None:  # a lock copied out of locks/: its built wheels are named from there
             local_wheels = _local_wheels(ws, lock, ref.folder)
-            if ref.path.resolve().is_relative_to(Store.open().root.resolve()):
+            from envlock.generations import is_lock_copy
+
+            if is_lock_copy(ref.path.resolve()):
                 lock_path = None  # a generation's copy (envs/ENV/N/pylock.toml): store entries are never written
         if lock.env and lock.env != env:
             # The env's generations and `envlock path` would then hold another env's packages.
@@ -965,7 +972,7 @@ def build_env(
         if states[b.source].prepared.override is not None:
             house: Path | None = ws.wheelhouse / OVERRIDE_WHEELHOUSE
         else:
-            house = None if frozen or (check and not same_inputs) else ws.wheelhouse
+            house = None if frozen or check else ws.wheelhouse
         wheel = build.build_wheel(request, store, house, plan_=plan)
         if house is None and recorded is not None and wheel.sha256 == recorded.sha256:
             wheel = build.place(wheel, ws.wheelhouse)
@@ -1248,6 +1255,17 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
         report = build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec, on_build=on_build,
                            progress=progress, locate=locate, mirrors=mirrors)
         return report.new_lock, report
+    # Before any work (a non-isolated build first fetches the env's wheels, GBs for torch): a
+    # source edited since the lock (a patch, a path source) cannot rebuild to the recorded wheels.
+    # build_env checks each build's input digest again, for what this cannot see.
+    sources = sorted({spec.builds[name].source for name in missing})
+    drift = {src: why for src in sources if (why := input_drift(ws, env, spec, lock_path, lock, "", src))}
+    if drift:
+        builds = ", ".join(sorted(n for n in missing if spec.builds[n].source in drift))
+        raise BuildError(f"{ws.relative(lock_path)}: --frozen, but source {', '.join(repr(s) for s in drift)} changed "
+                         f"since the lock, so {builds} cannot be rebuilt to the recorded wheels; restore it, or sync "
+                         f"without --frozen (`envlock sync {env}` relocks and rebuilds)",
+                         details=[r for why in drift.values() for r in why])
     report = build_env(ws, env, tuple(missing), frozen=True, sources_from=sources_from, spec=spec,
                        on_build=on_build, progress=progress, locate=locate, mirrors=mirrors)
     for w in report.builds:

@@ -384,7 +384,7 @@ def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, s
         return {}
     from envlock.fetch import store_file
 
-    exact: dict[NormalizedName, set[Version]] = {}
+    exact: dict[NormalizedName, set[str]] = {}  # name -> its exact requirements ("==1.0", "===1.0")
     for artifact in stored.values():
         for req in _requires_dist(store_file(inputs.store, artifact)):
             if req.marker is not None:
@@ -393,24 +393,21 @@ def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, s
                         continue
                 except Exception:  # an unknown marker variable: not read here, uv decides
                     return {}
-            pins = [s.version for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
+            pins = [str(s) for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
             if pins:
-                try:
-                    exact.setdefault(canonicalize_name(req.name), set()).add(Version(pins[0]))
-                except InvalidVersion:
-                    return {}
+                exact.setdefault(canonicalize_name(req.name), set()).update(pins)
     tags = target_tags(spec.python, spec.platform)
     supported = set(tags) if tags is not None else None
     chosen = {}
     for pkg in unhashed:
-        versions = exact.get(pkg.name, set())
-        if len(versions) != 1:
-            return {}  # not required at one exact version: uv picks it
-        (version,) = versions
+        required = exact.get(pkg.name)
+        if not required:
+            return {}  # not required at an exact version: uv picks it
         files = [f for f in listings.files(inputs.index_urls[pkg.index or ""], pkg.name)
-                 if f.filename.endswith(".whl") and f.version == version
+                 if f.filename.endswith(".whl") and all(_allows(pin, f.version) for pin in required)
                  and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
-        if not files or not _allows(pkg.specifier, version):
+        # One listed version, or uv's choice might differ (a public ==1.0 admits 1.0+local too).
+        if len({f.version for f in files}) != 1 or not _allows(pkg.specifier, files[0].version):
             return {}
         chosen[str(pkg.name)] = files[best_wheel([f.filename for f in files], tags)]
     return chosen
@@ -447,11 +444,13 @@ def _target_markers(python: str, platform: str | None) -> dict[str, str] | None:
         m = re.fullmatch(r"(x86_64|aarch64)-manylinux_2_\d+", platform)
         if not m:
             return None
-        env.update(sys_platform="linux", platform_system="Linux", platform_machine=m.group(1), os_name="posix")
+        env.update(sys_platform="linux", platform_system="Linux", platform_machine=m.group(1), os_name="posix",
+                   platform_release="", platform_version="")  # another machine's: not this host's
     elif not sys.platform.startswith("linux"):
         return None
     parts = python.split(".")
-    env.update(python_version=".".join(parts[:2]), python_full_version=python if len(parts) > 2 else f"{python}.0",
+    full = python if len(parts) > 2 else f"{python}.0"
+    env.update(python_version=".".join(parts[:2]), python_full_version=full, implementation_version=full,
                implementation_name="cpython", platform_python_implementation="CPython")
     return env
 

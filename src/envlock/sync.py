@@ -143,6 +143,16 @@ def sync_lock(
             # an edit that reached uv's cache is not written into the lock as the truth.
             expected, from_store = seen[0], True
         whose = "this store's earlier generations'" if from_store else "the lock's"
+        if (expected is not None and actual.digest != expected and not from_store and lock.venv_install is None
+                and (others := generations.installs_with_digest(store, expected) - {key})):
+            # A lock of before venv-install-digest whose packages were edited by hand: the store
+            # built its recorded venv from other packages (said before a repair clears uv's cache
+            # for nothing). The venv just built is this lock's: kept.
+            raise LockError(
+                f"{lock_path or env}: the lock's venv digest {expected} was taken for other packages (this store "
+                f"built it from install digest {sorted(others)[0]}; the lock's packages now give {key}): they were "
+                f"edited by hand since. `envlock lock {env}` locks the spec anew; to keep the edit, delete "
+                "venv-digest and venv-python from its [tool.envlock] and sync it to record this venv's")
         repaired = ""
         if expected is not None and actual.digest != expected and inst.built:
             # uv installs from its cache, whose files are the venvs' (hard links): a file
@@ -171,15 +181,6 @@ def sync_lock(
                      f"without uv's cache (from the verified wheels) gives {actual.digest}: recorded that one; "
                      "verify those generations")
             expected = actual.digest
-        if (expected is not None and actual.digest != expected and not from_store and lock.venv_install is None
-                and (others := generations.installs_with_digest(store, expected) - {key})):
-            # A lock of before venv-install-digest whose packages were edited by hand: the store
-            # built its recorded venv from other packages. The venv just built is this lock's: kept.
-            raise LockError(
-                f"{lock_path or env}: the lock's venv digest {expected} was taken for other packages (this store "
-                f"built it from install digest {sorted(others)[0]}; the lock's packages now give {key}): they were "
-                f"edited by hand since. `envlock lock {env}` locks the spec anew; to keep the edit, delete "
-                "venv-digest and venv-python from its [tool.envlock] and sync it to record this venv's")
         if expected is not None and actual.digest != expected:
             reference = verify.recorded_manifest(store.path("manifests", expected), expected)
             lines = verify.differing_lines(reference, actual, expected)
@@ -228,7 +229,8 @@ def _recorded_note(lock: Lock, python: str | None, recorded: bool | None, env: s
         if recorded:
             note += "; this venv's digest is recorded in its place"
         elif lock_path is None:
-            note += "; a lock read from git is not written, so it keeps it"
+            note += ("; this lock is not written (read from git, or a generation's copy in the store), so it keeps "
+                     f"it; `envlock lock {env}` locks the spec anew")
         else:
             note += (f"; the lock keeps it (`envlock sync {env} --lock {lock_path}` records this venv's; "
                      f"`envlock lock {env}` locks the spec anew)")
@@ -451,8 +453,10 @@ def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str |
                        f"this lock's" + ("" if lock_ref else f", `envlock verify {env} --lock PATH[@REV]` checks it "
                                          "against the lock it was built from"))
     if lock is not None and lock.venv_digest_stale:
-        how = ("a lock read from git keeps it" if lock_ref and "@" in lock_ref and not lock_ref.endswith(".toml")
-               else f"`{sync}` records this venv's in its place")
+        unwritten = lock_ref is not None and (("@" in lock_ref and not lock_ref.endswith(".toml"))
+                                              or generations.is_lock_copy(Path(lock_ref).absolute()))
+        how = ("this lock is not written (read from git, or a generation's copy in the store), so it keeps it"
+               if unwritten else f"`{sync}` records this venv's in its place")
         return replace(result, note="compared with this generation's own digest: the lock's was taken for other "
                        f"packages (edited by hand since; {how})")
     if lock is not None and lock.venv_digest is not None and recorded is None:
