@@ -678,56 +678,72 @@ def test_a_wheel_uv_picks_from_a_hashless_index_crosses_the_network_once(  # typ
                                         size=served.stat().st_size)
     # torch's own metadata requires that pytorch-triton exactly: one uv run per lock, a relock
     # and a new nightly date included (the same pytorch-triton, held in the store, is probed).
-    passes: list[str] = []
-    real_uv = runner.uv
-
-    def counting(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> runner.Result:
-        if "compile" in args:
-            passes.append(str(list(args)[list(args).index("--format") + 1]))
-        return real_uv(args, **kwargs)
-
-    monkeypatch.setattr(runner, "uv", counting)
+    passes = _uv_passes(monkeypatch)
     assert lock_env(Workspace(ws.root), "e").changed is False
-    assert passes == ["pylock.toml"]
+    assert passes == [("pylock.toml", True)]
     result = sync(Workspace(ws.root), "e")
     assert result.fetched == 1  # tinydep, from the default index
     assert whole_file_gets() == before + 1
     ws.write_spec("e", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-10") + TRITON))
     assert lock_env(Workspace(ws.root), "e").changed is True
-    assert passes == ["pylock.toml", "pylock.toml"]
+    assert passes == [("pylock.toml", True)] * 2
     assert whole_file_gets() == before + 1
+
+
+@contextlib.contextmanager
+def _two_indexes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pypi: Sequence[Path],
+                 hashless: Sequence[Path]) -> Iterator[IndexServer]:
+    """A loopback ``pypi`` index (hashes published) and a ``hashless`` one (none, as PyTorch's),
+    serving these wheels, with a cold uv cache."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    server = IndexServer(tmp_path / "served")
+    server.add_index("pypi", hashes=True)
+    server.add_index("hashless", hashes=False)
+    server.add("pypi", *pypi)
+    server.add("hashless", *hashless)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _two_index_spec(server: IndexServer, packages: str) -> str:
+    return (f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{server.url("pypi")}"\ndefault = true\n'
+            f'[indexes.hashless]\nurl = "{server.url("hashless")}"\n[packages]\n{packages}')
+
+
+#: A spec's part pinning `top` by an exact override to the hash-less index, `companion` taken from there.
+PINNED_TOP = ('top = { index = "hashless" }\ncompanion = { index = "hashless" }\nplain = "==1.0"\n'
+              '[resolution]\noverrides = ["top==1.0"]\n')
+
+
+def _uv_passes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
+    """Each ``uv pip compile`` run from now on: (its output format, whether it succeeded)."""
+    passes: list[tuple[str, bool]] = []
+    real_uv = runner.uv
+
+    def counting(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> runner.Result:
+        result = real_uv(args, **kwargs)
+        if "compile" in args:
+            passes.append((str(list(args)[list(args).index("--format") + 1]), result.ok))
+        return result
+
+    monkeypatch.setattr(runner, "uv", counting)
+    return passes
 
 
 def test_an_unpinned_hashless_wheel_no_pinned_wheel_requires_is_chosen_by_asking_uv(  # type: ignore[no-untyped-def]
         ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # `top` (hashed index, not pinned by the spec) requires `companion` exactly: uv is asked for
     # versions first, each lock, so a relock for new pins takes the version they need.
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
-    server = IndexServer(tmp_path / "served")
-    server.add_index("pypi", hashes=True)
-    server.add_index("hashless", hashes=False)
-    for v in ("1.0", "2.0"):
-        server.add("pypi", build_wheel(tmp_path / "w", "top", v, requires=[f"companion=={v}"]))
-        server.add("hashless", build_wheel(tmp_path / "w", "companion", v))
-    server.start()
-    try:
-        def spec(top: str) -> str:
-            return (f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{server.url("pypi")}"\ndefault = true\n'
-                    f'[indexes.hashless]\nurl = "{server.url("hashless")}"\n[packages]\n'
-                    f'top = "=={top}"\ncompanion = {{ index = "hashless" }}\n')
-
-        ws.write_spec("e", spec("1.0"))
+    w = tmp_path / "w"
+    tops = [build_wheel(w, "top", v, requires=[f"companion=={v}"]) for v in ("1.0", "2.0")]
+    with _two_indexes(tmp_path, monkeypatch, tops, [build_wheel(w, "companion", v) for v in ("1.0", "2.0")]) as server:
+        ws.write_spec("e", _two_index_spec(server, 'top = "==1.0"\ncompanion = { index = "hashless" }\n'))
         lock_env(Workspace(ws.root), "e")
-        passes: list[tuple[str, bool]] = []
-        real_uv = runner.uv
-
-        def counting(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> runner.Result:
-            result = real_uv(args, **kwargs)
-            passes.append((str(list(args)[list(args).index("--format") + 1]), result.ok))
-            return result
-
-        monkeypatch.setattr(runner, "uv", counting)
-        ws.write_spec("e", spec("2.0"))
+        passes = _uv_passes(monkeypatch)
+        ws.write_spec("e", _two_index_spec(server, 'top = "==2.0"\ncompanion = { index = "hashless" }\n'))
         assert lock_env(Workspace(ws.root), "e").changed is True
         assert passes == [("requirements.txt", True), ("pylock.toml", True)]  # no pinned wheel requires it
         locked = {p.name: p for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages}
@@ -737,28 +753,20 @@ def test_an_unpinned_hashless_wheel_no_pinned_wheel_requires_is_chosen_by_asking
             sha256=sha256_of(served), url=server.file_url("hashless", served.name), size=served.stat().st_size)
         assert [rng for path, rng in server.requests if path.endswith("/companion-2.0-py3-none-any.whl")
                 and not rng] == [""]  # stored once, by envlock
-    finally:
-        server.stop()
 
 
 def test_a_hashless_wheel_a_pinned_wheel_requires_is_probed_on_relock_and_locks_alike_anywhere(  # type: ignore[no-untyped-def]
         ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The version comes from the pinned wheel's metadata, not from an earlier lock or the store:
     a re-upload under the same URL is seen (as for a nightly), and a fresh store locks the same."""
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
-    server = IndexServer(tmp_path / "served")
-    server.add_index("pypi", hashes=True)
-    server.add_index("hashless", hashes=False)
-    server.add("pypi", build_wheel(tmp_path / "w", "plain", "1.0"))
-    server.add("hashless", build_wheel(tmp_path / "w", "top", "1.0", requires=["companion==1.0"]))
-    server.add("hashless", build_wheel(tmp_path / "w", "companion", "1.0"))
-    server.start()
-    try:
-        ws.write_spec("e", f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{server.url("pypi")}"\ndefault = true\n'
-                           f'[indexes.hashless]\nurl = "{server.url("hashless")}"\n[packages]\n'
-                           'top = { index = "hashless" }\ncompanion = { index = "hashless" }\nplain = "==1.0"\n'
-                           '[resolution]\noverrides = ["top==1.0"]\n')
+    w = tmp_path / "w"
+    with _two_indexes(tmp_path, monkeypatch, [build_wheel(w, "plain", "1.0")],
+                      [build_wheel(w, "top", "1.0", requires=["companion==1.0"]),
+                       build_wheel(w, "companion", "1.0")]) as server:
+        ws.write_spec("e", _two_index_spec(server, PINNED_TOP))
+        passes = _uv_passes(monkeypatch)
         lock_env(Workspace(ws.root), "e")
+        assert passes == [("pylock.toml", True)]  # the version read off top's metadata: one uv run
         first = read_lock(ws.root / "locks" / "pylock.e.toml").package("companion")
         assert first is not None and first.version == "1.0"
         # Uploaded again under its URL, with other bytes: the relock's probe sees it and hashes anew.
@@ -773,42 +781,22 @@ def test_a_hashless_wheel_a_pinned_wheel_requires_is_probed_on_relock_and_locks_
         (ws.root / "locks" / "pylock.e.toml").unlink()
         lock_env(Workspace(ws.root), "e")
         assert ws.lock_text("e") == relocked
-    finally:
-        server.stop()
 
 
 def test_an_exact_public_requirement_with_local_builds_listed_is_left_to_uv(  # type: ignore[no-untyped-def]
         ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # `==1.0` admits 1.0+loc1 (PEP 440), which uv takes: reading the version off the metadata
     # would lock 1.0 here and 1.0+loc1 wherever the pin is not stored (another transport).
-    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
-    server = IndexServer(tmp_path / "served")
-    server.add_index("pypi", hashes=True)
-    server.add_index("hashless", hashes=False)
-    server.add("pypi", build_wheel(tmp_path / "w", "plain", "1.0"))
-    server.add("hashless", build_wheel(tmp_path / "w", "top", "1.0", requires=["companion==1.0"]))
-    for v in ("1.0", "1.0+loc1"):
-        server.add("hashless", build_wheel(tmp_path / "w", "companion", v))
-    server.start()
-    try:
-        ws.write_spec("e", f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{server.url("pypi")}"\ndefault = true\n'
-                           f'[indexes.hashless]\nurl = "{server.url("hashless")}"\n[packages]\n'
-                           'top = { index = "hashless" }\ncompanion = { index = "hashless" }\nplain = "==1.0"\n'
-                           '[resolution]\noverrides = ["top==1.0"]\n')
-        passes: list[str] = []
-        real_uv = runner.uv
-
-        def counting(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> runner.Result:
-            passes.append(str(list(args)[list(args).index("--format") + 1]))
-            return real_uv(args, **kwargs)
-
-        monkeypatch.setattr(runner, "uv", counting)
+    w = tmp_path / "w"
+    with _two_indexes(tmp_path, monkeypatch, [build_wheel(w, "plain", "1.0")],
+                      [build_wheel(w, "top", "1.0", requires=["companion==1.0"]),
+                       *(build_wheel(w, "companion", v) for v in ("1.0", "1.0+loc1"))]) as server:
+        ws.write_spec("e", _two_index_spec(server, PINNED_TOP))
+        passes = _uv_passes(monkeypatch)
         lock_env(Workspace(ws.root), "e")
         companion = read_lock(ws.root / "locks" / "pylock.e.toml").package("companion")
         assert companion is not None and companion.version == "1.0+loc1"
-        assert passes == ["requirements.txt", "pylock.toml"]
-    finally:
-        server.stop()
+        assert passes == [("requirements.txt", True), ("pylock.toml", True)]
 
 
 def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
