@@ -799,6 +799,27 @@ def test_an_exact_public_requirement_with_local_builds_listed_is_left_to_uv(  # 
         assert passes == [("requirements.txt", True), ("pylock.toml", True)]
 
 
+def test_a_kept_nightly_keeps_the_stored_wheel_it_requires_when_the_index_dropped_both(  # type: ignore[no-untyped-def]
+        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # PyTorch's index keeps ~60 nightlies: torch and the pytorch-triton it requires drop off together.
+    w = tmp_path / "w"
+    old = [build_wheel(w, "top", "2.12.0.dev20260307+cu130", requires=["companion==3.6.0+gitaaa"]),
+           build_wheel(w, "companion", "3.6.0+gitaaa")]
+    with _two_indexes(tmp_path, monkeypatch, [build_wheel(w, "plain", "1.0")], old) as server:
+        top = 'top = { nightly = "2026-03-07", local = "cu130", index = "hashless" }\n'
+        ws.write_spec("e", _two_index_spec(server, top + 'companion = { index = "hashless" }\n'))
+        lock_env(Workspace(ws.root), "e")
+        for wheel in old:  # dropped; newer ones listed instead
+            (server.root / "hashless" / wheel.name).unlink()
+            del server.indexes["hashless"].files[wheel.name]
+        server.add("hashless", build_wheel(w, "top", "2.12.0.dev20260320+cu130", requires=["companion==3.7.0+gitbbb"]),
+                   build_wheel(w, "companion", "3.7.0+gitbbb"))
+        ws.write_spec("e", _two_index_spec(server, top + 'companion = { index = "hashless" }\nplain = "==1.0"\n'))
+        lock_env(Workspace(ws.root), "e")  # an edit of the spec, locked again
+        locked = {p.name: p.version for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages}
+        assert locked == {"companion": "3.6.0+gitaaa", "plain": "1.0", "top": "2.12.0.dev20260307+cu130"}
+
+
 def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("g", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-06") + TRITON))
     result = sync(Workspace(ws.root), "g")  # no lock yet: the sync locks first, hashing the nightly

@@ -27,7 +27,7 @@ from urllib.parse import urldefrag
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
-from packaging.utils import NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from envlock import http, runner
@@ -406,11 +406,31 @@ def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, s
         files = [f for f in listings.files(inputs.index_urls[pkg.index or ""], pkg.name)
                  if f.filename.endswith(".whl") and all(_allows(pin, f.version) for pin in required)
                  and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
+        if not files:  # dropped from the index with the nightly that requires it: the earlier lock's, if stored
+            files = [f for f in _kept_wheels(inputs, pkg.name)
+                     if all(_allows(pin, f.version) for pin in required)
+                     and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
         # One listed version, or uv's choice might differ (a public ==1.0 admits 1.0+local too).
         if len({f.version for f in files}) != 1 or not _allows(pkg.specifier, files[0].version):
             return {}
         chosen[str(pkg.name)] = files[best_wheel([f.filename for f in files], tags)]
     return chosen
+
+
+def _kept_wheels(inputs: ResolveInputs, name: NormalizedName) -> list[IndexFile]:
+    """The earlier lock's wheels of ``name`` the store still holds, as listed files (no hash:
+    ``store_unhashed_pins`` takes the earlier lock's for them), as for a kept nightly."""
+    from envlock.fetch import store_file
+
+    out = []
+    for artifact in inputs.hashed.values():
+        try:
+            wheel_name, version, *_ = parse_wheel_filename(artifact.filename)
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        if wheel_name == name and artifact.url and store_file(inputs.store, artifact).is_file():
+            out.append(IndexFile(filename=artifact.filename, url=artifact.url, version=version, sha256=None))
+    return out
 
 
 def _requires_dist(wheel: Path) -> list[Requirement]:
