@@ -117,6 +117,7 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     r = cli("sync", "demo", "--offline")
     assert r.code == 1 and "building" not in r.err
     assert "mini_kernel-0.1.0-cp311-cp311-linux_x86_64.whl: local artifact " in r.err, r.err
+    assert "(`envlock build demo` builds it for the current spec;" in r.err  # the env named, not ENV
     assert ws.lock_text("demo") == before
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home"))
     assert cli("-q", "build", "demo").code == 0  # the wheelhouse back, for what follows
@@ -154,13 +155,21 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
         assert ("  note: locks/pylock.demo.toml is stale for envs/demo.toml (sources.mini-kernel.path: "
                 "examples/mini-kernel changed since the lock): --frozen synced the lock as it is; `envlock lock demo` "
                 "locks the spec anew") in r.out.splitlines(), r.out
+    # A tree that cannot be hashed (a link out of it) is named as such, not as the lock being stale.
+    link = ws.root / "examples" / "mini-kernel" / "outside"
+    link.symlink_to("/etc/hostname")
+    r = cli("sync", "demo", "--frozen")
+    assert r.code == 0 and "is stale" not in r.out, r.out
+    assert "symlink outside -> /etc/hostname leads outside the source tree" in r.out, r.out
+    assert "(--frozen reads no source; `envlock lock demo` and a build refuse it until it is fixed)" in r.out
+    link.unlink()
     # A frozen sync that must rebuild (the wheelhouse gone) names the edit before a build is spent on it.
     stale = ws.lock_text("demo")
     locked_wheel = tomllib.loads(stale)["tool"]["envlock"]["builds"]["mini-kernel"]
     kept_wheel = (ws.root / "wheelhouse" / locked_wheel["wheel"]).read_bytes()
     shutil.rmtree(ws.root / "wheelhouse")
     r = cli("sync", "demo", "--frozen")
-    assert r.code == 1 and "building" not in r.err, r.err
+    assert r.code == 2 and "building" not in r.err, r.err  # input that is not the lock's, as a missing build
     assert r.err.splitlines() == [
         "envlock: error: locks/pylock.demo.toml: --frozen, but source 'mini-kernel' changed since the lock, so "
         "mini-kernel cannot be rebuilt to the recorded wheels; restore it, or sync without --frozen (`envlock sync "
@@ -384,9 +393,19 @@ def test_build_check_never_replaces_the_wheel_the_lock_names(  # type: ignore[no
     built = tomllib.loads(lock_file.read_text())["tool"]["envlock"]["builds"]["mini-kernel"]
     wheel = ws.root / "wheelhouse" / built["wheel"]
     recorded = wheel.read_bytes() + b"\0"  # stands for the bytes an earlier build gave
+    size = f"size = {wheel.stat().st_size}, "
     wheel.write_bytes(recorded)
-    lock_file.write_text(lock_file.read_text().replace(built["sha256"], sha256_of(wheel)))
+    lock_file.write_text(lock_file.read_text().replace(built["sha256"], sha256_of(wheel))
+                         .replace(size, f"size = {len(recorded)}, "))
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))  # no stored build of these inputs
     r = cli("build", "demo", "--check")
     assert r.code == 1 and "mini-kernel: NOT reproducible" in r.out, r.out + r.err
     assert wheel.read_bytes() == recorded
+    # A build then (the check's own build in this store): same inputs, the wheelhouse holds the lock's
+    # wheel, so nothing is built or replaced, and the lock is left as it is.
+    lock_before = lock_file.read_text()
+    r = cli("build", "demo")
+    assert r.code == 0 and "building" not in r.err, r.err
+    assert r.out.startswith("mini-kernel: unchanged (the wheelhouse holds the lock's wheel) "
+                            f"wheelhouse/{built['wheel']}"), r.out
+    assert wheel.read_bytes() == recorded and lock_file.read_text() == lock_before

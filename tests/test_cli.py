@@ -748,6 +748,11 @@ def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, unive
     assert frozen.code == 0, frozen.err
     assert ("edited by hand since), so it was not compared; the lock keeps it (`envlock sync e --lock "
             f"{ws.root}/locks/pylock.e.toml` records this venv's; `envlock lock e` locks the spec anew)") in frozen.out
+    # Back on the generation of before the edit, verify's next step keeps the edit (a plain
+    # `sync e` would lock the spec anew over it).
+    assert cli("-q", "rollback", "e", "--to", "1").code == 0
+    v = cli("verify", "e")
+    assert v.code == 1 and "`envlock sync e --lock locks/pylock.e.toml` makes the env this lock's" in v.out, v.out
     synced = cli("sync", "e", "--lock", "locks/pylock.e.toml")  # the edited lock as it is
     assert synced.code == 0, synced.err
     assert "edited by hand since), so it was not compared; this venv's digest is recorded in its place" in synced.out

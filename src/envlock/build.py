@@ -125,6 +125,7 @@ class BuiltWheel:
     log: Path
     rebuilt: bool  # False: the stored wheel for these inputs was reused
     build_requirements: tuple[str, ...] = ()
+    from_wheelhouse: bool = False  # the wheelhouse held the lock's wheel of these inputs: nothing built or copied
 
     def locked(self) -> LockedBuild:
         return LockedBuild(
@@ -586,6 +587,19 @@ def _make_build_venv(plan_: BuildPlan, scratch: Path, log: Path, store: Store) -
                 f"cannot install build requirements into the build venv (exit {r.returncode})",
             )
     return python
+
+
+def recorded_wheel(request: BuildRequest, plan_: BuildPlan, store: Store, wheelhouse: Path,
+                   recorded: LockedBuild) -> BuiltWheel | None:
+    """The wheelhouse's wheel when it is the one the lock records for these very inputs (so a
+    fresh store does not rebuild what the workspace holds: same inputs, no rebuild), else None."""
+    target = wheelhouse / recorded.wheel
+    if recorded.input_digest != plan_.input_digest or file_sha256(str(target)) != recorded.sha256:
+        return None
+    return BuiltWheel(name=request.spec.name, filename=recorded.wheel, sha256=recorded.sha256,
+                      input_digest=plan_.input_digest, wheel=target, store_path=target,
+                      log=store.path("builds", plan_.key) / "build.log", rebuilt=False,
+                      build_requirements=recorded.requirements, from_wheelhouse=True)
 
 
 def place(wheel: BuiltWheel, wheelhouse: Path) -> BuiltWheel:

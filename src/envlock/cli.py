@@ -237,7 +237,10 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
     else:
         lock_path = ws.lock_path(args.env)
         lock = read_lock(lock_path) if lock_path.exists() else None
-    result = verify_env(_env_store(args, ws), args.env, lock, args.lock)
+    # A lock whose packages were edited by hand: a plain `sync ENV` would lock the spec anew over
+    # the edit, so the next step names the file.
+    ref = args.lock or (ws.relative(ws.lock_path(args.env)) if lock is not None and lock.venv_digest_stale else None)
+    result = verify_env(_env_store(args, ws), args.env, lock, ref)
     if lock is None:  # intact or not, whether it is the lock's cannot be said
         from dataclasses import replace
 
@@ -351,7 +354,8 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
     def text() -> str:
         lines = []
         for b in report.builds:
-            how = "built" if b.rebuilt else "unchanged (from the store)"
+            how = ("built" if b.rebuilt else "unchanged (the wheelhouse holds the lock's wheel)" if b.from_wheelhouse
+                   else "unchanged (from the store)")
             lines.append(f"{b.name}: {how} {ws.relative(b.wheel)} sha256 {b.sha256[:16]} inputs {b.input_digest[:23]}")
         for c in report.checks:
             if c.reproducible:

@@ -191,6 +191,7 @@ def fetch(
     progress: Progress | None = None,
     locate: Locate | None = None,
     local_sources: Mapping[str, Sequence[Path]] | None = None,
+    env: str = "ENV",
 ) -> FetchResult:
     """Bring every artifact into the store (verified) and return where each is.
 
@@ -246,7 +247,7 @@ def fetch(
         calls = [
             lambda stop, a=a: _fetch_one(a, store, base_dir=base_dir, retries=retries, backoff=backoff,
                                          progress=progress, stop=stop, url=elsewhere.get(a.sha256),
-                                         sources=(local_sources or {}).get(a.sha256, ()))
+                                         sources=(local_sources or {}).get(a.sha256, ()), env=env)
             for a in missing
         ]
         for got in parallel(calls, jobs):
@@ -393,6 +394,7 @@ def _fetch_one(
     stop: Stop,
     url: str | None = None,
     sources: Sequence[Path] = (),
+    env: str = "ENV",
 ) -> Fetched:
     """Fetch one artifact not in the store, resuming a partial download left by an earlier run.
 
@@ -415,7 +417,7 @@ def _fetch_one(
                                 progress=progress, stop=stop)
             else:
                 got = _copy_first(artifact, sources or [_local_source(artifact, base_dir)], fh,
-                                  progress=progress, stop=stop)
+                                  progress=progress, stop=stop, env=env)
         except FetchError:
             # A failed hash check empties the partial: drop it. A network failure keeps
             # its bytes so the next run resumes from there.
@@ -787,20 +789,20 @@ def _local_source(artifact: Artifact, base_dir: Path) -> Path:
 
 
 def _copy_first(artifact: Artifact, sources: Sequence[Path], fh: IO[bytes], *, progress: Progress,
-                stop: Stop) -> _Got:
+                stop: Stop, env: str = "ENV") -> _Got:
     """``_copy_local`` from the first of ``sources`` that holds the locked bytes; else the error
     of the first that exists (its bytes are another build's), or of the first."""
     errors: list[tuple[bool, FetchError]] = []
     for source in sources:
         try:
-            return _copy_local(artifact, source, fh, progress=progress, stop=stop)
+            return _copy_local(artifact, source, fh, progress=progress, stop=stop, env=env)
         except FetchError as exc:
             errors.append((source.exists(), exc))
     raise next((exc for exists, exc in errors if exists), errors[0][1])
 
 
 def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Progress,
-                stop: Stop) -> _Got:
+                stop: Stop, env: str = "ENV") -> _Got:
     """Copy a local wheel (a built one in the wheelhouse) into the partial file, hashing as it goes."""
     _restart(fh)
     hasher = hashlib.sha256()
@@ -809,8 +811,8 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
     except OSError as exc:
         raise FetchError(
             f"{artifact.filename}: local artifact {os.path.normpath(source)} cannot be read ({exc.strerror}); "
-            "expected the wheel recorded in the lock (`envlock build ENV` builds it for the current spec; "
-            "for a lock from another revision, check that revision out and `envlock sync ENV --frozen`)"
+            f"expected the wheel recorded in the lock (`envlock build {env}` builds it for the current spec; "
+            f"for a lock from another revision, check that revision out and `envlock sync {env} --frozen`)"
         ) from None
     size = 0
     progress.begin(artifact.filename, artifact.size)
@@ -829,7 +831,7 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
         _restart(fh)
         # The wheelhouse keeps one file per wheel name: the newest build, not every lock's.
         hint = ("; the wheelhouse holds another build of it (a lock from another revision?): check that "
-                "revision's envs/, locks/ and patches/ out and `envlock sync ENV --frozen` rebuilds it"
+                f"revision's envs/, locks/ and patches/ out and `envlock sync {env} --frozen` rebuilds it"
                 if actual != artifact.sha256 else "")
         raise FetchError(_mismatch(artifact, f"for local file {os.path.normpath(source)}", actual, size) + hint)
     return _Got("local")

@@ -328,19 +328,22 @@ def _spec_reasons(spec: EnvSpec, lock: Lock) -> list[str]:
     return reasons or ["spec changed"]
 
 
-def _frozen_reasons(ws: Workspace, spec: EnvSpec, lock: Lock) -> list[str]:
+def _frozen_reasons(ws: Workspace, spec: EnvSpec, lock: Lock) -> tuple[list[str], list[str]]:
     """What makes ``lock`` stale for the spec, as a frozen sync says it: the spec's keys, and
-    patches and path sources edited since (not missing ones: a frozen sync needs no source)."""
+    patches and path sources edited since (not missing ones: a frozen sync needs no source);
+    and the path sources that cannot be hashed at all (a link out of the tree), which a note
+    names rather than failing a sync that reads no source."""
     reasons = _spec_reasons(spec, lock) if lock.spec_digest != spec.digest() else []
+    unhashable = []
     for name, source in sorted(lock.sources.items()):
         if source.kind == "path" and source.tree_digest is not None and (ws.root / source.location).is_dir():
             try:
                 reasons += _tree_drift(ws, name, source.location, source.tree_digest)
-            except SourceTreeError as exc:  # a note is no reason to fail a sync that reads no source
-                reasons.append(f"sources.{name}.path: {exc.message}")
+            except SourceTreeError as exc:
+                unhashable.append(exc.message)
         reasons += [r for patch in source.patches if (ws.root / patch.path).is_file()
                     for r in _patch_drift(ws, name, patch.path, patch.sha256)]
-    return reasons
+    return reasons, unhashable
 
 
 def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> LockCheck:
@@ -631,10 +634,15 @@ def sync(
             built_downloaded, built_fetched = built_downloaded + builds.downloaded, built_fetched + builds.fetched
         if not frozen:
             inputs = _checked_inputs(ws, spec, hashlib.sha256(spec_bytes).hexdigest(), lock, lock_path)
-        elif reasons := _frozen_reasons(ws, spec, found):  # synced as it is, as asked; but the spec and
-            # the patches ask for something else now
-            stale = (f"{ws.relative(lock_path)} is stale for {ws.relative(spec_path)} (" + "; ".join(reasons)
-                     + f"): --frozen synced the lock as it is; `envlock lock {env}` locks the spec anew")
+        elif any(frozen_said := _frozen_reasons(ws, spec, found)):  # synced as it is, as asked; but the
+            # spec and the patches ask for something else now, or a source tree cannot be read
+            reasons, unhashable = frozen_said
+            stale = "; ".join(
+                ([f"{ws.relative(lock_path)} is stale for {ws.relative(spec_path)} (" + "; ".join(reasons)
+                  + f"): --frozen synced the lock as it is; `envlock lock {env}` locks the spec anew"]
+                 if reasons else [])
+                + [f"{problem} (--frozen reads no source; `envlock lock {env}` and a build refuse it until it is "
+                   "fixed)" for problem in unhashable])
         elif not any(source.kind == "path" for source in found.sources.values()):  # a tree: checked each time
             spec_input = {str(spec_path): hashlib.sha256(spec_bytes).hexdigest(),
                           **{str(ws.root / patch.path): patch.sha256 for source in found.sources.values()
@@ -960,20 +968,23 @@ def build_env(
             # Inputs edited since the lock (a patch, a path source) cannot give the recorded
             # wheel: said before a build is spent on it.
             why = input_drift(ws, env, spec, lock_path, lock, b.name, b.source)
-            raise BuildError(f"{ws.relative(lock_path)}: --frozen, but the inputs of {b.name} changed since the lock "
+            raise LockError(f"{ws.relative(lock_path)}: --frozen, but the inputs of {b.name} changed since the lock "
                              f"(input digest {recorded.input_digest[:19]}, now {plan.input_digest[:19]}), so the "
                              f"recorded wheel cannot be rebuilt; restore them, or sync without --frozen (`envlock "
                              f"sync {env}` relocks and rebuilds)", details=why)
-        if on_build is not None and not build.is_built(plan, store):  # a wheel the store has is a copy, not work
+        overridden_tree = states[b.source].prepared.override is not None
+        held = (build.recorded_wheel(request, plan, store, ws.wheelhouse, recorded)
+                if recorded is not None and not (check or frozen or overridden_tree) else None)
+        if on_build is not None and held is None and not build.is_built(plan, store):  # a stored wheel: a copy
             on_build(b.name, plan.input_digest)
         # Into the wheelhouse only what the lock names (or will, when this build is recorded): an
         # overridden tree's build goes beside it, a check's or a frozen rebuild's stays in the store
         # until it proves to be the recorded wheel. A sync installs only what the lock names.
-        if states[b.source].prepared.override is not None:
+        if overridden_tree:
             house: Path | None = ws.wheelhouse / OVERRIDE_WHEELHOUSE
         else:
             house = None if frozen or check else ws.wheelhouse
-        wheel = build.build_wheel(request, store, house, plan_=plan)
+        wheel = held or build.build_wheel(request, store, house, plan_=plan)
         if house is None and recorded is not None and wheel.sha256 == recorded.sha256:
             wheel = build.place(wheel, ws.wheelhouse)
         built.append(wheel)
@@ -1262,7 +1273,7 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
     drift = {src: why for src in sources if (why := input_drift(ws, env, spec, lock_path, lock, "", src))}
     if drift:
         builds = ", ".join(sorted(n for n in missing if spec.builds[n].source in drift))
-        raise BuildError(f"{ws.relative(lock_path)}: --frozen, but source {', '.join(repr(s) for s in drift)} changed "
+        raise LockError(f"{ws.relative(lock_path)}: --frozen, but source {', '.join(repr(s) for s in drift)} changed "
                          f"since the lock, so {builds} cannot be rebuilt to the recorded wheels; restore it, or sync "
                          f"without --frozen (`envlock sync {env}` relocks and rebuilds)",
                          details=[r for why in drift.values() for r in why])

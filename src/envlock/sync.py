@@ -128,7 +128,7 @@ def sync_lock(
             base_dir = lock_path.parent if lock_path is not None else Path.cwd()
         got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir,
                           offline=offline, progress=progress, local_sources=local_wheels,
-                          locate=fetch.mirror_locator(lock.packages, mirrors) if mirrors else None)
+                          locate=fetch.mirror_locator(lock.packages, mirrors) if mirrors else None, env=env)
         # Generations pointing at the venv entry while it is missing (its folder removed to
         # rebuild it): if this sync builds it and it fails, they had no venv before either.
         entry = install.venv_path(store, key)
