@@ -170,11 +170,12 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     shutil.rmtree(ws.root / "wheelhouse")
     r = cli("sync", "demo", "--frozen")
     assert r.code == 2 and "building" not in r.err, r.err  # input that is not the lock's, as a missing build
-    assert r.err.splitlines() == [
-        "envlock: error: locks/pylock.demo.toml: --frozen, but source 'mini-kernel' changed since the lock, so "
-        "mini-kernel cannot be rebuilt to the recorded wheels; restore it, or sync without --frozen (`envlock sync "
-        "demo` relocks and rebuilds)",
-        "  sources.mini-kernel.path: examples/mini-kernel changed since the lock"]
+    recorded_inputs = locked_wheel["input-digest"]
+    assert re.fullmatch(
+        r"envlock: error: locks/pylock\.demo\.toml: --frozen, but the inputs of mini-kernel changed since the lock "
+        rf"\(input digest {re.escape(recorded_inputs[:19])}, now sha256:[0-9a-f]{{12}}\), so the recorded wheel cannot "
+        r"be rebuilt; restore them, or sync without --frozen \(`envlock sync demo` relocks and rebuilds\)\n"
+        r"  sources\.mini-kernel\.path: examples/mini-kernel changed since the lock\n", r.err), r.err
     assert not (ws.root / "wheelhouse").exists()  # nothing put where the lock's wheel belongs
     # `build --check` is a diagnosis: it says the lock records other inputs, and writes nothing,
     # neither the lock nor the wheelhouse (where the lock's wheel is, under the same file name).
@@ -409,3 +410,18 @@ def test_build_check_never_replaces_the_wheel_the_lock_names(  # type: ignore[no
     assert r.out.startswith("mini-kernel: unchanged (the wheelhouse holds the lock's wheel) "
                             f"wheelhouse/{built['wheel']}"), r.out
     assert wheel.read_bytes() == recorded and lock_file.read_text() == lock_before
+
+
+@pytest.mark.slow
+def test_a_frozen_sync_rebuilds_after_an_edit_that_leaves_the_build_inputs_alone(  # type: ignore[no-untyped-def]
+        ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A reworded patch header changes the file (the lock calls itself stale), not the patched tree.
+    _demo(ws.root, backend_index.url("pypi"))
+    assert cli("-q", "sync", "demo").code == 0
+    patch_file = ws.root / "patches" / "mini-kernel" / "0001-add-dot.patch"
+    patch_file.write_text(patch_file.read_text().replace("Why:", "Why: (reworded)", 1))
+    shutil.rmtree(ws.root / "wheelhouse")
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))
+    r = cli("sync", "demo", "--frozen")
+    assert r.code == 0, r.err
+    assert "sources.mini-kernel.patches: patches/mini-kernel/0001-add-dot.patch changed since the lock" in r.out

@@ -896,3 +896,15 @@ def test_a_current_link_naming_a_generation_that_is_not_there_says_so(
     assert str(info.value) == (f"env 'demo': its current link names generation 2, whose record {record} cannot be "
                                "read (generations: 1); `envlock rollback demo --to 1` makes another one current, "
                                "or run `envlock sync demo`")
+
+
+def test_only_a_store_generations_lock_copy_is_taken_for_one(locks: tuple[IndexServer, Lock, Lock],
+                                                             tmp_path: Path) -> None:
+    _, v1, _ = locks
+    store, _, _ = _synced_home(tmp_path, v1)
+    copy = generations.env_dir(store, "demo") / "1" / "pylock.toml"
+    assert copy.is_file() and generations.is_lock_copy(copy)
+    lookalike = tmp_path / "ws" / "archive" / "v1" / "envs" / "demo" / "3" / "pylock.toml"
+    lookalike.parent.mkdir(parents=True)
+    lookalike.write_bytes(copy.read_bytes())
+    assert not generations.is_lock_copy(lookalike)  # no store layout file above it

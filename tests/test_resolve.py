@@ -820,6 +820,29 @@ def test_a_kept_nightly_keeps_the_stored_wheel_it_requires_when_the_index_droppe
         assert locked == {"companion": "3.6.0+gitaaa", "plain": "1.0", "top": "2.12.0.dev20260307+cu130"}
 
 
+def test_a_kept_nightly_never_takes_a_required_wheel_the_earlier_lock_had_from_another_index(  # type: ignore[no-untyped-def]
+        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The torchtriton shape: the earlier lock took `companion` from the default index (not pinned
+    # then); pinned to the hash-less index now, that wheel must not stand in for one of that index.
+    w = tmp_path / "w"
+    old_top = build_wheel(w, "top", "2.12.0.dev20260307+cu130", requires=["companion==3.6.0+gitaaa"])
+    on_pypi = [build_wheel(w, "plain", "1.0"), build_wheel(w, "companion", "3.6.0+gitaaa")]
+    with _two_indexes(tmp_path, monkeypatch, on_pypi, [old_top]) as server:
+        top = 'top = { nightly = "2026-03-07", local = "cu130", index = "hashless" }\n'
+        ws.write_spec("e", _two_index_spec(server, top))
+        lock_env(Workspace(ws.root), "e")
+        first = read_lock(ws.root / "locks" / "pylock.e.toml").package("companion")
+        assert first is not None and first.index == server.url("pypi")
+        sync(Workspace(ws.root), "e")  # the store holds that wheel now
+        (server.root / "hashless" / old_top.name).unlink()
+        del server.indexes["hashless"].files[old_top.name]
+        server.add("hashless", build_wheel(w, "top", "2.12.0.dev20260320+cu130", requires=["companion==3.7.0+gitbbb"]),
+                   build_wheel(w, "companion", "3.7.0+gitbbb"))
+        ws.write_spec("e", _two_index_spec(server, top + 'companion = { index = "hashless" }\n'))
+        with pytest.raises(ResolveError, match="uv found no resolution"):
+            lock_env(Workspace(ws.root), "e")
+
+
 def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("g", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-06") + TRITON))
     result = sync(Workspace(ws.root), "g")  # no lock yet: the sync locks first, hashing the nightly

@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion
 
 from envlock import runner, sources
 from envlock.errors import BuildError, SourceError
@@ -122,7 +123,7 @@ class BuiltWheel:
     input_digest: str
     wheel: Path  # the copy in the workspace wheelhouse
     store_path: Path  # the stored original
-    log: Path
+    log: Path | None  # None: taken from the wheelhouse, built by an earlier store
     rebuilt: bool  # False: the stored wheel for these inputs was reused
     build_requirements: tuple[str, ...] = ()
     from_wheelhouse: bool = False  # the wheelhouse held the lock's wheel of these inputs: nothing built or copied
@@ -143,7 +144,8 @@ class BuiltWheel:
             "sha256": self.sha256,
             "input-digest": self.input_digest,
             "rebuilt": self.rebuilt,
-            "log": str(self.log),
+            "log": str(self.log) if self.log is not None else None,
+            "from-wheelhouse": self.from_wheelhouse,
             "build-requirements": list(self.build_requirements),
         }
 
@@ -593,13 +595,20 @@ def recorded_wheel(request: BuildRequest, plan_: BuildPlan, store: Store, wheelh
                    recorded: LockedBuild) -> BuiltWheel | None:
     """The wheelhouse's wheel when it is the one the lock records for these very inputs (so a
     fresh store does not rebuild what the workspace holds: same inputs, no rebuild), else None."""
+    if (recorded.input_digest != plan_.input_digest or tuple(recorded.requirements) != plan_.build_requirements
+            or "/" in recorded.wheel or os.sep in recorded.wheel or not recorded.wheel.endswith(".whl")):
+        return None  # the lock says other things than these inputs, or names no plain wheel file
+    try:
+        if parse_wheel_filename(recorded.wheel)[0] != canonicalize_name(request.spec.name):
+            return None
+    except (InvalidWheelFilename, InvalidVersion):
+        return None
     target = wheelhouse / recorded.wheel
-    if recorded.input_digest != plan_.input_digest or file_sha256(str(target)) != recorded.sha256:
+    if file_sha256(str(target)) != recorded.sha256:
         return None
     return BuiltWheel(name=request.spec.name, filename=recorded.wheel, sha256=recorded.sha256,
-                      input_digest=plan_.input_digest, wheel=target, store_path=target,
-                      log=store.path("builds", plan_.key) / "build.log", rebuilt=False,
-                      build_requirements=recorded.requirements, from_wheelhouse=True)
+                      input_digest=plan_.input_digest, wheel=target, store_path=target, log=None, rebuilt=False,
+                      build_requirements=plan_.build_requirements, from_wheelhouse=True)
 
 
 def place(wheel: BuiltWheel, wheelhouse: Path) -> BuiltWheel:

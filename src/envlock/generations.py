@@ -30,7 +30,7 @@ from typing import Any
 
 from envlock import quick
 from envlock.errors import UsageError, VerifyError
-from envlock.store import Store, exclusive_lock, write_atomic
+from envlock.store import LAYOUT_VERSION, Store, exclusive_lock, write_atomic
 
 CURRENT = "current"
 _RECORD = "generation.json"
@@ -248,7 +248,9 @@ def digests_seen(store: Store, install_digest: str, python: str | None) -> list[
 def is_lock_copy(path: Path) -> bool:
     """Whether ``path`` is a generation's copy of its lock (``.../envs/ENV/N/pylock.toml`` in a
     store, this one or another ``ENVLOCK_HOME``'s): a store entry, never written."""
-    return path.name == _LOCK_COPY and path.parent.name.isdigit() and path.parent.parent.parent.name == "envs"
+    parents = path.parents
+    return (path.name == _LOCK_COPY and len(parents) > 4 and parents[0].name.isdigit() and parents[2].name == "envs"
+            and parents[3].name == f"v{LAYOUT_VERSION}" and (parents[4] / "layout").is_file())
 
 
 def installs_with_digest(store: Store, venv_digest: str) -> set[str]:

@@ -219,6 +219,7 @@ def lock_env(
         resolution = resolve.resolve(spec, resolve.ResolveInputs(
             index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
             build_env=build_vars, store=store, hashed=hashed, progress=progress, kept_nightlies=kept,
+            earlier_wheels={str(p.name): (p.wheels[0], p.index) for p in old.packages if p.wheels} if old else {},
         ))
     except (ResolveError, FetchError, PackageIndexError) as exc:
         # An index that cannot be read may be the one a misspelt mirror variable was meant for.
@@ -1266,17 +1267,6 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
         report = build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec, on_build=on_build,
                            progress=progress, locate=locate, mirrors=mirrors)
         return report.new_lock, report
-    # Before any work (a non-isolated build first fetches the env's wheels, GBs for torch): a
-    # source edited since the lock (a patch, a path source) cannot rebuild to the recorded wheels.
-    # build_env checks each build's input digest again, for what this cannot see.
-    sources = sorted({spec.builds[name].source for name in missing})
-    drift = {src: why for src in sources if (why := input_drift(ws, env, spec, lock_path, lock, "", src))}
-    if drift:
-        builds = ", ".join(sorted(n for n in missing if spec.builds[n].source in drift))
-        raise LockError(f"{ws.relative(lock_path)}: --frozen, but source {', '.join(repr(s) for s in drift)} changed "
-                         f"since the lock, so {builds} cannot be rebuilt to the recorded wheels; restore it, or sync "
-                         f"without --frozen (`envlock sync {env}` relocks and rebuilds)",
-                         details=[r for why in drift.values() for r in why])
     report = build_env(ws, env, tuple(missing), frozen=True, sources_from=sources_from, spec=spec,
                        on_build=on_build, progress=progress, locate=locate, mirrors=mirrors)
     for w in report.builds:

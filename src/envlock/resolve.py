@@ -73,6 +73,9 @@ class ResolveInputs:
     # Kept when the index no longer lists that date (PyTorch's keeps ~60 nightlies) and
     # the store still holds the wheel, so a spec edit can be locked without a mirror.
     kept_nightlies: Mapping[str, tuple[NightlyPin, Artifact, str | None]] = field(default_factory=dict)
+    # The earlier lock's wheel of each package and the index URL it was locked from (as the lock
+    # records it: no credentials), for a wheel the index dropped with the nightly that requires it.
+    earlier_wheels: Mapping[str, tuple[Artifact, str | None]] = field(default_factory=dict)
 
 
 def index_urls(spec: EnvSpec, mirrors: Mapping[str, str]) -> dict[str, str]:
@@ -376,8 +379,9 @@ def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, s
     version for the target (torch's ``pytorch-triton==3.6.0+git…``), else {} (uv is asked).
 
     Read from the pinned wheels' own metadata, so the choice depends on the spec and the
-    index contents only, never on an earlier lock or on what the store held before; every
-    resolution has that version, so handing it to uv changes no other package's.
+    index contents; every resolution has that version, so handing it to uv changes no other
+    package's. Only a wheel the index no longer lists comes from the earlier lock and the
+    store (``_kept_wheels``), as a kept nightly does.
     """
     markers = _target_markers(spec.python, spec.platform)
     if markers is None:
@@ -407,7 +411,7 @@ def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, s
                  if f.filename.endswith(".whl") and all(_allows(pin, f.version) for pin in required)
                  and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
         if not files:  # dropped from the index with the nightly that requires it: the earlier lock's, if stored
-            files = [f for f in _kept_wheels(inputs, pkg.name)
+            files = [f for f in _kept_wheels(inputs, pkg.name, inputs.index_urls[pkg.index or ""])
                      if all(_allows(pin, f.version) for pin in required)
                      and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
         # One listed version, or uv's choice might differ (a public ==1.0 admits 1.0+local too).
@@ -417,20 +421,26 @@ def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, s
     return chosen
 
 
-def _kept_wheels(inputs: ResolveInputs, name: NormalizedName) -> list[IndexFile]:
-    """The earlier lock's wheels of ``name`` the store still holds, as listed files (no hash:
-    ``store_unhashed_pins`` takes the earlier lock's for them), as for a kept nightly."""
+def _kept_wheels(inputs: ResolveInputs, name: NormalizedName, index_url: str) -> list[IndexFile]:
+    """The earlier lock's wheel of ``name``, as a listed file, when it was locked from ``index_url``
+    (the index the spec pins it to now: never another's, the torchtriton lesson) and the store
+    still holds it; no hash, ``store_unhashed_pins`` takes the earlier lock's. As for a kept nightly."""
     from envlock.fetch import store_file
 
-    out = []
-    for artifact in inputs.hashed.values():
-        try:
-            wheel_name, version, *_ = parse_wheel_filename(artifact.filename)
-        except (InvalidWheelFilename, InvalidVersion):
-            continue
-        if wheel_name == name and artifact.url and store_file(inputs.store, artifact).is_file():
-            out.append(IndexFile(filename=artifact.filename, url=artifact.url, version=version, sha256=None))
-    return out
+    artifact, locked_from = inputs.earlier_wheels.get(str(name), (None, None))
+    if artifact is None or artifact.url is None or locked_from is None:
+        return []
+    if locked_from.rstrip("/") != http.redact(index_url).rstrip("/"):
+        return []  # locked from another index then
+    if not store_file(inputs.store, artifact).is_file():
+        return []
+    try:
+        wheel_name, version, *_ = parse_wheel_filename(artifact.filename)
+    except (InvalidWheelFilename, InvalidVersion):
+        return []
+    if wheel_name != name:
+        return []
+    return [IndexFile(filename=artifact.filename, url=artifact.url, version=version, sha256=None)]
 
 
 def _requires_dist(wheel: Path) -> list[Requirement]:

@@ -454,7 +454,7 @@ def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str |
                                          "against the lock it was built from"))
     if lock is not None and lock.venv_digest_stale:
         unwritten = lock_ref is not None and (("@" in lock_ref and not lock_ref.endswith(".toml"))
-                                              or generations.is_lock_copy(Path(lock_ref).absolute()))
+                                              or generations.is_lock_copy(Path(lock_ref).resolve()))
         how = ("this lock is not written (read from git, or a generation's copy in the store), so it keeps it"
                if unwritten else f"`{sync}` records this venv's in its place")
         return replace(result, note="compared with this generation's own digest: the lock's was taken for other "
