@@ -410,6 +410,12 @@ def test_build_check_never_replaces_the_wheel_the_lock_names(  # type: ignore[no
     assert r.out.startswith("mini-kernel: unchanged (the wheelhouse holds the lock's wheel) "
                             f"wheelhouse/{built['wheel']}"), r.out
     assert wheel.read_bytes() == recorded and lock_file.read_text() == lock_before
+    # Not when the lock records other build requirements than these inputs have (a merge gone wrong):
+    # the input digest alone does not vouch for the wheelhouse's wheel then.
+    requirement = built["build-requirements"][0]
+    lock_file.write_text(lock_before.replace(requirement, requirement.replace("--hash=sha256:", "--hash=sha256:0", 1)))
+    r = cli("build", "demo")
+    assert r.code == 0 and "the wheelhouse holds the lock's wheel" not in r.out, r.out
 
 
 @pytest.mark.slow

@@ -843,6 +843,18 @@ def test_a_kept_nightly_never_takes_a_required_wheel_the_earlier_lock_had_from_a
             lock_env(Workspace(ws.root), "e")
 
 
+def test_a_kept_wheel_must_be_on_its_index_server() -> None:
+    # PyPI's files live on files.pythonhosted.org, PyTorch's on download.pytorch.org: a lock whose
+    # index field was edited to name the PyTorch index keeps a URL on the other server.
+    from envlock.resolve import _same_server
+
+    index = "https://user:tok@download.pytorch.org/whl/nightly/cu130"
+    assert _same_server("https://download.pytorch.org/whl/nightly/cu130/pytorch_triton-3.6.0-x.whl", index)
+    assert not _same_server("https://files.pythonhosted.org/packages/aa/pytorch_triton-3.6.0-x.whl", index)
+    assert not _same_server("http://download.pytorch.org/whl/pytorch_triton-3.6.0-x.whl", index)
+    assert not _same_server("https://download.pytorch.org:8443/whl/x.whl", index)
+
+
 def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("g", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-06") + TRITON))
     result = sync(Workspace(ws.root), "g")  # no lock yet: the sync locks first, hashing the nightly
