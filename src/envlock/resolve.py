@@ -465,7 +465,7 @@ def _requires_dist(wheel: Path) -> list[Requirement]:
             if len(names) != 1:
                 return []
             message = BytesParser().parsebytes(zf.read(names[0]), headersonly=True)
-    except (OSError, zipfile.BadZipFile):
+    except Exception:  # a wheel that cannot be read (bad zip, corrupt or unknown compression): uv decides
         return []
     out = []
     for line in message.get_all("Requires-Dist") or []:
