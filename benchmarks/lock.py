@@ -101,6 +101,9 @@ exclude = ["sgl-fa4"]
 same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"]]
 """)
     env = runner.uv_env({"UV_CACHE_DIR": str(tmp / "uv-cache"), "ENVLOCK_HOME": str(tmp / "home")})
+    # Measure an ordinary install, as benchmarks/sync.py does: envlock's byte-code cached after the
+    # warm-up run (with PYTHONDONTWRITEBYTECODE set, every run compiled its modules again).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     # The console script, as users run it (python -m adds runpy's imports), as in sync.py.
     script = Path(sys.executable).parent / "envlock"
     envlock_cmd = [*([str(script)] if script.exists() else [sys.executable, "-m", "envlock.cli"]), "lock", "bench"]
