@@ -278,7 +278,7 @@ class _BadKeyError(Exception):
         return f"{where}: {self.found}; expected {self.expected}"
 
 
-def _key(path: str, name: str) -> str:
+def toml_key(path: str, name: str) -> str:
     """``path.name``, the name quoted as TOML does when it is not a bare key (``spec-keys."packages.torch"``)."""
     bare = name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _s(name)
     return f"{path}.{bare}" if path else bare
@@ -299,7 +299,7 @@ def _array(value: object, key: str) -> list[Any]:
 def _str(table: Mapping[str, Any], name: str, path: str) -> str:
     value = table.get(name)
     if not isinstance(value, str):
-        raise _BadKeyError(_key(path, name), "missing" if value is None else f"found {_found(value)}", "a string")
+        raise _BadKeyError(toml_key(path, name), "missing" if value is None else f"found {_found(value)}", "a string")
     return value
 
 
@@ -332,15 +332,15 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
             raise _BadKeyError(f"packages[{i}].name", f"found {locked.name!r} again (also packages[{j}])",
                                "one entry per package")
     where = "tool.envlock.sources"
-    sources = {name: _source(_table(s, _key(where, name)), _key(where, name))
+    sources = {name: _source(_table(s, toml_key(where, name)), toml_key(where, name))
                for name, s in _table(tool.get("sources", {}), where).items()}
     nightlies = {}
     for name, value in _table(tool.get("nightlies", {}), "tool.envlock.nightlies").items():
-        key = _key("tool.envlock.nightlies", name)
+        key = toml_key("tool.envlock.nightlies", name)
         pin = _table(value, key)
         nightlies[name] = NightlyPin(date=_str(pin, "date", key), version=_str(pin, "version", key))
     where = "tool.envlock.builds"
-    builds = {name: _build(_table(v, _key(where, name)), _key(where, name))
+    builds = {name: _build(_table(v, toml_key(where, name)), toml_key(where, name))
               for name, v in _table(tool.get("builds", {}), where).items()}
     where = "tool.envlock.spec-keys"
     spec_keys = _table(tool.get("spec-keys", {}), where)

@@ -18,14 +18,13 @@ import shutil
 import sys
 import tempfile
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urldefrag, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
 from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -35,7 +34,7 @@ from envlock.errors import FetchError, ResolveError, raise_all
 from envlock.indexes import IndexFile, Listings
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.nightly import local_tag, missing_date, nightlies_by_date
-from envlock.spec import EnvSpec, PackageSpec
+from envlock.spec import EnvSpec, PackageSpec, allows
 
 if TYPE_CHECKING:
     from envlock.fetch import Progress, Stop
@@ -186,10 +185,7 @@ def pinned_override_wheels(
     for name, version in sorted(exact.items()):
         index = spec.index_of(canonicalize_name(name))
         wanted = Version(version)  # once, not per listed file (a torch page lists thousands)
-        files = [f for f in listings.files(urls[index], name) if f.filename.endswith(".whl") and f.version == wanted]
-        if tags is not None:
-            supported = set(tags)
-            files = [f for f in files if parse_wheel_filename(f.filename)[3] & supported]
+        files = [f for f in for_target(listings.files(urls[index], name), tags) if f.version == wanted]
         if not files and name in kept and Version(kept[name][0].version) == wanted:
             # A nightly the index dropped, its wheel in the store: the store copy is what uv
             # reads (no hash here: store_unhashed_pins takes the earlier lock's for it).
@@ -202,7 +198,7 @@ def pinned_override_wheels(
                 f"lists no wheel of {name} {version} "
                 f"for python {spec.python}{' on ' + spec.platform if spec.platform else ''}"
             )
-        out[name] = files[best_wheel([f.filename for f in files], tags)]
+        out[name] = best_file(files, tags)
     return out
 
 
@@ -401,23 +397,23 @@ def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, s
             if pins:
                 exact.setdefault(canonicalize_name(req.name), set()).update(pins)
     tags = target_tags(spec.python, spec.platform)
-    supported = set(tags) if tags is not None else None
     chosen = {}
     for pkg in unhashed:
         required = exact.get(pkg.name)
         if not required:
             return {}  # not required at an exact version: uv picks it
-        files = [f for f in listings.files(inputs.index_urls[pkg.index or ""], pkg.name)
-                 if f.filename.endswith(".whl") and all(_allows(pin, f.version) for pin in required)
-                 and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
-        if not files:  # dropped from the index with the nightly that requires it: the earlier lock's, if stored
-            files = [f for f in _kept_wheels(inputs, pkg.name, inputs.index_urls[pkg.index or ""])
-                     if all(_allows(pin, f.version) for pin in required)
-                     and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
+        index_url = inputs.index_urls[pkg.index or ""]
+        # Listed, else (dropped from the index with the nightly that requires it) the earlier lock's, if stored.
+        files: list[IndexFile] = []
+        for candidates in (listings.files(index_url, pkg.name), _kept_wheels(inputs, pkg.name, index_url)):
+            files = [f for f in for_target(candidates, tags) if all(allows(pin, f.version, invalid=False)
+                                                                    for pin in required)]
+            if files:
+                break
         # One listed version, or uv's choice might differ (a public ==1.0 admits 1.0+local too).
-        if len({f.version for f in files}) != 1 or not _allows(pkg.specifier, files[0].version):
+        if len({f.version for f in files}) != 1 or not allows(pkg.specifier, files[0].version, invalid=False):
             return {}
-        chosen[str(pkg.name)] = files[best_wheel([f.filename for f in files], tags)]
+        chosen[str(pkg.name)] = best_file(files, tags)
     return chosen
 
 
@@ -496,13 +492,6 @@ def _target_markers(python: str, platform: str | None) -> dict[str, str] | None:
     return env
 
 
-def _allows(specifier: str, version: Version) -> bool:
-    try:
-        return SpecifierSet(specifier).contains(version, prereleases=True)
-    except InvalidSpecifier:
-        return False  # the spec check names it
-
-
 def unhashed_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, pinned: Mapping[str, IndexFile],
                      stored: Mapping[str, Artifact], unhashed: Sequence[PackageSpec]) -> dict[str, IndexFile]:
     """The wheel of each of ``unhashed`` uv picks when asked for versions only (a requirements
@@ -512,17 +501,15 @@ def unhashed_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, p
     """
     versions = _requirements_versions(_run_uv(spec, inputs, pinned, stored, "requirements.txt"))
     tags = target_tags(spec.python, spec.platform)
-    supported = set(tags) if tags is not None else None
     chosen = {}
     for pkg in unhashed:
         version = versions.get(pkg.name)
         if version is None:
             continue  # not in the resolution (a marker left it out)
-        files = [f for f in listings.files(inputs.index_urls[pkg.index or ""], pkg.name)
-                 if f.filename.endswith(".whl") and f.version == version
-                 and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
+        files = [f for f in for_target(listings.files(inputs.index_urls[pkg.index or ""], pkg.name), tags)
+                 if f.version == version]
         if files:
-            chosen[str(pkg.name)] = files[best_wheel([f.filename for f in files], tags)]
+            chosen[str(pkg.name)] = best_file(files, tags)
     return chosen
 
 
@@ -596,6 +583,18 @@ def target_tags(python: str, platform: str | None) -> list[Tag] | None:
     plats.append(f"linux_{arch}")
     version = (major, minor)
     return [*cpython_tags(version, platforms=plats), *compatible_tags(version, platforms=plats)]
+
+
+def for_target(files: Iterable[IndexFile], tags: Sequence[Tag] | None) -> list[IndexFile]:
+    """The wheels among ``files`` the target installs (every wheel when ``tags`` is None: not ranked)."""
+    supported = set(tags) if tags is not None else None
+    return [f for f in files if f.filename.endswith(".whl")
+            and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
+
+
+def best_file(files: Sequence[IndexFile], tags: Sequence[Tag] | None) -> IndexFile:
+    """The one of ``files`` (wheels, for the target) the target would install."""
+    return files[best_wheel([f.filename for f in files], tags)]
 
 
 def best_wheel(filenames: Sequence[str], tags: Sequence[Tag] | None) -> int:

@@ -20,10 +20,12 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import Version
 
 from envlock.errors import SpecError
 from envlock.errors import found as _found
 from envlock.lockfile import PACKAGE_NAME as _PACKAGE_NAME
+from envlock.lockfile import toml_key
 from envlock.workspace import env_var_suffix
 
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
@@ -355,20 +357,12 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
     )
 
 
-def key_part(name: str) -> str:
-    """``name`` as one part of a key path, quoted as TOML quotes it when it is no bare key
-    (``indexes."my.idx".url``, not a path of four keys)."""
-    if name and all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
-        return name
-    return json.dumps(name, ensure_ascii=False)
-
-
 def _entries(
     p: _Problems, table: dict[str, Any], prefix: str, expected: str, allowed: set[str]
 ) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """(name, key path, entry) of each sub-table of ``[prefix.*]``; other values and unknown keys are problems."""
     for name, entry in table.items():
-        key = f"{prefix}.{key_part(name)}"
+        key = toml_key(prefix, name)
         if not isinstance(entry, dict):
             p.add(key, f"expected a table with {expected}, found {_found(entry)}")
             continue
@@ -520,7 +514,7 @@ def _parse_packages(
 ) -> dict[NormalizedName, PackageSpec]:
     out: dict[NormalizedName, PackageSpec] = {}
     for raw_name, entry in table.items():
-        key = f"packages.{key_part(raw_name)}"
+        key = toml_key("packages", raw_name)
         if not _PACKAGE_NAME.fullmatch(raw_name):
             p.add(key, "expected a valid distribution name")
             continue
@@ -639,18 +633,18 @@ def _check_overrides_keep_pins(p: _Problems, packages: Mapping[NormalizedName, P
         elif pkg.index and pkg.index != default and exact is None:
             p.add(key, f"{pkg.name} is pinned to index {pkg.index!r}; an override of it must be an exact "
                        f"==VERSION, found {text!r}")
-        elif pkg.specifier and exact is not None and not _allows(pkg.specifier, exact):
+        elif pkg.specifier and exact is not None and not allows(pkg.specifier, exact):
             p.add(key, f"expected a version packages.{pkg.name} allows ({pkg.specifier}), found {text!r} "
                        "(an override may beat upstream's pins, not the spec's own)")
 
 
-def _allows(specifier: str, version: str) -> bool:
-    """Whether ``specifier`` allows ``version``; True for a specifier that does not parse
-    (reported at its own key: one message, not a second one here)."""
+def allows(specifier: str, version: str | Version, *, invalid: bool = True) -> bool:
+    """Whether ``specifier`` allows ``version`` (pre-releases included); ``invalid`` for a specifier
+    that does not parse (reported at its own key: one message, not a second one elsewhere)."""
     try:
         return SpecifierSet(specifier).contains(version, prereleases=True)
     except InvalidSpecifier:
-        return True
+        return invalid
 
 
 def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
