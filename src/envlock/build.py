@@ -591,7 +591,7 @@ def _make_build_venv(plan_: BuildPlan, scratch: Path, log: Path, store: Store) -
     return python
 
 
-def recorded_wheel(request: BuildRequest, plan_: BuildPlan, store: Store, wheelhouse: Path,
+def recorded_wheel(request: BuildRequest, plan_: BuildPlan, wheelhouse: Path,
                    recorded: LockedBuild) -> BuiltWheel | None:
     """The wheelhouse's wheel when it is the one the lock records for these very inputs (so a
     fresh store does not rebuild what the workspace holds: same inputs, no rebuild), else None."""
@@ -660,20 +660,18 @@ def build_wheel(
             shutil.rmtree(scratch, ignore_errors=True)
     info = json.loads((entry / "wheel.json").read_text())
     stored = entry / info["wheel"]
-    target = wheelhouse / info["wheel"] if wheelhouse is not None else stored
-    if wheelhouse is not None and file_sha256(str(target)) != info["sha256"]:
-        _copy_atomic(stored, target)
-    return BuiltWheel(
+    built = BuiltWheel(
         name=request.spec.name,
         filename=info["wheel"],
         sha256=info["sha256"],
         input_digest=p.input_digest,
-        wheel=target,
+        wheel=stored,
         store_path=stored,
         log=entry / "build.log",
         rebuilt=rebuilt,
         build_requirements=p.build_requirements,
     )
+    return place(built, wheelhouse) if wheelhouse is not None else built
 
 
 def check(

@@ -67,11 +67,12 @@ class Generation:
     @property
     def colon_named(self) -> bool:
         """Whether its venv folder is named ``sha256:<hex>`` (envlock 0.1.0 named them so)."""
-        return self.store_venv is not None and ":" in self.store_venv.name
+        venv = self.store_venv  # one readlink
+        return venv is not None and ":" in venv.name
 
     @property
     def lock_copy(self) -> Path:
-        return self.path / _LOCK_COPY
+        return lock_copy(self.path)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -245,6 +246,11 @@ def digests_seen(store: Store, install_digest: str, python: str | None) -> list[
     return list(dict.fromkeys(digest for _, digest in sorted(seen, reverse=True)))
 
 
+def lock_copy(generation_dir: Path) -> Path:
+    """The copy of the lock a generation was built from, in its folder (``envs/ENV/N/``)."""
+    return generation_dir / _LOCK_COPY
+
+
 def is_lock_copy(path: Path) -> bool:
     """Whether ``path`` is a generation's copy of its lock (``.../envs/ENV/N/pylock.toml`` in a
     store, this one or another ``ENVLOCK_HOME``'s): a store entry, never written."""
@@ -414,7 +420,7 @@ def rollback(store: Store, env: str, to: int | None = None) -> Switch:
         target = next(g for g in gens if g.number == to)
         if not target.venv.resolve().is_dir():
             raise UsageError(f"{target.venv}: generation {to}'s venv is gone from the store; `envlock sync {env} "
-                             f"--lock {env_dir(store, env) / str(to) / _LOCK_COPY}` builds it again (the lock it was "
+                             f"--lock {target.lock_copy}` builds it again (the lock it was "
                              "built from) and makes it current")
         _check_unchanged(store, target)
         flip(store, env, to)

@@ -363,18 +363,26 @@ def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> Lo
         reasons.append("tool.envlock.venv-digest: recorded for other packages than the lock's (install digest "
                        f"{lock.venv_install}, now {lock.install_digest()}): the packages were edited by hand since")
     for name, source in sorted(lock.sources.items()):
-        if source.kind == "path" and source.tree_digest is not None:
-            reasons += _tree_drift(ws, name, source.location, source.tree_digest)
-        for patch in source.patches:
-            reasons += _patch_drift(ws, name, patch.path, patch.sha256)
+        reasons += _source_drift(ws, name, source)
     return LockCheck(env=env, path=path, current=not reasons, reasons=tuple(reasons))
 
 
-def input_drift(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock, build: str, source: str) -> list[str]:
+def _source_drift(ws: Workspace, name: str, source: LockedSource) -> list[str]:
+    """A source's edits since the lock: its tree (a ``path`` source) and its patches."""
+    reasons = _tree_drift(ws, name, source.location, source.tree_digest) if (
+        source.kind == "path" and source.tree_digest is not None) else []
+    for patch in source.patches:
+        reasons += _patch_drift(ws, name, patch.path, patch.sha256)
+    return reasons
+
+
+def input_drift(ws: Workspace, spec: EnvSpec, lock: Lock, build: str, source: str) -> list[str]:
     """What changed since the lock in the inputs of ``[builds.BUILD]`` (of source ``source``):
-    ``lock --check``'s reasons that name that build or source."""
-    keys = (f"sources.{source}.", f"sources.{source}:") + ((f"builds.{build}.", f"builds.{build}:") if build else ())
-    return list(dict.fromkeys(r for r in _check(ws, env, spec, path, lock).reasons if r.startswith(keys)))
+    ``lock --check``'s reasons that name that build or source (the other sources are not read)."""
+    keys = (f"sources.{source}.", f"sources.{source}:", f"builds.{build}.", f"builds.{build}:")
+    reasons = _spec_reasons(spec, lock) if lock.spec_digest != spec.digest() else []
+    reasons += _source_drift(ws, source, lock.sources[source]) if source in lock.sources else []
+    return list(dict.fromkeys(r for r in reasons if r.startswith(keys)))
 
 
 def _tree_drift(ws: Workspace, source: str, rel: str, digest: str) -> list[str]:
@@ -624,13 +632,9 @@ def sync(
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
         # Offline, nothing is built (a build resolves and installs its requirements from the
         # index): a locally built wheel then comes from the store, or is named missing by fetch.
-        from envlock.fetch import mirror_locator
-
-        build_mirrors = _package_mirrors(mirrored_spec, found, download_from)
         lock, builds = (found, None) if offline else _ensure_builds(
             ws, env, spec, found, lock_path, frozen=frozen, sources_from=sources_from, on_build=on_build,
-            progress=progress, locate=mirror_locator(found.packages, build_mirrors) if build_mirrors else None,
-            mirrors=mirrors)
+            progress=progress, mirrors=mirrors)
         if builds is not None:  # the env's wheels a non-isolated build needed were fetched for it
             built_downloaded, built_fetched = built_downloaded + builds.downloaded, built_fetched + builds.fetched
         if not frozen:
@@ -912,7 +916,6 @@ def build_env(
     on_build: Callable[[str, str], None] | None = None,
     spec: EnvSpec | None = None,
     progress: Progress | None = None,
-    locate: Locate | None = None,
     mirrors: Mapping[str, str] | None = None,
 ) -> BuildReport:
     """Build the env's ``[builds.*]`` (or just ``packages``) into the wheelhouse and record them in its lock.
@@ -950,10 +953,11 @@ def build_env(
     states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted},
                              mirrors=git_mirrors)
     fetched: list[FetchResult] = []
-    if locate is None and (by_package := _package_mirrors(spec, lock, index_mirrors(spec, mirrors))):
+    locate = None
+    if by_package := _package_mirrors(spec, lock, index_mirrors(spec, mirrors)):  # --index, ENVLOCK_INDEX_*
         from envlock.fetch import mirror_locator
 
-        locate = mirror_locator(lock.packages, by_package)  # ENVLOCK_INDEX_*, for `envlock build` too
+        locate = mirror_locator(lock.packages, by_package)
     requests = _build_requests(ws, spec, states, lock, store, wanted, _default_index_url(spec, mirrors), git_mirrors,
                                locked=lock.builds if frozen else {}, progress=progress, locate=locate,
                                fetched=fetched)
@@ -968,13 +972,13 @@ def build_env(
         if frozen and recorded is not None and not same_inputs:
             # Inputs edited since the lock (a patch, a path source) cannot give the recorded
             # wheel: said before a build is spent on it.
-            why = input_drift(ws, env, spec, lock_path, lock, b.name, b.source)
+            why = input_drift(ws, spec, lock, b.name, b.source)
             raise LockError(f"{ws.relative(lock_path)}: --frozen, but the inputs of {b.name} changed since the lock "
                              f"(input digest {recorded.input_digest[:19]}, now {plan.input_digest[:19]}), so the "
                              f"recorded wheel cannot be rebuilt; restore them, or sync without --frozen (`envlock "
                              f"sync {env}` relocks and rebuilds)", details=why)
         overridden_tree = states[b.source].prepared.override is not None
-        held = (build.recorded_wheel(request, plan, store, ws.wheelhouse, recorded)
+        held = (build.recorded_wheel(request, plan, ws.wheelhouse, recorded)
                 if recorded is not None and not (check or frozen or overridden_tree) else None)
         if on_build is not None and held is None and not build.is_built(plan, store):  # a stored wheel: a copy
             on_build(b.name, plan.input_digest)
@@ -993,7 +997,7 @@ def build_env(
             expected = recorded.sha256 if recorded is not None and same_inputs else None
             checks.append(build.check(request, store, house, expected_sha256=expected, plan_=plan, first=wheel))
             if recorded is not None and not same_inputs:
-                what = "; ".join(input_drift(ws, env, spec, lock_path, lock, b.name, b.source)) or "inputs changed"
+                what = "; ".join(input_drift(ws, spec, lock, b.name, b.source)) or "inputs changed"
                 moved.append(f"{b.name}: the lock records a build of other inputs ({what}; input digest "
                              f"{recorded.input_digest[:19]}, now {plan.input_digest[:19]}): --check compared two "
                              "builds of the inputs as they are now")
@@ -1236,7 +1240,7 @@ def _carry_builds(
 def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path: Path, *, frozen: bool,
                    sources_from: Mapping[str, str] | None = None,
                    on_build: Callable[[str, str], None] | None = None,
-                   progress: Progress | None = None, locate: Locate | None = None,
+                   progress: Progress | None = None,
                    mirrors: Mapping[str, str] | None = None) -> tuple[Lock, BuildReport | None]:
     """Before a sync: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
 
@@ -1265,25 +1269,19 @@ def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path
         return lock, None
     if not frozen:
         report = build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec, on_build=on_build,
-                           progress=progress, locate=locate, mirrors=mirrors)
+                           progress=progress, mirrors=mirrors)
         return report.new_lock, report
     report = build_env(ws, env, tuple(missing), frozen=True, sources_from=sources_from, spec=spec,
-                       on_build=on_build, progress=progress, locate=locate, mirrors=mirrors)
+                       on_build=on_build, progress=progress, mirrors=mirrors)
     for w in report.builds:
         recorded = lock.builds.get(w.name)
         if recorded is None:
             raise LockError(f"{lock_path}: --frozen, but the lock has no build of {w.name}; "
                             f"run `envlock build {env}` first")
-        if recorded.sha256 != w.sha256:
-            if recorded.input_digest == w.input_digest:  # the same inputs gave other bytes
-                raise BuildError(
-                    f"{ws.relative(lock_path)}: --frozen: rebuilt {w.filename} is not the recorded wheel (recorded "
-                    f"sha256 {recorded.sha256}, rebuilt {w.sha256}, input digest unchanged): the build is not "
-                    f"reproducible; `envlock build {env} {canonicalize_name(w.name)} --check` names the files "
-                    "that differ")
+        if recorded.sha256 != w.sha256:  # same inputs (build_env refuses moved ones), other bytes
             raise BuildError(
-                f"{ws.relative(lock_path)}: --frozen: the lock's build of {w.name} was made from other inputs (input "
-                f"digest {recorded.input_digest}, now {w.input_digest}; `envlock lock {env} --check` says what "
-                f"changed); rebuilt sha256 {w.sha256}, recorded {recorded.sha256}. Restore those inputs, or "
-                f"sync without --frozen (`envlock sync {env}` relocks and rebuilds)")
+                f"{ws.relative(lock_path)}: --frozen: rebuilt {w.filename} is not the recorded wheel (recorded "
+                f"sha256 {recorded.sha256}, rebuilt {w.sha256}, input digest unchanged): the build is not "
+                f"reproducible; `envlock build {env} {canonicalize_name(w.name)} --check` names the files "
+                "that differ")
     return lock, report

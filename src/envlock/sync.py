@@ -419,7 +419,7 @@ def env_path(store: Store, env: str) -> Path:
         # A dangling path would run the host's python (PATH falls through to it).
         others = generations.rollback_targets(store, env, besides=number)
         back = f", or `envlock rollback {env} --to {others[-1]}`" if others else ""
-        copy = generations.env_dir(store, env) / str(number) / "pylock.toml"
+        copy = generations.lock_copy(generations.env_dir(store, env) / str(number))
         raise StoreError(f"{path}: generation {number}'s venv is gone from the store ({path.resolve()}); "
                          f"run `envlock sync {env} --lock {copy}` to build it again (the lock it was built from; "
                          f"`envlock sync {env}` syncs the workspace's){back}")
