@@ -843,6 +843,31 @@ def test_a_kept_nightly_never_takes_a_required_wheel_the_earlier_lock_had_from_a
             lock_env(Workspace(ws.root), "e")
 
 
+def test_a_kept_wheel_whose_url_is_on_another_server_than_its_index_is_not_kept(  # type: ignore[no-untyped-def]
+        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lock's index field names the hash-less index; its URL (edited) names another server.
+    w = tmp_path / "w"
+    old = [build_wheel(w, "top", "2.12.0.dev20260307+cu130", requires=["companion==3.6.0+gitaaa"]),
+           build_wheel(w, "companion", "3.6.0+gitaaa")]
+    with _two_indexes(tmp_path, monkeypatch, [build_wheel(w, "plain", "1.0")], old) as server:
+        spec = _two_index_spec(server, 'top = { nightly = "2026-03-07", local = "cu130", index = "hashless" }\n'
+                                       'companion = { index = "hashless" }\n')
+        ws.write_spec("e", spec)
+        lock_env(Workspace(ws.root), "e")
+        sync(Workspace(ws.root), "e")  # the store holds both wheels
+        lock_file = ws.root / "locks" / "pylock.e.toml"
+        url = server.file_url("hashless", old[1].name)
+        assert url.startswith("http://127.0.0.1:") and url in lock_file.read_text()
+        lock_file.write_text(lock_file.read_text().replace(url, url.replace("127.0.0.1", "localhost")))
+        for wheel in old:  # dropped from the index; newer ones listed instead
+            (server.root / "hashless" / wheel.name).unlink()
+            del server.indexes["hashless"].files[wheel.name]
+        server.add("hashless", build_wheel(w, "top", "2.12.0.dev20260320+cu130", requires=["companion==3.7.0+gitbbb"]),
+                   build_wheel(w, "companion", "3.7.0+gitbbb"))
+        with pytest.raises(ResolveError, match="uv found no resolution"):
+            lock_env(Workspace(ws.root), "e")
+
+
 def test_a_kept_wheel_must_be_on_its_index_server() -> None:
     # PyPI's files live on files.pythonhosted.org, PyTorch's on download.pytorch.org: a lock whose
     # index field was edited to name the PyTorch index keeps a URL on the other server.
