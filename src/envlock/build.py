@@ -226,30 +226,25 @@ def _interpreter(python: str) -> dict[str, str]:
 
 def _target_environment(request: BuildRequest) -> dict[str, str]:
     """PEP 508 marker values for the env's target (python version, platform), not this host's."""
-    import re
+    from envlock.resolve import target_markers
 
-    from packaging.markers import default_environment
-
-    env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
-    parts = request.python.split(".")
-    env["python_version"] = ".".join(parts[:2])
-    env["python_full_version"] = request.python if len(parts) > 2 else f"{request.python}.0"
-    m = re.fullmatch(r"(x86_64|aarch64)-manylinux_2_\d+", request.platform or "")
-    if m:
-        env.update(sys_platform="linux", platform_system="Linux", os_name="posix", platform_machine=m.group(1))
-    return env
+    markers = target_markers(request.python, request.platform, known_only=False)
+    assert markers is not None  # known_only=False always answers
+    return markers
 
 
 def _requires_dist(wheel: Path) -> list[Requirement]:
-    """A wheel's ``Requires-Dist`` (read from its METADATA without unpacking it)."""
-    from email.parser import BytesParser
+    """A wheel's ``Requires-Dist`` (``resolve.requires_dist``), a file that is no wheel a ``BuildError``."""
+    from packaging.requirements import InvalidRequirement
 
-    with zipfile.ZipFile(wheel) as zf:
-        name = next((n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
-        if name is None:
-            raise BuildError(f"{wheel}: not a wheel (no .dist-info/METADATA)")
-        meta = BytesParser().parsebytes(zf.read(name), headersonly=True)
-    return [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+    from envlock.resolve import requires_dist
+
+    try:
+        return requires_dist(wheel)
+    except InvalidRequirement as exc:
+        raise BuildError(f"{wheel}: a Requires-Dist of its METADATA does not parse ({exc})") from None
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
 
 
 def build_env_closure(

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urldefrag, urlsplit
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
 from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -379,14 +379,18 @@ def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, s
     package's. Only a wheel the index no longer lists comes from the earlier lock and the
     store (``_kept_wheels``), as a kept nightly does.
     """
-    markers = _target_markers(spec.python, spec.platform)
+    markers = target_markers(spec.python, spec.platform)
     if markers is None:
         return {}
     from envlock.fetch import store_file
 
     exact: dict[NormalizedName, set[str]] = {}  # name -> its exact requirements ("==1.0", "===1.0")
     for artifact in stored.values():
-        for req in _requires_dist(store_file(inputs.store, artifact)):
+        try:
+            requirements = requires_dist(store_file(inputs.store, artifact))
+        except Exception:  # a wheel that cannot be read (bad zip, corrupt or unknown compression): uv decides
+            requirements = []
+        for req in requirements:
             if req.marker is not None:
                 try:
                     if not req.marker.evaluate(markers):
@@ -450,40 +454,37 @@ def _same_server(url: str, index_url: str) -> bool:
         return False
 
 
-def _requires_dist(wheel: Path) -> list[Requirement]:
-    """The ``Requires-Dist`` of a wheel file (none when it cannot be read: uv then says why)."""
+def requires_dist(wheel: Path) -> list[Requirement]:
+    """A wheel's ``Requires-Dist``, read from its METADATA without unpacking it.
+
+    ``ValueError`` when it has not exactly one top-level ``*.dist-info/METADATA``; a broken zip or
+    requirement line raises as it is read.
+    """
     import zipfile
     from email.parser import BytesParser
 
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-            if len(names) != 1:
-                return []
-            message = BytesParser().parsebytes(zf.read(names[0]), headersonly=True)
-    except Exception:  # a wheel that cannot be read (bad zip, corrupt or unknown compression): uv decides
-        return []
-    out = []
-    for line in message.get_all("Requires-Dist") or []:
-        try:
-            out.append(Requirement(str(line)))
-        except InvalidRequirement:
-            continue
-    return out
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        if len(names) != 1:
+            raise ValueError(f"{wheel}: not a wheel (expected one .dist-info/METADATA, found {len(names)})")
+        message = BytesParser().parsebytes(zf.read(names[0]), headersonly=True)
+    return [Requirement(str(line)) for line in message.get_all("Requires-Dist") or []]
 
 
-def _target_markers(python: str, platform: str | None) -> dict[str, str] | None:
-    """PEP 508 marker values of the target (None for a platform form not read here)."""
+def target_markers(python: str, platform: str | None, *, known_only: bool = True) -> dict[str, str] | None:
+    """PEP 508 marker values of the target, not this host's where they differ.
+
+    A platform form not read here (or, with none, a host that is not Linux): None when
+    ``known_only``, else this host's platform values.
+    """
     from packaging.markers import default_environment
 
     env = {key: str(value) for key, value in default_environment().items()}
-    if platform is not None:
-        m = re.fullmatch(r"(x86_64|aarch64)-manylinux_2_\d+", platform)
-        if not m:
-            return None
+    m = re.fullmatch(r"(x86_64|aarch64)-manylinux_2_\d+", platform or "")
+    if m:
         env.update(sys_platform="linux", platform_system="Linux", platform_machine=m.group(1), os_name="posix",
                    platform_release="", platform_version="")  # another machine's: not this host's
-    elif not sys.platform.startswith("linux"):
+    elif known_only and (platform is not None or not sys.platform.startswith("linux")):
         return None
     parts = python.split(".")
     full = python if len(parts) > 2 else f"{python}.0"
