@@ -227,20 +227,19 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.sync import verify_env
 
     lock: Lock | None
+    writable = True
     if args.lock is not None:
-        from envlock.pipeline import load_lock_ref
+        from envlock.pipeline import load_env_lock_ref
 
-        lock = load_lock_ref(ws, args.lock).lock
-        if lock.env and lock.env != args.env:  # as `sync --lock` refuses it
-            raise UsageError(f"{args.lock}: the lock of env {lock.env!r}, not {args.env!r}; expected "
-                             f"`envlock verify {lock.env} --lock {args.lock}`")
+        found = load_env_lock_ref(ws, args.lock, args.env, "verify")
+        lock, writable = found.lock, found.writable
     else:
         lock_path = ws.lock_path(args.env)
         lock = read_lock(lock_path) if lock_path.exists() else None
     # A lock whose packages were edited by hand: a plain `sync ENV` would lock the spec anew over
     # the edit, so the next step names the file.
     ref = args.lock or (ws.relative(ws.lock_path(args.env)) if lock is not None and lock.venv_digest_stale else None)
-    result = verify_env(_env_store(args, ws), args.env, lock, ref)
+    result = verify_env(_env_store(args, ws), args.env, lock, ref, lock_writable=writable)
     if lock is None:  # intact or not, whether it is the lock's cannot be said
         from dataclasses import replace
 
@@ -432,11 +431,9 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
 
 def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import pipeline
-    from envlock.patch import edited_env
-
     recorded = pipeline.patch_record(ws, args.workdir.absolute(), subject=args.subject, why=args.why,
                                      upstream=args.upstream, refresh=args.refresh)
-    env = edited_env(args.workdir.absolute())  # record checked it says
+    env = recorded.env
 
     def text() -> str:
         rel = ws.relative(recorded.path)

@@ -779,6 +779,7 @@ class RecordedPatch:
     sha256: str
     pending: tuple[str, ...] = ()  # (refresh) patches still to redo by hand, first one conflicting
     upstreamed: tuple[str, ...] = ()  # (refresh) later patches the new code already has: retire them
+    env: str = ""  # the env whose spec the work dir was made from (what `envlock lock ENV` then locks)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -418,6 +418,24 @@ class LockRef:
     folder: Path  # what the lock's relative ``path`` wheels are relative to
     env: str | None = None  # the env name it was given as (its workspace lock file), if so
 
+    @property
+    def writable(self) -> bool:
+        """Whether a sync may write the venv digest into it: a file, not read from git, and not a
+        generation's copy in a store (store entries are never written)."""
+        from envlock.generations import is_lock_copy
+
+        return self.path is not None and not is_lock_copy(self.path.resolve())
+
+
+def load_env_lock_ref(ws: Workspace, ref: str, env: str, command: str) -> LockRef:
+    """``load_lock_ref`` for ``envlock COMMAND ENV --lock REF``: another env's lock is refused (its
+    generations would hold, or be held to, another env's packages)."""
+    found = load_lock_ref(ws, ref)
+    if found.lock.env and found.lock.env != env:
+        raise UsageError(f"{found.label}: the lock of env {found.lock.env!r}, not {env!r}; "
+                         f"expected `envlock {command} {found.lock.env} --lock {ref}`")
+    return found
+
 
 def _split_ref(ref: str) -> tuple[str, str | None]:
     """``PATH@GITREV`` as (PATH, GITREV); GITREV is None for a plain path.
@@ -556,6 +574,7 @@ def sync(
     mirrored_spec: EnvSpec | None = None  # the spec whose index names the mirrors are given by
     unread = ""  # why the mirrors of ENVLOCK_INDEX_* were not applied
     stale = ""  # frozen: what the spec asks for that the lock synced as it is does not have
+    stray: str | None = None  # the note on misspelt ENVLOCK_INDEX_* variables, once known
     download_from: dict[str, str] = {}  # spec index name -> mirror URL, for the downloads
     if lock_ref is not None:
         if sources_from:
@@ -576,18 +595,10 @@ def sync(
                           f"{env} --check` says why), so no mirror was applied to this sync's downloads")
             if mirrored_spec is not None:
                 download_from = index_mirrors(mirrored_spec, mirrors)
-        ref = load_lock_ref(ws, lock_ref)
-        lock, lock_path, base_dir = ref.lock, ref.path, ref.folder
+        ref = load_env_lock_ref(ws, lock_ref, env, "sync")
+        lock, lock_path, base_dir = ref.lock, ref.path if ref.writable else None, ref.folder
         if ref.path is not None:  # a lock copied out of locks/: its built wheels are named from there
             local_wheels = _local_wheels(ws, lock, ref.folder)
-            from envlock.generations import is_lock_copy
-
-            if is_lock_copy(ref.path.resolve()):
-                lock_path = None  # a generation's copy (envs/ENV/N/pylock.toml): store entries are never written
-        if lock.env and lock.env != env:
-            # The env's generations and `envlock path` would then hold another env's packages.
-            raise UsageError(f"{ref.label}: the lock of env {lock.env!r}, not {env!r}; "
-                             f"expected `envlock sync {lock.env} --lock {lock_ref}`")
         if unbuilt := lock.unbuilt():
             # As it is, it would make a venv without the kernel: never silently.
             how = (f"check that revision's envs/, locks/ and patches/ out and run `envlock sync {env}` there, "
@@ -627,6 +638,7 @@ def sync(
                                 f"run `envlock lock {env}` where they are reachable"
                                 + ("" if check is None else ", or sync the lock as it is with --frozen --offline"))
             locked = lock_env(ws, env, mirrors=mirrors, sources_from=sources_from, spec=spec, progress=progress)
+            stray = locked.note  # the relock read the workspace's specs for it already
             found, hashed, relocked = locked.lock, locked.downloaded + locked.build_downloaded, locked.changed
             built_fetched += locked.build_fetched
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
@@ -652,7 +664,8 @@ def sync(
             spec_input = {str(spec_path): hashlib.sha256(spec_bytes).hexdigest(),
                           **{str(ws.root / patch.path): patch.sha256 for source in found.sources.values()
                              for patch in source.patches}}
-    stray = stray_mirror_note(ws, mirrored_spec) if mirrored_spec is not None and not offline else ""
+    if stray is None:
+        stray = stray_mirror_note(ws, mirrored_spec) if mirrored_spec is not None and not offline else ""
     result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                        offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
                        mirrors=_package_mirrors(mirrored_spec, lock, download_from), local_wheels=local_wheels,
@@ -1136,9 +1149,10 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
     current = tuple(p.locked() for p in patch.load_patches(ws.root, spec.sources[source].patches))
     patches_dir = ws.root / "patches" / source
     # A refresh rewrites a patch in place: no new number for other envs' patches to stand before.
-    return patch.record(workdir, patches_dir, current=current, subject=subject, why=why, upstream=upstream,
-                        refresh=refresh, workspace_root=ws.root,
-                        other_envs=() if refresh else _patches_of_other_envs(ws, spec.name, source))
+    recorded = patch.record(workdir, patches_dir, current=current, subject=subject, why=why, upstream=upstream,
+                            refresh=refresh, workspace_root=ws.root,
+                            other_envs=() if refresh else _patches_of_other_envs(ws, spec.name, source))
+    return replace(recorded, env=spec.name)
 
 
 def _patches_of_other_envs(ws: Workspace, env: str, source: str) -> list[Path]:

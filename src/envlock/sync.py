@@ -426,11 +426,12 @@ def env_path(store: Store, env: str) -> Path:
     return path
 
 
-def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str | None = None) -> VerifyResult:
+def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str | None = None, *,
+               lock_writable: bool = True) -> VerifyResult:
     """Recompute the current generation's venv digest; compare with the lock's (else the recorded one).
 
     ``lock_ref``: how the lock was named (``verify --lock``), for the next steps said; None for the
-    env's own lock file.
+    env's own lock file. ``lock_writable``: whether a sync may write into it (``LockRef.writable``).
     """
     from dataclasses import replace
 
@@ -453,10 +454,8 @@ def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str |
                        f"this lock's" + ("" if lock_ref else f", `envlock verify {env} --lock PATH[@REV]` checks it "
                                          "against the lock it was built from"))
     if lock is not None and lock.venv_digest_stale:
-        unwritten = lock_ref is not None and (("@" in lock_ref and not lock_ref.endswith(".toml"))
-                                              or generations.is_lock_copy(Path(lock_ref).resolve()))
         how = ("this lock is not written (read from git, or a generation's copy in the store), so it keeps it"
-               if unwritten else f"`{sync}` records this venv's in its place")
+               if not lock_writable else f"`{sync}` records this venv's in its place")
         return replace(result, note="compared with this generation's own digest: the lock's was taken for other "
                        f"packages (edited by hand since; {how})")
     if lock is not None and lock.venv_digest is not None and recorded is None:
