@@ -799,22 +799,44 @@ def test_an_exact_public_requirement_with_local_builds_listed_is_left_to_uv(  # 
         assert passes == [("requirements.txt", True), ("pylock.toml", True)]
 
 
+#: A nightly of `top` on the hash-less index (its date's build requires `companion` exactly).
+TOP_NIGHTLY = 'top = { nightly = "2026-03-07", local = "cu130", index = "hashless" }\n'
+COMPANION = 'companion = { index = "hashless" }\n'
+
+
+def _old_top(w: Path) -> Path:
+    return build_wheel(w, "top", "2.12.0.dev20260307+cu130", requires=["companion==3.6.0+gitaaa"])
+
+
+def _index_moves_on(server: IndexServer, w: Path, dropped: Sequence[Path]) -> None:
+    """The hash-less index drops ``dropped`` (as PyTorch's drops old nightlies) and lists a newer
+    `top` with the newer `companion` it requires."""
+    for wheel in dropped:
+        (server.root / "hashless" / wheel.name).unlink()
+        del server.indexes["hashless"].files[wheel.name]
+    server.add("hashless", build_wheel(w, "top", "2.12.0.dev20260320+cu130", requires=["companion==3.7.0+gitbbb"]),
+               build_wheel(w, "companion", "3.7.0+gitbbb"))
+
+
+@contextlib.contextmanager
+def _locked_top_and_companion(ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              w: Path) -> Iterator[tuple[IndexServer, list[Path]]]:
+    """The env `e` locked with `top`'s nightly and the `companion` it requires, both from the
+    hash-less index; yields the server and those two wheels."""
+    old = [_old_top(w), build_wheel(w, "companion", "3.6.0+gitaaa")]
+    with _two_indexes(tmp_path, monkeypatch, [build_wheel(w, "plain", "1.0")], old) as server:
+        ws.write_spec("e", _two_index_spec(server, TOP_NIGHTLY + COMPANION))
+        lock_env(Workspace(ws.root), "e")
+        yield server, old
+
+
 def test_a_kept_nightly_keeps_the_stored_wheel_it_requires_when_the_index_dropped_both(  # type: ignore[no-untyped-def]
         ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # PyTorch's index keeps ~60 nightlies: torch and the pytorch-triton it requires drop off together.
     w = tmp_path / "w"
-    old = [build_wheel(w, "top", "2.12.0.dev20260307+cu130", requires=["companion==3.6.0+gitaaa"]),
-           build_wheel(w, "companion", "3.6.0+gitaaa")]
-    with _two_indexes(tmp_path, monkeypatch, [build_wheel(w, "plain", "1.0")], old) as server:
-        top = 'top = { nightly = "2026-03-07", local = "cu130", index = "hashless" }\n'
-        ws.write_spec("e", _two_index_spec(server, top + 'companion = { index = "hashless" }\n'))
-        lock_env(Workspace(ws.root), "e")
-        for wheel in old:  # dropped; newer ones listed instead
-            (server.root / "hashless" / wheel.name).unlink()
-            del server.indexes["hashless"].files[wheel.name]
-        server.add("hashless", build_wheel(w, "top", "2.12.0.dev20260320+cu130", requires=["companion==3.7.0+gitbbb"]),
-                   build_wheel(w, "companion", "3.7.0+gitbbb"))
-        ws.write_spec("e", _two_index_spec(server, top + 'companion = { index = "hashless" }\nplain = "==1.0"\n'))
+    with _locked_top_and_companion(ws, tmp_path, monkeypatch, w) as (server, old):
+        _index_moves_on(server, w, old)
+        ws.write_spec("e", _two_index_spec(server, TOP_NIGHTLY + COMPANION + 'plain = "==1.0"\n'))
         lock_env(Workspace(ws.root), "e")  # an edit of the spec, locked again
         locked = {p.name: p.version for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages}
         assert locked == {"companion": "3.6.0+gitaaa", "plain": "1.0", "top": "2.12.0.dev20260307+cu130"}
@@ -825,20 +847,16 @@ def test_a_kept_nightly_never_takes_a_required_wheel_the_earlier_lock_had_from_a
     # The torchtriton shape: the earlier lock took `companion` from the default index (not pinned
     # then); pinned to the hash-less index now, that wheel must not stand in for one of that index.
     w = tmp_path / "w"
-    old_top = build_wheel(w, "top", "2.12.0.dev20260307+cu130", requires=["companion==3.6.0+gitaaa"])
+    old_top = _old_top(w)
     on_pypi = [build_wheel(w, "plain", "1.0"), build_wheel(w, "companion", "3.6.0+gitaaa")]
     with _two_indexes(tmp_path, monkeypatch, on_pypi, [old_top]) as server:
-        top = 'top = { nightly = "2026-03-07", local = "cu130", index = "hashless" }\n'
-        ws.write_spec("e", _two_index_spec(server, top))
+        ws.write_spec("e", _two_index_spec(server, TOP_NIGHTLY))
         lock_env(Workspace(ws.root), "e")
         first = read_lock(ws.root / "locks" / "pylock.e.toml").package("companion")
         assert first is not None and first.index == server.url("pypi")
         sync(Workspace(ws.root), "e")  # the store holds that wheel now
-        (server.root / "hashless" / old_top.name).unlink()
-        del server.indexes["hashless"].files[old_top.name]
-        server.add("hashless", build_wheel(w, "top", "2.12.0.dev20260320+cu130", requires=["companion==3.7.0+gitbbb"]),
-                   build_wheel(w, "companion", "3.7.0+gitbbb"))
-        ws.write_spec("e", _two_index_spec(server, top + 'companion = { index = "hashless" }\n'))
+        _index_moves_on(server, w, [old_top])
+        ws.write_spec("e", _two_index_spec(server, TOP_NIGHTLY + COMPANION))
         with pytest.raises(ResolveError, match="uv found no resolution"):
             lock_env(Workspace(ws.root), "e")
 
@@ -847,23 +865,13 @@ def test_a_kept_wheel_whose_url_is_on_another_server_than_its_index_is_not_kept(
         ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The lock's index field names the hash-less index; its URL (edited) names another server.
     w = tmp_path / "w"
-    old = [build_wheel(w, "top", "2.12.0.dev20260307+cu130", requires=["companion==3.6.0+gitaaa"]),
-           build_wheel(w, "companion", "3.6.0+gitaaa")]
-    with _two_indexes(tmp_path, monkeypatch, [build_wheel(w, "plain", "1.0")], old) as server:
-        spec = _two_index_spec(server, 'top = { nightly = "2026-03-07", local = "cu130", index = "hashless" }\n'
-                                       'companion = { index = "hashless" }\n')
-        ws.write_spec("e", spec)
-        lock_env(Workspace(ws.root), "e")
+    with _locked_top_and_companion(ws, tmp_path, monkeypatch, w) as (server, old):
         sync(Workspace(ws.root), "e")  # the store holds both wheels
         lock_file = ws.root / "locks" / "pylock.e.toml"
         url = server.file_url("hashless", old[1].name)
         assert url.startswith("http://127.0.0.1:") and url in lock_file.read_text()
         lock_file.write_text(lock_file.read_text().replace(url, url.replace("127.0.0.1", "localhost")))
-        for wheel in old:  # dropped from the index; newer ones listed instead
-            (server.root / "hashless" / wheel.name).unlink()
-            del server.indexes["hashless"].files[wheel.name]
-        server.add("hashless", build_wheel(w, "top", "2.12.0.dev20260320+cu130", requires=["companion==3.7.0+gitbbb"]),
-                   build_wheel(w, "companion", "3.7.0+gitbbb"))
+        _index_moves_on(server, w, old)
         with pytest.raises(ResolveError, match="uv found no resolution"):
             lock_env(Workspace(ws.root), "e")
 
