@@ -321,3 +321,22 @@ def test_clearing_the_uv_cache_waits_for_installs_from_it(tmp_path: Path) -> Non
         assert not cleared.wait(0.3) and cache.is_dir()  # still waiting: the install's files stay
     t.join()
     assert cleared.is_set() and not cache.exists()
+
+
+def test_a_rebuild_under_the_same_file_name_installs_its_own_bytes(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # A local build (sgl-kernel) rebuilt with a new patch keeps its wheel file name. The store's
+    # uv cache has the first build unpacked: the second sync must install the second build's
+    # bytes. (uv caches a --find-links wheel by its folder and file name: from one shared
+    # folder it installed the first build's bytes again. The store paths name the sha256.)
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    store = Store.open(tmp_path / "home")
+    got = {}
+    for label in ("first", "second"):
+        wheel = build_wheel(tmp_path / label, "sgl-kernel", "0.3.21",
+                            files={"sgl_kernel/__init__.py": f"BUILD = {label!r}\n"})
+        lock = lock_for(None, "", [], local=[(wheel, wheel.name)])
+        fetched = fetch([lock.packages[0].wheels[0]], store, base_dir=tmp_path / label)
+        result = install.install(store, lock, fetched.paths())
+        got[label] = (result.venv / SITE / "sgl_kernel" / "__init__.py").read_text()
+    assert got == {"first": "BUILD = 'first'\n", "second": "BUILD = 'second'\n"}
