@@ -199,7 +199,8 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     assert r.code == 0, r.err
     assert ("~ package  mini-kernel: 0.1.0  (not built for this lock yet: `envlock build demo` (or `envlock sync "
             "demo`) builds it)") in r.out.splitlines()
-    assert re.search(r"^~ build    mini-kernel: sha256:[0-9a-f]{64}  \(inputs changed: rebuild pending\)$", r.out, re.M)
+    assert re.search(r"^~ build    mini-kernel: sha256:[0-9a-f]{64}  \(not built for this lock yet: rebuild "
+                     r"pending\)$", r.out, re.M)
     doc = json.loads(cli("diff", "locks/pylock.demo.toml@HEAD", "demo", "--json").out)
     assert {c["kind"]: c["action"] for c in doc["changes"] if c["name"] == "mini-kernel"} == {
         "package": "pending", "source": "changed", "build": "pending"}

@@ -561,6 +561,11 @@ def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, univers
     triton = next(line for line in locked.splitlines() if "/pytorch_triton-" in line).split('"')[1]
     unreachable = cli("-q", "sync", "n", "--frozen")
     assert unreachable.code == 1 and f"download failed from {triton}: cannot connect" in unreachable.err
+    # ... and how to reach it: the failure names a URL, the mirror is named by the spec's index.
+    hint = "no access to that host? read its index from a mirror: --index pytorch=URL or ENVLOCK_INDEX_PYTORCH=URL"
+    assert unreachable.err.rstrip().endswith(hint), unreachable.err
+    relock = cli("-q", "lock", "n")
+    assert relock.code == 1 and relock.err.rstrip().endswith(hint), relock.err
     before = len(universe.server.downloads(triton.rsplit("/", 1)[1]))
     r = cli("sync", "n", "--frozen", "--index", f"pytorch={universe.pytorch}", "--json")
     assert r.code == 0, r.err
@@ -691,6 +696,15 @@ def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws, 
     bare.write_text("".join(line for line in first.splitlines(keepends=True)
                             if not line.startswith(("venv-digest", "venv-python", "venv-install-digest"))))
     assert cli("-q", "sync", "e", "--frozen", "--lock", str(bare)).code == 0
+    # Checked against the generation's own digest, and said so (it was said only with no lock file).
+    unrecorded = cli("verify", "e", "--lock", str(bare))
+    assert unrecorded.code == 0
+    assert unrecorded.out.rstrip().endswith(
+        "; compared with this generation's own digest: the lock records no venv digest "
+        f"(`envlock sync e --lock {bare}` records it; a --frozen sync does not)"), unrecorded.out
+    assert cli("-q", "sync", "e", "--lock", str(bare)).code == 0  # ... as it says
+    assert "venv-digest = " in bare.read_text()
+    assert json.loads(cli("verify", "e", "--lock", str(bare), "--json").out)["note"] == ""
     current = Path(cli("path", "e").out.strip())
     frozen_copy = current.parent / os.readlink(current).split("/")[0] / "pylock.toml"  # current -> N/venv
     assert "venv-digest" not in frozen_copy.read_text()

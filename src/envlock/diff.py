@@ -111,7 +111,7 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str) -> LockD
         if ba == bb:
             continue
         if ba is not None and bb is None and str(canonicalize_name(name)) in unbuilt:
-            changes.append(Change("build", name, ba.input_digest, None, "inputs changed: rebuild pending",
+            changes.append(Change("build", name, ba.input_digest, None, "not built for this lock yet: rebuild pending",
                                   pending=True))
             continue
         if ba is None or bb is None:

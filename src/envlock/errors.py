@@ -8,6 +8,7 @@ what was found and what was expected.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Self
 
 
 def found(value: object) -> str:
@@ -38,6 +39,15 @@ class EnvlockError(Exception):
         super().__init__(message)
         self.message = message
         self.details = tuple(details)
+
+    def with_details(self, *lines: str) -> Self:
+        """The same error (class, message, exit code) with ``lines`` added to its details: a
+        next step the caller knows and the raiser did not."""
+        other = type(self).__new__(type(self))  # not __init__: subclasses take other arguments
+        other.__dict__.update(self.__dict__)
+        other.args = self.args
+        other.details = (*self.details, *lines)
+        return other
 
     def __str__(self) -> str:
         if not self.details:

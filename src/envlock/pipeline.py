@@ -6,8 +6,9 @@ renders results; the stages below never reach around each other.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,6 +118,30 @@ def stray_mirror_note(ws: Workspace, spec: EnvSpec) -> str:
             f"(this env's: {known})")
 
 
+#: How a host that cannot be reached reads: envlock's own downloads, then uv's resolver.
+_UNREACHABLE = ("cannot connect", "dns error", "tcp connect error", "error sending request")
+
+
+def index_mirror_hint(spec: EnvSpec, mirrors: Mapping[str, str], exc: EnvlockError) -> str:
+    """For a failure to reach the host of spec indexes without a mirror: how to read them from one ("" else).
+
+    A cluster with no route to download.pytorch.org reads that index from a mirror; the
+    failure itself names only the URL it could not reach."""
+    from urllib.parse import urlsplit
+
+    from envlock import http
+
+    said = str(exc)
+    if not any(words in said for words in _UNREACHABLE):
+        return ""
+    names = [name for name, index in sorted(spec.indexes.items()) if name not in mirrors
+             and (host := urlsplit(http.redact(index.url)).netloc) and f"//{host}/" in said]
+    if not names:
+        return ""
+    how = ", ".join(f"--index {name}=URL or {env_var(MIRROR_ENV_PREFIX, name)}=URL" for name in names)
+    return f"no access to that host? read {'its index' if len(names) == 1 else 'those indexes'} from a mirror: {how}"
+
+
 def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
                    environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Where to fetch each git repository from: ``--source NAME=URL`` or ``ENVLOCK_SOURCE_<NAME>=URL``.
@@ -223,11 +248,11 @@ def lock_env(
         ))
     except (ResolveError, FetchError, PackageIndexError) as exc:
         # An index that cannot be read may be the one a misspelt mirror variable was meant for.
-        if not (note := stray_mirror_note(ws, spec)):
+        hint = index_mirror_hint(spec, all_mirrors, exc)
+        note = stray_mirror_note(ws, spec)
+        if not hint and not note:
             raise
-        failed = type(exc)(exc.message, details=[*exc.details, f"note: {note}"])
-        failed.exit_code = exc.exit_code
-        raise failed from None
+        raise exc.with_details(*filter(None, [hint, note and f"note: {note}"])) from None
     lock = Lock(
         env=env,
         python=spec.python,
@@ -666,10 +691,15 @@ def sync(
                              for patch in source.patches}}
     if stray is None:
         stray = stray_mirror_note(ws, mirrored_spec) if mirrored_spec is not None and not offline else ""
-    result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
-                       offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
-                       mirrors=_package_mirrors(mirrored_spec, lock, download_from), local_wheels=local_wheels,
-                       spec_input=spec_input)
+    try:
+        result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
+                           offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
+                           mirrors=_package_mirrors(mirrored_spec, lock, download_from), local_wheels=local_wheels,
+                           spec_input=spec_input)
+    except FetchError as exc:
+        if mirrored_spec is None or not (hint := index_mirror_hint(mirrored_spec, download_from, exc)):
+            raise
+        raise exc.with_details(hint) from None
     # The whole sync: a relock and builds come before sync_lock's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + hashed + built_downloaded,
@@ -809,18 +839,9 @@ def prepare_sources(
     for name, src in sorted(spec.sources.items()):
         if names is not None and name not in names:
             continue
-        try:
+        with _mirror_hint(name, src, mirrors or {}):
             prepared = sources.prepare(src, store, ws.root, commit=_pinned_commit(src, lock),
                                        override=overrides.get(name), fetch_from=(mirrors or {}).get(name))
-        except SourceError as exc:
-            if src.git is None or name in (mirrors or {}):
-                raise
-            var = env_var(SOURCE_MIRROR_ENV_PREFIX, name)
-            raise SourceError(exc.message, details=[
-                *exc.details,
-                f"no access to {src.git}? fetch the pinned commit from a clone or mirror: "
-                f"--source {name}=URL-OR-PATH or {var}=URL-OR-PATH",
-            ]) from None
         patches = patch.load_patches(ws.root, src.patches)
         try:
             patched = patch.apply_all(name, prepared.tree, prepared.tree_digest, patches, store)
@@ -832,6 +853,22 @@ def prepare_sources(
                 "must be unpatched (a `patch edit` work dir has them applied already)"]) from None
         out[name] = SourceState(prepared, patched)
     return out
+
+
+@contextlib.contextmanager
+def _mirror_hint(name: str, src: SourceSpec, mirrors: Mapping[str, str], *, option: bool = True) -> Iterator[None]:
+    """A git source that could not be fetched: say how to fetch it from a clone or mirror instead.
+
+    ``option``: whether the command takes ``--source`` (else only the variable is named)."""
+    try:
+        yield
+    except SourceError as exc:
+        if src.git is None or name in mirrors:
+            raise
+        var = env_var(SOURCE_MIRROR_ENV_PREFIX, name)
+        how = f"--source {name}=URL-OR-PATH or {var}=URL-OR-PATH" if option else f"{var}=URL-OR-PATH"
+        raise exc.with_details(f"no access to {src.git}? fetch the pinned commit from a clone or mirror: "
+                               f"{how}") from None
 
 
 def _project_name(project: Path) -> str | None:
@@ -1092,10 +1129,12 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None,
         if against is not None:
             if src.git is None:
                 raise UsageError(f"--against {against}: source {name!r} is a path source (no commits)")
-            commit = sources.resolve_rev(src.git, against, store=store, fetch_from=mirrors.get(name))
+            with _mirror_hint(name, src, mirrors):
+                commit = sources.resolve_rev(src.git, against, store=store, fetch_from=mirrors.get(name))
         else:
             commit = _pinned_commit(src, lock)
-        prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirrors.get(name))
+        with _mirror_hint(name, src, mirrors):
+            prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirrors.get(name))
         commits[name] = prepared.commit
         out[name] = tuple(patch.status(prepared.tree, patch.load_patches(ws.root, src.patches)))
     return PatchReport(env, against, out, commits)
@@ -1120,10 +1159,12 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
     if against is not None:
         if src.git is None:
             raise UsageError(f"--against {against}: source {source!r} is a path source (no commits)")
-        commit: str | None = sources.resolve_rev(src.git, against, store=store, fetch_from=mirror)
+        with _mirror_hint(source, src, {source: mirror} if mirror else {}, option=False):
+            commit: str | None = sources.resolve_rev(src.git, against, store=store, fetch_from=mirror)
     else:
         commit = _pinned_commit(src, _read_optional(ws.lock_path(env)))
-    prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirror)
+    with _mirror_hint(source, src, {source: mirror} if mirror else {}, option=False):
+        prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirror)
     # A path source has no pin to go back to: its tree as it is now is what a patch must
     # be redone on, as for a new commit (record --refresh).
     return patch.edit(source, prepared.tree, patch.load_patches(ws.root, src.patches), workdir,

@@ -458,6 +458,11 @@ def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str |
                if not lock_writable else f"`{sync}` records this venv's in its place")
         return replace(result, note="compared with this generation's own digest: the lock's was taken for other "
                        f"packages (edited by hand since; {how})")
+    if lock is not None and lock.venv_digest is None:
+        how = ("this lock is not written (read from git, or a generation's copy in the store)"
+               if not lock_writable else f"`{sync}` records it; a --frozen sync does not")
+        return replace(result, note=f"compared with this generation's own digest: the lock records no venv digest "
+                       f"({how})")
     if lock is not None and lock.venv_digest is not None and recorded is None:
         return replace(result, note=f"compared with this generation's own digest: the lock's was recorded "
                        f"with Python {lock.venv_python}, this venv has {venv_python(cur.venv)}")
