@@ -13,7 +13,6 @@ import pytest
 
 from envlock import __version__, ui
 from envlock.cli import main
-from envlock.errors import SpecError
 from envlock.lockfile import Lock, read_lock
 from envlock.workspace import Workspace
 from kit.locks import sha256_of
@@ -64,8 +63,11 @@ def test_common_options_work_before_and_after_the_command(ws, cli, tmp_path, mon
         result = cli(*args)
         assert (result.code, result.err.splitlines()[0]) == (
             2, f"envlock: error: {ws.root}/envs/e.toml: 2 problems in env spec 'e'"), args
-    with pytest.raises(SpecError):  # --debug before the command: the error is raised, not printed
-        cli("--debug", "--root", str(ws.root), "lock", "--check", "e")
+    # --debug shows where the error was raised, and exits as without it (scripts test the code).
+    debug = cli("--debug", "--root", str(ws.root), "lock", "--check", "e")
+    assert debug.code == 2
+    assert debug.err.startswith("Traceback (most recent call last):\n") and "envlock.errors.SpecError: " in debug.err
+    assert f"\nenvlock: error: {ws.root}/envs/e.toml: 2 problems in env spec 'e'\n" in debug.err
 
 
 def test_unknown_option_exits_2(ws, cli) -> None:  # type: ignore[no-untyped-def]
@@ -871,6 +873,10 @@ def test_run_takes_its_options_between_env_and_the_dashes(ws, cli, universe: Uni
         proc = run(*options, "--", "python", "-c", "import tinydep, sys; print(tinydep.VERSION, sys.argv[1:])", "--",
                    "-x")
         assert (proc.returncode, proc.stdout) == (0, "1.0 ['--', '-x']\n"), proc.stderr  # a later -- is the command's
+        # A command that is not there exits 127 as in a shell, --debug or not (it was 1 with --debug).
+        missing = run(*options, "--", "no-such-command-here")
+        assert missing.returncode == 127 and "no-such-command-here: command not found" in missing.stderr, (
+            options, missing.stderr)
     proc = run("--json", "--", "true")
     assert (proc.returncode, proc.stderr) == (2, "envlock: error: envlock run e --json -- ...: '--json' is no option "
                                                  "of run here (-q, --debug; --root goes before ENV); the command goes "

@@ -100,6 +100,66 @@ def test_sync_records_digest_then_noop_then_new_generation_and_rollback(
     assert generations.rollback(store, "demo", to=2).current == 2
 
 
+def test_a_generation_never_made_current_is_no_rollback_target(
+    locks: tuple[IndexServer, Lock, Lock], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync killed (or refused) before its switch leaves a whole generation behind: the env
+    never was it, so `rollback` after a later sync goes back to what the env was."""
+    _, v1, v2 = locks
+    store, _, first = _synced_home(tmp_path, v1)
+
+    def killed(*args: object) -> None:
+        raise KeyboardInterrupt  # where a SIGKILL just before the flip stops a sync
+
+    with monkeypatch.context() as m:
+        m.setattr(generations, "flip", killed)
+        with pytest.raises(KeyboardInterrupt):
+            sync_lock(store, "demo", v2, lock_path=None)
+    assert [(g.number, g.current, g.pending) for g in generations.list_generations(store, "demo")] == [
+        (1, True, False), (2, False, True)]
+    assert generations.rollback_targets(store, "demo", besides=1) == []
+    beta_only = replace(v1, packages=v1.packages[1:])  # another lock synced next (v2 again would reuse 2)
+    later = sync_lock(store, "demo", beta_only, lock_path=None)
+    # The pending one is gone (its venv stays in the store): numbers go on from the ones that were current.
+    assert [(g.number, g.pending) for g in generations.list_generations(store, "demo")] == [(1, False), (2, False)]
+    assert later.generation == 2 and generations.current(store, "demo").install_digest == beta_only.install_digest()
+    assert generations.rollback(store, "demo").current == 1
+    assert _python(store, "demo", "import alpha; print(alpha.VERSION)") == "1.0"
+    # A sync refused because `current` is not envlock's link adds no generation first.
+    link = store.path("envs", "demo") / "current"
+    link.unlink()
+    link.mkdir()
+    with pytest.raises(UsageError, match="not the symlink envlock keeps there"):
+        sync_lock(store, "demo", v2, lock_path=None)
+    assert [g.number for g in generations.list_generations(store, "demo")] == [1, 2]
+    assert first.generation == 1
+
+
+def test_a_stamp_not_written_does_not_fail_a_switched_sync(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # The no-op stamp is written after the switch: a full disk then made the sync exit 1,
+    # whose message says nothing was switched, while the env had been.
+    import errno
+
+    import envlock.sync
+
+    _, v1, v2 = locks
+    store, _, _ = _synced_home(tmp_path, v1)
+
+    def full(path: Path, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(envlock.sync, "write_atomic", full)
+    stamp = store.path("envs", "demo") / quick.STAMP
+    v2_path = _write(v2, tmp_path / "ws" / "locks" / "v2.toml")
+    for _ in range(2):  # a new generation, then a no-op
+        result = sync_lock(store, "demo", read_lock(v2_path), lock_path=v2_path)
+        assert result.note == (f"{stamp}: not written (No space left on device); the next sync takes the full "
+                               "path, not the fast no-op")
+        assert generations.current(store, "demo").install_digest == v2.install_digest()
+        assert not stamp.exists()
+
+
 def test_rollback_errors(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")

@@ -340,3 +340,26 @@ def test_a_rebuild_under_the_same_file_name_installs_its_own_bytes(tmp_path: Pat
         result = install.install(store, lock, fetched.paths())
         got[label] = (result.venv / SITE / "sgl_kernel" / "__init__.py").read_text()
     assert got == {"first": "BUILD = 'first'\n", "second": "BUILD = 'second'\n"}
+
+
+def test_a_full_disk_while_copying_the_skeleton_is_one_message(published: tuple[IndexServer, Lock], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # copytree raises one shutil.Error holding every file's failure: it was printed as that list.
+    import errno
+
+    from envlock.fetch import store_file
+
+    server, lock = published
+    result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
+    store = Store.open(tmp_path / "home")
+    store.remove_entry("venvs", result.venv.name)
+
+    def full(src: str, dst: str, **kwargs: object) -> str:
+        raise OSError(errno.ENOSPC, "No space left on device", dst)
+
+    monkeypatch.setattr(shutil, "copyfile", full)
+    with pytest.raises(InstallError) as info:
+        install.install(store, lock, {p.wheels[0].sha256: store_file(store, p.wheels[0]) for p in lock.packages})
+    assert info.value.message.startswith(f"{store.root / 'tmp'}/venv-slot")
+    assert ": cannot copy the venv skeleton there: [Errno 28] No space left on device: " in info.value.message
+    assert not store.path("venvs", result.venv.name).exists()

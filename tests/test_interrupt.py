@@ -43,8 +43,9 @@ def _big(server: IndexServer, tmp_path: Path, index: str, name: str, version: st
     return wheel
 
 
-def _interrupt(ws: Path, home: Path, wheel: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``envlock ARGS`` in ``ws``, SIGINT it once ``wheel``'s download is under way."""
+def _interrupt(ws: Path, home: Path, wheel: Path, *args: str,
+               sig: signal.Signals = signal.SIGINT) -> subprocess.CompletedProcess[str]:
+    """Run ``envlock ARGS`` in ``ws``, SIGINT (or ``sig``) it once ``wheel``'s download is under way."""
     env = dict(os.environ, ENVLOCK_HOME=str(home))
     proc = subprocess.Popen([sys.executable, "-m", "envlock.cli", *args], cwd=ws, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -55,7 +56,7 @@ def _interrupt(ws: Path, home: Path, wheel: Path, *args: str) -> subprocess.Comp
         return any(p.stat().st_size > 0 for p in partial.glob("*.part")) if partial.is_dir() else False
 
     _wait_for(downloading, f"{wheel.name} to start downloading")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
@@ -82,6 +83,18 @@ def test_ctrl_c_stops_a_sync_download_and_keeps_its_partial_to_resume(server: In
     assert again.returncode == 0, again.stderr
     assert any(path.endswith(big.name) and rng.startswith("bytes=") for path, rng in server.requests)
     assert sha256_of(next(store.path("wheels", sha).iterdir())) == sha
+
+
+def test_sigterm_stops_a_sync_as_ctrl_c_does(server: IndexServer, tmp_path: Path) -> None:
+    # `kill`, `timeout` and supervisors send SIGTERM: handled as an interrupt (the download
+    # stopped, its partial kept), said, and exit 143, the shell's code for it.
+    big = _big(server, tmp_path, "pypi", "big", "1.0")
+    ws, lock = _sync_ws(server, tmp_path, big)
+    done = _interrupt(ws, tmp_path / "home", big, "sync", "demo", "--lock", str(lock), sig=signal.SIGTERM)
+    assert (done.returncode, done.stderr) == (143, "envlock: terminated\n")
+    store = Store.open(tmp_path / "home")
+    assert not store.has("wheels", sha256_of(big))
+    assert 0 < (store.partial_dir / f"{sha256_of(big)}.part").stat().st_size < big.stat().st_size
 
 
 def test_ctrl_c_stops_a_lock_hashing_a_nightly_and_leaves_nothing(server: IndexServer, tmp_path: Path) -> None:
@@ -170,8 +183,9 @@ time.sleep(60)
 """
 
 RUNS_CHILD = """
-import sys
-from envlock import runner
+import signal, sys
+from envlock import errors, runner
+signal.signal(signal.SIGTERM, errors.raise_terminated)  # as cli.main does
 try:
     runner.run([sys.executable, "-c", sys.argv[1], sys.argv[2], sys.argv[3]])
 except KeyboardInterrupt:
@@ -179,14 +193,16 @@ except KeyboardInterrupt:
 """
 
 
-def test_an_interrupt_is_passed_on_to_the_running_tool(tmp_path: Path) -> None:
-    # `kill -INT` of envlock alone (not its process group): uv, git or a build must still get
-    # to clean up (uv removes its temp folders in its cache), not be killed outright.
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_is_passed_on_to_the_running_tool(tmp_path: Path, sig: signal.Signals) -> None:
+    # `kill -INT` (or a plain `kill`) of envlock alone, not its process group: uv, git or a
+    # build must still get to clean up (uv removes its temp folders in its cache, and stops
+    # the build backend it runs), not be killed outright nor left running.
     cleaned, started = tmp_path / "cleaned", tmp_path / "started"
     proc = subprocess.Popen([sys.executable, "-c", RUNS_CHILD, CHILD_CLEANS_UP, str(cleaned), str(started)],
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     _wait_for(started.exists, "the child to start")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=30)
     assert out == "interrupted\n"
     assert cleaned.read_text() == "cleaned up"

@@ -24,13 +24,14 @@ def main() -> int:
         from envlock.cli import main as cli_main
 
         return cli_main(fast_path=False)
-    except KeyboardInterrupt:
-        from envlock.errors import asks_json, json_error
+    except KeyboardInterrupt as exc:  # or Terminated: SIGTERM once cli.main's handler is in place
+        from envlock.errors import Terminated, asks_json, json_error
 
+        said, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
         if asks_json(sys.argv[1:]):  # the document cli.main gives for an interrupt, as promised
-            print(json_error("interrupted", (), "KeyboardInterrupt", 130))
-        print("envlock: interrupted", file=sys.stderr)
-        return 130
+            print(json_error(said, (), type(exc).__name__, code))
+        print(f"envlock: {said}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.errors import EnvlockError, UsageError, asks_json, json_error
+from envlock.errors import EnvlockError, Terminated, UsageError, asks_json, json_error, raise_terminated
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -278,6 +278,7 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
         lines = [f"  {'gen':>4}  {'created':20}  {'lock (install digest)':23}  venv digest"] + [
             f"{'*' if g.current else ' '} {g.number:>4}  {g.created}  {g.install_digest[:23]}  {g.venv_digest[:23]}"
             + ("" if present[g.number] else "  (venv gone from the store)")
+            + ("  (never current: its sync stopped before the switch)" if g.pending else "")
             for g in gens
         ] if gens else [f"{args.env}: no generations" + ("" if damaged else f" (run `envlock sync {args.env}`)")]
         lines += [f"  unreadable: {path} (not listed; `envlock sync {args.env}` makes a new generation)"
@@ -520,7 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
             "lacks, fetch every locked wheel into the store (verified), build the venv with the pinned uv\n"
             "from the store only, check its digest against the lock, and make it the env's new current\n"
             "generation. The store is $ENVLOCK_HOME (default: the user data dir). The last line printed is\n"
-            "the env's stable path. Exit: 0, 1 the work failed (nothing switched), 2 bad input, 130 Ctrl-C.")
+            "the env's stable path. Exit: 0, 1 the work failed (nothing switched), 2 bad input, 130 Ctrl-C,\n"
+            "143 SIGTERM.")
     p.add_argument("env", metavar="ENV")
     p.add_argument("--frozen", action="store_true",
                    help="sync the lock as it is, even if stale; never write it (not even the venv digest); "
@@ -647,6 +649,19 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
         fast = fast_sync(list(sys.argv[1:] if argv is None else argv))
         if fast is not None:
             return fast
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():  # the only thread a handler may be set from
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
+        try:
+            return _main(argv)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from pathlib import Path
 
     from envlock.workspace import Workspace
@@ -676,22 +691,29 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
         sys.stderr.close()
         return 0
     except EnvlockError as exc:
-        if args.debug:
-            raise
+        _traceback(args)  # --debug shows where, and exits as without it
         return _fail(args, exc.message, exc.details, type(exc).__name__, exc.exit_code)
     except OSError as exc:
         # What the stages do not name themselves: a read-only workspace, a store removed
         # under a running sync. One line naming the file; --debug shows where it happened.
-        if args.debug:
-            raise
+        _traceback(args)
         named = exc.filename2 or exc.filename  # a rename's target is the file people know
         where = f"{named}: " if named else ""
-        return _fail(args, f"{where}{exc.strerror or exc} (rerun with --debug for where)", (), "OSError", 1)
-    except KeyboardInterrupt:
+        how = "" if args.debug else " (rerun with --debug for where)"
+        return _fail(args, f"{where}{exc.strerror or exc}{how}", (), "OSError", 1)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
+        said, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
         if getattr(args, "json", False):
-            _json_error("interrupted", (), "KeyboardInterrupt", 130)
-        print("envlock: interrupted", file=sys.stderr)
-        return 130
+            _json_error(said, (), type(exc).__name__, code)
+        print(f"envlock: {said}", file=sys.stderr)
+        return code
+
+
+def _traceback(args: argparse.Namespace) -> None:
+    if args.debug:
+        import traceback
+
+        traceback.print_exc()
 
 
 if __name__ == "__main__":

@@ -142,6 +142,17 @@ def raise_all(error: type[EnvlockError], problems: Sequence[str | EnvlockError],
         raise error(prefix + summary, details=[str(p) for p in problems])
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, a supervisor stopping a unit), handled as Ctrl-C is: the
+    running tool is asked to stop and clean up, nothing partial is kept; exit 143. Left to its
+    default, SIGTERM ended envlock at once and a native build it ran went on for its hour."""
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """The SIGTERM handler ``cli.main`` installs."""
+    raise Terminated
+
+
 def asks_json(argv: Sequence[str]) -> bool:
     """Whether an envlock command line asks for ``--json`` (not counting what follows ``--`` or
     ``run``: the command ``run`` runs, whose options are its own)."""

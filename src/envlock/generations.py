@@ -6,6 +6,7 @@ Layout, under the store's ``envs/<name>/``::
     <N>/venv              relative symlink to ``../../../venvs/sha256-<hex>``
     <N>/generation.json   number, created (UTC), install digest, venv digest
     <N>/pylock.toml       the lock this generation was built from
+    <N>/pending           while it was never current: its sync was killed or refused before the switch
     current               symlink to ``<N>/venv``: ``envlock path`` prints it
     noop-stamp            what the last sync found current (``envlock.quick``)
 
@@ -35,6 +36,7 @@ from envlock.store import LAYOUT_VERSION, Store, exclusive_lock, write_atomic
 CURRENT = "current"
 _RECORD = "generation.json"
 _LOCK_COPY = "pylock.toml"
+_PENDING = "pending"
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Generation:
     current: bool = False
     lock_sha256: str = ""  # sha256 of the lock text this generation was synced from (its pylock.toml)
     venv_python: str | None = None  # the interpreter version the venv was built with (None: not recorded)
+    pending: bool = False  # never made current: its sync stopped before the switch (no rollback goes to it)
 
     @property
     def venv(self) -> Path:
@@ -85,6 +88,7 @@ class Generation:
             "current": self.current,
             "lock_sha256": self.lock_sha256,
             "venv_python": self.venv_python,
+            "pending": self.pending,
         }
 
 
@@ -161,6 +165,7 @@ def read(store: Store, env: str, number: int, *, current: int | None = None) -> 
             current=number == current,
             lock_sha256=str(doc.get("lock_sha256", "")),
             venv_python=str(doc["venv_python"]) if doc.get("venv_python") else None,
+            pending=number != current and (folder / _PENDING).exists(),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -192,8 +197,9 @@ def current_or_error(store: Store, env: str) -> Generation:
 
 
 def rollback_targets(store: Store, env: str, *, besides: int | None = None) -> list[int]:
-    """The generations ``rollback`` can make current (readable, venv still there), but ``besides``."""
-    return [g.number for g in list_generations(store, env) if g.number != besides and g.venv.is_dir()]
+    """The generations ``rollback`` can make current (readable, venv still there, current once), but ``besides``."""
+    return [g.number for g in list_generations(store, env)
+            if g.number != besides and not g.pending and g.venv.is_dir()]
 
 
 def newest(store: Store, env: str) -> Generation | None:
@@ -298,6 +304,12 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
         shutil.rmtree(litter, ignore_errors=True)
     for litter in folder.glob(".current-*"):
         litter.unlink(missing_ok=True)
+    # Generations a killed or refused sync left before its switch: never current, so never
+    # the env someone had; a rollback must not land on one (their venvs stay in the store).
+    cur = current_number(store, env)
+    for n in _numbers(folder):
+        if n != cur and (folder / str(n) / _PENDING).exists():
+            store.remove_tree(folder / str(n))
     # The fast no-op stamp names a generation by number; a number can come back (an
     # old generation folder removed by hand), so no stamp may outlive this point.
     (folder / quick.STAMP).unlink(missing_ok=True)  # written by sync, read by the fast no-op
@@ -312,9 +324,10 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
     record = {"created": created, "install_digest": install_digest, "venv_digest": venv_digest,
               "lock_sha256": lock_sha256, "venv_python": venv_python}
     write_atomic(work / _RECORD, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    (work / _PENDING).touch()  # until flip
     os.rename(work, folder / str(number))
     return Generation(env, number, created, install_digest, venv_digest, folder / str(number),
-                      lock_sha256=lock_sha256, venv_python=venv_python)
+                      lock_sha256=lock_sha256, venv_python=venv_python, pending=True)
 
 
 def discard(store: Store, env: str, number: int) -> None:
@@ -324,13 +337,22 @@ def discard(store: Store, env: str, number: int) -> None:
     store.remove_tree(env_dir(store, env) / str(number))
 
 
-def flip(store: Store, env: str, number: int) -> None:
-    """Point ``current`` at generation ``number`` in one atomic rename."""
-    folder = env_dir(store, env)
-    link = folder / CURRENT
+def check_link(store: Store, env: str) -> None:
+    """``UsageError`` when the env's ``current`` is there but is not envlock's symlink (a folder
+    or file put there by hand): no command replaces it. A sync asks before it adds a generation."""
+    link = env_dir(store, env) / CURRENT
     if os.path.lexists(link) and not os.path.islink(link):
         raise UsageError(f"{link}: not the symlink envlock keeps there (a {'folder' if link.is_dir() else 'file'}); "
                          "move it away (it is not envlock's) and run the command again")
+
+
+def flip(store: Store, env: str, number: int) -> None:
+    """Point ``current`` at generation ``number`` in one atomic rename."""
+    check_link(store, env)
+    folder = env_dir(store, env)
+    # Unmarked first: killed between the two steps, it is a generation never current that
+    # a rollback may still pick (the odds of envlock before generations were marked).
+    (folder / str(number) / _PENDING).unlink(missing_ok=True)
     tmp = folder / f".current-{os.urandom(4).hex()}"
     os.symlink(f"{number}/venv", tmp)
     try:
@@ -406,7 +428,7 @@ def rollback(store: Store, env: str, to: int | None = None) -> Switch:
         if to is None:
             if cur is None:  # nothing to go back from: which one is for the user to say
                 raise never_synced(store, env)
-            older = [n for n in numbers if n < cur]
+            older = [g.number for g in gens if g.number < cur and not g.pending]
             if not older:
                 raise UsageError(
                     f"env {env!r}: generation {cur} is the oldest; nothing to roll back to "

@@ -164,8 +164,12 @@ def install(
         with _keep_log_on_failure(store, log, key), store.new_entry("venvs", venv_entry(key), slot="venv") as work:
             skeleton = venv_skeleton(store, python, log)
             if skeleton is not None:
-                shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns(_SKELETON_DIGEST))
+                try:
+                    shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True,
+                                    ignore=shutil.ignore_patterns(_SKELETON_DIGEST))
+                except shutil.Error as exc:  # every file's failure in one list: the first names one
+                    _source, target, why = exc.args[0][0]
+                    raise InstallError(f"{target}: cannot copy the venv skeleton there: {why}") from None
             else:
                 _make_venv(python, work, log)
             if on_stage is not None:

@@ -117,10 +117,11 @@ def sync_lock(
 
             check_stored_sizes([p.wheels[0] for p in lock.packages], store)
             data, on_disk, recorded = _record(lock, lock_path, cur.venv_digest, cur_python, frozen)
-            _stamp(store, env, cur.number, lock, cur.venv_digest, data, on_disk, inputs, spec_input)
+            unstamped = _stamp(store, env, cur.number, lock, cur.venv_digest, data, on_disk, inputs, spec_input)
             return SyncResult(env, generations.stable_path(store, env), cur.number, key,
                               cur.venv_digest, noop=True, recorded=recorded, seconds=time.monotonic() - started,
-                              note=_recorded_note(lock, cur_python, recorded, env, lock_path))
+                              note="; ".join(filter(None, [_recorded_note(lock, cur_python, recorded, env, lock_path),
+                                                           unstamped])))
 
         from envlock import fetch, install, verify
 
@@ -196,6 +197,7 @@ def sync_lock(
         # The file's text when it holds the synced lock (with the digest just recorded);
         # if it holds another lock now, the generation keeps the one it was built from.
         lock_text = lock_bytes.decode("utf-8") if lock_bytes is not None and on_disk is not None else lock.to_toml()
+        generations.check_link(store, env)  # refused before a generation is added, not after
         newest = generations.newest(store, env)
         if (newest is not None and (cur is None or newest.number > cur.number)
                 and (newest.install_digest, newest.venv_digest, newest.lock_sha256)
@@ -212,7 +214,9 @@ def sync_lock(
             raise
         pause("before-flip")
         generations.flip(store, env, gen.number)
-        _stamp(store, env, gen.number, lock, actual.digest, lock_bytes, on_disk, inputs, spec_input)
+        # Switched now: nothing after this may fail the sync (it would say "nothing switched").
+        unstamped = _stamp(store, env, gen.number, lock, actual.digest, lock_bytes, on_disk, inputs, spec_input)
+        note = "; ".join(filter(None, [note, unstamped]))
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, key, actual.digest, noop=False,
             downloaded=got.downloaded, fetched=sum(1 for a in got.artifacts if a.source != "store"),
@@ -371,11 +375,13 @@ def _held(lock: Lock, data: bytes | None, lock_path: Path | None) -> Lock | None
 
 
 def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, data: bytes | None,
-           on_disk: Lock | None, inputs: Mapping[str, str] | None, spec: Mapping[str, str] | None = None) -> None:
+           on_disk: Lock | None, inputs: Mapping[str, str] | None, spec: Mapping[str, str] | None = None) -> str:
     """Write the fast no-op stamp for generation ``number`` (call under the env lock).
 
     Only when the lock file's bytes (``data``, holding ``on_disk``) still hold the lock
     just synced; otherwise the stamp is removed and the next sync takes the full path.
+    Returns a note when it could not be written ("" else): the env is current by then, and
+    a missing stamp costs only the next no-op its fast path.
     """
     stamp = generations.env_dir(store, env) / quick.STAMP
     if (
@@ -386,10 +392,14 @@ def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, da
         or any("\n" in p for p in [*(inputs or {}), *(spec or ())])
     ):
         stamp.unlink(missing_ok=True)
-        return
+        return ""
     text = quick.stamp_text(number, lock.install_digest(), venv_digest, hashlib.sha256(data).hexdigest(),
                             dict(inputs) if inputs is not None else None, dict(spec) if spec else None)
-    write_atomic(stamp, text.encode())
+    try:
+        write_atomic(stamp, text.encode())
+    except OSError as exc:  # a full disk, say
+        return f"{stamp}: not written ({exc.strerror or exc}); the next sync takes the full path, not the fast no-op"
+    return ""
 
 
 def venv_python(venv: Path) -> str | None:
