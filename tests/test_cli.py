@@ -899,3 +899,57 @@ def test_an_unknown_option_is_shown_with_its_commands_usage(ws, cli, capsys) -> 
         err = capsys.readouterr().err
         assert info.value.code == 2
         assert err.startswith(usage) and err.endswith("envlock: error: unrecognized arguments: --bogus\n"), err
+
+
+def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`https://user:token@host/simple` in the spec, no ~/.netrc: the lock keeps no credentials, and
+    the sync sends the index's again (it answered 401 to the lock's bare URLs)."""
+    import base64
+
+    from envlock import http
+    from kit.index import IndexServer
+    from kit.wheels import build_wheel
+
+    monkeypatch.setattr(http, "_netrc", False)  # no ~/.netrc here
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        server.add_index("priv")
+        server.add("priv", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
+        server.required_auth = "Basic " + base64.b64encode(b"alice:s3cret").decode()
+        url = server.url("priv").replace("http://", "http://alice:s3cret@")
+        ws.write_spec("e", f'[env]\npython = "{sys.version_info.major}.{sys.version_info.minor}"\n'
+                           f'[indexes.priv]\nurl = "{url}"\ndefault = true\n[packages]\ntinydep = "==1.0"\n')
+        locked = cli("-q", "lock", "e")
+        assert locked.code == 0, locked.err
+        assert "s3cret" not in ws.lock_text("e")
+        synced = cli("-q", "sync", "e")
+        assert synced.code == 0, synced.err
+        assert server.auth_seen("tinydep-1.0-py3-none-any.whl") == server.required_auth
+        # A typo in such a URL is named without its password (the error reaches CI logs).
+        typo = cli("lock", "e", "--index", "priv=http://alice:s3cret@mirror:4433O/simple")
+        assert typo.code == 2 and "s3cret" not in typo.err and "http://mirror:4433O/simple" in typo.err, typo.err
+    finally:
+        server.stop()
+
+
+def test_a_lock_names_a_python_version_and_sources_stay_in_the_workspace(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    # A sync hands the lock's python to `uv python find`: a path there ran that program.
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    text = ws.lock_text("e")
+    python = f'python = "{sys.version_info.major}.{sys.version_info.minor}"'
+    assert python in text
+    lock_file = ws.root / "locks" / "pylock.e.toml"
+    lock_file.write_text(text.replace(python, 'python = "tools/python3.11"'))
+    for argv in (["sync", "e"], ["lock", "e", "--check"], ["sync", "e", "--frozen"]):
+        r = cli(*argv)
+        assert (r.code, r.err) == (2, f"envlock: error: {lock_file}: tool.envlock.python: found "
+                                      "'tools/python3.11'; expected a Python version like \"3.12\"\n"), (argv, r.err)
+    # Another version, hand-edited: stale for the spec (its digest covers env.python).
+    lock_file.write_text(text.replace(python, 'python = "3.99"'))
+    check = cli("lock", "e", "--check")
+    assert check.code == 1 and "tool.envlock.python: '3.99', but env.python is" in check.out, check.out
+    # A source name is a name, not a path: patches/NAME/ is written from it.
+    ws.write_spec("f", spec_text(universe, 'tinydep = "==1.0"') + '[sources."../../escaped"]\npath = "src"\n')
+    bad = cli("lock", "f")
+    assert bad.code == 2 and "sources.\"../../escaped\": expected a source name of letters" in bad.err, bad.err

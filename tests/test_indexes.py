@@ -41,6 +41,7 @@ def page() -> Iterator[tuple[str, list[bytes]]]:
          "'list' object has no attribute 'get'"),
         (b'{"files": [{"url": "a.whl"}]}', "'filename'"),
         (b"not json", "Expecting value"),
+        (b'{"files": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "maximum recursion depth exceeded"),
     ],
 )
 def test_malformed_json_page_is_an_index_error(page: tuple[str, list[bytes]], doc: bytes, reason: str) -> None:

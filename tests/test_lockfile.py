@@ -152,6 +152,17 @@ def test_an_env_spec_given_as_a_lock_is_named_as_one() -> None:
          "like \"2.9.1\""),
         ('name = "sgl-kernel"', 'name = "torch"',
          "packages[1].name: found 'torch' again (also packages[0]); expected one entry per package"),
+        # What a sync and `lock --check` read and hash: inside the workspace only.
+        ('{ path = "patches/sglang/0001-x.patch", sha256', '{ path = "../../etc/x.patch", sha256',
+         "tool.envlock.sources.sglang.patches[0].path: found '../../etc/x.patch'; expected a relative path inside "
+         "the workspace"),
+        ('{ path = "patches/sglang/0001-x.patch", sha256', '{ path = "/etc/hostname", sha256',
+         "tool.envlock.sources.sglang.patches[0].path: found '/etc/hostname'; expected a relative path inside "
+         "the workspace"),
+        ('git = "https://github.com/sgl-project/sglang"', 'path = "/"',
+         "tool.envlock.sources.sglang.path: found '/'; expected a relative path inside the workspace"),
+        ('python = "3.12"', 'python = "-h"', "tool.envlock.python: found '-h'; expected a Python version like "
+         '"3.12"'),
         ("format = 1\n", "",
          "tool.envlock.format: missing; expected 1 (a lock from another envlock version: regenerate it with "
          "`envlock lock`)"),
@@ -227,3 +238,12 @@ def test_wheel_entries_that_could_steer_a_store_path_are_refused(tmp_path: Path,
                                                                  message: str) -> None:
     path, error = _read_edited(tmp_path, old, new)
     assert error.message == f"{path}: {message}"
+
+
+def test_a_lock_nested_too_deeply_is_named(tmp_path: Path) -> None:
+    # tomllib recurses per array level: thousands deep was a RecursionError traceback.
+    path = tmp_path / "pylock.e.toml"
+    path.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(LockError) as info:
+        read_lock(path)
+    assert info.value.message == f"{path}: not valid TOML: nested too deeply"

@@ -299,3 +299,14 @@ def test_platforms_are_those_the_pinned_uv_accepts() -> None:
     assert listed is not None
     values = {v.strip() for v in listed.group(1).split(",")}
     assert values - {"linux", "macos", "windows"} == UV_PLATFORMS
+
+
+def test_a_spec_nested_too_deeply_or_with_a_huge_python_is_named(tmp_path: Path) -> None:
+    spec = tmp_path / "e.toml"
+    spec.write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(SpecError, match=r"^.*e\.toml: not valid TOML: nested too deeply$"):
+        load_spec(spec)
+    spec.write_text('[env]\npython = "3.' + "1" * 5000 + '"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\n'
+                    "default = true\n")
+    with pytest.raises(SpecError, match=r"env.python: expected a Python version like \"3.12\""):
+        load_spec(spec)

@@ -275,6 +275,8 @@ def _backend(project: Path) -> tuple[str, list[str]]:
         doc = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
     except FileNotFoundError:
         return "setuptools.build_meta:__legacy__", ["setuptools>=40.8.0"]
+    except RecursionError:  # arrays nested thousands deep: tomllib recurses per level
+        raise BuildError(f"{project / 'pyproject.toml'}: not valid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         raise BuildError(f"{project / 'pyproject.toml'}: not valid TOML: {exc}") from None
     system = doc.get("build-system", {})

@@ -74,7 +74,9 @@ def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str
     for pair in pairs:
         name, sep, url = pair.partition("=")
         if not sep or not name or not url:
-            raise UsageError(f"{option} {pair!r}: expected NAME=URL (a spec {what} name and the mirror's URL)")
+            from envlock.http import redact  # NAME= forgotten: the pair is a URL, maybe with a password
+
+            raise UsageError(f"{option} {redact(pair)!r}: expected NAME=URL (a spec {what} name and the mirror's URL)")
         out[name] = url
     return out
 

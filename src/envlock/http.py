@@ -50,7 +50,12 @@ class HttpError(Exception):
 
 def redact(url: str) -> str:
     """``url`` without ``user:password@``: for messages and for files that get committed."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # no URL to split ("http://[::1/"), yet it may hold a password: cut what reads as one
+        import re
+
+        return re.sub(r"(?<=//)[^/?#]*@", "", url)
     if parts.username is None and parts.password is None:
         return url
     # The netloc after "@", as written: hostname would drop an IPv6 literal's brackets.

@@ -77,7 +77,7 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
             doc = json.loads(page.text)
             for f in doc["files"]:
                 entries.append((f["filename"], urljoin(page.url, f["url"]), f.get("hashes", {}).get("sha256")))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # a page nested deep
             raise PackageIndexError(f"{http.redact(url)}: malformed PEP 691 page ({exc})") from None
     else:
         parser = _Links()
@@ -108,7 +108,7 @@ def project_names(index_url: str) -> set[str] | None:
     if "json" in page.content_type:
         try:
             return {str(canonicalize_name(p["name"])) for p in json.loads(page.text)["projects"]}
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return None
     parser = _Links()
     parser.feed(page.text)

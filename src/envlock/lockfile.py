@@ -13,7 +13,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
@@ -235,6 +235,8 @@ class Lock:
     def from_toml(cls, text: str, origin: Path | str) -> Lock:
         try:
             doc = tomllib.loads(text)
+        except RecursionError:  # arrays nested thousands deep: tomllib recurses per level
+            raise LockError(f"{origin}: not valid TOML: nested too deeply") from None
         except tomllib.TOMLDecodeError as exc:
             raise LockError(f"{origin}: not valid TOML: {exc}") from None
         return cls.from_dict(doc, origin)
@@ -344,9 +346,12 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
               for name, v in _table(tool.get("builds", {}), where).items()}
     where = "tool.envlock.spec-keys"
     spec_keys = _table(tool.get("spec-keys", {}), where)
+    python = _str(tool, "python", "tool.envlock")
+    if not PYTHON_VERSION.fullmatch(python):
+        raise _BadKeyError("tool.envlock.python", f"found {python!r}", 'a Python version like "3.12"')
     return Lock(
         env=_str(tool, "env", "tool.envlock"),
-        python=_str(tool, "python", "tool.envlock"),
+        python=python,
         platform=_opt_str(tool, "platform", "tool.envlock"),
         spec_digest=_str(tool, "spec-digest", "tool.envlock"),
         spec_keys={name: _str(spec_keys, name, where) for name in spec_keys},
@@ -360,6 +365,10 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         venv_install=_opt_str(tool, "venv-install-digest", "tool.envlock"),
     )
 
+
+#: A Python version as a spec's ``env.python`` and a lock's ``python`` give it: a sync hands it
+#: to ``uv python find``, so a lock can name no program (``tools/python``) nor an option there.
+PYTHON_VERSION = re.compile(r"3\.\d{1,3}(\.\d{1,3})?")
 
 #: PEP 508's package name (the spec checks its names with it too).
 PACKAGE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
@@ -431,6 +440,20 @@ def _artifact(value: object, key: str) -> Artifact:
     return art
 
 
+def is_workspace_path(value: str) -> bool:
+    """Whether ``value`` is a relative path that stays inside the workspace (no ``..``, not absolute)."""
+    pure = PurePosixPath(value)
+    return bool(value.strip()) and not pure.is_absolute() and ".." not in pure.parts and "\\" not in value
+
+
+def _workspace_path(table: Mapping[str, Any], name: str, key: str) -> str:
+    # The lock names files the sync and `lock --check` read and hash: never outside the workspace.
+    value = _str(table, name, key)
+    if not is_workspace_path(value):
+        raise _BadKeyError(toml_key(key, name), f"found {value!r}", "a relative path inside the workspace")
+    return value
+
+
 def _source(src: Mapping[str, Any], key: str) -> LockedSource:
     kind = "git" if "git" in src else "path"
     if kind not in src:
@@ -438,11 +461,11 @@ def _source(src: Mapping[str, Any], key: str) -> LockedSource:
     patches = []
     for i, value in enumerate(_array(src.get("patches", []), f"{key}.patches")):
         patch = _table(value, f"{key}.patches[{i}]")
-        patches.append(LockedPatch(_str(patch, "path", f"{key}.patches[{i}]"),
+        patches.append(LockedPatch(_workspace_path(patch, "path", f"{key}.patches[{i}]"),
                                    _str(patch, "sha256", f"{key}.patches[{i}]")))
     return LockedSource(
         kind=kind,
-        location=_str(src, kind, key),
+        location=_str(src, kind, key) if kind == "git" else _workspace_path(src, kind, key),
         commit=_opt_str(src, "commit", key),
         rev=_opt_str(src, "rev", key),
         tree_digest=_opt_str(src, "tree-digest", key),

@@ -66,11 +66,12 @@ def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> d
     from), not left to uv to report as a package missing from the registry; so is an
     ``--index NAME`` the spec has no index of, for ``lock`` and ``sync`` alike.
     """
+    from envlock.http import redact
     from envlock.spec import is_index_url
 
     given = {name: (env_var(MIRROR_ENV_PREFIX, name), url) for name, url in mirrors_from_env(spec).items()}
     given.update({name: (f"--index {name}", url) for name, url in (explicit or {}).items()})
-    bad = [f"{origin}={url!r}: expected an http(s):// or file:// URL"
+    bad = [f"{origin}={redact(url)!r}: expected an http(s):// or file:// URL"  # a password must not reach a log
            for _, (origin, url) in sorted(given.items()) if not is_index_url(url)]
     bad += [f"{origin}={url!r}: no such folder ({path}); expected an index on disk (a folder per project)"
             for _, (origin, url) in sorted(given.items())
@@ -382,6 +383,10 @@ def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> Lo
         nightlies = {name: pin.version for name, pin in lock.nightlies.items()}
         reasons += [f"{problem} (edited by hand?)" for problem in spec.pin_problems(versions, nightlies,
                                                                                       what="the lock")]
+        # The spec digest covers these: a lock that holds others was edited after it was written.
+        reasons += [f"tool.envlock.{key}: {got!r}, but env.{key} is {want!r} (edited by hand?)"
+                    for key, got, want in (("python", lock.python, spec.python), ("platform", lock.platform,
+                                                                                    spec.platform)) if got != want]
     if lock.env != env:
         reasons.append(f"tool.envlock.env: the lock of env {lock.env!r}, not {env!r}")
     if lock.venv_digest_stale:
@@ -695,7 +700,7 @@ def sync(
         result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                            offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
                            mirrors=_package_mirrors(mirrored_spec, lock, download_from), local_wheels=local_wheels,
-                           spec_input=spec_input)
+                           spec_input=spec_input, credentials=_package_credentials(mirrored_spec, lock, download_from))
     except FetchError as exc:
         if mirrored_spec is None or not (hint := index_mirror_hint(mirrored_spec, download_from, exc)):
             raise
@@ -732,12 +737,10 @@ def _mirror_vars() -> bool:
     return any(var.startswith(MIRROR_ENV_PREFIX) for var in os.environ)
 
 
-def _package_mirrors(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, str]) -> dict[str, str]:
-    """Locked package -> the mirror to download its wheel from: that of the spec index whose URL
-    the lock records for it; for a URL the spec does not name (a lock made through another
-    mirror), that of the one index the spec lets the package come from."""
-    if spec is None or not by_index:
-        return {}
+def _locked_from(spec: EnvSpec, lock: Lock) -> dict[str, str]:
+    """Locked package -> the spec index it came from: the one whose URL the lock records for it;
+    for a URL the spec does not name (a lock made through a mirror), the one index the spec lets
+    the package come from."""
     from envlock import http
 
     def url(name: str) -> str:
@@ -748,11 +751,27 @@ def _package_mirrors(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, st
         recorded = (p.index or "").rstrip("/")
         pinned = spec.index_of(p.name)
         # The pin wins where two spec indexes share the recorded URL.
-        index = pinned if url(pinned) == recorded else next(
+        out[p.name] = pinned if url(pinned) == recorded else next(
             (name for name in spec.indexes if url(name) == recorded), pinned)
-        if index in by_index:
-            out[p.name] = by_index[index]
     return out
+
+
+def _package_mirrors(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, str]) -> dict[str, str]:
+    """Locked package -> the mirror to download its wheel from: that of the spec index it came from."""
+    if spec is None or not by_index:
+        return {}
+    return {name: by_index[index] for name, index in _locked_from(spec, lock).items() if index in by_index}
+
+
+def _package_credentials(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, str]) -> dict[str, str]:
+    """Locked package -> its spec index's URL, where that holds ``user:password@`` (and no mirror
+    stands in for it): the lock keeps no credentials, so a sync sends that index's again."""
+    if spec is None:
+        return {}
+    from urllib.parse import urlsplit
+
+    return {name: spec.indexes[index].url for name, index in _locked_from(spec, lock).items()
+            if index not in by_index and urlsplit(spec.indexes[index].url).username is not None}
 
 
 def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,
@@ -877,7 +896,7 @@ def _project_name(project: Path) -> str | None:
 
     try:
         name = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, AttributeError):
         return None  # the build backend reports what it cannot read
     return name if isinstance(name, str) and name else None
 

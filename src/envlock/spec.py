@@ -14,7 +14,7 @@ import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -25,12 +25,11 @@ from packaging.version import Version
 from envlock.errors import SpecError
 from envlock.errors import found as _found
 from envlock.lockfile import PACKAGE_NAME as _PACKAGE_NAME
-from envlock.lockfile import toml_key
+from envlock.lockfile import PYTHON_VERSION, is_workspace_path, toml_key
 from envlock.workspace import env_var_suffix
 
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
-_PYTHON = re.compile(r"3\.\d+(\.\d+)?")
 _PLATFORM = re.compile(r"[a-z0-9_]+(-[a-z0-9_.]+)+")
 #: What the pinned uv (pyproject.toml) accepts for ``--python-platform``, less the bare OS names
 #: (``linux``, ``macos``, ``windows``), which name no architecture. A spec naming anything else
@@ -266,8 +265,7 @@ def _check_date(p: _Problems, key: str, value: str) -> None:
 
 
 def _check_relpath(p: _Problems, key: str, value: str) -> bool:
-    pure = PurePosixPath(value)
-    if not value.strip() or pure.is_absolute() or ".." in pure.parts or "\\" in value:
+    if not is_workspace_path(value):
         p.add(key, f"expected a relative path inside the workspace, found {value!r}")
         return False
     return True
@@ -321,7 +319,7 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
     p.check_keys("env", env, _ENV_KEYS)
     given = _get_str(p, env, "python", "env", required=True)
     python = given or "3"
-    if given is not None and not _PYTHON.fullmatch(given):
+    if given is not None and not PYTHON_VERSION.fullmatch(given):
         p.add("env.python", f"expected a Python version like \"3.12\", found {given!r}")
     platform = _get_str(p, env, "platform", "env")
     if platform is not None:
@@ -397,7 +395,9 @@ def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
                        f"found {name!r}")
         url = _get_str(p, entry, "url", key, required=True)
         if url is not None and not is_index_url(url):
-            p.add(f"{key}.url", f"expected an http(s):// or file:// URL, found {url!r}")
+            from envlock.http import redact  # a password in a URL with a typo must not reach a CI log
+
+            p.add(f"{key}.url", f"expected an http(s):// or file:// URL, found {redact(url)!r}")
         default = entry.get("default", False)
         if not isinstance(default, bool):
             p.add(f"{key}.default", f"expected true or false, found {_found(default)}")
@@ -413,6 +413,8 @@ def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
 def _parse_sources(p: _Problems, table: dict[str, Any], root: Path | None) -> dict[str, SourceSpec]:
     out: dict[str, SourceSpec] = {}
     for name, key, entry in _entries(p, table, "sources", 'git = "..." or path = "..."', _SOURCE_KEYS):
+        if not _PACKAGE_NAME.fullmatch(name):  # patches/NAME/, --source NAME=URL, ENVLOCK_SOURCE_<NAME>
+            p.add(key, f"expected a source name of letters, digits, '-', '_' or '.' (like \"sglang\"), found {name!r}")
         git = _get_str(p, entry, "git", key)
         rev = _get_str(p, entry, "rev", key)
         path = _get_str(p, entry, "path", key)
@@ -696,6 +698,8 @@ def read_spec(path: Path, *, name: str | None = None, root: Path | None = None) 
         raise SpecError(f"{path}: cannot read the env spec ({exc.strerror})") from None
     try:
         doc = tomllib.loads(text)
+    except RecursionError:  # arrays nested thousands deep: tomllib recurses per level
+        raise SpecError(f"{path}: not valid TOML: nested too deeply") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     return parse_spec(doc, name=env_name, origin=path, root=root), data

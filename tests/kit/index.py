@@ -64,6 +64,8 @@ class IndexServer:
         self._answered = 0
         self._served_cut: set[str] = set()
         self._auth: dict[str, str | None] = {}
+        #: An Authorization header every request must carry (a private index), else 401.
+        self.required_auth: str | None = None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -153,6 +155,8 @@ class IndexServer:
         path = req.path.split("?", 1)[0]
         with self._lock:
             self._auth[unquote(path.rsplit("/", 1)[-1])] = req.headers.get("Authorization")
+        if self.required_auth is not None and req.headers.get("Authorization") != self.required_auth:
+            return self._send(req, 401, b"authentication required\n", "text/plain")
         m = re.fullmatch(r"/([^/]+)/simple/?", path)
         if m and m.group(1) in self.indexes:
             return self._root_page(req, m.group(1))
