@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-from collections.abc import Sequence
+import signal
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -205,6 +208,108 @@ diff --git a/tail.txt b/tail.txt
     assert patch.status(result.tree, [_one(text)])[0].state == "already-applied"
 
 
+@contextlib.contextmanager
+def _within(seconds: float) -> Iterator[None]:
+    """Fail the test, rather than hang the run, when the block takes longer than ``seconds``."""
+
+    class LateError(Exception):
+        pass
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        raise LateError
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except LateError:
+        # Failed here, without the interrupted frames: pytest cannot show one stopped mid-line.
+        pytest.fail(f"took longer than {seconds} s", pytrace=False)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+_FAR = 99999999999999999999
+
+
+def test_a_hunk_line_far_past_the_end_is_looked_for_within_the_file(tmp_path: Path) -> None:
+    """QA's hang: the search for a hunk's context is bounded by the file's length, not by its header's line."""
+    tree = tmp_path / "t"
+    write(tree, {"a.txt": "hello\n"})
+    header = f"@@ -{_FAR},1 +1,1 @@"
+    with _within(10):  # the search went on for as many lines as the header names: forever
+        # Its context is at line 1: an offset like any other, as git apply takes it.
+        applied = patch.TreeView(tree).try_apply(_one(f"--- a/a.txt\n+++ b/a.txt\n{header}\n-hello\n+bye\n"))
+        result = patch.status(tree, [_one(f"--- a/a.txt\n+++ b/a.txt\n{header}\n-other\n+bye\n")])
+    assert applied == patch.Applied({"a.txt": (b"bye\n", 0o100644)}, _FAR - 1)
+    assert [s.state for s in result] == ["conflict"]
+    assert result[0].failure is not None
+    assert result[0].failure.describe() == [
+        f"a.txt: hunk 1 ({header}): the file ends before the hunk",
+        f"expected at line {_FAR}:",
+        "  | other",
+        "found:",
+        "  (end of file)",
+    ]
+
+
+def _tree_with_a_dir(tmp_path: Path) -> Path:
+    tree = tmp_path / "t"
+    write(tree, {"a.txt": "hello\n", "adir/f": "x\n"})
+    return tree
+
+
+def _new_file(path: str) -> str:
+    return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n+z\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "failure"),
+    [
+        (_new_file("adir"), "adir: would be created, but the tree has a directory there"),
+        (_new_file("a.txt/n"), "a.txt/n: would be created, but 'a.txt' is a file, not a directory"),
+        # A plain diff whose ---/+++ names differ moves the file: where it goes must be free too.
+        ("--- a/a.txt\n+++ b/adir\n@@ -1 +1 @@\n-hello\n+bye\n",
+         "adir: would be created, but the tree has a directory there"),
+        # A directory an earlier file of the patch makes (by creating a file in it).
+        (_new_file("new/f") + _new_file("new"), "new: would be created, but the tree has a directory there"),
+    ],
+    ids=["over-a-directory", "below-a-file", "moved-over-a-directory", "over-a-new-directory"],
+)
+def test_creating_a_file_where_the_tree_has_a_directory_is_a_conflict(tmp_path: Path, text: str,
+                                                                      failure: str) -> None:
+    tree = _tree_with_a_dir(tmp_path)
+    [result] = patch.status(tree, [_one(text)])
+    assert result.state == "conflict" and result.failure is not None
+    assert result.failure.describe() == [failure]
+    assert result.advice == f"refresh it: {result.failure.file} no longer matches"  # no "hunk 0": the file itself
+    with pytest.raises(PatchError) as exc:
+        patch.apply_all("s", tree, sources.tree_digest(tree), [_one(text)], Store.open(tmp_path / "home"))
+    assert str(exc.value) == f"source 's': p.patch: does not apply\n  {failure}"
+
+
+def test_a_file_deleted_earlier_may_become_a_directory(tmp_path: Path) -> None:
+    tree = _tree_with_a_dir(tmp_path)
+    text = "diff --git a/a.txt b/a.txt\ndeleted file mode 100644\n--- a/a.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-hello\n"
+    result = patch.apply_all("s", tree, sources.tree_digest(tree), [_one(text + _new_file("a.txt/n"))],
+                             Store.open(tmp_path / "home"))
+    assert (result.tree / "a.txt" / "n").read_text() == "z\n"
+
+
+def test_patch_status_and_lock_name_the_patch_creating_a_file_over_a_directory(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    """QA's repro: status said "applies" and lock failed on a store temp path ("tree/adir: Is a directory")."""
+    write(ws.root, {"src/a.txt": "hello\n", "src/adir/f": "x\n", "patches/s/0001-p.patch": _new_file("adir")})
+    ws.write_spec("e", _SPEC.format(patches='"patches/s/0001-p.patch"'))
+    r = cli("patch", "status", "e")
+    assert (r.code, r.out) == (1, "s\n"
+                                  "  conflict         patches/s/0001-p.patch  -- refresh it: adir no longer matches\n"
+                                  "      adir: would be created, but the tree has a directory there\n")
+    r = cli("lock", "e")
+    assert (r.code, r.err) == (1, "envlock: error: source 's': patches/s/0001-p.patch: does not apply\n"
+                                  "  adir: would be created, but the tree has a directory there\n")
+
+
 # -- refusals -------------------------------------------------------------------
 
 
@@ -240,6 +345,47 @@ def test_writing_through_a_symlink_is_refused(tmp_path: Path) -> None:
         f"  link/f.txt: refused: goes through the symlink 'link' in the source tree (-> {outside})"
     )
     assert (outside / "f.txt").read_text() == "a\nb\nc\n"
+
+
+_QUOTED = 'diff --git "a/{0}" "b/{0}"\nnew file mode 100644\n--- /dev/null\n+++ "b/{0}"\n@@ -0,0 +1 @@\n+z\n'
+_ESCAPE = "expected a backslash and three octal digits, \\000 to \\377, as git quotes a byte"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_QUOTED.format(r"x\08y"), rf'p.patch: line 1: bad escape \08y in the quoted path "a/x\08y"; {_ESCAPE}'),
+        (_QUOTED.format(r"x\777"), rf'p.patch: line 1: bad escape \777 in the quoted path "a/x\777"; {_ESCAPE}'),
+        (_QUOTED.format(r"x\0"), rf'p.patch: line 1: bad escape \0 in the quoted path "a/x\0"; {_ESCAPE}'),
+        (_QUOTED.format(r"x\000y"), r"p.patch: refuses to touch 'x\x00y': holds a NUL byte, which no file name can"),
+        (_new_file("n").replace("100644", "zzz"),
+         "p.patch: line 2: malformed file mode 'zzz'; expected octal digits, such as 100644"),
+        (_new_file("n").replace("100644", "10_0644"),  # int(..., 8) would take it
+         "p.patch: line 2: malformed file mode '10_0644'; expected octal digits, such as 100644"),
+        ("diff --git a/n b/n\nold mode 100644\nnew mode -100755\n",
+         "p.patch: line 3: malformed file mode '-100755'; expected octal digits, such as 100644"),
+    ],
+    ids=["escape-08", "escape-777", "escape-short", "nul", "mode-zzz", "mode-underscore", "mode-sign"],
+)
+def test_malformed_paths_and_modes_are_refused_naming_the_line(text: str, message: str) -> None:
+    with pytest.raises(PatchError) as exc:
+        _one(text)
+    assert str(exc.value) == message
+
+
+def test_patch_status_reports_a_malformed_patch_as_an_error(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    """QA's repros ended in a traceback (ValueError) instead of one error line naming the patch file."""
+    write(ws.root, {"src/a.txt": "hello\n"})
+    ws.write_spec("e", _SPEC.format(patches='"patches/s/0001-p.patch"'))
+    for text, error in [
+        (_QUOTED.format(r"x\08y"), rf'line 1: bad escape \08y in the quoted path "a/x\08y"; {_ESCAPE}'),
+        (_QUOTED.format(r"x\000y"), r"refuses to touch 'x\x00y': holds a NUL byte, which no file name can"),
+        (_new_file("n").replace("100644", "zzz"), "line 2: malformed file mode 'zzz'; expected octal digits, such as "
+                                                  "100644"),
+    ]:
+        write(ws.root, {"patches/s/0001-p.patch": text})
+        r = cli("patch", "status", "e")
+        assert (r.code, r.err) == (1, f"envlock: error: patches/s/0001-p.patch: {error}\n")
 
 
 def test_binary_and_rename_patches_are_refused() -> None:

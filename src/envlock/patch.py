@@ -10,9 +10,9 @@ the expected lines next to the ones actually there:
   the previous hunk;
 - all-or-nothing: patches are applied to an in-memory view of the tree; only when every
   patch applied is the result written, into a temp copy renamed into the store;
-- contained: a path with ``..``, an absolute path, a ``.git`` component, or one that runs
-  through (or is) a symlink in the tree is refused, as are binary patches, renames and
-  symlink creation.
+- contained: a path with ``..``, an absolute path, a ``.git`` component, a NUL byte, or one
+  that runs through (or is) a symlink in the tree is refused, as are binary patches, renames
+  and symlink creation; a new file where the tree has a file or a directory is a conflict.
 """
 
 from __future__ import annotations
@@ -198,8 +198,9 @@ def _starts_file(lines: Sequence[bytes], i: int) -> bool:
     )
 
 
-def _unquote(path: bytes) -> str:
-    """A path as git writes it: plain, or C-quoted when it has unusual bytes."""
+def _unquote(path: bytes, where: str) -> str:
+    """A path as git writes it: plain, or C-quoted when it has unusual bytes (``where``: the patch
+    and line, for the ``PatchError`` a malformed escape raises)."""
     if not (path.startswith(b'"') and path.endswith(b'"') and len(path) >= 2):
         return path.decode("utf-8", "surrogateescape")
     body, out, j = path[1:-1], bytearray(), 0
@@ -219,7 +220,15 @@ def _unquote(path: bytes) -> str:
         if c == 92 and j + 1 < len(body):
             nxt = body[j + 1]
             if 48 <= nxt <= 55:
-                out.append(int(body[j + 1 : j + 4], 8))
+                # git writes a byte as exactly three octal digits, \000 to \377 (quote.c's
+                # unquote_c_style refuses anything else): a shorter or larger one is no byte.
+                digits = body[j + 1 : j + 4]
+                if not re.fullmatch(rb"[0-3][0-7][0-7]", digits):
+                    shown = path.decode("utf-8", "backslashreplace")
+                    escape = body[j : j + 4].decode("utf-8", "backslashreplace")
+                    raise PatchError(f"{where}: bad escape {escape} in the quoted path {shown}; expected a "
+                                     "backslash and three octal digits, \\000 to \\377, as git quotes a byte")
+                out.append(int(digits, 8))
                 j += 4
                 continue
             out.append(escapes.get(nxt, nxt))
@@ -230,12 +239,12 @@ def _unquote(path: bytes) -> str:
     return bytes(out).decode("utf-8", "surrogateescape")
 
 
-def _strip_path(raw: bytes) -> str | None:
+def _strip_path(raw: bytes, where: str) -> str | None:
     """``a/dir/file`` (from a ---/+++ line) -> ``dir/file``; ``/dev/null`` -> None."""
     raw = raw.split(b"\t", 1)[0].rstrip(b"\r")
     if raw == b"/dev/null":
         return None
-    path = _unquote(raw)
+    path = _unquote(raw, where)
     if path.startswith("/"):
         return path  # refused later, loudly, as an absolute path
     return path.split("/", 1)[1] if "/" in path else path
@@ -251,13 +260,21 @@ def _path_problem(path: str) -> str | None:
         return "'..' component leaves the source tree"
     if ".git" in parts:
         return "writes into a .git directory"
+    if "\0" in path:  # a C-quoted \000: no file name can hold it (the OS refuses it as an argument)
+        return "holds a NUL byte, which no file name can"
     if "\\" in path or any(p in ("", ".") for p in parts):
         return "not a plain relative path"
     return None
 
 
-def _parse_mode(value: bytes) -> int:
-    return int(value.strip(), 8)
+def _parse_mode(value: bytes, where: str) -> int:
+    """A git file mode (``100644``); ``where`` names the patch and line for the ``PatchError``."""
+    digits = value.strip()
+    # Only octal digits: int(..., 8) alone would also take a sign or underscores ("10_0644").
+    if not re.fullmatch(rb"[0-7]{1,6}", digits):
+        found = digits.decode("utf-8", "replace")
+        raise PatchError(f"{where}: malformed file mode {found!r}; expected octal digits, such as 100644")
+    return int(digits, 8)
 
 
 def _parse_file(lines: Sequence[bytes], i: int, label: str) -> tuple[FilePatch, int]:
@@ -270,18 +287,18 @@ def _parse_file(lines: Sequence[bytes], i: int, label: str) -> tuple[FilePatch, 
     if lines[i].startswith(b"diff --git "):
         m = re.fullmatch(rb"diff --git (\"?a/.+\"?) (\"?b/.+\"?)", lines[i])
         if m:
-            old_path = new_path = _strip_path(m.group(1))
+            old_path = new_path = _strip_path(m.group(1), f"{label}: line {i + 1}")
         i += 1
         while i < len(lines) and not lines[i].startswith((b"--- ", b"@@ ", b"diff --git ")):
-            line = lines[i]
+            line, where = lines[i], f"{label}: line {i + 1}"
             if line.startswith(b"new file mode "):
-                created, new_mode = True, _parse_mode(line[14:])
+                created, new_mode = True, _parse_mode(line[14:], where)
             elif line.startswith(b"deleted file mode "):
-                deleted, old_mode = True, _parse_mode(line[18:])
+                deleted, old_mode = True, _parse_mode(line[18:], where)
             elif line.startswith(b"old mode "):
-                old_mode = _parse_mode(line[9:])
+                old_mode = _parse_mode(line[9:], where)
             elif line.startswith(b"new mode "):
-                new_mode = _parse_mode(line[9:])
+                new_mode = _parse_mode(line[9:], where)
             elif line.startswith((b"rename ", b"copy ")):
                 raise PatchError(
                     f"{label}: line {i + 1}: renames and copies are not supported; "
@@ -293,8 +310,8 @@ def _parse_file(lines: Sequence[bytes], i: int, label: str) -> tuple[FilePatch, 
     if i < len(lines) and lines[i].startswith(b"--- "):
         if i + 1 >= len(lines) or not lines[i + 1].startswith(b"+++ "):
             raise PatchError(f"{label}: line {i + 2}: expected a '+++ ' line after '--- '")
-        old_path = _strip_path(lines[i][4:])
-        new_path = _strip_path(lines[i + 1][4:])
+        old_path = _strip_path(lines[i][4:], f"{label}: line {i + 1}")
+        new_path = _strip_path(lines[i + 1][4:], f"{label}: line {i + 2}")
         i += 2
     if created:
         old_path = None
@@ -468,6 +485,14 @@ class TreeView:
             return failed.failure
         finally:
             self.changes = saved
+        # A new file where a new file below it (this patch's or an earlier one's) makes a
+        # directory: found in one pass here, as _check_free sees only what is there already.
+        merged = {**saved, **staged}
+        made_dirs = {path.rsplit("/", n)[0] for path, change in merged.items() if change is not None
+                     for n in range(1, path.count("/") + 1)}
+        clash = next((path for path, change in staged.items() if change is not None and path in made_dirs), None)
+        if clash is not None:
+            return HunkFailure(clash, 0, "", "would be created, but the tree has a directory there")
         return Applied(staged, offset)
 
     def classify(self, patch: PatchFile) -> tuple[State, Applied | None, HunkFailure | None]:
@@ -506,8 +531,7 @@ class TreeView:
                 raise _FailedError(HunkFailure(path, 0, "", f"refused: {problem}"))
         if fp.old_path is None:  # creation
             assert fp.new_path is not None
-            if self.read(fp.new_path) is not None or (self.root / fp.new_path).is_symlink():
-                raise _FailedError(HunkFailure(fp.new_path, 0, "", "would be created, but already exists"))
+            self._check_free(fp.new_path)
             content = b"".join(b"".join(h.new) for h in fp.hunks)
             return {fp.new_path: (content, _mode(fp.new_mode, _REGULAR))}, 0
         current = self.read(fp.old_path)
@@ -522,9 +546,41 @@ class TreeView:
                 )
             return {fp.old_path: None}, offset
         out: dict[str, tuple[bytes, int] | None] = {fp.new_path: (b"".join(lines), _mode(fp.new_mode, mode))}
-        if fp.new_path != fp.old_path:
+        if fp.new_path != fp.old_path:  # a plain diff's ---/+++ names differ: the file moves there
+            self._check_free(fp.new_path)
             out[fp.old_path] = None
         return out, offset
+
+    def _check_free(self, rel: str) -> None:
+        """Raise the failure of writing a new file at ``rel``: something (a file, a directory)
+        is there, or one of its parent directories is a file. Checked here so that a conflict
+        names the patch and the file, rather than ``write`` failing later in a store temp dir."""
+        parts = rel.split("/")
+        for n in range(1, len(parts)):
+            sub = "/".join(parts[:n])
+            kind = self._kind(sub)
+            if kind not in (None, "a directory"):
+                raise _FailedError(HunkFailure(rel, 0, "", f"would be created, but {sub!r} is {kind}, not a directory"))
+        kind = self._kind(rel)
+        if kind == "a file":
+            raise _FailedError(HunkFailure(rel, 0, "", "would be created, but already exists"))
+        if kind is not None:
+            raise _FailedError(HunkFailure(rel, 0, "", f"would be created, but the tree has {kind} there"))
+
+    def _kind(self, rel: str) -> str | None:
+        """What the view has at ``rel``: ``a file``, ``a directory``, another kind, or None.
+        (A directory only new files below it make is not seen here, but by ``try_apply``.)"""
+        if rel in self.changes:
+            return None if self.changes[rel] is None else "a file"
+        try:
+            mode = (self.root / rel).lstat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if stat.S_ISREG(mode):
+            return "a file"
+        if stat.S_ISDIR(mode):
+            return "a directory"
+        return "a symlink" if stat.S_ISLNK(mode) else "a special file"
 
     def write(self, dest: Path) -> None:
         """Write the in-memory changes over a copy of the tree at ``dest``."""
@@ -574,13 +630,23 @@ def _apply_hunks(path: str, lines: list[bytes], hunks: Sequence[Hunk]) -> tuple[
 
 
 def _find(lines: Sequence[bytes], old: Sequence[bytes], wanted: int, floor: int, anchored: bool) -> int | None:
-    """Where ``old`` matches exactly, nearest to ``wanted`` and not before ``floor``."""
+    """Where ``old`` matches exactly, nearest to ``wanted`` and not before ``floor``.
+
+    Only the positions in ``floor..last`` are tried, each once: a header's line number far
+    past the end of the file (``@@ -99999999999999999999 ...``, stale or hostile) costs no
+    more than one near it, as git apply clamps it to the file's end (apply.c's find_pos).
+    """
     n = len(old)
     last = len(lines) - n
     if anchored:
         pos = max(wanted, floor)
         return pos if floor <= pos <= last and list(lines[pos : pos + n]) == list(old) else None
-    for delta in range(0, max(last, wanted) + 1):
+    if floor > last:
+        return None
+    # Distances from ``wanted`` out to the nearer and the farther end of floor..last.
+    nearest = max(floor - wanted, wanted - last, 0)
+    farthest = max(wanted - floor, last - wanted)
+    for delta in range(nearest, farthest + 1):
         for pos in (wanted - delta, wanted + delta) if delta else (wanted,):
             if floor <= pos <= last and list(lines[pos : pos + n]) == list(old):
                 return pos
@@ -644,7 +710,8 @@ class PatchStatus:
             return (f"checked without {self.after}, which conflicts first: refresh that one, then look again "
                     "(this one may only build on it)")
         if self.state == "conflict" and self.failure is not None:
-            return f"refresh it: {self.failure.file} hunk {self.failure.hunk} no longer matches"
+            hunk = f" hunk {self.failure.hunk}" if self.failure.hunk else ""  # 0: the file itself, no hunk
+            return f"refresh it: {self.failure.file}{hunk} no longer matches"
         return ""
 
     def to_dict(self) -> dict[str, Any]:
