@@ -247,3 +247,13 @@ def test_a_lock_nested_too_deeply_is_named(tmp_path: Path) -> None:
     with pytest.raises(LockError) as info:
         read_lock(path)
     assert info.value.message == f"{path}: not valid TOML: nested too deeply"
+
+
+def test_a_lock_read_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--lock /dev/zero` read until the memory ran out.
+    import envlock.lockfile
+
+    monkeypatch.setattr(envlock.lockfile, "MAX_LOCK_BYTES", 1 << 20)
+    with pytest.raises(LockError) as info:
+        read_lock(Path("/dev/zero"))
+    assert info.value.message == "/dev/zero: larger than 1 MiB; not a lock file"

@@ -482,10 +482,19 @@ def _build(build: Mapping[str, Any], key: str) -> LockedBuild:
     )
 
 
+#: Far above any real lock (the 158-package qwen35-blackwell lock is ~100 kB): a bigger file is
+#: no lock, and ``--lock /dev/zero`` must not read until memory runs out.
+MAX_LOCK_BYTES = 64 << 20
+
+
 def read_lock(path: Path) -> Lock:
     """Load a lock file; ``LockError`` (exit 2) when it is missing or malformed."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:  # not only regular files: `--lock <(git show REV:FILE)` is a pipe
+            data = fh.read(MAX_LOCK_BYTES + 1)
+        if len(data) > MAX_LOCK_BYTES:
+            raise LockError(f"{path}: larger than {MAX_LOCK_BYTES >> 20} MiB; not a lock file")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         env = path.name.removeprefix("pylock.").removesuffix(".toml") if path.name.startswith("pylock.") else "ENV"
         raise LockError(f"{path}: no lock file; create it with `envlock lock {env}`") from None
