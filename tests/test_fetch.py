@@ -9,13 +9,23 @@ import resource
 import shutil
 import stat
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from envlock import fetch as fetch_module
 from envlock.errors import FetchError
-from envlock.fetch import STORE_MTIME, fetch, fetch_unhashed, mirror_locator, store_file
+from envlock.fetch import (
+    CHUNK,
+    STORE_MTIME,
+    DownloadStoppedError,
+    NullProgress,
+    fetch,
+    fetch_unhashed,
+    mirror_locator,
+    store_file,
+)
 from envlock.lockfile import Artifact, LockedPackage, canonicalize_name
 from envlock.store import Store
 from kit.index import IndexServer
@@ -492,3 +502,108 @@ def test_a_mirror_with_credentials_gets_them_for_its_files_and_never_prints_them
     assert f"sha256 mismatch for {server.file_url('pypi', wheel.name)}: " in info.value.message
     assert "s3cret" not in info.value.message
     assert server.auth_seen(wheel.name) == "Basic " + base64.b64encode(b"ci:s3cret").decode()
+
+
+class _Counted:
+    """Progress that counts the bytes read of each artifact (what reached the partial file)."""
+
+    def __init__(self) -> None:
+        self.read: dict[str, int] = {}
+
+    def begin(self, name: str, total: int | None) -> None:
+        self.read.setdefault(name, 0)
+
+    def advance(self, name: str, nbytes: int) -> None:
+        self.read[name] += nbytes
+
+    def end(self, name: str) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("locked", "limit"), [(1000, None), (None, 5000)])
+def test_a_local_file_longer_than_locked_is_read_no_further(store: Store, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           locked: int | None, limit: int | None) -> None:
+    # A wheelhouse file far longer than the lock's size (or, with none, than UNSIZED_LIMIT):
+    # one byte past it shows the length is wrong; the rest is never read into the store.
+    if limit is not None:
+        monkeypatch.setattr(fetch_module, "UNSIZED_LIMIT", limit)
+    wheel = tmp_path / "ws" / "wheelhouse" / "x-1.0-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.write_bytes(os.urandom(3_000_000))
+    lock_dir = tmp_path / "ws" / "locks"
+    lock_dir.mkdir()
+    art = Artifact(sha256="0" * 64, path=f"../wheelhouse/{wheel.name}", size=locked)
+    progress = _Counted()
+    with pytest.raises(FetchError) as info:
+        fetch([art], store, base_dir=lock_dir, progress=progress)
+    longer = ("longer than the 1000 bytes the lock says (reading stopped at 1001)" if locked is not None else
+              "more than 5000 bytes, and the lock records no size for it (envlock reads no more without one; "
+              "record the wheel's `size` in the lock)")
+    assert str(info.value) == (
+        f"{wheel.name}: size mismatch for local file {wheel}: {longer}; nothing was stored; the wheelhouse holds "
+        "another build of it (a lock from another revision?): check that revision's envs/, locks/ and patches/ "
+        "out and `envlock sync ENV --frozen` rebuilds it"
+    )
+    assert progress.read == {wheel.name: (locked or limit or 0) + 1}
+    assert list(store.partial_dir.iterdir()) == []
+    assert not store.has("wheels", art.sha256)
+
+
+@pytest.mark.parametrize(("kind", "make"), [
+    ("a character device", lambda p: p.symlink_to("/dev/zero")),  # a pull request can add this symlink
+    ("a character device", lambda p: p.symlink_to("/dev/null")),
+    ("a FIFO", lambda p: os.mkfifo(p)),  # no writer: opening it to read would wait forever
+    ("a directory", lambda p: p.mkdir()),
+])
+def test_a_local_artifact_that_is_not_a_regular_file_is_refused(store: Store, tmp_path: Path, kind: str,
+                                                                make: Callable[[Path], None]) -> None:
+    wheelhouse = tmp_path / "ws" / "wheelhouse"
+    wheelhouse.mkdir(parents=True)
+    make(wheelhouse / "x-1.0-py3-none-any.whl")
+    lock_dir = tmp_path / "ws" / "locks"
+    lock_dir.mkdir()
+    art = Artifact(sha256="0" * 64, path="../wheelhouse/x-1.0-py3-none-any.whl", size=1000)
+    with pytest.raises(FetchError) as info:
+        fetch([art], store, base_dir=lock_dir)
+    assert str(info.value) == (
+        f"x-1.0-py3-none-any.whl: local artifact {wheelhouse}/x-1.0-py3-none-any.whl (the lock's "
+        f'path = "../wheelhouse/x-1.0-py3-none-any.whl") is {kind}; expected a regular file, the wheel '
+        "recorded in the lock; nothing was stored"
+    )
+    assert list(store.partial_dir.iterdir()) == []
+    assert not store.has("wheels", art.sha256)
+
+
+def test_a_stopped_local_copy_leaves_no_partial_file(store: Store, tmp_path: Path) -> None:
+    # A download's partial file is kept to resume; a copy always starts over, so its bytes are litter.
+    wheel = build_wheel(tmp_path / "wheelhouse", "kernel", "0.1", files={"kernel/blob.bin": os.urandom(3_000_000)})
+    art = artifact(wheel, rel=str(wheel))
+
+    class Interrupted(NullProgress):
+        def advance(self, name: str, nbytes: int) -> None:
+            raise DownloadStoppedError("stopped")  # as Stop.check raises on Ctrl-C or SIGTERM
+
+    with pytest.raises(DownloadStoppedError):
+        fetch([art], store, base_dir=tmp_path, progress=Interrupted())
+    assert list(store.partial_dir.iterdir()) == []
+
+
+def test_a_body_that_does_not_end_stops_at_the_limit_when_the_lock_has_no_size(
+        server: IndexServer, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No Content-Length and no locked size: the sha256 still decides, but the body is not read
+    # forever (the server here sends 64 MiB); nothing partial is kept and it is not tried again.
+    monkeypatch.setattr(fetch_module, "UNSIZED_LIMIT", 3_000_000)
+    wheel, art = _publish(server, tmp_path, "alpha")
+    server.faults[wheel.name] = "flood"
+    unsized = Artifact(sha256=art.sha256, url=art.url)
+    progress = _Counted()
+    with pytest.raises(FetchError) as info:
+        fetch([unsized], store, base_dir=tmp_path, progress=progress)
+    assert str(info.value) == (
+        f"{wheel.name}: size mismatch for {art.url}: more than 3000000 bytes, and the lock records no size for it "
+        "(envlock reads no more without one; record the wheel's `size` in the lock); nothing was stored"
+    )
+    assert 3_000_000 < progress.read[wheel.name] <= 3_000_000 + CHUNK
+    assert server.downloads(wheel.name) == [f"/pypi/files/{wheel.name}"]
+    assert list(store.partial_dir.iterdir()) == []

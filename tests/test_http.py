@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import base64
 import http.server
+import netrc
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from envlock import http as envlock_http
+from kit.index import IndexServer
 
 
 @pytest.mark.parametrize(
@@ -133,3 +138,94 @@ def test_a_stop_wakes_a_read_from_a_stalled_server(head: bytes) -> None:
     finally:
         timer.cancel()
         server.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "other", "same"),
+    [
+        ("https://h.example/a.whl", "https://h.example:443/b/c.whl", True),  # the default port, written or not
+        ("http://h.example/a", "http://H.EXAMPLE:80/b", True),  # a host name's case is no difference
+        ("https://u:p@h.example/a", "https://h.example/b", True),  # nor are credentials in the URL
+        ("https://h.example/a", "http://h.example/a", False),  # a downgrade to plain http
+        ("https://h.example:8443/a", "http://h.example:8443/a", False),  # ...also on one port
+        ("https://127.0.0.1:4443/a", "http://127.0.0.1:8080/a", False),  # another scheme and port
+        ("http://127.0.0.1:8080/a", "http://127.0.0.1:8081/a", False),  # another port of the host
+        ("https://h.example/a", "https://cdn.example/a", False),  # another host
+        ("http://h.example/a", "https://h.example/a", False),  # an upgrade is another origin too
+    ],
+)
+def test_same_origin_is_scheme_host_and_port(url: str, other: str, same: bool) -> None:
+    assert envlock_http.same_origin(url, other) is same
+    assert envlock_http.same_origin(other, url) is same
+
+
+@pytest.fixture
+def netrc_for_loopback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """~/.netrc credentials for 127.0.0.1 (a host, as netrc names them: no port, no scheme); their header."""
+    path = tmp_path / "netrc"
+    path.write_text("machine 127.0.0.1 login alice password s3cret\n")
+    path.chmod(0o600)
+    monkeypatch.setattr(envlock_http, "_netrc", netrc.netrc(str(path)))
+    return "Basic " + base64.b64encode(b"alice:s3cret").decode()
+
+
+@pytest.fixture
+def two_servers(tmp_path: Path) -> Iterator[tuple[IndexServer, IndexServer]]:
+    """Two loopback servers, each serving ``x-1.0-py3-none-any.whl``: one host, two ports."""
+    wheel = tmp_path / "x-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"wheel bytes")
+    servers = [IndexServer(tmp_path / name).start() for name in ("a", "b")]
+    for srv in servers:
+        srv.add("pypi", wheel)
+    yield servers[0], servers[1]
+    for srv in servers:
+        srv.stop()
+
+
+def _read(url: str) -> bytes:
+    with envlock_http.open_stream(url) as body:
+        return b"".join(body.chunks)
+
+
+@pytest.mark.parametrize("userinfo", ["", "alice:s3cret@"])
+def test_credentials_are_not_sent_along_a_redirect_to_another_port(
+        two_servers: tuple[IndexServer, IndexServer], netrc_for_loopback: str, userinfo: str) -> None:
+    # Whoever listens on another port of the host is not the server the credentials are for.
+    a, b = two_servers
+    a.redirects["/pypi/files/moved.whl"] = b.file_url("pypi", "x-1.0-py3-none-any.whl")
+    url = a.file_url("pypi", "moved.whl").replace("http://", f"http://{userinfo}")
+    assert _read(url) == b"wheel bytes"
+    assert a.auth_seen("moved.whl") == netrc_for_loopback
+    assert b.auth_seen("x-1.0-py3-none-any.whl") is None
+
+
+@pytest.mark.parametrize(("userinfo", "sent"), [("", "alice:s3cret"), ("ci:tok@", "ci:tok")])
+def test_credentials_go_along_a_redirect_on_their_origin(
+        two_servers: tuple[IndexServer, IndexServer], netrc_for_loopback: str, userinfo: str, sent: str) -> None:
+    # An absolute Location on the same scheme, host and port gets the credentials the request
+    # came with: the URL's own too (not ~/.netrc's for the host), though the Location has none.
+    a, _ = two_servers
+    a.redirects["/pypi/files/moved.whl"] = a.file_url("pypi", "x-1.0-py3-none-any.whl")
+    url = a.file_url("pypi", "moved.whl").replace("http://", f"http://{userinfo}")
+    assert _read(url) == b"wheel bytes"
+    header = "Basic " + base64.b64encode(sent.encode()).decode()
+    assert a.auth_seen("moved.whl") == a.auth_seen("x-1.0-py3-none-any.whl") == header
+
+
+def test_credentials_are_not_sent_after_a_downgrade_to_plain_http(
+        two_servers: tuple[IndexServer, IndexServer], netrc_for_loopback: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # https://127.0.0.1:P redirects to http://127.0.0.1:P (one host, one port): that request
+    # travels in clear text, so it carries none; nor does the https one it redirects to (the
+    # chain was chosen in clear text). The loopback server speaks plain HTTP: "https"
+    # connections are made as plain ones, the URLs stay as written.
+    a, _ = two_servers
+    plain_connection = envlock_http._connection
+    monkeypatch.setattr(envlock_http, "_connection",
+                        lambda scheme, host, port, timeout: plain_connection("http", host, port, timeout))
+    https = a.base.replace("http://", "https://")
+    a.redirects["/pypi/files/first.whl"] = f"{a.base}/pypi/files/down.whl"
+    a.redirects["/pypi/files/down.whl"] = f"{https}/pypi/files/x-1.0-py3-none-any.whl"
+    assert _read(f"{https}/pypi/files/first.whl") == b"wheel bytes"
+    assert [a.auth_seen(name) for name in ("first.whl", "down.whl", "x-1.0-py3-none-any.whl")] == [
+        netrc_for_loopback, None, None]

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
     import socket  # imported when a download starts (it costs ~4 ms a warm sync does not need)
 
 CHUNK = 1 << 20
+#: How many bytes an artifact whose lock records no size may have (PEP 751 makes ``size``
+#: optional: a lock may leave it out). Far above any wheel an index serves
+#: (PyTorch's CUDA nightlies are a few GB); the sha256 still decides what is stored, this
+#: only stops a body or a file that never ends (a broken or hostile server, ``/dev/zero``)
+#: from filling the store's disk. A lock that records the size is held to it instead.
+UNSIZED_LIMIT = 16 << 30
 _T = TypeVar("_T")
 #: Fixed mtime for store wheels and their folders: the store's bytes and metadata do not
 #: depend on when an artifact was fetched.
@@ -438,11 +444,15 @@ def _fetch_one(
                 got = _download(artifact, url or artifact.url, fh, retries=retries, backoff=backoff,
                                 progress=progress, stop=stop)
             else:
-                got = _copy_first(artifact, sources or [_local_source(artifact, base_dir)], fh,
-                                  progress=progress, stop=stop, env=env)
-        except FetchError:
-            # A failed hash check empties the partial: drop it. A network failure keeps
-            # its bytes so the next run resumes from there.
+                try:
+                    got = _copy_first(artifact, sources or [_local_source(artifact, base_dir)], fh,
+                                      progress=progress, stop=stop, env=env)
+                except BaseException:
+                    _restart(fh)  # a copy is never resumed (it starts over): its bytes are litter
+                    raise
+        except BaseException:
+            # A failed hash check (or a stopped copy) empties the partial: drop it. A network
+            # failure or a stopped download keeps its bytes so the next run resumes from there.
             if os.fstat(fh.fileno()).st_size == 0:
                 with contextlib.suppress(FileNotFoundError):
                     part.unlink()
@@ -732,8 +742,10 @@ def _download(
     from envlock import http  # requests is heavy; only a real download needs it
 
     expected_size = artifact.size
+    # Without a locked size a body is still not read forever (no Content-Length, or a huge one).
+    limit = UNSIZED_LIMIT if expected_size is None else expected_size
     hasher, have = _rehash(fh)
-    if expected_size is not None and have > expected_size:
+    if have > limit:
         hasher, have = _restart(fh), 0
     resumed_from = have
     received = 0
@@ -758,8 +770,8 @@ def _download(
                             have += len(chunk)
                             received += len(chunk)
                             progress.advance(artifact.filename, len(chunk))
-                            if expected_size is not None and have > expected_size:
-                                break  # longer than locked: the hash check below names it
+                            if have > limit:
+                                break  # longer than locked: the checks below name it
                 except http.HttpError as exc:
                     stop.check()  # a stopped run's socket was shut down: not a failure to retry
                     if exc.status == 416 and have > 0:
@@ -781,6 +793,9 @@ def _download(
             actual = hasher.hexdigest()
             if actual == artifact.sha256 and (expected_size is None or have == expected_size):
                 return _Got("download", received, resumed_from)
+            if expected_size is None and have > limit:  # no size to say which bytes: no fresh try either
+                _restart(fh)
+                raise FetchError(_too_long(artifact, f"for {http.redact(url)}"))
             if resumed_from > 0 and not fresh_retry_used:
                 # A bad byte may sit in the resumed prefix: one clean download decides.
                 fresh_retry_used = True
@@ -825,38 +840,74 @@ def _copy_first(artifact: Artifact, sources: Sequence[Path], fh: IO[bytes], *, p
 
 def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Progress,
                 stop: Stop, env: str = "ENV") -> _Got:
-    """Copy a local wheel (a built one in the wheelhouse) into the partial file, hashing as it goes."""
+    """Copy a local wheel (a built one in the wheelhouse) into the partial file, hashing as it goes.
+
+    Reads at most the locked size and one byte more (``UNSIZED_LIMIT`` without one): a file
+    that goes on (a symlink to ``/dev/zero`` in a pull request's wheelhouse) must not fill
+    the store's disk. Only a regular file is read: a device or a FIFO is no wheel.
+    """
     _restart(fh)
     hasher = hashlib.sha256()
     try:
-        src = open(source, "rb")  # noqa: SIM115
+        # O_NONBLOCK: opening a FIFO no one writes to would wait forever; it is refused below.
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise FetchError(
             f"{artifact.filename}: local artifact {os.path.normpath(source)} cannot be read ({exc.strerror}); "
             f"expected the wheel recorded in the lock (`envlock build {env}` builds it for the current spec; "
             f"for a lock from another revision, check that revision out and `envlock sync {env} --frozen`)"
         ) from None
-    size = 0
-    progress.begin(artifact.filename, artifact.size)
-    try:
-        with src:
-            while chunk := src.read(CHUNK):
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        locked = f'path = "{artifact.path}"' if artifact.path is not None else f'url = "{artifact.url}"'
+        raise FetchError(
+            f"{artifact.filename}: local artifact {os.path.normpath(source)} (the lock's {locked}) is "
+            f"{_file_kind(mode)}; expected a regular file, the wheel recorded in the lock; nothing was stored"
+        )
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as src:
+        limit = (UNSIZED_LIMIT if artifact.size is None else artifact.size) + 1
+        size = 0
+        progress.begin(artifact.filename, artifact.size)
+        try:
+            while size < limit and (chunk := src.read(min(CHUNK, limit - size))):
                 stop.check()
                 fh.write(chunk)
                 hasher.update(chunk)
                 size += len(chunk)
                 progress.advance(artifact.filename, len(chunk))
-    finally:
-        progress.end(artifact.filename)
+        finally:
+            progress.end(artifact.filename)
+        cut = size == limit and os.fstat(fd).st_size > size  # bytes left unread: the hash is a prefix's
     actual = hasher.hexdigest()
-    if actual != artifact.sha256 or artifact.size not in (None, size):
+    if cut or actual != artifact.sha256 or artifact.size not in (None, size):
         _restart(fh)
+        where = f"for local file {os.path.normpath(source)}"
         # The wheelhouse keeps one file per wheel name: the newest build, not every lock's.
         hint = ("; the wheelhouse holds another build of it (a lock from another revision?): check that "
                 f"revision's envs/, locks/ and patches/ out and `envlock sync {env} --frozen` rebuilds it"
-                if actual != artifact.sha256 else "")
-        raise FetchError(_mismatch(artifact, f"for local file {os.path.normpath(source)}", actual, size) + hint)
+                if cut or actual != artifact.sha256 else "")
+        if cut:  # the hash of a prefix says nothing: the length is what is wrong
+            raise FetchError(_too_long(artifact, where) + hint)
+        raise FetchError(_mismatch(artifact, where, actual, size) + hint)
     return _Got("local")
+
+
+def _file_kind(mode: int) -> str:
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def _too_long(artifact: Artifact, where: str) -> str:
+    """The message for bytes that go on past the locked size (``UNSIZED_LIMIT`` without one): read no further."""
+    if artifact.size is None:
+        return (f"{artifact.filename}: size mismatch {where}: more than {UNSIZED_LIMIT} bytes, and the lock records "
+                "no size for it (envlock reads no more without one; record the wheel's `size` in the lock); "
+                "nothing was stored")
+    return (f"{artifact.filename}: size mismatch {where}: longer than the {artifact.size} bytes the lock says "
+            f"(reading stopped at {artifact.size + 1}); nothing was stored")
 
 
 def _mismatch(artifact: Artifact, where: str, actual: str, size: int) -> str:

@@ -165,15 +165,22 @@ def _request(
     must be told to ``unwatch`` the last one's (``_finish`` does): http.client forgets
     the socket of a response that closes its connection, but it is still read from.
     """
-    start_host = urlsplit(url).hostname
-    for _ in range(_MAX_REDIRECTS):
+    first = url
+    auth: str | None = None
+    for hop in range(_MAX_REDIRECTS):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise HttpError(url, "not an http(s) URL")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
-        # Credentials go only to the host they came with, never along a redirect elsewhere.
-        auth = _credentials(url) if parts.hostname == start_host else None
+        if hop == 0:
+            auth = _credentials(url)
+        elif not same_origin(url, first):
+            # Credentials go only to the origin they came with: ~/.netrc names a host, not a
+            # port or a scheme, so a redirect to another port of that host (whoever listens
+            # there) or down to plain http (readable on the way) must not get them again. Once
+            # dropped they stay dropped: the rest of the chain was chosen by whoever answered there.
+            auth = None
         if auth:
             sent["Authorization"] = auth
         netloc = parts.netloc.rpartition("@")[2]  # host[:port], an IPv6 literal keeping its brackets
@@ -205,6 +212,15 @@ def _request(
             continue
         return url, resp, conn
     raise HttpError(url, f"more than {_MAX_REDIRECTS} redirects")
+
+
+def same_origin(url: str, other: str) -> bool:
+    """Whether ``url`` and ``other`` have one scheme, host and port (RFC 6454): the only URLs a
+    request's credentials are sent to again after a redirect."""
+    a, b = urlsplit(url), urlsplit(other)
+    default = {"http": 80, "https": 443}
+    return (a.scheme, a.hostname, a.port or default.get(a.scheme)) == (
+        b.scheme, b.hostname, b.port or default.get(b.scheme))
 
 
 def _finish(resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, watcher: Watcher | None = None) -> None:

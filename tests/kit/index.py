@@ -2,8 +2,9 @@
 
 Several named indexes live on one server: ``http://127.0.0.1:PORT/<index>/simple/``.
 An index may publish links without ``#sha256=`` fragments (as PyTorch's nightly
-index does), and a file may be given a fault (cut midway once, or wrong bytes) to
-exercise verified, resumable downloads. Every request is logged for assertions.
+index does), and a file may be given a fault (cut midway once, wrong bytes, a body that
+does not end) to exercise verified, resumable downloads; a path may answer with a redirect.
+Every request is logged for assertions.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from urllib.parse import unquote
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
-Fault = Literal["cut-once", "corrupt", "slow", "stall"]
+Fault = Literal["cut-once", "corrupt", "slow", "stall", "flood"]
 _JSON = "application/vnd.pypi.simple.v1+json"
 
 
@@ -57,6 +58,11 @@ class IndexServer:
         # until the server stops (or the client goes away), as a hung server does.
         self.slow_chunk = 16 * 1024
         self.slow_delay = 0.05
+        # Fault "flood": no Content-Length, then flood_bytes of zeros and a closed connection, as a
+        # broken or hostile server sends a body that does not end (a client must stop well before).
+        self.flood_bytes = 64 * 1024 * 1024
+        # path -> the Location a request for it is answered with (302), to follow redirects.
+        self.redirects: dict[str, str] = {}
         # File responses carry an ETag, as nginx makes one; ``replicas`` > 1 answers each
         # request with the next of that many ETags for one file (hosts behind a load
         # balancer, each with its own), 0 sends none (the size is then all there is).
@@ -157,6 +163,12 @@ class IndexServer:
             self._auth[unquote(path.rsplit("/", 1)[-1])] = req.headers.get("Authorization")
         if self.required_auth is not None and req.headers.get("Authorization") != self.required_auth:
             return self._send(req, 401, b"authentication required\n", "text/plain")
+        if path in self.redirects:
+            req.send_response(302)
+            req.send_header("Location", self.redirects[path])
+            req.send_header("Content-Length", "0")
+            req.end_headers()
+            return
         m = re.fullmatch(r"/([^/]+)/simple/?", path)
         if m and m.group(1) in self.indexes:
             return self._root_page(req, m.group(1))
@@ -215,6 +227,8 @@ class IndexServer:
 
     def _file(self, req: BaseHTTPRequestHandler, path: Path) -> None:
         fault = self.faults.get(path.name)
+        if fault == "flood":
+            return self._flood(req)
         st = path.stat()
         size = st.st_size
         start, end = 0, size
@@ -287,6 +301,23 @@ class IndexServer:
                 req.close_connection = True
             return
         req.wfile.write(body)
+
+    def _flood(self, req: BaseHTTPRequestHandler) -> None:
+        req.send_response(200)
+        req.send_header("Content-Type", "application/octet-stream")
+        req.send_header("Connection", "close")  # the body ends when the connection does
+        req.end_headers()
+        req.close_connection = True
+        if req.command == "HEAD":
+            return
+        block = bytes(1 << 20)
+        left = self.flood_bytes
+        try:
+            while left > 0 and not self._stopping.is_set():
+                req.wfile.write(block[:left])
+                left -= len(block)
+        except (BrokenPipeError, ConnectionResetError):  # the client stopped reading and went away
+            pass
 
     def _send(self, req: BaseHTTPRequestHandler, status: int, body: bytes, ctype: str) -> None:
         req.send_response(status)
