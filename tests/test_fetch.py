@@ -275,18 +275,14 @@ def test_local_path_artifacts_are_hash_checked_and_copied(store: Store, tmp_path
     assert got.source == "local"
     assert store_file(store, art).read_bytes() == wheel.read_bytes()
     bad = Artifact(sha256="f" * 64, path=f"../wheelhouse/{wheel.name}")
-    with pytest.raises(FetchError) as info:
-        fetch([bad], store, base_dir=lock_dir)
-    assert str(info.value) == (
+    assert _fetch_error(bad, store, lock_dir) == (
         f"{wheel.name}: sha256 mismatch for local file {lock_dir.parent}/wheelhouse/{wheel.name}: "
         f"expected {'f' * 64}, got {art.sha256}; nothing was stored; the wheelhouse holds another build of it "
         "(a lock from another revision?): check that revision's envs/, locks/ and patches/ out and "
         "`envlock sync ENV --frozen` rebuilds it"
     )
     gone = Artifact(sha256="e" * 64, path="../wheelhouse/gone-1.0-py3-none-any.whl")
-    with pytest.raises(FetchError) as info:
-        fetch([gone], store, base_dir=lock_dir)
-    assert str(info.value) == (
+    assert _fetch_error(gone, store, lock_dir) == (
         f"gone-1.0-py3-none-any.whl: local artifact {lock_dir.parent}/wheelhouse/gone-1.0-py3-none-any.whl "
         "cannot be read (No such file or directory); expected the wheel recorded in the lock (`envlock build ENV` "
         "builds it for the current spec; for a lock from another revision, check that revision out and "
@@ -564,9 +560,7 @@ def test_a_local_artifact_that_is_not_a_regular_file_is_refused(store: Store, tm
     lock_dir = tmp_path / "ws" / "locks"
     lock_dir.mkdir()
     art = Artifact(sha256="0" * 64, path="../wheelhouse/x-1.0-py3-none-any.whl", size=1000)
-    with pytest.raises(FetchError) as info:
-        fetch([art], store, base_dir=lock_dir)
-    assert str(info.value) == (
+    assert _fetch_error(art, store, lock_dir) == (
         f"x-1.0-py3-none-any.whl: local artifact {wheelhouse}/x-1.0-py3-none-any.whl (the lock's "
         f'path = "../wheelhouse/x-1.0-py3-none-any.whl") is {kind}; expected a regular file, the wheel '
         "recorded in the lock; nothing was stored"
@@ -607,3 +601,10 @@ def test_a_body_that_does_not_end_stops_at_the_limit_when_the_lock_has_no_size(
     assert 3_000_000 < progress.read[wheel.name] <= 3_000_000 + CHUNK
     assert server.downloads(wheel.name) == [f"/pypi/files/{wheel.name}"]
     assert list(store.partial_dir.iterdir()) == []
+
+
+def _fetch_error(art: Artifact, store: Store, base_dir: Path) -> str:
+    """The message of the ``FetchError`` fetching ``art`` (relative to ``base_dir``) raises."""
+    with pytest.raises(FetchError) as info:
+        fetch([art], store, base_dir=base_dir)
+    return str(info.value)
