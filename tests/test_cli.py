@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -873,6 +874,12 @@ def test_run_takes_its_options_between_env_and_the_dashes(ws, cli, universe: Uni
         proc = run(*options, "--", "python", "-c", "import tinydep, sys; print(tinydep.VERSION, sys.argv[1:])", "--",
                    "-x")
         assert (proc.returncode, proc.stdout) == (0, "1.0 ['--', '-x']\n"), proc.stderr  # a later -- is the command's
+        # A SIGTERM its parent ignores stays ignored for the command (as an ignored signal does across exec).
+        ignoring = subprocess.run([sys.executable, "-m", "envlock", "run", "e", *options, "--", "python", "-c",
+                                   "import signal; print(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN)"],
+                                  cwd=ws.root, capture_output=True, text=True, timeout=60,
+                                  preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN))
+        assert ignoring.stdout == "True\n", ignoring.stderr
         # A command that is not there exits 127 as in a shell, --debug or not (it was 1 with --debug).
         missing = run(*options, "--", "no-such-command-here")
         assert missing.returncode == 127 and "no-such-command-here: command not found" in missing.stderr, (
@@ -928,6 +935,20 @@ def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_pat
         # A typo in such a URL is named without its password (the error reaches CI logs).
         typo = cli("lock", "e", "--index", "priv=http://alice:s3cret@mirror:4433O/simple")
         assert typo.code == 2 and "s3cret" not in typo.err and "http://mirror:4433O/simple" in typo.err, typo.err
+        for given in ("priv=http//alice:s3cret@mirror/simple", "https://alice:s3=cret@mirror.example/simple"):
+            typo = cli("lock", "e", "--index", given)  # no URL at all; NAME= left out (an "=" in the password)
+            assert typo.code == 2 and "s3" not in typo.err.replace("s3cret", "").replace("=cret", "") and (
+                "s3cret" not in typo.err and "cret@" not in typo.err), typo.err
+        # `sync --lock` reads the spec for its index credentials too (it did only with a mirror variable set).
+        monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home2"))
+        by_path = cli("-q", "sync", "e", "--lock", "locks/pylock.e.toml")
+        assert by_path.code == 0, by_path.err
+        # A git source's token in a failure (git's own output included) is cut too.
+        ws.write_spec("g", f'[env]\npython = "{sys.version_info.major}.{sys.version_info.minor}"\n'
+                           f'[indexes.priv]\nurl = "{url}"\ndefault = true\n[sources.s]\n'
+                           'git = "http://alice:t0ken@127.0.0.1:9/s.git"\nrev = "main"\n')
+        failed = cli("lock", "g")
+        assert failed.code == 1 and "t0ken" not in failed.err and "http://127.0.0.1:9/s.git" in failed.err, failed.err
     finally:
         server.stop()
 
@@ -953,3 +974,17 @@ def test_a_lock_names_a_python_version_and_sources_stay_in_the_workspace(ws, cli
     ws.write_spec("f", spec_text(universe, 'tinydep = "==1.0"') + '[sources."../../escaped"]\npath = "src"\n')
     bad = cli("lock", "f")
     assert bad.code == 2 and "sources.\"../../escaped\": expected a source name of letters" in bad.err, bad.err
+
+
+def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    # The fast no-op hashed it forever; lock, build and patch status read it until memory ran out.
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    assert cli("-q", "sync", "e").code == 0  # a no-op stamp now names the lock's sha256
+    lock_file = ws.root / "locks" / "pylock.e.toml"
+    lock_file.unlink()
+    lock_file.symlink_to("/dev/zero")
+    for command in (["sync", "e"], ["lock", "e"], ["sync", "e", "--frozen"]):
+        proc = subprocess.run([sys.executable, "-m", "envlock", *command], cwd=ws.root, capture_output=True,
+                              text=True, timeout=120)
+        assert (proc.returncode, proc.stderr) == (2, f"envlock: error: {lock_file}: larger than 64 MiB; not a lock "
+                                                     "file\n"), (command, proc.stderr)

@@ -196,8 +196,8 @@ except KeyboardInterrupt:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupt_is_passed_on_to_the_running_tool(tmp_path: Path, sig: signal.Signals) -> None:
     # `kill -INT` (or a plain `kill`) of envlock alone, not its process group: uv, git or a
-    # build must still get to clean up (uv removes its temp folders in its cache, and stops
-    # the build backend it runs), not be killed outright nor left running.
+    # build must still get to clean up (uv removes its temp folders in its cache), not be
+    # killed outright nor left running (what runs under uv: test_sigterm_stops_a_build_backend_uv_runs).
     cleaned, started = tmp_path / "cleaned", tmp_path / "started"
     proc = subprocess.Popen([sys.executable, "-c", RUNS_CHILD, CHILD_CLEANS_UP, str(cleaned), str(started)],
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
@@ -238,3 +238,55 @@ def test_an_interrupt_while_workers_start_still_stops_them(monkeypatch: pytest.M
     with pytest.raises(KeyboardInterrupt):
         parallel([first, first], jobs=2)
     assert seen == [True]
+
+
+HANGING_BACKEND = """
+import os, pathlib, time
+def _hang(*args, **kwargs):
+    pathlib.Path(os.environ["BACKEND_PID"]).write_text(str(os.getpid()))
+    time.sleep(120)
+build_wheel = prepare_metadata_for_build_wheel = _hang
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+"""
+
+RUNS_A_BUILD = """
+import signal, sys
+from envlock import errors, runner
+signal.signal(signal.SIGTERM, errors.raise_terminated)  # as cli.main does
+try:
+    runner.uv(["build", "--wheel", "--offline", "--python", sys.executable, "--out-dir", sys.argv[2], sys.argv[1]],
+              env={"BACKEND_PID": sys.argv[3]})
+except KeyboardInterrupt:
+    print("terminated")
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is done, just not reaped
+    except FileNotFoundError:
+        return False
+
+
+def test_sigterm_stops_a_build_backend_uv_runs(tmp_path: Path) -> None:
+    # `kill` (or `docker stop`) signals envlock alone; the build backend runs under uv, which
+    # outlived a forwarded SIGINT and was killed, leaving the backend building on for its hour.
+    project = tmp_path / "hang"
+    project.mkdir()
+    (project / "hang.py").write_text(HANGING_BACKEND)
+    (project / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "hang"\n'
+                                            'backend-path = ["."]\n[project]\nname = "hang"\nversion = "0.1"\n')
+    marker = tmp_path / "backend.pid"
+    proc = subprocess.Popen([sys.executable, "-c", RUNS_A_BUILD, str(project), str(tmp_path / "out"), str(marker)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_for(marker.exists, "the build backend to start")
+    backend = int(marker.read_text())
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert out == "terminated\n"
+    deadline = time.monotonic() + 5
+    while _running(backend) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(backend), f"build backend {backend} still running"

@@ -73,7 +73,8 @@ def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str
     out = {}
     for pair in pairs:
         name, sep, url = pair.partition("=")
-        if not sep or not name or not url:
+        # A name holds none of ":/@": else NAME= was left out and the "=" is the URL's own (a password's).
+        if not sep or not name or not url or any(c in name for c in ":/@"):
             from envlock.http import redact  # NAME= forgotten: the pair is a URL, maybe with a password
 
             raise UsageError(f"{option} {redact(pair)!r}: expected NAME=URL (a spec {what} name and the mirror's URL)")
@@ -629,7 +630,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(args: argparse.Namespace, message: str, details: Sequence[str], kind: str, code: int) -> int:
-    """Report an error on stderr (and, under --json, as the JSON document on stdout); return the exit code."""
+    """Report an error on stderr (and, under --json, as the JSON document on stdout); return the exit code.
+
+    Any ``scheme://user:password@`` in it is cut first: a git source's or an index's token must
+    not reach a CI log, whichever stage (or git's own output) put its URL into the message."""
+    from envlock.http import scrub
+
+    message, details = scrub(message), [scrub(d) for d in details]
     print("envlock: error: " + "\n".join([message, *(f"  {d}" for d in details)]), file=sys.stderr)
     if getattr(args, "json", False):  # a caller parsing stdout gets a document either way
         _json_error(message, details, kind, code)
@@ -654,7 +661,9 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
     import signal
     import threading
 
-    if threading.current_thread() is threading.main_thread():  # the only thread a handler may be set from
+    # Set from the main thread only (Python's rule), and not over a parent's "ignore": that
+    # must reach `run`'s command, and an ignored signal stays ignored across exec.
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         previous = signal.signal(signal.SIGTERM, raise_terminated)
         try:
             return _main(argv)

@@ -25,7 +25,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,6 @@ def read(store: Store, env: str, number: int, *, current: int | None = None) -> 
             current=number == current,
             lock_sha256=str(doc.get("lock_sha256", "")),
             venv_python=str(doc["venv_python"]) if doc.get("venv_python") else None,
-            pending=number != current and (folder / _PENDING).exists(),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -220,15 +219,26 @@ def scan(store: Store, env: str) -> tuple[tuple[Generation, ...], tuple[Path, ..
     (damaged by hand, say), in one pass."""
     folder = env_dir(store, env)
     cur = current_number(store, env)
+    numbers = _numbers(folder)
+    pending = _pending(folder, numbers, cur)
     found: list[Generation] = []
     damaged: list[Path] = []
-    for n in _numbers(folder):
+    for n in numbers:
         gen = read(store, env, n, current=cur)
         if gen is None:
             damaged.append(folder / str(n) / _RECORD)
         else:
-            found.append(gen)
+            found.append(replace(gen, pending=True) if n in pending else gen)
     return tuple(found), tuple(damaged)
+
+
+def _pending(folder: Path, numbers: list[int], cur: int | None) -> set[int]:
+    """The generations never made current: marked ``pending``, not current, and newer than every
+    generation that is not. (An envlock from before the marker, sharing the store, may have made a
+    marked one current, and it would have stayed marked: such a one is older than a later one.)"""
+    marked = {n for n in numbers if n != cur and (folder / str(n) / _PENDING).exists()}
+    done = [n for n in numbers if n not in marked]
+    return {n for n in marked if not done or n > max(done)}
 
 
 def list_generations(store: Store, env: str) -> tuple[Generation, ...]:
@@ -306,10 +316,8 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
         litter.unlink(missing_ok=True)
     # Generations a killed or refused sync left before its switch: never current, so never
     # the env someone had; a rollback must not land on one (their venvs stay in the store).
-    cur = current_number(store, env)
-    for n in _numbers(folder):
-        if n != cur and (folder / str(n) / _PENDING).exists():
-            store.remove_tree(folder / str(n))
+    for n in sorted(_pending(folder, _numbers(folder), current_number(store, env))):
+        store.remove_tree(folder / str(n))
     # The fast no-op stamp names a generation by number; a number can come back (an
     # old generation folder removed by hand), so no stamp may outlive this point.
     (folder / quick.STAMP).unlink(missing_ok=True)  # written by sync, read by the fast no-op

@@ -487,14 +487,20 @@ def _build(build: Mapping[str, Any], key: str) -> LockedBuild:
 MAX_LOCK_BYTES = 64 << 20
 
 
+def read_lock_bytes(path: Path) -> bytes:
+    """A lock file's bytes: ``OSError`` as reading raises it, ``LockError`` past ``MAX_LOCK_BYTES``.
+    Not only regular files: ``--lock <(git show REV:FILE)`` is a pipe."""
+    with path.open("rb") as fh:
+        data = fh.read(MAX_LOCK_BYTES + 1)
+    if len(data) > MAX_LOCK_BYTES:
+        raise LockError(f"{path}: larger than {MAX_LOCK_BYTES >> 20} MiB; not a lock file")
+    return data
+
+
 def read_lock(path: Path) -> Lock:
     """Load a lock file; ``LockError`` (exit 2) when it is missing or malformed."""
     try:
-        with path.open("rb") as fh:  # not only regular files: `--lock <(git show REV:FILE)` is a pipe
-            data = fh.read(MAX_LOCK_BYTES + 1)
-        if len(data) > MAX_LOCK_BYTES:
-            raise LockError(f"{path}: larger than {MAX_LOCK_BYTES >> 20} MiB; not a lock file")
-        text = data.decode("utf-8")
+        text = read_lock_bytes(path).decode("utf-8")
     except FileNotFoundError:
         env = path.name.removeprefix("pylock.").removesuffix(".toml") if path.name.startswith("pylock.") else "ENV"
         raise LockError(f"{path}: no lock file; create it with `envlock lock {env}`") from None

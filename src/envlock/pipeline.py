@@ -304,8 +304,10 @@ def _read_lock_file(path: Path) -> tuple[bytes | None, str | None]:
     The text is the bytes decoded as they are (no newline translation), so it encodes
     back to exactly the bytes a later ``replace_if_unchanged`` compares with.
     """
+    from envlock.lockfile import read_lock_bytes
+
     try:
-        data = path.read_bytes()
+        data = read_lock_bytes(path)
     except OSError:
         return None, None
     try:
@@ -609,20 +611,21 @@ def sync(
     if lock_ref is not None:
         if sources_from:
             raise UsageError(f"--source: `sync --lock {lock_ref}` neither locks nor builds, so it fetches no source")
-        if mirrors or (not offline and _mirror_vars()):
-            # The mirrors are named by spec index; only the spec says which packages an index serves.
-            spec_file = ws.root / "envs" / f"{env}.toml"
-            if mirrors and not spec_file.is_file():
-                raise UsageError(f"--index {next(iter(mirrors))}=...: mirrors are named by spec index, and env "
-                                 f"{env!r} has no spec ({ws.relative(spec_file)})")
+        # The mirrors are named by spec index, and a private index's credentials are in the spec's
+        # URL: only the spec says which packages an index serves. Read when there is one.
+        spec_file = ws.root / "envs" / f"{env}.toml"
+        if mirrors and not spec_file.is_file():
+            raise UsageError(f"--index {next(iter(mirrors))}=...: mirrors are named by spec index, and env "
+                             f"{env!r} has no spec ({ws.relative(spec_file)})")
+        if not offline and spec_file.is_file():
             try:
-                mirrored_spec = load_env_spec(ws, env, check_paths=False) if spec_file.is_file() else None
+                mirrored_spec = load_env_spec(ws, env, check_paths=False)
             except SpecError:
                 if mirrors:
                     raise
-                # Only ENVLOCK_INDEX_* asked, maybe for another env: `--lock` syncs as it is, and says so.
-                unread = (f"ENVLOCK_INDEX_* is set, but {ws.relative(spec_file)} does not read (`envlock lock "
-                          f"{env} --check` says why), so no mirror was applied to this sync's downloads")
+                if _mirror_vars():  # only ENVLOCK_INDEX_* asked: `--lock` syncs as it is, and says so
+                    unread = (f"ENVLOCK_INDEX_* is set, but {ws.relative(spec_file)} does not read (`envlock lock "
+                              f"{env} --check` says why), so no mirror was applied to this sync's downloads")
             if mirrored_spec is not None:
                 download_from = index_mirrors(mirrored_spec, mirrors)
         ref = load_env_lock_ref(ws, lock_ref, env, "sync")

@@ -52,9 +52,14 @@ def default_home() -> str:
 
 
 def file_sha256(path: str) -> str | None:
-    """sha256 of a file's bytes (streamed), or None when it cannot be read."""
+    """sha256 of a file's bytes (streamed), or None when it cannot be read or is no regular file
+    (a lock, a patch or a wheel linked to /dev/zero was hashed forever; a FIFO blocked the open)."""
+    import stat  # already loaded by os
+
     h = hashlib.sha256()
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         with open(path, "rb", buffering=0) as fh:
             while chunk := fh.read(1 << 20):
                 h.update(chunk)

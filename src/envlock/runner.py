@@ -61,16 +61,24 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     log: Path | None = None,
+    own_group: bool = False,
 ) -> Result:
-    """Run a command to completion and capture its output (also into ``log``, if given)."""
+    """Run a command to completion and capture its output (also into ``log``, if given).
+
+    ``own_group``: in a process group of its own, which an interrupt stops as a whole: a
+    build's backend, cmake and compilers are uv's children, and a `kill` of envlock alone
+    (a supervisor's SIGTERM) reaches none of them. Not for git: ssh may ask on the terminal,
+    which a background group cannot read."""
     args = tuple(str(a) for a in argv)
     try:
         with subprocess.Popen(args, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, errors="replace") as proc:
+                              stderr=subprocess.PIPE, text=True, errors="replace",
+                              process_group=0 if own_group else None,
+                              stdin=subprocess.DEVNULL if own_group else None) as proc:
             try:
                 out, err = proc.communicate()
             except KeyboardInterrupt:
-                _interrupt(proc)
+                _interrupt(proc, own_group)
                 raise
         result = Result(args, proc.returncode, out, err)
     except FileNotFoundError:
@@ -85,25 +93,33 @@ def run(
     return result
 
 
-def _interrupt(proc: subprocess.Popen[str]) -> None:
+def _interrupt(proc: subprocess.Popen[str], group: bool = False) -> None:
     """Pass an interrupt on and let the child clean up (uv removes its temp folders in its
     cache), then kill it. A terminal's Ctrl-C reaches it anyway; `kill -INT` on envlock alone
-    does not, and killing it outright would leave its litter."""
+    does not, and killing it outright would leave its litter. With ``group`` (``run(own_group=True)``)
+    the child's whole process group is interrupted, and whatever of it outlives the child is killed."""
+    import contextlib
     import signal
 
+    def send(sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):  # all gone already
+            os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
+
     if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
+        send(signal.SIGINT)
         try:
             proc.communicate(timeout=10)  # read on: a child writing as it cleans up must not block
         except (subprocess.TimeoutExpired, KeyboardInterrupt):  # too slow, or a second Ctrl-C
-            proc.kill()
+            send(signal.SIGKILL)
             proc.communicate()
+    if group:
+        send(signal.SIGKILL)  # a build backend uv left behind would build on for its hour
 
 
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
        env: Mapping[str, str] | None = None, log: Path | None = None) -> Result:
     """Run the pinned uv with ``args``."""
-    return run([uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log)
+    return run([uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log, own_group=True)
 
 
 def git_checked(

@@ -326,8 +326,10 @@ def quick_noop(store: Store, env: str, lock_path: Path, spec_path: Path | None =
 def _read_optional(path: Path | None) -> bytes | None:
     if path is None:
         return None
+    from envlock.lockfile import read_lock_bytes
+
     try:
-        return path.read_bytes()
+        return read_lock_bytes(path)
     except OSError:
         return None
 
