@@ -976,6 +976,27 @@ def test_a_lock_names_a_python_version_and_sources_stay_in_the_workspace(ws, cli
     assert bad.code == 2 and "sources.\"../../escaped\": expected a source name of letters" in bad.err, bad.err
 
 
+def test_a_lock_read_from_a_pipe_syncs_and_is_not_written(ws, cli, universe: Universe, capsys) -> None:  # type: ignore[no-untyped-def]
+    # `envlock sync ENV --lock <(git show REV:locks/pylock.ENV.toml)`: the shell passes /dev/fd/N.
+    ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    text = ws.lock_text("e")
+    read, write = os.pipe()
+    try:
+        os.write(write, text.encode())
+        os.close(write)
+        r = cli("-q", "sync", "e", "--lock", f"/dev/fd/{read}")
+    finally:
+        os.close(read)
+    assert r.code == 0, r.err
+    assert ws.lock_text("e") == text  # the workspace's lock is not the one synced: not written
+    # A typo'd option with a URL (a pip habit) is echoed by argparse: without its password.
+    with pytest.raises(SystemExit):
+        cli("lock", "e", "--index-url", "https://bob:tok3n@host/simple")
+    err = capsys.readouterr().err
+    assert "tok3n" not in err and "https://host/simple" in err, err
+
+
 def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     # The fast no-op hashed it forever; lock, build and patch status read it until memory ran out.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))

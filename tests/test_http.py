@@ -229,3 +229,15 @@ def test_credentials_are_not_sent_after_a_downgrade_to_plain_http(
     assert _read(f"{https}/pypi/files/first.whl") == b"wheel bytes"
     assert [a.auth_seen(name) for name in ("first.whl", "down.whl", "x-1.0-py3-none-any.whl")] == [
         netrc_for_loopback, None, None]
+
+
+@pytest.mark.parametrize(("text", "scrubbed"), [
+    ("fatal: 'http://bob:pa'ss@127.0.0.1:9/foo.git' x", "fatal: 'http://127.0.0.1:9/foo.git' x"),
+    ("http://bob:abc@def123@127.0.0.1/foo.git", "http://127.0.0.1/foo.git"),  # an unescaped @ in the password
+    ("two https://u:p@h/x and https://v:q@k/y", "two https://h/x and https://k/y"),
+    ("kept: https://h/a@b", "kept: https://h/a@b"),  # an @ in a path is no password
+])
+def test_scrub_cuts_every_url_password_in_a_message(text: str, scrubbed: str) -> None:
+    from envlock.errors import scrub
+
+    assert scrub(text) == scrubbed

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.errors import EnvlockError, Terminated, UsageError, asks_json, json_error, raise_terminated
+from envlock.errors import EnvlockError, Terminated, UsageError, asks_json, json_error, raise_terminated, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ _JSON_ERRORS = False
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse's own exit path: keep it at code 2
+        message = scrub(message)  # `--index-url https://user:token@host/simple`, a pip habit, is echoed
         self.print_usage(sys.stderr)
         if _JSON_ERRORS:
             _json_error(message, (), "UsageError", 2)
@@ -634,8 +635,6 @@ def _fail(args: argparse.Namespace, message: str, details: Sequence[str], kind: 
 
     Any ``scheme://user:password@`` in it is cut first: a git source's or an index's token must
     not reach a CI log, whichever stage (or git's own output) put its URL into the message."""
-    from envlock.http import scrub
-
     message, details = scrub(message), [scrub(d) for d in details]
     print("envlock: error: " + "\n".join([message, *(f"  {d}" for d in details)]), file=sys.stderr)
     if getattr(args, "json", False):  # a caller parsing stdout gets a document either way

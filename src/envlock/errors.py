@@ -11,6 +11,16 @@ from collections.abc import Sequence
 from typing import Self
 
 
+def scrub(text: str) -> str:
+    """``text`` (a message, a log) with the ``user:password@`` of every ``scheme://`` URL in it cut:
+    up to the last ``@`` before the host, as URL parsers read one (a password may hold ``@`` or ``'``)."""
+    if "@" not in text:
+        return text
+    import re
+
+    return re.sub(r"(?<=://)[^\s/?#]*@", "", text)
+
+
 def found(value: object) -> str:
     """A TOML value as a message names what was found: ``'x'``, ``3``, ``true``, ``a table``, ``an array``,
     ``the unquoted date 2026-03-07``."""

@@ -70,15 +70,6 @@ def redact(url: str) -> str:
     return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
-def scrub(text: str) -> str:
-    """``text`` (a message) with the ``user:password@`` of every ``scheme://`` URL in it cut."""
-    if "@" not in text:
-        return text
-    import re
-
-    return re.sub(r"(?<=://)[^\s/?#@'\"]+@", "", text)
-
-
 def with_credentials_of(url: str, index_url: str) -> str:
     """``url`` with ``index_url``'s ``user:password@`` when both are on one host (and ``url`` has none).
 

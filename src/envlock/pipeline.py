@@ -456,7 +456,8 @@ class LockRef:
         generation's copy in a store (store entries are never written)."""
         from envlock.generations import is_lock_copy
 
-        return self.path is not None and not is_lock_copy(self.path.resolve())
+        # Not a pipe (`--lock <(git show ...)`): nothing to write back to.
+        return self.path is not None and self.path.is_file() and not is_lock_copy(self.path.resolve())
 
 
 def load_env_lock_ref(ws: Workspace, ref: str, env: str, command: str) -> LockRef:
@@ -532,12 +533,14 @@ def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
                                f"there is no envs/{ref}.toml either (expected a lock path, PATH@GITREV or an env "
                                f"name; envs: {', '.join(ws.envs()) or 'none'})"))
         return LockRef(read_lock(path), ws.relative(path), path, path.parent, env=ref)
-    # Resolved either way: git names files by the repository's real path, not a symlink's.
-    path = (Path.cwd() / path_part).resolve()
     if rev is None:
-        if not path.exists():
-            raise LockError(f"{ref}: no such lock file ({path})")
-        return LockRef(read_lock(path), ref, path, path.parent)
+        given = Path.cwd() / path_part  # not resolved yet: `--lock <(git show REV:FILE)` is a pipe in /dev/fd
+        if not given.exists():
+            raise LockError(f"{ref}: no such lock file ({given})")
+        path = given.resolve() if given.is_file() else given
+        return LockRef(read_lock(given), ref, path, path.parent)
+    # Resolved: git names files by the repository's real path, not a symlink's.
+    path = (Path.cwd() / path_part).resolve()
     top = runner.git(["rev-parse", "--show-toplevel"], cwd=path.parent if path.parent.is_dir() else ws.root)
     if not top.ok:
         raise LockError(f"{ref}: {path.parent} is not in a git repository, so @{rev} cannot be read")

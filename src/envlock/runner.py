@@ -61,24 +61,16 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     log: Path | None = None,
-    own_group: bool = False,
 ) -> Result:
-    """Run a command to completion and capture its output (also into ``log``, if given).
-
-    ``own_group``: in a process group of its own, which an interrupt stops as a whole: a
-    build's backend, cmake and compilers are uv's children, and a `kill` of envlock alone
-    (a supervisor's SIGTERM) reaches none of them. Not for git: ssh may ask on the terminal,
-    which a background group cannot read."""
+    """Run a command to completion and capture its output (also into ``log``, if given)."""
     args = tuple(str(a) for a in argv)
     try:
         with subprocess.Popen(args, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, errors="replace",
-                              process_group=0 if own_group else None,
-                              stdin=subprocess.DEVNULL if own_group else None) as proc:
+                              stderr=subprocess.PIPE, text=True, errors="replace") as proc:
             try:
                 out, err = proc.communicate()
             except KeyboardInterrupt:
-                _interrupt(proc, own_group)
+                _interrupt(proc)
                 raise
         result = Result(args, proc.returncode, out, err)
     except FileNotFoundError:
@@ -86,40 +78,84 @@ def run(
     if log is not None:
         try:
             log.parent.mkdir(parents=True, exist_ok=True)
+            from envlock.errors import scrub  # a build log stays in the store: no index's password in it
+
             with log.open("a", encoding="utf-8") as fh:
-                fh.write(f"$ {' '.join(args)}\n{result.stdout}{result.stderr}\n[exit {result.returncode}]\n")
+                fh.write(scrub(f"$ {' '.join(args)}\n{result.stdout}{result.stderr}\n[exit {result.returncode}]\n"))
         except OSError as exc:  # a full disk's write names no file: name the log
             raise OSError(exc.errno, exc.strerror, exc.filename or str(log)) from None
     return result
 
 
-def _interrupt(proc: subprocess.Popen[str], group: bool = False) -> None:
+def _interrupt(proc: subprocess.Popen[str]) -> None:
     """Pass an interrupt on and let the child clean up (uv removes its temp folders in its
-    cache), then kill it. A terminal's Ctrl-C reaches it anyway; `kill -INT` on envlock alone
-    does not, and killing it outright would leave its litter. With ``group`` (``run(own_group=True)``)
-    the child's whole process group is interrupted, and whatever of it outlives the child is killed."""
+    cache), then kill it. A terminal's Ctrl-C reaches it anyway; `kill -INT` or a supervisor's
+    SIGTERM on envlock alone does not, and killing it outright would leave its litter.
+
+    Also to what runs under it (a build's backend, cmake, compilers): uv did not always stop
+    them, and once uv was killed they built on, orphaned, for their hour. They stay in envlock's
+    process group (a closed terminal or a group kill reaches them as before); they are found
+    in /proc, where there is one, before anything is signalled."""
     import contextlib
     import signal
 
-    def send(sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):  # all gone already
-            os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
+    tree = _descendants(proc.pid)
+
+    def send(pid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # all gone already
+            os.kill(pid, sig)
 
     if proc.poll() is None:
-        send(signal.SIGINT)
+        for pid in [proc.pid, *tree]:
+            send(pid, signal.SIGINT)
         try:
             proc.communicate(timeout=10)  # read on: a child writing as it cleans up must not block
         except (subprocess.TimeoutExpired, KeyboardInterrupt):  # too slow, or a second Ctrl-C
-            send(signal.SIGKILL)
+            proc.kill()
             proc.communicate()
-    if group:
-        send(signal.SIGKILL)  # a build backend uv left behind would build on for its hour
+    for pid, started in tree.items():  # what outlived uv, unless its pid is another process's now
+        if _started(pid) == started:
+            send(pid, signal.SIGKILL)
+
+
+def _descendants(pid: int) -> dict[int, str]:
+    """The processes under ``pid`` (children, theirs, ...) -> their start time; {} without /proc."""
+    parents: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except OSError:  # gone meanwhile
+                continue
+            parents.setdefault(int(fields[1]), []).append(int(name))
+    out: dict[int, str] = {}
+    todo = list(parents.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        if (started := _started(child)) is not None:
+            out[child] = started
+            todo += parents.get(child, ())
+    return out
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (field 22 of /proc/PID/stat, in clock ticks since boot), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
 
 
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
        env: Mapping[str, str] | None = None, log: Path | None = None) -> Result:
     """Run the pinned uv with ``args``."""
-    return run([uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log, own_group=True)
+    return run([uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log)
 
 
 def git_checked(
