@@ -949,6 +949,8 @@ def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_pat
                            'git = "http://alice:t0ken@127.0.0.1:9/s.git"\nrev = "main"\n')
         failed = cli("lock", "g")
         assert failed.code == 1 and "t0ken" not in failed.err and "http://127.0.0.1:9/s.git" in failed.err, failed.err
+        debug = cli("--debug", "lock", "g")  # the traceback too
+        assert debug.code == 1 and "Traceback" in debug.err and "t0ken" not in debug.err, debug.err
     finally:
         server.stop()
 

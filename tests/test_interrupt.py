@@ -241,8 +241,10 @@ def test_an_interrupt_while_workers_start_still_stops_them(monkeypatch: pytest.M
 
 
 HANGING_BACKEND = """
-import os, pathlib, time
+import os, pathlib, signal, time
 def _hang(*args, **kwargs):
+    if os.environ.get("BACKEND_IGNORES_SIGINT"):  # as bash's background jobs and some tools do
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     pathlib.Path(os.environ["BACKEND_PID"]).write_text(str(os.getpid()))
     time.sleep(120)
 build_wheel = prepare_metadata_for_build_wheel = _hang
@@ -256,7 +258,7 @@ from envlock import errors, runner
 signal.signal(signal.SIGTERM, errors.raise_terminated)  # as cli.main does
 try:
     runner.uv(["build", "--wheel", "--offline", "--python", sys.executable, "--out-dir", sys.argv[2], sys.argv[1]],
-              env={"BACKEND_PID": sys.argv[3]})
+              env={"BACKEND_PID": sys.argv[3], "BACKEND_IGNORES_SIGINT": sys.argv[4]})
 except KeyboardInterrupt:
     print("terminated")
 """
@@ -270,20 +272,27 @@ def _running(pid: int) -> bool:
         return False
 
 
-def test_sigterm_stops_a_build_backend_uv_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["SIGTERM to envlock alone", "Ctrl-C at a terminal, backend ignoring SIGINT"])
+def test_an_interrupt_stops_a_build_backend_uv_runs(tmp_path: Path, how: str) -> None:
     # `kill` (or `docker stop`) signals envlock alone; the build backend runs under uv, which
     # outlived a forwarded SIGINT and was killed, leaving the backend building on for its hour.
+    # A terminal's Ctrl-C signals the whole group: uv dies at once, and a backend that ignores
+    # SIGINT was orphaned to init, out of reach.
+    terminal = how.startswith("Ctrl-C")
     project = tmp_path / "hang"
     project.mkdir()
     (project / "hang.py").write_text(HANGING_BACKEND)
     (project / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "hang"\n'
                                             'backend-path = ["."]\n[project]\nname = "hang"\nversion = "0.1"\n')
     marker = tmp_path / "backend.pid"
-    proc = subprocess.Popen([sys.executable, "-c", RUNS_A_BUILD, str(project), str(tmp_path / "out"), str(marker)],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", RUNS_A_BUILD, str(project), str(tmp_path / "out"), str(marker),
+                             "1" if terminal else ""], stdout=subprocess.PIPE, text=True, start_new_session=True)
     _wait_for(marker.exists, "the build backend to start")
     backend = int(marker.read_text())
-    proc.send_signal(signal.SIGTERM)
+    if terminal:
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal does: the whole foreground group
+    else:
+        proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert out == "terminated\n"
     deadline = time.monotonic() + 5

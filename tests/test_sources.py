@@ -436,3 +436,12 @@ def test_a_source_that_cannot_be_fetched_names_the_mirror_options(ws, cli, sg: S
     r = cli("patch", "edit", "e", "sglike", "--dir", str(ws.root.parent / "w"))
     assert r.code == 1 and f"{hint}ENVLOCK_SOURCE_SGLIKE=URL-OR-PATH" in r.err and "--source" not in r.err, r.err
     assert cli("patch", "status", "e", "--source", f"sglike={sg.repo}").code == 0
+
+
+def test_the_store_keeps_no_git_token(sg: SgLike, store: Store, tmp_path: Path) -> None:
+    # The files that name a source's URL for people (a mirror's, a checkout's) hold no token.
+    url = "http://ci:T0KEN@127.0.0.1:9/sglang.git"
+    sources.prepare(SourceSpec("sglike", git=url, rev=sg.pin), store, tmp_path, fetch_from=str(sg.repo))
+    written = [p for p in store.root.rglob("*") if p.is_file() and not p.is_symlink()
+               and p.name in ("url", "envlock-url")]
+    assert written and all(p.read_text() == "http://127.0.0.1:9/sglang.git\n" for p in written), written

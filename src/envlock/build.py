@@ -48,7 +48,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion
 
 from envlock import runner, sources
-from envlock.errors import BuildError, SourceError
+from envlock.errors import BuildError, SourceError, scrub
 from envlock.fetch import store_file
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
@@ -520,11 +520,11 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     args += _config_settings(plan_, scratch, backend_is_skbuild)
     args.append(project)
     with log.open("a", encoding="utf-8") as fh:
-        fh.write(
+        fh.write(scrub(  # a fetchcontent URL's token stays out of a log the store keeps
             f"# envlock build {spec.name} {plan_.input_digest}\n"
             + json.dumps(plan_.recipe, indent=2, sort_keys=True)
             + "\n"
-        )
+        ))
     result = runner.uv(args, cwd=scratch, env=env, log=log)
     if not result.ok:
         raise _fail(plan_, store, log, f"build failed (uv build exit {result.returncode})")

@@ -723,7 +723,7 @@ def _traceback(args: argparse.Namespace) -> None:
     if args.debug:
         import traceback
 
-        traceback.print_exc()
+        print(scrub(traceback.format_exc()), file=sys.stderr, end="")  # as the message: no URL passwords
 
 
 if __name__ == "__main__":

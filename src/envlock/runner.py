@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,19 +94,20 @@ def _interrupt(proc: subprocess.Popen[str]) -> None:
     SIGTERM on envlock alone does not, and killing it outright would leave its litter.
 
     Also to what runs under it (a build's backend, cmake, compilers): uv did not always stop
-    them, and once uv was killed they built on, orphaned, for their hour. They stay in envlock's
-    process group (a closed terminal or a group kill reaches them as before); they are found
-    in /proc, where there is one, before anything is signalled."""
+    them, and once uv was gone they built on, orphaned, for their hour. They stay in envlock's
+    process group (a closed terminal, a group kill and Ctrl-Z reach them as they reach envlock);
+    they are found in /proc, where there is one, before anything is signalled. A terminal's
+    Ctrl-C can end uv before this runs: what it left is envlock's now (``_adopt_orphans``)."""
     import contextlib
     import signal
-
-    tree = _descendants(proc.pid)
 
     def send(pid: int, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):  # all gone already
             os.kill(pid, sig)
 
-    if proc.poll() is None:
+    tree: dict[int, str] = {}
+    if proc.poll() is None:  # never a reaped child's pid: it may be another process's by now
+        tree = _descendants(proc.pid)
         for pid in [proc.pid, *tree]:
             send(pid, signal.SIGINT)
         try:
@@ -113,9 +115,30 @@ def _interrupt(proc: subprocess.Popen[str]) -> None:
         except (subprocess.TimeoutExpired, KeyboardInterrupt):  # too slow, or a second Ctrl-C
             proc.kill()
             proc.communicate()
+    if _adopting:  # uv's orphans were re-parented to envlock, not to init: this run's leftovers
+        tree.update(_descendants(os.getpid()))
     for pid, started in tree.items():  # what outlived uv, unless its pid is another process's now
         if _started(pid) == started:
             send(pid, signal.SIGKILL)
+
+
+_adopting = False  # whether this process is its descendants' subreaper (``_adopt_orphans``)
+
+
+def _adopt_orphans() -> None:
+    """Make envlock the subreaper of what its children start (Linux ``PR_SET_CHILD_SUBREAPER``):
+    a build backend whose uv died of a terminal's Ctrl-C is then envlock's child, which an
+    interrupt can still find and stop, not init's. Once per process; elsewhere a no-op."""
+    global _adopting
+    if _adopting or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        _adopting = libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
 
 
 def _descendants(pid: int) -> dict[int, str]:
@@ -155,6 +178,7 @@ def _started(pid: int) -> str | None:
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
        env: Mapping[str, str] | None = None, log: Path | None = None) -> Result:
     """Run the pinned uv with ``args``."""
+    _adopt_orphans()  # a build's backend must stay within reach of an interrupt
     return run([uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log)
 
 
