@@ -603,6 +603,21 @@ def test_a_body_that_does_not_end_stops_at_the_limit_when_the_lock_has_no_size(
     assert list(store.partial_dir.iterdir()) == []
 
 
+def test_hashing_a_wheel_of_an_index_without_hashes_stops_at_the_limit(
+        server: IndexServer, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The lock hashes what a hash-less index (PyTorch's) serves: there is no size to hold it to either.
+    monkeypatch.setattr(fetch_module, "UNSIZED_LIMIT", 3_000_000)
+    wheel, _ = _publish(server, tmp_path, "alpha")
+    server.faults[wheel.name] = "flood"
+    url = server.file_url("pypi", wheel.name)
+    with pytest.raises(FetchError) as info:
+        fetch_unhashed(url, store)
+    assert str(info.value) == (f"{wheel.name}: {url} sent more than 3000000 bytes, more than any wheel an index "
+                               "serves; read no further, nothing was stored")
+    assert server.downloads(wheel.name) == [f"/pypi/files/{wheel.name}"]  # not tried again
+    assert list(store.partial_dir.iterdir()) == []
+
+
 def _fetch_error(art: Artifact, store: Store, base_dir: Path) -> str:
     """The message of the ``FetchError`` fetching ``art`` (relative to ``base_dir``) raises."""
     with pytest.raises(FetchError) as info:

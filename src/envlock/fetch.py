@@ -515,6 +515,11 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
                                 hasher.update(chunk)
                                 size += len(chunk)
                                 progress.advance(filename, len(chunk))
+                                if size > UNSIZED_LIMIT:  # no size to hold it to: a body that never ends
+                                    part.unlink(missing_ok=True)
+                                    raise FetchError(f"{filename}: {http.redact(url)} sent more than "
+                                                     f"{UNSIZED_LIMIT} bytes, more than any wheel an index "
+                                                     "serves; read no further, nothing was stored")
                         finally:
                             progress.end(filename)
                     break
