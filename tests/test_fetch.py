@@ -583,38 +583,29 @@ def test_a_stopped_local_copy_leaves_no_partial_file(store: Store, tmp_path: Pat
     assert list(store.partial_dir.iterdir()) == []
 
 
-def test_a_body_that_does_not_end_stops_at_the_limit_when_the_lock_has_no_size(
-        server: IndexServer, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # No Content-Length and no locked size: the sha256 still decides, but the body is not read
-    # forever (the server here sends 64 MiB); nothing partial is kept and it is not tried again.
+@pytest.mark.parametrize("hashing", [False, True], ids=["sync of a lock without size", "lock hashing a wheel"])
+def test_a_body_that_does_not_end_stops_at_the_limit(
+        server: IndexServer, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hashing: bool) -> None:
+    # No Content-Length and no size to hold the bytes to (a lock without `size`, or the lock hashing
+    # what a hash-less index such as PyTorch's serves): the body is not read forever (the server here
+    # sends 64 MiB); nothing partial is kept and it is not tried again.
     monkeypatch.setattr(fetch_module, "UNSIZED_LIMIT", 3_000_000)
     wheel, art = _publish(server, tmp_path, "alpha")
     server.faults[wheel.name] = "flood"
-    unsized = Artifact(sha256=art.sha256, url=art.url)
     progress = _Counted()
     with pytest.raises(FetchError) as info:
-        fetch([unsized], store, base_dir=tmp_path, progress=progress)
+        if hashing:
+            fetch_unhashed(art.url or "", store, progress=progress)
+        else:
+            fetch([Artifact(sha256=art.sha256, url=art.url)], store, base_dir=tmp_path, progress=progress)
     assert str(info.value) == (
+        f"{wheel.name}: {art.url} sent more than 3000000 bytes, more than any wheel an index serves; read no "
+        "further, nothing was stored" if hashing else
         f"{wheel.name}: size mismatch for {art.url}: more than 3000000 bytes, and the lock records no size for it "
         "(envlock reads no more without one; record the wheel's `size` in the lock); nothing was stored"
     )
     assert 3_000_000 < progress.read[wheel.name] <= 3_000_000 + CHUNK
     assert server.downloads(wheel.name) == [f"/pypi/files/{wheel.name}"]
-    assert list(store.partial_dir.iterdir()) == []
-
-
-def test_hashing_a_wheel_of_an_index_without_hashes_stops_at_the_limit(
-        server: IndexServer, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The lock hashes what a hash-less index (PyTorch's) serves: there is no size to hold it to either.
-    monkeypatch.setattr(fetch_module, "UNSIZED_LIMIT", 3_000_000)
-    wheel, _ = _publish(server, tmp_path, "alpha")
-    server.faults[wheel.name] = "flood"
-    url = server.file_url("pypi", wheel.name)
-    with pytest.raises(FetchError) as info:
-        fetch_unhashed(url, store)
-    assert str(info.value) == (f"{wheel.name}: {url} sent more than 3000000 bytes, more than any wheel an index "
-                               "serves; read no further, nothing was stored")
-    assert server.downloads(wheel.name) == [f"/pypi/files/{wheel.name}"]  # not tried again
     assert list(store.partial_dir.iterdir()) == []
 
 

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -229,6 +230,43 @@ def test_credentials_are_not_sent_after_a_downgrade_to_plain_http(
     assert _read(f"{https}/pypi/files/first.whl") == b"wheel bytes"
     assert [a.auth_seen(name) for name in ("first.whl", "down.whl", "x-1.0-py3-none-any.whl")] == [
         netrc_for_loopback, None, None]
+
+
+def test_credentials_go_along_an_upgrade_to_https_on_the_default_ports(
+        two_servers: tuple[IndexServer, IndexServer], netrc_for_loopback: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An index that moved to https (http://host -> https://host): the first request sent them in
+    # the clear already, and without them the private index answers 401 (pip keeps them too).
+    # The URLs name the default ports; every connection goes to the loopback server's port.
+    a, _ = two_servers
+    port = urlsplit(a.base).port
+    plain_connection = envlock_http._connection
+    monkeypatch.setattr(envlock_http, "_connection",
+                        lambda scheme, host, _port, timeout: plain_connection("http", host, port, timeout))
+    a.redirects["/pypi/files/first.whl"] = "https://127.0.0.1/pypi/files/x-1.0-py3-none-any.whl"
+    assert _read("http://127.0.0.1/pypi/files/first.whl") == b"wheel bytes"
+    assert a.auth_seen("x-1.0-py3-none-any.whl") == netrc_for_loopback
+
+
+def test_a_redirect_to_a_port_out_of_range_fails_that_url(two_servers: tuple[IndexServer, IndexServer]) -> None:
+    # It raised ValueError, past every `except HttpError`: one bad redirect stopped the whole sync.
+    a, _ = two_servers
+    a.redirects["/pypi/files/bad.whl"] = "http://127.0.0.1:99999/x.whl"
+    with pytest.raises(envlock_http.HttpError) as info:
+        _read(a.file_url("pypi", "bad.whl"))
+    assert str(info.value) == "http://127.0.0.1:99999/x.whl: invalid port in the URL"
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a folder"])
+def test_a_file_url_that_names_no_regular_file_is_refused_at_once(tmp_path: Path, kind: str) -> None:
+    # A wheel an on-disk mirror lists: a FIFO's open waited for a writer forever (Ctrl-C too).
+    import os
+
+    path = tmp_path / "x-1.0-py3-none-any.whl"
+    os.mkfifo(path) if kind == "a FIFO" else path.mkdir()
+    with pytest.raises(envlock_http.HttpError) as info:
+        _read(path.as_uri())
+    assert str(info.value) == f"{path.as_uri()}: {path} is {kind}; expected a regular file"
 
 
 @pytest.mark.parametrize(("text", "scrubbed"), [

@@ -179,11 +179,14 @@ def _request(
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise HttpError(url, "not an http(s) URL")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:  # "host:99999", in a redirect too: this URL's failure, not the whole sync's
+            raise HttpError(url, "invalid port in the URL") from None
         sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
         if hop == 0:
             auth = _credentials(url)
-        elif not same_origin(url, first):
+        elif not (same_origin(url, first) or _upgrade(url, first)):
             # Credentials go only to the origin they came with: ~/.netrc names a host, not a
             # port or a scheme, so a redirect to another port of that host (whoever listens
             # there) or down to plain http (readable on the way) must not get them again. Once
@@ -227,8 +230,23 @@ def same_origin(url: str, other: str) -> bool:
     request's credentials are sent to again after a redirect."""
     a, b = urlsplit(url), urlsplit(other)
     default = {"http": 80, "https": 443}
-    return (a.scheme, a.hostname, a.port or default.get(a.scheme)) == (
-        b.scheme, b.hostname, b.port or default.get(b.scheme))
+    try:
+        return (a.scheme, a.hostname, a.port or default.get(a.scheme)) == (
+            b.scheme, b.hostname, b.port or default.get(b.scheme))
+    except ValueError:  # a port out of range: no origin at all
+        return False
+
+
+def _upgrade(url: str, first: str) -> bool:
+    """Whether ``url`` is ``first``'s host over https, both on their default ports: an index
+    moved to https. Credentials the first request sent in the clear lose nothing going on (as
+    pip's requests keep them)."""
+    a, b = urlsplit(first), urlsplit(url)
+    try:
+        return (a.scheme, b.scheme) == ("http", "https") and a.hostname == b.hostname and (
+            a.port in (None, 80) and b.port in (None, 443))
+    except ValueError:
+        return False
 
 
 def _finish(resp: http.client.HTTPResponse, conn: http.client.HTTPConnection, watcher: Watcher | None = None) -> None:
@@ -296,13 +314,24 @@ def file_path(url: str) -> str | None:
 
 
 def _open_local(url: str, path: str) -> BinaryIO:
-    """``path`` opened for reading, failing as a server would: a missing file is a 404."""
+    """``path`` opened for reading, failing as a server would: a missing file is a 404, and what
+    is no regular file (a FIFO, whose open would wait for a writer forever; a device such as
+    /dev/zero; a folder) is refused before a byte is read."""
+    import stat
+
     try:
-        return open(path, "rb")  # the caller closes it
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open does not wait
     except (FileNotFoundError, NotADirectoryError):
         raise HttpError(url, "no such file", status=404) from None
     except OSError as exc:
         raise HttpError(url, f"cannot read {path} ({exc.strerror})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or special file"
+        raise HttpError(url, f"{path} is {kind}; expected a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")  # the caller closes it
 
 
 @dataclass(frozen=True)
