@@ -45,6 +45,15 @@ def _hermetic_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _no_registered_credentials() -> Iterator[None]:
+    """Index credentials a test's lock or sync registered (``http.register_credentials``) end with it."""
+    from envlock import http
+
+    yield
+    http._registered.clear()
+
+
+@pytest.fixture(autouse=True)
 def _no_way_out(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Outside ``network`` tests, any HTTP not to loopback goes to a closed port and fails at once.
 

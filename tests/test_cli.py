@@ -908,9 +908,12 @@ def test_an_unknown_option_is_shown_with_its_commands_usage(ws, cli, capsys) -> 
         assert err.startswith(usage) and err.endswith("envlock: error: unrecognized arguments: --bogus\n"), err
 
 
-def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("hashes", [True, False], ids=["index with hashes", "hash-less index (PyTorch's)"])
+def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_path, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                hashes: bool) -> None:
     """`https://user:token@host/simple` in the spec, no ~/.netrc: the lock keeps no credentials, and
-    the sync sends the index's again (it answered 401 to the lock's bare URLs)."""
+    the sync sends the index's again (it answered 401 to the lock's bare URLs); so does the lock
+    hashing a wheel a hash-less index serves (a private nightly index)."""
     import base64
 
     from envlock import http
@@ -920,18 +923,23 @@ def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_pat
     monkeypatch.setattr(http, "_netrc", False)  # no ~/.netrc here
     server = IndexServer(tmp_path / "served").start()
     try:
-        server.add_index("priv")
+        server.add_index("priv", hashes=hashes)
         server.add("priv", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
+        # A nightly of a hash-less index is hashed by envlock itself, from the file URL its page lists.
+        server.add("priv", build_wheel(tmp_path / "wheels", "torch", "2.12.0.dev20260310+cpu"))
         server.required_auth = "Basic " + base64.b64encode(b"alice:s3cret").decode()
         url = server.url("priv").replace("http://", "http://alice:s3cret@")
         ws.write_spec("e", f'[env]\npython = "{sys.version_info.major}.{sys.version_info.minor}"\n'
-                           f'[indexes.priv]\nurl = "{url}"\ndefault = true\n[packages]\ntinydep = "==1.0"\n')
+                           f'[indexes.priv]\nurl = "{url}"\ndefault = true\n[packages]\ntinydep = "==1.0"\n'
+                           + ('' if hashes else 'torch = { nightly = "2026-03-10", local = "cpu", index = "priv" }\n'))
         locked = cli("-q", "lock", "e")
         assert locked.code == 0, locked.err
         assert "s3cret" not in ws.lock_text("e")
         synced = cli("-q", "sync", "e")
         assert synced.code == 0, synced.err
         assert server.auth_seen("tinydep-1.0-py3-none-any.whl") == server.required_auth
+        if not hashes:
+            assert server.auth_seen("torch-2.12.0.dev20260310+cpu-py3-none-any.whl") == server.required_auth
         # A typo in such a URL is named without its password (the error reaches CI logs).
         typo = cli("lock", "e", "--index", "priv=http://alice:s3cret@mirror:4433O/simple")
         assert typo.code == 2 and "s3cret" not in typo.err and "http://mirror:4433O/simple" in typo.err, typo.err

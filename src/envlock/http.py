@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
 from envlock import __version__
 
@@ -110,11 +110,37 @@ def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
 
 
+#: Authorization headers by origin (scheme, host, port), from index URLs that hold them (see
+#: ``register_credentials``).
+_registered: dict[tuple[str, str | None, int | None], str] = {}
+
+
+def _origin(parts: SplitResult) -> tuple[str, str | None, int | None]:
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:  # a port out of range: matches no origin
+        port = -1
+    return parts.scheme, parts.hostname, port
+
+
+def register_credentials(*urls: str) -> None:
+    """Send the ``user:password@`` of these index URLs (a spec's private index, a mirror) with every
+    request to their origin: their pages list file URLs without them (and the lock keeps none), so
+    the lock's hashing of a wheel and the sync's download would get a 401 without a ~/.netrc."""
+    for url in urls:
+        parts = urlsplit(url)
+        if parts.username is not None:
+            _registered[_origin(parts)] = _basic(parts.username, parts.password or "")
+
+
 def _credentials(url: str) -> str | None:
-    """An Authorization header from the URL's user:password, else from ~/.netrc (as pip and uv do)."""
+    """An Authorization header from the URL's user:password, else from an index URL of its origin
+    (``register_credentials``), else from ~/.netrc (as pip and uv do)."""
     parts = urlsplit(url)
     if parts.username is not None:
         return _basic(parts.username, parts.password or "")
+    if (registered := _registered.get(_origin(parts))) is not None:
+        return registered
     global _netrc
     with _lock:
         if _netrc is None:

@@ -59,6 +59,12 @@ def mirrors_from_env(spec: EnvSpec, environ: Mapping[str, str] | None = None) ->
     return _from_env(MIRROR_ENV_PREFIX, spec.indexes, environ)
 
 
+def _redacted(url: str) -> str:
+    from envlock.http import redact  # only for a message: a sync imports no socket or ssl until it downloads
+
+    return redact(url)
+
+
 def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> dict[str, str]:
     """The mirror URL of each spec index that has one: ``--index NAME=URL`` over ``ENVLOCK_INDEX_<NAME>``.
 
@@ -66,12 +72,11 @@ def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> d
     from), not left to uv to report as a package missing from the registry; so is an
     ``--index NAME`` the spec has no index of, for ``lock`` and ``sync`` alike.
     """
-    from envlock.http import redact
     from envlock.spec import is_index_url
 
     given = {name: (env_var(MIRROR_ENV_PREFIX, name), url) for name, url in mirrors_from_env(spec).items()}
     given.update({name: (f"--index {name}", url) for name, url in (explicit or {}).items()})
-    bad = [f"{origin}={redact(url)!r}: expected an http(s):// or file:// URL"  # a password must not reach a log
+    bad = [f"{origin}={_redacted(url)!r}: expected an http(s):// or file:// URL"  # a password must not reach a log
            for _, (origin, url) in sorted(given.items()) if not is_index_url(url)]
     bad += [f"{origin}={url!r}: no such folder ({path}); expected an index on disk (a folder per project)"
             for _, (origin, url) in sorted(given.items())
@@ -224,6 +229,7 @@ def lock_env(
     spec = spec or load_env_spec(ws, env)
     all_mirrors = index_mirrors(spec, mirrors)
     urls = resolve.index_urls(spec, all_mirrors)
+    http.register_credentials(*urls.values())  # a private index's wheels are hashed with its password
     missing = [f"indexes.{name}.url: {url!r}: no such folder ({folder}); expected an index on disk (a folder per "
                "project)" for name, url in sorted(urls.items())
                if name not in all_mirrors and (folder := _missing_folder(url)) is not None]
@@ -702,6 +708,10 @@ def sync(
                              for patch in source.patches}}
     if stray is None:
         stray = stray_mirror_note(ws, mirrored_spec) if mirrored_spec is not None and not offline else ""
+    if mirrored_spec is not None:
+        from envlock import http
+
+        http.register_credentials(*(i.url for i in mirrored_spec.indexes.values()), *download_from.values())
     try:
         result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                            offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
