@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.errors import EnvlockError, Terminated, UsageError, asks_json, json_error, raise_terminated, scrub
+from envlock.errors import EnvlockError, Terminated, UsageError, asks_json, json_error, raise_terminated, redact, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -76,8 +76,6 @@ def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str
         name, sep, url = pair.partition("=")
         # A name holds none of ":/@": else NAME= was left out and the "=" is the URL's own (a password's).
         if not sep or not name or not url or any(c in name for c in ":/@"):
-            from envlock.http import redact  # NAME= forgotten: the pair is a URL, maybe with a password
-
             raise UsageError(f"{option} {redact(pair)!r}: expected NAME=URL (a spec {what} name and the mirror's URL)")
         out[name] = url
     return out

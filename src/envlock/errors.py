@@ -11,6 +11,30 @@ from collections.abc import Sequence
 from typing import Self
 
 
+def redact(url: str) -> str:
+    """``url`` without ``user:password@``: for messages and for files that get committed.
+
+    Also for what is no URL (a typo: ``http//user:token@host``, ``user:token@host/simple``,
+    ``http://[::1/``): anything before an ``@`` that holds no ``/`` is cut as if a password. A
+    well-formed URL without credentials is kept as it is (an ``@`` in its path is no password)."""
+    from urllib.parse import urlsplit  # loaded with pathlib already
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        parts = None
+    if parts is None or "://" not in url:
+        if "@" not in url:
+            return url
+        import re
+
+        return re.sub(r"[^\s/?#@]+@", "", url)
+    if parts.username is None and parts.password is None:
+        return url
+    # The netloc after "@", as written: hostname would drop an IPv6 literal's brackets.
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
 def scrub(text: str) -> str:
     """``text`` (a message, a log) with the ``user:password@`` of every ``scheme://`` URL in it cut:
     up to the last ``@`` before the host, as URL parsers read one (a password may hold ``@`` or ``'``)."""

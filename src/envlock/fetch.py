@@ -334,28 +334,6 @@ def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str 
     )
 
 
-def locator(packages: Sequence[LockedPackage], mirrors: Mapping[str, str],
-            credentials: Mapping[str, str]) -> Locate | None:
-    """The ``fetch(locate=...)`` for a sync: ``mirror_locator`` for the packages with a mirror, and
-    for those whose index URL holds ``user:password@`` (``credentials``: name -> that URL), their
-    locked URL with it when on that index's host (the lock keeps none; ``~/.netrc`` need not)."""
-    mirrored = mirror_locator(packages, mirrors) if mirrors else None
-    by_sha = {p.wheels[0].sha256: credentials[p.name] for p in packages
-              if p.wheels and p.name in credentials and p.name not in mirrors}
-    if not by_sha:
-        return mirrored
-
-    def locate(artifacts: Sequence[Artifact]) -> dict[str, str | FetchError]:
-        from envlock import http
-
-        found = mirrored(artifacts) if mirrored is not None else {}
-        found.update({a.sha256: http.with_credentials_of(a.url, by_sha[a.sha256]) for a in artifacts
-                      if a.sha256 in by_sha and a.url})
-        return found
-
-    return locate
-
-
 def mirror_locator(packages: Sequence[LockedPackage],
                    mirrors: Mapping[str, str]) -> Callable[[Sequence[Artifact]], dict[str, str | FetchError]]:
     """A ``fetch(locate=...)`` that takes wheels from mirrors: ``mirrors`` maps a locked package's

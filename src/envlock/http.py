@@ -21,6 +21,7 @@ from typing import BinaryIO, Protocol
 from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
 from envlock import __version__
+from envlock.errors import redact as redact  # http.redact too, as the stages call it
 
 USER_AGENT = f"envlock/{__version__}"
 _MAX_REDIRECTS = 10
@@ -46,28 +47,6 @@ class HttpError(Exception):
         #: True for failures worth retrying: connection drops, timeouts, 5xx, 429.
         self.retryable = retryable
         self.status = status
-
-
-def redact(url: str) -> str:
-    """``url`` without ``user:password@``: for messages and for files that get committed.
-
-    Also for what is no URL (a typo: ``http//user:token@host``, ``user:token@host/simple``,
-    ``http://[::1/``): anything before an ``@`` that holds no ``/`` is cut as if a password. A
-    well-formed URL without credentials is kept as it is (an ``@`` in its path is no password)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        parts = None
-    if parts is None or "://" not in url:
-        if "@" not in url:
-            return url
-        import re
-
-        return re.sub(r"[^\s/?#@]+@", "", url)
-    if parts.username is None and parts.password is None:
-        return url
-    # The netloc after "@", as written: hostname would drop an IPv6 literal's brackets.
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def with_credentials_of(url: str, index_url: str) -> str:

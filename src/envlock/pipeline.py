@@ -27,6 +27,7 @@ from envlock.errors import (
     SpecError,
     UsageError,
     raise_all,
+    redact,
 )
 from envlock.lockfile import Lock, read_lock
 from envlock.store import replace_if_unchanged
@@ -59,12 +60,6 @@ def mirrors_from_env(spec: EnvSpec, environ: Mapping[str, str] | None = None) ->
     return _from_env(MIRROR_ENV_PREFIX, spec.indexes, environ)
 
 
-def _redacted(url: str) -> str:
-    from envlock.http import redact  # only for a message: a sync imports no socket or ssl until it downloads
-
-    return redact(url)
-
-
 def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> dict[str, str]:
     """The mirror URL of each spec index that has one: ``--index NAME=URL`` over ``ENVLOCK_INDEX_<NAME>``.
 
@@ -76,7 +71,7 @@ def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> d
 
     given = {name: (env_var(MIRROR_ENV_PREFIX, name), url) for name, url in mirrors_from_env(spec).items()}
     given.update({name: (f"--index {name}", url) for name, url in (explicit or {}).items()})
-    bad = [f"{origin}={_redacted(url)!r}: expected an http(s):// or file:// URL"  # a password must not reach a log
+    bad = [f"{origin}={redact(url)!r}: expected an http(s):// or file:// URL"  # a password must not reach a log
            for _, (origin, url) in sorted(given.items()) if not is_index_url(url)]
     bad += [f"{origin}={url!r}: no such folder ({path}); expected an index on disk (a folder per project)"
             for _, (origin, url) in sorted(given.items())
@@ -716,7 +711,7 @@ def sync(
         result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                            offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
                            mirrors=_package_mirrors(mirrored_spec, lock, download_from), local_wheels=local_wheels,
-                           spec_input=spec_input, credentials=_package_credentials(mirrored_spec, lock, download_from))
+                           spec_input=spec_input)
     except FetchError as exc:
         if mirrored_spec is None or not (hint := index_mirror_hint(mirrored_spec, download_from, exc)):
             raise
@@ -753,41 +748,26 @@ def _mirror_vars() -> bool:
     return any(var.startswith(MIRROR_ENV_PREFIX) for var in os.environ)
 
 
-def _locked_from(spec: EnvSpec, lock: Lock) -> dict[str, str]:
-    """Locked package -> the spec index it came from: the one whose URL the lock records for it;
-    for a URL the spec does not name (a lock made through a mirror), the one index the spec lets
-    the package come from."""
-    from envlock import http
+def _package_mirrors(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, str]) -> dict[str, str]:
+    """Locked package -> the mirror to download its wheel from: that of the spec index whose URL
+    the lock records for it; for a URL the spec does not name (a lock made through another
+    mirror), that of the one index the spec lets the package come from."""
+    if spec is None or not by_index:
+        return {}
 
     def url(name: str) -> str:
-        return http.redact(spec.indexes[name].url).rstrip("/")
+        return redact(spec.indexes[name].url).rstrip("/")
 
     out: dict[str, str] = {}
     for p in lock.packages:
         recorded = (p.index or "").rstrip("/")
         pinned = spec.index_of(p.name)
         # The pin wins where two spec indexes share the recorded URL.
-        out[p.name] = pinned if url(pinned) == recorded else next(
+        index = pinned if url(pinned) == recorded else next(
             (name for name in spec.indexes if url(name) == recorded), pinned)
+        if index in by_index:
+            out[p.name] = by_index[index]
     return out
-
-
-def _package_mirrors(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, str]) -> dict[str, str]:
-    """Locked package -> the mirror to download its wheel from: that of the spec index it came from."""
-    if spec is None or not by_index:
-        return {}
-    return {name: by_index[index] for name, index in _locked_from(spec, lock).items() if index in by_index}
-
-
-def _package_credentials(spec: EnvSpec | None, lock: Lock, by_index: Mapping[str, str]) -> dict[str, str]:
-    """Locked package -> its spec index's URL, where that holds ``user:password@`` (and no mirror
-    stands in for it): the lock keeps no credentials, so a sync sends that index's again."""
-    if spec is None:
-        return {}
-    from urllib.parse import urlsplit
-
-    return {name: spec.indexes[index].url for name, index in _locked_from(spec, lock).items()
-            if index not in by_index and urlsplit(spec.indexes[index].url).username is not None}
 
 
 def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envlock import runner
-from envlock.errors import SourceError, SourceTreeError, UsageError
+from envlock.errors import SourceError, SourceTreeError, UsageError, redact
 from envlock.lockfile import LockedPatch, LockedSource
 from envlock.spec import COMMIT_ID, SourceSpec
 from envlock.store import Store
@@ -282,12 +282,6 @@ def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None 
     return runner.git_checked(args, what=what, error=SourceError, cwd=cwd)
 
 
-def _redacted(url: str) -> str:
-    from envlock.http import redact  # here only: a sync's imports stay without socket and ssl
-
-    return redact(url)
-
-
 def mirror_path(store: Store, url: str) -> Path:
     """The store's bare mirror for ``url`` (created on first use)."""
     key = hashlib.sha256(url.encode()).hexdigest()[:32]
@@ -295,7 +289,7 @@ def mirror_path(store: Store, url: str) -> Path:
     if not (path / "HEAD").exists():
         with store.new_entry("git-mirrors", key) as work:
             _git(["init", "-q", "--bare", work], what=url)
-            (work / "envlock-url").write_text(_redacted(url) + "\n")  # for people: no token
+            (work / "envlock-url").write_text(redact(url) + "\n")  # for people: no token
     return path
 
 
@@ -405,7 +399,7 @@ def checkout(store: Store, url: str, commit: str, *, fetch_from: str | None = No
             # Not refused here for links out of the tree: they are upstream's, and a commit that
             # has one may still build; a build refuses those in what it reads (build.plan).
             (work / "tree-digest").write_text(tree_digest(tree, links_inside=False) + "\n")
-            (work / "url").write_text(_redacted(url) + "\n")  # for people: no token
+            (work / "url").write_text(redact(url) + "\n")  # for people: no token
     return GitCheckout(
         commit=commit,
         commit_time=int((entry / "commit-time").read_text().strip()),

@@ -22,7 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from envlock.errors import SpecError
+from envlock.errors import SpecError, redact
 from envlock.errors import found as _found
 from envlock.lockfile import PACKAGE_NAME as _PACKAGE_NAME
 from envlock.lockfile import PYTHON_VERSION, is_workspace_path, toml_key
@@ -395,8 +395,6 @@ def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
                        f"found {name!r}")
         url = _get_str(p, entry, "url", key, required=True)
         if url is not None and not is_index_url(url):
-            from envlock.http import redact  # a password in a URL with a typo must not reach a CI log
-
             p.add(f"{key}.url", f"expected an http(s):// or file:// URL, found {redact(url)!r}")
         default = entry.get("default", False)
         if not isinstance(default, bool):

@@ -83,7 +83,6 @@ def sync_lock(
     mirrors: Mapping[str, str] | None = None,
     local_wheels: Mapping[str, Sequence[Path]] | None = None,
     spec_input: Mapping[str, str] | None = None,
-    credentials: Mapping[str, str] | None = None,
 ) -> SyncResult:
     """Make ``env``'s current generation the venv of ``lock``, verified, and return what happened.
 
@@ -97,8 +96,7 @@ def sync_lock(
     the mirror (an index URL) to download its wheel from instead of the lock's URL.
     ``local_wheels``: sha256 -> the files to copy a ``path`` wheel from instead of ``base_dir``'s,
     in the order to try them. ``spec_input`` (path -> sha256): the spec and patches a frozen sync
-    found this lock made for, kept in the stamp for the next frozen no-op. ``credentials``:
-    package name -> the index URL holding the ``user:password@`` to download its wheel with.
+    found this lock made for, kept in the stamp for the next frozen no-op.
     """
     started = time.monotonic()
     key = lock.install_digest()
@@ -131,7 +129,7 @@ def sync_lock(
             base_dir = lock_path.parent if lock_path is not None else Path.cwd()
         got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir,
                           offline=offline, progress=progress, local_sources=local_wheels,
-                          locate=fetch.locator(lock.packages, mirrors or {}, credentials or {}), env=env)
+                          locate=fetch.mirror_locator(lock.packages, mirrors) if mirrors else None, env=env)
         # Generations pointing at the venv entry while it is missing (its folder removed to
         # rebuild it): if this sync builds it and it fails, they had no venv before either.
         entry = install.venv_path(store, key)
