@@ -892,6 +892,9 @@ def test_run_takes_its_options_between_env_and_the_dashes(ws, cli, universe: Uni
     assert (proc.returncode, proc.stderr) == (2, "envlock: error: envlock run e --root ...: --root goes before ENV "
                                                  "(envlock --root DIR run ENV -- CMD...), where the workspace is "
                                                  "looked for\n")
+    # A command's own --root (and its own `--` later on) is the command's, not an envlock option.
+    proc = run("python", "-c", "import sys; print(sys.argv[1:])", "--root=/x", "--", "y")
+    assert (proc.returncode, proc.stdout) == (0, "['--root=/x', '--', 'y']\n"), proc.stderr
     proc = run("-q", "python", "-c", "pass")  # an option, but no `--`: the command would be "-q"
     assert (proc.returncode, proc.stderr) == (2, "envlock: error: envlock run e -q ...: '-q' is not a command; options "
                                                  "go before `--` and the command after it: envlock run ENV [-q] -- "

@@ -311,15 +311,16 @@ def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
 def cmd_run(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.sync import exec_in_env
 
-    before = args.cmd[:args.cmd.index("--")] if "--" in args.cmd else []
-    if root := next((a for a in before if a == "--root" or a.startswith("--root=")), None):
-        raise UsageError(f"envlock run {args.env} {root} ...: --root goes before ENV (envlock --root DIR run ENV -- "
-                         "CMD...), where the workspace is looked for")
     cut = 0  # options between ENV and the `--` (a "--" later on is the command's own)
     while cut < len(args.cmd) and args.cmd[cut] != "--" and args.cmd[cut].startswith("-"):
         cut += 1
     given_cut = cut < len(args.cmd) and args.cmd[cut] == "--"
     options, argv = (args.cmd[:cut], args.cmd[cut + 1:]) if given_cut else ([], args.cmd)
+    # Only envlock's own options are looked at: a command's `--root=/x` is the command's.
+    if root := next((a for a in (options if given_cut else argv[:1]) if a == "--root" or a.startswith("--root=")),
+                    None):
+        raise UsageError(f"envlock run {args.env} {root} ...: --root goes before ENV (envlock --root DIR run ENV -- "
+                         "CMD...), where the workspace is looked for")
     for option in options:  # `run ENV -q -- CMD`, as `sync ENV --json` takes its options after ENV
         if option in ("-q", "--quiet"):
             args.quiet = True
