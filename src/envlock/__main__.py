@@ -25,9 +25,9 @@ def main() -> int:
 
         return cli_main(fast_path=False)
     except KeyboardInterrupt as exc:  # or Terminated: SIGTERM once cli.main's handler is in place
-        from envlock.errors import Terminated, asks_json, json_error
+        from envlock.errors import asks_json, interrupted, json_error
 
-        said, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        said, code = interrupted(exc)
         if asks_json(sys.argv[1:]):  # the document cli.main gives for an interrupt, as promised
             print(json_error(said, (), type(exc).__name__, code))
         print(f"envlock: {said}", file=sys.stderr)

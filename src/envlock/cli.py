@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.errors import EnvlockError, Terminated, UsageError, asks_json, json_error, raise_terminated, redact, scrub
+from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, raise_terminated, redact, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -711,7 +711,7 @@ def _main(argv: Sequence[str] | None) -> int:
         how = "" if args.debug else " (rerun with --debug for where)"
         return _fail(args, f"{where}{exc.strerror or exc}{how}", (), "OSError", 1)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
-        said, code = ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        said, code = interrupted(exc)
         if getattr(args, "json", False):
             _json_error(said, (), type(exc).__name__, code)
         print(f"envlock: {said}", file=sys.stderr)

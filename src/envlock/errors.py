@@ -182,6 +182,11 @@ class Terminated(KeyboardInterrupt):
     default, SIGTERM ended envlock at once and a native build it ran went on for its hour."""
 
 
+def interrupted(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """What an interrupt is said as, and its exit code: ``Terminated`` 143, Ctrl-C 130 (a shell's)."""
+    return ("terminated", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+
+
 def raise_terminated(signum: int, frame: object) -> None:
     """The SIGTERM handler ``cli.main`` installs."""
     raise Terminated

@@ -233,13 +233,8 @@ def _request(
 def same_origin(url: str, other: str) -> bool:
     """Whether ``url`` and ``other`` have one scheme, host and port (RFC 6454): the only URLs a
     request's credentials are sent to again after a redirect."""
-    a, b = urlsplit(url), urlsplit(other)
-    default = {"http": 80, "https": 443}
-    try:
-        return (a.scheme, a.hostname, a.port or default.get(a.scheme)) == (
-            b.scheme, b.hostname, b.port or default.get(b.scheme))
-    except ValueError:  # a port out of range: no origin at all
-        return False
+    a, b = _origin(urlsplit(url)), _origin(urlsplit(other))
+    return a == b and a[2] != -1  # a port out of range is no origin at all
 
 
 def _upgrade(url: str, first: str) -> bool:

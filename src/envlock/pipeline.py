@@ -60,6 +60,16 @@ def mirrors_from_env(spec: EnvSpec, environ: Mapping[str, str] | None = None) ->
     return _from_env(MIRROR_ENV_PREFIX, spec.indexes, environ)
 
 
+def register_credentials(spec: EnvSpec, mirrors: Mapping[str, str]) -> None:
+    """Have every download send the ``user:password@`` of the spec's indexes and ``mirrors`` to
+    their origin (``http.register_credentials``). envlock.http (socket, ssl) is imported only
+    when one holds credentials: a sync downloads nothing most of the time."""
+    if urls := [url for url in (*(i.url for i in spec.indexes.values()), *mirrors.values()) if "@" in url]:
+        from envlock import http
+
+        http.register_credentials(*urls)
+
+
 def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> dict[str, str]:
     """The mirror URL of each spec index that has one: ``--index NAME=URL`` over ``ENVLOCK_INDEX_<NAME>``.
 
@@ -224,7 +234,7 @@ def lock_env(
     spec = spec or load_env_spec(ws, env)
     all_mirrors = index_mirrors(spec, mirrors)
     urls = resolve.index_urls(spec, all_mirrors)
-    http.register_credentials(*urls.values())  # a private index's wheels are hashed with its password
+    register_credentials(spec, all_mirrors)  # a private index's wheels are hashed with its password
     missing = [f"indexes.{name}.url: {url!r}: no such folder ({folder}); expected an index on disk (a folder per "
                "project)" for name, url in sorted(urls.items())
                if name not in all_mirrors and (folder := _missing_folder(url)) is not None]
@@ -632,6 +642,7 @@ def sync(
                               f"{env} --check` says why), so no mirror was applied to this sync's downloads")
             if mirrored_spec is not None:
                 download_from = index_mirrors(mirrored_spec, mirrors)
+                register_credentials(mirrored_spec, download_from)
         ref = load_env_lock_ref(ws, lock_ref, env, "sync")
         lock, lock_path, base_dir = ref.lock, ref.path if ref.writable else None, ref.folder
         if ref.path is not None:  # a lock copied out of locks/: its built wheels are named from there
@@ -655,6 +666,7 @@ def sync(
         source_mirrors(spec, sources_from)  # a --source NAME the spec lacks is an error before any work
         if not offline:
             mirrored_spec, download_from = spec, index_mirrors(spec, mirrors)  # a NAME the spec lacks: exit 2
+            register_credentials(spec, download_from)  # before a relock or a build downloads too
         found = read_lock(lock_path) if frozen or lock_path.exists() else None
         if found is not None and found.env != env:
             # As for --lock: the env's generations would hold another env's packages.
@@ -703,10 +715,6 @@ def sync(
                              for patch in source.patches}}
     if stray is None:
         stray = stray_mirror_note(ws, mirrored_spec) if mirrored_spec is not None and not offline else ""
-    if mirrored_spec is not None:
-        from envlock import http
-
-        http.register_credentials(*(i.url for i in mirrored_spec.indexes.values()), *download_from.values())
     try:
         result = sync_lock(Store.open(), env, lock, lock_path=lock_path, frozen=frozen or lock_path is None,
                            offline=offline, progress=progress, inputs=inputs, base_dir=base_dir,
@@ -961,14 +969,6 @@ class BuildReport:
         }
 
 
-def _default_index_url(spec: EnvSpec, mirrors: Mapping[str, str] | None = None) -> str:
-    """The default index's URL with ``mirrors`` (``--index``) and ``ENVLOCK_INDEX_*`` applied, as ``lock``
-    resolves it."""
-    from envlock import resolve
-
-    return resolve.index_urls(spec, index_mirrors(spec, mirrors))[spec.default_index.name]
-
-
 def build_env(
     ws: Workspace,
     env: str,
@@ -995,7 +995,7 @@ def build_env(
     """
     from packaging.utils import canonicalize_name, parse_wheel_filename
 
-    from envlock import build
+    from envlock import build, resolve
     from envlock.lockfile import Artifact, LockedPackage
     from envlock.store import Store
 
@@ -1019,11 +1019,14 @@ def build_env(
                              mirrors=git_mirrors)
     fetched: list[FetchResult] = []
     locate = None
-    if by_package := _package_mirrors(spec, lock, index_mirrors(spec, mirrors)):  # --index, ENVLOCK_INDEX_*
+    by_index = index_mirrors(spec, mirrors)  # --index, ENVLOCK_INDEX_*
+    register_credentials(spec, by_index)  # the env's wheels a non-isolated build reads come from them
+    if by_package := _package_mirrors(spec, lock, by_index):
         from envlock.fetch import mirror_locator
 
         locate = mirror_locator(lock.packages, by_package)
-    requests = _build_requests(ws, spec, states, lock, store, wanted, _default_index_url(spec, mirrors), git_mirrors,
+    default_url = resolve.index_urls(spec, by_index)[spec.default_index.name]  # as `lock` resolves against
+    requests = _build_requests(ws, spec, states, lock, store, wanted, default_url, git_mirrors,
                                locked=lock.builds if frozen else {}, progress=progress, locate=locate,
                                fetched=fetched)
     built: list[BuiltWheel] = []

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urldefrag, urlsplit
+from urllib.parse import urldefrag
 
 from packaging.requirements import Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
@@ -432,7 +432,7 @@ def _kept_wheels(inputs: ResolveInputs, name: NormalizedName, index_url: str) ->
         return []
     if locked_from.rstrip("/") != http.redact(index_url).rstrip("/"):
         return []  # locked from another index then
-    if not _same_server(artifact.url, index_url):
+    if not http.same_origin(artifact.url, index_url):
         return []  # the lock's index field says this index, its URL another server: edited, not trusted
     if not store_file(inputs.store, artifact).is_file():
         return []
@@ -443,15 +443,6 @@ def _kept_wheels(inputs: ResolveInputs, name: NormalizedName, index_url: str) ->
     if wheel_name != name:
         return []
     return [IndexFile(filename=artifact.filename, url=artifact.url, version=version, sha256=None)]
-
-
-def _same_server(url: str, index_url: str) -> bool:
-    """Whether ``url`` is on the scheme, host and port of ``index_url`` (credentials aside)."""
-    a, b = urlsplit(url), urlsplit(index_url)
-    try:
-        return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
-    except ValueError:  # a port that is no number
-        return False
 
 
 def requires_dist(wheel: Path) -> list[Requirement]:

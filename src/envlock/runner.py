@@ -143,7 +143,7 @@ def _adopt_orphans() -> None:
 
 def _descendants(pid: int) -> dict[int, str]:
     """The processes under ``pid`` (children, theirs, ...) -> their start time; {} without /proc."""
-    parents: dict[int, list[int]] = {}
+    children: dict[int, list[tuple[int, str]]] = {}  # parent -> (child, its start time)
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -155,14 +155,13 @@ def _descendants(pid: int) -> dict[int, str]:
                     fields = fh.read().rsplit(b")", 1)[1].split()
             except OSError:  # gone meanwhile
                 continue
-            parents.setdefault(int(fields[1]), []).append(int(name))
+            children.setdefault(int(fields[1]), []).append((int(name), fields[19].decode()))
     out: dict[int, str] = {}
-    todo = list(parents.get(pid, ()))
+    todo = list(children.get(pid, ()))
     while todo:
-        child = todo.pop()
-        if (started := _started(child)) is not None:
-            out[child] = started
-            todo += parents.get(child, ())
+        child, started = todo.pop()
+        out[child] = started
+        todo += children.get(child, ())
     return out
 
 
