@@ -52,7 +52,7 @@ class Generation:
     current: bool = False
     lock_sha256: str = ""  # sha256 of the lock text this generation was synced from (its pylock.toml)
     venv_python: str | None = None  # the interpreter version the venv was built with (None: not recorded)
-    pending: bool = False  # never made current: its sync stopped before the switch (no rollback goes to it)
+    pending: bool = False  # never made current (its sync stopped before the switch); set by ``scan`` only
 
     @property
     def venv(self) -> Path:
