@@ -1,4 +1,4 @@
-"""Generations, the current link, rollback, and sync_lock end to end (real uv, loopback index)."""
+"""Generations, the current link, rollback, and realize end to end (real uv, loopback index)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from envlock import generations, install, quick, verify
 from envlock.errors import CommandError, FetchError, StoreError, UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
-from envlock.sync import SyncResult, env_path, exec_in_env, run_environ, sync_lock, verify_env
+from envlock.realize import SyncResult, SyncTarget, realize
+from envlock.running import env_path, exec_in_env, run_environ
+from envlock.verifying import verify_env
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
 from kit.wheels import build_wheel
@@ -46,6 +48,11 @@ def _write(lock: Lock, path: Path) -> Path:
     return path
 
 
+def _realize(store: Store, env: str, lock: Lock, **how: Any) -> SyncResult:
+    """``realize`` of ``lock`` for ``env`` (``how``: the other ``SyncTarget`` fields)."""
+    return realize(store, SyncTarget(env, lock, **how))
+
+
 def _home_with_lock(tmp_path: Path, lock: Lock) -> tuple[Store, Path]:
     """A fresh store, and ``lock`` written as the workspace's lock of env "demo"."""
     return Store.open(tmp_path / "home"), _write(lock, tmp_path / "ws" / "locks" / "pylock.demo.toml")
@@ -54,7 +61,7 @@ def _home_with_lock(tmp_path: Path, lock: Lock) -> tuple[Store, Path]:
 def _synced_home(tmp_path: Path, lock: Lock, *, frozen: bool = False) -> tuple[Store, Path, SyncResult]:
     """``_home_with_lock``, and env "demo" synced once from that lock file."""
     store, lock_path = _home_with_lock(tmp_path, lock)
-    return store, lock_path, sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=frozen)
+    return store, lock_path, _realize(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=frozen)
 
 
 def _python(store: Store, env: str, code: str) -> str:
@@ -74,11 +81,11 @@ def test_sync_records_digest_then_noop_then_new_generation_and_rollback(
     assert _python(store, "demo", "import alpha; print(alpha.VERSION)") == "1.0"
 
     downloads = len(server.downloads())
-    noop = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    noop = _realize(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert noop.noop and noop.generation == 1 and noop.venv_digest == first.venv_digest
     assert len(server.downloads()) == downloads
 
-    second = sync_lock(store, "demo", v2, lock_path=_write(v2, tmp_path / "ws" / "locks" / "v2.toml"))
+    second = _realize(store, "demo", v2, lock_path=_write(v2, tmp_path / "ws" / "locks" / "v2.toml"))
     assert (second.generation, second.noop) == (2, False)
     assert _python(store, "demo", "import alpha; print(alpha.VERSION)") == "2.0"
     assert verify_env(store, "demo", read_lock(tmp_path / "ws" / "locks" / "v2.toml")).ok
@@ -96,7 +103,7 @@ def test_sync_records_digest_then_noop_then_new_generation_and_rollback(
     assert _python(store, "demo", "import alpha; print(alpha.VERSION)") == "1.0"
     assert verify_env(store, "demo", read_lock(lock_path)).ok
     # Syncing v1 again while generation 1 is current is a no-op.
-    assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop
+    assert _realize(store, "demo", read_lock(lock_path), lock_path=lock_path).noop
     assert generations.rollback(store, "demo", to=2).current == 2
 
 
@@ -114,12 +121,12 @@ def test_a_generation_never_made_current_is_no_rollback_target(
     with monkeypatch.context() as m:
         m.setattr(generations, "flip", killed)
         with pytest.raises(KeyboardInterrupt):
-            sync_lock(store, "demo", v2, lock_path=None)
+            _realize(store, "demo", v2, lock_path=None)
     assert [(g.number, g.current, g.pending) for g in generations.list_generations(store, "demo")] == [
         (1, True, False), (2, False, True)]
     assert generations.rollback_targets(store, "demo", besides=1) == []
     beta_only = replace(v1, packages=v1.packages[1:])  # another lock synced next (v2 again would reuse 2)
-    later = sync_lock(store, "demo", beta_only, lock_path=None)
+    later = _realize(store, "demo", beta_only, lock_path=None)
     # The pending one is gone (its venv stays in the store): numbers go on from the ones that were current.
     assert [(g.number, g.pending) for g in generations.list_generations(store, "demo")] == [(1, False), (2, False)]
     assert later.generation == 2 and generations.current(store, "demo").install_digest == beta_only.install_digest()
@@ -130,11 +137,11 @@ def test_a_generation_never_made_current_is_no_rollback_target(
     with monkeypatch.context() as m:
         m.setattr(generations, "flip", killed)
         with pytest.raises(KeyboardInterrupt):
-            sync_lock(store, "demo", v2, lock_path=None)  # generation 3, marked
+            _realize(store, "demo", v2, lock_path=None)  # generation 3, marked
     link = store.path("envs", "demo") / "current"
     os.symlink("3/venv", link.with_name("old-flip"))
     os.replace(link.with_name("old-flip"), link)  # what that envlock's flip does
-    assert sync_lock(store, "demo", v1, lock_path=None).generation == 4
+    assert _realize(store, "demo", v1, lock_path=None).generation == 4
     assert [(g.number, g.pending) for g in generations.list_generations(store, "demo")] == [
         (1, False), (2, False), (3, False), (4, False)]
     assert generations.rollback(store, "demo").current == 3
@@ -143,7 +150,7 @@ def test_a_generation_never_made_current_is_no_rollback_target(
     link.unlink()
     link.mkdir()
     with pytest.raises(UsageError, match="not the symlink envlock keeps there"):
-        sync_lock(store, "demo", v2, lock_path=None)
+        _realize(store, "demo", v2, lock_path=None)
     assert [g.number for g in generations.list_generations(store, "demo")] == [1, 2, 3, 4]
     assert first.generation == 1
 
@@ -154,7 +161,7 @@ def test_a_stamp_not_written_does_not_fail_a_switched_sync(locks: tuple[IndexSer
     # whose message says nothing was switched, while the env had been.
     import errno
 
-    import envlock.sync
+    import envlock.realize
 
     _, v1, v2 = locks
     store, _, _ = _synced_home(tmp_path, v1)
@@ -162,11 +169,11 @@ def test_a_stamp_not_written_does_not_fail_a_switched_sync(locks: tuple[IndexSer
     def full(path: Path, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(envlock.sync, "write_atomic", full)
+    monkeypatch.setattr(envlock.realize, "write_atomic", full)
     stamp = store.path("envs", "demo") / quick.STAMP
     v2_path = _write(v2, tmp_path / "ws" / "locks" / "v2.toml")
     for _ in range(2):  # a new generation, then a no-op
-        result = sync_lock(store, "demo", read_lock(v2_path), lock_path=v2_path)
+        result = _realize(store, "demo", read_lock(v2_path), lock_path=v2_path)
         assert result.note == (f"{stamp}: not written (No space left on device); the next sync takes the full "
                                "path, not the fast no-op")
         assert generations.current(store, "demo").install_digest == v2.install_digest()
@@ -179,7 +186,7 @@ def test_rollback_errors(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) 
     with pytest.raises(UsageError) as info:
         generations.rollback(store, "demo")
     assert str(info.value) == f"env 'demo': no current generation in {store.home}; run `envlock sync demo`"
-    sync_lock(store, "demo", v1, lock_path=None)
+    _realize(store, "demo", v1, lock_path=None)
     # A typo of a synced env is named as one, not sent to sync a new env.
     for call in (lambda: env_path(store, "demoo"), lambda: verify_env(store, "demoo"),
                  lambda: generations.rollback(store, "demoo")):
@@ -198,7 +205,7 @@ def test_rollback_errors(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) 
 def test_frozen_never_writes_the_lock(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
     _, v1, _ = locks
     lock_path = _write(v1, tmp_path / "pylock.demo.toml")
-    result = sync_lock(Store.open(tmp_path / "home"), "demo", v1, lock_path=lock_path, frozen=True)
+    result = _realize(Store.open(tmp_path / "home"), "demo", v1, lock_path=lock_path, frozen=True)
     assert not result.recorded and lock_path.read_text() == v1.to_toml()
 
 
@@ -206,11 +213,11 @@ def test_a_different_recorded_digest_fails_and_does_not_flip(locks: tuple[IndexS
                                                               tmp_path: Path) -> None:
     _, v1, v2 = locks
     store = Store.open(tmp_path / "home")
-    good = sync_lock(store, "demo", v1, lock_path=None)
+    good = _realize(store, "demo", v1, lock_path=None)
     # A lock claiming alpha 2.0 builds to alpha 1.0's venv: a reproducibility failure.
     lying = v2.with_venv_digest(good.venv_digest)
     with pytest.raises(VerifyError) as info:
-        sync_lock(store, "demo", lying, lock_path=None)
+        _realize(store, "demo", lying, lock_path=None)
     message = str(info.value)
     assert f"not reproducible: the lock's venv digest is {good.venv_digest}, this sync built " in message
     assert "the env was not switched" in message
@@ -223,7 +230,7 @@ def test_a_different_recorded_digest_fails_and_does_not_flip(locks: tuple[IndexS
         "the env was not switched; that venv was removed from the store, so the next sync builds it anew"
     )
     assert not store.has("venvs", install.venv_entry(v2.install_digest()))
-    fixed = sync_lock(store, "demo", v2, lock_path=None)
+    fixed = _realize(store, "demo", v2, lock_path=None)
     assert fixed.built and fixed.generation == 2
 
 
@@ -231,12 +238,12 @@ def test_a_not_reproducible_venv_a_generation_uses_is_kept_and_named(locks: tupl
                                                                      tmp_path: Path) -> None:
     _, v1, v2 = locks
     store = Store.open(tmp_path / "home")
-    good = sync_lock(store, "demo", v1, lock_path=None)
-    sync_lock(store, "other", v2, lock_path=None)  # other's generation 1 is v2's venv
+    good = _realize(store, "demo", v1, lock_path=None)
+    _realize(store, "other", v2, lock_path=None)  # other's generation 1 is v2's venv
     lying = v2.with_venv_digest(good.venv_digest)
     venv = store.path("venvs", install.venv_entry(v2.install_digest()))
     with pytest.raises(VerifyError) as info:
-        sync_lock(store, "demo", lying, lock_path=None)
+        _realize(store, "demo", lying, lock_path=None)
     assert info.value.message.endswith(
         "the env was not switched; that venv was kept in the store, as env 'other' generation 1 uses it: "
         f"once the cause is fixed, remove {venv} and sync again to build it anew"
@@ -246,7 +253,7 @@ def test_a_not_reproducible_venv_a_generation_uses_is_kept_and_named(locks: tupl
     # Reused, but no generation points at it any more: nothing stops its removal.
     shutil.rmtree(generations.env_dir(store, "other"))
     with pytest.raises(VerifyError, match="that venv was removed from the store"):
-        sync_lock(store, "demo", lying, lock_path=None)
+        _realize(store, "demo", lying, lock_path=None)
     assert not venv.exists()
 
 
@@ -257,7 +264,7 @@ def test_a_venv_removed_before_the_flip_is_not_made_current(locks: tuple[IndexSe
     # between this sync's install and its flip.
     _, v1, v2 = locks
     store = Store.open(tmp_path / "home")
-    sync_lock(store, "demo", v1, lock_path=None)
+    _realize(store, "demo", v1, lock_path=None)
     real = install.install
 
     def then_removed(*args: Any, **kwargs: Any) -> install.InstallResult:
@@ -267,7 +274,7 @@ def test_a_venv_removed_before_the_flip_is_not_made_current(locks: tuple[IndexSe
 
     monkeypatch.setattr(install, "install", then_removed)
     with pytest.raises(VerifyError) as info:
-        sync_lock(store, "demo", v2, lock_path=None)
+        _realize(store, "demo", v2, lock_path=None)
     assert str(info.value) == (
         f"{install.venv_path(store, v2.install_digest())}: the venv for generation 2 was removed from the store "
         "meanwhile (a concurrent sync found it not reproducible); the env was not switched"
@@ -281,7 +288,7 @@ def test_verify_lists_tampered_files_and_sync_refuses_a_modified_store_venv(
 ) -> None:
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
-    result = sync_lock(store, "demo", v1, lock_path=None)
+    result = _realize(store, "demo", v1, lock_path=None)
     init = result.path / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
     init.chmod(0o644)  # sealed read-only (root writes anyway)
     init.write_text("tampered\n")
@@ -290,7 +297,7 @@ def test_verify_lists_tampered_files_and_sync_refuses_a_modified_store_venv(
     assert checked.to_dict()["changed"] == ["lib/python3.11/site-packages/alpha/__init__.py"]
     # A new env on the same lock reuses the store venv: it is re-walked and refused.
     with pytest.raises(VerifyError) as info:
-        sync_lock(store, "other", v1, lock_path=None)
+        _realize(store, "other", v1, lock_path=None)
     assert "store venv was modified after it was built" in str(info.value)
     assert generations.current_number(store, "other") is None
 
@@ -305,16 +312,16 @@ def test_an_edit_that_reached_uv_cache_is_repaired_by_a_rebuild_without_it(locks
     server.add("pypi", gamma)
     v3 = replace(v1, packages=tuple(sorted([*v1.packages, *lock_for(server, "pypi", [gamma]).packages],
                                            key=lambda p: p.name)))
-    clean = sync_lock(Store.open(tmp_path / "clean-home"), "demo", v3, lock_path=None)  # another store, its own cache
+    clean = _realize(Store.open(tmp_path / "clean-home"), "demo", v3, lock_path=None)  # another store, its own cache
     store = Store.open(tmp_path / "home")
-    first = sync_lock(store, "demo", v1, lock_path=None)
+    first = _realize(store, "demo", v1, lock_path=None)
     init = first.path / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
     init.chmod(0o644)
     init.write_text("edited in place\n")  # so in the store's uv cache too
     lock_path = _write(v3.with_venv_digest(clean.venv_digest, clean_python := _python_version(clean.path)),
                        tmp_path / "ws" / "locks" / "pylock.demo.toml")
     assert clean_python
-    repaired = sync_lock(store, "other", read_lock(lock_path), lock_path=lock_path)
+    repaired = _realize(store, "other", read_lock(lock_path), lock_path=lock_path)
     assert repaired.venv_digest == clean.venv_digest
     assert repaired.note.startswith("the first build differed from the lock's digest; with uv's cache cleared")
     assert (repaired.path / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py").read_text() != (
@@ -336,7 +343,7 @@ def test_removing_an_edited_venv_and_syncing_again_repairs_it(locks: tuple[Index
     init.write_text("edited in place\n")  # so in the store's uv cache too
     assert not verify_env(store, "demo", read_lock(lock_path)).ok
     shutil.rmtree(venv)
-    again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    again = _realize(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert again.venv_digest == first.venv_digest
     assert again.note.startswith("the first build differed from the lock's digest; with uv's cache cleared")
     assert init.read_text() == original
@@ -348,7 +355,7 @@ def test_verify_after_a_rollback_checks_the_generation_against_its_own_digest(
     _, v1, v2 = locks
     store, lock_path, _ = _synced_home(tmp_path, v1)
     _write(v2, lock_path)
-    sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)  # records v2's digest
+    _realize(store, "demo", read_lock(lock_path), lock_path=lock_path)  # records v2's digest
     generations.rollback(store, "demo")  # back to v1's generation; the workspace lock is v2's
     checked = verify_env(store, "demo", read_lock(lock_path))
     # Intact as built, but not this lock's env: not ok (exit 1), and not a list of every file.
@@ -360,7 +367,7 @@ def test_verify_after_a_rollback_checks_the_generation_against_its_own_digest(
 
 def test_a_venv_another_sync_rebuilt_meanwhile_is_not_discarded(locks: tuple[IndexServer, Lock, Lock],
                                                                  tmp_path: Path) -> None:
-    from envlock.sync import _discard
+    from envlock.realize import _discard
 
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
@@ -387,7 +394,7 @@ def test_an_edit_in_the_uv_cache_is_not_recorded_as_a_locks_first_digest(locks: 
     init.chmod(0o644)
     init.write_text("edited in place\n")  # so in the store's uv cache too
     shutil.rmtree(venv)
-    again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    again = _realize(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert again.note.startswith("the first build differed from this store's earlier generations' digest; "
                                  "with uv's cache cleared")
     assert again.venv_digest == first.venv_digest == read_lock(lock_path).venv_digest
@@ -406,7 +413,7 @@ def test_a_generation_that_recorded_a_bad_digest_does_not_block_a_clean_rebuild(
                     lock_text=v1.to_toml(), venv_python=_python_version(built.venv))
     store.remove_entry("venvs", install.venv_entry(built.install_digest))
     (store.root / "envs" / ".Trash-1000").mkdir()  # not an env's folder: passed over
-    synced = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    synced = _realize(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert synced.venv_digest == built.manifest.digest == read_lock(lock_path).venv_digest
     assert synced.note == (f"this store's earlier generations of this lock have venv digest {bad}, but a build "
                            f"without uv's cache (from the verified wheels) gives {built.manifest.digest}: recorded "
@@ -429,13 +436,13 @@ def test_a_store_wheel_changed_at_its_size_is_not_taken_for_the_locks_venv(locks
     stored.write_bytes(forged.read_bytes())
     store.remove_entry("venvs", install.venv_entry(first.install_digest))
     with pytest.raises(StoreError, match=r"^1 store wheel\(s\) damaged"):
-        sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+        _realize(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert read_lock(lock_path).venv_digest is None
     assert generations.current(store, "demo") == generations.read(store, "demo", 1, current=1)
     assert not store.has("venvs", install.venv_entry(first.install_digest))  # nothing built from the forged wheel stays
     # As the error says: remove the damaged folder and sync again; the wheel is fetched anew.
     store.remove_tree(stored.parent)
-    again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    again = _realize(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert again.venv_digest == first.venv_digest and not again.noop
 
 
@@ -453,13 +460,13 @@ def test_a_lock_without_a_digest_is_held_to_its_newest_generations(locks: tuple[
                         lock_text=v1.to_toml(), venv_python=python)
         time.sleep(1.1)  # generations are ordered by their creation time, in seconds
     store.remove_entry("venvs", install.venv_entry(built.install_digest))
-    synced = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    synced = _realize(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert synced.note.startswith(f"this store's earlier generations of this lock have venv digest {newest}")
 
 
 def test_a_venv_this_sync_built_is_kept_when_another_env_took_it_meanwhile(locks: tuple[IndexServer, Lock, Lock],
                                                                           tmp_path: Path) -> None:
-    from envlock.sync import _discard
+    from envlock.realize import _discard
 
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
@@ -484,7 +491,7 @@ def _fetched(store: Store, lock: Lock) -> dict[str, Path]:
 
 
 def _python_version(venv: Path) -> str:
-    from envlock.sync import venv_python
+    from envlock.realize import venv_python
 
     found = venv_python(venv)
     assert found is not None
@@ -496,8 +503,8 @@ def test_rollback_refuses_a_generation_whose_venv_was_modified(locks: tuple[Inde
                                                                tmp_path: Path, to: int | None) -> None:
     _, v1, v2 = locks
     store = Store.open(tmp_path / "home")
-    first = sync_lock(store, "demo", v1, lock_path=None)
-    sync_lock(store, "demo", v2, lock_path=None)
+    first = _realize(store, "demo", v1, lock_path=None)
+    _realize(store, "demo", v2, lock_path=None)
     venv = store.path("venvs", install.venv_entry(v1.install_digest()))
     init = venv / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py"
     built = init.read_bytes()
@@ -530,11 +537,11 @@ def test_a_noop_sync_trusts_the_current_venv_verify_reads_it_and_removing_it_rep
     _, v1, _ = locks
     store, lock_path, first = _synced_home(tmp_path, v1)
     (first.path / "lib" / "python3.11" / "site-packages" / "stray.py").write_text("")  # pip install, say
-    assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop  # not re-read
+    assert _realize(store, "demo", read_lock(lock_path), lock_path=lock_path).noop  # not re-read
     checked = verify_env(store, "demo", read_lock(lock_path))
     assert not checked.ok and checked.to_dict()["added"] == ["lib/python3.11/site-packages/stray.py"]
     shutil.rmtree(checked.path)
-    again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
+    again = _realize(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert (again.noop, again.built, again.generation, again.venv_digest) == (False, True, 2, first.venv_digest)
     assert verify_env(store, "demo", read_lock(lock_path)).ok
 
@@ -546,7 +553,7 @@ def test_concurrent_syncs_of_one_env_serialize(locks: tuple[IndexServer, Lock, L
 
     def run(lock: Lock) -> None:
         try:
-            results.append(sync_lock(store, "demo", lock, lock_path=None))
+            results.append(_realize(store, "demo", lock, lock_path=None))
         except Exception as exc:  # pragma: no cover - reported below
             results.append(exc)
 
@@ -575,7 +582,7 @@ def test_run_puts_the_env_first_and_exits_with_the_commands_status(
 
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
-    sync_lock(store, "demo", v1, lock_path=None)
+    _realize(store, "demo", v1, lock_path=None)
     # Generation 1's own venv link, not the stable path a later sync or rollback flips.
     venv = generations.env_dir(store, "demo") / "1" / "venv"
     root, environ = run_environ(store, "demo")
@@ -647,7 +654,7 @@ def test_run_hands_signals_to_the_command_itself(locks: tuple[IndexServer, Lock,
 
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
-    sync_lock(store, "demo", v1, lock_path=None)
+    _realize(store, "demo", v1, lock_path=None)
     saved = tmp_path / "checkpoint"
     # The pid is printed inside the try: an interrupt right after it still finds the handler.
     job = ("import os, sys, time\n"
@@ -675,12 +682,12 @@ def test_run_hands_signals_to_the_command_itself(locks: tuple[IndexServer, Lock,
 def test_generation_records_survive_unreadable_litter(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
-    sync_lock(store, "demo", v1, lock_path=None)
+    _realize(store, "demo", v1, lock_path=None)
     folder = generations.env_dir(store, "demo")
     (folder / ".new-2-deadbeef").mkdir()  # a killed sync's half-written generation
     (folder / "9").mkdir()  # no record: not a generation
     assert [g.number for g in generations.list_generations(store, "demo")] == [1]
-    assert sync_lock(store, "demo", replace(v1, python=v1.python), lock_path=None).noop
+    assert _realize(store, "demo", replace(v1, python=v1.python), lock_path=None).noop
     # A folder that is a generation but whose record cannot be read is named, not hidden.
     assert generations.scan(store, "demo")[1] == (folder / "9" / "generation.json",)
     (folder / "1" / "generation.json").chmod(0o644)
@@ -699,7 +706,7 @@ def test_noop_stamp_vouches_only_for_unchanged_lock_spec_and_patch_bytes(
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     inputs = {str(spec): sha256_of(spec), str(patch): sha256_of(patch)}
-    first = sync_lock(store, "demo", v1, lock_path=lock_path, inputs=inputs)
+    first = _realize(store, "demo", v1, lock_path=lock_path, inputs=inputs)
     assert first.recorded  # the stamp holds the lock's bytes after the digest was written
 
     def check(spec_file: Path | None = spec) -> tuple[int, str, str] | None:
@@ -717,13 +724,13 @@ def test_noop_stamp_vouches_only_for_unchanged_lock_spec_and_patch_bytes(
     assert check(tmp_path / "elsewhere" / "demo.toml") is None  # it checked another spec
 
     # A sync that did not check the spec keeps the lock answer, but vouches for no spec.
-    assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=True).noop
+    assert _realize(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=True).noop
     assert (check(), check(None)) == (None, answer)
     lock_path.write_text(lock_path.read_text() + "# touched\n")
     assert check(None) is None  # other lock bytes: the full path decides
 
     # A new generation: the stamp follows it; rolled back, the old generation has none.
-    second = sync_lock(store, "demo", v2, lock_path=_write(v2, lock_path), frozen=True)
+    second = _realize(store, "demo", v2, lock_path=_write(v2, lock_path), frozen=True)
     assert check(None) == (second.generation, second.install_digest, second.venv_digest)
     generations.rollback(store, "demo")
     assert check(None) is None
@@ -744,8 +751,8 @@ def test_fast_noop_prints_what_the_full_path_prints_and_imports_nothing_heavy(
     probe = (
         "import sys\nfrom envlock.cli import main\ncode = main(sys.argv[1:])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'packaging', 'tomllib', 'requests', "
-        "'rich', 'dataclasses', 'pathlib', 'platformdirs'} or m in {'envlock.pipeline', 'envlock.lockfile', "
-        "'envlock.sync', 'envlock.store'})\nprint('heavy:', *heavy)\nsys.exit(code)\n"
+        "'rich', 'dataclasses', 'pathlib', 'platformdirs'} or m in {'envlock.syncing', 'envlock.lockfile', "
+        "'envlock.realize', 'envlock.store'})\nprint('heavy:', *heavy)\nsys.exit(code)\n"
     )
 
     def sync(*extra: str) -> tuple[str, str]:
@@ -759,7 +766,7 @@ def test_fast_noop_prints_what_the_full_path_prints_and_imports_nothing_heavy(
     assert "venv built" in built and heavy != "heavy:"
     stamp = tmp_path / "home" / "v1" / "envs" / "demo" / quick.STAMP
     stamp.unlink()
-    full, heavy = sync("--frozen")  # no stamp: argparse, the pipeline, sync_lock's no-op (writes one)
+    full, heavy = sync("--frozen")  # no stamp: argparse, the sync recipe, realize's no-op (writes one)
     assert full.startswith("demo: up to date (generation 1)") and heavy != "heavy:"
     fast, heavy = sync("--frozen")
     assert (fast, heavy) == (full, "heavy:")
@@ -774,19 +781,19 @@ def test_digest_recorded_with_another_interpreter_is_not_compared(
     other = v1.with_venv_digest("sha256:" + "0" * 64, "3.11.0")
     lock_path = _write(other, tmp_path / "ws" / "locks" / "pylock.demo.toml")
     store = Store.open(tmp_path / "home")
-    result = sync_lock(store, "demo", other, lock_path=lock_path)
+    result = _realize(store, "demo", other, lock_path=lock_path)
     assert not result.noop and result.venv_digest != other.venv_digest
     assert result.note.startswith("the lock's venv digest was recorded with Python 3.11.0; this venv was built with 3.")
     assert lock_path.read_text() == other.to_toml()  # the other machine's record is kept
     checked = verify_env(store, "demo", other)
     assert checked.ok and "recorded with Python 3.11.0" in checked.note
-    again = sync_lock(store, "demo", other, lock_path=lock_path)  # a no-op says it too
+    again = _realize(store, "demo", other, lock_path=lock_path)  # a no-op says it too
     assert again.noop and again.note == result.note
     # The same interpreter and a wrong digest is still a reproducibility failure.
     python = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
     lying = v1.with_venv_digest("sha256:" + "0" * 64, python)
     with pytest.raises(VerifyError, match="not reproducible"):
-        sync_lock(Store.open(tmp_path / "home2"), "demo", lying, lock_path=_write(lying, tmp_path / "l2.toml"))
+        _realize(Store.open(tmp_path / "home2"), "demo", lying, lock_path=_write(lying, tmp_path / "l2.toml"))
 
 
 def test_an_up_to_date_sync_refuses_a_lock_whose_sizes_disagree_with_the_store(
@@ -794,21 +801,21 @@ def test_an_up_to_date_sync_refuses_a_lock_whose_sizes_disagree_with_the_store(
     # A fresh machine refuses this lock when it downloads the wheel; so must one that has the env.
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
-    assert not sync_lock(store, "demo", v1, lock_path=None).noop
+    assert not _realize(store, "demo", v1, lock_path=None).noop
     first = v1.packages[0]
     wrong = replace(first, wheels=(replace(first.wheels[0], size=(first.wheels[0].size or 0) + 1),))
     bad = replace(v1, packages=(wrong, *v1.packages[1:]))
     assert bad.install_digest() == v1.install_digest()  # the same venv: only the size claim differs
     with pytest.raises(FetchError, match=r"the lock says \d+: the lock's size is wrong \(the store file is intact\)"):
-        sync_lock(store, "demo", bad, lock_path=None)
-    assert sync_lock(store, "demo", v1, lock_path=None).noop
+        _realize(store, "demo", bad, lock_path=None)
+    assert _realize(store, "demo", v1, lock_path=None).noop
 
 
 def test_a_generation_keeps_the_lock_it_was_built_from_when_the_file_holds_another(
         locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
     _, v1, v2 = locks
     store, lock_path = _home_with_lock(tmp_path, v2)  # `envlock lock` wrote v2 since v1 was read
-    result = sync_lock(store, "demo", v1, lock_path=lock_path)
+    result = _realize(store, "demo", v1, lock_path=lock_path)
     gen = generations.read(store, "demo", result.generation)
     assert gen is not None and gen.lock_copy.read_text() == v1.to_toml()
     assert read_lock(lock_path).install_digest() == v2.install_digest()  # and the file keeps v2
@@ -839,50 +846,12 @@ def test_an_activated_env_is_on_path(locks: tuple[IndexServer, Lock, Lock], tmp_
     assert shell.stdout.strip() == str(real / "bin" / "python"), shell.stderr
 
 
-def test_a_venv_an_earlier_envlock_named_with_a_colon_is_built_again(locks: tuple[IndexServer, Lock, Lock],
-                                                                      tmp_path: Path) -> None:
-    _, v1, _ = locks
-    store, lock_path, first = _synced_home(tmp_path, v1)
-    # The store as envlock 0.1.0 left it: venvs/sha256:<hex>, and a no-op stamp of format 1.
-    old = store.root / "venvs" / v1.install_digest()
-    os.rename(install.venv_path(store, v1.install_digest()), old)
-    link = store.path("envs", "demo") / "1" / "venv"
-    link.unlink()
-    link.symlink_to(os.path.relpath(old, link.parent))
-    stamp = store.path("envs", "demo") / quick.STAMP
-    stamp.write_text(stamp.read_text().replace("envlock-noop-stamp 2", "envlock-noop-stamp 1"))
-    assert quick.check(str(store.home), "demo", str(lock_path), None) is None
-    again = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
-    assert (again.noop, again.built, again.generation, again.venv_digest) == (False, True, 2, first.venv_digest)
-    assert Path(os.path.realpath(again.path)) == install.venv_path(store, v1.install_digest())
-    assert verify_env(store, "demo").ok
-    assert again.note == (f"generation 1's venv folder holds a ':' (envlock 0.1.0 named venvs so), which splits "
-                          f"PATH once activated: this generation's is {install.venv_entry(v1.install_digest())}")
-    # Generation 1 keeps its venv (a rollback target), and a sync now is a no-op.
-    assert os.path.realpath(link) == str(old) and (old / quick.MANIFEST_NAME).is_file()
-    assert sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path).noop
-    # Rolled back to it, the env says so; a sync then makes a new generation, not generation 2
-    # again (its newest, with this very lock: what a sync killed before its flip leaves), nor 1.
-    back = generations.rollback(store, "demo", to=1)
-    assert back.note.startswith("generation 1's venv folder holds a ':'") and "--frozen --lock" in back.note
-    assert quick.check(str(store.home), "demo", str(lock_path), None) is None
-    forward = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path, frozen=True)
-    assert forward.generation == 2 and not forward.noop  # generation 2 is this lock's, colon-free
-
-    # The state an 0.1.0 store can be in after a current link was removed by hand (which the
-    # message then says to sync): the newest generation is the lock's, but of old. Not reused.
-    store.path("envs", "demo").joinpath("2").rename(store.path("envs", "demo") / ".gone-2")
-    (store.path("envs", "demo") / "current").unlink()
-    third = sync_lock(store, "demo", read_lock(lock_path), lock_path=lock_path)
-    assert third.generation == 2 and Path(os.path.realpath(third.path)) == install.venv_path(store, v1.install_digest())
-
-
 def _two_generations_without_current(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> tuple[Store, Path]:
     """A store where env "demo" has generations 1 and 2, and its ``current`` link (returned) removed."""
     _, v1, v2 = locks
     store = Store.open(tmp_path / "home")
-    sync_lock(store, "demo", v1, lock_path=None)
-    sync_lock(store, "demo", v2, lock_path=None)
+    _realize(store, "demo", v1, lock_path=None)
+    _realize(store, "demo", v2, lock_path=None)
     link = store.path("envs", "demo") / "current"
     link.unlink()
     return store, link

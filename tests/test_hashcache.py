@@ -74,11 +74,8 @@ def test_files_changed_since_the_walk_began_are_not_kept(tmp_path: Path) -> None
     assert again.get(os.lstat(now)) is None
 
 
-def test_one_cache_for_every_interpreter_and_earlier_per_interpreter_files_go(tmp_path: Path) -> None:
+def test_one_cache_file_for_every_interpreter(tmp_path: Path) -> None:
     f = _file(tmp_path / "f", b"x", links=tmp_path / "links")
-    (tmp_path / "cache").mkdir()
-    earlier = tmp_path / "cache" / "0123456789abcdef.marshal"  # an earlier envlock's, for one interpreter
-    earlier.write_bytes(b"old")
     cache = HashCache.open(tmp_path / "cache")
     cache.put(os.lstat(f), "d")
     cache.save()

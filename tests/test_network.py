@@ -10,7 +10,7 @@ import pytest
 from envlock import indexes
 from envlock.fetch import fetch_unhashed
 from envlock.lockfile import read_lock
-from envlock.pipeline import lock_env
+from envlock.locking import lock_env
 from envlock.store import Store
 from envlock.workspace import Workspace
 

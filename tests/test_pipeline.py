@@ -178,7 +178,7 @@ def test_sync_mirrors_go_by_the_index_the_lock_records_else_the_spec_pins(tmp_pa
     # `sync --lock PATH@REV`: an older lock may have taken a package from an index today's spec
     # no longer pins it to; a lock made through another mirror records a URL the spec does not name.
     from envlock.lockfile import Artifact, Lock, LockedPackage
-    from envlock.pipeline import _package_mirrors
+    from envlock.mirrors import Mirrors
     from envlock.spec import load_spec
 
     nightly = "https://download.pytorch.org/whl/nightly/cu130"
@@ -195,12 +195,12 @@ def test_sync_mirrors_go_by_the_index_the_lock_records_else_the_spec_pins(tmp_pa
     lock = Lock(env="e", python="3.11", platform=None, spec_digest="sha256:" + "0" * 64, spec_keys={},
                 packages=(pkg("filelock", nightly), pkg("torch", "https://mirror.other/pytorch"),
                           pkg("idna", "https://pypi.org/simple")))
-    assert _package_mirrors(spec, lock, {"pytorch": "https://m/pt"}) == {"filelock": "https://m/pt",
+    assert Mirrors(spec, {"pytorch": "https://m/pt"}).for_packages(lock) == {"filelock": "https://m/pt",
                                                                           "torch": "https://m/pt"}
-    assert _package_mirrors(spec, lock, {"pypi": "https://m/pypi"}) == {"idna": "https://m/pypi"}
+    assert Mirrors(spec, {"pypi": "https://m/pypi"}).for_packages(lock) == {"idna": "https://m/pypi"}
     # Two spec indexes at one URL: the one the spec pins the package to, not the first declared.
     spec_file.write_text(spec_file.read_text().replace(
         "[packages]", '[indexes.internal]\nurl = "https://pypi.org/simple/"\n'
                       '[packages]\nidna = { version = "==1.0", index = "internal" }'))
     both = {"pypi": "https://m/pypi", "internal": "https://m/internal"}
-    assert _package_mirrors(load_spec(spec_file), lock, both) == {"idna": "https://m/internal"}
+    assert Mirrors(load_spec(spec_file), both).for_packages(lock) == {"idna": "https://m/internal"}

@@ -23,7 +23,9 @@ from envlock.fetch import fetch, store_file
 from envlock.indexes import IndexFile
 from envlock.lockfile import Artifact, LockedPackage, read_lock
 from envlock.nightly import nightlies_by_date, nightly_date
-from envlock.pipeline import lock_env, sync
+from envlock.locking import lock_env
+from envlock.mirrors import MirrorOptions
+from envlock.syncing import SyncOptions, sync
 from envlock.resolve import ResolveInputs, _hash_unlisted, _stored_package
 from envlock.store import Store
 from envlock.workspace import Workspace
@@ -406,7 +408,7 @@ def test_real_qwen_spec_index_part_locks_against_mirrors(ws, universe: Universe)
     lines += [f"{k} = {json.dumps(v)}" for k, v in real["resolution"].items()]
     ws.write_spec("qwen-index", "\n".join(lines) + "\n")
     mirrors = {"pypi": universe.pypi, "pytorch-nightly": universe.pytorch, "flashinfer": universe.flashinfer}
-    lock_env(Workspace(ws.root), "qwen-index", mirrors=mirrors)
+    lock_env(Workspace(ws.root), "qwen-index", MirrorOptions(indexes=mirrors))
     text = ws.lock_text("qwen-index")
     Pylock.from_dict(tomllib.loads(text))
     got = read_lock(ws.root / "locks" / "pylock.qwen-index.toml")
@@ -649,7 +651,7 @@ def test_a_pinned_nightly_crosses_the_network_once_for_lock_relock_and_sync(ws, 
     assert (torch.wheels[0].sha256, torch.wheels[0].size) == (sha256_of(served), served.stat().st_size)
     assert torch.index == universe.pytorch and "file:" not in text
     assert lock_env(Workspace(ws.root), "e").changed is False
-    sync(Workspace(ws.root), "e")
+    sync(Workspace(ws.root), "e", SyncOptions())
     assert len(universe.server.downloads(filename)) == before + 1
     assert ws.lock_text("e").startswith(text.split("[tool.envlock]")[0].rstrip())
 
@@ -681,7 +683,7 @@ def test_a_wheel_uv_picks_from_a_hashless_index_crosses_the_network_once(  # typ
     passes = _uv_passes(monkeypatch)
     assert lock_env(Workspace(ws.root), "e").changed is False
     assert passes == [("pylock.toml", True)]
-    result = sync(Workspace(ws.root), "e")
+    result = sync(Workspace(ws.root), "e", SyncOptions())
     assert result.fetched == 1  # tinydep, from the default index
     assert whole_file_gets() == before + 1
     ws.write_spec("e", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-10") + TRITON))
@@ -854,7 +856,7 @@ def test_a_kept_nightly_never_takes_a_required_wheel_the_earlier_lock_had_from_a
         lock_env(Workspace(ws.root), "e")
         first = read_lock(ws.root / "locks" / "pylock.e.toml").package("companion")
         assert first is not None and first.index == server.url("pypi")
-        sync(Workspace(ws.root), "e")  # the store holds that wheel now
+        sync(Workspace(ws.root), "e", SyncOptions())  # the store holds that wheel now
         _index_moves_on(server, w, [old_top])
         ws.write_spec("e", _two_index_spec(server, TOP_NIGHTLY + COMPANION))
         with pytest.raises(ResolveError, match="uv found no resolution"):
@@ -866,7 +868,7 @@ def test_a_kept_wheel_whose_url_is_on_another_server_than_its_index_is_not_kept(
     # The lock's index field names the hash-less index; its URL (edited) names another server.
     w = tmp_path / "w"
     with _locked_top_and_companion(ws, tmp_path, monkeypatch, w) as (server, old):
-        sync(Workspace(ws.root), "e")  # the store holds both wheels
+        sync(Workspace(ws.root), "e", SyncOptions())  # the store holds both wheels
         lock_file = ws.root / "locks" / "pylock.e.toml"
         url = server.file_url("hashless", old[1].name)
         assert url.startswith("http://127.0.0.1:") and url in lock_file.read_text()

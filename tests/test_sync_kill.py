@@ -15,8 +15,8 @@ import pytest
 from envlock import generations
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
-from envlock.sync import verify_env
-from envlock.verify import stored_manifest
+from envlock.verifying import verify_env
+from envlock.digest import stored_manifest
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
 from kit.wheels import build_wheel
@@ -41,8 +41,10 @@ def setup(tmp_path: Path) -> Iterator[tuple[IndexServer, Path, Lock, Lock, Path]
 
 
 def _envlock(ws: Path, home: Path, *args: str, extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    env = dict(os.environ, ENVLOCK_HOME=str(home), **(extra or {}))
-    return subprocess.Popen([sys.executable, "-m", "envlock.cli", *args], cwd=ws, env=env,
+    tests = str(Path(__file__).parent)  # kit.pause: the CLI with pauses where the test kills it
+    env = dict(os.environ, ENVLOCK_HOME=str(home), PYTHONPATH=os.pathsep.join(filter(None, [tests, os.environ.get(
+        "PYTHONPATH")])), **(extra or {}))
+    return subprocess.Popen([sys.executable, "-c", "import kit.pause; kit.pause.main()", *args], cwd=ws, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -80,13 +82,13 @@ def test_sigkill_leaves_previous_generation_current(setup: tuple[IndexServer, Pa
     lock2 = ws / "locks" / "v2.toml"
     lock2.write_text(v2.to_toml())
     marker = tmp_path / "paused"
-    extra = {"ENVLOCK_TEST_PAUSE_MARKER": str(marker)}
+    extra = {"PAUSE_MARKER": str(marker)}
     if point == "download":
         server.faults[big.name] = "slow"
         part = store.partial_dir / f"{v2.package('big').wheels[0].sha256}.part"  # type: ignore[union-attr]
         ready = lambda: part.exists() and part.stat().st_size > 100_000  # noqa: E731
     else:
-        extra["ENVLOCK_TEST_PAUSE_AT"] = point
+        extra["PAUSE_AT"] = point
         ready = marker.exists
     proc = _envlock(ws, home, "sync", "demo", "--lock", str(lock2), extra=extra)
     try:

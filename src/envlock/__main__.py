@@ -16,9 +16,9 @@ import sys
 def main() -> int:
     try:
         # An up-to-date `envlock sync ENV` is answered before cli (argparse, json) is imported.
-        from envlock.quick import fast_sync
+        from envlock.quick import answer_noop
 
-        fast = fast_sync(sys.argv[1:])
+        fast = answer_noop(sys.argv[1:])
         if fast is not None:
             return fast
         from envlock.cli import main as cli_main

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
+    from envlock.mirrors import MirrorOptions
     from envlock.store import Store
     from envlock.workspace import Workspace
 
@@ -81,14 +82,20 @@ def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str
     return out
 
 
+def _mirror_options(args: argparse.Namespace) -> MirrorOptions:
+    from envlock.mirrors import MirrorOptions
+
+    return MirrorOptions(_index_pairs(args.index), _index_pairs(args.source, "--source"))
+
+
 # -- commands -----------------------------------------------------------------
 
 
 def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import pipeline, ui
+    from envlock import locking, ui
 
     if args.check:
-        check = pipeline.check_lock(ws, args.env)
+        check = locking.check_lock(ws, args.env)
 
         def text() -> str:
             if check.current:
@@ -100,9 +107,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         return 0 if check.current else 1
     message = f"locking envs/{args.env}.toml"
     with _status(args, message) as status:
-        result = pipeline.lock_env(ws, args.env, mirrors=_index_pairs(args.index),
-                                   sources_from=_index_pairs(args.source, "--source"),
-                                   progress=ui.StatusProgress(status, message))
+        result = locking.lock_env(ws, args.env, _mirror_options(args), progress=ui.StatusProgress(status, message))
 
     def text_lock() -> str:
         verb = "wrote" if result.changed else "unchanged:"
@@ -127,9 +132,9 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import pipeline
+    from envlock import locking
 
-    result, notes = pipeline.diff_refs(ws, args.old, args.new)
+    result, notes = locking.diff_refs(ws, args.old, args.new)
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
 
@@ -150,8 +155,8 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock.realize import quick_noop
     from envlock.store import Store
-    from envlock.sync import quick_noop
 
     # The no-op check of main()'s fast path, for the one case it leaves to us (--json; in
     # text mode it has already said no): answer from the env's stamp before importing
@@ -170,7 +175,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
                             None if args.frozen or args.lock is not None else spec_file,
                             spec_file if args.frozen and args.lock is None else None)
     if result is None:
-        from envlock import pipeline, ui
+        from envlock import syncing, ui
 
         def on_build(name: str, digest: str) -> None:
             if not (args.quiet or args.json):  # said even off a terminal: a kernel build can take an hour
@@ -178,10 +183,9 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
                       file=sys.stderr)
 
         with ui.progress(quiet=args.quiet or args.json) as bar:
-            result = pipeline.sync(ws, args.env, frozen=args.frozen, offline=args.offline,
-                                   lock_ref=args.lock, progress=bar,
-                                   sources_from=_index_pairs(args.source, "--source"), on_build=on_build,
-                                   mirrors=_index_pairs(args.index))
+            options = syncing.SyncOptions(frozen=args.frozen, offline=args.offline, lock_ref=args.lock,
+                                          mirrors=_mirror_options(args))
+            result = syncing.sync(ws, args.env, options, progress=bar, on_build=on_build)
 
     def text() -> str:
         if result.noop:
@@ -217,7 +221,7 @@ def _env_store(args: argparse.Namespace, ws: Workspace) -> Store:
 
 
 def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.sync import env_path
+    from envlock.running import env_path
 
     path = env_path(_env_store(args, ws), args.env)
     _out(args, {"env": args.env, "path": str(path)}, lambda: str(path))
@@ -225,29 +229,9 @@ def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.lockfile import Lock, read_lock
-    from envlock.sync import verify_env
+    from envlock.verifying import verify_workspace_env
 
-    lock: Lock | None
-    writable = True
-    if args.lock is not None:
-        from envlock.pipeline import load_env_lock_ref
-
-        found = load_env_lock_ref(ws, args.lock, args.env, "verify")
-        lock, writable = found.lock, found.writable
-    else:
-        lock_path = ws.lock_path(args.env)
-        lock = read_lock(lock_path) if lock_path.exists() else None
-    # A lock whose packages were edited by hand: a plain `sync ENV` would lock the spec anew over
-    # the edit, so the next step names the file.
-    ref = args.lock or (ws.relative(ws.lock_path(args.env)) if lock is not None and lock.venv_digest_stale else None)
-    result = verify_env(_env_store(args, ws), args.env, lock, ref, lock_writable=writable)
-    if lock is None:  # intact or not, whether it is the lock's cannot be said
-        from dataclasses import replace
-
-        result = replace(result, note="; ".join(filter(None, [
-            result.note, f"no lock at {ws.relative(ws.lock_path(args.env))} to compare with: checked against the "
-            "current generation's own digest (--lock PATH[@REV] names a lock)"])))
+    result = verify_workspace_env(ws, _env_store(args, ws), args.env, args.lock)
 
     def text() -> str:
         if result.ok:
@@ -309,7 +293,7 @@ def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_run(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.sync import exec_in_env
+    from envlock.running import exec_in_env
 
     cut = 0  # options between ENV and the `--` (a "--" later on is the command's own)
     while cut < len(args.cmd) and args.cmd[cut] != "--" and args.cmd[cut].startswith("-"):
@@ -651,9 +635,9 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
     # sys and hashlib and returns None for anything it does not fully handle. The console
     # script tries it before importing this module at all (fast_path=False then).
     if fast_path:
-        from envlock.quick import fast_sync
+        from envlock.quick import answer_noop
 
-        fast = fast_sync(list(sys.argv[1:] if argv is None else argv))
+        fast = answer_noop(list(sys.argv[1:] if argv is None else argv))
         if fast is not None:
             return fast
     import signal

@@ -54,10 +54,8 @@ class HashCache:
     Used from one thread (the walk's), so it takes no lock.
     """
 
-    def __init__(self, path: Path, entries: dict[Key, Value], horizon_ns: int, *, reuse: bool,
-                 first: bool = False) -> None:
+    def __init__(self, path: Path, entries: dict[Key, Value], horizon_ns: int, *, reuse: bool) -> None:
         self.path = path
-        self._first = first  # no inodes.marshal yet: an earlier envlock's files may be there instead
         self._old = entries
         self._new: dict[Key, Value] = {}
         self._horizon_ns = horizon_ns
@@ -72,16 +70,13 @@ class HashCache:
         """
         path = folder / "inodes.marshal"
         entries: dict[Key, Value] = {}
-        first = False
         try:  # loaded also when not answered from: saving keeps the other venvs' entries
             data = marshal.loads(path.read_bytes())
             if isinstance(data, tuple) and len(data) == 2 and data[0] == _FORMAT and isinstance(data[1], dict):
                 entries = data[1]
-        except FileNotFoundError:
-            first = True
         except (OSError, EOFError, ValueError, TypeError):
             entries = {}
-        return cls(path, entries, _touch(folder / f".horizon-{os.getpid()}"), reuse=reuse, first=first)
+        return cls(path, entries, _touch(folder / f".horizon-{os.getpid()}"), reuse=reuse)
 
     def get(self, st: os.stat_result) -> str | None:
         """The cached sha256 of the file with this ``lstat``, or None."""
@@ -122,9 +117,6 @@ class HashCache:
         # A cache that cannot be written only costs the next walk its hits.
         with contextlib.suppress(OSError):
             write_atomic(self.path, marshal.dumps((_FORMAT, merged)))
-            if self._first:  # earlier envlocks kept one file per interpreter (<16 hex digits>.marshal): unread now
-                for stale in self.path.parent.glob("????????????????.marshal"):
-                    stale.unlink(missing_ok=True)
 
 
 def _touch(marker: Path) -> int:

@@ -511,6 +511,41 @@ def read_lock(path: Path) -> Lock:
     return Lock.from_toml(text, path)
 
 
+@dataclass(frozen=True)
+class LockFile:
+    """A lock file as read once: its bytes (None if missing or unreadable) and their text (None if
+    not UTF-8), for a read-modify-write that must not undo another envlock's (``store.replace_if_unchanged``).
+
+    The text is the bytes decoded as they are (no newline translation), so it encodes back to
+    exactly the bytes the compare-and-replace compares with.
+    """
+
+    path: Path
+    data: bytes | None
+    text: str | None
+
+    @classmethod
+    def read(cls, path: Path) -> LockFile:
+        try:
+            data = read_lock_bytes(path)
+        except OSError:
+            return cls(path, None, None)
+        try:
+            return cls(path, data, data.decode("utf-8"))
+        except UnicodeDecodeError:
+            return cls(path, data, None)
+
+    @property
+    def lock(self) -> Lock | None:
+        """The lock it holds; None when there is none, or what is there does not read as one."""
+        if self.text is None:
+            return None
+        try:
+            return Lock.from_toml(self.text, self.path)
+        except LockError:
+            return None
+
+
 def _s(value: str) -> str:
     # JSON string escapes are a subset of TOML basic-string escapes.
     import json

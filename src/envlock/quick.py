@@ -1,4 +1,4 @@
-"""The fast no-op of ``envlock sync``, answered before argparse and the pipeline load.
+"""The fast no-op of ``envlock sync``, answered before argparse and the rest of envlock load.
 
 Every sync that ends with an env's current generation writes ``envs/NAME/noop-stamp``
 (under the env lock, atomically): the generation's number and digests, the sha256 of
@@ -26,9 +26,8 @@ STAMP = "noop-stamp"
 MANIFEST_NAME = ".envlock-manifest.json"
 #: The store's layout folder (``store.LAYOUT_VERSION``); tests check they agree.
 LAYOUT_DIR = "v1"
-# 2: stamps of 1 may vouch for a venv folder named sha256:<hex>, which the full path builds again
-# (and never stamps: a stamp of 2 names a generation whose venv is colon-free).
-_MAGIC = "envlock-noop-stamp 2"
+#: The stamp format: a stamp of any other is not read (the full path writes a new one).
+_MAGIC = "envlock-noop-stamp 1"
 _FLAGS = {"--frozen", "--offline", "-q", "--quiet", "--debug"}
 
 
@@ -152,7 +151,7 @@ def _env_name_ok(env: str) -> bool:
     return bool(env) and env[0].isascii() and env[0].isalnum() and set(env) <= allowed
 
 
-def fast_sync(argv: list[str]) -> int | None:
+def answer_noop(argv: list[str]) -> int | None:
     """Print the no-op answer of ``envlock sync`` and return 0, or None to take the full path.
 
     Handles only ``sync ENV [--frozen] [--offline] [-q] [--debug] [--root DIR]

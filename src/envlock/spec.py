@@ -26,7 +26,7 @@ from envlock.errors import SpecError, redact
 from envlock.errors import found as _found
 from envlock.lockfile import PACKAGE_NAME as _PACKAGE_NAME
 from envlock.lockfile import PYTHON_VERSION, is_workspace_path, toml_key
-from envlock.workspace import env_var_suffix
+from envlock.workspace import Workspace, env_var_suffix
 
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
@@ -701,3 +701,10 @@ def read_spec(path: Path, *, name: str | None = None, root: Path | None = None) 
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
     return parse_spec(doc, name=env_name, origin=path, root=root), data
+
+
+def load_env_spec(ws: Workspace, env: str, *, check_paths: bool = True) -> EnvSpec:
+    """The spec of env ``env`` in ``ws``; ``check_paths``: its source paths and patches must exist
+    in the workspace (not for work that may never read them: a frozen sync whose wheels are all
+    there, a build from --override-source)."""
+    return load_spec(ws.spec_path(env), name=env, root=ws.root if check_paths else None)
