@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock import build, patch, runner, sources
+from envlock import build, patchapply, patchfile, runner, sources
 from envlock.errors import BuildError, SourceTreeError
 from envlock.install import find_python
 from envlock.spec import BuildSpec, FetchContentInput, SourceSpec
@@ -51,7 +51,7 @@ class Kit:
     store: Store
     index: IndexServer
     wheelhouse: Path
-    patched: patch.PatchedTree
+    patched: patchapply.PatchedTree
     epoch: int
     torch_wheels: dict[str, Path]
 
@@ -59,7 +59,7 @@ class Kit:
         wheel = self.torch_wheels[torch]
         return (build.BuildEnvPackage("torchlike", torch, sha256_of(wheel), wheel),)
 
-    def kernel(self, torch: str = TORCH_A, tree: patch.PatchedTree | None = None) -> build.BuildRequest:
+    def kernel(self, torch: str = TORCH_A, tree: patchapply.PatchedTree | None = None) -> build.BuildRequest:
         spec = BuildSpec(
             name="sglike-kernel",
             source="sglike",
@@ -74,7 +74,7 @@ class Kit:
             spec, (tree or self.patched).tree, self.epoch, "3.11", None, self.index.url("pypi"), self.env(torch)
         )
 
-    def package(self, tree: patch.PatchedTree | None = None) -> build.BuildRequest:
+    def package(self, tree: patchapply.PatchedTree | None = None) -> build.BuildRequest:
         spec = BuildSpec(
             name="sglike", source="sglike", subdirectory="python", env={"SETUPTOOLS_SCM_PRETEND_VERSION": "0.5.9"}
         )
@@ -86,8 +86,8 @@ def kit(
     sg: SgLike, store: Store, index: IndexServer, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Kit:
     source = sources.prepare(SourceSpec("sglike", git=sg.url, rev=sg.pin), store, sg.repo)
-    patches = patch.load_patches(sg.patches_dir, sg.patches)
-    patched = patch.apply_all("sglike", source.tree, source.tree_digest, patches, store)
+    patches = patchfile.load_patches(sg.patches_dir, sg.patches)
+    patched = patchapply.apply_all("sglike", source.tree, source.tree_digest, patches, store)
     folder = tmp_path_factory.mktemp("torch")
     torch = {v: sglike.torchlike_wheel(folder, v) for v in (TORCH_A, TORCH_B)}
     return Kit(sg, store, index, wheelhouse, patched, source.source_date_epoch, torch)
@@ -242,14 +242,14 @@ def test_patch_changes_rebuild_only_what_they_touch(
     kit: Kit, built: tuple[build.BuiltWheel, ...], tmp_path: Path
 ) -> None:
     source = sources.prepare(SourceSpec("sglike", git=kit.sg.url, rev=kit.sg.pin), kit.store, kit.sg.repo)
-    patches = patch.load_patches(kit.sg.patches_dir, kit.sg.patches)
+    patches = patchfile.load_patches(kit.sg.patches_dir, kit.sg.patches)
 
-    def with_edit(index: int, old: str, new: str) -> patch.PatchedTree:
+    def with_edit(index: int, old: str, new: str) -> patchapply.PatchedTree:
         edited = tmp_path / kit.sg.patches[index]
         edited.write_text((kit.sg.patches_dir / kit.sg.patches[index]).read_text().replace(old, new))
         changed = list(patches)
-        changed[index] = patch.parse_patch_file(edited, label=kit.sg.patches[index])
-        return patch.apply_all("sglike", source.tree, source.tree_digest, changed, kit.store)
+        changed[index] = patchfile.parse_patch_file(edited, label=kit.sg.patches[index])
+        return patchapply.apply_all("sglike", source.tree, source.tree_digest, changed, kit.store)
 
     kernel_patch = with_edit(1, '"a * b"', '"a times b"')  # 0002 touches sgl-kernel/ only
     assert build.plan(kit.kernel(tree=kernel_patch), kit.store).input_digest != built[0].input_digest
@@ -359,9 +359,9 @@ def test_mini_kernel_example_builds_patched_and_isolated(kit: Kit, tmp_path: Pat
     """examples/mini-kernel (the demo env's path source) with patches/mini-kernel/0001."""
     source = sources.prepare(SourceSpec("mini-kernel", path="examples/mini-kernel"), kit.store, ROOT)
     labels = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "patches/mini-kernel").glob("*.patch"))
-    assert [s.state for s in patch.status(source.tree, patch.load_patches(ROOT, labels))] == ["applies"]
-    patched = patch.apply_all(
-        "mini-kernel", source.tree, source.tree_digest, patch.load_patches(ROOT, labels), kit.store
+    assert [s.state for s in patchapply.status(source.tree, patchfile.load_patches(ROOT, labels))] == ["applies"]
+    patched = patchapply.apply_all(
+        "mini-kernel", source.tree, source.tree_digest, patchfile.load_patches(ROOT, labels), kit.store
     )
     request = build.BuildRequest(
         BuildSpec(name="mini-kernel", source="mini-kernel"),

@@ -361,9 +361,9 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import pipeline
+    from envlock import patching
 
-    report = pipeline.patch_status(ws, args.env, against=args.against,
+    report = patching.patch_status(ws, args.env, against=args.against,
                                    sources_from=_index_pairs(args.source, "--source"))
 
     def text() -> str:
@@ -388,10 +388,10 @@ def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
 def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
     from pathlib import Path
 
-    from envlock import pipeline
+    from envlock import patching
 
     workdir = (args.dir or Path(f"{args.source}-edit")).absolute()
-    session = pipeline.patch_edit(ws, args.env, args.source, workdir, against=args.against)
+    session = patching.patch_edit(ws, args.env, args.source, workdir, against=args.against)
     import shlex
 
     # The work dir is outside the workspace: named, the command also works from inside it.
@@ -418,8 +418,8 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import pipeline
-    recorded = pipeline.patch_record(ws, args.workdir.absolute(), subject=args.subject, why=args.why,
+    from envlock import patching
+    recorded = patching.patch_record(ws, args.workdir.absolute(), subject=args.subject, why=args.why,
                                      upstream=args.upstream, refresh=args.refresh)
     env = recorded.env
 

@@ -806,7 +806,7 @@ def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,
 if TYPE_CHECKING:
     from envlock.build import BuildRequest, BuiltWheel, CheckResult
     from envlock.lockfile import LockedBuild, LockedSource
-    from envlock.patch import EditSession, PatchedTree, PatchStatus, RecordedPatch
+    from envlock.patchapply import PatchedTree
     from envlock.sources import PreparedSource
     from envlock.spec import BuildSpec, SourceSpec
     from envlock.store import Store
@@ -851,7 +851,7 @@ def prepare_sources(
     mirrors: Mapping[str, str] | None = None,
 ) -> dict[str, SourceState]:
     """Fetch or snapshot each source (only ``names``, if given) and apply its patches."""
-    from envlock import patch, sources
+    from envlock import patchapply, patchfile, sources
     overrides = overrides or {}
     unknown = sorted(set(overrides) - set(spec.sources))
     if unknown:
@@ -865,9 +865,9 @@ def prepare_sources(
         with _mirror_hint(name, src, mirrors or {}):
             prepared = sources.prepare(src, store, ws.root, commit=_pinned_commit(src, lock),
                                        override=overrides.get(name), fetch_from=(mirrors or {}).get(name))
-        patches = patch.load_patches(ws.root, src.patches)
+        patches = patchfile.load_patches(ws.root, src.patches)
         try:
-            patched = patch.apply_all(name, prepared.tree, prepared.tree_digest, patches, store)
+            patched = patchapply.apply_all(name, prepared.tree, prepared.tree_digest, patches, store)
         except PatchError as exc:
             if name not in overrides:
                 raise
@@ -1103,131 +1103,6 @@ def build_env(
     return BuildReport(env, lock_path, tuple(built), tuple(checks), notices, written, new,
                        downloaded=sum(f.downloaded for f in fetched),
                        fetched=sum(1 for f in fetched for a in f.artifacts if a.source != "store"))
-
-
-@dataclass(frozen=True)
-class PatchReport:
-    env: str
-    against: str | None
-    sources: Mapping[str, tuple[PatchStatus, ...]]
-    commits: Mapping[str, str | None]
-
-    @property
-    def conflicts(self) -> int:
-        return sum(1 for st in self.sources.values() for s in st if s.state == "conflict")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "against": self.against,
-            "sources": {
-                name: {"commit": self.commits.get(name), "patches": [s.to_dict() for s in st]}
-                for name, st in sorted(self.sources.items())
-            },
-            "conflicts": self.conflicts,
-        }
-
-
-def patch_status(ws: Workspace, env: str, *, against: str | None = None,
-                 sources_from: Mapping[str, str] | None = None) -> PatchReport:
-    """Each source's patches against its pinned commit (or ``against``): applies / already-applied / conflict."""
-    from envlock import patch, sources
-    from envlock.store import Store
-
-    spec = load_env_spec(ws, env)
-    lock = _read_optional(ws.lock_path(env))
-    store = Store.open()
-    out: dict[str, tuple[PatchStatus, ...]] = {}
-    commits: dict[str, str | None] = {}
-    mirrors = source_mirrors(spec, sources_from)
-    commit: str | None
-    for name, src in sorted(spec.sources.items()):
-        if not src.patches:
-            continue
-        if against is not None:
-            if src.git is None:
-                raise UsageError(f"--against {against}: source {name!r} is a path source (no commits)")
-            with _mirror_hint(name, src, mirrors):
-                commit = sources.resolve_rev(src.git, against, store=store, fetch_from=mirrors.get(name))
-        else:
-            commit = _pinned_commit(src, lock)
-        with _mirror_hint(name, src, mirrors):
-            prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirrors.get(name))
-        commits[name] = prepared.commit
-        out[name] = tuple(patch.status(prepared.tree, patch.load_patches(ws.root, src.patches)))
-    return PatchReport(env, against, out, commits)
-
-
-def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: str | None = None) -> EditSession:
-    """Check the patched tree of ``source`` out into ``workdir`` (one git commit per patch level).
-
-    ``against``: another commit (an upgrade target); patches apply up to the first conflict,
-    which ``patch_record(..., refresh=True)`` then rewrites from the user's edits.
-    """
-    from envlock import patch, sources
-    from envlock.store import Store
-
-    spec = load_env_spec(ws, env)
-    if source not in spec.sources:
-        known = ", ".join(sorted(spec.sources)) or "none"
-        raise UsageError(f"{spec.path}: no [sources.{source}]; sources: {known}")
-    src = spec.sources[source]
-    store = Store.open()
-    mirror = source_mirrors(spec).get(source)
-    if against is not None:
-        if src.git is None:
-            raise UsageError(f"--against {against}: source {source!r} is a path source (no commits)")
-        with _mirror_hint(source, src, {source: mirror} if mirror else {}, option=False):
-            commit: str | None = sources.resolve_rev(src.git, against, store=store, fetch_from=mirror)
-    else:
-        commit = _pinned_commit(src, _read_optional(ws.lock_path(env)))
-    with _mirror_hint(source, src, {source: mirror} if mirror else {}, option=False):
-        prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirror)
-    # A path source has no pin to go back to: its tree as it is now is what a patch must
-    # be redone on, as for a new commit (record --refresh).
-    return patch.edit(source, prepared.tree, patch.load_patches(ws.root, src.patches), workdir,
-                      stop_at_conflict=against is not None or src.git is None, env=env)
-
-
-def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str | None, upstream: str | None,
-                 refresh: bool = False) -> RecordedPatch:
-    """Write the edits in ``workdir`` as ``patches/SOURCE/NNNN-title.patch`` (add it to the spec's list),
-    or with ``refresh`` over the first pending patch that did not apply to the new commit; only while
-    the spec's patches of the source are still those the work dir was made on."""
-    from envlock import patch
-    from envlock.errors import PatchError
-
-    try:
-        source = patch.edited_source(workdir)
-    except PatchError as exc:  # the command was pointed at another folder: bad input
-        raise UsageError(exc.message) from None
-    spec = load_env_spec(ws, patch.edited_env(workdir))
-    if source not in spec.sources:
-        raise PatchError(f"{workdir}: made for [sources.{source}], which {ws.relative(spec.path)} no longer has; "
-                         "expected the source the work dir was made for")
-    current = tuple(p.locked() for p in patch.load_patches(ws.root, spec.sources[source].patches))
-    patches_dir = ws.root / "patches" / source
-    # A refresh rewrites a patch in place: no new number for other envs' patches to stand before.
-    recorded = patch.record(workdir, patches_dir, current=current, subject=subject, why=why, upstream=upstream,
-                            refresh=refresh, workspace_root=ws.root,
-                            other_envs=() if refresh else _patches_of_other_envs(ws, spec.name, source))
-    return replace(recorded, env=spec.name)
-
-
-def _patches_of_other_envs(ws: Workspace, env: str, source: str) -> list[Path]:
-    """The patches of source ``source`` that the workspace's other envs list (patches/SOURCE/
-    is the source's, shared by every env that builds it). A spec that does not read lists none."""
-    found = []
-    for other in ws.envs():
-        if other == env:
-            continue
-        try:
-            spec = load_env_spec(ws, other, check_paths=False)
-        except EnvlockError:
-            continue
-        if source in spec.sources:
-            found += [ws.root / rel for rel in spec.sources[source].patches]
-    return found
 
 
 def _sources_for_lock(
