@@ -85,7 +85,7 @@ def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str
 def _mirror_options(args: argparse.Namespace) -> MirrorOptions:
     from envlock.mirrors import MirrorOptions
 
-    return MirrorOptions(_index_pairs(args.index), _index_pairs(args.source, "--source"))
+    return MirrorOptions(_index_pairs(getattr(args, "index", [])), _index_pairs(args.source, "--source"))
 
 
 # -- commands -----------------------------------------------------------------
@@ -364,7 +364,7 @@ def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import patching
 
     report = patching.patch_status(ws, args.env, against=args.against,
-                                   sources_from=_index_pairs(args.source, "--source"))
+                                   asked=_mirror_options(args))
 
     def text() -> str:
         lines = []

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from envlock import sources
+from envlock.building import pinned_commit
 from envlock.errors import EnvlockError, PatchError, UsageError
-from envlock.lockfile import Lock
+from envlock.lockfile import Lock, LockFile
+from envlock.mirrors import MirrorOptions, Mirrors
 from envlock.patchapply import PatchStatus, status
 from envlock.patchedit import EditSession, RecordedPatch, edit, edited_env, edited_source, record
 from envlock.patchfile import load_patches
-from envlock.pipeline import _mirror_hint, _pinned_commit, _read_optional, load_env_spec, source_mirrors
-from envlock.spec import SourceSpec
+from envlock.spec import SourceSpec, load_env_spec
 from envlock.store import Store
 from envlock.workspace import Workspace
 
@@ -50,14 +51,14 @@ class PatchReport:
 
 
 def patch_status(ws: Workspace, env: str, *, against: str | None = None,
-                 sources_from: Mapping[str, str] | None = None) -> PatchReport:
+                 asked: MirrorOptions | None = None) -> PatchReport:
     """Each source's patches against its pinned commit (or ``against``): applies / already-applied / conflict."""
     spec = load_env_spec(ws, env)
-    lock = _read_optional(ws.lock_path(env))
+    lock = LockFile.read(ws.lock_path(env)).lock
     store = Store.open()
     out: dict[str, tuple[PatchStatus, ...]] = {}
     commits: dict[str, str | None] = {}
-    mirrors = source_mirrors(spec, sources_from)
+    mirrors = Mirrors.of(spec, asked, read_indexes=False)
     for name, src in sorted(spec.sources.items()):
         if not src.patches:
             continue
@@ -80,8 +81,8 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
     src = spec.sources[source]
     store = Store.open()
     # `patch edit` takes no --source: a mirror comes from ENVLOCK_SOURCE_<NAME> alone.
-    prepared = _source_at(ws, store, source, src, against=against, lock=_read_optional(ws.lock_path(env)),
-                          mirrors=source_mirrors(spec), option=False)
+    prepared = _source_at(ws, store, source, src, against=against, lock=LockFile.read(ws.lock_path(env)).lock,
+                          mirrors=Mirrors.of(spec, read_indexes=False), option=False)
     # A path source has no pin to go back to: its tree as it is now is what a patch must
     # be redone on, as for a new commit (record --refresh).
     return edit(source, prepared.tree, load_patches(ws.root, src.patches), workdir,
@@ -111,20 +112,20 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
 
 
 def _source_at(ws: Workspace, store: Store, name: str, src: SourceSpec, *, against: str | None, lock: Lock | None,
-               mirrors: Mapping[str, str], option: bool = True) -> sources.PreparedSource:
+               mirrors: Mirrors, option: bool = True) -> sources.PreparedSource:
     """``src`` fetched (or snapshotted) into the store at ``against``, else at its pin.
 
     ``option``: whether the command takes ``--source`` (the mirror hint names it)."""
     commit: str | None
     if against is None:
-        commit = _pinned_commit(src, lock)
+        commit = pinned_commit(src, lock)
     elif src.git is None:
         raise UsageError(f"--against {against}: source {name!r} is a path source (no commits)")
     else:
-        with _mirror_hint(name, src, mirrors, option=option):
-            commit = sources.resolve_rev(src.git, against, store=store, fetch_from=mirrors.get(name))
-    with _mirror_hint(name, src, mirrors, option=option):
-        return sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirrors.get(name))
+        with mirrors.source_hint(name, src.git, option=option):
+            commit = sources.resolve_rev(src.git, against, store=store, fetch_from=mirrors.sources.get(name))
+    with mirrors.source_hint(name, src.git, option=option):
+        return sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirrors.sources.get(name))
 
 
 def _patches_of_other_envs(ws: Workspace, env: str, source: str) -> list[Path]:

@@ -1,0 +1,98 @@
+"""The one rule about imports (docs/architecture.md), and the size of what a reader must hold.
+
+Every ``envlock`` import counts, at the top of a file or inside a function: a lazy import
+is still a dependency. Layers, lowest first: a module may import its own layer's lower
+neighbours only where the table says so.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).parent.parent / "src" / "envlock"
+
+#: Pieces every layer may use: data, errors, the store, the runners, the target model.
+FOUNDATIONS = {
+    "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
+    "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile",
+}
+#: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
+STAGES = {"resolve", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff", "ui"}
+#: A command's recipe each; they call stages and foundations, and each other without a cycle.
+ORCHESTRATION = {"mirrors", "drift", "locking", "building", "patching", "patchedit", "syncing", "realize",
+                 "running", "verifying"}
+ENTRY = {"cli", "__main__"}
+
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 100
+LONG_ALLOWED = {"cli.build_parser"}  # argparse's table of every command and option
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "envlock":
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("envlock."):
+            found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[1] for alias in node.names if alias.name.startswith("envlock.")}
+    return found - {path.stem}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {p.stem: p for p in SRC.glob("*.py")}
+    return {name: _imports(path) & set(modules) for name, path in modules.items()}
+
+
+def test_every_module_has_a_layer() -> None:
+    layered = FOUNDATIONS | STAGES | ORCHESTRATION | ENTRY
+    assert set(_graph()) - layered == set(), "add the new module to a layer here and in docs/architecture.md"
+    assert layered - set(_graph()) == set(), "a layer names a module that is gone"
+
+
+@pytest.mark.parametrize(("layer", "allowed"), [
+    (FOUNDATIONS, FOUNDATIONS),
+    (STAGES, FOUNDATIONS),
+    (ORCHESTRATION, FOUNDATIONS | STAGES | ORCHESTRATION),
+], ids=["foundations", "stages", "orchestration"])
+def test_a_module_imports_only_what_its_layer_may(layer: set[str], allowed: set[str]) -> None:
+    wrong = {f"{name} -> {dep}" for name, deps in _graph().items() if name in layer for dep in deps - allowed}
+    assert wrong == set()
+
+
+def test_no_import_cycle() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append(" -> ".join([*path[path.index(dep):], dep]))
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_modules_and_functions_fit_in_a_read() -> None:
+    too_long = []
+    for path in sorted(SRC.glob("*.py")):
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            too_long.append(f"{path.name}: {lines} lines")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES and f"{path.stem}.{node.name}" not in LONG_ALLOWED:
+                    too_long.append(f"{path.stem}.{node.name}: {length} lines")
+    assert too_long == []
