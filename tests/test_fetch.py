@@ -16,18 +16,10 @@ import pytest
 
 from envlock import fetch as fetch_module
 from envlock.errors import FetchError
-from envlock.fetch import (
-    CHUNK,
-    STORE_MTIME,
-    DownloadStoppedError,
-    NullProgress,
-    fetch,
-    fetch_unhashed,
-    mirror_locator,
-    store_file,
-)
+from envlock.fetch import CHUNK, STORE_MTIME, fetch, fetch_unhashed, mirror_locator
 from envlock.lockfile import Artifact, LockedPackage, canonicalize_name
-from envlock.store import Store
+from envlock.progress import DownloadStoppedError, NullProgress
+from envlock.store import Store, store_file
 from kit.index import IndexServer
 from kit.locks import artifact
 from kit.wheels import build_wheel

@@ -2,8 +2,8 @@
 
 ``sync_lock`` chains fetch -> install -> verify -> new generation -> flip, under
 the env's file lock. Its no-op path (the current generation already is this lock's
-venv) reads one symlink and two small files and imports nothing heavy: install and
-verify are imported only when there is work (fetch, for a stat of each locked wheel). Either way it ends by
+venv) reads one symlink and two small files and imports nothing heavy: fetch, install and
+verify are imported only when there is work (the store stats each locked wheel). Either way it ends by
 writing the env's no-op stamp, which lets the next ``envlock sync`` answer before
 the pipeline is even imported (``envlock.quick``).
 """
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from envlock import generations, quick
 from envlock.errors import CommandError, LockError, StoreError, UsageError, VerifyError
-from envlock.store import Store, replace_if_unchanged, write_atomic
+from envlock.store import Store, check_stored_bytes, check_stored_sizes, replace_if_unchanged, write_atomic
 
 if TYPE_CHECKING:
     # Type names only: importing these at run time would pull packaging onto the no-op path.
-    from envlock.fetch import Progress
     from envlock.lockfile import Lock
+    from envlock.progress import Progress
     from envlock.verify import VerifyResult
 
 #: Test hook: sleep at the named point(s) so a test can SIGKILL a real sync there.
@@ -113,8 +113,6 @@ def sync_lock(
             and (cur.venv / quick.MANIFEST_NAME).is_file()
             and not renamed
         ):
-            from envlock.fetch import check_stored_sizes
-
             check_stored_sizes([p.wheels[0] for p in lock.packages], store)
             data, on_disk, recorded = _record(lock, lock_path, cur.venv_digest, cur_python, frozen)
             unstamped = _stamp(store, env, cur.number, lock, cur.venv_digest, data, on_disk, inputs, spec_input)
@@ -174,7 +172,7 @@ def sync_lock(
             # once, here), this venv is what the lock gives, and the newest generation's digest
             # was the suspect one (taken while an edit sat in that cache).
             try:
-                fetch.check_stored_bytes(got.paths())
+                check_stored_bytes(got.paths())
             except StoreError:
                 _discard(store, key, inst.venv, actual.digest, stale=stale)  # built from them
                 raise
