@@ -448,6 +448,7 @@ def _rehash(fh: IO[bytes]) -> tuple[Any, int]:
 
 
 def _restart(fh: IO[bytes]) -> Any:
+    """Empty a partial file; the sha256 state of its (no) bytes."""
     fh.seek(0)
     fh.truncate(0)
     return hashlib.sha256()
