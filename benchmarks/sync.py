@@ -37,10 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from envlock import generations, runner  # noqa: E402
-from envlock.fetch import store_file  # noqa: E402
 from envlock.install import venv_entry  # noqa: E402
 from envlock.lockfile import Artifact  # noqa: E402
-from envlock.store import Store  # noqa: E402
+from envlock.store import Store, store_file  # noqa: E402
 from kit.index import IndexServer  # noqa: E402
 from kit.locks import lock_for, sha256_of  # noqa: E402
 from kit.wheels import build_wheel  # noqa: E402

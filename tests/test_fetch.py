@@ -16,18 +16,11 @@ import pytest
 
 from envlock import fetch as fetch_module
 from envlock.errors import FetchError
-from envlock.fetch import (
-    CHUNK,
-    STORE_MTIME,
-    DownloadStoppedError,
-    NullProgress,
-    fetch,
-    fetch_unhashed,
-    mirror_locator,
-    store_file,
-)
+from envlock.fetch import CHUNK, STORE_MTIME, fetch, fetch_unhashed
 from envlock.lockfile import Artifact, LockedPackage, canonicalize_name
-from envlock.store import Store
+from envlock.mirrors import package_locator
+from envlock.progress import DownloadStoppedError, NullProgress
+from envlock.store import Store, store_file
 from kit.index import IndexServer
 from kit.locks import artifact
 from kit.wheels import build_wheel
@@ -414,7 +407,7 @@ def test_a_mirror_serves_the_locked_files_and_the_locked_urls_are_not_asked(
         server: IndexServer, store: Store, tmp_path: Path) -> None:
     wheels = [_publish(server, tmp_path, n)[0] for n in ("alpha", "beta")]
     packages = [_locked_upstream(w) for w in wheels]
-    locate = mirror_locator(packages, {p.name: server.url("pypi") for p in packages})
+    locate = package_locator(packages, {p.name: server.url("pypi") for p in packages})
     result = fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path, locate=locate)
     assert sorted(server.downloads()) == sorted(f"/pypi/files/{w.name}" for w in wheels)
     for wheel, pkg in zip(wheels, packages, strict=True):
@@ -436,10 +429,10 @@ def test_a_mirror_whose_file_is_not_the_locked_one_stores_nothing(server: IndexS
     pkg = _locked_upstream(locked)
     sha = pkg.wheels[0].sha256
     with pytest.raises(FetchError) as unlisted_hash:
-        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {pkg.name: server.url("plain")}))
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=package_locator([pkg], {pkg.name: server.url("plain")}))
     assert f"sha256 mismatch for {server.file_url('plain', other.name)}: expected {sha}" in unlisted_hash.value.message
     with pytest.raises(FetchError) as listed_hash:
-        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {pkg.name: server.url("pypi")}))
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=package_locator([pkg], {pkg.name: server.url("pypi")}))
     other_sha = hashlib.sha256(other.read_bytes()).hexdigest()
     assert listed_hash.value.message == (f"{locked.name}: mirror {server.url('pypi')} lists it with sha256 "
                                          f"{other_sha}, the lock says {sha}: not the locked file")
@@ -455,7 +448,7 @@ def test_a_file_the_mirror_lacks_is_named_and_the_others_are_fetched(server: Ind
     packages = [_locked_upstream(present), _locked_upstream(absent)]
     with pytest.raises(FetchError) as info:
         fetch([*(p.wheels[0] for p in packages), own], store, base_dir=tmp_path,
-              locate=mirror_locator(packages, {p.name: server.url("pypi") for p in packages}))
+              locate=package_locator(packages, {p.name: server.url("pypi") for p in packages}))
     assert info.value.message == (f"{absent.name}: mirror {server.url('pypi')} lists no such file for beta "
                                   f"(expected the locked wheel, sha256 {packages[1].wheels[0].sha256})")
     # Not the mirror's other file, nor the unreachable locked URL; the rest are fetched.
@@ -478,7 +471,7 @@ def test_a_mirror_page_cannot_send_envlock_to_read_local_files(store: Store, tmp
         mirror = f"http://127.0.0.1:{httpd.server_address[1]}"
         pkg = _locked_upstream(wheel)
         with pytest.raises(FetchError) as info:
-            fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {pkg.name: mirror}))
+            fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=package_locator([pkg], {pkg.name: mirror}))
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -494,7 +487,7 @@ def test_a_mirror_with_credentials_gets_them_for_its_files_and_never_prints_them
     pkg = _locked_upstream(wheel)
     secret = server.url("pypi").replace("http://", "http://ci:s3cret@")
     with pytest.raises(FetchError) as info:
-        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=mirror_locator([pkg], {pkg.name: secret}))
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=package_locator([pkg], {pkg.name: secret}))
     assert f"sha256 mismatch for {server.file_url('pypi', wheel.name)}: " in info.value.message
     assert "s3cret" not in info.value.message
     assert server.auth_seen(wheel.name) == "Basic " + base64.b64encode(b"ci:s3cret").decode()

@@ -423,7 +423,7 @@ def test_a_generation_that_recorded_a_bad_digest_does_not_block_a_clean_rebuild(
 def test_a_store_wheel_changed_at_its_size_is_not_taken_for_the_locks_venv(locks: tuple[IndexServer, Lock, Lock],
                                                                             tmp_path: Path) -> None:
     # The newest generation's digest yields only to a build from wheels that still are their sha256.
-    from envlock.fetch import store_file
+    from envlock.store import store_file
 
     _, v1, _ = locks
     store, lock_path, first = _synced_home(tmp_path, v1, frozen=True)

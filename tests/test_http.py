@@ -119,7 +119,7 @@ class _Stalling:
     b"",  # no answer at all: waiting for the headers
 ])
 def test_a_stop_wakes_a_read_from_a_stalled_server(head: bytes) -> None:
-    from envlock.fetch import Stop
+    from envlock.progress import Stop
 
     server = _Stalling(head)
     stop = Stop()

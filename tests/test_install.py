@@ -219,7 +219,7 @@ def test_a_skeleton_naming_its_own_folder_is_not_kept(tmp_path: Path) -> None:
 
 
 def install_path(store: Store, lock: Lock) -> Path:
-    from envlock.fetch import store_file
+    from envlock.store import store_file
 
     return store_file(store, lock.packages[0].wheels[0])
 
@@ -347,7 +347,7 @@ def test_a_full_disk_while_copying_the_skeleton_is_one_message(published: tuple[
     # copytree raises one shutil.Error holding every file's failure: it was printed as that list.
     import errno
 
-    from envlock.fetch import store_file
+    from envlock.store import store_file
 
     server, lock = published
     result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)

@@ -208,38 +208,6 @@ def test_an_interrupt_is_passed_on_to_the_running_tool(tmp_path: Path, sig: sign
     assert cleaned.read_text() == "cleaned up"
 
 
-def test_an_interrupt_while_workers_start_still_stops_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Ctrl-C landing in pool.submit (a worker thread starting) must set the Stop too: the
-    # worker already running would otherwise go on, and the process would wait for it.
-    from concurrent.futures import ThreadPoolExecutor
-
-    from envlock.fetch import Stop, parallel
-
-    seen: list[bool] = []
-
-    def first(stop: Stop) -> None:
-        for _ in range(200):  # up to 10 s
-            if stop.is_set():
-                seen.append(True)
-                return
-            time.sleep(0.05)
-        seen.append(False)
-
-    real_submit = ThreadPoolExecutor.submit
-    submitted: list[int] = []
-
-    def submit(self: ThreadPoolExecutor, fn: object, *args: object) -> object:
-        submitted.append(1)
-        if len(submitted) == 2:
-            raise KeyboardInterrupt
-        return real_submit(self, fn, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ThreadPoolExecutor, "submit", submit)
-    with pytest.raises(KeyboardInterrupt):
-        parallel([first, first], jobs=2)
-    assert seen == [True]
-
-
 HANGING_BACKEND = """
 import os, pathlib, signal, time
 def _hang(*args, **kwargs):

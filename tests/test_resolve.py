@@ -19,7 +19,7 @@ from packaging.version import Version
 from envlock import fetch as fetch_module
 from envlock import runner
 from envlock.errors import ResolveError
-from envlock.fetch import fetch, store_file
+from envlock.fetch import fetch
 from envlock.indexes import IndexFile
 from envlock.lockfile import Artifact, LockedPackage, read_lock
 from envlock.nightly import nightlies_by_date, nightly_date
@@ -27,7 +27,7 @@ from envlock.locking import lock_env
 from envlock.mirrors import MirrorOptions
 from envlock.syncing import SyncOptions, sync
 from envlock.resolve import ResolveInputs, _hash_unlisted, _stored_package
-from envlock.store import Store
+from envlock.store import Store, store_file
 from envlock.workspace import Workspace
 from kit.index import IndexServer
 from kit.locks import sha256_of

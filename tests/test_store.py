@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import subprocess
 import sys
@@ -11,8 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from envlock.errors import StoreError
-from envlock.store import Store, exclusive_lock
+from envlock.errors import FetchError, StoreError
+from envlock.lockfile import Artifact
+from envlock.store import (
+    Store,
+    check_stored_bytes,
+    check_stored_sizes,
+    exclusive_lock,
+    store_file,
+    stored,
+    wrong_size_in_store,
+)
 
 
 def test_open_writes_layout_and_refuses_unknown_layout(tmp_path: Path) -> None:
@@ -219,3 +229,57 @@ def test_replace_if_unchanged_writes_only_over_the_bytes_it_was_given(tmp_path: 
     # Another envlock wrote exactly these bytes meanwhile (two syncs relocking one stale lock): done.
     assert replace_if_unchanged(lock, b"first\n", b"second\n")
     assert sorted(p.name for p in lock.parent.iterdir()) == ["pylock.e.toml"]  # no temp file left
+
+
+# -- locked wheels in the store ------------------------------------------------------------
+
+def _wheel(store: Store, data: bytes, name: str = "x-1.0-py3-none-any.whl") -> tuple[Artifact, Path]:
+    """A wheel of ``data`` put in the store as ``fetch`` leaves it; its artifact and store file."""
+    art = Artifact(sha256=hashlib.sha256(data).hexdigest(), url=f"https://example.org/{name}", size=len(data))
+    path = store_file(store, art)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    return art, path
+
+
+def test_store_file_is_the_artifacts_name_in_its_sha256_entry_and_never_outside(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    art = Artifact(sha256="a" * 64, url="https://example.org/x-1.0-py3-none-any.whl")
+    assert store_file(store, art) == store.root / "wheels" / ("a" * 64) / "x-1.0-py3-none-any.whl"
+    with pytest.raises(FetchError, match=r"expected a plain \*\.whl file name"):
+        store_file(store, Artifact(sha256="a" * 64, url="https://example.org/..%2F..%2Fx.whl"))
+
+
+def test_a_stored_wheel_is_judged_by_its_size_and_a_wrong_one_says_which_is_wrong(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    art, path = _wheel(store, b"wheel bytes")
+    assert stored(art, path) == (True, None)
+    assert stored(art, path.with_name("other.whl")) == (False, None)
+    assert stored(art, path.parent) == (False, None)  # not a regular file
+    longer = Artifact(sha256=art.sha256, url=art.url, size=12)  # the lock's size is wrong
+    present, wrong = stored(longer, path)
+    assert present and wrong is not None and wrong.message == (
+        f"x-1.0-py3-none-any.whl: store file {path} has the locked sha256 but is 11 bytes, "
+        "the lock says 12: the lock's size is wrong (the store file is intact)")
+    path.write_bytes(b"cut")  # the store file is wrong
+    cut = hashlib.sha256(b"cut").hexdigest()
+    assert wrong_size_in_store(art, path, 3, then="lock again").message == (
+        f"x-1.0-py3-none-any.whl: store file {path} is 3 bytes, the lock says 11 (its sha256 is {cut}, "
+        f"the lock's {art.sha256}): the store entry is damaged; remove {path.parent} and lock again to fetch it anew")
+    with pytest.raises(FetchError) as info:
+        check_stored_sizes([art, Artifact(sha256="b" * 64, url=art.url, size=5)], store)
+    assert info.value.message == wrong_size_in_store(art, path, 3).message  # one: said as it is; absent: unchecked
+
+
+def test_check_stored_bytes_names_every_wheel_whose_bytes_changed(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    good, good_path = _wheel(store, b"good")
+    bad, bad_path = _wheel(store, b"bad", "y-1.0-py3-none-any.whl")
+    check_stored_bytes({good.sha256: good_path, bad.sha256: bad_path})
+    bad_path.write_bytes(b"BAD")
+    with pytest.raises(StoreError) as info:
+        check_stored_bytes({good.sha256: good_path, bad.sha256: bad_path})
+    assert info.value.message == ("1 store wheel(s) damaged (their bytes changed since they were verified): "
+                                  "remove each folder named and sync again to fetch it anew")
+    assert info.value.details == (f"{bad_path}: sha256 {hashlib.sha256(b'BAD').hexdigest()}, expected "
+                                  f"{bad.sha256}; remove {bad_path.parent}",)

@@ -49,11 +49,10 @@ from packaging.version import InvalidVersion
 
 from envlock import runner, sources
 from envlock.errors import BuildError, SourceError, scrub
-from envlock.fetch import store_file
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
 from envlock.spec import BuildSpec
-from envlock.store import Store, make_folder
+from envlock.store import Store, make_folder, store_file
 
 RECIPE_FORMAT = 1
 _ZIP_EPOCH_MIN = 315532800  # 1980-01-01T00:00:00Z, the earliest date a zip entry can carry

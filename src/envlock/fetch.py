@@ -5,6 +5,10 @@ retry or the next run resumes it with an HTTP Range request), verified while it
 streams, and only then renamed into ``wheels/<sha256>/<filename>``. Memory stays at
 one chunk per download whatever the wheel size. ``fetch`` never prints: progress
 goes to a ``Progress`` the caller passes (``envlock.ui`` draws it on a terminal).
+
+``envlock.http`` is imported inside the functions that go to the network, never at the
+top: it loads socket, ssl and http.client (tens of ms), which a warm sync (every locked
+wheel already in the store) does not need.
 """
 
 from __future__ import annotations
@@ -12,21 +16,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import stat
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import IO, TYPE_CHECKING, Any
 
 from envlock.errors import FetchError, raise_all
-from envlock.lockfile import Artifact, LockedPackage
-from envlock.store import Store, write_atomic
+from envlock.lockfile import Artifact
+from envlock.progress import DownloadStoppedError, NullProgress, Progress, Stop, parallel
+from envlock.store import Store, store_file, stored, wrong_size_in_store
+from envlock.urlrecords import hashed_before, last_hashed, note_upload, record_hashed, uploads_hashed
 
 if TYPE_CHECKING:
-    import socket  # imported when a download starts (it costs ~4 ms a warm sync does not need)
+    from envlock.http import HttpError
 
 CHUNK = 1 << 20
 #: How many bytes an artifact whose lock records no size may have (PEP 751 makes ``size``
@@ -35,33 +39,9 @@ CHUNK = 1 << 20
 #: only stops a body or a file that never ends (a broken or hostile server, ``/dev/zero``)
 #: from filling the store's disk. A lock that records the size is held to it instead.
 UNSIZED_LIMIT = 16 << 30
-_T = TypeVar("_T")
 #: Fixed mtime for store wheels and their folders: the store's bytes and metadata do not
 #: depend on when an artifact was fetched.
 STORE_MTIME = 1577836800  # 2020-01-01T00:00:00Z
-
-
-class Progress(Protocol):
-    """Receives download progress; every method must be thread-safe."""
-
-    def begin(self, name: str, total: int | None) -> None: ...
-
-    def advance(self, name: str, nbytes: int) -> None: ...
-
-    def end(self, name: str) -> None: ...
-
-
-class NullProgress:
-    """Progress that shows nothing (not a terminal, ``-q``, tests)."""
-
-    def begin(self, name: str, total: int | None) -> None:
-        pass
-
-    def advance(self, name: str, nbytes: int) -> None:
-        pass
-
-    def end(self, name: str) -> None:
-        pass
 
 
 @dataclass(frozen=True)
@@ -75,8 +55,11 @@ class Fetched:
     downloaded: int = 0  # bytes received over HTTP this run
     resumed_from: int = 0  # offset a download resumed from (0: started fresh)
 
+
 @dataclass(frozen=True)
 class FetchResult:
+    """What one ``fetch`` brought into the store: a ``Fetched`` per artifact, in the order asked."""
+
     artifacts: tuple[Fetched, ...]
 
     @property
@@ -86,99 +69,6 @@ class FetchResult:
     def paths(self) -> dict[str, Path]:
         """sha256 -> store file."""
         return {a.sha256: a.path for a in self.artifacts}
-
-class DownloadStoppedError(Exception):
-    """A download stopped because its run was interrupted (Ctrl-C)."""
-
-
-class Stop:
-    """Set when the run is interrupted: downloads stop at once, wherever they wait.
-
-    Between chunks they check it; a socket one is reading from is shut down, so a read
-    waiting on a stalled server returns now, not at its timeout; retry back-offs and
-    waits for another process's partial file poll it.
-    """
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._sockets: set[socket.socket] = set()
-        self._lock = threading.Lock()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    def set(self) -> None:
-        with self._lock:
-            self._event.set()
-            for sock in self._sockets:
-                _shut(sock)
-
-    def wait(self, seconds: float) -> None:
-        """Sleep ``seconds``, or raise ``DownloadStoppedError`` as soon as the run is stopped."""
-        if self._event.wait(seconds):
-            raise DownloadStoppedError("stopped")
-
-    def check(self) -> None:
-        if self._event.is_set():
-            raise DownloadStoppedError("stopped")
-
-    def watch(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.add(sock)
-            if self._event.is_set():
-                _shut(sock)
-
-    def unwatch(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.discard(sock)
-
-
-def _shut(sock: socket.socket) -> None:
-    import socket
-
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-
-
-def parallel(calls: Sequence[Callable[[Stop], _T]], jobs: int) -> list[_T | FetchError]:
-    """Run ``calls`` on up to ``jobs`` threads; return each one's result or its ``FetchError``.
-
-    A failed call does not stop the others: what they bring into the store is kept for
-    the next run. An interrupt (Ctrl-C) in the caller sets the ``Stop`` every call is
-    given, so the run stops at once instead of after every download finished; a
-    download with a known hash keeps its partial file to resume.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    stop = Stop()
-    out: list[_T | FetchError] = []
-    futures: list[Any] = []
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(calls)))) as pool:
-        try:
-            # Submitted inside the try: an interrupt while a worker thread starts must stop it too.
-            futures += [pool.submit(call, stop) for call in calls]
-            for fut in futures:
-                try:
-                    out.append(fut.result())
-                except FetchError as exc:
-                    out.append(exc)
-        except BaseException:
-            stop.set()
-            for fut in futures:
-                fut.cancel()
-            raise
-    return out
-
-
-def store_file(store: Store, artifact: Artifact) -> Path:
-    """Where ``artifact`` lives in the store once fetched.
-
-    ``FetchError`` for a file name that would lead out of its entry (a URL ending in
-    ``..%2F..%2Fx.whl``): nothing is looked up, downloaded or written for it.
-    """
-    if problem := artifact.filename_problem():
-        raise FetchError(problem)
-    return store.path("wheels", artifact.sha256) / artifact.filename
 
 
 #: Where to download artifacts from instead of their locked URL: sha256 -> URL, or why not.
@@ -218,7 +108,7 @@ def fetch(
     errors: list[FetchError] = []
     missing: list[Artifact] = []
     for a in unique:
-        present, wrong = _stored(a, where[a.sha256])
+        present, wrong = stored(a, where[a.sha256])
         if wrong is not None:
             errors.append(wrong)
         elif present:
@@ -264,129 +154,6 @@ def fetch(
                 results[got.sha256] = got
     raise_all(FetchError, errors, f"{failed} artifacts failed to fetch; nothing unverified was stored")
     return FetchResult(tuple(results[a.sha256] for a in unique))
-
-
-def _stored(artifact: Artifact, path: Path) -> tuple[bool, FetchError | None]:
-    """Whether the store has ``artifact``'s file at ``path``, and the error if its size is not the lock's.
-
-    A stat, not a hash: re-reading GBs of wheels on every sync is what the store saves
-    us. A size other than the lock's still shows a truncated or overwritten file.
-    """
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False, None
-    if not stat.S_ISREG(st.st_mode):
-        return False, None
-    if artifact.size is not None and st.st_size != artifact.size:
-        return True, wrong_size_in_store(artifact, path, st.st_size)
-    return True, None
-
-
-def check_stored_sizes(artifacts: Sequence[Artifact], store: Store) -> None:
-    """Raise the ``fetch`` error for a store file whose size is not the lock's, without fetching.
-
-    For a sync with nothing to do: it fetches nothing, yet a lock whose sizes disagree
-    with the bytes must be refused there as on a machine that has to download them. A
-    stat each; a file no longer in the store is not checked (the venv was built from it).
-    """
-    unique = {a.sha256: a for a in artifacts if a.size is not None}.values()
-    errors = [wrong for a in unique if (wrong := _stored(a, store_file(store, a))[1]) is not None]
-    raise_all(FetchError, errors, f"{len(errors)} locked sizes disagree with the store")
-
-
-def check_stored_bytes(wheels: Mapping[str, Path]) -> None:
-    """Raise ``StoreError`` naming the store wheels (sha256 -> file) whose bytes are no longer their sha256.
-
-    A sync checks a store wheel's size, not its bytes (re-reading GBs on every sync is
-    what the store saves): damage that keeps the size shows only as uv failing to unzip,
-    or as a venv unlike the one the lock gave before. Read on those occasions only.
-    """
-    from envlock.errors import StoreError
-    from envlock.quick import file_sha256
-
-    damaged = [f"{path}: sha256 {actual or 'unreadable'}, expected {sha}; remove {path.parent}"
-               for sha, path in wheels.items() if (actual := file_sha256(str(path))) != sha]
-    if damaged:
-        raise StoreError(f"{len(damaged)} store wheel(s) damaged (their bytes changed since they were verified): "
-                         "remove each folder named and sync again to fetch it anew", details=damaged)
-
-
-def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str = "sync again") -> FetchError:
-    """The error for a store file of ``size`` bytes where the lock says ``artifact.size``.
-
-    Rare, so the file is read once to say which is wrong. It is never removed here: store
-    entries are removed by hand, and the bytes may be the only copy of a nightly its index
-    no longer lists, so what is reported is what to do.
-    """
-    from envlock.quick import file_sha256
-
-    actual = file_sha256(str(path)) or "unreadable"
-    if actual == artifact.sha256:
-        return FetchError(
-            f"{artifact.filename}: store file {path} has the locked sha256 but is {size} bytes, "
-            f"the lock says {artifact.size}: the lock's size is wrong (the store file is intact)"
-        )
-    return FetchError(
-        f"{artifact.filename}: store file {path} is {size} bytes, the lock says {artifact.size} "
-        f"(its sha256 is {actual}, the lock's {artifact.sha256}): the store entry is damaged; "
-        f"remove {path.parent} and {then} to fetch it anew"
-    )
-
-
-def mirror_locator(packages: Sequence[LockedPackage],
-                   mirrors: Mapping[str, str]) -> Callable[[Sequence[Artifact]], dict[str, str | FetchError]]:
-    """A ``fetch(locate=...)`` that takes wheels from mirrors: ``mirrors`` maps a locked package's
-    name to the mirror (an index URL) its wheel is downloaded from instead of the lock's URL.
-
-    The wheel is the file of the same name that the mirror lists for the package (a
-    PEP 503/691 page, as ``lock --index`` reads one); the lock's sha256 says whether it
-    is the locked file, so a mirror changes where bytes come from, not what they are. A
-    file the mirror does not list (or lists with another sha256) is that artifact's
-    ``FetchError``: never the locked URL instead (a mirror is given where that one is
-    not reachable).
-    """
-    by_sha = {p.wheels[0].sha256: (p.name, mirrors[p.name].rstrip("/")) for p in packages
-              if p.wheels and p.name in mirrors and p.wheels[0].path is None}
-
-    def locate(artifacts: Sequence[Artifact]) -> dict[str, str | FetchError]:
-        mirrored = [(a, *by_sha[a.sha256]) for a in artifacts if a.sha256 in by_sha]
-        if not mirrored:
-            return {}
-        from urllib.parse import urlsplit
-
-        from envlock import http
-        from envlock.errors import PackageIndexError
-        from envlock.indexes import Listings
-
-        found: dict[str, str | FetchError] = {}
-        with Listings() as listings:
-            for _, name, mirror in mirrored:
-                listings.prefetch(mirror, name)
-            for a, name, mirror in mirrored:
-                shown = http.redact(mirror)
-                try:
-                    files = {f.filename: f for f in listings.files(mirror, name)}
-                except PackageIndexError as exc:
-                    found[a.sha256] = FetchError(f"{a.filename}: {exc.message}")
-                    continue
-                listed = files.get(a.filename)
-                # An http(s) mirror's page must not send envlock to read this machine's files.
-                schemes = ("http", "https", "file") if urlsplit(mirror).scheme == "file" else ("http", "https")
-                if listed is None:
-                    found[a.sha256] = FetchError(f"{a.filename}: mirror {shown} lists no such file for {name} "
-                                                 f"(expected the locked wheel, sha256 {a.sha256})")
-                elif listed.sha256 not in (None, a.sha256):
-                    found[a.sha256] = FetchError(f"{a.filename}: mirror {shown} lists it with sha256 "
-                                                 f"{listed.sha256}, the lock says {a.sha256}: not the locked file")
-                elif urlsplit(listed.url).scheme not in schemes:
-                    found[a.sha256] = FetchError(f"{a.filename}: mirror {shown} lists it at {listed.url}; "
-                                                 f"expected a {' or '.join(schemes)} URL")
-                else:
-                    found[a.sha256] = http.with_credentials_of(listed.url, mirror)
-        return found
-
-    return locate
 
 
 def _fetch_one(
@@ -460,9 +227,9 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
     here and the bytes stay in the store, so the sync that follows does not download
     them a second time. With no hash to check a resumed prefix against, every attempt
     starts from the first byte: a prefix from an earlier upload would be hashed as if
-    it were this one. The store records what the URL held (``hashed_before``).
+    it were this one. The store records what the URL held (``urlrecords``).
     """
-    from envlock import http
+    from envlock import http  # see the module's docstring
 
     progress = progress or NullProgress()
     stop = stop or Stop()
@@ -471,61 +238,33 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
         raise FetchError(problem)
     filename = probe.filename
     # Named by the URL (no content hash is known yet): one writer per URL at a time.
-    part = store.partial_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()}.part"
-    failures = 0
+    part_path = store.partial_dir / f"url-{hashlib.sha256(url.encode()).hexdigest()}.part"
     before = hashed_before(url, store)  # what the caller chose not to trust, if anything
-    with _disk_errors(filename, part), _locked_partial(part, stop) as fh:
+    with _disk_errors(filename, part_path), _locked_partial(part_path, stop) as fh:
         done = hashed_before(url, store)
         if done is not None and done != before:  # another lock hashed it while we waited for its file
-            part.unlink(missing_ok=True)
+            part_path.unlink(missing_ok=True)
             return Fetched(done.sha256, filename, store_file(store, done), "store")
+        part = _Partial(fh, filename, progress, resume=False)
         try:
-            while True:
-                hasher, size = _restart(fh), 0
-                try:
-                    with http.open_stream(url, chunk_size=CHUNK, watcher=stop) as body:
-                        upload = body.validator
-                        progress.begin(filename, body.size)
-                        try:
-                            for chunk in body.chunks:
-                                stop.check()
-                                fh.write(chunk)
-                                hasher.update(chunk)
-                                size += len(chunk)
-                                progress.advance(filename, len(chunk))
-                                if size > UNSIZED_LIMIT:  # no size to hold it to: a body that never ends
-                                    part.unlink(missing_ok=True)
-                                    raise FetchError(f"{filename}: {http.redact(url)} sent more than "
-                                                     f"{UNSIZED_LIMIT} bytes, more than any wheel an index "
-                                                     "serves; read no further, nothing was stored")
-                        finally:
-                            progress.end(filename)
-                    break
-                except http.HttpError as exc:
-                    stop.check()  # a stopped run's socket was shut down: not a failure to retry
-                    if exc.retryable and failures < retries:
-                        failures += 1
-                        stop.wait(min(backoff * 2 ** (failures - 1), 10.0))
-                        continue
-                    part.unlink(missing_ok=True)
-                    raise FetchError(
-                        f"{filename}: download failed from {http.redact(url)}: {exc.reason}"
-                        + (f" (after {failures} retries)" if failures else "")
-                    ) from None
-        except DownloadStoppedError:
-            part.unlink(missing_ok=True)  # no hash to resume against: worth nothing
+            try:
+                _stream(url, part, limit=UNSIZED_LIMIT, fresh=True, retries=retries, backoff=backoff, stop=stop)
+            except http.HttpError as exc:
+                raise FetchError(_failed(filename, url, exc, part.failures)) from None
+            finally:
+                part.end()
+            if part.have > UNSIZED_LIMIT:  # no size to hold it to: a body that never ends
+                raise FetchError(f"{filename}: {http.redact(url)} sent more than {UNSIZED_LIMIT} bytes, more "
+                                 "than any wheel an index serves; read no further, nothing was stored")
+        except (FetchError, DownloadStoppedError):
+            part_path.unlink(missing_ok=True)  # no hash to resume against: worth nothing
             raise
-        artifact = Artifact(sha256=hasher.hexdigest(), url=url, size=size)
+        artifact = Artifact(sha256=part.hasher.hexdigest(), url=url, size=part.have)
         fh.flush()
         os.fsync(fh.fileno())
-        _commit(store, part, artifact)
-        # Every validator seen for these bytes is kept: servers behind a load balancer may
-        # each give their own ETag for one file, and a relock must not re-hash GBs for that.
-        seen = uploads_hashed(url, store, artifact.sha256) | ({upload} if upload else set())
-        record = json.dumps({"url": url, "sha256": artifact.sha256, "size": size, "validators": sorted(seen)},
-                            sort_keys=True)
-        write_atomic(_url_record(store, url), record.encode())
-    return Fetched(artifact.sha256, filename, store_file(store, artifact), "download", size)
+        _commit(store, part_path, artifact)
+        record_hashed(url, store, artifact, part.validator)
+    return Fetched(artifact.sha256, filename, store_file(store, artifact), "download", part.have)
 
 
 def hash_unlisted(url: str, store: Store, *, known: Artifact | None, progress: Progress | None = None,
@@ -573,71 +312,12 @@ def _remote_file(url: str, stop: Stop | None) -> tuple[int | None, str | None]:
     """The size and ``http.validator`` of the file at ``url`` now; None each when the server does
     not say or cannot be asked (the bytes in the store are then what the URL held when they
     were hashed: a nightly the index dropped)."""
-    from envlock import http
+    from envlock import http  # see the module's docstring
 
     try:
         return http.remote_file(url, watcher=stop)
     except http.HttpError:
         return None, None
-
-
-def hashed_before(url: str, store: Store) -> Artifact | None:
-    """What ``fetch_unhashed`` last stored from ``url``, if the store still holds those bytes.
-
-    So a lock that failed after hashing a nightly (or one whose earlier lock was lost)
-    does not download its GBs again.
-    """
-    record = _read_url_record(url, store)
-    try:
-        artifact = Artifact(sha256=record["sha256"], url=url, size=int(record["size"])) if record else None
-    except (KeyError, TypeError, ValueError):
-        return None
-    if artifact is None or artifact.filename_problem() or not store_file(store, artifact).is_file():
-        return None
-    return artifact
-
-
-def last_hashed(url: str, store: Store) -> str | None:
-    """The sha256 of the bytes the store last hashed from ``url``, whether or not it still holds them."""
-    record = _read_url_record(url, store)
-    return str(record["sha256"]) if record else None
-
-
-def note_upload(url: str, store: Store, sha256: str, validator: str) -> None:
-    """Add ``validator`` to those ``url`` is known to answer with for the bytes ``sha256``
-    (when the store's record is of those bytes)."""
-    record = _read_url_record(url, store)
-    seen = _validators(record, sha256)
-    if record and seen and validator not in seen:
-        record["validators"] = sorted(seen | {validator})
-        write_atomic(_url_record(store, url), json.dumps(record, sort_keys=True).encode())
-
-
-def uploads_hashed(url: str, store: Store, sha256: str) -> set[str]:
-    """The ``http.validator``s ``url`` answered with when the store hashed its bytes as ``sha256``
-    (empty when none was recorded, or the record is of other bytes)."""
-    return _validators(_read_url_record(url, store), sha256)
-
-
-def _read_url_record(url: str, store: Store) -> dict[str, Any] | None:
-    """The store's record of what ``url`` held when it was last hashed, or None (none, or unreadable)."""
-    try:
-        record = json.loads(_url_record(store, url).read_bytes())
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(record, dict) and record.get("url") == url and isinstance(record.get("sha256"), str)
-    return record if ok else None
-
-
-def _validators(record: dict[str, Any] | None, sha256: str) -> set[str]:
-    if record is None or record["sha256"] != sha256:
-        return set()
-    found = record.get("validators")
-    return {v for v in found if isinstance(v, str)} if isinstance(found, list) else set()
-
-
-def _url_record(store: Store, url: str) -> Path:
-    return store.root / "urls" / hashlib.sha256(url.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -713,82 +393,146 @@ def _rehash(fh: IO[bytes]) -> tuple[Any, int]:
 
 
 def _restart(fh: IO[bytes]) -> Any:
+    """Empty a partial file; the sha256 state of its (no) bytes."""
     fh.seek(0)
     fh.truncate(0)
     return hashlib.sha256()
+
+
+class _Partial:
+    """A partial file being filled (downloaded or copied into), hashed as it grows, its progress shown."""
+
+    def __init__(self, fh: IO[bytes], name: str, progress: Progress, *, resume: bool) -> None:
+        self.fh, self.name, self.progress = fh, name, progress
+        # Resumed: what an earlier run left is hashed again; else the file starts empty.
+        self.hasher, self.have = _rehash(fh) if resume else (_restart(fh), 0)
+        self.resumed_from = self.have  # the offset the last request continued from (0: from the start)
+        self.received = 0  # bytes that came over HTTP this run
+        self.failures = 0  # failed requests retried, all attempts together
+        self.validator: str | None = None  # the upload the last response was (``http.validator``)
+        self.begun = False
+
+    def begin(self, total: int | None) -> None:
+        """Show the transfer (``total`` bytes, None: unknown), counting what the file already holds."""
+        self.begun = True
+        self.progress.begin(self.name, total)
+        self.progress.advance(self.name, self.have)
+
+    def end(self) -> None:
+        if self.begun:
+            self.progress.end(self.name)
+
+    def write(self, chunk: bytes) -> None:
+        self.fh.write(chunk)
+        self.hasher.update(chunk)
+        self.have += len(chunk)
+        self.progress.advance(self.name, len(chunk))
+
+    def discard(self) -> None:
+        """Empty the file (its bytes are not the artifact's); the progress shown stays."""
+        self.hasher, self.have = _restart(self.fh), 0
+
+    def restart(self) -> None:
+        """Empty the file to fill it again from byte 0; the progress shown goes back with it."""
+        if self.begun and self.have:
+            self.progress.advance(self.name, -self.have)
+        self.discard()
+
+
+def _stream(url: str, part: _Partial, *, limit: int, fresh: bool, retries: int, backoff: float,
+            stop: Stop) -> None:
+    """Append the body at ``url`` to ``part`` until it ends, or until ``part`` holds more than ``limit`` bytes.
+
+    Continues from ``part.have`` with an HTTP Range request (``fresh``: every attempt starts
+    from byte 0 instead), starting over when the server ignores the Range. A retryable
+    failure is retried, backing off, while ``part.failures`` is below ``retries``; the one after
+    is raised (``http.HttpError``). ``stop`` set: ``DownloadStoppedError``, the bytes kept.
+    """
+    from envlock import http  # see the module's docstring
+
+    while True:
+        if fresh:
+            part.restart()
+        elif part.have > 0:
+            part.resumed_from = part.have  # this request continues earlier bytes (Range)
+        try:
+            with http.open_stream(url, start=part.have, chunk_size=CHUNK, watcher=stop) as body:
+                if body.start != part.have:  # the server ignored our Range: start over
+                    part.restart()
+                part.validator = body.validator
+                if not part.begun:
+                    part.begin(body.size)
+                for chunk in body.chunks:
+                    stop.check()
+                    part.write(chunk)
+                    part.received += len(chunk)
+                    if part.have > limit:
+                        return  # longer than allowed: the caller names it
+            return
+        except http.HttpError as exc:
+            stop.check()  # a stopped run's socket was shut down: not a failure to retry
+            if exc.status == 416 and part.have > 0:
+                return  # nothing past our offset: the partial may already be whole
+            if not (exc.retryable and part.failures < retries):
+                raise
+            part.failures += 1
+            stop.wait(min(backoff * 2 ** (part.failures - 1), 10.0))
+
+
+def _failed(filename: str, url: str, exc: HttpError, failures: int) -> str:
+    """The message for a download that failed after ``failures`` retries."""
+    from envlock import http  # see the module's docstring
+
+    return (f"{filename}: download failed from {http.redact(url)}: {exc.reason}"
+            + (f" (after {failures} retries)" if failures else ""))
 
 
 def _download(
     artifact: Artifact, url: str, fh: IO[bytes], *, retries: int, backoff: float, progress: Progress,
     stop: Stop,
 ) -> _Got:
-    from envlock import http  # requests is heavy; only a real download needs it
+    """Download ``artifact`` from ``url`` into the partial file ``fh``, resuming what it holds; check
+    its sha256 and size. A resumed download whose bytes are wrong is tried once more from byte 0."""
+    from envlock import http  # see the module's docstring
 
     expected_size = artifact.size
     # Without a locked size a body is still not read forever (no Content-Length, or a huge one).
     limit = UNSIZED_LIMIT if expected_size is None else expected_size
-    hasher, have = _rehash(fh)
-    if have > limit:
-        hasher, have = _restart(fh), 0
-    resumed_from = have
-    received = 0
-    failures = 0
+    part = _Partial(fh, artifact.filename, progress, resume=True)
+    if part.have > limit:
+        part.discard()
+        part.resumed_from = 0
     fresh_retry_used = False
-    progress.begin(artifact.filename, expected_size)
-    progress.advance(artifact.filename, have)
+    part.begin(expected_size)
     try:
         while True:
-            if expected_size is None or have < expected_size:
-                if have > 0:
-                    resumed_from = have  # this request continues earlier bytes (Range)
+            if expected_size is None or part.have < expected_size:
                 try:
-                    with http.open_stream(url, start=have, chunk_size=CHUNK, watcher=stop) as body:
-                        if body.start != have:  # the server ignored our Range: start over
-                            progress.advance(artifact.filename, -have)
-                            hasher, have = _restart(fh), 0
-                        for chunk in body.chunks:
-                            stop.check()
-                            fh.write(chunk)
-                            hasher.update(chunk)
-                            have += len(chunk)
-                            received += len(chunk)
-                            progress.advance(artifact.filename, len(chunk))
-                            if have > limit:
-                                break  # longer than locked: the checks below name it
+                    _stream(url, part, limit=limit, fresh=False, retries=retries, backoff=backoff, stop=stop)
                 except http.HttpError as exc:
-                    stop.check()  # a stopped run's socket was shut down: not a failure to retry
-                    if exc.status == 416 and have > 0:
-                        pass  # nothing past our offset: the partial may already be whole
-                    elif exc.retryable and failures < retries:
-                        failures += 1
-                        stop.wait(min(backoff * 2 ** (failures - 1), 10.0))
-                        continue
-                    else:
-                        gone = (("; the index no longer serves it (a nightly index keeps only its newest "
-                                f"builds): its bytes are the lock's sha256, so copy wheels/{artifact.sha256}/ "
-                                "from a store that has it (another machine's $ENVLOCK_HOME/v1/) into this one "
-                                "and sync again, or sync with --index NAME=URL from a mirror that keeps it")
-                                if exc.status in (404, 410) else "")
-                        raise FetchError(
-                            f"{artifact.filename}: download failed from {http.redact(url)}: {exc.reason}"
-                            + (f" (after {failures} retries)" if failures else "") + gone
-                        ) from None
-            actual = hasher.hexdigest()
-            if actual == artifact.sha256 and (expected_size is None or have == expected_size):
-                return _Got("download", received, resumed_from)
-            if expected_size is None and have > limit:  # no size to say which bytes: no fresh try either
-                _restart(fh)
+                    gone = (("; the index no longer serves it (a nightly index keeps only its newest "
+                            f"builds): its bytes are the lock's sha256, so copy wheels/{artifact.sha256}/ "
+                            "from a store that has it (another machine's $ENVLOCK_HOME/v1/) into this one "
+                            "and sync again, or sync with --index NAME=URL from a mirror that keeps it")
+                            if exc.status in (404, 410) else "")
+                    raise FetchError(_failed(artifact.filename, url, exc, part.failures) + gone) from None
+            actual = part.hasher.hexdigest()
+            if actual == artifact.sha256 and (expected_size is None or part.have == expected_size):
+                return _Got("download", part.received, part.resumed_from)
+            if expected_size is None and part.have > limit:  # no size to say which bytes: no fresh try either
+                part.discard()
                 raise FetchError(_too_long(artifact, f"for {http.redact(url)}"))
-            if resumed_from > 0 and not fresh_retry_used:
+            if part.resumed_from > 0 and not fresh_retry_used:
                 # A bad byte may sit in the resumed prefix: one clean download decides.
                 fresh_retry_used = True
-                progress.advance(artifact.filename, -have)
-                hasher, have, resumed_from = _restart(fh), 0, 0
+                part.restart()
+                part.resumed_from = 0
                 continue
-            _restart(fh)
-            raise FetchError(_mismatch(artifact, f"for {http.redact(url)}", actual, have))
+            size = part.have
+            part.discard()
+            raise FetchError(_mismatch(artifact, f"for {http.redact(url)}", actual, size))
     finally:
-        progress.end(artifact.filename)
+        part.end()
 
 
 def _is_local(artifact: Artifact) -> bool:
@@ -829,8 +573,7 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
     that goes on (a symlink to ``/dev/zero`` in a pull request's wheelhouse) must not fill
     the store's disk. Only a regular file is read: a device or a FIFO is no wheel.
     """
-    _restart(fh)
-    hasher = hashlib.sha256()
+    part = _Partial(fh, artifact.filename, progress, resume=False)
     try:
         # O_NONBLOCK: opening a FIFO no one writes to would wait forever; it is refused below.
         fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
@@ -851,21 +594,18 @@ def _copy_local(artifact: Artifact, source: Path, fh: IO[bytes], *, progress: Pr
     os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as src:
         limit = (UNSIZED_LIMIT if artifact.size is None else artifact.size) + 1
-        size = 0
-        progress.begin(artifact.filename, artifact.size)
+        part.begin(artifact.size)
         try:
-            while size < limit and (chunk := src.read(min(CHUNK, limit - size))):
+            while part.have < limit and (chunk := src.read(min(CHUNK, limit - part.have))):
                 stop.check()
-                fh.write(chunk)
-                hasher.update(chunk)
-                size += len(chunk)
-                progress.advance(artifact.filename, len(chunk))
+                part.write(chunk)
         finally:
-            progress.end(artifact.filename)
+            part.end()
+        size = part.have
         cut = size == limit and os.fstat(fd).st_size > size  # bytes left unread: the hash is a prefix's
-    actual = hasher.hexdigest()
+    actual = part.hasher.hexdigest()
     if cut or actual != artifact.sha256 or artifact.size not in (None, size):
-        _restart(fh)
+        part.discard()
         where = f"for local file {os.path.normpath(source)}"
         # The wheelhouse keeps one file per wheel name: the newest build, not every lock's.
         hint = ("; the wheelhouse holds another build of it (a lock from another revision?): check that "
@@ -904,4 +644,5 @@ def _mismatch(artifact: Artifact, where: str, actual: str, size: int) -> str:
     return (f"{artifact.filename}: sha256 mismatch {where}: expected {artifact.sha256}, got {actual}"
             + (f" ({size} bytes, expected {artifact.size})" if artifact.size not in (None, size) else "")
             + "; nothing was stored")
+
 

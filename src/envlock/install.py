@@ -26,10 +26,9 @@ from typing import Any
 
 from envlock import runner
 from envlock.errors import InstallError, VerifyError
-from envlock.fetch import check_stored_bytes
 from envlock.lockfile import Lock, canonicalize_name
 from envlock.quick import MANIFEST_NAME  # defined where the fast no-op reads it
-from envlock.store import Store, write_atomic
+from envlock.store import Store, check_stored_bytes, write_atomic
 from envlock.verify import Manifest, compare, manifest, stored_manifest
 
 

@@ -35,7 +35,8 @@ from envlock.workspace import Workspace, env_var_suffix
 
 if TYPE_CHECKING:
     from envlock.diff import LockDiff
-    from envlock.fetch import FetchResult, Locate, Progress
+    from envlock.fetch import FetchResult, Locate
+    from envlock.progress import Progress
     from envlock.spec import EnvSpec  # imported by load_env_spec: `sync --lock PATH` needs no spec
     from envlock.sync import SyncResult
 

@@ -37,7 +37,7 @@ from envlock.nightly import local_tag, missing_date, nightlies_by_date
 from envlock.spec import EnvSpec, PackageSpec, allows
 
 if TYPE_CHECKING:
-    from envlock.fetch import Progress, Stop
+    from envlock.progress import Progress, Stop
     from envlock.store import Store
 
 # An override to a marker that is never true removes a package from the resolution
@@ -141,7 +141,7 @@ def _check_pinned_listed(spec: EnvSpec, urls: Mapping[str, str], listings: Listi
 def kept_pins(spec: EnvSpec, inputs: ResolveInputs) -> dict[str, NightlyPin]:
     """The earlier lock's nightly pins that may stand in for a date the index no longer lists:
     same package, same index URL, same local tag, a wheel for this target, in the store."""
-    from envlock.fetch import store_file
+    from envlock.store import store_file
 
     tags = target_tags(spec.python, spec.platform)
     out = {}
@@ -336,7 +336,7 @@ def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) 
     disk) is stored too, hash or not: uv answers a direct file URL with a path, which only a
     store copy turns back into the index's URL; a listed hash must then be its bytes'.
     """
-    from envlock.fetch import parallel
+    from envlock.progress import parallel
 
     unhashed = sorted((name, f) for name, f in pinned.items() if f.sha256 is None or http.file_path(f.url))
     calls = [lambda stop, f=f: _unlisted_artifact(f.url, inputs, stop) for _, f in unhashed]
@@ -382,7 +382,7 @@ def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, s
     markers = target_markers(spec.python, spec.platform)
     if markers is None:
         return {}
-    from envlock.fetch import store_file
+    from envlock.store import store_file
 
     exact: dict[NormalizedName, set[str]] = {}  # name -> its exact requirements ("==1.0", "===1.0")
     for artifact in stored.values():
@@ -425,7 +425,7 @@ def _kept_wheels(inputs: ResolveInputs, name: NormalizedName, index_url: str) ->
     """The earlier lock's wheel of ``name``, as a listed file, when it was locked from ``index_url``
     (the index the spec pins it to now: never another's, the torchtriton lesson) and the store
     still holds it; no hash, ``store_unhashed_pins`` takes the earlier lock's. As for a kept nightly."""
-    from envlock.fetch import store_file
+    from envlock.store import store_file
 
     artifact, locked_from = inputs.earlier_wheels.get(str(name), (None, None))
     if artifact is None or artifact.url is None or locked_from is None:
@@ -531,7 +531,7 @@ def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile
     ``direct``: names of ``pinned`` handed to uv as direct dependencies on their store file
     (held to every requirement on them) rather than as overrides.
     """
-    from envlock.fetch import store_file
+    from envlock.store import store_file
 
     local = {name: store_file(inputs.store, art) for name, art in stored.items()}
     direct_files = {name: local[name] for name in direct or ()}
@@ -707,7 +707,7 @@ def _stored_package(name: NormalizedName, entry: Mapping[str, object], pin: Inde
     uv's answer must be that very file at the pinned version: the index-pin check
     (``_checked_packages``) vouches only for the wheel the pin chose from the listing.
     """
-    from envlock.fetch import store_file
+    from envlock.store import store_file
 
     archive = entry.get("archive")
     path = archive.get("path") if isinstance(archive, dict) else None

@@ -39,20 +39,24 @@ import fcntl
 import os
 import re
 import shutil
-from collections.abc import Iterator
+import stat
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from envlock.errors import StoreError, folder_expected
+from envlock import quick
+from envlock.errors import FetchError, StoreError, folder_expected, raise_all
+
+if TYPE_CHECKING:
+    from envlock.lockfile import Artifact  # a type name only: the lock's parser is not needed here
 
 LAYOUT_VERSION = 1
 
 
 def default_home() -> Path:
     """``$ENVLOCK_HOME``, else the platform's user data dir (one rule, shared with the fast no-op)."""
-    from envlock.quick import default_home as home
-
-    return Path(home())
+    return Path(quick.default_home())
 
 
 @dataclass(frozen=True)
@@ -357,3 +361,80 @@ def replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> boo
         return True
     finally:
         os.close(folder)
+
+
+# -- locked wheels in the store: where each lives, and whether it is still the locked file --
+
+
+def store_file(store: Store, artifact: Artifact) -> Path:
+    """Where ``artifact`` lives in the store once fetched.
+
+    ``FetchError`` for a file name that would lead out of its entry (a URL ending in
+    ``..%2F..%2Fx.whl``): nothing is looked up, downloaded or written for it.
+    """
+    if problem := artifact.filename_problem():
+        raise FetchError(problem)
+    return store.path("wheels", artifact.sha256) / artifact.filename
+
+
+def stored(artifact: Artifact, path: Path) -> tuple[bool, FetchError | None]:
+    """Whether the store has ``artifact``'s file at ``path``, and the error if its size is not the lock's.
+
+    A stat, not a hash: re-reading GBs of wheels on every sync is what the store saves
+    us. A size other than the lock's still shows a truncated or overwritten file.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False, None
+    if not stat.S_ISREG(st.st_mode):
+        return False, None
+    if artifact.size is not None and st.st_size != artifact.size:
+        return True, wrong_size_in_store(artifact, path, st.st_size)
+    return True, None
+
+
+def check_stored_sizes(artifacts: Sequence[Artifact], store: Store) -> None:
+    """Raise the ``fetch`` error for a store file whose size is not the lock's, without fetching.
+
+    For a sync with nothing to do: it fetches nothing, yet a lock whose sizes disagree
+    with the bytes must be refused there as on a machine that has to download them. A
+    stat each; a file no longer in the store is not checked (the venv was built from it).
+    """
+    unique = {a.sha256: a for a in artifacts if a.size is not None}.values()
+    errors = [wrong for a in unique if (wrong := stored(a, store_file(store, a))[1]) is not None]
+    raise_all(FetchError, errors, f"{len(errors)} locked sizes disagree with the store")
+
+
+def check_stored_bytes(wheels: Mapping[str, Path]) -> None:
+    """Raise ``StoreError`` naming the store wheels (sha256 -> file) whose bytes are no longer their sha256.
+
+    A sync checks a store wheel's size, not its bytes (re-reading GBs on every sync is
+    what the store saves): damage that keeps the size shows only as uv failing to unzip,
+    or as a venv unlike the one the lock gave before. Read on those occasions only.
+    """
+    damaged = [f"{path}: sha256 {actual or 'unreadable'}, expected {sha}; remove {path.parent}"
+               for sha, path in wheels.items() if (actual := quick.file_sha256(str(path))) != sha]
+    if damaged:
+        raise StoreError(f"{len(damaged)} store wheel(s) damaged (their bytes changed since they were verified): "
+                         "remove each folder named and sync again to fetch it anew", details=damaged)
+
+
+def wrong_size_in_store(artifact: Artifact, path: Path, size: int, *, then: str = "sync again") -> FetchError:
+    """The error for a store file of ``size`` bytes where the lock says ``artifact.size``.
+
+    Rare, so the file is read once to say which is wrong. It is never removed here: store
+    entries are removed by hand, and the bytes may be the only copy of a nightly its index
+    no longer lists, so what is reported is what to do.
+    """
+    actual = quick.file_sha256(str(path)) or "unreadable"
+    if actual == artifact.sha256:
+        return FetchError(
+            f"{artifact.filename}: store file {path} has the locked sha256 but is {size} bytes, "
+            f"the lock says {artifact.size}: the lock's size is wrong (the store file is intact)"
+        )
+    return FetchError(
+        f"{artifact.filename}: store file {path} is {size} bytes, the lock says {artifact.size} "
+        f"(its sha256 is {actual}, the lock's {artifact.sha256}): the store entry is damaged; "
+        f"remove {path.parent} and {then} to fetch it anew"
+    )

@@ -1,6 +1,6 @@
 """Progress for downloads: a rich bar on a terminal (bytes, rate, ETA), nothing otherwise.
 
-Only the CLI uses this; core stages take any ``envlock.fetch.Progress``. rich is
+Only the CLI uses this; core stages take any ``envlock.progress.Progress``. rich is
 imported only when a bar is actually drawn, keeping it off the no-op sync path.
 """
 
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from envlock.fetch import NullProgress, Progress
+from envlock.progress import NullProgress, Progress
 
 
 class RichProgress:
