@@ -342,10 +342,10 @@ def _overrides(values: Sequence[str]) -> dict[str, Path]:
 
 
 def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import pipeline
+    from envlock import building
 
     with _status(args, "preparing sources and build inputs") as say:
-        report = pipeline.build_env(
+        report = building.build_env(
             ws, args.env, tuple(args.packages), check=args.check, overrides=_overrides(args.override_source),
             sources_from=_index_pairs(args.source, "--source"),
             on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "

@@ -30,8 +30,8 @@ from typing import Any, Literal
 from envlock import runner
 from envlock.errors import PatchError, UsageError
 from envlock.lockfile import LockedPatch
-from envlock.sources import copy_tree, tree_digest
 from envlock.store import Store, write_atomic
+from envlock.trees import copy_tree, tree_digest
 
 State = Literal["applies", "already-applied", "conflict"]
 _HUNK = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envlock.errors import (
-    BuildError,
     EnvlockError,
     FetchError,
     LockChangedError,
@@ -35,7 +34,7 @@ from envlock.workspace import Workspace, env_var_suffix
 
 if TYPE_CHECKING:
     from envlock.diff import LockDiff
-    from envlock.fetch import FetchResult, Locate, Progress
+    from envlock.fetch import Progress
     from envlock.spec import EnvSpec  # imported by load_env_spec: `sync --lock PATH` needs no spec
     from envlock.sync import SyncResult
 
@@ -229,6 +228,7 @@ def lock_env(
     downloads that hash wheels an index publishes no hash for.
     """
     from envlock import http, resolve
+    from envlock.building import BuildSession, carry_builds, resolve_build_inputs, sources_for_lock
     from envlock.store import Store
 
     spec = spec or load_env_spec(ws, env)
@@ -245,7 +245,7 @@ def lock_env(
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
     store = Store.open()
     git_mirrors = source_mirrors(spec, sources_from)
-    states = _sources_for_lock(ws, spec, store, old, git_mirrors)
+    states = sources_for_lock(ws, spec, store, old, git_mirrors)
     build_sources, build_requires, build_vars = resolve_build_inputs(spec, states)
     # Hashes an index does not publish were computed from bytes now in the store.
     hashed = {a.url: a for p in old.packages for a in p.wheels if a.url} if old is not None else {}
@@ -277,9 +277,8 @@ def lock_env(
         sources={name: state.locked() for name, state in states.items()},
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
-    for_builds: list[FetchResult] = []  # the env's wheels fetched to compute non-isolated builds' inputs
-    lock = _carry_builds(ws, spec, store, states, lock, old, urls[spec.default_index.name], git_mirrors, progress,
-                         for_builds)
+    session = BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], git_mirrors, progress)
+    lock, for_builds = carry_builds(session, old)  # for_builds: the env's wheels fetched for non-isolated builds
     if old is not None and old.install_digest() == lock.install_digest() and not old.venv_digest_stale:
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
@@ -430,7 +429,7 @@ def input_drift(ws: Workspace, spec: EnvSpec, lock: Lock, build: str, source: st
 
 def _tree_drift(ws: Workspace, source: str, rel: str, digest: str) -> list[str]:
     """A ``path`` source is content-hashed: an edit in its tree makes the lock stale."""
-    from envlock.sources import tree_digest
+    from envlock.trees import tree_digest
 
     folder = ws.root / rel
     if not folder.is_dir():
@@ -693,9 +692,13 @@ def sync(
         assert found is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
         # Offline, nothing is built (a build resolves and installs its requirements from the
         # index): a locally built wheel then comes from the store, or is named missing by fetch.
-        lock, builds = (found, None) if offline else _ensure_builds(
-            ws, env, spec, found, lock_path, frozen=frozen, sources_from=sources_from, on_build=on_build,
-            progress=progress, mirrors=mirrors)
+        # An env without builds does not import the build stage.
+        lock, builds = found, None
+        if not offline and spec.builds:
+            from envlock.building import ensure_builds
+
+            lock, builds = ensure_builds(ws, env, spec, found, lock_path, frozen=frozen, sources_from=sources_from,
+                                         on_build=on_build, progress=progress, mirrors=mirrors)
         if builds is not None:  # the env's wheels a non-isolated build needed were fetched for it
             built_downloaded, built_fetched = built_downloaded + builds.downloaded, built_fetched + builds.fetched
         if not frozen:
@@ -801,81 +804,12 @@ def _checked_inputs(ws: Workspace, spec: EnvSpec, spec_sha: str, lock: Lock,
     return inputs
 
 
-# -- sources, patches and local builds (issue 4) --------------------------------
+# -- patch commands (the build recipe is envlock.building) --------------------------
 
 if TYPE_CHECKING:
-    from envlock.build import BuildRequest, BuiltWheel, CheckResult
-    from envlock.lockfile import LockedBuild, LockedSource
-    from envlock.patch import EditSession, PatchedTree, PatchStatus, RecordedPatch
-    from envlock.sources import PreparedSource
-    from envlock.spec import BuildSpec, SourceSpec
-    from envlock.store import Store
-
-
-
-@dataclass(frozen=True)
-class SourceState:
-    """A source fetched (or snapshotted) into the store, and its patched tree."""
-
-    prepared: PreparedSource
-    patched: PatchedTree
-
-    def locked(self) -> LockedSource:
-        return self.prepared.locked(self.patched.patches)
-
-
-def _pinned_commit(src: SourceSpec, lock: Lock | None) -> str | None:
-    """The commit to use for a git source: the spec's full hash, else the one the lock resolved
-    from this very URL and branch or tag (a branch is followed only when asked to relock)."""
-    if src.git is None:
-        return None
-    from envlock.spec import COMMIT_ID
-
-    if src.rev and COMMIT_ID.fullmatch(src.rev):
-        return src.rev
-    locked = lock.sources.get(src.name) if lock is not None else None
-    if (locked is not None and locked.kind == "git" and locked.location == src.git and locked.commit
-            and locked.rev == (src.rev or "HEAD")):
-        return locked.commit
-    return None  # resolved now (``git ls-remote``); the lock then records it
-
-
-def prepare_sources(
-    ws: Workspace,
-    spec: EnvSpec,
-    store: Store,
-    *,
-    lock: Lock | None = None,
-    overrides: Mapping[str, Path] | None = None,
-    names: set[str] | None = None,
-    mirrors: Mapping[str, str] | None = None,
-) -> dict[str, SourceState]:
-    """Fetch or snapshot each source (only ``names``, if given) and apply its patches."""
-    from envlock import patch, sources
-    overrides = overrides or {}
-    unknown = sorted(set(overrides) - set(spec.sources))
-    if unknown:
-        known = ", ".join(sorted(spec.sources)) or "none"
-        raise UsageError(f"--override-source {unknown[0]}=...: {spec.path} has no [sources.{unknown[0]}]; "
-                         f"sources: {known}")
-    out: dict[str, SourceState] = {}
-    for name, src in sorted(spec.sources.items()):
-        if names is not None and name not in names:
-            continue
-        with _mirror_hint(name, src, mirrors or {}):
-            prepared = sources.prepare(src, store, ws.root, commit=_pinned_commit(src, lock),
-                                       override=overrides.get(name), fetch_from=(mirrors or {}).get(name))
-        patches = patch.load_patches(ws.root, src.patches)
-        try:
-            patched = patch.apply_all(name, prepared.tree, prepared.tree_digest, patches, store)
-        except PatchError as exc:
-            if name not in overrides:
-                raise
-            raise PatchError(exc.message, details=[
-                *exc.details, f"--override-source {name}=...: the spec's patches are applied to that tree, so it "
-                "must be unpatched (a `patch edit` work dir has them applied already)"]) from None
-        out[name] = SourceState(prepared, patched)
-    return out
+    from envlock.lockfile import LockedSource
+    from envlock.patch import EditSession, PatchStatus, RecordedPatch
+    from envlock.spec import SourceSpec
 
 
 @contextlib.contextmanager
@@ -892,217 +826,6 @@ def _mirror_hint(name: str, src: SourceSpec, mirrors: Mapping[str, str], *, opti
         how = f"--source {name}=URL-OR-PATH or {var}=URL-OR-PATH" if option else f"{var}=URL-OR-PATH"
         raise exc.with_details(f"no access to {src.git}? fetch the pinned commit from a clone or mirror: "
                                f"{how}") from None
-
-
-def _project_name(project: Path) -> str | None:
-    """The static ``[project] name`` of ``project``'s pyproject.toml, if it has one."""
-    import tomllib
-
-    try:
-        name = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, AttributeError):
-        return None  # the build backend reports what it cannot read
-    return name if isinstance(name, str) and name else None
-
-
-def resolve_build_inputs(
-    spec: EnvSpec, states: Mapping[str, SourceState]
-) -> tuple[dict[Any, Path], tuple[str, ...], dict[str, str]]:
-    """For the resolver: each built package's patched source dir (its metadata), the build
-    requirements of ``isolation = false`` builds (locked with the env), and the builds' env."""
-    from envlock.lockfile import canonicalize_name
-
-    build_sources: dict[Any, Path] = {}
-    extra: set[str] = set()
-    env: dict[str, str] = {}
-    for pkg in spec.packages.values():
-        if pkg.build and pkg.build in spec.builds:
-            b = spec.builds[pkg.build]
-            tree = states[b.source].patched.tree
-            project = tree / b.subdirectory if b.subdirectory else tree
-            if not project.is_dir():  # else uv reports "Distribution not found" as a failed resolution
-                raise SpecError(f"{spec.path}: builds.{pkg.build}.subdirectory: expected a folder of source "
-                                f"{b.source!r} (as patched), found no {b.subdirectory!r} there")
-            if (named := _project_name(project)) is not None and canonicalize_name(named) != pkg.name:
-                # Else uv's "metadata name does not match" reads as a failed resolution, exit 1.
-                where = f"{b.subdirectory}/pyproject.toml" if b.subdirectory else "pyproject.toml"
-                raise SpecError(f"{spec.path}: [builds.{pkg.build}]: source {b.source!r} builds project "
-                                f"{named!r} ({where}), expected {pkg.build!r}: a build makes the package of its "
-                                f"own name; name the build (and its package) {named!r}")
-            build_sources[pkg.name] = project
-            env.update(b.env)
-            if not b.isolation:
-                extra.update(b.requires)
-    return build_sources, tuple(sorted(extra)), env
-
-
-@dataclass(frozen=True)
-class BuildReport:
-    env: str
-    lock: Path
-    builds: tuple[BuiltWheel, ...]
-    checks: tuple[CheckResult, ...]
-    notices: tuple[str, ...]
-    lock_changed: bool
-    new_lock: Lock  # the lock with these builds (written when lock_changed)
-    downloaded: int = 0  # bytes of the env's wheels brought into the store for non-isolated builds
-    fetched: int = 0  # how many of them
-
-    @property
-    def rebuilt(self) -> int:
-        return sum(1 for b in self.builds if b.rebuilt)
-
-    @property
-    def reproducible(self) -> bool:
-        return all(c.reproducible for c in self.checks)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "lock": str(self.lock),
-            "lock-changed": self.lock_changed,
-            "rebuilt": self.rebuilt,
-            "builds": [b.to_dict() for b in self.builds],
-            "checks": [c.to_dict() for c in self.checks],
-            "reproducible": self.reproducible,
-            "notices": list(self.notices),
-        }
-
-
-def build_env(
-    ws: Workspace,
-    env: str,
-    packages: tuple[str, ...] = (),
-    *,
-    check: bool = False,
-    overrides: Mapping[str, Path] | None = None,
-    frozen: bool = False,
-    sources_from: Mapping[str, str] | None = None,
-    on_build: Callable[[str, str], None] | None = None,
-    spec: EnvSpec | None = None,
-    progress: Progress | None = None,
-    mirrors: Mapping[str, str] | None = None,
-) -> BuildReport:
-    """Build the env's ``[builds.*]`` (or just ``packages``) into the wheelhouse and record them in its lock.
-
-    The lock (``envlock lock``) must exist: ``isolation = false`` builds run against its
-    packages. Records each source's commit and patch digests, each build's input digest
-    and wheel sha256, and a PEP 751 entry pointing at the wheelhouse. With ``check``, every
-    build is also rebuilt from scratch and compared. An ``--override-source`` build is
-    never recorded in the lock. ``frozen``: rebuild what the lock records, from its build
-    requirements, and leave the lock as it is. ``spec``: the env's spec when the caller has
-    read it already.
-    """
-    from packaging.utils import canonicalize_name, parse_wheel_filename
-
-    from envlock import build, resolve
-    from envlock.lockfile import Artifact, LockedPackage
-    from envlock.store import Store
-
-    spec = spec or load_env_spec(ws, env, check_paths=not overrides)
-    lock_path = ws.lock_path(env)
-    lock_bytes, lock_text = _read_lock_file(lock_path)
-    if lock_text is None:
-        raise LockError(f"{lock_path}: no lock file; create it with `envlock lock {env}` before building")
-    lock = Lock.from_toml(lock_text, lock_path)
-    wanted = list(spec.builds.values())
-    if packages:
-        by_name = {canonicalize_name(b.name): b for b in wanted}  # a build's name is its table key
-        unknown = [p for p in packages if canonicalize_name(p) not in by_name]
-        if unknown:
-            known = ", ".join(sorted(spec.builds)) or "none"
-            raise UsageError(f"{spec.path}: no [builds.{unknown[0]}]; builds: {known}")
-        wanted = list({canonicalize_name(p): by_name[canonicalize_name(p)] for p in packages}.values())
-    store = Store.open()
-    git_mirrors = source_mirrors(spec, sources_from)
-    states = prepare_sources(ws, spec, store, lock=lock, overrides=overrides, names={b.source for b in wanted},
-                             mirrors=git_mirrors)
-    fetched: list[FetchResult] = []
-    locate = None
-    by_index = index_mirrors(spec, mirrors)  # --index, ENVLOCK_INDEX_*
-    register_credentials(spec, by_index)  # the env's wheels a non-isolated build reads come from them
-    if by_package := _package_mirrors(spec, lock, by_index):
-        from envlock.fetch import mirror_locator
-
-        locate = mirror_locator(lock.packages, by_package)
-    default_url = resolve.index_urls(spec, by_index)[spec.default_index.name]  # as `lock` resolves against
-    requests = _build_requests(ws, spec, states, lock, store, wanted, default_url, git_mirrors,
-                               locked=lock.builds if frozen else {}, progress=progress, locate=locate,
-                               fetched=fetched)
-    built: list[BuiltWheel] = []
-    checks: list[CheckResult] = []
-    moved: list[str] = []  # --check: builds whose inputs are not the ones the lock records
-    for b in wanted:
-        request = requests[b.name]
-        plan = build.plan(request, store)
-        recorded = lock.builds.get(b.name)
-        same_inputs = recorded is not None and recorded.input_digest == plan.input_digest
-        if frozen and recorded is not None and not same_inputs:
-            # Inputs edited since the lock (a patch, a path source) cannot give the recorded
-            # wheel: said before a build is spent on it.
-            why = input_drift(ws, spec, lock, b.name, b.source)
-            raise LockError(f"{ws.relative(lock_path)}: --frozen, but the inputs of {b.name} changed since the lock "
-                             f"(input digest {recorded.input_digest[:19]}, now {plan.input_digest[:19]}), so the "
-                             f"recorded wheel cannot be rebuilt; restore them, or sync without --frozen (`envlock "
-                             f"sync {env}` relocks and rebuilds)", details=why)
-        overridden_tree = states[b.source].prepared.override is not None
-        held = (build.recorded_wheel(request, plan, ws.wheelhouse, recorded)
-                if recorded is not None and not (check or frozen or overridden_tree) else None)
-        if on_build is not None and held is None and not build.is_built(plan, store):  # a stored wheel: a copy
-            on_build(b.name, plan.input_digest)
-        # Into the wheelhouse only what the lock names (or will, when this build is recorded): an
-        # overridden tree's build goes beside it, a check's or a frozen rebuild's stays in the store
-        # until it proves to be the recorded wheel. A sync installs only what the lock names.
-        if overridden_tree:
-            house: Path | None = ws.wheelhouse / OVERRIDE_WHEELHOUSE
-        else:
-            house = None if frozen or check else ws.wheelhouse
-        wheel = held or build.build_wheel(request, store, house, plan_=plan)
-        if house is None and recorded is not None and wheel.sha256 == recorded.sha256:
-            wheel = build.place(wheel, ws.wheelhouse)
-        built.append(wheel)
-        if check:
-            expected = recorded.sha256 if recorded is not None and same_inputs else None
-            checks.append(build.check(request, store, house, expected_sha256=expected, plan_=plan, first=wheel))
-            if recorded is not None and not same_inputs:
-                what = "; ".join(input_drift(ws, spec, lock, b.name, b.source)) or "inputs changed"
-                moved.append(f"{b.name}: the lock records a build of other inputs ({what}; input digest "
-                             f"{recorded.input_digest[:19]}, now {plan.input_digest[:19]}): --check compared two "
-                             "builds of the inputs as they are now")
-    notices = tuple(n for s in states.values() if (n := s.prepared.notice)) + tuple(moved)
-    overridden = any(s.prepared.override is not None for s in states.values())
-    pkgs = {p.name: p for p in lock.packages}
-    for w in built:
-        name, version = parse_wheel_filename(w.filename)[:2]
-        rel = os.path.relpath(ws.wheelhouse / w.filename, lock_path.parent).replace(os.sep, "/")
-        artifact = Artifact(sha256=w.sha256, path=rel, size=w.wheel.stat().st_size)
-        pkgs[name] = LockedPackage(name, str(version), (artifact,))
-    new = replace(
-        lock,
-        sources={**lock.sources, **{n: s.locked() for n, s in states.items()}},
-        builds={**lock.builds, **{w.name: w.locked() for w in built}},
-        packages=tuple(sorted(pkgs.values(), key=lambda p: p.name)),
-    )
-    if new.install_digest() != lock.install_digest():
-        new = new.with_venv_digest(None)
-    # PEP 751 validity comes from the writer, as in lock_env (tests load every shape it writes).
-    text = new.to_toml()
-    changed = text != lock_text
-    written = changed and not frozen and not overridden and not check  # a check is a diagnosis: it never writes
-    if written and not replace_if_unchanged(lock_path, lock_bytes, text.encode()):
-        raise LockChangedError(f"{ws.relative(lock_path)}: changed by another envlock while this build ran; "
-                               f"the lock was not written. The wheels just built are in the store: "
-                               f"`envlock build {env}` again records them without building")
-    if overridden:
-        notices += (f"the lock was not updated: an overridden source is not a pin; its build is in "
-                    f"{ws.relative(ws.wheelhouse / OVERRIDE_WHEELHOUSE)}/, which no sync installs (try it in a "
-                    f"venv of your own: `uv pip install` it into one made from `envlock path {env}`'s python)",)
-    elif changed and check and not frozen:
-        notices += (f"--check does not write the lock: `envlock build {env}` records these builds in "
-                    f"{ws.relative(lock_path)}",)
-    return BuildReport(env, lock_path, tuple(built), tuple(checks), notices, written, new,
-                       downloaded=sum(f.downloaded for f in fetched),
-                       fetched=sum(1 for f in fetched for a in f.artifacts if a.source != "store"))
 
 
 @dataclass(frozen=True)
@@ -1132,6 +855,7 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None,
                  sources_from: Mapping[str, str] | None = None) -> PatchReport:
     """Each source's patches against its pinned commit (or ``against``): applies / already-applied / conflict."""
     from envlock import patch, sources
+    from envlock.building import pinned_commit
     from envlock.store import Store
 
     spec = load_env_spec(ws, env)
@@ -1150,7 +874,7 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None,
             with _mirror_hint(name, src, mirrors):
                 commit = sources.resolve_rev(src.git, against, store=store, fetch_from=mirrors.get(name))
         else:
-            commit = _pinned_commit(src, lock)
+            commit = pinned_commit(src, lock)
         with _mirror_hint(name, src, mirrors):
             prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirrors.get(name))
         commits[name] = prepared.commit
@@ -1165,6 +889,7 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
     which ``patch_record(..., refresh=True)`` then rewrites from the user's edits.
     """
     from envlock import patch, sources
+    from envlock.building import pinned_commit
     from envlock.store import Store
 
     spec = load_env_spec(ws, env)
@@ -1180,7 +905,7 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
         with _mirror_hint(source, src, {source: mirror} if mirror else {}, option=False):
             commit: str | None = sources.resolve_rev(src.git, against, store=store, fetch_from=mirror)
     else:
-        commit = _pinned_commit(src, _read_optional(ws.lock_path(env)))
+        commit = pinned_commit(src, _read_optional(ws.lock_path(env)))
     with _mirror_hint(source, src, {source: mirror} if mirror else {}, option=False):
         prepared = sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirror)
     # A path source has no pin to go back to: its tree as it is now is what a patch must
@@ -1195,7 +920,6 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
     or with ``refresh`` over the first pending patch that did not apply to the new commit; only while
     the spec's patches of the source are still those the work dir was made on."""
     from envlock import patch
-    from envlock.errors import PatchError
 
     try:
         source = patch.edited_source(workdir)
@@ -1228,133 +952,3 @@ def _patches_of_other_envs(ws: Workspace, env: str, source: str) -> list[Path]:
         if source in spec.sources:
             found += [ws.root / rel for rel in spec.sources[source].patches]
     return found
-
-
-def _sources_for_lock(
-    ws: Workspace, spec: EnvSpec, store: Store, old: Lock | None, mirrors: Mapping[str, str]
-) -> dict[str, SourceState]:
-    if not spec.sources:
-        return {}
-    return prepare_sources(ws, spec, store, lock=old, mirrors=mirrors)
-
-
-def _build_requests(ws: Workspace, spec: EnvSpec, states: Mapping[str, SourceState], lock: Lock, store: Store,
-                    builds: Iterable[BuildSpec], index_url: str, git_mirrors: Mapping[str, str],
-                    locked: Mapping[str, LockedBuild] | None = None, *, progress: Progress | None = None,
-                    locate: Locate | None = None, fetched: list[FetchResult] | None = None) -> dict[str, BuildRequest]:
-    """The request of each build whose source is prepared: what ``build_env`` builds and
-    ``_carry_builds`` compares digests of, so they must be made one way.
-
-    A non-isolated build's inputs are the wheels its build requirements reach in the env;
-    reading their metadata needs the env's runtime wheels in the store (sync fetches them
-    anyway). They are fetched with ``progress``, from mirrors when ``locate`` (a sync's
-    ``--index``) says so, and what that brought in is appended to ``fetched``.
-    """
-    from envlock import build, fetch
-
-    builds = [b for b in builds if b.source in states]
-    env_packages: tuple[build.BuildEnvPackage, ...] = ()
-    if any(not b.isolation for b in builds):
-        from envlock.lockfile import canonicalize_name
-
-        local = {canonicalize_name(n) for n in spec.builds}
-        runtime = [p.wheels[0] for p in lock.packages if p.name not in local]
-        got = fetch.fetch(runtime, store, base_dir=ws.lock_path(spec.name).parent, progress=progress, locate=locate)
-        if fetched is not None:
-            fetched.append(got)
-        env_packages = build.env_packages_from_lock(lock, store, exclude=tuple(local))
-    out = {}
-    for b in builds:
-        state = states[b.source]
-        recorded = (locked or {}).get(b.name)
-        out[b.name] = build.BuildRequest(
-            b, state.patched.tree, state.prepared.source_date_epoch, spec.python, spec.platform, index_url,
-            () if b.isolation else env_packages, recorded.requirements if recorded is not None else None,
-            {dep.name: git_mirrors[dep.name] for dep in b.fetchcontent if dep.name in git_mirrors},
-        )
-    return out
-
-
-def _carry_builds(
-    ws: Workspace, spec: EnvSpec, store: Store, states: Mapping[str, SourceState], lock: Lock, old: Lock | None,
-    index_url: str, git_mirrors: Mapping[str, str], progress: Progress | None = None,
-    fetched: list[FetchResult] | None = None,
-) -> Lock:
-    """Keep the old lock's build records (and PEP 751 entries) whose input digest is unchanged.
-
-    A relock of an unchanged spec then gives the same bytes; a build whose inputs moved
-    drops out until ``envlock build`` (or ``sync``) builds it again.
-    """
-    if old is None or not old.builds or not spec.builds:
-        return lock
-    from packaging.utils import canonicalize_name
-
-    from envlock import build
-
-    requests = _build_requests(ws, spec, states, lock, store, spec.builds.values(), index_url, git_mirrors,
-                               progress=progress, fetched=fetched)
-    kept_builds = {}
-    kept_packages = []
-    old_packages = {p.name: p for p in old.packages}
-    for b in spec.builds.values():
-        recorded = old.builds.get(b.name)
-        package = old_packages.get(canonicalize_name(b.name))
-        if recorded is None or package is None or b.name not in requests:
-            continue
-        if build.plan(requests[b.name], store).input_digest == recorded.input_digest:
-            kept_builds[b.name] = recorded
-            kept_packages.append(package)
-    if not kept_builds:
-        return lock
-    packages = sorted([*lock.packages, *kept_packages], key=lambda p: p.name)
-    return replace(lock, builds=kept_builds, packages=tuple(packages))
-
-
-def _ensure_builds(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, lock_path: Path, *, frozen: bool,
-                   sources_from: Mapping[str, str] | None = None,
-                   on_build: Callable[[str, str], None] | None = None,
-                   progress: Progress | None = None,
-                   mirrors: Mapping[str, str] | None = None) -> tuple[Lock, BuildReport | None]:
-    """Before a sync: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
-
-    Unfrozen, the lock gets the build records; ``--frozen`` rebuilds only to restore a
-    recorded wheel and fails if the rebuild is not bit-identical to it. Returns the lock
-    and the report of the builds run (None: none were needed).
-    """
-    from packaging.utils import canonicalize_name
-
-    from envlock.quick import file_sha256
-
-    if not spec.builds:
-        return lock, None
-    missing = []
-    for b in spec.builds.values():
-        recorded = lock.builds.get(b.name)
-        package = lock.package(b.name)
-        art = package.wheels[0] if package is not None else None
-        if recorded is None or art is None or art.path is None:
-            missing.append(b.name)
-            continue
-        # Streamed: a local build can be hundreds of MB.
-        if file_sha256(str(lock_path.parent / art.path)) != art.sha256:
-            missing.append(b.name)
-    if not missing:
-        return lock, None
-    if not frozen:
-        report = build_env(ws, env, tuple(missing), sources_from=sources_from, spec=spec, on_build=on_build,
-                           progress=progress, mirrors=mirrors)
-        return report.new_lock, report
-    report = build_env(ws, env, tuple(missing), frozen=True, sources_from=sources_from, spec=spec,
-                       on_build=on_build, progress=progress, mirrors=mirrors)
-    for w in report.builds:
-        recorded = lock.builds.get(w.name)
-        if recorded is None:
-            raise LockError(f"{lock_path}: --frozen, but the lock has no build of {w.name}; "
-                            f"run `envlock build {env}` first")
-        if recorded.sha256 != w.sha256:  # same inputs (build_env refuses moved ones), other bytes
-            raise BuildError(
-                f"{ws.relative(lock_path)}: --frozen: rebuilt {w.filename} is not the recorded wheel (recorded "
-                f"sha256 {recorded.sha256}, rebuilt {w.sha256}, input digest unchanged): the build is not "
-                f"reproducible; `envlock build {env} {canonicalize_name(w.name)} --check` names the files "
-                "that differ")
-    return lock, report
