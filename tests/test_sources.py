@@ -54,26 +54,6 @@ def test_branch_is_resolved_once_then_the_locked_commit_is_used(sg: SgLike, stor
     assert again.commit == sg.pin
 
 
-def test_the_lock_pins_a_branch_only_while_the_spec_names_that_branch(sg: SgLike, store: Store,
-                                                                       tmp_path: Path) -> None:
-    from dataclasses import replace
-
-    from envlock import pipeline
-    from kit.locks import lock_for
-
-    spec = SourceSpec("sglike", git=sg.url, rev="main")
-    locked = sources.prepare(spec, store, tmp_path, commit=sg.pin).locked()
-    assert (locked.commit, locked.rev) == (sg.pin, "main")
-    lock = replace(lock_for(None, "pypi", []), sources={"sglike": locked})
-    assert pipeline._pinned_commit(spec, lock) == sg.pin  # resolved once: the branch is not followed
-    # Another branch or tag, or another URL, is resolved again, not answered with the old commit.
-    assert pipeline._pinned_commit(replace(spec, rev="v0.6.0"), lock) is None
-    assert pipeline._pinned_commit(replace(spec, git=sg.url + "-fork"), lock) is None
-    assert pipeline._pinned_commit(replace(spec, rev=sg.upstream), lock) == sg.upstream  # a hash is itself
-    # A lock from before the rev was recorded cannot vouch for any branch.
-    assert pipeline._pinned_commit(spec, replace(lock, sources={"sglike": replace(locked, rev=None)})) is None
-
-
 def test_unknown_rev_names_the_url_and_rev(sg: SgLike, store: Store) -> None:
     with pytest.raises(SourceError) as exc:
         sources.resolve_rev(sg.url, "no-such-branch", store=store)

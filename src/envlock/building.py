@@ -192,34 +192,36 @@ class BuildSession:
                           progress=self.progress, locate=self.locate)
         return build.env_packages_from_lock(self.lock, self.store, exclude=tuple(local)), (got,)
 
-    def fetchcontent(self, b: BuildSpec) -> dict[str, Path]:
-        """Each FetchContent input of ``b`` checked out into the store (from its mirror, if it has
-        one: the commit is checked either way); a ``BuildError`` names the input that failed."""
-        from envlock.pipeline import SOURCE_MIRROR_ENV_PREFIX, env_var
-
-        trees = {}
-        for dep in b.fetchcontent:
-            mirror = self.git_mirrors.get(dep.name)
-            try:
-                trees[dep.name] = sources.checkout(self.store, dep.git, dep.rev, fetch_from=mirror).tree
-            except SourceError as exc:
-                var = env_var(SOURCE_MIRROR_ENV_PREFIX, dep.name)
-                hint = [] if mirror else [f"no access to {dep.git}? fetch the pinned commit from a clone or mirror: "
-                                          f"--source {dep.name}=URL (or {var}=URL)"]
-                raise BuildError(f"[builds.{b.name}]: fetchcontent.{dep.name}: {exc.message}",
-                                 details=[*exc.details, *hint]) from None
-        return trees
-
     def request(self, b: BuildSpec, env_packages: tuple[build.BuildEnvPackage, ...],
                 recorded: LockedBuild | None = None) -> build.BuildRequest:
-        """What to build for ``b`` (its source prepared): ``recorded``'s build requirements are
-        taken instead of resolving them anew (a frozen rebuild)."""
+        """What to build for ``b`` (its source prepared), its FetchContent inputs checked out now;
+        ``recorded``'s build requirements are taken instead of resolving them anew (a frozen rebuild)."""
         state = self.states[b.source]
         return build.BuildRequest(
             b, state.patched.tree, state.prepared.source_date_epoch, self.spec.python, self.spec.platform,
             self.index_url, () if b.isolation else env_packages,
-            recorded.requirements if recorded is not None else None, self.fetchcontent(b),
+            recorded.requirements if recorded is not None else None,
+            checkout_fetchcontent(b, self.store, self.git_mirrors),
         )
+
+
+def checkout_fetchcontent(b: BuildSpec, store: Store, mirrors: Mapping[str, str]) -> dict[str, Path]:
+    """Each FetchContent input of ``b`` checked out into the store, by name (from ``mirrors[name]``
+    when there is one: the commit is checked either way); a ``BuildError`` names the input that failed."""
+    from envlock.pipeline import SOURCE_MIRROR_ENV_PREFIX, env_var
+
+    checkouts = {}
+    for dep in b.fetchcontent:
+        mirror = mirrors.get(dep.name)
+        try:
+            checkouts[dep.name] = sources.checkout(store, dep.git, dep.rev, fetch_from=mirror).tree
+        except SourceError as exc:
+            var = env_var(SOURCE_MIRROR_ENV_PREFIX, dep.name)
+            hint = [] if mirror else [f"no access to {dep.git}? fetch the pinned commit from a clone or mirror: "
+                                      f"--source {dep.name}=URL (or {var}=URL)"]
+            raise BuildError(f"[builds.{b.name}]: fetchcontent.{dep.name}: {exc.message}",
+                             details=[*exc.details, *hint]) from None
+    return checkouts
 
 
 class BuildOptions(TypedDict, total=False):
@@ -254,6 +256,8 @@ def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[Bui
 
 @dataclass(frozen=True)
 class BuildReport:
+    """What ``build_env`` built, checked and recorded (``to_dict``: its ``--json``)."""
+
     env: str
     lock: Path
     builds: tuple[build.BuiltWheel, ...]
