@@ -94,7 +94,7 @@ class BuildRequest:
     # rebuilding a recorded wheel: the index may have newer tools since).
     locked_requirements: tuple[str, ...] | None = None
     # Each FetchContent input of ``spec``, by name: its pinned commit checked out into the
-    # store (``building`` fetches them, from a mirror if one is given).
+    # store (``envlock.building`` checks them out, from a mirror if one is given).
     fetchcontent: Mapping[str, Path] = field(default_factory=dict)
 
 

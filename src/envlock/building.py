@@ -11,12 +11,15 @@ wheelhouse lacks (``ensure_builds``).
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-from envlock import build, fetch, patch, sources
+from packaging.utils import parse_wheel_filename
+
+from envlock import build, fetch, patch, resolve, sources
 from envlock.errors import (
     BuildError,
     LockChangedError,
@@ -111,8 +114,6 @@ def sources_for_lock(
 
 def _project_name(project: Path) -> str | None:
     """The static ``[project] name`` of ``project``'s pyproject.toml, if it has one."""
-    import tomllib
-
     try:
         name = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, AttributeError):
@@ -236,7 +237,6 @@ class BuildOptions(TypedDict, total=False):
 def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[BuildSpec],
                   overrides: Mapping[str, Path] | None, options: BuildOptions) -> BuildSession:
     """The sources of ``wanted`` prepared, and the mirrors the builds read, for ``build_env``."""
-    from envlock import resolve
     from envlock.pipeline import _package_mirrors, index_mirrors, register_credentials, source_mirrors
 
     store = Store.open()
@@ -458,8 +458,6 @@ def _carry_out(session: BuildSession, planned: Sequence[PlannedBuild], *, check:
 def _with_builds(session: BuildSession, lock_path: Path, built: Sequence[build.BuiltWheel]) -> Lock:
     """The session's lock with ``built`` recorded: their sources' pins, their build records and a
     PEP 751 entry for each wheel (relative to the lock's folder)."""
-    from packaging.utils import parse_wheel_filename
-
     ws, lock = session.ws, session.lock
     pkgs = {p.name: p for p in lock.packages}
     for w in built:
