@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock import build, patchapply, patchfile, runner, sources
+from envlock import build, building, patchapply, patchfile, runner, sources, trees
 from envlock.errors import BuildError, SourceTreeError
 from envlock.install import find_python
 from envlock.spec import BuildSpec, FetchContentInput, SourceSpec
@@ -54,6 +54,7 @@ class Kit:
     patched: patchapply.PatchedTree
     epoch: int
     torch_wheels: dict[str, Path]
+    kdep: Path  # the kernel's FetchContent input, checked out (as envlock.building does)
 
     def env(self, torch: str) -> tuple[build.BuildEnvPackage, ...]:
         wheel = self.torch_wheels[torch]
@@ -71,7 +72,8 @@ class Kit:
             fetchcontent=(FetchContentInput(sglike.KDEP_NAME, self.sg.kdep_url, self.sg.kdep_commit),),
         )
         return build.BuildRequest(
-            spec, (tree or self.patched).tree, self.epoch, "3.11", None, self.index.url("pypi"), self.env(torch)
+            spec, (tree or self.patched).tree, self.epoch, "3.11", None, self.index.url("pypi"), self.env(torch),
+            fetchcontent={sglike.KDEP_NAME: self.kdep},
         )
 
     def package(self, tree: patchapply.PatchedTree | None = None) -> build.BuildRequest:
@@ -90,7 +92,8 @@ def kit(
     patched = patchapply.apply_all("sglike", source.tree, source.tree_digest, patches, store)
     folder = tmp_path_factory.mktemp("torch")
     torch = {v: sglike.torchlike_wheel(folder, v) for v in (TORCH_A, TORCH_B)}
-    return Kit(sg, store, index, wheelhouse, patched, source.source_date_epoch, torch)
+    kdep = sources.checkout(store, sg.kdep_url, sg.kdep_commit).tree
+    return Kit(sg, store, index, wheelhouse, patched, source.source_date_epoch, torch, kdep)
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +285,7 @@ def test_non_deterministic_build_is_caught_and_the_file_named(kit: Kit, tmp_path
     write(folder, sglike.NONDET)
     tree, _digest = sources.snapshot_path(kit.store, folder)
     spec = BuildSpec(name="nondet", source="nondet")
-    request = build.BuildRequest(spec, tree, sources.PATH_SOURCE_EPOCH, "3.11", None, kit.index.url("pypi"))
+    request = build.BuildRequest(spec, tree, trees.PATH_SOURCE_EPOCH, "3.11", None, kit.index.url("pypi"))
     result = build.check(request, kit.store, kit.wheelhouse)
     assert not result.reproducible
     assert result.differing == ("nondet-1.0.dist-info/RECORD", "nondet/stamp.py")
@@ -302,7 +305,7 @@ def test_failed_build_keeps_its_log(kit: Kit, tmp_path: Path) -> None:
     )
     tree, _digest = sources.snapshot_path(kit.store, folder)
     request = build.BuildRequest(
-        BuildSpec(name="broken", source="broken"), tree, sources.PATH_SOURCE_EPOCH, "3.11", None, kit.index.url("pypi")
+        BuildSpec(name="broken", source="broken"), tree, trees.PATH_SOURCE_EPOCH, "3.11", None, kit.index.url("pypi")
     )
     with pytest.raises(BuildError) as exc:
         build.build_wheel(request, kit.store, kit.wheelhouse)
@@ -431,10 +434,10 @@ def test_a_fetchcontent_repository_is_fetched_through_its_mirror(kit: Kit, tmp_p
         FetchContentInput(sglike.KDEP_NAME, "https://example.invalid/kdep.git", kit.sg.kdep_commit),))
     store = Store.open(tmp_path / "home")  # nothing fetched yet
     with pytest.raises(BuildError) as info:
-        build.plan(replace(request, spec=unreachable), store)
+        building.checkout_fetchcontent(unreachable, store, {})
     assert f"--source {sglike.KDEP_NAME}=URL" in str(info.value)
-    planned = build.plan(replace(request, spec=unreachable, fetch_from={sglike.KDEP_NAME: str(kit.sg.kdep_url)}),
-                         store)
+    checkouts = building.checkout_fetchcontent(unreachable, store, {sglike.KDEP_NAME: str(kit.sg.kdep_url)})
+    planned = build.plan(replace(request, spec=unreachable, fetchcontent=checkouts), store)
     assert planned.fetchcontent_dirs[sglike.KDEP_NAME] == store.path("sources", f"git-{kit.sg.kdep_commit}") / "tree"
     assert "https://example.invalid/kdep.git" in json.dumps(planned.recipe)  # the recipe names the spec's URL
 
@@ -450,8 +453,10 @@ def test_a_fetchcontent_checkout_with_a_link_out_of_it_is_refused(kit: Kit, tmp_
     commit = commit_all(repo, "dep")
     request = kit.kernel()
     spec = replace(request.spec, fetchcontent=(FetchContentInput(sglike.KDEP_NAME, str(repo), commit),))
+    store = Store.open(tmp_path / "home")
+    checkouts = {sglike.KDEP_NAME: sources.checkout(store, str(repo), commit).tree}
     with pytest.raises(SourceTreeError) as info:
-        build.plan(replace(request, spec=spec), Store.open(tmp_path / "home"))
+        build.plan(replace(request, spec=spec, fetchcontent=checkouts), store)
     assert str(info.value) == (
         f"[builds.{request.spec.name}]: fetchcontent.{sglike.KDEP_NAME}: symlink include/host.h -> "
         "/usr/include/stdio.h leads outside the source tree; expected links that stay inside it (a link is hashed "

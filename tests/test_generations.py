@@ -20,9 +20,9 @@ import pytest
 from envlock import generations, install, quick, verify
 from envlock.errors import CommandError, FetchError, StoreError, UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
-from envlock.store import Store
 from envlock.realize import SyncResult, SyncTarget, realize
 from envlock.running import env_path, exec_in_env, run_environ
+from envlock.store import Store
 from envlock.verifying import verify_env
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of

@@ -11,7 +11,7 @@ from types import FrameType
 
 import pytest
 
-from envlock import patchapply, patchfile, sources
+from envlock import patchapply, patchfile, sources, trees
 from envlock.errors import PatchError
 from envlock.store import Store
 from kit.patches import MODIFY, new_file, one, sg_patches
@@ -82,7 +82,7 @@ def test_apply_all_writes_a_patched_copy_into_the_store(sg: SgLike, store: Store
     assert "12: {" in (result.tree / "python/sglike/comm.py").read_text()
     assert "mul(PyObject" in (result.tree / "sgl-kernel/csrc/ops.c").read_text()
     assert "12: {" not in (co.tree / "python/sglike/comm.py").read_text()  # the pin is untouched
-    assert result.tree_digest == sources.tree_digest(result.tree) != co.tree_digest
+    assert result.tree_digest == trees.tree_digest(result.tree) != co.tree_digest
     assert [p.path for p in result.patches] == list(sg.patches)
     assert result.tree.parent.name.startswith("patched-")
     again = patchapply.apply_all("sglike", co.tree, co.tree_digest, sg_patches(sg), store)
@@ -170,7 +170,7 @@ diff --git a/tail.txt b/tail.txt
 \\ No newline at end of file
 """
     store = Store.open(tmp_path / "home")
-    result = patchapply.apply_all("t", tree, sources.tree_digest(tree), [one(text)], store)
+    result = patchapply.apply_all("t", tree, trees.tree_digest(tree), [one(text)], store)
     assert (result.tree / "new/file.py").read_text() == "print('hi')\nx = 1\n"
     assert not (result.tree / "gone.txt").exists()
     assert os.stat(result.tree / "run.sh").st_mode & 0o111
@@ -251,14 +251,14 @@ def test_creating_a_file_where_the_tree_has_a_directory_is_a_conflict(tmp_path: 
     assert result.failure.describe() == [failure]
     assert result.advice == f"refresh it: {result.failure.file} no longer matches"  # no "hunk 0": the file itself
     with pytest.raises(PatchError) as exc:
-        patchapply.apply_all("s", tree, sources.tree_digest(tree), [one(text)], Store.open(tmp_path / "home"))
+        patchapply.apply_all("s", tree, trees.tree_digest(tree), [one(text)], Store.open(tmp_path / "home"))
     assert str(exc.value) == f"source 's': p.patch: does not apply\n  {failure}"
 
 
 def test_a_file_deleted_earlier_may_become_a_directory(tmp_path: Path) -> None:
     tree = _tree_with_a_dir(tmp_path)
     text = "diff --git a/a.txt b/a.txt\ndeleted file mode 100644\n--- a/a.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-hello\n"
-    result = patchapply.apply_all("s", tree, sources.tree_digest(tree), [one(text + new_file("a.txt/n"))],
+    result = patchapply.apply_all("s", tree, trees.tree_digest(tree), [one(text + new_file("a.txt/n"))],
                                   Store.open(tmp_path / "home"))
     assert (result.tree / "a.txt" / "n").read_text() == "z\n"
 

@@ -22,12 +22,12 @@ from envlock.errors import ResolveError
 from envlock.fetch import fetch
 from envlock.indexes import IndexFile
 from envlock.lockfile import Artifact, LockedPackage, read_lock
-from envlock.nightly import nightlies_by_date, nightly_date
 from envlock.locking import lock_env
 from envlock.mirrors import MirrorOptions
-from envlock.syncing import SyncOptions, sync
+from envlock.nightly import nightlies_by_date, nightly_date
 from envlock.resolve import ResolveInputs, _hash_unlisted, _stored_package
 from envlock.store import Store, store_file
+from envlock.syncing import SyncOptions, sync
 from envlock.workspace import Workspace
 from kit.index import IndexServer
 from kit.locks import sha256_of

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock import sources
+from envlock import sources, trees
 from envlock.errors import SourceError, SourceTreeError, UsageError
 from envlock.spec import SourceSpec
 from envlock.store import Store
@@ -24,7 +24,7 @@ def test_git_source_checks_out_the_pinned_commit(sg: SgLike, store: Store, tmp_p
     assert (prepared.tree / "python/sglike/comm.py").is_file()
     assert not (prepared.tree / ".git").exists()
     assert "12:" not in (prepared.tree / "python/sglike/comm.py").read_text()  # pin, not upstream
-    assert prepared.tree_digest == sources.tree_digest(prepared.tree)
+    assert prepared.tree_digest == trees.tree_digest(prepared.tree)
     assert prepared.tree == store.path("sources", f"git-{sg.pin}") / "tree"
     locked = prepared.locked()
     assert (locked.kind, locked.location, locked.commit, locked.tree_digest) == ("git", sg.url, sg.pin, None)
@@ -52,26 +52,6 @@ def test_branch_is_resolved_once_then_the_locked_commit_is_used(sg: SgLike, stor
     # The lock recorded first.commit; a later prepare with it does not follow the branch.
     again = sources.prepare(spec, store, tmp_path, commit=sg.pin)
     assert again.commit == sg.pin
-
-
-def test_the_lock_pins_a_branch_only_while_the_spec_names_that_branch(sg: SgLike, store: Store,
-                                                                       tmp_path: Path) -> None:
-    from dataclasses import replace
-
-    from envlock import pipeline
-    from kit.locks import lock_for
-
-    spec = SourceSpec("sglike", git=sg.url, rev="main")
-    locked = sources.prepare(spec, store, tmp_path, commit=sg.pin).locked()
-    assert (locked.commit, locked.rev) == (sg.pin, "main")
-    lock = replace(lock_for(None, "pypi", []), sources={"sglike": locked})
-    assert pipeline._pinned_commit(spec, lock) == sg.pin  # resolved once: the branch is not followed
-    # Another branch or tag, or another URL, is resolved again, not answered with the old commit.
-    assert pipeline._pinned_commit(replace(spec, rev="v0.6.0"), lock) is None
-    assert pipeline._pinned_commit(replace(spec, git=sg.url + "-fork"), lock) is None
-    assert pipeline._pinned_commit(replace(spec, rev=sg.upstream), lock) == sg.upstream  # a hash is itself
-    # A lock from before the rev was recorded cannot vouch for any branch.
-    assert pipeline._pinned_commit(spec, replace(lock, sources={"sglike": replace(locked, rev=None)})) is None
 
 
 def test_unknown_rev_names_the_url_and_rev(sg: SgLike, store: Store) -> None:
@@ -112,51 +92,14 @@ def test_checkout_is_cached_in_the_store(sg: SgLike, store: Store) -> None:
     assert again.tree == first.tree and again.tree_digest == first.tree_digest
 
 
-def test_tree_digest_covers_paths_bytes_and_exec_bit(tmp_path: Path) -> None:
-    tree = tmp_path / "t"
-    write(tree, {"a.txt": "a\n", "sub/b.sh": "echo\n"})
-    base = sources.tree_digest(tree)
-    (tree / "sub/b.sh").chmod(0o755)
-    executable = sources.tree_digest(tree)
-    assert executable != base
-    (tree / "sub/b.sh").chmod(0o644)
-    assert sources.tree_digest(tree) == base
-    (tree / "a.txt").write_text("A\n")
-    assert sources.tree_digest(tree) != base
-    (tree / "a.txt").write_text("a\n")
-    (tree / "sub/b.sh").rename(tree / "sub/c.sh")
-    assert sources.tree_digest(tree) != base
-    (tree / "sub/c.sh").rename(tree / "sub/b.sh")
-    os.utime(tree / "a.txt", (1, 1))  # mtimes do not count
-    (tree / "__pycache__").mkdir()
-    (tree / "__pycache__/x.pyc").write_bytes(b"junk")
-    assert sources.tree_digest(tree) == base
-
-
-def test_tree_digest_takes_names_that_are_not_utf8(tmp_path: Path) -> None:
-    tree = tmp_path / "t"
-    write(tree, {"a.txt": "a\n"})
-    base = sources.tree_digest(tree)
-    latin1 = os.fsdecode(b"caf\xe9.txt")  # a name written on a latin-1 system
-    (tree / latin1).write_text("x\n")
-    os.symlink(os.fsdecode(b"caf\xe9.txt"), tree / "link")
-    with_it = sources.tree_digest(tree)
-    assert with_it != base
-    assert sources.tree_digest(tree) == with_it
-    # Hashed as the bytes they are: another undecodable name is another tree (a lossy
-    # encoding would give both one digest).
-    (tree / latin1).rename(tree / os.fsdecode(b"caf\xe8.txt"))
-    assert sources.tree_digest(tree) not in (base, with_it)
-
-
 def test_path_source_is_snapshotted_by_digest(tmp_path: Path, store: Store) -> None:
     root = tmp_path / "ws"
     write(root, {"examples/k/pyproject.toml": "[project]\nname='k'\n", "examples/k/k.c": "int x;\n"})
     prepared = sources.prepare(SourceSpec("k", path="examples/k"), store, root)
     assert prepared.kind == "path" and prepared.commit is None
-    assert prepared.tree_digest == sources.tree_digest(root / "examples/k")
+    assert prepared.tree_digest == trees.tree_digest(root / "examples/k")
     assert prepared.tree.parent == store.path("sources", "path-" + prepared.tree_digest.removeprefix("sha256:"))
-    assert prepared.source_date_epoch == sources.PATH_SOURCE_EPOCH
+    assert prepared.source_date_epoch == trees.PATH_SOURCE_EPOCH
     assert prepared.locked().tree_digest == prepared.tree_digest
     (root / "examples/k/k.c").write_text("int y;\n")
     assert sources.prepare(SourceSpec("k", path="examples/k"), store, root).tree_digest != prepared.tree_digest
@@ -206,7 +149,7 @@ def test_a_path_source_with_a_link_out_of_its_tree_is_refused(tmp_path: Path, st
     assert info.value.exit_code == 2  # bad input: the tree is the user's to fix
     assert not (store.root / "sources").is_dir() or not any((store.root / "sources").iterdir())
     with pytest.raises(SourceTreeError):  # also where `lock --check` hashes the tree
-        sources.tree_digest(root / "k")
+        trees.tree_digest(root / "k")
 
 
 def test_links_inside_a_path_source_are_kept_and_one_leading_out_is_not(tmp_path: Path, store: Store) -> None:
@@ -217,7 +160,7 @@ def test_links_inside_a_path_source_are_kept_and_one_leading_out_is_not(tmp_path
                          ("loop1", "loop2"), ("loop2", "loop1")]:
         os.symlink(target, root / "k" / link)
     prepared = sources.prepare(SourceSpec("k", path="k"), store, root)
-    assert prepared.tree_digest == sources.tree_digest(prepared.tree)
+    assert prepared.tree_digest == trees.tree_digest(prepared.tree)
     assert os.readlink(prepared.tree / "pkg/via.py") == "up/lib/real.py"  # kept as a link
     assert (prepared.tree / "pkg/via.py").read_text() == "REAL = 1\n"
     os.symlink("up/../..", root / "k/pkg/top")  # lexically k/, but pkg/up is k/ already
@@ -236,7 +179,7 @@ def test_a_path_source_may_be_a_link_to_a_folder_outside_the_workspace(tmp_path:
     root.mkdir()
     (root / "k").symlink_to(elsewhere)
     prepared = sources.prepare(SourceSpec("k", path="k"), store, root)
-    assert prepared.tree_digest == sources.tree_digest(elsewhere)
+    assert prepared.tree_digest == trees.tree_digest(elsewhere)
     assert prepared.location == "k"
     # Its links are judged from the source's top, as given: one that leaves it is refused.
     os.symlink("../../k/pkg/real.py", elsewhere / "pkg/out.py")
@@ -244,28 +187,6 @@ def test_a_path_source_may_be_a_link_to_a_folder_outside_the_workspace(tmp_path:
         sources.prepare(SourceSpec("k", path="k"), store, root)
     assert str(info.value) == ("sources.k.path: k: symlink pkg/out.py -> ../../k/pkg/real.py leads outside the source "
                                f"tree; {_EXPECTED}")
-
-
-def test_a_build_subdirectory_is_hashed_with_links_into_the_rest_of_its_source(tmp_path: Path) -> None:
-    tree = tmp_path / "tree"
-    write(tree, {"src/py/pkg/a.py": "A = 1\n", "LICENSE": "MIT\n"})
-    os.symlink("../../LICENSE", tree / "src/py/LICENSE")
-    os.symlink("src/py", tree / "python")
-    # The subdirectory may be a link inside the tree; its links are followed from where it really is.
-    assert sources.tree_digest(tree / "python", within=tree) == sources.tree_digest(tree / "src/py", within=tree)
-    # A build gets the subdirectory alone (links copied as links): what such a link names elsewhere
-    # in the source is nothing the build can read, so the digest is the subdirectory's own.
-    before = sources.tree_digest(tree / "src/py", within=tree)
-    (tree / "LICENSE").write_text("GPL\n")
-    assert sources.tree_digest(tree / "src/py", within=tree) == before
-    with pytest.raises(SourceTreeError) as info:
-        sources.tree_digest(tree / "src/py")  # on its own, ../../LICENSE leaves it
-    assert "symlink LICENSE -> ../../LICENSE leads outside the source tree" in str(info.value)
-    os.symlink(tmp_path, tree / "elsewhere")
-    with pytest.raises(SourceTreeError) as info:
-        sources.tree_digest(tree / "elsewhere" / "tree", within=tree, name="[builds.x] (source 's')")
-    assert str(info.value) == (f"[builds.x] (source 's'): subdirectory elsewhere/tree leads outside the source tree "
-                               f"(through the symlink elsewhere -> {tmp_path}); expected a folder inside it")
 
 
 def test_lock_refuses_a_path_source_with_a_link_out_of_its_tree(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
@@ -373,7 +294,7 @@ rev = "{sg.pin}"
 
 
 def test_source_mirror_from_option_and_environment(ws, cli, sg: SgLike) -> None:  # type: ignore[no-untyped-def]
-    from envlock.pipeline import source_mirrors
+    from envlock.mirrors import source_mirrors
     from envlock.spec import load_spec
 
     ws.write_spec("e", _unreachable_source_spec(sg, '[sources.local]\npath = "x"\n[builds.k]\nsource = "local"\n'

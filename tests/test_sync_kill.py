@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from envlock.digest import stored_manifest
 
 from envlock import generations
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
 from envlock.verifying import verify_env
-from envlock.digest import stored_manifest
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
 from kit.wheels import build_wheel

@@ -16,15 +16,15 @@ The input digest covers everything that can change the wheel:
   recorded as absent).
 
 Same digest => the stored wheel is reused, no rebuild. The wheel is made bit-identical by
-SOURCE_DATE_EPOCH (the commit time; path sources use ``sources.PATH_SOURCE_EPOCH``), a
+SOURCE_DATE_EPOCH (the commit time; path sources use ``trees.PATH_SOURCE_EPOCH``), a
 build in a scratch copy whose paths are mapped away (``-ffile-prefix-map`` in
 CFLAGS/CXXFLAGS/CUDAFLAGS, scikit-build-core's build-dir inside the scratch dir), and a
 final rewrite of the zip with fixed timestamps and permissions. ``check`` rebuilds from
 scratch and names the files inside the wheel that differ.
 
-CMake FetchContent inputs are fetched into the store with the git source machinery and
-handed to CMake as ``FETCHCONTENT_SOURCE_DIR_<NAME>`` with
-``FETCHCONTENT_FULLY_DISCONNECTED=ON``: the build downloads nothing.
+CMake FetchContent inputs come checked out into the store (the orchestration fetches them
+with the git source machinery) and are handed to CMake as ``FETCHCONTENT_SOURCE_DIR_<NAME>``
+with ``FETCHCONTENT_FULLY_DISCONNECTED=ON``: the build downloads nothing.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
 
-from envlock import runner, sources
-from envlock.errors import BuildError, SourceError, scrub
+from envlock import runner, trees
+from envlock.errors import BuildError, scrub
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
 from envlock.spec import BuildSpec
@@ -92,9 +92,9 @@ class BuildRequest:
     # The lock's build requirements, taken instead of resolving them again (sync --frozen
     # rebuilding a recorded wheel: the index may have newer tools since).
     locked_requirements: tuple[str, ...] | None = None
-    # Where to fetch each FetchContent repository from instead of its spec URL (a mirror,
-    # by FetchContent name: --source NAME=URL / ENVLOCK_SOURCE_<NAME>); the commit is checked.
-    fetch_from: Mapping[str, str] = field(default_factory=dict)
+    # Each FetchContent input of ``spec``, by name: its pinned commit checked out into the
+    # store (``envlock.building`` checks them out, from a mirror if one is given).
+    fetchcontent: Mapping[str, Path] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -341,7 +341,8 @@ def _compile(
 
 
 def plan(request: BuildRequest, store: Store) -> BuildPlan:
-    """Resolve a request's inputs (FetchContent checkouts, locked build requirements) and digest them."""
+    """Resolve a request's inputs (locked build requirements; the FetchContent checkouts it names)
+    and digest them."""
     spec = request.spec
     what = f"[builds.{spec.name}]"
     project = request.tree / spec.subdirectory if spec.subdirectory else request.tree
@@ -349,7 +350,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         raise BuildError(f"{what}: subdirectory {spec.subdirectory!r} not found in source {spec.source!r}")
     # Its links must stay in the source tree, which the lock pins (a git commit's links are
     # checked only here, where a build reads them); before anything reads the subdirectory.
-    source_tree = sources.tree_digest(project, within=request.tree, name=f"{what} (source {spec.source!r})")
+    source_tree = trees.tree_digest(project, within=request.tree, name=f"{what} (source {spec.source!r})")
     backend, system_requires = _backend(project)
     interpreter = _interpreter(request.python)
     scratch = store.temp_dir(f"plan-{canonicalize_name(spec.name)}")
@@ -399,19 +400,13 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
                 )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    fc_dirs: dict[str, Path] = {}
-    for dep in spec.fetchcontent:
-        try:
-            mirror = request.fetch_from.get(dep.name)
-            fc_dirs[dep.name] = sources.checkout(store, dep.git, dep.rev, fetch_from=mirror).tree
-        except SourceError as exc:
-            hint = [] if mirror else [f"no access to {dep.git}? fetch the pinned commit from a clone or mirror: "
-                                      f"--source {dep.name}=URL (or ENVLOCK_SOURCE_<NAME>=URL)"]
-            raise BuildError(f"{what}: fetchcontent.{dep.name}: {exc.message}",
-                             details=[*exc.details, *hint]) from None
+    if missing := [dep.name for dep in spec.fetchcontent if dep.name not in request.fetchcontent]:
+        raise ValueError(f"{what}: the request has no checkout of fetchcontent {', '.join(missing)}")
+    fc_dirs = {dep.name: request.fetchcontent[dep.name] for dep in spec.fetchcontent}
+    for name, fc_dir in fc_dirs.items():
         # CMake reads it as a source folder; the recipe pins only its commit, which says
         # nothing of what a link out of it reads.
-        sources.check_links(fc_dirs[dep.name], name=f"{what}: fetchcontent.{dep.name}")
+        trees.check_links(fc_dir, name=f"{what}: fetchcontent.{name}")
     recipe: dict[str, Any] = {
         "format": RECIPE_FORMAT,
         "name": str(canonicalize_name(spec.name)),
@@ -499,7 +494,7 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     log = scratch / "build.log"
     # Only the subdirectory is copied: the build cannot depend on what its digest leaves out.
     project = scratch / "src"
-    sources.copy_tree(req.tree / spec.subdirectory if spec.subdirectory else req.tree, project)
+    trees.copy_tree(req.tree / spec.subdirectory if spec.subdirectory else req.tree, project)
     dist = scratch / "dist"
     backend_is_skbuild = str(plan_.recipe["backend"]).startswith("scikit_build_core")
     env = _build_env(plan_, scratch, backend_is_skbuild)

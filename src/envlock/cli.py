@@ -132,9 +132,9 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import locking
+    from envlock import lockrefs
 
-    result, notes = locking.diff_refs(ws, args.old, args.new)
+    result, notes = lockrefs.diff_refs(ws, args.old, args.new)
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
 
@@ -326,15 +326,15 @@ def _overrides(values: Sequence[str]) -> dict[str, Path]:
 
 
 def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import pipeline
+    from envlock import building
 
     with _status(args, "preparing sources and build inputs") as say:
-        report = pipeline.build_env(
-            ws, args.env, tuple(args.packages), check=args.check, overrides=_overrides(args.override_source),
-            sources_from=_index_pairs(args.source, "--source"),
+        options = building.BuildOptions(
+            check=args.check, overrides=_overrides(args.override_source),
             on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "
                                               "reused from the store; a native build can take long)"),
         )
+        report = building.build_env(ws, args.env, tuple(args.packages), options, _mirror_options(args))
     for notice in report.notices:
         print(f"envlock: {notice}", file=sys.stderr)  # loud, also under --json
 

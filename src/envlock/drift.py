@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from envlock.errors import SourceTreeError
 from envlock.quick import file_sha256
+from envlock.trees import tree_digest
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -122,8 +123,6 @@ def source_drift(ws: Workspace, name: str, source: LockedSource) -> list[str]:
 
 def _tree_drift(ws: Workspace, source: str, rel: str, digest: str) -> list[str]:
     """A ``path`` source is content-hashed: an edit in its tree makes the lock stale."""
-    from envlock.sources import tree_digest
-
     folder = ws.root / rel
     if not folder.is_dir():
         return [f"sources.{source}.path: {rel} is missing"]

@@ -1,4 +1,4 @@
-"""``envlock lock``, ``lock --check`` and ``diff``: a spec resolved into its lock, and locks named.
+"""``envlock lock`` and ``lock --check``: a spec resolved into its lock.
 
 ``lock_env`` is the recipe: read the spec and the lock it replaces, prepare the patched
 sources (built packages' metadata comes from them), resolve with the pinned uv, keep the
@@ -15,17 +15,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock import building, runner
+from envlock import building
 from envlock.drift import drift
 from envlock.errors import (
-    EnvlockError,
     FetchError,
     LockChangedError,
-    LockError,
     PackageIndexError,
     ResolveError,
     SpecError,
-    UsageError,
     raise_all,
 )
 from envlock.lockfile import Lock, LockFile, read_lock
@@ -35,7 +32,6 @@ from envlock.store import Store, replace_if_unchanged
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
-    from envlock.diff import LockDiff
     from envlock.progress import Progress
     from envlock.resolve import Resolution
     from envlock.spec import EnvSpec
@@ -97,7 +93,7 @@ def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors,
     old = old_file.lock
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
     store = Store.open()
-    states = building.prepare_sources(ws, spec, store, lock=old, mirrors=mirrors.sources) if spec.sources else {}
+    states = building.sources_for_lock(ws, spec, store, old, mirrors)
     resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress)
     lock = Lock(
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
@@ -105,9 +101,8 @@ def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors,
         nightlies=resolution.nightlies, sources={name: state.locked() for name, state in states.items()},
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
-    session = building.BuildSession.of(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors,
-                                       progress=progress)
-    lock, for_builds = session.carry_builds(old)
+    session = building.BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, progress)
+    lock, for_builds = building.carry_builds(session, old)
     if old is not None and old.install_digest() == lock.install_digest() and not old.venv_digest_stale:
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
@@ -188,137 +183,3 @@ def check_lock(ws: Workspace, env: str) -> LockCheck:
 def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> LockCheck:
     found = drift(ws, env, spec, lock)
     return LockCheck(env=env, path=path, current=found.current, reasons=found.reasons)
-
-
-@dataclass(frozen=True)
-class LockRef:
-    """A lock read from ``PATH``, ``PATH@GITREV`` or an env name, and where it lives."""
-
-    lock: Lock
-    label: str  # how to name it to people
-    path: Path | None  # the file a sync may write the venv digest back to (None: read from git)
-    folder: Path  # what the lock's relative ``path`` wheels are relative to
-    env: str | None = None  # the env name it was given as (its workspace lock file), if so
-
-    @property
-    def writable(self) -> bool:
-        """Whether a sync may write the venv digest into it: a file, not read from git, and not a
-        generation's copy in a store (store entries are never written)."""
-        from envlock.generations import is_lock_copy
-
-        # Not a pipe (`--lock <(git show ...)`): nothing to write back to.
-        return self.path is not None and self.path.is_file() and not is_lock_copy(self.path.resolve())
-
-
-def load_env_lock_ref(ws: Workspace, ref: str, env: str, command: str) -> LockRef:
-    """``load_lock_ref`` for ``envlock COMMAND ENV --lock REF``: another env's lock is refused (its
-    generations would hold, or be held to, another env's packages)."""
-    found = load_lock_ref(ws, ref)
-    if found.lock.env and found.lock.env != env:
-        raise UsageError(f"{found.label}: the lock of env {found.lock.env!r}, not {env!r}; "
-                         f"expected `envlock {command} {found.lock.env} --lock {ref}`")
-    return found
-
-
-def _split_ref(ref: str) -> tuple[str, str | None]:
-    """``PATH@GITREV`` as (PATH, GITREV); GITREV is None for a plain path.
-
-    A path may hold an ``@`` (``/home/user@host/...``) and so may a rev (``HEAD@{1}``):
-    an existing file is a path, else the split is at the first ``@`` after which an
-    existing file ends, else at the first ``@`` (a lock git has but the tree has not).
-    A rev that is empty or starts with ``-`` (which git would read as an option, such
-    as ``--output=FILE``) is a ``UsageError``.
-    """
-    if "@" not in ref or (Path.cwd() / ref).is_file():
-        return ref, None
-    at = [i for i, c in enumerate(ref) if c == "@"]
-    cut = next((i for i in at if (Path.cwd() / ref[:i]).is_file()), at[0])
-    rev = ref[cut + 1:]
-    if not rev or rev.startswith("-"):
-        raise UsageError(f"{ref}: expected a git revision after '@' (a commit, tag or branch, such as HEAD~1), "
-                         f"found {rev!r}")
-    return ref[:cut], rev
-
-
-def diff_refs(ws: Workspace, old: str, new: str) -> tuple[LockDiff, tuple[str, ...]]:
-    """What changes from lock ``old`` to ``new`` (as ``load_lock_ref`` reads them), and notes.
-
-    A note names an env given by name whose lock file the spec has moved past: its diff
-    does not show the spec's change. A spec that does not read gives no note (the note is a
-    courtesy; the diff stands).
-    """
-    from envlock.diff import diff_locks
-
-    before, after = load_lock_ref(ws, old), load_lock_ref(ws, new)
-    notes = []
-    for ref in sorted({r.env: r for r in (before, after) if r.env is not None}.values(), key=lambda r: str(r.env)):
-        env = str(ref.env)
-        if ref.path is None:  # never: an env name is read from its lock file
-            continue
-        try:
-            check = _check(ws, env, load_env_spec(ws, env), ref.path, ref.lock)  # the lock read once, above
-        except EnvlockError:
-            continue
-        if not check.current:
-            notes.append(f"{ws.relative(check.path)} is stale for envs/{env}.toml ({'; '.join(check.reasons)}); "
-                         f"run `envlock lock {env}` to diff what the spec asks for")
-    return diff_locks(before.lock, after.lock, old_label=before.label, new_label=after.label), tuple(notes)
-
-
-def load_lock_ref(ws: Workspace, ref: str) -> LockRef:
-    """A lock from ``PATH``, ``PATH@GITREV`` (read with ``git show``) or an env name."""
-    path_part, rev = _split_ref(ref)
-    if rev is None and "/" not in ref and not ref.endswith(".toml") and not _lock_file_here(ws, ref):
-        return _env_lock(ws, ref)
-    if rev is None:
-        given = Path.cwd() / path_part  # not resolved yet: `--lock <(git show REV:FILE)` is a pipe in /dev/fd
-        if not given.exists():
-            raise LockError(f"{ref}: no such lock file ({given})")
-        path = given.resolve() if given.is_file() else given
-        return LockRef(read_lock(given), ref, path, path.parent)
-    return _git_lock(ws, ref, path_part, rev)
-
-
-def _env_lock(ws: Workspace, env: str) -> LockRef:
-    """The lock file of env ``env`` in the workspace."""
-    if not (ws.root / "envs").is_dir():  # diff runs outside a workspace too, for two lock paths
-        raise UsageError(f"{env!r}: no such lock file, and {ws.root} is not inside an envlock workspace "
-                         "(no envs/ folder here or above) where it would be an env name; pass --root DIR, "
-                         "or a lock path")
-    path = ws.lock_path(env)
-    if not path.exists():
-        has_spec = (ws.root / "envs" / f"{env}.toml").is_file()
-        raise LockError(f"{ws.relative(path)}: no lock of env {env!r}; "
-                        + (f"create it with `envlock lock {env}`" if has_spec else
-                           f"there is no envs/{env}.toml either (expected a lock path, PATH@GITREV or an env "
-                           f"name; envs: {', '.join(ws.envs()) or 'none'})"))
-    return LockRef(read_lock(path), ws.relative(path), path, path.parent, env=env)
-
-
-def _git_lock(ws: Workspace, ref: str, path_part: str, rev: str) -> LockRef:
-    """The lock file ``path_part`` as git has it at ``rev``: never written back; its ``path``
-    wheels are relative to where the file lives in the work tree (locks/ -> ../wheelhouse/...)."""
-    # Resolved: git names files by the repository's real path, not a symlink's.
-    path = (Path.cwd() / path_part).resolve()
-    top = runner.git(["rev-parse", "--show-toplevel"], cwd=path.parent if path.parent.is_dir() else ws.root)
-    if not top.ok:
-        raise LockError(f"{ref}: {path.parent} is not in a git repository, so @{rev} cannot be read")
-    repo = Path(top.stdout.strip())
-    rel = path.relative_to(repo).as_posix() if path.is_relative_to(repo) else path_part
-    kind = runner.git(["cat-file", "-t", f"{rev}:{rel}"], cwd=repo)
-    if not kind.ok:
-        raise LockError(f"{ref}: git has no {rel} at {rev!r}: {kind.tail(1)}")
-    if kind.stdout.strip() != "blob":
-        raise LockError(f"{ref}: {rel} at {rev!r} is a git {kind.stdout.strip()}, expected a lock file")
-    shown = runner.git_bytes(["cat-file", "blob", f"{rev}:{rel}"], what=f"{ref}: git could not read {rel} at {rev!r}",
-                             error=LockError, cwd=repo)
-    try:
-        text = shown.decode("utf-8")  # strictly, as read_lock reads a file
-    except UnicodeDecodeError as exc:
-        raise LockError(f"{ref}: not UTF-8 text (byte {exc.start}); not a lock file") from None
-    return LockRef(Lock.from_toml(text, ref), ref, None, path.parent)
-
-
-def _lock_file_here(ws: Workspace, ref: str) -> bool:
-    """Whether ``ref`` (no slash, no .toml) is a file in the current folder rather than an env name."""
-    return not ws.lock_path(ref).exists() and (Path.cwd() / ref).is_file()

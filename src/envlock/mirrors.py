@@ -108,9 +108,11 @@ class Mirrors:
         if not names:
             return ""
         how = ", ".join(f"--index {name}=URL or {env_var(INDEX_ENV_PREFIX, name)}=URL" for name in names)
-        return f"no access to that host? read {'its index' if len(names) == 1 else 'those indexes'} from a mirror: {how}"
+        which = "its index" if len(names) == 1 else "those indexes"
+        return f"no access to that host? read {which} from a mirror: {how}"
 
-    def source_hint(self, name: str, git: str | None, *, option: bool = True) -> contextlib.AbstractContextManager[None]:
+    def source_hint(self, name: str, git: str | None, *,
+                    option: bool = True) -> contextlib.AbstractContextManager[None]:
         """Around fetching git repository ``name`` (at ``git``): a ``SourceError`` gets how to
         fetch it from a clone or mirror instead. ``option``: whether the command takes
         ``--source`` (else only the variable is named)."""

@@ -26,8 +26,8 @@ from typing import Any, Literal
 from envlock.errors import PatchError
 from envlock.lockfile import LockedPatch
 from envlock.patchfile import FilePatch, Hunk, PatchFile
-from envlock.sources import copy_tree, tree_digest
 from envlock.store import Store
+from envlock.trees import copy_tree, tree_digest
 
 State = Literal["applies", "already-applied", "conflict"]
 _REGULAR = 0o100644

@@ -22,8 +22,8 @@ from envlock.errors import PatchError, UsageError
 from envlock.lockfile import LockedPatch
 from envlock.patchapply import HunkFailure, TreeView
 from envlock.patchfile import PatchFile, parse_patch, parse_patch_file, written_header
-from envlock.sources import copy_tree
 from envlock.store import write_atomic
+from envlock.trees import copy_tree
 
 _EDIT_STATE = "envlock-edit.json"
 

@@ -12,11 +12,8 @@ A path source is copied into ``sources/path-<tree digest>`` so builds never writ
 workspace. ``--override-source NAME=PATH`` (Nix's ``--override-input``) takes a local tree
 instead of the pin; the result says so in ``notice``.
 
-Tree digest: ``sha256:`` over a sorted walk of the tree (POSIX relative path, entry type,
-executable bit, file bytes or symlink target). ``.git`` and ``__pycache__`` are left out.
-A symlink is hashed by its text, so a tree whose links lead out of it (an absolute target,
-or ``..`` past its top, also through other links) is refused: the digest would not cover the
-content a build reads through them.
+Each tree is pinned by its content digest (``trees.tree_digest``), which refuses a path
+source whose links lead out of it.
 
 A path source's own path may be (or go through) a symlink, also to a folder outside the
 workspace: the spec's check of it is lexical, and what the digest covers is the content it
@@ -29,28 +26,18 @@ import hashlib
 import os
 import re
 import shutil
-import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from envlock import runner
-from envlock.errors import SourceError, SourceTreeError, UsageError, redact
+from envlock.errors import SourceError, UsageError, redact
 from envlock.lockfile import LockedPatch, LockedSource
 from envlock.spec import COMMIT_ID, SourceSpec
 from envlock.store import Store
+from envlock.trees import PATH_SOURCE_EPOCH, copy_tree, tree_digest
 
 _SHORT_HEX = re.compile(r"[0-9a-f]{4,39}")
-IGNORED_NAMES = frozenset({".git", "__pycache__"})
-
-# Linux's limit on symlinks followed in one path lookup (ELOOP): a chain longer than this
-# is not followed by the build either.
-_MAX_LINKS = 40
-
-# SOURCE_DATE_EPOCH for trees without a commit (path sources, overrides): a fixed value
-# (1980-01-01T00:00:00Z, the earliest a zip file can record) rather than the newest mtime,
-# so two trees with one digest build the same wheel whatever their files' mtimes.
-PATH_SOURCE_EPOCH = 315532800
 
 
 @dataclass(frozen=True)
@@ -117,162 +104,6 @@ def parse_override(value: str) -> tuple[str, Path]:
     if not folder.is_dir():
         raise UsageError(f"--override-source {value!r}: {folder} is not a directory")
     return name, folder.resolve()
-
-
-# -- tree digests ------------------------------------------------------------
-
-
-def walk_tree(root: Path) -> Iterator[tuple[str, Path]]:
-    """Every file and symlink under ``root`` as (POSIX relative path, path), sorted by relative path."""
-    entries: list[tuple[str, Path]] = []
-
-    def visit(folder: Path, prefix: str) -> None:
-        with os.scandir(folder) as it:
-            for entry in it:
-                if entry.name in IGNORED_NAMES:
-                    continue
-                rel = f"{prefix}{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
-                    visit(Path(entry.path), rel + "/")
-                else:
-                    entries.append((rel, Path(entry.path)))
-
-    visit(root, "")
-    yield from sorted(entries)
-
-
-def tree_digest(root: Path, *, within: Path | None = None, name: str | None = None,
-                links_inside: bool = True) -> str:
-    """Content digest of a tree: sorted paths, entry type, exec bit, bytes or symlink target.
-
-    ``SourceTreeError`` (naming every such link) when a symlink leads out of ``within`` (default:
-    ``root``; a build's subdirectory passes its source tree: it may be a link itself, and its
-    links may lead elsewhere in the source). ``name`` names the tree in that message.
-    ``links_inside=False``: digest only, for a git commit's tree (see ``checkout``).
-    """
-    if not links_inside:
-        return _digest(root, [])
-    top = within if within is not None else root
-    shown = name or str(top)
-    lexical = root.relative_to(top).parts
-    # Links are followed from where the files really are: a subdirectory may be a link.
-    base = _resolve_within(top, lexical)
-    if isinstance(base, _Escape):
-        through = f" (through the symlink {base})" if base.link else ""
-        raise SourceTreeError(f"{shown}: subdirectory {'/'.join(lexical)} leads outside the source tree{through}; "
-                              "expected a folder inside it")
-    links: list[tuple[str, str]] = []
-    digest = _digest(root, links)
-    # A link that stays in the source but leaves the subdirectory is hashed by its text, as
-    # it is copied: a build gets the subdirectory alone (build._run_build), where such a
-    # link leads to nothing of the source.
-    _check_links(top, base, lexical, links, shown)
-    return digest
-
-
-def check_links(root: Path, *, name: str | None = None) -> None:
-    """``SourceTreeError`` when a symlink under ``root`` leads out of it (see ``tree_digest``),
-    without reading any file: for a tree that is pinned otherwise (a FetchContent commit)."""
-    links = [(rel, os.readlink(path)) for rel, path in walk_tree(root) if path.is_symlink()]
-    _check_links(root, (), (), links, name or str(root))
-
-
-def _check_links(top: Path, base: tuple[str, ...], lexical: tuple[str, ...], links: list[tuple[str, str]],
-                 shown: str) -> None:
-    """Raise ``SourceTreeError`` naming every link (relative path, target) under ``base`` (where
-    the tree really is, relative to ``top``) that leads out of ``top``."""
-    escapes: list[str] = []
-    for rel, target in links:
-        real = (*base, *rel.split("/"))
-        leads = _resolve_within(top, real)
-        if isinstance(leads, _Escape):
-            through = "" if leads.link == "/".join(real) else f" (through the symlink {leads})"
-            escapes.append(f"symlink {'/'.join((*lexical, rel))} -> {target} leads outside the source tree{through}")
-    # The digest would pin a link's text while a build reads what it points to: a file
-    # outside could change (or differ on another machine) under the same digest.
-    expected = "expected links that stay inside it (a link is hashed by its text, not by what it points to)"
-    if len(escapes) == 1:
-        raise SourceTreeError(f"{shown}: {escapes[0]}; {expected}")
-    if escapes:
-        raise SourceTreeError(f"{shown}: {len(escapes)} symlinks lead outside the source tree; {expected}",
-                              details=escapes)
-
-
-def _digest(root: Path, links: list[tuple[str, str]]) -> str:
-    """The digest of the tree at ``root``; each symlink's (relative path, target) is added to ``links``."""
-    h = hashlib.sha256()
-    for rel, path in walk_tree(root):
-        st = path.lstat()
-        if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(path)
-            links.append((rel, target))
-            kind, data = b"l", os.fsencode(target)
-        elif stat.S_ISREG(st.st_mode):
-            kind = b"x" if st.st_mode & 0o100 else b"f"
-            data = path.read_bytes()
-        else:
-            raise SourceError(f"{path}: not a regular file, directory or symlink")
-        name = os.fsencode(rel)  # raw bytes: a name need not be UTF-8
-        h.update(kind + len(name).to_bytes(4, "big") + name + len(data).to_bytes(8, "big") + data)
-    return "sha256:" + h.hexdigest()
-
-
-@dataclass(frozen=True)
-class _Escape:
-    """The symlink by which a path leaves its tree (``link`` relative to the tree; empty if none)."""
-
-    link: str
-    target: str
-
-    def __str__(self) -> str:
-        return f"{self.link} -> {self.target}"
-
-
-def _resolve_within(top: Path, parts: Sequence[str]) -> tuple[str, ...] | _Escape:
-    """Where ``parts`` (relative to ``top``) lead with every symlink on the way followed, as parts
-    relative to ``top``; or the link whose target leaves ``top`` (``_Escape``).
-
-    Step by step, as the kernel resolves a path, not lexically: ``a/b/..`` is not ``a`` when
-    ``a/b`` is a link. A way that leaves the tree and comes back in (``../tree/x``) leaves it
-    too: a copy of the tree (the store's, the build's) has another name and another parent.
-    """
-    no_link = _Escape("", "")
-    todo = [(part, no_link) for part in parts]  # each part with the link whose target it came from
-    here: list[str] = []
-    hops = 0
-    while todo:
-        part, origin = todo.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not here:
-                return origin
-            here.pop()
-            continue
-        path = top.joinpath(*here, part)
-        if not path.is_symlink():
-            here.append(part)
-            continue
-        hops += 1
-        if hops > _MAX_LINKS:  # a loop, or a chain too long: the build cannot follow it either
-            return tuple(here)
-        target = os.readlink(path)
-        link = _Escape("/".join([*here, part]), target)
-        if os.path.isabs(target):
-            return link
-        todo = [(p, link) for p in target.split("/")] + todo  # relative to the link's folder, ``here``
-    return tuple(here)
-
-
-def copy_tree(src: Path, dest: Path) -> None:
-    """Copy a tree (symlinks as symlinks, modes kept, ``.git``/``__pycache__`` left out) into ``dest``."""
-    shutil.copytree(
-        src,
-        dest,
-        symlinks=True,
-        ignore=shutil.ignore_patterns(*IGNORED_NAMES),
-        dirs_exist_ok=True,
-    )
 
 
 # -- git ---------------------------------------------------------------------

@@ -17,11 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock import building
 from envlock.drift import drift, frozen_drift, frozen_stamp_inputs, stamp_inputs
 from envlock.errors import FetchError, LockError, SpecError, UsageError
-from envlock.locking import load_env_lock_ref, lock_spec
 from envlock.lockfile import Lock, read_lock
+from envlock.lockrefs import load_env_lock_ref
 from envlock.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_set
 from envlock.realize import SyncResult, SyncTarget, realize
 from envlock.spec import load_env_spec, read_spec
@@ -85,6 +84,8 @@ def sync(ws: Workspace, env: str, options: SyncOptions, *, progress: Progress | 
     lock, downloaded, fetched = todo.lock, 0, 0
     relocked = False
     if todo.relock:
+        from envlock.locking import lock_spec  # lazy, with building below: see docs/architecture.md
+
         assert todo.spec is not None
         locked = lock_spec(ws, env, todo.spec, todo.mirrors, progress)
         lock, relocked = locked.lock, locked.changed
@@ -93,11 +94,13 @@ def sync(ws: Workspace, env: str, options: SyncOptions, *, progress: Progress | 
     else:
         stray = todo.mirrors.stray_note(ws)  # "" offline: no index is read
     assert lock is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
-    if todo.builds and todo.spec is not None and todo.lock_path is not None:
+    if todo.builds and todo.spec is not None and todo.spec.builds and todo.lock_path is not None:
+        from envlock import building
+
         # Offline, nothing is built (a build resolves and installs its requirements from the
         # index): a locally built wheel then comes from the store, or is named missing by fetch.
-        lock, report = building.ensure_builds(ws, todo.spec, lock, todo.lock_path, mirrors=todo.mirrors,
-                                              frozen=options.frozen, on_build=on_build, progress=progress)
+        lock, report = building.ensure_builds(ws, todo.spec, lock, todo.lock_path, todo.mirrors, frozen=options.frozen,
+                                              progress=progress, on_build=on_build)
         if report is not None:  # the env's wheels a non-isolated build needed were fetched for it
             downloaded, fetched = downloaded + report.downloaded, fetched + report.fetched
     target, stale = _target(ws, todo, lock)

@@ -56,7 +56,7 @@ def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str |
 def verify_workspace_env(ws: Workspace, store: Store, env: str, lock_ref: str | None = None) -> VerifyResult:
     """``envlock verify ENV [--lock REF]``: the current generation checked against the lock named
     (default: the workspace's lock of the env, if there is one; else its own digest, and said)."""
-    from envlock.locking import load_env_lock_ref
+    from envlock.lockrefs import load_env_lock_ref
 
     lock: Lock | None
     writable = True

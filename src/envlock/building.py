@@ -1,0 +1,558 @@
+"""Local builds, as ``envlock build`` runs them and as ``lock`` and ``sync`` need them.
+
+The recipe (``build_env``): read the lock; prepare the sources the wanted builds read (fetched
+or snapshotted, then patched) and gather what every build of the env reads into one
+``BuildSession``; plan each build (its request, with its FetchContent inputs checked out, and
+its input digest); then carry the plans out and record the wheels in the lock. ``lock`` keeps
+the build records whose inputs did not move (``carry_builds``); ``sync`` builds what the
+wheelhouse lacks (``ensure_builds``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import parse_wheel_filename
+
+from envlock import build, fetch, resolve, sources
+from envlock.drift import drift
+from envlock.errors import (
+    BuildError,
+    LockChangedError,
+    LockError,
+    PatchError,
+    SourceError,
+    SpecError,
+    UsageError,
+)
+from envlock.fetch import FetchResult, Locate
+from envlock.lockfile import Artifact, Lock, LockedBuild, LockedPackage, LockedSource, LockFile, canonicalize_name
+from envlock.mirrors import SOURCE_ENV_PREFIX, MirrorOptions, Mirrors, env_var, package_locator
+from envlock.patchapply import PatchedTree, apply_all
+from envlock.patchfile import load_patches
+from envlock.progress import Progress
+from envlock.quick import file_sha256
+from envlock.spec import COMMIT_ID, BuildSpec, EnvSpec, SourceSpec, load_env_spec
+from envlock.store import Store, replace_if_unchanged
+from envlock.workspace import Workspace
+
+#: Under the wheelhouse: builds of an ``--override-source`` tree (never named by a lock).
+OVERRIDE_WHEELHOUSE = "overrides"
+
+# -- sources -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """A source fetched (or snapshotted) into the store, and its patched tree."""
+
+    prepared: sources.PreparedSource
+    patched: PatchedTree
+
+    def locked(self) -> LockedSource:
+        return self.prepared.locked(self.patched.patches)
+
+
+def pinned_commit(src: SourceSpec, lock: Lock | None) -> str | None:
+    """The commit to use for a git source: the spec's full hash, else the one the lock resolved
+    from this very URL and branch or tag (a branch is followed only when asked to relock)."""
+    if src.git is None:
+        return None
+    if src.rev and COMMIT_ID.fullmatch(src.rev):
+        return src.rev
+    locked = lock.sources.get(src.name) if lock is not None else None
+    if (locked is not None and locked.kind == "git" and locked.location == src.git and locked.commit
+            and locked.rev == (src.rev or "HEAD")):
+        return locked.commit
+    return None  # resolved now (``git ls-remote``); the lock then records it
+
+
+def prepare_sources(
+    ws: Workspace,
+    spec: EnvSpec,
+    store: Store,
+    *,
+    lock: Lock | None = None,
+    overrides: Mapping[str, Path] | None = None,
+    names: set[str] | None = None,
+    mirrors: Mirrors | None = None,
+) -> dict[str, SourceState]:
+    """Fetch or snapshot each source (only ``names``, if given) and apply its patches."""
+    mirrors = mirrors or Mirrors()
+    overrides = overrides or {}
+    unknown = sorted(set(overrides) - set(spec.sources))
+    if unknown:
+        known = ", ".join(sorted(spec.sources)) or "none"
+        raise UsageError(f"--override-source {unknown[0]}=...: {spec.path} has no [sources.{unknown[0]}]; "
+                         f"sources: {known}")
+    out: dict[str, SourceState] = {}
+    for name, src in sorted(spec.sources.items()):
+        if names is not None and name not in names:
+            continue
+        with mirrors.source_hint(name, src.git):
+            prepared = sources.prepare(src, store, ws.root, commit=pinned_commit(src, lock),
+                                       override=overrides.get(name), fetch_from=mirrors.sources.get(name))
+        patches = load_patches(ws.root, src.patches)
+        try:
+            patched = apply_all(name, prepared.tree, prepared.tree_digest, patches, store)
+        except PatchError as exc:
+            if name not in overrides:
+                raise
+            raise PatchError(exc.message, details=[
+                *exc.details, f"--override-source {name}=...: the spec's patches are applied to that tree, so it "
+                "must be unpatched (a `patch edit` work dir has them applied already)"]) from None
+        out[name] = SourceState(prepared, patched)
+    return out
+
+
+def sources_for_lock(ws: Workspace, spec: EnvSpec, store: Store, old: Lock | None,
+                     mirrors: Mirrors) -> dict[str, SourceState]:
+    """Every source of the spec prepared for ``lock`` (the commits ``old`` pinned are kept)."""
+    if not spec.sources:
+        return {}
+    return prepare_sources(ws, spec, store, lock=old, mirrors=mirrors)
+
+
+def _project_name(project: Path) -> str | None:
+    """The static ``[project] name`` of ``project``'s pyproject.toml, if it has one."""
+    try:
+        name = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, AttributeError):
+        return None  # the build backend reports what it cannot read
+    return name if isinstance(name, str) and name else None
+
+
+def resolve_build_inputs(
+    spec: EnvSpec, states: Mapping[str, SourceState]
+) -> tuple[dict[Any, Path], tuple[str, ...], dict[str, str]]:
+    """For the resolver: each built package's patched source dir (its metadata), the build
+    requirements of ``isolation = false`` builds (locked with the env), and the builds' env."""
+    build_sources: dict[Any, Path] = {}
+    extra: set[str] = set()
+    env: dict[str, str] = {}
+    for pkg in spec.packages.values():
+        if pkg.build and pkg.build in spec.builds:
+            b = spec.builds[pkg.build]
+            tree = states[b.source].patched.tree
+            project = tree / b.subdirectory if b.subdirectory else tree
+            if not project.is_dir():  # else uv reports "Distribution not found" as a failed resolution
+                raise SpecError(f"{spec.path}: builds.{pkg.build}.subdirectory: expected a folder of source "
+                                f"{b.source!r} (as patched), found no {b.subdirectory!r} there")
+            if (named := _project_name(project)) is not None and canonicalize_name(named) != pkg.name:
+                # Else uv's "metadata name does not match" reads as a failed resolution, exit 1.
+                where = f"{b.subdirectory}/pyproject.toml" if b.subdirectory else "pyproject.toml"
+                raise SpecError(f"{spec.path}: [builds.{pkg.build}]: source {b.source!r} builds project "
+                                f"{named!r} ({where}), expected {pkg.build!r}: a build makes the package of its "
+                                f"own name; name the build (and its package) {named!r}")
+            build_sources[pkg.name] = project
+            env.update(b.env)
+            if not b.isolation:
+                extra.update(b.requires)
+    return build_sources, tuple(sorted(extra)), env
+
+
+# -- the session: what every build of one env reads --------------------------
+
+
+@dataclass(frozen=True)
+class BuildSession:
+    """What the builds of one env read, gathered once: its prepared sources, the lock whose
+    packages a non-isolated build runs against, the index its build requirements resolve on,
+    and where git repositories and the env's wheels are fetched from.
+
+    ``build_env`` and ``carry_builds`` make their requests here, so that a digest computed
+    by one is the digest the other computes.
+    """
+
+    ws: Workspace
+    spec: EnvSpec
+    store: Store
+    states: Mapping[str, SourceState]
+    lock: Lock
+    index_url: str  # the default index, as ``lock`` resolves against it
+    mirrors: Mirrors  # where git repositories (sources, FetchContent inputs) and indexes are read
+    progress: Progress | None = None  # of the env's wheels fetched for non-isolated builds
+    locate: Locate | None = None  # where those wheels are downloaded from (a sync's --index)
+
+    def ready(self, builds: Sequence[BuildSpec]) -> list[BuildSpec]:
+        """Those of ``builds`` whose source is prepared."""
+        return [b for b in builds if b.source in self.states]
+
+    def env_packages(self, builds: Sequence[BuildSpec]) -> tuple[tuple[build.BuildEnvPackage, ...],
+                                                                  tuple[FetchResult, ...]]:
+        """The env's locked wheels that ``isolation = false`` builds among ``builds`` run against,
+        and the fetch that brought them into the store (none if every build is isolated).
+
+        Reading their metadata needs the env's runtime wheels in the store (a sync fetches
+        them anyway).
+        """
+        if all(b.isolation for b in builds):
+            return (), ()
+        local = {canonicalize_name(n) for n in self.spec.builds}
+        runtime = [p.wheels[0] for p in self.lock.packages if p.name not in local]
+        got = fetch.fetch(runtime, self.store, base_dir=self.ws.lock_path(self.spec.name).parent,
+                          progress=self.progress, locate=self.locate)
+        return build.env_packages_from_lock(self.lock, self.store, exclude=tuple(local)), (got,)
+
+    def request(self, b: BuildSpec, env_packages: tuple[build.BuildEnvPackage, ...],
+                recorded: LockedBuild | None = None) -> build.BuildRequest:
+        """What to build for ``b`` (its source prepared), its FetchContent inputs checked out now;
+        ``recorded``'s build requirements are taken instead of resolving them anew (a frozen rebuild)."""
+        state = self.states[b.source]
+        return build.BuildRequest(
+            b, state.patched.tree, state.prepared.source_date_epoch, self.spec.python, self.spec.platform,
+            self.index_url, () if b.isolation else env_packages,
+            recorded.requirements if recorded is not None else None,
+            checkout_fetchcontent(b, self.store, self.mirrors.sources),
+        )
+
+
+def checkout_fetchcontent(b: BuildSpec, store: Store, mirrors: Mapping[str, str]) -> dict[str, Path]:
+    """Each FetchContent input of ``b`` checked out into the store, by name (from ``mirrors[name]``
+    when there is one: the commit is checked either way); a ``BuildError`` names the input that failed."""
+    checkouts = {}
+    for dep in b.fetchcontent:
+        mirror = mirrors.get(dep.name)
+        try:
+            checkouts[dep.name] = sources.checkout(store, dep.git, dep.rev, fetch_from=mirror).tree
+        except SourceError as exc:
+            var = env_var(SOURCE_ENV_PREFIX, dep.name)
+            hint = [] if mirror else [f"no access to {dep.git}? fetch the pinned commit from a clone or mirror: "
+                                      f"--source {dep.name}=URL (or {var}=URL)"]
+            raise BuildError(f"[builds.{b.name}]: fetchcontent.{dep.name}: {exc.message}",
+                             details=[*exc.details, *hint]) from None
+    return checkouts
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How ``build_env`` builds, and whom it tells."""
+
+    check: bool = False  # also rebuild each from scratch and compare; never write the lock
+    frozen: bool = False  # rebuild what the lock records, from its build requirements; never write the lock
+    overrides: Mapping[str, Path] = field(default_factory=dict)  # --override-source NAME=DIR
+    progress: Progress | None = None  # of the env's wheels fetched for non-isolated builds
+    on_build: Callable[[str, str], None] | None = None  # (name, input digest), before each build that runs
+
+
+def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[BuildSpec], mirrors: Mirrors,
+                  options: BuildOptions) -> BuildSession:
+    """The sources of ``wanted`` prepared, and the mirrors the builds read, for ``build_env``."""
+    store = Store.open()
+    states = prepare_sources(ws, spec, store, lock=lock, overrides=options.overrides,
+                             names={b.source for b in wanted}, mirrors=mirrors)
+    mirrors.register_credentials()  # the env's wheels a non-isolated build reads come from them
+    by_package = mirrors.for_packages(lock)
+    locate = package_locator(lock.packages, by_package) if by_package else None
+    default_url = resolve.index_urls(spec, mirrors.indexes)[spec.default_index.name]  # as `lock` resolves against
+    return BuildSession(ws, spec, store, states, lock, default_url, mirrors, options.progress, locate)
+
+
+# -- envlock build -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What ``build_env`` built, checked and recorded (``to_dict``: its ``--json``)."""
+
+    env: str
+    lock: Path
+    builds: tuple[build.BuiltWheel, ...]
+    checks: tuple[build.CheckResult, ...]
+    notices: tuple[str, ...]
+    lock_changed: bool
+    new_lock: Lock  # the lock with these builds (written when lock_changed)
+    downloaded: int = 0  # bytes of the env's wheels brought into the store for non-isolated builds
+    fetched: int = 0  # how many of them
+
+    @property
+    def rebuilt(self) -> int:
+        return sum(1 for b in self.builds if b.rebuilt)
+
+    @property
+    def reproducible(self) -> bool:
+        return all(c.reproducible for c in self.checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "lock": str(self.lock),
+            "lock-changed": self.lock_changed,
+            "rebuilt": self.rebuilt,
+            "builds": [b.to_dict() for b in self.builds],
+            "checks": [c.to_dict() for c in self.checks],
+            "reproducible": self.reproducible,
+            "notices": list(self.notices),
+        }
+
+
+@dataclass(frozen=True)
+class PlannedBuild:
+    """One build of ``build_env``, planned: its request, its inputs digested, and what the lock
+    records of it."""
+
+    request: build.BuildRequest
+    plan: build.BuildPlan
+    recorded: LockedBuild | None
+    overridden: bool  # its source is an --override-source tree
+
+    @property
+    def name(self) -> str:
+        return self.request.spec.name
+
+    @property
+    def same_inputs(self) -> bool:
+        """Whether the lock records a build of these very inputs."""
+        return self.recorded is not None and self.recorded.input_digest == self.plan.input_digest
+
+
+def build_env(ws: Workspace, env: str, packages: tuple[str, ...] = (), options: BuildOptions | None = None,
+              asked: MirrorOptions | None = None) -> BuildReport:
+    """``envlock build ENV [PKG...]``: build the env's ``[builds.*]`` (or just ``packages``) into the
+    wheelhouse and record them in its lock, reading the mirrors ``asked`` and the environment name."""
+    options = options or BuildOptions()
+    spec = load_env_spec(ws, env, check_paths=not options.overrides)
+    return build_spec(ws, spec, Mirrors.of(spec, asked), packages, options)
+
+
+def build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[str, ...] = (),
+               options: BuildOptions | None = None) -> BuildReport:
+    """Build ``spec``'s ``[builds.*]`` (or just ``packages``) into the wheelhouse and record them in its lock.
+
+    The lock (``envlock lock``) must exist: ``isolation = false`` builds run against its
+    packages. Records each source's commit and patch digests, each build's input digest
+    and wheel sha256, and a PEP 751 entry pointing at the wheelhouse. ``options.check``: every
+    build is also rebuilt from scratch and compared. An ``--override-source`` build is never
+    recorded in the lock. ``options.frozen``: rebuild what the lock records, from its build
+    requirements, and leave the lock as it is.
+    """
+    options = options or BuildOptions()
+    env, check, frozen = spec.name, options.check, options.frozen
+    lock_path = ws.lock_path(env)
+    old = LockFile.read(lock_path)
+    if old.text is None:
+        raise LockError(f"{lock_path}: no lock file; create it with `envlock lock {env}` before building")
+    lock = Lock.from_toml(old.text, lock_path)
+    wanted = _wanted_builds(spec, packages)
+    session = _open_session(ws, spec, lock, wanted, mirrors, options)
+    planned, fetched = plan_builds(session, wanted, frozen=frozen)
+    built, checks, moved = _carry_out(session, planned, check=check, frozen=frozen, on_build=options.on_build)
+    new = _with_builds(session, lock_path, built)
+    overridden = any(s.prepared.override is not None for s in session.states.values())
+    # PEP 751 validity comes from the writer, as in lock_env (tests load every shape it writes).
+    text = new.to_toml()
+    changed = text != old.text
+    written = changed and not frozen and not overridden and not check  # a check is a diagnosis: it never writes
+    if written and not replace_if_unchanged(lock_path, old.data, text.encode()):
+        raise LockChangedError(f"{ws.relative(lock_path)}: changed by another envlock while this build ran; "
+                               f"the lock was not written. The wheels just built are in the store: "
+                               f"`envlock build {env}` again records them without building")
+    notices = tuple(n for s in session.states.values() if (n := s.prepared.notice)) + tuple(moved)
+    if overridden:
+        notices += (f"the lock was not updated: an overridden source is not a pin; its build is in "
+                    f"{ws.relative(ws.wheelhouse / OVERRIDE_WHEELHOUSE)}/, which no sync installs (try it in "
+                    f"a venv of your own: `uv pip install` it into one made from `envlock path {env}`'s python)",)
+    elif changed and check and not frozen:
+        notices += (f"--check does not write the lock: `envlock build {env}` records these builds in "
+                    f"{ws.relative(lock_path)}",)
+    return BuildReport(env, lock_path, tuple(built), tuple(checks), notices, written, new,
+                       downloaded=sum(f.downloaded for f in fetched),
+                       fetched=sum(1 for f in fetched for a in f.artifacts if a.source != "store"))
+
+
+def _wanted_builds(spec: EnvSpec, packages: tuple[str, ...]) -> list[BuildSpec]:
+    """The spec's builds named by ``packages`` (all of them when none is), each once."""
+    wanted = list(spec.builds.values())
+    if not packages:
+        return wanted
+    by_name = {canonicalize_name(b.name): b for b in wanted}  # a build's name is its table key
+    unknown = [p for p in packages if canonicalize_name(p) not in by_name]
+    if unknown:
+        known = ", ".join(sorted(spec.builds)) or "none"
+        raise UsageError(f"{spec.path}: no [builds.{unknown[0]}]; builds: {known}")
+    return list({canonicalize_name(p): by_name[canonicalize_name(p)] for p in packages}.values())
+
+
+def plan_builds(session: BuildSession, wanted: Sequence[BuildSpec], *,
+                frozen: bool) -> tuple[tuple[PlannedBuild, ...], tuple[FetchResult, ...]]:
+    """Plan each of ``wanted`` (its FetchContent inputs checked out, its inputs digested) before
+    any is built; and the fetch of the env's wheels that planning needed.
+
+    ``frozen``: each is planned from the build requirements the lock records, and one whose
+    inputs moved since the lock is refused (a ``LockError`` naming what changed).
+    """
+    wanted = session.ready(wanted)
+    env_packages, fetched = session.env_packages(wanted)
+    planned = []
+    for b in wanted:
+        recorded = session.lock.builds.get(b.name)
+        request = session.request(b, env_packages, recorded if frozen else None)
+        one = PlannedBuild(request, build.plan(request, session.store), recorded,
+                           session.states[b.source].prepared.override is not None)
+        if frozen and one.recorded is not None and not one.same_inputs:
+            raise _moved_since_the_lock(session, one)
+        planned.append(one)
+    return tuple(planned), fetched
+
+
+def _moved_since_the_lock(session: BuildSession, one: PlannedBuild) -> LockError:
+    """Inputs edited since the lock (a patch, a path source) cannot give the recorded wheel:
+    said before a build is spent on it."""
+    ws, env = session.ws, session.spec.name
+    assert one.recorded is not None
+    why = _input_drift(session, one)
+    return LockError(f"{ws.relative(ws.lock_path(env))}: --frozen, but the inputs of {one.name} changed since the "
+                     f"lock (input digest {one.recorded.input_digest[:19]}, now {one.plan.input_digest[:19]}), so "
+                     f"the recorded wheel cannot be rebuilt; restore them, or sync without --frozen (`envlock "
+                     f"sync {env}` relocks and rebuilds)", details=why)
+
+
+def _input_drift(session: BuildSession, one: PlannedBuild) -> list[str]:
+    """What changed since the lock in the inputs of ``one`` (``lock --check``'s reasons that name
+    its build or its source; the other sources are not read)."""
+    source = one.request.spec.source
+    return drift(session.ws, session.spec.name, session.spec, session.lock, sources={source}).about(one.name, source)
+
+
+def _carry_out(session: BuildSession, planned: Sequence[PlannedBuild], *, check: bool, frozen: bool,
+               on_build: Callable[[str, str], None] | None,
+               ) -> tuple[list[build.BuiltWheel], list[build.CheckResult], list[str]]:
+    """Build (or take) each planned wheel, and with ``check`` build it again and compare; the
+    notices of ``--check`` on builds whose inputs the lock does not record."""
+    ws, store = session.ws, session.store
+    built: list[build.BuiltWheel] = []
+    checks: list[build.CheckResult] = []
+    moved: list[str] = []  # --check: builds whose inputs are not the ones the lock records
+    for one in planned:
+        request, plan_, recorded = one.request, one.plan, one.recorded
+        held = (build.recorded_wheel(request, plan_, ws.wheelhouse, recorded)
+                if recorded is not None and not (check or frozen or one.overridden) else None)
+        if on_build is not None and held is None and not build.is_built(plan_, store):  # a stored wheel: a copy
+            on_build(one.name, plan_.input_digest)
+        # Into the wheelhouse only what the lock names (or will, when this build is recorded): an
+        # overridden tree's build goes beside it, a check's or a frozen rebuild's stays in the store
+        # until it proves to be the recorded wheel. A sync installs only what the lock names.
+        if one.overridden:
+            house: Path | None = ws.wheelhouse / OVERRIDE_WHEELHOUSE
+        else:
+            house = None if frozen or check else ws.wheelhouse
+        wheel = held or build.build_wheel(request, store, house, plan_=plan_)
+        if house is None and recorded is not None and wheel.sha256 == recorded.sha256:
+            wheel = build.place(wheel, ws.wheelhouse)
+        built.append(wheel)
+        if not check:
+            continue
+        expected = recorded.sha256 if recorded is not None and one.same_inputs else None
+        checks.append(build.check(request, store, house, expected_sha256=expected, plan_=plan_, first=wheel))
+        if recorded is not None and not one.same_inputs:
+            what = "; ".join(_input_drift(session, one)) or "inputs changed"
+            moved.append(f"{one.name}: the lock records a build of other inputs ({what}; input digest "
+                         f"{recorded.input_digest[:19]}, now {plan_.input_digest[:19]}): --check compared two "
+                         "builds of the inputs as they are now")
+    return built, checks, moved
+
+
+def _with_builds(session: BuildSession, lock_path: Path, built: Sequence[build.BuiltWheel]) -> Lock:
+    """The session's lock with ``built`` recorded: their sources' pins, their build records and a
+    PEP 751 entry for each wheel (relative to the lock's folder)."""
+    ws, lock = session.ws, session.lock
+    pkgs = {p.name: p for p in lock.packages}
+    for w in built:
+        name, version = parse_wheel_filename(w.filename)[:2]
+        rel = os.path.relpath(ws.wheelhouse / w.filename, lock_path.parent).replace(os.sep, "/")
+        artifact = Artifact(sha256=w.sha256, path=rel, size=w.wheel.stat().st_size)
+        pkgs[name] = LockedPackage(name, str(version), (artifact,))
+    new = replace(
+        lock,
+        sources={**lock.sources, **{n: s.locked() for n, s in session.states.items()}},
+        builds={**lock.builds, **{w.name: w.locked() for w in built}},
+        packages=tuple(sorted(pkgs.values(), key=lambda p: p.name)),
+    )
+    if new.install_digest() != lock.install_digest():
+        new = new.with_venv_digest(None)
+    return new
+
+
+# -- builds for lock and sync ------------------------------------------------
+
+
+def carry_builds(session: BuildSession, old: Lock | None) -> tuple[Lock, tuple[FetchResult, ...]]:
+    """The session's (new) lock with the old lock's build records (and PEP 751 entries) whose
+    input digest is unchanged; and the fetch of the env's wheels that computing them needed.
+
+    A relock of an unchanged spec then gives the same bytes; a build whose inputs moved
+    drops out until ``envlock build`` (or ``sync``) builds it again.
+    """
+    spec, lock = session.spec, session.lock
+    if old is None or not old.builds or not spec.builds:
+        return lock, ()
+    ready = session.ready(list(spec.builds.values()))
+    env_packages, fetched = session.env_packages(ready)
+    kept_builds = {}
+    kept_packages = []
+    old_packages = {p.name: p for p in old.packages}
+    for b in ready:
+        recorded = old.builds.get(b.name)
+        package = old_packages.get(canonicalize_name(b.name))
+        if recorded is None or package is None:
+            continue  # nothing to keep: its FetchContent inputs are not fetched for it either
+        request = session.request(b, env_packages)
+        if build.plan(request, session.store).input_digest == recorded.input_digest:
+            kept_builds[b.name] = recorded
+            kept_packages.append(package)
+    if not kept_builds:
+        return lock, fetched
+    packages = sorted([*lock.packages, *kept_packages], key=lambda p: p.name)
+    return replace(lock, builds=kept_builds, packages=tuple(packages)), fetched
+
+
+def ensure_builds(ws: Workspace, spec: EnvSpec, lock: Lock, lock_path: Path, mirrors: Mirrors, *, frozen: bool,
+                  progress: Progress | None = None,
+                  on_build: Callable[[str, str], None] | None = None) -> tuple[Lock, BuildReport | None]:
+    """Before a sync: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
+
+    Unfrozen, the lock gets the build records; ``--frozen`` rebuilds only to restore a
+    recorded wheel and fails if the rebuild is not bit-identical to it. Returns the lock
+    and the report of the builds run (None: none were needed).
+    """
+    env = spec.name
+    missing = _unbuilt(spec, lock, lock_path)
+    if not missing:
+        return lock, None
+    report = build_spec(ws, spec, mirrors, missing, BuildOptions(frozen=frozen, progress=progress, on_build=on_build))
+    if not frozen:
+        return report.new_lock, report
+    for w in report.builds:
+        recorded = lock.builds.get(w.name)
+        if recorded is None:
+            raise LockError(f"{lock_path}: --frozen, but the lock has no build of {w.name}; "
+                            f"run `envlock build {env}` first")
+        if recorded.sha256 != w.sha256:  # same inputs (build_env refuses moved ones), other bytes
+            raise BuildError(
+                f"{ws.relative(lock_path)}: --frozen: rebuilt {w.filename} is not the recorded wheel (recorded "
+                f"sha256 {recorded.sha256}, rebuilt {w.sha256}, input digest unchanged): the build is not "
+                f"reproducible; `envlock build {env} {canonicalize_name(w.name)} --check` names the files "
+                "that differ")
+    return lock, report
+
+
+def _unbuilt(spec: EnvSpec, lock: Lock, lock_path: Path) -> tuple[str, ...]:
+    """The spec's builds whose wheel the lock does not record, or records at a path that does not
+    hold it (sha256 compared)."""
+    missing = []
+    for b in spec.builds.values():
+        recorded = lock.builds.get(b.name)
+        package = lock.package(b.name)
+        art = package.wheels[0] if package is not None else None
+        if recorded is None or art is None or art.path is None:
+            missing.append(b.name)
+            continue
+        # Streamed: a local build can be hundreds of MB.
+        if file_sha256(str(lock_path.parent / art.path)) != art.sha256:
+            missing.append(b.name)
+    return tuple(missing)
