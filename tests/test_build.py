@@ -17,9 +17,9 @@ import pytest
 
 from envlock import build, patch, runner, sources
 from envlock.errors import BuildError, SourceTreeError
-from envlock.install import find_python
 from envlock.spec import BuildSpec, FetchContentInput, SourceSpec
 from envlock.store import Store
+from envlock.target import find_python
 from kit import sglike
 from kit.index import IndexServer
 from kit.locks import sha256_of

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from envlock import generations
+from envlock.digest import stored_manifest
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
 from envlock.sync import verify_env
-from envlock.verify import stored_manifest
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
 from kit.wheels import build_wheel

@@ -228,7 +228,7 @@ def lock_env(
     ``spec``: the env's spec when the caller has read it already. ``progress``: of the
     downloads that hash wheels an index publishes no hash for.
     """
-    from envlock import http, resolve
+    from envlock import fetch, http, resolve
     from envlock.store import Store
 
     spec = spec or load_env_spec(ws, env)
@@ -255,7 +255,8 @@ def lock_env(
     try:
         resolution = resolve.resolve(spec, resolve.ResolveInputs(
             index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
-            build_env=build_vars, store=store, hashed=hashed, progress=progress, kept_nightlies=kept,
+            build_env=build_vars, store=store, hash_unlisted=fetch.hash_unlisted, hashed=hashed, progress=progress,
+            kept_nightlies=kept,
             earlier_wheels={str(p.name): (p.wheels[0], p.index) for p in old.packages if p.wheels} if old else {},
         ))
     except (ResolveError, FetchError, PackageIndexError) as exc:
@@ -896,11 +897,12 @@ def _mirror_hint(name: str, src: SourceSpec, mirrors: Mapping[str, str], *, opti
 
 def _project_name(project: Path) -> str | None:
     """The static ``[project] name`` of ``project``'s pyproject.toml, if it has one."""
-    import tomllib
+    from envlock.tomlio import load_toml
 
+    path = project / "pyproject.toml"
     try:
-        name = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, AttributeError):
+        name = load_toml(path.read_text(encoding="utf-8"), path, BuildError).get("project", {}).get("name")
+    except (OSError, UnicodeDecodeError, BuildError, AttributeError):
         return None  # the build backend reports what it cannot read
     return name if isinstance(name, str) and name else None
 

@@ -123,7 +123,7 @@ def sync_lock(
                               note="; ".join(filter(None, [_recorded_note(lock, cur_python, recorded, env, lock_path),
                                                            unstamped])))
 
-        from envlock import fetch, install, verify
+        from envlock import digest, fetch, install
 
         if base_dir is None:
             base_dir = lock_path.parent if lock_path is not None else Path.cwd()
@@ -183,8 +183,8 @@ def sync_lock(
                      "verify those generations")
             expected = actual.digest
         if expected is not None and actual.digest != expected:
-            reference = verify.recorded_manifest(store.path("manifests", expected), expected)
-            lines = verify.differing_lines(reference, actual, expected)
+            reference = digest.recorded_manifest(store.path("manifests", expected), expected)
+            lines = digest.differing_lines(reference, actual, expected)
             raise VerifyError(
                 f"{lock_path or env}: not reproducible: {whose} venv digest is "
                 f"{expected}, this sync built {actual.digest}; the env was not switched; "
@@ -268,7 +268,7 @@ def _discard(store: Store, key: str, venv: Path, digest: str, *,
     generation another env's sync made meanwhile, reusing this build, does count.
     """
     from envlock import install
-    from envlock.verify import stored_manifest
+    from envlock.digest import stored_manifest
 
     with store.locked(install.venv_lock(key)):
         found = stored_manifest(venv)
@@ -406,7 +406,7 @@ def _stamp(store: Store, env: str, number: int, lock: Lock, venv_digest: str, da
 
 def venv_python(venv: Path) -> str | None:
     """The interpreter version a venv was built with (``version_info`` in its ``pyvenv.cfg``)."""
-    return generations.pyvenv_value(venv, "version_info")
+    return quick.pyvenv_value(venv, "version_info")
 
 
 def pause(point: str) -> None:
@@ -447,7 +447,7 @@ def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str |
     """
     from dataclasses import replace
 
-    from envlock import verify
+    from envlock import digest, verify
 
     env_path(store, env)  # the current generation and its venv are there, else says how to get them back
     cur = generations.current_or_error(store, env)
@@ -456,7 +456,7 @@ def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str |
     # A generation of another lock (a rollback, a --lock sync) is checked against its own digest.
     recorded = lock.venv_digest_for(venv_python(cur.venv)) if lock is not None and same_lock else None
     expected = recorded or cur.venv_digest
-    reference = verify.recorded_manifest(store.path("manifests", expected), expected, venv)
+    reference = digest.recorded_manifest(store.path("manifests", expected), expected, venv)
     result = verify.check(venv, expected, reference, env=env, cache_dir=store.hash_cache)
     sync = f"envlock sync {env}" + (f" --lock {lock_ref}" if lock_ref else "")
     if lock is not None and not same_lock:
