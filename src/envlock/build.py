@@ -203,7 +203,7 @@ def toolchain() -> dict[str, str]:
 
 @functools.cache
 def _interpreter(python: str) -> dict[str, str]:
-    """The build's interpreter for ``python``: the one install finds for it (never an active
+    """The build's interpreter for ``python``: ``target.find_python``'s, as install's (never an active
     or nearby venv's, so a build does not depend on where envlock runs), probed once."""
     try:
         exe = str(find_python(python))

@@ -124,9 +124,7 @@ def install(
                     "wheel's name and version; expected the lock's [[packages]] entry to point at its own wheel"
                 )
             files.append(str(wheel))
-        # Here, not at the top: envlock.target brings packaging's tags, which a sync reusing
-        # a store venv (returned above) never needs.
-        from envlock.target import find_python
+        from envlock.target import find_python  # here: packaging's tags, not for a reused venv (above)
 
         python = find_python(lock.python)
         # In a pid-named temp folder: a killed install's log goes with its other litter.
