@@ -55,6 +55,7 @@ def main() -> int:
 
 def run(args: argparse.Namespace, tmp: Path, universe: Universe) -> int:
     from envlock import runner
+    from envlock.fetch import hash_unlisted
     from envlock.indexes import Listings
     from envlock.resolve import (
         ResolveInputs,
@@ -115,7 +116,7 @@ same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"
         pinned = pinned_override_wheels(spec, urls, resolve_nightlies(spec, urls, listings), listings)
     raw = tmp / "raw"
     raw.mkdir()
-    inputs = ResolveInputs(index_urls=urls, store=Store.open(tmp / "raw-home"))
+    inputs = ResolveInputs(index_urls=urls, store=Store.open(tmp / "raw-home"), hash_unlisted=hash_unlisted)
     (raw / "pyproject.toml").write_text(transient_project(spec, inputs, pinned))
     (raw / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, pinned)))
     uv_cmd = [runner.uv_bin(), *compile_args(spec, inputs)]

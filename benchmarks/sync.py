@@ -223,7 +223,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
           f"= {t_noop / t_peer_noop:.2f}  (target <= 2.0)")
 
     # 3. Verify throughput against sha256sum over the very same files (page cache warm for both).
-    from envlock.verify import manifest
+    from envlock.digest import manifest
 
     venv = store.path("venvs", venv_entry(key))
     files = [str(p) for p in venv.rglob("*") if p.is_file() and not p.is_symlink()]

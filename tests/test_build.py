@@ -17,9 +17,9 @@ import pytest
 
 from envlock import build, building, patchapply, patchfile, runner, sources, trees
 from envlock.errors import BuildError, SourceTreeError
-from envlock.install import find_python
 from envlock.spec import BuildSpec, FetchContentInput, SourceSpec
 from envlock.store import Store
+from envlock.target import find_python
 from kit import sglike
 from kit.index import IndexServer
 from kit.locks import sha256_of

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from envlock import generations, install, quick, verify
+from envlock import digest, generations, install, quick
 from envlock.errors import CommandError, FetchError, StoreError, UsageError, VerifyError
 from envlock.lockfile import Lock, read_lock
 from envlock.realize import SyncResult, SyncTarget, realize
@@ -375,7 +375,7 @@ def test_a_venv_another_sync_rebuilt_meanwhile_is_not_discarded(locks: tuple[Ind
     # This sync judged a venv with another digest at that key: the entry there now is not it.
     said = _discard(store, built.install_digest, built.venv, "sha256:" + "0" * 64, stale=frozenset())
     assert said == "that venv was rebuilt by another sync meanwhile and is left to it"
-    assert verify.stored_manifest(built.venv) is not None
+    assert digest.stored_manifest(built.venv) is not None
     assert _discard(store, built.install_digest, built.venv, built.manifest.digest,
                     stale=frozenset()).startswith("that venv was removed")
     assert not built.venv.exists()
@@ -455,8 +455,8 @@ def test_a_lock_without_a_digest_is_held_to_its_newest_generations(locks: tuple[
     built = install.install(store, v1, _fetched(store, v1))
     python = _python_version(built.venv)
     newest = "sha256:" + "2" * 64
-    for digest in (built.manifest.digest, newest):  # the older one is this build's
-        generations.add(store, "other", venv=built.venv, install_digest=built.install_digest, venv_digest=digest,
+    for venv_digest in (built.manifest.digest, newest):  # the older one is this build's
+        generations.add(store, "other", venv=built.venv, install_digest=built.install_digest, venv_digest=venv_digest,
                         lock_text=v1.to_toml(), venv_python=python)
         time.sleep(1.1)  # generations are ordered by their creation time, in seconds
     store.remove_entry("venvs", install.venv_entry(built.install_digest))
@@ -513,7 +513,7 @@ def test_rollback_refuses_a_generation_whose_venv_was_modified(locks: tuple[Inde
     (venv / "lib" / "python3.11" / "site-packages" / "extra.py").write_text("")
     with pytest.raises(VerifyError) as info:
         generations.rollback(store, "demo", to)
-    found = verify.manifest(venv).digest
+    found = digest.manifest(venv).digest
     gen = store.path("envs", "demo") / "1"
     assert str(info.value) == (
         f"{venv}: generation 1 of env 'demo' was modified after it was built (recorded {first.venv_digest}, "

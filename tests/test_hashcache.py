@@ -6,7 +6,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from envlock import verify
+from envlock import digest, verify
 from envlock.hashcache import HashCache
 
 OLD = 1_600_000_000  # a file time well before any walk in these tests
@@ -94,9 +94,9 @@ def test_unreadable_cache_is_an_empty_one(tmp_path: Path) -> None:
 
 def test_walk_with_the_cache_gives_the_same_manifest(tmp_path: Path) -> None:
     venv = _venv(tmp_path / "v")
-    plain = verify.manifest(venv)
-    cold = verify.manifest(venv, cache_dir=tmp_path / "cache")
-    warm = verify.manifest(venv, cache_dir=tmp_path / "cache")
+    plain = digest.manifest(venv)
+    cold = digest.manifest(venv, cache_dir=tmp_path / "cache")
+    warm = digest.manifest(venv, cache_dir=tmp_path / "cache")
     assert plain == cold == warm
     # The file holding the venv's own path is normalized, so its raw hash is never kept.
     kept = HashCache.open(tmp_path / "cache")
@@ -109,14 +109,14 @@ def test_walk_with_the_cache_gives_the_same_manifest(tmp_path: Path) -> None:
 
 def test_a_changed_file_changes_the_digest_with_a_warm_cache(tmp_path: Path) -> None:
     venv = _venv(tmp_path / "v")
-    before = verify.manifest(venv, cache_dir=tmp_path / "cache")
+    before = digest.manifest(venv, cache_dir=tmp_path / "cache")
     target = venv / "lib" / "pkg" / "a.py"
     with open(target, "r+b") as fh:
         fh.write(b"B")  # "B = 1\n": same size, same inode
-    after = verify.manifest(venv, cache_dir=tmp_path / "cache")
+    after = digest.manifest(venv, cache_dir=tmp_path / "cache")
     assert after.digest != before.digest
     assert after.entries["lib/pkg/a.py"] == f"f - {hashlib.sha256(b'B = 1' + chr(10).encode()).hexdigest()}"
-    assert after == verify.manifest(venv)
+    assert after == digest.manifest(venv)
 
 
 def test_verify_reads_every_byte_but_refreshes_the_cache(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ def test_verify_reads_every_byte_but_refreshes_the_cache(tmp_path: Path) -> None
     # A poisoned entry for a.py: a walk that trusts the cache would take it.
     seeded.put(os.lstat(venv / "lib" / "pkg" / "a.py"), "0" * 64)
     seeded.save()
-    trusted = verify.manifest(venv, cache_dir=tmp_path / "cache")
+    trusted = digest.manifest(venv, cache_dir=tmp_path / "cache")
     assert trusted.entries["lib/pkg/a.py"] == "f - " + "0" * 64
     result = verify.check(venv, trusted.digest, trusted, cache_dir=tmp_path / "cache")
     assert not result.ok and result.difference is not None

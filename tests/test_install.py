@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from packaging.tags import sys_tags
 
-from envlock import install, runner, verify
+from envlock import digest, install, runner, target
 from envlock.errors import InstallError, VerifyError
 from envlock.fetch import fetch
 from envlock.lockfile import Lock
@@ -112,7 +112,7 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
     assert not subprocess.run(["grep", "-rl", str(tmp_path / "home"), venv], capture_output=True).stdout
     assert not list(venv.rglob("*.pyc"))
     assert "relocatable = true" in (venv / "pyvenv.cfg").read_text()
-    assert verify.stored_manifest(venv) == result.manifest == verify.manifest(venv)
+    assert digest.stored_manifest(venv) == result.manifest == digest.manifest(venv)
     # No temp litter; the manifest is also kept by digest for later verifies.
     store = Store.open(tmp_path / "home")
     assert list(store.tmp.iterdir()) == [store.partial_dir]
@@ -191,12 +191,12 @@ def test_venvs_are_copies_of_one_uv_made_skeleton(published: tuple[IndexServer, 
     assert list((store.root / "skeletons").iterdir()) == [skeleton]
     # The copy is what `uv venv` makes in place: same digest as a venv made there directly.
     direct = tmp_path / "direct"
-    python = install.find_python(lock.python)
+    python = target.find_python(lock.python)
     out = runner.uv(["venv", "--relocatable", "--prompt", "envlock", "--python", str(python), str(direct)])
     assert out.ok, out.tail()
     copied = tmp_path / "copied"
     shutil.copytree(skeleton, copied, symlinks=True)
-    assert verify.manifest(copied) == verify.manifest(direct)
+    assert digest.manifest(copied) == digest.manifest(direct)
     assert "prompt = envlock" in (result.venv / "pyvenv.cfg").read_text()
     assert not (result.venv / ".envlock-skeleton-digest").exists()
     # A skeleton someone edited is made again, not copied into later venvs.
@@ -305,7 +305,7 @@ def test_a_venv_folder_without_its_manifest_is_replaced(published: tuple[IndexSe
     result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
     assert result.built and result.venv == planted
     assert not (planted / "planted").exists()
-    assert verify.stored_manifest(result.venv) == result.manifest
+    assert digest.stored_manifest(result.venv) == result.manifest
 
 
 def test_clearing_the_uv_cache_waits_for_installs_from_it(tmp_path: Path) -> None:

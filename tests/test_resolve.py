@@ -204,7 +204,8 @@ def test_a_kept_nightly_is_the_same_package_index_tag_and_target(  # type: ignor
     inputs = ResolveInputs(
         index_urls={"pypi": universe.pypi, "flashinfer": universe.flashinfer,
                     "pytorch": index_url.format(url=url, creds=creds)},
-        store=store, kept_nightlies={"torch": (NightlyPin("2026-03-07", "2.12.0.dev20260307+cu130"), art, url)})
+        store=store, hash_unlisted=fetch_module.hash_unlisted,
+        kept_nightlies={"torch": (NightlyPin("2026-03-07", "2.12.0.dev20260307+cu130"), art, url)})
     assert ("torch" in kept_pins(load_spec(spec_file), inputs)) is kept
 
 
@@ -442,6 +443,11 @@ def test_index_credentials_are_used_but_never_written_or_shown(ws, universe: Uni
     assert "s3cret" not in str(info.value) and f"({universe.pytorch})" in str(info.value)
 
 
+def _inputs(store: Store, **given: Any) -> ResolveInputs:
+    """What the resolver needs to hash wheels no index hashes: the store, and fetch's downloader."""
+    return ResolveInputs(index_urls={}, store=store, hash_unlisted=fetch_module.hash_unlisted, **given)
+
+
 
 def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe, store: Store,
                                                               tmp_path: Path) -> None:
@@ -452,7 +458,7 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
     url = universe.server.file_url("pytorch", filename)
     served = sha256_of(universe.server.indexes["pytorch"].files[filename])
     shown = RecordedProgress()
-    inputs = ResolveInputs(index_urls={}, store=store, progress=shown)
+    inputs = _inputs(store, progress=shown)
     before = len(universe.server.downloads(filename))
     sha, size, downloaded = _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs)
     art = Artifact(sha256=sha, url=url, size=size)
@@ -463,11 +469,11 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
     assert [a.source for a in fetch([art], store, base_dir=tmp_path).artifacts] == ["store"]
     # A relock: the earlier lock's hash is kept while the store holds its bytes, and so
     # is what the store recorded for the URL (a lock that failed after hashing it).
-    relock = ResolveInputs(index_urls={}, store=store, hashed={url: art})
+    relock = _inputs(store, hashed={url: art})
     assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size, 0)
     assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs) == (sha, size, 0)
     # A lock written before sizes were recorded for these: the size comes from the store.
-    unsized = ResolveInputs(index_urls={}, store=store, hashed={url: Artifact(sha256=sha, url=url)})
+    unsized = _inputs(store, hashed={url: Artifact(sha256=sha, url=url)})
     assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, unsized) == (sha, size, 0)
     assert len(universe.server.downloads(filename)) == before + 1
     store.remove_entry("wheels", sha)
@@ -482,9 +488,9 @@ def _hashed_nightly(universe: Universe, store: Store, prefix: str) -> tuple[str,
     its file name, URL, and the inputs of a relock whose earlier lock has that hash."""
     filename = next(f for f in universe.server.indexes["pytorch"].files if f.startswith(prefix))
     url = universe.server.file_url("pytorch", filename)
-    sha, size, _ = _hash_unlisted("torch", "v", url, ResolveInputs(index_urls={}, store=store))
+    sha, size, _ = _hash_unlisted("torch", "v", url, _inputs(store))
     earlier = Artifact(sha256=sha, url=url, size=size)
-    return filename, url, ResolveInputs(index_urls={}, store=store, hashed={url: earlier})
+    return filename, url, _inputs(store, hashed={url: earlier})
 
 
 def test_a_relock_checks_the_url_still_holds_those_bytes_and_the_store_copy_is_whole(
@@ -493,9 +499,9 @@ def test_a_relock_checks_the_url_still_holds_those_bytes_and_the_store_copy_is_w
     filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260306+cu130-cp311"))
     url = universe.server.file_url("pytorch", filename)
     original = served[filename]
-    inputs = ResolveInputs(index_urls={}, store=store)
+    inputs = _inputs(store)
     sha, size, _ = _hash_unlisted("torch", "2.12.0.dev20260306+cu130", url, inputs)
-    relock = ResolveInputs(index_urls={}, store=store, hashed={url: Artifact(sha256=sha, url=url, size=size)})
+    relock = _inputs(store, hashed={url: Artifact(sha256=sha, url=url, size=size)})
     probes = universe.server.probes(filename)
     assert _hash_unlisted("torch", "v", url, relock) == (sha, size, 0)
     assert universe.server.probes(filename) == probes + 1  # one byte asked for, not the file
@@ -541,7 +547,7 @@ def test_a_relock_takes_the_bytes_the_store_last_hashed_from_the_url(universe: U
     original = served[filename]
     served[filename] = _same_size_other_bytes(original, tmp_path / "b")
     try:
-        sha_b, _, got = _hash_unlisted("torch", "v", url, ResolveInputs(index_urls={}, store=store))
+        sha_b, _, got = _hash_unlisted("torch", "v", url, _inputs(store))
         assert sha_b != sha_a and got == size
         before = len(universe.server.downloads(filename))
         assert _hash_unlisted("torch", "v", url, lock_a) == (sha_b, size, 0)

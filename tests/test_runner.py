@@ -33,3 +33,28 @@ def test_a_log_keeps_no_url_credentials(tmp_path: Path) -> None:
     assert result.stdout == "https://bob:s3cret@host/simple\n"  # the caller gets what the tool said
     text = log.read_text()
     assert "s3cret" not in text and text.count("https://host/simple") == 2, text
+
+
+def test_one_compile_command_for_a_lock_and_for_a_builds_requirements(tmp_path: Path) -> None:
+    assert runner.compile_args("pyproject.toml", "pylock.toml", output_format="pylock.toml", python="3.12",
+                               platform="x86_64-manylinux_2_28", default_index="https://i/simple",
+                               overrides="overrides.txt") == [
+        "pip", "compile", "pyproject.toml", "--format", "pylock.toml", "-o", "pylock.toml", "--python-version", "3.12",
+        "--python-platform", "x86_64-manylinux_2_28", "--no-header", "--quiet", "--default-index", "https://i/simple",
+        "--index-strategy", "first-index", "--override", "overrides.txt"]
+    assert runner.compile_args(tmp_path / "requirements.in", tmp_path / "requirements.txt", python="3.11.7",
+                               constraints=tmp_path / "constraints.txt", hashes=True, annotate=False) == [
+        "pip", "compile", f"{tmp_path}/requirements.in", "-o", f"{tmp_path}/requirements.txt", "--python-version",
+        "3.11.7", "--generate-hashes", "--no-header", "--no-annotate", "--quiet", "--index-strategy", "first-index",
+        "--constraint", f"{tmp_path}/constraints.txt"]
+
+
+def test_a_failed_runs_log_is_moved_where_it_is_kept(tmp_path: Path) -> None:
+    log = tmp_path / "tmp" / "work" / "uv.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("$ uv build\nfailed\n")
+    kept = runner.keep_log(log, tmp_path / "logs" / "build-x.log")
+    assert kept == tmp_path / "logs" / "build-x.log"
+    assert kept.read_text() == "$ uv build\nfailed\n" and not log.exists()
+    # A run that wrote nothing (it never started) still leaves the file the message names.
+    assert runner.keep_log(log, tmp_path / "logs" / "build-y.log").read_text() == "(no output)\n"

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from envlock.digest import stored_manifest
 
 from envlock import generations
+from envlock.digest import stored_manifest
 from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
 from envlock.verifying import verify_env

@@ -36,7 +36,6 @@ import os
 import platform as host_platform
 import shutil
 import time
-import tomllib
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -48,11 +47,13 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion
 
 from envlock import runner, trees
-from envlock.errors import BuildError, scrub
+from envlock.errors import BuildError, InstallError, scrub
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
 from envlock.spec import BuildSpec
 from envlock.store import Store, make_folder, store_file
+from envlock.target import find_python, requires_dist, target_environment
+from envlock.tomlio import load_toml
 
 RECIPE_FORMAT = 1
 _ZIP_EPOCH_MIN = 315532800  # 1980-01-01T00:00:00Z, the earliest date a zip entry can carry
@@ -201,11 +202,8 @@ def toolchain() -> dict[str, str]:
 
 @functools.cache
 def _interpreter(python: str) -> dict[str, str]:
-    """The build's interpreter for ``python``: the one install finds for it (never an active
+    """The build's interpreter for ``python``: ``target.find_python``'s, as install's (never an active
     or nearby venv's, so a build does not depend on where envlock runs), probed once."""
-    from envlock.errors import InstallError
-    from envlock.install import find_python
-
     try:
         exe = str(find_python(python))
     except InstallError as exc:
@@ -223,29 +221,6 @@ def _interpreter(python: str) -> dict[str, str]:
 # -- build requirements ------------------------------------------------------
 
 
-def _target_environment(request: BuildRequest) -> dict[str, str]:
-    """PEP 508 marker values for the env's target (python version, platform), not this host's."""
-    from envlock.resolve import target_markers
-
-    markers = target_markers(request.python, request.platform, known_only=False)
-    assert markers is not None  # known_only=False always answers
-    return markers
-
-
-def _requires_dist(wheel: Path) -> list[Requirement]:
-    """A wheel's ``Requires-Dist`` (``resolve.requires_dist``), a file that is no wheel a ``BuildError``."""
-    from packaging.requirements import InvalidRequirement
-
-    from envlock.resolve import requires_dist
-
-    try:
-        return requires_dist(wheel)
-    except InvalidRequirement as exc:
-        raise BuildError(f"{wheel}: a Requires-Dist of its METADATA does not parse ({exc})") from None
-    except ValueError as exc:
-        raise BuildError(str(exc)) from None
-
-
 def build_env_closure(
     packages: Sequence[BuildEnvPackage], roots: set[Any], environment: Mapping[str, str]
 ) -> tuple[BuildEnvPackage, ...]:
@@ -258,7 +233,11 @@ def build_env_closure(
         if name not in by_name or (name, extras) in seen:
             continue
         seen.add((name, extras))
-        for req in _requires_dist(by_name[name].wheel):
+        try:
+            requirements = requires_dist(by_name[name].wheel)
+        except ValueError as exc:  # no wheel, or a requirement line that does not parse
+            raise BuildError(str(exc)) from None
+        for req in requirements:
             if req.marker is not None and not any(
                 req.marker.evaluate({**environment, "extra": e}) for e in (extras or {""})
             ):
@@ -270,15 +249,12 @@ def build_env_closure(
 
 def _backend(project: Path) -> tuple[str, list[str]]:
     """(build-backend, [build-system].requires) of a project, with PEP 517's defaults."""
+    path = project / "pyproject.toml"
     try:
-        doc = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return "setuptools.build_meta:__legacy__", ["setuptools>=40.8.0"]
-    except RecursionError:  # arrays nested thousands deep: tomllib recurses per level
-        raise BuildError(f"{project / 'pyproject.toml'}: not valid TOML: nested too deeply") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise BuildError(f"{project / 'pyproject.toml'}: not valid TOML: {exc}") from None
-    system = doc.get("build-system", {})
+    system = load_toml(text, path, BuildError).get("build-system", {})
     return (
         str(system.get("build-backend", "setuptools.build_meta:__legacy__")),
         [str(r) for r in system.get("requires", ["setuptools>=40.8.0"])],
@@ -301,25 +277,12 @@ def _compile(
     req_in = scratch / "requirements.in"
     req_in.write_text("".join(f"{r}\n" for r in requirements))
     out = scratch / "requirements.txt"
-    args: list[str | os.PathLike[str]] = [
-        "pip",
-        "compile",
-        req_in,
-        "-o",
-        out,
-        "--python-version",
-        python,
-        "--generate-hashes",
-        "--no-header",
-        "--no-annotate",
-        "--quiet",
-    ]
-    if index_url:
-        args += ["--default-index", index_url]
+    cons: Path | None = None
     if constraints:
         cons = scratch / "constraints.txt"
         cons.write_text("".join(f"{c}\n" for c in constraints))
-        args += ["--constraint", cons]
+    args = runner.compile_args(req_in, out, python=python, default_index=index_url, constraints=cons, hashes=True,
+                               annotate=False)
     result = runner.uv(args)
     if not result.ok:
         raise BuildError(
@@ -378,7 +341,8 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
             roots = {canonicalize_name(Requirement(r).name) for r in (*spec.requires, *system_requires)}
             env = [
                 p
-                for p in build_env_closure(request.env_packages, roots, _target_environment(request))
+                for p in build_env_closure(request.env_packages, roots,
+                                           target_environment(request.python, request.platform))
                 if canonicalize_name(p.name) != canonicalize_name(spec.name)
             ]
             in_env = {canonicalize_name(p.name) for p in env}
@@ -477,12 +441,8 @@ def _config_settings(plan_: BuildPlan, scratch: Path, backend_is_skbuild: bool) 
 
 
 def _fail(plan_: BuildPlan, store: Store, log: Path, message: str) -> BuildError:
-    kept = store.path("logs", f"build-{plan_.key[:32]}.log")
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    if log.exists():
-        shutil.copyfile(log, kept)
-    else:
-        kept.write_text("(no output)\n")
+    """The ``BuildError`` of a failed build step: its log kept in the store's ``logs/``, its tail the details."""
+    kept = runner.keep_log(log, store.path("logs", f"build-{plan_.key[:32]}.log"))
     tail = kept.read_text(errors="replace").rstrip().splitlines()[-_LOG_TAIL:]
     return BuildError(f"[builds.{plan_.request.spec.name}]: {message}; build log: {kept}", details=tail)
 

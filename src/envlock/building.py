@@ -11,7 +11,6 @@ wheelhouse lacks (``ensure_builds``).
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,6 +38,7 @@ from envlock.progress import Progress
 from envlock.quick import file_sha256
 from envlock.spec import COMMIT_ID, BuildSpec, EnvSpec, SourceSpec, load_env_spec
 from envlock.store import Store, replace_if_unchanged
+from envlock.tomlio import load_toml
 from envlock.workspace import Workspace
 
 #: Under the wheelhouse: builds of an ``--override-source`` tree (never named by a lock).
@@ -120,9 +120,10 @@ def sources_for_lock(ws: Workspace, spec: EnvSpec, store: Store, old: Lock | Non
 
 def _project_name(project: Path) -> str | None:
     """The static ``[project] name`` of ``project``'s pyproject.toml, if it has one."""
+    path = project / "pyproject.toml"
     try:
-        name = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, AttributeError):
+        name = load_toml(path.read_text(encoding="utf-8"), path, BuildError).get("project", {}).get("name")
+    except (OSError, UnicodeDecodeError, BuildError, AttributeError):
         return None  # the build backend reports what it cannot read
     return name if isinstance(name, str) and name else None
 

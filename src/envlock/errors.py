@@ -7,7 +7,7 @@ what was found and what was expected.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Self
 
 
@@ -61,6 +61,15 @@ def found(value: object) -> str:
                 else "time")
         return f"the unquoted {kind} {value.isoformat()}"
     return repr(value)
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, before: str = "", after: str = "") -> str:
+    """``before`` + "did you mean 'x'?" + ``after`` for the one of ``choices`` closest to ``word`` (a
+    typo's likely meaning, by difflib's measure), else ""."""
+    import difflib  # only for a message
+
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f"{before}did you mean {close[0]!r}?{after}" if close else ""
 
 
 class EnvlockError(Exception):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from envlock import quick
-from envlock.errors import UsageError, VerifyError
+from envlock.errors import UsageError, VerifyError, did_you_mean
 from envlock.store import LAYOUT_VERSION, Store, exclusive_lock, write_atomic
 
 CURRENT = "current"
@@ -105,19 +105,6 @@ class Switch:
     def to_dict(self) -> dict[str, Any]:
         return {"env": self.env, "previous": self.previous, "current": self.current, "path": str(self.path),
                 "note": self.note}
-
-
-def pyvenv_value(venv: Path, key: str) -> str | None:
-    """A key of ``venv/pyvenv.cfg`` (``home``, ``version_info``), if the venv has it."""
-    try:
-        text = (venv / "pyvenv.cfg").read_text(encoding="utf-8")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        name, sep, value = line.partition("=")
-        if sep and name.strip() == key:
-            return value.strip()
-    return None
 
 
 def env_dir(store: Store, env: str) -> Path:
@@ -395,13 +382,10 @@ def no_current(store: Store, env: str) -> str | None:
 def never_synced(store: Store, env: str) -> UsageError:
     """The error for an env with no current generation in ``store``: a typo of a synced
     env's name is named as one, rather than sent to sync a new env."""
-    import difflib
-
     if (why := no_current(store, env)) is not None:
         return UsageError(f"env {env!r}: no current generation in {store.home} {why}")
-    close = difflib.get_close_matches(env, [e for e in _synced(store) if e != env], n=1)
-    hint = (f"; did you mean {close[0]!r}? (else run `envlock sync {env}`)" if close
-            else f"; run `envlock sync {env}`")
+    hint = (did_you_mean(env, [e for e in _synced(store) if e != env], before="; ",
+                         after=f" (else run `envlock sync {env}`)") or f"; run `envlock sync {env}`")
     return UsageError(f"env {env!r}: no current generation in {store.home}{hint}")
 
 
@@ -414,11 +398,8 @@ def _synced(store: Store) -> list[str]:
 def unknown_env(store: Store, env: str, workspace: Path, declared: list[str]) -> UsageError:
     """The error for an env neither synced in ``store`` nor declared in ``workspace``'s envs/
     (``declared``): a typo, which `envlock sync ENV` would only fail on as well."""
-    import difflib
-
     known = sorted(set(_synced(store)) | set(declared))
-    close = difflib.get_close_matches(env, known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
+    hint = did_you_mean(env, known, after=" ")
     return UsageError(f"env {env!r}: not synced in {store.home}, and {workspace / 'envs'} declares no such env "
                       f"({hint}envs: {', '.join(known) or 'none'})")
 
@@ -474,14 +455,15 @@ def _check_unchanged(store: Store, gen: Generation) -> None:
     changed since it was built (``pip install`` into the env) must not become current
     by a rollback either.
     """
-    from envlock import verify
+    # Here, not at the top: a sync's no-op imports this module, and never walks a venv.
+    from envlock import digest
 
     venv = gen.store_venv or gen.venv  # as install named it, unresolved
-    actual = verify.manifest(venv, cache_dir=store.hash_cache)
+    actual = digest.manifest(venv, cache_dir=store.hash_cache)
     if actual.digest == gen.venv_digest:
         return
-    reference = verify.recorded_manifest(store.path("manifests", gen.venv_digest), gen.venv_digest, venv)
-    lines = verify.differing_lines(reference, actual, gen.venv_digest)
+    reference = digest.recorded_manifest(store.path("manifests", gen.venv_digest), gen.venv_digest, venv)
+    lines = digest.differing_lines(reference, actual, gen.venv_digest)
     raise VerifyError(
         f"{venv}: generation {gen.number} of env {gen.env!r} was modified after it was built "
         f"(recorded {gen.venv_digest}, found {actual.digest}); the env was not switched; "

@@ -17,19 +17,18 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envlock import runner
+from envlock.digest import Manifest, compare, manifest, stored_manifest
 from envlock.errors import InstallError, VerifyError
 from envlock.lockfile import Lock, canonicalize_name
 from envlock.quick import MANIFEST_NAME  # defined where the fast no-op reads it
 from envlock.store import Store, check_stored_bytes, write_atomic
-from envlock.verify import Manifest, compare, manifest, stored_manifest
 
 
 @dataclass(frozen=True)
@@ -77,42 +76,10 @@ def venv_lock(key: str) -> str:
     return f"venv-{venv_entry(key)}"
 
 
-def find_python(version: str) -> Path:
-    """The interpreter for ``version`` on this machine (never a download).
-
-    The interpreter running envlock when its version matches (free), else uv's
-    discovery (which probes every interpreter on PATH: a few hundred ms).
-    """
-    running = f"{sys.version_info.major}.{sys.version_info.minor}"
-    base = getattr(sys, "_base_executable", None) or sys.executable
-    if version in (running, f"{running}.{sys.version_info.micro}") and base:
-        return _versioned(Path(base), running)
-    result = runner.uv(["python", "find", "--system", "--no-project", version])
-    found = result.stdout.strip().splitlines()
-    if not result.ok or not found:
-        raise InstallError(
-            f"python {version} (the lock's python) is not available on this machine; "
-            "envlock never downloads interpreters (UV_PYTHON_DOWNLOADS=never): install it, "
-            "or lock the env for a python that is here",
-            details=result.tail(5).splitlines(),
-        )
-    return _versioned(Path(found[-1]), version)
-
-
-def _versioned(python: Path, version: str) -> Path:
-    # The venv's bin/python links to the name we pass: always pass pythonX.Y when it
-    # exists, so one interpreter found two ways gives one venv.
-    major_minor = ".".join(version.split(".")[:2])
-    named = python.parent / f"python{major_minor}"
-    return named if named.exists() else python
-
-
 def install(
     store: Store,
     lock: Lock,
     wheels: Mapping[str, Path],
-    *,
-    on_stage: Callable[[str], None] | None = None,
 ) -> InstallResult:
     """Make the store hold the lock's venv, built from ``wheels`` (sha256 -> store file).
 
@@ -154,6 +121,8 @@ def install(
                     "wheel's name and version; expected the lock's [[packages]] entry to point at its own wheel"
                 )
             files.append(str(wheel))
+        from envlock.target import find_python  # here: packaging's tags, not for a reused venv (above)
+
         python = find_python(lock.python)
         # In a pid-named temp folder: a killed install's log goes with its other litter.
         log_dir = store.temp_dir("install-log")
@@ -171,8 +140,6 @@ def install(
                     raise InstallError(f"{target}: cannot copy the venv skeleton there: {why}") from None
             else:
                 _make_venv(python, work, log)
-            if on_stage is not None:
-                on_stage("install")
             if files:
                 # The store files themselves, not name==version from a find-links folder
                 # per wheel: uv then neither lists 158 folders nor resolves. Not one shared
@@ -386,9 +353,7 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
         if not log.exists():
             shutil.rmtree(log.parent, ignore_errors=True)
             raise
-        kept = store.root / "logs" / f"install-{key[7:19]}-{time.strftime('%Y%m%dT%H%M%S')}.log"
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(log, kept)
+        kept = runner.keep_log(log, store.root / "logs" / f"install-{key[7:19]}-{time.strftime('%Y%m%dT%H%M%S')}.log")
         shutil.rmtree(log.parent, ignore_errors=True)
         raise InstallError(f"{exc.message}; full log in {kept}", details=exc.details) from None
 

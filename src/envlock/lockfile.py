@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
@@ -19,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from envlock.errors import LockError
 from envlock.errors import found as _found
+from envlock.tomlio import load_toml
 
 if TYPE_CHECKING:
     from packaging.utils import NormalizedName
@@ -233,13 +233,8 @@ class Lock:
 
     @classmethod
     def from_toml(cls, text: str, origin: Path | str) -> Lock:
-        try:
-            doc = tomllib.loads(text)
-        except RecursionError:  # arrays nested thousands deep: tomllib recurses per level
-            raise LockError(f"{origin}: not valid TOML: nested too deeply") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise LockError(f"{origin}: not valid TOML: {exc}") from None
-        return cls.from_dict(doc, origin)
+        """The lock ``text`` (read from ``origin``) holds; ``LockError`` when it is no TOML or no lock."""
+        return cls.from_dict(load_toml(text, origin, LockError), origin)
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], origin: Path | str) -> Lock:

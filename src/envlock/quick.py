@@ -67,6 +67,23 @@ def file_sha256(path: str) -> str | None:
     return h.hexdigest()
 
 
+def pyvenv_value(venv: str | os.PathLike[str], key: str) -> str | None:
+    """A key of ``venv/pyvenv.cfg`` (``home``, ``version_info``), if the venv has it.
+
+    Here, in the lightest module, because a sync's no-op reads the venv's ``version_info``.
+    """
+    try:
+        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    return None
+
+
 def stamp_text(generation: int, install_digest: str, venv_digest: str, lock_sha256: str,
                inputs: dict[str, str] | None, spec: dict[str, str] | None = None) -> str:
     """The stamp for a sync that left ``generation`` current (``inputs``: path -> sha256).

@@ -178,7 +178,7 @@ class _Checked:
     note: str  # a repair said
 
 
-def _install_checked(store: Store, target: SyncTarget, wheels: Sequence[Path]) -> _Checked:
+def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path]) -> _Checked:
     """Install the lock's venv (or reuse it from the store) and hold its digest to the lock's:
     else to this store's earlier generations' of the same lock; repaired once when uv's cache
     held an edited file. A difference that stays is a ``VerifyError``, the venv discarded."""
@@ -316,7 +316,7 @@ def _discard(store: Store, key: str, venv: Path, digest: str, *,
     generation another env's sync made meanwhile, reusing this build, does count.
     """
     from envlock import install
-    from envlock.verify import stored_manifest
+    from envlock.digest import stored_manifest
 
     with store.locked(install.venv_lock(key)):
         found = stored_manifest(venv)
@@ -451,4 +451,4 @@ def _stamp(store: Store, target: SyncTarget, number: int, venv_digest: str, data
 
 def venv_python(venv: Path) -> str | None:
     """The interpreter version a venv was built with (``version_info`` in its ``pyvenv.cfg``)."""
-    return generations.pyvenv_value(venv, "version_info")
+    return quick.pyvenv_value(venv, "version_info")

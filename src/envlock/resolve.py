@@ -11,30 +11,27 @@ sha256 even when the index publishes none.
 
 from __future__ import annotations
 
-import difflib
 import json
-import re
 import shutil
-import sys
 import tempfile
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urldefrag
 
 from packaging.requirements import Requirement
-from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
 from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from envlock import http, runner
-from envlock.errors import FetchError, ResolveError, raise_all
+from envlock.errors import FetchError, ResolveError, did_you_mean, raise_all
 from envlock.indexes import IndexFile, Listings
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.nightly import local_tag, missing_date, nightlies_by_date
 from envlock.spec import EnvSpec, PackageSpec, allows
+from envlock.target import best_file, best_wheel, for_target, requires_dist, target_markers, target_tags
 
 if TYPE_CHECKING:
     from envlock.progress import Progress, Stop
@@ -53,6 +50,14 @@ class Resolution:
     downloaded: int = 0  # bytes downloaded to hash wheels an index publishes no hash for
 
 
+class HashUnlisted(Protocol):
+    """Download the wheel at ``url``, whose index publishes no hash, into ``store`` (unless the store
+    holds the bytes ``known`` names, still at that URL); its artifact and the bytes downloaded."""
+
+    def __call__(self, url: str, store: Store, *, known: Artifact | None, progress: Progress | None = None,
+                 stop: Stop | None = None) -> tuple[Artifact, int]: ...
+
+
 @dataclass(frozen=True)
 class ResolveInputs:
     """What the resolver needs besides the spec."""
@@ -60,6 +65,9 @@ class ResolveInputs:
     index_urls: Mapping[str, str]  # index name -> URL actually used (mirrors applied)
     # Where wheels an index publishes no hash for are downloaded to hash them.
     store: Store
+    # What downloads such a wheel into the store (``fetch.hash_unlisted``, passed in by the
+    # orchestration: a stage does not import another).
+    hash_unlisted: HashUnlisted
     # Packages provided by local builds whose metadata uv may read from a source dir.
     build_sources: Mapping[NormalizedName, Path] = field(default_factory=dict)
     # Extra requirements to lock with the env (build requirements of non-isolated builds).
@@ -225,16 +233,9 @@ def compile_args(spec: EnvSpec, inputs: ResolveInputs, output: str = "pylock.tom
     # uv runs with UV_NO_CONFIG (no user config may leak in), which also drops the
     # project's [tool.uv] settings: the default index and the overrides go on the
     # command line. Index pins ([tool.uv.sources]) are project metadata and stay.
-    args = [
-        "pip", "compile", "pyproject.toml", "--format", output, "-o", output,
-        "--python-version", spec.python, "--no-header", "--quiet",
-        "--default-index", inputs.index_urls[spec.default_index.name],
-        "--index-strategy", "first-index",
-        "--override", "overrides.txt",
-    ]
-    if spec.platform:
-        args += ["--python-platform", spec.platform]
-    return args
+    return runner.compile_args("pyproject.toml", output, output_format=output, python=spec.python,
+                               platform=spec.platform, default_index=inputs.index_urls[spec.default_index.name],
+                               overrides="overrides.txt")
 
 
 def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
@@ -445,45 +446,6 @@ def _kept_wheels(inputs: ResolveInputs, name: NormalizedName, index_url: str) ->
     return [IndexFile(filename=artifact.filename, url=artifact.url, version=version, sha256=None)]
 
 
-def requires_dist(wheel: Path) -> list[Requirement]:
-    """A wheel's ``Requires-Dist``, read from its METADATA without unpacking it.
-
-    ``ValueError`` when it has not exactly one top-level ``*.dist-info/METADATA``; a broken zip or
-    requirement line raises as it is read.
-    """
-    import zipfile
-    from email.parser import BytesParser
-
-    with zipfile.ZipFile(wheel) as zf:
-        names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-        if len(names) != 1:
-            raise ValueError(f"{wheel}: not a wheel (expected one .dist-info/METADATA, found {len(names)})")
-        message = BytesParser().parsebytes(zf.read(names[0]), headersonly=True)
-    return [Requirement(str(line)) for line in message.get_all("Requires-Dist") or []]
-
-
-def target_markers(python: str, platform: str | None, *, known_only: bool = True) -> dict[str, str] | None:
-    """PEP 508 marker values of the target, not this host's where they differ.
-
-    A platform form not read here (or, with none, a host that is not Linux): None when
-    ``known_only``, else this host's platform values.
-    """
-    from packaging.markers import default_environment
-
-    env = {key: str(value) for key, value in default_environment().items()}
-    m = re.fullmatch(r"(x86_64|aarch64)-manylinux_2_\d+", platform or "")
-    if m:
-        env.update(sys_platform="linux", platform_system="Linux", platform_machine=m.group(1), os_name="posix",
-                   platform_release="", platform_version="")  # another machine's: not this host's
-    elif known_only and (platform is not None or not sys.platform.startswith("linux")):
-        return None
-    parts = python.split(".")
-    full = python if len(parts) > 2 else f"{python}.0"
-    env.update(python_version=".".join(parts[:2]), python_full_version=full, implementation_version=full,
-               implementation_name="cpython", platform_python_implementation="CPython")
-    return env
-
-
 def unhashed_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, pinned: Mapping[str, IndexFile],
                      stored: Mapping[str, Artifact], unhashed: Sequence[PackageSpec]) -> dict[str, IndexFile]:
     """The wheel of each of ``unhashed`` uv picks when asked for versions only (a requirements
@@ -553,52 +515,6 @@ def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile
         return (work / output).read_text()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def target_tags(python: str, platform: str | None) -> list[Tag] | None:
-    """Wheel tags for the target, best first; None when the platform form is not one we rank."""
-    major, minor = (int(x) for x in python.split(".")[:2])
-    if platform is None:
-        if (major, minor) != sys.version_info[:2]:
-            return None
-        return list(sys_tags())
-    m = re.fullmatch(r"(x86_64|aarch64)-manylinux_2_(\d+)", platform)
-    if not m:
-        return None
-    arch, glibc = m.group(1), int(m.group(2))
-    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-    plats: list[str] = []
-    for minor_glibc in range(glibc, 4, -1):
-        plats.append(f"manylinux_2_{minor_glibc}_{arch}")
-        if minor_glibc in legacy and (arch == "x86_64" or minor_glibc == 17):
-            plats.append(f"{legacy[minor_glibc]}_{arch}")
-    plats.append(f"linux_{arch}")
-    version = (major, minor)
-    return [*cpython_tags(version, platforms=plats), *compatible_tags(version, platforms=plats)]
-
-
-def for_target(files: Iterable[IndexFile], tags: Sequence[Tag] | None) -> list[IndexFile]:
-    """The wheels among ``files`` the target installs (every wheel when ``tags`` is None: not ranked)."""
-    supported = set(tags) if tags is not None else None
-    return [f for f in files if f.filename.endswith(".whl")
-            and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
-
-
-def best_file(files: Sequence[IndexFile], tags: Sequence[Tag] | None) -> IndexFile:
-    """The one of ``files`` (wheels, for the target) the target would install."""
-    return files[best_wheel([f.filename for f in files], tags)]
-
-
-def best_wheel(filenames: Sequence[str], tags: Sequence[Tag] | None) -> int:
-    """Index of the wheel the target installer would pick (first by tag priority)."""
-    if tags is None or len(filenames) == 1:
-        return 0
-    rank = {tag: i for i, tag in enumerate(tags)}
-    scores = []
-    for filename in filenames:
-        wheel_tags = parse_wheel_filename(filename)[3]
-        scores.append(min((rank[t] for t in wheel_tags if t in rank), default=len(rank)))
-    return scores.index(min(scores))
 
 
 def _checked_packages(
@@ -737,10 +653,9 @@ def _hash_unlisted(name: str, version: str, url: str, inputs: ResolveInputs) -> 
 
 def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None) -> tuple[Artifact, int]:
     """The artifact at ``url``, whose index publishes no hash, and the bytes downloaded to hash it
-    (``fetch.hash_unlisted``, given what the earlier lock found there)."""
-    from envlock.fetch import hash_unlisted
-
-    return hash_unlisted(url, inputs.store, known=inputs.hashed.get(url), progress=inputs.progress, stop=stop)
+    (``inputs.hash_unlisted``, given what the earlier lock found there)."""
+    return inputs.hash_unlisted(url, inputs.store, known=inputs.hashed.get(url), progress=inputs.progress,
+                                stop=stop)
 
 
 def _sha_of(wheel: Mapping[str, object]) -> str | None:
@@ -777,8 +692,7 @@ def check_same_version(spec: EnvSpec, packages: Sequence[LockedPackage]) -> None
     for i, group in enumerate(spec.resolution.same_version):
         for name in group:
             if name not in versions and name not in built:
-                close = difflib.get_close_matches(name, sorted(versions), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                hint = did_you_mean(name, sorted(versions), before=" (", after=")")
                 problems.append(f"resolution.same-version[{i}]: {name!r} is not in the resolved lock{hint}; "
                                 "expected names of packages the env resolves to")
         present = {n: versions[n] for n in group if n in versions}

@@ -181,6 +181,60 @@ def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
     return run([uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log)
 
 
+def compile_args(
+    requirements: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    python: str,
+    platform: str | None = None,
+    output_format: str | None = None,
+    default_index: str | None = None,
+    overrides: str | os.PathLike[str] | None = None,
+    constraints: str | os.PathLike[str] | None = None,
+    hashes: bool = False,
+    annotate: bool = True,
+) -> list[str]:
+    """The arguments of ``uv pip compile`` (for ``uv``) resolving ``requirements`` (a requirements.in or
+    a pyproject.toml) for ``python`` (and ``platform``, uv's ``--python-platform``) into ``output``.
+
+    The one place envlock spells a resolution for uv: the lock's (resolve) and a build's
+    requirements (build). Under ``UV_NO_CONFIG`` (``uv_env``) nothing else reaches uv.
+    """
+    args = ["pip", "compile", os.fspath(requirements)]
+    if output_format:
+        args += ["--format", output_format]
+    args += ["-o", os.fspath(output), "--python-version", python]
+    if platform:
+        args += ["--python-platform", platform]
+    if hashes:
+        args.append("--generate-hashes")
+    args.append("--no-header")
+    if not annotate:
+        args.append("--no-annotate")
+    args.append("--quiet")
+    if default_index:
+        args += ["--default-index", default_index]
+    # A package comes from the first index that lists it (uv's default, said outright: the
+    # index pins that guard against the torchtriton attack rely on it).
+    args += ["--index-strategy", "first-index"]
+    if overrides is not None:
+        args += ["--override", os.fspath(overrides)]
+    if constraints is not None:
+        args += ["--constraint", os.fspath(constraints)]
+    return args
+
+
+def keep_log(log: Path, kept: Path) -> Path:
+    """Move a failed run's ``log`` out of its scratch folder to ``kept`` (the store's ``logs/``, which
+    outlives it) and return ``kept``; a run that wrote no log leaves "(no output)" there."""
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.replace(log, kept)  # scratch folders and logs/ are in one store: a rename
+    except FileNotFoundError:
+        kept.write_text("(no output)\n")
+    return kept
+
+
 def git_checked(
     args: Sequence[str | os.PathLike[str]], *, what: str, error: type[EnvlockError], cwd: Path | None = None
 ) -> Result:

@@ -7,11 +7,9 @@ an unknown key gets a "did you mean" when a known one is close.
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import hashlib
 import json
 import re
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +20,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from envlock.errors import SpecError, redact
+from envlock.errors import SpecError, did_you_mean, redact
 from envlock.errors import found as _found
 from envlock.lockfile import PACKAGE_NAME as _PACKAGE_NAME
 from envlock.lockfile import PYTHON_VERSION, is_workspace_path, toml_key
+from envlock.tomlio import load_toml
 from envlock.workspace import Workspace, env_var_suffix
 
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
@@ -200,8 +199,7 @@ class _Problems:
     def check_keys(self, key: str, table: Mapping[str, Any], allowed: set[str]) -> None:
         for name in table:
             if name not in allowed:
-                close = difflib.get_close_matches(name, sorted(allowed), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                hint = did_you_mean(name, sorted(allowed), before=" (", after=")")
                 known = ", ".join(sorted(allowed))
                 self.add(f"{key}.{name}" if key else name, f"unknown key{hint}; expected one of: {known}")
 
@@ -290,8 +288,7 @@ def _check_platform(p: _Problems, platform: str) -> None:
         p.add("env.platform",
               f"expected a platform as uv spells it (e.g. \"x86_64-manylinux_2_28\"), found {platform!r}")
         return
-    close = difflib.get_close_matches(platform, sorted(UV_PLATFORMS), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(platform, sorted(UV_PLATFORMS), before=" (", after=")")
     p.add("env.platform", f"expected a platform the pinned uv accepts for --python-platform, "
           f"found {platform!r}{hint}; accepted: {', '.join(sorted(UV_PLATFORMS))}")
 
@@ -694,12 +691,7 @@ def read_spec(path: Path, *, name: str | None = None, root: Path | None = None) 
         raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from None
     except OSError as exc:
         raise SpecError(f"{path}: cannot read the env spec ({exc.strerror})") from None
-    try:
-        doc = tomllib.loads(text)
-    except RecursionError:  # arrays nested thousands deep: tomllib recurses per level
-        raise SpecError(f"{path}: not valid TOML: nested too deeply") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    doc = load_toml(text, path, SpecError)
     return parse_spec(doc, name=env_name, origin=path, root=root), data
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from envlock.errors import UsageError
+from envlock.errors import UsageError, did_you_mean
 
 _ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -45,8 +44,7 @@ class Workspace:
             raise UsageError(f"{path}: not a file; expected env {env!r}'s spec (a TOML file) there")
         if not path.is_file():
             known = self.envs()
-            close = difflib.get_close_matches(env, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(env, known, before="; ")
             listed = ", ".join(known) or "none"
             raise UsageError(f"{path}: no env {env!r}{hint} (envs: {listed})")
         return path
