@@ -17,12 +17,12 @@ SRC = Path(__file__).parent.parent / "src" / "envlock"
 #: Pieces every layer may use: data, errors, the store, the runners, the target model.
 FOUNDATIONS = {
     "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
-    "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile",
+    "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio",
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff", "ui"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
-ORCHESTRATION = {"mirrors", "drift", "locking", "building", "patching", "patchedit", "syncing", "realize",
+ORCHESTRATION = {"mirrors", "drift", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
                  "running", "verifying"}
 ENTRY = {"cli", "__main__"}
 

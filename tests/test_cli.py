@@ -743,17 +743,13 @@ def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, unive
         next(f"size = {w.size}" for p in recorded.packages if p.name == "tinydep" for w in p.wheels),
         f"size = {served.stat().st_size}")
     now = read_lock_text(edited).install_digest()
-    # A lock written before venv-install-digest: the store knows which packages gave that digest.
+    # venv-digest names the packages it was taken for: without them it is no lock envlock wrote.
     (ws.root / "locks" / "pylock.e.toml").write_text(
         edited.replace(f'venv-install-digest = "{recorded.install_digest()}"\n', ""))
-    old_style = cli("sync", "e", "--lock", "locks/pylock.e.toml")
-    assert (old_style.code, old_style.err) == (2, (
-        f"envlock: error: {ws.root}/locks/pylock.e.toml: the lock's venv digest {recorded.venv_digest} was taken "
-        "for other "
-        f"packages (this store built it from install digest {recorded.install_digest()}; the lock's packages now "
-        f"give {now}): they were edited by hand since. `envlock lock e` locks the spec anew; to keep the edit, "
-        "delete venv-digest and venv-python from its [tool.envlock] and sync it to record this venv's\n")
-    ), old_style.err
+    unnamed = cli("sync", "e", "--lock", "locks/pylock.e.toml")
+    assert (unnamed.code, unnamed.err) == (2, (
+        f"envlock: error: {ws.root}/locks/pylock.e.toml: tool.envlock.venv-install-digest: missing; expected the "
+        "install digest of the packages venv-digest was taken for, beside it\n")), unnamed.err
     (ws.root / "locks" / "pylock.e.toml").write_text(edited)
 
     check = cli("lock", "e", "--check")

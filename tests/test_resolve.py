@@ -898,7 +898,7 @@ def test_a_kept_wheel_must_be_on_its_index_server() -> None:
 
 def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("g", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-06") + TRITON))
-    result = sync(Workspace(ws.root), "g")  # no lock yet: the sync locks first, hashing the nightly
+    result = sync(Workspace(ws.root), "g", SyncOptions())  # no lock yet: the sync locks first, hashing the nightly
     locked = read_lock(ws.root / "locks" / "pylock.g.toml").packages
     assert result.fetched == len(locked) - 2  # the nightly and pytorch-triton were stored by the lock
     served = {name: path.stat().st_size for idx in universe.server.indexes.values() for name, path in idx.files.items()}

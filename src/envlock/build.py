@@ -713,7 +713,7 @@ def wheel_diff(a: Path, b: Path) -> list[str]:
     return out
 
 
-# -- glue for the pipeline ---------------------------------------------------
+# -- the env a non-isolated build runs against -------------------------------
 
 
 def env_packages_from_lock(lock: Lock, store: Store, *, exclude: Sequence[str] = ()) -> tuple[BuildEnvPackage, ...]:

@@ -1,4 +1,4 @@
-"""Command line: parse, call the pipeline, render, map errors to exit codes. Nothing else."""
+"""Command line: parse, call a command's recipe, render, map errors to exit codes. Nothing else."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
 
     # The no-op check of main()'s fast path, for the one case it leaves to us (--json; in
     # text mode it has already said no): answer from the env's stamp before importing
-    # the pipeline (see envlock.quick).
+    # the sync recipe (see envlock.quick).
     result = None
     lock_file = spec_file = None
     if args.lock is None:
@@ -288,7 +288,7 @@ def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
     result = generations.rollback(_env_store(args, ws), args.env, args.to)
     _out(args, result.to_dict(),
          lambda: f"{args.env}: generation {result.previous or '(none)'} -> {result.current}\n"
-                 + (f"  note: {result.note}\n" if result.note else "") + str(result.path))
+                 + str(result.path))
     return 0
 
 
@@ -631,7 +631,7 @@ def _json_error(message: str, details: Sequence[str], kind: str, code: int) -> N
 
 def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
     # Fast path: an up-to-date `envlock sync ENV` answers here, before argparse is built
-    # and the pipeline (tomllib, packaging) is imported. envlock.quick imports only os,
+    # and the recipes (tomllib, packaging) are imported. envlock.quick imports only os,
     # sys and hashlib and returns None for anything it does not fully handle. The console
     # script tries it before importing this module at all (fast_path=False then).
     if fast_path:

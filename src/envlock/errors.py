@@ -1,4 +1,4 @@
-"""The one error root and a subclass per pipeline stage.
+"""The one error root and a subclass per stage.
 
 The CLI maps every ``EnvlockError`` to a message on stderr and an exit code; the
 core never prints and never exits. Messages name the file, the key or artifact,

@@ -68,12 +68,6 @@ class Generation:
             return None
 
     @property
-    def colon_named(self) -> bool:
-        """Whether its venv folder is named ``sha256:<hex>`` (envlock 0.1.0 named them so)."""
-        venv = self.store_venv  # one readlink
-        return venv is not None and ":" in venv.name
-
-    @property
     def lock_copy(self) -> Path:
         return lock_copy(self.path)
 
@@ -100,11 +94,9 @@ class Switch:
     previous: int | None
     current: int
     path: Path
-    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "previous": self.previous, "current": self.current, "path": str(self.path),
-                "note": self.note}
+        return {"env": self.env, "previous": self.previous, "current": self.current, "path": str(self.path)}
 
 
 def env_dir(store: Store, env: str) -> Path:
@@ -220,12 +212,9 @@ def scan(store: Store, env: str) -> tuple[tuple[Generation, ...], tuple[Path, ..
 
 
 def _pending(folder: Path, numbers: list[int], cur: int | None) -> set[int]:
-    """The generations never made current: marked ``pending``, not current, and newer than every
-    generation that is not. (An envlock from before the marker, sharing the store, may have made a
-    marked one current, and it would have stayed marked: such a one is older than a later one.)"""
-    marked = {n for n in numbers if n != cur and (folder / str(n) / _PENDING).exists()}
-    done = [n for n in numbers if n not in marked]
-    return {n for n in marked if not done or n > max(done)}
+    """The generations never made current: still marked ``pending`` (``flip`` unmarks a generation
+    before it switches to it), and not current."""
+    return {n for n in numbers if n != cur and (folder / str(n) / _PENDING).exists()}
 
 
 def list_generations(store: Store, env: str) -> tuple[Generation, ...]:
@@ -260,19 +249,6 @@ def is_lock_copy(path: Path) -> bool:
     parents = path.parents
     return (path.name == _LOCK_COPY and len(parents) > 4 and parents[0].name.isdigit() and parents[2].name == "envs"
             and parents[3].name == f"v{LAYOUT_VERSION}" and (parents[4] / "layout").is_file())
-
-
-def installs_with_digest(store: Store, venv_digest: str) -> set[str]:
-    """The install digests (package sets) this store's generations (any env) built a venv of
-    ``venv_digest`` from."""
-    envs = store.root / "envs"
-    found: set[str] = set()
-    for folder in sorted(envs.iterdir()) if envs.is_dir() else ():
-        try:
-            found |= {g.install_digest for g in list_generations(store, folder.name) if g.venv_digest == venv_digest}
-        except UsageError:
-            continue  # not an env's folder
-    return found
 
 
 def users(store: Store, venv: Path) -> list[tuple[str, int]]:
@@ -345,8 +321,8 @@ def flip(store: Store, env: str, number: int) -> None:
     """Point ``current`` at generation ``number`` in one atomic rename."""
     check_link(store, env)
     folder = env_dir(store, env)
-    # Unmarked first: killed between the two steps, it is a generation never current that
-    # a rollback may still pick (the odds of envlock before generations were marked).
+    # Unmarked first: killed between the two steps, it is a generation never current that a
+    # rollback may still pick, never one that was current but is taken for pending.
     (folder / str(number) / _PENDING).unlink(missing_ok=True)
     tmp = folder / f".current-{os.urandom(4).hex()}"
     os.symlink(f"{number}/venv", tmp)
@@ -435,17 +411,7 @@ def rollback(store: Store, env: str, to: int | None = None) -> Switch:
                              "built from) and makes it current")
         _check_unchanged(store, target)
         flip(store, env, to)
-        note = ""
-        if target.colon_named:
-            note = (f"{colon_note(to)} (`envlock run` is not affected); `envlock sync {env} --frozen --lock "
-                    f"{target.lock_copy}` makes a generation of it anew")
-        return Switch(env, cur, to, stable_path(store, env), note)
-
-
-def colon_note(number: int) -> str:
-    """What is wrong with generation ``number`` when it is ``colon_named``."""
-    return (f"generation {number}'s venv folder holds a ':' (envlock 0.1.0 named venvs so), which splits PATH "
-            "once activated")
+        return Switch(env, cur, to, stable_path(store, env))
 
 
 def _check_unchanged(store: Store, gen: Generation) -> None:

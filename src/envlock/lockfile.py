@@ -127,15 +127,14 @@ class Lock:
     # The interpreter the venv digest was taken with ("3.11.7"): a venv holds its interpreter's
     # version (pyvenv.cfg), so a digest is comparable only between equal interpreters.
     venv_python: str | None = None
-    # The install digest of the packages the venv digest was taken for: a lock whose packages
-    # were edited by hand since holds a digest that says nothing about its venv. (None in locks
-    # of envlock before 0.3, which are trusted as before.)
+    # The install digest of the packages the venv digest was taken for (recorded with it): a
+    # lock whose packages were edited by hand since holds a digest that says nothing about its venv.
     venv_install: str | None = None
 
     @property
     def venv_digest_stale(self) -> bool:
         """The recorded venv digest was taken for other packages than this lock's (a hand edit since)."""
-        return self.venv_digest is not None and self.venv_install not in (None, self.install_digest())
+        return self.venv_digest is not None and self.venv_install != self.install_digest()
 
     def unbuilt(self) -> tuple[str, ...]:
         """The spec's ``[builds.*]`` this lock records no build of (``envlock lock`` before ``build``)."""
@@ -344,6 +343,10 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
     python = _str(tool, "python", "tool.envlock")
     if not PYTHON_VERSION.fullmatch(python):
         raise _BadKeyError("tool.envlock.python", f"found {python!r}", 'a Python version like "3.12"')
+    venv_digest = _opt_str(tool, "venv-digest", "tool.envlock")
+    if venv_digest is not None and tool.get("venv-install-digest") is None:
+        raise _BadKeyError("tool.envlock.venv-install-digest", "missing",
+                           "the install digest of the packages venv-digest was taken for, beside it")
     return Lock(
         env=_str(tool, "env", "tool.envlock"),
         python=python,
@@ -355,7 +358,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         nightlies=nightlies,
         sources=sources,
         builds=builds,
-        venv_digest=_opt_str(tool, "venv-digest", "tool.envlock"),
+        venv_digest=venv_digest,
         venv_python=_opt_str(tool, "venv-python", "tool.envlock"),
         venv_install=_opt_str(tool, "venv-install-digest", "tool.envlock"),
     )

@@ -18,14 +18,27 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from envlock.errors import EnvlockError, FetchError, SourceError, UsageError, raise_all, redact
+from envlock.errors import (
+    EnvlockError,
+    FetchError,
+    PackageIndexError,
+    SourceError,
+    SpecError,
+    UsageError,
+    raise_all,
+    redact,
+)
+from envlock.spec import EnvSpec, is_index_url, read_spec
 from envlock.workspace import Workspace, env_var_suffix
 
 if TYPE_CHECKING:
     from envlock.indexes import Listings
     from envlock.lockfile import Artifact, Lock, LockedPackage
-    from envlock.spec import EnvSpec
+
+# envlock.http and envlock.indexes (socket, ssl, http.client) are imported where a URL is read:
+# most syncs read none (docs/architecture.md, "Lazy imports").
 
 INDEX_ENV_PREFIX = "ENVLOCK_INDEX_"
 SOURCE_ENV_PREFIX = "ENVLOCK_SOURCE_"
@@ -98,8 +111,6 @@ class Mirrors:
         from one ("" else). The failure itself names only the URL it could not reach."""
         if self.spec is None:
             return ""
-        from urllib.parse import urlsplit
-
         said = str(exc)
         if not any(words in said for words in _UNREACHABLE):
             return ""
@@ -160,8 +171,6 @@ def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> d
     from), not left to uv to report as a package missing from the registry; so is an
     ``--index NAME`` the spec has no index of, for ``lock`` and ``sync`` alike.
     """
-    from envlock.spec import is_index_url
-
     given = {name: (env_var(INDEX_ENV_PREFIX, name), url)
              for name, url in _from_env(INDEX_ENV_PREFIX, spec.indexes, None).items()}
     given.update({name: (f"--index {name}", url) for name, url in (explicit or {}).items()})
@@ -188,9 +197,6 @@ def missing_folder(url: str) -> str | None:
 
 def stray_index_vars(ws: Workspace, spec: EnvSpec, environ: Mapping[str, str] | None = None) -> list[str]:
     """``ENVLOCK_INDEX_*`` variables set that name no index of any env spec in the workspace."""
-    from envlock.errors import SpecError
-    from envlock.spec import read_spec
-
     environ = os.environ if environ is None else environ
     wanted = {env_var(INDEX_ENV_PREFIX, name) for name in spec.indexes}
     stray = sorted(v for v, url in environ.items() if v.startswith(INDEX_ENV_PREFIX) and url and v not in wanted)
@@ -277,10 +283,7 @@ def package_locator(packages: Sequence[LockedPackage],
 
 def _mirrored_url(listings: Listings, a: Artifact, name: str, mirror: str) -> str | FetchError:
     """Where mirror ``mirror`` has the locked wheel ``a`` of package ``name``, or why not."""
-    from urllib.parse import urlsplit
-
     from envlock import http
-    from envlock.errors import PackageIndexError
 
     shown = http.redact(mirror)
     try:

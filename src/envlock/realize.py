@@ -201,16 +201,6 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
         # an edit that reached uv's cache is not written into the lock as the truth.
         expected, from_store = seen[0], True
     whose = "this store's earlier generations'" if from_store else "the lock's"
-    if (expected is not None and actual.digest != expected and not from_store and lock.venv_install is None
-            and (others := generations.installs_with_digest(store, expected) - {key})):
-        # A lock of before venv-install-digest whose packages were edited by hand: the store
-        # built its recorded venv from other packages (said before a repair clears uv's cache
-        # for nothing). The venv just built is this lock's: kept.
-        raise LockError(
-            f"{where}: the lock's venv digest {expected} was taken for other packages (this store "
-            f"built it from install digest {sorted(others)[0]}; the lock's packages now give {key}): they were "
-            f"edited by hand since. `envlock lock {target.env}` locks the spec anew; to keep the edit, delete "
-            "venv-digest and venv-python from its [tool.envlock] and sync it to record this venv's")
     note = ""
     if expected is not None and actual.digest != expected and inst.built:
         # uv installs from its cache, whose files are the venvs' (hard links): a file

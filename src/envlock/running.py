@@ -39,7 +39,6 @@ def run_environ(store: Store, env: str) -> tuple[Path, dict[str, str]]:
     The venv is the current generation's own link, ``envs/NAME/N/venv``, not the stable
     path: a sync or rollback while the command runs flips ``current``, and a program
     importing lazily (a server) must not load half its modules from another generation.
-    (Not the store entry it points at either: one envlock 0.1.0 named holds a ``:``, which PATH cannot.)
     """
     stable = env_path(store, env)
     root = stable.parent / os.readlink(stable)  # one level: generation N's link is never flipped
