@@ -45,12 +45,12 @@ def _hermetic_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def _no_registered_credentials() -> Iterator[None]:
-    """Index credentials a test's lock or sync registered (``http.register_credentials``) end with it."""
+def _no_credentials_left() -> Iterator[None]:
+    """Index credentials a command hands to ``http.credentials`` end with it."""
     from envlock import http
 
     yield
-    http._registered.clear()
+    assert http._scopes == []
 
 
 @pytest.fixture(autouse=True)

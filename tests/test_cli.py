@@ -934,7 +934,6 @@ def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_pat
         locked = cli("-q", "lock", "e")
         assert locked.code == 0, locked.err
         assert "s3cret" not in ws.lock_text("e")
-        http._registered.clear()  # one process here: the sync must send them of its own accord
         synced = cli("-q", "sync", "e")
         assert synced.code == 0, synced.err
         assert server.auth_seen("tinydep-1.0-py3-none-any.whl") == server.required_auth
@@ -949,7 +948,6 @@ def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_pat
                 "s3cret" not in typo.err and "cret@" not in typo.err), typo.err
         # `sync --lock` reads the spec for its index credentials too (it did only with a mirror variable set).
         monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home2"))
-        http._registered.clear()
         by_path = cli("-q", "sync", "e", "--lock", "locks/pylock.e.toml")
         assert by_path.code == 0, by_path.err
         # A git source's token in a failure (git's own output included) is cut too.

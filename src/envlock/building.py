@@ -247,7 +247,6 @@ def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[Bui
     store = Store.open()
     states = prepare_sources(ws, spec, store, lock=lock, overrides=options.overrides,
                              names={b.source for b in wanted}, mirrors=mirrors)
-    mirrors.register_credentials()  # the env's wheels a non-isolated build reads come from them
     by_package = mirrors.for_packages(lock)
     locate = package_locator(lock.packages, by_package) if by_package else None
     default_url = resolve.index_urls(spec, mirrors.indexes)[spec.default_index.name]  # as `lock` resolves against
@@ -332,7 +331,12 @@ def build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[s
     recorded in the lock. ``options.frozen``: rebuild what the lock records, from its build
     requirements, and leave the lock as it is.
     """
-    options = options or BuildOptions()
+    with mirrors.credentials():  # the env's wheels a non-isolated build reads come from its indexes
+        return _build_spec(ws, spec, mirrors, packages, options or BuildOptions())
+
+
+def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[str, ...],
+                options: BuildOptions) -> BuildReport:
     env, check, frozen = spec.name, options.check, options.frozen
     lock_path = ws.lock_path(env)
     old = LockFile.read(lock_path)

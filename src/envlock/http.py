@@ -89,9 +89,9 @@ def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
 
 
-#: Authorization headers by origin (scheme, host, port), from index URLs that hold them (see
-#: ``register_credentials``).
-_registered: dict[tuple[str, str | None, int | None], str] = {}
+#: Authorization headers by origin (scheme, host, port), one mapping per ``credentials`` block
+#: under way, the innermost last.
+_scopes: list[dict[tuple[str, str | None, int | None], str]] = []
 
 
 def _origin(parts: SplitResult) -> tuple[str, str | None, int | None]:
@@ -102,26 +102,34 @@ def _origin(parts: SplitResult) -> tuple[str, str | None, int | None]:
     return parts.scheme, parts.hostname, port
 
 
-def register_credentials(*urls: str) -> None:
-    """Send the ``user:password@`` of these index URLs (a spec's private index, a mirror) with every
-    request to their origin: their pages list file URLs without them (and the lock keeps none), so
-    the lock's hashing of a wheel and the sync's download would get a 401 without a ~/.netrc."""
-    for url in urls:
-        parts = urlsplit(url)
-        if parts.username is not None:
-            _registered[_origin(parts)] = _basic(parts.username, parts.password or "")
+@contextlib.contextmanager
+def credentials(*urls: str) -> Iterator[None]:
+    """For the block, send the ``user:password@`` of these index URLs (a spec's private index, a
+    mirror) with every request to their origin, from any thread: their pages list file URLs without
+    them (and the lock keeps none), so the lock's hashing of a wheel and the sync's download would
+    get a 401 without a ~/.netrc. A command's recipe hands them over; they end with it."""
+    scope = {_origin(parts): _basic(parts.username, parts.password or "")
+             for parts in map(urlsplit, urls) if parts.username is not None}
+    with _lock:
+        _scopes.append(scope)
+    try:
+        yield
+    finally:
+        with _lock:
+            del _scopes[next(i for i in range(len(_scopes) - 1, -1, -1) if _scopes[i] is scope)]
 
 
 def _credentials(url: str) -> str | None:
     """An Authorization header from the URL's user:password, else from an index URL of its origin
-    (``register_credentials``), else from ~/.netrc (as pip and uv do)."""
+    (``credentials``), else from ~/.netrc (as pip and uv do)."""
     parts = urlsplit(url)
     if parts.username is not None:
         return _basic(parts.username, parts.password or "")
-    if (registered := _registered.get(_origin(parts))) is not None:
-        return registered
     global _netrc
     with _lock:
+        origin = _origin(parts)
+        if (given := next((s[origin] for s in reversed(_scopes) if origin in s), None)) is not None:
+            return given
         if _netrc is None:
             import netrc
 

@@ -81,10 +81,14 @@ def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
 def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors,
               progress: Progress | None = None) -> LockResult:
     """``lock_env`` for a spec read and mirrors found already (a sync that relocks)."""
+    with mirrors.credentials():  # a private index's wheels are hashed with its password
+        return _lock_spec(ws, env, spec, mirrors, progress)
+
+
+def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progress: Progress | None) -> LockResult:
     from envlock import http, resolve
 
     urls = resolve.index_urls(spec, mirrors.indexes)
-    mirrors.register_credentials()  # a private index's wheels are hashed with its password
     missing = [f"indexes.{name}.url: {url!r}: no such folder ({folder}); expected an index on disk (a folder per "
                "project)" for name, url in sorted(urls.items())
                if name not in mirrors.indexes and (folder := missing_folder(url)) is not None]

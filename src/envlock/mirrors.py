@@ -94,17 +94,17 @@ class Mirrors:
             return cls(None, {}, found_sources)
         return cls(spec, index_mirrors(spec, asked.indexes), found_sources)
 
-    def register_credentials(self) -> None:
-        """Have every download send the ``user:password@`` of the spec's indexes and of these
-        mirrors to their origin (``http.register_credentials``). envlock.http (socket, ssl) is
+    def credentials(self) -> contextlib.AbstractContextManager[None]:
+        """A block in which every download sends the ``user:password@`` of the spec's indexes and
+        of these mirrors to their origin (``http.credentials``). envlock.http (socket, ssl) is
         imported only when one holds credentials: a sync downloads nothing most of the time."""
-        if self.spec is None:
-            return
-        urls = [url for url in (*(i.url for i in self.spec.indexes.values()), *self.indexes.values()) if "@" in url]
-        if urls:
-            from envlock import http
+        urls = [url for url in (*(i.url for i in self.spec.indexes.values()), *self.indexes.values())
+                if "@" in url] if self.spec is not None else []
+        if not urls:
+            return contextlib.nullcontext()
+        from envlock import http
 
-            http.register_credentials(*urls)
+        return http.credentials(*urls)
 
     def index_hint(self, exc: EnvlockError) -> str:
         """For a failure to reach the host of spec indexes without a mirror: how to read them

@@ -81,6 +81,15 @@ def sync(ws: Workspace, env: str, options: SyncOptions, *, progress: Progress | 
     """
     started = time.monotonic()
     todo = plan(ws, env, options)
+    with todo.mirrors.credentials():  # a private index's: for a relock, the builds and the downloads
+        result = _sync(ws, todo, progress, on_build)
+    return replace(result, seconds=time.monotonic() - started)
+
+
+def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
+          on_build: Callable[[str, str], None] | None) -> SyncResult:
+    """Carry ``todo`` out: relock, build, realize."""
+    env, options = todo.env, todo.options
     lock, downloaded, fetched = todo.lock, 0, 0
     relocked = False
     if todo.relock:
@@ -113,7 +122,7 @@ def sync(ws: Workspace, env: str, options: SyncOptions, *, progress: Progress | 
     # The whole sync: a relock and builds come before realize's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + downloaded, fetched=result.fetched + fetched,
-                   seconds=time.monotonic() - started, relocked=relocked,
+                   relocked=relocked,
                    note="; ".join(n for n in (result.note, *todo.notes, stale, stray) if n))
 
 
@@ -163,7 +172,6 @@ def _plan_ref(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
                              f"{env} --check` says why), so no mirror was applied to this sync's downloads")
         else:
             mirrors = Mirrors(spec, index_mirrors(spec, options.mirrors.indexes))
-            mirrors.register_credentials()
     assert options.lock_ref is not None
     ref = load_env_lock_ref(ws, options.lock_ref, env, "sync")
     if unbuilt := ref.lock.unbuilt():
@@ -189,7 +197,6 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
     # Frozen, the lock is synced as it is: the sources are read only if a build is missing.
     spec, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
     mirrors = Mirrors.of(spec, options.mirrors, read_indexes=not offline)
-    mirrors.register_credentials()  # before a relock or a build downloads too
     found = read_lock(lock_path) if frozen or lock_path.exists() else None
     if found is not None and found.env != env:
         # As for --lock: the env's generations would hold another env's packages.
