@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,7 @@ def sample(**changes: object) -> Lock:
                                           "b" * 64)},
         venv_digest="sha256:" + "e" * 64,
     )
-    from dataclasses import replace
-
+    base = replace(base, venv_install=base.install_digest())
     return replace(base, **changes)  # type: ignore[arg-type]
 
 
