@@ -442,6 +442,34 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
     return 0
 
 
+def _upgrade_pairs(pairs: Sequence[str], option: str, what: str) -> dict[str, str]:
+    """``NAME=VALUE`` options of ``upgrade`` (``--nightly`` also takes a bare VALUE: NAME "")."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if option == "--nightly" and not sep:
+            name, value = "", pair
+        elif not sep or not name or not value:
+            raise UsageError(f"{option} {pair!r}: expected {what}")
+        out[name] = value
+    return out
+
+
+def cmd_upgrade(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock import ui, upgrading
+
+    options = upgrading.UpgradeOptions(
+        nightlies=_upgrade_pairs(args.nightly, "--nightly", "[INDEX=]DATE or [INDEX=]latest"),
+        revs=_upgrade_pairs(args.rev, "--rev", "SOURCE=REV (a spec source and a branch, tag or commit)"),
+        versions=_upgrade_pairs(args.versions, "--version", "PKG=SPEC (a package and a version or specifier)"),
+        dry_run=args.dry_run, mirrors=_mirror_options(args))
+    message = f"upgrading envs/{args.env}.toml"
+    with _status(args, message) as status:
+        result = upgrading.upgrade(ws, args.env, options, progress=ui.StatusProgress(status, message))
+    _out(args, result.to_dict(), lambda: "\n".join(upgrading.report_lines(ws, result)))
+    return 0
+
+
 # -- parser -------------------------------------------------------------------
 
 
@@ -574,6 +602,34 @@ def build_parser() -> argparse.ArgumentParser:
                    "top (so give it unpatched); never recorded in the lock")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME's pinned commit from URL (verified; also ENVLOCK_SOURCE_<NAME>=URL)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    p = add("upgrade", cmd_upgrade, "move nightlies, source revs or versions in envs/ENV.toml, relock, report",
+            "Edit envs/ENV.toml in place (every comment and the layout kept), relock, and print what the\n"
+            "new lock changes. --nightly moves every nightly of an index that shares its date; --rev pins a\n"
+            "source to the commit a branch or tag names now (the name stays in a comment); --version moves\n"
+            "a package, and a resolution.same-version set with it. A moved source's patches must apply at\n"
+            "the new commit, else nothing is changed (exit 1; `envlock patch status ENV --against REV`).\n"
+            "The spec and the lock are written together at the end, or not at all; --dry-run writes\n"
+            "nothing and prints the same report.\n"
+            "  envlock upgrade qwen35-blackwell --nightly latest --dry-run\n"
+            "  envlock upgrade qwen35-blackwell --rev sglang=main --version flashinfer-python=0.6.6")
+    p.add_argument("env", metavar="ENV")
+    p.add_argument("--nightly", action="append", default=[], metavar="[INDEX=]DATE|latest",
+                   help="move the nightlies of INDEX (default: every index with nightly pins) to DATE (YYYY-MM-DD), "
+                   "or to the newest date the index lists with a wheel for the target of each of them; repeatable")
+    p.add_argument("--rev", action="append", default=[], metavar="SOURCE=REV",
+                   help="pin git source SOURCE to the full commit REV (a branch, tag or commit) names now; "
+                   "repeatable")
+    p.add_argument("--version", action="append", default=[], dest="versions", metavar="PKG=SPEC",
+                   help="set package PKG to SPEC (0.6.6 means ==0.6.6); the members of its same-version set, "
+                   "and overrides pinning them, move with it (local tags kept); repeatable")
+    p.add_argument("--dry-run", action="store_true",
+                   help="write nothing (spec, lock and patches stay byte for byte); print the same report")
+    p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
+                   help="read spec index NAME at URL (a mirror), for latest and the relock; repeatable")
+    p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
+                   help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("patch", lambda a, w: 2, "patch status / edit / record")

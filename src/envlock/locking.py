@@ -79,13 +79,16 @@ def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
 
 
 def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors,
-              progress: Progress | None = None) -> LockResult:
-    """``lock_env`` for a spec read and mirrors found already (a sync that relocks)."""
+              progress: Progress | None = None, *, write: bool = True) -> LockResult:
+    """``lock_env`` for a spec read and mirrors found already (a sync that relocks). ``write``
+    False: the lock file is left as it is; the result's ``lock`` and ``changed`` say what it would
+    hold (an upgrade writes it with the edited spec, or not at all under --dry-run)."""
     with mirrors.credentials():  # a private index's wheels are hashed with its password
-        return _lock_spec(ws, env, spec, mirrors, progress)
+        return _lock_spec(ws, env, spec, mirrors, progress, write)
 
 
-def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progress: Progress | None) -> LockResult:
+def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progress: Progress | None,
+               write: bool = True) -> LockResult:
     from envlock import http, resolve
 
     urls = resolve.index_urls(spec, mirrors.indexes)
@@ -110,7 +113,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
     if old is not None and old.install_digest() == lock.install_digest() and not old.venv_digest_stale:
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
-    changed = _write(ws, env, old_file, lock)
+    changed = _write(ws, env, old_file, lock) if write else old_file.text != lock.to_toml()
     return LockResult(
         env=env, path=old_file.path, changed=changed, packages=len(lock.packages),
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
