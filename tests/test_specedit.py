@@ -88,7 +88,8 @@ def _changed(before: str, after: str) -> list[tuple[str, str]]:
      'rev = "f016738f4c21043d0d8e4e407cb10a45ea7116b9"   # the pin\n', f'rev = "{NEW}"   # the pin\n'),
     (lambda t: specedit.set_array_string(t, ("resolution", "overrides"), 0, "flashinfer-python==0.6.6",
                                          origin="e.toml"),
-     '    "flashinfer-python==0.6.5",   # beat sglang\'s pin\n', '    "flashinfer-python==0.6.6",   # beat sglang\'s pin\n'),
+     '    "flashinfer-python==0.6.5",   # beat sglang\'s pin\n',
+     '    "flashinfer-python==0.6.6",   # beat sglang\'s pin\n'),
 ], ids=["inline", "inline-literal", "dotted", "shorthand", "spelling", "inline-version", "sub-table", "rev-comment",
         "rev-new-comment", "rev-no-comment", "rev-keep-comment", "array-item"])
 def test_an_edit_changes_its_one_line_and_nothing_else(edit: Callable[[str], str], old: str, new: str) -> None:

@@ -118,7 +118,8 @@ class UpgradeResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "env": self.env, "spec": str(self.spec), "lock": str(self.lock), "dry_run": self.dry_run,
-            "written": self.written, "spec_changed": self.plan.spec_changed, "changes": [c.to_dict() for c in self.plan.changes],
+            "written": self.written, "spec_changed": self.plan.spec_changed,
+            "changes": [c.to_dict() for c in self.plan.changes],
             "nightlies": [m.to_dict() for m in self.plan.nightlies],
             "sources": [m.to_dict() for m in self.plan.sources],
             "patches": {name: [s.to_dict() for s in st] for name, st in sorted(self.patches.items())},
