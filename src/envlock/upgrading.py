@@ -227,9 +227,9 @@ def report_lines(ws: Workspace, result: UpgradeResult) -> list[str]:
         lines.append(f"dry run: {spec} and {lock} unchanged; run without --dry-run to write them")
     else:
         wrote = [path for path, changed in ((spec, result.plan.spec_changed), (lock, result.lock_changed)) if changed]
-        kept = [path for path in (spec, lock) if path not in wrote]
-        lines.append("; ".join(filter(None, [wrote and f"wrote {' and '.join(wrote)}",
-                                             kept and f"{' and '.join(kept)} unchanged"])))
+        same = [path for path in (spec, lock) if path not in wrote]
+        said = [f"wrote {' and '.join(wrote)}"] if wrote else []
+        lines.append("; ".join(said + ([f"{' and '.join(same)} unchanged"] if same else [])))
     return lines
 
 
