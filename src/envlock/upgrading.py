@@ -228,8 +228,8 @@ def report_lines(ws: Workspace, result: UpgradeResult) -> list[str]:
     else:
         wrote = [path for path, changed in ((spec, result.plan.spec_changed), (lock, result.lock_changed)) if changed]
         same = [path for path in (spec, lock) if path not in wrote]
-        said = [f"wrote {' and '.join(wrote)}"] if wrote else []
-        lines.append("; ".join(said + ([f"{' and '.join(same)} unchanged"] if same else [])))
+        done = [f"wrote {' and '.join(wrote)}"] if wrote else []
+        lines.append("; ".join(done + ([f"{' and '.join(same)} unchanged"] if same else [])))
     return lines
 
 
