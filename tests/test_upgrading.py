@@ -182,13 +182,21 @@ BAD_INPUT = [
 
 def test_bad_input_is_named_and_changes_nothing(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
     write(ws.root, {"local/x.txt": "x\n"})
-    ws.write_spec("e", _header(universe) + NIGHTLIES + '\n[sources.local]\npath = "local"\n')
+    spec = ws.write_spec("e", _header(universe) + NIGHTLIES + '\n[sources.local]\npath = "local"\n\n'
+                         '[resolution]\noverrides = ["tinydep==1.0"]\n')
     assert cli("lock", "e").code == 0
     before = _files(ws.root)
     for args, message in BAD_INPUT:
         r = cli("upgrade", "e", *args)
         assert (r.code, r.err) == (2, f"envlock: error: {message}\n")
         assert _files(ws.root) == before
+    # An edit that leaves the spec invalid is named as the spec's problem, before anything is resolved.
+    r = cli("upgrade", "e", "--version", "tinydep=>=1.1")
+    assert (r.code, r.err) == (2, f"envlock: error: {spec}: 1 problem in env spec 'e'\n"
+                                  "  resolution.overrides[0]: expected a version packages.tinydep allows (>=1.1), "
+                                  "found 'tinydep==1.0' (an override may beat upstream's pins, not the spec's own)\n"
+                                  "  (the spec as this upgrade would edit it; envs/e.toml is unchanged)\n")
+    assert _files(ws.root) == before
     (ws.root / "locks" / "pylock.e.toml").write_text("not a lock\n")
     before = _files(ws.root)
     r = cli("upgrade", "e", "--nightly", "latest")

@@ -351,8 +351,10 @@ def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mir
         # A branch or tag is said after the commit it named; a hash needs no comment (and an old
         # branch name there would now mislead).
         comment = "" if commit.startswith(rev) else rev
-        text = specedit.set_rev(text, name, commit, origin=origin, comment=comment)
-        changes.append(SpecChange(f"sources.{name}.rev", src.rev or "", commit, comment))
+        edited = specedit.set_rev(text, name, commit, origin=origin, comment=comment)
+        if edited != text:  # else pinned there already, and said so
+            changes.append(SpecChange(f"sources.{name}.rev", src.rev or "", commit, comment))
+        text = edited
         locked = old.sources.get(name)
         moves.append(SourceMove(name, locked.commit if locked is not None else src.rev, commit, rev))
     return text, tuple(moves)
