@@ -26,6 +26,7 @@ EPILOG = """\
 Typical use:
   envlock lock qwen35-blackwell          resolve envs/qwen35-blackwell.toml -> locks/pylock.qwen35-blackwell.toml
   envlock sync qwen35-blackwell          make the env match the lock; last line printed is its path
+  envlock upgrade X --nightly latest --dry-run   what moving to the newest nightly would change
   envlock diff locks/pylock.X.toml@HEAD~1 X   what an upgrade changes
 Exit codes: 0 ok, 1 the work failed or a check found a difference, 2 bad input (spec, env, option)."""
 
