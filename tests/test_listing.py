@@ -223,3 +223,16 @@ def test_the_index_is_read_through_a_mirror_and_with_its_credentials(  # type: i
     assert result.code == 0, result.err
     assert "s3cret" not in result.out + result.err
     assert result.out.startswith(f"torch: index 'pt' ({server.url('pt')}), local tag +cu130;")
+
+
+def test_help_teaches_the_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    from envlock.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["nightlies", "--help"])
+    assert info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for words in ("usable (a wheel for the spec's python and platform)", "other platforms (wheels for other",
+                  "kept (the index dropped the locked date, the store keeps its wheel", "writes nothing",
+                  "ENVLOCK_INDEX_<NAME>=URL", "[PKG]"):
+        assert words in out
