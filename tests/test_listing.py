@@ -236,3 +236,24 @@ def test_help_teaches_the_statuses(capsys: pytest.CaptureFixture[str]) -> None:
                   "kept (the index dropped the locked date, the store keeps its wheel", "writes nothing",
                   "ENVLOCK_INDEX_<NAME>=URL", "[PKG]"):
         assert words in out
+
+
+def test_newest_usable_is_the_newest_date_every_nightly_of_the_index_sharing_it_can_take() -> None:
+    from envlock.listing import NightlyListing, PackageNightlies
+    from envlock.nightly import NightlyDate
+
+    def package(name: str, usable: tuple[str, ...], *, same_date: bool = True, index: str = "pt") -> PackageNightlies:
+        dates = tuple(NightlyDate(date=d, status="usable", version=f"1.0.dev{d.replace('-', '')}") for d in usable)
+        return PackageNightlies(name=name, index=index, index_url="https://example.invalid/pt", local=None,
+                                same_date=same_date, pinned=usable[-1], locked=None,
+                                dates=(*dates, NightlyDate(date="2026-03-11", status="other-platforms", version="x")))
+
+    listing = NightlyListing(env="e", python="3.11", platform=None, lock=None, packages=(
+        package("torch", ("2026-03-10", "2026-03-07", "2026-03-05")),
+        package("torchvision", ("2026-03-07", "2026-03-05")),  # its 03-10 build is missing
+        package("pytorch-triton-xpu", ("2026-03-01",), same_date=False),  # opted out of the shared date
+        package("other", ("2026-03-09",), index="nv"),
+    ))
+    assert listing.newest_usable("pt") == "2026-03-07"
+    assert listing.newest_usable("nv") == "2026-03-09"
+    assert listing.newest_usable("pypi") is None
