@@ -132,6 +132,46 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
     return 0
 
 
+_DATE_STATUS = {"usable": "usable", "other-platforms": "other platforms", "kept": "kept", "unlisted": "unlisted"}
+
+
+def cmd_nightlies(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock import listing
+    from envlock.mirrors import MirrorOptions
+
+    result = listing.nightlies_env(ws, args.env, args.package, MirrorOptions(_index_pairs(args.index)))
+
+    def text() -> str:
+        lines = []
+        for p in result.packages:
+            local = f", local tag +{p.local}" if p.local else ""
+            lines.append(f"{p.name}: index {p.index!r} ({p.index_url}){local}; "
+                         f"for python {result.python}{' on ' + result.platform if result.platform else ''}")
+            width = max((len(d.version or "-") for d in p.dates), default=1)
+            for d in p.dates:
+                marks = [m for m, on in (("locked", d.locked), ("pinned", d.pinned)) if on]
+                why = {"other-platforms": f"no wheel for the target: has {d.platforms()}",
+                       "kept": "the index dropped it, the store keeps its wheel (a relock keeps it)",
+                       "unlisted": "not listed; a lock of it fails" + ("" if not d.locked else
+                                   f" (the store lacks its wheel: a mirror, --index {p.index}=URL)")}.get(d.status)
+                notes = "; ".join(filter(None, [", ".join(marks), why]))
+                lines.append(f"  {d.date}  {_DATE_STATUS[d.status]:15}  {d.version or '-':{width}}  {notes}".rstrip())
+            listed = [d.date for d in p.dates if d.status in ("usable", "other-platforms")]
+            usable = sum(1 for d in p.dates if d.status == "usable")
+            span = f" ({min(listed)} .. {max(listed)})" if listed else ""
+            kept = sum(1 for d in p.dates if d.status == "kept")
+            lines.append(f"  {count(len(listed), 'date')} listed{span}, {usable} usable for the target"
+                         + (f", {kept} kept in the store" if kept else ""))
+        if not result.packages:
+            lines.append(f"envs/{args.env}.toml pins no nightly")
+        if result.note:
+            lines.append(f"note: {result.note}")
+        return "\n".join(lines)
+
+    _out(args, result.to_dict(), text)
+    return 0
+
+
 def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import lockrefs
 
@@ -443,27 +483,11 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
     return 0
 
 
-def _upgrade_pairs(pairs: Sequence[str], option: str, what: str) -> dict[str, str]:
-    """``NAME=VALUE`` options of ``upgrade`` (``--nightly`` also takes a bare VALUE: NAME "")."""
-    out = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if option == "--nightly" and not sep:
-            name, value = "", pair
-        elif not sep or not name or not value:
-            raise UsageError(f"{option} {pair!r}: expected {what}")
-        out[name] = value
-    return out
-
-
 def cmd_upgrade(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import ui, upgrading
 
-    options = upgrading.UpgradeOptions(
-        nightlies=_upgrade_pairs(args.nightly, "--nightly", "[INDEX=]DATE or [INDEX=]latest"),
-        revs=_upgrade_pairs(args.rev, "--rev", "SOURCE=REV (a spec source and a branch, tag or commit)"),
-        versions=_upgrade_pairs(args.versions, "--version", "PKG=SPEC (a package and a version or specifier)"),
-        dry_run=args.dry_run, mirrors=_mirror_options(args))
+    options = upgrading.UpgradeOptions.given(args.nightly, args.rev, args.versions, dry_run=args.dry_run,
+                                             mirrors=_mirror_options(args))
     message = f"upgrading envs/{args.env}.toml"
     with _status(args, message) as status:
         result = upgrading.upgrade(ws, args.env, options, progress=ui.StatusProgress(status, message))
@@ -521,6 +545,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME's pinned commit from URL (a local clone or mirror; the commit "
                    "is verified and the lock keeps the spec's URL); also ENVLOCK_SOURCE_<NAME>=URL; repeatable")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    p = add("nightlies", cmd_nightlies, "the dates each nightly pin could take, for the env's target",
+            "List, per nightly-pinned package of envs/ENV.toml (or PKG only), every date its index lists with\n"
+            "the pin's local tag, newest first: usable (a wheel for the spec's python and platform), other\n"
+            "platforms (wheels for other platforms or pythons only: which, is said), kept (the index dropped\n"
+            "the locked date, the store keeps its wheel: a relock keeps it) or unlisted. The lock's date is\n"
+            "marked locked, the spec's pinned. Reads index pages only; writes nothing.\n"
+            "Mirrors: --index NAME=URL or ENVLOCK_INDEX_<NAME>=URL read a spec index at another URL.")
+    p.add_argument("env", metavar="ENV", help="env name (envs/ENV.toml)")
+    p.add_argument("package", nargs="?", metavar="PKG", help="only this nightly-pinned package")
+    p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
+                   help="read spec index NAME at URL (a mirror); repeatable")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("diff", cmd_diff, "what changes between two locks",
@@ -606,31 +643,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("upgrade", cmd_upgrade, "move nightlies, source revs or versions in envs/ENV.toml, relock, report",
-            "Edit envs/ENV.toml in place (every comment and the layout kept), relock, and print what the\n"
-            "new lock changes. --nightly moves every nightly of an index that shares its date; --rev pins a\n"
-            "source to the commit a branch or tag names now (the name stays in a comment); --version moves\n"
-            "a package, and a resolution.same-version set with it. A moved source's patches must apply at\n"
-            "the new commit, else nothing is changed (exit 1; `envlock patch status ENV --against REV`).\n"
-            "The spec and the lock are written together at the end, or not at all; --dry-run writes\n"
-            "nothing and prints the same report.\n"
-            "  envlock upgrade qwen35-blackwell --nightly latest --dry-run\n"
-            "  envlock upgrade qwen35-blackwell --rev sglang=main --version flashinfer-python=0.6.6")
+            "Edit envs/ENV.toml in place (comments and layout kept), relock, print what the lock changes. A moved\n"
+            "source's patches must apply at the new commit; the spec and lock are written together at the end, or\n"
+            "not at all (exit 1); --dry-run writes nothing and prints the same report. e.g.\n"
+            "  envlock upgrade qwen35-blackwell --nightly latest --rev sglang=main --dry-run")
     p.add_argument("env", metavar="ENV")
     p.add_argument("--nightly", action="append", default=[], metavar="[INDEX=]DATE|latest",
-                   help="move the nightlies of INDEX (default: every index with nightly pins) to DATE (YYYY-MM-DD), "
-                   "or to the newest date the index lists with a wheel for the target of each of them; repeatable")
+                   help="move every nightly of INDEX (default: of every index) that shares its date to DATE, or to "
+                   "the newest date with a wheel for the target of each")
     p.add_argument("--rev", action="append", default=[], metavar="SOURCE=REV",
-                   help="pin git source SOURCE to the full commit REV (a branch, tag or commit) names now; "
-                   "repeatable")
+                   help="pin git source SOURCE to the commit REV (a branch or tag: kept in a comment) names now")
     p.add_argument("--version", action="append", default=[], dest="versions", metavar="PKG=SPEC",
-                   help="set package PKG to SPEC (0.6.6 means ==0.6.6); the members of its same-version set, "
-                   "and overrides pinning them, move with it (local tags kept); repeatable")
-    p.add_argument("--dry-run", action="store_true",
-                   help="write nothing (spec, lock and patches stay byte for byte); print the same report")
-    p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
-                   help="read spec index NAME at URL (a mirror), for latest and the relock; repeatable")
-    p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
-                   help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
+                   help="set PKG to SPEC (0.6.6: ==0.6.6); its same-version set and the overrides pinning it move too")
+    p.add_argument("--dry-run", action="store_true", help="write nothing (spec, lock, patches); the same report")
+    p.add_argument("--index", action="append", default=[], metavar="NAME=URL", help="read spec index NAME at URL")
+    p.add_argument("--source", action="append", default=[], metavar="NAME=URL", help="fetch git source NAME from URL")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("patch", lambda a, w: 2, "patch status / edit / record")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +28,11 @@ from packaging.version import InvalidVersion, Version
 
 from envlock import locking, sources, specedit
 from envlock.diff import LockDiff, diff_locks
-from envlock.errors import LockChangedError, LockError, PatchError, ResolveError, SpecError, UsageError, redact
+from envlock.errors import LockChangedError, LockError, PatchError, ResolveError, SpecError, UsageError
+from envlock.listing import list_nightlies
 from envlock.lockfile import Lock, LockFile, toml_key
 from envlock.mirrors import MirrorOptions, Mirrors
+from envlock.nightly import target_words
 from envlock.patchapply import PatchStatus, status
 from envlock.patchfile import load_patches
 from envlock.progress import Progress
@@ -53,6 +55,27 @@ class UpgradeOptions:
     versions: Mapping[str, str] = field(default_factory=dict)  # package -> version or specifier
     dry_run: bool = False
     mirrors: MirrorOptions = field(default_factory=MirrorOptions)
+
+    @classmethod
+    def given(cls, nightly: Sequence[str], rev: Sequence[str], version: Sequence[str], *, dry_run: bool,
+              mirrors: MirrorOptions) -> UpgradeOptions:
+        """The options from the command line's ``NAME=VALUE`` strings (a bare ``--nightly`` VALUE: every index)."""
+        return cls(_pairs(nightly, "--nightly", "[INDEX=]DATE or [INDEX=]latest"),
+                   _pairs(rev, "--rev", "SOURCE=REV (a spec source and a branch, tag or commit)"),
+                   _pairs(version, "--version", "PKG=SPEC (a package and a version or specifier)"),
+                   dry_run=dry_run, mirrors=mirrors)
+
+
+def _pairs(pairs: Sequence[str], option: str, what: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if option == "--nightly" and not sep:
+            name, value = "", pair
+        elif not sep or not name or not value:
+            raise UsageError(f"{option} {pair!r}: expected {what}")
+        out[name] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -164,7 +187,8 @@ def plan_upgrade(ws: Workspace, spec: EnvSpec, text: str, old: Lock, options: Up
     ``latest``) and git remotes (for a branch or tag); writes nothing into the workspace."""
     origin = ws.relative(spec.path)
     changes: list[SpecChange] = []
-    edited, nightlies = _nightly_edits(spec, text, options.nightlies, mirrors, origin, changes)
+    newest = _newest(ws, spec, mirrors, store, origin) if LATEST in options.nightlies.values() else None
+    edited, nightlies = _nightly_edits(spec, text, options.nightlies, newest, origin, changes)
     edited, moved = _rev_edits(spec, edited, options.revs, old, mirrors, store, origin, changes)
     edited = _version_edits(spec, edited, options.versions, origin, changes)
     return UpgradePlan(old_text=text, new_text=edited, changes=tuple(changes), nightlies=nightlies, sources=moved)
@@ -254,9 +278,10 @@ def _count(n: int, noun: str) -> str:
 # -- nightlies -------------------------------------------------------------------
 
 
-def _nightly_edits(spec: EnvSpec, text: str, asked: Mapping[str, str], mirrors: Mirrors, origin: str,
-                   changes: list[SpecChange]) -> tuple[str, tuple[NightlyMove, ...]]:
-    """Every nightly of each asked index (``""``: every index with nightlies) moved to its date."""
+def _nightly_edits(spec: EnvSpec, text: str, asked: Mapping[str, str], newest: Callable[[str], str] | None,
+                   origin: str, changes: list[SpecChange]) -> tuple[str, tuple[NightlyMove, ...]]:
+    """Every nightly of each asked index (``""``: every index with nightlies) moved to its date
+    (``newest(index)`` for ``latest``)."""
     if not asked:
         return text, ()
     by_index: dict[str, list[NormalizedName]] = {}
@@ -282,7 +307,7 @@ def _nightly_edits(spec: EnvSpec, text: str, asked: Mapping[str, str], mirrors: 
         if not names:
             continue
         current = spec.packages[names[0]].nightly or ""
-        date = _latest_date(spec, index, names, mirrors, origin) if value == LATEST else value
+        date = newest(index) if value == LATEST and newest is not None else value
         if value == LATEST and date <= current:
             date = current  # the newest the index has for the target: never a move back
         for name in names:
@@ -301,32 +326,22 @@ def _is_date(value: str) -> bool:
         return False
 
 
-def _latest_date(spec: EnvSpec, index: str, names: Sequence[NormalizedName], mirrors: Mirrors, origin: str) -> str:
-    """The newest date index ``index`` lists with a wheel for the target of every one of ``names``.
+def _newest(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, origin: str) -> Callable[[str], str]:
+    """The newest date each index lists with a wheel for the target of every nightly of it that shares
+    its date (``envlock nightlies``' listing, read once, for ``--nightly latest``)."""
+    listing = list_nightlies(ws, spec, mirrors, store=store)
 
-    Internal until ``nightlies.list_nightlies`` (branch ``nightlies``, issue 15 part 1) lands: it
-    lists the same dates per package, marking those with a wheel for the target; this then asks it.
-    """
-    from envlock import resolve
-    from envlock.indexes import Listings
-    from envlock.nightly import nightlies_by_date
-    from envlock.target import for_target, target_tags
+    def newest(index: str) -> str:
+        date = listing.newest_usable(index)
+        if date is None:
+            names = ", ".join(p.name for p in listing.packages if p.index == index and p.same_date)
+            url = next(p.index_url for p in listing.packages if p.index == index)
+            raise ResolveError(f"{origin}: --nightly {LATEST}: index {index!r} ({url}) lists no nightly date with a "
+                               f"wheel for {target_words(spec.python, spec.platform)} of every one of {names} "
+                               f"(`envlock nightlies {spec.name}` lists them)")
+        return date
 
-    url = resolve.index_urls(spec, mirrors.indexes)[index]
-    tags = target_tags(spec.python, spec.platform)
-    common: set[str] | None = None
-    with mirrors.credentials(), Listings() as listings:
-        for name in names:
-            listings.prefetch(url, name)
-        for name in names:
-            usable = for_target(listings.files(url, name), tags)
-            dates = set(nightlies_by_date(usable, spec.packages[name].local))
-            common = dates if common is None else common & dates
-    if not common:
-        target = f"python {spec.python}" + (f" on {spec.platform}" if spec.platform else "")
-        raise ResolveError(f"{origin}: --nightly {LATEST}: index {index!r} ({redact(url)}) lists no nightly date with "
-                           f"a wheel for {target} of every one of {', '.join(names)}")
-    return max(common)
+    return newest
 
 
 # -- sources ---------------------------------------------------------------------
