@@ -186,16 +186,18 @@ class _RemoteFile(io.RawIOBase):
                 return data[start - first:start - first + n]
         from envlock import http
 
-        end = min(self._size, start + max(n, TAIL_BYTES)) - 1
-        self._read_bytes += end + 1 - start
+        # Aligned blocks: the members zipfile reads next (METADATA beside RECORD) often come with it.
+        first = start - start % TAIL_BYTES
+        end = min(self._size, max(start + n, first + TAIL_BYTES)) - 1
+        self._read_bytes += end + 1 - first
         if self._read_bytes > MAX_READ_BYTES:
             raise http.HttpError(self._url, f"more than {MAX_READ_BYTES >> 20} MiB read for its listing; "
                                             "not a wheel's directory")
-        got = http.read_range(self._url, start=start, end=end)
-        if got.start != start or len(got.data) < n:
-            raise http.HttpError(self._url, f"asked for bytes {start}-{end}, got {len(got.data)} from {got.start}")
+        got = http.read_range(self._url, start=first, end=end)
+        if got.start != first or len(got.data) != end + 1 - first:
+            raise http.HttpError(self._url, f"asked for bytes {first}-{end}, got {len(got.data)} from {got.start}")
         self._parts.append((got.start, got.data))
-        return got.data[:n]
+        return got.data[start - first:start - first + n]
 
 
 def listings(artifacts: Mapping[str, Artifact], store: Store, *, base: Path | None = None,
