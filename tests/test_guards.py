@@ -104,6 +104,9 @@ def test_two_distributions_installing_one_file_with_different_bytes_fail_the_loc
     ws.write_spec("e", spec_text(index, 'app = "==1.0"\nalpha = { index = "nightly" }'))
     assert cli("lock", "e").code == 1
     assert ours() == asked == 1
+    error = json.loads(cli("lock", "e", "--json").out)["error"]
+    assert (error["kind"], error["exit_code"], error["details"][1]) == (
+        "OverlapError", 1, "  alpha 1.0: declared in [packages]")
 
 
 def test_the_same_bytes_at_one_path_are_fine(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
@@ -120,6 +123,13 @@ def test_an_exclude_that_matches_nothing_is_noted(ws, cli, index: IndexServer) -
     assert result.out.splitlines()[-1] == "  note: resolution.exclude: sgl-fa4 matched nothing: no package requires it"
     doc = json.loads(cli("lock", "e", "--json").out)
     assert doc["notes"] == ["resolution.exclude: sgl-fa4 matched nothing: no package requires it"]
+
+
+def test_a_sync_that_locks_says_the_notes_too(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(index, 'tinydep = "==1.0"', '[resolution]\nexclude = ["sgl-fa4"]'))
+    result = cli("sync", "e")
+    assert result.code == 0, result.err
+    assert "  note: resolution.exclude: sgl-fa4 matched nothing: no package requires it" in result.out.splitlines()
 
 
 def _project(root: Path, dependencies: str, cmake: dict[str, str] | None = None) -> None:

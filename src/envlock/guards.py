@@ -167,6 +167,8 @@ def _why(spec: EnvSpec, name: NormalizedName, graph: Requirements) -> str:
     chain = graph.chain(name)
     if not chain:
         return "required by nothing envlock can read (a local build's requirements that are not static?)"
+    if chain[0] not in spec.packages:  # a root that is no spec package: a non-isolated build's requirement
+        return "pulled in by a [builds.*] requires: " + " -> ".join(chain)
     return "pulled in by " + " -> ".join(chain)
 
 

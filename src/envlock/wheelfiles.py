@@ -113,6 +113,9 @@ def _read_zip(fh: IO[bytes], via: str) -> WheelListing:
             names = set(zf.namelist())
             if f"{folder}/RECORD" not in names or f"{folder}/METADATA" not in names:
                 raise ListingError(f"not a wheel ({folder} lacks RECORD or METADATA)")
+            for member in ("RECORD", "METADATA"):  # zipfile stops at the size the directory says
+                if zf.getinfo(f"{folder}/{member}").file_size > MAX_READ_BYTES:
+                    raise ListingError(f"{folder}/{member} is larger than {MAX_READ_BYTES >> 20} MiB")
             record = zf.read(f"{folder}/RECORD").decode("utf-8")
             metadata = BytesParser().parsebytes(zf.read(f"{folder}/METADATA"), headersonly=True)
     except (zipfile.BadZipFile, UnicodeDecodeError, NotImplementedError, EOFError) as exc:
