@@ -231,6 +231,32 @@ def test_cmake_declarations_are_read_with_their_variables(tmp_path: Path) -> Non
     ]
 
 
+FULL = "df022eba0123456789abcdef0123456789abcdef"
+
+
+@pytest.mark.parametrize(("written", "spec_git", "rev", "note"), [
+    (Declared("repo-a", "cmake/a.cmake", url="https://${GH}/x/a/archive/df022eba.tar.gz"), "https://x/a", FULL, ""),
+    (Declared("repo-a", "cmake/a.cmake", url=f"https://h/x/a/archive/{FULL}.zip"), "https://x/a", FULL, ""),
+    (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/a.git", tag="df022eb"), "/mirror/a", FULL, ""),
+    (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/a", tag="df02"), "https://x/a", FULL,
+     "builds.k.fetchcontent.repo-a: k/CMakeLists.txt declares GIT_TAG df02; the spec has git https://x/a "
+     f"at rev {FULL}"),
+    (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/other.git", tag=FULL), "https://x/a", FULL,
+     "builds.k.fetchcontent.repo-a: k/CMakeLists.txt declares GIT_REPOSITORY https://github.com/x/other.git; "
+     f"the spec has git https://x/a at rev {FULL}"),
+    (Declared("REPO-A", "cmake/a.cmake", url="https://h/x/a/archive/v3.6.0.tar.gz"), "https://x/a", FULL,
+     "builds.k.fetchcontent.repo-a: k/cmake/a.cmake declares URL https://h/x/a/archive/v3.6.0.tar.gz; "
+     f"the spec has git https://x/a at rev {FULL}"),
+])
+def test_fetchcontent_inputs_are_held_to_what_cmake_declares(written: Declared, spec_git: str, rev: str,
+                                                             note: str) -> None:
+    from envlock.spec import BuildSpec, FetchContentInput
+
+    inputs = (FetchContentInput("repo-a", spec_git, rev),)
+    build = BuildSpec(name="k", source="s", subdirectory="k", fetchcontent=inputs)
+    assert guards.fetchcontent_notes(build, "k", [written]) == ([note] if note else [])
+
+
 def _listing(files: dict[str, str]) -> WheelListing:
     return WheelListing(files=files, requires=())
 

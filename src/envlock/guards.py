@@ -15,6 +15,7 @@ build, its ``pyproject.toml``'s static ``[project] dependencies``, evaluated for
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -230,16 +231,25 @@ def fetchcontent_notes(b: BuildSpec, project: str, found: Sequence[Declared]) ->
                        f"unchecked, or cannot configure (declare {d.name} = {{ git = ..., rev = ... }})")
             continue
         differs = []
-        if d.tag and "${" not in d.tag and not (dep.rev == d.tag or (len(d.tag) >= 7 and dep.rev.startswith(d.tag))):
+        if d.tag and "${" not in d.tag and not _same_rev(dep.rev, d.tag):
             differs.append(f"GIT_TAG {d.tag}")
         if d.git and "${" not in d.git and dep.git and _repo(d.git) != _repo(dep.git):
             differs.append(f"GIT_REPOSITORY {d.git}")
-        if d.url and not (dep.rev and dep.rev in d.url):  # an archive URL names its commit or tag
+        # An archive URL names its commit or tag: .../archive/<ref>.tar.gz
+        ref = re.sub(r"\.(tar\.gz|tgz|tar\.bz2|tar\.xz|zip)$", "", d.url.rsplit("/", 1)[-1]) if d.url else ""
+        if d.url and not (dep.rev and (dep.rev in d.url or _same_rev(dep.rev, ref))):
             differs.append(f"URL {d.url}")
         if differs:
             out.append(f"{key}.{dep.name}: {where} declares {', '.join(differs)}; the spec has "
                        f"git {dep.git} at rev {dep.rev}")
     return out
+
+
+def _same_rev(rev: str, written: str) -> bool:
+    """Whether the spec's ``rev`` is the one CMake's ``written`` names: the same, or a commit
+    ``written`` abbreviates (7 or more hex digits)."""
+    return rev == written or (len(written) >= 7 and re.fullmatch(r"[0-9a-f]+", written) is not None
+                              and rev.startswith(written))
 
 
 def _repo(url: str) -> str:
