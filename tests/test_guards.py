@@ -300,3 +300,44 @@ def test_a_listing_is_read_by_range_requests_where_the_record_sits(tmp_path: Pat
     assert asked[0] == f"bytes=-{wheelfiles.TAIL_BYTES}" and len(asked) == 2 and asked[1].startswith("bytes=0-")
     assert got.via == "index"
     assert wheelfiles.listing(Artifact(sha256="0" * 64, url=url), store).via == "cache"  # the server is gone
+
+
+def _graph(nodes: dict[str, list[str] | None], roots: list[str]) -> guards.Requirements:
+    from packaging.requirements import Requirement
+
+    from envlock.target import target_environment
+
+    graph = guards.Requirements(
+        nodes={canonicalize_name(n): None if reqs is None else [Requirement(r) for r in reqs]
+               for n, reqs in nodes.items()},
+        roots=[Requirement(r) for r in roots],
+        environment=target_environment("3.11", "x86_64-manylinux_2_28"))
+    graph.walk()
+    return graph
+
+
+def test_who_requires_whom_is_read_for_the_target_with_the_extras_asked() -> None:
+    n = canonicalize_name
+    graph = _graph({
+        "sglang": ["xgrammar", "flashinfer_python[cu13]==0.6.12", "mac-only; sys_platform == 'darwin'"],
+        "xgrammar": ["triton; platform_system == 'Linux' and platform_machine == 'x86_64'"],
+        "flashinfer-python": ["cuda-extra; extra == 'cu13'", "unused; extra == 'other'"],
+        "triton": [], "cuda-extra": [], "mac-only": [], "unused": [],
+    }, ["sglang"])
+    assert graph.chain(n("triton")) == ["sglang", "xgrammar", "triton"]
+    assert graph.chain(n("cuda-extra")) == ["sglang", "flashinfer-python", "cuda-extra"]
+    assert graph.chain(n("mac-only")) == [] and graph.chain(n("unused")) == []
+    assert [(str(who), str(req)) for who, req in graph.requirers(n("flashinfer-python"))] == [
+        ("sglang", "flashinfer_python[cu13]==0.6.12")]
+
+
+def test_a_dead_exclude_is_not_said_when_a_requirer_is_not_known(tmp_path: Path) -> None:
+    from envlock.spec import parse_spec
+
+    doc = {"env": {"python": "3.11"}, "indexes": {"pypi": {"url": "https://pypi.org/simple", "default": True}},
+           "packages": {"app": "==1.0"}, "resolution": {"exclude": ["gone"]}}
+    spec = parse_spec(doc, name="e", origin=tmp_path / "e.toml")
+    assert guards.dead_excludes(spec, _graph({"app": ["mid"], "mid": []}, ["app"])) == [
+        "resolution.exclude: gone matched nothing: no package requires it"]
+    assert guards.dead_excludes(spec, _graph({"app": ["mid"], "mid": None}, ["app"])) == []
+    assert guards.dead_excludes(spec, _graph({"app": ["mid"], "mid": ["gone>=1"]}, ["app"])) == []
