@@ -25,6 +25,7 @@ STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "insta
           "ui"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
+                 "listing",
                  "running", "verifying"}
 ENTRY = {"cli", "__main__"}
 
