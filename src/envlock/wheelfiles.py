@@ -189,8 +189,11 @@ class _RemoteFile(io.RawIOBase):
                 return data[start - first:start - first + n]
         from envlock import http
 
-        # Aligned blocks: the members zipfile reads next (METADATA beside RECORD) often come with it.
-        first = start - start % TAIL_BYTES
+        # What a part already holds from ``start`` on is not asked again (zipfile reads a member's
+        # header, then its data); else an aligned block, so that the members zipfile reads next
+        # (METADATA beside RECORD) often come with it.
+        head = next((data[start - first:] for first, data in self._parts if first <= start < first + len(data)), b"")
+        first = start + len(head) if head else start - start % TAIL_BYTES
         end = min(self._size, max(start + n, first + TAIL_BYTES)) - 1
         self._read_bytes += end + 1 - first
         if self._read_bytes > MAX_READ_BYTES:
@@ -199,8 +202,12 @@ class _RemoteFile(io.RawIOBase):
         got = http.read_range(self._url, start=first, end=end)
         if got.start != first or len(got.data) != end + 1 - first:
             raise http.HttpError(self._url, f"asked for bytes {first}-{end}, got {len(got.data)} from {got.start}")
-        self._parts.append((got.start, got.data))
-        return got.data[start - first:start - first + n]
+        if head:
+            first, data = start, head + got.data
+        else:
+            data = got.data
+        self._parts.append((first, data))
+        return data[start - first:start - first + n]
 
 
 def listings(artifacts: Mapping[str, Artifact], store: Store, *, base: Path | None = None,
