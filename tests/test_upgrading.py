@@ -56,6 +56,7 @@ overrides = [
     "tinydep==1.1",
 ]
 same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"]]
+exclude = ["sgl-fa3"]   # a typo: excludes nothing
 """
 
 
@@ -226,6 +227,8 @@ def test_a_same_version_set_and_its_overrides_move_together(ws, cli, universe: U
         "  packages.flashinfer-jit-cache.version: ==0.6.4+cu130 -> ==0.6.5+cu130\n"
         "  resolution.overrides[0]: flashinfer-cubin==0.6.4 -> flashinfer-cubin==0.6.5\n")
     assert "~ package  flashinfer-jit-cache: 0.6.4+cu130 -> 0.6.5+cu130\n" in r.out
+    # The relock's notes (envlock lock's guards) are the upgrade's.
+    assert "\nnote: resolution.exclude: sgl-fa3 matched nothing: no package requires it\n" in r.out
     assert spec.read_text() == (
         before.replace('"==0.6.4"   # sglang', '"==0.6.5"   # sglang').replace("'==0.6.4'", "'==0.6.5'")
         .replace("==0.6.4+cu130", "==0.6.5+cu130").replace('"flashinfer-cubin==0.6.4"', '"flashinfer-cubin==0.6.5"'))

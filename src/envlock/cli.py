@@ -126,6 +126,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
                   f"(`envlock sync {args.env}` too)" for name in unbuilt]
         if result.note:
             lines.append(f"  note: {result.note}")
+        lines += [f"  note: {note}" for note in result.notes]
         return "\n".join(lines)
 
     _out(args, result.to_dict(), text_lock)

@@ -21,6 +21,7 @@ Layout (version 1)::
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
         tmp/                             work in progress; never read
+        listings/<wheel sha256>.json     what a wheel read by range requests installs and requires (wheelfiles.py)
         urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed,
                                          and the ETags (else Last-Modified) it answered with for it
         uv-cache/                        the uv cache venvs are installed from (their files are its files)

@@ -137,6 +137,7 @@ class UpgradeResult:
     lock_changed: bool  # the new lock's bytes differ from the old one's
     unbuilt: tuple[str, ...] = ()  # local builds the new lock has not built yet
     note: str = ""
+    notes: tuple[str, ...] = ()  # the relock's guards: a dead exclude, an override that now wins, ...
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -147,7 +148,7 @@ class UpgradeResult:
             "sources": [m.to_dict() for m in self.plan.sources],
             "patches": {name: [s.to_dict() for s in st] for name, st in sorted(self.patches.items())},
             "diff": self.diff.to_dict(), "lock_changed": self.lock_changed, "unbuilt": list(self.unbuilt),
-            "note": self.note,
+            "note": self.note, "notes": list(self.notes),
         }
 
 
@@ -178,7 +179,8 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
                                   (lock_path, old_file.data, relocked.lock.to_toml().encode("utf-8"))])
     return UpgradeResult(env=env, spec=spec_path, lock=lock_path, dry_run=options.dry_run,
                          written=not options.dry_run, plan=plan, patches=carried, diff=diff,
-                         lock_changed=relocked.changed, unbuilt=relocked.lock.unbuilt(), note=relocked.note)
+                         lock_changed=relocked.changed, unbuilt=relocked.lock.unbuilt(), note=relocked.note,
+                         notes=relocked.notes)
 
 
 def plan_upgrade(ws: Workspace, spec: EnvSpec, text: str, old: Lock, options: UpgradeOptions, mirrors: Mirrors,
@@ -245,8 +247,7 @@ def report_lines(ws: Workspace, result: UpgradeResult) -> list[str]:
     lines += _diff_lines(result.diff)
     lines += [f"  {name}: not built for the new lock yet; `envlock build {result.env}` builds it "
               f"(`envlock sync {result.env}` too)" for name in result.unbuilt]
-    if result.note:
-        lines.append(f"note: {result.note}")
+    lines += [f"note: {note}" for note in (*result.notes, result.note) if note]
     if result.dry_run:
         lines.append(f"dry run: {spec} and {lock} unchanged; run without --dry-run to write them")
     else:
