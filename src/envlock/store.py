@@ -20,6 +20,8 @@ Layout (version 1)::
         skeletons/<key>/                 the empty venv uv made for one interpreter, copied into new venvs
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
+                                         (``store-writer.lock``: held shared by every sync, exclusively by gc)
+        pins/<env>/<sha256>.toml         locks kept by ``envlock pin`` (gc roots), with a ``.json`` label
         tmp/                             work in progress; never read
         urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed,
                                          and the ETags (else Last-Modified) it answered with for it
@@ -52,6 +54,10 @@ if TYPE_CHECKING:
     from envlock.lockfile import Artifact  # a type name only: the lock's parser is not needed here
 
 LAYOUT_VERSION = 1
+#: The kinds of immutable entries (``gc`` collects these, ``export`` carries them).
+ENTRY_KINDS = ("wheels", "builds", "sources", "git-mirrors", "venvs", "manifests")
+#: The flock a sync holds shared and ``gc`` exclusively (``Store.writing``, ``Store.collecting``).
+WRITER_LOCK = "store-writer"
 
 
 def default_home() -> Path:
@@ -253,6 +259,29 @@ class Store:
                 part.unlink(missing_ok=True)  # a writer that opened it meanwhile sees it gone and reopens
                 removed.append(part)
         return removed
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Held (shared) by a sync from its first fetch to its flip: ``gc`` waits for it, and it
+        for a running ``gc``, so no entry a sync is about to link is collected under it."""
+        with self.locked(WRITER_LOCK, shared=True):
+            yield
+
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[None]:
+        """Held (exclusively) by ``gc`` while it removes entries (see ``writing``)."""
+        with self.locked(WRITER_LOCK):
+            yield
+
+    def entries(self, kinds: Sequence[str] = ENTRY_KINDS) -> Iterator[tuple[str, str, Path]]:
+        """Every complete entry ``(kind, key, path)`` of ``kinds``, sorted (work in ``tmp/`` is none)."""
+        for kind in kinds:
+            folder = self.root / kind
+            if not folder.is_dir():
+                continue
+            for path in sorted(folder.iterdir()):
+                if not path.name.startswith("."):
+                    yield kind, path.name, path
 
     def remove_entry(self, kind: str, key: str) -> None:
         """Delete an entry (if there) in one step, as ``remove_tree`` does."""
