@@ -39,7 +39,7 @@ from envlock.running import run_environ
 from envlock.spec import EnvSpec, load_env_spec, load_spec
 from envlock.store import Store
 from envlock.syncing import SyncOptions, sync
-from envlock.workspace import Workspace
+from envlock.workspace import Workspace, check_env_name
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -220,7 +220,7 @@ def _git_candidates(ws: Workspace, env: str, good: str | None, bad: str | None) 
     if good is None or bad is None:
         raise UsageError("envlock bisect: --good REV and --bad REV go together")
     lock_path = ws.lock_path(env)
-    ws.spec_path(env)  # an unknown env is a usage error first
+    check_env_name(env)
     top = runner.git(["rev-parse", "--show-toplevel"], cwd=ws.root)
     if not top.ok:
         raise UsageError(f"{ws.root}: not in a git repository; --good/--bad name git revisions (or use --nightly)")

@@ -73,8 +73,9 @@ def cmd_gc(args: argparse.Namespace, ws: Workspace) -> int:
     def text() -> str:
         verb = "would remove" if report.dry_run else "removed"
         lines = [f"roots: {count(len(report.roots), 'lock')} ("
-                 + ", ".join(f"{count(sum(1 for r in report.roots if r.kind == k), k)}"
-                             for k in ("generation", "workspace", "git", "pin")) + ")",
+                 + ", ".join(count(sum(1 for r in report.roots if r.kind == k), noun)
+                             for k, noun in (("generation", "generation"), ("workspace", "workspace lock"),
+                                             ("git", "git lock"), ("pin", "pin"))) + ")",
                  f"before: {count(report.before.entries, 'entry', 'entries')}, {ui.size(report.before.bytes)}",
                  f"{verb}: {count(len(report.removed), 'entry', 'entries')}, "
                  f"{count(len(report.generations), 'old generation')}, freeing {ui.size(report.freed)}",
@@ -192,7 +193,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
     p.add_argument("--keep-generations", type=int, default=3, metavar="N",
                    help="generations kept per env, newest first (default 3; the current one always)")
-    p.add_argument("--keep-git", choices=("all", "tags", "none"), default="all",
+    p.add_argument("--keep-git", default="all", metavar="all|tags|none",
                    help="locks of git history kept: all (commits down to --git-depth, and tags), tags, none")
     p.add_argument("--git-depth", type=int, default=50, metavar="N",
                    help="commits that changed locks/ whose locks are roots (default 50)")
