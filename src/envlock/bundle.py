@@ -305,7 +305,7 @@ def copy_member(reader: Reader, name: str, sha256: str, size: int, dest: Path, *
     if seen != size or h.hexdigest() != sha256:
         dest.unlink(missing_ok=True)
         raise StoreError(f"{reader.origin}: member {name}: sha256 {h.hexdigest()} ({seen} bytes), the manifest says "
-                         f"{sha256} ({size} bytes); refused, nothing of its entry was stored")
+                         f"{sha256} ({size} bytes); refused, nothing of the bundle was stored")
     os.chmod(dest, 0o755 if executable else 0o644)
 
 
