@@ -123,9 +123,16 @@ def cmd_unpin(args: argparse.Namespace, ws: Workspace) -> int:
 def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import bisecting
 
-    argv = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    options = bisecting.BisectOptions(good=args.good, bad=args.bad, nightly=args.nightly, cmd=tuple(argv),
-                                      output=sys.stderr.fileno())
+    # Options before `--`, the command after it (argparse's REMAINDER would take the options too).
+    cut = args.cmd.index("--") if "--" in args.cmd else len(args.cmd)
+    for option in ("json", "good", "bad", "nightly"):
+        setattr(args, option, None if option != "json" else False)
+    _, unknown = _bisect_options().parse_known_args(args.cmd[:cut], namespace=args)
+    if unknown:
+        raise UsageError(f"envlock bisect {args.env} {unknown[0]} ...: not an option of bisect (--good REV --bad REV, "
+                         "--nightly DATE..DATE, --json); the command goes after `--`")
+    options = bisecting.BisectOptions(good=args.good, bad=args.bad, nightly=args.nightly,
+                                      cmd=tuple(args.cmd[cut + 1:]), output=2)  # CMD's stdout to stderr
 
     def on_step(step: bisecting.Step) -> None:
         if not args.json:
@@ -152,6 +159,16 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
 
     _out(args, report.to_dict(), text)
     return 0
+
+
+def _bisect_options() -> argparse.ArgumentParser:
+    """bisect's own options, read from what comes before `--`."""
+    p = argparse.ArgumentParser(prog="envlock bisect ENV", add_help=False)
+    p.add_argument("--good", metavar="REV")
+    p.add_argument("--bad", metavar="REV")
+    p.add_argument("--nightly", metavar="DATE..DATE")
+    p.add_argument("--json", action="store_true")
+    return p
 
 
 def _step_line(step: Any) -> str:
@@ -222,11 +239,13 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "generation and runs CMD in it as `envlock run` does: exit 0 good, 125 skip, 1-127 bad; a CMD that\n"
             "cannot start or dies of a signal stops the bisect. Prints each step, the first bad lock and what it\n"
             "changed against the last good one, and puts the env back on the generation current before.\n"
-            "CMD's output goes to stderr. Exit: 0 found, 1 stopped, 2 bad input.")
+            "CMD's output goes to stderr. Exit: 0 found, 1 stopped, 2 bad input, CMD's 126/127 if it cannot start.\n"
+            "\n"
+            "Options (after ENV, before `--`):\n"
+            "  --good REV --bad REV   a revision whose lock is good, and a later one whose lock is bad\n"
+            "  --nightly FROM..TO     the good date and the bad date (YYYY-MM-DD)\n"
+            "  --json                 one JSON document on stdout")
+    p.usage = "envlock bisect ENV (--good REV --bad REV | --nightly FROM..TO) [--json] -- CMD..."
     p.add_argument("env", metavar="ENV")
-    p.add_argument("--good", metavar="REV", help="a revision whose lock is good")
-    p.add_argument("--bad", metavar="REV", help="a later revision whose lock is bad")
-    p.add_argument("--nightly", metavar="DATE..DATE", help="good date..bad date (YYYY-MM-DD)")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the command, after --")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="...", help="options, then -- CMD...")
 
