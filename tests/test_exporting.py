@@ -19,6 +19,7 @@ from envlock.bundle import MANIFEST
 from envlock.lockfile import read_lock
 from envlock.store import Store
 from kit.index import IndexServer
+from kit.sglike import commit_all, init_repo, write
 from kit.wheels import build_wheel
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
@@ -32,22 +33,43 @@ class Synced:
     nightly: str  # the torch wheel's file name
 
 
-def _spec(server: IndexServer, date: str, build: bool) -> str:
+PATCH = """\
+Subject: value two
+Why: a test.
+Upstream: none
+---
+diff --git a/tiny.py b/tiny.py
+--- a/tiny.py
++++ b/tiny.py
+@@ -1 +1 @@
+-VALUE = 1
++VALUE = 2
+"""
+
+
+def _spec(server: IndexServer, date: str, build: str) -> str:
     text = (f'[env]\npython = "3.11"\nplatform = "x86_64-manylinux_2_28"\n'
             f'[indexes.pypi]\nurl = "{server.url("pypi")}"\ndefault = true\n'
             f'[indexes.pt]\nurl = "{server.url("pt")}"\n'
             f'[packages]\ntorch = {{ nightly = "{date}", local = "cu130", index = "pt" }}\n')
-    if build:
-        text += ('tiny = { build = "tiny" }\n[sources.tiny]\npath = "tiny"\n[builds.tiny]\nsource = "tiny"\n')
-    return text
+    return text + build
 
 
-def _tiny_project(root: Path) -> None:
-    (root / "tiny").mkdir()
-    (root / "tiny" / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
-        '[project]\nname = "tiny"\nversion = "1.0"\n')
-    (root / "tiny" / "tiny.py").write_text("VALUE = 1\n")
+def _tiny_project(ws_root: Path, repos: Path) -> str:
+    """A git source (a setuptools project) with one recorded patch, built with a FetchContent input:
+    the spec's lines for it."""
+    tiny, kdep = repos / "tiny", repos / "kdep"
+    init_repo(tiny)
+    write(tiny, {"pyproject.toml": '[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
+                 '"setuptools.build_meta"\n[project]\nname = "tiny"\nversion = "1.0"\n', "tiny.py": "VALUE = 1\n"})
+    commit = commit_all(tiny, "tiny")
+    init_repo(kdep)
+    write(kdep, {"CMakeLists.txt": "# a FetchContent input\n"})
+    kdep_commit = commit_all(kdep, "kdep")
+    write(ws_root, {"patches/tiny/0001-value-two.patch": PATCH})
+    return (f'tiny = {{ build = "tiny" }}\n[sources.tiny]\ngit = "{tiny}"\nrev = "{commit}"\n'
+            'patches = ["patches/tiny/0001-value-two.patch"]\n[builds.tiny]\nsource = "tiny"\n'
+            f'fetchcontent = {{ kdep = {{ git = "{kdep}", rev = "{kdep_commit}" }} }}\n')
 
 
 @pytest.fixture
@@ -60,9 +82,8 @@ def synced(ws, cli, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[
     server.add("pt", nightly, build_wheel(tmp_path / "wheels", "torch", "2.12.0.dev20260306+cu130", tag=TAG))
     server.add_dir("pypi", backend_wheels())
     server.start()
-    if build:
-        _tiny_project(ws.root)
-    ws.write_spec("e", _spec(server, "2026-03-05", build))
+    lines = _tiny_project(ws.root, tmp_path / "repos") if build else ""
+    ws.write_spec("e", _spec(server, "2026-03-05", lines))
     r = cli("sync", "e")
     assert r.code == 0, r.err
     yield Synced(server, ws.root, ws.root / "locks" / "pylock.e.toml", nightly.name)
@@ -79,7 +100,8 @@ def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest( 
     r = cli("export", "e", "--to", str(bundle), "--json")
     assert r.code == 0, r.err
     result = json.loads(r.out)
-    assert result["entries"] == {"builds": 1, "sources": 1, "wheels": 2}  # the build, its path source, 2 wheels
+    # The build; its source's checkout, its patched tree and its FetchContent checkout; 2 wheels.
+    assert result["entries"] == {"builds": 1, "sources": 3, "wheels": 2}
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
         manifest = json.loads(tar.extractfile(MANIFEST).read())  # type: ignore[union-attr]
@@ -91,6 +113,7 @@ def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest( 
 
     synced.server.stop()  # no index from here on
     shutil.rmtree(synced.ws / "wheelhouse")  # another machine: no local build there either
+    shutil.rmtree(tmp_path / "repos")  # nor the git repositories
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))
     r = cli("import", str(bundle), "--json")
     assert r.code == 0, r.err
@@ -99,6 +122,11 @@ def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest( 
     r = cli("sync", "e", "--lock", imported["lock"], "--offline", "--json")
     assert r.code == 0, r.err
     assert json.loads(r.out)["venv_digest"] == recorded.venv_digest
+    fresh = Store.open()
+    keys = {f"{e['kind']}/{e['key']}" for e in manifest["entries"]}
+    assert {k for k in keys if k.startswith("sources/")} == {
+        f"sources/{p.name}" for p in (fresh.root / "sources").iterdir()}
+    assert {k.split("/")[1].split("-")[0] for k in keys if k.startswith("sources/")} == {"git", "patched"}
     # Imported again: nothing new, every file still checked.
     again = json.loads(cli("import", str(bundle), "--json").out)
     assert again["added"] == {} and again["present"] == sum(result["entries"].values())
