@@ -151,7 +151,10 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"first bad: {report.first_bad} (last good: {report.last_good})")
         if report.diff is not None:
             lines.append(f"what it changed ({report.diff.old} -> {report.diff.new}):")
-            lines += [f"  {c.kind} {c.name}: {c.old} -> {c.new}" for c in report.diff.changes]
+            for c in report.diff.changes:  # as `envlock diff` prints them
+                sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[c.action]
+                value = c.new if c.old is None else c.old if c.new is None else f"{c.old} -> {c.new}"
+                lines.append(f"  {sign} {c.kind:8} {c.name}: {value}" + (f"  ({c.note})" if c.note else ""))
         if report.restored is not None:
             lines.append(f"env {args.env} is back on generation {report.restored}")
         lines += [f"note: {n}" for n in report.notes]
