@@ -139,6 +139,7 @@ def test_bisect_over_git_revisions_names_the_planted_culprit(git_ws: list[str], 
     assert report["candidates"] == [rev[:12] for rev in git_ws]
     assert (report["last_good"], report["first_bad"]) == (git_ws[3][:12], git_ws[4][:12])
     assert len(report["steps"]) <= math.ceil(math.log2(len(git_ws))) + 1
+    assert all(s["lock"] == f"locks/pylock.demo.toml@{s['candidate']}" for s in report["steps"])
     changes = {(c["kind"], c["name"]): (c["old"], c["new"]) for c in report["diff"]["changes"]}
     assert changes[("package", "alpha")][:2] == ("4.0", "5.0")
     assert report["restored"] == before == generations.current_number(store, "demo")

@@ -25,7 +25,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,7 @@ class _Candidates:
 
     mode: str
     labels: list[str]
+    names: list[str]  # each candidate's lock, as people name it
     lock_of: Callable[[int], tuple[Lock, str]]  # the candidate's lock and how to name it
     sync_one: Callable[[int], int]  # sync it as a generation; its number
     cleanup: Callable[[], None] = lambda: None
@@ -166,10 +167,11 @@ def _step(store: Store, env: str, cands: _Candidates, i: int, options: BisectOpt
     try:
         number = cands.sync_one(i)
     except EnvlockError as exc:
-        return Step(label, label, SKIP, None, time.monotonic() - started, None, f"not synced: {exc.message}")
+        return Step(label, cands.names[i], SKIP, None, time.monotonic() - started, None,
+                    f"not synced: {exc.message}")
     code = _run(store, env, options)
     result = GOOD if code == 0 else SKIP if code == 125 else BAD
-    return Step(label, label, result, code, time.monotonic() - started, number)
+    return Step(label, cands.names[i], result, code, time.monotonic() - started, number)
 
 
 def _run(store: Store, env: str, options: BisectOptions) -> int:
@@ -234,14 +236,15 @@ def _git_candidates(ws: Workspace, env: str, good: str | None, bad: str | None) 
     if len(revs) < 2:
         raise UsageError(f"no revision in {good}..{bad} changed {rel}: nothing to bisect")
 
+    names = [f"{ws.relative(lock_path)}@{rev[:12]}" for rev in revs]
+
     def lock_of(i: int) -> tuple[Lock, str]:
-        ref = f"{lock_path}@{revs[i]}"
-        return load_lock_ref(ws, ref).lock, f"{ws.relative(lock_path)}@{revs[i][:12]}"
+        return load_lock_ref(ws, f"{lock_path}@{revs[i]}").lock, names[i]
 
     def sync_one(i: int) -> int:
         return sync(ws, env, SyncOptions(lock_ref=f"{lock_path}@{revs[i]}")).generation
 
-    return _Candidates("git", [r[:12] for r in revs], lock_of, sync_one)
+    return _Candidates("git", [r[:12] for r in revs], names, lock_of, sync_one)
 
 
 def _commit(repo: Path, rev: str, option: str) -> str:
@@ -282,7 +285,7 @@ def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str) -> _Ca
             moved = _write_spec(temp, env, text, shared, dates[i])
             locked = lock_spec(temp, env, moved, Mirrors.of(moved, None)).lock
             locks[i] = locked if locked is not None else read_lock(temp.lock_path(env))
-        return locks[i], f"{env} at nightly {dates[i]}"
+        return locks[i], f"{env} at nightly {dates[i]}"  # as names[i]
 
     def sync_one(i: int) -> int:
         _write_spec(temp, env, text, shared, dates[i])
@@ -290,7 +293,8 @@ def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str) -> _Ca
         locks[i] = read_lock(temp.lock_path(env))
         return result.generation
 
-    return _Candidates("nightly", dates, lock_of, sync_one, lambda: shutil.rmtree(scratch, ignore_errors=True))
+    return _Candidates("nightly", dates, [f"{env} at nightly {d}" for d in dates], lock_of, sync_one,
+                       lambda: shutil.rmtree(scratch, ignore_errors=True))
 
 
 def _valid(date: str) -> bool:
@@ -363,7 +367,3 @@ def _temp_workspace(ws: Workspace, scratch: Path, env: str) -> Workspace:
         shutil.copyfile(ws.lock_path(env), scratch / "locks" / ws.lock_path(env).name)
     return Workspace(scratch)
 
-
-def steps_bound(candidates: Sequence[str]) -> int:
-    """ceil(log2 N) + 1 for N candidates: the most steps a bisect without skips may take (with slack)."""
-    return math.ceil(math.log2(max(len(candidates), 2))) + 1

@@ -118,9 +118,10 @@ class Bundle:
             lock = doc["lock"]
             bundle = cls(str(doc["env"]), _name(str(lock["path"]), "lock.path", origin), _sha(lock["sha256"], origin),
                          str(lock.get("label", "")), entries)
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise StoreError(f"{origin}: not an envlock bundle manifest (key {exc} missing or of the wrong type)") \
-                from None
+        except KeyError as exc:
+            raise StoreError(f"{origin}: not an envlock bundle manifest (key {exc} missing)") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise StoreError(f"{origin}: not an envlock bundle manifest (a value of the wrong type: {exc})") from None
         return bundle
 
 

@@ -125,9 +125,8 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
 
     # Options before `--`, the command after it (argparse's REMAINDER would take the options too).
     cut = args.cmd.index("--") if "--" in args.cmd else len(args.cmd)
-    for option in ("json", "good", "bad", "nightly"):
-        setattr(args, option, None if option != "json" else False)
-    _, unknown = _bisect_options().parse_known_args(args.cmd[:cut], namespace=args)
+    given, unknown = _bisect_options().parse_known_args(args.cmd[:cut])
+    vars(args).update(vars(given))
     if unknown:
         raise UsageError(f"envlock bisect {args.env} {unknown[0]} ...: not an option of bisect (--good REV --bad REV, "
                          "--nightly DATE..DATE, --json); the command goes after `--`")
