@@ -208,3 +208,17 @@ def test_a_gc_killed_midway_leaves_a_store_a_sync_and_a_second_gc_work_on(  # ty
         not store.has("wheels", setup.unrooted_wheel)
     assert not store.has("wheels", setup.unrooted_wheel)
     _assert_store_whole(store)
+
+
+def test_gc_waits_for_a_running_sync_and_says_so(setup: Setup) -> None:
+    store = Store.open(setup.home)
+    with store.writing():  # as a sync holds it from its first fetch to its flip
+        proc = _envlock(setup.ws, setup.home, "gc")
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line == "envlock: waiting for the running syncs to end (gc never removes what a sync links)\n"
+        time.sleep(0.3)
+        assert proc.poll() is None  # still waiting
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.splitlines()[2].startswith("removed: ")

@@ -68,7 +68,12 @@ def cmd_gc(args: argparse.Namespace, ws: Workspace) -> int:
 
     options = collecting.GcOptions(dry_run=args.dry_run, keep_generations=args.keep_generations,
                                    keep_git=args.keep_git, git_depth=args.git_depth)
-    report = collecting.gc(ws if (ws.root / "envs").is_dir() else None, options)
+    def on_wait() -> None:
+        if not args.quiet:
+            print("envlock: waiting for the running syncs to end (gc never removes what a sync links)",
+                  file=sys.stderr, flush=True)
+
+    report = collecting.gc(ws if (ws.root / "envs").is_dir() else None, options, on_wait)
 
     def text() -> str:
         verb = "would remove" if report.dry_run else "removed"

@@ -14,7 +14,7 @@ reaches is ever renamed away, generations first, the entries they named after.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,15 +86,16 @@ class _Plan:
     notes: tuple[str, ...]
 
 
-def gc(ws: Workspace | None, options: GcOptions) -> GcReport:
-    """Collect the store (``options.dry_run``: only say what would go)."""
+def gc(ws: Workspace | None, options: GcOptions, on_wait: Callable[[], None] | None = None) -> GcReport:
+    """Collect the store (``options.dry_run``: only say what would go); ``on_wait`` is called when
+    a running sync holds the store's writer lock (gc waits for it)."""
     if options.keep_git not in KEEP_GIT:
         raise UsageError(f"--keep-git {options.keep_git}: expected one of {', '.join(KEEP_GIT)}")
     if options.keep_generations < 1 or options.git_depth < 0:
         raise UsageError("--keep-generations: expected 1 or more (the current generation is always kept); "
                          "--git-depth: expected 0 or more")
     store = Store.open()
-    with store.collecting():
+    with store.collecting(on_wait):
         plan = _plan(ws, store, options)
         sizes = _Sizes(store)
         before = Usage(sizes.entry_count, sizes.total())

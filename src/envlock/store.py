@@ -42,7 +42,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -268,10 +268,22 @@ class Store:
             yield
 
     @contextlib.contextmanager
-    def collecting(self) -> Iterator[None]:
-        """Held (exclusively) by ``gc`` while it removes entries (see ``writing``)."""
-        with self.locked(WRITER_LOCK):
+    def collecting(self, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+        """Held (exclusively) by ``gc`` while it removes entries (see ``writing``); ``on_wait`` is
+        called first when a sync holds it (gc then waits for every running sync to end)."""
+        path = self.root / "locks" / f"{WRITER_LOCK}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None:
+                    on_wait()
+                fcntl.flock(fd, fcntl.LOCK_EX)
             yield
+        finally:
+            os.close(fd)
 
     def entries(self, kinds: Sequence[str] = ENTRY_KINDS) -> Iterator[tuple[str, str, Path]]:
         """Every complete entry ``(kind, key, path)`` of ``kinds``, sorted (work in ``tmp/`` is none)."""
