@@ -24,7 +24,7 @@ FOUNDATIONS = {
 STAGES = {"resolve", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff", "ui"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
-                 "running", "verifying", "exporting", "collecting", "pinning", "bisecting"}
+                 "listing", "running", "verifying", "exporting", "collecting", "pinning", "bisecting"}
 ENTRY = {"cli", "cliregress", "__main__"}
 
 MAX_MODULE_LINES = 800

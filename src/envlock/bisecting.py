@@ -13,8 +13,8 @@ diffed against the last good one (``diff.diff_locks``).
 
 A nightly candidate is locked from a copy of the spec whose nightly date is moved, in a
 temporary workspace (under the store's ``tmp/``): the workspace's own spec and lock are never
-written. Interim: the date listing (``nightly_dates``) and the spec edit (``_spec_at``) are
-minimal internal versions until the shared nightly listing and the tomlkit spec editor land.
+written. The dates are ``envlock nightlies``' (``listing``); the spec edit (``_spec_at``) is a
+minimal internal one until the shared tomlkit spec editor lands.
 """
 
 from __future__ import annotations
@@ -270,7 +270,7 @@ def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str) -> _Ca
         raise UsageError(f"--nightly {span}: expected the good date before the bad one")
     spec = load_env_spec(ws, env)
     shared = _shared_dates(spec)
-    listed = nightly_dates(spec)
+    listed = nightly_dates(ws, spec)
     dates = sorted({first, last} | {d for d in listed if first <= d <= last})
     scratch = store.temp_dir("bisect-ws")
     temp = _temp_workspace(ws, scratch, env)
@@ -314,26 +314,16 @@ def _shared_dates(spec: EnvSpec) -> set[str]:
     return {d for d in dates if d is not None}
 
 
-def nightly_dates(spec: EnvSpec) -> list[str]:
+def nightly_dates(ws: Workspace, spec: EnvSpec) -> list[str]:
     """The dates on which every nightly pin of the spec that shares its date has a build the target
-    installs (interim, until the shared listing lands)."""
-    from envlock import indexes
+    installs (``listing``, as ``envlock nightlies`` lists them), oldest first."""
+    from envlock.listing import list_nightlies
     from envlock.mirrors import Mirrors
-    from envlock.nightly import nightlies_by_date
-    from envlock.resolve import index_urls
-    from envlock.target import for_target, target_tags
 
-    mirrors = Mirrors.of(spec, None)
-    urls = index_urls(spec, mirrors.indexes)
-    tags = target_tags(spec.python, spec.platform)
     found: set[str] | None = None
-    with mirrors.credentials():
-        for pkg in spec.packages.values():
-            if not (pkg.nightly and pkg.same_date and pkg.index):
-                continue
-            files = indexes.project_files(urls[pkg.index], pkg.name)
-            days = set(nightlies_by_date(for_target(files, tags), pkg.local))
-            found = days if found is None else found & days
+    for pkg in list_nightlies(ws, spec, Mirrors.of(spec, None)).packages:
+        if pkg.same_date:
+            found = set(pkg.usable_dates()) if found is None else found & set(pkg.usable_dates())
     return sorted(found or ())
 
 
