@@ -75,3 +75,17 @@ def test_a_folder_bundle_with_a_symlink_is_refused(tmp_path: Path) -> None:
         pass
     assert info.value.message == (f"{tmp_path / 'b'}: member link is a symlink; refused (a bundle holds regular "
                                   "files and folders only)")
+
+
+@pytest.mark.parametrize(("kind", "key", "files", "problem"), [
+    ("wheels", "x", {"a.whl": SHA}, "wheels/x: expected a key of 64 hex digits (a sha256)"),
+    ("wheels", SHA, {}, f"wheels/{SHA}: no wheel in it"),
+    ("wheels", SHA, {"a.whl": "b" * 64}, f"wheels/{SHA}: file a.whl has sha256 {'b' * 64}"),
+    ("wheels", SHA, {"a.whl": SHA}, None),
+    ("builds", SHA, {}, f"builds/{SHA}: no readable wheel.json"),
+])
+def test_an_entry_is_held_to_its_key(tmp_path: Path, kind: str, key: str, files: dict[str, str],
+                                     problem: str | None) -> None:
+    from envlock.bundle import entry_problem
+
+    assert entry_problem(kind, key, tmp_path, files) == problem

@@ -25,6 +25,7 @@ import io
 import json
 import os
 import posixpath
+import re
 import shutil
 import stat
 import tarfile
@@ -36,6 +37,7 @@ from typing import IO, Any
 
 from envlock.errors import StoreError
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 FORMAT = "envlock-bundle"
 VERSION = 1
 MANIFEST = "envlock-bundle.json"
@@ -425,7 +427,11 @@ def entry_problem(kind: str, key: str, folder: Path, files: Mapping[str, str]) -
     records its own digest. What is checked here is what a forged manifest could not keep
     consistent with the lock it came with.
     """
+    if kind in ("wheels", "builds") and not _HEX64.fullmatch(key):
+        return f"{kind}/{key}: expected a key of 64 hex digits (a sha256)"
     if kind == "wheels":
+        if not files:
+            return f"wheels/{key}: no wheel in it"
         wrong = [rel for rel, sha in files.items() if sha != key]
         return f"wheels/{key}: file {wrong[0]} has sha256 {files[wrong[0]]}" if wrong else None
     if kind == "builds":
