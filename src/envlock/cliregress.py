@@ -131,15 +131,16 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
     # Options before `--`, the command after it (argparse's REMAINDER would take the options too).
     cut = args.cmd.index("--") if "--" in args.cmd else len(args.cmd)
     given, unknown = _bisect_options().parse_known_args(args.cmd[:cut])
-    vars(args).update(vars(given))
+    quiet = bool(args.quiet) or given.quiet
+    vars(args).update(vars(given), quiet=quiet)
     if unknown:
         raise UsageError(f"envlock bisect {args.env} {unknown[0]} ...: not an option of bisect (--good REV --bad REV, "
-                         "--nightly DATE..DATE, --json); the command goes after `--`")
+                         "--nightly DATE..DATE, --json, -q); the command goes after `--`")
     options = bisecting.BisectOptions(good=args.good, bad=args.bad, nightly=args.nightly,
                                       cmd=tuple(args.cmd[cut + 1:]), output=2)  # CMD's stdout to stderr
 
     def on_step(step: bisecting.Step) -> None:
-        if not args.json:
+        if not (args.json or args.quiet):
             print(_step_line(step), file=sys.stderr, flush=True)
 
     report = bisecting.bisect(ws, args.env, options, on_step=on_step)
@@ -175,6 +176,7 @@ def _bisect_options() -> argparse.ArgumentParser:
     p.add_argument("--bad", metavar="REV")
     p.add_argument("--nightly", metavar="DATE..DATE")
     p.add_argument("--json", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true")
     return p
 
 
@@ -251,8 +253,9 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "Options (after ENV, before `--`):\n"
             "  --good REV --bad REV   a revision whose lock is good, and a later one whose lock is bad\n"
             "  --nightly FROM..TO     the good date and the bad date (YYYY-MM-DD)\n"
-            "  --json                 one JSON document on stdout")
-    p.usage = "envlock bisect ENV (--good REV --bad REV | --nightly FROM..TO) [--json] -- CMD..."
+            "  --json                 one JSON document on stdout\n"
+            "  -q, --quiet            no line per step on stderr as it ends")
+    p.usage = "envlock bisect ENV (--good REV --bad REV | --nightly FROM..TO) [--json] [-q] -- CMD..."
     p.add_argument("env", metavar="ENV")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="...", help="options, then -- CMD...")
 
