@@ -664,6 +664,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "keeping its name and header")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
+    from envlock.cliregress import add_commands  # export, import, gc, pin(s), unpin, bisect
+
+    add_commands(add)
     return parser
 
 
