@@ -487,10 +487,8 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
 def cmd_upgrade(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import ui, upgrading
 
-    options = upgrading.UpgradeOptions.given(args.nightly, args.rev, args.versions, dry_run=args.dry_run,
-                                             mirrors=_mirror_options(args))
-    message = f"upgrading envs/{args.env}.toml"
-    with _status(args, message) as status:
+    options = upgrading.UpgradeOptions.given(args.nightly, args.rev, args.versions, args.dry_run, _mirror_options(args))
+    with _status(args, message := f"upgrading envs/{args.env}.toml") as status:
         result = upgrading.upgrade(ws, args.env, options, progress=ui.StatusProgress(status, message))
     _out(args, result.to_dict(), lambda: "\n".join(upgrading.report_lines(ws, result)))
     return 0
@@ -695,6 +693,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "keeping its name and header")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
+    from envlock.cliregress import add_commands  # export, import, gc, pin(s), unpin, bisect
+
+    add_commands(add)
     return parser
 
 

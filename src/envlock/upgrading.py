@@ -57,7 +57,7 @@ class UpgradeOptions:
     mirrors: MirrorOptions = field(default_factory=MirrorOptions)
 
     @classmethod
-    def given(cls, nightly: Sequence[str], rev: Sequence[str], version: Sequence[str], *, dry_run: bool,
+    def given(cls, nightly: Sequence[str], rev: Sequence[str], version: Sequence[str], dry_run: bool,
               mirrors: MirrorOptions) -> UpgradeOptions:
         """The options from the command line's ``NAME=VALUE`` strings (a bare ``--nightly`` VALUE: every index)."""
         return cls(_pairs(nightly, "--nightly", "[INDEX=]DATE or [INDEX=]latest"),
