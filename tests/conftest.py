@@ -71,7 +71,8 @@ def _no_way_out(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     for var in ("ENVLOCK_KEYRING_PROVIDER", "UV_KEYRING_PROVIDER", "SSL_CERT_FILE", "SSL_CERT_DIR",
                 "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "ENVLOCK_NATIVE_TLS", "UV_NATIVE_TLS", "UV_SYSTEM_CERTS",
                 "ENVLOCK_MAX_PAGE_BYTES"):
-        monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv(var, "")  # recorded, so what a test (or --native-tls in-process) sets is undone
+        monkeypatch.delenv(var)
 
 
 @pytest.fixture(scope="session")

@@ -915,7 +915,6 @@ def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_pat
     hashing a wheel a hash-less index serves (a private nightly index)."""
     import base64
 
-    from envlock import http
     from kit.index import IndexServer
     from kit.wheels import build_wheel
 
