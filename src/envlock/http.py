@@ -69,7 +69,7 @@ def with_credentials_of(url: str, index_url: str) -> str:
 _contexts: dict[netenv.Trust, ssl.SSLContext] = {}
 
 
-def _context() -> ssl.SSLContext:
+def _context(url: str) -> ssl.SSLContext:
     """The trust store the environment names (``netenv.trust``), the one uv is handed too:
     ``SSL_CERT_FILE``/``REQUESTS_CA_BUNDLE`` and ``SSL_CERT_DIR`` replace the default roots, and
     ``--native-tls`` takes the operating system's (through ``truststore`` when installed, the
@@ -77,11 +77,11 @@ def _context() -> ssl.SSLContext:
     trust = netenv.trust()
     with _lock:
         if (ctx := _contexts.get(trust)) is None:
-            ctx = _contexts[trust] = _new_context(trust)
+            ctx = _contexts[trust] = _new_context(url, trust)
         return ctx
 
 
-def _new_context(trust: netenv.Trust) -> ssl.SSLContext:
+def _new_context(url: str, trust: netenv.Trust) -> ssl.SSLContext:
     try:
         if not trust.native:
             return ssl.create_default_context(cafile=trust.cafile, capath=trust.capath)
@@ -96,7 +96,7 @@ def _new_context(trust: netenv.Trust) -> ssl.SSLContext:
         return ctx
     except (OSError, ssl.SSLError) as exc:
         named = f"{trust.cafile_var}={trust.cafile}" if trust.cafile else f"SSL_CERT_DIR={trust.capath}"
-        raise HttpError("", f"cannot load the CA certificates of {named} ({exc})") from None
+        raise HttpError(url, f"cannot load the CA certificates of {named} ({exc})") from None
 
 
 def _basic(user: str, password: str) -> str:
@@ -148,6 +148,15 @@ def credentials(*urls: str) -> Iterator[None]:
 class _Auth:
     header: str | None  # the Authorization header sent, None: none
     looked: tuple[str, ...]  # where envlock looked, for a 401/403's message
+    user_only: str | None = None  # the user sent without a password (none was found)
+
+    def refused(self) -> str:
+        """What a 401/403 answered, in words."""
+        if self.header is None:
+            return "asks for credentials"
+        if self.user_only is not None:
+            return f"refused user {self.user_only} without a password"
+        return "refused the credentials sent"
 
 
 def _credentials(url: str, *, own_only: bool = False) -> _Auth:
@@ -178,7 +187,7 @@ def _credentials(url: str, *, own_only: bool = False) -> _Auth:
     if given is not None:
         password, said = netauth.keyring_password(given.index, given.user)
         looked.append(said)
-        return _Auth(_basic(given.user, password or ""), tuple(looked))
+        return _Auth(_basic(given.user, password or ""), tuple(looked), None if password else given.user)
     on = netenv.keyring_provider() == "subprocess"
     looked.append("the keyring (no USER@ in the index URL to ask for)" if on else "the keyring (off)")
     return _Auth(None, tuple(looked))
@@ -188,7 +197,8 @@ def _connection(scheme: str, host: str, port: int, timeout: float) -> tuple[http
     """A kept-alive connection for this thread (and whether it is new): to the host, or through
     the proxy the environment names for it (``netenv.proxy_for``), kept as ``envlock_proxy``."""
     shown = f"[{host}]" if ":" in host else host
-    proxy = netenv.proxy_for(f"{scheme}://{shown}:{port}/")
+    where = f"{scheme}://{shown}:{port}/"
+    proxy = netenv.proxy_for(where)
     key = (scheme, host, port, proxy)
     pool: dict[tuple[str, str, int, str | None], http.client.HTTPConnection] = _local.__dict__.setdefault("pool", {})
     conn = pool.get(key)
@@ -198,7 +208,7 @@ def _connection(scheme: str, host: str, port: int, timeout: float) -> tuple[http
             conn.sock.settimeout(timeout)
         return conn, False
     if proxy is None:
-        conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=_context()) if scheme == "https"
+        conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=_context(where)) if scheme == "https"
                 else http.client.HTTPConnection(host, port, timeout=timeout))
     else:
         p = urlsplit(proxy)
@@ -207,12 +217,12 @@ def _connection(scheme: str, host: str, port: int, timeout: float) -> tuple[http
         except ValueError:
             proxy_port = -1
         if p.scheme != "http" or not p.hostname or proxy_port < 0:
-            raise HttpError(f"{scheme}://{shown}:{port}/", f"proxy {redact(proxy)}: expected an http://HOST:PORT "
+            raise HttpError(where, f"proxy {redact(proxy)}: expected an http://HOST:PORT "
                             "proxy (https and socks proxies are not supported)")
         login = netenv.proxy_credentials(proxy)
         proxy_headers = {"Proxy-Authorization": _basic(*login)} if login else None
         if scheme == "https":  # a CONNECT tunnel through the proxy, TLS end to end inside it
-            conn = http.client.HTTPSConnection(p.hostname, proxy_port, timeout=timeout, context=_context())
+            conn = http.client.HTTPSConnection(p.hostname, proxy_port, timeout=timeout, context=_context(where))
             conn.set_tunnel(host, port, headers=proxy_headers)
         else:  # plain HTTP: the proxy gets the absolute URL and its credentials on each request
             conn = http.client.HTTPConnection(p.hostname, proxy_port, timeout=timeout)
@@ -507,7 +517,7 @@ def _raise_for_status(url: str, resp: http.client.HTTPResponse) -> None:
     if status in (401, 403):
         auth: _Auth | None = getattr(resp, "envlock_auth", None)
         host = urlsplit(url).netloc.rpartition("@")[2]
-        what = "refused the credentials sent" if auth is not None and auth.header else "asks for credentials"
+        what = auth.refused() if auth is not None else "asks for credentials"
         looked = "; ".join(auth.looked) if auth is not None else "nothing"
         raise HttpError(url, f"HTTP {status}: the server {what}", status=status,
                         details=(f"looked for credentials in: {looked}", netauth.how_to_give(host)))

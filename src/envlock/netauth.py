@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from envlock import netenv
 
 _lock = threading.Lock()
-_netrcs: dict[tuple[str, int, int], _Netrc] = {}  # (path, mtime, size) -> the file as read
+_netrcs: dict[tuple[str, int, int, int], _Netrc] = {}  # (path, mtime, ctime, size) -> the file as read
 _keyring_answers: dict[tuple[str, str], str | None] = {}
 
 
@@ -29,12 +29,12 @@ class _Netrc:
 
 
 def _load(path: str) -> _Netrc | None:
-    """``path`` as read (cached while its mtime and size stay); None when there is no such file."""
+    """``path`` as read (cached while it is unchanged, its mode too); None when there is no such file."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    key = (path, st.st_mtime_ns, st.st_size)
+    key = (path, st.st_mtime_ns, st.st_ctime_ns, st.st_size)  # a chmod changes the ctime
     with _lock:
         if key in _netrcs:
             return _netrcs[key]
