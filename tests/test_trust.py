@@ -80,5 +80,6 @@ def test_a_ca_bundle_that_is_not_there_is_named(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "missing.pem"))
     with pytest.raises(http.HttpError) as info:
         http.get_page("https://127.0.0.1:9/simple/", accept="text/html")
-    assert str(info.value) == (f"https://127.0.0.1:9/: cannot load the CA certificates of REQUESTS_CA_BUNDLE={tmp_path / 'missing.pem'} "
+    missing = tmp_path / "missing.pem"
+    assert str(info.value) == (f"https://127.0.0.1:9/: cannot load the CA certificates of REQUESTS_CA_BUNDLE={missing} "
                                "([Errno 2] No such file or directory)")
