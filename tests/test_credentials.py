@@ -196,3 +196,13 @@ def test_keyring_for_envlock_and_uv_from_the_command_line(tmp_path: Path, keyrin
     calls = keyring.read_text().splitlines()
     assert f"{asked} (from {os.getpid()})" in calls  # envlock, in this process
     assert any(c.startswith(asked) and not c.endswith(f"(from {os.getpid()})") for c in calls), calls  # uv
+
+
+def test_a_url_password_is_percent_decoded_once_and_a_netrc_one_not_at_all(private: IndexServer, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    private.required_auth = _basic("alice:p@ss%41")
+    index = private.url("pypi").replace("http://", "http://alice:p%40ss%2541@")
+    with http.credentials(index):
+        assert project_files(private.url("pypi"), "tinydep")
+    _netrc(tmp_path, monkeypatch, "machine 127.0.0.1 login alice password p@ss%41\n")
+    assert project_files(private.url("pypi"), "tinydep")

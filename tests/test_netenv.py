@@ -95,3 +95,11 @@ def test_git_gets_proxies_and_ca_bundle_as_libcurl_reads_them() -> None:
 def test_keyring_provider(value: str, provider: str) -> None:
     assert netenv.keyring_provider({"ENVLOCK_KEYRING_PROVIDER": value}) == provider
     assert netenv.keyring_provider({"UV_KEYRING_PROVIDER": value}) == provider
+
+
+def test_a_keyring_provider_that_is_none_is_named() -> None:
+    from envlock.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        netenv.keyring_provider({"ENVLOCK_KEYRING_PROVIDER": "subproces"})
+    assert info.value.message == "ENVLOCK_KEYRING_PROVIDER='subproces': expected disabled or subprocess"

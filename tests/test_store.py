@@ -199,10 +199,9 @@ def test_default_home_follows_envlock_home_then_xdg(monkeypatch: pytest.MonkeyPa
 def test_a_failed_atomic_write_names_the_file_and_leaves_no_temp_file(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
+    import os
 
     from envlock.store import write_atomic
-
-    import os
 
     target = tmp_path / "locks" / "pylock.e.toml"
 

@@ -100,7 +100,8 @@ def _new_context(url: str, trust: netenv.Trust) -> ssl.SSLContext:
 
 
 def _basic(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    """The Basic header of a user and password as they are (a URL's decoded by the caller)."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 @dataclass(frozen=True)

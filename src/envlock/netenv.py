@@ -144,8 +144,13 @@ def netrc_path(environ: Mapping[str, str] | None = None) -> str:
 def keyring_provider(environ: Mapping[str, str] | None = None) -> str:
     """``subprocess`` (ask the ``keyring`` command, as uv does) or ``disabled`` (the default)."""
     env = _env(environ)
-    value = next((env[v] for v in KEYRING_VARS if env.get(v)), "disabled").strip().lower()
-    return value if value in KEYRING_PROVIDERS else "disabled"
+    var = next((v for v in KEYRING_VARS if env.get(v)), None)
+    value = env[var].strip().lower() if var else "disabled"
+    if value not in KEYRING_PROVIDERS:
+        from envlock.errors import UsageError
+
+        raise UsageError(f"{var}={env[var or '']!r}: expected {' or '.join(KEYRING_PROVIDERS)}")
+    return value
 
 
 # -- what uv and git get ------------------------------------------------------------
