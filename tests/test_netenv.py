@@ -81,13 +81,15 @@ def test_ssl_cert_file_wins_over_requests_ca_bundle() -> None:
 
 
 def test_git_gets_proxies_and_ca_bundle_as_libcurl_reads_them() -> None:
-    # libcurl ignores HTTP_PROXY in upper case and SSL_CERT_FILE: spelled for it, what is set stays.
+    # libcurl ignores HTTP_PROXY in upper case and SSL_CERT_FILE: spelled for it; a lower-case proxy stays.
     environ = {"HTTP_PROXY": "http://p:1", "HTTPS_PROXY": "http://p:2", "https_proxy": "http://mine:3",
                "NO_PROXY": ".corp", "REQUESTS_CA_BUNDLE": "/etc/corp/ca.pem", "SSL_CERT_DIR": "/etc/corp/certs"}
     assert netenv.git_settings(environ) == {
         "http_proxy": "http://p:1", "no_proxy": ".corp", "GIT_SSL_CAINFO": "/etc/corp/ca.pem",
         "GIT_SSL_CAPATH": "/etc/corp/certs"}
-    assert netenv.git_settings({**environ, "GIT_SSL_CAINFO": "/own.pem"}).get("GIT_SSL_CAINFO") is None
+    # one trust store: what envlock trusts is what git trusts, over a GIT_SSL_CAINFO set before
+    assert netenv.git_settings({**environ, "GIT_SSL_CAINFO": "/own.pem"})["GIT_SSL_CAINFO"] == "/etc/corp/ca.pem"
+    assert "GIT_SSL_CAINFO" not in netenv.git_settings({"GIT_SSL_CAINFO": "/own.pem"})
 
 
 @pytest.mark.parametrize(("value", "provider"), [("subprocess", "subprocess"), ("SUBPROCESS", "subprocess"),

@@ -83,3 +83,45 @@ def test_a_ca_bundle_that_is_not_there_is_named(monkeypatch: pytest.MonkeyPatch,
     missing = tmp_path / "missing.pem"
     assert str(info.value) == (f"https://127.0.0.1:9/: cannot load the CA certificates of REQUESTS_CA_BUNDLE={missing} "
                                "([Errno 2] No such file or directory)")
+
+
+@pytest.fixture(scope="module")
+def tls_repo(tls_index: tuple[IndexServer, PrivateCA], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A git repository served over HTTPS (dumb HTTP: plain files) with the private CA's certificate."""
+    import subprocess
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    _, ca = tls_index
+    served = tmp_path_factory.mktemp("git-served")
+    repo = served / "repo.git"
+    work = tmp_path_factory.mktemp("git-work")
+    subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
+    (work / "a.txt").write_text("a\n")
+    for args in (["init", "-q"], ["add", "a.txt"], ["commit", "-qm", "a"],
+                 ["push", "-q", str(repo), "HEAD:refs/heads/main"]):
+        assert runner.git(args, cwd=work).ok
+    subprocess.run(["git", "update-server-info"], cwd=repo, check=True)
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: Quiet(*a, directory=str(served)))
+    httpd.socket = ca.server_context().wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"https://127.0.0.1:{httpd.server_address[1]}/repo.git"
+    httpd.shutdown()
+
+
+@pytest.mark.parametrize("variable", ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "SSL_CERT_DIR", None])
+def test_git_trusts_what_envlock_trusts(tls_index: tuple[IndexServer, PrivateCA], tls_repo: str,
+                                        monkeypatch: pytest.MonkeyPatch, variable: str | None) -> None:
+    # git's libcurl reads none of these: envlock hands them on as GIT_SSL_CAINFO / GIT_SSL_CAPATH.
+    _, ca = tls_index
+    if variable is not None:
+        monkeypatch.setenv(variable, str(ca.ca_dir if variable == "SSL_CERT_DIR" else ca.ca_cert))
+    result = runner.git(["ls-remote", tls_repo])
+    assert result.ok is (variable is not None), result.tail()
+    if variable is not None:
+        assert "refs/heads/main" in result.stdout

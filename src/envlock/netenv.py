@@ -175,15 +175,17 @@ def uv_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def git_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings git (libcurl) gets: curl reads ``http_proxy`` only in lower case and no
-    ``SSL_CERT_FILE``, so those are spelled as it reads them; what is set already stays."""
+    ``SSL_CERT_FILE``, so those are spelled as it reads them. A proxy set in lower case stays;
+    the CA bundle and folder envlock trusts replace git's own (``GIT_SSL_CAINFO``/``CAPATH``):
+    one trust store."""
     env = _env(environ)
     out: dict[str, str] = {}
     for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
         if not env.get(name) and (value := env.get(name.upper())):
             out[name] = value
     t = trust(env)
-    if t.cafile and not env.get("GIT_SSL_CAINFO"):
+    if t.cafile:
         out["GIT_SSL_CAINFO"] = t.cafile
-    if t.capath and not env.get("GIT_SSL_CAPATH"):
+    if t.capath:
         out["GIT_SSL_CAPATH"] = t.capath
     return out
