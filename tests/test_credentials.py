@@ -206,3 +206,19 @@ def test_a_url_password_is_percent_decoded_once_and_a_netrc_one_not_at_all(priva
         assert project_files(private.url("pypi"), "tinydep")
     _netrc(tmp_path, monkeypatch, "machine 127.0.0.1 login alice password p@ss%41\n")
     assert project_files(private.url("pypi"), "tinydep")
+
+
+def test_a_redirect_target_never_gets_the_netrc_default_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wheel = build_wheel(tmp_path / "wheels", "x", "1.0")
+    a, b = (IndexServer(tmp_path / n).start() for n in ("a", "b"))
+    b.add("pypi", wheel)
+    _netrc(tmp_path, monkeypatch, "default login carol password c4rol\n")
+    a.redirects["/pypi/files/moved.whl"] = b.file_url("pypi", wheel.name).replace("127.0.0.1", "localhost")
+    try:
+        with http.open_stream(a.file_url("pypi", "moved.whl")) as body:
+            assert b"".join(body.chunks) == wheel.read_bytes()
+    finally:
+        a.stop()
+        b.stop()
+    assert a.auth_seen("moved.whl") == _basic("carol:c4rol")  # asked for directly: the default entry, as curl
+    assert b.auth_seen(wheel.name) is None

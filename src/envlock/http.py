@@ -179,7 +179,9 @@ def _credentials(url: str, *, own_only: bool = False) -> _Auth:
     if given is not None and given.password is not None:
         return _Auth(_basic(given.user, given.password), ("the index URL (user:password)",))
     looked = ["the index URL (no user:password)" if given is None else "the index URL (a user, no password)"]
-    entry, said, refused = netauth.netrc_entry(parts.hostname)
+    # A redirect's target gets its host's own entry, never the netrc's catch-all ``default``:
+    # whoever answered chose that host.
+    entry, said, refused = netauth.netrc_entry(parts.hostname, default=not own_only)
     if refused is not None:
         raise HttpError(url, refused)
     looked.append(said)

@@ -65,9 +65,10 @@ class NetrcEntry:
     password: str
 
 
-def netrc_entry(host: str | None) -> tuple[NetrcEntry | None, str, str | None]:
-    """The netrc file's entry for ``host`` (else its ``default``), what was looked at (for a 401's
-    message) and, for a file other users can read that holds one, why it is refused."""
+def netrc_entry(host: str | None, *, default: bool = True) -> tuple[NetrcEntry | None, str, str | None]:
+    """The netrc file's entry for ``host`` (else its ``default`` entry, unless ``default`` is False),
+    what was looked at (for a 401's message) and, for a file other users can read that holds one,
+    why it is refused."""
     path = netenv.netrc_path()
     found = _load(path)
     if found is None:
@@ -75,7 +76,7 @@ def netrc_entry(host: str | None) -> tuple[NetrcEntry | None, str, str | None]:
     if found.problem is not None:
         return None, f"{path} (unreadable: {found.problem})", None
     entry = found.hosts.get(host or "") if host else None
-    if entry is None:
+    if entry is None and default:
         entry = found.hosts.get("")
     if entry is None:
         return None, f"{path} (no entry for {host})", None
