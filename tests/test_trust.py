@@ -125,3 +125,29 @@ def test_git_trusts_what_envlock_trusts(tls_index: tuple[IndexServer, PrivateCA]
     assert result.ok is (variable is not None), result.tail()
     if variable is not None:
         assert "refs/heads/main" in result.stdout
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["REQUESTS_CA_BUNDLE", "--native-tls + SSL_CERT_FILE"])
+def test_a_lock_from_a_private_ca_index(tmp_path: Path, ca_lock_index: tuple[IndexServer, PrivateCA],
+                                        monkeypatch: pytest.MonkeyPatch, ws, cli, native: bool) -> None:  # type: ignore[no-untyped-def]
+    # envlock reads the nightly index's page and hashes its wheel; uv resolves the rest: one trust store.
+    server, ca = ca_lock_index
+    monkeypatch.setenv("SSL_CERT_FILE" if native else "REQUESTS_CA_BUNDLE", str(ca.ca_cert))
+    ws.write_spec("e", f'[env]\npython = "{PY}"\n[indexes.priv]\nurl = "{server.url("priv")}"\ndefault = true\n'
+                       '[packages]\ntinydep = "==1.0"\n'
+                       'torch = { nightly = "2026-03-10", local = "cpu", index = "priv" }\n')
+    result = cli("-q", *(["--native-tls"] if native else []), "lock", "e")
+    assert result.code == 0, result.err
+    lock = (ws.root / "locks" / "pylock.e.toml").read_text()
+    assert f'url = "{server.base}/priv/files/torch-2.12.0.dev20260310+cpu-py3-none-any.whl"' in lock
+
+
+@pytest.fixture
+def ca_lock_index(tls_index: tuple[IndexServer, PrivateCA], tmp_path: Path) -> Iterator[tuple[IndexServer, PrivateCA]]:
+    _, ca = tls_index
+    server = IndexServer(tmp_path / "served").start(ca.server_context())
+    server.add_index("priv", hashes=False)
+    server.add("priv", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
+    server.add("priv", build_wheel(tmp_path / "wheels", "torch", "2.12.0.dev20260310+cpu"))
+    yield server, ca
+    server.stop()
