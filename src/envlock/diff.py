@@ -601,6 +601,10 @@ def _why(c: Change, old: Lock, new: Lock, ctx: DiffContext) -> tuple[str, ...]:
         why.append("required by " + ", ".join(by))
     elif c.action == "removed" and (by := tuple(p for p in ctx.required_by_old.get(name, ()) if p in moved)):
         why.append("no longer required by " + ", ".join(by))
+    elif c.action == "changed" and not why and (by := tuple(p for p in ctx.required_by_new.get(name, ())
+                                                        if p in moved)):
+        # Only with no cause of its own: torchvision requires torch, but did not move it.
+        why.append(f"required by {', '.join(by)}, which moved")
     if c.note and not c.pending:
         why.append(c.note)
     return tuple(why)

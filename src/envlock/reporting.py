@@ -81,7 +81,8 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         try:
             new_spec = load_env_spec(ws, new.env, check_paths=False)
         except EnvlockError as exc:
-            notes.append(f"envs/{new.env}.toml does not read ({exc.message}); the report names no build's "
+            problems = "; ".join([exc.message, *exc.details])
+            notes.append(f"envs/{new.env}.toml does not read ({problems}); the report names no build's "
                          "source or closure and no index by name")
     old_spec = old_spec or new_spec
     store = store or Store.open(create=False)
@@ -383,8 +384,12 @@ def _touching_line(h: SourceHistory) -> str:
 def _package_line(p: PackageChange) -> str:
     sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[p.action]
     value = p.new if p.old is None else p.old if p.new is None else f"{p.old} -> {p.new}"
-    sizes = f" [{_opt_size(p.old_size)} -> {_opt_size(p.new_size)}]" if p.action == "changed" else \
-        f" [{_opt_size(p.new_size if p.action == 'added' else p.old_size)}]"
+    if p.action == "pending":
+        value, sizes = f"{p.old or '(new)'} -> pending", f" [{_opt_size(p.old_size)} -> size unknown]"
+    elif p.action == "changed":
+        sizes = f" [{_opt_size(p.old_size)} -> {_opt_size(p.new_size)}]"
+    else:
+        sizes = f" [{_opt_size(p.new_size if p.action == 'added' else p.old_size)}]"
     return f"{sign} {p.name} {value}{sizes}" + (f"  ({'; '.join(p.why)})" if p.why else "")
 
 
@@ -427,8 +432,9 @@ def render_text(report: UpgradeReport) -> str:
 
 
 def _md(text: str) -> str:
-    """Text safe in a Markdown table cell or list item (no HTML, no column break)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    """Text safe in a Markdown table cell or list item: no HTML tag opens, no column breaks (a lone
+    ``>`` mid-line is text, so ``->`` stays as written)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
 
 
 def render_markdown(report: UpgradeReport) -> str:
@@ -467,9 +473,10 @@ def render_markdown(report: UpgradeReport) -> str:
         lines += [f"#### Packages ({said}; {d.unchanged} identical)", "",
                   "| package | before | after | size before | size after | why |", "|---|---|---|---|---|---|"]
         for p in d.packages:
-            lines.append(f"| {p.name} | {_md(p.old or '-')} | {_md(p.new or '-')} | "
+            after = "pending" if p.action == "pending" else p.new or "-"
+            lines.append(f"| {p.name} | {_md(p.old or '-')} | {_md(after)} | "
                          f"{'-' if p.old is None else _opt_size(p.old_size)} | "
-                         f"{'-' if p.new is None and p.action != 'pending' else _opt_size(p.new_size)} | "
+                         f"{'pending' if p.action == 'pending' else '-' if p.new is None else _opt_size(p.new_size)} | "
                          f"{_md('; '.join(p.why))} |")
         lines.append("")
     lines.append(f"**Download size:** {_md(_size_line(d))}")
