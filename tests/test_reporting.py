@@ -361,3 +361,16 @@ def test_markdown_puts_commit_subjects_in_details_and_escapes_them() -> None:
         "\n"
         "  </details>"
     )
+
+
+def test_a_commit_that_is_no_commit_is_never_handed_to_git(scene, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ws, _, old, new, store = scene
+    written = tmp_path / "pwned"
+    hostile = replace(new, sources={**new.sources, "src": replace(new.sources["src"], commit=f"--output={written}")})
+    report = upgrade_report(ws, old, hostile, old_label="old", new_label="new", store=store,
+                            options=ReportOptions(fetch=True))
+    (move,) = [s for s in report.diff.sources if s.name == "src"]
+    assert move.history is not None
+    assert (move.history.direction, move.history.missing) == (
+        "unknown", f"'--output={written}' is not a full 40-hex commit; the history is not read")
+    assert not written.exists()

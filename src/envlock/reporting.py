@@ -37,7 +37,7 @@ from envlock.diff import (
 from envlock.errors import EnvlockError
 from envlock.lockfile import Lock
 from envlock.patchfile import parse_patch_file
-from envlock.spec import EnvSpec, load_env_spec
+from envlock.spec import COMMIT_ID, EnvSpec, load_env_spec
 from envlock.store import Store, store_file
 from envlock.target import requires_dist, target_environment
 from envlock.ui import size
@@ -85,7 +85,7 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
             notes.append(f"envs/{new.env}.toml does not read ({problems}); the report names no build's "
                          "source or closure and no index by name")
     old_spec = old_spec or new_spec
-    store = store or Store.open(create=False)
+    store = store or Store.open(create=options.fetch)  # only a fetch writes (into the mirrors)
     ctx = _spec_context(old_spec, new_spec)
     if options.fetch and options.fetch_from is None and new_spec is not None:
         from envlock.mirrors import source_mirrors  # ENVLOCK_SOURCE_<NAME>: where the sync fetches it
@@ -175,6 +175,12 @@ def _histories(store: Store, old: Lock, new: Lock, patch_files: Mapping[str, tup
             continue
         url = sb.location
         paths = tuple(sorted({f for p in (*sa.patches, *sb.patches) for f in patch_files.get(p.path, ())}))
+        if not (COMMIT_ID.fullmatch(sa.commit) and COMMIT_ID.fullmatch(sb.commit)):
+            # A lock from a pull request may hold anything: git reads no "--output=FILE" as a commit.
+            odd = next(c for c in (sa.commit, sb.commit) if not COMMIT_ID.fullmatch(c))
+            histories[name] = SourceHistory("unknown", paths=paths, missing=f"{odd!r} is not a full 40-hex commit; "
+                                            "the history is not read")
+            continue
         mirror = sources.existing_mirror(store, url)
         if options.fetch and not (mirror is not None and _holds_range(mirror, sa.commit, sb.commit)):
             try:
@@ -368,9 +374,12 @@ def _source_head(move: SourceMove) -> str:
 
 
 def _pin(value: str | None) -> str:
+    """A commit or a tree digest as people read it (its first 12 hex digits)."""
     if value is None:
         return "(none)"
-    return value[:12] if len(value) == 40 else value
+    if value.startswith("sha256:"):
+        return value[:19]
+    return value[:12] if COMMIT_ID.fullmatch(value) else value
 
 
 def _touching_line(h: SourceHistory) -> str:
