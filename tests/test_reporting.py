@@ -374,3 +374,10 @@ def test_a_commit_that_is_no_commit_is_never_handed_to_git(scene, tmp_path: Path
     assert (move.history.direction, move.history.missing) == (
         "unknown", f"'--output={written}' is not a full 40-hex commit; the history is not read")
     assert not written.exists()
+
+
+def test_format_json_errors_are_a_document(ws, cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("diff", "locks/nope.toml", "locks/nope.toml", "--format", "json")
+    assert r.code == 2
+    assert json.loads(r.out) == {"error": {"kind": "LockError", "message": f"locks/nope.toml: no such lock file "
+                                           f"({ws.root / 'locks' / 'nope.toml'})", "details": [], "exit_code": 2}}

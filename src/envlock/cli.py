@@ -134,12 +134,12 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import lockrefs, reporting
 
+    if args.format == "json":
+        args.json = True  # before the work: its errors are a JSON document too
     options = reporting.ReportOptions(fetch=args.fetch)
     result, notes = lockrefs.diff_refs(ws, args.old, args.new, options)
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
-    if args.format == "json":
-        args.json = True
     render = reporting.render_markdown if args.format == "markdown" else reporting.render_text
     _out(args, result.to_dict(), lambda: render(result))
     return 0
