@@ -290,11 +290,12 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str,
     it, reasoned from the two locks and what ``context`` holds."""
     ctx = context or DiffContext()
     changes = _changes(old, new)
+    moved = _moved_packages(old, new)
     return LockDiff(
         old=old_label, new=new_label, changes=tuple(changes),
-        unchanged=sum(1 for p in new.packages if _same(old.package(p.name), p)),
-        nightlies=_nightly_moves(old, new, ctx), sources=_source_moves(old, new, ctx),
-        builds=_build_verdicts(old, new, ctx), packages=_package_changes(old, new, changes, ctx),
+        unchanged=sum(1 for p in new.packages if p.name not in moved),
+        nightlies=_nightly_moves(old, new, ctx, moved), sources=_source_moves(old, new, ctx),
+        builds=_build_verdicts(old, new, ctx, moved), packages=_package_changes(old, new, changes, ctx, moved),
         old_size=_download(old), new_size=_download(new),
     )
 
@@ -429,10 +430,10 @@ def _short(value: str | None) -> str | None:
 
 def _moved_packages(old: Lock, new: Lock) -> dict[str, Move]:
     """Every package whose version or wheels differ, added or removed: name -> its move."""
-    names = {p.name for p in old.packages} | {p.name for p in new.packages}
+    was, now = {p.name: p for p in old.packages}, {p.name: p for p in new.packages}
     out = {}
-    for name in sorted(names):
-        a, b = old.package(name), new.package(name)
+    for name in sorted(set(was) | set(now)):
+        a, b = was.get(name), now.get(name)
         if b is not None and _same(a, b):
             continue
         out[str(name)] = Move(str(name), a.version if a else None, b.version if b else None)
@@ -444,7 +445,7 @@ def _index_label(ctx: DiffContext, url: str | None) -> str:
     return ctx.index_names.get(bare, bare or "(no index)")
 
 
-def _nightly_moves(old: Lock, new: Lock, ctx: DiffContext) -> tuple[NightlyMove, ...]:
+def _nightly_moves(old: Lock, new: Lock, ctx: DiffContext, packages: Mapping[str, Move]) -> tuple[NightlyMove, ...]:
     """One line per index (and date pair): its nightly pins that move, and its other packages that changed."""
     order = {name: i for i, name in enumerate(ctx.nightly_order)}
     moved = sorted((n for n in set(old.nightlies) | set(new.nightlies) if old.nightlies.get(n) != new.nightlies.get(n)),
@@ -459,7 +460,6 @@ def _nightly_moves(old: Lock, new: Lock, ctx: DiffContext) -> tuple[NightlyMove,
         groups.setdefault((label, na.date if na else None, nb.date if nb else None), []).append(
             Move(name, na.version if na else None, nb.version if nb else None))
     pinned = set(old.nightlies) | set(new.nightlies)
-    packages = _moved_packages(old, new)
     out, told = [], set()
     for (label, was, now), pins in groups.items():
         others: tuple[Move, ...] = ()
@@ -491,7 +491,7 @@ def _source_moves(old: Lock, new: Lock, ctx: DiffContext) -> tuple[SourceMove, .
     return tuple(out)
 
 
-def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext) -> tuple[BuildVerdict, ...]:
+def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext, moved: Mapping[str, Move]) -> tuple[BuildVerdict, ...]:
     """Every local build of either lock: whether it rebuilds for the new one, and why."""
     pending = set(new.unbuilt())
     out = []
@@ -500,7 +500,7 @@ def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext) -> tuple[BuildVerdic
         if bb is None and name not in pending:
             out.append(BuildVerdict(name, "removed", False, False, ba.input_digest if ba else None, None))
             continue
-        inputs = _build_inputs(name, old, new, ctx)
+        inputs = _build_inputs(name, old, new, ctx, moved)
         if ba is not None and bb is not None:
             rebuild = ba.input_digest != bb.input_digest
             if rebuild and not inputs:  # the digest covers what the lock does not record
@@ -516,7 +516,8 @@ def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext) -> tuple[BuildVerdic
     return tuple(out)
 
 
-def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext) -> tuple[BuildInput, ...]:
+def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext,
+                  moved: Mapping[str, Move]) -> tuple[BuildInput, ...]:
     """The inputs of build ``name`` the two locks (and the context) show moving."""
     found = [BuildInput("env", key, a, b) for key, a, b in (("python", old.python, new.python),
                                                             ("platform", old.platform, new.platform)) if a != b]
@@ -531,9 +532,9 @@ def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext) -> tuple[Bu
         pin_a = (sa.commit or sa.tree_digest) if sa else None
         pin_b = (sb.commit or sb.tree_digest) if sb else None
         if sa is not None and sb is not None and pin_a != pin_b:
-            moved = ctx.subdir_moved.get(name)
-            where = f"{facts.subdirectory or 'the tree'}/" if facts.subdirectory else "the tree"
-            note = ("" if moved is None else f"{where} changed" if moved
+            subdir = ctx.subdir_moved.get(name)
+            where = f"{facts.subdirectory.rstrip('/')}/" if facts.subdirectory else "the tree"
+            note = ("" if subdir is None else f"{where} changed" if subdir
                     else f"{where} unchanged; its commit time moved (SOURCE_DATE_EPOCH)")
             found.append(BuildInput("source", facts.source, pin_a, pin_b, note if sa.commit else ""))
         pa = {p.path: p.sha256 for p in sa.patches} if sa else {}
@@ -545,26 +546,26 @@ def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext) -> tuple[Bu
                 found.append(BuildInput("patch", path, pa.get(path), pb.get(path)))
         if not facts.isolation:
             closure = ctx.closures.get(name, frozenset(canonicalize_name(r) for r in facts.requires))
-            moved_pkgs = _moved_packages(old, new)
-            found += [BuildInput("package", n, m.old, m.new) for n, m in moved_pkgs.items() if n in closure]
+            found += [BuildInput("package", n, m.old, m.new) for n, m in moved.items() if n in closure]
     ba, bb = old.builds.get(name), new.builds.get(name)
     if ba is not None and bb is not None:
         found += [BuildInput("build-requirement", c.name, c.old, c.new) for c in _requirement_changes(name, ba, bb)]
     return tuple(found)
 
 
-def _package_changes(old: Lock, new: Lock, changes: Iterable[Change], ctx: DiffContext) -> tuple[PackageChange, ...]:
+def _package_changes(old: Lock, new: Lock, changes: Iterable[Change], ctx: DiffContext,
+                     moved: Mapping[str, Move]) -> tuple[PackageChange, ...]:
     out = []
     for c in changes:
         if c.kind != "package":
             continue
         a, b = old.package(c.name), new.package(c.name)
-        why = _why(c, old, new, ctx)
+        why = _why(c, old, new, ctx, moved)
         out.append(PackageChange(c.name, c.action, c.old, c.new, why, _size(a), _size(b)))
     return tuple(out)
 
 
-def _why(c: Change, old: Lock, new: Lock, ctx: DiffContext) -> tuple[str, ...]:
+def _why(c: Change, old: Lock, new: Lock, ctx: DiffContext, moved: Mapping[str, Move]) -> tuple[str, ...]:
     """What the locks and the context show of why package ``c`` changed."""
     name = c.name
     why = []
@@ -596,7 +597,6 @@ def _why(c: Change, old: Lock, new: Lock, ctx: DiffContext) -> tuple[str, ...]:
         key = f"builds.{b}"
         if not facts.isolation and name in facts.requires and old.spec_keys.get(key) != new.spec_keys.get(key):
             why.append(f"a build requirement of {b} ([builds.{b}] edited)")
-    moved = _moved_packages(old, new)
     if c.action == "added" and (by := ctx.required_by_new.get(name)):
         why.append("required by " + ", ".join(by))
     elif c.action == "removed" and (by := tuple(p for p in ctx.required_by_old.get(name, ()) if p in moved)):
