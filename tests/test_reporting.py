@@ -327,7 +327,18 @@ def test_markdown_is_a_block_for_a_pull_request(kit: Kit, tmp_path: Path) -> Non
 | pytorch-triton | 3.5.0 | 3.6.0 | 800.0 MB | 812.0 MB |  |
 | torch | 2.12.0.dev20260307+cu130 | 2.12.0.dev20260308+cu130 | 1.5 MB | 1.6 MB | nightly 2026-03-07 -> 2026-03-08 |
 
-**Download size:** 801.5 MB -> 813.6 MB (+12.1 MB)"""
+**Download size:** 801.5 MB -> 813.6 MB (+12.1 MB)
+
+<details>
+<summary>Every change (3)</summary>
+
+```text
+~ package  pytorch-triton: 3.5.0 -> 3.6.0
+~ package  torch: 2.12.0.dev20260307+cu130 -> 2.12.0.dev20260308+cu130
+~ nightly  torch: 2026-03-07 -> 2026-03-08  (2.12.0.dev20260307+cu130 -> 2.12.0.dev20260308+cu130)
+```
+
+</details>"""
     assert render_text(report).splitlines()[:8] == [
         "--- locks/pylock.demo.toml@HEAD",
         "+++ locks/pylock.demo.toml",

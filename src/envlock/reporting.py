@@ -430,14 +430,20 @@ def render_text(report: UpgradeReport) -> str:
     if d.packages:
         lines += ["packages:"] + [f"  {_package_line(p)}" for p in d.packages]
     lines.append(f"download: {_size_line(d)}")
-    lines.append("changes:")
+    lines += ["changes:", *_ledger(d)]
+    lines.append(f"{_count(len(d.changes), 'change')}, {_count(d.unchanged, 'package')} identical")
+    return "\n".join(lines)
+
+
+def _ledger(d: LockDiff) -> list[str]:
+    """Every change, one a line: ``~ package  torch: OLD -> NEW  (note)``."""
+    lines = []
     for c in d.changes:
         sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[c.action]
         value = c.new if c.old is None else c.old if c.new is None else f"{c.old} -> {c.new}"
         note = f"  ({c.note})" if c.note else ""
         lines.append(f"{sign} {c.kind:8} {c.name}: {value}{note}")
-    lines.append(f"{_count(len(d.changes), 'change')}, {_count(d.unchanged, 'package')} identical")
-    return "\n".join(lines)
+    return lines
 
 
 def _md(text: str) -> str:
@@ -489,6 +495,9 @@ def render_markdown(report: UpgradeReport) -> str:
                          f"{_md('; '.join(p.why))} |")
         lines.append("")
     lines.append(f"**Download size:** {_md(_size_line(d))}")
+    # The ledger in a fenced block, where nothing needs escaping but a fence.
+    lines += ["", "<details>", f"<summary>Every change ({len(d.changes)})</summary>", "", "```text",
+              *(line.replace("```", "` ` `") for line in _ledger(d)), "```", "", "</details>"]
     if report.notes:
         lines += [""] + [f"> note: {_md(n)}" for n in report.notes]
     return "\n".join(lines)
