@@ -257,11 +257,13 @@ def test_a_mirror_without_the_history_is_said_with_how_to_fetch_it(scene, cli) -
         "--fetch` fetches it into the store",
         "    patch patches/src/0001-table.patch changed",
     ]
-    # The build verdicts stand without the history (the source moved, whatever its range).
-    assert f"  rebuild kern: source src {up.pin[:12]} -> {up.head[:12]}; pytorch-triton 3.5.0 -> 3.6.0; torch " \
-           "2.12.0.dev20260307+cu130 -> 2.12.0.dev20260308+cu130; tritondep 1.0 (added); pending: not built for " \
-           "this lock yet" in lines
+    # The build verdicts and the source's own requirements stand without the history: the mirror
+    # holds both trees.
+    assert f"  rebuild kern: source src {up.pin[:12]} -> {up.head[:12]} (kern/ unchanged; its commit time moved " \
+           "(SOURCE_DATE_EPOCH)); pytorch-triton 3.5.0 -> 3.6.0; torch 2.12.0.dev20260307+cu130 -> " \
+           "2.12.0.dev20260308+cu130; tritondep 1.0 (added); pending: not built for this lock yet" in lines
     assert "  no rebuild isokern: inputs unchanged" in lines
+    assert "  + newdep 1.0 [886 B]  (pkg's own requirements now name it: newdep>=1.0)" in lines
     r = cli("diff", "locks/old.toml", "locks/new.toml", "--fetch")
     assert r.code == 0, r.err
     lines = r.out.splitlines()
@@ -272,7 +274,6 @@ def test_a_mirror_without_the_history_is_said_with_how_to_fetch_it(scene, cli) -
         f"      {up.table[:12]} 2026-03-08 table: add 11",
         "    patch patches/src/0001-table.patch changed",
     ]
-    assert "  + newdep 1.0 [" in "\n".join(lines)
     doc = json.loads(cli("diff", "locks/old.toml", "locks/new.toml", "--format", "json").out)
     assert doc == json.loads(cli("diff", "locks/old.toml", "locks/new.toml", "--json").out)
     assert sorted(doc) == ["builds", "changes", "download", "format", "new", "nightlies", "notes", "old",
@@ -392,3 +393,18 @@ def test_format_json_errors_are_a_document(ws, cli) -> None:  # type: ignore[no-
     assert r.code == 2
     assert json.loads(r.out) == {"error": {"kind": "LockError", "message": f"locks/nope.toml: no such lock file "
                                            f"({ws.root / 'locks' / 'nope.toml'})", "details": [], "exit_code": 2}}
+
+
+def test_a_store_without_the_mirror_says_so_and_the_diff_stands(scene, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ws, up, old, new, _ = scene
+    report = upgrade_report(ws, old, new, old_label="old", new_label="new",
+                            store=Store.open(tmp_path / "other-home", create=False))
+    (move,) = [s for s in report.diff.sources if s.name == "src"]
+    assert move.history is not None
+    assert (move.history.direction, move.history.missing) == (
+        "unknown", f"the store has no git mirror of {up.repo}, so no history; `envlock diff OLD NEW --fetch` "
+                   "fetches it into the store")
+    assert not (tmp_path / "other-home").exists()  # a report reads; it made no store
+    # No wheel metadata either: kern's closure is its requires alone (torch), still named.
+    kern = next(b for b in report.diff.builds if b.name == "kern")
+    assert [(i.kind, i.name) for i in kern.inputs] == [("source", "src"), ("package", "torch")]

@@ -189,8 +189,8 @@ def _histories(store: Store, old: Lock, new: Lock, patch_files: Mapping[str, tup
                 notes.append(f"source {name}: could not fetch the history of {url}: {exc.message}")
         history = _history(mirror, url, sa.commit, sb.commit, paths, options.fetch_hint)
         histories[name] = history
-        if mirror is not None and history.direction != "unknown":
-            mirrors[name] = mirror
+        if mirror is not None and _has(mirror, sa.commit) and _has(mirror, sb.commit):
+            mirrors[name] = mirror  # both trees, with or without the history between them
     return histories, mirrors, notes
 
 
