@@ -240,3 +240,14 @@ def test_package_reasons_the_locks_show_and_download_sizes() -> None:
         ("fi", "changed", ("resolution.overrides: fi==0.6.5 (resolution edited)",), 100, 100),
     ]
     assert (d.old_size.known, d.old_size.unknown, d.new_size.known, d.new_size.unknown) == (200, ("fa4",), 350, ())
+
+
+def test_a_build_new_in_the_spec_and_one_never_built_in_either_lock() -> None:
+    old = replace(sample(), builds={}, packages=sample().packages[:1], spec_keys={"builds.never": "1"})
+    new = replace(old, spec_keys={"builds.never": "1", "builds.fresh": "2"})
+    verdicts = {b.name: (b.action, b.rebuild, b.pending, b.text()) for b in
+                diff_locks(old, new, old_label="a", new_label="b").builds}
+    assert verdicts == {
+        "fresh": ("added", True, True, "fresh: new build; pending: not built for this lock yet"),
+        "never": ("changed", True, True, "never: pending: not built for this lock yet"),
+    }

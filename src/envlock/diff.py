@@ -493,7 +493,7 @@ def _source_moves(old: Lock, new: Lock, ctx: DiffContext) -> tuple[SourceMove, .
 
 def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext, moved: Mapping[str, Move]) -> tuple[BuildVerdict, ...]:
     """Every local build of either lock: whether it rebuilds for the new one, and why."""
-    pending = set(new.unbuilt())
+    pending, old_pending = set(new.unbuilt()), set(old.unbuilt())
     out = []
     for name in sorted(set(old.builds) | set(new.builds) | pending):
         ba, bb = old.builds.get(name), new.builds.get(name)
@@ -510,7 +510,8 @@ def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext, moved: Mapping[str, 
                 inputs = ()
         else:
             rebuild = True
-        action = "added" if ba is None else "changed" if rebuild else "unchanged"
+        # Declared in the old lock's spec too but never built there: not a new build.
+        action = ("added" if ba is None and name not in old_pending else "changed" if rebuild else "unchanged")
         out.append(BuildVerdict(name, action, rebuild, bb is None, ba.input_digest if ba else None,
                                 bb.input_digest if bb else None, inputs))
     return tuple(out)
