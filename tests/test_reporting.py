@@ -76,6 +76,8 @@ def make_upstream(root: Path) -> Upstream:
     init_repo(repo)
     write(repo, {"python/pyproject.toml": '[project]\nname = "pkg"\nversion = "1.0"\ndependencies = ["tinydep"]\n',
                  "python/pkg/table.py": "SIZES = {9: 1, 10: 2}\n", "kern/kern.c": "int k(void) { return 1; }\n",
+                 # As sgl-kernel: torch is a build requirement of the project, not of the spec.
+                 "kern/pyproject.toml": '[build-system]\nrequires = ["scikit-build-core>=0.10", "torch>=2.8"]\n',
                  "README.md": "upstream\n"})
     pin = commit_all(repo, "initial", date="2026-03-07T10:00:00+00:00")
     (repo / "python/pkg/table.py").write_text("SIZES = {9: 1, 10: 2, 11: 3}\n")
@@ -129,7 +131,7 @@ subdirectory = "python"
 source = "src"
 subdirectory = "kern"
 isolation = false
-requires = ["torch"]
+requires = ["scikit-build-core>=0.10"]
 [builds.isokern]
 source = "iso"
 [resolution]
@@ -405,6 +407,6 @@ def test_a_store_without_the_mirror_says_so_and_the_diff_stands(scene, tmp_path:
         "unknown", f"the store has no git mirror of {up.repo}, so no history; `envlock diff OLD NEW --fetch` "
                    "fetches it into the store")
     assert not (tmp_path / "other-home").exists()  # a report reads; it made no store
-    # No wheel metadata either: kern's closure is its requires alone (torch), still named.
+    # Nor the project's [build-system] (torch) nor wheel metadata: no package named, the rebuild still said.
     kern = next(b for b in report.diff.builds if b.name == "kern")
-    assert [(i.kind, i.name) for i in kern.inputs] == [("source", "src"), ("package", "torch")]
+    assert (kern.rebuild, [(i.kind, i.name) for i in kern.inputs]) == (True, [("source", "src")])

@@ -101,7 +101,7 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         ctx, patch_files=patch_files, histories=histories,
         subdir_moved=_subdirs_moved(ctx.builds, old, new, mirrors),
         source_requires=_source_requires(ctx.builds, old, new, mirrors),
-        closures=_closures(ctx.builds, old, new, store),
+        closures=_closures(_build_roots(ws, ctx.builds, old, new, store), old, new, store),
         required_by_old=_required_by(old, store), required_by_new=_required_by(new, store),
     )
     diff = diff_locks(old, new, old_label=old_label, new_label=new_label, context=ctx)
@@ -272,23 +272,72 @@ def _source_requires(builds: Mapping[str, BuildFacts], old: Lock, new: Lock,
         mirror = mirrors.get(facts.source)
         if mirror is None:
             continue
-        sides = [_dependencies(mirror, str(lock.sources[facts.source].commit), facts.subdirectory)
+        sides = [_dependencies(_pyproject(mirror, str(lock.sources[facts.source].commit), facts.subdirectory))
                  for lock in (old, new)]
         if sides[0] is not None and sides[1] is not None:
             out[name] = (sides[0], sides[1])
     return out
 
 
-def _dependencies(mirror: Path, commit: str, subdirectory: str) -> dict[str, str] | None:
-    """name -> requirement of the project at ``commit`` (None: no pyproject.toml that reads)."""
+def _pyproject(mirror: Path, commit: str, subdirectory: str) -> Mapping[str, Any] | None:
+    """The project's ``pyproject.toml`` at ``commit`` (None: none there, or it does not read)."""
     rel = f"{subdirectory.strip('/')}/pyproject.toml" if subdirectory else "pyproject.toml"
     shown = runner.git(["--git-dir", mirror, "show", f"{commit}:{rel}"])
     if not shown.ok:
         return None
     try:
-        project = tomllib.loads(shown.stdout).get("project", {})
-        return {str(canonicalize_name(Requirement(r).name)): str(r) for r in project.get("dependencies", [])}
-    except (tomllib.TOMLDecodeError, InvalidRequirement, AttributeError, TypeError):
+        return tomllib.loads(shown.stdout)
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+def _names(lines: object) -> dict[str, str] | None:
+    """Requirement lines -> name: line (None: not a list of requirements)."""
+    if not isinstance(lines, list) or not all(isinstance(r, str) for r in lines):
+        return None
+    try:
+        return {str(canonicalize_name(Requirement(r).name)): r for r in lines}
+    except InvalidRequirement:
+        return None
+
+
+def _dependencies(doc: Mapping[str, Any] | None) -> dict[str, str] | None:
+    project = doc.get("project") if doc is not None else None
+    return _names(project.get("dependencies", [])) if isinstance(project, dict) else None
+
+
+def _build_roots(ws: Workspace | None, builds: Mapping[str, BuildFacts], old: Lock, new: Lock,
+                 store: Store) -> dict[str, set[str]]:
+    """Each non-isolated build -> what its build venv is made from, as ``build.plan`` takes it: the
+    spec's ``requires`` and the project's ``[build-system].requires`` (sgl-kernel names torch there),
+    read at each lock's commit from the store's mirror, or from a path source in the workspace."""
+    out = {}
+    for name, facts in builds.items():
+        if facts.isolation:
+            continue
+        names = set(facts.requires)
+        for lock in (old, new):
+            doc = _project_of(ws, store, facts, lock)
+            system = doc.get("build-system") if doc is not None else None
+            if isinstance(system, dict):
+                names |= set(_names(system.get("requires", [])) or {})
+        out[name] = names
+    return out
+
+
+def _project_of(ws: Workspace | None, store: Store, facts: BuildFacts, lock: Lock) -> Mapping[str, Any] | None:
+    src = lock.sources.get(facts.source)
+    if src is None:
+        return None
+    if src.kind == "git":
+        if src.commit is None or not COMMIT_ID.fullmatch(src.commit):
+            return None
+        mirror = sources.existing_mirror(store, src.location)
+        return _pyproject(mirror, src.commit, facts.subdirectory) if mirror and _has(mirror, src.commit) else None
+    path = ws.root / src.location / facts.subdirectory / "pyproject.toml" if ws is not None else None
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
 
 
@@ -320,16 +369,15 @@ def _required_by(lock: Lock, store: Store) -> dict[str, tuple[str, ...]]:
     return {name: tuple(sorted(by)) for name, by in found.items()}
 
 
-def _closures(builds: Mapping[str, BuildFacts], old: Lock, new: Lock, store: Store) -> dict[str, frozenset[str]]:
-    """Each non-isolated build -> the locked packages its build venv may hold: its ``requires`` and what
-    they require, as far as the store holds the wheels (either lock's)."""
-    wanted = {name: f for name, f in builds.items() if not f.isolation}
-    if not wanted:
+def _closures(roots: Mapping[str, set[str]], old: Lock, new: Lock, store: Store) -> dict[str, frozenset[str]]:
+    """Each non-isolated build (``roots``: what its build venv is made from) -> the locked packages it
+    may hold: those and what they require, as far as the store holds the wheels (either lock's)."""
+    if not roots:
         return {}
     edges = _requires(old, store)
     for pkg, names in _requires(new, store).items():
         edges.setdefault(pkg, set()).update(names)
-    return {name: _reach(facts.requires, edges) - {str(canonicalize_name(name))} for name, facts in wanted.items()}
+    return {name: _reach(names, edges) - {str(canonicalize_name(name))} for name, names in roots.items()}
 
 
 def _reach(roots: Iterable[str], edges: Mapping[str, set[str]]) -> frozenset[str]:
