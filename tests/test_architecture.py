@@ -23,6 +23,7 @@ FOUNDATIONS = {
 STAGES = {"resolve", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff", "ui"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
+                 "listing",
                  "running", "verifying", "reporting"}
 ENTRY = {"cli", "__main__"}
 
