@@ -125,6 +125,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
                   f"(`envlock sync {args.env}` too)" for name in unbuilt]
         if result.note:
             lines.append(f"  note: {result.note}")
+        lines += [f"  note: {note}" for note in result.notes]
         return "\n".join(lines)
 
     _out(args, result.to_dict(), text_lock)
@@ -663,6 +664,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "keeping its name and header")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
+    from envlock.cliregress import add_commands  # export, import, gc, pin(s), unpin, bisect
+
+    add_commands(add)
     return parser
 
 
