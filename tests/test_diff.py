@@ -251,3 +251,16 @@ def test_a_build_new_in_the_spec_and_one_never_built_in_either_lock() -> None:
         "fresh": ("added", True, True, "fresh: new build; pending: not built for this lock yet"),
         "never": ("changed", True, True, "never: pending: not built for this lock yet"),
     }
+
+
+def test_two_recipes_in_the_store_name_the_toolchain_that_moved() -> None:
+    from envlock.diff import DiffContext
+
+    old = sample()
+    new = replace(old, builds={"sgl-kernel": replace(old.builds["sgl-kernel"], input_digest="sha256:" + "8" * 64)})
+    recipe = {"python": "3.12.3", "host": "linux-x86_64", "machine": "x86_64",
+              "toolchain": {"cc": "cc (GCC) 13.2", "cmake": "cmake version 3.28.3", "nvcc": "absent"}}
+    moved = {**recipe, "toolchain": {"cc": "cc (GCC) 13.2", "cmake": "cmake version 3.31.0", "nvcc": "absent"}}
+    ctx = DiffContext(recipes={"sgl-kernel": (recipe, moved)})
+    (verdict,) = diff_locks(old, new, old_label="a", new_label="b", context=ctx).builds
+    assert verdict.text() == "sgl-kernel: toolchain cmake: cmake version 3.28.3 -> cmake version 3.31.0"

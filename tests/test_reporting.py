@@ -410,3 +410,11 @@ def test_a_store_without_the_mirror_says_so_and_the_diff_stands(scene, tmp_path:
     # Nor the project's [build-system] (torch) nor wheel metadata: no package named, the rebuild still said.
     kern = next(b for b in report.diff.builds if b.name == "kern")
     assert (kern.rebuild, [(i.kind, i.name) for i in kern.inputs]) == (True, [("source", "src")])
+    # The old build's recipe, kept in the store with its wheel, names what its build venv held.
+    other = Store.open(tmp_path / "other-home")
+    with other.new_entry("builds", old.builds["kern"].input_digest.removeprefix("sha256:")) as work:
+        (work / "recipe.json").write_text(json.dumps({"build-env": {
+            "env-packages": [f"torch==2.12.0.dev{OLD}{CU} sha256:{'0' * 64}"], "requirements": []}}))
+    report = upgrade_report(ws, old, new, old_label="old", new_label="new", store=other)
+    kern = next(b for b in report.diff.builds if b.name == "kern")
+    assert [(i.kind, i.name) for i in kern.inputs] == [("source", "src"), ("package", "torch")]

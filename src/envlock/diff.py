@@ -117,6 +117,9 @@ class DiffContext:
     # Build -> its project's own dependencies (name -> requirement) at the old and the new source.
     source_requires: Mapping[str, tuple[Mapping[str, str], Mapping[str, str]]] = field(default_factory=dict)
     recipe_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # build -> its keys that changed
+    # Build -> the recipe each lock's build was made from, as the store keeps it (builds/<key>/recipe.json;
+    # None: not in the store): it names what the lock does not record (the toolchain, the interpreter).
+    recipes: Mapping[str, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]] = field(default_factory=dict)
 
 
 # -- the report ------------------------------------------------------------------
@@ -177,7 +180,7 @@ class SourceMove:
 class BuildInput:
     """An input of a local build that moved."""
 
-    kind: str  # "source", "patch", "package", "build-requirement", "recipe", "env", "unrecorded"
+    kind: str  # "source", "patch", "package", "build-requirement", "recipe", "env", "toolchain", "unrecorded"
     name: str
     old: str | None = None
     new: str | None = None
@@ -186,14 +189,15 @@ class BuildInput:
     def text(self) -> str:
         if self.kind == "unrecorded":
             return self.note
-        what = {"source": "source ", "patch": "patch ", "recipe": "", "env": "", "package": "",
-                "build-requirement": "build requirement "}[self.kind]
         if self.kind == "recipe":
             moved = self.name
+        elif self.kind == "toolchain":
+            moved = f"toolchain {self.name}: {self.old or 'absent'} -> {self.new or 'absent'}"
         elif self.kind == "patch":
-            moved = f"{what}{self.name} " + ("added" if self.old is None else "removed" if self.new is None
+            moved = f"patch {self.name} " + ("added" if self.old is None else "removed" if self.new is None
                                              else "changed")
         else:
+            what = {"source": "source ", "build-requirement": "build requirement "}.get(self.kind, "")
             moved = what + Move(self.name, _short(self.old), _short(self.new)).text()
         return f"{moved} ({self.note})" if self.note else moved
 
@@ -551,7 +555,22 @@ def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext,
     ba, bb = old.builds.get(name), new.builds.get(name)
     if ba is not None and bb is not None:
         found += [BuildInput("build-requirement", c.name, c.old, c.new) for c in _requirement_changes(name, ba, bb)]
+    ra, rb = ctx.recipes.get(name, (None, None))
+    if ra is not None and rb is not None:
+        found += _toolchain_moves(ra, rb)
     return tuple(found)
+
+
+def _toolchain_moves(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[BuildInput]:
+    """What two build recipes (``build.plan``'s) say moved that no lock records: the interpreter, the
+    host and each tool's version line."""
+    found = [BuildInput("toolchain", key, str(a.get(key)), str(b.get(key)))
+             for key in ("python", "host", "machine") if a.get(key) != b.get(key)]
+    ta, tb = a.get("toolchain"), b.get("toolchain")
+    ta, tb = (ta if isinstance(ta, dict) else {}), (tb if isinstance(tb, dict) else {})
+    found += [BuildInput("toolchain", tool, ta.get(tool), tb.get(tool)) for tool in sorted(set(ta) | set(tb))
+              if ta.get(tool) != tb.get(tool)]
+    return found
 
 
 def _package_changes(old: Lock, new: Lock, changes: Iterable[Change], ctx: DiffContext,

@@ -14,6 +14,8 @@ the history, a wheel not in the store each make the report say less, and say so.
 
 from __future__ import annotations
 
+import json
+import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -42,6 +44,8 @@ from envlock.store import Store, store_file
 from envlock.target import requires_dist, target_environment
 from envlock.ui import size
 from envlock.workspace import Workspace
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 #: What a report says when the store's mirror lacks a source's history, for ``envlock diff``.
 DIFF_FETCH_HINT = "`envlock diff OLD NEW --fetch` fetches it into the store"
@@ -102,6 +106,7 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         subdir_moved=_subdirs_moved(ctx.builds, old, new, mirrors),
         source_requires=_source_requires(ctx.builds, old, new, mirrors),
         closures=_closures(_build_roots(ws, ctx.builds, old, new, store), old, new, store),
+        recipes={name: (_recipe(store, old, name), _recipe(store, new, name)) for name in ctx.builds},
         required_by_old=_required_by(old, store), required_by_new=_required_by(new, store),
     )
     diff = diff_locks(old, new, old_label=old_label, new_label=new_label, context=ctx)
@@ -317,12 +322,31 @@ def _build_roots(ws: Workspace | None, builds: Mapping[str, BuildFacts], old: Lo
             continue
         names = set(facts.requires)
         for lock in (old, new):
+            # The packages a build of this lock read, as its recipe in the store records them.
+            recipe = _recipe(store, lock, name)
+            env = recipe.get("build-env") if recipe is not None else None
+            lines = env.get("env-packages") if isinstance(env, dict) else None
+            names |= {str(canonicalize_name(line.partition("==")[0])) for line in lines or ()
+                      if isinstance(line, str)}
             doc = _project_of(ws, store, facts, lock)
             system = doc.get("build-system") if doc is not None else None
             if isinstance(system, dict):
                 names |= set(_names(system.get("requires", [])) or {})
         out[name] = names
     return out
+
+
+def _recipe(store: Store, lock: Lock, name: str) -> Mapping[str, Any] | None:
+    """The recipe of ``lock``'s build ``name`` as the store keeps it with the built wheel (None: not there)."""
+    built = lock.builds.get(name)
+    key = built.input_digest.removeprefix("sha256:") if built is not None else ""
+    if not SHA256_HEX.fullmatch(key):  # a lock from elsewhere names no path in the store
+        return None
+    try:
+        doc = json.loads((store.path("builds", key) / "recipe.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _project_of(ws: Workspace | None, store: Store, facts: BuildFacts, lock: Lock) -> Mapping[str, Any] | None:
