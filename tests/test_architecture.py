@@ -25,7 +25,8 @@ STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "insta
           "ui"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
-                 "listing", "running", "verifying", "exporting", "collecting", "pinning", "bisecting"}
+                 "listing", "running", "verifying", "exporting", "collecting", "pinning", "bisecting",
+                 "reporting"}
 ENTRY = {"cli", "cliregress", "__main__"}
 
 MAX_MODULE_LINES = 800

@@ -113,9 +113,28 @@ def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None 
     return runner.git_checked(args, what=what, error=SourceError, cwd=cwd)
 
 
+def existing_mirror(store: Store, url: str) -> Path | None:
+    """The store's bare mirror for ``url`` if there is one (nothing is created): for readers."""
+    path = store.path("git-mirrors", _mirror_key(url))
+    return path if (path / "HEAD").exists() else None
+
+
+def _mirror_key(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()[:32]
+
+
+def fetch_history(store: Store, url: str, *, fetch_from: str | None = None) -> Path:
+    """The store's mirror of ``url`` with every branch and tag fetched (unshallowed): the history
+    between two pins, for a report's commit range. ``fetch_from``: a mirror of ``url`` to ask instead."""
+    mirror = mirror_path(store, url)
+    with store.locked(f"git-mirror-{mirror.name}"):
+        _fetch_all(mirror, fetch_from or url)
+    return mirror
+
+
 def mirror_path(store: Store, url: str) -> Path:
     """The store's bare mirror for ``url`` (created on first use)."""
-    key = hashlib.sha256(url.encode()).hexdigest()[:32]
+    key = _mirror_key(url)
     path = store.path("git-mirrors", key)
     if not (path / "HEAD").exists():
         with store.new_entry("git-mirrors", key) as work:
