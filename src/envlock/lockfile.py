@@ -256,7 +256,7 @@ class Lock:
         for name, inputs in sorted(self.fetchcontent.items()):
             if inputs:
                 out += ["", f"[tool.envlock.fetchcontent.{_s(name)}]"]
-                out += [f"{_s(dep)} = {pin.to_toml()}" for dep, pin in sorted(inputs.items())]
+                out += [f"{toml_key('', dep)} = {pin.to_toml()}" for dep, pin in sorted(inputs.items())]
         return "\n".join(out) + "\n"
 
     @classmethod
