@@ -60,7 +60,7 @@ def test_an_archive_is_fetched_by_sha256_and_held_to_it(tmp_path: Path) -> None:
     got = sources.fetch_archive(store, url)
     assert (got.sha256, got.downloaded) == (sha256_of(archive), archive.stat().st_size)
     assert got.tree == store.path("sources", f"archive-{got.sha256}") / "tree"
-    assert (got.tree / "include" / "karch.h").is_file()
+    assert (got.tree / "include" / "karch.h").is_file() and _entries(store) == [got.tree.parent]
     # Held to it: the store's entry answers without a download (the URL could be gone).
     archive.rename(tmp_path / "away.tar.gz")
     again = sources.fetch_archive(store, url, got.sha256)
