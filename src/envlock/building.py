@@ -142,7 +142,7 @@ def prepare_inputs(
         return f.error.with_details(f"no access to {spec.sources[f.name].git}? fetch the pinned commit from a "
                                     f"clone or mirror: {source_mirror_how(f.name)}")
 
-    buildinputs.raise_unreachable([*failed, *fc_failed], spec.path, single)
+    buildinputs.raise_unreachable([*failed, *fc_failed], ws.relative(spec.path), single)
     states = {name: SourceState(p, _patched(ws, store, spec.sources[name], p, overrides))
               for name, p in prepared.items()}
     return states, fetched
@@ -271,7 +271,7 @@ class BuildSession:
             return dict(self.inputs[b.name])
         got, failed = buildinputs.fetch_fetchcontent([b], self.store, self.mirrors.sources, self.lock)
         deps = {f"builds.{b.name}.fetchcontent.{d.name}": d for d in b.fetchcontent}
-        buildinputs.raise_unreachable(failed, self.spec.path,
+        buildinputs.raise_unreachable(failed, self.ws.relative(self.spec.path),
                                       lambda f: buildinputs.fetchcontent_error(b.name, f, deps[f.key]))
         return got[b.name]
 

@@ -87,13 +87,13 @@ class Unreachable:
 
     def line(self) -> str:
         why = self.error.message
-        if self.error.details:  # git's last word ("fatal: repository ... not found")
-            why += f" ({self.error.details[-1].strip()})"
+        if details := [d.strip() for d in self.error.details if d.strip()]:  # git's "fatal: ..." line
+            why += f" ({next((d for d in details if d.startswith(('fatal:', 'error:'))), details[-1])})"
         hint = "" if self.mirrored else f"; from a mirror: {source_mirror_how(self.name)}"
         return f"{self.key}: {why}{hint}"
 
 
-def raise_unreachable(failures: Sequence[Unreachable], origin: Path,
+def raise_unreachable(failures: Sequence[Unreachable], origin: Path | str,
                       single: Callable[[Unreachable], Exception]) -> None:
     """Nothing when every input was fetched; else one error: ``single``'s for one failure (as a
     command that reads one input says it), one ``SourceError`` naming each for several."""
