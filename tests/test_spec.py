@@ -224,6 +224,12 @@ def test_shipped_specs_are_valid() -> None:
     assert qwen.packages["flashinfer-jit-cache"].index == "flashinfer"
     assert qwen.sources["sglang"].rev == "f016738f4c21043d0d8e4e407cb10a45ea7116b9"
     assert qwen.resolution.exclude == ("sgl-fa4",)
+    # FetchContent inputs as upstream declares them: triton by its tag, mscclpp's json by an archive URL.
+    inputs = {dep.name: dep for dep in qwen.builds["sgl-kernel"].fetchcontent}
+    assert (inputs["repo-triton"].git, inputs["repo-triton"].rev) == ("https://github.com/triton-lang/triton", "v3.5.1")
+    assert not inputs["repo-triton"].pinned_by_spec and inputs["repo-cutlass"].pinned_by_spec
+    assert inputs["json"].url == "https://github.com/nlohmann/json/releases/download/v3.11.3/json.tar.xz"
+    assert inputs["json"].sha256 is None  # hashed at the first lock, recorded there
 
 
 def test_key_digests_name_each_entry(tmp_path: Path) -> None:
