@@ -23,8 +23,8 @@ FOUNDATIONS = {
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff", "ui"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
-ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
-                 "running", "verifying"}
+ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
+                 "syncing", "realize", "running", "verifying"}
 ENTRY = {"cli", "__main__"}
 
 MAX_MODULE_LINES = 800

@@ -129,7 +129,8 @@ def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(  # type: ignore
     r = cli("-q", "sync", "e")
     assert r.code == 0, r.err
     env = Path(r.out.strip().splitlines()[-1])
-    probe = runner.run([env / "bin" / "python", "-c", "from sglike_kernel import _ops; print(_ops.magic(), _ops.karch())"])
+    probe = runner.run([env / "bin" / "python", "-c",
+                        "from sglike_kernel import _ops; print(_ops.magic(), _ops.karch())"])
     assert probe.stdout.split() == ["42", "7"], probe.tail()
 
     # The spec names the branch instead: resolved anew, to the moved commit, and recorded with it.

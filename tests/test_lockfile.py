@@ -46,7 +46,8 @@ def sample(**changes: object) -> Lock:
         builds={"sgl-kernel": LockedBuild("sha256:" + "d" * 64, "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl",
                                           "b" * 64)},
         fetchcontent={"sgl-kernel": {
-            "repo-triton": LockedFetchContent(git="https://github.com/triton-lang/triton", commit="7" * 40, rev="v3.5.1"),
+            "repo-triton": LockedFetchContent(git="https://github.com/triton-lang/triton", commit="7" * 40,
+                                              rev="v3.5.1"),
             "repo-cutlass": LockedFetchContent(git="https://github.com/NVIDIA/cutlass", commit="5" * 40),
             "json": LockedFetchContent(url="https://github.com/nlohmann/json/archive/v3.11.3.tar.gz", sha256="9" * 64),
         }},

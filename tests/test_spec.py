@@ -21,6 +21,8 @@ default = true
 url = "https://download.pytorch.org/whl/nightly/cu130"
 """
 
+FC = '[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.'  # a build's FetchContent table
+
 BAD_SPECS = [
     # (spec text after HEAD, exact problem lines)
     ('[packages]\ntorch = { nightly = "2026-3-7", index = "nightly" }',
@@ -72,26 +74,26 @@ BAD_SPECS = [
     ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\nisolation = "no"',
      ["builds.k.isolation: expected true or false, found 'no'"]),
     # FetchContent inputs: a git repository at a commit, tag or branch, or a tar archive by URL (and sha256).
-    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.triton]\n'
+    (FC + 'triton]\n'
      'git = "https://github.com/triton-lang/triton"\nrev = "-q"\nsha256 = "' + "a" * 64 + '"',
      ["builds.k.fetchcontent.triton.rev: expected a commit, tag or branch, found '-q'",
       "builds.k.fetchcontent.triton.sha256: only an archive (url) input takes a sha256; a git input is pinned by "
       "its commit"]),
-    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.triton]\ngit = "https://github.com/triton-lang/triton"',
+    (FC + 'triton]\ngit = "https://github.com/triton-lang/triton"',
      ["builds.k.fetchcontent.triton.rev: missing; a git input needs rev = \"<commit, tag or branch>\" (the lock "
       "records its commit)"]),
-    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.json]\ngit = "https://x/json"\nurl = "https://x/json.tar.xz"\nrev = "v3"',
+    (FC + 'json]\ngit = "https://x/json"\nurl = "https://x/json.tar.xz"\nrev = "v3"',
      ["builds.k.fetchcontent.json: expected exactly one of git or url, found both"]),
-    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.json]\nsha256 = "' + "a" * 64 + '"',
+    (FC + 'json]\nsha256 = "' + "a" * 64 + '"',
      ["builds.k.fetchcontent.json: expected exactly one of git or url, found neither: { git = \"URL\", rev = "
       "\"<commit, tag or branch>\" } or { url = \"<archive URL>\", sha256 = \"...\" }"]),
-    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.json]\nurl = "https://x/json/archive/v3.11.3.tar.gz"\nrev = "v3"\nsha256 = "ABC"',
+    (FC + 'json]\nurl = "https://x/json/archive/v3.11.3.tar.gz"\nrev = "v3"\nsha256 = "ABC"',
      ["builds.k.fetchcontent.json.rev: only a git input takes a rev; an archive (url) input is pinned by its sha256",
       "builds.k.fetchcontent.json.sha256: expected 64 lowercase hex digits, found 'ABC'"]),
-    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.json]\nurl = "ftp://x/json.tar.gz"',
+    (FC + 'json]\nurl = "ftp://x/json.tar.gz"',
      ["builds.k.fetchcontent.json.url: expected an https://, http:// or file:// URL of an archive, found "
       "'ftp://x/json.tar.gz'"]),
-    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.json]\nurl = "https://x/json.zip"',
+    (FC + 'json]\nurl = "https://x/json.zip"',
      ["builds.k.fetchcontent.json.url: expected the URL of a tar archive (.tar.gz, .tgz, .tar.xz, .txz, .tar.bz2, "
       ".tbz2, .tar), found 'https://x/json.zip'"]),
     ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\nenv = { TORCH_CUDA_ARCH_LIST = 12 }',

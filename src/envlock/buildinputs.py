@@ -127,9 +127,9 @@ def fetch_fetchcontent(builds: Sequence[BuildSpec], store: Store, mirrors: Mappi
 def fetchcontent_error(build_name: str, failure: Unreachable, dep: FetchContentInput) -> BuildError:
     """One FetchContent input that could not be fetched, as ``[builds.NAME]: fetchcontent.DEP: ...``."""
     exc = failure.error
-    what = "commit" if dep.git is not None else "archive"
+    what = "commit from a clone or mirror" if dep.git is not None else "archive from a mirror"
     hint = [] if failure.mirrored else [
-        f"no access to {dep.git or dep.url}? fetch the pinned {what} from a clone or mirror: "
+        f"no access to {dep.git or dep.url}? fetch the pinned {what}: "
         f"--source {dep.name}=URL (or {env_var(SOURCE_ENV_PREFIX, dep.name)}=URL)"]
     return BuildError(f"[builds.{build_name}]: fetchcontent.{dep.name}: {exc.message}", details=[*exc.details, *hint])
 
