@@ -234,11 +234,12 @@ endif()
 
 python_add_library(_ops MODULE WITH_SOABI csrc/ops.c)
 target_include_directories(_ops PRIVATE "${repo-kdep_SOURCE_DIR}/include" "${TORCHLIKE_INCLUDE}")
-if(SGLIKE_WITH_KARCH)
-    target_include_directories(_ops PRIVATE "${repo-karch_SOURCE_DIR}/include")
-    target_compile_definitions(_ops PRIVATE SGLIKE_WITH_KARCH=1)
-endif()
 install(TARGETS _ops DESTINATION sglike_kernel)
+if(SGLIKE_WITH_KARCH)  # a second module, compiled against the archive input's header
+    python_add_library(_karch MODULE WITH_SOABI csrc/karch.c)
+    target_include_directories(_karch PRIVATE "${repo-karch_SOURCE_DIR}/include")
+    install(TARGETS _karch DESTINATION sglike_kernel)
+endif()
 """
 
 KERNEL_C = """\
@@ -263,26 +264,35 @@ static PyObject *magic(PyObject *self, PyObject *args) {
     return PyLong_FromLong(KDEP_MAGIC);
 }
 
-#ifdef SGLIKE_WITH_KARCH
-#include "karch.h"
-static PyObject *karch(PyObject *self, PyObject *args) {
-    return PyLong_FromLong(KARCH_MAGIC);
-}
-#endif
-
 static PyMethodDef methods[] = {
     {"add", add, METH_VARARGS, "a + b"},
     {"built_against", built_against, METH_NOARGS, "torchlike version compiled against"},
     {"magic", magic, METH_NOARGS, "a constant from the FetchContent dependency"},
-#ifdef SGLIKE_WITH_KARCH
-    {"karch", karch, METH_NOARGS, "a constant from the archive input"},
-#endif
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ops", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__ops(void) { return PyModule_Create(&module); }
+"""
+
+KARCH_C = """\
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "karch.h"
+
+static PyObject *karch(PyObject *self, PyObject *args) {
+    return PyLong_FromLong(KARCH_MAGIC);
+}
+
+static PyMethodDef methods[] = {
+    {"karch", karch, METH_NOARGS, "a constant from the archive input"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_karch", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__karch(void) { return PyModule_Create(&module); }
 """
 
 KERNEL_INIT = """\
@@ -401,6 +411,7 @@ def make_sglike(root: Path) -> SgLike:
             "sgl-kernel/pyproject.toml": KERNEL_PYPROJECT,
             "sgl-kernel/CMakeLists.txt": KERNEL_CMAKE.replace("@KDEP_COMMIT@", kdep_commit),
             "sgl-kernel/csrc/ops.c": KERNEL_C,
+            "sgl-kernel/csrc/karch.c": KARCH_C,
             "sgl-kernel/python/sglike_kernel/__init__.py": KERNEL_INIT,
             "README.md": "sglike: test fixture\n",
         },
