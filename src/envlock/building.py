@@ -582,7 +582,7 @@ def carry_builds(session: BuildSession, old: Lock | None) -> tuple[Lock, tuple[F
         recorded = old.builds.get(b.name)
         package = old_packages.get(canonicalize_name(b.name))
         if recorded is None or package is None:
-            continue  # nothing to keep: its FetchContent inputs are not fetched for it either
+            continue  # nothing to keep
         request = session.request(b, env_packages)
         if build.plan(request, session.store).input_digest == recorded.input_digest:
             kept_builds[b.name] = recorded
