@@ -18,14 +18,16 @@ SRC = Path(__file__).parent.parent / "src" / "envlock"
 FOUNDATIONS = {
     "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
     "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio",
-    "archives",
+    "wheelfiles", "cmakefetch", "closure", "bundle", "archives",
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
-STAGES = {"resolve", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff", "ui"}
+STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",
+          "ui"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
-                 "syncing", "realize", "running", "verifying"}
-ENTRY = {"cli", "__main__"}
+                 "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
+                 "bisecting"}
+ENTRY = {"cli", "cliregress", "__main__"}
 
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 100

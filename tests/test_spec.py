@@ -225,7 +225,7 @@ def test_shipped_specs_are_valid() -> None:
     assert qwen.packages["torch"].local == "cu130"
     assert qwen.packages["flashinfer-jit-cache"].index == "flashinfer"
     assert qwen.sources["sglang"].rev == "f016738f4c21043d0d8e4e407cb10a45ea7116b9"
-    assert qwen.resolution.exclude == ("sgl-fa4",)
+    assert qwen.resolution.exclude == ("sgl-fa4", "triton")
     # FetchContent inputs as upstream declares them: triton by its tag, mscclpp's json by an archive URL.
     inputs = {dep.name: dep for dep in qwen.builds["sgl-kernel"].fetchcontent}
     assert (inputs["repo-triton"].git, inputs["repo-triton"].rev) == ("https://github.com/triton-lang/triton", "v3.5.1")

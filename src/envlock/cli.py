@@ -125,9 +125,50 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
                   f"(`envlock sync {args.env}` too)" for name in unbuilt]
         if result.note:
             lines.append(f"  note: {result.note}")
+        lines += [f"  note: {note}" for note in result.notes]
         return "\n".join(lines)
 
     _out(args, result.to_dict(), text_lock)
+    return 0
+
+
+_DATE_STATUS = {"usable": "usable", "other-platforms": "other platforms", "kept": "kept", "unlisted": "unlisted"}
+
+
+def cmd_nightlies(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock import listing
+    from envlock.mirrors import MirrorOptions
+
+    result = listing.nightlies_env(ws, args.env, args.package, MirrorOptions(_index_pairs(args.index)))
+
+    def text() -> str:
+        lines = []
+        for p in result.packages:
+            local = f", local tag +{p.local}" if p.local else ""
+            lines.append(f"{p.name}: index {p.index!r} ({p.index_url}){local}; "
+                         f"for python {result.python}{' on ' + result.platform if result.platform else ''}")
+            width = max((len(d.version or "-") for d in p.dates), default=1)
+            for d in p.dates:
+                marks = [m for m, on in (("locked", d.locked), ("pinned", d.pinned)) if on]
+                why = {"other-platforms": f"no wheel for the target: has {d.platforms()}",
+                       "kept": "the index dropped it, the store keeps its wheel (a relock keeps it)",
+                       "unlisted": "not listed; a lock of it fails" + ("" if not d.locked else
+                                   f" (the store lacks its wheel: a mirror, --index {p.index}=URL)")}.get(d.status)
+                notes = "; ".join(filter(None, [", ".join(marks), why]))
+                lines.append(f"  {d.date}  {_DATE_STATUS[d.status]:15}  {d.version or '-':{width}}  {notes}".rstrip())
+            listed = [d.date for d in p.dates if d.status in ("usable", "other-platforms")]
+            usable = sum(1 for d in p.dates if d.status == "usable")
+            span = f" ({min(listed)} .. {max(listed)})" if listed else ""
+            kept = sum(1 for d in p.dates if d.status == "kept")
+            lines.append(f"  {count(len(listed), 'date')} listed{span}, {usable} usable for the target"
+                         + (f", {kept} kept in the store" if kept else ""))
+        if not result.packages:
+            lines.append(f"envs/{args.env}.toml pins no nightly")
+        if result.note:
+            lines.append(f"note: {result.note}")
+        return "\n".join(lines)
+
+    _out(args, result.to_dict(), text)
     return 0
 
 
@@ -494,6 +535,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "is verified and the lock keeps the spec's URL); also ENVLOCK_SOURCE_<NAME>=URL; repeatable")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
+    p = add("nightlies", cmd_nightlies, "the dates each nightly pin could take, for the env's target",
+            "List, per nightly-pinned package of envs/ENV.toml (or PKG only), every date its index lists with\n"
+            "the pin's local tag, newest first: usable (a wheel for the spec's python and platform), other\n"
+            "platforms (wheels for other platforms or pythons only: which, is said), kept (the index dropped\n"
+            "the locked date, the store keeps its wheel: a relock keeps it) or unlisted. The lock's date is\n"
+            "marked locked, the spec's pinned. Reads index pages only; writes nothing.\n"
+            "Mirrors: --index NAME=URL or ENVLOCK_INDEX_<NAME>=URL read a spec index at another URL.")
+    p.add_argument("env", metavar="ENV", help="env name (envs/ENV.toml)")
+    p.add_argument("package", nargs="?", metavar="PKG", help="only this nightly-pinned package")
+    p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
+                   help="read spec index NAME at URL (a mirror); repeatable")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
     p = add("diff", cmd_diff, "what changes between two locks",
             "Compare two locks: packages (versions, re-uploaded wheels), nightly pins, sources, patches, builds\n"
             "and their build requirements, and the env (python, platform, venv digest and its interpreter).\n"
@@ -610,6 +664,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "keeping its name and header")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
+    from envlock.cliregress import add_commands  # export, import, gc, pin(s), unpin, bisect
+
+    add_commands(add)
     return parser
 
 
