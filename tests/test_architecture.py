@@ -17,17 +17,18 @@ SRC = Path(__file__).parent.parent / "src" / "envlock"
 #: Pieces every layer may use: data, errors, the store, the runners, the target model.
 FOUNDATIONS = {
     "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
-    "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio",
-    "wheelfiles", "cmakefetch", "closure", "bundle", "specedit",
+    "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio", "netenv",
+    "wheelfiles", "cmakefetch", "closure", "bundle", "netauth", "archives", "specedit",
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",
           "ui"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
-ORCHESTRATION = {"mirrors", "drift", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
-                 "listing", "running", "verifying", "exporting", "collecting", "pinning", "bisecting",
+ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
+                 "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
+                 "bisecting", "reporting",
                  "upgrading"}
-ENTRY = {"cli", "cliregress", "__main__"}
+ENTRY = {"cli", "cliregress", "cliupgrade", "__main__"}
 
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 100

@@ -174,25 +174,16 @@ def cmd_nightlies(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import lockrefs
+    from envlock import lockrefs, reporting
 
-    result, notes = lockrefs.diff_refs(ws, args.old, args.new)
+    if args.format == "json":
+        args.json = True  # before the work: its errors are a JSON document too
+    options = reporting.ReportOptions(fetch=args.fetch)
+    result, notes = lockrefs.diff_refs(ws, args.old, args.new, options)
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
-
-    def text() -> str:
-        if not result.changes:
-            return f"no differences ({count(result.unchanged, 'package')} identical)"
-        lines = [f"--- {result.old}", f"+++ {result.new}"]
-        for c in result.changes:
-            sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[c.action]
-            value = c.new if c.old is None else c.old if c.new is None else f"{c.old} -> {c.new}"
-            note = f"  ({c.note})" if c.note else ""
-            lines.append(f"{sign} {c.kind:8} {c.name}: {value}{note}")
-        lines.append(f"{count(len(result.changes), 'change')}, {count(result.unchanged, 'package')} identical")
-        return "\n".join(lines)
-
-    _out(args, result.to_dict(), text)
+    render = reporting.render_markdown if args.format == "markdown" else reporting.render_text
+    _out(args, result.to_dict(), lambda: render(result))
     return 0
 
 
@@ -484,17 +475,28 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
     return 0
 
 
-def cmd_upgrade(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import ui, upgrading
-
-    options = upgrading.UpgradeOptions.given(args.nightly, args.rev, args.versions, args.dry_run, _mirror_options(args))
-    with _status(args, message := f"upgrading envs/{args.env}.toml") as status:
-        result = upgrading.upgrade(ws, args.env, options, progress=ui.StatusProgress(status, message))
-    _out(args, result.to_dict(), lambda: "\n".join(upgrading.report_lines(ws, result)))
-    return 0
-
-
 # -- parser -------------------------------------------------------------------
+
+
+def _network_options(options: argparse.ArgumentParser, default: object) -> None:
+    """``--keyring-provider`` and ``--native-tls``: for envlock's requests and the uv it runs alike."""
+    options.add_argument("--keyring-provider", choices=("disabled", "subprocess"), default=default,
+                         help="subprocess: ask the `keyring` command for the password of an index URL's USER@, "
+                              "as uv does (env ENVLOCK_KEYRING_PROVIDER; default disabled)")
+    options.add_argument("--native-tls", action="store_true", default=default,
+                         help="trust the operating system's certificate store, for envlock and uv "
+                              "(env UV_NATIVE_TLS or UV_SYSTEM_CERTS; `truststore` when installed)")
+
+
+def _apply_network_options(args: argparse.Namespace) -> None:
+    """The network options as the variables ``envlock.netenv`` reads (and hands to uv): one
+    setting for every request of the command, in every thread and in uv."""
+    import os
+
+    if getattr(args, "keyring_provider", None):
+        os.environ["ENVLOCK_KEYRING_PROVIDER"] = args.keyring_provider
+    if getattr(args, "native_tls", None):
+        os.environ["ENVLOCK_NATIVE_TLS"] = "1"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -506,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="workspace root (default: first folder with envs/ from here up)")
         options.add_argument("--debug", action="store_true", default=default, help="show tracebacks for errors")
         options.add_argument("-q", "--quiet", action="store_true", default=default, help="no progress output")
+        _network_options(options, default)
         return options
 
     # Accepted before and after the command. After it, an option not given must leave the
@@ -559,13 +562,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read spec index NAME at URL (a mirror); repeatable")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
-    p = add("diff", cmd_diff, "what changes between two locks",
-            "Compare two locks: packages (versions, re-uploaded wheels), nightly pins, sources, patches, builds\n"
-            "and their build requirements, and the env (python, platform, venv digest and its interpreter).\n"
+    p = add("diff", cmd_diff, "what changes between two locks (the upgrade report)",
+            "Compare two locks and say what the move changes: nightly pins, one line per index; each moved\n"
+            "source as a commit range (count, dates, the commits touching files its patches touch, read from\n"
+            "the store's git mirror); every local build that rebuilds, with the input that moved, and those\n"
+            "that do not; packages added, removed or changed, with why when the locks show it; the download\n"
+            "size before and after; then every change, one a line.\n"
             "OLD and NEW are lock paths, PATH@GITREV (e.g. locks/pylock.X.toml@HEAD~1) or env names.")
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text (default), markdown (a block for a pull request description) or json "
+                   "(the schema in docs/diff.md)")
+    p.add_argument("--json", action="store_true", help="the same as --format json")
+    p.add_argument("--fetch", action="store_true",
+                   help="fetch the history of moved git sources into the store's mirror first (network), for "
+                   "their commit ranges")
     p.set_defaults(needs_workspace=False)  # two lock paths need none; an env name is looked up in it
 
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",
@@ -641,24 +653,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fetch git source NAME's pinned commit from URL (verified; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
-    p = add("upgrade", cmd_upgrade, "move nightlies, source revs or versions in envs/ENV.toml, relock, report",
-            "Edit envs/ENV.toml in place (comments and layout kept), relock, print what the lock changes. A moved\n"
-            "source's patches must apply at the new commit; the spec and lock are written together at the end, or\n"
-            "not at all (exit 1); --dry-run writes nothing and prints the same report. e.g.\n"
-            "  envlock upgrade qwen35-blackwell --nightly latest --rev sglang=main --dry-run")
-    p.add_argument("env", metavar="ENV")
-    p.add_argument("--nightly", action="append", default=[], metavar="[INDEX=]DATE|latest",
-                   help="move every nightly of INDEX (default: of every index) that shares its date to DATE, or to "
-                   "the newest date with a wheel for the target of each")
-    p.add_argument("--rev", action="append", default=[], metavar="SOURCE=REV",
-                   help="pin git source SOURCE to the commit REV (a branch or tag: kept in a comment) names now")
-    p.add_argument("--version", action="append", default=[], dest="versions", metavar="PKG=SPEC",
-                   help="set PKG to SPEC (0.6.6: ==0.6.6); its same-version set and the overrides pinning it move too")
-    p.add_argument("--dry-run", action="store_true", help="write nothing (spec, lock, patches); the same report")
-    p.add_argument("--index", action="append", default=[], metavar="NAME=URL", help="read spec index NAME at URL")
-    p.add_argument("--source", action="append", default=[], metavar="NAME=URL", help="fetch git source NAME from URL")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
-
     p = add("patch", lambda a, w: 2, "patch status / edit / record")
     psub = p.add_subparsers(dest="patch_command", metavar="ACTION", parser_class=_Parser, required=True)
 
@@ -694,8 +688,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     from envlock.cliregress import add_commands  # export, import, gc, pin(s), unpin, bisect
+    from envlock.cliupgrade import add_upgrade
 
     add_commands(add)
+    add_upgrade(add, _mirror_options, _status)
     return parser
 
 
@@ -754,6 +750,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    _apply_network_options(args)
     try:
         try:
             ws = Workspace.find(root=args.root)
