@@ -87,6 +87,15 @@ def test_dry_run_to_latest_writes_nothing_and_reports(ws, cli, nightly_env: Path
         "  nightlies of index pytorch: 2026-03-05 -> 2026-03-10 (torch, torchvision)\n"
         "--- locks/pylock.e.toml\n"
         "+++ locks/pylock.e.toml (dry run)\n"
+        "nightlies:\n"
+        "  pytorch 2026-03-05 -> 2026-03-10: torch, torchvision\n"
+        "packages:\n"
+        "  ~ torch 2.12.0.dev20260305+cu130 -> 2.12.0.dev20260310+cu130 [1.1 kB -> 1.1 kB]  "
+        "(nightly 2026-03-05 -> 2026-03-10)\n"
+        "  ~ torchvision 0.27.0.dev20260305+cu130 -> 0.27.0.dev20260310+cu130 [1.2 kB -> 1.2 kB]  "
+        "(nightly 2026-03-05 -> 2026-03-10)\n"
+        "download: 3.4 kB -> 3.4 kB (+1 B); size unknown: tinydep (before); tinydep (after)\n"
+        "changes:\n"
         "~ package  torch: 2.12.0.dev20260305+cu130 -> 2.12.0.dev20260310+cu130\n"
         "~ package  torchvision: 0.27.0.dev20260305+cu130 -> 0.27.0.dev20260310+cu130\n"
         "~ nightly  torch: 2026-03-05 -> 2026-03-10  (2.12.0.dev20260305+cu130 -> 2.12.0.dev20260310+cu130)\n"
@@ -103,6 +112,12 @@ def test_dry_run_to_latest_writes_nothing_and_reports(ws, cli, nightly_env: Path
                                  "packages": ["torch", "torchvision"], "kept": []}]
     assert len(doc["diff"]["changes"]) == 4
     assert (doc["sources"], doc["patches"], doc["unbuilt"]) == ([], {}, [])
+    md = cli("upgrade", "e", "--nightly", "latest", "--dry-run", "--format", "markdown").out.splitlines()
+    assert md[:5] == ["### envlock upgrade: `envs/e.toml`", "", "envs/e.toml:",
+                      "- packages.torch.nightly: 2026-03-05 -> 2026-03-10",
+                      "- packages.torchvision.nightly: 2026-03-05 -> 2026-03-10"]
+    assert "- pytorch 2026-03-05 -> 2026-03-10: torch, torchvision" in md  # the report's markdown block
+    assert md[-1] == "dry run: envs/e.toml and locks/pylock.e.toml unchanged; run without --dry-run to write them"
     assert _files(ws.root) == before
 
 
@@ -131,7 +146,7 @@ def test_upgrade_moves_every_nightly_of_the_index_and_keeps_every_other_line(  #
     r = cli("upgrade", "e", "--nightly", "pytorch=latest")
     assert r.out == ("envs/e.toml: no value to change\n"
                      "  nightlies of index pytorch: 2026-03-10 already the newest for the target (torch, torchvision)\n"
-                     "lock: no differences (4 packages identical)\n"
+                     "no differences (4 packages identical)\n"
                      "envs/e.toml and locks/pylock.e.toml unchanged\n")
     assert _files(ws.root) == files
 
@@ -321,6 +336,11 @@ def test_a_rev_is_pinned_as_its_commit_with_the_branch_or_tag_in_a_comment(  # t
         f"  patches of demo at {main[:12]}: all 1 apply\n"
         "--- locks/pylock.e.toml\n"
         "+++ locks/pylock.e.toml (upgraded)\n"
+        "sources:\n"
+        f"  demo {pin[:12]} -> {main[:12]}: 1 commit, 2026-03-10 .. 2026-03-10\n"  # the report's commit range
+        "    none of them touches the 1 file the patches touch\n"
+        "download: 0 B -> 0 B (+0 B); size unknown: tinydep (before); tinydep (after)\n"
+        "changes:\n"
         f"~ source   demo: {pin} -> {main}\n"
         "1 change, 1 package identical\n"
         "wrote envs/e.toml and locks/pylock.e.toml\n")

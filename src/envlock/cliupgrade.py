@@ -26,6 +26,7 @@ def add_upgrade(add: Callable[..., argparse.ArgumentParser],
     def cmd_upgrade(args: argparse.Namespace, ws: Workspace) -> int:
         from envlock import ui, upgrading
 
+        args.json = args.json or args.format == "json"  # before the work: its errors are a JSON document too
         options = upgrading.UpgradeOptions.given(args.nightly, args.rev, args.versions, args.dry_run,
                                                  mirror_options(args))
         with status(args, message := f"upgrading envs/{args.env}.toml") as say:
@@ -33,7 +34,7 @@ def add_upgrade(add: Callable[..., argparse.ArgumentParser],
         if args.json:
             print(json.dumps(result.to_dict(), indent=2, sort_keys=True))
         else:
-            print("\n".join(upgrading.report_lines(ws, result)))
+            print("\n".join(upgrading.report_lines(ws, result, markdown=args.format == "markdown")))
         return 0
 
     p = add("upgrade", cmd_upgrade, "move nightlies, source revs or versions in envs/ENV.toml, relock, report",
@@ -52,4 +53,6 @@ def add_upgrade(add: Callable[..., argparse.ArgumentParser],
     p.add_argument("--dry-run", action="store_true", help="write nothing (spec, lock, patches); the same report")
     p.add_argument("--index", action="append", default=[], metavar="NAME=URL", help="read spec index NAME at URL")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL", help="fetch git source NAME from URL")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="the report for a terminal, as a block for a pull request, or one JSON document")
+    p.add_argument("--json", action="store_true", help="the same as --format json")

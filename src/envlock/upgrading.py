@@ -26,8 +26,8 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envlock import locking, sources, specedit
-from envlock.diff import LockDiff, diff_locks
+from envlock import locking, reporting, sources, specedit
+from envlock.diff import LockDiff
 from envlock.errors import LockChangedError, LockError, PatchError, ResolveError, SpecError, UsageError
 from envlock.listing import list_nightlies
 from envlock.lockfile import Lock, LockFile, toml_key
@@ -133,11 +133,15 @@ class UpgradeResult:
     written: bool  # the spec and the lock were written (never under --dry-run)
     plan: UpgradePlan
     patches: Mapping[str, tuple[PatchStatus, ...]]  # each moved source's patches at its new commit
-    diff: LockDiff
+    report: reporting.UpgradeReport  # the old lock against the new one (``envlock diff``'s report)
     lock_changed: bool  # the new lock's bytes differ from the old one's
     unbuilt: tuple[str, ...] = ()  # local builds the new lock has not built yet
     note: str = ""
     notes: tuple[str, ...] = ()  # the relock's guards: a dead exclude, an override that now wins, ...
+
+    @property
+    def diff(self) -> LockDiff:
+        return self.report.diff
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -147,7 +151,7 @@ class UpgradeResult:
             "nightlies": [m.to_dict() for m in self.plan.nightlies],
             "sources": [m.to_dict() for m in self.plan.sources],
             "patches": {name: [s.to_dict() for s in st] for name, st in sorted(self.patches.items())},
-            "diff": self.diff.to_dict(), "lock_changed": self.lock_changed, "unbuilt": list(self.unbuilt),
+            "diff": self.report.to_dict(), "lock_changed": self.lock_changed, "unbuilt": list(self.unbuilt),
             "note": self.note, "notes": list(self.notes),
         }
 
@@ -172,13 +176,16 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     relocked = locking.lock_spec(ws, env, new_spec, mirrors, progress, write=False)
     assert relocked.lock is not None  # lock_spec always returns the lock it made
     label = ws.relative(lock_path)
-    diff = diff_locks(old, relocked.lock, old_label=label,
-                      new_label=f"{label} ({'dry run' if options.dry_run else 'upgraded'})")
+    report = reporting.upgrade_report(
+        ws, old, relocked.lock, old_label=label, new_label=f"{label} ({'dry run' if options.dry_run else 'upgraded'})",
+        old_spec=spec, new_spec=new_spec, store=store,
+        # A moved source's commit range is read from the store's mirror, fetched as the move was.
+        options=reporting.ReportOptions(fetch=bool(plan.sources), fetch_from=dict(mirrors.sources)))
     if not options.dry_run:
         _write_together(ws, env, [(spec_path, spec_bytes, plan.new_text.encode("utf-8")),
                                   (lock_path, old_file.data, relocked.lock.to_toml().encode("utf-8"))])
     return UpgradeResult(env=env, spec=spec_path, lock=lock_path, dry_run=options.dry_run,
-                         written=not options.dry_run, plan=plan, patches=carried, diff=diff,
+                         written=not options.dry_run, plan=plan, patches=carried, report=report,
                          lock_changed=relocked.changed, unbuilt=relocked.lock.unbuilt(), note=relocked.note,
                          notes=relocked.notes)
 
@@ -229,25 +236,29 @@ def carry_patches(ws: Workspace, spec: EnvSpec, moves: Sequence[SourceMove], sto
     return out
 
 
-def report_lines(ws: Workspace, result: UpgradeResult) -> list[str]:
-    """The upgrade report as text: the spec's edits, the patches carried, what the new lock changes,
-    what was written. The lock's changes come from ``_diff_lines`` alone: the richer upgrade report
-    (issue 15 part 3, branch ``report``, with ``--format markdown``) replaces that one call."""
+def report_lines(ws: Workspace, result: UpgradeResult, *, markdown: bool = False) -> list[str]:
+    """The upgrade report as text (or, ``markdown``, a block for a pull request): the spec's edits,
+    the patches carried, what the new lock changes (``reporting``'s report, as ``envlock diff``
+    gives it), the notes, and what was written."""
     spec, lock = ws.relative(result.spec), ws.relative(result.lock)
-    lines = [f"{spec}:" if result.plan.changes else f"{spec}: no value to change"]
+    item = "- " if markdown else "  "
+    lines = [f"### envlock upgrade: `{spec}`", ""] if markdown else []
+    lines.append(f"{spec}:" if result.plan.changes else f"{spec}: no value to change")
     for c in result.plan.changes:
-        lines.append(f"  {c.key}: {c.old or '(none)'} -> {c.new}" + (f"  # {c.comment}" if c.comment else ""))
+        lines.append(f"{item}{c.key}: {c.old or '(none)'} -> {c.new}" + (f"  # {c.comment}" if c.comment else ""))
     for m in result.plan.nightlies:
         kept = f"; kept (same-date = false): {', '.join(m.kept)}" if m.kept else ""
         said = "already the newest for the target" if m.asked == LATEST and m.old == m.new else f"-> {m.new}"
-        lines.append(f"  nightlies of index {m.index}: {m.old} {said} ({', '.join(m.packages)}){kept}")
+        lines.append(f"{item}nightlies of index {m.index}: {m.old} {said} ({', '.join(m.packages)}){kept}")
     for name, statuses in sorted(result.patches.items()):
         commit = next(m.new for m in result.plan.sources if m.source == name)
-        lines.append(f"  patches of {name} at {commit[:12]}: all {len(statuses)} apply")
-    lines += _diff_lines(result.diff)
-    lines += [f"  {name}: not built for the new lock yet; `envlock build {result.env}` builds it "
+        lines.append(f"{item}patches of {name} at {commit[:12]}: all {len(statuses)} apply")
+    render = reporting.render_markdown if markdown else reporting.render_text
+    lines += ([""] if markdown else []) + render(result.report).splitlines() + ([""] if markdown else [])
+    lines += [f"{item}{name}: not built for the new lock yet; `envlock build {result.env}` builds it "
               f"(`envlock sync {result.env}` too)" for name in result.unbuilt]
-    lines += [f"note: {note}" for note in (*result.notes, result.note) if note]
+    lines += [f"{item if markdown else ''}note: {note}" for note in (*result.notes, *result.report.notes,
+                                                                    result.note) if note]
     if result.dry_run:
         lines.append(f"dry run: {spec} and {lock} unchanged; run without --dry-run to write them")
     else:
@@ -256,24 +267,6 @@ def report_lines(ws: Workspace, result: UpgradeResult) -> list[str]:
         done = [f"wrote {' and '.join(wrote)}"] if wrote else []
         lines.append("; ".join(done + ([f"{' and '.join(same)} unchanged"] if same else [])))
     return lines
-
-
-def _diff_lines(diff: LockDiff) -> list[str]:
-    """``diff_locks`` between the old lock and the new one, as `envlock diff` prints it."""
-    if not diff.changes:
-        return [f"lock: no differences ({_count(diff.unchanged, 'package')} identical)"]
-    lines = [f"--- {diff.old}", f"+++ {diff.new}"]
-    for c in diff.changes:
-        sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[c.action]
-        value = c.new if c.old is None else c.old if c.new is None else f"{c.old} -> {c.new}"
-        note = f"  ({c.note})" if c.note else ""
-        lines.append(f"{sign} {c.kind:8} {c.name}: {value}{note}")
-    lines.append(f"{_count(len(diff.changes), 'change')}, {_count(diff.unchanged, 'package')} identical")
-    return lines
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun if n == 1 else noun + 's'}"
 
 
 # -- nightlies -------------------------------------------------------------------
