@@ -56,9 +56,14 @@ def test_a_conflict_after_a_conflict_names_the_earlier_one(tmp_path: Path) -> No
     assert [s.state for s in result] == ["conflict", "conflict"]
     assert result[0].after is None and result[0].advice.startswith("refresh it: f.txt hunk 1")
     assert result[1].after == "0001-change-b.patch"
-    assert result[1].advice == ("checked without 0001-change-b.patch, which conflicts first: refresh that one, "
-                                "then look again (this one may only build on it)")
+    assert result[1].advice == ("checked without 0001-change-b.patch, which conflicts first on the same file: "
+                                "refresh that one, then look again (this one may only build on it)")
     assert result[1].to_dict()["after"] == "0001-change-b.patch"
+    # A conflict on another file is its own: no note (it was "checked without" a patch it never reads).
+    other = one(MODIFY.replace("f.txt", "g.txt"), "0003-other-file.patch")
+    write(tree, {"g.txt": "a\nz\nc\n"})
+    third = patchapply.status(tree, [first, second, other])[2]
+    assert (third.state, third.after, third.advice) == ("conflict", None, "refresh it: g.txt hunk 1 no longer matches")
 
 
 def test_upstreamed_patch_is_not_applied_twice(sg: SgLike, store: Store) -> None:

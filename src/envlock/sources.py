@@ -315,3 +315,14 @@ def prepare(
     name = f"sources.{spec.name}.path: {spec.path}" if override is None else f"--override-source {spec.name}={override}"
     tree, digest = snapshot_path(store, folder, name=name)
     return PreparedSource(spec.name, "path", spec.path, tree, digest, override=override)
+
+
+def fetch_history(store: Store, url: str, old: str, new: str, *, fetch_from: str | None = None) -> Path:
+    """The store's mirror of ``url`` holding ``old``, ``new`` and the history between them (a
+    mirror made for one pinned commit is shallow: it is completed with a full fetch)."""
+    mirror = fetch_commit(store, url, old, fetch_from=fetch_from)
+    fetch_commit(store, url, new, fetch_from=fetch_from)
+    if (mirror / "shallow").exists():
+        with store.locked(f"git-mirror-{mirror.name}"):
+            _fetch_all(mirror, fetch_from or url)
+    return mirror
