@@ -20,7 +20,8 @@ FOUNDATIONS = {
     "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio",
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
-STAGES = {"resolve", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff", "ui", "upstream"}
+STAGES = {"resolve", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff", "ui",
+          "upstream"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
                  "running", "verifying", "rebasing"}

@@ -379,7 +379,7 @@ def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
                 lines.append(f"  {s.state:16} {s.patch}{advice}")
                 if args.against:
                     lines += [f"      {line}" for line in check.describe_upstream()]
-                if s.failure is not None:
+                if s.failure is not None and s.merge != "clean":  # a clean merge: nothing to show but that
                     lines += [f"      {line}" for f in (s.conflicts or (s.failure,)) for line in f.describe()]
         if not lines:
             lines.append(f"{args.env}: no source has patches")
@@ -465,7 +465,10 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
             lines += [f"{label} is already upstream here: retire it (drop it from the spec)"
                       for label in recorded.upstreamed]
             if recorded.pending:
-                lines.append(f"next: {recorded.pending[0]} does not apply either; redo it, then record --refresh again")
+                lines.append(f"next: {recorded.pending[0]} does not apply as it is either; finish it, then record "
+                             "--refresh again")
+                lines += [f"  applied as far as it goes; conflict markers in {f}" for f in recorded.conflicted]
+                lines += [f"  the hunks that do not apply are in {f} (remove it once redone)" for f in recorded.rejects]
             else:
                 lines.append(f"every patch applies now; run `envlock lock {env}` (for a git source, once its rev in "
                              "the spec is the commit you edited against)")

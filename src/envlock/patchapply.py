@@ -42,15 +42,21 @@ class HunkFailure:
     hunk: int  # 1-based within the file, 0 for a file-level problem
     header: str
     reason: str
-    line: int = 0  # 1-based line in the file where the hunk was expected
+    line: int = 0  # 1-based line in the file where the hunk was expected (merged: where upstream's lines are)
     expected: tuple[str, ...] = ()
     actual: tuple[str, ...] = ()
+    merged: bool = False  # found by a 3-way merge: ``actual`` is what upstream has where ``expected`` was
 
     def describe(self) -> list[str]:
         """The failure as lines to show: where, why, then the expected lines and those found."""
         where = f"{self.file}: hunk {self.hunk} ({self.header})" if self.hunk else self.file
         out = [f"{where}: {self.reason}"]
-        if self.expected or self.actual:
+        if self.merged:
+            out.append("the patch expected:")
+            out += [f"  | {t}" for t in self.expected] or ["  (nothing)"]
+            out.append(f"upstream has, at line {self.line}:")
+            out += [f"  | {t}" for t in self.actual] or ["  (nothing: deleted)"]
+        elif self.expected or self.actual:
             out.append(f"expected at line {self.line}:")
             out += [f"  | {t}" for t in self.expected] or ["  (nothing)"]
             out.append("found:")
@@ -66,6 +72,7 @@ class HunkFailure:
             "line": self.line,
             "expected": list(self.expected),
             "actual": list(self.actual),
+            "merged": self.merged,
         }
 
 
@@ -547,13 +554,13 @@ def _attribute(path: str, ours: bytes, base: bytes, theirs: bytes, fp: FilePatch
         if block is not None:
             line, expected, found = block
             out.append(HunkFailure(path, number, hunk.header, "upstream changed these lines too (3-way merge)",
-                                   line, _show(expected), _show(found)))
+                                   line, _show(expected), _show(found), merged=True))
     if not out:  # only the hunks together conflict: the file's first conflict, as such
         merged, _ = merge_file(ours, base, theirs, labels, diff3=True)
         block = _first_block(merged, labels)
         line, expected, found = block if block is not None else (0, [], [])
         out.append(HunkFailure(path, 0, "", "upstream changed these lines too (3-way merge)", line,
-                               _show(expected), _show(found)))
+                               _show(expected), _show(found), merged=True))
     return out
 
 

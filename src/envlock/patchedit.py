@@ -130,7 +130,8 @@ def edit(
         view.apply(patch)
         _commit_level(workdir, view, patch, what)
     state = {"source": source, "env": env, "levels": [p.label for p in patches], "pending": [p.label for p in pending],
-             "made_on": made_on, "upstreamed": upstreamed, "recorded": []}
+             "made_on": made_on, "upstreamed": upstreamed, "recorded": [],
+             "base": str(base) if base is not None else None, "label": label}
     (workdir / ".git" / _EDIT_STATE).write_text(json.dumps(state, indent=2) + "\n")
     session = EditSession(source, workdir, tuple(p.label for p in patches), tuple(p.label for p in pending), conflict,
                           tuple(upstreamed), commit)
@@ -143,32 +144,42 @@ def edit(
 def _apply_pending(session: EditSession, patch: PatchFile, before: Sequence[PatchFile], base: Path | None,
                    label: str) -> EditSession:
     """The first pending patch written into the work dir as far as it goes (uncommitted)."""
-    workdir = session.workdir
+    how, conflicted, rejects, conflict = write_partly(session.workdir, patch, before, base, label)
+    return replace(session, merge=how, conflicted=conflicted, rejects=rejects, conflict=conflict or session.conflict)
+
+
+def write_partly(workdir: Path, patch: PatchFile, before: Sequence[PatchFile], base: Path | None,
+                 label: str) -> tuple[str, tuple[str, ...], tuple[str, ...], HunkFailure | None]:
+    """``patch`` written into ``workdir`` as far as it goes, uncommitted: merged 3-way against
+    ``base`` with the patches ``before`` it (conflict markers ``<<<<<<< label`` / ``>>>>>>> patch
+    NNNN``), else (no base, or the series does not apply there) hunk by hunk with ``FILE.rej``
+    files. Returns how ("clean", "conflict", "partly"), the files with markers, the .rej files
+    and the first conflict."""
     ours = TreeView(workdir)
     number = patch_number(Path(patch.label).name)
     theirs = f"patch {number:04d}" if number is not None else f"patch {patch.label}"
     recorded = TreeView(base) if base is not None else None
-    if recorded is not None:
-        for earlier in before:
-            applied = recorded.try_apply(earlier)
-            if isinstance(applied, HunkFailure):  # not the series the pin builds: no base to merge on
-                recorded = None
-                break
-            recorded.changes.update(applied.changes)
+    for earlier in before:
+        applied = recorded.try_apply(earlier) if recorded is not None else None
+        if applied is None or isinstance(applied, HunkFailure):  # no base, or not the series the pin builds
+            recorded = None
+            break
+        assert recorded is not None
+        recorded.changes.update(applied.changes)
+    conflict: HunkFailure | None = None
     if recorded is not None and not isinstance(recorded.try_apply(patch), HunkFailure):
         merged = merge_patch(ours, recorded, patch, ours_label=label, theirs_label=theirs)
         changes, rejects = merged.changes, merged.rejects or {}
         how, conflicted = ("clean" if merged.clean else "conflict"), merged.conflicted
-        conflict = merged.conflicts[0] if merged.conflicts else session.conflict
+        conflict = merged.conflicts[0] if merged.conflicts else None
     else:
         changes, rejects = apply_partly(ours, patch)
-        how, conflicted, conflict = "partly", (), session.conflict
+        how, conflicted = "partly", ()
     ours.changes = changes
     ours.write(workdir)
     for path, text in rejects.items():
         (workdir / f"{path}.rej").write_bytes(text)
-    return replace(session, merge=how, conflicted=tuple(conflicted), rejects=tuple(f"{p}.rej" for p in rejects),
-                   conflict=conflict)
+    return how, tuple(conflicted), tuple(f"{p}.rej" for p in rejects), conflict
 
 
 def _commit_level(workdir: Path, view: TreeView, patch: PatchFile, what: str) -> None:
@@ -191,6 +202,10 @@ class RecordedPatch:
     pending: tuple[str, ...] = ()  # (refresh) patches still to redo by hand, first one conflicting
     upstreamed: tuple[str, ...] = ()  # (refresh) later patches the new code already has: retire them
     env: str = ""  # the env whose spec the work dir was made from (what `envlock lock ENV` then locks)
+    # (refresh) how far the next pending patch got in the work dir, as ``EditSession`` says it
+    merge: str | None = None
+    conflicted: tuple[str, ...] = ()
+    rejects: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -201,6 +216,9 @@ class RecordedPatch:
             "sha256": self.sha256,
             "pending": list(self.pending),
             "upstreamed": list(self.upstreamed),
+            "merge": self.merge,
+            "conflicted": list(self.conflicted),
+            "rejects": list(self.rejects),
         }
 
 
@@ -295,11 +313,11 @@ def record(
     _git_ok(["commit", "-q", "--no-verify", "-m", f"{target.path.name}\n\n{target.subject}"], workdir, what)
     _add_level(state, target.label, parsed.sha256, pending, refresh=refresh)
     # A refresh carries on with the patches after it, as edit does.
-    upstreamed = _carry_on(workdir, state, root, what) if refresh else []
+    upstreamed, (how, conflicted, rejects) = _carry_on(workdir, state, root, what) if refresh else ([], (None, (), ()))
     state["upstreamed"] = [*state.get("upstreamed", []), *upstreamed]
     state_file.write_text(json.dumps(state, indent=2) + "\n")
     return RecordedPatch(source, target.path, target.number, tuple(f.path for f in parsed.files), parsed.sha256,
-                         tuple(state["pending"]), tuple(upstreamed))
+                         tuple(state["pending"]), tuple(upstreamed), merge=how, conflicted=conflicted, rejects=rejects)
 
 
 @dataclass(frozen=True)
@@ -413,9 +431,11 @@ def _add_level(state: dict[str, Any], label: str, sha256: str, pending: Sequence
         state["recorded"] = [*state.get("recorded", []), {"path": label, "sha256": sha256}]
 
 
-def _carry_on(workdir: Path, state: dict[str, Any], root: Path, what: str) -> list[str]:
+def _carry_on(workdir: Path, state: dict[str, Any], root: Path,
+              what: str) -> tuple[list[str], tuple[str | None, tuple[str, ...], tuple[str, ...]]]:
     """Apply the pending patches after a refresh, as edit does: commit what applies, retire what
-    the new code already has (returned), and stop at the next one that needs a hand."""
+    the new code already has (returned), and write the next one that needs a hand as far as it
+    goes (how, the files with conflict markers, the .rej files: returned)."""
     upstreamed: list[str] = []
     while state["pending"]:
         nxt = parse_patch_file(root / state["pending"][0], label=state["pending"][0])
@@ -428,9 +448,13 @@ def _carry_on(workdir: Path, state: dict[str, Any], root: Path, what: str) -> li
             _commit_level(workdir, view, nxt, what)
             state["levels"].append(nxt.label)
         else:
-            break
+            labels = [str(p["path"]) for p in state["made_on"]]
+            before = [parse_patch_file(root / label, label=label) for label in labels[:labels.index(nxt.label)]]
+            base = Path(state["base"]) if state.get("base") else None
+            how, conflicted, rejects, _ = write_partly(workdir, nxt, before, base, state.get("label", "upstream"))
+            return upstreamed, (how, conflicted, rejects)
         state["pending"] = state["pending"][1:]
-    return upstreamed
+    return upstreamed, (None, (), ())
 
 
 def patch_number(filename: str) -> int | None:

@@ -404,7 +404,7 @@ def _steps(session: _Session, subjects: dict[str, str]) -> tuple[RebaseStep, ...
 
 def _failures(step: dict[str, Any]) -> tuple[HunkFailure, ...]:
     return tuple(HunkFailure(c["file"], c["hunk"], c["header"], c["reason"], c["line"], tuple(c["expected"]),
-                             tuple(c["actual"])) for c in step.get("conflicts", ()))
+                             tuple(c["actual"]), c["merged"]) for c in step.get("conflicts", ()))
 
 
 def _report(session: _Session, state: Literal["done", "stopped"], **kw: Any) -> RebaseReport:
