@@ -159,7 +159,9 @@ def write_partly(workdir: Path, patch: PatchFile, before: Sequence[PatchFile], b
     number = patch_number(Path(patch.label).name)
     theirs = f"patch {number:04d}" if number is not None else f"patch {patch.label}"
     recorded = TreeView(base) if base is not None else None
-    for earlier in before:
+    # Only the earlier patches on the same files make its base (one refreshed since, rewritten
+    # for the new commit, may no longer apply at the pin; on other files it does not matter).
+    for earlier in (e for e in before if set(e.paths) & set(patch.paths)):
         applied = recorded.try_apply(earlier) if recorded is not None else None
         if applied is None or isinstance(applied, HunkFailure):  # no base, or not the series the pin builds
             recorded = None
