@@ -116,7 +116,8 @@ def test_rebase_through_a_conflict_then_continue_writes_the_patches_and_the_rev(
     assert (r.code, r.out) == (1, "")
     assert r.err == (f"envlock: error: {workdir}: the conflict is not resolved yet; edit the files, then run "
                      f"`envlock patch rebase --continue {workdir}`\n"
-                     "  d.py: line 1: conflict marker\n  d.py: line 3: conflict marker\n  d.py: line 5: conflict marker\n")
+                     "  d.py: line 1: conflict marker\n  d.py: line 3: conflict marker\n"
+                     "  d.py: line 5: conflict marker\n")
     (workdir / "d.py").write_text(d.replace("<<<<<<< v2\nTIMEOUT = 45\n=======\nTIMEOUT = 60\n>>>>>>> patch 0004\n",
                                             "TIMEOUT = 90\n"))
     r = cli("patch", "rebase", "--continue", str(workdir))
@@ -211,7 +212,8 @@ def test_edit_against_a_moved_upstream_merges_the_conflict_with_markers(ws, cli,
     assert r.out.splitlines()[1:] == [
         "next: patches/s/0004-longer-timeout.patch does not apply as it is either; finish it, then record --refresh "
         "again", "  applied as far as it goes; conflict markers in d.py"]
-    assert (work / "d.py").read_text().startswith("<<<<<<< v2\nTIMEOUT = 45\n=======\nTIMEOUT = 60\n>>>>>>> patch 0004\n")
+    markers = "<<<<<<< v2\nTIMEOUT = 45\n=======\nTIMEOUT = 60\n>>>>>>> patch 0004\n"
+    assert (work / "d.py").read_text().startswith(markers)
     r = cli("patch", "record", str(work), "--refresh")
     assert (r.code, r.err) == (1, f"envlock: error: {work}: conflict markers would be recorded; expected the "
                                   "conflict resolved first\n  d.py: <<<<<<<\n  d.py: =======\n  d.py: >>>>>>>\n")
