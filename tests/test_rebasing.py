@@ -124,11 +124,12 @@ def test_rebase_through_a_conflict_then_continue_writes_the_patches_and_the_rev(
     assert r.code == 0, r.err
     assert r.err == ("envlock: RETIRED patches/s/0001-sm12-size.patch: upstream has its change at "
                      f"{moves.clash[:12]}; dropped from the spec and deleted (it stays in git history)\n")
-    assert r.out.splitlines()[-5:] == [
+    assert r.out.splitlines()[-6:] == [
         "  rebased          patches/s/0004-longer-timeout.patch  (resolved by hand)",
         f"rewrote patches/s/0002-higher-limit.patch (Rebased-onto: {moves.clash})",
         f"rewrote patches/s/0004-longer-timeout.patch (Rebased-onto: {moves.clash})",
         f'wrote envs/e.toml: [sources.s] rev = "{moves.clash}"; 2 patches rewritten, 1 retired',
+        "note: the comment after rev is kept as it was (# the pin the patches were recorded on): check it still holds",
         "run `envlock lock e` to lock the env at the new commit"]
     assert not workdir.exists()
     # The spec: the new rev, 0001 out of the list, every comment where it was.
@@ -202,8 +203,7 @@ def test_edit_against_a_moved_upstream_merges_the_conflict_with_markers(ws, cli,
     assert lines[0] == f"{work}: s at {moves.clash} with 0 patches applied (one commit each)"
     assert lines[1:4] == ["patches/s/0001-sm12-size.patch is already upstream at v2: retire it (drop it from the spec)",
                           "patches/s/0002-higher-limit.patch does not apply here as it is:",
-                          "  b.py: hunk 1 (@@ -1,5 +1,5 @@): context does not match (first difference at line 2)"]
-    assert "  a 3-way merge carried it whole (uncommitted): check it" in lines
+                          "  a 3-way merge carried it whole (uncommitted): check it"]
     assert lines[-1] == f'then set [sources.s] rev = "{moves.clash}" and run `envlock lock e`'
     assert git(work, "diff").splitlines()[-3:] == ["-    high = 10", "+    high = 12", "     return low, mid, high"]
     # Recorded, 0003 follows by itself and 0004 is carried as far as it goes: conflict markers.

@@ -73,12 +73,14 @@ class RebaseReport:
     retired: tuple[str, ...] = ()  # dropped from the spec (and, unless another env lists one, deleted)
     kept: tuple[str, ...] = ()  # retired here, kept on disk: other envs list them
     shared: tuple[str, ...] = ()  # rewritten patches that other envs list too (pinned elsewhere)
+    rev_comment: str = ""  # the comment after the spec's rev, kept as written
 
     def to_dict(self) -> dict[str, Any]:
         return {"env": self.env, "source": self.source, "rev": self.rev, "from": self.pin, "to": self.commit,
                 "state": self.state, "workdir": str(self.workdir), "spec": str(self.spec) if self.spec else None,
                 "patches": [s.to_dict() for s in self.steps], "rewritten": list(self.rewritten),
-                "retired": list(self.retired), "kept": list(self.kept), "shared": list(self.shared)}
+                "retired": list(self.retired), "kept": list(self.kept), "shared": list(self.shared),
+                "rev-comment": self.rev_comment}
 
     def describe(self) -> list[str]:
         """Each patch's outcome, then what was written or where it stopped, as lines to show."""
@@ -106,6 +108,8 @@ class RebaseReport:
         n = len(self.rewritten)
         lines.append(f"wrote envs/{self.env}.toml: [sources.{self.source}] rev = \"{self.commit}\"; "
                      f"{n} patch{'' if n == 1 else 'es'} rewritten, {len(self.retired)} retired")
+        if self.rev_comment:
+            lines.append(f"note: the comment after rev is kept as it was ({self.rev_comment}): check it still holds")
         lines.append(f"run `envlock lock {self.env}` to lock the env at the new commit")
         return lines
 
@@ -280,7 +284,7 @@ def _finish(session: _Session, ws: Workspace) -> RebaseReport:
     rewritten = [s["patch"] for s in session.steps if s["outcome"] == "rebased"]
     others = {str(p.relative_to(ws.root)) if p.is_relative_to(ws.root) else str(p)
               for p in patches_of_other_envs(ws, session.env, session.source)}
-    spec_text = _new_spec(spec_path.read_text(), session.source, session.commit, retired)
+    spec_text, rev_comment = _new_spec(spec_path.read_text(), session.source, session.commit, retired)
     new = {label: (session.workdir / ".git" / "envlock-rebased" / _key(label)).read_bytes() for label in rewritten}
     for label, data in new.items():
         write_atomic(ws.root / label, data)
@@ -291,24 +295,27 @@ def _finish(session: _Session, ws: Workspace) -> RebaseReport:
     shutil.rmtree(session.workdir)
     return _report(session, "done", spec=spec_path, rewritten=tuple(rewritten), retired=tuple(retired),
                    kept=tuple(label for label in retired if label in others),
-                   shared=tuple(label for label in rewritten if label in others))
+                   shared=tuple(label for label in rewritten if label in others), rev_comment=rev_comment)
 
 
-def _new_spec(text: str, source: str, commit: str, retired: Sequence[str]) -> str:
+def _new_spec(text: str, source: str, commit: str, retired: Sequence[str]) -> tuple[str, str]:
     """The spec's text with ``[sources.SOURCE]``'s rev set to ``commit`` and the retired patches
-    left out of its list; everything else (comments, layout) as it was."""
+    left out of its list; everything else (comments, layout) as it was. Also the comment after
+    the rev, if any (it may name the old commit)."""
     import tomlkit
 
     doc = tomlkit.parse(text)
     table: Any = doc["sources"][source]
-    table["rev"] = commit
+    old = table.get("rev")
+    comment = (old.trivia.comment or "").strip() if old is not None and hasattr(old, "trivia") else ""
+    table["rev"] = commit  # a comment after the old value stays, as written
     listed = table.get("patches")
     if listed is not None:
         for label in retired:
             names = [str(item) for item in listed]
             if label in names:
                 del listed[names.index(label)]
-    return tomlkit.dumps(doc)
+    return tomlkit.dumps(doc), comment
 
 
 def _check_unchanged(session: _Session, ws: Workspace) -> Path:
