@@ -217,3 +217,22 @@ def test_edit_against_a_moved_upstream_merges_the_conflict_with_markers(ws, cli,
     r = cli("patch", "record", str(work), "--refresh")
     assert (r.code, r.err) == (1, f"envlock: error: {work}: conflict markers would be recorded; expected the "
                                   "conflict resolved first\n  d.py: <<<<<<<\n  d.py: =======\n  d.py: >>>>>>>\n")
+
+
+def test_a_conflict_resolved_to_upstreams_lines_retires_the_patch(ws, cli, moves: Moves) -> None:  # type: ignore[no-untyped-def]
+    """As `git rebase --continue` with nothing left of a commit: the patch is no longer needed."""
+    assert cli("patch", "rebase", "e", "s", "--to", "v2").code == 1
+    workdir = _workdir()
+    # Upstream's lines everywhere: the conflict taken their way, the merged hunk 2 undone too.
+    (workdir / "d.py").write_text(git(moves.repo, "show", "v2:d.py", raw=True))
+    r = cli("patch", "rebase", "--continue", str(workdir), "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert [(p["patch"], p["outcome"], p["how"]) for p in doc["patches"]][3] == (
+        "patches/s/0004-longer-timeout.patch", "already-applied", "resolved to upstream's lines")
+    assert (doc["state"], doc["retired"], doc["rewritten"]) == (
+        "done", ["patches/s/0001-sm12-size.patch", "patches/s/0004-longer-timeout.patch"],
+        ["patches/s/0002-higher-limit.patch"])
+    assert "RETIRED patches/s/0004-longer-timeout.patch" in r.err
+    assert sorted(p.name for p in (ws.root / "patches/s").iterdir()) == ["0002-higher-limit.patch",
+                                                                          "0003-level-two.patch"]
