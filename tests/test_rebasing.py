@@ -202,7 +202,7 @@ def test_edit_against_a_moved_upstream_merges_the_conflict_with_markers(ws, cli,
     lines = r.out.splitlines()
     assert lines[0] == f"{work}: s at {moves.clash} with 0 patches applied (one commit each)"
     assert lines[1:4] == ["patches/s/0001-sm12-size.patch is already upstream at v2: retire it (drop it from the spec)",
-                          "patches/s/0002-higher-limit.patch does not apply here as it is:",
+                          "patches/s/0002-higher-limit.patch does not apply here:",
                           "  a 3-way merge carried it whole (uncommitted): check it"]
     assert lines[-1] == f'then set [sources.s] rev = "{moves.clash}" and run `envlock lock e`'
     assert git(work, "diff").splitlines()[-3:] == ["-    high = 10", "+    high = 12", "     return low, mid, high"]

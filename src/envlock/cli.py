@@ -410,11 +410,11 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
         where = f"upstream at {args.against}" if args.against else "in the source tree"
         lines += [f"{label} is already {where}: retire it (drop it from the spec)" for label in session.upstreamed]
         if session.pending:
-            lines.append(f"{session.pending[0]} does not apply here as it is:")
+            lines.append(f"{session.pending[0]} does not apply here:")
             if session.conflict is not None and session.merge != "clean":  # clean: the old context is no news
                 lines += [f"  {line}" for line in session.conflict.describe()]
             lines += session.describe_pending()
-            lines.append(f"finish its change in {workdir}, then: envlock patch record {dir_arg} --refresh{root}")
+            lines.append(f"redo its change in {workdir}, then: envlock patch record {dir_arg} --refresh{root}")
             if session.commit:
                 lines.append(f"then set [sources.{args.source_name}] rev = \"{session.commit}\" and run "
                              f"`envlock lock {args.env}`")
