@@ -236,3 +236,15 @@ def test_a_conflict_resolved_to_upstreams_lines_retires_the_patch(ws, cli, moves
     assert "RETIRED patches/s/0004-longer-timeout.patch" in r.err
     assert sorted(p.name for p in (ws.root / "patches/s").iterdir()) == ["0002-higher-limit.patch",
                                                                           "0003-level-two.patch"]
+
+
+def test_a_patch_that_does_not_apply_where_it_was_recorded_leaves_no_work_dir(ws, cli, moves: Moves) -> None:  # type: ignore[no-untyped-def]
+    """Nothing to continue from: the rebase fails (exit 1) as if it had not started."""
+    patch = ws.root / moves.patches[2]
+    patch.write_text(patch.read_text().replace(" LEVEL = 1\n", "").replace("-LEVEL = 1", "-LEVEL = 7"))
+    before = _snapshot(ws.root)
+    r = cli("patch", "rebase", "e", "s", "--to", "v2")
+    assert r.code == 1
+    assert r.err.startswith("envlock: error: patches/s/0003-level-two.patch: does not apply to the tree it was "
+                            "recorded on\n  c.py: hunk 1"), r.err
+    assert not _workdir().exists() and _snapshot(ws.root) == before

@@ -623,7 +623,8 @@ def build_parser() -> argparse.ArgumentParser:
         return q
 
     q = padd("status", cmd_patch_status, "each patch against the pinned commit (or --against REV): "
-             "applies, already-applied or conflict (exit 1 on any conflict)")
+             "applies, already-applied or conflict (exit 1 on any conflict); with --against, merged 3-way as "
+             "`patch rebase` would, with the upstream commits that touch each patch's files and lines")
     q.add_argument("env", metavar="ENV")
     q.add_argument("--against", metavar="REV", help="a commit, branch or tag of the source's repository")
     q.add_argument("--source", action="append", default=[], metavar="NAME=URL",
@@ -656,7 +657,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="carry on after resolving the conflict in the work dir DIR")
     q.add_argument("--abort", type=Path, metavar="DIR", help="give the rebase up: remove DIR (the workspace "
                    "was never changed)")
-    q.add_argument("--dir", type=Path, help="work dir (default: $ENVLOCK_HOME/rebase/ENV-SOURCE; removed when done)")
+    q.add_argument("--dir", type=Path,
+                   help="work dir (default: rebase/ENV-SOURCE in the store, under $ENVLOCK_HOME; removed when done)")
     q.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")

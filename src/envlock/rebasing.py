@@ -164,14 +164,21 @@ def rebase(ws: Workspace, env: str, source: str, to: str, *, workdir: Path | Non
     pin = source_at(ws, store, source, src, against=None, lock=lock, mirrors=mirrors)
     target = source_at(ws, store, source, src, against=to, lock=lock, mirrors=mirrors)
     assert pin.commit is not None and target.commit is not None
+    listed = [{"path": p.label, "sha256": p.sha256} for p in load_patches(ws.root, src.patches)]
     workdir = _new_workdir(workdir or store.root / "rebase" / f"{env}-{source}", env, source)
     session = _Session(workdir, env, source, ws.root, to, pin.commit, target.commit,
-                       _sha256(spec.path.read_bytes()),
-                       [{"path": p.label, "sha256": p.sha256} for p in load_patches(ws.root, src.patches)])
-    copy_tree(target.tree, workdir)
-    _git(workdir, ["init", "-q"])
-    _commit(workdir, f"{to} ({target.commit})", force=True)
-    return _carry(session, store, mirrors)
+                       _sha256(spec.path.read_bytes()), listed)
+    try:
+        copy_tree(target.tree, workdir)
+        _git(workdir, ["init", "-q"])
+        _commit(workdir, f"{to} ({target.commit})", force=True)
+        session.save()
+        return _carry(session, store, mirrors)
+    except BaseException:
+        # Nothing to continue from (a patch that does not apply where it was recorded, an
+        # interrupt): the work dir goes, as if the rebase had not started. A stop is a return.
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
 
 
 def resume(workdir: Path) -> RebaseReport:
