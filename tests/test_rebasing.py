@@ -248,3 +248,19 @@ def test_a_patch_that_does_not_apply_where_it_was_recorded_leaves_no_work_dir(ws
     assert r.err.startswith("envlock: error: patches/s/0003-level-two.patch: does not apply to the tree it was "
                             "recorded on\n  c.py: hunk 1"), r.err
     assert not _workdir().exists() and _snapshot(ws.root) == before
+
+
+def test_continue_refuses_leftovers_it_would_record(ws, cli, moves: Moves) -> None:  # type: ignore[no-untyped-def]
+    assert cli("patch", "rebase", "e", "s", "--to", "v2").code == 1
+    workdir = _workdir()
+    d = (workdir / "d.py").read_text()
+    (workdir / "d.py").write_text(d.replace("<<<<<<< v2\nTIMEOUT = 45\n=======\nTIMEOUT = 60\n>>>>>>> patch 0004\n",
+                                            "TIMEOUT = 90\n"))
+    (workdir / "d.py.orig").write_text(d)
+    r = cli("patch", "rebase", "--continue", str(workdir))
+    assert (r.code, r.err) == (1, f"envlock: error: {workdir}: patches/s/0004-longer-timeout.patch would be rewritten "
+                                  "with these; expected them gone first\n  d.py.orig: patch(1) leftover\n"
+                                  "  d.py.orig: conflict marker <<<<<<<\n  d.py.orig: conflict marker =======\n"
+                                  "  d.py.orig: conflict marker >>>>>>>\n")
+    (workdir / "d.py.orig").unlink()
+    assert cli("patch", "rebase", "--continue", str(workdir)).code == 0

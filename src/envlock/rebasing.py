@@ -274,7 +274,14 @@ def _rewrite(session: _Session, label: str, diff: bytes) -> None:
     """Keep the rewritten patch (its header, a Rebased-onto line, the new diff) in the work dir's .git."""
     original = (session.root / label).read_bytes()
     data = with_rebased_onto(original, session.commit) + diff
-    parse_patch(data, label=label)  # what envlock would refuse to apply is refused now
+    parsed = parse_patch(data, label=label)  # what envlock would refuse to apply is refused now
+    left = [f"{f.path}: patch(1) leftover" for f in parsed.files if f.path.endswith((".orig", ".rej"))]
+    left += sorted({f"{f.path}: conflict marker {text[:7].decode()}" for f in parsed.files for h in f.hunks
+                    for op, text in h.lines
+                    if op == "+" and (text.startswith((b"<<<<<<< ", b">>>>>>> ")) or text.rstrip() == b"=======")})
+    if left:
+        raise PatchError(f"{session.workdir}: {label} would be rewritten with these; expected them gone first",
+                         details=left)
     kept = session.workdir / ".git" / "envlock-rebased" / _key(label)
     kept.parent.mkdir(exist_ok=True)
     kept.write_bytes(data)
