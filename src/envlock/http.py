@@ -464,3 +464,46 @@ def _content_range(url: str, value: str) -> tuple[int, int | None]:
     except ValueError:
         raise HttpError(url, f"HTTP 206 with unreadable Content-Range {value!r}", retryable=True) from None
     return first, int(total) if total.isdigit() else None
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bytes ``data`` of a remote file, from offset ``start``; ``total`` is the whole file's size."""
+
+    start: int
+    data: bytes
+    total: int
+
+
+def read_range(url: str, *, start: int | None = None, end: int | None = None, last: int | None = None,
+               timeout: float = 60.0) -> Range:
+    """Bytes ``start``..``end`` (inclusive) of the file at ``url``, or its ``last`` bytes (a suffix range),
+    with one GET (RFC 9110 14.1.2). A server that answers with the whole file (200: no range support)
+    is an ``HttpError`` before its body is read: a caller reading a wheel's listing never downloads it."""
+    if (path := file_path(url)) is not None:
+        with _open_local(url, path) as fh:
+            total = os.fstat(fh.fileno()).st_size
+            first = max(0, total - last) if last is not None else start or 0
+            fh.seek(first)
+            wanted = (total if end is None else min(end + 1, total)) - first
+            return Range(first, fh.read(max(0, wanted)), total)
+    asked = f"bytes=-{last}" if last is not None else f"bytes={start or 0}-{'' if end is None else end}"
+    _, resp, conn = _request(url, {"Range": asked}, timeout)
+    try:
+        _raise_for_status(url, resp.status)
+        if resp.status != 206:
+            raise HttpError(url, f"HTTP {resp.status} to Range {asked}: the server does not serve byte ranges")
+        first, size = _content_range(url, resp.getheader("Content-Range", ""))
+        length = _int(resp.getheader("Content-Length"))
+        if size is None or length is None or length > (1 << 30):
+            raise HttpError(url, f"HTTP 206 to Range {asked} without a size (Content-Range "
+                                 f"{resp.getheader('Content-Range')!r}, Content-Length {length})")
+        try:
+            data = resp.read(length)
+        except (OSError, http.client.HTTPException) as exc:
+            raise HttpError(url, f"connection broken ({type(exc).__name__})", retryable=True) from None
+        if len(data) != length:
+            raise HttpError(url, f"connection broken mid-body ({len(data)} of {length} bytes)", retryable=True)
+        return Range(first, data, size)
+    finally:
+        _finish(resp, conn)

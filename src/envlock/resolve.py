@@ -29,7 +29,7 @@ from envlock import http, runner
 from envlock.errors import FetchError, ResolveError, did_you_mean, raise_all
 from envlock.indexes import IndexFile, Listings
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
-from envlock.nightly import local_tag, missing_date, nightlies_by_date
+from envlock.nightly import DatePin, date_error, local_tag, nightlies_by_date, usable_files
 from envlock.spec import EnvSpec, PackageSpec, allows
 from envlock.target import best_file, best_wheel, for_target, requires_dist, target_markers, target_tags
 
@@ -102,33 +102,25 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings
     for pkg in wanted:
         listings.prefetch(urls[pkg.index or ""], pkg.name)
     tags = target_tags(spec.python, spec.platform)
-    supported = set(tags) if tags is not None else None
     pins = {}
     for pkg in wanted:
         assert pkg.nightly is not None and pkg.index is not None
         files = listings.files(urls[pkg.index], pkg.name)
         # The day's latest build the target can install: a later build of that day may
         # lack its python's wheel (uploads go one python at a time).
-        usable = files if supported is None else [
-            f for f in files if f.filename.endswith(".whl") and parse_wheel_filename(f.filename)[3] & supported]
-        key = f"{spec.path}: packages.{pkg.name}.nightly"
-        listed = nightlies_by_date(files, pkg.local)
-        installable = listed if usable is files else nightlies_by_date(usable, pkg.local)
+        installable = nightlies_by_date(usable_files(files, tags), pkg.local)
         earlier = (kept or {}).get(str(pkg.name))
         if pkg.nightly in installable:
             version = str(max(installable[pkg.nightly]))
-        elif pkg.nightly in listed:
-            raise ResolveError(
-                f"{key}: index {pkg.index!r} ({http.redact(urls[pkg.index])}) lists {pkg.name} nightlies "
-                f"dated {pkg.nightly}, but none with a wheel for python {spec.python}"
-                f"{' on ' + spec.platform if spec.platform else ''}")
-        elif earlier is not None and earlier.date == pkg.nightly:
+        elif (earlier is not None and earlier.date == pkg.nightly
+              and pkg.nightly not in nightlies_by_date(files, pkg.local)):
             version = earlier.version  # gone from the index, still in the store
         else:
-            # The nearest dates named are the target's own, unless it has none: then every
-            # build's (for "none is listed" would mislead).
-            raise missing_date(installable or listed, date=pkg.nightly, local=pkg.local, key=key,
-                               index_name=pkg.index, index_url=http.redact(urls[pkg.index]))
+            # Not listed, or no wheel for the target: the nearest dates the target can use.
+            raise date_error(DatePin(
+                env=spec.name, key=f"{spec.path}: packages.{pkg.name}.nightly", package=str(pkg.name),
+                date=pkg.nightly, local=pkg.local, index_name=pkg.index, index_url=http.redact(urls[pkg.index]),
+                python=spec.python, platform=spec.platform), files, tags)
         pins[str(pkg.name)] = NightlyPin(date=pkg.nightly, version=version)
     return pins
 

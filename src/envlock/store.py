@@ -20,7 +20,10 @@ Layout (version 1)::
         skeletons/<key>/                 the empty venv uv made for one interpreter, copied into new venvs
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
+                                         (``store-writer.lock``: held shared by every sync, exclusively by gc)
+        pins/<env>/<sha256>.toml         locks kept by ``envlock pin`` (gc roots), with a ``.json`` label
         tmp/                             work in progress; never read
+        listings/<wheel sha256>.json     what a wheel read by range requests installs and requires (wheelfiles.py)
         urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed,
                                          and the ETags (else Last-Modified) it answered with for it
         uv-cache/                        the uv cache venvs are installed from (their files are its files)
@@ -40,7 +43,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +55,10 @@ if TYPE_CHECKING:
     from envlock.lockfile import Artifact  # a type name only: the lock's parser is not needed here
 
 LAYOUT_VERSION = 1
+#: The kinds of immutable entries (``gc`` collects these, ``export`` carries them).
+ENTRY_KINDS = ("wheels", "builds", "sources", "git-mirrors", "venvs", "manifests")
+#: The flock a sync holds shared and ``gc`` exclusively (``Store.writing``, ``Store.collecting``).
+WRITER_LOCK = "store-writer"
 
 
 def default_home() -> Path:
@@ -253,6 +260,41 @@ class Store:
                 part.unlink(missing_ok=True)  # a writer that opened it meanwhile sees it gone and reopens
                 removed.append(part)
         return removed
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Held (shared) by a sync from its first fetch to its flip: ``gc`` waits for it, and it
+        for a running ``gc``, so no entry a sync is about to link is collected under it."""
+        with self.locked(WRITER_LOCK, shared=True):
+            yield
+
+    @contextlib.contextmanager
+    def collecting(self, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+        """Held (exclusively) by ``gc`` while it removes entries (see ``writing``); ``on_wait`` is
+        called first when a sync holds it (gc then waits for every running sync to end)."""
+        path = self.root / "locks" / f"{WRITER_LOCK}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None:
+                    on_wait()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def entries(self, kinds: Sequence[str] = ENTRY_KINDS) -> Iterator[tuple[str, str, Path]]:
+        """Every complete entry ``(kind, key, path)`` of ``kinds``, sorted (work in ``tmp/`` is none)."""
+        for kind in kinds:
+            folder = self.root / kind
+            if not folder.is_dir():
+                continue
+            for path in sorted(folder.iterdir()):
+                if not path.name.startswith("."):
+                    yield kind, path.name, path
 
     def remove_entry(self, kind: str, key: str) -> None:
         """Delete an entry (if there) in one step, as ``remove_tree`` does."""
