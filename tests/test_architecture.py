@@ -17,8 +17,8 @@ SRC = Path(__file__).parent.parent / "src" / "envlock"
 #: Pieces every layer may use: data, errors, the store, the runners, the target model.
 FOUNDATIONS = {
     "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
-    "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio",
-    "wheelfiles", "cmakefetch", "closure", "bundle",
+    "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio", "netenv",
+    "wheelfiles", "cmakefetch", "closure", "bundle", "netauth",
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",

@@ -551,10 +551,12 @@ class LockFile:
 
 
 def _s(value: str) -> str:
-    # JSON string escapes are a subset of TOML basic-string escapes.
+    """``value`` as a TOML basic string. JSON's escapes are a subset of TOML's, and JSON escapes
+    every control character TOML requires escaped but DEL (U+007F, TOML 1.0 "Basic strings"),
+    which a spec takes in a git URL: escaped here, or the lock would not read back."""
     import json
 
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _v(value: object) -> str:
