@@ -18,15 +18,15 @@ SRC = Path(__file__).parent.parent / "src" / "envlock"
 FOUNDATIONS = {
     "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
     "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio", "netenv",
-    "wheelfiles", "cmakefetch", "closure", "bundle", "netauth",
+    "wheelfiles", "cmakefetch", "closure", "bundle", "netauth", "archives",
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",
           "ui", "upstream"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
-ORCHESTRATION = {"mirrors", "drift", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
-                 "listing", "running", "verifying", "exporting", "collecting", "pinning", "bisecting",
-                 "rebasing"}
+ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
+                 "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
+                 "bisecting", "reporting", "rebasing"}
 ENTRY = {"cli", "cliregress", "clipatch", "__main__"}
 
 MAX_MODULE_LINES = 800

@@ -173,25 +173,16 @@ def cmd_nightlies(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import lockrefs
+    from envlock import lockrefs, reporting
 
-    result, notes = lockrefs.diff_refs(ws, args.old, args.new)
+    if args.format == "json":
+        args.json = True  # before the work: its errors are a JSON document too
+    options = reporting.ReportOptions(fetch=args.fetch)
+    result, notes = lockrefs.diff_refs(ws, args.old, args.new, options)
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
-
-    def text() -> str:
-        if not result.changes:
-            return f"no differences ({count(result.unchanged, 'package')} identical)"
-        lines = [f"--- {result.old}", f"+++ {result.new}"]
-        for c in result.changes:
-            sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[c.action]
-            value = c.new if c.old is None else c.old if c.new is None else f"{c.old} -> {c.new}"
-            note = f"  ({c.note})" if c.note else ""
-            lines.append(f"{sign} {c.kind:8} {c.name}: {value}{note}")
-        lines.append(f"{count(len(result.changes), 'change')}, {count(result.unchanged, 'package')} identical")
-        return "\n".join(lines)
-
-    _out(args, result.to_dict(), text)
+    render = reporting.render_markdown if args.format == "markdown" else reporting.render_text
+    _out(args, result.to_dict(), lambda: render(result))
     return 0
 
 
@@ -488,13 +479,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read spec index NAME at URL (a mirror); repeatable")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
-    p = add("diff", cmd_diff, "what changes between two locks",
-            "Compare two locks: packages (versions, re-uploaded wheels), nightly pins, sources, patches, builds\n"
-            "and their build requirements, and the env (python, platform, venv digest and its interpreter).\n"
+    p = add("diff", cmd_diff, "what changes between two locks (the upgrade report)",
+            "Compare two locks and say what the move changes: nightly pins, one line per index; each moved\n"
+            "source as a commit range (count, dates, the commits touching files its patches touch, read from\n"
+            "the store's git mirror); every local build that rebuilds, with the input that moved, and those\n"
+            "that do not; packages added, removed or changed, with why when the locks show it; the download\n"
+            "size before and after; then every change, one a line.\n"
             "OLD and NEW are lock paths, PATH@GITREV (e.g. locks/pylock.X.toml@HEAD~1) or env names.")
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text (default), markdown (a block for a pull request description) or json "
+                   "(the schema in docs/diff.md)")
+    p.add_argument("--json", action="store_true", help="the same as --format json")
+    p.add_argument("--fetch", action="store_true",
+                   help="fetch the history of moved git sources into the store's mirror first (network), for "
+                   "their commit ranges")
     p.set_defaults(needs_workspace=False)  # two lock paths need none; an env name is looked up in it
 
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",

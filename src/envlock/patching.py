@@ -122,9 +122,13 @@ def _history(store: Store, name: str, src: SourceSpec, pinned: sources.PreparedS
     """Per patch, the commits between the pin and the target that touch its files, and whether
     they touch the lines of its hunks (as at the pin: the patches before it are mapped out)."""
     assert src.git is not None and pinned.commit is not None and target.commit is not None
+    fetch_from = mirrors.sources.get(name)
     with mirrors.source_hint(name, src.git):
-        mirror = sources.fetch_history(store, src.git, pinned.commit, target.commit,
-                                       fetch_from=mirrors.sources.get(name))
+        # Both commits are in the mirror (cheap when they are); one made for a pin is shallow.
+        mirror = sources.fetch_commit(store, src.git, pinned.commit, fetch_from=fetch_from)
+        sources.fetch_commit(store, src.git, target.commit, fetch_from=fetch_from)
+        if (mirror / "shallow").exists():
+            mirror = sources.fetch_history(store, src.git, fetch_from=fetch_from)
     recorded = TreeView(pinned.tree)
     out = {}
     for patch in patches:
