@@ -22,13 +22,13 @@ FOUNDATIONS = {
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",
-          "ui"}
+          "ui", "upstream"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
                  "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
-                 "bisecting", "reporting",
+                 "bisecting", "reporting", "rebasing",
                  "upgrading"}
-ENTRY = {"cli", "cliregress", "cliupgrade", "__main__"}
+ENTRY = {"cli", "cliregress", "clipatch", "cliupgrade", "__main__"}
 
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 100

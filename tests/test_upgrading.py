@@ -361,6 +361,6 @@ def test_a_patch_that_does_not_apply_at_the_new_commit_stops_the_upgrade(  # typ
         "        | a\n        | b\n        | c\n"
         "      found:\n"
         "        | a\n        | x\n        | c\n"
-        "  see `envlock patch status e --against rewrite`; redo a patch with `envlock patch edit e demo --against "
-        "rewrite` and `envlock patch record --refresh`\n"))
+        "  carry them with `envlock patch rebase e demo --to rewrite` (3-way; it stops at a real conflict), then "
+        "run the upgrade again\n"))
     assert _files(ws.root) == before  # spec, lock and patches

@@ -208,9 +208,9 @@ def carry_patches(ws: Workspace, spec: EnvSpec, moves: Sequence[SourceMove], sto
     """Each moved source's patches checked at its new commit; ``PatchError`` (exit 1) naming each
     patch that does not apply there (a conflict, or already upstream), before anything is written.
 
-    The seam for the 3-way rebase (a later part of issue 15): it will rebase a conflicting patch
-    onto the new commit here and hand the rewritten patch files to ``_write_together`` with the
-    spec and the lock, instead of stopping.
+    The seam for carrying patches over by itself: ``envlock patch rebase`` (``rebasing``) does the
+    3-way work in a work dir the user may have to finish; an upgrade that rebased here would hand
+    the rewritten patch files to ``_write_together`` with the spec and the lock instead of stopping.
     """
     out: dict[str, tuple[PatchStatus, ...]] = {}
     for move in moves:
@@ -227,9 +227,8 @@ def carry_patches(ws: Workspace, spec: EnvSpec, moves: Sequence[SourceMove], sto
             for s in found:
                 details.append(f"{s.state:16} {s.patch}" + (f"  -- {s.advice}" if s.advice else ""))
                 details += [f"    {line}" for line in (s.failure.describe() if s.failure else ())]
-            details.append(f"see `envlock patch status {spec.name} --against {move.rev}`; redo a patch with "
-                           f"`envlock patch edit {spec.name} {move.source} --against {move.rev}` and "
-                           "`envlock patch record --refresh`")
+            details.append(f"carry them with `envlock patch rebase {spec.name} {move.source} --to {move.rev}` "
+                           "(3-way; it stops at a real conflict), then run the upgrade again")
             raise PatchError(
                 f"{ws.relative(spec.path)}: sources.{move.source}: {len(stuck)} of {len(found)} patches do not apply "
                 f"at {move.new} (--rev {move.source}={move.rev}); nothing was changed", details=details)
