@@ -13,8 +13,8 @@ diffed against the last good one (``diff.diff_locks``).
 
 A nightly candidate is locked from a copy of the spec whose nightly date is moved, in a
 temporary workspace (under the store's ``tmp/``): the workspace's own spec and lock are never
-written. The dates are ``envlock nightlies``' (``listing``); the spec edit (``_spec_at``) is a
-minimal internal one until the shared tomlkit spec editor lands.
+written. The dates are ``envlock nightlies``' (``listing``); the spec is edited as ``envlock upgrade``
+edits it (``specedit``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envlock import generations, runner
+from envlock import generations, runner, specedit
 from envlock.diff import LockDiff, diff_locks
 from envlock.errors import CommandError, EnvlockError, UsageError
 from envlock.lockfile import Lock, read_lock
@@ -282,13 +282,13 @@ def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str) -> _Ca
             from envlock.locking import lock_spec
             from envlock.mirrors import Mirrors
 
-            moved = _write_spec(temp, env, text, shared, dates[i])
+            moved = _write_spec(temp, spec, text, shared, dates[i])
             locked = lock_spec(temp, env, moved, Mirrors.of(moved, None)).lock
             locks[i] = locked if locked is not None else read_lock(temp.lock_path(env))
         return locks[i], f"{env} at nightly {dates[i]}"  # as names[i]
 
     def sync_one(i: int) -> int:
-        _write_spec(temp, env, text, shared, dates[i])
+        _write_spec(temp, spec, text, shared, dates[i])
         result = sync(temp, env, SyncOptions())
         locks[i] = read_lock(temp.lock_path(env))
         return result.generation
@@ -327,22 +327,19 @@ def nightly_dates(ws: Workspace, spec: EnvSpec) -> list[str]:
     return sorted(found or ())
 
 
-def _spec_at(text: str, dates: set[str], date: str) -> str:
-    """``text`` with each shared ``nightly = "D"`` moved to ``date`` (interim editor: a pinned
-    value is replaced where it stands, comments and layout kept)."""
-    return re.sub(r'(\bnightly\s*=\s*")(\d{4}-\d{2}-\d{2})(")',
-                  lambda m: m.group(1) + date + m.group(3) if m.group(2) in dates else m.group(0), text)
+def _spec_at(text: str, spec: EnvSpec, dates: set[str], date: str, *, origin: str) -> str:
+    """``text`` with each nightly of ``spec`` that shares one of ``dates`` moved to ``date``
+    (``specedit``: comments and layout kept)."""
+    for name, pkg in sorted(spec.packages.items()):
+        if pkg.nightly in dates and pkg.same_date:
+            text = specedit.set_nightly(text, str(name), date, origin=origin)
+    return text
 
 
-def _write_spec(temp: Workspace, env: str, text: str, dates: set[str], date: str) -> EnvSpec:
-    path = temp.root / "envs" / f"{env}.toml"
-    path.write_text(_spec_at(text, dates, date), encoding="utf-8")
-    spec = load_spec(path, name=env, root=temp.root)
-    unmoved = sorted(str(p.name) for p in spec.packages.values() if p.nightly and p.same_date and p.nightly != date)
-    if unmoved:
-        raise UsageError(f"envs/{env}.toml: could not move the nightly date of {', '.join(unmoved)} to {date} "
-                         "(write each as `nightly = \"YYYY-MM-DD\"`)")
-    return spec
+def _write_spec(temp: Workspace, spec: EnvSpec, text: str, dates: set[str], date: str) -> EnvSpec:
+    path = temp.root / "envs" / f"{spec.name}.toml"
+    path.write_text(_spec_at(text, spec, dates, date, origin=str(spec.path)), encoding="utf-8")
+    return load_spec(path, name=spec.name, root=temp.root)
 
 
 def _temp_workspace(ws: Workspace, scratch: Path, env: str) -> Workspace:
