@@ -18,14 +18,15 @@ SRC = Path(__file__).parent.parent / "src" / "envlock"
 FOUNDATIONS = {
     "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
     "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio",
+    "signing", "cachestore",
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff", "ui"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
-                 "listing",
+                 "listing", "caching",
                  "running", "verifying"}
-ENTRY = {"cli", "__main__"}
+ENTRY = {"cli", "clicache", "__main__"}
 
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 100

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
+from envlock.clicache import TRUSTED_HELP, build_caches
+from envlock.clicache import add_commands as add_cache_commands
 from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, raise_terminated, redact, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
@@ -224,7 +226,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
 
         with ui.progress(quiet=args.quiet or args.json) as bar:
             options = syncing.SyncOptions(frozen=args.frozen, offline=args.offline, lock_ref=args.lock,
-                                          mirrors=_mirror_options(args))
+                                          mirrors=_mirror_options(args), trusted_keys=tuple(args.trusted_key))
             result = syncing.sync(ws, args.env, options, progress=bar, on_build=on_build)
 
     def text() -> str:
@@ -370,7 +372,7 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
 
     with _status(args, "preparing sources and build inputs") as say:
         options = building.BuildOptions(
-            check=args.check, overrides=_overrides(args.override_source),
+            check=args.check, overrides=_overrides(args.override_source), caches=build_caches(ws, args.trusted_key),
             on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "
                                               "reused from the store; a native build can take long)"),
         )
@@ -580,6 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "also ENVLOCK_INDEX_<NAME>=URL; repeatable")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=TRUSTED_HELP)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     def env_command(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str, *,
@@ -627,6 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "top (so give it unpatched); never recorded in the lock")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME's pinned commit from URL (verified; also ENVLOCK_SOURCE_<NAME>=URL)")
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=TRUSTED_HELP)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("patch", lambda a, w: 2, "patch status / edit / record")
@@ -663,6 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "keeping its name and header")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
+    add_cache_commands(add, common, _Parser)
     return parser
 
 

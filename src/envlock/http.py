@@ -17,7 +17,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import IO, BinaryIO, Protocol
 from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
 from envlock import __version__
@@ -464,3 +464,62 @@ def _content_range(url: str, value: str) -> tuple[int, int | None]:
     except ValueError:
         raise HttpError(url, f"HTTP 206 with unreadable Content-Range {value!r}", retryable=True) from None
     return first, int(total) if total.isdigit() else None
+
+
+def put(url: str, body: IO[bytes], size: int, *, timeout: float = 60.0) -> int:
+    """PUT ``size`` bytes read from ``body`` to ``url`` (a binary cache: WebDAV, bazel-remote, a
+    presigned URL); the status (2xx). No redirect is followed (a PUT's body is not resent).
+    ``HttpError`` on a connection failure or a status of 300 and up."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HttpError(url, "not an http(s) URL")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise HttpError(url, "invalid port in the URL") from None
+    netloc = parts.netloc.rpartition("@")[2]
+    headers = {"User-Agent": USER_AGENT, "Host": netloc, "Content-Length": str(size),
+               "Content-Type": "application/octet-stream"}
+    if auth := _credentials(url):
+        headers["Authorization"] = auth
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    conn, _new = _connection(parts.scheme, parts.hostname, port, timeout)
+    via_proxy = parts.scheme == "http" and conn.host != parts.hostname
+    try:
+        conn.request("PUT", f"http://{netloc}{target}" if via_proxy else target, body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        _drop(conn)
+        raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
+    if resp.will_close:
+        _drop(conn)
+    if resp.status >= 300:
+        raise HttpError(url, f"HTTP {resp.status} to PUT", retryable=resp.status >= 500, status=resp.status)
+    return resp.status
+
+
+def exists(url: str, *, timeout: float = 60.0) -> bool:
+    """Whether ``url`` answers a HEAD with 2xx (False for 404/410); ``HttpError`` for anything else."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HttpError(url, "not an http(s) URL")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    netloc = parts.netloc.rpartition("@")[2]
+    headers = {"User-Agent": USER_AGENT, "Host": netloc}
+    if auth := _credentials(url):
+        headers["Authorization"] = auth
+    conn, _new = _connection(parts.scheme, parts.hostname, port, timeout)
+    try:
+        conn.request("HEAD", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        _drop(conn)
+        raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
+    if resp.will_close:
+        _drop(conn)
+    if resp.status in (404, 410):
+        return False
+    _raise_for_status(url, resp.status)
+    return True
