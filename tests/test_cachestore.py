@@ -46,8 +46,9 @@ def test_put_get_exists_and_list(backend: Backend) -> None:
 
 def test_a_key_cannot_leave_the_cache(tmp_path: Path) -> None:
     backend = open_backend(f"file://{tmp_path / 'cache'}")
-    with pytest.raises(ValueError, match="cache key '../x': expected '/'-separated plain names"):
+    with pytest.raises(ValueError) as exc:
         backend.exists("../x")
+    assert str(exc.value) == "cache key '../x': expected '/'-separated plain names"
 
 
 @pytest.mark.parametrize(("url", "message"), [

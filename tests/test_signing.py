@@ -56,7 +56,7 @@ def test_a_record_changed_after_signing_is_refused() -> None:
     with pytest.raises(RecordRefusedError) as exc:
         verify_record(json.dumps(doc).encode(), {"ci-1": key.public()}, "record of k")
     assert exc.value.message == ("record of k: the signature of trusted key 'ci-1' does not verify (the record was "
-                                 "changed after it was signed)")
+                                 "changed after it was signed, or another key of that name signed it)")
     # Same name, another key: an impostor's record does not verify either.
     impostor = generate("ci-1")
     with pytest.raises(RecordRefusedError):

@@ -128,6 +128,7 @@ class Caches:
     builds: int = 0
     pushed: int = 0
     _backends: dict[str, Backend | None] = field(default_factory=dict)
+    _refused: set[tuple[str, str]] = field(default_factory=set)  # (cache, build) refused: not asked again
 
     def backends(self) -> Iterable[Backend]:
         """Each cache still usable (one that failed this command is not asked again)."""
@@ -194,6 +195,9 @@ class Caches:
         if (store.path("builds", key) / "wheel.json").is_file():
             return True
         for backend in self.backends():
+            if (backend.label, input_digest) in self._refused:
+                continue
+            self._refused.add((backend.label, input_digest))  # until it proves good, below
             try:
                 data = get_bytes(backend, record_key(input_digest))
                 if data is None:
@@ -217,6 +221,7 @@ class Caches:
             except CacheError as exc:
                 self._down(backend, exc)
                 continue
+            self._refused.discard((backend.label, input_digest))
             self.builds += 1
             return True
         return False

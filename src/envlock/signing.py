@@ -168,7 +168,8 @@ def verify_record(data: bytes, trusted: Mapping[str, PublicKey], where: str) -> 
             Ed25519PublicKey.from_public_bytes(key.raw).verify(base64.b64decode(sig.get("sig", "")), body)
         except (InvalidSignature, binascii.Error, ValueError):
             raise RecordRefusedError(f"{where}: the signature of trusted key {key.name!r} does not verify "
-                                "(the record was changed after it was signed)") from None
+                                "(the record was changed after it was signed, or another key of that "
+                                "name signed it)") from None
         return record
     signed_by = ", ".join(repr(n) for n in names) or "no key"
     trust = ", ".join(repr(n) for n in sorted(trusted)) or "none (pass --trusted-key NAME:BASE64)"
