@@ -212,3 +212,28 @@ def backend_wheels_dir() -> Path:
     from conftest import backend_wheels
 
     return backend_wheels()
+
+
+@pytest.mark.parametrize("kind", ["file", "s3"])
+def test_push_then_a_fresh_home_syncs_from_the_cache_alone(  # type: ignore[no-untyped-def]
+    kind: str, ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextlib import nullcontext
+
+    from kit.cacheservers import s3_server
+
+    _packaging_env(ws.root, backend_index.url("pypi"))
+    assert cli("sync", "tiny").code == 0
+    servers = s3_server("team-cache") if kind == "s3" else nullcontext(f"file://{tmp_path / 'nfs'}")
+    with servers as url:
+        r = cli("cache", "push", "tiny", "--to", url, "--json")
+        assert r.code == 0, r.err
+        assert len(json.loads(r.out)["uploaded"]) == 2  # the wheel and the closure manifest
+        monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))
+        monkeypatch.setenv("ENVLOCK_CACHE_URLS", url)
+        # The index is unreachable for this sync (a mirror on a closed port): every byte comes from the cache.
+        r = cli("sync", "tiny", "--json", "--index", "pypi=http://127.0.0.1:9/simple")
+        assert r.code == 0, r.err
+        assert json.loads(r.out)["note"] == "caches: 1 wheels"
+        r = cli("cache", "verify", url)
+        assert (r.code, r.out) == (0, f"{url}: 2 entries checked, all verified\n")
