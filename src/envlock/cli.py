@@ -9,8 +9,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.clicache import TRUSTED_HELP, build_caches
-from envlock.clicache import add_commands as add_cache_commands
 from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, raise_terminated, redact, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
@@ -369,6 +367,7 @@ def _overrides(values: Sequence[str]) -> dict[str, Path]:
 
 def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import building
+    from envlock.clicache import build_caches
 
     with _status(args, "preparing sources and build inputs") as say:
         options = building.BuildOptions(
@@ -489,6 +488,9 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from pathlib import Path
+
+    from envlock.clicache import TRUSTED_HELP
+    from envlock.clicache import add_commands as add_cache_commands
 
     def common_options(default: object) -> _Parser:
         options = _Parser(add_help=False)
