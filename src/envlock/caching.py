@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,7 @@ TRUSTED_ENV = "ENVLOCK_TRUSTED_KEYS"
 URLS_ENV = "ENVLOCK_CACHE_URLS"
 KEY_ENV = "ENVLOCK_CACHE_KEY"
 CLOSURE_FORMAT = "envlock-cache-closure"
+JOBS = 4  # wheels downloaded from a cache at once, as fetch does from an index
 _STORE_MTIME = 1577836800  # as fetch.STORE_MTIME: store wheels' bytes and metadata do not say how they came
 
 
@@ -129,6 +131,7 @@ class Caches:
     pushed: int = 0
     _backends: dict[str, Backend | None] = field(default_factory=dict)
     _refused: set[tuple[str, str]] = field(default_factory=set)  # (cache, build) refused: not asked again
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def backends(self) -> Iterable[Backend]:
         """Each cache still usable (one that failed this command is not asked again)."""
@@ -143,11 +146,15 @@ class Caches:
                 yield backend
 
     def _down(self, backend: Backend, exc: CacheError) -> None:
-        self.notes.append(f"{exc.message}: not used for the rest of this command")
-        self._backends = {u: (None if b is backend else b) for u, b in self._backends.items()}
+        with self._lock:
+            if not self._live(backend):
+                return  # another thread said it already
+            self.notes.append(f"{exc.message}: not used for the rest of this command")
+            self._backends = {u: (None if b is backend else b) for u, b in self._backends.items()}
 
     def _refuse(self, backend: Backend, what: str) -> None:
-        self.notes.append(f"cache {backend.label}: refused {what}")
+        with self._lock:
+            self.notes.append(f"cache {backend.label}: refused {what}")
 
     def summary(self) -> str:
         """One line of what the caches gave, then every refusal (the sync's note)."""
@@ -161,11 +168,23 @@ class Caches:
         wanted = [a for a in {a.sha256: a for a in artifacts}.values()
                   if a.url is not None and not a.url.startswith("file:")
                   and not stored(a, store_file(store, a))[0]]
-        for artifact in wanted:
-            for backend in self.backends():
-                if self._wheel(store, backend, artifact):
-                    self.wheels += 1
-                    break
+        backends = list(self.backends())  # opened once, here: the threads below only read the list
+
+        def one(artifact: Artifact) -> None:
+            for backend in backends:
+                if self._live(backend) and self._wheel(store, backend, artifact):
+                    with self._lock:
+                        self.wheels += 1
+                    return
+
+        if backends and wanted:
+            from concurrent.futures import ThreadPoolExecutor  # as fetch: a few downloads at once
+
+            with ThreadPoolExecutor(max_workers=min(JOBS, len(wanted))) as pool:
+                list(pool.map(one, wanted))
+
+    def _live(self, backend: Backend) -> bool:
+        return any(b is backend for b in self._backends.values())
 
     def _wheel(self, store: Store, backend: Backend, artifact: Artifact) -> bool:
         """``artifact`` from ``backend`` into the store, verified; False when it has none or a wrong one."""
