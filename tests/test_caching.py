@@ -23,6 +23,7 @@ from envlock.signing import generate, sign_record
 from envlock.store import Store
 from kit.cacheservers import failing_server, hanging_server, nginx_binary, nginx_cache
 from kit.index import IndexServer
+from kit.locks import sha256_of
 from test_build_cli import _demo
 
 
@@ -87,6 +88,16 @@ def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-
     assert _how_made(tmp_path / "home-b", built.input_digest) == f"not built here: substituted from cache {url}, " \
         "signed by 'team-ci'"
     assert (b / "wheelhouse" / built.wheel).is_file()
+
+    # `envlock build` asks the caches too (a planned build's input digest, before building).
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-d"))
+    (b / "wheelhouse" / built.wheel).unlink()
+    r = cli("build", "demo", "--json")
+    assert r.code == 0, r.err
+    report = json.loads(r.out)
+    assert (report["rebuilt"], report["notices"]) == (0, ["caches: 1 builds"])
+    assert _how_made(tmp_path / "home-d", built.input_digest).startswith("not built here")
+    assert sha256_of(b / "wheelhouse" / built.wheel) == built.sha256
 
     r = cli("cache", "verify", url, "--trusted-key", public)
     assert (r.code, r.out) == (0, f"{url}: 4 entries checked, all verified\n")
