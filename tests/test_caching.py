@@ -248,3 +248,29 @@ def test_push_then_a_fresh_home_syncs_from_the_cache_alone(  # type: ignore[no-u
         assert json.loads(r.out)["note"] == "caches: 1 wheels"
         r = cli("cache", "verify", url)
         assert (r.code, r.out) == (0, f"{url}: 2 entries checked, all verified\n")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("cache = 3\n", "cache: expected a table [cache]"),
+    ('[cache]\nurls = "http://x"\n', "cache.urls: expected an array of strings"),
+    ("[cache]\ntrusted-keys = [1]\n", "cache.trusted-keys: expected an array of strings"),
+    ("[cache]\npush = [\"http://x\"]\n", "cache.push: expected a string"),
+    ('[cache]\ntrusted-keys = ["ci"]\n', "cache.trusted-keys[0]: 'ci': expected a public key as NAME:BASE64 "
+                                         "(NAME of letters, digits, '.', '_', '-')"),
+])
+def test_a_bad_cache_table_is_named_by_file_and_key(ws, cli, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    _packaging_env(ws.root, "http://127.0.0.1:9/simple")
+    (ws.root / "envlock.toml").write_text(text)
+    r = cli("cache", "verify", "file:///nowhere")
+    assert (r.code, r.err) == (2, f"envlock: error: {ws.root / 'envlock.toml'}: {message}\n")
+
+
+def test_a_push_to_an_unreachable_cache_fails_naming_it(  # type: ignore[no-untyped-def]
+    ws, cli, backend_index: IndexServer
+) -> None:
+    _packaging_env(ws.root, backend_index.url("pypi"))
+    assert cli("lock", "tiny").code == 0
+    art = read_lock(ws.root / "locks" / "pylock.tiny.toml").packages[0].wheels[0]
+    r = cli("cache", "push", "tiny", "--to", "http://user:secret@127.0.0.1:9/cache")
+    assert (r.code, r.err) == (1, f"envlock: error: cache http://127.0.0.1:9/cache: wheels/{art.sha256}: cannot "
+                                  "connect (ConnectionRefusedError: [Errno 111] Connection refused)\n")
