@@ -77,6 +77,16 @@ def run_json(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, di
     return elapsed, json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
 
 
+def warm(folder: Path) -> None:
+    """Read every file under ``folder`` once: a loopback server then serves from the page cache, not
+    the disk (which the runs before may have evicted it from), whichever side runs first."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                while fh.read(1 << 20):
+                    pass
+
+
 def built_here(home: Path) -> int:
     """How many builds this home ran itself (a cache's build has a log saying so)."""
     builds = Store.open(home).root / "builds"
@@ -150,6 +160,7 @@ def cold(work: Path, cache: str, cache_dir: Path, packages: int, repeat: int) ->
                                  "ENVLOCK_CACHE_URLS": cache})
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             os.sync()  # the set-up's (or the last round's) dirty pages are not this run's to write back
+            warm(cache_dir)  # what each server sends is in the page cache, as for the peer's index below
             took, result = run_json([*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path), "--json"],
                                     env, ws)
             if "caches: " not in str(result.get("note")):
@@ -163,18 +174,21 @@ def cold(work: Path, cache: str, cache_dir: Path, packages: int, repeat: int) ->
             no_cache = runner.uv_env({"ENVLOCK_HOME": str(index_home), "UV_CACHE_DIR": str(index_uv)})
             no_cache.pop("PYTHONDONTWRITEBYTECODE", None)
             os.sync()
+            warm(work / "served")
             from_index, _ = run_json([*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path), "--json"],
                                      no_cache, ws)
             peer_venv, peer_cache = work / f"peer-venv-{i}", work / f"peer-uv-{i}"
             peer_env = runner.uv_env({"UV_CACHE_DIR": str(peer_cache)})
             # The cache's part alone: every wheel downloaded from it and verified into a fresh store.
             os.sync()
+            warm(cache_dir)
             started = time.perf_counter()
             caches = Caches(CacheConfig(urls=(cache,)))
             caches.wheels_into_store(Store.open(work / f"fetch-home-{i}"), [p.wheels[0] for p in lock.packages])
             download = time.perf_counter() - started
             shutil.rmtree(work / f"fetch-home-{i}", ignore_errors=True)
             os.sync()
+            warm(work / "served")
             started = time.perf_counter()
             subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(peer_venv)], env=peer_env, check=True)
             subprocess.run([uv, "pip", "sync", "-q", "--python", str(peer_venv / "bin" / "python"), "--index-url",

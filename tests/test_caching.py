@@ -84,7 +84,7 @@ def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-
     assert r.code == 0, r.err
     got = json.loads(r.out)
     assert got["venv_digest"] == a["venv_digest"]
-    assert got["note"] == "caches: 1 wheels, 1 builds"
+    assert got["note"] == "caches: 1 wheel, 1 build"
     assert _how_made(tmp_path / "home-b", built.input_digest) == f"not built here: substituted from cache {url}, " \
         "signed by 'team-ci'"
     assert (b / "wheelhouse" / built.wheel).is_file()
@@ -95,7 +95,7 @@ def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-
     r = cli("build", "demo", "--json")
     assert r.code == 0, r.err
     report = json.loads(r.out)
-    assert (report["rebuilt"], report["notices"]) == (0, ["caches: 1 builds"])
+    assert (report["rebuilt"], report["notices"]) == (0, ["caches: 1 build"])
     assert _how_made(tmp_path / "home-d", built.input_digest).startswith("not built here")
     assert sha256_of(b / "wheelhouse" / built.wheel) == built.sha256
 
@@ -216,7 +216,7 @@ def test_a_good_wheel_in_a_file_cache_is_taken_before_the_index(  # type: ignore
     _config(ws.root, urls=[f"file://{cache}"])
     r = cli("sync", "tiny", "--json")
     assert r.code == 0, r.err
-    assert json.loads(r.out)["note"] == "caches: 1 wheels"
+    assert json.loads(r.out)["note"] == "caches: 1 wheel"
 
 
 def backend_wheels_dir() -> Path:
@@ -245,7 +245,7 @@ def test_push_then_a_fresh_home_syncs_from_the_cache_alone(  # type: ignore[no-u
         # The index is unreachable for this sync (a mirror on a closed port): every byte comes from the cache.
         r = cli("sync", "tiny", "--json", "--index", "pypi=http://127.0.0.1:9/simple")
         assert r.code == 0, r.err
-        assert json.loads(r.out)["note"] == "caches: 1 wheels"
+        assert json.loads(r.out)["note"] == "caches: 1 wheel"
         r = cli("cache", "verify", url)
         assert (r.code, r.out) == (0, f"{url}: 2 entries checked, all verified\n")
 

@@ -160,8 +160,8 @@ class Caches:
 
     def summary(self) -> str:
         """One line of what the caches gave, then every refusal (the sync's note)."""
-        took = [f"{n} {what}" for n, what in ((self.wheels, "wheels"), (self.builds, "builds"),
-                                              (self.pushed, "uploads")) if n]
+        took = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in ((self.wheels, "wheel"), (self.builds, "build"),
+                                                                 (self.pushed, "upload")) if n]
         return "; ".join([*(["caches: " + ", ".join(took)] if took else []), *self.notes])
 
     def wheels_into_store(self, store: Store, artifacts: Sequence[Artifact]) -> None:
@@ -197,6 +197,8 @@ class Caches:
                 with open(target, "wb") as fh:
                     if not _get_verified(backend, wheel_key(artifact.sha256), fh, artifact.sha256, artifact.size):
                         raise FileNotFoundError
+                    fh.flush()
+                    os.fsync(fh.fileno())  # durable before it is an entry, as fetch's downloads
                 os.chmod(target, 0o444)
                 os.utime(target, (_STORE_MTIME, _STORE_MTIME))
             os.utime(store.path("wheels", artifact.sha256), (_STORE_MTIME, _STORE_MTIME))
@@ -234,6 +236,8 @@ class Caches:
                             self._refuse(backend, f"build record of {name}: its wheel {record['sha256']} is "
                                                   "not in the cache")
                             raise FileNotFoundError
+                        fh.flush()
+                        os.fsync(fh.fileno())
                     _write_entry(work, record, data, backend.label)
             except FileNotFoundError:
                 continue
