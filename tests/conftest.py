@@ -66,6 +66,13 @@ def _no_way_out(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setenv(var, "http://127.0.0.1:9")
     for var in ("NO_PROXY", "no_proxy"):
         monkeypatch.setenv(var, "127.0.0.1,localhost")
+    # Nor do this machine's netrc, keyring, CA bundles or page cap reach a test (envlock.netenv).
+    monkeypatch.setenv("NETRC", os.path.join(os.devnull, "no-netrc"))
+    for var in ("ENVLOCK_KEYRING_PROVIDER", "UV_KEYRING_PROVIDER", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "ENVLOCK_NATIVE_TLS", "UV_NATIVE_TLS", "UV_SYSTEM_CERTS",
+                "ENVLOCK_MAX_PAGE_BYTES"):
+        monkeypatch.setenv(var, "")  # recorded, so what a test (or --native-tls in-process) sets is undone
+        monkeypatch.delenv(var)
 
 
 @pytest.fixture(scope="session")

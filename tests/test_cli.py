@@ -915,11 +915,10 @@ def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_pat
     hashing a wheel a hash-less index serves (a private nightly index)."""
     import base64
 
-    from envlock import http
     from kit.index import IndexServer
     from kit.wheels import build_wheel
 
-    monkeypatch.setattr(http, "_netrc", False)  # no ~/.netrc here
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))  # no netrc here
     server = IndexServer(tmp_path / "served").start()
     try:
         server.add_index("priv", hashes=hashes)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import http.server
-import netrc
 import socket
 import threading
 import time
@@ -166,7 +165,7 @@ def netrc_for_loopback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     path = tmp_path / "netrc"
     path.write_text("machine 127.0.0.1 login alice password s3cret\n")
     path.chmod(0o600)
-    monkeypatch.setattr(envlock_http, "_netrc", netrc.netrc(str(path)))
+    monkeypatch.setenv("NETRC", str(path))
     return "Basic " + base64.b64encode(b"alice:s3cret").decode()
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from envlock.errors import PackageIndexError
-from envlock.indexes import project_files
+from envlock.errors import PackageIndexError, UsageError
+from envlock.indexes import choosable, project_files
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def page() -> Iterator[tuple[str, list[bytes]]]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/simple", body
     server.shutdown()
 
@@ -51,3 +51,132 @@ def test_malformed_json_page_is_an_index_error(page: tuple[str, list[bytes]], do
         project_files(url, "a")
     assert info.value.message.startswith(f"{url}/a/: malformed PEP 691 page (")
     assert reason in info.value.message
+
+
+@pytest.fixture
+def html_page() -> Iterator[tuple[str, list[bytes]]]:
+    """A loopback server answering every GET with ``body[0]`` as a PEP 503 HTML page."""
+    body = [b""]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body[0])))
+            self.end_headers()
+            self.wfile.write(body[0])
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple", body
+    server.shutdown()
+
+
+A = "a-1.0-py3-none-any.whl"
+B = "a-2.0-py3-none-any.whl"
+H1, H2 = "1" * 64, "2" * 64
+
+
+@pytest.mark.parametrize(
+    ("links", "expected"),
+    [
+        # relative to the page URL (.../simple/a/), as a browser resolves them
+        (f'<a href="../../files/{A}">{A}</a>', f"/files/{A}"),
+        (f'<a href="{A}">{A}</a>', f"/simple/a/{A}"),
+        (f'<a href="/x/{A}">{A}</a>', f"/x/{A}"),
+        # <base href>: itself relative to the page, then every link relative to it; the first one counts
+        (f'<base href="/mirror/"><base href="/other/"><a href="{A}">{A}</a>', f"/mirror/{A}"),
+        (f'<head><base href="../../cdn/"></head><a href="sub/{A}">{A}</a>', f"/cdn/sub/{A}"),
+        # a link before the <base> resolves against it too (the document's base URL)
+        (f'<a href="{A}">{A}</a><base href="/late/">', f"/late/{A}"),
+        # spaces around and newlines inside an href are dropped, as browsers do
+        (f'<a href="  ../../files/\n{A} ">{A}</a>', f"/files/{A}"),
+        (f'<base href="https://cdn.example/w/"><a href="{A}">{A}</a>', f"https://cdn.example/w/{A}"),
+    ],
+)
+def test_links_resolve_as_a_browser_resolves_them(html_page: tuple[str, list[bytes]], links: str,
+                                                  expected: str) -> None:
+    url, body = html_page
+    body[0] = f"<!DOCTYPE html><html><body>{links}</body></html>".encode()
+    (found,) = project_files(url, "a")
+    origin = url.removesuffix("/simple")
+    assert found.url == (expected if expected.startswith("https://") else origin + expected)
+
+
+@pytest.mark.parametrize(
+    ("doc", "yanked"),
+    [
+        (f'<a href="{A}" data-yanked>{A}</a>', ""),
+        (f'<a href="{A}" data-yanked="">{A}</a>', ""),
+        (f'<a href="{A}" data-yanked="broken metadata">{A}</a>', "broken metadata"),
+        (f'<a href="{A}">{A}</a>', None),
+    ],
+)
+def test_pep_592_yanked_links(html_page: tuple[str, list[bytes]], doc: str, yanked: str | None) -> None:
+    url, body = html_page
+    body[0] = doc.encode()
+    (found,) = project_files(url, "a")
+    assert found.yanked == yanked
+    assert choosable([found]) == ([found] if yanked is None else [])
+    assert choosable([found], exact=True) == [found]  # an exact == pin may take a yanked file
+
+
+@pytest.mark.parametrize(("value", "yanked"), [("true", ""), ('"bad wheel"', "bad wheel"), ("false", None)])
+def test_pep_691_yanked(page: tuple[str, list[bytes]], value: str, yanked: str | None) -> None:
+    url, body = page
+    body[0] = f'{{"meta": {{"api-version": "1.1"}}, "files": [{{"filename": "{A}", "url": "{A}", ' \
+              f'"hashes": {{}}, "yanked": {value}}}]}}'.encode()
+    (found,) = project_files(url, "a")
+    assert found.yanked == yanked
+
+
+def test_an_api_major_version_above_1_is_refused_by_name(page: tuple[str, list[bytes]],
+                                                         html_page: tuple[str, list[bytes]]) -> None:
+    url, body = page
+    body[0] = f'{{"meta": {{"api-version": "2.0"}}, "files": [{{"filename": "{A}", "url": "{A}", "hashes": {{}}}}]}}'\
+        .encode()
+    with pytest.raises(PackageIndexError) as info:
+        project_files(url, "a")
+    assert info.value.message == (f"{url}/a/: PEP 691 api-version 2.0; envlock reads version 1.x of the simple "
+                                  "repository API (PEP 691) only")
+    html_url, html_body = html_page
+    html_body[0] = f'<meta name="pypi:repository-version" content="2.1"><a href="{A}">{A}</a>'.encode()
+    with pytest.raises(PackageIndexError) as info:
+        project_files(html_url, "a")
+    assert info.value.message == (f"{html_url}/a/: pypi:repository-version 2.1; envlock reads version 1.x of the "
+                                  "simple repository API (PEP 691) only")
+    html_body[0] = f'<meta name="pypi:repository-version" content="1.3"><a href="{A}">{A}</a>'.encode()
+    assert len(project_files(html_url, "a")) == 1
+
+
+def test_one_file_name_with_two_hashes_is_refused(html_page: tuple[str, list[bytes]]) -> None:
+    url, body = html_page
+    body[0] = (f'<a href="x/{A}#sha256={H1}">{A}</a><a href="{B}#sha256={H1}">{B}</a>'
+               f'<a href="y/{A}#sha256={H2}">{A}</a>').encode()
+    with pytest.raises(PackageIndexError) as info:
+        project_files(url, "a")
+    assert info.value.message == f"{url}/a/: lists {A} twice, with sha256 {H1} and {H2}; expected one file per name"
+    # the same file listed twice (one hash) is one file, the first listing kept
+    body[0] = f'<a href="x/{A}#sha256={H1}">{A}</a><a href="y/{A}#sha256={H1}">{A}</a>'.encode()
+    (found,) = project_files(url, "a")
+    assert found.url == f"{url}/a/x/{A}"
+
+
+def test_a_page_over_the_cap_names_the_url_and_the_cap(html_page: tuple[str, list[bytes]],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    url, body = html_page
+    body[0] = b"<html>" + b" " * 5000 + b"</html>"
+    monkeypatch.setenv("ENVLOCK_MAX_PAGE_BYTES", "4096")
+    with pytest.raises(PackageIndexError) as info:
+        project_files(url, "a")
+    assert info.value.message == (
+        f"{url}/a/: cannot read the index page: index page larger than 4096 bytes (says Content-Length 5013); "
+        "not read further: set ENVLOCK_MAX_PAGE_BYTES to a larger byte count if the page is genuine")
+    monkeypatch.setenv("ENVLOCK_MAX_PAGE_BYTES", "lots")
+    with pytest.raises(UsageError) as usage:
+        project_files(url, "a")
+    assert usage.value.message == ("ENVLOCK_MAX_PAGE_BYTES='lots': expected a byte count, a whole number above 0 "
+                                   "(the default is 134217728)")

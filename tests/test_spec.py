@@ -203,7 +203,7 @@ def test_shipped_specs_are_valid() -> None:
     assert qwen.packages["torch"].local == "cu130"
     assert qwen.packages["flashinfer-jit-cache"].index == "flashinfer"
     assert qwen.sources["sglang"].rev == "f016738f4c21043d0d8e4e407cb10a45ea7116b9"
-    assert qwen.resolution.exclude == ("sgl-fa4",)
+    assert qwen.resolution.exclude == ("sgl-fa4", "triton")
 
 
 def test_key_digests_name_each_entry(tmp_path: Path) -> None:

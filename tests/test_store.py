@@ -199,20 +199,19 @@ def test_default_home_follows_envlock_home_then_xdg(monkeypatch: pytest.MonkeyPa
 def test_a_failed_atomic_write_names_the_file_and_leaves_no_temp_file(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
+    import os
 
     from envlock.store import write_atomic
 
     target = tmp_path / "locks" / "pylock.e.toml"
-    real = Path.write_bytes
 
-    def read_only_fs(self: Path, data: bytes) -> int:  # as a read-only mount answers (root ignores chmod)
-        real(self, data[:1])  # part of it written first
-        raise OSError(errno.EROFS, "Read-only file system", str(self))
+    def full_disk(fd: int) -> None:  # the data written, its fsync fails: as a full disk or NFS reports it
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(Path, "write_bytes", read_only_fs)
+    monkeypatch.setattr(os, "fsync", full_disk)
     with pytest.raises(OSError) as info:
         write_atomic(target, b"lock text")
-    assert (info.value.errno, info.value.filename) == (errno.EROFS, str(target))
+    assert (info.value.errno, info.value.filename) == (errno.ENOSPC, str(target))
     assert list(target.parent.iterdir()) == []
 
 

@@ -51,7 +51,7 @@ from envlock.errors import BuildError, InstallError, scrub
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
 from envlock.spec import BuildSpec
-from envlock.store import Store, make_folder, store_file
+from envlock.store import Store, fsync_dir, make_folder, store_file, sync_file
 from envlock.target import find_python, requires_dist, target_environment
 from envlock.tomlio import load_toml
 
@@ -575,7 +575,9 @@ def _copy_atomic(src: Path, dest: Path) -> None:
     make_folder(dest.parent)  # the wheelhouse: a file there is said to be one
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     shutil.copyfile(src, tmp)
+    sync_file(tmp)  # the bytes on disk before the rename names the locked wheel
     os.replace(tmp, dest)
+    fsync_dir(dest.parent)
 
 
 def is_built(plan_: BuildPlan, store: Store) -> bool:

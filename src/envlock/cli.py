@@ -125,6 +125,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
                   f"(`envlock sync {args.env}` too)" for name in unbuilt]
         if result.note:
             lines.append(f"  note: {result.note}")
+        lines += [f"  note: {note}" for note in result.notes]
         return "\n".join(lines)
 
     _out(args, result.to_dict(), text_lock)
@@ -486,6 +487,27 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
 # -- parser -------------------------------------------------------------------
 
 
+def _network_options(options: argparse.ArgumentParser, default: object) -> None:
+    """``--keyring-provider`` and ``--native-tls``: for envlock's requests and the uv it runs alike."""
+    options.add_argument("--keyring-provider", choices=("disabled", "subprocess"), default=default,
+                         help="subprocess: ask the `keyring` command for the password of an index URL's USER@, "
+                              "as uv does (env ENVLOCK_KEYRING_PROVIDER; default disabled)")
+    options.add_argument("--native-tls", action="store_true", default=default,
+                         help="trust the operating system's certificate store, for envlock and uv "
+                              "(env UV_NATIVE_TLS or UV_SYSTEM_CERTS; `truststore` when installed)")
+
+
+def _apply_network_options(args: argparse.Namespace) -> None:
+    """The network options as the variables ``envlock.netenv`` reads (and hands to uv): one
+    setting for every request of the command, in every thread and in uv."""
+    import os
+
+    if getattr(args, "keyring_provider", None):
+        os.environ["ENVLOCK_KEYRING_PROVIDER"] = args.keyring_provider
+    if getattr(args, "native_tls", None):
+        os.environ["ENVLOCK_NATIVE_TLS"] = "1"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pathlib import Path
 
@@ -498,6 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help="workspace root (default: first folder with envs/ from here up)")
         options.add_argument("--debug", action="store_true", default=default, help="show tracebacks for errors")
         options.add_argument("-q", "--quiet", action="store_true", default=default, help="no progress output")
+        _network_options(options, default)
         return options
 
     # Accepted before and after the command. After it, an option not given must leave the
@@ -669,6 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "keeping its name and header")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
+    from envlock.cliregress import add_commands  # export, import, gc, pin(s), unpin, bisect
+
+    add_commands(add)
     add_cache_commands(add, common, _Parser)
     return parser
 
@@ -728,6 +754,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    _apply_network_options(args)
     try:
         try:
             ws = Workspace.find(root=args.root)

@@ -135,6 +135,11 @@ class ResolveError(EnvlockError):
     """Resolution failed: a nightly date not listed, uv found no solution, a set is inconsistent."""
 
 
+class OverlapError(ResolveError):
+    """Two distributions of a resolution install one file with different bytes (PyPI's ``triton`` and
+    the nightly's ``pytorch-triton``): nothing is locked."""
+
+
 class PackageIndexError(EnvlockError):
     """An index could not be read (HTTP error, malformed page)."""
 

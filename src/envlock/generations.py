@@ -31,7 +31,7 @@ from typing import Any
 
 from envlock import quick
 from envlock.errors import UsageError, VerifyError, did_you_mean
-from envlock.store import LAYOUT_VERSION, Store, exclusive_lock, write_atomic
+from envlock.store import LAYOUT_VERSION, Store, exclusive_lock, fsync_dir, sync_tree, write_atomic
 
 CURRENT = "current"
 _RECORD = "generation.json"
@@ -296,7 +296,9 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
               "lock_sha256": lock_sha256, "venv_python": venv_python}
     write_atomic(work / _RECORD, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     (work / _PENDING).touch()  # until flip
+    sync_tree(work)  # its link and records on disk before the rename names it a generation
     os.rename(work, folder / str(number))
+    fsync_dir(folder)
     return Generation(env, number, created, install_digest, venv_digest, folder / str(number),
                       lock_sha256=lock_sha256, venv_python=venv_python, pending=True)
 
@@ -327,16 +329,16 @@ def flip(store: Store, env: str, number: int) -> None:
     tmp = folder / f".current-{os.urandom(4).hex()}"
     os.symlink(f"{number}/venv", tmp)
     try:
+        # The new link (a symlink's target is in its inode, made durable with its folder) and the
+        # unmarking are on disk before the rename; the rename after it: a power cut must neither
+        # bring the old link back nor leave a link to nowhere.
+        fsync_dir(folder / str(number))
+        fsync_dir(folder)
         os.replace(tmp, folder / CURRENT)
     except OSError:
         tmp.unlink(missing_ok=True)
         raise
-    # Make the rename itself durable: a power cut must not bring the old link back.
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(folder)
 
 
 def no_current(store: Store, env: str) -> str | None:

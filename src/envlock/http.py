@@ -20,15 +20,13 @@ from dataclasses import dataclass
 from typing import IO, BinaryIO, Protocol
 from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
-from envlock import __version__
+from envlock import __version__, netauth, netenv
 from envlock.errors import redact as redact  # http.redact too, as the stages call it
 
 USER_AGENT = f"envlock/{__version__}"
 _MAX_REDIRECTS = 10
 _local = threading.local()
 _lock = threading.Lock()
-_ssl_context: ssl.SSLContext | None = None
-_netrc: object = None  # netrc.netrc | False (unreadable), loaded once
 
 
 @dataclass(frozen=True)
@@ -39,11 +37,14 @@ class Page:
 
 
 class HttpError(Exception):
-    def __init__(self, url: str, reason: str, *, retryable: bool = False, status: int | None = None) -> None:
+    def __init__(self, url: str, reason: str, *, retryable: bool = False, status: int | None = None,
+                 details: tuple[str, ...] = ()) -> None:
         url = redact(url)  # errors are printed and logged: never with a password in them
         super().__init__(f"{url}: {reason}")
         self.url = url
         self.reason = reason
+        #: The next steps, for the error the caller raises (a 401's: where envlock looked, how to give them).
+        self.details = details
         #: True for failures worth retrying: connection drops, timeouts, 5xx, 429.
         self.retryable = retryable
         self.status = status
@@ -65,33 +66,56 @@ def with_credentials_of(url: str, index_url: str) -> str:
 
 # -- connections ---------------------------------------------------------------
 
+_contexts: dict[netenv.Trust, ssl.SSLContext] = {}
 
-def _context() -> ssl.SSLContext:
-    """The system's CA store, or a bundle named the way pip/requests users already do."""
-    global _ssl_context
+
+def _context(url: str) -> ssl.SSLContext:
+    """The trust store the environment names (``netenv.trust``), the one uv is handed too:
+    ``SSL_CERT_FILE``/``REQUESTS_CA_BUNDLE`` and ``SSL_CERT_DIR`` replace the default roots, and
+    ``--native-tls`` takes the operating system's (through ``truststore`` when installed, the
+    ``native-tls`` extra; else OpenSSL's default paths, which are the system's on Linux)."""
+    trust = netenv.trust()
     with _lock:
-        if _ssl_context is None:
-            bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or None
-            _ssl_context = ssl.create_default_context(cafile=bundle)
-        return _ssl_context
+        if (ctx := _contexts.get(trust)) is None:
+            ctx = _contexts[trust] = _new_context(url, trust)
+        return ctx
 
 
-def _proxy_for(scheme: str, host: str) -> str | None:
-    from urllib.request import getproxies, proxy_bypass
+def _new_context(url: str, trust: netenv.Trust) -> ssl.SSLContext:
+    try:
+        if not trust.native:
+            return ssl.create_default_context(cafile=trust.cafile, capath=trust.capath)
+        try:
+            import truststore
 
-    proxy = getproxies().get(scheme)
-    if not proxy or proxy_bypass(host):
-        return None
-    return proxy
+            ctx: ssl.SSLContext = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        except ImportError:
+            ctx = ssl.create_default_context()
+        if trust.cafile or trust.capath:
+            ctx.load_verify_locations(cafile=trust.cafile, capath=trust.capath)
+        return ctx
+    except (OSError, ssl.SSLError) as exc:
+        named = f"{trust.cafile_var}={trust.cafile}" if trust.cafile else f"SSL_CERT_DIR={trust.capath}"
+        raise HttpError(url, f"cannot load the CA certificates of {named} ({exc})") from None
 
 
 def _basic(user: str, password: str) -> str:
-    return "Basic " + base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    """The Basic header of a user and password as they are (a URL's decoded by the caller)."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
-#: Authorization headers by origin (scheme, host, port), one mapping per ``credentials`` block
-#: under way, the innermost last.
-_scopes: list[dict[tuple[str, str | None, int | None], str]] = []
+@dataclass(frozen=True)
+class _Given:
+    """Credentials handed over for an origin: a user, and a password unless the keyring has it."""
+
+    user: str
+    password: str | None
+    index: str  # the index URL they came with, without them (the keyring's service name)
+
+
+#: Credentials by origin (scheme, host, port), one mapping per ``credentials`` block under way,
+#: the innermost last.
+_scopes: list[dict[tuple[str, str | None, int | None], _Given]] = []
 
 
 def _origin(parts: SplitResult) -> tuple[str, str | None, int | None]:
@@ -107,9 +131,11 @@ def credentials(*urls: str) -> Iterator[None]:
     """For the block, send the ``user:password@`` of these index URLs (a spec's private index, a
     mirror) with every request to their origin, from any thread: their pages list file URLs without
     them (and the lock keeps none), so the lock's hashing of a wheel and the sync's download would
-    get a 401 without a ~/.netrc. A command's recipe hands them over; they end with it."""
-    scope = {_origin(parts): _basic(parts.username, parts.password or "")
-             for parts in map(urlsplit, urls) if parts.username is not None}
+    get a 401 without a netrc. A ``user@`` without a password asks the keyring (when enabled). A
+    command's recipe hands them over; they end with it."""
+    scope = {_origin(parts): _Given(unquote(parts.username), None if parts.password is None
+                                    else unquote(parts.password), redact(url))
+             for url, parts in ((u, urlsplit(u)) for u in urls) if parts.username is not None}
     with _lock:
         _scopes.append(scope)
     try:
@@ -119,33 +145,63 @@ def credentials(*urls: str) -> Iterator[None]:
             del _scopes[next(i for i in range(len(_scopes) - 1, -1, -1) if _scopes[i] is scope)]
 
 
-def _credentials(url: str) -> str | None:
-    """An Authorization header from the URL's user:password, else from an index URL of its origin
-    (``credentials``), else from ~/.netrc (as pip and uv do)."""
-    parts = urlsplit(url)
-    if parts.username is not None:
-        return _basic(parts.username, parts.password or "")
-    global _netrc
-    with _lock:
-        origin = _origin(parts)
-        if (given := next((s[origin] for s in reversed(_scopes) if origin in s), None)) is not None:
-            return given
-        if _netrc is None:
-            import netrc
+@dataclass(frozen=True)
+class _Auth:
+    header: str | None  # the Authorization header sent, None: none
+    looked: tuple[str, ...]  # where envlock looked, for a 401/403's message
+    user_only: str | None = None  # the user sent without a password (none was found)
 
-            try:
-                _netrc = netrc.netrc()
-            except (OSError, netrc.NetrcParseError):
-                _netrc = False
-    if _netrc is False or parts.hostname is None:
-        return None
-    auth = _netrc.authenticators(parts.hostname)  # type: ignore[attr-defined]
-    return _basic(auth[0] or "", auth[2] or "") if auth else None
+    def refused(self) -> str:
+        """What a 401/403 answered, in words."""
+        if self.header is None:
+            return "asks for credentials"
+        if self.user_only is not None:
+            return f"refused user {self.user_only} without a password"
+        return "refused the credentials sent"
+
+
+def _credentials(url: str, *, own_only: bool = False) -> _Auth:
+    """An Authorization header from the URL's ``user:password``, else from an index URL of its
+    origin (``credentials``), else from the netrc file (``$NETRC`` or ~/.netrc, as pip and uv do),
+    else from the keyring for the user an index URL names (``--keyring-provider subprocess``).
+    ``own_only``: the netrc's entry for the URL's host only (a redirect's target)."""
+    parts = urlsplit(url)
+    given: _Given | None = None
+    if own_only:
+        pass
+    elif parts.username is not None:
+        given = _Given(unquote(parts.username), None if parts.password is None else unquote(parts.password),
+                       redact(url))
+    else:
+        origin = _origin(parts)
+        with _lock:
+            given = next((s[origin] for s in reversed(_scopes) if origin in s), None)
+    if given is not None and given.password is not None:
+        return _Auth(_basic(given.user, given.password), ("the index URL (user:password)",))
+    looked = ["the index URL (no user:password)" if given is None else "the index URL (a user, no password)"]
+    # A redirect's target gets its host's own entry, never the netrc's catch-all ``default``:
+    # whoever answered chose that host.
+    entry, said, refused = netauth.netrc_entry(parts.hostname, default=not own_only)
+    if refused is not None:
+        raise HttpError(url, refused)
+    looked.append(said)
+    if entry is not None and (given is None or entry.login in (given.user, "")):
+        return _Auth(_basic(entry.login or (given.user if given else ""), entry.password), tuple(looked))
+    if given is not None:
+        password, said = netauth.keyring_password(given.index, given.user)
+        looked.append(said)
+        return _Auth(_basic(given.user, password or ""), tuple(looked), None if password else given.user)
+    on = netenv.keyring_provider() == "subprocess"
+    looked.append("the keyring (no USER@ in the index URL to ask for)" if on else "the keyring (off)")
+    return _Auth(None, tuple(looked))
 
 
 def _connection(scheme: str, host: str, port: int, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
-    """A kept-alive connection for this thread (and whether it is new)."""
-    proxy = _proxy_for(scheme, host)
+    """A kept-alive connection for this thread (and whether it is new): to the host, or through
+    the proxy the environment names for it (``netenv.proxy_for``), kept as ``envlock_proxy``."""
+    shown = f"[{host}]" if ":" in host else host
+    where = f"{scheme}://{shown}:{port}/"
+    proxy = netenv.proxy_for(where)
     key = (scheme, host, port, proxy)
     pool: dict[tuple[str, str, int, str | None], http.client.HTTPConnection] = _local.__dict__.setdefault("pool", {})
     conn = pool.get(key)
@@ -155,16 +211,25 @@ def _connection(scheme: str, host: str, port: int, timeout: float) -> tuple[http
             conn.sock.settimeout(timeout)
         return conn, False
     if proxy is None:
-        conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=_context()) if scheme == "https"
+        conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=_context(where)) if scheme == "https"
                 else http.client.HTTPConnection(host, port, timeout=timeout))
     else:
         p = urlsplit(proxy)
-        proxy_headers = {"Proxy-Authorization": _basic(p.username, p.password or "")} if p.username else None
-        if scheme == "https":  # CONNECT tunnel through the proxy
-            conn = http.client.HTTPSConnection(p.hostname or "", p.port or 80, timeout=timeout, context=_context())
+        try:
+            proxy_port = p.port or 80
+        except ValueError:
+            proxy_port = -1
+        if p.scheme != "http" or not p.hostname or proxy_port < 0:
+            raise HttpError(where, f"proxy {redact(proxy)}: expected an http://HOST:PORT "
+                            "proxy (https and socks proxies are not supported)")
+        login = netenv.proxy_credentials(proxy)
+        proxy_headers = {"Proxy-Authorization": _basic(*login)} if login else None
+        if scheme == "https":  # a CONNECT tunnel through the proxy, TLS end to end inside it
+            conn = http.client.HTTPSConnection(p.hostname, proxy_port, timeout=timeout, context=_context(where))
             conn.set_tunnel(host, port, headers=proxy_headers)
-        else:  # plain HTTP: the proxy gets the absolute URL (see _target)
-            conn = http.client.HTTPConnection(p.hostname or "", p.port or 80, timeout=timeout)
+        else:  # plain HTTP: the proxy gets the absolute URL and its credentials on each request
+            conn = http.client.HTTPConnection(p.hostname, proxy_port, timeout=timeout)
+    conn.envlock_proxy = proxy  # type: ignore[attr-defined]
     pool[key] = conn
     return conn, True
 
@@ -177,6 +242,26 @@ def _drop(conn: http.client.HTTPConnection) -> None:
             del pool[key]
 
 
+def _hop_auth(url: str, first: str, hop: int, kept: _Auth | None) -> tuple[_Auth, _Auth | None]:
+    """The credentials of a redirect chain's hop ``hop`` to ``url``, and those kept for the next.
+
+    Credentials go along only to the origin they came with: a netrc names a host, not a port or a
+    scheme, so a redirect to another port of that host (whoever listens there) or down to plain
+    http (readable on the way) must not get them again. Once dropped they stay dropped: the rest
+    of the chain was chosen by whoever answered there. Another host gets its own netrc entry,
+    unless the chain went down from https to plain http to reach it.
+    """
+    if hop == 0:
+        found = _credentials(url)
+        return found, found
+    if kept is not None and (same_origin(url, first) or _upgrade(url, first)):
+        return kept, kept
+    a, b = urlsplit(first), urlsplit(url)
+    if b.hostname != a.hostname and not (a.scheme == "https" and b.scheme == "http"):
+        return _credentials(url, own_only=True), None
+    return _Auth(None, ("nothing: a redirect from another origin (credentials stay with theirs)",)), None
+
+
 def _request(
     url: str, headers: dict[str, str], timeout: float, watcher: Watcher | None = None
 ) -> tuple[str, http.client.HTTPResponse, http.client.HTTPConnection]:
@@ -187,7 +272,7 @@ def _request(
     the socket of a response that closes its connection, but it is still read from.
     """
     first = url
-    auth: str | None = None
+    kept: _Auth | None = None
     for hop in range(_MAX_REDIRECTS):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -197,35 +282,37 @@ def _request(
         except ValueError:  # "host:99999", in a redirect too: this URL's failure, not the whole sync's
             raise HttpError(url, "invalid port in the URL") from None
         sent = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity", **headers}
-        if hop == 0:
-            auth = _credentials(url)
-        elif not (same_origin(url, first) or _upgrade(url, first)):
-            # Credentials go only to the origin they came with: ~/.netrc names a host, not a
-            # port or a scheme, so a redirect to another port of that host (whoever listens
-            # there) or down to plain http (readable on the way) must not get them again. Once
-            # dropped they stay dropped: the rest of the chain was chosen by whoever answered there.
-            auth = None
-        if auth:
-            sent["Authorization"] = auth
+        auth, kept = _hop_auth(url, first, hop, kept)
+        if auth.header:
+            sent["Authorization"] = auth.header
         netloc = parts.netloc.rpartition("@")[2]  # host[:port], an IPv6 literal keeping its brackets
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         for attempt in (0, 1):
             conn, new = _connection(parts.scheme, parts.hostname, port, timeout)
-            via_proxy = parts.scheme == "http" and conn.host != parts.hostname  # a plain proxy wants the URL
+            proxy: str | None = getattr(conn, "envlock_proxy", None)
+            if proxy is not None and parts.scheme == "http":  # RFC 9112 3.2.2: the absolute form to a proxy
+                login = netenv.proxy_credentials(proxy)
+                request_target = f"http://{netloc}{target}"
+                extra = {"Proxy-Authorization": _basic(*login)} if login else {}
+            else:
+                request_target, extra = target, {}
             sock: socket.socket | None = None
             try:
-                conn.request("GET", f"http://{netloc}{target}" if via_proxy else target,
-                             headers={"Host": netloc, **sent})
+                conn.request("GET", request_target, headers={"Host": netloc, **sent, **extra})
                 sock = conn.sock
                 if watcher is not None and sock is not None:
                     watcher.watch(sock)
                 resp = conn.getresponse()
                 resp.envlock_sock = sock  # type: ignore[attr-defined]  # for _finish's unwatch
+                resp.envlock_auth = auth  # type: ignore[attr-defined]  # for a 401's message
+                resp.envlock_proxy = proxy  # type: ignore[attr-defined]  # for a 407's
                 break
             except (OSError, http.client.HTTPException) as exc:
                 if watcher is not None and sock is not None:
                     watcher.unwatch(sock)
                 _drop(conn)
+                if proxy is not None and " 407 " in f" {exc} ":  # CONNECT refused: retrying will not help
+                    raise HttpError(url, _proxy_refused(proxy)) from None
                 # A kept-alive connection the server closed meanwhile: one fresh try.
                 if new or attempt:
                     raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
@@ -236,6 +323,12 @@ def _request(
             continue
         return url, resp, conn
     raise HttpError(url, f"more than {_MAX_REDIRECTS} redirects")
+
+
+def _proxy_refused(proxy: str) -> str:
+    given = "its credentials were refused" if netenv.proxy_credentials(proxy) else "the proxy URL has none"
+    return (f"proxy {redact(proxy)} answered 407 Proxy Authentication Required ({given}); give them in the "
+            "proxy URL: http://USER:PASSWORD@HOST:PORT in HTTPS_PROXY, HTTP_PROXY or ALL_PROXY")
 
 
 def same_origin(url: str, other: str) -> bool:
@@ -275,40 +368,100 @@ def _unwatch(resp: http.client.HTTPResponse, watcher: Watcher | None) -> None:
 # -- the API ---------------------------------------------------------------------
 
 
-def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
-    """GET a text page; ``HttpError`` on connection errors and non-2xx answers.
+#: The largest index page read (``ENVLOCK_MAX_PAGE_BYTES`` overrides it): PyTorch's biggest pages
+#: are a few MB; a page that does not end must not take the machine's memory.
+MAX_PAGE_BYTES = 128 << 20
+_PAGE_VAR = "ENVLOCK_MAX_PAGE_BYTES"
 
-    A ``file://`` URL (a static index on this machine or a mounted share, as an
-    air-gapped cluster keeps one) is read as a web server would serve that folder: its
-    ``index.html``; a missing one is a 404.
+
+def max_page_bytes() -> int:
+    """The page size cap: ``ENVLOCK_MAX_PAGE_BYTES`` if set, else ``MAX_PAGE_BYTES``."""
+    raw = os.environ.get(_PAGE_VAR, "").strip()
+    if not raw:
+        return MAX_PAGE_BYTES
+    if not raw.isdigit() or int(raw) <= 0:
+        from envlock.errors import UsageError
+
+        raise UsageError(f"{_PAGE_VAR}={raw!r}: expected a byte count, a whole number above 0 "
+                         f"(the default is {MAX_PAGE_BYTES})")
+    return int(raw)
+
+
+@dataclass(frozen=True)
+class PageStream:
+    """A page being read: its final URL, its Content-Type and its text in pieces (``open_page``)."""
+
+    url: str
+    content_type: str
+    pieces: Iterator[str]
+
+
+@contextlib.contextmanager
+def open_page(url: str, *, accept: str, timeout: float = 60.0, chunk_size: int = 1 << 20) -> Iterator[PageStream]:
+    """GET a text page as it arrives, decoded piece by piece, at most ``max_page_bytes()`` of it:
+    memory stays at a piece for a reader that parses as it goes. ``HttpError`` for a connection
+    error, a non-2xx answer or a page over the cap (naming the URL and the cap).
+
+    A ``file://`` URL (a static index on this machine or a mounted share, as an air-gapped
+    cluster keeps one) is read as a web server would serve that folder: its ``index.html``; a
+    missing one is a 404.
     """
-    if file_path(url) is not None:
-        return _file_page(url)
+    cap = max_page_bytes()
+    if (path := file_path(url)) is not None:
+        if os.path.isdir(path):
+            path = os.path.join(path, "index.html")
+        with _open_local(url, path) as fh:
+            yield PageStream(url, "text/html", _decoded(url, iter(lambda: fh.read(chunk_size), b""), "utf-8", cap))
+        return
     final, resp, conn = _request(url, {"Accept": accept}, timeout)
     try:
-        body = resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise HttpError(url, f"connection broken ({type(exc).__name__})", retryable=True) from None
+        _raise_for_status(url, resp)
+        if (length := _int(resp.getheader("Content-Length"))) is not None and length > cap:
+            raise HttpError(url, _too_big(cap, f"says Content-Length {length}"))
+        content_type = resp.getheader("Content-Type", "")
+        charset = "utf-8"
+        for param in content_type.split(";")[1:]:
+            key, _, value = param.strip().partition("=")
+            if key.lower() == "charset" and value:
+                charset = value.strip('"')
+        yield PageStream(final, content_type, _decoded(url, _page_chunks(url, resp, chunk_size), charset, cap))
     finally:
         _finish(resp, conn)
-    _raise_for_status(url, resp.status)
-    content_type = resp.getheader("Content-Type", "")
-    charset = "utf-8"
-    for param in content_type.split(";")[1:]:
-        key, _, value = param.strip().partition("=")
-        if key.lower() == "charset" and value:
-            charset = value.strip('"')
-    return Page(url=final, content_type=content_type, text=body.decode(charset, errors="replace"))
 
 
-def _file_page(url: str) -> Page:
-    path = file_path(url)
-    assert path is not None
-    if os.path.isdir(path):
-        path = os.path.join(path, "index.html")
-    with _open_local(url, path) as fh:
-        body = fh.read()
-    return Page(url=url, content_type="text/html", text=body.decode("utf-8", errors="replace"))
+def _page_chunks(url: str, resp: http.client.HTTPResponse, chunk_size: int) -> Iterator[bytes]:
+    try:
+        while chunk := resp.read1(chunk_size):
+            yield chunk
+    except (OSError, http.client.HTTPException) as exc:
+        raise HttpError(url, f"connection broken ({type(exc).__name__})", retryable=True) from None
+
+
+def _decoded(url: str, chunks: Iterator[bytes], charset: str, cap: int) -> Iterator[str]:
+    import codecs
+
+    try:
+        decoder = codecs.getincrementaldecoder(charset)(errors="replace")
+    except LookupError:  # a charset Python does not know: as a browser would, read it as UTF-8
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    got = 0
+    for chunk in chunks:
+        got += len(chunk)
+        if got > cap:
+            raise HttpError(url, _too_big(cap, "sent more"))
+        yield decoder.decode(chunk)
+    yield decoder.decode(b"", final=True)
+
+
+def _too_big(cap: int, what: str) -> str:
+    return (f"index page larger than {cap} bytes ({what}); not read further: "
+            f"set {_PAGE_VAR} to a larger byte count if the page is genuine")
+
+
+def get_page(url: str, *, accept: str, timeout: float = 60.0) -> Page:
+    """GET a whole text page (``open_page``, joined); ``HttpError`` as there."""
+    with open_page(url, accept=accept, timeout=timeout) as page:
+        return Page(url=page.url, content_type=page.content_type, text="".join(page.pieces))
 
 
 def file_path(url: str) -> str | None:
@@ -360,7 +513,17 @@ def validator(etag: str | None, last_modified: str | None) -> str | None:
     return f"modified {last_modified}" if last_modified else None
 
 
-def _raise_for_status(url: str, status: int) -> None:
+def _raise_for_status(url: str, resp: http.client.HTTPResponse) -> None:
+    status = resp.status
+    if status == 407 and (proxy := getattr(resp, "envlock_proxy", None)):
+        raise HttpError(url, _proxy_refused(proxy), status=status)
+    if status in (401, 403):
+        auth: _Auth | None = getattr(resp, "envlock_auth", None)
+        host = urlsplit(url).netloc.rpartition("@")[2]
+        what = auth.refused() if auth is not None else "asks for credentials"
+        looked = "; ".join(auth.looked) if auth is not None else "nothing"
+        raise HttpError(url, f"HTTP {status}: the server {what}", status=status,
+                        details=(f"looked for credentials in: {looked}", netauth.how_to_give(host)))
     if status >= 400:
         raise HttpError(url, f"HTTP {status}", retryable=status == 429 or status >= 500, status=status)
 
@@ -395,7 +558,7 @@ def open_stream(
     try:
         if resp.status == 416:
             raise HttpError(url, f"HTTP 416 for bytes={start}-", status=416)
-        _raise_for_status(url, resp.status)
+        _raise_for_status(url, resp)
         body_start = 0
         if resp.status == 206:
             body_start = _content_range(url, resp.getheader("Content-Range", ""))[0]
@@ -416,7 +579,7 @@ def remote_file(url: str, *, timeout: float = 60.0, watcher: Watcher | None = No
             return st.st_size, _file_validator(st)
     _, resp, conn = _request(url, {"Range": "bytes=0-0"}, timeout, watcher)
     try:
-        _raise_for_status(url, resp.status)
+        _raise_for_status(url, resp)
         tag = validator(resp.getheader("ETag"), resp.getheader("Last-Modified"))
         if resp.status == 206:
             return _content_range(url, resp.getheader("Content-Range", ""))[1], tag
@@ -466,10 +629,53 @@ def _content_range(url: str, value: str) -> tuple[int, int | None]:
     return first, int(total) if total.isdigit() else None
 
 
-def put(url: str, body: IO[bytes], size: int, *, timeout: float = 60.0) -> int:
-    """PUT ``size`` bytes read from ``body`` to ``url`` (a binary cache: WebDAV, bazel-remote, a
-    presigned URL); the status (2xx). No redirect is followed (a PUT's body is not resent).
-    ``HttpError`` on a connection failure or a status of 300 and up."""
+@dataclass(frozen=True)
+class Range:
+    """Bytes ``data`` of a remote file, from offset ``start``; ``total`` is the whole file's size."""
+
+    start: int
+    data: bytes
+    total: int
+
+
+def read_range(url: str, *, start: int | None = None, end: int | None = None, last: int | None = None,
+               timeout: float = 60.0) -> Range:
+    """Bytes ``start``..``end`` (inclusive) of the file at ``url``, or its ``last`` bytes (a suffix range),
+    with one GET (RFC 9110 14.1.2). A server that answers with the whole file (200: no range support)
+    is an ``HttpError`` before its body is read: a caller reading a wheel's listing never downloads it."""
+    if (path := file_path(url)) is not None:
+        with _open_local(url, path) as fh:
+            total = os.fstat(fh.fileno()).st_size
+            first = max(0, total - last) if last is not None else start or 0
+            fh.seek(first)
+            wanted = (total if end is None else min(end + 1, total)) - first
+            return Range(first, fh.read(max(0, wanted)), total)
+    asked = f"bytes=-{last}" if last is not None else f"bytes={start or 0}-{'' if end is None else end}"
+    _, resp, conn = _request(url, {"Range": asked}, timeout)
+    try:
+        _raise_for_status(url, resp)
+        if resp.status != 206:
+            raise HttpError(url, f"HTTP {resp.status} to Range {asked}: the server does not serve byte ranges")
+        first, size = _content_range(url, resp.getheader("Content-Range", ""))
+        length = _int(resp.getheader("Content-Length"))
+        if size is None or length is None or length > (1 << 30):
+            raise HttpError(url, f"HTTP 206 to Range {asked} without a size (Content-Range "
+                                 f"{resp.getheader('Content-Range')!r}, Content-Length {length})")
+        try:
+            data = resp.read(length)
+        except (OSError, http.client.HTTPException) as exc:
+            raise HttpError(url, f"connection broken ({type(exc).__name__})", retryable=True) from None
+        if len(data) != length:
+            raise HttpError(url, f"connection broken mid-body ({len(data)} of {length} bytes)", retryable=True)
+        return Range(first, data, size)
+    finally:
+        _finish(resp, conn)
+
+
+def _send(method: str, url: str, timeout: float, body: IO[bytes] | None = None,
+          size: int = 0) -> http.client.HTTPResponse:
+    """One ``method`` request to ``url`` (no redirect followed: a PUT's body is not sent twice),
+    its response read; credentials and proxies as a GET's. ``HttpError`` on a connection failure."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise HttpError(url, "not an http(s) URL")
@@ -478,15 +684,21 @@ def put(url: str, body: IO[bytes], size: int, *, timeout: float = 60.0) -> int:
     except ValueError:
         raise HttpError(url, "invalid port in the URL") from None
     netloc = parts.netloc.rpartition("@")[2]
-    headers = {"User-Agent": USER_AGENT, "Host": netloc, "Content-Length": str(size),
-               "Content-Type": "application/octet-stream"}
-    if auth := _credentials(url):
-        headers["Authorization"] = auth
+    headers = {"User-Agent": USER_AGENT, "Host": netloc}
+    if body is not None:
+        headers.update({"Content-Length": str(size), "Content-Type": "application/octet-stream"})
+    auth = _credentials(url)
+    if auth.header:
+        headers["Authorization"] = auth.header
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     conn, _new = _connection(parts.scheme, parts.hostname, port, timeout)
-    via_proxy = parts.scheme == "http" and conn.host != parts.hostname
+    proxy: str | None = getattr(conn, "envlock_proxy", None)
+    if proxy is not None and parts.scheme == "http":  # RFC 9112 3.2.2: the absolute form to a proxy
+        target = f"http://{netloc}{target}"
+        if login := netenv.proxy_credentials(proxy):
+            headers["Proxy-Authorization"] = _basic(*login)
     try:
-        conn.request("PUT", f"http://{netloc}{target}" if via_proxy else target, body=body, headers=headers)
+        conn.request(method, target, body=body, headers=headers)
         resp = conn.getresponse()
         resp.read()
     except (OSError, http.client.HTTPException) as exc:
@@ -494,32 +706,25 @@ def put(url: str, body: IO[bytes], size: int, *, timeout: float = 60.0) -> int:
         raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
     if resp.will_close:
         _drop(conn)
+    resp.envlock_auth = auth  # type: ignore[attr-defined]  # for a 401's message
+    resp.envlock_proxy = proxy  # type: ignore[attr-defined]  # for a 407's
+    return resp
+
+
+def put(url: str, body: IO[bytes], size: int, *, timeout: float = 60.0) -> int:
+    """PUT ``size`` bytes read from ``body`` to ``url`` (a binary cache: WebDAV, bazel-remote, a
+    presigned URL); the status (2xx). ``HttpError`` on a connection failure or a status of 300 and up."""
+    resp = _send("PUT", url, timeout, body, size)
+    _raise_for_status(url, resp)
     if resp.status >= 300:
-        raise HttpError(url, f"HTTP {resp.status} to PUT", retryable=resp.status >= 500, status=resp.status)
+        raise HttpError(url, f"HTTP {resp.status} to PUT", status=resp.status)
     return resp.status
 
 
 def exists(url: str, *, timeout: float = 60.0) -> bool:
     """Whether ``url`` answers a HEAD with 2xx (False for 404/410); ``HttpError`` for anything else."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise HttpError(url, "not an http(s) URL")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    netloc = parts.netloc.rpartition("@")[2]
-    headers = {"User-Agent": USER_AGENT, "Host": netloc}
-    if auth := _credentials(url):
-        headers["Authorization"] = auth
-    conn, _new = _connection(parts.scheme, parts.hostname, port, timeout)
-    try:
-        conn.request("HEAD", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""), headers=headers)
-        resp = conn.getresponse()
-        resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        _drop(conn)
-        raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
-    if resp.will_close:
-        _drop(conn)
+    resp = _send("HEAD", url, timeout)
     if resp.status in (404, 410):
         return False
-    _raise_for_status(url, resp.status)
+    _raise_for_status(url, resp)
     return True

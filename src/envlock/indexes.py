@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -29,28 +30,59 @@ class IndexFile:
     url: str  # absolute, without fragment
     version: Version
     sha256: str | None  # None when the index publishes no hash (PyTorch nightlies)
+    #: PEP 592: None when not yanked, else the reason the index gives ("" for none). A yanked
+    #: file is chosen only by an exact ``==`` pin (``choosable``).
+    yanked: str | None = None
+
+
+def choosable(files: Iterable[IndexFile], *, exact: bool = False) -> list[IndexFile]:
+    """``files`` a version may be chosen from: all of them for an exact ``==`` pin, else those not
+    yanked (PEP 592: a yanked release is for those who pinned it, not for a new choice)."""
+    return list(files) if exact else [f for f in files if f.yanked is None]
 
 
 class _Links(HTMLParser):
+    """The anchors of a PEP 503 page, fed piece by piece: (href, text, data-yanked), the
+    ``<base href>`` links resolve against, and the PEP 629 repository version."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.links: list[tuple[str, str]] = []  # (href, text)
-        self._href: str | None = None
+        self.links: list[tuple[str, str, str | None]] = []  # (href, text, yanked)
+        self.base: str | None = None
+        self.version: str | None = None
+        self._open: tuple[str, str | None] | None = None
         self._text: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
         if tag == "a":
-            self._href = dict(attrs).get("href")
+            href = found.get("href")
+            yanked = (found.get("data-yanked") or "") if "data-yanked" in found else None  # PEP 592
+            self._open = None if href is None else (href, yanked)
             self._text = []
+        elif tag == "base" and self.base is None and found.get("href") is not None:
+            self.base = found["href"]  # the first <base href> is the document's base (HTML 4.2.3)
+        elif tag == "meta" and found.get("name") == "pypi:repository-version" and self.version is None:
+            self.version = found.get("content") or ""
 
     def handle_data(self, data: str) -> None:
-        if self._href is not None:
+        if self._open is not None:
             self._text.append(data)
 
     def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._href is not None:
-            self.links.append((self._href, "".join(self._text).strip()))
-            self._href = None
+        if tag == "a" and self._open is not None:
+            self.links.append((self._open[0], "".join(self._text).strip(), self._open[1]))
+            self._open = None
+
+    def resolve(self, page_url: str, href: str) -> str:
+        """``href`` as a browser resolves it: ASCII tabs and newlines dropped, spaces around it
+        stripped, against the ``<base href>`` (itself against the page URL), else the page URL."""
+        base = urljoin(page_url, _clean(self.base)) if self.base is not None else page_url
+        return urljoin(base, _clean(href))
+
+
+def _clean(href: str) -> str:
+    return href.strip(" \t\n\r\f").replace("\t", "").replace("\n", "").replace("\r", "")
 
 
 def _version_of(filename: str) -> Version | None:
@@ -62,40 +94,84 @@ def _version_of(filename: str) -> Version | None:
         return None
 
 
+def _check_api_version(url: str, version: object, where: str) -> None:
+    """PEP 629/691: a client must refuse a major version it does not know (2.0 may mean anything)."""
+    if version is None:
+        return
+    text = str(version).strip()
+    major = text.split(".", 1)[0]
+    if not major.isdigit():
+        raise PackageIndexError(f"{http.redact(url)}: {where} {text!r}; expected a version like \"1.0\"")
+    if int(major) > 1:
+        raise PackageIndexError(f"{http.redact(url)}: {where} {text}; envlock reads version 1.x of the "
+                                "simple repository API (PEP 691) only")
+
+
+#: (filename, absolute url, sha256, yanked) as a page lists them.
+_Entry = tuple[str, str, "str | None", "str | None"]
+
+
+def _json_entries(url: str, page_url: str, text: str) -> list[_Entry]:
+    try:
+        doc = json.loads(text)
+        _check_api_version(url, doc.get("meta", {}).get("api-version"), "PEP 691 api-version")
+        entries: list[_Entry] = []
+        for f in doc["files"]:
+            yanked = f.get("yanked", False)
+            reason = None if yanked is False else (yanked if isinstance(yanked, str) else "")
+            entries.append((f["filename"], urljoin(page_url, f["url"]), f.get("hashes", {}).get("sha256"), reason))
+        return entries
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # a page nested deep
+        raise PackageIndexError(f"{http.redact(url)}: malformed PEP 691 page ({exc})") from None
+
+
+def _html_entries(url: str, page: http.PageStream) -> list[_Entry]:
+    parser = _Links()
+    for piece in page.pieces:  # parsed as it arrives: a huge page is never held whole
+        parser.feed(piece)
+        if parser.version is not None:
+            _check_api_version(url, parser.version, "pypi:repository-version")
+    parser.close()
+    entries: list[_Entry] = []
+    for href, text, yanked in parser.links:
+        absolute, fragment = urldefrag(parser.resolve(page.url, href))
+        digest = fragment[len("sha256="):] if fragment.startswith("sha256=") else None
+        entries.append((text or absolute.rsplit("/", 1)[-1], absolute, digest, yanked))
+    return entries
+
+
 def project_files(index_url: str, project: str) -> list[IndexFile]:
-    """Every file the index lists for ``project`` (empty when the project is absent)."""
+    """Every file the index lists for ``project`` (empty when the project is absent).
+
+    ``PackageIndexError`` for a page that cannot be read, is over the size cap, speaks an API
+    major version above 1, or lists one file name twice with two hashes."""
     url = f"{index_url.rstrip('/')}/{canonicalize_name(project)}/"
     try:
-        page = http.get_page(url, accept=_ACCEPT)
+        with http.open_page(url, accept=_ACCEPT) as page:
+            if "json" in page.content_type:
+                entries = _json_entries(url, page.url, "".join(page.pieces))
+            else:
+                entries = _html_entries(url, page)
     except http.HttpError as exc:
         if exc.status == 404:
             return []
-        raise PackageIndexError(f"{http.redact(url)}: cannot read the index page: {exc.reason}") from None
-    entries: list[tuple[str, str, str | None]] = []  # filename, url, sha256
-    if "json" in page.content_type:
-        try:
-            doc = json.loads(page.text)
-            for f in doc["files"]:
-                entries.append((f["filename"], urljoin(page.url, f["url"]), f.get("hashes", {}).get("sha256")))
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # a page nested deep
-            raise PackageIndexError(f"{http.redact(url)}: malformed PEP 691 page ({exc})") from None
-    else:
-        parser = _Links()
-        parser.feed(page.text)
-        for href, text in parser.links:
-            absolute, fragment = urldefrag(urljoin(page.url, href))
-            digest = fragment[len("sha256="):] if fragment.startswith("sha256=") else None
-            filename = text or absolute.rsplit("/", 1)[-1]
-            entries.append((filename, absolute, digest))
-    files = []
-    for filename, raw_url, digest in entries:
+        raise PackageIndexError(f"{http.redact(url)}: cannot read the index page: {exc.reason}",
+                                details=exc.details) from None
+    files: dict[str, IndexFile] = {}
+    for filename, raw_url, digest, yanked in entries:
         # The index's credentials stay with the index: file URLs are compared with uv's
         # (which carry none) and may be written into a lock.
         file_url = http.redact(raw_url)
         version = _version_of(filename)
-        if version is not None:
-            files.append(IndexFile(filename=filename, url=file_url, version=version, sha256=digest))
-    return files
+        if version is None:
+            continue
+        if (seen := files.get(filename)) is not None:
+            if seen.sha256 is not None and digest is not None and seen.sha256 != digest:
+                raise PackageIndexError(f"{http.redact(url)}: lists {filename} twice, with sha256 {seen.sha256} "
+                                        f"and {digest}; expected one file per name")
+            continue  # the first listing of a name is the one kept
+        files[filename] = IndexFile(filename=filename, url=file_url, version=version, sha256=digest, yanked=yanked)
+    return list(files.values())
 
 
 def project_names(index_url: str) -> set[str] | None:
@@ -112,7 +188,7 @@ def project_names(index_url: str) -> set[str] | None:
             return None
     parser = _Links()
     parser.feed(page.text)
-    return {str(canonicalize_name(text)) for _, text in parser.links if text}
+    return {str(canonicalize_name(text)) for _, text, _ in parser.links if text}
 
 
 class Listings:

@@ -96,7 +96,7 @@ def list_nightlies(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, package: str 
     marked with the pins of ``spec`` and of the workspace's lock of it, and the locked date a
     relock keeps from ``store`` when the index no longer lists it."""
     from envlock import fetch, http, resolve
-    from envlock.indexes import Listings
+    from envlock.indexes import Listings, choosable
 
     wanted = _wanted(spec, package)
     urls = resolve.index_urls(spec, mirrors.indexes)
@@ -122,7 +122,8 @@ def list_nightlies(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, package: str 
                 assert pkg.index is not None and pkg.nightly is not None
                 name = str(pkg.name)
                 locked = lock.nightlies.get(name) if lock is not None else None
-                dates = list_dates(listings.files(urls[pkg.index], pkg.name), local=pkg.local, tags=tags,
+                # A date pins no exact version: its yanked builds are none lock could take (PEP 592).
+                dates = list_dates(choosable(listings.files(urls[pkg.index], pkg.name)), local=pkg.local, tags=tags,
                                    pinned=pkg.nightly, locked=locked,
                                    kept_wheel=earlier[name][1].filename if name in kept else None)
                 packages.append(PackageNightlies(

@@ -130,6 +130,9 @@ class Lock:
     # The install digest of the packages the venv digest was taken for (recorded with it): a
     # lock whose packages were edited by hand since holds a digest that says nothing about its venv.
     venv_install: str | None = None
+    # The upstream pins the spec's overrides beat at this lock, "REQUIRER: REQUIREMENT" (the guards'
+    # ``GuardReport.overridden``): the next lock notes a pin beaten that is not here.
+    overridden: tuple[str, ...] = ()
 
     @property
     def venv_digest_stale(self) -> bool:
@@ -199,6 +202,8 @@ class Lock:
             if self.venv_install:
                 tool["venv-install-digest"] = self.venv_install
         out += ["", "[tool.envlock]"] + [f"{k} = {_v(v)}" for k, v in tool.items()]
+        if self.overridden:
+            out += ["overridden = ["] + [f"    {_s(o)}," for o in self.overridden] + ["]"]
         out += ["", "[tool.envlock.spec-keys]"]
         out += [f"{_s(k)} = {_s(v)}" for k, v in sorted(self.spec_keys.items())]
         if self.nightlies:
@@ -361,6 +366,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         venv_digest=venv_digest,
         venv_python=_opt_str(tool, "venv-python", "tool.envlock"),
         venv_install=_opt_str(tool, "venv-install-digest", "tool.envlock"),
+        overridden=_strings(tool.get("overridden", []), "tool.envlock.overridden"),
     )
 
 
@@ -545,10 +551,12 @@ class LockFile:
 
 
 def _s(value: str) -> str:
-    # JSON string escapes are a subset of TOML basic-string escapes.
+    """``value`` as a TOML basic string. JSON's escapes are a subset of TOML's, and JSON escapes
+    every control character TOML requires escaped but DEL (U+007F, TOML 1.0 "Basic strings"),
+    which a spec takes in a git URL: escaped here, or the lock would not read back."""
     import json
 
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _v(value: object) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock import building
+from envlock import building, guards
 from envlock.drift import drift
 from envlock.errors import (
     FetchError,
@@ -50,6 +50,8 @@ class LockResult:
     lock: Lock | None = field(default=None, repr=False)  # what the file now holds
     downloaded: int = 0  # bytes, to hash wheels an index publishes no hash for
     note: str = ""  # e.g. a mirror variable that names no index
+    # The guards' notes: a dead exclude, a newly beating override, an undeclared FetchContent input.
+    notes: tuple[str, ...] = ()
     # The env's wheels brought into the store to compute a non-isolated build's input digest.
     build_downloaded: int = 0  # bytes
     build_fetched: int = 0
@@ -65,6 +67,7 @@ class LockResult:
             "downloaded": self.downloaded,
             "unbuilt": list(self.lock.unbuilt()) if self.lock is not None else [],
             "note": self.note,
+            "notes": list(self.notes),
             "build_downloaded": self.build_downloaded,
         }
 
@@ -99,10 +102,12 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
     store = Store.open()
     states = building.sources_for_lock(ws, spec, store, old, mirrors)
     resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress)
+    guarded = _guard(ws, env, spec, store, states, resolution, old)  # an overlap fails here: nothing written
     lock = Lock(
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
         spec_keys=spec.key_digests(), packages=resolution.packages, requires_python=resolution.requires_python,
         nightlies=resolution.nightlies, sources={name: state.locked() for name, state in states.items()},
+        overridden=guarded.overridden,
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
     session = building.BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, progress)
@@ -115,7 +120,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
         env=env, path=old_file.path, changed=changed, packages=len(lock.packages),
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
         mirrors={name: http.redact(url) for name, url in mirrors.indexes.items()},  # printed: no credentials
-        lock=lock, downloaded=resolution.downloaded, note=mirrors.stray_note(ws),
+        lock=lock, downloaded=resolution.downloaded, note=mirrors.stray_note(ws), notes=guarded.notes,
         build_downloaded=sum(f.downloaded for f in for_builds),
         build_fetched=sum(1 for f in for_builds for a in f.artifacts if a.source != "store"),
     )
@@ -148,6 +153,21 @@ def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, 
         if not hint and not note:
             raise
         raise exc.with_details(*filter(None, [hint, note and f"note: {note}"])) from None
+
+
+def _guard(ws: Workspace, env: str, spec: EnvSpec, store: Store, states: Mapping[str, building.SourceState],
+           resolution: Resolution, old: Lock | None) -> guards.GuardReport:
+    """The guards on ``resolution`` (``guards.check``): ``OverlapError`` when two distributions
+    install one file with different bytes, else the notes and the pins the overrides beat."""
+    projects, build_requires, _ = building.resolve_build_inputs(spec, states)
+    subdirectory = {pkg.name: spec.builds[pkg.build].subdirectory
+                    for pkg in spec.packages.values() if pkg.build and pkg.build in spec.builds}
+    inputs = guards.GuardInputs(
+        packages=resolution.packages, store=store, extra_requirements=build_requires,
+        projects={name: (path, subdirectory.get(name, "")) for name, path in projects.items()},
+        before=old.overridden if old is not None else None, base=ws.lock_path(env).parent,
+    )
+    return guards.check(spec, inputs)
 
 
 def _write(ws: Workspace, env: str, old: LockFile, lock: Lock) -> bool:

@@ -106,7 +106,7 @@ def realize(store: Store, target: SyncTarget, progress: Progress | None = None) 
     """
     started = time.monotonic()
     lock, env = target.lock, target.env
-    with generations.env_lock(store, env):
+    with store.writing(), generations.env_lock(store, env):  # writing: no gc collects what this links
         cur = generations.current(store, env)
         if cur is not None and _current_is(store, cur, lock):
             return _noop(store, target, cur, started)

@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from envlock import http, runner
 from envlock.errors import FetchError, ResolveError, did_you_mean, raise_all
-from envlock.indexes import IndexFile, Listings
+from envlock.indexes import IndexFile, Listings, choosable
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.nightly import DatePin, date_error, local_tag, nightlies_by_date, usable_files
 from envlock.spec import EnvSpec, PackageSpec, allows
@@ -105,7 +105,8 @@ def resolve_nightlies(spec: EnvSpec, urls: Mapping[str, str], listings: Listings
     pins = {}
     for pkg in wanted:
         assert pkg.nightly is not None and pkg.index is not None
-        files = listings.files(urls[pkg.index], pkg.name)
+        # A date is no exact pin: a yanked build is never its choice (PEP 592).
+        files = choosable(listings.files(urls[pkg.index], pkg.name))
         # The day's latest build the target can install: a later build of that day may
         # lack its python's wheel (uploads go one python at a time).
         installable = nightlies_by_date(usable_files(files, tags), pkg.local)

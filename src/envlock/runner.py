@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from envlock import netenv
 from envlock.errors import EnvlockError
 
 
@@ -40,10 +41,14 @@ def uv_bin() -> str:
 
 
 def uv_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for uv: no managed-Python downloads, no user or project config leaking in."""
+    """Environment for uv: no managed-Python downloads, no user or project config leaking in; the
+    network settings envlock reads itself (proxies, trust store, netrc, keyring provider), spelled
+    as uv reads them (``netenv.uv_settings``), so both reach an index the same way."""
+    network = netenv.uv_settings(os.environ)
     env = dict(os.environ)
     for var in [v for v in env if v.startswith("UV_") and v != "UV_CACHE_DIR"]:
         del env[var]
+    env.update(network)
     env.update(
         {
             "UV_PYTHON_DOWNLOADS": "never",
@@ -275,6 +280,7 @@ def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> R
 
 def _git_environ() -> dict[str, str]:
     env = dict(os.environ)
+    env.update(netenv.git_settings(env))  # proxies and CA bundle as git's libcurl reads them
     env.update(
         {
             "GIT_CONFIG_NOSYSTEM": "1",

@@ -20,7 +20,10 @@ Layout (version 1)::
         skeletons/<key>/                 the empty venv uv made for one interpreter, copied into new venvs
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
+                                         (``store-writer.lock``: held shared by every sync, exclusively by gc)
+        pins/<env>/<sha256>.toml         locks kept by ``envlock pin`` (gc roots), with a ``.json`` label
         tmp/                             work in progress; never read
+        listings/<wheel sha256>.json     what a wheel read by range requests installs and requires (wheelfiles.py)
         urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed,
                                          and the ETags (else Last-Modified) it answered with for it
         uv-cache/                        the uv cache venvs are installed from (their files are its files)
@@ -40,7 +43,8 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +56,10 @@ if TYPE_CHECKING:
     from envlock.lockfile import Artifact  # a type name only: the lock's parser is not needed here
 
 LAYOUT_VERSION = 1
+#: The kinds of immutable entries (``gc`` collects these, ``export`` carries them).
+ENTRY_KINDS = ("wheels", "builds", "sources", "git-mirrors", "venvs", "manifests")
+#: The flock a sync holds shared and ``gc`` exclusively (``Store.writing``, ``Store.collecting``).
+WRITER_LOCK = "store-writer"
 
 
 def default_home() -> Path:
@@ -133,11 +141,14 @@ class Store:
             try:
                 yield work
                 final.parent.mkdir(parents=True, exist_ok=True)
+                sync_tree(work)  # its bytes on disk before the rename makes it an entry
                 try:
                     os.rename(work, final)
                 except OSError:
                     if not final.exists():
                         raise
+                else:
+                    fsync_dir(final.parent)
             finally:
                 if work.exists():
                     _rmtree(work)
@@ -254,6 +265,41 @@ class Store:
                 removed.append(part)
         return removed
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Held (shared) by a sync from its first fetch to its flip: ``gc`` waits for it, and it
+        for a running ``gc``, so no entry a sync is about to link is collected under it."""
+        with self.locked(WRITER_LOCK, shared=True):
+            yield
+
+    @contextlib.contextmanager
+    def collecting(self, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+        """Held (exclusively) by ``gc`` while it removes entries (see ``writing``); ``on_wait`` is
+        called first when a sync holds it (gc then waits for every running sync to end)."""
+        path = self.root / "locks" / f"{WRITER_LOCK}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if on_wait is not None:
+                    on_wait()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def entries(self, kinds: Sequence[str] = ENTRY_KINDS) -> Iterator[tuple[str, str, Path]]:
+        """Every complete entry ``(kind, key, path)`` of ``kinds``, sorted (work in ``tmp/`` is none)."""
+        for kind in kinds:
+            folder = self.root / kind
+            if not folder.is_dir():
+                continue
+            for path in sorted(folder.iterdir()):
+                if not path.name.startswith("."):
+                    yield kind, path.name, path
+
     def remove_entry(self, kind: str, key: str) -> None:
         """Delete an entry (if there) in one step, as ``remove_tree`` does."""
         final = self.path(kind, key)
@@ -305,11 +351,72 @@ def exclusive_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
+def sync_file(path: Path | str) -> None:
+    """Make the bytes written to file ``path`` durable (before a rename publishes it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: Path | str) -> None:
+    """Make the names in folder ``path`` durable (a rename into it, a new entry)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+#: Up to this many files, an entry is synced file by file; above it (a venv), by one ``syncfs``.
+_FSYNC_FILES = 256
+
+
+def sync_tree(path: Path) -> None:
+    """Make everything written under ``path`` durable before a rename publishes it: an ``fsync`` of
+    every file and folder, or for a big tree (a venv of 20,000 files) the file system's
+    ``syncfs(2)``, one call, where there is one."""
+    walked = list(os.walk(path))
+    if sum(len(files) for _, _, files in walked) > _FSYNC_FILES and _syncfs(path):
+        return
+    for folder, _, files in walked:
+        for name in files:
+            with contextlib.suppress(OSError):  # a symlink (O_NOFOLLOW), a socket: no data to sync
+                fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        fsync_dir(folder)
+
+
+def _syncfs(path: Path) -> bool:
+    """``syncfs(2)`` on ``path``'s file system; False where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return bool(ctypes.CDLL(None, use_errno=True).syncfs(fd) == 0)
+    except (OSError, AttributeError):
+        return False
+    finally:
+        os.close(fd)
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
-        tmp.write_bytes(data)
+        # The data reaches the disk before the rename publishes it: after a power cut the file
+        # is the old one or the new one, never an empty or a torn one (ext4, xfs, btrfs alike).
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)  # a full disk, a folder where the file belongs: no litter
         # Named by the file being written: the temp file is ours, not the user's.

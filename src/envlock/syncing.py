@@ -101,7 +101,8 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
         locked = lock_spec(ws, env, todo.spec, todo.mirrors, progress)
         lock, relocked = locked.lock, locked.changed
         downloaded, fetched = locked.downloaded + locked.build_downloaded, locked.build_fetched
-        stray = locked.note  # the relock read the workspace's specs for it already
+        # The relock read the workspace's specs for the stray note already; its guards' notes go along.
+        stray = "; ".join(n for n in (locked.note, *locked.notes) if n)
     else:
         stray = todo.mirrors.stray_note(ws)  # "" offline: no index is read
     assert lock is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote

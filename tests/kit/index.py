@@ -14,6 +14,7 @@ import html
 import json
 import re
 import shutil
+import ssl
 import threading
 import time
 from collections import defaultdict
@@ -72,6 +73,9 @@ class IndexServer:
         self._auth: dict[str, str | None] = {}
         #: An Authorization header every request must carry (a private index), else 401.
         self.required_auth: str | None = None
+        #: PEP 592: filename -> the reason it is yanked ("" for none), on HTML and JSON pages.
+        self.yanked: dict[str, str] = {}
+        self._tls = False
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -105,7 +109,7 @@ class IndexServer:
     def base(self) -> str:
         assert self._httpd is not None, "start() the server first"
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{'https' if self._tls else 'http'}://{host!s}:{port}"
 
     def downloads(self, filename: str | None = None) -> list[str]:
         """Paths of file requests served so far (optionally for one filename); a one-byte size
@@ -120,7 +124,8 @@ class IndexServer:
             return sum(1 for p, rng in self.requests if p.endswith("/" + filename) and rng == _PROBE)
 
     # -- serving ---------------------------------------------------------
-    def start(self) -> IndexServer:
+    def start(self, tls: ssl.SSLContext | None = None) -> IndexServer:
+        """Serve on 127.0.0.1; over HTTPS with ``tls`` (a server context: a test's private CA)."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -142,6 +147,9 @@ class IndexServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        if tls is not None:
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
+            self._tls = True
         # A short poll interval keeps stop() (and so each test using a server) fast.
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
@@ -213,13 +221,16 @@ class IndexServer:
                 "meta": {"api-version": "1.0"},
                 "name": str(canonicalize_name(project)),
                 "files": [
-                    {"filename": f, "url": u, "hashes": {"sha256": d} if idx.hashes else {}}
+                    {"filename": f, "url": u, "hashes": {"sha256": d} if idx.hashes else {},
+                     **({"yanked": self.yanked[f] or True} if f in self.yanked else {})}
                     for f, u, d in rows
                 ],
             }
             return self._send(req, 200, json.dumps(doc).encode(), _JSON)
         links = "".join(
-            f'<a href="{html.escape(u)}{"#sha256=" + d if idx.hashes else ""}">{html.escape(f)}</a><br/>\n'
+            f'<a href="{html.escape(u)}{"#sha256=" + d if idx.hashes else ""}"'
+            f'{" data-yanked=" + chr(34) + html.escape(self.yanked[f]) + chr(34) if f in self.yanked else ""}>'
+            f'{html.escape(f)}</a><br/>\n'
             for f, u, d in rows
         )
         body = f"<!DOCTYPE html><html><body>\n<h1>Links for {project}</h1>\n{links}</body></html>\n"

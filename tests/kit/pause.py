@@ -3,7 +3,8 @@
 The hook lives here, not in envlock: ``python -c 'import kit.pause; kit.pause.main()' ARGS``
 wraps the functions a sync calls at those points before running the CLI. ``PAUSE_AT`` names
 the points (``install``: before uv installs the wheels into the new venv; ``before-flip``:
-before the env's link is switched), ``PAUSE_MARKER`` a file written when the pause starts.
+before the env's link is switched; ``gc-remove``: before gc's ``PAUSE_COUNT``-th removal of
+an entry, default 2), ``PAUSE_MARKER`` a file written when the pause starts.
 """
 
 from __future__ import annotations
@@ -26,8 +27,16 @@ def _pause(point: str) -> None:
 
 def main() -> None:
     from envlock import generations, install
+    from envlock.store import Store
 
-    flip, uv = generations.flip, install._uv
+    flip, uv, remove_entry = generations.flip, install._uv, Store.remove_entry
+    removals = [0]
+
+    def paused_remove_entry(self: Store, kind: str, key: str) -> None:
+        removals[0] += 1
+        if removals[0] == int(os.environ.get("PAUSE_COUNT", "2")):
+            _pause("gc-remove")
+        remove_entry(self, kind, key)
 
     def paused_flip(*args: Any, **kwargs: Any) -> Any:
         _pause("before-flip")
@@ -40,6 +49,7 @@ def main() -> None:
 
     generations.flip = paused_flip  # type: ignore[assignment]
     install._uv = paused_uv  # type: ignore[assignment]
+    Store.remove_entry = paused_remove_entry  # type: ignore[method-assign]
     from envlock.cli import main as cli_main
 
     sys.exit(cli_main(sys.argv[1:]))

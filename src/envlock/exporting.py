@@ -1,0 +1,168 @@
+"""``envlock export`` and ``envlock import``: a lock's closure carried to another store.
+
+Export (``export_env``): read the lock (the workspace's, ``PATH`` or ``PATH@REV``), plan its
+closure in the store (``closure.lock_closure``: wheels, local builds and their records, the
+sources and FetchContent checkouts they were built from), fetch the wheels the store lacks,
+then write the bundle (``bundle``: the lock, each entry, a manifest with every member's
+sha256) under a temp name and rename it into place.
+
+Import (``import_bundle``): read the manifest, check that it carries every wheel its lock
+names, copy each entry the store lacks into a temp folder, holding each file to its sha256
+(a member that does not match, or whose name would escape, is refused by name), check the
+entry against its kind and key, and rename them all into place only once every one is whole.
+The lock is pinned, so gc keeps what was imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envlock import bundle, fetch
+from envlock.closure import EntryRef, lock_closure
+from envlock.errors import LockError, StoreError, UsageError
+from envlock.lockfile import Lock
+from envlock.pinning import Pin, lock_bytes, pin_lock
+from envlock.progress import Progress
+from envlock.store import Store
+from envlock.workspace import Workspace
+
+#: What a bundle carries: enough to sync (wheels) and to rebuild (builds, sources) offline. Not
+#: venvs (a sync rebuilds one from the wheels and checks its digest), nor git mirrors (whole
+#: histories; the checkouts are what a build reads).
+CARRIED = ("wheels", "builds", "sources")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What ``envlock export`` wrote; doubles as its ``--json``."""
+
+    env: str
+    lock: str  # the lock as named
+    to: Path
+    entries: dict[str, int]  # kind -> count
+    files: int
+    bytes: int
+    fetched: int  # wheels brought into the store first
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"env": self.env, "lock": self.lock, "to": str(self.to), "entries": dict(self.entries),
+                "files": self.files, "bytes": self.bytes, "fetched": self.fetched}
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What ``envlock import`` added; doubles as its ``--json``."""
+
+    source: Path
+    env: str
+    added: dict[str, int]  # kind -> entries added
+    present: int  # entries the store held already
+    bytes: int  # of the entries added
+    pin: Pin
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": str(self.source), "env": self.env, "added": dict(self.added), "present": self.present,
+                "bytes": self.bytes, "pin": self.pin.to_dict(), "lock": str(self.pin.path)}
+
+
+def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
+               progress: Progress | None = None) -> ExportResult:
+    """Write the closure of ``env``'s lock (or ``ref``) to ``to`` (a folder, or ``*.tar``)."""
+    if to.exists() and not (to.is_dir() and not any(to.iterdir())):
+        raise UsageError(f"--to {to}: already exists; expected a new path (a folder, or FILE.tar)")
+    data, label = lock_bytes(ws, env, ref, "export")
+    lock = Lock.from_toml(data.decode("utf-8"), label)
+    store = Store.open()
+    with store.writing():  # no gc while the entries are read
+        fetched = _fetch_wheels(store, lock, ws, ref)
+        needed = _plan(store, lock, label, env)
+        counts: dict[str, int] = {}
+        with bundle.open_writer(to) as writer:
+            lock_sha = writer.add_bytes(f"pylock.{env}.toml", data)
+            entries = []
+            for ref_ in needed:
+                entries.append(writer.add_entry(ref_.kind, ref_.key, store.path(ref_.kind, ref_.key)))
+                counts[ref_.kind] = counts.get(ref_.kind, 0) + 1
+            manifest = bundle.Bundle(env, f"pylock.{env}.toml", lock_sha, label, tuple(entries))
+            writer.add_bytes(bundle.MANIFEST, bundle.manifest_bytes(manifest))
+    return ExportResult(env, label, to, counts, sum(len(e.files) for e in entries) + 2,
+                        sum(e.size for e in entries) + len(data), fetched)
+
+
+def _fetch_wheels(store: Store, lock: Lock, ws: Workspace, ref: str | None) -> int:
+    """Bring the lock's wheels the store lacks into it (local ones from the wheelhouse); how many."""
+    wheels = [p.wheels[0] for p in lock.packages]
+    missing = [a for a in wheels if not store.has("wheels", a.sha256)]
+    if not missing:
+        return 0
+    got = fetch.fetch(missing, store, base_dir=ws.root / "locks", env=lock.env or "ENV")
+    return sum(1 for a in got.artifacts if a.source != "store")
+
+
+def _plan(store: Store, lock: Lock, label: str, env: str) -> list[EntryRef]:
+    """The entries to carry, sorted; ``StoreError`` naming those the store lacks."""
+    closure = lock_closure(store, lock, venv=False)
+    missing = [ref for ref in closure.missing if ref.kind in CARRIED]
+    if missing:
+        raise StoreError(f"{label}: {len(missing)} store entries it needs are not in {store.home}; expected its "
+                         f"closure there (`envlock build {env}` brings a build's sources and record in)",
+                         details=[str(m) for m in missing])
+    return sorted(ref for ref in closure.present if ref.kind in CARRIED)
+
+
+def import_bundle(source: Path) -> ImportResult:
+    """Add the entries of the bundle at ``source`` to the store, all checked, and pin its lock."""
+    store = Store.open()
+    with bundle.open_bundle(source) as reader, store.writing():
+        manifest = reader.manifest()
+        data = bundle.read_member(reader, manifest.lock, manifest.lock_sha256)
+        lock = Lock.from_toml(data.decode("utf-8"), f"{source}: {manifest.lock}")
+        if lock.env and lock.env != manifest.env:
+            raise LockError(f"{source}: {manifest.lock} is the lock of env {lock.env!r}, the manifest says "
+                            f"{manifest.env!r}")
+        _check_carries(source, manifest, lock, store)
+        todo = [e for e in manifest.entries if not store.has(e.kind, e.key)]
+        with contextlib.ExitStack() as stack:
+            # Every entry assembled under tmp/ first; renamed into place together, only once
+            # each one is whole (a refused member leaves the store as it was).
+            for entry in todo:
+                _assemble(reader, store, entry, stack.enter_context(store.new_entry(entry.kind, entry.key)))
+        pin = pin_lock(store, manifest.env, data, f"imported from {source} ({manifest.label})")
+    added: dict[str, int] = {}
+    for entry in todo:
+        added[entry.kind] = added.get(entry.kind, 0) + 1
+    return ImportResult(source, manifest.env, added, len(manifest.entries) - len(todo),
+                        sum(e.size for e in todo), pin)
+
+
+def _check_carries(source: Path, manifest: bundle.Bundle, lock: Lock, store: Store) -> None:
+    """Refuse kinds a bundle does not carry, and a bundle lacking a wheel its lock names."""
+    for entry in manifest.entries:
+        if entry.kind not in CARRIED:
+            raise StoreError(f"{source}: entry {entry.kind}/{entry.key}: bundles carry {', '.join(CARRIED)}; "
+                             "refused")
+    carried = {e.key for e in manifest.entries if e.kind == "wheels"}
+    lacking = [f"{p.wheels[0].filename} (sha256 {p.wheels[0].sha256})" for p in lock.packages
+               if p.wheels[0].sha256 not in carried and not store.has("wheels", p.wheels[0].sha256)]
+    if lacking:
+        raise StoreError(f"{source}: {len(lacking)} wheels its lock names are neither in the bundle nor in the "
+                         "store", details=lacking)
+
+
+def _assemble(reader: bundle.Reader, store: Store, entry: bundle.BundleEntry, work: Path) -> None:
+    """Write ``entry``'s folders, files (each held to its sha256) and links into ``work``; then check it."""
+    for rel in entry.dirs:
+        (work / rel).mkdir(parents=True, exist_ok=True)
+    for f in entry.files:
+        dest = work / f.path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        bundle.copy_member(reader, entry.member(f.path), f.sha256, f.size, dest, executable=f.executable)
+    for link in entry.links:  # after every file: nothing is ever written through one
+        (work / link.path).parent.mkdir(parents=True, exist_ok=True)
+        (work / link.path).symlink_to(link.target)
+    if problem := bundle.entry_problem(entry.kind, entry.key, work, {f.path: f.sha256 for f in entry.files}):
+        raise StoreError(f"{reader.origin}: {problem}; refused, nothing of the bundle was stored")
+

@@ -1,0 +1,327 @@
+"""Guards against silent moves, at lock time: what a resolution does that nobody asked for.
+
+- Two distributions that install one file with different bytes (PyPI's ``triton``, pulled in
+  by xgrammar, and the nightly's ``pytorch-triton`` both install ``triton/``): the lock fails
+  (``OverlapError``, exit 1) naming both, the files, who pulled each in and the exclude that
+  fixes it. Same bytes (a shared namespace ``__init__.py``) are fine: RECORD hashes decide.
+- Notes (the lock is written): an ``exclude`` that matches nothing (nothing requires it any
+  more); an ``override`` that beats an upstream pin it did not beat at the last lock (the lock
+  records the pins its overrides beat, ``Lock.overridden``); a FetchContent input a build's
+  CMake files declare that its ``fetchcontent`` table does not, or declares otherwise.
+
+Who requires whom comes from the wheels' ``Requires-Dist`` (``wheelfiles``) and, for a local
+build, its ``pyproject.toml``'s static ``[project] dependencies``, evaluated for the target.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import NormalizedName, canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from envlock.cmakefetch import Declared, declared
+from envlock.errors import OverlapError
+from envlock.target import target_environment
+from envlock.wheelfiles import ListingError, WheelListing, listings
+
+if TYPE_CHECKING:
+    from envlock.lockfile import LockedPackage
+    from envlock.spec import BuildSpec, EnvSpec
+    from envlock.store import Store
+
+#: Paths named in an overlap message; the rest are counted.
+SHOWN_PATHS = 3
+
+
+@dataclass(frozen=True)
+class GuardReport:
+    """What the guards say of a resolution that may be locked."""
+
+    notes: tuple[str, ...] = ()
+    # The upstream pins the spec's overrides beat, as "REQUIRER: REQUIREMENT" (recorded in the lock,
+    # so the next lock can tell a pin newly beaten from one beaten all along).
+    overridden: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Two distributions that install ``paths`` with different bytes."""
+
+    first: NormalizedName
+    second: NormalizedName
+    paths: tuple[str, ...]
+
+
+@dataclass
+class Requirements:
+    """Who requires whom in a resolution, for the target: each node's requirements (None: not known,
+    a local build whose requirements are not static), and the roots (the spec's packages and the
+    build requirements locked with the env)."""
+
+    nodes: dict[NormalizedName, list[Requirement] | None]
+    roots: list[Requirement]
+    environment: dict[str, str]
+    # Filled by ``walk``: each reached node's extras, and the node it was first reached from.
+    extras: dict[NormalizedName, set[str]] = field(default_factory=dict)
+    parent: dict[NormalizedName, NormalizedName | None] = field(default_factory=dict)
+
+    def active(self, req: Requirement, extras: Iterable[str]) -> bool:
+        """Whether ``req`` holds for the target, for a requirer with ``extras`` asked of it."""
+        if req.marker is None:
+            return True
+        for extra in ("", *sorted(extras)):
+            try:
+                if req.marker.evaluate({**self.environment, "extra": extra}):
+                    return True
+            except Exception:  # a marker variable not known here: counted as holding (nothing is missed)
+                return True
+        return False
+
+    def walk(self) -> None:
+        """Reach every node from the roots, breadth first (so ``chain`` is a shortest one)."""
+        queue: deque[tuple[NormalizedName, set[str], NormalizedName | None]] = deque(
+            (canonicalize_name(r.name), set(r.extras), None) for r in self.roots if self.active(r, ()))
+        while queue:
+            name, extras, parent = queue.popleft()
+            if name not in self.nodes:
+                continue
+            seen = self.extras.get(name)
+            if seen is not None and extras <= seen:
+                continue
+            if seen is None:
+                self.parent[name] = parent
+            self.extras[name] = (seen or set()) | extras
+            for req in self.nodes[name] or []:
+                if self.active(req, self.extras[name]):
+                    queue.append((canonicalize_name(req.name), set(req.extras), name))
+
+    def chain(self, name: NormalizedName) -> list[NormalizedName]:
+        """The requirement chain from a root to ``name`` ([] when it is not reached)."""
+        if name not in self.parent:
+            return []
+        out: list[NormalizedName] = [name]
+        while (up := self.parent[out[-1]]) is not None and up not in out:
+            out.append(up)
+        return out[::-1]
+
+    def requirers(self, name: NormalizedName) -> list[tuple[NormalizedName, Requirement]]:
+        """Each reached node's requirement on ``name`` that holds for the target."""
+        return [(node, req) for node in sorted(self.extras) for req in self.nodes[node] or []
+                if canonicalize_name(req.name) == name and self.active(req, self.extras[node])]
+
+    def knows_all(self) -> bool:
+        """Whether every reached node's requirements are known."""
+        return all(self.nodes[node] is not None for node in self.extras)
+
+
+# -- the checks (pure) -------------------------------------------------------------
+
+
+def file_overlaps(found: Mapping[NormalizedName, WheelListing]) -> list[Overlap]:
+    """Every pair of distributions that install one path with different hashes (or a path whose
+    RECORD gives no hash: bytes that cannot be compared count as different)."""
+    owners: dict[str, list[tuple[NormalizedName, str]]] = {}
+    for name in sorted(found):
+        for path, digest in found[name].files.items():
+            owners.setdefault(path, []).append((name, digest))
+    pairs: dict[tuple[NormalizedName, NormalizedName], list[str]] = {}
+    for path, who in owners.items():
+        for i, (a, ha) in enumerate(who):
+            for b, hb in who[i + 1:]:
+                if ha != hb or not ha:
+                    pairs.setdefault((a, b), []).append(path)
+    return [Overlap(a, b, tuple(sorted(paths))) for (a, b), paths in sorted(pairs.items())]
+
+
+def overlap_error(spec: EnvSpec, overlaps: Sequence[Overlap], versions: Mapping[NormalizedName, str],
+                  graph: Requirements) -> OverlapError:
+    """The error for ``overlaps``: both distributions, the files, who pulled each in, the fix."""
+    details: list[str] = []
+    for o in overlaps:
+        shown = ", ".join(o.paths[:SHOWN_PATHS])
+        more = f" and {len(o.paths) - SHOWN_PATHS} more" if len(o.paths) > SHOWN_PATHS else ""
+        count = f"{len(o.paths)} file{'s' if len(o.paths) != 1 else ''}"
+        details.append(f"{o.first} {versions[o.first]} and {o.second} {versions[o.second]} both install "
+                       f"{shown}{more} ({count}, different bytes)")
+        for name in (o.first, o.second):
+            details.append(f"  {name} {versions[name]}: {_why(spec, name, graph)}")
+        details.append(f"  fix: {_fix(spec, o)}")
+    if len(overlaps) == 1:
+        head = f"{overlaps[0].first} and {overlaps[0].second} install the same files with different bytes"
+    else:
+        head = f"{len(overlaps)} pairs of distributions install the same files with different bytes"
+    return OverlapError(f"{spec.path}: {head}; the one installed last would overwrite the other's, so "
+                        "nothing is locked", details=details)
+
+
+def _why(spec: EnvSpec, name: NormalizedName, graph: Requirements) -> str:
+    if name in spec.packages:
+        return "declared in [packages]"
+    chain = graph.chain(name)
+    if not chain:
+        return "required by nothing envlock can read (a local build's requirements that are not static?)"
+    if chain[0] not in spec.packages:  # a root that is no spec package: a non-isolated build's requirement
+        return "pulled in by a [builds.*] requires: " + " -> ".join(chain)
+    return "pulled in by " + " -> ".join(chain)
+
+
+def _fix(spec: EnvSpec, o: Overlap) -> str:
+    free = [n for n in (o.first, o.second) if n not in spec.packages]
+    if not free:
+        return f"keep one of packages.{o.first} and packages.{o.second} in {spec.path.name}"
+    options = " or ".join(f'resolution.exclude = ["{n}"]' for n in free)
+    return f"{options} in {spec.path.name}, for the one the env does not need"
+
+
+def dead_excludes(spec: EnvSpec, graph: Requirements) -> list[str]:
+    """A note for each ``resolution.exclude`` that nothing in the resolution requires (when who
+    requires whom is fully known: else nothing is said)."""
+    if not graph.knows_all():
+        return []
+    return [f"resolution.exclude: {name} matched nothing: no package requires it"
+            for name in spec.resolution.exclude if not graph.requirers(name)]
+
+
+def beaten_pins(spec: EnvSpec, versions: Mapping[NormalizedName, str],
+                graph: Requirements) -> list[tuple[str, str, str]]:
+    """(override, requirer, requirement) for each upstream requirement that the locked version of an
+    overridden package does not satisfy: the pins the overrides beat."""
+    out = []
+    for text in spec.resolution.overrides:
+        name = canonicalize_name(Requirement(text).name)
+        if name not in versions:
+            continue
+        for requirer, req in graph.requirers(name):
+            try:
+                if req.specifier.contains(Version(versions[name]), prereleases=True):
+                    continue
+            except InvalidVersion:
+                continue
+            out.append((text, str(requirer), f"{req.name}{req.specifier}"))
+    return sorted(set(out))
+
+
+def override_notes(beaten: Sequence[tuple[str, str, str]], before: Sequence[str] | None) -> list[str]:
+    """A note for each pin beaten now that the earlier lock did not record (none without one)."""
+    if before is None:
+        return []
+    return [f"resolution.overrides: {text} overrides {requirer}'s {req}"
+            for text, requirer, req in beaten if f"{requirer}: {req}" not in before]
+
+
+def fetchcontent_notes(b: BuildSpec, project: str, found: Sequence[Declared]) -> list[str]:
+    """A note for each input the CMake files of build ``b`` (its source folder ``project``) declare
+    that ``fetchcontent`` does not, or names with another commit, tag, repository or URL."""
+    ours = {dep.name.lower(): dep for dep in b.fetchcontent}
+    out = []
+    for d in found:
+        where = f"{project}/{d.file}" if project else d.file
+        key = f"builds.{b.name}.fetchcontent"
+        dep = ours.get(d.name.lower())
+        if dep is None:
+            out.append(f"{key}: {where} declares {d.name} ({d.how()}), the spec does not: the build downloads it "
+                       f"unchecked, or cannot configure (declare {d.name} = {{ git = ..., rev = ... }})")
+            continue
+        differs = []
+        if d.tag and "${" not in d.tag and not _same_rev(dep.rev, d.tag):
+            differs.append(f"GIT_TAG {d.tag}")
+        if d.git and "${" not in d.git and dep.git and _repo(d.git) != _repo(dep.git):
+            differs.append(f"GIT_REPOSITORY {d.git}")
+        # An archive URL names its commit or tag: .../archive/<ref>.tar.gz
+        ref = re.sub(r"\.(tar\.gz|tgz|tar\.bz2|tar\.xz|zip)$", "", d.url.rsplit("/", 1)[-1]) if d.url else ""
+        if d.url and not (dep.rev and (dep.rev in d.url or _same_rev(dep.rev, ref))):
+            differs.append(f"URL {d.url}")
+        if differs:
+            out.append(f"{key}.{dep.name}: {where} declares {', '.join(differs)}; the spec has "
+                       f"git {dep.git} at rev {dep.rev}")
+    return out
+
+
+def _same_rev(rev: str, written: str) -> bool:
+    """Whether the spec's ``rev`` is the one CMake's ``written`` names: the same, or a commit
+    ``written`` abbreviates (7 or more hex digits)."""
+    return rev == written or (len(written) >= 7 and re.fullmatch(r"[0-9a-f]+", written) is not None
+                              and rev.startswith(written))
+
+
+def _repo(url: str) -> str:
+    """A git URL's repository name (``cutlass`` of ``https://github.com/NVIDIA/cutlass.git``): a mirror
+    of it (a local path, another host) names the same one."""
+    return url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git").lower()
+
+
+# -- gathering and the whole check ---------------------------------------------------
+
+
+def static_requirements(project: Path) -> list[Requirement] | None:
+    """A source project's ``[project] dependencies`` from its pyproject.toml, or None when they are
+    not static (``dynamic``, no [project], unreadable)."""
+    try:
+        doc = tomllib.loads((project / "pyproject.toml").read_text())
+    except (OSError, ValueError):
+        return None
+    table = doc.get("project")
+    if not isinstance(table, dict) or "dependencies" in table.get("dynamic", []):
+        return None
+    deps = table.get("dependencies", [])
+    try:
+        return [Requirement(d) for d in deps] if isinstance(deps, list) else None
+    except (InvalidRequirement, TypeError):
+        return None
+
+
+def _parsed(lines: Iterable[str]) -> list[Requirement] | None:
+    try:
+        return [Requirement(line) for line in lines]
+    except InvalidRequirement:
+        return None
+
+
+@dataclass(frozen=True)
+class GuardInputs:
+    """What the guards read besides the spec: the resolved packages, each local build's project
+    folder (by the package it provides) and source-relative subdirectory, the build requirements
+    locked with the env, and the pins the earlier lock's overrides beat (None: no earlier lock)."""
+
+    packages: tuple[LockedPackage, ...]
+    store: Store
+    projects: Mapping[NormalizedName, tuple[Path, str]] = field(default_factory=dict)
+    extra_requirements: tuple[str, ...] = ()
+    before: tuple[str, ...] | None = None
+    base: Path | None = None  # where a lock's relative wheel paths start
+
+
+def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
+    """Every guard on a resolution about to be locked: ``OverlapError`` for files two distributions
+    install with different bytes, else the notes and the pins the overrides beat."""
+    read = listings({str(p.name): p.wheels[0] for p in inputs.packages if p.wheels}, inputs.store, base=inputs.base)
+    found = {canonicalize_name(n): got for n, got in read.items() if isinstance(got, WheelListing)}
+    notes = [f"{n}: what it installs could not be read ({got}); not checked for files another "
+             "distribution installs too" for n, got in sorted(read.items()) if isinstance(got, ListingError)]
+    nodes: dict[NormalizedName, list[Requirement] | None] = {n: _parsed(got.requires) for n, got in found.items()}
+    nodes.update({n: None for n in map(canonicalize_name, read) if n not in nodes})
+    nodes.update({name: static_requirements(project) for name, (project, _) in inputs.projects.items()})
+    roots = [Requirement(str(p.name)) for p in spec.packages.values()]
+    roots += [r for r in (_parsed(inputs.extra_requirements) or [])]
+    graph = Requirements(nodes=nodes, roots=roots, environment=target_environment(spec.python, spec.platform))
+    graph.walk()
+    versions = {p.name: p.version for p in inputs.packages}
+    if overlaps := file_overlaps(found):
+        raise overlap_error(spec, overlaps, versions, graph)
+    notes += dead_excludes(spec, graph)
+    beaten = beaten_pins(spec, versions, graph)
+    notes += override_notes(beaten, inputs.before)
+    for name, (project, subdirectory) in sorted(inputs.projects.items()):
+        build = spec.packages[name].build
+        if build is not None and build in spec.builds:
+            notes += fetchcontent_notes(spec.builds[build], subdirectory, declared(project))
+    return GuardReport(notes=tuple(notes), overridden=tuple(sorted({f"{r}: {q}" for _, r, q in beaten})))
+

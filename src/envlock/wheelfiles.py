@@ -1,0 +1,232 @@
+"""What a wheel installs, read without downloading it: its RECORD (path -> hash) and Requires-Dist.
+
+A lock's guards compare what distributions install (two that write one path with different
+bytes: PyPI's ``triton`` and the nightly's ``pytorch-triton`` both install ``triton/``) and who
+requires whom. A wheel the store holds is read there; any other is read from its index with
+HTTP range requests, as pip and uv read metadata (PEP 658 aside): the tail of the file (the zip's
+end record and central directory, where wheel writers also put ``.dist-info``), then the
+``RECORD`` and ``METADATA`` members where they are. That is a few hundred kB for a 1 GB torch
+wheel. What was read from an index is kept in the store as ``listings/<wheel sha256>.json``, so
+a relock asks nothing again. A listing read by ranges is what the index served, not bytes hashed
+against the lock: it feeds a guard, never an install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from email.parser import BytesParser
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from envlock.store import Store, store_file, write_atomic
+
+if TYPE_CHECKING:
+    from envlock.lockfile import Artifact
+
+#: The first request asks for this many bytes at the end of the file: a small wheel whole, a big
+#: one's central directory and ``.dist-info`` most of the time.
+TAIL_BYTES = 64 * 1024
+#: Reads for one listing stop past this: a wheel's directory and RECORD are far smaller.
+MAX_READ_BYTES = 64 << 20
+_DATA_DIRS = {"purelib": "", "platlib": "", "scripts": "<scripts>/", "headers": "<headers>/", "data": "<data>/"}
+
+
+class ListingError(Exception):
+    """A wheel's listing cannot be read (the index serves no ranges, the file is no wheel, ...)."""
+
+
+@dataclass(frozen=True)
+class WheelListing:
+    """What one wheel installs and requires."""
+
+    # Installed path (relative to site-packages; ``<scripts>/``, ``<data>/``, ``<headers>/`` for
+    # the other install schemes) -> RECORD's hash (``sha256=<urlsafe base64>``, "" when none).
+    files: Mapping[str, str]
+    requires: tuple[str, ...]  # Requires-Dist lines of METADATA, as written
+    via: str = "store"  # where it was read: "store", "file" (a wheel on disk), "index" (ranges), "cache"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"files": dict(sorted(self.files.items())), "requires": list(self.requires)}
+
+    @classmethod
+    def from_dict(cls, doc: object, via: str) -> WheelListing:
+        if not isinstance(doc, dict):
+            raise ListingError("not a listing")
+        files, requires = doc.get("files"), doc.get("requires")
+        if not (isinstance(files, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in files.items())
+                and isinstance(requires, list) and all(isinstance(r, str) for r in requires)):
+            raise ListingError("not a listing")
+        return cls(files=files, requires=tuple(requires), via=via)
+
+
+def listing(artifact: Artifact, store: Store, *, base: Path | None = None) -> WheelListing:
+    """What ``artifact`` installs and requires: from its store copy, else a wheel on disk (a
+    ``file://`` URL, or ``path`` relative to ``base``), else the store's record of an earlier
+    read, else its URL by range requests (then recorded). ``ListingError`` says why not."""
+    from envlock import http
+
+    stored = store_file(store, artifact)
+    if stored.is_file():
+        return _read_local(stored, "store")
+    local = http.file_path(artifact.url) if artifact.url else (
+        str(base / artifact.path) if base is not None and artifact.path else None)
+    if local is not None:
+        return _read_local(Path(local), "file")
+    record = store.path("listings", f"{artifact.sha256}.json")
+    try:
+        return WheelListing.from_dict(json.loads(record.read_text()), "cache")
+    except (OSError, ValueError, ListingError):
+        pass
+    if artifact.url is None:
+        raise ListingError("neither in the store nor at a URL")
+    try:
+        with _RemoteFile(artifact.url) as remote:
+            found = _read_zip(remote, "index")  # type: ignore[arg-type]  # a binary file, as zipfile reads one
+    except http.HttpError as exc:
+        raise ListingError(str(exc)) from None
+    with contextlib.suppress(OSError):  # a record is a shortcut only: the next lock reads the index again
+        write_atomic(record, json.dumps(found.to_dict(), sort_keys=True).encode())
+    return found
+
+
+def _read_local(path: Path, via: str) -> WheelListing:
+    try:
+        with path.open("rb") as fh:
+            return _read_zip(fh, via)
+    except OSError as exc:
+        raise ListingError(f"cannot read {path} ({exc.strerror})") from None
+
+
+def _read_zip(fh: IO[bytes], via: str) -> WheelListing:
+    try:
+        with zipfile.ZipFile(fh) as zf:
+            infos = [n for n in zf.namelist() if n.count("/") == 1 and n.split("/")[0].endswith(".dist-info")]
+            dist_info = {n.split("/")[0] for n in infos}
+            if len(dist_info) != 1:
+                raise ListingError(f"not a wheel (expected one top-level .dist-info folder, found {len(dist_info)})")
+            (folder,) = dist_info
+            names = set(zf.namelist())
+            if f"{folder}/RECORD" not in names or f"{folder}/METADATA" not in names:
+                raise ListingError(f"not a wheel ({folder} lacks RECORD or METADATA)")
+            for member in ("RECORD", "METADATA"):  # zipfile stops at the size the directory says
+                if zf.getinfo(f"{folder}/{member}").file_size > MAX_READ_BYTES:
+                    raise ListingError(f"{folder}/{member} is larger than {MAX_READ_BYTES >> 20} MiB")
+            record = zf.read(f"{folder}/RECORD").decode("utf-8")
+            metadata = BytesParser().parsebytes(zf.read(f"{folder}/METADATA"), headersonly=True)
+    except (zipfile.BadZipFile, UnicodeDecodeError, NotImplementedError, EOFError) as exc:
+        raise ListingError(f"not a readable wheel ({exc})") from None
+    return WheelListing(files=installed_files(record), requires=tuple(metadata.get_all("Requires-Dist") or []),
+                        via=via)
+
+
+def installed_files(record: str) -> dict[str, str]:
+    """RECORD's rows (PEP 376 CSV: path, hash, size) as installed path -> hash; the ``.dist-info``
+    folder's own files are left out (no two distributions share one), ``.data`` paths are mapped
+    to where they install."""
+    import csv
+
+    out = {}
+    for row in csv.reader(io.StringIO(record)):
+        if not row or not row[0]:
+            continue
+        path, digest = row[0], row[1] if len(row) > 1 else ""
+        top, _, rest = path.partition("/")
+        if top.endswith(".dist-info"):
+            continue
+        if top.endswith(".data"):
+            scheme, _, inner = rest.partition("/")
+            path = _DATA_DIRS.get(scheme, f"<{scheme}>/") + inner
+        out[path] = digest
+    return out
+
+
+class _RemoteFile(io.RawIOBase):
+    """A remote file read as a seekable binary file, each missing piece fetched by one range request
+    of at least ``TAIL_BYTES`` (zipfile reads the end record, the directory, then members)."""
+
+    def __init__(self, url: str) -> None:
+        from envlock import http
+
+        super().__init__()
+        self._url = url
+        first = http.read_range(url, last=TAIL_BYTES)
+        self._size = first.total
+        self._parts = [(first.start, first.data)]
+        self._pos = 0
+        self._read_bytes = len(first.data)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self._size - self._pos)
+        if n <= 0:
+            return 0
+        data = self._bytes(self._pos, n)
+        buffer[:n] = data
+        self._pos += n
+        return n
+
+    def _bytes(self, start: int, n: int) -> bytes:
+        for first, data in self._parts:
+            if first <= start and start + n <= first + len(data):
+                return data[start - first:start - first + n]
+        from envlock import http
+
+        # What a part already holds from ``start`` on is not asked again (zipfile reads a member's
+        # header, then its data); else an aligned block, so that the members zipfile reads next
+        # (METADATA beside RECORD) often come with it.
+        head = next((data[start - first:] for first, data in self._parts if first <= start < first + len(data)), b"")
+        first = start + len(head) if head else start - start % TAIL_BYTES
+        end = min(self._size, max(start + n, first + TAIL_BYTES)) - 1
+        self._read_bytes += end + 1 - first
+        if self._read_bytes > MAX_READ_BYTES:
+            raise http.HttpError(self._url, f"more than {MAX_READ_BYTES >> 20} MiB read for its listing; "
+                                            "not a wheel's directory")
+        got = http.read_range(self._url, start=first, end=end)
+        if got.start != first or len(got.data) != end + 1 - first:
+            raise http.HttpError(self._url, f"asked for bytes {first}-{end}, got {len(got.data)} from {got.start}")
+        if head:
+            first, data = start, head + got.data
+        else:
+            data = got.data
+        self._parts.append((first, data))
+        return data[start - first:start - first + n]
+
+
+def listings(artifacts: Mapping[str, Artifact], store: Store, *, base: Path | None = None,
+             jobs: int = 8) -> dict[str, WheelListing | ListingError]:
+    """``listing`` of each artifact (by a name of the caller's), read ``jobs`` at a time; a failure
+    is that artifact's ``ListingError``, not the others'."""
+    from envlock.progress import Stop, parallel
+
+    names = sorted(artifacts)
+
+    def one(name: str) -> WheelListing | ListingError:
+        try:
+            return listing(artifacts[name], store, base=base)
+        except ListingError as exc:
+            return exc
+
+    calls: list[Callable[[Stop], WheelListing | ListingError]] = [
+        lambda stop, name=name: one(name) for name in names]  # type: ignore[misc]
+    got = parallel(calls, jobs=jobs) if calls else []
+    # parallel hands back a FetchError as a result: here none is raised, but it is typed so.
+    return {name: r if isinstance(r, WheelListing | ListingError) else ListingError(str(r))
+            for name, r in zip(names, got, strict=True)}

@@ -1,0 +1,224 @@
+"""``envlock gc``: roots (generations, git history, pins) keep their closures; the rest goes; a killed gc
+leaves a store a sync and a second gc work on."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from envlock import generations
+from envlock.digest import stored_manifest
+from envlock.lockfile import Lock
+from envlock.store import Store
+from kit.index import IndexServer
+from kit.locks import lock_for, sha256_of
+from kit.wheels import build_wheel
+
+
+@dataclass
+class Setup:
+    server: IndexServer
+    ws: Path
+    home: Path
+    locks: dict[str, Path]  # name -> lock file
+    unrooted_wheel: str  # sha256 of the wheel only the dropped generation's lock names
+
+
+def _git(ws: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")
+    return subprocess.run(["git", *args], cwd=ws, env=env, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> Iterator[Setup]:  # type: ignore[no-untyped-def]
+    server = IndexServer(tmp_path / "served").start()
+    w = tmp_path / "wheels"
+    wheels = {name: build_wheel(w, name.split("-")[0], name.split("-")[1]) for name in
+              ("alpha-1.0", "alpha-2.0", "beta-1.0", "gamma-1.0", "delta-1.0")}
+    big = build_wheel(w, "big", "1.0", files={"big/blob.bin": os.urandom(300_000)})
+    server.add("pypi", big, *wheels.values())
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "locks").mkdir()
+    home = tmp_path / "home"
+    monkeypatch.setenv("ENVLOCK_HOME", str(home))
+    monkeypatch.chdir(ws)
+    v1 = lock_for(server, "pypi", [wheels["alpha-1.0"], wheels["beta-1.0"]])
+    v2 = lock_for(server, "pypi", [wheels["alpha-2.0"], big])
+    v3 = lock_for(server, "pypi", [wheels["gamma-1.0"]])  # only in git history, pinned
+    v4 = lock_for(server, "pypi", [wheels["delta-1.0"]])  # a generation gc drops: unrooted
+    files = {"v2": tmp_path / "v2.toml", "v3": tmp_path / "v3.toml", "v4": tmp_path / "v4.toml",
+             "v1": ws / "locks" / "pylock.demo.toml"}
+    for name, lock in (("v1", v1), ("v2", v2), ("v3", v3), ("v4", v4)):
+        files[name].write_text(lock.to_toml())
+    # History: v3 committed, then v1 over it (HEAD).
+    _git(ws, "init", "-q")
+    (ws / "locks" / "pylock.demo.toml").write_text(v3.to_toml())
+    _git(ws, "add", "-A")
+    _git(ws, "commit", "-qm", "v3")
+    files["v1"].write_text(v1.to_toml())
+    _git(ws, "commit", "-qam", "v1")
+    # Generations: v3, v4, then three over two locks (v1, v2, v1).
+    for name in ("v3", "v4", "v1", "v2", "v1"):
+        r = cli("sync", "demo", "--lock", str(files[name]))
+        assert r.code == 0, r.err
+    _git(ws, "commit", "-qam", "v1 with its venv digest")
+    delta = v4.packages[0].wheels[0].sha256
+    yield Setup(server, ws, home, files, delta)
+    server.stop()
+
+
+def _assert_store_whole(store: Store) -> None:
+    """Every entry is complete, every generation's venv is there."""
+    for entry in (store.root / "wheels").iterdir():
+        for wheel in entry.iterdir():
+            assert sha256_of(wheel) == entry.name
+    for venv in (store.root / "venvs").iterdir():
+        assert stored_manifest(venv) is not None, f"{venv}: incomplete venv entry"
+    for gen in generations.list_generations(store, "demo"):
+        assert gen.venv.resolve().is_dir(), f"generation {gen.number}: venv gone"
+
+
+def test_dry_run_then_gc_keeps_every_root_and_frees_the_rest(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
+    store = Store.open(setup.home)
+    assert cli("pin", "demo", "--lock", "locks/pylock.demo.toml@HEAD~2").code == 0  # v3, from git history
+    listing = json.loads(cli("pins", "--json").out)["pins"]
+    assert [p["label"] for p in listing] == ["locks/pylock.demo.toml@HEAD~2"]
+    before = sorted(p.name for p in (store.root / "wheels").iterdir())
+    assert setup.unrooted_wheel in before
+
+    dry = cli("gc", "--dry-run", "--keep-git", "none", "--json")
+    assert dry.code == 0, dry.err
+    planned = json.loads(dry.out)
+    assert planned["dry_run"] is True and planned["freed"] > 0
+    assert f"wheels/{setup.unrooted_wheel}" in planned["removed"]
+    assert planned["generations"] == ["demo/1", "demo/2"]
+    assert sorted(p.name for p in (store.root / "wheels").iterdir()) == before  # nothing removed
+    kinds = sorted({r["kind"] for r in planned["roots"]})
+    assert kinds == ["generation", "pin", "workspace"]
+
+    done = cli("gc", "--keep-git", "none")
+    assert done.code == 0, done.err
+    lines = done.out.splitlines()
+    assert lines[0] == "roots: 5 locks (3 generations, 1 workspace lock, 0 git locks, 1 pin)"
+    assert lines[1].startswith(f"before: {planned['before']['entries']} entries, ")
+    assert lines[2].startswith(f"removed: {len(planned['removed'])} entries, 2 old generations, freeing ")
+    assert not store.has("wheels", setup.unrooted_wheel)
+    assert [g.number for g in generations.list_generations(store, "demo")] == [3, 4, 5]
+    _assert_store_whole(store)
+    # Every remaining uv-cache archive is linked from a kept venv.
+    kept = {(os.lstat(p).st_dev, os.lstat(p).st_ino) for v in (store.root / "venvs").iterdir()
+            for p in v.rglob("*") if p.is_file() and not p.is_symlink()}
+    for archive in (store.root / "uv-cache" / "archive-v0").iterdir():
+        inodes = {(os.lstat(p).st_dev, os.lstat(p).st_ino) for p in archive.rglob("*") if p.is_file()}
+        assert inodes & kept, f"{archive}: kept, yet no kept venv links to it"
+
+    # Every rooted lock still syncs offline (v3 through its pin: its venv was kept too).
+    setup.server.stop()
+    for name in ("v1", "v2", "v3"):
+        r = cli("sync", "demo", "--lock", str(setup.locks[name]), "--offline", "--json")
+        assert r.code == 0, r.err
+        assert json.loads(r.out)["venv_digest"] == Lock.from_toml(setup.locks[name].read_text(), "x").venv_digest
+    r = cli("sync", "demo", "--lock", str(setup.locks["v4"]), "--offline")
+    assert r.code == 1 and "--offline: 1 locked artifact not in the store" in r.err
+
+
+def test_git_history_and_tags_are_roots_and_an_unpinned_lock_goes(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
+    store = Store.open(setup.home)
+    gamma = Lock.from_toml(setup.locks["v3"].read_text(), "v3").packages[0].wheels[0].sha256
+    # History keeps v3 (HEAD~2 changed the lock).
+    assert cli("gc").code == 0
+    assert store.has("wheels", gamma)
+    # Only tags: none holds v3, so it goes; the uv cache sheds what its venv linked to.
+    assert cli("gc", "--keep-git", "tags").code == 0
+    assert not store.has("wheels", gamma)
+    # A pin and its unpin.
+    assert cli("pin", "demo", "--lock", str(setup.locks["v2"])).code == 0
+    r = cli("unpin", "demo", "--lock", str(setup.locks["v3"]))
+    assert r.code == 2
+    v2_sha = hashlib.sha256(setup.locks["v2"].read_bytes()).hexdigest()
+    assert r.err == (f"envlock: error: {setup.locks['v3']}: not pinned for env 'demo' (pins: {setup.locks['v2']} "
+                     f"({v2_sha[:12]})); `envlock pins` lists them\n")
+    assert cli("unpin", "demo", "--all").out.startswith(f"unpinned {setup.locks['v2']} (")
+    assert json.loads(cli("pins", "--json").out) == {"pins": []}
+    # After the uv cache was trimmed, an unrooted lock syncs again (uv unpacks its wheels anew).
+    r = cli("sync", "demo", "--lock", str(setup.locks["v3"]), "--json")
+    assert r.code == 0, r.err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--keep-generations", "0"], "--keep-generations: expected 1 or more (the current generation is always kept); "
+                                  "--git-depth: expected 0 or more"),
+    (["--keep-git", "some"], "--keep-git some: expected one of all, tags, none"),
+])
+def test_gc_option_errors(ws, cli, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+    r = cli("gc", *args)
+    assert r.code == 2
+    assert r.err == f"envlock: error: {message}\n"
+
+
+def _envlock(ws: Path, home: Path, *args: str, extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    tests = str(Path(__file__).parent)
+    env = dict(os.environ, ENVLOCK_HOME=str(home), PYTHONPATH=os.pathsep.join(filter(None, [tests, os.environ.get(
+        "PYTHONPATH")])), **(extra or {}))
+    return subprocess.Popen([sys.executable, "-c", "import kit.pause; kit.pause.main()", *args], cwd=ws, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_gc_killed_midway_leaves_a_store_a_sync_and_a_second_gc_work_on(  # type: ignore[no-untyped-def]
+        setup: Setup, tmp_path: Path, cli) -> None:
+    marker = tmp_path / "paused"
+    proc = _envlock(setup.ws, setup.home, "gc", "--keep-git", "none",
+                    extra={"PAUSE_AT": "gc-remove", "PAUSE_MARKER": str(marker), "PAUSE_COUNT": "3"})
+    deadline = time.monotonic() + 60
+    try:
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "gc never reached its third removal"
+            time.sleep(0.02)
+        # A sync beside the paused gc waits for it (the store's writer lock), it does not race it.
+        beside = _envlock(setup.ws, setup.home, "sync", "demo", "--lock", str(setup.locks["v2"]))
+        time.sleep(0.5)
+        assert beside.poll() is None
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    _out, err = beside.communicate(timeout=60)
+    assert beside.returncode == 0, err
+    store = Store.open(setup.home)  # clears the killed gc's renamed-away litter
+    assert [p.name for p in store.tmp.iterdir() if not p.name.startswith(("partial", "venv-slot"))] == []
+    _assert_store_whole(store)
+    assert generations.current_number(store, "demo") == 6
+    r = cli("sync", "demo", "--lock", str(setup.locks["v1"]), "--offline")
+    assert r.code == 0, r.err
+    second = cli("gc", "--keep-git", "none", "--json")
+    assert second.code == 0, second.err
+    assert f"wheels/{setup.unrooted_wheel}" in json.loads(second.out)["removed"] or \
+        not store.has("wheels", setup.unrooted_wheel)
+    assert not store.has("wheels", setup.unrooted_wheel)
+    _assert_store_whole(store)
+
+
+def test_gc_waits_for_a_running_sync_and_says_so(setup: Setup) -> None:
+    store = Store.open(setup.home)
+    with store.writing():  # as a sync holds it from its first fetch to its flip
+        proc = _envlock(setup.ws, setup.home, "gc")
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line == "envlock: waiting for the running syncs to end (gc never removes what a sync links)\n"
+        time.sleep(0.3)
+        assert proc.poll() is None  # still waiting
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.splitlines()[2].startswith("removed: ")

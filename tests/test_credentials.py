@@ -1,0 +1,224 @@
+"""Credentials for a private index on loopback: $NETRC, its permissions, a redirect's own netrc
+entry, a keyring command on PATH (the subprocess protocol uv uses), and what a 401 says."""
+
+from __future__ import annotations
+
+import base64
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envlock import http, netauth, runner
+from envlock.errors import PackageIndexError
+from envlock.indexes import project_files
+from kit.index import IndexServer
+from kit.wheels import build_wheel
+
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _basic(login: str) -> str:
+    return "Basic " + base64.b64encode(login.encode()).decode()
+
+
+@pytest.fixture
+def private(tmp_path: Path) -> Iterator[IndexServer]:
+    """An index that answers 401 to any request without alice's credentials."""
+    server = IndexServer(tmp_path / "served").start()
+    server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
+    server.required_auth = _basic("alice:s3cret")
+    netauth.forget()
+    yield server
+    server.stop()
+    netauth.forget()
+
+
+def _netrc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, mode: int = 0o600) -> Path:
+    path = tmp_path / "ci-netrc"
+    path.write_text(text)
+    path.chmod(mode)
+    monkeypatch.setenv("NETRC", str(path))
+    return path
+
+
+def _uv(tmp_path: Path, index: str) -> runner.Result:
+    req = tmp_path / "requirements.in"
+    req.write_text("tinydep\n")
+    return runner.uv([*runner.compile_args(req, tmp_path / "out.txt", python=PY, default_index=index),
+                      "--no-cache"])
+
+
+def test_a_basic_auth_index_through_netrc_for_envlock_and_uv(private: IndexServer, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    _netrc(tmp_path, monkeypatch, "machine 127.0.0.1\n  login alice\n  password s3cret\n")
+    assert [f.filename for f in project_files(private.url("pypi"), "tinydep")] == ["tinydep-1.0-py3-none-any.whl"]
+    assert private.auth_seen("") == _basic("alice:s3cret")  # the page /pypi/simple/tinydep/
+    result = _uv(tmp_path, private.url("pypi"))  # uv reads $NETRC itself: it reaches uv unchanged
+    assert result.ok, result.tail()
+
+
+def test_a_401_names_the_index_where_envlock_looked_and_the_three_ways(private: IndexServer, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _netrc(tmp_path, monkeypatch, "machine elsewhere.example login bob password x\n")
+    with pytest.raises(PackageIndexError) as info:
+        project_files(private.url("pypi"), "tinydep")
+    host = private.base.removeprefix("http://")
+    assert info.value.message == f"{private.url('pypi')}/tinydep/: cannot read the index page: HTTP 401: the " \
+                                 "server asks for credentials"
+    assert info.value.details == (
+        f"looked for credentials in: the index URL (no user:password); {path} (no entry for 127.0.0.1); "
+        "the keyring (off)",
+        f"give them one of three ways: in the index URL (https://USER:TOKEN@{host}/..., in the spec or "
+        f"ENVLOCK_INDEX_<NAME>); in a netrc file (`machine {host} login USER password TOKEN` in ~/.netrc or "
+        "$NETRC, mode 600); or from a keyring: USER@ in the index URL and --keyring-provider subprocess "
+        "(ENVLOCK_KEYRING_PROVIDER=subprocess), which runs `keyring get URL USER`")
+
+
+def test_wrong_credentials_are_said_to_be_refused(private: IndexServer, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _netrc(tmp_path, monkeypatch, "machine 127.0.0.1 login alice password wrong\n")
+    with pytest.raises(PackageIndexError) as info:
+        project_files(private.url("pypi"), "tinydep")
+    assert info.value.message.endswith("HTTP 401: the server refused the credentials sent")
+    assert info.value.details[0] == (f"looked for credentials in: the index URL (no user:password); "
+                                     f"{path} (an entry for 127.0.0.1)")
+
+
+def test_a_netrc_others_can_read_is_refused_with_the_chmod(private: IndexServer, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Python's netrc refused it too, silently: the index then answered 401 with no hint.
+    path = _netrc(tmp_path, monkeypatch, "machine 127.0.0.1 login alice password s3cret\n", mode=0o644)
+    with pytest.raises(PackageIndexError) as info:
+        project_files(private.url("pypi"), "tinydep")
+    assert info.value.message == (
+        f"{private.url('pypi')}/tinydep/: cannot read the index page: {path} holds credentials for 127.0.0.1 but "
+        f"other users can read it (mode 0644); envlock does not send them: run `chmod 600 {path}`")
+    assert private.auth_seen("") is None  # refused before anything was sent
+    path.chmod(0o600)
+    assert project_files(private.url("pypi"), "tinydep")
+
+
+def test_an_unsafe_netrc_without_the_host_does_not_stop_other_requests(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    server = IndexServer(tmp_path / "served").start()
+    server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
+    _netrc(tmp_path, monkeypatch, "machine elsewhere.example login bob password x\n", mode=0o644)
+    try:
+        assert project_files(server.url("pypi"), "tinydep")
+    finally:
+        server.stop()
+
+
+def test_a_redirect_to_another_host_gets_that_hosts_own_netrc_entry(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # 127.0.0.1 and localhost: two hosts as netrc names them. Each gets its own entry, never the other's.
+    wheel = build_wheel(tmp_path / "wheels", "x", "1.0")
+    a, b = (IndexServer(tmp_path / n).start() for n in ("a", "b"))
+    b.add("pypi", wheel)
+    b.required_auth = _basic("bob:b0b")
+    _netrc(tmp_path, monkeypatch, "machine 127.0.0.1 login alice password s3cret\n"
+                                  "machine localhost login bob password b0b\n")
+    target = b.file_url("pypi", wheel.name).replace("127.0.0.1", "localhost")
+    a.redirects["/pypi/files/moved.whl"] = target
+    try:
+        with http.open_stream(a.file_url("pypi", "moved.whl")) as body:
+            assert b"".join(body.chunks) == wheel.read_bytes()
+    finally:
+        a.stop()
+        b.stop()
+    assert a.auth_seen("moved.whl") == _basic("alice:s3cret")
+    assert b.auth_seen(wheel.name) == _basic("bob:b0b")
+
+
+@pytest.fixture
+def keyring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``keyring`` command on PATH that knows alice's password for any service; its calls are logged."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    log = tmp_path / "keyring.log"
+    script = folder / "keyring"
+    script.write_text(f"#!{sys.executable}\nimport sys\n"
+                      "import os\n"
+                      f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + f' (from {{os.getppid()}})\\n')\n"
+                      "args = [a for a in sys.argv[1:] if not a.startswith('--mode')]\n"
+                      "if args[:1] == ['get'] and args[-1] == 'alice':\n"
+                      "    print('s3cret')\n"
+                      "else:\n"
+                      "    sys.exit(1)\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_the_keyring_is_asked_only_when_enabled(private: IndexServer, keyring: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    index = private.url("pypi").replace("http://", "http://alice@")
+    with http.credentials(index), pytest.raises(PackageIndexError) as info:
+        project_files(private.url("pypi"), "tinydep")
+    assert "the index URL (a user, no password)" in info.value.details[0]
+    assert info.value.details[0].endswith("; the keyring (off)")
+    assert not keyring.exists()
+    monkeypatch.setenv("ENVLOCK_KEYRING_PROVIDER", "subprocess")
+    with http.credentials(index):
+        assert project_files(private.url("pypi"), "tinydep")
+    assert keyring.read_text() == f"get {private.url('pypi')} alice (from {os.getpid()})\n"
+
+
+def test_keyring_for_envlock_and_uv_from_the_command_line(tmp_path: Path, keyring: Path, ws, cli) -> None:  # type: ignore[no-untyped-def]
+    # A private nightly index without hashes: envlock reads its page and hashes the nightly itself,
+    # uv resolves from it; both ask the keyring for alice's password (uv through UV_KEYRING_PROVIDER).
+    server = IndexServer(tmp_path / "served").start()
+    server.add_index("priv", hashes=False)
+    server.add("priv", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
+    server.add("priv", build_wheel(tmp_path / "wheels", "torch", "2.12.0.dev20260310+cpu"))
+    server.required_auth = _basic("alice:s3cret")
+    netauth.forget()
+    index = server.url("priv").replace("http://", "http://alice@")
+    ws.write_spec("e", f'[env]\npython = "{PY}"\n[indexes.priv]\nurl = "{index}"\ndefault = true\n'
+                       '[packages]\ntinydep = "==1.0"\n'
+                       'torch = { nightly = "2026-03-10", local = "cpu", index = "priv" }\n')
+    try:
+        refused = cli("-q", "lock", "e")
+        assert refused.code == 1, refused.err
+        assert "HTTP 401: the server refused user alice without a password" in refused.err
+        assert not keyring.exists()
+        locked = cli("-q", "--keyring-provider", "subprocess", "lock", "e")
+    finally:
+        server.stop()
+        netauth.forget()
+    assert locked.code == 0, locked.err
+    lock = (ws.root / "locks" / "pylock.e.toml").read_text()
+    assert "alice" not in lock and "s3cret" not in lock
+    asked = f"get {server.url('priv')} alice"
+    calls = keyring.read_text().splitlines()
+    assert f"{asked} (from {os.getpid()})" in calls  # envlock, in this process
+    assert any(c.startswith(asked) and not c.endswith(f"(from {os.getpid()})") for c in calls), calls  # uv
+
+
+def test_a_url_password_is_percent_decoded_once_and_a_netrc_one_not_at_all(private: IndexServer, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    private.required_auth = _basic("alice:p@ss%41")
+    index = private.url("pypi").replace("http://", "http://alice:p%40ss%2541@")
+    with http.credentials(index):
+        assert project_files(private.url("pypi"), "tinydep")
+    _netrc(tmp_path, monkeypatch, "machine 127.0.0.1 login alice password p@ss%41\n")
+    assert project_files(private.url("pypi"), "tinydep")
+
+
+def test_a_redirect_target_never_gets_the_netrc_default_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wheel = build_wheel(tmp_path / "wheels", "x", "1.0")
+    a, b = (IndexServer(tmp_path / n).start() for n in ("a", "b"))
+    b.add("pypi", wheel)
+    _netrc(tmp_path, monkeypatch, "default login carol password c4rol\n")
+    a.redirects["/pypi/files/moved.whl"] = b.file_url("pypi", wheel.name).replace("127.0.0.1", "localhost")
+    try:
+        with http.open_stream(a.file_url("pypi", "moved.whl")) as body:
+            assert b"".join(body.chunks) == wheel.read_bytes()
+    finally:
+        a.stop()
+        b.stop()
+    assert a.auth_seen("moved.whl") == _basic("carol:c4rol")  # asked for directly: the default entry, as curl
+    assert b.auth_seen(wheel.name) is None

@@ -1,0 +1,343 @@
+"""The lock's guards against silent moves: files two distributions install with different bytes fail
+the lock; a dead exclude, a newly beating override and an undeclared FetchContent input are noted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name
+
+from envlock import guards, wheelfiles
+from envlock.cmakefetch import Declared, declared
+from envlock.lockfile import Artifact, read_lock
+from envlock.store import Store
+from envlock.wheelfiles import WheelListing
+from kit.index import IndexServer
+from kit.wheels import build_wheel
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+#: Incompressible bytes: beta's wheel is larger than the tail envlock asks for first.
+NOISE = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(4000))
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    """``pypi`` (hashes listed; its wheels are read by range requests) and ``nightly`` (no hashes, as
+    PyTorch's: its wheels are downloaded into the store to hash them, and read there)."""
+    root = tmp_path_factory.mktemp("guards")
+    server = IndexServer(root / "served")
+    server.add_index("pypi", hashes=True)
+    server.add_index("nightly", hashes=False)
+
+    def add(index: str, name: str, version: str, **kw: object) -> None:
+        server.add(index, build_wheel(root / "wheels" / index, name, version, **kw))  # type: ignore[arg-type]
+
+    add("pypi", "app", "1.0", requires=["mid"])
+    add("pypi", "mid", "1.0", requires=["beta"])
+    add("pypi", "beta", "1.0", files={"shared/__init__.py": "B = 1\n", "beta/__init__.py": "", "beta/noise.bin": NOISE})
+    add("pypi", "gamma", "1.0", files={"shared/__init__.py": "A = 1\n", "gamma/__init__.py": ""})
+    add("nightly", "alpha", "1.0", files={"shared/__init__.py": "A = 1\n", "alpha/__init__.py": ""})
+    for version in ("1.0", "1.5", "2.0"):
+        add("pypi", "dep", version)
+    add("pypi", "tinydep", "1.0")
+    server.start()
+    yield server
+    server.stop()
+
+
+def spec_text(index: IndexServer, packages: str, extra: str = "") -> str:
+    return f"""
+[env]
+python = "3.11"
+platform = "x86_64-manylinux_2_28"
+[indexes.pypi]
+url = "{index.url('pypi')}"
+default = true
+[indexes.nightly]
+url = "{index.url('nightly')}"
+[packages]
+{packages}
+{extra}
+"""
+
+
+BETA = "beta-1.0-py3-none-any.whl"
+
+
+def test_two_distributions_installing_one_file_with_different_bytes_fail_the_lock(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    spec = ws.write_spec("e", spec_text(index, 'app = "==1.0"\nalpha = { index = "nightly" }'))
+    failed = cli("lock", "e")
+    assert failed.code == 1
+    assert failed.err == (
+        f"envlock: error: {spec}: alpha and beta install the same files with different bytes; the one installed "
+        "last would overwrite the other's, so nothing is locked\n"
+        "  alpha 1.0 and beta 1.0 both install shared/__init__.py (1 file, different bytes)\n"
+        "    alpha 1.0: declared in [packages]\n"
+        "    beta 1.0: pulled in by app -> mid -> beta\n"
+        '    fix: resolution.exclude = ["beta"] in e.toml, for the one the env does not need\n')
+    assert not (ws.root / "locks" / "pylock.e.toml").exists()  # nothing written
+    # alpha's index publishes no hash: its wheel is in the store, read there. beta's was read
+    # from the index with range requests only (its end: the zip directory and .dist-info).
+    seen = [rng for path, rng in index.requests if path.endswith("/" + BETA)]
+    assert f"bytes=-{wheelfiles.TAIL_BYTES}" in seen
+    assert "" not in seen and all(rng.startswith("bytes=") and not rng.endswith("-") for rng in seen), seen
+    assert len(NOISE) > wheelfiles.TAIL_BYTES  # so not the whole wheel either
+
+    # The named fix: excluding beta locks, and is no dead exclude (mid requires it).
+    ws.write_spec("e", spec_text(index, 'app = "==1.0"\nalpha = { index = "nightly" }',
+                                 '[resolution]\nexclude = ["beta"]'))
+    fixed = cli("lock", "e")
+    assert fixed.code == 0, fixed.err
+    assert "note:" not in fixed.out
+    assert [p.name for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages] == ["alpha", "app", "mid"]
+    # What was read from the index is kept: a relock asks it nothing about beta again (uv reads
+    # its metadata with range requests of its own, every time).
+    def ours() -> int:
+        return len([1 for path, rng in index.requests if path.endswith("/" + BETA) and rng.startswith("bytes=-")])
+
+    asked = ours()
+    ws.write_spec("e", spec_text(index, 'app = "==1.0"\nalpha = { index = "nightly" }'))
+    assert cli("lock", "e").code == 1
+    assert ours() == asked == 1
+    error = json.loads(cli("lock", "e", "--json").out)["error"]
+    assert (error["kind"], error["exit_code"], error["details"][1]) == (
+        "OverlapError", 1, "  alpha 1.0: declared in [packages]")
+
+
+def test_the_same_bytes_at_one_path_are_fine(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(index, 'gamma = "==1.0"\nalpha = { index = "nightly" }'))
+    result = cli("lock", "e")
+    assert result.code == 0, result.err
+    assert "note:" not in result.out
+
+
+def test_an_exclude_that_matches_nothing_is_noted(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(index, 'app = "==1.0"', '[resolution]\nexclude = ["sgl-fa4"]'))
+    result = cli("lock", "e")
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[-1] == "  note: resolution.exclude: sgl-fa4 matched nothing: no package requires it"
+    doc = json.loads(cli("lock", "e", "--json").out)
+    assert doc["notes"] == ["resolution.exclude: sgl-fa4 matched nothing: no package requires it"]
+
+
+def test_a_sync_that_locks_says_the_notes_too(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(index, 'tinydep = "==1.0"', '[resolution]\nexclude = ["sgl-fa4"]'))
+    result = cli("sync", "e")
+    assert result.code == 0, result.err
+    assert "  note: resolution.exclude: sgl-fa4 matched nothing: no package requires it" in result.out.splitlines()
+
+
+def _project(root: Path, dependencies: str, cmake: dict[str, str] | None = None) -> None:
+    """A local source tree ``myapp`` with static metadata (and CMake files, if given)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "myapp"\nversion = "0.1.0"\ndependencies = {dependencies}\n')
+    for rel, text in (cmake or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def _built(index: IndexServer, extra: str = "") -> str:
+    return spec_text(index, 'myapp = { build = "myapp" }',
+                     f'[sources.myapp]\npath = "myapp"\n[builds.myapp]\nsource = "myapp"\n{extra}')
+
+
+def test_an_override_that_beats_a_pin_it_did_not_beat_before_is_noted(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    override = '[resolution]\noverrides = ["dep==2.0"]'
+    _project(ws.root / "myapp", '["dep>=1.0"]')
+    ws.write_spec("e", _built(index, override))
+    first = cli("lock", "e")
+    assert first.code == 0, first.err
+    assert "note:" not in first.out  # 2.0 is what myapp allows: nothing beaten
+    assert read_lock(ws.root / "locks" / "pylock.e.toml").overridden == ()
+
+    _project(ws.root / "myapp", '["dep==1.5", "tinydep"]')  # upstream pins dep now
+    moved = cli("lock", "e")
+    assert moved.code == 0, moved.err
+    assert moved.out.splitlines()[-1] == "  note: resolution.overrides: dep==2.0 overrides myapp's dep==1.5"
+    lock = read_lock(ws.root / "locks" / "pylock.e.toml")
+    assert lock.package("dep") is not None and lock.package("dep").version == "2.0"  # type: ignore[union-attr]
+    assert lock.overridden == ("myapp: dep==1.5",)
+    assert 'overridden = [\n    "myapp: dep==1.5",\n]' in ws.lock_text("e")
+    # Beaten at the last lock too: said once, not at every lock.
+    again = cli("lock", "e")
+    assert (again.code, "note:" in again.out) == (0, False)
+
+
+def test_a_first_lock_records_the_pins_its_overrides_beat_without_a_note(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    _project(ws.root / "myapp", '["dep==1.0"]')
+    ws.write_spec("e", _built(index, '[resolution]\noverrides = ["dep==2.0"]'))
+    result = cli("lock", "e")
+    assert result.code == 0, result.err
+    assert "note:" not in result.out
+    assert read_lock(ws.root / "locks" / "pylock.e.toml").overridden == ("myapp: dep==1.0",)
+
+
+CMAKE = f"""\
+cmake_minimum_required(VERSION 3.15)
+project(myapp LANGUAGES C)
+include(FetchContent)
+FetchContent_Declare(
+    repo-declared
+    GIT_REPOSITORY https://github.com/example/declared.git
+    GIT_TAG        {COMMIT}  # the spec's commit
+)
+FetchContent_Declare(repo-moved GIT_REPOSITORY "https://github.com/example/moved.git" GIT_TAG v1.3.0)
+# FetchContent_Declare(repo-commented GIT_REPOSITORY https://github.com/example/no.git GIT_TAG main)
+include(cmake/extra.cmake)
+"""
+EXTRA_CMAKE = """\
+set(ARTIFACTS https://artifacts.example)
+FetchContent_Declare(
+  repo-undeclared
+  URL ${ARTIFACTS}/example/undeclared/archive/abc123.tar.gz
+)
+"""
+
+
+def test_a_fetchcontent_input_the_cmake_files_declare_otherwise_is_noted(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    _project(ws.root / "myapp", "[]", {"CMakeLists.txt": CMAKE, "cmake/extra.cmake": EXTRA_CMAKE})
+    fetchcontent = (f'[builds.myapp.fetchcontent]\n'
+                    f'repo-declared = {{ git = "https://mirror.example/declared", rev = "{COMMIT}" }}\n'
+                    f'repo-moved = {{ git = "https://github.com/example/moved.git", rev = "{COMMIT}" }}\n')
+    ws.write_spec("e", _built(index, fetchcontent))
+    result = cli("lock", "e")
+    assert result.code == 0, result.err
+    assert [line for line in result.out.splitlines() if "note:" in line] == [
+        f"  note: builds.myapp.fetchcontent.repo-moved: CMakeLists.txt declares GIT_TAG v1.3.0; the spec has "
+        f"git https://github.com/example/moved.git at rev {COMMIT}",
+        "  note: builds.myapp.fetchcontent: cmake/extra.cmake declares repo-undeclared (URL "
+        "https://artifacts.example/example/undeclared/archive/abc123.tar.gz), the spec does not: the build "
+        "downloads it unchecked, or cannot configure (declare repo-undeclared = { git = ..., rev = ... })",
+    ]
+
+
+# -- the parts --------------------------------------------------------------------
+
+
+def test_cmake_declarations_are_read_with_their_variables(tmp_path: Path) -> None:
+    _project(tmp_path, "[]", {"CMakeLists.txt": CMAKE, "cmake/extra.cmake": EXTRA_CMAKE})
+    assert declared(tmp_path) == [
+        Declared("repo-declared", "CMakeLists.txt", git="https://github.com/example/declared.git", tag=COMMIT),
+        Declared("repo-moved", "CMakeLists.txt", git="https://github.com/example/moved.git", tag="v1.3.0"),
+        Declared("repo-undeclared", "cmake/extra.cmake",
+                 url="https://artifacts.example/example/undeclared/archive/abc123.tar.gz"),
+    ]
+
+
+FULL = "df022eba0123456789abcdef0123456789abcdef"
+
+
+@pytest.mark.parametrize(("written", "spec_git", "rev", "note"), [
+    (Declared("repo-a", "cmake/a.cmake", url="https://${GH}/x/a/archive/df022eba.tar.gz"), "https://x/a", FULL, ""),
+    (Declared("repo-a", "cmake/a.cmake", url=f"https://h/x/a/archive/{FULL}.zip"), "https://x/a", FULL, ""),
+    (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/a.git", tag="df022eb"), "/mirror/a", FULL, ""),
+    (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/a", tag="df02"), "https://x/a", FULL,
+     "builds.k.fetchcontent.repo-a: k/CMakeLists.txt declares GIT_TAG df02; the spec has git https://x/a "
+     f"at rev {FULL}"),
+    (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/other.git", tag=FULL), "https://x/a", FULL,
+     "builds.k.fetchcontent.repo-a: k/CMakeLists.txt declares GIT_REPOSITORY https://github.com/x/other.git; "
+     f"the spec has git https://x/a at rev {FULL}"),
+    (Declared("REPO-A", "cmake/a.cmake", url="https://h/x/a/archive/v3.6.0.tar.gz"), "https://x/a", FULL,
+     "builds.k.fetchcontent.repo-a: k/cmake/a.cmake declares URL https://h/x/a/archive/v3.6.0.tar.gz; "
+     f"the spec has git https://x/a at rev {FULL}"),
+])
+def test_fetchcontent_inputs_are_held_to_what_cmake_declares(written: Declared, spec_git: str, rev: str,
+                                                             note: str) -> None:
+    from envlock.spec import BuildSpec, FetchContentInput
+
+    inputs = (FetchContentInput("repo-a", spec_git, rev),)
+    build = BuildSpec(name="k", source="s", subdirectory="k", fetchcontent=inputs)
+    assert guards.fetchcontent_notes(build, "k", [written]) == ([note] if note else [])
+
+
+def _listing(files: dict[str, str]) -> WheelListing:
+    return WheelListing(files=files, requires=())
+
+
+def test_file_overlaps_compare_record_hashes() -> None:
+    n = canonicalize_name
+    found = {
+        n("a"): _listing({"ns/__init__.py": "sha256=same", "pkg/x.py": "sha256=1", "pkg/y.py": "sha256=2"}),
+        n("b"): _listing({"ns/__init__.py": "sha256=same", "pkg/x.py": "sha256=9", "pkg/y.py": "sha256=2"}),
+        n("c"): _listing({"c/__init__.py": "sha256=3", "pkg/y.py": ""}),  # no hash: cannot be the same
+    }
+    assert guards.file_overlaps(found) == [
+        guards.Overlap(n("a"), n("b"), ("pkg/x.py",)),
+        guards.Overlap(n("a"), n("c"), ("pkg/y.py",)),
+        guards.Overlap(n("b"), n("c"), ("pkg/y.py",)),
+    ]
+
+
+def test_a_listing_is_read_by_range_requests_where_the_record_sits(tmp_path: Path, store: Store) -> None:
+    """A wheel whose .dist-info is not at its end (a writer that puts it first): the directory comes
+    with the tail, RECORD with one more range request; never the whole file."""
+    path = tmp_path / "odd-1.0-py3-none-any.whl"
+    record = "odd/__init__.py,sha256=abc,1\nodd/big.bin,sha256=def,2\nodd-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("odd-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: odd\nVersion: 1.0\n"
+                                                  "Requires-Dist: tinydep>=1; extra == 'x'\n")
+        zf.writestr("odd-1.0.dist-info/RECORD", record)
+        zf.writestr("odd/__init__.py", "")
+        zf.writestr("odd/big.bin", NOISE * 2)
+    server = IndexServer(tmp_path / "served")
+    server.add("pypi", path)
+    server.start()
+    try:
+        url = server.file_url("pypi", path.name)
+        got = wheelfiles.listing(Artifact(sha256="0" * 64, url=url), store)
+        asked = [rng for p, rng in server.requests if p.endswith(path.name)]
+    finally:
+        server.stop()
+    assert got.files == {"odd/__init__.py": "sha256=abc", "odd/big.bin": "sha256=def"}
+    assert got.requires == ("tinydep>=1; extra == 'x'",)
+    assert asked[0] == f"bytes=-{wheelfiles.TAIL_BYTES}" and len(asked) == 2 and asked[1].startswith("bytes=0-")
+    assert got.via == "index"
+    assert wheelfiles.listing(Artifact(sha256="0" * 64, url=url), store).via == "cache"  # the server is gone
+
+
+def _graph(nodes: dict[str, list[str] | None], roots: list[str]) -> guards.Requirements:
+    from packaging.requirements import Requirement
+
+    from envlock.target import target_environment
+
+    graph = guards.Requirements(
+        nodes={canonicalize_name(n): None if reqs is None else [Requirement(r) for r in reqs]
+               for n, reqs in nodes.items()},
+        roots=[Requirement(r) for r in roots],
+        environment=target_environment("3.11", "x86_64-manylinux_2_28"))
+    graph.walk()
+    return graph
+
+
+def test_who_requires_whom_is_read_for_the_target_with_the_extras_asked() -> None:
+    n = canonicalize_name
+    graph = _graph({
+        "sglang": ["xgrammar", "flashinfer_python[cu13]==0.6.12", "mac-only; sys_platform == 'darwin'"],
+        "xgrammar": ["triton; platform_system == 'Linux' and platform_machine == 'x86_64'"],
+        "flashinfer-python": ["cuda-extra; extra == 'cu13'", "unused; extra == 'other'"],
+        "triton": [], "cuda-extra": [], "mac-only": [], "unused": [],
+    }, ["sglang"])
+    assert graph.chain(n("triton")) == ["sglang", "xgrammar", "triton"]
+    assert graph.chain(n("cuda-extra")) == ["sglang", "flashinfer-python", "cuda-extra"]
+    assert graph.chain(n("mac-only")) == [] and graph.chain(n("unused")) == []
+    assert [(str(who), str(req)) for who, req in graph.requirers(n("flashinfer-python"))] == [
+        ("sglang", "flashinfer_python[cu13]==0.6.12")]
+
+
+def test_a_dead_exclude_is_not_said_when_a_requirer_is_not_known(tmp_path: Path) -> None:
+    from envlock.spec import parse_spec
+
+    doc = {"env": {"python": "3.11"}, "indexes": {"pypi": {"url": "https://pypi.org/simple", "default": True}},
+           "packages": {"app": "==1.0"}, "resolution": {"exclude": ["gone"]}}
+    spec = parse_spec(doc, name="e", origin=tmp_path / "e.toml")
+    assert guards.dead_excludes(spec, _graph({"app": ["mid"], "mid": []}, ["app"])) == [
+        "resolution.exclude: gone matched nothing: no package requires it"]
+    assert guards.dead_excludes(spec, _graph({"app": ["mid"], "mid": None}, ["app"])) == []
+    assert guards.dead_excludes(spec, _graph({"app": ["mid"], "mid": ["gone>=1"]}, ["app"])) == []
