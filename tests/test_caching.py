@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from envlock.bundle import Bundle
 from envlock.caching import CacheConfig, Caches, builds_into_wheelhouse, record_key, wheel_key
 from envlock.lockfile import read_lock
 from envlock.signing import generate, sign_record
@@ -70,8 +71,14 @@ def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-
     assert r.code == 0, r.err
     pushed = json.loads(r.out)
     packaging = next(p for p in lock.packages if p.name == "packaging").wheels[0]
-    assert pushed["uploaded"] == [wheel_key(packaging.sha256),
-                                  f"closures/demo/{lock.install_digest().removeprefix('sha256:')}.json"]
+    closure = f"closures/demo/{lock.install_digest().removeprefix('sha256:')}"
+    assert pushed["uploaded"] == [wheel_key(packaging.sha256), f"{closure}/pylock.demo.toml",
+                                  f"{closure}/envlock-bundle.json"]
+    # The closure's manifest is the one `envlock export` writes (a bundle's), its members at the cache's keys.
+    manifest = Bundle.from_dict(json.loads((folder / closure / "envlock-bundle.json").read_bytes()), "cache")
+    assert sorted((e.kind, e.key) for e in manifest.entries) == sorted(
+        [("wheels", packaging.sha256), ("builds", built.input_digest.removeprefix("sha256:"))])
+    assert manifest.lock_sha256 == sha256_of(folder / closure / "pylock.demo.toml")
     assert pushed["present"] == 2  # the build's wheel was pushed by the hook, and its record
     r = cli("cache", "push", "demo", "--to", url, "--key", str(tmp_path / "ci.key"), "--json")
     assert json.loads(r.out)["uploaded"] == []  # idempotent: only missing keys
@@ -239,7 +246,7 @@ def test_push_then_a_fresh_home_syncs_from_the_cache_alone(  # type: ignore[no-u
     with servers as url:
         r = cli("cache", "push", "tiny", "--to", url, "--json")
         assert r.code == 0, r.err
-        assert len(json.loads(r.out)["uploaded"]) == 2  # the wheel and the closure manifest
+        assert len(json.loads(r.out)["uploaded"]) == 3  # the wheel, the lock and the closure manifest
         monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))
         monkeypatch.setenv("ENVLOCK_CACHE_URLS", url)
         # The index is unreachable for this sync (a mirror on a closed port): every byte comes from the cache.

@@ -6,7 +6,9 @@ A cache (``cachestore``) holds, under its root::
     builds/<input digest hex>.json   a signed build record (``signing``): input digest -> wheel
                                      file name, sha256, size, the build's recipe and requirements,
                                      toolchain fingerprint, builder key name
-    closures/<env>/<install hex>.json  what ``cache push`` uploaded for one lock (the closure's keys)
+    closures/<env>/<install hex>/      what ``cache push`` uploaded for one lock: the lock and its
+                                     ``envlock-bundle.json``, the manifest ``envlock export`` writes
+                                     (``bundle``), its members at the keys above
 
 Nothing a cache serves is believed: a wheel is taken only when its bytes hash to the lock's
 sha256 (and size); a build record only when a trusted key's signature verifies AND it is the
@@ -49,7 +51,6 @@ CONFIG_FILE = "envlock.toml"
 TRUSTED_ENV = "ENVLOCK_TRUSTED_KEYS"
 URLS_ENV = "ENVLOCK_CACHE_URLS"
 KEY_ENV = "ENVLOCK_CACHE_KEY"
-CLOSURE_FORMAT = "envlock-cache-closure"
 JOBS = 8  # wheels downloaded from a cache at once (8 beat 4 on loopback; fetch takes 4 from an index)
 _STORE_MTIME = 1577836800  # as fetch.STORE_MTIME: store wheels' bytes and metadata do not say how they came
 
@@ -376,9 +377,9 @@ class Pushed:
 
 def push_entries(backend: Backend, store: Store, wheels: Mapping[str, Path],
                  builds: Sequence[tuple[str, str, Sequence[str]]], key: SecretKey | None,
-                 closure: tuple[str, bytes] | None = None) -> Pushed:
+                 closure: Sequence[tuple[str, bytes]] = ()) -> Pushed:
     """Upload what ``backend`` lacks: ``wheels`` (sha256 -> file) and the records of ``builds``
-    ((name, input digest, requirements), signed with ``key``), then ``closure`` (key, bytes)."""
+    ((name, input digest, requirements), signed with ``key``), then ``closure`` ((key, bytes), in order)."""
     uploaded: list[str] = []
     present, notes = 0, []
     for sha, path in sorted(wheels.items()):
@@ -405,25 +406,31 @@ def push_entries(backend: Backend, store: Store, wheels: Mapping[str, Path],
             uploaded.append(wheel_key(record["sha256"]))
         put_bytes(backend, record_key(digest), sign_record(record, key))
         uploaded.append(record_key(digest))
-    if closure is not None and not backend.exists(closure[0]):
-        put_bytes(backend, *closure)
-        uploaded.append(closure[0])
+    for name, data in closure:  # the manifest last: once it is there, all it lists is
+        if not backend.exists(name):
+            put_bytes(backend, name, data)
+            uploaded.append(name)
     return Pushed(backend.label, tuple(uploaded), present, tuple(notes))
 
 
-def closure_manifest(lock: Lock, lock_text: str) -> tuple[str, bytes]:
-    """The key and bytes of ``lock``'s closure manifest: which cache keys make it whole."""
-    doc = {
-        "format": CLOSURE_FORMAT, "version": 1, "env": lock.env,
-        "install-digest": lock.install_digest(), "venv-digest": lock.venv_digest,
-        "wheels": [{"sha256": p.wheels[0].sha256, "filename": p.wheels[0].filename, "size": p.wheels[0].size}
-                   for p in lock.packages],
-        "builds": [{"name": n, "input-digest": b.input_digest, "sha256": b.sha256}
-                   for n, b in sorted(lock.builds.items())],
-        "lock": lock_text,
-    }
-    key = f"closures/{check_key(lock.env)}/{lock.install_digest().removeprefix('sha256:')}.json"
-    return key, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+def closure_manifest(lock: Lock, label: str, sizes: Mapping[str, int]) -> list[tuple[str, bytes]]:
+    """The keys and bytes of ``lock``'s closure in a cache: the lock, then its manifest in the format
+    ``envlock export`` writes (``bundle``): an entry per wheel (``wheels``/sha256) and per local build
+    (``builds``/input digest hex, its wheel), whose bytes the cache holds at ``wheel_key``."""
+    from envlock import bundle
+
+    folder = f"closures/{check_key(lock.env)}/{lock.install_digest().removeprefix('sha256:')}"
+    lock_name = f"pylock.{lock.env}.toml"
+    text = lock.to_toml().encode()
+    built = {b.sha256: b.input_digest.removeprefix("sha256:") for b in lock.builds.values()}
+    entries = []
+    for pkg in lock.packages:
+        art = pkg.wheels[0]
+        member = bundle.FileMember(art.filename, art.sha256, art.size if art.size is not None else sizes[art.sha256])
+        kind, key = ("builds", built[art.sha256]) if art.sha256 in built else ("wheels", art.sha256)
+        entries.append(bundle.BundleEntry(kind, key, (member,)))
+    manifest = bundle.Bundle(lock.env, lock_name, hashlib.sha256(text).hexdigest(), label, tuple(entries))
+    return [(f"{folder}/{lock_name}", text), (f"{folder}/{bundle.MANIFEST}", bundle.manifest_bytes(manifest))]
 
 
 def secret_key(path: Path | None) -> SecretKey | None:
@@ -464,7 +471,9 @@ def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None, k
     store = Store.open()
     got = fetch.fetch([p.wheels[0] for p in ref.lock.packages], store, base_dir=ref.folder, env=env)
     builds = [(n, b.input_digest, b.requirements) for n, b in sorted(ref.lock.builds.items())]
-    return push_entries(backend, store, got.paths(), builds, key, closure_manifest(ref.lock, ref.lock.to_toml()))
+    paths = got.paths()
+    sizes = {sha: path.stat().st_size for sha, path in paths.items()}
+    return push_entries(backend, store, paths, builds, key, closure_manifest(ref.lock, ref.label, sizes))
 
 
 @dataclass(frozen=True)
@@ -486,6 +495,8 @@ class CacheCheck:
 def verify_cache(url: str, trusted: Mapping[str, PublicKey]) -> CacheCheck:
     """``envlock cache verify URL``: every wheel's bytes against its sha256, every build record's
     signature (by a key of ``trusted``), name and wheel, every closure's keys present."""
+    from envlock import bundle
+
     backend = open_backend(url)
     problems: list[str] = []
     checked = 0
@@ -510,16 +521,32 @@ def verify_cache(url: str, trusted: Mapping[str, PublicKey]) -> CacheCheck:
         elif not backend.exists(wheel_key(str(record.get("sha256")))):
             problems.append(f"{key}: its wheel {wheel_key(str(record.get('sha256')))} is not in the cache")
     for key in backend.keys("closures/"):
-        checked += 1
-        try:
-            doc = json.loads(get_bytes(backend, key) or b"")
-            wanted = [wheel_key(w["sha256"]) for w in doc["wheels"]]
-            wanted += [record_key(b["input-digest"]) for b in doc["builds"]]
-        except (ValueError, KeyError, TypeError):
-            problems.append(f"{key}: not a closure manifest ({CLOSURE_FORMAT})")
-            continue
-        problems += [f"{key}: lists {k}, which is not in the cache" for k in wanted if not backend.exists(k)]
+        if key.endswith("/" + bundle.MANIFEST):
+            checked += 1
+            problems += _closure_problems(backend, key)
     return CacheCheck(backend.label, checked, tuple(problems))
+
+
+def _closure_problems(backend: Backend, key: str) -> list[str]:
+    """What a closure manifest lists that the cache lacks (or holds with other bytes: its lock)."""
+    from envlock import bundle
+    from envlock.errors import StoreError
+
+    try:
+        manifest = bundle.Bundle.from_dict(json.loads(get_bytes(backend, key) or b""), key)
+    except StoreError as exc:
+        return [exc.message]
+    except ValueError:
+        return [f"{key}: not JSON; expected an {bundle.FORMAT} manifest"]
+    folder = key.rpartition("/")[0]
+    wanted = [wheel_key(f.sha256) for e in manifest.entries for f in e.files]
+    wanted += [record_key(e.key) for e in manifest.entries if e.kind == "builds"]
+    problems = [f"{key}: lists {k}, which is not in the cache" for k in wanted if not backend.exists(k)]
+    text = get_bytes(backend, f"{folder}/{manifest.lock}")
+    if text is None or hashlib.sha256(text).hexdigest() != manifest.lock_sha256:
+        problems.append(f"{key}: its lock {folder}/{manifest.lock} is "
+                        + ("not in the cache" if text is None else f"not the sha256 {manifest.lock_sha256} it lists"))
+    return problems
 
 
 def keygen(name: str, out: Path) -> PublicKey:
