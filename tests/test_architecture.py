@@ -18,14 +18,15 @@ SRC = Path(__file__).parent.parent / "src" / "envlock"
 FOUNDATIONS = {
     "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
     "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio", "netenv",
-    "wheelfiles", "cmakefetch", "closure", "bundle", "netauth", "signing", "cachestore",
+    "wheelfiles", "cmakefetch", "closure", "bundle", "netauth", "archives", "signing", "cachestore",
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",
           "ui"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
-ORCHESTRATION = {"mirrors", "drift", "locking", "lockrefs", "building", "patching", "patchedit", "syncing", "realize",
-                 "listing", "running", "verifying", "exporting", "collecting", "pinning", "bisecting", "caching"}
+ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
+                 "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
+                 "bisecting", "reporting", "caching"}
 ENTRY = {"cli", "cliregress", "clicache", "__main__"}
 
 MAX_MODULE_LINES = 800

@@ -462,3 +462,26 @@ def test_a_fetchcontent_checkout_with_a_link_out_of_it_is_refused(kit: Kit, tmp_
         "/usr/include/stdio.h leads outside the source tree; expected links that stay inside it (a link is hashed "
         "by its text, not by what it points to)")
     assert info.value.exit_code == 2
+
+
+def test_the_input_digest_covers_a_tag_s_commit_and_an_archive_s_sha256(kit: Kit) -> None:
+    request = kit.kernel()
+    url, commit = kit.sg.kdep_url, kit.sg.kdep_commit
+    tagged = replace(request.spec, fetchcontent=(FetchContentInput(sglike.KDEP_NAME, url, sglike.KDEP_TAG),))
+    with pytest.raises(ValueError, match="has no pin of fetchcontent repo-kdep"):  # a tag alone pins nothing
+        build.plan(replace(request, spec=tagged), kit.store)
+    pin = {"name": sglike.KDEP_NAME, "git": url, "rev": commit}
+    by_tag = build.plan(replace(request, spec=tagged, fetchcontent_pins={sglike.KDEP_NAME: pin}), kit.store)
+    # The tag's commit is what is digested: the same as naming that commit in the spec.
+    assert by_tag.input_digest == build.plan(request, kit.store).input_digest
+    assert by_tag.recipe["fetchcontent"] == [pin]
+    moved = {**pin, "rev": "e" * 40}
+    assert build.plan(replace(request, spec=tagged, fetchcontent_pins={sglike.KDEP_NAME: moved}),
+                      kit.store).input_digest != by_tag.input_digest
+    archive = replace(request.spec, fetchcontent=(FetchContentInput(sglike.KDEP_NAME, url="https://x/kdep.tar.gz"),))
+    digests = {
+        build.plan(replace(request, spec=archive, fetchcontent_pins={sglike.KDEP_NAME: {
+            "name": sglike.KDEP_NAME, "url": "https://x/kdep.tar.gz", "sha256": sha * 64}}), kit.store).input_digest
+        for sha in "12"
+    }
+    assert len(digests) == 2  # another archive, another build

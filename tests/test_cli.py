@@ -195,6 +195,13 @@ def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> N
     assert result.out.splitlines() == [
         "--- locks/pylock.e.toml@HEAD",
         "+++ locks/pylock.e.toml",
+        "nightlies:",
+        "  pytorch 2026-03-07 -> 2026-03-10: torch",
+        "packages:",
+        "  ~ torch 2.12.0.dev20260307+cu130 -> 2.12.0.dev20260310+cu130 [1.1 kB -> 1.1 kB]  (nightly 2026-03-07 -> "
+        "2026-03-10)",
+        "download: 2.2 kB -> 2.2 kB (-2 B); size unknown: tinydep (before); tinydep (after)",
+        "changes:",
         "~ package  torch: 2.12.0.dev20260307+cu130 -> 2.12.0.dev20260310+cu130",
         "~ nightly  torch: 2026-03-07 -> 2026-03-10  (2.12.0.dev20260307+cu130 -> 2.12.0.dev20260310+cu130)",
         "2 changes, 2 packages identical",

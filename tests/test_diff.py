@@ -125,6 +125,10 @@ def test_diff_prints_and_reports_build_requirements_and_the_venv_digest(ws, cli)
     assert (r.code, r.out.splitlines()) == (0, [
         "--- locks/a.toml",
         "+++ locks/b.toml",
+        "builds:",
+        "  no rebuild sgl-kernel: inputs unchanged",
+        "download: 10 B -> 10 B (+0 B); size unknown: torch (before); torch (after)",
+        "changes:",
         f"~ env      venv-digest: {old.venv_digest} -> {new.venv_digest}  (same wheels, another venv)",
         "~ build-requirement scikit-build-core: 1.1.2 -> 1.1.3  (build sgl-kernel; its input digest did not change)",
         "2 changes, 2 packages identical",
@@ -136,3 +140,127 @@ def test_diff_prints_and_reports_build_requirements_and_the_venv_digest(ws, cli)
         {"kind": "build-requirement", "name": "scikit-build-core", "action": "changed", "old": "1.1.2",
          "new": "1.1.3", "note": "build sgl-kernel; its input digest did not change"},
     ]
+
+
+# -- the report: reasoned from the two locks and a DiffContext ------------------------------------
+
+def _pkg(name: str, version: str, char: str, index: str | None = "https://x/simple", size: int | None = 100):  # type: ignore[no-untyped-def]
+    from envlock.lockfile import LockedPackage, canonicalize_name
+
+    return LockedPackage(canonicalize_name(name), version, (Artifact(char * 64, url=f"https://x/{name}-{version}.whl",
+                                                                     size=size),), index=index)
+
+
+def test_a_build_names_the_recipe_its_build_requirements_or_what_the_lock_does_not_record() -> None:
+    from envlock.diff import BuildFacts, DiffContext
+
+    old = sample(spec_keys={"builds.sgl-kernel": "1", "env": "def"})
+    recorded = replace(old.builds["sgl-kernel"], requirements=(f"scikit-build-core==1.1.2 {H1}",))
+    old = replace(old, builds={"sgl-kernel": recorded})
+    rebuilt = replace(recorded, input_digest="sha256:" + "8" * 64, requirements=(f"scikit-build-core==1.1.3 {H1}",))
+    new = replace(old, builds={"sgl-kernel": rebuilt}, spec_keys={"builds.sgl-kernel": "2", "env": "def"})
+    ctx = DiffContext(builds={"sgl-kernel": BuildFacts("sglang", "sgl-kernel", False, ("torch",))},
+                      recipe_keys={"sgl-kernel": ("config-settings",)})
+    (verdict,) = diff_locks(old, new, old_label="a", new_label="b", context=ctx).builds
+    assert (verdict.rebuild, verdict.pending, verdict.text()) == (True, False, (
+        "sgl-kernel: the recipe [builds.sgl-kernel]: config-settings; "
+        "build requirement scikit-build-core 1.1.2 -> 1.1.3"))
+    # The same digest move with nothing the locks show: what the digest covers beyond them.
+    quiet = replace(old, builds={"sgl-kernel": replace(recorded, input_digest="sha256:" + "8" * 64)})
+    (verdict,) = diff_locks(old, quiet, old_label="a", new_label="b", context=ctx).builds
+    assert verdict.text() == ("sgl-kernel: an input the lock does not record moved (the toolchain: compilers, "
+                              "cmake, nvcc, uv; the interpreter or the host)")
+    assert [i.kind for i in verdict.inputs] == ["unrecorded"]
+
+
+def test_torch_moving_rebuilds_a_non_isolated_build_and_not_an_isolated_one() -> None:
+    from envlock.diff import BuildFacts, DiffContext
+
+    old = sample()
+    kernel = old.builds["sgl-kernel"]
+    old = replace(old, builds={"sgl-kernel": kernel, "iso": replace(kernel, input_digest="sha256:" + "3" * 64)},
+                  spec_keys={"builds.sgl-kernel": "1", "builds.iso": "2"})
+    torch = replace(old.packages[0], version="2.12.0.dev20260310+cu130",
+                    wheels=(Artifact("c" * 64, url="https://x/torch.whl"),))
+    new = replace(old, packages=(torch, old.packages[1]), builds={"iso": old.builds["iso"]})
+    ctx = DiffContext(builds={"sgl-kernel": BuildFacts("sglang", "sgl-kernel", False, ("torch",)),
+                              "iso": BuildFacts("sglang", "iso", True)})
+    verdicts = {b.name: (b.rebuild, b.pending, b.text()) for b in
+                diff_locks(old, new, old_label="a", new_label="b", context=ctx).builds}
+    assert verdicts == {
+        "iso": (False, False, "iso: inputs unchanged"),
+        "sgl-kernel": (True, True, "sgl-kernel: torch 2.12.0.dev20260307+cu130 -> 2.12.0.dev20260310+cu130; "
+                                   "pending: not built for this lock yet"),
+    }
+    # Without the spec the locks still say it rebuilds, and no more than they know.
+    verdicts = {b.name: b.text() for b in diff_locks(old, new, old_label="a", new_label="b").builds}
+    assert verdicts["sgl-kernel"] == "sgl-kernel: pending: not built for this lock yet"
+
+
+def test_nightlies_are_one_line_per_index_and_date_pair() -> None:
+    from envlock.diff import DiffContext
+
+    nightly = "https://n/simple"
+    old = replace(sample(), packages=(
+        _pkg("torch", "2.12.0.dev20260307", "1", nightly), _pkg("torchvision", "0.27.0.dev20260307", "2", nightly),
+        _pkg("helper", "1.0.dev20260301", "3", "https://other/simple"), _pkg("pytorch-triton", "3.5.0", "4", nightly),
+        _pkg("requests", "2.0", "5")),
+        nightlies={"torch": NightlyPin("2026-03-07", "2.12.0.dev20260307"),
+                   "torchvision": NightlyPin("2026-03-07", "0.27.0.dev20260307"),
+                   "helper": NightlyPin("2026-03-01", "1.0.dev20260301")})
+    new = replace(old, packages=(
+        _pkg("torch", "2.12.0.dev20260308", "6", nightly), _pkg("torchvision", "0.27.0.dev20260308", "7", nightly),
+        _pkg("helper", "1.0.dev20260302", "8", "https://other/simple"), _pkg("pytorch-triton", "3.6.0", "9", nightly),
+        _pkg("requests", "2.1", "a")),
+        nightlies={"torch": NightlyPin("2026-03-08", "2.12.0.dev20260308"),
+                   "torchvision": NightlyPin("2026-03-08", "0.27.0.dev20260308"),
+                   "helper": NightlyPin("2026-03-02", "1.0.dev20260302")})
+    ctx = DiffContext(index_names={nightly: "pytorch-nightly"}, nightly_order=("torchvision", "torch"))
+    d = diff_locks(old, new, old_label="a", new_label="b", context=ctx)
+    assert [n.line() for n in d.nightlies] == [
+        "pytorch-nightly 2026-03-07 -> 2026-03-08: torchvision, torch, pytorch-triton 3.5.0 -> 3.6.0",
+        "https://other/simple 2026-03-01 -> 2026-03-02: helper",
+    ]
+    assert {p.name: p.why for p in d.packages}["requests"] == ()
+
+
+def test_package_reasons_the_locks_show_and_download_sizes() -> None:
+    from envlock.diff import DiffContext
+
+    old = replace(sample(), packages=(_pkg("a", "1.0", "1"), _pkg("fa4", "4.0", "2", size=None),
+                                      _pkg("fi", "0.6.4", "3")),
+                  spec_keys={"packages.a": "x", "resolution": "r1"})
+    new = replace(old, packages=(_pkg("a", "2.0", "4", size=250), _pkg("fi", "0.6.5", "5")),
+                  spec_keys={"packages.a": "y", "resolution": "r2"})
+    ctx = DiffContext(overrides={"fi": "fi==0.6.5"}, excludes=frozenset({"fa4"}))
+    d = diff_locks(old, new, old_label="a", new_label="b", context=ctx)
+    assert [(p.name, p.action, p.why, p.old_size, p.new_size) for p in d.packages] == [
+        ("a", "changed", ("packages.a edited in the spec",), 100, 250),
+        ("fa4", "removed", ("resolution.exclude names it",), None, None),
+        ("fi", "changed", ("resolution.overrides: fi==0.6.5 (resolution edited)",), 100, 100),
+    ]
+    assert (d.old_size.known, d.old_size.unknown, d.new_size.known, d.new_size.unknown) == (200, ("fa4",), 350, ())
+
+
+def test_a_build_new_in_the_spec_and_one_never_built_in_either_lock() -> None:
+    old = replace(sample(), builds={}, packages=sample().packages[:1], spec_keys={"builds.never": "1"})
+    new = replace(old, spec_keys={"builds.never": "1", "builds.fresh": "2"})
+    verdicts = {b.name: (b.action, b.rebuild, b.pending, b.text()) for b in
+                diff_locks(old, new, old_label="a", new_label="b").builds}
+    assert verdicts == {
+        "fresh": ("added", True, True, "fresh: new build; pending: not built for this lock yet"),
+        "never": ("changed", True, True, "never: pending: not built for this lock yet"),
+    }
+
+
+def test_two_recipes_in_the_store_name_the_toolchain_that_moved() -> None:
+    from envlock.diff import DiffContext
+
+    old = sample()
+    new = replace(old, builds={"sgl-kernel": replace(old.builds["sgl-kernel"], input_digest="sha256:" + "8" * 64)})
+    recipe = {"python": "3.12.3", "host": "linux-x86_64", "machine": "x86_64",
+              "toolchain": {"cc": "cc (GCC) 13.2", "cmake": "cmake version 3.28.3", "nvcc": "absent"}}
+    moved = {**recipe, "toolchain": {"cc": "cc (GCC) 13.2", "cmake": "cmake version 3.31.0", "nvcc": "absent"}}
+    ctx = DiffContext(recipes={"sgl-kernel": (recipe, moved)})
+    (verdict,) = diff_locks(old, new, old_label="a", new_label="b", context=ctx).builds
+    assert verdict.text() == "sgl-kernel: toolchain cmake: cmake version 3.28.3 -> cmake version 3.31.0"

@@ -15,6 +15,7 @@ from envlock.lockfile import (
     Artifact,
     Lock,
     LockedBuild,
+    LockedFetchContent,
     LockedPackage,
     LockedPatch,
     LockedSource,
@@ -44,6 +45,12 @@ def sample(**changes: object) -> Lock:
                                         rev="main", patches=(LockedPatch("patches/sglang/0001-x.patch", "c" * 64),))},
         builds={"sgl-kernel": LockedBuild("sha256:" + "d" * 64, "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl",
                                           "b" * 64)},
+        fetchcontent={"sgl-kernel": {
+            "repo-triton": LockedFetchContent(git="https://github.com/triton-lang/triton", commit="7" * 40,
+                                              rev="v3.5.1"),
+            "repo-cutlass": LockedFetchContent(git="https://github.com/NVIDIA/cutlass", commit="5" * 40),
+            "json": LockedFetchContent(url="https://github.com/nlohmann/json/archive/v3.11.3.tar.gz", sha256="9" * 64),
+        }},
         venv_digest="sha256:" + "e" * 64,
     )
     base = replace(base, venv_install=base.install_digest())
@@ -166,6 +173,28 @@ def test_an_env_spec_given_as_a_lock_is_named_as_one() -> None:
         ("format = 1\n", "",
          "tool.envlock.format: missing; expected 1 (a lock from another envlock version: regenerate it with "
          "`envlock lock`)"),
+        # FetchContent pins: exactly the keys envlock writes, a full commit, a sha256.
+        ('repo-triton = { git', 'repo-triton = { url = "https://x/t.tar.gz", git',
+         "tool.envlock.fetchcontent.sgl-kernel.repo-triton: found both git and url; expected one of them"),
+        ('repo-cutlass = { git = "https://github.com/NVIDIA/cutlass", ', 'repo-cutlass = { ',
+         "tool.envlock.fetchcontent.sgl-kernel.repo-cutlass: found neither git nor url; expected one of them"),
+        ('repo-cutlass = { git = "https://github.com/NVIDIA/cutlass", ',
+         'repo-cutlass = { git = "https://github.com/NVIDIA/cutlass", sha256 = "' + "9" * 64 + '", ',
+         "tool.envlock.fetchcontent.sgl-kernel.repo-cutlass.sha256: found a key envlock does not write there; "
+         "expected only git, commit, rev (a git input)"),
+        ('json = { url = "https://github.com/nlohmann/json/archive/v3.11.3.tar.gz", ',
+         'json = { url = "https://github.com/nlohmann/json/archive/v3.11.3.tar.gz", rev = "v3.11.3", ',
+         "tool.envlock.fetchcontent.sgl-kernel.json.rev: found a key envlock does not write there; expected only "
+         "url, sha256 (an archive input)"),
+        ('commit = "' + "7" * 40 + '"', 'commit = "v3.5.1"',
+         "tool.envlock.fetchcontent.sgl-kernel.repo-triton.commit: found 'v3.5.1'; expected a full 40-hex commit"),
+        (', commit = "' + "5" * 40 + '"', '',
+         "tool.envlock.fetchcontent.sgl-kernel.repo-cutlass.commit: missing; expected a string"),
+        ('sha256 = "' + "9" * 64 + '"', 'sha256 = "' + "9" * 63 + '"',
+         "tool.envlock.fetchcontent.sgl-kernel.json.sha256: found '" + "9" * 63 + "'; expected 64 lowercase hex "
+         "digits"),
+        ('[tool.envlock.fetchcontent."sgl-kernel"]\n', '[tool.envlock.fetchcontent]\n"sgl-kernel" = 1\n[x]\n',
+         "tool.envlock.fetchcontent.sgl-kernel: found 1; expected a table"),
     ],
 )
 def test_malformed_lock_keys_are_named(tmp_path: Path, old: str, new: str, message: str) -> None:

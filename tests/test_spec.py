@@ -21,6 +21,8 @@ default = true
 url = "https://download.pytorch.org/whl/nightly/cu130"
 """
 
+FC = '[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.'  # a build's FetchContent table
+
 BAD_SPECS = [
     # (spec text after HEAD, exact problem lines)
     ('[packages]\ntorch = { nightly = "2026-3-7", index = "nightly" }',
@@ -71,9 +73,29 @@ BAD_SPECS = [
      ["builds.sgl-kernel.source: names no [sources.sglang]; sources: none defined"]),
     ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\nisolation = "no"',
      ["builds.k.isolation: expected true or false, found 'no'"]),
-    ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\n[builds.k.fetchcontent.triton]\n'
-     'git = "https://github.com/triton-lang/triton"\nrev = "v3.5.1"',
-     ["builds.k.fetchcontent.triton.rev: expected a full 40-hex commit (a tag can move), found 'v3.5.1'"]),
+    # FetchContent inputs: a git repository at a commit, tag or branch, or a tar archive by URL (and sha256).
+    (FC + 'triton]\n'
+     'git = "https://github.com/triton-lang/triton"\nrev = "-q"\nsha256 = "' + "a" * 64 + '"',
+     ["builds.k.fetchcontent.triton.rev: expected a commit, tag or branch, found '-q'",
+      "builds.k.fetchcontent.triton.sha256: only an archive (url) input takes a sha256; a git input is pinned by "
+      "its commit"]),
+    (FC + 'triton]\ngit = "https://github.com/triton-lang/triton"',
+     ["builds.k.fetchcontent.triton.rev: missing; a git input needs rev = \"<commit, tag or branch>\" (the lock "
+      "records its commit)"]),
+    (FC + 'json]\ngit = "https://x/json"\nurl = "https://x/json.tar.xz"\nrev = "v3"',
+     ["builds.k.fetchcontent.json: expected exactly one of git or url, found both"]),
+    (FC + 'json]\nsha256 = "' + "a" * 64 + '"',
+     ["builds.k.fetchcontent.json: expected exactly one of git or url, found neither: { git = \"URL\", rev = "
+      "\"<commit, tag or branch>\" } or { url = \"<archive URL>\", sha256 = \"...\" }"]),
+    (FC + 'json]\nurl = "https://x/json/archive/v3.11.3.tar.gz"\nrev = "v3"\nsha256 = "ABC"',
+     ["builds.k.fetchcontent.json.rev: only a git input takes a rev; an archive (url) input is pinned by its sha256",
+      "builds.k.fetchcontent.json.sha256: expected 64 lowercase hex digits, found 'ABC'"]),
+    (FC + 'json]\nurl = "ftp://x/json.tar.gz"',
+     ["builds.k.fetchcontent.json.url: expected an https://, http:// or file:// URL of an archive, found "
+      "'ftp://x/json.tar.gz'"]),
+    (FC + 'json]\nurl = "https://x/json.zip"',
+     ["builds.k.fetchcontent.json.url: expected the URL of a tar archive (.tar.gz, .tgz, .tar.xz, .txz, .tar.bz2, "
+      ".tbz2, .tar), found 'https://x/json.zip'"]),
     ('[sources.s]\npath = "s"\n[builds.k]\nsource = "s"\nenv = { TORCH_CUDA_ARCH_LIST = 12 }',
      ["builds.k.env.TORCH_CUDA_ARCH_LIST: expected a string, found 12"]),
     ('[resolution]\noverrides = ["flashinfer-python=0.6.5"]',
@@ -204,6 +226,12 @@ def test_shipped_specs_are_valid() -> None:
     assert qwen.packages["flashinfer-jit-cache"].index == "flashinfer"
     assert qwen.sources["sglang"].rev == "f016738f4c21043d0d8e4e407cb10a45ea7116b9"
     assert qwen.resolution.exclude == ("sgl-fa4", "triton")
+    # FetchContent inputs as upstream declares them: triton by its tag, mscclpp's json by an archive URL.
+    inputs = {dep.name: dep for dep in qwen.builds["sgl-kernel"].fetchcontent}
+    assert (inputs["repo-triton"].git, inputs["repo-triton"].rev) == ("https://github.com/triton-lang/triton", "v3.5.1")
+    assert not inputs["repo-triton"].pinned_by_spec and inputs["repo-cutlass"].pinned_by_spec
+    assert inputs["json"].url == "https://github.com/nlohmann/json/releases/download/v3.11.3/json.tar.xz"
+    assert inputs["json"].sha256 is None  # hashed at the first lock, recorded there
 
 
 def test_key_digests_name_each_entry(tmp_path: Path) -> None:

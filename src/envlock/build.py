@@ -93,9 +93,12 @@ class BuildRequest:
     # The lock's build requirements, taken instead of resolving them again (sync --frozen
     # rebuilding a recorded wheel: the index may have newer tools since).
     locked_requirements: tuple[str, ...] | None = None
-    # Each FetchContent input of ``spec``, by name: its pinned commit checked out into the
-    # store (``envlock.building`` checks them out, from a mirror if one is given).
+    # Each FetchContent input of ``spec``, by name: its pinned commit checked out (or its archive
+    # unpacked) into the store (``envlock.building`` fetches them, from a mirror if one is given).
     fetchcontent: Mapping[str, Path] = field(default_factory=dict)
+    # What the input digest covers of each (``LockedFetchContent.recipe``: the commit a tag or
+    # branch resolved to, an archive's sha256); an input the spec pins by commit may be left out.
+    fetchcontent_pins: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,18 @@ def _interpreter(python: str) -> dict[str, str]:
 # -- build requirements ------------------------------------------------------
 
 
+def requirement_edges(wheel: Path, extras: frozenset[str],
+                      environment: Mapping[str, str]) -> list[tuple[str, frozenset[str]]]:
+    """(name, extras) of each requirement of ``wheel`` (its Requires-Dist) that applies on the
+    target ``environment`` with ``extras``; ``BuildError`` when the wheel cannot be read."""
+    try:
+        requirements = requires_dist(wheel)
+    except ValueError as exc:  # no wheel, or a requirement line that does not parse
+        raise BuildError(str(exc)) from None
+    return [(str(canonicalize_name(req.name)), frozenset(req.extras)) for req in requirements
+            if req.marker is None or any(req.marker.evaluate({**environment, "extra": e}) for e in (extras or {""}))]
+
+
 def build_env_closure(
     packages: Sequence[BuildEnvPackage], roots: set[Any], environment: Mapping[str, str]
 ) -> tuple[BuildEnvPackage, ...]:
@@ -233,18 +248,17 @@ def build_env_closure(
         if name not in by_name or (name, extras) in seen:
             continue
         seen.add((name, extras))
-        try:
-            requirements = requires_dist(by_name[name].wheel)
-        except ValueError as exc:  # no wheel, or a requirement line that does not parse
-            raise BuildError(str(exc)) from None
-        for req in requirements:
-            if req.marker is not None and not any(
-                req.marker.evaluate({**environment, "extra": e}) for e in (extras or {""})
-            ):
-                continue
-            todo.append((str(canonicalize_name(req.name)), frozenset(req.extras)))
+        todo += requirement_edges(by_name[name].wheel, extras, environment)
     reached = {name for name, _ in seen}
     return tuple(p for p in packages if canonicalize_name(p.name) in reached)
+
+
+def build_roots(spec: BuildSpec, tree: Path) -> set[str]:
+    """What an ``isolation = false`` build can import of the env, at its root: its ``requires`` and its
+    project's ``[build-system].requires`` (by name; ``tree`` is the patched source)."""
+    project = tree / spec.subdirectory if spec.subdirectory else tree
+    system_requires = _backend(project)[1] if project.is_dir() else []
+    return {str(canonicalize_name(Requirement(r).name)) for r in (*spec.requires, *system_requires)}
 
 
 def _backend(project: Path) -> tuple[str, list[str]]:
@@ -338,7 +352,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
             # Only what the build can import: the closure of its own build requirements
             # within the env. Pinning another PyPI package must not rebuild the kernel;
             # moving torch (named in sgl-kernel's [build-system] requires) must.
-            roots = {canonicalize_name(Requirement(r).name) for r in (*spec.requires, *system_requires)}
+            roots = build_roots(spec, request.tree)
             env = [
                 p
                 for p in build_env_closure(request.env_packages, roots,
@@ -366,6 +380,12 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         shutil.rmtree(scratch, ignore_errors=True)
     if missing := [dep.name for dep in spec.fetchcontent if dep.name not in request.fetchcontent]:
         raise ValueError(f"{what}: the request has no checkout of fetchcontent {', '.join(missing)}")
+    fc_recipe = []
+    for dep in spec.fetchcontent:
+        pin = request.fetchcontent_pins.get(dep.name)
+        if pin is None and not (dep.git is not None and dep.pinned_by_spec):  # a tag can move: its commit, then
+            raise ValueError(f"{what}: the request has no pin of fetchcontent {dep.name} (a tag, branch or archive)")
+        fc_recipe.append(dict(pin) if pin is not None else {"name": dep.name, "git": dep.git, "rev": dep.rev})
     fc_dirs = {dep.name: request.fetchcontent[dep.name] for dep in spec.fetchcontent}
     for name, fc_dir in fc_dirs.items():
         # CMake reads it as a source folder; the recipe pins only its commit, which says
@@ -382,7 +402,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         "env": dict(sorted(spec.env.items())),
         "config-settings": dict(sorted(spec.config_settings.items())),
         "requires": list(spec.requires),
-        "fetchcontent": [{"name": d.name, "git": d.git, "rev": d.rev} for d in spec.fetchcontent],
+        "fetchcontent": fc_recipe,
         "source-date-epoch": request.source_date_epoch,
         "build-env": {"env-packages": sorted(p.line for p in env), "requirements": list(build_reqs)},
         "python": interpreter["version"],

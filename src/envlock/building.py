@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.utils import parse_wheel_filename
 
-from envlock import build, fetch, resolve, sources
+from envlock import build, buildinputs, fetch, resolve, sources
+from envlock.buildinputs import FetchedInput, Unreachable
 from envlock.drift import drift
 from envlock.errors import (
     BuildError,
@@ -26,12 +27,22 @@ from envlock.errors import (
     LockError,
     PatchError,
     SourceError,
+    SourceTreeError,
     SpecError,
     UsageError,
 )
 from envlock.fetch import FetchResult, Locate
-from envlock.lockfile import Artifact, Lock, LockedBuild, LockedPackage, LockedSource, LockFile, canonicalize_name
-from envlock.mirrors import SOURCE_ENV_PREFIX, MirrorOptions, Mirrors, env_var, package_locator
+from envlock.lockfile import (
+    Artifact,
+    Lock,
+    LockedBuild,
+    LockedFetchContent,
+    LockedPackage,
+    LockedSource,
+    LockFile,
+    canonicalize_name,
+)
+from envlock.mirrors import MirrorOptions, Mirrors, package_locator, source_mirror_how
 from envlock.patchapply import PatchedTree, apply_all
 from envlock.patchfile import load_patches
 from envlock.progress import Progress
@@ -85,7 +96,25 @@ def prepare_sources(
     names: set[str] | None = None,
     mirrors: Mirrors | None = None,
 ) -> dict[str, SourceState]:
-    """Fetch or snapshot each source (only ``names``, if given) and apply its patches."""
+    """Fetch or snapshot each source (only ``names``, if given) and apply its patches; every git
+    source that cannot be fetched is named in one error."""
+    return prepare_inputs(ws, spec, store, lock=lock, overrides=overrides, names=names, mirrors=mirrors)[0]
+
+
+def prepare_inputs(
+    ws: Workspace,
+    spec: EnvSpec,
+    store: Store,
+    *,
+    lock: Lock | None = None,
+    overrides: Mapping[str, Path] | None = None,
+    names: set[str] | None = None,
+    builds: Sequence[BuildSpec] = (),
+    mirrors: Mirrors | None = None,
+) -> tuple[dict[str, SourceState], dict[str, dict[str, FetchedInput]]]:
+    """Every git or URL input first -- the sources (only ``names``, if given) and the FetchContent
+    inputs of ``builds`` -- each tried, those that cannot be fetched named together in one error
+    (before any wheel is downloaded); then each source's patches applied."""
     mirrors = mirrors or Mirrors()
     overrides = overrides or {}
     unknown = sorted(set(overrides) - set(spec.sources))
@@ -93,32 +122,58 @@ def prepare_sources(
         known = ", ".join(sorted(spec.sources)) or "none"
         raise UsageError(f"--override-source {unknown[0]}=...: {spec.path} has no [sources.{unknown[0]}]; "
                          f"sources: {known}")
-    out: dict[str, SourceState] = {}
+    prepared: dict[str, sources.PreparedSource] = {}
+    failed: list[Unreachable] = []
     for name, src in sorted(spec.sources.items()):
         if names is not None and name not in names:
             continue
-        with mirrors.source_hint(name, src.git):
-            prepared = sources.prepare(src, store, ws.root, commit=pinned_commit(src, lock),
-                                       override=overrides.get(name), fetch_from=mirrors.sources.get(name))
-        patches = load_patches(ws.root, src.patches)
         try:
-            patched = apply_all(name, prepared.tree, prepared.tree_digest, patches, store)
-        except PatchError as exc:
-            if name not in overrides:
+            prepared[name] = sources.prepare(src, store, ws.root, commit=pinned_commit(src, lock),
+                                             override=overrides.get(name), fetch_from=mirrors.sources.get(name))
+        except SourceError as exc:
+            if src.git is None or isinstance(exc, SourceTreeError):
                 raise
-            raise PatchError(exc.message, details=[
-                *exc.details, f"--override-source {name}=...: the spec's patches are applied to that tree, so it "
-                "must be unpatched (a `patch edit` work dir has them applied already)"]) from None
-        out[name] = SourceState(prepared, patched)
-    return out
+            failed.append(Unreachable(f"sources.{name}", name, exc, name in mirrors.sources))
+    fetched, fc_failed = buildinputs.fetch_fetchcontent(builds, store, mirrors.sources, lock)
+    deps = {f"builds.{b.name}.fetchcontent.{d.name}": (b.name, d) for b in builds for d in b.fetchcontent}
+
+    def single(f: Unreachable) -> Exception:
+        if f.key in deps:
+            return buildinputs.fetchcontent_error(deps[f.key][0], f, deps[f.key][1])
+        if f.mirrored:
+            return f.error
+        return f.error.with_details(f"no access to {spec.sources[f.name].git}? fetch the pinned commit from a "
+                                    f"clone or mirror: {source_mirror_how(f.name)}")
+
+    buildinputs.raise_unreachable([*failed, *fc_failed], ws.relative(spec.path), single)
+    states = {name: SourceState(p, _patched(ws, store, spec.sources[name], p, overrides))
+              for name, p in prepared.items()}
+    return states, fetched
+
+
+def _patched(ws: Workspace, store: Store, src: SourceSpec, prepared: sources.PreparedSource,
+             overrides: Mapping[str, Path]) -> PatchedTree:
+    """``prepared`` with the spec's patches of source ``src`` applied."""
+    name = src.name
+    patches = load_patches(ws.root, src.patches)
+    try:
+        return apply_all(name, prepared.tree, prepared.tree_digest, patches, store)
+    except PatchError as exc:
+        if name not in overrides:
+            raise
+        raise PatchError(exc.message, details=[
+            *exc.details, f"--override-source {name}=...: the spec's patches are applied to that tree, so it "
+            "must be unpatched (a `patch edit` work dir has them applied already)"]) from None
 
 
 def sources_for_lock(ws: Workspace, spec: EnvSpec, store: Store, old: Lock | None,
-                     mirrors: Mirrors) -> dict[str, SourceState]:
-    """Every source of the spec prepared for ``lock`` (the commits ``old`` pinned are kept)."""
+                     mirrors: Mirrors) -> tuple[dict[str, SourceState], dict[str, dict[str, FetchedInput]]]:
+    """Every source of the spec prepared for ``lock`` (the commits ``old`` pinned are kept), and every
+    FetchContent input of its builds fetched (the tags' commits and archives' sha256 ``old`` pinned are
+    kept): all before the resolution downloads anything."""
     if not spec.sources:
-        return {}
-    return prepare_sources(ws, spec, store, lock=old, mirrors=mirrors)
+        return {}, {}
+    return prepare_inputs(ws, spec, store, lock=old, builds=list(spec.builds.values()), mirrors=mirrors)
 
 
 def _project_name(project: Path) -> str | None:
@@ -182,6 +237,8 @@ class BuildSession:
     mirrors: Mirrors  # where git repositories (sources, FetchContent inputs) and indexes are read
     progress: Progress | None = None  # of the env's wheels fetched for non-isolated builds
     locate: Locate | None = None  # where those wheels are downloaded from (a sync's --index)
+    # Build name -> its FetchContent inputs, fetched with the sources (before any wheel).
+    inputs: Mapping[str, Mapping[str, FetchedInput]] = field(default_factory=dict)
 
     def ready(self, builds: Sequence[BuildSpec]) -> list[BuildSpec]:
         """Those of ``builds`` whose source is prepared."""
@@ -190,47 +247,66 @@ class BuildSession:
     def env_packages(self, builds: Sequence[BuildSpec]) -> tuple[tuple[build.BuildEnvPackage, ...],
                                                                   tuple[FetchResult, ...]]:
         """The env's locked wheels that ``isolation = false`` builds among ``builds`` run against,
-        and the fetch that brought them into the store (none if every build is isolated).
+        and the fetches that brought them into the store (none if every build is isolated).
 
-        Reading their metadata needs the env's runtime wheels in the store (a sync fetches
-        them anyway).
+        Only the closure of those builds' requirements among the locked packages is fetched
+        (``buildinputs.closure_packages``): a runtime wheel no build can import is not.
         """
-        if all(b.isolation for b in builds):
+        reading = [b for b in builds if not b.isolation]
+        if not reading:
             return (), ()
-        local = {canonicalize_name(n) for n in self.spec.builds}
-        runtime = [p.wheels[0] for p in self.lock.packages if p.name not in local]
-        got = fetch.fetch(runtime, self.store, base_dir=self.ws.lock_path(self.spec.name).parent,
-                          progress=self.progress, locate=self.locate)
-        return build.env_packages_from_lock(self.lock, self.store, exclude=tuple(local)), (got,)
+        local = {str(canonicalize_name(n)) for n in self.spec.builds}
+        roots = set().union(*(build.build_roots(b, self.states[b.source].patched.tree) for b in reading))
+        base_dir = self.ws.lock_path(self.spec.name).parent
+
+        def fetch_wheels(packages: list[LockedPackage]) -> FetchResult:
+            return fetch.fetch([p.wheels[0] for p in packages], self.store, base_dir=base_dir,
+                               progress=self.progress, locate=self.locate)
+
+        packages, got = buildinputs.closure_packages(self.lock, roots, python=self.spec.python,
+                                                     platform=self.spec.platform, exclude=local,
+                                                     fetch_wheels=fetch_wheels)
+        return build.env_packages_from_lock(replace(self.lock, packages=packages), self.store), got
+
+    def fetched(self, b: BuildSpec) -> dict[str, FetchedInput]:
+        """``b``'s FetchContent inputs in the store: those fetched with the session's sources, else now."""
+        if b.name in self.inputs:
+            return dict(self.inputs[b.name])
+        got, failed = buildinputs.fetch_fetchcontent([b], self.store, self.mirrors.sources, self.lock)
+        deps = {f"builds.{b.name}.fetchcontent.{d.name}": d for d in b.fetchcontent}
+        buildinputs.raise_unreachable(failed, self.ws.relative(self.spec.path),
+                                      lambda f: buildinputs.fetchcontent_error(b.name, f, deps[f.key]))
+        return got[b.name]
 
     def request(self, b: BuildSpec, env_packages: tuple[build.BuildEnvPackage, ...],
                 recorded: LockedBuild | None = None) -> build.BuildRequest:
-        """What to build for ``b`` (its source prepared), its FetchContent inputs checked out now;
+        """What to build for ``b`` (its source prepared, its FetchContent inputs fetched);
         ``recorded``'s build requirements are taken instead of resolving them anew (a frozen rebuild)."""
         state = self.states[b.source]
+        inputs = self.fetched(b)
         return build.BuildRequest(
             b, state.patched.tree, state.prepared.source_date_epoch, self.spec.python, self.spec.platform,
             self.index_url, () if b.isolation else env_packages,
             recorded.requirements if recorded is not None else None,
-            checkout_fetchcontent(b, self.store, self.mirrors.sources),
+            {name: f.tree for name, f in inputs.items()},
+            {name: f.pin.recipe(name) for name, f in inputs.items()},
         )
 
+    def pins(self) -> dict[str, dict[str, LockedFetchContent]]:
+        """The FetchContent pins of the session's builds, for the lock."""
+        return {name: {dep: f.pin for dep, f in inputs.items()} for name, inputs in self.inputs.items() if inputs}
 
-def checkout_fetchcontent(b: BuildSpec, store: Store, mirrors: Mapping[str, str]) -> dict[str, Path]:
-    """Each FetchContent input of ``b`` checked out into the store, by name (from ``mirrors[name]``
-    when there is one: the commit is checked either way); a ``BuildError`` names the input that failed."""
-    checkouts = {}
-    for dep in b.fetchcontent:
-        mirror = mirrors.get(dep.name)
-        try:
-            checkouts[dep.name] = sources.checkout(store, dep.git, dep.rev, fetch_from=mirror).tree
-        except SourceError as exc:
-            var = env_var(SOURCE_ENV_PREFIX, dep.name)
-            hint = [] if mirror else [f"no access to {dep.git}? fetch the pinned commit from a clone or mirror: "
-                                      f"--source {dep.name}=URL (or {var}=URL)"]
-            raise BuildError(f"[builds.{b.name}]: fetchcontent.{dep.name}: {exc.message}",
-                             details=[*exc.details, *hint]) from None
-    return checkouts
+
+def checkout_fetchcontent(b: BuildSpec, store: Store, mirrors: Mapping[str, str],
+                          lock: Lock | None = None) -> dict[str, Path]:
+    """Each FetchContent input of ``b`` fetched into the store, by name (from ``mirrors[name]`` when
+    there is one: the commit or sha256 is checked either way); a ``BuildError`` names the input that
+    failed, a ``SourceError`` every one of several."""
+    got, failed = buildinputs.fetch_fetchcontent([b], store, mirrors, lock)
+    deps = {f"builds.{b.name}.fetchcontent.{d.name}": d for d in b.fetchcontent}
+    buildinputs.raise_unreachable(failed, Path(f"[builds.{b.name}]"),
+                                  lambda f: buildinputs.fetchcontent_error(b.name, f, deps[f.key]))
+    return {name: f.tree for name, f in got[b.name].items()}
 
 
 @dataclass(frozen=True)
@@ -249,12 +325,12 @@ def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[Bui
                   options: BuildOptions) -> BuildSession:
     """The sources of ``wanted`` prepared, and the mirrors the builds read, for ``build_env``."""
     store = Store.open()
-    states = prepare_sources(ws, spec, store, lock=lock, overrides=options.overrides,
-                             names={b.source for b in wanted}, mirrors=mirrors)
+    states, inputs = prepare_inputs(ws, spec, store, lock=lock, overrides=options.overrides,
+                                    names={b.source for b in wanted}, builds=wanted, mirrors=mirrors)
     by_package = mirrors.for_packages(lock)
     locate = package_locator(lock.packages, by_package) if by_package else None
     default_url = resolve.index_urls(spec, mirrors.indexes)[spec.default_index.name]  # as `lock` resolves against
-    return BuildSession(ws, spec, store, states, lock, default_url, mirrors, options.progress, locate)
+    return BuildSession(ws, spec, store, states, lock, default_url, mirrors, options.progress, locate, inputs)
 
 
 # -- envlock build -----------------------------------------------------------
@@ -491,6 +567,7 @@ def _with_builds(session: BuildSession, lock_path: Path, built: Sequence[build.B
         lock,
         sources={**lock.sources, **{n: s.locked() for n, s in session.states.items()}},
         builds={**lock.builds, **{w.name: w.locked() for w in built}},
+        fetchcontent={**lock.fetchcontent, **session.pins()},
         packages=tuple(sorted(pkgs.values(), key=lambda p: p.name)),
     )
     if new.install_digest() != lock.install_digest():
@@ -520,7 +597,7 @@ def carry_builds(session: BuildSession, old: Lock | None) -> tuple[Lock, tuple[F
         recorded = old.builds.get(b.name)
         package = old_packages.get(canonicalize_name(b.name))
         if recorded is None or package is None:
-            continue  # nothing to keep: its FetchContent inputs are not fetched for it either
+            continue  # nothing to keep
         request = session.request(b, env_packages)
         if build.plan(request, session.store).input_digest == recorded.input_digest:
             kept_builds[b.name] = recorded

@@ -173,25 +173,16 @@ def cmd_nightlies(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import lockrefs
+    from envlock import lockrefs, reporting
 
-    result, notes = lockrefs.diff_refs(ws, args.old, args.new)
+    if args.format == "json":
+        args.json = True  # before the work: its errors are a JSON document too
+    options = reporting.ReportOptions(fetch=args.fetch)
+    result, notes = lockrefs.diff_refs(ws, args.old, args.new, options)
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
-
-    def text() -> str:
-        if not result.changes:
-            return f"no differences ({count(result.unchanged, 'package')} identical)"
-        lines = [f"--- {result.old}", f"+++ {result.new}"]
-        for c in result.changes:
-            sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[c.action]
-            value = c.new if c.old is None else c.old if c.new is None else f"{c.old} -> {c.new}"
-            note = f"  ({c.note})" if c.note else ""
-            lines.append(f"{sign} {c.kind:8} {c.name}: {value}{note}")
-        lines.append(f"{count(len(result.changes), 'change')}, {count(result.unchanged, 'package')} identical")
-        return "\n".join(lines)
-
-    _out(args, result.to_dict(), text)
+    render = reporting.render_markdown if args.format == "markdown" else reporting.render_text
+    _out(args, result.to_dict(), lambda: render(result))
     return 0
 
 
@@ -511,8 +502,7 @@ def _apply_network_options(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from pathlib import Path
 
-    from envlock.clicache import TRUSTED_HELP
-    from envlock.clicache import add_commands as add_cache_commands
+    from envlock import clicache
 
     def common_options(default: object) -> _Parser:
         options = _Parser(add_help=False)
@@ -574,13 +564,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read spec index NAME at URL (a mirror); repeatable")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
-    p = add("diff", cmd_diff, "what changes between two locks",
-            "Compare two locks: packages (versions, re-uploaded wheels), nightly pins, sources, patches, builds\n"
-            "and their build requirements, and the env (python, platform, venv digest and its interpreter).\n"
+    p = add("diff", cmd_diff, "what changes between two locks (the upgrade report)",
+            "Compare two locks and say what the move changes: nightly pins, one line per index; each moved\n"
+            "source as a commit range (count, dates, the commits touching files its patches touch, read from\n"
+            "the store's git mirror); every local build that rebuilds, with the input that moved, and those\n"
+            "that do not; packages added, removed or changed, with why when the locks show it; the download\n"
+            "size before and after; then every change, one a line.\n"
             "OLD and NEW are lock paths, PATH@GITREV (e.g. locks/pylock.X.toml@HEAD~1) or env names.")
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text (default), markdown (a block for a pull request description) or json "
+                   "(the schema in docs/diff.md)")
+    p.add_argument("--json", action="store_true", help="the same as --format json")
+    p.add_argument("--fetch", action="store_true",
+                   help="fetch the history of moved git sources into the store's mirror first (network), for "
+                   "their commit ranges")
     p.set_defaults(needs_workspace=False)  # two lock paths need none; an env name is looked up in it
 
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",
@@ -607,7 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "also ENVLOCK_INDEX_<NAME>=URL; repeatable")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
-    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=TRUSTED_HELP)
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     def env_command(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str, *,
@@ -655,7 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "top (so give it unpatched); never recorded in the lock")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME's pinned commit from URL (verified; also ENVLOCK_SOURCE_<NAME>=URL)")
-    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=TRUSTED_HELP)
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("patch", lambda a, w: 2, "patch status / edit / record")
@@ -695,7 +694,7 @@ def build_parser() -> argparse.ArgumentParser:
     from envlock.cliregress import add_commands  # export, import, gc, pin(s), unpin, bisect
 
     add_commands(add)
-    add_cache_commands(add, common, _Parser)
+    clicache.add_commands(add, common, _Parser)
     return parser
 
 

@@ -85,14 +85,17 @@ def _venv_digests(lock: Lock) -> list[str]:
 
 
 def _fetchcontent(store: Store, build_key: str) -> set[EntryRef]:
-    """The FetchContent checkouts (and their git mirrors) a stored build's recipe names."""
+    """The FetchContent checkouts (and their git mirrors) and unpacked archives a stored build's recipe names."""
     try:
         recipe = json.loads((store.path("builds", build_key) / "recipe.json").read_text(encoding="utf-8"))
-        inputs = [(str(d["git"]), str(d["rev"])) for d in recipe.get("fetchcontent", [])]
+        entries = recipe.get("fetchcontent", [])
+        inputs = [(str(d["git"]), str(d["rev"])) for d in entries if "git" in d]
+        archives = [str(d["sha256"]) for d in entries if "git" not in d]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return set()  # not in this store (a closure from elsewhere): nothing more to name
     return {ref for git, rev in inputs for ref in (EntryRef("sources", f"git-{rev}"),
-                                                   EntryRef("git-mirrors", mirror_key(git)))}
+                                                   EntryRef("git-mirrors", mirror_key(git)))
+            } | {EntryRef("sources", f"archive-{sha256}") for sha256 in archives}
 
 
 def _source_entries(store: Store, kind: str, location: str, commit: str | None, tree_digest: str | None,

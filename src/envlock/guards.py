@@ -231,17 +231,18 @@ def fetchcontent_notes(b: BuildSpec, project: str, found: Sequence[Declared]) ->
                        f"unchecked, or cannot configure (declare {d.name} = {{ git = ..., rev = ... }})")
             continue
         differs = []
-        if d.tag and "${" not in d.tag and not _same_rev(dep.rev, d.tag):
+        rev = dep.rev or ""
+        if d.tag and "${" not in d.tag and not _same_rev(rev, d.tag):
             differs.append(f"GIT_TAG {d.tag}")
         if d.git and "${" not in d.git and dep.git and _repo(d.git) != _repo(dep.git):
             differs.append(f"GIT_REPOSITORY {d.git}")
         # An archive URL names its commit or tag: .../archive/<ref>.tar.gz
         ref = re.sub(r"\.(tar\.gz|tgz|tar\.bz2|tar\.xz|zip)$", "", d.url.rsplit("/", 1)[-1]) if d.url else ""
-        if d.url and not (dep.rev and (dep.rev in d.url or _same_rev(dep.rev, ref))):
+        if d.url and not (d.url == dep.url or (rev and (rev in d.url or _same_rev(rev, ref)))):
             differs.append(f"URL {d.url}")
         if differs:
-            out.append(f"{key}.{dep.name}: {where} declares {', '.join(differs)}; the spec has "
-                       f"git {dep.git} at rev {dep.rev}")
+            has = f"git {dep.git} at rev {dep.rev}" if dep.git is not None else f"the archive {dep.url}"
+            out.append(f"{key}.{dep.name}: {where} declares {', '.join(differs)}; the spec has {has}")
     return out
 
 

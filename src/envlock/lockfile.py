@@ -110,6 +110,29 @@ class LockedBuild:
 
 
 @dataclass(frozen=True)
+class LockedFetchContent:
+    """A build's CMake FetchContent input as the lock pins it: a git repository's full commit (and
+    the tag or branch it was resolved from), or an archive's URL and sha256."""
+
+    git: str | None = None
+    commit: str | None = None  # full 40-hex commit, git inputs
+    rev: str | None = None  # the spec's tag or branch ``commit`` was resolved from, if not a hash
+    url: str | None = None
+    sha256: str | None = None  # the archive's bytes, url inputs
+
+    def recipe(self, name: str) -> dict[str, str]:
+        """What a build's input digest covers of it: where it is from, and the bytes it is pinned to."""
+        if self.git is not None:
+            return {"name": name, "git": self.git, "rev": self.commit or ""}
+        return {"name": name, "url": self.url or "", "sha256": self.sha256 or ""}
+
+    def to_toml(self) -> str:
+        fields = ([("git", self.git), ("commit", self.commit), ("rev", self.rev)] if self.git is not None
+                  else [("url", self.url), ("sha256", self.sha256)])
+        return "{ " + ", ".join(f"{k} = {_s(v)}" for k, v in fields if v is not None) + " }"
+
+
+@dataclass(frozen=True)
 class Lock:
     """A whole lock file, as data."""
 
@@ -123,6 +146,8 @@ class Lock:
     nightlies: Mapping[str, NightlyPin] = field(default_factory=dict)
     sources: Mapping[str, LockedSource] = field(default_factory=dict)
     builds: Mapping[str, LockedBuild] = field(default_factory=dict)
+    # Build name -> FetchContent input name -> its pin (``[tool.envlock.fetchcontent.BUILD]``).
+    fetchcontent: Mapping[str, Mapping[str, LockedFetchContent]] = field(default_factory=dict)
     venv_digest: str | None = None
     # The interpreter the venv digest was taken with ("3.11.7"): a venv holds its interpreter's
     # version (pyvenv.cfg), so a digest is comparable only between equal interpreters.
@@ -233,6 +258,10 @@ class Lock:
                 out.append("build-requirements = [")
                 out += [f"    {_s(r)}," for r in build.requirements]
                 out.append("]")
+        for name, inputs in sorted(self.fetchcontent.items()):
+            if inputs:
+                out += ["", f"[tool.envlock.fetchcontent.{_s(name)}]"]
+                out += [f"{toml_key('', dep)} = {pin.to_toml()}" for dep, pin in sorted(inputs.items())]
         return "\n".join(out) + "\n"
 
     @classmethod
@@ -343,6 +372,9 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
     where = "tool.envlock.builds"
     builds = {name: _build(_table(v, toml_key(where, name)), toml_key(where, name))
               for name, v in _table(tool.get("builds", {}), where).items()}
+    where = "tool.envlock.fetchcontent"
+    fetchcontent = {name: _fetchcontent_inputs(_table(v, toml_key(where, name)), toml_key(where, name))
+                    for name, v in _table(tool.get("fetchcontent", {}), where).items()}
     where = "tool.envlock.spec-keys"
     spec_keys = _table(tool.get("spec-keys", {}), where)
     python = _str(tool, "python", "tool.envlock")
@@ -363,6 +395,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         nightlies=nightlies,
         sources=sources,
         builds=builds,
+        fetchcontent=fetchcontent,
         venv_digest=venv_digest,
         venv_python=_opt_str(tool, "venv-python", "tool.envlock"),
         venv_install=_opt_str(tool, "venv-install-digest", "tool.envlock"),
@@ -484,6 +517,38 @@ def _build(build: Mapping[str, Any], key: str) -> LockedBuild:
         sha256=_str(build, "sha256", key),
         requirements=_strings(build.get("build-requirements", []), f"{key}.build-requirements"),
     )
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+_GIT_PIN_KEYS = ("git", "commit", "rev")
+_ARCHIVE_PIN_KEYS = ("url", "sha256")
+
+
+def _fetchcontent_inputs(table: Mapping[str, Any], key: str) -> dict[str, LockedFetchContent]:
+    """One build's ``[tool.envlock.fetchcontent.BUILD]``: each input's pin, its keys exactly these."""
+    out = {}
+    for name, value in table.items():
+        where = toml_key(key, name)
+        pin = _table(value, where)
+        allowed = _GIT_PIN_KEYS if "git" in pin else _ARCHIVE_PIN_KEYS
+        if "git" in pin and "url" in pin:
+            raise _BadKeyError(where, "found both git and url", "one of them")
+        if "git" not in pin and "url" not in pin:
+            raise _BadKeyError(where, "found neither git nor url", "one of them")
+        for extra in sorted(set(pin) - set(allowed)):
+            raise _BadKeyError(toml_key(where, extra), "found a key envlock does not write there",
+                               f"only {', '.join(allowed)} ({'a git' if 'git' in pin else 'an archive'} input)")
+        if "git" in pin:
+            commit = _str(pin, "commit", where)
+            if not _COMMIT.fullmatch(commit):
+                raise _BadKeyError(toml_key(where, "commit"), f"found {commit!r}", "a full 40-hex commit")
+            out[name] = LockedFetchContent(git=_str(pin, "git", where), commit=commit, rev=_opt_str(pin, "rev", where))
+        else:
+            sha256 = _str(pin, "sha256", where)
+            if not _SHA256.fullmatch(sha256):
+                raise _BadKeyError(toml_key(where, "sha256"), f"found {sha256!r}", "64 lowercase hex digits")
+            out[name] = LockedFetchContent(url=_str(pin, "url", where), sha256=sha256)
+    return out
 
 
 #: Far above any real lock (the 158-package qwen35-blackwell lock is ~100 kB): a bigger file is

@@ -99,8 +99,10 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
     old_file = LockFile.read(ws.lock_path(env))
     old = old_file.lock
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
+    # Every git or URL input (sources, FetchContent) is fetched first: an unreachable one fails
+    # the lock before a wheel is downloaded, all of them named together.
     store = Store.open()
-    states = building.sources_for_lock(ws, spec, store, old, mirrors)
+    states, inputs = building.sources_for_lock(ws, spec, store, old, mirrors)
     resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress)
     guarded = _guard(ws, env, spec, store, states, resolution, old)  # an overlap fails here: nothing written
     lock = Lock(
@@ -110,7 +112,10 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
         overridden=guarded.overridden,
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
-    session = building.BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, progress)
+    session = building.BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, progress,
+                                    inputs=inputs)
+    lock = replace(lock, fetchcontent=session.pins())
+    session = replace(session, lock=lock)
     lock, for_builds = building.carry_builds(session, old)
     if old is not None and old.install_digest() == lock.install_digest() and not old.venv_digest_stale:
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).

@@ -18,7 +18,7 @@ from envlock.spec import load_env_spec
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
-    from envlock.diff import LockDiff
+    from envlock.reporting import ReportOptions, UpgradeReport
 
 
 @dataclass(frozen=True)
@@ -71,14 +71,17 @@ def _split_ref(ref: str) -> tuple[str, str | None]:
     return ref[:cut], rev
 
 
-def diff_refs(ws: Workspace, old: str, new: str) -> tuple[LockDiff, tuple[str, ...]]:
-    """What changes from lock ``old`` to ``new`` (as ``load_lock_ref`` reads them), and notes.
+def diff_refs(ws: Workspace, old: str, new: str,
+              options: ReportOptions | None = None) -> tuple[UpgradeReport, tuple[str, ...]]:
+    """What changes from lock ``old`` to ``new`` (as ``load_lock_ref`` reads them): the upgrade
+    report (``reporting.upgrade_report``: sources' commit ranges read from the store's git mirrors,
+    fetched with ``options.fetch``), and notes.
 
     A note names an env given by name whose lock file the spec has moved past: its diff
     does not show the spec's change. A spec that does not read gives no note (the note is a
     courtesy; the diff stands).
     """
-    from envlock.diff import diff_locks
+    from envlock.reporting import upgrade_report
 
     before, after = load_lock_ref(ws, old), load_lock_ref(ws, new)
     notes = []
@@ -93,7 +96,9 @@ def diff_refs(ws: Workspace, old: str, new: str) -> tuple[LockDiff, tuple[str, .
         if not stale.current:
             notes.append(f"{ws.relative(ref.path)} is stale for envs/{env}.toml ({'; '.join(stale.reasons)}); "
                          f"run `envlock lock {env}` to diff what the spec asks for")
-    return diff_locks(before.lock, after.lock, old_label=before.label, new_label=after.label), tuple(notes)
+    report = upgrade_report(ws, before.lock, after.lock, old_label=before.label, new_label=after.label,
+                            options=options)
+    return report, (*notes, *report.notes)
 
 
 def load_lock_ref(ws: Workspace, ref: str) -> LockRef:

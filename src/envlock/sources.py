@@ -8,6 +8,9 @@ verifying that the checked-out HEAD is exactly the 40-hex commit. A branch, tag 
 hash in the spec is resolved once (``git ls-remote``, or the fetched history for a short
 hash); the lock records the full commit.
 
+A FetchContent archive input (a tar URL) is downloaded, held to its sha256 (or hashed, once, at
+lock time) and unpacked safely (``archives``) into ``sources/archive-<sha256>``.
+
 A path source is copied into ``sources/path-<tree digest>`` so builds never write into the
 workspace. ``--override-source NAME=PATH`` (Nix's ``--override-input``) takes a local tree
 instead of the pin; the result says so in ``notice``.
@@ -27,10 +30,10 @@ import os
 import re
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from envlock import runner
+from envlock import archives, runner
 from envlock.errors import SourceError, UsageError, redact
 from envlock.lockfile import LockedPatch, LockedSource
 from envlock.spec import COMMIT_ID, SourceSpec
@@ -113,9 +116,28 @@ def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None 
     return runner.git_checked(args, what=what, error=SourceError, cwd=cwd)
 
 
+def existing_mirror(store: Store, url: str) -> Path | None:
+    """The store's bare mirror for ``url`` if there is one (nothing is created): for readers."""
+    path = store.path("git-mirrors", _mirror_key(url))
+    return path if (path / "HEAD").exists() else None
+
+
+def _mirror_key(url: str) -> str:
+    return hashlib.sha256(url.encode()).hexdigest()[:32]
+
+
+def fetch_history(store: Store, url: str, *, fetch_from: str | None = None) -> Path:
+    """The store's mirror of ``url`` with every branch and tag fetched (unshallowed): the history
+    between two pins, for a report's commit range. ``fetch_from``: a mirror of ``url`` to ask instead."""
+    mirror = mirror_path(store, url)
+    with store.locked(f"git-mirror-{mirror.name}"):
+        _fetch_all(mirror, fetch_from or url)
+    return mirror
+
+
 def mirror_path(store: Store, url: str) -> Path:
     """The store's bare mirror for ``url`` (created on first use)."""
-    key = hashlib.sha256(url.encode()).hexdigest()[:32]
+    key = _mirror_key(url)
     path = store.path("git-mirrors", key)
     if not (path / "HEAD").exists():
         with store.new_entry("git-mirrors", key) as work:
@@ -259,6 +281,74 @@ def snapshot_path(store: Store, folder: Path, *, name: str | None = None,
             if found != digest:
                 raise SourceError(f"{folder}: changed while it was copied ({digest} -> {found})")
     return entry / "tree", digest
+
+
+# -- archives ----------------------------------------------------------------
+
+#: Far above any source archive (cutlass's is ~100 MB): a body past it is no archive.
+ARCHIVE_LIMIT = 8 << 30
+
+
+@dataclass(frozen=True)
+class ArchiveCheckout:
+    """A tar archive's bytes (by sha256) unpacked into the store."""
+
+    sha256: str
+    tree: Path
+    tree_digest: str
+    downloaded: int = 0  # bytes received this run (0: the store had it)
+
+
+def _download(url: str, into: Path) -> tuple[str, int]:
+    """``url``'s bytes into file ``into``; (their sha256, their size). ``SourceError`` when it cannot."""
+    from envlock import http  # socket and ssl: only a download needs them
+
+    hasher = hashlib.sha256()
+    size = 0
+    try:
+        with http.open_stream(url) as body, into.open("wb") as fh:
+            for chunk in body.chunks:
+                size += len(chunk)
+                if size > ARCHIVE_LIMIT:
+                    raise SourceError(f"{redact(url)}: sent more than {ARCHIVE_LIMIT} bytes, more than any source "
+                                      "archive; read no further, nothing was kept")
+                hasher.update(chunk)
+                fh.write(chunk)
+    except http.HttpError as exc:
+        raise SourceError(f"{exc.url}: cannot download the archive ({exc.reason})") from None
+    return hasher.hexdigest(), size
+
+
+def fetch_archive(store: Store, url: str, sha256: str | None = None, *,
+                  fetch_from: str | None = None) -> ArchiveCheckout:
+    """The tar archive at ``url`` unpacked into the store (``sources/archive-<sha256>``), held to
+    ``sha256`` (None: whatever it holds, hashed now, for the lock to record). ``fetch_from``: where to
+    download it instead (a mirror: the sha256 is checked either way)."""
+    if sha256 is not None and (store.path("sources", f"archive-{sha256}") / "tree").is_dir():
+        return _archive_entry(store, sha256)
+    scratch = store.temp_dir("archive")
+    try:
+        part = scratch / "archive"
+        actual, size = _download(fetch_from or url, part)
+        if sha256 is not None and actual != sha256:
+            got = f" (from {redact(fetch_from)})" if fetch_from else ""
+            raise SourceError(f"{redact(url)}: the archive{got} has sha256 {actual}, expected {sha256}; refused, "
+                              "nothing was unpacked (the bytes at that URL changed, or are not the pinned ones)")
+        entry = store.path("sources", f"archive-{actual}")
+        if not (entry / "tree").is_dir():
+            with store.new_entry("sources", f"archive-{actual}") as work:
+                archives.unpack(part, work / "tree", what=redact(url))
+                # Links out are refused where a build reads it (build.plan), as for a git checkout.
+                (work / "tree-digest").write_text(tree_digest(work / "tree", links_inside=False) + "\n")
+                (work / "url").write_text(redact(url) + "\n")  # for people: no token
+        return replace(_archive_entry(store, actual), downloaded=size)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _archive_entry(store: Store, sha256: str) -> ArchiveCheckout:
+    entry = store.path("sources", f"archive-{sha256}")
+    return ArchiveCheckout(sha256, entry / "tree", (entry / "tree-digest").read_text().strip())
 
 
 # -- the stage ---------------------------------------------------------------

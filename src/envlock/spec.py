@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -84,8 +85,15 @@ class FetchContentInput:
     """A CMake FetchContent dependency that envlock pre-fetches (no download in the build)."""
 
     name: str  # as in FetchContent_Declare(<name> ...)
-    git: str
-    rev: str
+    git: str | None = None  # a git repository, at ``rev`` (a commit, tag or branch: the lock records the commit)
+    rev: str | None = None
+    url: str | None = None  # or an archive (tar), checked against ``sha256`` (computed at lock time if not given)
+    sha256: str | None = None
+
+    @property
+    def pinned_by_spec(self) -> bool:
+        """Whether the spec alone pins its bytes (a full commit, or an archive's sha256)."""
+        return bool(COMMIT_ID.fullmatch(self.rev or "") if self.git is not None else self.sha256)
 
 
 @dataclass(frozen=True)
@@ -299,7 +307,10 @@ _INDEX_KEYS = {"url", "default"}
 _PACKAGE_KEYS = {"version", "index", "nightly", "local", "same-date", "build"}
 _SOURCE_KEYS = {"git", "rev", "path", "patches"}
 _BUILD_KEYS = {"source", "subdirectory", "isolation", "env", "config-settings", "requires", "fetchcontent"}
-_FETCHCONTENT_KEYS = {"git", "rev"}
+_FETCHCONTENT_KEYS = {"git", "rev", "url", "sha256"}
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+#: What an archive input may be: a tar file, compressed or not (FetchContent's URL kind, as upstream uses it).
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar")
 _RESOLUTION_KEYS = {"overrides", "exclude", "same-version"}
 
 
@@ -480,16 +491,11 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
         if not isinstance(fc_table, dict):
             p.add(f"{key}.fetchcontent", f"expected a table of name = {{ git, rev }}, found {_found(fc_table)}")
             fc_table = {}
-        for dep, dkey, spec in _entries(p, fc_table, f"{key}.fetchcontent",
-                                        '{ git = "URL", rev = "<40-hex commit>" }', _FETCHCONTENT_KEYS):
+        for dep, dkey, spec in _entries(p, fc_table, f"{key}.fetchcontent", _FETCHCONTENT_EXPECTED,
+                                        _FETCHCONTENT_KEYS):
             if not _CMAKE_NAME.fullmatch(dep):
                 p.add(dkey, "expected a CMake FetchContent name (letters, digits, _ . + -)")
-            git = _get_str(p, spec, "git", dkey, required=True)
-            _check_git_url(p, f"{dkey}.git", git)
-            rev = _get_str(p, spec, "rev", dkey, required=True)
-            if rev is not None and not COMMIT_ID.fullmatch(rev):
-                p.add(f"{dkey}.rev", f"expected a full 40-hex commit (a tag can move), found {rev!r}")
-            fetchcontent.append(FetchContentInput(name=dep, git=git or "", rev=rev or ""))
+            fetchcontent.append(_parse_fetchcontent(p, dep, dkey, spec))
         out[name] = BuildSpec(
             name=name,
             source=source or "",
@@ -501,6 +507,43 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
             fetchcontent=tuple(fetchcontent),
         )
     return out
+
+
+_FETCHCONTENT_EXPECTED = '{ git = "URL", rev = "<commit, tag or branch>" } or { url = "<archive URL>", sha256 = "..." }'
+
+
+def _parse_fetchcontent(p: _Problems, dep: str, dkey: str, spec: Mapping[str, Any]) -> FetchContentInput:
+    """One ``fetchcontent.DEP``: a git repository at a rev, or a tar archive by URL (and sha256)."""
+    git = _get_str(p, spec, "git", dkey)
+    url = _get_str(p, spec, "url", dkey)
+    rev = _get_str(p, spec, "rev", dkey)
+    sha256 = _get_str(p, spec, "sha256", dkey)
+    if (git is None) == (url is None):
+        if "git" not in spec and "url" not in spec:
+            p.add(dkey, f"expected exactly one of git or url, found neither: {_FETCHCONTENT_EXPECTED}")
+        elif "git" in spec and "url" in spec:
+            p.add(dkey, "expected exactly one of git or url, found both")
+        return FetchContentInput(name=dep, git=git, rev=rev, url=url, sha256=sha256)
+    if git is not None:
+        _check_git_url(p, f"{dkey}.git", git)
+        if "rev" not in spec:
+            p.add(f"{dkey}.rev", "missing; a git input needs rev = \"<commit, tag or branch>\" (the lock records "
+                  "its commit)")
+        elif rev is not None and (rev.startswith("-") or not rev.strip()):
+            p.add(f"{dkey}.rev", f"expected a commit, tag or branch, found {rev!r}")
+        if "sha256" in spec:
+            p.add(f"{dkey}.sha256", "only an archive (url) input takes a sha256; a git input is pinned by its commit")
+    else:
+        assert url is not None
+        if not is_index_url(url):
+            p.add(f"{dkey}.url", f"expected an https://, http:// or file:// URL of an archive, found {url!r}")
+        elif not urlsplit(url).path.endswith(ARCHIVE_SUFFIXES):
+            p.add(f"{dkey}.url", f"expected the URL of a tar archive ({', '.join(ARCHIVE_SUFFIXES)}), found {url!r}")
+        if "rev" in spec:
+            p.add(f"{dkey}.rev", "only a git input takes a rev; an archive (url) input is pinned by its sha256")
+        if sha256 is not None and not _SHA256_HEX.fullmatch(sha256):
+            p.add(f"{dkey}.sha256", f"expected 64 lowercase hex digits, found {sha256!r}")
+    return FetchContentInput(name=dep, git=git, rev=rev, url=url, sha256=sha256)
 
 
 def _parse_packages(

@@ -13,13 +13,19 @@ Commits: ``pin`` (the pinned commit) and ``upstream`` (a later one that contains
 ``mul`` function to the C extension, 0003 makes the kernel import soft.
 Against ``pin`` all three apply; against ``upstream``: already-applied, conflict, applies.
 
-A second repository, ``kdep``, is the FetchContent dependency (one header).
+A second repository, ``kdep``, is the FetchContent dependency (one header), tagged ``v1.0``.
+With ``-DSGLIKE_WITH_KARCH=ON`` the kernel also reads ``repo-karch``, a FetchContent input
+declared by an archive URL (as upstream declares nlohmann/json): ``karch_archive`` writes such
+a tar.gz (one top folder, one header), and ``hostile_archive`` one with a member that escapes.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import os
 import subprocess
+import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,12 +71,66 @@ def write(root: Path, files: dict[str, str]) -> None:
 KDEP_NAME = "repo-kdep"  # as in FetchContent_Declare(repo-kdep ...), shaped like sgl-kernel's names
 
 
+KDEP_TAG = "v1.0"  # a tag on the kdep commit, as upstream pins triton by v3.5.1
+
+
 def make_kdep(root: Path) -> tuple[Path, str]:
-    """A one-header git repo; returns (repo, commit)."""
+    """A one-header git repo, its commit tagged ``KDEP_TAG``; returns (repo, commit)."""
     repo = root / "kdep"
     init_repo(repo)
     write(repo, {"include/kdep.h": "#pragma once\n#define KDEP_MAGIC 42\n"})
-    return repo, commit_all(repo, "kdep: one header")
+    commit = commit_all(repo, "kdep: one header")
+    git(repo, "tag", "-a", KDEP_TAG, "-m", f"kdep {KDEP_TAG}")  # annotated: ls-remote must peel it
+    return repo, commit
+
+
+KARCH_NAME = "repo-karch"  # FetchContent_Declare(repo-karch URL ...), an archive input
+
+
+def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w") as tar:
+        for info, data in members:
+            info.mtime = 1772877960
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _file(name: str, data: bytes, mode: int = 0o644) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.mode = mode
+    return info, data
+
+
+def karch_archive(dest: Path, magic: int = 7, *, name: str = "karch-1.0.tar.gz") -> Path:
+    """A GitHub-archive-shaped tar.gz: one top folder holding one header (``KARCH_MAGIC``)."""
+    top = tarfile.TarInfo("karch-1.0")
+    top.type, top.mode = tarfile.DIRTYPE, 0o755
+    return _tar(dest / name, [(top, None), _file("karch-1.0/include/karch.h",
+                                                 f"#pragma once\n#define KARCH_MAGIC {magic}\n".encode())])
+
+
+def hostile_archive(dest: Path, kind: str) -> Path:
+    """A tar.gz with one member that would land outside the folder it is unpacked into."""
+    ok = _file("karch-1.0/include/karch.h", b"#define KARCH_MAGIC 7\n")
+    bad: tuple[tarfile.TarInfo, bytes | None]
+    if kind == "dotdot":
+        bad = _file("karch-1.0/../x", b"escaped\n")
+    elif kind == "absolute":
+        bad = _file("/tmp/x", b"escaped\n")
+    elif kind in ("symlink", "hardlink"):
+        info = tarfile.TarInfo("karch-1.0/include/host.h")
+        info.type = tarfile.SYMTYPE if kind == "symlink" else tarfile.LNKTYPE
+        info.linkname = "../../../etc/passwd" if kind == "symlink" else "/etc/passwd"
+        bad = (info, None)
+    else:
+        info = tarfile.TarInfo("karch-1.0/fifo")
+        info.type = tarfile.FIFOTYPE
+        bad = (info, None)
+    return _tar(dest / f"hostile-{kind}.tar.gz", [ok, bad])
 
 
 # -- the SGLang-shaped repository -------------------------------------------
@@ -156,6 +216,12 @@ FetchContent_Declare(
     GIT_TAG        @KDEP_COMMIT@
 )
 FetchContent_MakeAvailable(repo-kdep)
+option(SGLIKE_WITH_KARCH "also read the archive input repo-karch" OFF)
+if(SGLIKE_WITH_KARCH)
+    # An archive input, as mscclpp declares nlohmann/json: a URL, and no hash.
+    FetchContent_Declare(repo-karch URL https://invalid.invalid/karch-1.0.tar.gz)
+    FetchContent_MakeAvailable(repo-karch)
+endif()
 
 # Like sgl-kernel against torch: compile against the headers of the env's own package.
 execute_process(
@@ -169,6 +235,11 @@ endif()
 python_add_library(_ops MODULE WITH_SOABI csrc/ops.c)
 target_include_directories(_ops PRIVATE "${repo-kdep_SOURCE_DIR}/include" "${TORCHLIKE_INCLUDE}")
 install(TARGETS _ops DESTINATION sglike_kernel)
+if(SGLIKE_WITH_KARCH)  # a second module, compiled against the archive input's header
+    python_add_library(_karch MODULE WITH_SOABI csrc/karch.c)
+    target_include_directories(_karch PRIVATE "${repo-karch_SOURCE_DIR}/include")
+    install(TARGETS _karch DESTINATION sglike_kernel)
+endif()
 """
 
 KERNEL_C = """\
@@ -203,6 +274,25 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ops", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__ops(void) { return PyModule_Create(&module); }
+"""
+
+KARCH_C = """\
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "karch.h"
+
+static PyObject *karch(PyObject *self, PyObject *args) {
+    return PyLong_FromLong(KARCH_MAGIC);
+}
+
+static PyMethodDef methods[] = {
+    {"karch", karch, METH_NOARGS, "a constant from the archive input"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_karch", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__karch(void) { return PyModule_Create(&module); }
 """
 
 KERNEL_INIT = """\
@@ -321,6 +411,7 @@ def make_sglike(root: Path) -> SgLike:
             "sgl-kernel/pyproject.toml": KERNEL_PYPROJECT,
             "sgl-kernel/CMakeLists.txt": KERNEL_CMAKE.replace("@KDEP_COMMIT@", kdep_commit),
             "sgl-kernel/csrc/ops.c": KERNEL_C,
+            "sgl-kernel/csrc/karch.c": KARCH_C,
             "sgl-kernel/python/sglike_kernel/__init__.py": KERNEL_INIT,
             "README.md": "sglike: test fixture\n",
         },

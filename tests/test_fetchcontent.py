@@ -1,0 +1,201 @@
+"""FetchContent inputs as upstream writes them, end to end through the CLI.
+
+A tag (``repo-kdep = { git, rev = "v1.0" }``) is locked to its commit and kept while the
+spec's rev is unchanged; an archive (``repo-karch = { url }``, no sha256) is hashed once at
+lock time and held to that hash afterwards. Both reach a real, disconnected CMake configure
+of the SGLang-shaped kernel (tests/kit/sglike.py). Every git or URL input is fetched before
+any wheel, and several that cannot be are named in one message; a non-isolated build fetches
+only the closure of its build requirements among the env's wheels.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import backend_wheels
+from envlock import runner
+from kit import sglike
+from kit.index import IndexServer
+from kit.locks import sha256_of
+from kit.sglike import SgLike, commit_all, git, make_sglike, write
+from kit.wheels import build_wheel
+
+TORCH = "2.12.0.dev20260307"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    """Build backends, the torch stand-in and a runtime-only package on ``pypi``; archives on ``archives``."""
+    folder = tmp_path_factory.mktemp("served")
+    server = IndexServer(tmp_path_factory.mktemp("index"))
+    server.add_dir("pypi", backend_wheels())
+    server.add("pypi", sglike.torchlike_wheel(folder, TORCH), build_wheel(folder, "tinydep", "1.0"))
+    server.add("archives", sglike.karch_archive(folder))
+    server.start()
+    yield server
+    server.stop()
+
+
+def spec(server: IndexServer, sg: SgLike, *, kdep: str | None = None, kdep_rev: str = sglike.KDEP_TAG,
+         karch: str | None = None) -> str:
+    return f"""
+[env]
+python = "3.11"
+[indexes.pypi]
+url = "{server.url('pypi')}"
+default = true
+[packages]
+tinydep = "==1.0"                      # a runtime package: no build reads it
+torchlike = "=={TORCH}"
+sglike-kernel = {{ build = "sglike-kernel" }}
+[sources.sglike]
+git = "{sg.url}"
+rev = "{sg.pin}"
+[builds.sglike-kernel]
+source = "sglike"
+subdirectory = "sgl-kernel"
+isolation = false
+requires = ["scikit-build-core>=0.10"]
+config-settings = {{ "cmake.define.SGLIKE_WITH_KARCH" = "ON" }}
+[builds.sglike-kernel.fetchcontent]
+{sglike.KDEP_NAME} = {{ git = "{kdep or sg.kdep_url}", rev = "{kdep_rev}" }}
+{sglike.KARCH_NAME} = {{ url = "{karch or server.file_url('archives', 'karch-1.0.tar.gz')}" }}
+"""
+
+
+def wheel_gets(server: IndexServer) -> list[str]:
+    return [p.rsplit("/", 1)[-1] for p in server.downloads() if p.endswith(".whl")]
+
+
+def said(err: str) -> str:
+    """envlock's error, without what the fixture server's threads print of a client that hung up
+    (uv closing a kept-alive connection) into the same captured stderr."""
+    return err[err.index("envlock: error: "):] if "envlock: error: " in err else err
+
+
+def pins(ws_root: Path) -> dict[str, dict[str, str]]:
+    lock = tomllib.loads((ws_root / "locks" / "pylock.e.toml").read_text())
+    return lock["tool"]["envlock"]["fetchcontent"]["sglike-kernel"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(  # type: ignore[no-untyped-def]
+    ws, cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sg = make_sglike(tmp_path / "repos")
+    archive = server.indexes["archives"].files["karch-1.0.tar.gz"]
+    archive_url = server.file_url("archives", "karch-1.0.tar.gz")
+    ws.write_spec("e", spec(server, sg))
+    r = cli("lock", "e")
+    assert r.code == 0, r.err
+    # The tag's commit (peeled: v1.0 is an annotated tag) and the archive's sha256, hashed now.
+    assert pins(ws.root) == {
+        sglike.KARCH_NAME: {"url": archive_url, "sha256": sha256_of(archive)},
+        sglike.KDEP_NAME: {"git": sg.kdep_url, "commit": sg.kdep_commit, "rev": sglike.KDEP_TAG},
+    }
+    text = ws.lock_text("e")
+    assert (f'"{sglike.KDEP_NAME}" = {{ git = "{sg.kdep_url}", commit = "{sg.kdep_commit}", rev = "v1.0" }}'
+            in text.replace(f"{sglike.KDEP_NAME} =", f'"{sglike.KDEP_NAME}" ='))
+
+    # The tag moves upstream: a relock keeps the commit while the spec says v1.0, and does not
+    # download the archive again (the lock holds its sha256, the store its bytes).
+    kdep = Path(sg.kdep_url.removeprefix("file://"))
+    write(kdep, {"include/kdep.h": "#pragma once\n#define KDEP_MAGIC 43\n"})
+    moved = commit_all(kdep, "kdep: moved", date="2026-03-09T10:00:00+00:00")
+    git(kdep, "tag", "-f", "-a", sglike.KDEP_TAG, "-m", "moved")
+    archive_gets = len(server.downloads("karch-1.0.tar.gz"))
+    assert cli("lock", "e").code == 0
+    assert ws.lock_text("e") == text
+    assert len(server.downloads("karch-1.0.tar.gz")) == archive_gets
+
+    # `envlock build` on a fresh store: a real CMake configure with FETCHCONTENT_FULLY_DISCONNECTED=ON,
+    # both inputs handed over as FETCHCONTENT_SOURCE_DIR_<NAME>; only the build's closure is downloaded.
+    home = tmp_path / "home-build"
+    monkeypatch.setenv("ENVLOCK_HOME", str(home))
+    server.requests.clear()
+    r = cli("build", "e", "--json")
+    assert r.code == 0, r.err
+    built = json.loads(r.out)["builds"][0]
+    log = Path(built["log"]).read_text()
+    store = home / "v1" / "sources"
+    for name, tree in ((sglike.KDEP_NAME, store / f"git-{sg.kdep_commit}" / "tree"),
+                       (sglike.KARCH_NAME, store / f"archive-{sha256_of(archive)}" / "tree")):
+        assert f"--config-setting cmake.define.FETCHCONTENT_SOURCE_DIR_{name.upper()}={tree}" in log
+    assert "--config-setting cmake.define.FETCHCONTENT_FULLY_DISCONNECTED=ON" in log
+    gets = wheel_gets(server)
+    assert f"torchlike-{TORCH}-py3-none-any.whl" in gets  # in the build's closure: its headers are compiled in
+    assert not [g for g in gets if g.startswith("tinydep-")]  # a runtime wheel no build reads: not fetched
+    # The kernel compiled against both inputs: KDEP_MAGIC from the tag's commit (not the moved one), KARCH_MAGIC.
+    r = cli("-q", "sync", "e")
+    assert r.code == 0, r.err
+    env = Path(r.out.strip().splitlines()[-1])
+    probe = runner.run([env / "bin" / "python", "-c",
+                        "from sglike_kernel import _karch, _ops; print(_ops.magic(), _karch.karch())"])
+    assert probe.stdout.split() == ["42", "7"], probe.tail()
+
+    # The spec names the branch instead: resolved anew, to the moved commit, and recorded with it.
+    ws.write_spec("e", spec(server, sg, kdep_rev="main"))
+    assert cli("lock", "e").code == 0
+    assert pins(ws.root)[sglike.KDEP_NAME] == {"git": sg.kdep_url, "commit": moved, "rev": "main"}
+
+    # Other bytes at the archive's URL: a build on a fresh store refuses them, naming the input.
+    ws.write_spec("e", spec(server, sg))
+    assert cli("lock", "e").code == 0
+    pinned = sha256_of(archive)
+    sglike.karch_archive(archive.parent, magic=8)
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-tampered"))
+    r = cli("build", "e")
+    assert r.code == 1
+    assert said(r.err).splitlines()[0] == (
+        f"envlock: error: [builds.sglike-kernel]: fetchcontent.{sglike.KARCH_NAME}: {archive_url}: the archive has "
+        f"sha256 {sha256_of(archive)}, expected {pinned}; refused, nothing was unpacked (the bytes at that URL "
+        "changed, or are not the pinned ones)")
+    sglike.karch_archive(archive.parent)  # the served archive back, for the other tests
+    assert sha256_of(archive) == pinned
+
+
+def test_unreachable_inputs_are_named_together_before_any_wheel_is_fetched(  # type: ignore[no-untyped-def]
+    ws, cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sg = make_sglike(tmp_path / "repos")
+    gone_git = tmp_path / "gone.git"
+    gone_archive = server.file_url("archives", "gone-1.0.tar.gz")
+    ws.write_spec("e", spec(server, sg, kdep=str(gone_git), karch=gone_archive))
+
+    def expected(git_why: str) -> re.Pattern[str]:
+        return re.compile(
+            r"envlock: error: envs/e\.toml: 2 git or URL inputs of the builds cannot be fetched; every such input is "
+            r"fetched before any wheel, so nothing else was downloaded\n"
+            rf"  builds\.sglike-kernel\.fetchcontent\.repo-kdep: {re.escape(str(gone_git))}: {git_why} \(fatal: .*\); "
+            r"from a mirror: --source repo-kdep=URL-OR-PATH or ENVLOCK_SOURCE_REPO_KDEP=URL-OR-PATH\n"
+            rf"  builds\.sglike-kernel\.fetchcontent\.repo-karch: {re.escape(gone_archive)}: cannot download the "
+            r"archive \(HTTP 404\); from a mirror: --source repo-karch=URL-OR-PATH or "
+            r"ENVLOCK_SOURCE_REPO_KARCH=URL-OR-PATH\n$")
+
+    # Without a lock, the tag is resolved first; with one, its recorded commit is fetched.
+    unresolved = expected(r"cannot list refs to resolve rev 'v1\.0' \(git ls-remote exit 128\)")
+    server.requests.clear()
+    for command in ("lock", "sync"):
+        r = cli(command, "e")
+        assert r.code == 1 and unresolved.fullmatch(said(r.err)), (command, r.err)
+    assert wheel_gets(server) == []  # uv never ran, nothing was hashed
+    # `envlock build` with a lock (made through mirrors): the same one message on a fresh store, and
+    # not one of the env's wheels (torchlike, which the kernel's build reads) fetched before it.
+    kdep_mirror, archive_mirror = sg.kdep_url, server.file_url("archives", "karch-1.0.tar.gz")
+    r = cli("lock", "e", "--source", f"repo-kdep={kdep_mirror}", "--source", f"repo-karch={archive_mirror}")
+    assert r.code == 0, r.err
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))
+    server.requests.clear()
+    r = cli("build", "e")
+    assert r.code == 1 and expected(r"full fetch: `git .* fetch .*` failed \(exit 128\)").fullmatch(said(r.err)), r.err
+    assert wheel_gets(server) == []
+    # Through the mirrors, the pins the lock recorded are fetched (the commit and sha256 checked).
+    monkeypatch.setenv("ENVLOCK_SOURCE_REPO_KDEP", kdep_mirror)
+    monkeypatch.setenv("ENVLOCK_SOURCE_REPO_KARCH", archive_mirror)
+    assert pins(ws.root)[sglike.KDEP_NAME]["commit"] == sg.kdep_commit
