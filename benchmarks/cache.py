@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -153,50 +154,58 @@ def cold(work: Path, cache: str, cache_dir: Path, packages: int, repeat: int) ->
             shutil.copyfile(wheel, cache_dir / wheel_key(pkg.wheels[0].sha256))
         reqs = work / "requirements.txt"
         reqs.write_text("".join(f"{p.name}=={p.version}\n" for p in lock.packages))
-        rounds: list[tuple[float, float, float, float, float]] = []
-        for i in range(repeat):
-            home, uv_cache = work / f"cold-home-{i}", work / f"cold-uv-{i}"
-            env = runner.uv_env({"ENVLOCK_HOME": str(home), "UV_CACHE_DIR": str(uv_cache),
-                                 "ENVLOCK_CACHE_URLS": cache})
+        sync_argv = [*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path), "--json"]
+
+        def cache_sync(i: int) -> tuple[float, float]:
+            """The cold sync from the cache (fresh store, fresh uv cache), and its venv's digest walk alone."""
+            env = runner.uv_env({"ENVLOCK_HOME": str(work / f"cold-home-{i}"),
+                                 "UV_CACHE_DIR": str(work / f"cold-uv-{i}"), "ENVLOCK_CACHE_URLS": cache})
             env.pop("PYTHONDONTWRITEBYTECODE", None)
-            os.sync()  # the set-up's (or the last round's) dirty pages are not this run's to write back
-            warm(cache_dir)  # what each server sends is in the page cache, as for the peer's index below
-            took, result = run_json([*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path), "--json"],
-                                    env, ws)
+            warm(cache_dir)  # what each server sends is in the page cache, as for the others
+            took, result = run_json(sync_argv, env, ws)
             if "caches: " not in str(result.get("note")):
                 raise SystemExit(f"the cache was not used: {result.get('note')}")
-            venv = generations.stable_path(Store.open(home), "bench").resolve()
+            venv = generations.stable_path(Store.open(work / f"cold-home-{i}"), "bench").resolve()
             started = time.perf_counter()
             manifest(venv)  # the verifying hash of every installed byte, alone (page cache warm)
-            hashing = time.perf_counter() - started
-            # For reference: the same cold sync with no cache, every wheel from the loopback index.
-            index_home, index_uv = work / f"index-home-{i}", work / f"index-uv-{i}"
-            no_cache = runner.uv_env({"ENVLOCK_HOME": str(index_home), "UV_CACHE_DIR": str(index_uv)})
-            no_cache.pop("PYTHONDONTWRITEBYTECODE", None)
-            os.sync()
+            return took, time.perf_counter() - started
+
+        def index_sync(i: int) -> float:
+            """For reference: the same cold sync with no cache, every wheel from the loopback index."""
+            env = runner.uv_env({"ENVLOCK_HOME": str(work / f"index-home-{i}"),
+                                 "UV_CACHE_DIR": str(work / f"index-uv-{i}")})
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
             warm(work / "served")
-            from_index, _ = run_json([*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path), "--json"],
-                                     no_cache, ws)
-            peer_venv, peer_cache = work / f"peer-venv-{i}", work / f"peer-uv-{i}"
-            peer_env = runner.uv_env({"UV_CACHE_DIR": str(peer_cache)})
-            # The cache's part alone: every wheel downloaded from it and verified into a fresh store.
-            os.sync()
+            return run_json(sync_argv, env, ws)[0]
+
+        def download_alone(i: int) -> float:
+            """The cache's part alone: every wheel downloaded from it and verified into a fresh store."""
             warm(cache_dir)
             started = time.perf_counter()
-            caches = Caches(CacheConfig(urls=(cache,)))
-            caches.wheels_into_store(Store.open(work / f"fetch-home-{i}"), [p.wheels[0] for p in lock.packages])
-            download = time.perf_counter() - started
-            shutil.rmtree(work / f"fetch-home-{i}", ignore_errors=True)
-            os.sync()
+            Caches(CacheConfig(urls=(cache,))).wheels_into_store(Store.open(work / f"fetch-home-{i}"),
+                                                                  [p.wheels[0] for p in lock.packages])
+            return time.perf_counter() - started
+
+        def peer_run(i: int) -> float:
+            peer_venv = work / f"peer-venv-{i}"
+            peer_env = runner.uv_env({"UV_CACHE_DIR": str(work / f"peer-uv-{i}")})
             warm(work / "served")
             started = time.perf_counter()
             subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(peer_venv)], env=peer_env, check=True)
             subprocess.run([uv, "pip", "sync", "-q", "--python", str(peer_venv / "bin" / "python"), "--index-url",
                             server.url("pypi"), str(reqs)], env=peer_env, check=True)
-            peer = time.perf_counter() - started
-            rounds.append((took, peer, hashing, from_index, download))
-            for path in (home, uv_cache, peer_venv, peer_cache, index_home, index_uv):
-                shutil.rmtree(path, ignore_errors=True)
+            return time.perf_counter() - started
+
+        rounds: list[tuple[float, float, float, float, float]] = []
+        for i in range(repeat):
+            got: dict[str, Any] = {}
+            steps = [("cache", cache_sync), ("index", index_sync), ("download", download_alone), ("peer", peer_run)]
+            for name, step in steps[i % len(steps):] + steps[:i % len(steps)]:  # each round starts elsewhere
+                os.sync()  # the last run's dirty pages are not the next one's to write back
+                got[name] = step(i)
+            rounds.append((got["cache"][0], got["peer"], got["cache"][1], got["index"], got["download"]))
+            for name in ("cold-home", "cold-uv", "index-home", "index-uv", "fetch-home", "peer-venv", "peer-uv"):
+                shutil.rmtree(work / f"{name}-{i}", ignore_errors=True)
         took = statistics.median(r[0] for r in rounds)
         peer = statistics.median(r[1] for r in rounds)
         hashing = statistics.median(r[2] for r in rounds)
