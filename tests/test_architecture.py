@@ -22,12 +22,12 @@ FOUNDATIONS = {
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",
-          "ui"}
+          "ui", "upstream"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
                  "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
-                 "bisecting", "reporting", "caching"}
-ENTRY = {"cli", "cliregress", "clicache", "__main__"}
+                 "bisecting", "reporting", "rebasing", "caching"}
+ENTRY = {"cli", "cliregress", "clipatch", "clicache", "__main__"}
 
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 100

@@ -237,6 +237,8 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     redone.write_text(redone.read_text().replace("import add  # the C core", "import add, dot  # the C core")
                       .replace('["add"]', '["add", "dot"]'))
     (redo / "src" / "core.c").write_text((edit / "src" / "core.c").read_text())
+    # The patch was applied hunk by hunk (no pin to merge against): the hunk redone above waited in a .rej.
+    (redo / "python" / "mini_kernel" / "__init__.py.rej").unlink()
     monkeypatch.chdir(redo)  # the printed command works from inside the work dir too
     r = cli(*shlex.split(hint.split(": ", 1)[1])[1:])
     monkeypatch.chdir(ws.root)

@@ -56,9 +56,14 @@ def test_a_conflict_after_a_conflict_names_the_earlier_one(tmp_path: Path) -> No
     assert [s.state for s in result] == ["conflict", "conflict"]
     assert result[0].after is None and result[0].advice.startswith("refresh it: f.txt hunk 1")
     assert result[1].after == "0001-change-b.patch"
-    assert result[1].advice == ("checked without 0001-change-b.patch, which conflicts first: refresh that one, "
-                                "then look again (this one may only build on it)")
+    assert result[1].advice == ("checked without 0001-change-b.patch, which conflicts first on the same file: "
+                                "refresh that one, then look again (this one may only build on it)")
     assert result[1].to_dict()["after"] == "0001-change-b.patch"
+    # A conflict on another file is its own: no note (it was "checked without" a patch it never reads).
+    other = one(MODIFY.replace("f.txt", "g.txt"), "0003-other-file.patch")
+    write(tree, {"g.txt": "a\nz\nc\n"})
+    third = patchapply.status(tree, [first, second, other])[2]
+    assert (third.state, third.after, third.advice) == ("conflict", None, "refresh it: g.txt hunk 1 no longer matches")
 
 
 def test_upstreamed_patch_is_not_applied_twice(sg: SgLike, store: Store) -> None:
@@ -277,3 +282,32 @@ def test_writing_through_a_symlink_is_refused(tmp_path: Path) -> None:
         f"  link/f.txt: refused: goes through the symlink 'link' in the source tree (-> {outside})"
     )
     assert (outside / "f.txt").read_text() == "a\nb\nc\n"
+
+
+# -- 3-way ----------------------------------------------------------------------------
+
+
+def test_merge_keeps_a_rej_where_upstream_deleted_the_file(tmp_path: Path) -> None:
+    base, ours = tmp_path / "base", tmp_path / "ours"
+    write(base, {"f.txt": "a\nb\nc\n"})
+    write(ours, {"g.txt": "other\n"})
+    merged = patchapply.merge_patch(patchapply.TreeView(ours), patchapply.TreeView(base), one(MODIFY),
+                                    ours_label="v2", theirs_label="patch 0001")
+    assert [c.reason for c in merged.conflicts] == [
+        "upstream deleted it, the patch changes it; its diff is in f.txt.rej"]
+    assert merged.rejects == {"f.txt": b"--- a/f.txt\n+++ b/f.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n"}
+    assert merged.changes == {}
+
+
+def test_merge_finds_upstreams_lines_where_the_hunk_moved(tmp_path: Path) -> None:
+    """The conflict shows what upstream has where the hunk's lines went, not the old line number."""
+    base, ours = tmp_path / "base", tmp_path / "ours"
+    write(base, {"f.txt": "a\nb\nc\n"})
+    write(ours, {"f.txt": "new 1\nnew 2\nnew 3\na\nb, reworded\nc\n"})
+    merged = patchapply.merge_patch(patchapply.TreeView(ours), patchapply.TreeView(base), one(MODIFY),
+                                    ours_label="v2", theirs_label="patch 0001")
+    assert merged.conflicted == ("f.txt",)
+    failure = merged.conflicts[0]
+    assert (failure.hunk, failure.line, failure.expected, failure.actual) == (1, 5, ("b",), ("b, reworded",))
+    assert merged.changes["f.txt"] == (b"new 1\nnew 2\nnew 3\na\n<<<<<<< v2\nb, reworded\n=======\nB\n"
+                                       b">>>>>>> patch 0001\nc\n", 0o100644)

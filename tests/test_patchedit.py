@@ -122,19 +122,21 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
     assert session.levels == ()
     assert session.pending == sg.patches[1:]
     assert session.conflict is not None and session.conflict.file == "sgl-kernel/csrc/ops.c"
-
-    # Redo 0002's change by hand on the new code (upstream reworded the method table).
+    # Without a base to merge on, 0002 is applied hunk by hunk, never left out whole: the mul()
+    # function and the __init__ change are in; the method-table hunk waits in ops.c.rej.
+    assert (session.merge, session.rejects) == ("partly", ("sgl-kernel/csrc/ops.c.rej",))
     ops = work / "sgl-kernel/csrc/ops.c"
+    assert "return PyLong_FromLong(a * b);" in ops.read_text()
+    assert "magic, mul" in (work / "sgl-kernel/python/sglike_kernel/__init__.py").read_text()
+    rej = (work / "sgl-kernel/csrc/ops.c.rej").read_text()
+    assert rej.startswith("--- a/sgl-kernel/csrc/ops.c\n+++ b/sgl-kernel/csrc/ops.c\n@@ -21,6 +29,7 @@")
+    assert '+    {"mul", mul, METH_VARARGS, "a * b"},\n' in rej and "return PyLong_FromLong(a * b)" not in rej
+
+    # Redo the rejected hunk by hand on the new code (upstream reworded the method table).
     ops.write_text(ops.read_text().replace(
-        "static PyObject *built_against(",
-        "static PyObject *mul(PyObject *self, PyObject *args) {\n    long a, b;\n"
-        '    if (!PyArg_ParseTuple(args, "ll", &a, &b)) {\n        return NULL;\n    }\n'
-        "    return PyLong_FromLong(a * b);\n}\n\nstatic PyObject *built_against(",
-    ).replace('    {"add", add, METH_VARARGS, "add two integers"},\n',
-              '    {"add", add, METH_VARARGS, "add two integers"},\n    {"mul", mul, METH_VARARGS, "a * b"},\n'))
-    init = work / "sgl-kernel/python/sglike_kernel/__init__.py"
-    init.write_text(init.read_text().replace("built_against, magic", "built_against, magic, mul")
-                    .replace('"magic"]', '"magic", "mul"]'))
+        '    {"add", add, METH_VARARGS, "add two integers"},\n',
+        '    {"add", add, METH_VARARGS, "add two integers"},\n    {"mul", mul, METH_VARARGS, "a * b"},\n'))
+    (work / "sgl-kernel/csrc/ops.c.rej").unlink()
     before = (patches_dir / sg.patches[1]).read_text()
     recorded = patchedit.record(work, patches_dir, current=_listed(patches_dir, sg.patches), subject=None, why=None,
                                 upstream=None, refresh=True, workspace_root=patches_dir)
@@ -163,6 +165,7 @@ def test_refresh_retires_a_later_patch_the_new_code_already_has(sg: SgLike, stor
     assert session.pending == order
     ops = work / "sgl-kernel/csrc/ops.c"
     ops.write_text(ops.read_text() + "\n/* redone by hand */\n")
+    (work / "sgl-kernel/csrc/ops.c.rej").unlink()  # the hunk that did not apply: done with
     recorded = patchedit.record(work, patches_dir, current=_listed(patches_dir, order), subject=None, why=None,
                                 upstream=None, refresh=True, workspace_root=patches_dir)
     assert recorded.upstreamed == (sg.patches[0],)
@@ -290,6 +293,7 @@ def test_record_follows_what_refresh_rewrote_and_what_upstream_has(sg: SgLike, s
     patchedit.edit("sglike", tree, patchfile.load_patches(root, order), work, stop_at_conflict=True, env="e")
     ops = work / "sgl-kernel/csrc/ops.c"
     ops.write_text(ops.read_text() + "\n/* redone by hand */\n")
+    (work / "sgl-kernel/csrc/ops.c.rej").unlink()  # the hunk that did not apply: done with
     refreshed = patchedit.record(work, patches_dir, current=_listed(root, order), subject=None, why=None, upstream=None,
                                  refresh=True, workspace_root=root)
     assert refreshed.upstreamed == (labels[0],)

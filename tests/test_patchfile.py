@@ -114,3 +114,16 @@ def test_the_header_a_refresh_keeps_is_what_parse_patch_reads_as_one(data: bytes
         parsed = patchfile.parse_patch(data, label="p")
         assert (parsed.why, parsed.upstream) == ("first --- second", "u")
         assert format_header("x", "first\n---\nsecond", "u").encode() == kept
+
+
+@pytest.mark.parametrize(("data", "header"), [
+    (b"Subject: s\nWhy: w\n  more\nUpstream: u\n---\ndiff --git a/f b/f\n",
+     b"Subject: s\nWhy: w\n  more\nUpstream: u\nRebased-onto: c0ffee\n---\n"),
+    (b"Subject: s\nRebased-onto: old\nUpstream: u\n---\ndiff --git a/f b/f\n",
+     b"Subject: s\nUpstream: u\nRebased-onto: c0ffee\n---\n"),
+    (b"diff --git a/f b/f\n", b"Rebased-onto: c0ffee\n---\n"),
+])
+def test_a_rebased_patch_keeps_its_header_and_says_onto_what(data: bytes, header: bytes) -> None:
+    assert patchfile.with_rebased_onto(data, "c0ffee") == header
+    parsed = patchfile.parse_patch(header + MODIFY.split("---\n", 1)[1].encode(), label="p")
+    assert parsed.rebased_onto == "c0ffee"

@@ -343,7 +343,7 @@ def test_a_url_that_looks_like_an_option_runs_nothing(store: Store, tmp_path: Pa
 
 def test_a_source_that_cannot_be_fetched_names_the_mirror_options(ws, cli, sg: SgLike) -> None:  # type: ignore[no-untyped-def]
     # On a cluster with no route to the spec's git host, every command that fetches the
-    # source says how to fetch it from a clone instead (patch edit takes the variable only).
+    # source says how to fetch it from a clone instead.
     import shutil
 
     (ws.root / "patches" / "sglike").mkdir(parents=True)
@@ -351,11 +351,11 @@ def test_a_source_that_cannot_be_fetched_names_the_mirror_options(ws, cli, sg: S
     ws.write_spec("e", _unreachable_source_spec(sg, f'patches = ["patches/sglike/{sg.patches[0]}"]\n'))
     hint = f"no access to {UNREACHABLE}? fetch the pinned commit from a clone or mirror: "
     both = f"{hint}--source sglike=URL-OR-PATH or ENVLOCK_SOURCE_SGLIKE=URL-OR-PATH"
-    for argv in (["lock", "e"], ["patch", "status", "e"], ["patch", "status", "e", "--against", "main"]):
+    for argv in (["lock", "e"], ["patch", "status", "e"], ["patch", "status", "e", "--against", "main"],
+                 ["patch", "edit", "e", "sglike", "--dir", str(ws.root.parent / "w")],
+                 ["patch", "rebase", "e", "sglike", "--to", "main"]):
         r = cli(*argv)
         assert r.code == 1 and both in r.err, (argv, r.err)
-    r = cli("patch", "edit", "e", "sglike", "--dir", str(ws.root.parent / "w"))
-    assert r.code == 1 and f"{hint}ENVLOCK_SOURCE_SGLIKE=URL-OR-PATH" in r.err and "--source" not in r.err, r.err
     assert cli("patch", "status", "e", "--source", f"sglike={sg.repo}").code == 0
 
 

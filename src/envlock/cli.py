@@ -393,88 +393,6 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
     return 0 if report.reproducible else 1
 
 
-def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import patching
-
-    report = patching.patch_status(ws, args.env, against=args.against,
-                                   asked=_mirror_options(args))
-
-    def text() -> str:
-        lines = []
-        for name, statuses in sorted(report.sources.items()):
-            commit = report.commits.get(name)
-            lines.append(f"{name}" + (f" @ {commit}" if commit else "") + (f" (--against {args.against})"
-                                                                          if args.against else ""))
-            for s in statuses:
-                advice = f"  -- {s.advice}" if s.advice else ""
-                lines.append(f"  {s.state:16} {s.patch}{advice}")
-                if s.failure is not None:
-                    lines += [f"      {line}" for line in s.failure.describe()]
-        if not lines:
-            lines.append(f"{args.env}: no source has patches")
-        return "\n".join(lines)
-
-    _out(args, report.to_dict(), text)
-    return 1 if report.conflicts else 0
-
-
-def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
-    from pathlib import Path
-
-    from envlock import patching
-
-    workdir = (args.dir or Path(f"{args.source}-edit")).absolute()
-    session = patching.patch_edit(ws, args.env, args.source, workdir, against=args.against)
-    import shlex
-
-    # The work dir is outside the workspace: named, the command also works from inside it.
-    root = f" --root {shlex.quote(str(ws.root))}"
-    dir_arg = shlex.quote(str(workdir))
-
-    def text() -> str:
-        lines = [f"{workdir}: {args.source} with {count(len(session.levels), 'patch', 'patches')} applied "
-                 "(one commit each)"]
-        where = f"upstream at {args.against}" if args.against else "in the source tree"
-        lines += [f"{label} is already {where}: retire it (drop it from the spec)" for label in session.upstreamed]
-        if session.pending:
-            lines.append(f"{session.pending[0]} does not apply here:")
-            if session.conflict is not None:
-                lines += [f"  {line}" for line in session.conflict.describe()]
-            lines.append(f"redo its change in {workdir}, then: envlock patch record {dir_arg} --refresh{root}")
-        else:
-            lines.append(f"edit there, then: envlock patch record {dir_arg} --subject '...' --why '...' "
-                         f"--upstream '...'{root}")
-        return "\n".join(lines)
-
-    _out(args, session.to_dict(), text)
-    return 0
-
-
-def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import patching
-    recorded = patching.patch_record(ws, args.workdir.absolute(), subject=args.subject, why=args.why,
-                                     upstream=args.upstream, refresh=args.refresh)
-    env = recorded.env
-
-    def text() -> str:
-        rel = ws.relative(recorded.path)
-        if args.refresh:
-            lines = [f"refreshed {rel} ({count(len(recorded.files), 'file')})"]
-            lines += [f"{label} is already upstream here: retire it (drop it from the spec)"
-                      for label in recorded.upstreamed]
-            if recorded.pending:
-                lines.append(f"next: {recorded.pending[0]} does not apply either; redo it, then record --refresh again")
-            else:
-                lines.append(f"every patch applies now; run `envlock lock {env}` (for a git source, once its rev in "
-                             "the spec is the commit you edited against)")
-            return "\n".join(lines)
-        return (f"wrote {rel} ({count(len(recorded.files), 'file')})\n"
-                f"add it to [sources.{recorded.source}] patches = [..., \"{rel}\"] and run `envlock lock {env}`")
-
-    _out(args, recorded.to_dict(), text)
-    return 0
-
-
 # -- parser -------------------------------------------------------------------
 
 
@@ -657,39 +575,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
-    p = add("patch", lambda a, w: 2, "patch status / edit / record")
+    p = add("patch", lambda a, w: 2, "patch status / edit / record / rebase")
     psub = p.add_subparsers(dest="patch_command", metavar="ACTION", parser_class=_Parser, required=True)
 
     def padd(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str) -> argparse.ArgumentParser:
         q = psub.add_parser(name, help=help, description=help, parents=[common])
-        q.set_defaults(func=func, command_parser=q)
+        q.set_defaults(func=func, command_parser=q, mirror_options=_mirror_options)
         return q
 
-    q = padd("status", cmd_patch_status, "each patch against the pinned commit (or --against REV): "
-             "applies, already-applied or conflict (exit 1 on any conflict)")
-    q.add_argument("env", metavar="ENV")
-    q.add_argument("--against", metavar="REV", help="a commit, branch or tag of the source's repository")
-    q.add_argument("--source", action="append", default=[], metavar="NAME=URL",
-                   help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
-    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    q = padd("edit", cmd_patch_edit, "check the patched tree of SOURCE out into a work dir (a git repo, "
-             "one commit per patch)")
-    q.add_argument("env", metavar="ENV")
-    q.add_argument("source", metavar="SOURCE")
-    q.add_argument("--dir", type=Path, help="work dir (default: ./SOURCE-edit)")
-    q.add_argument("--against", metavar="REV",
-                   help="check out REV instead of the pin (an upgrade): patches apply up to the first conflict, "
-                   "which you redo and record with --refresh")
-    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    q = padd("record", cmd_patch_record, "write a work dir's edits as the next patches/SOURCE/NNNN-title.patch")
-    q.add_argument("workdir", type=Path, metavar="WORKDIR")
-    q.add_argument("--subject", help="one line: what the patch does (also its file name); needed for a new patch")
-    q.add_argument("--why", help="why it is needed; needed for a new patch")
-    q.add_argument("--upstream", help="upstream link or status (default for a new patch: not proposed upstream)")
-    q.add_argument("--refresh", action="store_true",
-                   help="rewrite the pending patch that did not apply (after `patch edit --against`), "
-                   "keeping its name and header")
-    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    from envlock.clipatch import add_patch_commands  # status, edit, record, rebase
+
+    add_patch_commands(padd)
 
     from envlock.cliregress import add_commands  # export, import, gc, pin(s), unpin, bisect
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from envlock.errors import PatchError
 from envlock.lockfile import LockedPatch
-from envlock.patchfile import FilePatch, Hunk, PatchFile
+from envlock.patchfile import FilePatch, Hunk, PatchFile, format_file_patch
 from envlock.store import Store
 from envlock.trees import copy_tree, tree_digest
 
@@ -42,15 +42,21 @@ class HunkFailure:
     hunk: int  # 1-based within the file, 0 for a file-level problem
     header: str
     reason: str
-    line: int = 0  # 1-based line in the file where the hunk was expected
+    line: int = 0  # 1-based line in the file where the hunk was expected (merged: where upstream's lines are)
     expected: tuple[str, ...] = ()
     actual: tuple[str, ...] = ()
+    merged: bool = False  # found by a 3-way merge: ``actual`` is what upstream has where ``expected`` was
 
     def describe(self) -> list[str]:
         """The failure as lines to show: where, why, then the expected lines and those found."""
         where = f"{self.file}: hunk {self.hunk} ({self.header})" if self.hunk else self.file
         out = [f"{where}: {self.reason}"]
-        if self.expected or self.actual:
+        if self.merged:
+            out.append("the patch expected:")
+            out += [f"  | {t}" for t in self.expected] or ["  (nothing)"]
+            out.append(f"upstream has, at line {self.line}:")
+            out += [f"  | {t}" for t in self.actual] or ["  (nothing: deleted)"]
+        elif self.expected or self.actual:
             out.append(f"expected at line {self.line}:")
             out += [f"  | {t}" for t in self.expected] or ["  (nothing)"]
             out.append("found:")
@@ -66,6 +72,7 @@ class HunkFailure:
             "line": self.line,
             "expected": list(self.expected),
             "actual": list(self.actual),
+            "merged": self.merged,
         }
 
 
@@ -355,18 +362,26 @@ class PatchStatus:
     subject: str
     state: State
     failure: HunkFailure | None = None  # for "conflict": the first hunk that does not apply
-    # For "conflict": an earlier patch that conflicted too. This one was checked without
-    # it, so it may conflict only because it builds on that one.
+    # For "conflict": an earlier patch that conflicted too, on one of the same files. This one
+    # was checked without it, so it may conflict only because it builds on that one.
     after: str | None = None
+    # With the tree it was recorded on (``status(..., base=)``), for a patch that does not apply
+    # as it is: "clean" (a 3-way merge carries it; `patch rebase` rewrites it) or "conflict".
+    merge: str | None = None
+    conflicts: tuple[HunkFailure, ...] = ()  # the 3-way merge's conflicting hunks
+    upstream: str = ""  # the patch header's Upstream: line
+    files: tuple[str, ...] = ()
 
     @property
     def advice(self) -> str:
         """What to do about the patch, in one line ("" when it applies)."""
         if self.state == "already-applied":
             return "upstream has it: retire this patch"
+        if self.state == "conflict" and self.merge == "clean":
+            return "a 3-way merge carries it cleanly: `envlock patch rebase` rewrites it"
         if self.state == "conflict" and self.after is not None:
-            return (f"checked without {self.after}, which conflicts first: refresh that one, then look again "
-                    "(this one may only build on it)")
+            return (f"checked without {self.after}, which conflicts first on the same file: refresh that one, "
+                    "then look again (this one may only build on it)")
         if self.state == "conflict" and self.failure is not None:
             hunk = f" hunk {self.failure.hunk}" if self.failure.hunk else ""  # 0: the file itself, no hunk
             return f"refresh it: {self.failure.file}{hunk} no longer matches"
@@ -380,25 +395,216 @@ class PatchStatus:
             "advice": self.advice,
             "failure": self.failure.to_dict() if self.failure else None,
             "after": self.after,
+            "merge": self.merge,
+            "conflicts": [c.to_dict() for c in self.conflicts],
+            "upstream": self.upstream,
+            "files": list(self.files),
         }
 
 
-def status(tree: Path, patches: Sequence[PatchFile]) -> list[PatchStatus]:
+def status(tree: Path, patches: Sequence[PatchFile], *, base: Path | None = None,
+           label: str = "upstream") -> list[PatchStatus]:
     """Each patch, in order, against ``tree``: applies, already-applied (its reverse applies) or conflict.
 
     A patch that applies is applied (in memory) before the next one is checked, as a real
-    application would; an already-applied or conflicting one is not, so a conflict after
-    a conflict names the earlier one (``after``): it may only build on it.
+    application would; an already-applied or conflicting one is not, so a conflict after a
+    conflict on the same file names the earlier one (``after``): it may only build on it.
+
+    ``base``: the tree the patches were recorded on (the pin). A patch that does not apply as
+    it is is then merged 3-way, as ``patch rebase`` would: upstream may have it (already-applied),
+    the merge may carry it (``merge="clean"``, and the next patches see it merged), or it
+    conflicts, and ``failure`` shows upstream's lines where the hunk's were, found by the merge.
     """
     view = TreeView(tree)
+    recorded = TreeView(base) if base is not None else None
     out: list[PatchStatus] = []
-    first_conflict: str | None = None
+    conflicting: list[PatchFile] = []
     for patch in patches:
         state, applied, failure = view.classify(patch)
+        merge: str | None = None
+        conflicts: tuple[HunkFailure, ...] = ()
         if applied is not None:
             view.changes.update(applied.changes)
-        out.append(PatchStatus(patch.label, patch.subject, state, failure,
-                               after=first_conflict if state == "conflict" else None))
-        if state == "conflict" and first_conflict is None:
-            first_conflict = patch.label
+        elif state == "conflict" and recorded is not None and isinstance(recorded.try_apply(patch), Applied):
+            merged = merge_patch(view, recorded, patch, ours_label=label, theirs_label=patch.label)
+            if merged.already:
+                state = "already-applied"
+            elif merged.clean:
+                merge = "clean"
+                view.changes.update(merged.changes)
+            else:
+                merge, conflicts, failure = "conflict", merged.conflicts, merged.conflicts[0]
+        if recorded is not None and isinstance(done := recorded.try_apply(patch), Applied):
+            recorded.changes.update(done.changes)
+        after = None
+        if state == "conflict" and merge != "clean":
+            after = next((c.label for c in conflicting if set(c.paths) & set(patch.paths)), None)
+            conflicting.append(patch)
+        out.append(PatchStatus(patch.label, patch.subject, state, failure, after=after, merge=merge,
+                               conflicts=conflicts, upstream=patch.upstream, files=patch.paths))
     return out
+
+
+# -- 3-way: a patch carried to another commit, as git rebase carries a commit ----------
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A patch applied 3-way onto a view (``merge_patch``): what it changes there, markers and all.
+
+    ``changes`` holds only files whose content differs from the view's: empty with no
+    conflict, the view already has the patch's change (upstream took it)."""
+
+    changes: dict[str, tuple[bytes, int] | None]
+    conflicts: tuple[HunkFailure, ...] = ()  # one per conflicting hunk (or file), in order
+    conflicted: tuple[str, ...] = ()  # files left with conflict markers
+    rejects: dict[str, bytes] | None = None  # FILE -> its .rej text, where there is no base to merge on
+
+    @property
+    def clean(self) -> bool:
+        return not self.conflicts
+
+    @property
+    def already(self) -> bool:
+        """Nothing to do: the view has the patch's change already."""
+        return self.clean and not self.changes
+
+
+def merge_patch(ours: TreeView, base: TreeView, patch: PatchFile, *, ours_label: str,
+                theirs_label: str) -> Merged:
+    """``patch`` carried onto ``ours`` by a 3-way merge per file against ``base``, the tree it was
+    recorded on (where it must apply: ``PatchError`` otherwise), with ``git merge-file``.
+
+    Where both sides changed the same lines the file gets standard conflict markers
+    (``<<<<<<< ours_label`` / ``>>>>>>> theirs_label``); where there is nothing to merge on (a file
+    upstream deleted that the patch changes, or that the patch deletes and upstream changed)
+    the file's diff is kept as a ``.rej``.
+    """
+    theirs = base.try_apply(patch)
+    if isinstance(theirs, HunkFailure):
+        raise PatchError(f"{patch.label}: does not apply to the tree it was recorded on",
+                         details=theirs.describe())
+    changes: dict[str, tuple[bytes, int] | None] = {}
+    conflicts: list[HunkFailure] = []
+    conflicted: list[str] = []
+    rejects: dict[str, bytes] = {}
+    for path, wanted in sorted(theirs.changes.items()):
+        was, now = base.read(path), ours.read(path)
+        if _same(now, wanted):
+            continue
+        fp = next(f for f in patch.files if path in (f.old_path, f.new_path))
+        if _same(now, was):  # upstream left the file alone: the patch's version, as it is
+            changes[path] = wanted
+        elif wanted is None or now is None:  # a delete on one side, a change on the other
+            why = ("the patch deletes it, upstream changed it" if wanted is None
+                   else "upstream deleted it, the patch changes it")
+            conflicts.append(HunkFailure(path, 0, "", f"{why}; its diff is in {path}.rej"))
+            rejects[path] = format_file_patch(fp)
+        else:
+            old = b"" if was is None else was[0]
+            data, count = merge_file(now[0], old, wanted[0], (ours_label, "recorded base", theirs_label))
+            mode = wanted[1] if was is None or wanted[1] != was[1] else now[1]
+            if data != now[0] or mode != now[1]:
+                changes[path] = (data, mode)
+            if count:
+                conflicted.append(path)
+                conflicts += _attribute(path, now[0], old, wanted[0], fp)
+    return Merged(changes, tuple(conflicts), tuple(conflicted), rejects)
+
+
+def _same(a: tuple[bytes, int] | None, b: tuple[bytes, int] | None) -> bool:
+    return a == b or (a is not None and b is not None and a[0] == b[0])
+
+
+def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, str], *,
+               diff3: bool = False) -> tuple[bytes, int]:
+    """``git merge-file`` of three versions of a file: the merged bytes (conflict markers where
+    both sides changed the same lines, labelled ``labels``) and the number of conflicts."""
+    import tempfile
+
+    from envlock import runner
+
+    with tempfile.TemporaryDirectory(prefix="envlock-merge-") as tmp:
+        files = [Path(tmp) / name for name in ("ours", "base", "theirs")]
+        for path, data in zip(files, (ours, base, theirs), strict=True):
+            path.write_bytes(data)
+        args: list[str | os.PathLike[str]] = ["merge-file", "-q"]
+        if diff3:
+            args.append("--diff3")
+        for label in labels:
+            args += ["-L", label]
+        result = runner.git([*args, *files])
+        if result.returncode > 127:  # negative: git could not merge at all
+            raise PatchError(f"git merge-file failed (exit {result.returncode})", details=result.tail(10).splitlines())
+        return files[0].read_bytes(), result.returncode
+
+
+def _attribute(path: str, ours: bytes, base: bytes, theirs: bytes, fp: FilePatch) -> list[HunkFailure]:
+    """Which hunks of ``fp`` conflict, each with the lines it expected and those upstream has in
+    their place, as a merge of that hunk alone finds them (not at the hunk's old line number)."""
+    out = []
+    labels = ("upstream", "recorded base", "patch")
+    for number, hunk in enumerate(fp.hunks, 1):
+        try:
+            alone, _ = _apply_hunks(path, _split(base), [hunk])
+        except _FailedError:
+            continue
+        merged, count = merge_file(ours, base, b"".join(alone), labels, diff3=True)
+        block = _first_block(merged, labels) if count else None
+        if block is not None:
+            line, expected, found = block
+            out.append(HunkFailure(path, number, hunk.header, "upstream changed these lines too (3-way merge)",
+                                   line, _show(expected), _show(found), merged=True))
+    if not out:  # only the hunks together conflict: the file's first conflict, as such
+        merged, _ = merge_file(ours, base, theirs, labels, diff3=True)
+        block = _first_block(merged, labels)
+        line, expected, found = block if block is not None else (0, [], [])
+        out.append(HunkFailure(path, 0, "", "upstream changed these lines too (3-way merge)", line,
+                               _show(expected), _show(found), merged=True))
+    return out
+
+
+def _first_block(merged: bytes, labels: tuple[str, str, str]) -> tuple[int, list[bytes], list[bytes]] | None:
+    """The first conflict of a ``--diff3`` merge: its line there, the base's lines, and upstream's."""
+    marks = [f"{c * 7} {label}".encode() for c, label in zip("<|", labels, strict=False)]
+    lines = _split(merged)
+    for i, line in enumerate(lines):
+        if line.rstrip(b"\n") == marks[0]:
+            found: list[bytes] = []
+            expected: list[bytes] = []
+            part = found
+            for text in lines[i + 1:]:
+                bare = text.rstrip(b"\n")
+                if bare == marks[1]:
+                    part = expected
+                elif bare == b"=" * 7:
+                    return i + 1, expected, found
+                else:
+                    part.append(text)
+    return None
+
+
+def apply_partly(view: TreeView, patch: PatchFile) -> tuple[dict[str, tuple[bytes, int] | None], dict[str, bytes]]:
+    """``patch`` applied hunk by hunk where there is no base to merge on (as ``patch`` or
+    ``git apply --reject`` do): the hunks that apply, and per file the ``.rej`` text of the rest."""
+    changes: dict[str, tuple[bytes, int] | None] = {}
+    rejects: dict[str, bytes] = {}
+    for fp in patch.files:
+        one = PatchFile(patch.label, patch.path, patch.sha256, (fp,))
+        whole = view.try_apply(one)
+        if isinstance(whole, Applied):
+            changes.update(whole.changes)
+            continue
+        current = view.read(fp.old_path) if fp.old_path is not None and fp.new_path == fp.old_path else None
+        if current is None:  # a creation, deletion or move that fails: the whole file diff
+            rejects[fp.path] = format_file_patch(fp)
+            continue
+        lines, failed = _split(current[0]), []
+        for hunk in fp.hunks:
+            try:
+                lines, _ = _apply_hunks(fp.path, lines, [hunk])
+            except _FailedError:
+                failed.append(hunk)
+        changes[fp.path] = (b"".join(lines), _mode(fp.new_mode, current[1]))
+        rejects[fp.path] = format_file_patch(fp, failed)
+    return changes, rejects

@@ -13,14 +13,14 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from envlock import runner
 from envlock.errors import PatchError, UsageError
 from envlock.lockfile import LockedPatch
-from envlock.patchapply import HunkFailure, TreeView
+from envlock.patchapply import HunkFailure, TreeView, apply_partly, merge_patch
 from envlock.patchfile import PatchFile, parse_patch, parse_patch_file, written_header
 from envlock.store import write_atomic
 from envlock.trees import copy_tree
@@ -40,6 +40,13 @@ class EditSession:
     pending: tuple[str, ...] = ()
     conflict: HunkFailure | None = None
     upstreamed: tuple[str, ...] = ()  # already applied at that commit: drop them from the spec
+    commit: str | None = None  # the 40-hex commit checked out (a git source's)
+    # The first pending patch, applied as far as it goes (uncommitted): "clean" (a 3-way merge
+    # carried it whole), "conflict" (conflict markers in ``conflicted``), "partly" (no base to
+    # merge on: the hunks that apply, the rest in ``rejects``).
+    merge: str | None = None
+    conflicted: tuple[str, ...] = ()
+    rejects: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,7 +56,23 @@ class EditSession:
             "pending": list(self.pending),
             "conflict": self.conflict.to_dict() if self.conflict else None,
             "upstreamed": list(self.upstreamed),
+            "commit": self.commit,
+            "merge": self.merge,
+            "conflicted": list(self.conflicted),
+            "rejects": list(self.rejects),
         }
+
+    def describe_pending(self) -> list[str]:
+        """How far the first pending patch got (left uncommitted in the work dir), as lines to show."""
+        if self.merge == "clean":
+            return ["  a 3-way merge carried it whole (uncommitted): check it"]
+        lines = []
+        if self.conflicted:
+            lines.append(f"  applied as far as it goes; conflict markers in {', '.join(self.conflicted)}")
+        if self.rejects:
+            lines.append(f"  applied hunk by hunk; the hunks that do not apply are in {', '.join(self.rejects)} "
+                         "(remove them once redone)")
+        return lines
 
 
 def _git_ok(args: Sequence[str | os.PathLike[str]], cwd: Path, what: str) -> runner.Result:
@@ -58,7 +81,7 @@ def _git_ok(args: Sequence[str | os.PathLike[str]], cwd: Path, what: str) -> run
 
 def edit(
     source: str, tree: Path, patches: Sequence[PatchFile], workdir: Path, *, stop_at_conflict: bool = False,
-    env: str | None = None,
+    env: str | None = None, base: Path | None = None, label: str = "upstream", commit: str | None = None,
 ) -> EditSession:
     """Check the patched tree out into ``workdir``: a git repo, one commit per patch level.
 
@@ -67,6 +90,10 @@ def edit(
     are applied up to the first that does not apply; it and the rest are ``pending``.
     The work dir's state names ``env`` and the patches it was made on (label and sha256),
     which ``record`` holds the spec's patches to.
+
+    The first pending patch is applied as far as it goes, uncommitted: by a 3-way merge against
+    ``base`` (the tree the patches were recorded on), with conflict markers (``<<<<<<< label``),
+    or without a base hunk by hunk, the hunks that do not apply left in ``FILE.rej``.
     """
     if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
         what = "is not empty" if workdir.is_dir() else "is a file"
@@ -77,6 +104,7 @@ def edit(
     upstreamed: list[str] = []
     pending: Sequence[PatchFile] = ()
     made_on = [{"path": p.label, "sha256": p.sha256} for p in patches]
+    made_on_patches = list(patches)
     for i, patch in enumerate(patches):
         if not stop_at_conflict:
             view.apply(patch)  # fails before anything is written
@@ -102,10 +130,58 @@ def edit(
         view.apply(patch)
         _commit_level(workdir, view, patch, what)
     state = {"source": source, "env": env, "levels": [p.label for p in patches], "pending": [p.label for p in pending],
-             "made_on": made_on, "upstreamed": upstreamed, "recorded": []}
+             "made_on": made_on, "upstreamed": upstreamed, "recorded": [],
+             "base": str(base) if base is not None else None, "label": label}
     (workdir / ".git" / _EDIT_STATE).write_text(json.dumps(state, indent=2) + "\n")
-    return EditSession(source, workdir, tuple(p.label for p in patches), tuple(p.label for p in pending), conflict,
-                       tuple(upstreamed))
+    session = EditSession(source, workdir, tuple(p.label for p in patches), tuple(p.label for p in pending), conflict,
+                          tuple(upstreamed), commit)
+    if not pending:
+        return session
+    before = made_on_patches[:len(made_on_patches) - len(pending)]
+    return _apply_pending(session, pending[0], before, base, label)
+
+
+def _apply_pending(session: EditSession, patch: PatchFile, before: Sequence[PatchFile], base: Path | None,
+                   label: str) -> EditSession:
+    """The first pending patch written into the work dir as far as it goes (uncommitted)."""
+    how, conflicted, rejects, conflict = write_partly(session.workdir, patch, before, base, label)
+    return replace(session, merge=how, conflicted=conflicted, rejects=rejects, conflict=conflict or session.conflict)
+
+
+def write_partly(workdir: Path, patch: PatchFile, before: Sequence[PatchFile], base: Path | None,
+                 label: str) -> tuple[str, tuple[str, ...], tuple[str, ...], HunkFailure | None]:
+    """``patch`` written into ``workdir`` as far as it goes, uncommitted: merged 3-way against
+    ``base`` with the patches ``before`` it (conflict markers ``<<<<<<< label`` / ``>>>>>>> patch
+    NNNN``), else (no base, or the series does not apply there) hunk by hunk with ``FILE.rej``
+    files. Returns how ("clean", "conflict", "partly"), the files with markers, the .rej files
+    and the first conflict."""
+    ours = TreeView(workdir)
+    number = patch_number(Path(patch.label).name)
+    theirs = f"patch {number:04d}" if number is not None else f"patch {patch.label}"
+    recorded = TreeView(base) if base is not None else None
+    # Only the earlier patches on the same files make its base (one refreshed since, rewritten
+    # for the new commit, may no longer apply at the pin; on other files it does not matter).
+    for earlier in (e for e in before if set(e.paths) & set(patch.paths)):
+        applied = recorded.try_apply(earlier) if recorded is not None else None
+        if applied is None or isinstance(applied, HunkFailure):  # no base, or not the series the pin builds
+            recorded = None
+            break
+        assert recorded is not None
+        recorded.changes.update(applied.changes)
+    conflict: HunkFailure | None = None
+    if recorded is not None and not isinstance(recorded.try_apply(patch), HunkFailure):
+        merged = merge_patch(ours, recorded, patch, ours_label=label, theirs_label=theirs)
+        changes, rejects = merged.changes, merged.rejects or {}
+        how, conflicted = ("clean" if merged.clean else "conflict"), merged.conflicted
+        conflict = merged.conflicts[0] if merged.conflicts else None
+    else:
+        changes, rejects = apply_partly(ours, patch)
+        how, conflicted = "partly", ()
+    ours.changes = changes
+    ours.write(workdir)
+    for path, text in rejects.items():
+        (workdir / f"{path}.rej").write_bytes(text)
+    return how, tuple(conflicted), tuple(f"{p}.rej" for p in rejects), conflict
 
 
 def _commit_level(workdir: Path, view: TreeView, patch: PatchFile, what: str) -> None:
@@ -128,6 +204,10 @@ class RecordedPatch:
     pending: tuple[str, ...] = ()  # (refresh) patches still to redo by hand, first one conflicting
     upstreamed: tuple[str, ...] = ()  # (refresh) later patches the new code already has: retire them
     env: str = ""  # the env whose spec the work dir was made from (what `envlock lock ENV` then locks)
+    # (refresh) how far the next pending patch got in the work dir, as ``EditSession`` says it
+    merge: str | None = None
+    conflicted: tuple[str, ...] = ()
+    rejects: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +218,9 @@ class RecordedPatch:
             "sha256": self.sha256,
             "pending": list(self.pending),
             "upstreamed": list(self.upstreamed),
+            "merge": self.merge,
+            "conflicted": list(self.conflicted),
+            "rejects": list(self.rejects),
         }
 
 
@@ -232,11 +315,11 @@ def record(
     _git_ok(["commit", "-q", "--no-verify", "-m", f"{target.path.name}\n\n{target.subject}"], workdir, what)
     _add_level(state, target.label, parsed.sha256, pending, refresh=refresh)
     # A refresh carries on with the patches after it, as edit does.
-    upstreamed = _carry_on(workdir, state, root, what) if refresh else []
+    upstreamed, (how, conflicted, rejects) = _carry_on(workdir, state, root, what) if refresh else ([], (None, (), ()))
     state["upstreamed"] = [*state.get("upstreamed", []), *upstreamed]
     state_file.write_text(json.dumps(state, indent=2) + "\n")
     return RecordedPatch(source, target.path, target.number, tuple(f.path for f in parsed.files), parsed.sha256,
-                         tuple(state["pending"]), tuple(upstreamed))
+                         tuple(state["pending"]), tuple(upstreamed), merge=how, conflicted=conflicted, rejects=rejects)
 
 
 @dataclass(frozen=True)
@@ -322,6 +405,12 @@ def _self_checked(workdir: Path, target: Path, data: bytes, what: str) -> PatchF
         _git_ok(["reset", "-q"], workdir, what)  # unstage: the work dir is as the user left it
         raise PatchError(f"{workdir}: {len(leftovers)} patch(1) leftover file(s) would be recorded; "
                          "expected them removed first", details=leftovers)
+    markers = sorted({f"{f.path}: {text[:7].decode()}" for f in parsed.files for h in f.hunks for op, text in h.lines
+                      if op == "+" and (text.startswith((b"<<<<<<< ", b">>>>>>> ")) or text.rstrip() == b"=======")})
+    if markers:
+        _git_ok(["reset", "-q"], workdir, what)
+        raise PatchError(f"{workdir}: conflict markers would be recorded; expected the conflict resolved first",
+                         details=markers)
     check = TreeView(workdir)
     _git_ok(["stash", "-q"], workdir, what)  # check the patch against the level it was diffed from
     try:
@@ -344,9 +433,11 @@ def _add_level(state: dict[str, Any], label: str, sha256: str, pending: Sequence
         state["recorded"] = [*state.get("recorded", []), {"path": label, "sha256": sha256}]
 
 
-def _carry_on(workdir: Path, state: dict[str, Any], root: Path, what: str) -> list[str]:
+def _carry_on(workdir: Path, state: dict[str, Any], root: Path,
+              what: str) -> tuple[list[str], tuple[str | None, tuple[str, ...], tuple[str, ...]]]:
     """Apply the pending patches after a refresh, as edit does: commit what applies, retire what
-    the new code already has (returned), and stop at the next one that needs a hand."""
+    the new code already has (returned), and write the next one that needs a hand as far as it
+    goes (how, the files with conflict markers, the .rej files: returned)."""
     upstreamed: list[str] = []
     while state["pending"]:
         nxt = parse_patch_file(root / state["pending"][0], label=state["pending"][0])
@@ -359,9 +450,13 @@ def _carry_on(workdir: Path, state: dict[str, Any], root: Path, what: str) -> li
             _commit_level(workdir, view, nxt, what)
             state["levels"].append(nxt.label)
         else:
-            break
+            labels = [str(p["path"]) for p in state["made_on"]]
+            before = [parse_patch_file(root / label, label=label) for label in labels[:labels.index(nxt.label)]]
+            base = Path(state["base"]) if state.get("base") else None
+            how, conflicted, rejects, _ = write_partly(workdir, nxt, before, base, state.get("label", "upstream"))
+            return upstreamed, (how, conflicted, rejects)
         state["pending"] = state["pending"][1:]
-    return upstreamed
+    return upstreamed, (None, (), ())
 
 
 def patch_number(filename: str) -> int | None:

@@ -20,7 +20,7 @@ from envlock.errors import PatchError
 from envlock.lockfile import LockedPatch
 
 _HUNK = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_HEADER_KEYS = ("Subject", "Why", "Upstream")
+_HEADER_KEYS = ("Subject", "Why", "Upstream", "Rebased-onto")
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,7 @@ class PatchFile:
     subject: str = ""
     why: str = ""
     upstream: str = ""
+    rebased_onto: str = ""  # the commit `patch rebase` last rewrote it for ("" if never)
 
     def reversed(self) -> PatchFile:
         """The patch that undoes this one (a patch already applied is one whose reverse applies)."""
@@ -107,7 +108,13 @@ class PatchFile:
             self.subject,
             self.why,
             self.upstream,
+            self.rebased_onto,
         )
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Every file the patch reads or writes, in order, once each."""
+        return tuple(dict.fromkeys(p for f in self.files for p in (f.old_path, f.new_path) if p is not None))
 
     def locked(self) -> LockedPatch:
         """The patch as a lock records it: its label and sha256."""
@@ -160,6 +167,7 @@ def parse_patch(data: bytes, *, label: str, path: Path | None = None) -> PatchFi
         subject=fields.get("Subject", ""),
         why=fields.get("Why", ""),
         upstream=fields.get("Upstream", ""),
+        rebased_onto=fields.get("Rebased-onto", ""),
     )
 
 
@@ -187,6 +195,32 @@ def written_header(data: bytes) -> bytes | None:
     end = next((i for i in range(len(lines)) if _starts_file(lines, i)), len(lines))
     sep = next((i for i in range(end) if lines[i].rstrip() == b"---"), None)
     return None if sep is None else b"\n".join(lines[:sep + 1]) + b"\n"
+
+
+def with_rebased_onto(data: bytes, commit: str) -> bytes:
+    """The header of patch ``data`` (as ``written_header`` finds it) with a ``Rebased-onto: COMMIT``
+    line just above its ``---`` (replacing an earlier one); a patch without a header gets one
+    of that line alone. Everything else is kept byte for byte; the diff is not included."""
+    header = written_header(data)
+    line = f"Rebased-onto: {commit}\n".encode()
+    if header is None:
+        return line + b"---\n"
+    lines = header.split(b"\n")[:-2]  # without the "---" line and the empty string after it
+    kept = [raw + b"\n" for raw in lines if not raw.startswith(b"Rebased-onto:")]
+    return b"".join(kept) + line + header.split(b"\n")[-2] + b"\n"
+
+
+def format_file_patch(fp: FilePatch, hunks: Sequence[Hunk] | None = None) -> bytes:
+    """One file's diff (or only ``hunks`` of it) as unified-diff text, as a ``.rej`` file holds it."""
+    old = f"a/{fp.old_path}" if fp.old_path is not None else "/dev/null"
+    new = f"b/{fp.new_path}" if fp.new_path is not None else "/dev/null"
+    out = [f"--- {old}\n+++ {new}\n".encode()]
+    for hunk in fp.hunks if hunks is None else hunks:
+        out.append(hunk.header.encode() + b"\n")
+        for op, text in hunk.lines:
+            ending = b"" if text.endswith(b"\n") else b"\n\\ No newline at end of file\n"
+            out.append(op.encode() + text + ending)
+    return b"".join(out)
 
 
 def _starts_file(lines: Sequence[bytes], i: int) -> bool:
