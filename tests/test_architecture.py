@@ -18,7 +18,7 @@ SRC = Path(__file__).parent.parent / "src" / "envlock"
 FOUNDATIONS = {
     "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
     "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio", "netenv",
-    "wheelfiles", "cmakefetch", "closure", "bundle", "netauth", "archives", "specedit",
+    "wheelfiles", "cmakefetch", "closure", "bundle", "netauth", "archives", "specedit", "signing", "cachestore",
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",
@@ -26,9 +26,8 @@ STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "insta
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
                  "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
-                 "bisecting", "reporting", "rebasing",
-                 "upgrading"}
-ENTRY = {"cli", "cliregress", "clipatch", "cliupgrade", "__main__"}
+                 "bisecting", "reporting", "rebasing", "upgrading", "caching"}
+ENTRY = {"cli", "cliregress", "clipatch", "cliupgrade", "clicache", "__main__"}
 
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 100

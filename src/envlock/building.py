@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.utils import parse_wheel_filename
 
@@ -51,6 +51,9 @@ from envlock.spec import COMMIT_ID, BuildSpec, EnvSpec, SourceSpec, load_env_spe
 from envlock.store import Store, replace_if_unchanged
 from envlock.tomlio import load_toml
 from envlock.workspace import Workspace
+
+if TYPE_CHECKING:
+    from envlock.caching import Caches
 
 #: Under the wheelhouse: builds of an ``--override-source`` tree (never named by a lock).
 OVERRIDE_WHEELHOUSE = "overrides"
@@ -315,6 +318,7 @@ class BuildOptions:
     overrides: Mapping[str, Path] = field(default_factory=dict)  # --override-source NAME=DIR
     progress: Progress | None = None  # of the env's wheels fetched for non-isolated builds
     on_build: Callable[[str, str], None] | None = None  # (name, input digest), before each build that runs
+    caches: Caches | None = None  # binary caches asked before each build; the post-build push
 
 
 def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[BuildSpec], mirrors: Mirrors,
@@ -422,7 +426,12 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
     wanted = _wanted_builds(spec, packages)
     session = _open_session(ws, spec, lock, wanted, mirrors, options)
     planned, fetched = plan_builds(session, wanted, frozen=frozen)
-    built, checks, moved = _carry_out(session, planned, check=check, frozen=frozen, on_build=options.on_build)
+    built, checks, moved = _carry_out(session, planned, check=check, frozen=frozen, on_build=options.on_build,
+                                      caches=options.caches)
+    if options.caches is not None:  # the post-build hook: each build that ran, pushed ([cache] push)
+        from envlock.caching import after_build
+
+        after_build(options.caches, session.store, built)
     new = _with_builds(session, lock_path, built)
     overridden = any(s.prepared.override is not None for s in session.states.values())
     # PEP 751 validity comes from the writer, as in lock_env (tests load every shape it writes).
@@ -434,6 +443,8 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
                                f"the lock was not written. The wheels just built are in the store: "
                                f"`envlock build {env}` again records them without building")
     notices = tuple(n for s in session.states.values() if (n := s.prepared.notice)) + tuple(moved)
+    if options.caches is not None and (said := options.caches.summary()):
+        notices += (said,)
     if overridden:
         notices += (f"the lock was not updated: an overridden source is not a pin; its build is in "
                     f"{ws.relative(ws.wheelhouse / OVERRIDE_WHEELHOUSE)}/, which no sync installs (try it in "
@@ -501,7 +512,7 @@ def _input_drift(session: BuildSession, one: PlannedBuild) -> list[str]:
 
 
 def _carry_out(session: BuildSession, planned: Sequence[PlannedBuild], *, check: bool, frozen: bool,
-               on_build: Callable[[str, str], None] | None,
+               on_build: Callable[[str, str], None] | None, caches: Caches | None = None,
                ) -> tuple[list[build.BuiltWheel], list[build.CheckResult], list[str]]:
     """Build (or take) each planned wheel, and with ``check`` build it again and compare; the
     notices of ``--check`` on builds whose inputs the lock does not record."""
@@ -513,6 +524,10 @@ def _carry_out(session: BuildSession, planned: Sequence[PlannedBuild], *, check:
         request, plan_, recorded = one.request, one.plan, one.recorded
         held = (build.recorded_wheel(request, plan_, ws.wheelhouse, recorded)
                 if recorded is not None and not (check or frozen or one.overridden) else None)
+        if caches is not None and held is None and not check and not build.is_built(plan_, store):
+            # A trusted cache's build of these inputs (of the recorded wheel, if the lock has it) into the store.
+            caches.build_into_store(store, one.name, plan_.input_digest,
+                                    recorded.sha256 if recorded is not None and one.same_inputs else None)
         if on_build is not None and held is None and not build.is_built(plan_, store):  # a stored wheel: a copy
             on_build(one.name, plan_.input_digest)
         # Into the wheelhouse only what the lock names (or will, when this build is recorded): an
@@ -595,7 +610,8 @@ def carry_builds(session: BuildSession, old: Lock | None) -> tuple[Lock, tuple[F
 
 def ensure_builds(ws: Workspace, spec: EnvSpec, lock: Lock, lock_path: Path, mirrors: Mirrors, *, frozen: bool,
                   progress: Progress | None = None,
-                  on_build: Callable[[str, str], None] | None = None) -> tuple[Lock, BuildReport | None]:
+                  on_build: Callable[[str, str], None] | None = None,
+                  caches: Caches | None = None) -> tuple[Lock, BuildReport | None]:
     """Before a sync: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
 
     Unfrozen, the lock gets the build records; ``--frozen`` rebuilds only to restore a
@@ -606,7 +622,14 @@ def ensure_builds(ws: Workspace, spec: EnvSpec, lock: Lock, lock_path: Path, mir
     missing = _unbuilt(spec, lock, lock_path)
     if not missing:
         return lock, None
-    report = build_spec(ws, spec, mirrors, missing, BuildOptions(frozen=frozen, progress=progress, on_build=on_build))
+    if caches is not None:  # trusted builds of the lock's very records, from a binary cache: no planning
+        from envlock.caching import builds_into_wheelhouse
+
+        missing = builds_into_wheelhouse(caches, Store.open(), lock, lock_path, missing)
+        if not missing:
+            return lock, None
+    report = build_spec(ws, spec, mirrors, missing, BuildOptions(frozen=frozen, progress=progress, on_build=on_build,
+                                                                 caches=caches))
     if not frozen:
         return report.new_lock, report
     for w in report.builds:

@@ -217,7 +217,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
 
         with ui.progress(quiet=args.quiet or args.json) as bar:
             options = syncing.SyncOptions(frozen=args.frozen, offline=args.offline, lock_ref=args.lock,
-                                          mirrors=_mirror_options(args))
+                                          mirrors=_mirror_options(args), trusted_keys=tuple(args.trusted_key))
             result = syncing.sync(ws, args.env, options, progress=bar, on_build=on_build)
 
     def text() -> str:
@@ -360,10 +360,11 @@ def _overrides(values: Sequence[str]) -> dict[str, Path]:
 
 def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import building
+    from envlock.clicache import build_caches
 
     with _status(args, "preparing sources and build inputs") as say:
         options = building.BuildOptions(
-            check=args.check, overrides=_overrides(args.override_source),
+            check=args.check, overrides=_overrides(args.override_source), caches=build_caches(ws, args.trusted_key),
             on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "
                                               "reused from the store; a native build can take long)"),
         )
@@ -419,6 +420,8 @@ def _apply_network_options(args: argparse.Namespace) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from pathlib import Path
+
+    from envlock import clicache
 
     def common_options(default: object) -> _Parser:
         options = _Parser(add_help=False)
@@ -522,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "also ENVLOCK_INDEX_<NAME>=URL; repeatable")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     def env_command(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str, *,
@@ -569,6 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "top (so give it unpatched); never recorded in the lock")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME's pinned commit from URL (verified; also ENVLOCK_SOURCE_<NAME>=URL)")
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("patch", lambda a, w: 2, "patch status / edit / record / rebase")
@@ -588,6 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_commands(add)
     add_upgrade(add, _mirror_options, _status)
+    clicache.add_commands(add, common, _Parser)
     return parser
 
 

@@ -17,7 +17,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import IO, BinaryIO, Protocol
 from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
 from envlock import __version__, netauth, netenv
@@ -670,3 +670,61 @@ def read_range(url: str, *, start: int | None = None, end: int | None = None, la
         return Range(first, data, size)
     finally:
         _finish(resp, conn)
+
+
+def _send(method: str, url: str, timeout: float, body: IO[bytes] | None = None,
+          size: int = 0) -> http.client.HTTPResponse:
+    """One ``method`` request to ``url`` (no redirect followed: a PUT's body is not sent twice),
+    its response read; credentials and proxies as a GET's. ``HttpError`` on a connection failure."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise HttpError(url, "not an http(s) URL")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise HttpError(url, "invalid port in the URL") from None
+    netloc = parts.netloc.rpartition("@")[2]
+    headers = {"User-Agent": USER_AGENT, "Host": netloc}
+    if body is not None:
+        headers.update({"Content-Length": str(size), "Content-Type": "application/octet-stream"})
+    auth = _credentials(url)
+    if auth.header:
+        headers["Authorization"] = auth.header
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    conn, _new = _connection(parts.scheme, parts.hostname, port, timeout)
+    proxy: str | None = getattr(conn, "envlock_proxy", None)
+    if proxy is not None and parts.scheme == "http":  # RFC 9112 3.2.2: the absolute form to a proxy
+        target = f"http://{netloc}{target}"
+        if login := netenv.proxy_credentials(proxy):
+            headers["Proxy-Authorization"] = _basic(*login)
+    try:
+        conn.request(method, target, body=body, headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        _drop(conn)
+        raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
+    if resp.will_close:
+        _drop(conn)
+    resp.envlock_auth = auth  # type: ignore[attr-defined]  # for a 401's message
+    resp.envlock_proxy = proxy  # type: ignore[attr-defined]  # for a 407's
+    return resp
+
+
+def put(url: str, body: IO[bytes], size: int, *, timeout: float = 60.0) -> int:
+    """PUT ``size`` bytes read from ``body`` to ``url`` (a binary cache: WebDAV, bazel-remote, a
+    presigned URL); the status (2xx). ``HttpError`` on a connection failure or a status of 300 and up."""
+    resp = _send("PUT", url, timeout, body, size)
+    _raise_for_status(url, resp)
+    if resp.status >= 300:
+        raise HttpError(url, f"HTTP {resp.status} to PUT", status=resp.status)
+    return resp.status
+
+
+def exists(url: str, *, timeout: float = 60.0) -> bool:
+    """Whether ``url`` answers a HEAD with 2xx (False for 404/410); ``HttpError`` for anything else."""
+    resp = _send("HEAD", url, timeout)
+    if resp.status in (404, 410):
+        return False
+    _raise_for_status(url, resp)
+    return True

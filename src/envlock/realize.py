@@ -24,6 +24,7 @@ from envlock.store import Store, replace_if_unchanged, write_atomic
 
 if TYPE_CHECKING:
     # Type names only: importing these at run time would pull packaging onto the no-op path.
+    from envlock.caching import Caches
     from envlock.fetch import FetchResult
     from envlock.lockfile import Lock
     from envlock.progress import Progress
@@ -86,6 +87,8 @@ class SyncTarget:
     inputs: Mapping[str, str] | None = None
     #: The spec and patches a frozen sync found this lock made for, for the next frozen no-op.
     spec_input: Mapping[str, str] | None = None
+    #: Binary caches asked for the wheels the store lacks, before their index (None: none).
+    caches: Caches | None = None
 
     @property
     def write_back(self) -> Path | None:
@@ -162,6 +165,8 @@ def _fetch(store: Store, target: SyncTarget, progress: Progress | None) -> Fetch
     if base_dir is None:
         base_dir = target.lock_path.parent if target.lock_path is not None else Path.cwd()
     locate = package_locator(lock.packages, target.package_mirrors) if target.package_mirrors else None
+    if target.caches is not None and not target.offline:  # a cache first: what it lacks comes from the index
+        target.caches.wheels_into_store(store, [p.wheels[0] for p in lock.packages])
     return fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir, offline=target.offline,
                        progress=progress, local_sources=target.local_wheels, locate=locate, env=target.env)
 

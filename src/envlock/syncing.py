@@ -28,6 +28,7 @@ from envlock.store import Store
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
+    from envlock.caching import Caches
     from envlock.progress import Progress
     from envlock.spec import EnvSpec
 
@@ -40,6 +41,7 @@ class SyncOptions:
     offline: bool = False  # download nothing
     lock_ref: str | None = None  # ``--lock PATH[@REV]``: sync that lock as it is
     mirrors: MirrorOptions = field(default_factory=MirrorOptions)
+    trusted_keys: tuple[str, ...] = ()  # --trusted-key NAME:BASE64: build records signed by these are used
 
 
 @dataclass(frozen=True)
@@ -104,16 +106,18 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
     else:
         stray = todo.mirrors.stray_note(ws)  # "" offline: no index is read
     assert lock is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
+    caches = _caches(ws, todo)
     if todo.builds and todo.spec is not None and todo.spec.builds and todo.lock_path is not None:
         from envlock import building
 
         # Offline, nothing is built (a build resolves and installs its requirements from the
         # index): a locally built wheel then comes from the store, or is named missing by fetch.
         lock, report = building.ensure_builds(ws, todo.spec, lock, todo.lock_path, todo.mirrors, frozen=options.frozen,
-                                              progress=progress, on_build=on_build)
+                                              progress=progress, on_build=on_build, caches=caches)
         if report is not None:  # the env's wheels a non-isolated build needed were fetched for it
             downloaded, fetched = downloaded + report.downloaded, fetched + report.fetched
     target, stale = _target(ws, todo, lock)
+    target = replace(target, caches=caches)
     try:
         result = realize(Store.open(), target, progress)
     except FetchError as exc:
@@ -124,7 +128,18 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + downloaded, fetched=result.fetched + fetched,
                    relocked=relocked,
-                   note="; ".join(n for n in (result.note, *todo.notes, stale, stray) if n))
+                   note="; ".join(n for n in (result.note, *todo.notes, stale, stray,
+                                              caches.summary() if caches is not None else "") if n))
+
+
+def _caches(ws: Workspace, todo: SyncPlan) -> Caches | None:
+    """The binary caches of ``envlock.toml`` and the environment (None: none, or ``--offline``)."""
+    if todo.options.offline:
+        return None
+    from envlock.caching import CacheConfig, Caches
+
+    config = CacheConfig.of(ws, todo.options.trusted_keys)
+    return Caches(config) if config.active else None
 
 
 def _target(ws: Workspace, todo: SyncPlan, lock: Lock) -> tuple[SyncTarget, str]:

@@ -1,0 +1,117 @@
+"""``envlock cache keygen|push|verify``, and the caches ``sync``/``build`` ask: parse, call, render.
+
+Kept out of ``cli`` (which holds every other command) so that module stays a table one can read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envlock.workspace import Workspace
+
+if TYPE_CHECKING:
+    from envlock.caching import Caches
+
+TRUSTED_HELP = ("use binary cache build records signed by this key (NAME:BASE64, as `envlock cache keygen` "
+                "prints it); also ENVLOCK_TRUSTED_KEYS and [cache] trusted-keys in envlock.toml; repeatable")
+
+
+def build_caches(ws: Workspace, trusted: Sequence[str]) -> Caches | None:
+    """The caches ``envlock build`` asks before each build and pushes to (None: none configured)."""
+    from envlock.caching import CacheConfig, Caches
+
+    config = CacheConfig.of(ws, trusted)
+    return Caches(config) if config.active else None
+
+
+def _out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str]) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True) if args.json else text())
+
+
+def cmd_keygen(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock.caching import keygen
+
+    public = keygen(args.name, args.out)
+    print(f"envlock: secret key written to {args.out} (mode 0600): keep it to the machines that push; "
+          "trust the public key below where caches are read", file=sys.stderr)
+    print(public)
+    return 0
+
+
+def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock.caching import push_env
+
+    pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key)
+    for note in pushed.notes:
+        print(f"envlock: {note}", file=sys.stderr)
+
+    def text() -> str:
+        return (f"{pushed.url}: {len(pushed.uploaded)} uploaded, {pushed.present} already there"
+                + "".join(f"\n  {k}" for k in pushed.uploaded))
+
+    _out(args, pushed.to_dict(), text)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
+    from envlock.caching import CacheConfig, verify_cache
+
+    check = verify_cache(args.url, CacheConfig.of(ws if (ws.root / "envs").is_dir() else None,
+                                                  args.trusted_key).trusted)
+
+    def text() -> str:
+        head = f"{check.url}: {check.checked} entries checked, " + (
+            "all verified" if check.ok else f"{len(check.problems)} problems:")
+        return "\n".join([head, *(f"  {p}" for p in check.problems)])
+
+    _out(args, check.to_dict(), text)
+    return 0 if check.ok else 1
+
+
+def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.ArgumentParser,
+                 parser_class: type[argparse.ArgumentParser]) -> None:
+    """The ``cache`` command and its actions, on ``cli``'s parser (``add`` makes a command)."""
+    p = add("cache", lambda a, w: 2, "binary caches: keygen / push / verify (see docs/cache.md)")
+    csub = p.add_subparsers(dest="cache_command", metavar="ACTION", parser_class=parser_class, required=True)
+
+    def cadd(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str,
+             description: str | None = None) -> argparse.ArgumentParser:
+        q = csub.add_parser(name, help=help, description=description or help, parents=[common],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+        q.set_defaults(func=func, command_parser=q)
+        return q
+
+    q = cadd("keygen", cmd_keygen, "make an ed25519 signing key: the secret to --out FILE, the public key printed",
+             "Write a new ed25519 secret key to FILE (mode 0600; an existing file is refused) and print its\n"
+             "public key as NAME:BASE64: trust it where caches are read (--trusted-key, ENVLOCK_TRUSTED_KEYS,\n"
+             "[cache] trusted-keys in envlock.toml). Builds pushed with --key FILE are signed by it.")
+    q.add_argument("name", metavar="NAME", help="the key's name (e.g. team-ci-1), recorded in every record it signs")
+    q.add_argument("--out", type=Path, required=True, metavar="FILE", help="where to write the secret key")
+    q.set_defaults(needs_workspace=False)
+
+    q = cadd("push", cmd_push, "upload the closure of ENV's lock to a cache (only what it lacks)",
+             "Upload every wheel of the lock (from the store; fetched first where missing), each local build's\n"
+             "wheel with its build record signed by --key, and the closure manifest, to URL (file://DIR,\n"
+             "http(s)://HOST/PATH by PUT, s3://BUCKET/PREFIX). What the cache has is not sent again.\n"
+             "Exit: 0, 1 the cache refused a write or was unreachable, 2 bad input.")
+    q.add_argument("env", metavar="ENV")
+    q.add_argument("--to", required=True, metavar="URL", help="the cache to upload to")
+    q.add_argument("--lock", metavar="PATH[@REV]", help="push this lock's closure instead of locks/pylock.ENV.toml")
+    q.add_argument("--key", type=Path, metavar="FILE",
+                   help="secret key to sign build records with (default: ENVLOCK_CACHE_KEY, [cache] key); "
+                   "without one, builds' records are not pushed (said)")
+    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+    q = cadd("verify", cmd_verify, "check every entry of a cache: wheel bytes, record signatures, closures",
+             "Read every entry of the cache at URL: each wheel's bytes against the sha256 it is stored under,\n"
+             "each build record's signature against the trusted keys, its input digest against its key and its\n"
+             "wheel's presence, and each closure's keys. Exit: 0 all verified, 1 any problem (each named).")
+    q.add_argument("url", metavar="URL")
+    q.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=TRUSTED_HELP)
+    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    q.set_defaults(needs_workspace=False)

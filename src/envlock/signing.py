@@ -1,0 +1,176 @@
+"""ed25519 keys and signed build records: what a binary cache's build is trusted by.
+
+Keys are written as nix writes them: ``NAME:BASE64``, the secret key file holding the
+32-byte seed, the public key the 32-byte point. A build record is a JSON object; what is
+signed is its canonical bytes (``canonical``): a fixed prefix naming the format, then the
+record as sorted, compact, ASCII JSON, so that one record has one signature whoever
+serialized it. ``cryptography`` is imported only where a key is made, a record signed or
+a signature checked (a sync that reads no cache never loads it).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envlock.errors import EnvlockError, UsageError
+
+RECORD_FORMAT = "envlock-build-record"
+RECORD_VERSION = 1
+_PREFIX = f"{RECORD_FORMAT}-v{RECORD_VERSION}\n".encode()
+_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class RecordRefusedError(EnvlockError):
+    """A cache's build record that is not used (unsigned, untrusted, tampered, or another build's)."""
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    name: str
+    raw: bytes  # 32 bytes
+
+    def __str__(self) -> str:
+        return f"{self.name}:{base64.b64encode(self.raw).decode()}"
+
+
+@dataclass(frozen=True)
+class SecretKey:
+    name: str
+    seed: bytes  # 32 bytes
+
+    def public(self) -> PublicKey:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        key = Ed25519PrivateKey.from_private_bytes(self.seed)
+        raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return PublicKey(self.name, raw)
+
+    def sign(self, data: bytes) -> bytes:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        return Ed25519PrivateKey.from_private_bytes(self.seed).sign(data)
+
+
+def _split(text: str, where: str, what: str) -> tuple[str, bytes]:
+    name, sep, b64 = text.strip().partition(":")
+    if not sep or not _KEY_NAME.fullmatch(name):
+        raise UsageError(f"{where}: {text.strip()[:40]!r}: expected {what} as NAME:BASE64 (NAME of letters, "
+                         "digits, '.', '_', '-')")
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 32:
+        raise UsageError(f"{where}: key {name!r}: expected 32 bytes of base64 after 'NAME:', found "
+                         f"{len(raw) if raw else 'no valid base64'}")
+    return name, raw
+
+
+def parse_public(text: str, where: str) -> PublicKey:
+    """A trusted key ``NAME:BASE64``; ``UsageError`` naming ``where`` it came from."""
+    return PublicKey(*_split(text, where, "a public key"))
+
+
+def generate(name: str) -> SecretKey:
+    """A new ed25519 key named ``name``."""
+    if not _KEY_NAME.fullmatch(name):
+        raise UsageError(f"{name!r}: not a key name (letters, digits, '.', '_', '-')")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    seed = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+    return SecretKey(name, seed)
+
+
+def write_secret(key: SecretKey, path: Path) -> None:
+    """Write ``key`` to ``path`` (mode 0600, created anew: an existing file is refused, never overwritten)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise UsageError(f"{path}: exists; a secret key is never overwritten (remove it, or choose another "
+                         "--out)") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write the secret key: {exc.strerror}") from None
+    with os.fdopen(fd, "w") as fh:
+        fh.write(f"{key.name}:{base64.b64encode(key.seed).decode()}\n")
+
+
+def read_secret(path: Path) -> SecretKey:
+    """The secret key in ``path`` (as ``cache keygen`` wrote it)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read the secret key: {getattr(exc, 'strerror', None) or exc}") from None
+    return SecretKey(*_split(text, str(path), "a secret key (as `envlock cache keygen` writes it)"))
+
+
+def trusted_keys(given: Iterable[tuple[str, str]]) -> dict[str, PublicKey]:
+    """The trusted keys by name, from ``(where, text)`` pairs; one name given two keys is refused."""
+    keys: dict[str, PublicKey] = {}
+    for where, text in given:
+        key = parse_public(text, where)
+        if key.name in keys and keys[key.name] != key:
+            raise UsageError(f"{where}: key {key.name!r} is trusted with two different public keys; expected one")
+        keys[key.name] = key
+    return keys
+
+
+# -- build records -----------------------------------------------------------
+
+
+def canonical(record: Mapping[str, Any]) -> bytes:
+    """The bytes a record's signature covers."""
+    return _PREFIX + json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def sign_record(record: Mapping[str, Any], key: SecretKey) -> bytes:
+    """The signed document for ``record`` (its ``builder`` set to ``key``'s name), as a cache stores it."""
+    body = {**record, "builder": key.name}
+    sig = base64.b64encode(key.sign(canonical(body))).decode()
+    doc = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "record": body,
+           "signatures": [{"key": key.name, "sig": sig}]}
+    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+
+
+def verify_record(data: bytes, trusted: Mapping[str, PublicKey], where: str) -> dict[str, Any]:
+    """The record in the signed document ``data`` when a trusted key's signature verifies; else
+    ``RecordRefusedError`` saying why (named by ``where``)."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    try:
+        doc = json.loads(data)
+        record, sigs = doc["record"], doc["signatures"]
+        if doc.get("format") != RECORD_FORMAT or doc.get("version") != RECORD_VERSION:
+            raise ValueError("format")
+        if not isinstance(record, dict) or not isinstance(sigs, list):
+            raise ValueError("shape")
+    except (ValueError, KeyError, TypeError):
+        raise RecordRefusedError(f"{where}: not a signed build record ({RECORD_FORMAT} version {RECORD_VERSION})") \
+            from None
+    names = [s.get("key") for s in sigs if isinstance(s, dict)]
+    body = canonical(record)
+    for sig in sigs:
+        if not isinstance(sig, dict) or sig.get("key") not in trusted:
+            continue
+        key = trusted[sig["key"]]
+        try:
+            Ed25519PublicKey.from_public_bytes(key.raw).verify(base64.b64decode(sig.get("sig", "")), body)
+        except (InvalidSignature, binascii.Error, ValueError):
+            raise RecordRefusedError(f"{where}: the signature of trusted key {key.name!r} does not verify "
+                                "(the record was changed after it was signed, or another key of that "
+                                "name signed it)") from None
+        return record
+    signed_by = ", ".join(repr(n) for n in names) or "no key"
+    trust = ", ".join(repr(n) for n in sorted(trusted)) or "none (pass --trusted-key NAME:BASE64)"
+    raise RecordRefusedError(f"{where}: signed by {signed_by}, which is not a trusted key (trusted: {trust})")
