@@ -27,7 +27,7 @@ STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "insta
 ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
                  "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
                  "bisecting", "reporting", "rebasing", "upgrading", "caching"}
-ENTRY = {"cli", "cliregress", "clipatch", "cliupgrade", "clicache", "__main__"}
+ENTRY = {"cli", "clirender", "cliregress", "clipatch", "cliupgrade", "clicache", "__main__"}
 
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 100

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
+from envlock.clirender import count, out
 from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, raise_terminated, redact, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
@@ -44,18 +44,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"envlock: error: {message}\n")
 
 
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """``n`` and the noun in the number it takes: 1 package, 2 packages."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
-
-
-def _out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str]) -> None:
-    if getattr(args, "json", False):
-        print(json.dumps(data, indent=2, sort_keys=True))
-    else:
-        rendered = text()
-        if rendered:
-            print(rendered)
 
 
 @contextlib.contextmanager
@@ -104,7 +92,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
             lines = [f"{ws.relative(check.path)} is stale:"] + [f"  {r}" for r in check.reasons]
             return "\n".join([*lines, f"run `envlock lock {args.env}` to update it"])
 
-        _out(args, check.to_dict(), text)
+        out(args, check.to_dict(), text)
         return 0 if check.current else 1
     message = f"locking envs/{args.env}.toml"
     with _status(args, message) as status:
@@ -129,7 +117,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         lines += [f"  note: {note}" for note in result.notes]
         return "\n".join(lines)
 
-    _out(args, result.to_dict(), text_lock)
+    out(args, result.to_dict(), text_lock)
     return 0
 
 
@@ -169,7 +157,7 @@ def cmd_nightlies(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"note: {result.note}")
         return "\n".join(lines)
 
-    _out(args, result.to_dict(), text)
+    out(args, result.to_dict(), text)
     return 0
 
 
@@ -183,7 +171,7 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
     render = reporting.render_markdown if args.format == "markdown" else reporting.render_text
-    _out(args, result.to_dict(), lambda: render(result))
+    out(args, result.to_dict(), lambda: render(result))
     return 0
 
 
@@ -236,7 +224,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"  note: {result.note}")
         return "\n".join([*lines, str(result.path)])  # last line: the env path
 
-    _out(args, result.to_dict(), text)
+    out(args, result.to_dict(), text)
     return 0
 
 
@@ -257,7 +245,7 @@ def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.running import env_path
 
     path = env_path(_env_store(args, ws), args.env)
-    _out(args, {"env": args.env, "path": str(path)}, lambda: str(path))
+    out(args, {"env": args.env, "path": str(path)}, lambda: str(path))
     return 0
 
 
@@ -279,7 +267,7 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"  {result.note}")
         return "\n".join(lines)
 
-    _out(args, result.to_dict(), text)
+    out(args, result.to_dict(), text)
     return 0 if result.ok else 1
 
 
@@ -309,7 +297,7 @@ def cmd_generations(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"  current: the link names generation {number}, which is not there")
         return "\n".join(lines)
 
-    _out(args, {"env": args.env, "current": number,
+    out(args, {"env": args.env, "current": number,
                 "generations": [{**g.to_dict(), "venv_present": present[g.number]} for g in gens],
                 "unreadable": [str(p) for p in damaged]}, text)
     return 0
@@ -319,7 +307,7 @@ def cmd_rollback(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import generations
 
     result = generations.rollback(_env_store(args, ws), args.env, args.to)
-    _out(args, result.to_dict(),
+    out(args, result.to_dict(),
          lambda: f"{args.env}: generation {result.previous or '(none)'} -> {result.current}\n"
                  + str(result.path))
     return 0
@@ -390,7 +378,7 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
                      + (f"; updated {ws.relative(report.lock)}" if report.lock_changed else ""))
         return "\n".join(lines)
 
-    _out(args, report.to_dict(), text)
+    out(args, report.to_dict(), text)
     return 0 if report.reproducible else 1
 
 

@@ -6,12 +6,12 @@ Kept out of ``cli`` (which holds every other command) so that module stays a tab
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from envlock.clirender import out
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -27,10 +27,6 @@ def build_caches(ws: Workspace, trusted: Sequence[str]) -> Caches | None:
 
     config = CacheConfig.of(ws, trusted)
     return Caches(config) if config.active else None
-
-
-def _out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str]) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True) if args.json else text())
 
 
 def cmd_keygen(args: argparse.Namespace, ws: Workspace) -> int:
@@ -54,7 +50,7 @@ def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
         return (f"{pushed.url}: {len(pushed.uploaded)} uploaded, {pushed.present} already there"
                 + "".join(f"\n  {k}" for k in pushed.uploaded))
 
-    _out(args, pushed.to_dict(), text)
+    out(args, pushed.to_dict(), text)
     return 0
 
 
@@ -69,7 +65,7 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
             "all verified" if check.ok else f"{len(check.problems)} problems:")
         return "\n".join([head, *(f"  {p}" for p in check.problems)])
 
-    _out(args, check.to_dict(), text)
+    out(args, check.to_dict(), text)
     return 0 if check.ok else 1
 
 

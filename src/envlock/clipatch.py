@@ -7,29 +7,17 @@ the recipe (``patching``, ``rebasing``), render. Nothing else. See docs/patches.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from envlock.clirender import count, out
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
     from envlock.workspace import Workspace
 
 
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """``n`` and the noun in the number it takes (as ``cli.count``)."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
-
-
-def _out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str]) -> None:
-    if getattr(args, "json", False):
-        print(json.dumps(data, indent=2, sort_keys=True))
-    else:
-        rendered = text()
-        if rendered:
-            print(rendered)
 
 
 def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
@@ -57,7 +45,7 @@ def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"{args.env}: no source has patches")
         return "\n".join(lines)
 
-    _out(args, report.to_dict(), text)
+    out(args, report.to_dict(), text)
     return 1 if report.conflicts else 0
 
 
@@ -95,7 +83,7 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
                          f"--upstream '...'{root}")
         return "\n".join(lines)
 
-    _out(args, session.to_dict(), text)
+    out(args, session.to_dict(), text)
     return 0
 
 
@@ -121,7 +109,7 @@ def cmd_patch_rebase(args: argparse.Namespace, ws: Workspace) -> int:
         print(f"envlock: RETIRED {label}: upstream has its change at {report.commit[:12]}; dropped from the spec"
               + (" (kept on disk: other envs list it)" if label in report.kept else " and deleted")
               + " (it stays in git history)", file=sys.stderr)
-    _out(args, report.to_dict(), lambda: "\n".join(report.describe()))
+    out(args, report.to_dict(), lambda: "\n".join(report.describe()))
     return 1 if report.state == "stopped" else 0
 
 
@@ -149,7 +137,7 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
         return (f"wrote {rel} ({count(len(recorded.files), 'file')})\n"
                 f"add it to [sources.{recorded.source}] patches = [..., \"{rel}\"] and run `envlock lock {env}`")
 
-    _out(args, recorded.to_dict(), text)
+    out(args, recorded.to_dict(), text)
     return 0
 
 

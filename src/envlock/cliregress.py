@@ -7,29 +7,17 @@ render. Nothing else. See docs/regressions.md.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from envlock.clirender import count, out
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
     from envlock.workspace import Workspace
 
 
-def count(n: int, noun: str, plural: str | None = None) -> str:
-    """``n`` and the noun in the number it takes (as ``cli.count``)."""
-    return f"{n} {noun if n == 1 else plural or noun + 's'}"
-
-
-def _out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str]) -> None:
-    if getattr(args, "json", False):
-        print(json.dumps(data, indent=2, sort_keys=True))
-    else:
-        rendered = text()
-        if rendered:
-            print(rendered)
 
 
 
@@ -44,7 +32,7 @@ def cmd_export(args: argparse.Namespace, ws: Workspace) -> int:
         return (f"exported {result.lock} to {result.to}: {kinds} ({count(result.files, 'file')}, "
                 f"{ui.size(result.bytes)})\nimport it elsewhere with `envlock import {result.to}`")
 
-    _out(args, result.to_dict(), text)
+    out(args, result.to_dict(), text)
     return 0
 
 
@@ -59,7 +47,7 @@ def cmd_import(args: argparse.Namespace, ws: Workspace) -> int:
                 f"store), every file checked against its sha256\npinned the lock of env {result.env!r}: "
                 f"{result.pin.path}\nsync it with `envlock sync {result.env} --lock {result.pin.path} --offline`")
 
-    _out(args, result.to_dict(), text)
+    out(args, result.to_dict(), text)
     return 0
 
 
@@ -89,7 +77,7 @@ def cmd_gc(args: argparse.Namespace, ws: Workspace) -> int:
         lines += [f"  note: {n}" for n in report.notes]
         return "\n".join(lines)
 
-    _out(args, report.to_dict(), text)
+    out(args, report.to_dict(), text)
     return 0
 
 
@@ -98,7 +86,7 @@ def cmd_pin(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.store import Store
 
     pin = pinning.pin_env(ws, Store.open(), args.env, args.lock)
-    _out(args, pin.to_dict(), lambda: f"pinned {pin.label} for env {pin.env!r} (sha256 {pin.sha256[:16]}): gc keeps "
+    out(args, pin.to_dict(), lambda: f"pinned {pin.label} for env {pin.env!r} (sha256 {pin.sha256[:16]}): gc keeps "
          f"its closure\n{pin.path}")
     return 0
 
@@ -108,7 +96,7 @@ def cmd_pins(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.store import Store
 
     found = pinning.pins(Store.open(create=False), args.env)
-    _out(args, {"pins": [p.to_dict() for p in found]},
+    out(args, {"pins": [p.to_dict() for p in found]},
          lambda: "\n".join(f"{p.env}  {p.created}  {p.sha256[:16]}  {p.label}" for p in found) or "no pins")
     return 0
 
@@ -120,7 +108,7 @@ def cmd_unpin(args: argparse.Namespace, ws: Workspace) -> int:
     if args.all and args.lock:
         raise UsageError("envlock unpin: --lock and --all: give one")
     gone = pinning.unpin(ws, Store.open(), args.env, args.lock, everything=args.all)
-    _out(args, {"unpinned": [p.to_dict() for p in gone]},
+    out(args, {"unpinned": [p.to_dict() for p in gone]},
          lambda: "\n".join(f"unpinned {p.label} ({p.sha256[:16]})" for p in gone) or "no pins")
     return 0
 
@@ -165,7 +153,7 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
         lines += [f"note: {n}" for n in report.notes]
         return "\n".join(lines)
 
-    _out(args, report.to_dict(), text)
+    out(args, report.to_dict(), text)
     return 0
 
 
