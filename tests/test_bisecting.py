@@ -14,6 +14,7 @@ import pytest
 
 from envlock import generations
 from envlock.bisecting import BAD, GOOD, SKIP, _spec_at, search
+from envlock.spec import load_spec
 from envlock.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for
@@ -44,11 +45,18 @@ def test_search_steps_around_skipped_candidates() -> None:
     assert search(7, lambda i: {3: SKIP, 2: GOOD, 4: BAD, 1: GOOD, 5: BAD}[i]) == (2, 4, [3])
 
 
-def test_the_interim_spec_edit_moves_shared_dates_and_keeps_the_rest() -> None:
-    text = ('# pinned for SM120\ntorch = { nightly = "2026-03-01", local = "cu130", index = "pt" }  # keep\n'
+def test_the_spec_edit_moves_shared_dates_and_keeps_the_rest(tmp_path: Path) -> None:
+    text = ('[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\ndefault = true\n'
+            '[indexes.pt]\nurl = "https://pt.example/simple"\n[indexes.x]\nurl = "https://x.example/simple"\n'
+            '[packages]\n# pinned for SM120\n'
+            'torch = { nightly = "2026-03-01", local = "cu130", index = "pt" }  # keep\n'
             'vision = { nightly = "2026-03-01", index = "pt" }\nother = { nightly = "2026-02-01", index = "x", '
             'same-date = false }\n')
-    assert _spec_at(text, {"2026-03-01"}, "2026-03-05") == text.replace("2026-03-01", "2026-03-05")
+    path = tmp_path / "e.toml"
+    path.write_text(text)
+    spec = load_spec(path)
+    assert _spec_at(text, spec, {"2026-03-01"}, "2026-03-05", origin=str(path)) == text.replace(
+        "2026-03-01", "2026-03-05")
 
 
 @pytest.fixture
