@@ -377,10 +377,9 @@ def sync_tree(path: Path) -> None:
     """Make everything written under ``path`` durable before a rename publishes it: an ``fsync`` of
     every file and folder, or for a big tree (a venv of 20,000 files) the file system's
     ``syncfs(2)``, one call, where there is one."""
-    walked = list(os.walk(path))
-    if sum(len(files) for _, _, files in walked) > _FSYNC_FILES and _syncfs(path):
+    if _more_files_than(path, _FSYNC_FILES) and _syncfs(path):
         return
-    for folder, _, files in walked:
+    for folder, _, files in os.walk(path):
         for name in files:
             with contextlib.suppress(OSError):  # a symlink (O_NOFOLLOW), a socket: no data to sync
                 fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -389,6 +388,17 @@ def sync_tree(path: Path) -> None:
                 finally:
                     os.close(fd)
         fsync_dir(folder)
+
+
+def _more_files_than(path: Path, limit: int) -> bool:
+    """Whether the tree holds more than ``limit`` files; stops counting there (a venv of 20,000
+    files is not walked twice: the sync that follows reads no listing)."""
+    seen = 0
+    for _, _, files in os.walk(path):
+        seen += len(files)
+        if seen > limit:
+            return True
+    return False
 
 
 def _syncfs(path: Path) -> bool:
