@@ -20,6 +20,7 @@ manifest and members over HTTP.
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import io
 import json
@@ -169,16 +170,18 @@ def _entry(doc: Any, key: str, origin: str) -> BundleEntry:
 # -- reading ---------------------------------------------------------------
 
 
-class Reader:
+class Reader(abc.ABC):
     """Members of a bundle, by name: a folder (``DirReader``) or a tar (``TarReader``)."""
 
     origin: str
 
+    @abc.abstractmethod
     def names(self) -> set[str]:
-        raise NotImplementedError
+        """Every member's name."""
 
+    @abc.abstractmethod
     def open(self, name: str) -> IO[bytes]:
-        raise NotImplementedError
+        """Member ``name``'s bytes, to read."""
 
     def close(self) -> None:
         return None
