@@ -12,15 +12,14 @@ from envlock.errors import PackageIndexError, UsageError
 from envlock.indexes import choosable, project_files
 
 
-@pytest.fixture
-def page() -> Iterator[tuple[str, list[bytes]]]:
-    """A loopback server answering every GET with ``body[0]`` as PEP 691 JSON."""
+def _serve(content_type: str) -> Iterator[tuple[str, list[bytes]]]:
+    """A loopback server answering every GET with ``body[0]`` as ``content_type``."""
     body = [b""]
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(200)
-            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body[0])))
             self.end_headers()
             self.wfile.write(body[0])
@@ -32,6 +31,12 @@ def page() -> Iterator[tuple[str, list[bytes]]]:
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/simple", body
     server.shutdown()
+
+
+@pytest.fixture
+def page() -> Iterator[tuple[str, list[bytes]]]:
+    """A loopback server answering every GET with ``body[0]`` as PEP 691 JSON."""
+    yield from _serve("application/vnd.pypi.simple.v1+json")
 
 
 @pytest.mark.parametrize(
@@ -56,23 +61,7 @@ def test_malformed_json_page_is_an_index_error(page: tuple[str, list[bytes]], do
 @pytest.fixture
 def html_page() -> Iterator[tuple[str, list[bytes]]]:
     """A loopback server answering every GET with ``body[0]`` as a PEP 503 HTML page."""
-    body = [b""]
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body[0])))
-            self.end_headers()
-            self.wfile.write(body[0])
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple", body
-    server.shutdown()
+    yield from _serve("text/html")
 
 
 A = "a-1.0-py3-none-any.whl"

@@ -62,7 +62,7 @@ def test_uv_gets_the_same_trust_store_keyring_and_proxies(monkeypatch: pytest.Mo
     monkeypatch.setenv("ENVLOCK_KEYRING_PROVIDER", "subprocess")
     monkeypatch.setenv("HTTPS_PROXY", "http://u:p@proxy:3128")
     monkeypatch.setenv("NO_PROXY", "10.0.0.0/8,.corp")
-    monkeypatch.setenv("NETRC", "/home/me/.netrc-ci")
+    monkeypatch.setenv("NETRC", "/etc/corp/netrc-ci")
     monkeypatch.setenv("UV_INDEX_URL", "https://elsewhere.example/simple")
     env = runner.uv_env()
     got = {k: env.get(k) for k in ("SSL_CERT_FILE", "SSL_CERT_DIR", "UV_SYSTEM_CERTS", "UV_NATIVE_TLS",
@@ -70,7 +70,7 @@ def test_uv_gets_the_same_trust_store_keyring_and_proxies(monkeypatch: pytest.Mo
     assert got == {"SSL_CERT_FILE": "/etc/corp/ca.pem", "SSL_CERT_DIR": "/etc/corp/certs", "UV_SYSTEM_CERTS": "1",
                    "UV_NATIVE_TLS": None, "UV_KEYRING_PROVIDER": "subprocess",
                    "HTTPS_PROXY": "http://u:p@proxy:3128", "NO_PROXY": "10.0.0.0/8,.corp",
-                   "NETRC": "/home/me/.netrc-ci", "UV_INDEX_URL": None}
+                   "NETRC": "/etc/corp/netrc-ci", "UV_INDEX_URL": None}
 
 
 def test_ssl_cert_file_wins_over_requests_ca_bundle() -> None:

@@ -86,21 +86,6 @@ def pinned_commit(src: SourceSpec, lock: Lock | None) -> str | None:
     return None  # resolved now (``git ls-remote``); the lock then records it
 
 
-def prepare_sources(
-    ws: Workspace,
-    spec: EnvSpec,
-    store: Store,
-    *,
-    lock: Lock | None = None,
-    overrides: Mapping[str, Path] | None = None,
-    names: set[str] | None = None,
-    mirrors: Mirrors | None = None,
-) -> dict[str, SourceState]:
-    """Fetch or snapshot each source (only ``names``, if given) and apply its patches; every git
-    source that cannot be fetched is named in one error."""
-    return prepare_inputs(ws, spec, store, lock=lock, overrides=overrides, names=names, mirrors=mirrors)[0]
-
-
 def prepare_inputs(
     ws: Workspace,
     spec: EnvSpec,

@@ -120,7 +120,7 @@ def hostile_archive(dest: Path, kind: str) -> Path:
     if kind == "dotdot":
         bad = _file("karch-1.0/../x", b"escaped\n")
     elif kind == "absolute":
-        bad = _file("/tmp/x", b"escaped\n")
+        bad = _file("/envlock-absolute/x", b"escaped\n")
     elif kind in ("symlink", "hardlink"):
         info = tarfile.TarInfo("karch-1.0/include/host.h")
         info.type = tarfile.SYMTYPE if kind == "symlink" else tarfile.LNKTYPE
