@@ -42,15 +42,19 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--packages", type=int, default=150,
                     help="extra plain packages (150: 158 locked, the size of the real qwen35-blackwell lock)")
+    ap.add_argument("--profile", type=Path, help="after the timed runs, one more lock under cProfile, its stats here")
+    ap.add_argument("--keep", type=Path, help="work folder to keep (default: a temp folder, removed)")
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="envlock-bench-lock-"))
+    tmp = args.keep or Path(tempfile.mkdtemp(prefix="envlock-bench-lock-"))
+    tmp.mkdir(parents=True, exist_ok=True)
     universe = build_universe(tmp / "universe")
     try:
         return run(args, tmp, universe)
     finally:
         universe.server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run(args: argparse.Namespace, tmp: Path, universe: Universe) -> int:
@@ -132,6 +136,9 @@ same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"
     for _ in range(args.runs):
         ours.append(timed(envlock_cmd, ws))
         theirs.append(timed(uv_cmd, raw))
+    if args.profile:
+        timed([sys.executable, "-m", "cProfile", "-o", str(args.profile.absolute()), "-m", "envlock.cli",
+               *envlock_cmd[-2:]], ws)
     a, b = statistics.median(ours), statistics.median(theirs)
     packages = (ws / "locks" / "pylock.bench.toml").read_text().count("[[packages]]")
     print(f"env: {packages} locked packages, {args.runs} runs each, warm caches, loopback index")

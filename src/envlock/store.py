@@ -23,7 +23,8 @@ Layout (version 1)::
                                          (``store-writer.lock``: held shared by every sync, exclusively by gc)
         pins/<env>/<sha256>.toml         locks kept by ``envlock pin`` (gc roots), with a ``.json`` label
         tmp/                             work in progress; never read
-        listings/<wheel sha256>.json     what a wheel read by range requests installs and requires (wheelfiles.py)
+        listings/<wheel sha256>.json     what a wheel installs and requires, as read once (wheelfiles.py)
+        guards/<key>.json                a set of locked wheels the lock's guards found clean (guards.py)
         urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed,
                                          and the ETags (else Last-Modified) it answered with for it
         uv-cache/                        the uv cache venvs are installed from (their files are its files)
