@@ -113,3 +113,55 @@ def test_a_generation_and_its_current_link_are_synced_before_they_are_published(
     assert ("fsync", str(gen.path), "") in calls[:at]  # its pending mark removed, on disk
     assert ("fsync", str(folder), "") in calls[:at]  # the new link, on disk before the rename
     assert calls[at + 1:] == [("fsync", str(folder), "")]  # the rename itself
+
+
+def test_a_sync_begun_early_runs_beside_the_block_and_is_waited_for_before_the_rename(
+        tmp_path: Path, calls: list[Call], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sync_soon``: a venv's bytes go to the disk while its digest walk reads them; new_entry waits
+    for that one syncfs before its rename and syncs nothing twice; what the block writes after it
+    (the manifest) is synced by its own write."""
+    import threading
+
+    monkeypatch.setattr(store, "_FSYNC_FILES", 2)
+    real = store._syncfs
+    walked = threading.Event()
+
+    def syncfs(path: Path) -> bool:
+        assert walked.wait(10)  # the block went on while this ran
+        calls.append(("syncfs", str(path), ""))
+        return real(path)
+
+    monkeypatch.setattr(store, "_syncfs", syncfs)
+    s = Store.open(tmp_path / "home")
+    del calls[:]  # opening it wrote its layout file
+    with s.new_entry("venvs", "d" * 64) as work:
+        for i in range(3):
+            (work / f"f{i}").write_bytes(b"x")
+        store.sync_soon(work)
+        walked.set()
+        write_atomic(work / "MANIFEST", b"m")
+    final = s.path("venvs", "d" * 64)
+    (rename,) = [c for c in calls if c[0] == "rename" and c[2] == str(final)]
+    assert [c for c in calls if c[0] == "syncfs"] == [("syncfs", str(work), "")]
+    assert calls.index(("syncfs", str(work), "")) < calls.index(rename)
+    (written,) = [c for c in calls if c[0] == "rename" and c[2] == f"{work}/MANIFEST"]
+    assert calls.index(("fsync", written[1], "")) < calls.index(written) < calls.index(rename)
+    assert (final / "MANIFEST").read_bytes() == b"m"
+
+
+def test_a_block_that_fails_after_an_early_sync_says_its_own_error_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store, "_FSYNC_FILES", 2)
+    monkeypatch.setattr(store, "_syncfs", lambda path: (_ for _ in ()).throw(OSError(5, "I/O error")))
+    s = Store.open(tmp_path / "home")
+    with pytest.raises(RuntimeError, match="^the walk failed$"), s.new_entry("venvs", "e" * 64) as work:
+        for i in range(3):
+            (work / f"f{i}").write_bytes(b"x")
+        store.sync_soon(work)
+        raise RuntimeError("the walk failed")
+    assert not s.has("venvs", "e" * 64) and store._SYNCING == {}
+    with pytest.raises(OSError, match="I/O error"), s.new_entry("venvs", "e" * 64) as work:  # a failed sync fails
+        for i in range(3):
+            (work / f"f{i}").write_bytes(b"x")
+        store.sync_soon(work)
+    assert not s.has("venvs", "e" * 64) and list(s.tmp.iterdir()) == []

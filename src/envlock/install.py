@@ -28,7 +28,7 @@ from envlock.digest import Manifest, compare, manifest, stored_manifest
 from envlock.errors import InstallError, VerifyError
 from envlock.lockfile import Lock, canonicalize_name
 from envlock.quick import MANIFEST_NAME  # defined where the fast no-op reads it
-from envlock.store import Store, check_stored_bytes, write_atomic
+from envlock.store import Store, check_stored_bytes, sync_soon, write_atomic
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,9 @@ def install(
                         check_stored_bytes(wheels)
                         raise
             _drop_install_records(work)
+            # Every byte of the venv is written: on its way to the disk (one syncfs, on a thread)
+            # while the walk below reads it, instead of after it, before the rename.
+            sync_soon(work)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
             # Sealed read-only: a file edited in one venv is edited in every venv sharing
             # its inode (and in uv's cache, so in every venv built after).

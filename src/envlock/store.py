@@ -142,7 +142,7 @@ class Store:
             try:
                 yield work
                 final.parent.mkdir(parents=True, exist_ok=True)
-                sync_tree(work)  # its bytes on disk before the rename makes it an entry
+                _synced(work)  # its bytes on disk before the rename makes it an entry
                 try:
                     os.rename(work, final)
                 except OSError:
@@ -151,6 +151,9 @@ class Store:
                 else:
                     fsync_dir(final.parent)
             finally:
+                if (early := _SYNCING.pop(str(work), None)) is not None:  # the block failed after sync_soon
+                    with contextlib.suppress(Exception):  # its own error is the one to say
+                        early.finish()
                 if work.exists():
                     _rmtree(work)
 
@@ -372,6 +375,54 @@ def fsync_dir(path: Path | str) -> None:
 
 #: Up to this many files, an entry is synced file by file; above it (a venv), by one ``syncfs``.
 _FSYNC_FILES = 256
+
+
+class _TreeSync:
+    """``sync_tree`` of one tree, run on a thread (``sync_soon``)."""
+
+    def __init__(self, path: Path) -> None:
+        import threading
+
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(path,), name="envlock-sync-tree", daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path) -> None:
+        try:
+            sync_tree(path)
+        except BaseException as exc:  # handed to the waiting thread
+            self.error = exc
+
+    def finish(self) -> None:
+        """Wait for it; raise what it raised."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+#: Trees of ``new_entry`` blocks whose sync began early, by path; ``new_entry`` waits for them.
+_SYNCING: dict[str, _TreeSync] = {}
+
+
+def sync_soon(work: Path) -> None:
+    """Begin ``sync_tree(work)`` on a thread, for the folder of a ``new_entry`` block that is done
+    writing its bytes: they go to the disk while the block goes on reading (a venv's digest walk),
+    and ``new_entry`` waits for that sync before its rename instead of syncing the tree itself.
+
+    What the block writes under ``work`` after this call it makes durable itself (``write_atomic``
+    does); a change of mode bits (sealing a venv read-only) is metadata, which the file system's
+    journal orders before the rename (ext4, XFS, btrfs).
+    """
+    _SYNCING[str(work)] = _TreeSync(work)
+
+
+def _synced(work: Path) -> None:
+    """``work``'s bytes on disk: the sync ``sync_soon`` began, waited for, else ``sync_tree`` now."""
+    early = _SYNCING.pop(str(work), None)
+    if early is None:
+        sync_tree(work)
+    else:
+        early.finish()
 
 
 def sync_tree(path: Path) -> None:
