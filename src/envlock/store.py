@@ -151,9 +151,7 @@ class Store:
                 else:
                     fsync_dir(final.parent)
             finally:
-                if (early := _SYNCING.pop(str(work), None)) is not None:  # the block failed after sync_soon
-                    with contextlib.suppress(Exception):  # its own error is the one to say
-                        early.finish()
+                _WRITTEN_BACK.discard(str(work))
                 if work.exists():
                     _rmtree(work)
 
@@ -377,52 +375,68 @@ def fsync_dir(path: Path | str) -> None:
 _FSYNC_FILES = 256
 
 
-class _TreeSync:
-    """``sync_tree`` of one tree, run on a thread (``sync_soon``)."""
-
-    def __init__(self, path: Path) -> None:
-        import threading
-
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(path,), name="envlock-sync-tree", daemon=True)
-        self._thread.start()
-
-    def _run(self, path: Path) -> None:
-        try:
-            sync_tree(path)
-        except BaseException as exc:  # handed to the waiting thread
-            self.error = exc
-
-    def finish(self) -> None:
-        """Wait for it; raise what it raised."""
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
+#: Folders of ``new_entry`` blocks whose files' bytes the block wrote back itself (``written_back``).
+_WRITTEN_BACK: set[str] = set()
 
 
-#: Trees of ``new_entry`` blocks whose sync began early, by path; ``new_entry`` waits for them.
-_SYNCING: dict[str, _TreeSync] = {}
-
-
-def sync_soon(work: Path) -> None:
-    """Begin ``sync_tree(work)`` on a thread, for the folder of a ``new_entry`` block that is done
-    writing its bytes: they go to the disk while the block goes on reading (a venv's digest walk),
-    and ``new_entry`` waits for that sync before its rename instead of syncing the tree itself.
-
-    What the block writes under ``work`` after this call it makes durable itself (``write_atomic``
-    does); a change of mode bits (sealing a venv read-only) is metadata, which the file system's
-    journal orders before the rename (ext4, XFS, btrfs).
-    """
-    _SYNCING[str(work)] = _TreeSync(work)
+def written_back(work: Path) -> None:
+    """Say that every file under ``work`` (a ``new_entry`` block's folder) has its bytes on the
+    device: written back with ``write_back`` by the block, or a hard link to a file of an entry
+    published before (synced then). ``new_entry`` then ``fsync``s the folder alone before its rename
+    (the device's cache flushed once, the folder's names with it) instead of syncing the tree: a
+    ``syncfs(2)`` writes every dirty byte of the file system, other programs' too, hundreds of MB on
+    a busy machine. The tree's other names and modes are metadata, which the file system's journal
+    orders before the rename (ext4, XFS, btrfs)."""
+    _WRITTEN_BACK.add(str(work))
 
 
 def _synced(work: Path) -> None:
-    """``work``'s bytes on disk: the sync ``sync_soon`` began, waited for, else ``sync_tree`` now."""
-    early = _SYNCING.pop(str(work), None)
-    if early is None:
-        sync_tree(work)
+    """``work``'s bytes on disk before the rename that publishes it (see ``written_back``)."""
+    if str(work) in _WRITTEN_BACK:
+        _WRITTEN_BACK.discard(str(work))
+        fsync_dir(work)
     else:
-        early.finish()
+        sync_tree(work)
+
+
+#: sync_file_range(2) flags: start the writeback; wait for earlier writeback, write, wait for it.
+_SFR_WRITE = 2
+_SFR_WAIT = 1 | 2 | 4
+
+
+def write_back(paths: Sequence[str]) -> None:
+    """Put the bytes of each file in ``paths`` on the device: on Linux by ``sync_file_range(2)``,
+    every file's writeback started, then each waited for (no cache flush per file, as an ``fsync``
+    each would send: the ``fsync`` that follows, of any file or folder of the file system, flushes
+    the device's cache once); elsewhere an ``fsync`` each."""
+    call = _sync_file_range()
+    if call is None:
+        for path in paths:
+            sync_file(path)
+        return
+    for flags in (_SFR_WRITE, _SFR_WAIT):
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                if call(fd, 0, 0, flags) != 0:
+                    os.fsync(fd)  # refused (a file system without it): the sure way
+            finally:
+                os.close(fd)
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's ``sync_file_range``, or None (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call
 
 
 def sync_tree(path: Path) -> None:
