@@ -204,6 +204,10 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
         return time.perf_counter() - start
 
     peer_warm()
+    # The warm-up's writes (the cold sync's, and the peer's first run unpacking every wheel into
+    # its own uv cache, 0.2 GB never synced) are not the first measured run's to write back: an
+    # fsync then waited seconds for them (ext4 commits them first), as cache.py found too.
+    os.sync()
     t_warm, t_peer_warm, spread = paired(warm, peer_warm, args.repeat)
     print(f"warm sync (new venv installed + hashed, new generation) {t_warm:.3f}s / uv venv + uv pip sync "
           f"(warm cache) {t_peer_warm:.3f}s = {t_warm / t_peer_warm:.2f}  (target <= 2.0; {spread})")
