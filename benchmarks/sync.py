@@ -204,9 +204,12 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
         return time.perf_counter() - start
 
     peer_warm()
-    # The warm-up's writes (the cold sync's, and the peer's first run unpacking every wheel into
-    # its own uv cache, 0.2 GB never synced) are not the first measured run's to write back: an
-    # fsync then waited seconds for them (ext4 commits them first), as cache.py found too.
+    # One unmeasured warm run too: the wheelhouse's hard links moved the store wheels' ctime, by
+    # which uv's cache knows a path wheel, so the first sync after them unpacked every wheel again
+    # (uv 2.9 s where it takes 0.7). And the warm-ups' writes (the peer's first run unpacks every
+    # wheel into its own uv cache, 0.2 GB never synced) are not the first measured run's to write
+    # back: an fsync then waited for them (ext4 commits them first), as cache.py found too.
+    warm()
     os.sync()
     t_warm, t_peer_warm, spread = paired(warm, peer_warm, args.repeat)
     print(f"warm sync (new venv installed + hashed, new generation) {t_warm:.3f}s / uv venv + uv pip sync "
