@@ -160,13 +160,13 @@ def test_a_tree_whose_files_were_written_back_is_published_after_one_fsync_of_it
     assert calls.index(("fsync", folder, "")) < calls.index(rename)
     (manifest_written,) = [c for c in calls if c[0] == "rename" and c[2] == f"{folder}/MANIFEST"]
     assert calls.index(("fsync", manifest_written[1], "")) < calls.index(manifest_written) < calls.index(rename)
-    assert store._WRITTEN_BACK == set()
+    assert not store._WRITTEN_BACK
 
 
 def test_a_block_that_fails_after_saying_written_back_leaves_nothing_behind(tmp_path: Path) -> None:
     s = Store.open(tmp_path / "home")
-    with pytest.raises(RuntimeError, match="^the walk failed$"), s.new_entry("venvs", "e" * 64) as work:
+    with pytest.raises(RuntimeError, match=r"^the walk failed$"), s.new_entry("venvs", "e" * 64) as work:
         (work / "f").write_bytes(b"x")
         store.written_back(work)
         raise RuntimeError("the walk failed")
-    assert not s.has("venvs", "e" * 64) and store._WRITTEN_BACK == set()
+    assert not s.has("venvs", "e" * 64) and not store._WRITTEN_BACK

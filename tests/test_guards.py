@@ -144,14 +144,16 @@ def test_a_relock_of_wheels_checked_before_reads_no_file_list_and_a_new_wheel_is
     assert cli("lock", "e").code == 0
     read: list[list[str]] = []
     real = guards.listings
-    monkeypatch.setattr(guards, "listings", lambda wheels, *a, **k: read.append(sorted(wheels)) or real(wheels, *a, **k))
+    monkeypatch.setattr(guards, "listings",
+                        lambda wheels, *a, **k: read.append(sorted(wheels)) or real(wheels, *a, **k))
     again = cli("lock", "e")
     assert (again.code, read) == (0, [])
     assert again.out.splitlines()[-1] == "  note: resolution.exclude: sgl-fa4 matched nothing: no package requires it"
     ws.write_spec("e", spec_text(index, 'app = "==1.0"\nalpha = { index = "nightly" }', exclude))
     failed = cli("lock", "e")
     assert failed.code == 1
-    assert failed.err.splitlines()[1] == "  alpha 1.0 and beta 1.0 both install shared/__init__.py (1 file, different bytes)"
+    assert failed.err.splitlines()[1] == (
+        "  alpha 1.0 and beta 1.0 both install shared/__init__.py (1 file, different bytes)")
     assert read == [["alpha", "app", "beta", "mid"]]
 
 

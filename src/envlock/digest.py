@@ -100,11 +100,8 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     one per core). ``cache_dir``: the store's inode hash cache (see ``envlock.hashcache``),
     answered from when ``reuse``, refreshed either way. ``seal``: make every file
     read-only on the way (a new store venv; the mode's write bits are not in the digest).
-    ``flush`` (a new store venv, before the rename that publishes it): every file the walk
-    reads is written back to the device (``store.write_back``) before the cache records it.
-    So every file the cache answers for was written back by the walk that read it (or is a
-    published venv's, synced before it was published), and a venv whose walk flushed is on the
-    device whole but for the cache flush its entry's ``fsync`` sends (``store.written_back``).
+    ``flush`` (a new store venv): every file read is written back (``store.write_back``) before
+    the cache records it, so what the cache answers for is on the device (hashcache.py).
     """
     root = venv.absolute()
     home = python_home(root)
@@ -188,12 +185,16 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     if flush:
-        from envlock.store import write_back
-
-        write_back([*read, *(path for _, path, _, _ in small)])
+        _write_back([*read, *(path for _, path, _, _ in small)])
     if cache is not None:
         cache.save()
     return Manifest(digest_of(entries), entries)
+
+
+def _write_back(paths: list[str]) -> None:
+    from envlock.store import write_back  # here: the store is not needed by a walk that does not flush
+
+    write_back(paths)
 
 
 def digest_of(entries: Mapping[str, str]) -> str:
