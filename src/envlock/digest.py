@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from envlock.hashcache import HashCache
 from envlock.quick import MANIFEST_NAME, pyvenv_value  # defined where the no-op reads them
+from envlock.store import write_back
 
 if TYPE_CHECKING:
     # The pool is imported when a big file needs it (concurrent.futures pulls in logging).
@@ -185,16 +186,10 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     if flush:
-        _write_back([*read, *(path for _, path, _, _ in small)])
+        write_back([*read, *(path for _, path, _, _ in small)])
     if cache is not None:
         cache.save()
     return Manifest(digest_of(entries), entries)
-
-
-def _write_back(paths: list[str]) -> None:
-    from envlock.store import write_back  # here: the store is not needed by a walk that does not flush
-
-    write_back(paths)
 
 
 def digest_of(entries: Mapping[str, str]) -> str:
