@@ -256,7 +256,7 @@ def test_an_index_that_cannot_be_read_is_one_note_and_asked_once() -> None:
     from envlock import yanks
     from envlock.lockfile import Artifact, Lock, LockedPackage, canonicalize_name
 
-    # A host that takes each connection and hangs up at once: every page read fails.
+    # A host that answers every request 503: every page read fails.
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     accepted = []
@@ -268,7 +268,9 @@ def test_an_index_that_cannot_be_read_is_one_note_and_asked_once() -> None:
             except OSError:
                 return
             accepted.append(conn)
-            conn.close()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 
     threading.Thread(target=serve, daemon=True).start()
     down = f"http://127.0.0.1:{port}/simple"
@@ -282,6 +284,26 @@ def test_an_index_that_cannot_be_read_is_one_note_and_asked_once() -> None:
         listener.close()
     assert (checked.yanked, checked.checked) == ((), 0)
     assert checked.notes == (f"5 locked files of {down} not checked for yanks: {down}/dep0/: cannot read the index "
-                             "page: cannot connect (RemoteDisconnected: Remote end closed connection without "
-                             "response)",)
+                             "page: HTTP 503",)
     assert len(accepted) == 1  # the first package's page only
+
+
+def test_lock_check_reads_a_private_index_with_the_specs_credentials(tmp_path: Path, ws, cli) -> None:  # type: ignore[no-untyped-def]
+    import base64
+
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "2.0"))
+        server.required_auth = "Basic " + base64.b64encode(b"alice:s3cret").decode()
+        private = server.url("pypi").replace("http://", "http://alice:s3cret@")
+        ws.write_spec("e", f'[env]\npython = "{PY}"\n[indexes.pypi]\nurl = "{private}"\ndefault = true\n'
+                           '[packages]\ntinydep = ">=1.0"\n')
+        assert cli("-q", "lock", "e").code == 0
+        server.yanked[TINYDEP2] = "leaked token in the wheel"
+        check = cli("lock", "e", "--check")
+        assert (check.code, check.err) == (0, f"envlock: note: tinydep 2.0: {TINYDEP2} is yanked on "
+                                              f"{server.url('pypi')} (reason: leaked token in the wheel)\n")
+        assert server.auth_seen("") == server.required_auth  # the page /pypi/simple/tinydep/
+        assert "s3cret" not in check.out + check.err + cli("lock", "e", "--check", "--json").out
+    finally:
+        server.stop()

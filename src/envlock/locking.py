@@ -215,15 +215,20 @@ class LockCheck:
 
 def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, offline: bool = False) -> LockCheck:
     """Whether the lock matches the spec (the ``Drift``: no writes, no resolution), and each locked
-    file its index now marks yanked: one page per package, read at the mirrors ``asked`` and the
-    environment names; ``offline``: none read, a note says so. ``LockError`` if there is no lock."""
+    file its index now marks yanked: one page per package, on the index the spec pins it to (or the
+    mirror ``asked`` or the environment names for it); ``offline``: none read, a note says so.
+    ``LockError`` if there is no lock."""
     path = ws.lock_path(env)
     spec = load_env_spec(ws, env)
     lock = read_lock(path)
     found = drift(ws, env, spec, lock)
     if offline:
         return LockCheck(env, path, found.current, found.reasons, notes=(yanks.OFFLINE_NOTE,))
+    from envlock.resolve import index_urls
+
     mirrors = Mirrors.of(spec, asked)
+    # Each package's page on the index the spec pins it to (its mirror if one is named), as a lock reads it.
+    urls = index_urls(spec, mirrors.indexes)
     with mirrors.credentials():  # a private index's pages are read with its password
-        checked = yanks.check_index(lock, read_at=mirrors.for_packages(lock))
+        checked = yanks.check_index(lock, read_at={p.name: urls[spec.index_of(p.name)] for p in lock.packages})
     return LockCheck(env, path, found.current, found.reasons, checked.yanked, tuple(checked.lines()))
