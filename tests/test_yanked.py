@@ -307,3 +307,14 @@ def test_lock_check_reads_a_private_index_with_the_specs_credentials(tmp_path: P
         assert "s3cret" not in check.out + check.err + cli("lock", "e", "--check", "--json").out
     finally:
         server.stop()
+
+
+def test_an_override_pinning_a_yanked_release_records_it_too(index: IndexServer, tmp_path: Path, ws, cli) -> None:  # type: ignore[no-untyped-def]
+    index.add("pypi", build_wheel(tmp_path / "wheels", "top", "1.0", requires=["tinydep>=1"]))
+    ws.write_spec("e", f'[env]\npython = "{PY}"\n[indexes.pypi]\nurl = "{index.url("pypi")}"\ndefault = true\n'
+                       '[packages]\ntop = ">=1"\n[resolution]\noverrides = ["tinydep==2.0"]\n')
+    made = cli("lock", "e")
+    assert made.code == 0, made.err
+    assert made.out.splitlines()[-1].startswith(f"  note: tinydep 2.0: {TINYDEP2} is yanked on ")
+    assert {p.name: p.yanked for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages} == {
+        "tinydep": "broken", "top": None}
