@@ -110,7 +110,7 @@ def check_index(lock: Lock, *, read_at: Mapping[str, str] | None = None, jobs: i
             return exc
 
     firsts = [(url, pkgs[0]) for url, pkgs in groups.items()]
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(firsts) + sum(map(len, groups.values()))))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, sum(map(len, groups.values()))))) as pool:
         got = dict(zip(firsts, pool.map(read, firsts), strict=True))
         rest = [(url, pkg) for url, pkgs in groups.items() if not isinstance(got[(url, pkgs[0])], PackageIndexError)
                 for pkg in pkgs[1:]]
@@ -119,7 +119,7 @@ def check_index(lock: Lock, *, read_at: Mapping[str, str] | None = None, jobs: i
     for url, pkgs in groups.items():
         shown = http.redact(url).rstrip("/")
         failed = [exc for pkg in pkgs if isinstance(exc := got.get((url, pkg)), PackageIndexError)]
-        if failed:  # the first package's page failed: none of the others was asked for
+        if failed:  # when the first package's page failed, none of the others was asked for
             unread = len(pkgs) if isinstance(got[(url, pkgs[0])], PackageIndexError) else len(failed)
             notes.append(f"{unread} locked {'file' if unread == 1 else 'files'} of {shown} not checked for yanks: "
                          f"{failed[0].message}")
