@@ -40,7 +40,7 @@ def cmd_keygen(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.caching import push_env
+    from envlock.cachesources import push_env  # the closure (caching.push_env), then the fetched sources
 
     pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key)
     for note in pushed.notes:
