@@ -316,8 +316,11 @@ def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[Bui
         commits = {b.source: pinned_commit(spec.sources[b.source], lock) for b in wanted
                    if b.source in spec.sources and b.source not in options.overrides}
         cachesources.sources_into_store(options.caches, store, cachesources.wanted(spec, lock, wanted, commits))
-    states, inputs = prepare_inputs(ws, spec, store, lock=lock, overrides=options.overrides,
-                                    names={b.source for b in wanted}, builds=wanted, mirrors=mirrors)
+    try:
+        states, inputs = prepare_inputs(ws, spec, store, lock=lock, overrides=options.overrides,
+                                        names={b.source for b in wanted}, builds=wanted, mirrors=mirrors)
+    except SourceError as exc:  # what a cache was refused for is said with the failure it led to
+        raise (exc.with_details(*options.caches.notes) if options.caches is not None else exc) from None
     by_package = mirrors.for_packages(lock)
     locate = package_locator(lock.packages, by_package) if by_package else None
     default_url = resolve.index_urls(spec, mirrors.indexes)[spec.default_index.name]  # as `lock` resolves against

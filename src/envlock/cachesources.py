@@ -191,7 +191,7 @@ def _store_git(store: Store, backend: Backend, pinned: Pinned, part: Path, scrat
         raise _RefusedError(f"member tree/{dot_git} is in a .git folder, which no checkout holds")
     made = _git_tree(tree, scratch / "repo", pinned.key)
     if made != tree_id.group(1).decode():
-        raise _RefusedError(f"its files make git tree {made}; commit {pinned.pin[:12]} names tree "
+        raise _RefusedError(f"its files make git tree {made}, but commit {pinned.pin[:12]} names tree "
                             f"{tree_id.group(1).decode()}")
     with store.new_entry("sources", pinned.entry) as work:
         os.rename(tree, work / "tree")
