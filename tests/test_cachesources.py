@@ -25,7 +25,6 @@ from conftest import backend_wheels
 from envlock import cachesources, runner
 from envlock.cachesources import Pinned
 from envlock.caching import CacheConfig, Caches
-from envlock.cachestore import open_backend
 from envlock.lockfile import read_lock
 from envlock.signing import generate
 from envlock.store import Store
@@ -227,8 +226,8 @@ def test_a_tampered_source_is_refused_by_name_and_git_is_the_fallback(  # type: 
         rf"fetch -q --no-tags -- {re.escape(str(missing))} \+refs/heads/\*:refs/heads/\* \+refs/tags/\*:refs/tags/\*` "
         rf"failed \(exit 128\)\n  fatal: '{re.escape(str(missing))}' does not appear to be a git repository\n"
         r"(  .*\n)+"
-        rf"  cache {re.escape(url)}: refused {re.escape(pins[0].key)}: its files make git tree [0-9a-f]{{40}}, but commit "
-        rf"{env.sg.pin[:12]} names tree {named}\n", said(r.err)), r.err
+        rf"  cache {re.escape(url)}: refused {re.escape(pins[0].key)}: its files make git tree [0-9a-f]{{40}}, "
+        rf"but commit {env.sg.pin[:12]} names tree {named}\n", said(r.err)), r.err
     # With git reachable, the refused source comes from git and the rest from the cache: the lock's wheel.
     monkeypatch.delenv("ENVLOCK_SOURCE_SGLIKE")
     r = cli("sync", "e", "--frozen", "--json")

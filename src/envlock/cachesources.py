@@ -24,6 +24,7 @@ next cache, then git or the URL. A cache that cannot be reached is a note, never
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import shutil
@@ -187,7 +188,7 @@ def _store_git(store: Store, backend: Backend, pinned: Pinned, part: Path, scrat
     header = raw.partition(b"\n\n")[0] + b"\n"  # the message may hold a line like a header's
     if not (tree_id := _TREE.match(header)) or not (when := _COMMITTER.search(header)):
         raise _RefusedError("its commit object names no tree or committer time")
-    if dot_git := next((rel for rel, _ in walk_tree_all(tree) if ".git" in rel.split("/")), None):
+    if dot_git := next((rel for rel, _ in _walk_all(tree) if ".git" in rel.split("/")), None):
         raise _RefusedError(f"member tree/{dot_git} is in a .git folder, which no checkout holds")
     made = _git_tree(tree, scratch / "repo", pinned.key)
     if made != tree_id.group(1).decode():
@@ -200,7 +201,7 @@ def _store_git(store: Store, backend: Backend, pinned: Pinned, part: Path, scrat
         (work / "url").write_text(redact(pinned.location) + "\n")
 
 
-def walk_tree_all(root: Path) -> Iterator[tuple[str, Path]]:
+def _walk_all(root: Path) -> Iterator[tuple[str, Path]]:
     """Every path under ``root``, ``.git`` and ``__pycache__`` included (``trees.walk_tree`` leaves them out)."""
     for dirpath, dirnames, filenames in os.walk(root):
         for name in [*dirnames, *filenames]:
@@ -281,7 +282,7 @@ def write_git_tar(dest: Path, commit: bytes, tree: Path) -> None:
     """``commit`` and ``tree``'s files as one tar, the same bytes for the same tree on every machine:
     sorted, mtime 0, owner 0, mode 0644 or 0755, symlinks as symlinks, no folder members."""
     with tarfile.open(dest, "w:", format=tarfile.PAX_FORMAT) as tar:
-        tar.addfile(_info("commit", len(commit), 0o644), _Bytes(commit))
+        tar.addfile(_info("commit", len(commit), 0o644), io.BytesIO(commit))
         for rel, path in walk_tree(tree):
             st = path.lstat()
             if stat.S_ISLNK(st.st_mode):
@@ -297,16 +298,6 @@ def _info(name: str, size: int, mode: int) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = size, mode, 0, 0, 0, "", ""
     return info
-
-
-class _Bytes:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at = data, 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self.data) if n < 0 else self.at + n
-        chunk, self.at = self.data[self.at:end], min(end, len(self.data))
-        return chunk
 
 
 def after_build(caches: Caches | None, store: Store, lock: Lock, built: Sequence[BuildSpec]) -> None:
