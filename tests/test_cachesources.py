@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import tarfile
@@ -22,14 +23,15 @@ from pathlib import Path
 import pytest
 
 from conftest import backend_wheels
-from envlock import cachesources, runner
+from envlock import cachesources, runner, sources
 from envlock.cachesources import Pinned
+from envlock.cachestore import FileBackend
 from envlock.caching import CacheConfig, Caches
 from envlock.lockfile import read_lock
 from envlock.signing import generate
 from envlock.store import Store
 from kit import sglike
-from kit.cacheservers import nginx_binary, nginx_cache
+from kit.cacheservers import free_port, nginx_binary, nginx_cache
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.sglike import SgLike, make_sglike
@@ -256,3 +258,62 @@ def _tar(members: list[tuple[str, bytes]]) -> bytes:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+# -- push and take, without a build ---------------------------------------------------------------
+
+
+def _repo(tmp_path: Path) -> tuple[str, str]:
+    """A git repo with an executable file, a link, a tracked ignored file and a crlf file: (URL, commit)."""
+    repo = tmp_path / "upstream"
+    sglike.init_repo(repo)
+    sglike.write(repo, {"run.sh": "#!/bin/sh\n", "docs/a.md": "a\n", ".gitignore": "build/\n",
+                        "build/kept.txt": "tracked though ignored\n", ".gitattributes": "*.bat eol=crlf\n",
+                        "x.bat": "echo\n"})
+    (repo / "run.sh").chmod(0o755)
+    (repo / "link").symlink_to("docs/a.md")
+    sglike.git(repo, "add", "-f", "build/kept.txt")
+    return repo.as_uri(), sglike.commit_all(repo, "upstream\n\nmessage line\ncommitter not a header 1 +0000")
+
+
+def test_a_git_checkout_goes_through_a_cache_byte_for_byte(tmp_path: Path) -> None:
+    url, commit = _repo(tmp_path)
+    a, b = Store.open(tmp_path / "home-a"), Store.open(tmp_path / "home-b")
+    co = sources.checkout(a, url, commit)
+    cache = FileBackend(tmp_path / "cache", "file://cache")
+    pin = Pinned("git", commit, url)
+    assert cachesources.push_sources(cache, a, [pin]) == cachesources.SourcesPushed((pin.key,), 0, ())
+    assert cachesources.push_sources(cache, a, [pin]) == cachesources.SourcesPushed((), 1, ())
+    caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
+    assert cachesources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
+    assert caches.summary() == "caches: 1 source"
+    got = sources.checkout(b, "file:///nowhere", commit)  # in the store: git is not asked
+    assert (got.tree_digest, got.commit_time) == (co.tree_digest, co.commit_time)
+    assert (got.tree / "x.bat").read_bytes() == b"echo\r\n" and os.access(got.tree / "run.sh", os.X_OK)
+
+
+def test_what_cannot_be_pushed_or_reached_is_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url, commit = _repo(tmp_path)
+    store = Store.open(tmp_path / "home")
+    sources.checkout(store, url, commit)
+    shutil.rmtree(store.path("git-mirrors", next(p.name for p in (store.root / "git-mirrors").iterdir())))
+    with store.new_entry("sources", "archive-" + "a" * 64) as work:  # as an older envlock left it: no bytes
+        (work / "tree").mkdir()
+    cache = FileBackend(tmp_path / "cache", "file://cache")
+    old = Pinned("archive", "a" * 64, "https://example.invalid/a.tar.gz")
+    gone = Pinned("archive", "b" * 64, "https://example.invalid/b.tar.gz")
+    pushed = cachesources.push_sources(cache, store, [Pinned("git", commit, url), old, gone])
+    assert pushed == cachesources.SourcesPushed((), 0, (
+        f"sources/git-{commit}.tar: not pushed: the store's git mirror of {url} lacks commit {commit[:12]} "
+        "(removed by gc?)",
+        f"{old.key}: not pushed: the store keeps the tree of {old.location}, not its bytes (fetched by an older "
+        "envlock)",
+        f"{gone.key}: not pushed: the store has no {gone.location} at {'b' * 12}",
+    ))
+    monkeypatch.setenv("ENVLOCK_CACHE_TIMEOUT", "0.5")
+    port = free_port()  # nothing listens there
+    caches = Caches(CacheConfig(urls=(f"http://127.0.0.1:{port}/c",)))
+    assert cachesources.sources_into_store(caches, Store.open(tmp_path / "fresh"), [gone, old]) == 0
+    assert len(caches.notes) == 1  # said once, not asked again
+    assert caches.notes[0].startswith(f"cache http://127.0.0.1:{port}/c: {gone.key}: ")
+    assert caches.notes[0].endswith(": not used for the rest of this command")
