@@ -430,8 +430,8 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
     if options.caches is not None:  # ... and the fetched sources those builds read
         from envlock.cachesources import after_build as push_sources
 
-        push_sources(options.caches, session.store, new, [b for b in wanted if any(w.rebuilt and w.name == b.name
-                                                                                   for w in built)])
+        ran = {w.name for w in built if w.rebuilt}
+        push_sources(options.caches, session.store, new, [b for b in wanted if b.name in ran])
     overridden = any(s.prepared.override is not None for s in session.states.values())
     # PEP 751 validity comes from the writer, as in lock_env (tests load every shape it writes).
     text = new.to_toml()
