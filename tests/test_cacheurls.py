@@ -105,6 +105,7 @@ def test_home_b_locks_from_home_a_url_records_on_nginx_reading_no_wheel_byte_fro
 
         b = _home_b(ws.root, tmp_path / "ws-b", monkeypatch, "b")
         _config(b, urls=[url], trusted_keys=[public])
+        probes = server.probes(wheel)
         r = cli("lock", "e", "--json")
         assert r.code == 0, r.err
         got = json.loads(r.out)
@@ -114,6 +115,7 @@ def test_home_b_locks_from_home_a_url_records_on_nginx_reading_no_wheel_byte_fro
         r = cli("sync", "e", "--json")
         assert r.code == 0, r.err
         assert (json.loads(r.out)["downloaded"], len(server.downloads(wheel))) == (0, 1)
+        assert server.probes(wheel) == probes  # not even a one-byte size probe of it
 
 
 def _resign(key: SecretKey, change: Callable[[dict[str, object]], None]) -> Callable[[Path, str], None]:

@@ -460,8 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME's pinned commit from URL (a local clone or mirror; the commit "
                    "is verified and the lock keeps the spec's URL); also ENVLOCK_SOURCE_<NAME>=URL; repeatable")
-    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64",
-                   help=clicache.TRUSTED_HELP.replace("build records", "URL records (a hash-less index's wheels)"))
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("nightlies", cmd_nightlies, "the dates each nightly pin could take, for the env's target",

@@ -17,8 +17,9 @@ from envlock.workspace import Workspace
 if TYPE_CHECKING:
     from envlock.caching import Caches
 
-TRUSTED_HELP = ("use binary cache build records signed by this key (NAME:BASE64, as `envlock cache keygen` "
-                "prints it); also ENVLOCK_TRUSTED_KEYS and [cache] trusted-keys in envlock.toml; repeatable")
+TRUSTED_HELP = ("use binary cache records (of builds, and of a hash-less index's wheel URLs) signed by this key "
+                "(NAME:BASE64, as `envlock cache keygen` prints it); also ENVLOCK_TRUSTED_KEYS and [cache] "
+                "trusted-keys in envlock.toml; repeatable")
 
 
 def build_caches(ws: Workspace, trusted: Sequence[str]) -> Caches | None:
