@@ -205,6 +205,12 @@ def test_refused_url_records_are_named_and_the_index_serves(  # type: ignore[no-
         assert len(server.downloads(wheel)) == before + 1, name  # from the index, as without a cache
         assert got["downloaded"] == size, name
         assert (b / "locks" / "pylock.e.toml").read_text() == locked, name
+        r = cli("cache", "verify", f"file://{spoiled}", "--trusted-key", trusted, "--json")
+        assert r.code == 1 and len(json.loads(r.out)["problems"]) == 1, name  # `cache verify` finds it too
+        if name == "another URL's":
+            assert json.loads(r.out)["problems"] == [f"{key}: records URL {other_url}, not its key's"]
+    r = cli("cache", "verify", url, "--trusted-key", public)
+    assert (r.code, r.out) == (0, f"{url}: 2 entries checked, all verified\n")  # the wheel and its record
 
 
 @pytest.mark.parametrize(("url", "plain"), [
