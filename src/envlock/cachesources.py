@@ -37,7 +37,7 @@ from typing import IO
 
 from envlock import archives, buildinputs, runner, sources
 from envlock.cachestore import Backend, CacheError, TooLargeError, open_backend
-from envlock.caching import Caches, Pushed
+from envlock.caching import Caches, Pushed, PushUrls
 from envlock.errors import SourceError, UsageError, redact
 from envlock.lockfile import Lock
 from envlock.spec import COMMIT_ID, BuildSpec, EnvSpec
@@ -314,13 +314,13 @@ def after_build(caches: Caches | None, store: Store, lock: Lock, built: Sequence
 
 
 def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None,
-             key_file: Path | None = None) -> Pushed:
+             key_file: Path | None = None, url_records: PushUrls | None = None) -> Pushed:
     """``envlock cache push ENV --to URL``: the lock's closure (``caching.push_env``), then every fetched
     source its lock pins (git commits, FetchContent inputs) that ``to`` lacks."""
     from envlock.caching import push_env as push_closure
     from envlock.lockrefs import load_env_lock_ref
 
-    pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file)
+    pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file, url_records=url_records)
     ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
     got = push_sources(open_backend(to), Store.open(), locked(ref.lock))
     return replace(pushed, uploaded=pushed.uploaded + got.uploaded, present=pushed.present + got.present,
