@@ -26,7 +26,8 @@ STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "insta
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
                  "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
-                 "bisecting", "reporting", "rebasing", "upgrading", "caching"}
+                 "bisecting", "reporting", "rebasing", "upgrading", "caching", "cachesources", "cacheurls",
+                 "refbuilds"}
 ENTRY = {"cli", "clirender", "cliregress", "clipatch", "cliupgrade", "clicache", "__main__"}
 
 MAX_MODULE_LINES = 800

@@ -81,7 +81,7 @@ def _mirror_options(args: argparse.Namespace) -> MirrorOptions:
 
 
 def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import locking, ui
+    from envlock import clicache, locking, ui
 
     if args.offline and not args.check:
         raise UsageError("--offline: `envlock lock` resolves against the indexes; only `envlock lock ENV --check "
@@ -101,7 +101,8 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         return 0 if check.current else 1
     message = f"locking envs/{args.env}.toml"
     with _status(args, message) as status:
-        result = locking.lock_env(ws, args.env, _mirror_options(args), progress=ui.StatusProgress(status, message))
+        result = locking.lock_env(ws, args.env, _mirror_options(args), progress=ui.StatusProgress(status, message),
+                                  caches=clicache.build_caches(ws, args.trusted_key))
 
     def text_lock() -> str:
         verb = "wrote" if result.changed else "unchanged:"
@@ -455,7 +456,10 @@ def build_parser() -> argparse.ArgumentParser:
             "taken only by an exact == pin, and then recorded in the lock and noted.\n"
             "--check: is the lock current for the spec (no writes); it also reads each locked package's index\n"
             "page and notes the files now yanked, with the index's reason (--offline: not read).\n"
-            "Mirrors: --index NAME=URL or ENVLOCK_INDEX_<NAME>=URL resolve a spec index against another URL.")
+            "Mirrors: --index NAME=URL or ENVLOCK_INDEX_<NAME>=URL resolve a spec index against another URL.\n"
+            "Caches ([cache] urls in envlock.toml, docs/cache.md): a wheel whose index publishes no hash is\n"
+            "taken from a cache by a trusted signed URL record before it is downloaded to hash it; with\n"
+            "[cache] push, the wheels this lock downloaded are pushed with their signed URL records.")
     p.add_argument("env", metavar="ENV", help="env name (envs/ENV.toml)")
     p.add_argument("--check", action="store_true",
                    help="no writes, no resolution: exit 0 if the lock is current, 1 if stale (and why), 2 if "
@@ -468,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME's pinned commit from URL (a local clone or mirror; the commit "
                    "is verified and the lock keeps the spec's URL); also ENVLOCK_SOURCE_<NAME>=URL; repeatable")
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("nightlies", cmd_nightlies, "the dates each nightly pin could take, for the env's target",

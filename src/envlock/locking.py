@@ -33,8 +33,9 @@ from envlock.store import Store, replace_if_unchanged
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
+    from envlock.caching import Caches
     from envlock.progress import Progress
-    from envlock.resolve import Resolution
+    from envlock.resolve import HashUnlisted, Resolution
     from envlock.spec import EnvSpec
 
 
@@ -74,25 +75,29 @@ class LockResult:
 
 
 def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
-             progress: Progress | None = None) -> LockResult:
+             progress: Progress | None = None, *, caches: Caches | None = None) -> LockResult:
     """``envlock lock ENV``: resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes
     unchanged if nothing changed), reading the mirrors ``asked`` and the environment names.
-    ``progress``: of the downloads that hash wheels an index publishes no hash for."""
+    ``progress``: of the downloads that hash wheels an index publishes no hash for; ``caches``:
+    asked for those wheels first (signed URL records), and what was said of them in the notes."""
     spec = load_env_spec(ws, env)
-    return lock_spec(ws, env, spec, Mirrors.of(spec, asked), progress)
+    result = lock_spec(ws, env, spec, Mirrors.of(spec, asked), progress, caches=caches)
+    said = caches.summary() if caches is not None else ""
+    return replace(result, notes=(*result.notes, said)) if said else result
 
 
 def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors,
-              progress: Progress | None = None, *, write: bool = True) -> LockResult:
+              progress: Progress | None = None, *, write: bool = True, caches: Caches | None = None) -> LockResult:
     """``lock_env`` for a spec read and mirrors found already (a sync that relocks). ``write``
     False: the lock file is left as it is; the result's ``lock`` and ``changed`` say what it would
-    hold (an upgrade writes it with the edited spec, or not at all under --dry-run)."""
+    hold (an upgrade writes it with the edited spec, or not at all under --dry-run). ``caches``:
+    asked before a wheel is downloaded to hash it (``cacheurls``); what they gave is counted there."""
     with mirrors.credentials():  # a private index's wheels are hashed with its password
-        return _lock_spec(ws, env, spec, mirrors, progress, write)
+        return _lock_spec(ws, env, spec, mirrors, progress, write, caches)
 
 
 def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progress: Progress | None,
-               write: bool = True) -> LockResult:
+               write: bool = True, caches: Caches | None = None) -> LockResult:
     from envlock import http, resolve
 
     urls = resolve.index_urls(spec, mirrors.indexes)
@@ -107,7 +112,12 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
     # the lock before a wheel is downloaded, all of them named together.
     store = Store.open()
     states, inputs = building.sources_for_lock(ws, spec, store, old, mirrors)
-    resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress)
+    hashing = None
+    if caches is not None:  # lazy: only where a cache is named (docs/architecture.md)
+        from envlock.cacheurls import CachedHashing
+
+        hashing = CachedHashing(caches)
+    resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress, hashing)
     guarded = _guard(ws, env, spec, store, states, resolution, old)  # an overlap fails here: nothing written
     lock = Lock(
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
@@ -125,6 +135,10 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
     changed = _write(ws, env, old_file, lock) if write else old_file.text != lock.to_toml()
+    if hashing is not None:
+        from envlock.cacheurls import push_hashed
+
+        push_hashed(hashing.caches, store, hashing.hashed)  # what it downloaded, for the next machine
     return LockResult(
         env=env, path=old_file.path, changed=changed, packages=len(lock.packages),
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
@@ -139,7 +153,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
 
 def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, str], store: Store,
              states: Mapping[str, building.SourceState], old: Lock | None,
-             progress: Progress | None) -> Resolution:
+             progress: Progress | None, hashing: HashUnlisted | None = None) -> Resolution:
     """uv's resolution of ``spec``, checked by envlock; a failure to reach an index gets the
     mirror to read it from, and a note on a misspelt mirror variable."""
     from envlock import fetch, resolve
@@ -155,7 +169,7 @@ def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, 
             index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
             build_env=build_vars, store=store, hashed=hashed, progress=progress, kept_nightlies=kept,
             earlier_wheels={str(p.name): (p.wheels[0], p.index) for p in old.packages if p.wheels} if old else {},
-            hash_unlisted=fetch.hash_unlisted,
+            hash_unlisted=hashing or fetch.hash_unlisted,
         ))
     except (ResolveError, FetchError, PackageIndexError) as exc:
         # An index that cannot be read may be the one a misspelt mirror variable was meant for.
