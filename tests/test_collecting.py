@@ -216,7 +216,8 @@ def test_gc_waits_for_a_running_sync_and_says_so(setup: Setup) -> None:
         proc = _envlock(setup.ws, setup.home, "gc")
         assert proc.stderr is not None
         line = proc.stderr.readline()
-        assert line == "envlock: waiting for the running syncs to end (gc never removes what a sync links)\n"
+        assert line == ("envlock: waiting for the running syncs, locks and builds to end (gc never removes what "
+                        "they use)\n")
         time.sleep(0.3)
         assert proc.poll() is None  # still waiting
     out, err = proc.communicate(timeout=60)
