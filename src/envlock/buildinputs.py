@@ -32,7 +32,7 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from envlock import build, fetch, indexes, sources
+from envlock import build, fetch, sources
 from envlock.closure import PinnedRequirement, pinned_requirement
 from envlock.errors import BuildError, PackageIndexError, SourceError, redact
 from envlock.fetch import FetchResult
@@ -225,6 +225,8 @@ def backend_wheels(lines: Sequence[str], store: Store, *, python: str, index_url
 
 def _download_backend(req: PinnedRequirement, store: Store, *, python: str, index_url: str, what: str) -> Path:
     """``req``'s wheel for ``python`` here, from ``index_url`` into the store, held to the locked hashes."""
+    from envlock import indexes  # http: only a build whose backend the store lacks reads an index
+
     try:
         version = Version(req.version)
         listed = [f for f in indexes.project_files(index_url, req.name) if f.version == version]
