@@ -308,3 +308,12 @@ def test_build_offline_names_a_backend_wheel_the_bundle_lacks(  # type: ignore[n
                      "`envlock import DIR` here\n"
                      f"  setuptools==84.2.1 (locked sha256: {line.split('sha256:')[1]})\n")
     assert r.out == ""
+    # A git input the store lacks is named before anything is planned (here: the FetchContent checkout).
+    kdep = read_lock(synced.lock).fetchcontent["tiny"]["kdep"]
+    Store.open().remove_entry("sources", f"git-{kdep.commit}")
+    r = cli("build", "e", "--check", "--offline")
+    assert r.code == 1
+    assert r.err == (f"envlock: error: envs/e.toml: --offline, but 1 git or URL input of the builds is not in the "
+                     f"store {root}; bring it with `envlock export e --to DIR` on a machine that built this lock, "
+                     "then `envlock import DIR` here\n"
+                     f"  builds.tiny.fetchcontent.kdep: commit {kdep.commit} of {kdep.git}\n")

@@ -345,10 +345,11 @@ def _check_offline(ws: Workspace, spec: EnvSpec, store: Store, lock: Lock, wante
     names = {b.source for b in wanted} - set(options.overrides)
     srcs = [spec.sources[n] for n in sorted(names) if n in spec.sources]
     if missing := buildinputs.missing_offline(srcs, wanted, store, lock, lambda src: pinned_commit(src, lock)):
+        many = len(missing) != 1
         raise SourceError(f"{ws.relative(spec.path)}: --offline, but {len(missing)} git or URL input"
-                          f"{'s' if len(missing) != 1 else ''} of the builds {'are' if len(missing) != 1 else 'is'} "
-                          f"not in the store {store.root}; bring them with `envlock export {env} --to DIR` on a "
-                          "machine that built it, then `envlock import DIR` here", details=missing)
+                          f"{'s' if many else ''} of the builds {'are' if many else 'is'} not in the store "
+                          f"{store.root}; bring {'them' if many else 'it'} with `envlock export {env} --to DIR` on a "
+                          "machine that built this lock, then `envlock import DIR` here", details=missing)
 
 
 # -- envlock build -----------------------------------------------------------
