@@ -26,7 +26,7 @@ STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "insta
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
                  "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
-                 "bisecting", "reporting", "rebasing", "upgrading", "caching"}
+                 "bisecting", "reporting", "rebasing", "upgrading", "caching", "cachesources"}
 ENTRY = {"cli", "clirender", "cliregress", "clipatch", "cliupgrade", "clicache", "__main__"}
 
 MAX_MODULE_LINES = 800

@@ -325,8 +325,17 @@ def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[Bui
     store = Store.open()
     if options.offline:
         _check_offline(ws, spec, store, lock, wanted, options)
-    states, inputs = prepare_inputs(ws, spec, store, lock=lock, overrides=options.overrides,
-                                    names={b.source for b in wanted}, builds=wanted, mirrors=mirrors)
+    if options.caches is not None:  # fetched sources the store lacks, from the caches (checked), before git or URLs
+        from envlock import cachesources
+
+        commits = {b.source: pinned_commit(spec.sources[b.source], lock) for b in wanted
+                   if b.source in spec.sources and b.source not in options.overrides}
+        cachesources.sources_into_store(options.caches, store, cachesources.wanted(spec, lock, wanted, commits))
+    try:
+        states, inputs = prepare_inputs(ws, spec, store, lock=lock, overrides=options.overrides,
+                                        names={b.source for b in wanted}, builds=wanted, mirrors=mirrors)
+    except SourceError as exc:  # what a cache was refused for is said with the failure it led to
+        raise (exc.with_details(*options.caches.notes) if options.caches is not None else exc) from None
     by_package = mirrors.for_packages(lock)
     locate = package_locator(lock.packages, by_package) if by_package else None
     default_url = resolve.index_urls(spec, mirrors.indexes)[spec.default_index.name]  # as `lock` resolves against
@@ -457,6 +466,11 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
 
         after_build(options.caches, session.store, built)
     new = _with_builds(session, lock_path, built)
+    if options.caches is not None:  # ... and the fetched sources those builds read
+        from envlock.cachesources import after_build as push_sources
+
+        ran = {w.name for w in built if w.rebuilt}
+        push_sources(options.caches, session.store, new, [b for b in wanted if b.name in ran])
     overridden = any(s.prepared.override is not None for s in session.states.values())
     # PEP 751 validity comes from the writer, as in lock_env (tests load every shape it writes).
     text = new.to_toml()

@@ -131,6 +131,7 @@ class Caches:
     notes: list[str] = field(default_factory=list)
     wheels: int = 0  # taken from a cache this command
     builds: int = 0
+    sources: int = 0  # fetched sources taken (``cachesources``)
     pushed: int = 0
     _backends: dict[str, Backend | None] = field(default_factory=dict)
     _refused: set[tuple[str, str]] = field(default_factory=set)  # (cache, build) refused: not asked again
@@ -162,7 +163,8 @@ class Caches:
     def summary(self) -> str:
         """One line of what the caches gave, then every refusal (the sync's note)."""
         took = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in ((self.wheels, "wheel"), (self.builds, "build"),
-                                                                 (self.pushed, "upload")) if n]
+                                                                 (self.sources, "source"), (self.pushed, "upload"))
+                if n]
         return "; ".join([*(["caches: " + ", ".join(took)] if took else []), *self.notes])
 
     def wheels_into_store(self, store: Store, artifacts: Sequence[Artifact]) -> None:

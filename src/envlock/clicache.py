@@ -40,7 +40,7 @@ def cmd_keygen(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.caching import push_env
+    from envlock.cachesources import push_env  # the closure (caching.push_env), then the fetched sources
 
     pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key)
     for note in pushed.notes:
@@ -92,8 +92,9 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
 
     q = cadd("push", cmd_push, "upload the closure of ENV's lock to a cache (only what it lacks)",
              "Upload every wheel of the lock (from the store; fetched first where missing), each local build's\n"
-             "wheel with its build record signed by --key, and the closure manifest, to URL (file://DIR,\n"
-             "http(s)://HOST/PATH by PUT, s3://BUCKET/PREFIX). What the cache has is not sent again.\n"
+             "wheel with its build record signed by --key, the closure manifest, and the fetched sources the\n"
+             "builds read (git commits as sources/git-<commit>.tar, FetchContent archives by sha256), to URL\n"
+             "(file://DIR, http(s)://HOST/PATH by PUT, s3://BUCKET/PREFIX). What the cache has is not sent again.\n"
              "Exit: 0, 1 the cache refused a write or was unreachable, 2 bad input.")
     q.add_argument("env", metavar="ENV")
     q.add_argument("--to", required=True, metavar="URL", help="the cache to upload to")
