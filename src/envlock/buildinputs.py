@@ -238,10 +238,11 @@ def _download_backend(req: PinnedRequirement, store: Store, *, python: str, inde
     usable = [f for f in listed if f.filename.endswith(".whl") and _installs(f.filename, set(tags))
               and (f.sha256 is None or f.sha256 in req.hashes)]
     if not usable:
-        raise BuildError(f"{what}: build requirement {req.pin}: {index_url}/{canonicalize_name(req.name)}/ lists no "
-                         f"wheel of it with a locked sha256 that python {python} installs here ({len(listed)} files "
-                         "of that version); a build installs its backend from hash-checked wheels in the store alone, "
-                         "so that it can be repeated offline")
+        page = f"{redact(index_url)}/{canonicalize_name(req.name)}/"
+        raise BuildError(f"{what}: build requirement {req.pin}: {page} lists no wheel of it with a locked sha256 "
+                         f"that python {python} installs here ({len(listed)} files of that version); a build "
+                         "installs its backend from hash-checked wheels in the store alone, so that it can be "
+                         "repeated offline")
     chosen = usable[best_wheel([f.filename for f in usable], tags)]
     if chosen.sha256 is not None:
         got = fetch.fetch([Artifact(sha256=chosen.sha256, url=chosen.url)], store, base_dir=store.root)
