@@ -110,8 +110,9 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
     if todo.builds and todo.spec is not None and todo.spec.builds and todo.lock_path is not None:
         from envlock import building
 
-        # Offline, nothing is built (a build resolves and installs its requirements from the
-        # index): a locally built wheel then comes from the store, or is named missing by fetch.
+        # Offline, nothing is built (a build resolves its requirements against the index; `envlock
+        # build --offline` rebuilds from the store): a locally built wheel then comes from the store,
+        # or is named missing by fetch.
         lock, report = building.ensure_builds(ws, todo.spec, lock, todo.lock_path, todo.mirrors, frozen=options.frozen,
                                               progress=progress, on_build=on_build, caches=caches)
         if report is not None:  # the env's wheels a non-isolated build needed were fetched for it
