@@ -145,10 +145,9 @@ def _caches(ws: Workspace, todo: SyncPlan) -> Caches | None:
     """The binary caches of ``envlock.toml`` and the environment (None: none, or ``--offline``)."""
     if todo.options.offline:
         return None
-    from envlock.caching import CacheConfig, Caches
+    from envlock.caching import Caches
 
-    config = CacheConfig.of(ws, todo.options.trusted_keys)
-    return Caches(config) if config.active else None
+    return Caches.configured(ws, todo.options.trusted_keys)
 
 
 def _target(ws: Workspace, todo: SyncPlan, lock: Lock) -> tuple[SyncTarget, str]:
