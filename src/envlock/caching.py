@@ -137,6 +137,12 @@ class Caches:
     _refused: set[tuple[str, str]] = field(default_factory=set)  # (cache, build) refused: not asked again
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @classmethod
+    def configured(cls, ws: Workspace | None, trusted: Sequence[str] = ()) -> Caches | None:
+        """The caches ``envlock.toml`` and the environment name (None: none)."""
+        config = CacheConfig.of(ws, trusted)
+        return cls(config) if config.active else None
+
     def backends(self) -> Iterable[Backend]:
         """Each cache still usable (one that failed this command is not asked again)."""
         for url in self.config.urls:

@@ -358,7 +358,8 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
 
     with _status(args, "preparing sources and build inputs") as say:
         options = building.BuildOptions(
-            check=args.check, overrides=_overrides(args.override_source), caches=build_caches(ws, args.trusted_key),
+            check=args.check, overrides=_overrides(args.override_source), offline=args.offline,
+            caches=None if args.offline else build_caches(ws, args.trusted_key),
             on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "
                                               "reused from the store; a native build can take long)"),
         )
@@ -374,7 +375,8 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"{b.name}: {how} {ws.relative(b.wheel)} sha256 {b.sha256[:16]} inputs {b.input_digest[:23]}")
         for c in report.checks:
             if c.reproducible:
-                lines.append(f"{c.name}: reproducible (rebuilt bit-identical, sha256 {c.actual_sha256[:16]})")
+                to = " to the lock's wheel" if c.recorded else ""
+                lines.append(f"{c.name}: reproducible (rebuilt bit-identical{to}, sha256 {c.actual_sha256[:16]})")
             else:
                 lines.append(f"{c.name}: NOT reproducible: expected sha256 {c.expected_sha256[:16]}, "
                              f"rebuilt {c.actual_sha256[:16]}; differing files:")
@@ -572,11 +574,15 @@ def build_parser() -> argparse.ArgumentParser:
             "Fetch each source at its pinned commit, apply its patches, build the wheel (keyed by an input digest:\n"
             "same inputs => no rebuild) and record it in the lock. --check rebuilds from scratch and compares\n"
             "(exit 1 if not bit-identical, naming the files that differ), and writes no lock: it says when the\n"
-            "lock records a build of other inputs, and what changed.")
+            "lock records a build of other inputs, and what changed. A build installs its backend only from\n"
+            "hash-checked wheels in the store; --offline takes everything from there (`envlock import`).")
     p.add_argument("env", metavar="ENV")
     p.add_argument("packages", nargs="*", metavar="PKG", help="only these builds (default: all)")
     p.add_argument("--check", action="store_true",
                    help="rebuild from scratch and compare (exit 1 on a difference); the lock is not written")
+    p.add_argument("--offline", action="store_true",
+                   help="no network: build from the build requirements the lock records, with sources and backend "
+                   "wheels from the store only (after `envlock import`); name what is missing")
     p.add_argument("--override-source", action="append", default=[], metavar="NAME=PATH",
                    help="build source NAME from a local tree instead of its pin, the spec's patches applied on "
                    "top (so give it unpatched); never recorded in the lock")

@@ -92,7 +92,9 @@ def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors,
     False: the lock file is left as it is; the result's ``lock`` and ``changed`` say what it would
     hold (an upgrade writes it with the edited spec, or not at all under --dry-run). ``caches``:
     asked before a wheel is downloaded to hash it (``cacheurls``); what they gave is counted there."""
-    with mirrors.credentials():  # a private index's wheels are hashed with its password
+    # A private index's wheels are hashed with its password. Under the store's writer lock (shared,
+    # as a sync's): a gc beside waits, and never removes a source or wheel the relock reads.
+    with mirrors.credentials(), Store.open().writing():
         return _lock_spec(ws, env, spec, mirrors, progress, write, caches)
 
 

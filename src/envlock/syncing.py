@@ -110,8 +110,9 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
     if todo.builds and todo.spec is not None and todo.spec.builds and todo.lock_path is not None:
         from envlock import building
 
-        # Offline, nothing is built (a build resolves and installs its requirements from the
-        # index): a locally built wheel then comes from the store, or is named missing by fetch.
+        # Offline, nothing is built (a build resolves its requirements against the index; `envlock
+        # build --offline` rebuilds from the store): a locally built wheel then comes from the store,
+        # or is named missing by fetch.
         lock, report = building.ensure_builds(ws, todo.spec, lock, todo.lock_path, todo.mirrors, frozen=options.frozen,
                                               progress=progress, on_build=on_build, caches=caches)
         if report is not None:  # the env's wheels a non-isolated build needed were fetched for it
@@ -144,10 +145,9 @@ def _caches(ws: Workspace, todo: SyncPlan) -> Caches | None:
     """The binary caches of ``envlock.toml`` and the environment (None: none, or ``--offline``)."""
     if todo.options.offline:
         return None
-    from envlock.caching import CacheConfig, Caches
+    from envlock.caching import Caches
 
-    config = CacheConfig.of(ws, todo.options.trusted_keys)
-    return Caches(config) if config.active else None
+    return Caches.configured(ws, todo.options.trusted_keys)
 
 
 def _target(ws: Workspace, todo: SyncPlan, lock: Lock) -> tuple[SyncTarget, str]:
