@@ -83,8 +83,11 @@ def _mirror_options(args: argparse.Namespace) -> MirrorOptions:
 def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import clicache, locking, ui
 
+    if args.offline and not args.check:
+        raise UsageError("--offline: `envlock lock` resolves against the indexes; only `envlock lock ENV --check "
+                         "--offline` runs without the network")
     if args.check:
-        check = locking.check_lock(ws, args.env)
+        check = locking.check_lock(ws, args.env, _mirror_options(args), offline=args.offline)
 
         def text() -> str:
             if check.current:
@@ -93,6 +96,8 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
             return "\n".join([*lines, f"run `envlock lock {args.env}` to update it"])
 
         out(args, check.to_dict(), text)
+        for note in check.notes:  # the yanked files, on stderr: stdout keeps the answer (or the JSON document)
+            print(f"envlock: note: {note}", file=sys.stderr)
         return 0 if check.current else 1
     message = f"locking envs/{args.env}.toml"
     with _status(args, message) as status:
@@ -167,7 +172,7 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
 
     if args.format == "json":
         args.json = True  # before the work: its errors are a JSON document too
-    options = reporting.ReportOptions(fetch=args.fetch)
+    options = reporting.ReportOptions(fetch=args.fetch, yanked=args.yanked)
     result, notes = lockrefs.diff_refs(ws, args.old, args.new, options)
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
@@ -449,14 +454,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("lock", cmd_lock, "resolve envs/ENV.toml into locks/pylock.ENV.toml",
             "Resolve envs/ENV.toml with the pinned uv and write locks/pylock.ENV.toml (PEP 751 + [tool.envlock]).\n"
             "Nightly pins resolve to the exact version of that date; every package comes only from the index\n"
-            "it is pinned to (else the default index); every wheel gets a sha256.\n"
+            "it is pinned to (else the default index); every wheel gets a sha256. A yanked release (PEP 592) is\n"
+            "taken only by an exact == pin, and then recorded in the lock and noted.\n"
+            "--check: is the lock current for the spec (no writes); it also reads each locked package's index\n"
+            "page and notes the files now yanked, with the index's reason (--offline: not read).\n"
             "Mirrors: --index NAME=URL or ENVLOCK_INDEX_<NAME>=URL resolve a spec index against another URL.\n"
             "Caches ([cache] urls in envlock.toml, docs/cache.md): a wheel whose index publishes no hash is\n"
             "taken from a cache by a trusted signed URL record before it is downloaded to hash it; with\n"
             "[cache] push, the wheels this lock downloaded are pushed with their signed URL records.")
     p.add_argument("env", metavar="ENV", help="env name (envs/ENV.toml)")
     p.add_argument("--check", action="store_true",
-                   help="no network, no writes: exit 0 if the lock is current, 1 if stale (and why), 2 if missing")
+                   help="no writes, no resolution: exit 0 if the lock is current, 1 if stale (and why), 2 if "
+                   "missing; notes each locked file its index now marks yanked (one page per package; never "
+                   "changes the exit code)")
+    p.add_argument("--offline", action="store_true",
+                   help="with --check: read no index (the yanked files are not checked; a note says so)")
     p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
                    help="resolve spec index NAME against URL (a mirror); repeatable")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
@@ -483,7 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
             "source as a commit range (count, dates, the commits touching files its patches touch, read from\n"
             "the store's git mirror); every local build that rebuilds, with the input that moved, and those\n"
             "that do not; packages added, removed or changed, with why when the locks show it; the download\n"
-            "size before and after; then every change, one a line.\n"
+            "size before and after; the wheels of NEW that are yanked (PEP 592: recorded so in NEW; with\n"
+            "--yanked, also those its index marks yanked now); then every change, one a line.\n"
             "OLD and NEW are lock paths, PATH@GITREV (e.g. locks/pylock.X.toml@HEAD~1) or env names.")
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
@@ -494,6 +507,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fetch", action="store_true",
                    help="fetch the history of moved git sources into the store's mirror first (network), for "
                    "their commit ranges")
+    p.add_argument("--yanked", action="store_true",
+                   help="read the index page of each of NEW's packages and list its files yanked since it was "
+                   "locked (network; without it, only those NEW records as yanked)")
     p.set_defaults(needs_workspace=False)  # two lock paths need none; an env name is looked up in it
 
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",

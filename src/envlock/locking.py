@@ -3,7 +3,8 @@
 ``lock_env`` is the recipe: read the spec and the lock it replaces, prepare the patched
 sources (built packages' metadata comes from them), resolve with the pinned uv, keep the
 build records whose inputs did not move, and write the lock only if its bytes changed and
-nobody else wrote it meanwhile. ``check_lock`` answers from the ``Drift`` alone. A lock is
+nobody else wrote it meanwhile. ``check_lock`` answers from the ``Drift`` (current or stale),
+and notes each locked file its index now marks yanked (``yanks``: never a change of answer). A lock is
 named to ``sync --lock``, ``verify --lock`` and ``diff`` as a path, ``PATH@GITREV`` or an env
 name (``load_lock_ref``).
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock import building, guards
+from envlock import building, guards, yanks
 from envlock.drift import drift
 from envlock.errors import (
     FetchError,
@@ -144,7 +145,9 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
         env=env, path=old_file.path, changed=changed, packages=len(lock.packages),
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
         mirrors={name: http.redact(url) for name, url in mirrors.indexes.items()},  # printed: no credentials
-        lock=lock, downloaded=resolution.downloaded, note=mirrors.stray_note(ws), notes=guarded.notes,
+        lock=lock, downloaded=resolution.downloaded, note=mirrors.stray_note(ws),
+        notes=(*guarded.notes, *(f"{replace(y, live=True).text()}; locked because pinned exactly (==), recorded "
+                                 "in the lock ([packages.tool.envlock] yanked)" for y in yanks.recorded(lock))),
         build_downloaded=sum(f.downloaded for f in for_builds),
         build_fetched=sum(1 for f in for_builds for a in f.artifacts if a.source != "store"),
     )
@@ -217,17 +220,31 @@ class LockCheck:
     path: Path
     current: bool
     reasons: tuple[str, ...]
+    # Locked files their index now marks yanked (PEP 592): said, never a reason to be stale.
+    yanked: tuple[yanks.Yanked, ...] = ()
+    notes: tuple[str, ...] = ()  # each yanked file, and what was not checked (--offline, an index down)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "lock": str(self.path), "current": self.current, "reasons": list(self.reasons)}
+        return {"env": self.env, "lock": str(self.path), "current": self.current, "reasons": list(self.reasons),
+                "yanked": [y.to_dict() for y in self.yanked], "notes": list(self.notes)}
 
 
-def check_lock(ws: Workspace, env: str) -> LockCheck:
-    """Whether the lock matches the spec: no network, no writes. ``LockError`` if there is no lock."""
+def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, offline: bool = False) -> LockCheck:
+    """Whether the lock matches the spec (the ``Drift``: no writes, no resolution), and each locked
+    file its index now marks yanked: one page per package, on the index the spec pins it to (or the
+    mirror ``asked`` or the environment names for it); ``offline``: none read, a note says so.
+    ``LockError`` if there is no lock."""
     path = ws.lock_path(env)
-    return _check(ws, env, load_env_spec(ws, env), path, read_lock(path))
-
-
-def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> LockCheck:
+    spec = load_env_spec(ws, env)
+    lock = read_lock(path)
     found = drift(ws, env, spec, lock)
-    return LockCheck(env=env, path=path, current=found.current, reasons=found.reasons)
+    if offline:
+        return LockCheck(env, path, found.current, found.reasons, notes=(yanks.OFFLINE_NOTE,))
+    from envlock.resolve import index_urls
+
+    mirrors = Mirrors.of(spec, asked)
+    # Each package's page on the index the spec pins it to (its mirror if one is named), as a lock reads it.
+    urls = index_urls(spec, mirrors.indexes)
+    with mirrors.credentials():  # a private index's pages are read with its password
+        checked = yanks.check_index(lock, read_at={p.name: urls[spec.index_of(p.name)] for p in lock.packages})
+    return LockCheck(env, path, found.current, found.reasons, checked.yanked, tuple(checked.lines()))
