@@ -22,11 +22,12 @@ FOUNDATIONS = {
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",
-          "ui", "upstream"}
+          "ui", "upstream", "yanks"}
 #: A command's recipe each; they call stages and foundations, and each other without a cycle.
 ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
                  "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
-                 "bisecting", "reporting", "rebasing", "upgrading", "caching"}
+                 "bisecting", "reporting", "rebasing", "upgrading", "caching", "cachesources", "cacheurls",
+                 "refbuilds"}
 ENTRY = {"cli", "clirender", "cliregress", "clipatch", "cliupgrade", "clicache", "__main__"}
 
 MAX_MODULE_LINES = 800

@@ -65,6 +65,14 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     r = cli("sync", "demo", "--offline")
     assert (r.code, r.err) == (2, "envlock: error: locks/pylock.demo.toml: --offline, but the lock records no build "
                                   "of mini-kernel (building needs the index); run `envlock sync demo` online\n")
+    # Nor built offline: the build requirements are known only from a lock that records the build.
+    r = cli("build", "demo", "--offline")
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.demo.toml: --offline, but the lock records no build "
+                                  "of mini-kernel, so the build requirements are unknown without the index; run "
+                                  "`envlock build demo` online\n")
+    r = cli("build", "demo", "--offline", "--source", "mini-kernel=/elsewhere")
+    assert (r.code, r.err) == (2, "envlock: error: --source: --offline downloads nothing, so no mirror is read; "
+                                  "drop one of the two\n")
     # A frozen sync could only refuse this lock after an (hour-long, for sgl-kernel) build: it refuses first.
     r = cli("sync", "demo", "--frozen")
     assert (r.code, r.err) == (2, "envlock: error: locks/pylock.demo.toml: --frozen, but the lock records no build "

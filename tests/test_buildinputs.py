@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from envlock import building, buildinputs, fetch
-from envlock.errors import SourceError
+from envlock.errors import BuildError, SourceError
 from envlock.lockfile import LockedFetchContent, LockedPackage
 from envlock.spec import FetchContentInput, load_spec
 from envlock.store import Store
 from envlock.workspace import Workspace
 from kit.index import IndexServer
-from kit.locks import lock_for
+from kit.locks import lock_for, sha256_of
 from kit.sglike import KDEP_NAME, KDEP_TAG, SgLike
 from kit.wheels import build_wheel
 
@@ -123,3 +123,45 @@ def test_the_closure_is_fetched_level_by_level_and_nothing_else(tmp_path: Path) 
         assert sum(len(r.artifacts) for r in results) == 2
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("hashes", [True, False])
+def test_a_backend_wheel_comes_from_the_index_held_to_the_locked_hashes(tmp_path: Path, hashes: bool) -> None:
+    server = IndexServer(tmp_path / "served")
+    server.add_index("pypi", hashes=hashes)
+    wheel = build_wheel(tmp_path / "w", "tool", "1.0")
+    windows = build_wheel(tmp_path / "w", "tool", "1.0", tag="cp311-cp311-win_amd64")  # not for this machine
+    server.add("pypi", wheel, windows)
+    server.start()
+    store = Store.open(tmp_path / "home")
+    sha = sha256_of(wheel)
+    line = f"tool==1.0 --hash=sha256:{sha} --hash=sha256:{sha256_of(windows)} --hash=sha256:{'0' * 64}"
+    try:
+        got = buildinputs.backend_wheels([line], store, python="3.11", index_url=server.url("pypi"), offline=False,
+                                         what="[builds.x]", env="e")
+        assert got == (store.path("wheels", sha) / wheel.name,) and sha256_of(got[0]) == sha
+        # Bytes the lock does not record: refused, naming them (a hash-less index's are downloaded to hash).
+        other = "tool==1.0 --hash=sha256:" + "1" * 64
+        with pytest.raises(BuildError) as caught:
+            buildinputs.backend_wheels([other], store, python="3.11", index_url=server.url("pypi"), offline=False,
+                                       what="[builds.x]", env="e")
+        assert caught.value.message == (
+            f"[builds.x]: build requirement tool==1.0: {server.url('pypi')}/tool/ lists no wheel of it with a locked "
+            "sha256 that python 3.11 installs here (2 files of that version); a build installs its backend from "
+            "hash-checked wheels in the store alone, so that it can be repeated offline" if hashes else
+            f"[builds.x]: build requirement tool==1.0: {server.base}/pypi/files/{wheel.name} holds sha256 {sha}, not "
+            f"one the lock records ({'1' * 64}); refused")
+    finally:
+        server.stop()
+    # Offline, from the store alone; what it lacks is named, with the way to bring it.
+    assert buildinputs.backend_wheels([line], store, python="3.11", index_url=None, offline=True,
+                                      what="[builds.x]", env="e") == got
+    with pytest.raises(BuildError) as caught:
+        buildinputs.backend_wheels([line, "more==2.0 --hash=sha256:" + "2" * 64], Store.open(tmp_path / "fresh"),
+                                   python="3.11", index_url=None, offline=True, what="[builds.x]", env="e")
+    assert str(caught.value) == (
+        f"[builds.x]: --offline, but the store {tmp_path / 'fresh' / 'v1'} holds no wheel for python 3.11 on this "
+        "machine of 2 build requirements (a build installs its backend from the store's wheels alone); bring them "
+        "with `envlock export e --to DIR` on a machine that built this lock, then `envlock import DIR` here\n"
+        f"  tool==1.0 (locked sha256: {sha}, {sha256_of(windows)}, {'0' * 64})\n"
+        f"  more==2.0 (locked sha256: {'2' * 64})")

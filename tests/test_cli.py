@@ -135,7 +135,7 @@ def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> N
         "locks/pylock.e.toml is stale:", "  packages.tinydep: changed", "run `envlock lock e` to update it"]
     doc = json.loads(cli("lock", "e", "--check", "--json").out)
     assert doc == {"env": "e", "lock": str(ws.root / "locks" / "pylock.e.toml"), "current": False,
-                   "reasons": ["packages.tinydep: changed"]}
+                   "reasons": ["packages.tinydep: changed"], "yanked": [], "notes": []}
 
 
 def test_a_lock_edited_by_hand_or_of_another_env_is_not_current(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
@@ -166,12 +166,15 @@ def test_a_lock_edited_by_hand_or_of_another_env_is_not_current(ws, cli, univers
     assert path.read_text() == edited  # nothing written
 
 
-def test_check_does_no_network(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_check_reads_one_index_page_per_package_and_offline_none(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+    # The drift needs no network; the yanked files (PEP 592, tests/test_yanked.py) one page per package.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("lock", "e").code == 0
     before = len(universe.server.requests)
-    assert cli("lock", "e", "--check").code == 0
+    assert cli("lock", "e", "--check", "--offline").code == 0
     assert len(universe.server.requests) == before
+    assert cli("lock", "e", "--check").code == 0
+    assert [path for path, _ in universe.server.requests[before:]] == ["/pypi/simple/tinydep/"]
 
 
 def test_lock_json(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]

@@ -19,7 +19,7 @@ import pytest
 from envlock import generations
 from envlock.digest import stored_manifest
 from envlock.lockfile import Lock
-from envlock.store import Store
+from envlock.store import WRITER_LOCK, Store
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
 from kit.wheels import build_wheel
@@ -216,9 +216,84 @@ def test_gc_waits_for_a_running_sync_and_says_so(setup: Setup) -> None:
         proc = _envlock(setup.ws, setup.home, "gc")
         assert proc.stderr is not None
         line = proc.stderr.readline()
-        assert line == "envlock: waiting for the running syncs to end (gc never removes what a sync links)\n"
+        assert line == ("envlock: waiting for the running syncs, locks and builds to end (gc never removes what "
+                        "they use)\n")
         time.sleep(0.3)
         assert proc.poll() is None  # still waiting
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.splitlines()[2].startswith("removed: ")
+
+
+WAITING = "envlock: waiting for the running syncs, locks and builds to end (gc never removes what they use)\n"
+
+
+@pytest.fixture
+def tiny_build(ws, cli, backend_index: IndexServer) -> Path:  # type: ignore[no-untyped-def]
+    """A workspace whose env builds a setuptools project from a path source, locked, not built yet."""
+    project = ws.root / "tiny"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
+                                            '"setuptools.build_meta"\n[project]\nname = "tiny"\nversion = "1.0"\n')
+    (project / "tiny.py").write_text("VALUE = 1\n")
+    ws.write_spec("t", f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{backend_index.url("pypi")}"\n'
+                       'default = true\n[packages]\ntiny = { build = "tiny" }\n[sources.tiny]\npath = "tiny"\n'
+                       '[builds.tiny]\nsource = "tiny"\n')
+    r = cli("lock", "t")
+    assert r.code == 0, r.err
+    return ws.root
+
+
+def test_gc_beside_a_running_build_waits_and_leaves_its_inputs(  # type: ignore[no-untyped-def]
+        tiny_build: Path, tmp_path: Path, cli) -> None:
+    home = tmp_path / "home"
+    marker, release = tmp_path / "paused", tmp_path / "go-on"
+    build = _envlock(tiny_build, home, "build", "t",
+                     extra={"PAUSE_AT": "build", "PAUSE_MARKER": str(marker), "PAUSE_UNTIL": str(release)})
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert build.poll() is None, build.communicate()
+            assert time.monotonic() < deadline, "the build never reached its backend"
+            time.sleep(0.02)
+        # Paused with its backend's wheel in the store, which no lock names yet: a gc now would take it.
+        store = Store.open(home)
+        backend = [p.parent.name for p in (store.root / "wheels").glob("*/setuptools-*.whl")]
+        assert len(backend) == 1
+        gc = _envlock(tiny_build, home, "gc", "--keep-git", "none", "--json")
+        assert gc.stderr is not None
+        assert gc.stderr.readline() == WAITING
+        time.sleep(0.3)
+        assert gc.poll() is None  # still waiting for the build
+    finally:
+        release.write_text("")
+    _out, err = build.communicate(timeout=120)
+    assert build.returncode == 0, err
+    gc_out, gc_err = gc.communicate(timeout=60)
+    assert gc.returncode == 0, gc_err
+    # The build recorded itself in the lock before gc looked: its wheel, record and backend are rooted.
+    removed = json.loads(gc_out)["removed"]
+    assert f"wheels/{backend[0]}" not in removed and store.has("wheels", backend[0])
+    built = cli("build", "t", "--json")
+    assert built.code == 0, built.err
+    assert json.loads(built.out)["builds"][0]["rebuilt"] is False
+
+
+def _waiter_on(path: Path) -> bool:
+    """Whether a process waits for a ``flock`` on ``path`` (a ``->`` line of /proc/locks on its inode)."""
+    inode = f":{path.stat().st_ino} "
+    return any(line.split(":", 1)[1].lstrip().startswith("->") and inode in line
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_lock_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    store = Store.open(tmp_path / "home")
+    with store.collecting():  # as a gc holds it while it removes entries
+        relock = _envlock(tiny_build, store.home, "lock", "t")
+        deadline = time.monotonic() + 60
+        while not _waiter_on(store.root / "locks" / f"{WRITER_LOCK}.lock"):
+            assert relock.poll() is None, relock.communicate()  # done beside a gc: it never waited
+            assert time.monotonic() < deadline, "the lock never waited for the store's writer lock"
+            time.sleep(0.02)
+    _out, err = relock.communicate(timeout=120)
+    assert relock.returncode == 0, err

@@ -19,6 +19,7 @@ from envlock.bundle import MANIFEST
 from envlock.lockfile import read_lock
 from envlock.store import Store
 from kit.index import IndexServer
+from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo, write
 from kit.wheels import build_wheel
 
@@ -100,8 +101,9 @@ def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest( 
     r = cli("export", "e", "--to", str(bundle), "--json")
     assert r.code == 0, r.err
     result = json.loads(r.out)
-    # The build; its source's checkout, its patched tree and its FetchContent checkout; 2 wheels.
-    assert result["entries"] == {"builds": 1, "sources": 3, "wheels": 2}
+    # The build; its source's checkout, its patched tree and its FetchContent checkout; the lock's 2
+    # wheels and the setuptools wheel its build installs.
+    assert result["entries"] == {"builds": 1, "sources": 3, "wheels": 3}
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
         manifest = json.loads(tar.extractfile(MANIFEST).read())  # type: ignore[union-attr]
@@ -242,3 +244,76 @@ def test_export_refuses_an_existing_target_and_names_missing_entries(  # type: i
     store.remove_entry("wheels", sha)  # fetched again from the index for the export
     assert cli("export", "e", "--to", str(tmp_path / "b")).code == 0
     assert store.has("wheels", sha)
+
+
+def _elsewhere(synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+               bundle: Path) -> Path:
+    """``bundle`` imported on "another machine": the index stopped, the git repositories gone, no
+    wheelhouse, a fresh store and an empty uv cache. The fresh store's root."""
+    synced.server.stop()
+    shutil.rmtree(tmp_path / "repos")
+    shutil.rmtree(synced.ws / "wheelhouse")
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "empty-uv-cache"))
+    r = cli("import", str(bundle))
+    assert r.code == 0, r.err
+    return Store.open().root
+
+
+@pytest.mark.parametrize("synced", [True], indirect=True)
+def test_build_check_offline_after_an_import_rebuilds_the_locks_wheel(  # type: ignore[no-untyped-def]
+        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    recorded = read_lock(synced.lock).builds["tiny"]
+    bundle = tmp_path / "e.tar"
+    assert cli("export", "e", "--to", str(bundle)).code == 0
+    _elsewhere(synced, cli, tmp_path, monkeypatch, bundle)
+    r = cli("build", "e", "--check", "--offline")
+    assert r.code == 0, r.err
+    assert r.out == (f"tiny: unchanged (from the store) wheelhouse/{recorded.wheel} sha256 {recorded.sha256[:16]} "
+                     f"inputs {recorded.input_digest[:23]}\n"
+                     f"tiny: reproducible (rebuilt bit-identical to the lock's wheel, sha256 {recorded.sha256[:16]})\n"
+                     "0 rebuilt, 1 reused; 1 built again from scratch to check\n")
+    assert r.err == ""
+    r = cli("build", "e", "--check", "--offline", "--json")
+    assert r.code == 0, r.err
+    check = json.loads(r.out)["checks"][0]
+    assert (check["expected-sha256"], check["actual-sha256"], check["expected-from"]) == (
+        recorded.sha256, recorded.sha256, "lock")
+    assert sha256_of(synced.ws / "wheelhouse" / recorded.wheel) == recorded.sha256
+    # Online, with the index gone, the build requirements cannot be resolved: the way out is named.
+    r = cli("build", "e", "--check")
+    assert r.code == 1
+    assert r.err.startswith("envlock: error: [builds.tiny]: cannot resolve build requirements setuptools (uv pip "
+                            "compile exit 2)\n")
+    assert r.err.endswith("  without the index: `envlock build e --offline` builds from the build requirements "
+                          "the lock records and the store's wheels\n")
+
+
+@pytest.mark.parametrize("synced", [True], indirect=True)
+def test_build_offline_names_a_backend_wheel_the_bundle_lacks(  # type: ignore[no-untyped-def]
+        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    line = read_lock(synced.lock).builds["tiny"].requirements[0]
+    out, manifest = _export_dir(cli, tmp_path)
+    backend = next(e for e in manifest["entries"] if e["kind"] == "wheels"
+                   and e["files"][0]["path"].startswith("setuptools-"))
+    manifest["entries"].remove(backend)
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    shutil.rmtree(out / "store" / "wheels" / backend["key"])
+    root = _elsewhere(synced, cli, tmp_path, monkeypatch, out)
+    r = cli("build", "e", "--check", "--offline")
+    assert r.code == 1
+    assert r.err == (f"envlock: error: [builds.tiny]: --offline, but the store {root} holds no wheel for python 3.11 "
+                     "on this machine of 1 build requirement (a build installs its backend from the store's wheels "
+                     "alone); bring it with `envlock export e --to DIR` on a machine that built this lock, then "
+                     "`envlock import DIR` here\n"
+                     f"  setuptools==84.2.1 (locked sha256: {line.split('sha256:')[1]})\n")
+    assert r.out == ""
+    # A git input the store lacks is named before anything is planned (here: the FetchContent checkout).
+    kdep = read_lock(synced.lock).fetchcontent["tiny"]["kdep"]
+    Store.open().remove_entry("sources", f"git-{kdep.commit}")
+    r = cli("build", "e", "--check", "--offline")
+    assert r.code == 1
+    assert r.err == (f"envlock: error: envs/e.toml: --offline, but 1 git or URL input of the builds is not in the "
+                     f"store {root}; bring it with `envlock export e --to DIR` on a machine that built this lock, "
+                     "then `envlock import DIR` here\n"
+                     f"  builds.tiny.fetchcontent.kdep: commit {kdep.commit} of {kdep.git}\n")

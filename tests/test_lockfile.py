@@ -66,6 +66,23 @@ def test_round_trip_and_pep751() -> None:
     assert again.to_toml() == text
 
 
+def yanked_sample() -> Lock:
+    """``sample`` with torch's release recorded as yanked when locked."""
+    torch, kernel = sample().packages
+    return sample(packages=(replace(torch, yanked='bad "build"'), kernel))
+
+
+def test_a_yanked_release_is_recorded_in_the_packages_own_tool_table() -> None:
+    text = yanked_sample().to_toml()
+    assert Lock.from_toml(text, "x") == yanked_sample()
+    assert '\n]\n\n[packages.tool.envlock]\nyanked = "bad \\"build\\""\n\n[[packages]]\nname = "sgl-kernel"' in text
+    assert Pylock.from_dict(tomllib.loads(text)).packages[0].tool == {"envlock": {"yanked": 'bad "build"'}}
+    # Another tool's table beside it is that tool's: read past, not kept.
+    other = text.replace("[packages.tool.envlock]\n", "[packages.tool.other]\nx = 1\n[packages.tool.envlock]\n")
+    assert Lock.from_toml(other, "x") == yanked_sample()
+    assert Lock.from_toml(text.replace('\n[packages.tool.envlock]\nyanked = "bad \\"build\\""\n', ""), "x") == sample()
+
+
 def test_filename_is_unquoted() -> None:
     assert sample().packages[0].wheels[0].filename == "torch-2.12.0.dev20260307+cu130-cp312-cp312-linux_x86_64.whl"
 
@@ -195,6 +212,14 @@ def test_an_env_spec_given_as_a_lock_is_named_as_one() -> None:
          "digits"),
         ('[tool.envlock.fetchcontent."sgl-kernel"]\n', '[tool.envlock.fetchcontent]\n"sgl-kernel" = 1\n[x]\n',
          "tool.envlock.fetchcontent.sgl-kernel: found 1; expected a table"),
+        # A package's own envlock table (PEP 751 packages.tool): the reason its release was yanked, only that.
+        ('yanked = "bad \\"build\\""', "yanked = true",
+         "packages[0].tool.envlock.yanked (package 'torch'): found true; expected a string"),
+        ('yanked = "bad \\"build\\""', 'yanked = ""\nwhy = "x"',
+         "packages[0].tool.envlock.why (package 'torch'): found a key envlock does not write there; expected only "
+         "yanked"),
+        ('[packages.tool.envlock]\nyanked = "bad \\"build\\""', "[packages.tool]\nenvlock = 3",
+         "packages[0].tool.envlock (package 'torch'): found 3; expected a table"),
     ],
 )
 def test_malformed_lock_keys_are_named(tmp_path: Path, old: str, new: str, message: str) -> None:
@@ -204,8 +229,9 @@ def test_malformed_lock_keys_are_named(tmp_path: Path, old: str, new: str, messa
 
 
 def _read_edited(tmp_path: Path, old: str, new: str) -> tuple[Path, LockError]:
-    """The sample lock with ``old`` replaced by ``new``, and the LockError reading it raises."""
-    text = sample().to_toml()
+    """The sample lock (torch's release recorded yanked) with ``old`` replaced by ``new``, and the
+    LockError reading it raises."""
+    text = yanked_sample().to_toml()
     assert old in text
     path = tmp_path / "pylock.e.toml"
     path.write_text(text.replace(old, new, 1))

@@ -279,7 +279,7 @@ def test_a_mirror_without_the_history_is_said_with_how_to_fetch_it(scene, cli) -
     doc = json.loads(cli("diff", "locks/old.toml", "locks/new.toml", "--format", "json").out)
     assert doc == json.loads(cli("diff", "locks/old.toml", "locks/new.toml", "--json").out)
     assert sorted(doc) == ["builds", "changes", "download", "format", "new", "nightlies", "notes", "old",
-                           "packages", "sources", "unchanged_packages"]
+                           "packages", "sources", "unchanged_packages", "yanked"]
     assert doc["format"] == 1
     assert sorted(doc["nightlies"][0]) == ["index", "new_date", "old_date", "others", "pins"]
     assert sorted(doc["sources"][0]) == ["history", "name", "new", "old", "patches"]

@@ -279,11 +279,12 @@ def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str) -> _Ca
 
     def lock_of(i: int) -> tuple[Lock, str]:
         if i not in locks:
+            from envlock.caching import Caches
             from envlock.locking import lock_spec
             from envlock.mirrors import Mirrors
 
             moved = _write_spec(temp, spec, text, shared, dates[i])
-            locked = lock_spec(temp, env, moved, Mirrors.of(moved, None)).lock
+            locked = lock_spec(temp, env, moved, Mirrors.of(moved, None), caches=Caches.configured(ws)).lock
             locks[i] = locked if locked is not None else read_lock(temp.lock_path(env))
         return locks[i], f"{env} at nightly {dates[i]}"  # as names[i]
 

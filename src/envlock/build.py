@@ -47,7 +47,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion
 
 from envlock import runner, trees
-from envlock.errors import BuildError, InstallError, scrub
+from envlock.errors import BuildError, BuildRequirementsError, InstallError, scrub
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
 from envlock.spec import BuildSpec
@@ -112,6 +112,10 @@ class BuildPlan:
     fetchcontent_dirs: Mapping[str, Path] = field(default_factory=dict)
     # isolation = false: the env's wheels the build venv holds (those the digest covers)
     env_packages: tuple[BuildEnvPackage, ...] = ()
+    # A wheel of each of ``build_requirements``, in the store (``buildinputs.backend_wheels`` brings
+    # them in, hash-checked): the build installs its backend from these alone (``--no-index
+    # --find-links``), never from an index. None: from ``request.index_url`` (a caller that fetched none).
+    backend_wheels: tuple[Path, ...] | None = None
 
     @property
     def key(self) -> str:
@@ -161,6 +165,7 @@ class CheckResult:
     actual_sha256: str
     differing: tuple[str, ...] = ()  # files inside the wheel that differ
     kept: Path | None = None  # the differing rebuild, kept for inspection
+    recorded: bool = False  # ``expected_sha256`` is the lock's wheel (else the first build's)
 
     @property
     def reproducible(self) -> bool:
@@ -175,6 +180,7 @@ class CheckResult:
             "actual-sha256": self.actual_sha256,
             "differing": list(self.differing),
             "kept": str(self.kept) if self.kept else None,
+            "expected-from": "lock" if self.recorded else "first-build",
         }
 
 
@@ -299,7 +305,7 @@ def _compile(
                                annotate=False)
     result = runner.uv(args)
     if not result.ok:
-        raise BuildError(
+        raise BuildRequirementsError(
             f"{what}: cannot resolve build requirements {', '.join(requirements)} "
             f"(uv pip compile exit {result.returncode})",
             details=result.tail(15).splitlines(),
@@ -479,8 +485,7 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     backend_is_skbuild = str(plan_.recipe["backend"]).startswith("scikit_build_core")
     env = _build_env(plan_, scratch, backend_is_skbuild)
     args: list[str | os.PathLike[str]] = ["build", "--wheel", "--no-sources", "--out-dir", dist]
-    if req.index_url:
-        args += ["--default-index", req.index_url]
+    args += _index_args(plan_, scratch)
     if spec.isolation:
         interpreter = _interpreter(req.python)["executable"]
         args += ["--python", interpreter]
@@ -518,6 +523,19 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     return wheels[0], log
 
 
+def _index_args(plan_: BuildPlan, scratch: Path) -> list[str | os.PathLike[str]]:
+    """Where uv installs the build's requirements from: a folder of the plan's stored backend wheels
+    and nothing else, when it has them; else the request's index."""
+    if plan_.backend_wheels is None:
+        return ["--default-index", plan_.request.index_url] if plan_.request.index_url else []
+    folder = scratch / "backend-wheels"
+    folder.mkdir(exist_ok=True)
+    for wheel in plan_.backend_wheels:
+        if not (folder / wheel.name).is_symlink():
+            (folder / wheel.name).symlink_to(wheel)
+    return ["--no-index", "--find-links", folder]
+
+
 def _make_build_venv(plan_: BuildPlan, scratch: Path, log: Path, store: Store) -> Path:
     """A venv with exactly the env wheels the plan's digest covers and the build's locked requirements."""
     req = plan_.request
@@ -549,8 +567,7 @@ def _make_build_venv(plan_: BuildPlan, scratch: Path, log: Path, store: Store) -
             "-r",
             reqs,
         ]
-        if req.index_url:
-            args += ["--default-index", req.index_url]
+        args += _index_args(plan_, scratch)
         r = runner.uv(args, log=log)
         if not r.ok:
             raise _fail(
@@ -669,8 +686,9 @@ def check(
     try:
         wheel, _log = _run_build(p, store, scratch)
         actual = _sha256(wheel)
+        recorded = expected_sha256 is not None
         if actual == expected:
-            return CheckResult(request.spec.name, p.input_digest, expected, actual)
+            return CheckResult(request.spec.name, p.input_digest, expected, actual, recorded=recorded)
         differing = tuple(wheel_diff(first.store_path, wheel)) if first.sha256 != actual else ()
         if not differing and first.sha256 != expected:
             differing = (
@@ -680,7 +698,8 @@ def check(
         kept = store.path("check-failures", f"{p.key[:32]}-{int(time.time())}")
         kept.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(wheel, kept / wheel.name)
-        return CheckResult(request.spec.name, p.input_digest, expected, actual, differing, kept / wheel.name)
+        return CheckResult(request.spec.name, p.input_digest, expected, actual, differing, kept / wheel.name,
+                           recorded=recorded)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

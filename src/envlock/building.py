@@ -23,6 +23,7 @@ from envlock.buildinputs import FetchedInput, Unreachable
 from envlock.drift import drift
 from envlock.errors import (
     BuildError,
+    BuildRequirementsError,
     LockChangedError,
     LockError,
     PatchError,
@@ -224,6 +225,7 @@ class BuildSession:
     locate: Locate | None = None  # where those wheels are downloaded from (a sync's --index)
     # Build name -> its FetchContent inputs, fetched with the sources (before any wheel).
     inputs: Mapping[str, Mapping[str, FetchedInput]] = field(default_factory=dict)
+    offline: bool = False  # nothing downloaded: the env's wheels and the backends' from the store alone
 
     def ready(self, builds: Sequence[BuildSpec]) -> list[BuildSpec]:
         """Those of ``builds`` whose source is prepared."""
@@ -245,8 +247,8 @@ class BuildSession:
         base_dir = self.ws.lock_path(self.spec.name).parent
 
         def fetch_wheels(packages: list[LockedPackage]) -> FetchResult:
-            return fetch.fetch([p.wheels[0] for p in packages], self.store, base_dir=base_dir,
-                               progress=self.progress, locate=self.locate)
+            return fetch.fetch([p.wheels[0] for p in packages], self.store, base_dir=base_dir, offline=self.offline,
+                               progress=self.progress, locate=self.locate, env=self.spec.name)
 
         packages, got = buildinputs.closure_packages(self.lock, roots, python=self.spec.python,
                                                      platform=self.spec.platform, exclude=local,
@@ -277,6 +279,14 @@ class BuildSession:
             {name: f.pin.recipe(name) for name, f in inputs.items()},
         )
 
+    def with_backend(self, plan_: build.BuildPlan) -> build.BuildPlan:
+        """``plan_`` with a stored wheel of each of its build requirements, which its build installs alone:
+        from the store, else (online) downloaded from the default index and held to the locked hashes."""
+        wheels = buildinputs.backend_wheels(plan_.build_requirements, self.store, python=self.spec.python,
+                                            index_url=self.index_url, offline=self.offline,
+                                            what=f"[builds.{plan_.request.spec.name}]", env=self.spec.name)
+        return replace(plan_, backend_wheels=wheels)
+
     def pins(self) -> dict[str, dict[str, LockedFetchContent]]:
         """The FetchContent pins of the session's builds, for the lock."""
         return {name: {dep: f.pin for dep, f in inputs.items()} for name, inputs in self.inputs.items() if inputs}
@@ -304,18 +314,51 @@ class BuildOptions:
     progress: Progress | None = None  # of the env's wheels fetched for non-isolated builds
     on_build: Callable[[str, str], None] | None = None  # (name, input digest), before each build that runs
     caches: Caches | None = None  # binary caches asked before each build; the post-build push
+    # Nothing downloaded: each build planned from the build requirements the lock records, its sources,
+    # FetchContent inputs, env wheels and backend wheels from the store alone (after `envlock import`).
+    offline: bool = False
 
 
 def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[BuildSpec], mirrors: Mirrors,
                   options: BuildOptions) -> BuildSession:
     """The sources of ``wanted`` prepared, and the mirrors the builds read, for ``build_env``."""
     store = Store.open()
-    states, inputs = prepare_inputs(ws, spec, store, lock=lock, overrides=options.overrides,
-                                    names={b.source for b in wanted}, builds=wanted, mirrors=mirrors)
+    if options.offline:
+        _check_offline(ws, spec, store, lock, wanted, options)
+    if options.caches is not None:  # fetched sources the store lacks, from the caches (checked), before git or URLs
+        from envlock import cachesources
+
+        commits = {b.source: pinned_commit(spec.sources[b.source], lock) for b in wanted
+                   if b.source in spec.sources and b.source not in options.overrides}
+        cachesources.sources_into_store(options.caches, store, cachesources.wanted(spec, lock, wanted, commits))
+    try:
+        states, inputs = prepare_inputs(ws, spec, store, lock=lock, overrides=options.overrides,
+                                        names={b.source for b in wanted}, builds=wanted, mirrors=mirrors)
+    except SourceError as exc:  # what a cache was refused for is said with the failure it led to
+        raise (exc.with_details(*options.caches.notes) if options.caches is not None else exc) from None
     by_package = mirrors.for_packages(lock)
     locate = package_locator(lock.packages, by_package) if by_package else None
     default_url = resolve.index_urls(spec, mirrors.indexes)[spec.default_index.name]  # as `lock` resolves against
-    return BuildSession(ws, spec, store, states, lock, default_url, mirrors, options.progress, locate, inputs)
+    return BuildSession(ws, spec, store, states, lock, default_url, mirrors, options.progress, locate, inputs,
+                        offline=options.offline)
+
+
+def _check_offline(ws: Workspace, spec: EnvSpec, store: Store, lock: Lock, wanted: Sequence[BuildSpec],
+                   options: BuildOptions) -> None:
+    """``--offline``: every build of ``wanted`` recorded in the lock (its build requirements are known
+    only from there), every git or URL input of them in the store; else one error naming each."""
+    env, lock_name = spec.name, ws.relative(ws.lock_path(spec.name))
+    if unrecorded := [b.name for b in wanted if b.name not in lock.builds]:
+        raise LockError(f"{lock_name}: --offline, but the lock records no build of {', '.join(unrecorded)}, so the "
+                        f"build requirements are unknown without the index; run `envlock build {env}` online")
+    names = {b.source for b in wanted} - set(options.overrides)
+    srcs = [spec.sources[n] for n in sorted(names) if n in spec.sources]
+    if missing := buildinputs.missing_offline(srcs, wanted, store, lock, lambda src: pinned_commit(src, lock)):
+        many = len(missing) != 1
+        raise SourceError(f"{ws.relative(spec.path)}: --offline, but {len(missing)} git or URL input"
+                          f"{'s' if many else ''} of the builds {'are' if many else 'is'} not in the store "
+                          f"{store.root}; bring {'them' if many else 'it'} with `envlock export {env} --to DIR` on a "
+                          "machine that built this lock, then `envlock import DIR` here", details=missing)
 
 
 # -- envlock build -----------------------------------------------------------
@@ -381,8 +424,11 @@ def build_env(ws: Workspace, env: str, packages: tuple[str, ...] = (), options: 
     """``envlock build ENV [PKG...]``: build the env's ``[builds.*]`` (or just ``packages``) into the
     wheelhouse and record them in its lock, reading the mirrors ``asked`` and the environment name."""
     options = options or BuildOptions()
+    if options.offline and asked is not None and (asked.sources or asked.indexes):
+        which = "--source" if asked.sources else "--index"
+        raise UsageError(f"{which}: --offline downloads nothing, so no mirror is read; drop one of the two")
     spec = load_env_spec(ws, env, check_paths=not options.overrides)
-    return build_spec(ws, spec, Mirrors.of(spec, asked), packages, options)
+    return build_spec(ws, spec, Mirrors.of(spec, asked, read_indexes=not options.offline), packages, options)
 
 
 def build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[str, ...] = (),
@@ -396,7 +442,9 @@ def build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[s
     recorded in the lock. ``options.frozen``: rebuild what the lock records, from its build
     requirements, and leave the lock as it is.
     """
-    with mirrors.credentials():  # the env's wheels a non-isolated build reads come from its indexes
+    # The env's wheels a non-isolated build reads come from its indexes. Under the store's writer lock
+    # (shared, as a sync's): a gc beside waits, and never removes an input a build reads.
+    with mirrors.credentials(), Store.open().writing():
         return _build_spec(ws, spec, mirrors, packages, options or BuildOptions())
 
 
@@ -410,7 +458,7 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
     lock = Lock.from_toml(old.text, lock_path)
     wanted = _wanted_builds(spec, packages)
     session = _open_session(ws, spec, lock, wanted, mirrors, options)
-    planned, fetched = plan_builds(session, wanted, frozen=frozen)
+    planned, fetched = plan_builds(session, wanted, frozen=frozen or options.offline)
     built, checks, moved = _carry_out(session, planned, check=check, frozen=frozen, on_build=options.on_build,
                                       caches=options.caches)
     if options.caches is not None:  # the post-build hook: each build that ran, pushed ([cache] push)
@@ -418,6 +466,11 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
 
         after_build(options.caches, session.store, built)
     new = _with_builds(session, lock_path, built)
+    if options.caches is not None:  # ... and the fetched sources those builds read
+        from envlock.cachesources import after_build as push_sources
+
+        ran = {w.name for w in built if w.rebuilt}
+        push_sources(options.caches, session.store, new, [b for b in wanted if b.name in ran])
     overridden = any(s.prepared.override is not None for s in session.states.values())
     # PEP 751 validity comes from the writer, as in lock_env (tests load every shape it writes).
     text = new.to_toml()
@@ -460,8 +513,9 @@ def plan_builds(session: BuildSession, wanted: Sequence[BuildSpec], *,
     """Plan each of ``wanted`` (its FetchContent inputs checked out, its inputs digested) before
     any is built; and the fetch of the env's wheels that planning needed.
 
-    ``frozen``: each is planned from the build requirements the lock records, and one whose
-    inputs moved since the lock is refused (a ``LockError`` naming what changed).
+    ``frozen`` (also ``--offline``): each is planned from the build requirements the lock records;
+    one whose inputs moved since the lock is refused when ``session`` is not offline (a
+    ``LockError`` naming what changed); offline, ``--check`` then compares two builds of the new inputs.
     """
     wanted = session.ready(wanted)
     env_packages, fetched = session.env_packages(wanted)
@@ -469,9 +523,15 @@ def plan_builds(session: BuildSession, wanted: Sequence[BuildSpec], *,
     for b in wanted:
         recorded = session.lock.builds.get(b.name)
         request = session.request(b, env_packages, recorded if frozen else None)
-        one = PlannedBuild(request, build.plan(request, session.store), recorded,
-                           session.states[b.source].prepared.override is not None)
-        if frozen and one.recorded is not None and not one.same_inputs:
+        try:
+            planned_ = build.plan(request, session.store)
+        except BuildRequirementsError as exc:
+            if recorded is None:
+                raise
+            raise exc.with_details(f"without the index: `envlock build {session.spec.name} --offline` builds from "
+                                   "the build requirements the lock records and the store's wheels") from None
+        one = PlannedBuild(request, planned_, recorded, session.states[b.source].prepared.override is not None)
+        if frozen and not session.offline and one.recorded is not None and not one.same_inputs:
             raise _moved_since_the_lock(session, one)
         planned.append(one)
     return tuple(planned), fetched
@@ -513,6 +573,8 @@ def _carry_out(session: BuildSession, planned: Sequence[PlannedBuild], *, check:
             # A trusted cache's build of these inputs (of the recorded wheel, if the lock has it) into the store.
             caches.build_into_store(store, one.name, plan_.input_digest,
                                     recorded.sha256 if recorded is not None and one.same_inputs else None)
+        if held is None and (check or not build.is_built(plan_, store)):  # a build runs: its backend's wheels
+            plan_ = session.with_backend(plan_)
         if on_build is not None and held is None and not build.is_built(plan_, store):  # a stored wheel: a copy
             on_build(one.name, plan_.input_digest)
         # Into the wheelhouse only what the lock names (or will, when this build is recorded): an

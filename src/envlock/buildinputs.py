@@ -9,6 +9,13 @@ requirements among the locked packages, followed level by level through the whee
 true list, and the closure's wheels are needed in the store anyway), so a runtime wheel
 the build cannot import is never downloaded for it.
 
+The wheels of a build's locked requirements (its backend and tools, ``name==version
+--hash=sha256:...``): one per requirement, for this machine's interpreter, brought into the store
+from the index (its listed sha256, or the bytes hashed, held to the locked hashes) or found there
+already (after ``envlock import``); a build installs them alone, so it is repeated offline with
+what the store holds. ``--offline``, a requirement with no wheel in the store is named, with the
+``envlock export`` / ``import`` that brings it.
+
 A FetchContent input is pinned as a source is: a tag or branch is resolved to its commit once
 (``git ls-remote``) and the lock keeps that commit while the spec's rev is unchanged; an
 archive is held to the spec's sha256, else to the one the lock recorded for the same URL,
@@ -21,14 +28,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envlock import build, sources
-from envlock.errors import BuildError, SourceError
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from envlock import build, fetch, sources
+from envlock.closure import PinnedRequirement, pinned_requirement
+from envlock.errors import BuildError, PackageIndexError, SourceError, redact
 from envlock.fetch import FetchResult
-from envlock.lockfile import Lock, LockedFetchContent, LockedPackage
+from envlock.lockfile import Artifact, Lock, LockedFetchContent, LockedPackage
 from envlock.mirrors import SOURCE_ENV_PREFIX, env_var, source_mirror_how
-from envlock.spec import COMMIT_ID, BuildSpec, FetchContentInput
-from envlock.store import Store
-from envlock.target import target_environment
+from envlock.spec import COMMIT_ID, BuildSpec, FetchContentInput, SourceSpec
+from envlock.store import Store, store_file
+from envlock.target import best_wheel, host_tags, target_environment
 
 # -- FetchContent inputs -----------------------------------------------------
 
@@ -163,3 +175,109 @@ def closure_packages(lock: Lock, roots: set[str], *, python: str, platform: str 
             todo += build.requirement_edges(wheel, extras, environment)
     ordered = tuple(p for p in lock.packages if p.name in reached)
     return ordered, tuple(results)
+
+
+# -- the wheels of a build's locked requirements -----------------------------
+
+
+def stored_backend(store: Store, req: PinnedRequirement, python: str) -> Path | None:
+    """The store's wheel of ``req`` (one of its hashes) that a ``python`` interpreter here installs
+    (the best, if several), or None."""
+    found = [wheel for sha in req.hashes if store.has("wheels", sha)
+             for wheel in sorted(store.path("wheels", sha).glob("*.whl"))]
+    tags = host_tags(python)
+    usable = [w for w in found if _installs(w.name, set(tags))]
+    return usable[best_wheel([w.name for w in usable], tags)] if usable else None
+
+
+def _installs(filename: str, tags: set[Tag]) -> bool:
+    try:
+        return bool(parse_wheel_filename(filename)[3] & tags)
+    except (InvalidWheelFilename, ValueError):
+        return False
+
+
+def backend_wheels(lines: Sequence[str], store: Store, *, python: str, index_url: str | None, offline: bool,
+                   what: str, env: str) -> tuple[Path, ...]:
+    """A stored wheel of each locked requirement ``lines`` for this machine's ``python``: from the store,
+    else (not ``offline``) downloaded from ``index_url`` and held to the line's hashes. ``BuildError``
+    naming every requirement that has none (offline: with how to bring it), ``what`` saying whose."""
+    out: list[Path] = []
+    lacking: list[PinnedRequirement] = []
+    for req in map(pinned_requirement, lines):
+        held = stored_backend(store, req, python)
+        if held is None and not offline and index_url:
+            held = _download_backend(req, store, python=python, index_url=index_url, what=what)
+        if held is None:
+            lacking.append(req)
+        else:
+            out.append(held)
+    if lacking:
+        n = len(lacking)
+        why = "--offline, but the store" if offline else "no index to download from, and the store"
+        raise BuildError(f"{what}: {why} {store.root} holds no wheel for python {python} on this machine of "
+                         f"{n} build requirement{'s' if n != 1 else ''} (a build installs its backend from the "
+                         f"store's wheels alone); bring {'them' if n != 1 else 'it'} with `envlock export {env} "
+                         "--to DIR` on a machine that built this lock, then `envlock import DIR` here",
+                         details=[f"{r.pin} (locked sha256: {', '.join(r.hashes) or 'none'})" for r in lacking])
+    return tuple(out)
+
+
+def _download_backend(req: PinnedRequirement, store: Store, *, python: str, index_url: str, what: str) -> Path:
+    """``req``'s wheel for ``python`` here, from ``index_url`` into the store, held to the locked hashes."""
+    from envlock import indexes  # http: only a build whose backend the store lacks reads an index
+
+    try:
+        version = Version(req.version)
+        listed = [f for f in indexes.project_files(index_url, req.name) if f.version == version]
+    except InvalidVersion:
+        listed = []
+    except PackageIndexError as exc:
+        raise BuildError(f"{what}: build requirement {req.pin}: {exc.message}", details=exc.details) from None
+    tags = host_tags(python)
+    usable = [f for f in listed if f.filename.endswith(".whl") and _installs(f.filename, set(tags))
+              and (f.sha256 is None or f.sha256 in req.hashes)]
+    if not usable:
+        page = f"{redact(index_url)}/{canonicalize_name(req.name)}/"
+        raise BuildError(f"{what}: build requirement {req.pin}: {page} lists no wheel of it with a locked sha256 "
+                         f"that python {python} installs here ({len(listed)} files of that version); a build "
+                         "installs its backend from hash-checked wheels in the store alone, so that it can be "
+                         "repeated offline")
+    chosen = usable[best_wheel([f.filename for f in usable], tags)]
+    if chosen.sha256 is not None:
+        got = fetch.fetch([Artifact(sha256=chosen.sha256, url=chosen.url)], store, base_dir=store.root)
+        return got.artifacts[0].path
+    artifact, _ = fetch.hash_unlisted(chosen.url, store, known=None)  # an index that publishes no hash
+    if artifact.sha256 not in req.hashes:
+        raise BuildError(f"{what}: build requirement {req.pin}: {chosen.url} holds sha256 {artifact.sha256}, "
+                         f"not one the lock records ({', '.join(req.hashes)}); refused")
+    return store_file(store, artifact)
+
+
+def missing_offline(srcs: Sequence[SourceSpec], builds: Sequence[BuildSpec], store: Store, lock: Lock | None,
+                    commit_of: Callable[[SourceSpec], str | None]) -> list[str]:
+    """The git and URL inputs an offline build of ``builds`` would have to fetch: each git source of
+    ``srcs`` (at ``commit_of`` it: the spec's or the lock's commit) and each FetchContent input (at its
+    pin) whose tree the store lacks, one line each."""
+    out: list[str] = []
+    for src in srcs:
+        if src.git is None:
+            continue  # a path source is read from the workspace
+        commit = commit_of(src)
+        if commit is None:
+            out.append(f"sources.{src.name}: rev {src.rev or 'HEAD'} of {redact(src.git)}, which the lock pins to "
+                       "no commit (resolving it needs the repository)")
+        elif not (store.path("sources", f"git-{commit}") / "tree").is_dir():
+            out.append(f"sources.{src.name}: commit {commit} of {redact(src.git)}")
+    for b in builds:
+        recorded = lock.fetchcontent.get(b.name, {}) if lock is not None else {}
+        for dep in b.fetchcontent:
+            key, pin = f"builds.{b.name}.fetchcontent.{dep.name}", known_pin(dep, recorded.get(dep.name))
+            where = redact(dep.git or dep.url or "")
+            if pin is None:
+                out.append(f"{key}: {where} at {dep.rev or 'HEAD'}, which the lock pins to no commit or sha256")
+            elif pin.commit is not None and not (store.path("sources", f"git-{pin.commit}") / "tree").is_dir():
+                out.append(f"{key}: commit {pin.commit} of {where}")
+            elif pin.sha256 is not None and not (store.path("sources", f"archive-{pin.sha256}") / "tree").is_dir():
+                out.append(f"{key}: archive {where} (sha256 {pin.sha256})")
+    return out

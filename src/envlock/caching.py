@@ -26,7 +26,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -131,10 +131,17 @@ class Caches:
     notes: list[str] = field(default_factory=list)
     wheels: int = 0  # taken from a cache this command
     builds: int = 0
+    sources: int = 0  # fetched sources taken (``cachesources``)
     pushed: int = 0
     _backends: dict[str, Backend | None] = field(default_factory=dict)
     _refused: set[tuple[str, str]] = field(default_factory=set)  # (cache, build) refused: not asked again
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def configured(cls, ws: Workspace | None, trusted: Sequence[str] = ()) -> Caches | None:
+        """The caches ``envlock.toml`` and the environment name (None: none)."""
+        config = CacheConfig.of(ws, trusted)
+        return cls(config) if config.active else None
 
     def backends(self) -> Iterable[Backend]:
         """Each cache still usable (one that failed this command is not asked again)."""
@@ -162,7 +169,8 @@ class Caches:
     def summary(self) -> str:
         """One line of what the caches gave, then every refusal (the sync's note)."""
         took = [f"{n} {what}{'s' if n != 1 else ''}" for n, what in ((self.wheels, "wheel"), (self.builds, "build"),
-                                                                 (self.pushed, "upload")) if n]
+                                                                 (self.sources, "source"), (self.pushed, "upload"))
+                if n]
         return "; ".join([*(["caches: " + ", ".join(took)] if took else []), *self.notes])
 
     def wheels_into_store(self, store: Store, artifacts: Sequence[Artifact]) -> None:
@@ -190,8 +198,9 @@ class Caches:
     def _live(self, backend: Backend) -> bool:
         return any(b is backend for b in self._backends.values())
 
-    def _wheel(self, store: Store, backend: Backend, artifact: Artifact) -> bool:
-        """``artifact`` from ``backend`` into the store, verified; False when it has none or a wrong one."""
+    def _wheel(self, store: Store, backend: Backend, artifact: Artifact, absent: str = "") -> bool:
+        """``artifact`` from ``backend`` into the store, verified; False when it has none (refused as
+        ``absent`` if given) or a wrong one."""
         try:
             with store.new_entry("wheels", artifact.sha256) as work:
                 target = work / artifact.filename
@@ -204,6 +213,8 @@ class Caches:
                 os.utime(target, (_STORE_MTIME, _STORE_MTIME))
             os.utime(store.path("wheels", artifact.sha256), (_STORE_MTIME, _STORE_MTIME))
         except FileNotFoundError:
+            if absent:
+                self._refuse(backend, absent)
             return False
         except _WrongBytesError as exc:
             self._refuse(backend, f"{artifact.filename}: {exc}")
@@ -275,6 +286,32 @@ class Caches:
             self._refuse(backend, f"{where}: no plain wheel file name, sha256 and size in it")
             return None
         return record
+
+    # -- for the other kinds of record (``cacheurls``: signed URL records) -----------------
+
+    def read(self, backend: Backend, key: str) -> bytes | None:
+        """A small entry (a record) of ``backend`` if it is still usable; None when it has none, or
+        failed (noted, and not asked again)."""
+        if not self._live(backend):
+            return None
+        try:
+            return get_bytes(backend, key)
+        except CacheError as exc:
+            self._down(backend, exc)
+            return None
+
+    def refuse(self, backend: Backend, what: str) -> None:
+        """Say in the notes that ``backend``'s ``what`` was refused (and why, in ``what``)."""
+        self._refuse(backend, what)
+
+    def take_wheel(self, store: Store, backend: Backend, artifact: Artifact, *, absent: str) -> bool:
+        """``artifact`` from ``backend`` into the store, held to its sha256 and size, and counted;
+        False when the cache has none (refused as ``absent``) or other bytes (noted)."""
+        if not (self._live(backend) and self._wheel(store, backend, artifact, absent)):
+            return False
+        with self._lock:
+            self.wheels += 1
+        return True
 
 
 def _get_verified(backend: Backend, key: str, fh: IO[bytes], sha256: str, size: int | None) -> bool:
@@ -457,11 +494,17 @@ def after_build(caches: Caches | None, store: Store, built: Iterable[Any]) -> No
 # -- the commands ---------------------------------------------------------------------
 
 
-def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None, key_file: Path | None = None
-             ) -> Pushed:
+#: What pushes the URL records of a lock's wheels (``cacheurls.push_url_records``, handed in by
+#: ``clicache``: it asks the caches by way of ``Caches``, so ``caching`` cannot import it).
+PushUrls = Callable[[Backend, Sequence[tuple[Artifact, Path]], SecretKey | None], Pushed]
+
+
+def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None, key_file: Path | None = None,
+             url_records: PushUrls | None = None) -> Pushed:
     """``envlock cache push ENV --to URL``: the lock's closure (every wheel, each build's signed
-    record, the closure manifest) uploaded where ``to`` lacks it. The wheels are brought into
-    the store first (from the index where the store lacks them)."""
+    record, the closure manifest) uploaded where ``to`` lacks it, then each wheel's signed URL
+    record (``url_records``). The wheels are brought into the store first (from the index where
+    the store lacks them)."""
     from envlock import fetch
     from envlock.lockrefs import load_env_lock_ref
 
@@ -473,7 +516,11 @@ def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None, k
     builds = [(n, b.input_digest, b.requirements) for n, b in sorted(ref.lock.builds.items())]
     paths = got.paths()
     sizes = {sha: path.stat().st_size for sha, path in paths.items()}
-    return push_entries(backend, store, paths, builds, key, closure_manifest(ref.lock, ref.label, sizes))
+    pushed = push_entries(backend, store, paths, builds, key, closure_manifest(ref.lock, ref.label, sizes))
+    if url_records is None:
+        return pushed
+    more = url_records(backend, [(p.wheels[0], paths[p.wheels[0].sha256]) for p in ref.lock.packages], key)
+    return Pushed(pushed.url, pushed.uploaded + more.uploaded, pushed.present + more.present, pushed.notes + more.notes)
 
 
 @dataclass(frozen=True)

@@ -81,10 +81,13 @@ def _mirror_options(args: argparse.Namespace) -> MirrorOptions:
 
 
 def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import locking, ui
+    from envlock import clicache, locking, ui
 
+    if args.offline and not args.check:
+        raise UsageError("--offline: `envlock lock` resolves against the indexes; only `envlock lock ENV --check "
+                         "--offline` runs without the network")
     if args.check:
-        check = locking.check_lock(ws, args.env)
+        check = locking.check_lock(ws, args.env, _mirror_options(args), offline=args.offline)
 
         def text() -> str:
             if check.current:
@@ -93,10 +96,13 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
             return "\n".join([*lines, f"run `envlock lock {args.env}` to update it"])
 
         out(args, check.to_dict(), text)
+        for note in check.notes:  # the yanked files, on stderr: stdout keeps the answer (or the JSON document)
+            print(f"envlock: note: {note}", file=sys.stderr)
         return 0 if check.current else 1
     message = f"locking envs/{args.env}.toml"
     with _status(args, message) as status:
-        result = locking.lock_env(ws, args.env, _mirror_options(args), progress=ui.StatusProgress(status, message))
+        result = locking.lock_env(ws, args.env, _mirror_options(args), progress=ui.StatusProgress(status, message),
+                                  caches=clicache.build_caches(ws, args.trusted_key))
 
     def text_lock() -> str:
         verb = "wrote" if result.changed else "unchanged:"
@@ -166,7 +172,7 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
 
     if args.format == "json":
         args.json = True  # before the work: its errors are a JSON document too
-    options = reporting.ReportOptions(fetch=args.fetch)
+    options = reporting.ReportOptions(fetch=args.fetch, yanked=args.yanked)
     result, notes = lockrefs.diff_refs(ws, args.old, args.new, options)
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
@@ -352,7 +358,8 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
 
     with _status(args, "preparing sources and build inputs") as say:
         options = building.BuildOptions(
-            check=args.check, overrides=_overrides(args.override_source), caches=build_caches(ws, args.trusted_key),
+            check=args.check, overrides=_overrides(args.override_source), offline=args.offline,
+            caches=None if args.offline else build_caches(ws, args.trusted_key),
             on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "
                                               "reused from the store; a native build can take long)"),
         )
@@ -368,7 +375,8 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
             lines.append(f"{b.name}: {how} {ws.relative(b.wheel)} sha256 {b.sha256[:16]} inputs {b.input_digest[:23]}")
         for c in report.checks:
             if c.reproducible:
-                lines.append(f"{c.name}: reproducible (rebuilt bit-identical, sha256 {c.actual_sha256[:16]})")
+                to = " to the lock's wheel" if c.recorded else ""
+                lines.append(f"{c.name}: reproducible (rebuilt bit-identical{to}, sha256 {c.actual_sha256[:16]})")
             else:
                 lines.append(f"{c.name}: NOT reproducible: expected sha256 {c.expected_sha256[:16]}, "
                              f"rebuilt {c.actual_sha256[:16]}; differing files:")
@@ -446,16 +454,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("lock", cmd_lock, "resolve envs/ENV.toml into locks/pylock.ENV.toml",
             "Resolve envs/ENV.toml with the pinned uv and write locks/pylock.ENV.toml (PEP 751 + [tool.envlock]).\n"
             "Nightly pins resolve to the exact version of that date; every package comes only from the index\n"
-            "it is pinned to (else the default index); every wheel gets a sha256.\n"
-            "Mirrors: --index NAME=URL or ENVLOCK_INDEX_<NAME>=URL resolve a spec index against another URL.")
+            "it is pinned to (else the default index); every wheel gets a sha256. A yanked release (PEP 592) is\n"
+            "taken only by an exact == pin, and then recorded in the lock and noted.\n"
+            "--check: is the lock current for the spec (no writes); it also reads each locked package's index\n"
+            "page and notes the files now yanked, with the index's reason (--offline: not read).\n"
+            "Mirrors: --index NAME=URL or ENVLOCK_INDEX_<NAME>=URL resolve a spec index against another URL.\n"
+            "Caches ([cache] urls in envlock.toml, docs/cache.md): a wheel whose index publishes no hash is\n"
+            "taken from a cache by a trusted signed URL record before it is downloaded to hash it; with\n"
+            "[cache] push, the wheels this lock downloaded are pushed with their signed URL records.")
     p.add_argument("env", metavar="ENV", help="env name (envs/ENV.toml)")
     p.add_argument("--check", action="store_true",
-                   help="no network, no writes: exit 0 if the lock is current, 1 if stale (and why), 2 if missing")
+                   help="no writes, no resolution: exit 0 if the lock is current, 1 if stale (and why), 2 if "
+                   "missing; notes each locked file its index now marks yanked (one page per package; never "
+                   "changes the exit code)")
+    p.add_argument("--offline", action="store_true",
+                   help="with --check: read no index (the yanked files are not checked; a note says so)")
     p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
                    help="resolve spec index NAME against URL (a mirror); repeatable")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME's pinned commit from URL (a local clone or mirror; the commit "
                    "is verified and the lock keeps the spec's URL); also ENVLOCK_SOURCE_<NAME>=URL; repeatable")
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     p = add("nightlies", cmd_nightlies, "the dates each nightly pin could take, for the env's target",
@@ -476,7 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
             "source as a commit range (count, dates, the commits touching files its patches touch, read from\n"
             "the store's git mirror); every local build that rebuilds, with the input that moved, and those\n"
             "that do not; packages added, removed or changed, with why when the locks show it; the download\n"
-            "size before and after; then every change, one a line.\n"
+            "size before and after; the wheels of NEW that are yanked (PEP 592: recorded so in NEW; with\n"
+            "--yanked, also those its index marks yanked now); then every change, one a line.\n"
             "OLD and NEW are lock paths, PATH@GITREV (e.g. locks/pylock.X.toml@HEAD~1) or env names.")
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
@@ -487,6 +507,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fetch", action="store_true",
                    help="fetch the history of moved git sources into the store's mirror first (network), for "
                    "their commit ranges")
+    p.add_argument("--yanked", action="store_true",
+                   help="read the index page of each of NEW's packages and list its files yanked since it was "
+                   "locked (network; without it, only those NEW records as yanked)")
     p.set_defaults(needs_workspace=False)  # two lock paths need none; an env name is looked up in it
 
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",
@@ -551,11 +574,15 @@ def build_parser() -> argparse.ArgumentParser:
             "Fetch each source at its pinned commit, apply its patches, build the wheel (keyed by an input digest:\n"
             "same inputs => no rebuild) and record it in the lock. --check rebuilds from scratch and compares\n"
             "(exit 1 if not bit-identical, naming the files that differ), and writes no lock: it says when the\n"
-            "lock records a build of other inputs, and what changed.")
+            "lock records a build of other inputs, and what changed. A build installs its backend only from\n"
+            "hash-checked wheels in the store; --offline takes everything from there (`envlock import`).")
     p.add_argument("env", metavar="ENV")
     p.add_argument("packages", nargs="*", metavar="PKG", help="only these builds (default: all)")
     p.add_argument("--check", action="store_true",
                    help="rebuild from scratch and compare (exit 1 on a difference); the lock is not written")
+    p.add_argument("--offline", action="store_true",
+                   help="no network: build from the build requirements the lock records, with sources and backend "
+                   "wheels from the store only (after `envlock import`); name what is missing")
     p.add_argument("--override-source", action="append", default=[], metavar="NAME=PATH",
                    help="build source NAME from a local tree instead of its pin, the spec's patches applied on "
                    "top (so give it unpatched); never recorded in the lock")

@@ -17,8 +17,9 @@ from envlock.workspace import Workspace
 if TYPE_CHECKING:
     from envlock.caching import Caches
 
-TRUSTED_HELP = ("use binary cache build records signed by this key (NAME:BASE64, as `envlock cache keygen` "
-                "prints it); also ENVLOCK_TRUSTED_KEYS and [cache] trusted-keys in envlock.toml; repeatable")
+TRUSTED_HELP = ("use binary cache records (of builds, and of a hash-less index's wheel URLs) signed by this key "
+                "(NAME:BASE64, as `envlock cache keygen` prints it); also ENVLOCK_TRUSTED_KEYS and [cache] "
+                "trusted-keys in envlock.toml; repeatable")
 
 
 def build_caches(ws: Workspace, trusted: Sequence[str]) -> Caches | None:
@@ -40,9 +41,10 @@ def cmd_keygen(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.caching import push_env
+    from envlock.cachesources import push_env  # the closure (caching.push_env), then the fetched sources
+    from envlock.cacheurls import push_url_records
 
-    pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key)
+    pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key, url_records=push_url_records)
     for note in pushed.notes:
         print(f"envlock: {note}", file=sys.stderr)
 
@@ -55,10 +57,12 @@ def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.caching import CacheConfig, verify_cache
+    from envlock.cacheurls import verify_url_records
+    from envlock.caching import CacheCheck, CacheConfig, verify_cache
 
-    check = verify_cache(args.url, CacheConfig.of(ws if (ws.root / "envs").is_dir() else None,
-                                                  args.trusted_key).trusted)
+    trusted = CacheConfig.of(ws if (ws.root / "envs").is_dir() else None, args.trusted_key).trusted
+    check, urls = verify_cache(args.url, trusted), verify_url_records(args.url, trusted)
+    check = CacheCheck(check.url, check.checked + urls.checked, check.problems + urls.problems)
 
     def text() -> str:
         head = f"{check.url}: {check.checked} entries checked, " + (
@@ -92,21 +96,26 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
 
     q = cadd("push", cmd_push, "upload the closure of ENV's lock to a cache (only what it lacks)",
              "Upload every wheel of the lock (from the store; fetched first where missing), each local build's\n"
-             "wheel with its build record signed by --key, and the closure manifest, to URL (file://DIR,\n"
-             "http(s)://HOST/PATH by PUT, s3://BUCKET/PREFIX). What the cache has is not sent again.\n"
+             "wheel with its build record signed by --key, the closure manifest, a URL record signed by --key\n"
+             "for each wheel with an http(s) URL (its URL -> file name, sha256, size: a later `envlock lock`\n"
+             "takes a hash-less index's wheel from it instead of downloading it to hash it), and the fetched\n"
+             "sources the builds read (git commits as sources/git-<commit>.tar, FetchContent archives by\n"
+             "sha256), to URL (file://DIR, http(s)://HOST/PATH by PUT, s3://BUCKET/PREFIX). What the cache has\n"
+             "is not sent again.\n"
              "Exit: 0, 1 the cache refused a write or was unreachable, 2 bad input.")
     q.add_argument("env", metavar="ENV")
     q.add_argument("--to", required=True, metavar="URL", help="the cache to upload to")
     q.add_argument("--lock", metavar="PATH[@REV]", help="push this lock's closure instead of locks/pylock.ENV.toml")
     q.add_argument("--key", type=Path, metavar="FILE",
-                   help="secret key to sign build records with (default: ENVLOCK_CACHE_KEY, [cache] key); "
-                   "without one, builds' records are not pushed (said)")
+                   help="secret key to sign build and URL records with (default: ENVLOCK_CACHE_KEY, [cache] key); "
+                   "without one, no record is pushed (said)")
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
     q = cadd("verify", cmd_verify, "check every entry of a cache: wheel bytes, record signatures, closures",
              "Read every entry of the cache at URL: each wheel's bytes against the sha256 it is stored under,\n"
              "each build record's signature against the trusted keys, its input digest against its key and its\n"
-             "wheel's presence, and each closure's keys. Exit: 0 all verified, 1 any problem (each named).")
+             "wheel's presence, each closure's keys, and each URL record's signature, key and wheel.\n"
+             "Exit: 0 all verified, 1 any problem (each named).")
     q.add_argument("url", metavar="URL")
     q.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=TRUSTED_HELP)
     q.add_argument("--json", action="store_true", help="one JSON document on stdout")

@@ -58,7 +58,8 @@ def cmd_gc(args: argparse.Namespace, ws: Workspace) -> int:
                                    keep_git=args.keep_git, git_depth=args.git_depth)
     def on_wait() -> None:
         if not args.quiet:
-            print("envlock: waiting for the running syncs to end (gc never removes what a sync links)",
+            print("envlock: waiting for the running syncs, locks and builds to end (gc never removes what they "
+                  "use)",
                   file=sys.stderr, flush=True)
 
     report = collecting.gc(ws if (ws.root / "envs").is_dir() else None, options, on_wait)

@@ -2,14 +2,19 @@
 
 A lock names its wheels by sha256, its local builds by input digest, its sources by commit (or
 tree digest) and patch digests; a build's record in the store (``builds/<key>/recipe.json``)
-names its FetchContent inputs by commit. Those, with the lock's venv and its manifest, are the
-closure: what ``export`` carries and what ``gc`` keeps for a root.
+names its FetchContent inputs by commit. A build record's requirements (``build-requirements``:
+its backend and tools, ``name==version --hash=sha256:...``) name the wheels a build installs by
+sha256: those of them the store holds (a build, or ``export``, brought in the one for this
+machine; the other hashes are the release's sdist and other platforms' wheels). Those, with the
+lock's venv and its manifest, are the closure: what ``export`` carries and what ``gc`` keeps for
+a root.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +22,8 @@ from pathlib import Path
 from envlock.errors import StoreError
 from envlock.lockfile import Lock
 from envlock.store import Store
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, order=True)
@@ -63,6 +70,8 @@ def lock_closure(store: Store, lock: Lock, *, venv: bool = True) -> Closure:
         key = build.input_digest.removeprefix("sha256:")
         needed.add(EntryRef("builds", key))
         needed |= _fetchcontent(store, key)
+        needed |= {EntryRef("wheels", sha) for line in build.requirements
+                   for sha in pinned_requirement(line).hashes if _has(store, EntryRef("wheels", sha))}
     for source in lock.sources.values():
         needed |= _source_entries(store, source.kind, source.location, source.commit, source.tree_digest,
                                   [(p.path, p.sha256) for p in source.patches])
@@ -71,6 +80,27 @@ def lock_closure(store: Store, lock: Lock, *, venv: bool = True) -> Closure:
         needed |= {EntryRef("manifests", d) for d in _venv_digests(lock)}
     present = frozenset(ref for ref in needed if _has(store, ref))
     return Closure(frozenset(needed), present)
+
+
+@dataclass(frozen=True)
+class PinnedRequirement:
+    """One line of a build's locked requirements: ``name==version --hash=sha256:H ...``."""
+
+    name: str
+    version: str
+    hashes: tuple[str, ...]  # every file of that release uv accepted: sdist and wheels
+
+    @property
+    def pin(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+def pinned_requirement(line: str) -> PinnedRequirement:
+    """``line`` read (as ``build._compile`` writes it and a lock records it); hashes that are not sha256 dropped."""
+    first, *rest = line.split() or [""]
+    name, _, version = first.partition("==")
+    hashes = tuple(h.removeprefix("--hash=sha256:") for h in rest if h.startswith("--hash=sha256:"))
+    return PinnedRequirement(name, version.partition(";")[0], tuple(h for h in hashes if _HEX64.fullmatch(h)))
 
 
 def _has(store: Store, ref: EntryRef) -> bool:

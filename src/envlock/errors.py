@@ -170,6 +170,10 @@ class BuildError(EnvlockError):
     """A local build failed or is not reproducible (the message names the kept build log)."""
 
 
+class BuildRequirementsError(BuildError):
+    """A build's requirements could not be resolved (uv pip compile against the index failed)."""
+
+
 class InstallError(EnvlockError):
     """The venv could not be created from the store."""
 

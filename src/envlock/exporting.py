@@ -2,9 +2,10 @@
 
 Export (``export_env``): read the lock (the workspace's, ``PATH`` or ``PATH@REV``), plan its
 closure in the store (``closure.lock_closure``: wheels, local builds and their records, the
-sources and FetchContent checkouts they were built from), fetch the wheels the store lacks,
-then write the bundle (``bundle``: the lock, each entry, a manifest with every member's
-sha256) under a temp name and rename it into place.
+sources and FetchContent checkouts they were built from, the wheels of each build's recorded
+requirements), fetch the wheels the store lacks (a build's backend wheels for this machine from
+the spec's default index, as a build does), then write the bundle (``bundle``: the lock, each
+entry, a manifest with every member's sha256) under a temp name and rename it into place.
 
 Import (``import_bundle``): read the manifest, check that it carries every wheel its lock
 names, copy each entry the store lacks into a temp folder, holding each file to its sha256
@@ -20,12 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envlock import bundle, fetch
-from envlock.closure import EntryRef, lock_closure
-from envlock.errors import LockError, StoreError, UsageError
+from envlock import buildinputs, bundle, fetch
+from envlock.closure import EntryRef, lock_closure, pinned_requirement
+from envlock.errors import EnvlockError, LockError, StoreError, UsageError
 from envlock.lockfile import Lock
+from envlock.mirrors import Mirrors
 from envlock.pinning import Pin, lock_bytes, pin_lock
 from envlock.progress import Progress
+from envlock.resolve import index_urls
+from envlock.spec import load_env_spec
 from envlock.store import Store
 from envlock.workspace import Workspace
 
@@ -77,7 +81,7 @@ def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
     lock = Lock.from_toml(data.decode("utf-8"), label)
     store = Store.open()
     with store.writing():  # no gc while the entries are read
-        fetched = _fetch_wheels(store, lock, ws, ref)
+        fetched = _fetch_wheels(store, lock, ws, ref) + _fetch_backends(store, lock, ws, env, label)
         needed = _plan(store, lock, label, env)
         counts: dict[str, int] = {}
         with bundle.open_writer(to) as writer:
@@ -100,6 +104,32 @@ def _fetch_wheels(store: Store, lock: Lock, ws: Workspace, ref: str | None) -> i
         return 0
     got = fetch.fetch(missing, store, base_dir=ws.root / "locks", env=lock.env or "ENV")
     return sum(1 for a in got.artifacts if a.source != "store")
+
+
+def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: str) -> int:
+    """Bring into the store a wheel of each build requirement the lock records that it holds none
+    of (for this machine: a bundle is for a machine like the one that built), from the default index of
+    the workspace's spec of ``env``, held to the locked hashes, as a build brings them in; how many."""
+    lacking = {name: [line for line in b.requirements
+                      if buildinputs.stored_backend(store, pinned_requirement(line), lock.python) is None]
+               for name, b in sorted(lock.builds.items())}
+    if not any(lacking.values()):
+        return 0
+    try:
+        spec = load_env_spec(ws, env, check_paths=False)
+        mirrors = Mirrors.of(spec)
+        url: str | None = index_urls(spec, mirrors.indexes)[spec.default_index.name]
+    except EnvlockError:
+        mirrors, url = Mirrors(), None  # no spec to read the index from: the error below names what is missing
+    with mirrors.credentials():
+        for name, lines in lacking.items():
+            try:
+                buildinputs.backend_wheels(lines, store, python=lock.python, index_url=url, offline=False,
+                                           what=f"{label}: builds.{name}", env=env)
+            except EnvlockError as exc:
+                raise StoreError(f"{exc.message}; the bundle would not rebuild it offline, so nothing was written",
+                                 details=exc.details) from None
+    return sum(len(lines) for lines in lacking.values())
 
 
 def _plan(store: Store, lock: Lock, label: str, env: str) -> list[EntryRef]:

@@ -75,6 +75,10 @@ class LockedPackage:
     version: str
     wheels: tuple[Artifact, ...]
     index: str | None = None  # the index base URL it was resolved from (PEP 751 ``index``)
+    #: PEP 592: the reason its index gave ("" for none) when the locked release was yanked at lock
+    #: time (an exact ``==`` pin takes a yanked release); None when it was not.
+    #: ``[packages.tool.envlock] yanked`` in the file.
+    yanked: str | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +216,8 @@ class Lock:
             for wheel in pkg.wheels:
                 out.append(f"    {_wheel_table(wheel)},")
             out.append("]")
+            if pkg.yanked is not None:  # PEP 751 packages.tool: this package's envlock data
+                out += ["", "[packages.tool.envlock]", f"yanked = {_s(pkg.yanked)}"]
         tool: dict[str, Any] = {
             "format": LOCK_FORMAT,
             "env": self.env,
@@ -439,10 +445,26 @@ def _package(value: object, key: str) -> LockedPackage:
             version=version,
             wheels=tuple(_artifact(w, f"{key}.wheels[{j}]") for j, w in enumerate(wheels)),
             index=_opt_str(pkg, "index", key),
+            yanked=_package_tool(pkg, key),
         )
     except _BadKeyError as exc:
         exc.package = name
         raise
+
+
+def _package_tool(pkg: Mapping[str, Any], key: str) -> str | None:
+    """``[packages.tool.envlock]``: ``yanked``, the reason (a string) its release was yanked at lock
+    time, and nothing else (another tool's table beside it is its own)."""
+    tool = pkg.get("tool")
+    if tool is None:
+        return None
+    ours = _table(tool, f"{key}.tool").get("envlock")
+    if ours is None:
+        return None
+    where = f"{key}.tool.envlock"
+    for extra in sorted(set(_table(ours, where)) - {"yanked"}):
+        raise _BadKeyError(toml_key(where, extra), "found a key envlock does not write there", "only yanked")
+    return _opt_str(ours, "yanked", where)
 
 
 def _artifact(value: object, key: str) -> Artifact:

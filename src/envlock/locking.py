@@ -3,7 +3,8 @@
 ``lock_env`` is the recipe: read the spec and the lock it replaces, prepare the patched
 sources (built packages' metadata comes from them), resolve with the pinned uv, keep the
 build records whose inputs did not move, and write the lock only if its bytes changed and
-nobody else wrote it meanwhile. ``check_lock`` answers from the ``Drift`` alone. A lock is
+nobody else wrote it meanwhile. ``check_lock`` answers from the ``Drift`` (current or stale),
+and notes each locked file its index now marks yanked (``yanks``: never a change of answer). A lock is
 named to ``sync --lock``, ``verify --lock`` and ``diff`` as a path, ``PATH@GITREV`` or an env
 name (``load_lock_ref``).
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock import building, guards
+from envlock import building, guards, yanks
 from envlock.drift import drift
 from envlock.errors import (
     FetchError,
@@ -32,8 +33,9 @@ from envlock.store import Store, replace_if_unchanged
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
+    from envlock.caching import Caches
     from envlock.progress import Progress
-    from envlock.resolve import Resolution
+    from envlock.resolve import HashUnlisted, Resolution
     from envlock.spec import EnvSpec
 
 
@@ -73,25 +75,31 @@ class LockResult:
 
 
 def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
-             progress: Progress | None = None) -> LockResult:
+             progress: Progress | None = None, *, caches: Caches | None = None) -> LockResult:
     """``envlock lock ENV``: resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes
     unchanged if nothing changed), reading the mirrors ``asked`` and the environment names.
-    ``progress``: of the downloads that hash wheels an index publishes no hash for."""
+    ``progress``: of the downloads that hash wheels an index publishes no hash for; ``caches``:
+    asked for those wheels first (signed URL records), and what was said of them in the notes."""
     spec = load_env_spec(ws, env)
-    return lock_spec(ws, env, spec, Mirrors.of(spec, asked), progress)
+    result = lock_spec(ws, env, spec, Mirrors.of(spec, asked), progress, caches=caches)
+    said = caches.summary() if caches is not None else ""
+    return replace(result, notes=(*result.notes, said)) if said else result
 
 
 def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors,
-              progress: Progress | None = None, *, write: bool = True) -> LockResult:
+              progress: Progress | None = None, *, write: bool = True, caches: Caches | None = None) -> LockResult:
     """``lock_env`` for a spec read and mirrors found already (a sync that relocks). ``write``
     False: the lock file is left as it is; the result's ``lock`` and ``changed`` say what it would
-    hold (an upgrade writes it with the edited spec, or not at all under --dry-run)."""
-    with mirrors.credentials():  # a private index's wheels are hashed with its password
-        return _lock_spec(ws, env, spec, mirrors, progress, write)
+    hold (an upgrade writes it with the edited spec, or not at all under --dry-run). ``caches``:
+    asked before a wheel is downloaded to hash it (``cacheurls``); what they gave is counted there."""
+    # A private index's wheels are hashed with its password. Under the store's writer lock (shared,
+    # as a sync's): a gc beside waits, and never removes a source or wheel the relock reads.
+    with mirrors.credentials(), Store.open().writing():
+        return _lock_spec(ws, env, spec, mirrors, progress, write, caches)
 
 
 def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progress: Progress | None,
-               write: bool = True) -> LockResult:
+               write: bool = True, caches: Caches | None = None) -> LockResult:
     from envlock import http, resolve
 
     urls = resolve.index_urls(spec, mirrors.indexes)
@@ -106,7 +114,12 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
     # the lock before a wheel is downloaded, all of them named together.
     store = Store.open()
     states, inputs = building.sources_for_lock(ws, spec, store, old, mirrors)
-    resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress)
+    hashing = None
+    if caches is not None:  # lazy: only where a cache is named (docs/architecture.md)
+        from envlock.cacheurls import CachedHashing
+
+        hashing = CachedHashing(caches)
+    resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress, hashing)
     guarded = _guard(ws, env, spec, store, states, resolution, old)  # an overlap fails here: nothing written
     lock = Lock(
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
@@ -124,11 +137,17 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
     changed = _write(ws, env, old_file, lock) if write else old_file.text != lock.to_toml()
+    if hashing is not None:
+        from envlock.cacheurls import push_hashed
+
+        push_hashed(hashing.caches, store, hashing.hashed)  # what it downloaded, for the next machine
     return LockResult(
         env=env, path=old_file.path, changed=changed, packages=len(lock.packages),
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
         mirrors={name: http.redact(url) for name, url in mirrors.indexes.items()},  # printed: no credentials
-        lock=lock, downloaded=resolution.downloaded, note=mirrors.stray_note(ws), notes=guarded.notes,
+        lock=lock, downloaded=resolution.downloaded, note=mirrors.stray_note(ws),
+        notes=(*guarded.notes, *(f"{replace(y, live=True).text()}; locked because pinned exactly (==), recorded "
+                                 "in the lock ([packages.tool.envlock] yanked)" for y in yanks.recorded(lock))),
         build_downloaded=sum(f.downloaded for f in for_builds),
         build_fetched=sum(1 for f in for_builds for a in f.artifacts if a.source != "store"),
     )
@@ -136,7 +155,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
 
 def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, str], store: Store,
              states: Mapping[str, building.SourceState], old: Lock | None,
-             progress: Progress | None) -> Resolution:
+             progress: Progress | None, hashing: HashUnlisted | None = None) -> Resolution:
     """uv's resolution of ``spec``, checked by envlock; a failure to reach an index gets the
     mirror to read it from, and a note on a misspelt mirror variable."""
     from envlock import fetch, resolve
@@ -152,7 +171,7 @@ def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, 
             index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
             build_env=build_vars, store=store, hashed=hashed, progress=progress, kept_nightlies=kept,
             earlier_wheels={str(p.name): (p.wheels[0], p.index) for p in old.packages if p.wheels} if old else {},
-            hash_unlisted=fetch.hash_unlisted,
+            hash_unlisted=hashing or fetch.hash_unlisted,
         ))
     except (ResolveError, FetchError, PackageIndexError) as exc:
         # An index that cannot be read may be the one a misspelt mirror variable was meant for.
@@ -201,17 +220,31 @@ class LockCheck:
     path: Path
     current: bool
     reasons: tuple[str, ...]
+    # Locked files their index now marks yanked (PEP 592): said, never a reason to be stale.
+    yanked: tuple[yanks.Yanked, ...] = ()
+    notes: tuple[str, ...] = ()  # each yanked file, and what was not checked (--offline, an index down)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "lock": str(self.path), "current": self.current, "reasons": list(self.reasons)}
+        return {"env": self.env, "lock": str(self.path), "current": self.current, "reasons": list(self.reasons),
+                "yanked": [y.to_dict() for y in self.yanked], "notes": list(self.notes)}
 
 
-def check_lock(ws: Workspace, env: str) -> LockCheck:
-    """Whether the lock matches the spec: no network, no writes. ``LockError`` if there is no lock."""
+def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, offline: bool = False) -> LockCheck:
+    """Whether the lock matches the spec (the ``Drift``: no writes, no resolution), and each locked
+    file its index now marks yanked: one page per package, on the index the spec pins it to (or the
+    mirror ``asked`` or the environment names for it); ``offline``: none read, a note says so.
+    ``LockError`` if there is no lock."""
     path = ws.lock_path(env)
-    return _check(ws, env, load_env_spec(ws, env), path, read_lock(path))
-
-
-def _check(ws: Workspace, env: str, spec: EnvSpec, path: Path, lock: Lock) -> LockCheck:
+    spec = load_env_spec(ws, env)
+    lock = read_lock(path)
     found = drift(ws, env, spec, lock)
-    return LockCheck(env=env, path=path, current=found.current, reasons=found.reasons)
+    if offline:
+        return LockCheck(env, path, found.current, found.reasons, notes=(yanks.OFFLINE_NOTE,))
+    from envlock.resolve import index_urls
+
+    mirrors = Mirrors.of(spec, asked)
+    # Each package's page on the index the spec pins it to (its mirror if one is named), as a lock reads it.
+    urls = index_urls(spec, mirrors.indexes)
+    with mirrors.credentials():  # a private index's pages are read with its password
+        checked = yanks.check_index(lock, read_at={p.name: urls[spec.index_of(p.name)] for p in lock.packages})
+    return LockCheck(env, path, found.current, found.reasons, checked.yanked, tuple(checked.lines()))

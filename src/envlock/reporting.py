@@ -25,7 +25,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from envlock import runner, sources
+from envlock import runner, sources, yanks
 from envlock.diff import (
     BuildFacts,
     Commit,
@@ -57,20 +57,25 @@ class UpgradeReport:
 
     diff: LockDiff
     notes: tuple[str, ...] = ()
+    # The new lock's wheels that are yanked (PEP 592): recorded so by the lock, or (``ReportOptions.yanked``)
+    # marked so by their index now.
+    yanked: tuple[yanks.Yanked, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.diff.to_dict(), "notes": list(self.notes)}
+        return {**self.diff.to_dict(), "yanked": [y.to_dict() for y in self.yanked], "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)
 class ReportOptions:
     """How far ``upgrade_report`` may reach: ``fetch`` the history of moved git sources into the
     store (network); ``fetch_from``: source name -> a mirror of its URL to fetch from instead;
-    ``fetch_hint``: what to tell when the history is missing and not fetched."""
+    ``fetch_hint``: what to tell when the history is missing and not fetched; ``yanked``: read the
+    index page of each of the new lock's packages for the files yanked since (network)."""
 
     fetch: bool = False
     fetch_from: Mapping[str, str] | None = None
     fetch_hint: str = DIFF_FETCH_HINT
+    yanked: bool = False
 
 
 def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str, new_label: str,
@@ -110,7 +115,29 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         required_by_old=_required_by(old, store), required_by_new=_required_by(new, store),
     )
     diff = diff_locks(old, new, old_label=old_label, new_label=new_label, context=ctx)
-    return UpgradeReport(diff, tuple(notes))
+    yanked = list(yanks.recorded(new))
+    if options.yanked:
+        checked = _yanked_now(new, new_spec)
+        live = {y.package for y in checked.yanked}
+        yanked = sorted([*(y for y in yanked if y.package not in live), *checked.yanked], key=lambda y: y.package)
+        notes += checked.notes
+    return UpgradeReport(diff, tuple(notes), tuple(yanked))
+
+
+def _yanked_now(lock: Lock, spec: EnvSpec | None) -> yanks.IndexCheck:
+    """``yanks.check_index`` of ``lock``: with the mirrors and credentials of ``spec`` (the workspace's
+    spec of its env) when there is one and they read, else at the indexes the lock records."""
+    from envlock.mirrors import Mirrors
+
+    mirrors = Mirrors()
+    if spec is not None:
+        try:
+            mirrors = Mirrors.of(spec)
+        except EnvlockError as exc:  # a bad ENVLOCK_INDEX_* variable: the recorded indexes, and why
+            checked = yanks.check_index(lock)
+            return replace(checked, notes=(*checked.notes, exc.message))
+    with mirrors.credentials():
+        return yanks.check_index(lock, read_at=mirrors.for_packages(lock))
 
 
 # -- from the specs ----------------------------------------------------------------
@@ -482,8 +509,9 @@ def render_text(report: UpgradeReport) -> str:
     """The report for a terminal: sections (nightlies, sources, builds, packages, download size),
     then every change, one a line."""
     d = report.diff
+    yanked = ["yanked:", *(f"  ! {y.line()}" for y in report.yanked)] if report.yanked else []
     if not d.changes:
-        return f"no differences ({_count(d.unchanged, 'package')} identical)"
+        return "\n".join([f"no differences ({_count(d.unchanged, 'package')} identical)", *yanked])
     lines = [f"--- {d.old}", f"+++ {d.new}"]
     if d.nightlies:
         lines += ["nightlies:"] + [f"  {n.line()}" for n in d.nightlies]
@@ -501,6 +529,7 @@ def render_text(report: UpgradeReport) -> str:
         lines += [f"  {'rebuild' if b.rebuild else 'no rebuild'} {b.text()}" for b in d.builds]
     if d.packages:
         lines += ["packages:"] + [f"  {_package_line(p)}" for p in d.packages]
+    lines += yanked
     lines.append(f"download: {_size_line(d)}")
     lines += ["changes:", *_ledger(d)]
     lines.append(f"{_count(len(d.changes), 'change')}, {_count(d.unchanged, 'package')} identical")
@@ -529,8 +558,10 @@ def render_markdown(report: UpgradeReport) -> str:
     the commits touching patched files in collapsible details."""
     d = report.diff
     lines = [f"### envlock: `{d.old}` -> `{d.new}`", ""]
+    yanked = ["#### Yanked (PEP 592)", "", *(f"- {_md(y.line())}" for y in report.yanked), ""] if report.yanked else []
     if not d.changes:
-        return "\n".join([*lines, f"No differences ({_count(d.unchanged, 'package')} identical)."])
+        return "\n".join([*lines, f"No differences ({_count(d.unchanged, 'package')} identical).",
+                          *(["", *yanked[:-1]] if yanked else [])])
     if d.nightlies:
         lines += ["#### Nightlies", ""] + [f"- {_md(n.line())}" for n in d.nightlies] + [""]
     if d.sources:
@@ -566,6 +597,7 @@ def render_markdown(report: UpgradeReport) -> str:
                          f"{'pending' if p.action == 'pending' else '-' if p.new is None else _opt_size(p.new_size)} | "
                          f"{_md('; '.join(p.why))} |")
         lines.append("")
+    lines += yanked
     lines.append(f"**Download size:** {_md(_size_line(d))}")
     # The ledger in a fenced block, where nothing needs escaping but a fence.
     lines += ["", "<details>", f"<summary>Every change ({len(d.changes)})</summary>", "", "```text",

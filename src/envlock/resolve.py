@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urldefrag
@@ -287,6 +287,9 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
         for name, idx in spec.indexes.items():
             if not idx.default:
                 listings.prefetch_names(inputs.index_urls[name])
+        exact = exact_names(spec, inputs)
+        for name in exact:  # read while uv works: whether an exact pin takes a yanked release
+            listings.prefetch(inputs.index_urls[spec.index_of(name)], name)
         kept = kept_pins(spec, inputs)
         nightlies = resolve_nightlies(spec, inputs.index_urls, listings, kept)
         _check_pinned_listed(spec, inputs.index_urls, listings, kept)
@@ -312,10 +315,44 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
         if entries is None:
             entries = _pylock_entries(_run_uv(spec, inputs, pinned, stored, "pylock.toml"))
         packages, more = _checked_packages(spec, inputs, entries, listings, pinned, stored)
+        packages = mark_yanked(spec, inputs.index_urls, listings, packages, exact | set(pinned))
     check_same_version(spec, packages)
     check_spec_pins(spec, packages, nightlies)
     return Resolution(packages=packages, nightlies=nightlies, requires_python=f"=={spec.python}.*",
                       downloaded=downloaded + more)
+
+
+def exact_names(spec: EnvSpec, inputs: ResolveInputs) -> set[NormalizedName]:
+    """The packages an exact ``==``/``===`` requirement of the env pins: the spec's, its overrides',
+    its non-isolated builds' requirements. Only these may lock a yanked release (PEP 592: uv
+    takes one only for an exact pin of its own requirements; envlock's nightly choice never)."""
+    lines = [f"{p.name}{p.specifier}" for p in spec.packages.values() if p.specifier and not p.build]
+    lines += [*spec.resolution.overrides, *inputs.extra_requirements]
+    out = set()
+    for line in lines:
+        try:
+            req = Requirement(line)
+        except ValueError:  # not a requirement uv was handed as one: nothing pinned here
+            continue
+        if any(s.operator in ("==", "===") and "*" not in s.version for s in req.specifier):
+            out.add(canonicalize_name(req.name))
+    return out
+
+
+def mark_yanked(spec: EnvSpec, urls: Mapping[str, str], listings: Listings, packages: Sequence[LockedPackage],
+                names: set[NormalizedName] | set[str]) -> tuple[LockedPackage, ...]:
+    """``packages``, those of ``names`` whose locked wheel their index lists as yanked marked so
+    (``LockedPackage.yanked``: the lock records it, and ``lock`` says it)."""
+    out = []
+    for pkg in packages:
+        if pkg.name in names and pkg.wheels and pkg.wheels[0].url is not None:
+            filename = pkg.wheels[0].filename
+            listed = next((f for f in listings.files(urls[spec.index_of(pkg.name)], pkg.name)
+                           if f.filename == filename), None)
+            if listed is not None and listed.yanked is not None:
+                pkg = replace(pkg, yanked=listed.yanked)
+        out.append(pkg)
+    return tuple(out)
 
 
 def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) -> tuple[dict[str, Artifact], int]:

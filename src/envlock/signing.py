@@ -23,8 +23,10 @@ from typing import Any
 from envlock.errors import EnvlockError, UsageError
 
 RECORD_FORMAT = "envlock-build-record"
+#: A URL record (``cacheurls``): what a wheel URL of an index that publishes no hash held.
+URL_RECORD_FORMAT = "envlock-url-record"
 RECORD_VERSION = 1
-_PREFIX = f"{RECORD_FORMAT}-v{RECORD_VERSION}\n".encode()
+_NOUN = {RECORD_FORMAT: "build record", URL_RECORD_FORMAT: "URL record"}
 _KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -128,38 +130,41 @@ def trusted_keys(given: Iterable[tuple[str, str]]) -> dict[str, PublicKey]:
 # -- build records -----------------------------------------------------------
 
 
-def canonical(record: Mapping[str, Any]) -> bytes:
-    """The bytes a record's signature covers."""
-    return _PREFIX + json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+def canonical(record: Mapping[str, Any], fmt: str = RECORD_FORMAT) -> bytes:
+    """The bytes a record's signature covers: its format named first, so that a signature over
+    one kind of record never verifies as another kind."""
+    body = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return f"{fmt}-v{RECORD_VERSION}\n".encode() + body.encode()
 
 
-def sign_record(record: Mapping[str, Any], key: SecretKey) -> bytes:
+def sign_record(record: Mapping[str, Any], key: SecretKey, fmt: str = RECORD_FORMAT) -> bytes:
     """The signed document for ``record`` (its ``builder`` set to ``key``'s name), as a cache stores it."""
     body = {**record, "builder": key.name}
-    sig = base64.b64encode(key.sign(canonical(body))).decode()
-    doc = {"format": RECORD_FORMAT, "version": RECORD_VERSION, "record": body,
+    sig = base64.b64encode(key.sign(canonical(body, fmt))).decode()
+    doc = {"format": fmt, "version": RECORD_VERSION, "record": body,
            "signatures": [{"key": key.name, "sig": sig}]}
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
-def verify_record(data: bytes, trusted: Mapping[str, PublicKey], where: str) -> dict[str, Any]:
-    """The record in the signed document ``data`` when a trusted key's signature verifies; else
-    ``RecordRefusedError`` saying why (named by ``where``)."""
+def verify_record(data: bytes, trusted: Mapping[str, PublicKey], where: str,
+                  fmt: str = RECORD_FORMAT) -> dict[str, Any]:
+    """The record in the signed document ``data`` (of format ``fmt``) when a trusted key's signature
+    verifies; else ``RecordRefusedError`` saying why (named by ``where``)."""
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     try:
         doc = json.loads(data)
         record, sigs = doc["record"], doc["signatures"]
-        if doc.get("format") != RECORD_FORMAT or doc.get("version") != RECORD_VERSION:
+        if doc.get("format") != fmt or doc.get("version") != RECORD_VERSION:
             raise ValueError("format")
         if not isinstance(record, dict) or not isinstance(sigs, list):
             raise ValueError("shape")
     except (ValueError, KeyError, TypeError):
-        raise RecordRefusedError(f"{where}: not a signed build record ({RECORD_FORMAT} version {RECORD_VERSION})") \
+        raise RecordRefusedError(f"{where}: not a signed {_NOUN.get(fmt, fmt)} ({fmt} version {RECORD_VERSION})") \
             from None
     names = [s.get("key") for s in sigs if isinstance(s, dict)]
-    body = canonical(record)
+    body = canonical(record, fmt)
     for sig in sigs:
         if not isinstance(sig, dict) or sig.get("key") not in trusted:
             continue

@@ -9,7 +9,8 @@ hash in the spec is resolved once (``git ls-remote``, or the fetched history for
 hash); the lock records the full commit.
 
 A FetchContent archive input (a tar URL) is downloaded, held to its sha256 (or hashed, once, at
-lock time) and unpacked safely (``archives``) into ``sources/archive-<sha256>``.
+lock time) and unpacked safely (``archives``) into ``sources/archive-<sha256>``, its bytes kept
+beside the tree (for ``envlock cache push``).
 
 A path source is copied into ``sources/path-<tree digest>`` so builds never write into the
 workspace. ``--override-source NAME=PATH`` (Nix's ``--override-input``) takes a local tree
@@ -287,6 +288,8 @@ def snapshot_path(store: Store, folder: Path, *, name: str | None = None,
 
 #: Far above any source archive (cutlass's is ~100 MB): a body past it is no archive.
 ARCHIVE_LIMIT = 8 << 30
+#: The file of an archive entry that keeps the archive's own bytes (``sources/archive-<sha256>/archive``).
+ARCHIVE_BYTES = "archive"
 
 
 @dataclass(frozen=True)
@@ -334,16 +337,25 @@ def fetch_archive(store: Store, url: str, sha256: str | None = None, *,
             got = f" (from {redact(fetch_from)})" if fetch_from else ""
             raise SourceError(f"{redact(url)}: the archive{got} has sha256 {actual}, expected {sha256}; refused, "
                               "nothing was unpacked (the bytes at that URL changed, or are not the pinned ones)")
-        entry = store.path("sources", f"archive-{actual}")
-        if not (entry / "tree").is_dir():
-            with store.new_entry("sources", f"archive-{actual}") as work:
-                archives.unpack(part, work / "tree", what=redact(url))
-                # Links out are refused where a build reads it (build.plan), as for a git checkout.
-                (work / "tree-digest").write_text(tree_digest(work / "tree", links_inside=False) + "\n")
-                (work / "url").write_text(redact(url) + "\n")  # for people: no token
-        return replace(_archive_entry(store, actual), downloaded=size)
+        return replace(store_archive(store, url, part, actual, what=redact(url)), downloaded=size)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def store_archive(store: Store, url: str, part: Path, sha256: str, *, what: str) -> ArchiveCheckout:
+    """The archive file ``part`` (moved), whose bytes hash to ``sha256`` (the caller checked), unpacked into
+    ``sources/archive-<sha256>`` (``archives.unpack``: ``SourceError`` naming ``what`` and the first
+    member that could escape). Its bytes are kept beside the tree (``archive``): ``cache push``
+    uploads them, and a cache's copy is held to the lock's sha256 as a download is."""
+    entry = store.path("sources", f"archive-{sha256}")
+    if not (entry / "tree").is_dir():
+        with store.new_entry("sources", f"archive-{sha256}") as work:
+            archives.unpack(part, work / "tree", what=what)
+            # Links out are refused where a build reads it (build.plan), as for a git checkout.
+            (work / "tree-digest").write_text(tree_digest(work / "tree", links_inside=False) + "\n")
+            (work / "url").write_text(redact(url) + "\n")  # for people: no token
+            os.replace(part, work / ARCHIVE_BYTES)  # same file system (the store's tmp/): a rename
+    return _archive_entry(store, sha256)
 
 
 def _archive_entry(store: Store, sha256: str) -> ArchiveCheckout:

@@ -95,11 +95,12 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
     env, options = todo.env, todo.options
     lock, downloaded, fetched = todo.lock, 0, 0
     relocked = False
+    caches = _caches(ws, todo)
     if todo.relock:
         from envlock.locking import lock_spec  # lazy, with building below: see docs/architecture.md
 
         assert todo.spec is not None
-        locked = lock_spec(ws, env, todo.spec, todo.mirrors, progress)
+        locked = lock_spec(ws, env, todo.spec, todo.mirrors, progress, caches=caches)
         lock, relocked = locked.lock, locked.changed
         downloaded, fetched = locked.downloaded + locked.build_downloaded, locked.build_fetched
         # The relock read the workspace's specs for the stray note already; its guards' notes go along.
@@ -107,24 +108,32 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
     else:
         stray = todo.mirrors.stray_note(ws)  # "" offline: no index is read
     assert lock is not None  # frozen: read_lock raised; else lock_env returned the lock it wrote
-    caches = _caches(ws, todo)
     if todo.builds and todo.spec is not None and todo.spec.builds and todo.lock_path is not None:
         from envlock import building
 
-        # Offline, nothing is built (a build resolves and installs its requirements from the
-        # index): a locally built wheel then comes from the store, or is named missing by fetch.
+        # Offline, nothing is built (a build resolves its requirements against the index; `envlock
+        # build --offline` rebuilds from the store): a locally built wheel then comes from the store,
+        # or is named missing by fetch.
         lock, report = building.ensure_builds(ws, todo.spec, lock, todo.lock_path, todo.mirrors, frozen=options.frozen,
                                               progress=progress, on_build=on_build, caches=caches)
         if report is not None:  # the env's wheels a non-isolated build needed were fetched for it
             downloaded, fetched = downloaded + report.downloaded, fetched + report.fetched
     target, stale = _target(ws, todo, lock)
     target = replace(target, caches=caches)
+    if caches is not None and options.lock_ref is not None and lock.builds:  # it builds nothing: a cache may
+        from envlock.refbuilds import builds_from_caches
+
+        assert target.base_dir is not None
+        target = replace(target, local_wheels=builds_from_caches(caches, Store.open(), lock, target.base_dir,
+                                                                 target.local_wheels))
     try:
         result = realize(Store.open(), target, progress)
     except FetchError as exc:
-        if not (hint := todo.mirrors.index_hint(exc)):
+        # What a cache was refused for says why it did not give the missing file.
+        said = [*filter(None, [todo.mirrors.index_hint(exc)]), *(caches.notes if caches is not None else [])]
+        if not said:
             raise
-        raise exc.with_details(hint) from None
+        raise exc.with_details(*said) from None
     # The whole sync: a relock and builds come before realize's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + downloaded, fetched=result.fetched + fetched,
@@ -139,10 +148,9 @@ def _caches(ws: Workspace, todo: SyncPlan) -> Caches | None:
         return None
     if not (ws.root / "envlock.toml").is_file() and not os.environ.get("ENVLOCK_CACHE_URLS"):
         return None  # no cache can be named (caching.CONFIG_FILE, URLS_ENV): its module, ~10 ms, not loaded
-    from envlock.caching import CacheConfig, Caches
+    from envlock.caching import Caches
 
-    config = CacheConfig.of(ws, todo.options.trusted_keys)
-    return Caches(config) if config.active else None
+    return Caches.configured(ws, todo.options.trusted_keys)
 
 
 def _target(ws: Workspace, todo: SyncPlan, lock: Lock) -> tuple[SyncTarget, str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.tags import Tag, compatible_tags, cpython_tags, sys_tags
+from packaging.tags import Tag, compatible_tags, cpython_tags, platform_tags, sys_tags
 from packaging.utils import parse_wheel_filename
 
 from envlock import runner
@@ -49,6 +49,16 @@ def target_tags(python: str, platform: str | None) -> list[Tag] | None:
     plats.append(f"linux_{arch}")
     version = (major, minor)
     return [*cpython_tags(version, platforms=plats), *compatible_tags(version, platforms=plats)]
+
+
+def host_tags(python: str) -> list[Tag]:
+    """Wheel tags a CPython ``python`` (``3.11``) interpreter on this machine installs, best first: what
+    a build's backend and its tools are installed into (a build runs here, whatever the env's target)."""
+    major, minor = (int(x) for x in python.split(".")[:2])
+    if (major, minor) == sys.version_info[:2]:
+        return list(sys_tags())
+    here = list(platform_tags())
+    return [*cpython_tags((major, minor), platforms=here), *compatible_tags((major, minor), platforms=here)]
 
 
 def for_target(files: Iterable[IndexFile], tags: Sequence[Tag] | None) -> list[IndexFile]:

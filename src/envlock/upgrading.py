@@ -173,7 +173,9 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     plan = plan_upgrade(ws, spec, spec_bytes.decode("utf-8"), old, options, mirrors, store)
     new_spec = _edited_spec(ws, env, spec_path, plan.new_text)
     carried = carry_patches(ws, new_spec, plan.sources, store, mirrors)
-    relocked = locking.lock_spec(ws, env, new_spec, mirrors, progress, write=False)
+    from envlock.caching import Caches  # a hash-less index's wheels from the caches' signed URL records
+
+    relocked = locking.lock_spec(ws, env, new_spec, mirrors, progress, write=False, caches=Caches.configured(ws))
     assert relocked.lock is not None  # lock_spec always returns the lock it made
     label = ws.relative(lock_path)
     report = reporting.upgrade_report(

@@ -4,7 +4,9 @@ The hook lives here, not in envlock: ``python -c 'import kit.pause; kit.pause.ma
 wraps the functions a sync calls at those points before running the CLI. ``PAUSE_AT`` names
 the points (``install``: before uv installs the wheels into the new venv; ``before-flip``:
 before the env's link is switched; ``gc-remove``: before gc's ``PAUSE_COUNT``-th removal of
-an entry, default 2), ``PAUSE_MARKER`` a file written when the pause starts.
+an entry, default 2; ``build``: before a local build runs its backend), ``PAUSE_MARKER`` a file
+written when the pause starts, ``PAUSE_UNTIL`` a file whose creation ends the pause (else, and at
+the latest, ``PAUSE_SECONDS``, default 60).
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ def _pause(point: str) -> None:
     if point in POINTS:
         if marker := os.environ.get("PAUSE_MARKER"):
             Path(marker).write_text(point)
-        time.sleep(float(os.environ.get("PAUSE_SECONDS", "60")))
+        deadline = time.monotonic() + float(os.environ.get("PAUSE_SECONDS", "60"))
+        until = os.environ.get("PAUSE_UNTIL")
+        while time.monotonic() < deadline and not (until and Path(until).exists()):
+            time.sleep(0.05)
 
 
 def main() -> None:
-    from envlock import generations, install
+    from envlock import build, generations, install
     from envlock.store import Store
 
-    flip, uv, remove_entry = generations.flip, install._uv, Store.remove_entry
+    flip, uv, remove_entry, run_build = generations.flip, install._uv, Store.remove_entry, build._run_build
     removals = [0]
 
     def paused_remove_entry(self: Store, kind: str, key: str) -> None:
@@ -47,6 +52,11 @@ def main() -> None:
             _pause("install")
         return uv(argv, *args, **kwargs)
 
+    def paused_run_build(*args: Any, **kwargs: Any) -> Any:
+        _pause("build")
+        return run_build(*args, **kwargs)
+
+    build._run_build = paused_run_build  # type: ignore[assignment]
     generations.flip = paused_flip  # type: ignore[assignment]
     install._uv = paused_uv  # type: ignore[assignment]
     Store.remove_entry = paused_remove_entry  # type: ignore[method-assign]

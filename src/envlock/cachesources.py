@@ -1,0 +1,327 @@
+"""Fetched sources in binary caches: the git trees and FetchContent archives a build reads.
+
+A builder whose store lacks a source asks the caches before git or the URL (``sources_into_store``,
+the hook ``building`` calls before it prepares the sources); ``cache push`` and the post-build push
+upload what the cache lacks (``push_sources``). Keys, by what the lock pins each source to (the lock
+records no tree digest of a fetched source, only of a path source, which is in the workspace and
+never cached):
+
+    sources/git-<commit>.tar     a git source or git FetchContent input at its commit: a tar made
+                                 the same way every time (sorted, mtime 0, owner 0, no dir members)
+                                 of ``commit`` (the raw commit object) and ``tree/...`` (the checkout)
+    sources/archive-<sha256>     a FetchContent archive input's own bytes (the store keeps them)
+
+Nothing needs a signature, because each entry is checked against the lock's pin: an archive's
+bytes must hash to the lock's sha256; a git tar must hold a commit object whose id is the lock's
+commit and files whose git tree id (git computes it, as ``git add`` + ``write-tree`` in a scratch
+repository) is the tree that commit names; the committer time (the build's SOURCE_DATE_EPOCH) is
+read from that verified object. Every member is checked before any is unpacked (``archives``:
+``..``, absolute paths, links out, devices refused; and here a ``.git`` path, which neither digest
+would cover). A refused entry is one note naming the cache and the entry; envlock goes on with the
+next cache, then git or the URL. A cache that cannot be reached is a note, never a failure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import stat
+import tarfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO
+
+from envlock import archives, buildinputs, runner, sources
+from envlock.cachestore import Backend, CacheError, TooLargeError, open_backend
+from envlock.caching import Caches, Pushed, PushUrls
+from envlock.errors import SourceError, UsageError, redact
+from envlock.lockfile import Lock
+from envlock.spec import COMMIT_ID, BuildSpec, EnvSpec
+from envlock.store import Store
+from envlock.trees import tree_digest, walk_tree
+from envlock.workspace import Workspace
+
+_COMMITTER = re.compile(rb"^committer .* (\d+) [+-]\d{4}\n", re.MULTILINE)
+_TREE = re.compile(rb"\Atree ([0-9a-f]{40})\n")
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A fetched source as the lock pins it: a git commit or an archive's sha256."""
+
+    kind: str  # "git" or "archive"
+    pin: str  # the 40-hex commit, or the archive's sha256
+    location: str  # the git URL or the archive URL (as the spec names it)
+
+    @property
+    def key(self) -> str:
+        """Its key in a cache."""
+        return f"sources/git-{self.pin}.tar" if self.kind == "git" else f"sources/archive-{self.pin}"
+
+    @property
+    def entry(self) -> str:
+        """Its entry in the store (``sources/<entry>``), as ``sources.checkout``/``fetch_archive`` name it."""
+        return f"{self.kind}-{self.pin}"
+
+
+class _RefusedError(Exception):
+    """What a cache served is not the pinned source (the message says why)."""
+
+
+# -- what a build reads ----------------------------------------------------------------------------
+
+
+def wanted(spec: EnvSpec, lock: Lock | None, builds: Sequence[BuildSpec],
+           commits: Mapping[str, str | None]) -> list[Pinned]:
+    """The fetched sources ``builds`` read whose pin is known without the network: the git sources of
+    ``commits`` (name -> the commit the lock or spec pins, None: not known) and each FetchContent input."""
+    out = [Pinned("git", commit, spec.sources[name].git or "")
+           for name, commit in sorted(commits.items()) if commit and spec.sources[name].git]
+    for b in builds:
+        recorded = lock.fetchcontent.get(b.name, {}) if lock is not None else {}
+        for dep in b.fetchcontent:
+            pin = buildinputs.known_pin(dep, recorded.get(dep.name))
+            if pin is not None and pin.commit and dep.git:
+                out.append(Pinned("git", pin.commit, dep.git))
+            elif pin is not None and pin.sha256 and dep.url:
+                out.append(Pinned("archive", pin.sha256, dep.url))
+    return list(dict.fromkeys(out))
+
+
+def locked(lock: Lock, builds: Sequence[BuildSpec] | None = None) -> list[Pinned]:
+    """The fetched sources ``lock`` pins: all of them, or those ``builds`` read (their source, their
+    FetchContent inputs)."""
+    names = None if builds is None else {b.source for b in builds}
+    out = [Pinned("git", s.commit, s.location) for name, s in sorted(lock.sources.items())
+           if s.kind == "git" and s.commit and (names is None or name in names)]
+    for build_name, inputs in sorted(lock.fetchcontent.items()):
+        if builds is not None and build_name not in {b.name for b in builds}:
+            continue
+        for _dep, pin in sorted(inputs.items()):
+            if pin.git and pin.commit:
+                out.append(Pinned("git", pin.commit, pin.git))
+            elif pin.url and pin.sha256:
+                out.append(Pinned("archive", pin.sha256, pin.url))
+    return list(dict.fromkeys(out))
+
+
+# -- substitution ------------------------------------------------------------------------------
+
+
+def sources_into_store(caches: Caches, store: Store, pins: Sequence[Pinned]) -> int:
+    """Each of ``pins`` the store lacks, from the first cache that has it and passes the checks
+    (refusals and unreachable caches are notes in ``caches``); how many were taken."""
+    taken = 0
+    for pinned in pins:
+        if (store.path("sources", pinned.entry) / "tree").is_dir():
+            continue
+        for backend in caches.backends():
+            if _one(caches, store, backend, pinned):
+                taken += 1
+                break
+    caches.sources += taken
+    return taken
+
+
+def _one(caches: Caches, store: Store, backend: Backend, pinned: Pinned) -> bool:
+    """``pinned`` from ``backend`` into the store, checked; False when it has none or a wrong one."""
+    scratch = store.temp_dir("cache-source")
+    try:
+        part = scratch / "entry"
+        with open(part, "wb") as fh:
+            sha = _Sink(fh)
+            if not backend.get(pinned.key, sha.write, limit=sources.ARCHIVE_LIMIT):
+                return False
+        if pinned.kind == "archive":
+            if sha.hexdigest() != pinned.pin:
+                raise _RefusedError(f"served bytes of sha256 {sha.hexdigest()}, expected the lock's {pinned.pin}")
+            sources.store_archive(store, pinned.location, part, pinned.pin, what=pinned.key)
+        else:
+            _store_git(store, backend, pinned, part, scratch)
+    except TooLargeError:
+        caches._refuse(backend, f"{pinned.key}: longer than {sources.ARCHIVE_LIMIT} bytes, more than any source")
+        return False
+    except _RefusedError as exc:
+        caches._refuse(backend, f"{pinned.key}: {exc}")
+        return False
+    except SourceError as exc:  # a member that could escape, or no tar: archives says which, naming the key
+        caches._refuse(backend, exc.message)
+        return False
+    except CacheError as exc:
+        caches._down(backend, exc)
+        return False
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return True
+
+
+class _Sink:
+    """A sink that hashes what it writes on to ``fh``."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh, self.sha = fh, hashlib.sha256()
+
+    def write(self, data: bytes) -> None:
+        self.sha.update(data)
+        self.fh.write(data)
+
+    def hexdigest(self) -> str:
+        return self.sha.hexdigest()
+
+
+def _store_git(store: Store, backend: Backend, pinned: Pinned, part: Path, scratch: Path) -> None:
+    """The git tar ``part`` unpacked, held to ``pinned``'s commit, made the store's ``sources/git-<commit>``."""
+    unpacked = scratch / "unpacked"
+    archives.unpack(part, unpacked, what=pinned.key)
+    extra = sorted(p.name for p in unpacked.iterdir() if p.name not in ("commit", "tree"))
+    tree, commit_file = unpacked / "tree", unpacked / "commit"
+    if extra or not tree.is_dir() or tree.is_symlink() or not commit_file.is_file() or commit_file.is_symlink():
+        raise _RefusedError("expected the members commit and tree/ alone" + (f", found {extra[0]!r}" if extra else ""))
+    raw = commit_file.read_bytes()
+    found = hashlib.sha1(b"commit %d\0" % len(raw) + raw, usedforsecurity=False).hexdigest()
+    if found != pinned.pin:
+        raise _RefusedError(f"its commit object is {found}, not the lock's commit")
+    header = raw.partition(b"\n\n")[0] + b"\n"  # the message may hold a line like a header's
+    if not (tree_id := _TREE.match(header)) or not (when := _COMMITTER.search(header)):
+        raise _RefusedError("its commit object names no tree or committer time")
+    if dot_git := next((rel for rel, _ in _walk_all(tree) if ".git" in rel.split("/")), None):
+        raise _RefusedError(f"member tree/{dot_git} is in a .git folder, which no checkout holds")
+    made = _git_tree(tree, scratch / "repo", pinned.key)
+    if made != tree_id.group(1).decode():
+        raise _RefusedError(f"its files make git tree {made}, but commit {pinned.pin[:12]} names tree "
+                            f"{tree_id.group(1).decode()}")
+    with store.new_entry("sources", pinned.entry) as work:
+        os.rename(tree, work / "tree")
+        (work / "commit-time").write_text(when.group(1).decode() + "\n")
+        (work / "tree-digest").write_text(tree_digest(work / "tree", links_inside=False) + "\n")
+        (work / "url").write_text(redact(pinned.location) + "\n")
+
+
+def _walk_all(root: Path) -> Iterator[tuple[str, Path]]:
+    """Every path under ``root``, ``.git`` and ``__pycache__`` included (``trees.walk_tree`` leaves them out)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath, name)
+            yield path.relative_to(root).as_posix(), path
+
+
+def _git_tree(tree: Path, repo: Path, what: str) -> str:
+    """The id git gives the tree of the files under ``tree`` (every file added, ignore rules aside)."""
+    runner.git_checked(["init", "-q", repo], what=what, error=SourceError)
+    where: list[str | os.PathLike[str]] = ["--git-dir", repo / ".git", "--work-tree", tree]
+    runner.git_checked([*where, "add", "-A", "-f", "--", "."], what=what, error=SourceError, cwd=tree)
+    return runner.git_checked([*where, "write-tree"], what=what, error=SourceError).stdout.strip()
+
+
+# -- push --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourcesPushed:
+    """What one push of sources uploaded, found there already, or could not upload (notes)."""
+
+    uploaded: tuple[str, ...]
+    present: int
+    notes: tuple[str, ...]
+
+
+def push_sources(backend: Backend, store: Store, pins: Sequence[Pinned]) -> SourcesPushed:
+    """Upload each of ``pins`` that ``backend`` lacks and the store holds; the rest are notes."""
+    uploaded: list[str] = []
+    present, notes = 0, []
+    for pinned in pins:
+        if backend.exists(pinned.key):
+            present += 1
+            continue
+        entry = store.path("sources", pinned.entry)
+        scratch = store.temp_dir("push-source")
+        try:
+            if not (entry / "tree").is_dir():
+                notes.append(f"{pinned.key}: not pushed: the store has no {redact(pinned.location)} at "
+                             f"{pinned.pin[:12]}")
+                continue
+            if pinned.kind == "archive":
+                path = entry / sources.ARCHIVE_BYTES
+                if not path.is_file():
+                    notes.append(f"{pinned.key}: not pushed: the store keeps the tree of {redact(pinned.location)}, "
+                                 "not its bytes (fetched by an older envlock)")
+                    continue
+            else:
+                raw = _commit_object(store, pinned)
+                if raw is None:
+                    notes.append(f"{pinned.key}: not pushed: the store's git mirror of {redact(pinned.location)} "
+                                 f"lacks commit {pinned.pin[:12]} (removed by gc?)")
+                    continue
+                path = scratch / "git.tar"
+                write_git_tar(path, raw, entry / "tree")
+            with open(path, "rb") as fh:
+                backend.put(pinned.key, fh, os.fstat(fh.fileno()).st_size)
+            uploaded.append(pinned.key)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return SourcesPushed(tuple(uploaded), present, tuple(notes))
+
+
+def _commit_object(store: Store, pinned: Pinned) -> bytes | None:
+    """The raw commit object of ``pinned`` from the store's mirror (None: no mirror holds it)."""
+    mirror = sources.existing_mirror(store, pinned.location)
+    if mirror is None or not COMMIT_ID.fullmatch(pinned.pin):
+        return None
+    got = runner.git(["--git-dir", mirror, "cat-file", "commit", pinned.pin])
+    raw = got.stdout.encode() if got.ok else b""
+    # runner reads text: a commit message that is not UTF-8 would not come back byte for byte.
+    ok = hashlib.sha1(b"commit %d\0" % len(raw) + raw, usedforsecurity=False).hexdigest() == pinned.pin
+    return raw if ok else None
+
+
+def write_git_tar(dest: Path, commit: bytes, tree: Path) -> None:
+    """``commit`` and ``tree``'s files as one tar, the same bytes for the same tree on every machine:
+    sorted, mtime 0, owner 0, mode 0644 or 0755, symlinks as symlinks, no folder members."""
+    with tarfile.open(dest, "w:", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_info("commit", len(commit), 0o644), io.BytesIO(commit))
+        for rel, path in walk_tree(tree):
+            st = path.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                info = _info(f"tree/{rel}", 0, 0o777)
+                info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+                tar.addfile(info)
+            else:
+                with open(path, "rb") as fh:
+                    tar.addfile(_info(f"tree/{rel}", st.st_size, 0o755 if st.st_mode & 0o100 else 0o644), fh)
+
+
+def _info(name: str, size: int, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = size, mode, 0, 0, 0, "", ""
+    return info
+
+
+def after_build(caches: Caches | None, store: Store, lock: Lock, built: Sequence[BuildSpec]) -> None:
+    """The post-build hook for sources: those of the builds that ran (``built``), pushed to ``[cache] push``."""
+    if caches is None or caches.config.push is None or not built:
+        return
+    try:
+        pushed = push_sources(open_backend(caches.config.push), store, locked(lock, built))
+    except (CacheError, UsageError) as exc:
+        caches.notes.append(f"push to {redact(caches.config.push)}: {exc.message}")
+        return
+    caches.pushed += len(pushed.uploaded)
+    caches.notes.extend(pushed.notes)
+
+
+def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None,
+             key_file: Path | None = None, url_records: PushUrls | None = None) -> Pushed:
+    """``envlock cache push ENV --to URL``: the lock's closure (``caching.push_env``), then every fetched
+    source its lock pins (git commits, FetchContent inputs) that ``to`` lacks."""
+    from envlock.caching import push_env as push_closure
+    from envlock.lockrefs import load_env_lock_ref
+
+    pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file, url_records=url_records)
+    ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
+    got = push_sources(open_backend(to), Store.open(), locked(ref.lock))
+    return replace(pushed, uploaded=pushed.uploaded + got.uploaded, present=pushed.present + got.present,
+                   notes=pushed.notes + got.notes)
