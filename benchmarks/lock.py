@@ -1,6 +1,6 @@
 """envlock lock vs raw uv on the same inputs.
 
-    python benchmarks/lock.py [--runs 7] [--packages 150]
+    python benchmarks/lock.py [--repeat 7] [--packages 150] [--keep DIR] [--profile FILE]
 
 Builds the test kit's loopback universe (tests/kit) plus N extra plain packages,
 writes an env spec shaped like qwen35-blackwell's index part (torch nightly + its
@@ -16,7 +16,8 @@ uv the copies in its store (downloaded on its first lock, the warm-up run here).
 fixture's nightlies are KB, so that does not show in the ratio; real ones are GBs,
 which raw uv downloads on every run to hash them.
 
-Prints the medians and the ratio envlock / uv (target: <= 1.2).
+Prints the medians, the ratio envlock / uv of the medians (target: <= 1.2), and the range of
+the ratios of the paired runs (the machine's load comes and goes: it hits both runs of a pair).
 """
 
 from __future__ import annotations
@@ -39,18 +40,23 @@ from kit.wheels import build_wheel  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--repeat", "--runs", dest="runs", type=int, default=7,
+                    help="paired runs (envlock, then uv), after one warm-up run of each")
     ap.add_argument("--packages", type=int, default=150,
                     help="extra plain packages (150: 158 locked, the size of the real qwen35-blackwell lock)")
+    ap.add_argument("--profile", type=Path, help="after the timed runs, one more lock under cProfile, its stats here")
+    ap.add_argument("--keep", type=Path, help="work folder to keep (default: a temp folder, removed)")
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="envlock-bench-lock-"))
+    tmp = args.keep or Path(tempfile.mkdtemp(prefix="envlock-bench-lock-"))
+    tmp.mkdir(parents=True, exist_ok=True)
     universe = build_universe(tmp / "universe")
     try:
         return run(args, tmp, universe)
     finally:
         universe.server.stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run(args: argparse.Namespace, tmp: Path, universe: Universe) -> int:
@@ -132,12 +138,17 @@ same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"
     for _ in range(args.runs):
         ours.append(timed(envlock_cmd, ws))
         theirs.append(timed(uv_cmd, raw))
+    if args.profile:
+        timed([sys.executable, "-m", "cProfile", "-o", str(args.profile.absolute()), "-m", "envlock.cli",
+               *envlock_cmd[-2:]], ws)
     a, b = statistics.median(ours), statistics.median(theirs)
     packages = (ws / "locks" / "pylock.bench.toml").read_text().count("[[packages]]")
     print(f"env: {packages} locked packages, {args.runs} runs each, warm caches, loopback index")
     print(f"envlock lock      median {a * 1000:8.1f} ms")
     print(f"uv pip compile    median {b * 1000:8.1f} ms")
-    print(f"ratio envlock/uv  {a / b:.2f}  (target <= 1.2)")
+    pairs = sorted(o / t for o, t in zip(ours, theirs, strict=True))
+    print(f"ratio envlock/uv  {a / b:.2f}  (target <= 1.2); paired runs {pairs[0]:.2f}-{pairs[-1]:.2f}, "
+          f"median {statistics.median(pairs):.2f}")
     return 0
 
 

@@ -113,3 +113,60 @@ def test_a_generation_and_its_current_link_are_synced_before_they_are_published(
     assert ("fsync", str(gen.path), "") in calls[:at]  # its pending mark removed, on disk
     assert ("fsync", str(folder), "") in calls[:at]  # the new link, on disk before the rename
     assert calls[at + 1:] == [("fsync", str(folder), "")]  # the rename itself
+
+
+
+def test_a_tree_whose_files_were_written_back_is_published_after_one_fsync_of_its_folder(
+        tmp_path: Path, calls: list[Call], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new venv: its walk writes back every file it reads (sync_file_range: write, then wait), and
+    the rename waits for one fsync of its folder (the device's cache flushed once), not for a syncfs
+    of the whole file system; a file the hash cache answers for is not read, so not written back."""
+    written: list[tuple[str, int]] = []
+    real = store._sync_file_range()
+    assert real is not None  # Linux
+
+    def sfr(fd: int, offset: int, nbytes: int, flags: int) -> int:
+        written.append((os.readlink(f"/proc/self/fd/{fd}"), flags))
+        return real(fd, offset, nbytes, flags)
+
+    monkeypatch.setattr(store, "_sync_file_range", lambda: sfr)
+    monkeypatch.setattr(store, "_syncfs", lambda path: pytest.fail("no syncfs for a written-back tree"))
+    monkeypatch.setattr(store, "_FSYNC_FILES", 2)
+    s = Store.open(tmp_path / "home")
+    shared = tmp_path / "uv-cache-file"  # a file of uv's cache, hashed before (linked into the venv)
+    shared.write_bytes(b"shared")
+    os.utime(shared, ns=(1, 1))  # older than the walk: the cache may keep it
+    (tmp_path / "other-link").hardlink_to(shared)
+    from envlock.digest import manifest
+
+    first = tmp_path / "published"
+    first.mkdir()
+    (first / "lib.py").hardlink_to(shared)
+    manifest(first, cache_dir=s.hash_cache)  # a published venv's walk: the cache now knows its inode
+    del calls[:]
+    with s.new_entry("venvs", "d" * 64) as work:
+        (work / "lib.py").hardlink_to(shared)
+        for name in ("RECORD", "INSTALLER", "pyvenv.cfg"):
+            (work / name).write_bytes(name.encode())
+        manifest(work, cache_dir=s.hash_cache, seal=True, flush=True)
+        write_atomic(work / "MANIFEST", b"m")
+        store.written_back(work)
+    final, folder = s.path("venvs", "d" * 64), str(work)
+    (rename,) = [c for c in calls if c[0] == "rename" and c[2] == str(final)]
+    files = sorted(f"{folder}/{name}" for name in ("INSTALLER", "RECORD", "pyvenv.cfg"))
+    assert sorted(p for p, flags in written if flags == store._SFR_WRITE) == files  # not lib.py
+    assert sorted(p for p, flags in written if flags == store._SFR_WAIT) == files
+    assert [c for c in calls if c[0] == "fsync" and c[1].startswith(folder)][-1] == ("fsync", folder, "")
+    assert calls.index(("fsync", folder, "")) < calls.index(rename)
+    (manifest_written,) = [c for c in calls if c[0] == "rename" and c[2] == f"{folder}/MANIFEST"]
+    assert calls.index(("fsync", manifest_written[1], "")) < calls.index(manifest_written) < calls.index(rename)
+    assert not store._WRITTEN_BACK
+
+
+def test_a_block_that_fails_after_saying_written_back_leaves_nothing_behind(tmp_path: Path) -> None:
+    s = Store.open(tmp_path / "home")
+    with pytest.raises(RuntimeError, match=r"^the walk failed$"), s.new_entry("venvs", "e" * 64) as work:
+        (work / "f").write_bytes(b"x")
+        store.written_back(work)
+        raise RuntimeError("the walk failed")
+    assert not s.has("venvs", "e" * 64) and not store._WRITTEN_BACK

@@ -738,8 +738,9 @@ def test_fast_noop_prints_what_the_full_path_prints_and_imports_nothing_heavy(
     probe = (
         "import sys\nfrom envlock.cli import main\ncode = main(sys.argv[1:])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'packaging', 'tomllib', 'requests', "
-        "'rich', 'dataclasses', 'pathlib', 'platformdirs'} or m in {'envlock.syncing', 'envlock.lockfile', "
-        "'envlock.realize', 'envlock.store'})\nprint('heavy:', *heavy)\nsys.exit(code)\n"
+        "'rich', 'dataclasses', 'pathlib', 'platformdirs', 'cryptography'} or m in {'envlock.syncing', "
+        "'envlock.lockfile', 'envlock.realize', 'envlock.store', 'envlock.caching'})\nprint('heavy:', *heavy)\n"
+        "sys.exit(code)\n"
     )
 
     def sync(*extra: str) -> tuple[str, str]:
@@ -751,6 +752,7 @@ def test_fast_noop_prints_what_the_full_path_prints_and_imports_nothing_heavy(
 
     built, heavy = sync()
     assert "venv built" in built and heavy != "heavy:"
+    assert "envlock.caching" not in heavy.split() and "cryptography" not in heavy  # no cache named anywhere
     stamp = tmp_path / "home" / "v1" / "envs" / "demo" / quick.STAMP
     stamp.unlink()
     full, heavy = sync("--frozen")  # no stamp: argparse, the sync recipe, realize's no-op (writes one)

@@ -133,6 +133,30 @@ def test_a_sync_that_locks_says_the_notes_too(ws, cli, index: IndexServer) -> No
     assert "  note: resolution.exclude: sgl-fa4 matched nothing: no package requires it" in result.out.splitlines()
 
 
+def test_a_relock_of_wheels_checked_before_reads_no_file_list_and_a_new_wheel_is_checked_against_all(
+        ws, cli, index: IndexServer, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Whether wheels install one path with different bytes depends on their bytes alone: a relock
+    that resolves the very wheels (by sha256) an earlier lock checked reads none of their lists again,
+    and still says its notes (the Requires-Dist are kept with the record). One more wheel, and the
+    whole set is read and compared again."""
+    exclude = '[resolution]\nexclude = ["sgl-fa4"]'
+    ws.write_spec("e", spec_text(index, 'app = "==1.0"', exclude))
+    assert cli("lock", "e").code == 0
+    read: list[list[str]] = []
+    real = guards.listings
+    monkeypatch.setattr(guards, "listings",
+                        lambda wheels, *a, **k: read.append(sorted(wheels)) or real(wheels, *a, **k))
+    again = cli("lock", "e")
+    assert (again.code, read) == (0, [])
+    assert again.out.splitlines()[-1] == "  note: resolution.exclude: sgl-fa4 matched nothing: no package requires it"
+    ws.write_spec("e", spec_text(index, 'app = "==1.0"\nalpha = { index = "nightly" }', exclude))
+    failed = cli("lock", "e")
+    assert failed.code == 1
+    assert failed.err.splitlines()[1] == (
+        "  alpha 1.0 and beta 1.0 both install shared/__init__.py (1 file, different bytes)")
+    assert read == [["alpha", "app", "beta", "mid"]]
+
+
 def _project(root: Path, dependencies: str, cmake: dict[str, str] | None = None) -> None:
     """A local source tree ``myapp`` with static metadata (and CMake files, if given)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -312,6 +336,24 @@ def test_a_listing_is_read_by_range_requests_where_the_record_sits(tmp_path: Pat
     assert asked[0] == f"bytes=-{wheelfiles.TAIL_BYTES}" and len(asked) == 2 and asked[1].startswith("bytes=0-")
     assert got.via == "index"
     assert wheelfiles.listing(Artifact(sha256="0" * 64, url=url), store).via == "cache"  # the server is gone
+
+
+def test_a_stored_wheel_is_read_there_once_then_from_its_record(tmp_path: Path, store: Store) -> None:
+    """The store's copy (verified bytes) is read once; a record of what an index served by ranges is
+    not taken for it."""
+    wheel = build_wheel(tmp_path / "w", "solo", "1.0", files={"solo/__init__.py": "X = 1\n"}, requires=["tinydep"])
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    art = Artifact(sha256=sha, url=f"http://127.0.0.1:9/files/{wheel.name}")  # nothing listens there
+    record = store.path("listings", f"{sha}.json")
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"files": {"other/x.py": "sha256=x"}, "requires": []}))  # as a range read
+    with store.new_entry("wheels", sha) as work:
+        (work / wheel.name).write_bytes(wheel.read_bytes())
+    first = wheelfiles.listing(art, store)
+    assert (first.via, list(first.files), first.requires) == ("store", ["solo/__init__.py"], ("tinydep",))
+    (store.path("wheels", sha) / wheel.name).write_bytes(b"not a zip")  # not opened again: no ListingError
+    second = wheelfiles.listing(art, store)
+    assert (second.via, second.files, second.requires) == ("cache", first.files, first.requires)
 
 
 def _graph(nodes: dict[str, list[str] | None], roots: list[str]) -> guards.Requirements:

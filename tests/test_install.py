@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.tags import sys_tags
@@ -84,9 +85,18 @@ def _sync_venv(server: IndexServer, home: Path, lock: Lock, cache: Path,
 def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock], tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     server, lock = published
+    flushed: list[bool] = []  # each walk: flushed, and before uv's store-naming records were dropped?
+    real_manifest = install.manifest
+
+    def walk(venv: Path, **kw: Any) -> digest.Manifest:
+        flushed.append(kw.get("flush", False) and not list(venv.glob(f"{SITE}/*.dist-info/direct_url.json")))
+        return real_manifest(venv, **kw)
+
+    monkeypatch.setattr(install, "manifest", walk)
     result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
     venv = result.venv
     assert result.built and venv == install.venv_path(Store.open(tmp_path / "home"), lock.install_digest())
+    assert flushed[-1] and flushed.count(True) == 1  # the venv's walk wrote back its final bytes (not the skeleton's)
     out = subprocess.run([venv / "bin" / "alpha-tool"], capture_output=True, text=True, check=True)
     assert out.stdout == "alpha\n"
     site = venv / SITE

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from envlock.hashcache import HashCache
 from envlock.quick import MANIFEST_NAME, pyvenv_value  # defined where the no-op reads them
+from envlock.store import write_back
 
 if TYPE_CHECKING:
     # The pool is imported when a big file needs it (concurrent.futures pulls in logging).
@@ -91,7 +92,8 @@ _WRITABLE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
 
 
 def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
-             cache_dir: Path | None = None, reuse: bool = True, seal: bool = False) -> Manifest:
+             cache_dir: Path | None = None, reuse: bool = True, seal: bool = False,
+             flush: bool = False) -> Manifest:
     """Walk ``venv`` and return its manifest and digest.
 
     ``prefix`` is the absolute path the venv is known by (default: ``venv`` itself);
@@ -99,6 +101,8 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     one per core). ``cache_dir``: the store's inode hash cache (see ``envlock.hashcache``),
     answered from when ``reuse``, refreshed either way. ``seal``: make every file
     read-only on the way (a new store venv; the mode's write bits are not in the digest).
+    ``flush`` (a new store venv): every file read is written back (``store.write_back``) before
+    the cache records it, so what the cache answers for is on the device (hashcache.py).
     """
     root = venv.absolute()
     home = python_home(root)
@@ -113,6 +117,7 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     entries: dict[str, str] = {}
     small: list[tuple[str, str, str, os.stat_result]] = []  # (rel, abs, exec flag, lstat)
     hashed: list[tuple[str, str, os.stat_result, Future[Hashed] | Hashed]] = []
+    read: list[str] = []  # files read whole (not answered from the cache): the ones ``flush`` writes back
     pool: ThreadPoolExecutor | None = None
     # Inlined and files tested first: this runs once per file of a venv (tens of
     # thousands for a CUDA stack), so every call per entry shows. Folders are read
@@ -142,6 +147,7 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
                                 os.chmod(name, stat.S_IMODE(st.st_mode) & ~_WRITABLE, dir_fd=fd)
                             if rel == "pyvenv.cfg":  # the one file uv writes the interpreter's folder into
                                 entries[rel] = f"f {exe} {_hash_pyvenv_cfg(f'{abs_dir}/{name}', where_uv_writes)}"
+                                read.append(f"{abs_dir}/{name}")
                                 continue
                             known = get(st)
                             if known is not None:
@@ -154,6 +160,7 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
 
                                     pool = ThreadPoolExecutor(max_workers=threads)
                                 hashed.append((rel, exe, st, pool.submit(_hash_file, f"{abs_dir}/{name}", needles)))
+                                read.append(f"{abs_dir}/{name}")
                             else:
                                 small.append((rel, f"{abs_dir}/{name}", exe, st))
                         elif entry.is_dir(follow_symlinks=False):
@@ -178,6 +185,8 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+    if flush:
+        write_back([*read, *(path for _, path, _, _ in small)])
     if cache is not None:
         cache.save()
     return Manifest(digest_of(entries), entries)

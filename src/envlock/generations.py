@@ -31,7 +31,7 @@ from typing import Any
 
 from envlock import quick
 from envlock.errors import UsageError, VerifyError, did_you_mean
-from envlock.store import LAYOUT_VERSION, Store, exclusive_lock, fsync_dir, sync_tree, write_atomic
+from envlock.store import LAYOUT_VERSION, Store, exclusive_lock, fsync_dir, sync_tree
 
 CURRENT = "current"
 _RECORD = "generation.json"
@@ -290,11 +290,13 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # Relative, so the store can be moved as a whole (the venvs are relocatable too).
     os.symlink(os.path.relpath(venv, work), work / "venv")
-    write_atomic(work / _LOCK_COPY, lock_text.encode())
+    # Plain writes: the folder is not a generation until the rename below, and sync_tree makes
+    # every file in it durable first (a write_atomic each would sync each file twice).
+    (work / _LOCK_COPY).write_bytes(lock_text.encode())
     lock_sha256 = hashlib.sha256(lock_text.encode()).hexdigest()
     record = {"created": created, "install_digest": install_digest, "venv_digest": venv_digest,
               "lock_sha256": lock_sha256, "venv_python": venv_python}
-    write_atomic(work / _RECORD, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+    (work / _RECORD).write_bytes((json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
     (work / _PENDING).touch()  # until flip
     sync_tree(work)  # its link and records on disk before the rename names it a generation
     os.rename(work, folder / str(number))

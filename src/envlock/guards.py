@@ -15,6 +15,8 @@ build, its ``pyproject.toml``'s static ``[project] dependencies``, evaluated for
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import tomllib
 from collections import deque
@@ -29,11 +31,12 @@ from packaging.version import InvalidVersion, Version
 
 from envlock.cmakefetch import Declared, declared
 from envlock.errors import OverlapError
+from envlock.store import store_file, write_atomic
 from envlock.target import target_environment
 from envlock.wheelfiles import ListingError, WheelListing, listings
 
 if TYPE_CHECKING:
-    from envlock.lockfile import LockedPackage
+    from envlock.lockfile import Artifact, LockedPackage
     from envlock.spec import BuildSpec, EnvSpec
     from envlock.store import Store
 
@@ -303,12 +306,19 @@ class GuardInputs:
 def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
     """Every guard on a resolution about to be locked: ``OverlapError`` for files two distributions
     install with different bytes, else the notes and the pins the overrides beat."""
-    read = listings({str(p.name): p.wheels[0] for p in inputs.packages if p.wheels}, inputs.store, base=inputs.base)
-    found = {canonicalize_name(n): got for n, got in read.items() if isinstance(got, WheelListing)}
-    notes = [f"{n}: what it installs could not be read ({got}); not checked for files another "
-             "distribution installs too" for n, got in sorted(read.items()) if isinstance(got, ListingError)]
-    nodes: dict[NormalizedName, list[Requirement] | None] = {n: _parsed(got.requires) for n, got in found.items()}
-    nodes.update({n: None for n in map(canonicalize_name, read) if n not in nodes})
+    wheels = {str(p.name): p.wheels[0] for p in inputs.packages if p.wheels}
+    record = inputs.store.path("guards", f"{_resolution_key(wheels, inputs.store)}.json")
+    found: dict[NormalizedName, WheelListing] = {}
+    notes: list[str] = []
+    requires = _checked_before(record)
+    if requires is None:  # not this set of wheels: every file list read and compared
+        read = listings(wheels, inputs.store, base=inputs.base)
+        found = {canonicalize_name(n): got for n, got in read.items() if isinstance(got, WheelListing)}
+        notes = [f"{n}: what it installs could not be read ({got}); not checked for files another "
+                 "distribution installs too" for n, got in sorted(read.items()) if isinstance(got, ListingError)]
+        requires = {n: got.requires for n, got in found.items()}
+    nodes: dict[NormalizedName, list[Requirement] | None] = {n: _parsed(r) for n, r in requires.items()}
+    nodes.update({n: None for n in map(canonicalize_name, wheels) if n not in nodes})
     nodes.update({name: static_requirements(project) for name, (project, _) in inputs.projects.items()})
     roots = [Requirement(str(p.name)) for p in spec.packages.values()]
     roots += [r for r in (_parsed(inputs.extra_requirements) or [])]
@@ -317,6 +327,8 @@ def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
     versions = {p.name: p.version for p in inputs.packages}
     if overlaps := file_overlaps(found):
         raise overlap_error(spec, overlaps, versions, graph)
+    if found and not notes:
+        _record_checked(record, requires)
     notes += dead_excludes(spec, graph)
     beaten = beaten_pins(spec, versions, graph)
     notes += override_notes(beaten, inputs.before)
@@ -326,3 +338,44 @@ def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
             notes += fetchcontent_notes(spec.builds[build], subdirectory, declared(project))
     return GuardReport(notes=tuple(notes), overridden=tuple(sorted({f"{r}: {q}" for _, r, q in beaten})))
 
+
+# -- a set of wheels checked before ---------------------------------------------------
+#
+# Whether two of a set of wheels install one path with different bytes depends on those wheels'
+# bytes alone: a relock that resolves the very wheels (by sha256) an earlier lock checked cannot
+# find an overlap it did not, so their file lists are not read again (158 listings, or a nightly's
+# directory of 15,000 files). The record keeps their Requires-Dist for the notes. A new wheel, a
+# sha256 that moved or a wheel read from elsewhere (the store now holds it) makes another key:
+# the whole set is read and compared again. Only a set read whole and found clean is recorded.
+
+_RECORD_FORMAT = "envlock-guards-1"
+
+
+def _resolution_key(wheels: Mapping[str, Artifact], store: Store) -> str:
+    """The record key of a set of wheels: each name, sha256 and whether its list comes from the
+    store's copy (a verified read) or from elsewhere, as ``wheelfiles.listing`` would read it."""
+    import hashlib
+
+    lines = [f"{name}\0{a.sha256}\0{'store' if store_file(store, a).is_file() else 'other'}\n"
+             for name, a in sorted(wheels.items())]
+    return hashlib.sha256("".join([_RECORD_FORMAT, "\n", *lines]).encode()).hexdigest()
+
+
+def _checked_before(record: Path) -> dict[NormalizedName, tuple[str, ...]] | None:
+    """The Requires-Dist of each wheel of a set checked before (None: not recorded, or unreadable)."""
+    try:
+        doc = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    requires = doc.get("requires") if isinstance(doc, dict) else None
+    if not (isinstance(requires, dict) and all(isinstance(v, list) and all(isinstance(r, str) for r in v)
+                                               for v in requires.values())):
+        return None
+    return {canonicalize_name(str(n)): tuple(v) for n, v in requires.items()}
+
+
+def _record_checked(record: Path, requires: Mapping[NormalizedName, tuple[str, ...]]) -> None:
+    """Record a set of wheels whose file lists were all read and found clean (a shortcut only)."""
+    doc = {"format": _RECORD_FORMAT, "requires": {str(n): list(r) for n, r in sorted(requires.items())}}
+    with contextlib.suppress(OSError):
+        write_atomic(record, json.dumps(doc, sort_keys=True).encode())

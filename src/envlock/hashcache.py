@@ -28,6 +28,11 @@ digest hashes the lock that names the wheel's own sha256. (The interpreter's fol
 is normalized in ``pyvenv.cfg`` and symlinks, which are never cached.) So one cache
 serves every interpreter.
 
+An entry also vouches that the file's bytes are on the device: the walk of a new venv writes
+back every file it reads before it saves the cache (``digest.manifest(flush=True)``), and the
+other walks read venvs published already (synced before). So a new venv's durability needs
+nothing more for the files the cache answers for (``store.written_back``).
+
 The cache is an optimization only: a missing, unreadable or foreign file is an empty
 cache, and concurrent writers may lose each other's new entries (the next walk
 re-hashes them), never corrupt them (the file is replaced atomically).

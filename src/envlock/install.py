@@ -28,7 +28,7 @@ from envlock.digest import Manifest, compare, manifest, stored_manifest
 from envlock.errors import InstallError, VerifyError
 from envlock.lockfile import Lock, canonicalize_name
 from envlock.quick import MANIFEST_NAME  # defined where the fast no-op reads it
-from envlock.store import Store, check_stored_bytes, write_atomic
+from envlock.store import Store, check_stored_bytes, write_atomic, written_back
 
 
 @dataclass(frozen=True)
@@ -161,11 +161,14 @@ def install(
             _drop_install_records(work)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
             # Sealed read-only: a file edited in one venv is edited in every venv sharing
-            # its inode (and in uv's cache, so in every venv built after).
-            built = manifest(work, prefix=final, cache_dir=store.hash_cache, seal=True)
+            # its inode (and in uv's cache, so in every venv built after). Flushed: what the
+            # walk reads (what uv and this install wrote now) is written back to the device;
+            # what it does not read is a file an earlier walk read and wrote back.
+            built = manifest(work, prefix=final, cache_dir=store.hash_cache, seal=True, flush=True)
             text = built.to_json().encode()
             write_atomic(work / MANIFEST_NAME, text)
             os.chmod(work / MANIFEST_NAME, 0o444)  # sealed like the rest
+            written_back(work)  # so the rename waits for one fsync, not a syncfs of the file system
         shutil.rmtree(log_dir, ignore_errors=True)
         save_manifest(store, built, text)
     return InstallResult(final, key, built, True, time.monotonic() - started)

@@ -23,7 +23,8 @@ Layout (version 1)::
                                          (``store-writer.lock``: held shared by every sync, exclusively by gc)
         pins/<env>/<sha256>.toml         locks kept by ``envlock pin`` (gc roots), with a ``.json`` label
         tmp/                             work in progress; never read
-        listings/<wheel sha256>.json     what a wheel read by range requests installs and requires (wheelfiles.py)
+        listings/<wheel sha256>.json     what a wheel installs and requires, as read once (wheelfiles.py)
+        guards/<key>.json                a set of locked wheels the lock's guards found clean (guards.py)
         urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed,
                                          and the ETags (else Last-Modified) it answered with for it
         uv-cache/                        the uv cache venvs are installed from (their files are its files)
@@ -141,7 +142,7 @@ class Store:
             try:
                 yield work
                 final.parent.mkdir(parents=True, exist_ok=True)
-                sync_tree(work)  # its bytes on disk before the rename makes it an entry
+                _synced(work)  # its bytes on disk before the rename makes it an entry
                 try:
                     os.rename(work, final)
                 except OSError:
@@ -150,6 +151,7 @@ class Store:
                 else:
                     fsync_dir(final.parent)
             finally:
+                _WRITTEN_BACK.discard(str(work))
                 if work.exists():
                     _rmtree(work)
 
@@ -371,6 +373,70 @@ def fsync_dir(path: Path | str) -> None:
 
 #: Up to this many files, an entry is synced file by file; above it (a venv), by one ``syncfs``.
 _FSYNC_FILES = 256
+
+
+#: Folders of ``new_entry`` blocks whose files' bytes the block wrote back itself (``written_back``).
+_WRITTEN_BACK: set[str] = set()
+
+
+def written_back(work: Path) -> None:
+    """Say that every file under ``work`` (a ``new_entry`` block's folder) has its bytes on the
+    device: written back with ``write_back`` by the block, or a hard link to a file of an entry
+    published before (synced then). ``new_entry`` then ``fsync``s the folder alone before its rename
+    (the device's cache flushed once, the folder's names with it) instead of syncing the tree: a
+    ``syncfs(2)`` writes every dirty byte of the file system, other programs' too, hundreds of MB on
+    a busy machine. The tree's other names and modes are metadata, which the file system's journal
+    orders before the rename (ext4, XFS, btrfs)."""
+    _WRITTEN_BACK.add(str(work))
+
+
+def _synced(work: Path) -> None:
+    """``work``'s bytes on disk before the rename that publishes it (see ``written_back``)."""
+    if str(work) in _WRITTEN_BACK:
+        _WRITTEN_BACK.discard(str(work))
+        fsync_dir(work)
+    else:
+        sync_tree(work)
+
+
+#: sync_file_range(2) flags: start the writeback; wait for earlier writeback, write, wait for it.
+_SFR_WRITE = 2
+_SFR_WAIT = 1 | 2 | 4
+
+
+def write_back(paths: Sequence[str]) -> None:
+    """Put the bytes of each file in ``paths`` on the device: on Linux by ``sync_file_range(2)``,
+    every file's writeback started, then each waited for (no cache flush per file, as an ``fsync``
+    each would send: the ``fsync`` that follows, of any file or folder of the file system, flushes
+    the device's cache once); elsewhere an ``fsync`` each."""
+    call = _sync_file_range()
+    if call is None:
+        for path in paths:
+            sync_file(path)
+        return
+    for flags in (_SFR_WRITE, _SFR_WAIT):
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                if call(fd, 0, 0, flags) != 0:
+                    os.fsync(fd)  # refused (a file system without it): the sure way
+            finally:
+                os.close(fd)
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's ``sync_file_range``, or None (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call
 
 
 def sync_tree(path: Path) -> None:

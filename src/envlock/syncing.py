@@ -11,6 +11,7 @@ lock to ``realize`` (fetch -> install -> verify -> flip).
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -145,6 +146,8 @@ def _caches(ws: Workspace, todo: SyncPlan) -> Caches | None:
     """The binary caches of ``envlock.toml`` and the environment (None: none, or ``--offline``)."""
     if todo.options.offline:
         return None
+    if not (ws.root / "envlock.toml").is_file() and not os.environ.get("ENVLOCK_CACHE_URLS"):
+        return None  # no cache can be named (caching.CONFIG_FILE, URLS_ENV): its module, ~10 ms, not loaded
     from envlock.caching import Caches
 
     return Caches.configured(ws, todo.options.trusted_keys)

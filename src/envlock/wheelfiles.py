@@ -6,9 +6,10 @@ requires whom. A wheel the store holds is read there; any other is read from its
 HTTP range requests, as pip and uv read metadata (PEP 658 aside): the tail of the file (the zip's
 end record and central directory, where wheel writers also put ``.dist-info``), then the
 ``RECORD`` and ``METADATA`` members where they are. That is a few hundred kB for a 1 GB torch
-wheel. What was read from an index is kept in the store as ``listings/<wheel sha256>.json``, so
-a relock asks nothing again. A listing read by ranges is what the index served, not bytes hashed
-against the lock: it feeds a guard, never an install.
+wheel. What was read is kept in the store as ``listings/<wheel sha256>.json`` (marked when it was
+read from the store's own copy), so a relock asks nothing again and opens no zip. A listing read
+by ranges is what the index served, not bytes hashed against the lock: it feeds a guard, never an
+install, and it is not taken for a wheel the store holds.
 """
 
 from __future__ import annotations
@@ -71,17 +72,21 @@ def listing(artifact: Artifact, store: Store, *, base: Path | None = None) -> Wh
     from envlock import http
 
     stored = store_file(store, artifact)
+    record = store.path("listings", f"{artifact.sha256}.json")
     if stored.is_file():
-        return _read_local(stored, "store")
+        # Read from the store copy once (a nightly's directory of 15,000 files is ~50 ms of zipfile),
+        # then from its record; a record of a range read is not taken for the verified bytes.
+        if (kept := _recorded(record, from_store=True)) is not None:
+            return kept
+        found = _read_local(stored, "store")
+        _keep(record, found, from_store=True)
+        return found
     local = http.file_path(artifact.url) if artifact.url else (
         str(base / artifact.path) if base is not None and artifact.path else None)
     if local is not None:
         return _read_local(Path(local), "file")
-    record = store.path("listings", f"{artifact.sha256}.json")
-    try:
-        return WheelListing.from_dict(json.loads(record.read_text()), "cache")
-    except (OSError, ValueError, ListingError):
-        pass
+    if (kept := _recorded(record, from_store=False)) is not None:
+        return kept
     if artifact.url is None:
         raise ListingError("neither in the store nor at a URL")
     try:
@@ -89,9 +94,26 @@ def listing(artifact: Artifact, store: Store, *, base: Path | None = None) -> Wh
             found = _read_zip(remote, "index")  # type: ignore[arg-type]  # a binary file, as zipfile reads one
     except http.HttpError as exc:
         raise ListingError(str(exc)) from None
-    with contextlib.suppress(OSError):  # a record is a shortcut only: the next lock reads the index again
-        write_atomic(record, json.dumps(found.to_dict(), sort_keys=True).encode())
+    _keep(record, found, from_store=False)
     return found
+
+
+def _recorded(record: Path, *, from_store: bool) -> WheelListing | None:
+    """The listing kept at ``record``, if any (``from_store``: only one read from the store's copy)."""
+    try:
+        doc = json.loads(record.read_text())
+        if from_store and not (isinstance(doc, dict) and doc.get("read") == "store"):
+            return None
+        return WheelListing.from_dict(doc, "cache")
+    except (OSError, ValueError, ListingError):
+        return None
+
+
+def _keep(record: Path, found: WheelListing, *, from_store: bool) -> None:
+    """Keep ``found`` at ``record`` (a shortcut only: without it the next lock reads the wheel again)."""
+    doc = {**found.to_dict(), **({"read": "store"} if from_store else {})}
+    with contextlib.suppress(OSError):
+        write_atomic(record, json.dumps(doc, sort_keys=True).encode())
 
 
 def _read_local(path: Path, via: str) -> WheelListing:
