@@ -297,3 +297,23 @@ def test_lock_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path) -> None: 
             time.sleep(0.02)
     _out, err = relock.communicate(timeout=120)
     assert relock.returncode == 0, err
+
+
+def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
+    store = Store.open(setup.home)
+    kept = Lock.from_toml(setup.locks["v1"].read_text(), "v1").packages[0].wheels[0].sha256
+    records = {name: store.root / name for name in
+               (f"listings/{kept}.json", f"listings/{setup.unrooted_wheel}.json", "guards/" + "ab" * 32 + ".json")}
+    for path in records.values():
+        path.parent.mkdir(exist_ok=True)
+        path.write_text('{"format": "test"}')
+
+    dry = cli("gc", "--dry-run", "--keep-git", "none", "--json")
+    assert dry.code == 0, dry.err
+    assert ("2 wheel file lists and guard results of no kept lock would be removed too (read again when a lock "
+            "needs them)") in json.loads(dry.out)["notes"]
+    assert all(p.is_file() for p in records.values())
+
+    done = cli("gc", "--keep-git", "none", "--json")
+    assert done.code == 0, done.err
+    assert [name for name, p in records.items() if p.exists()] == [f"listings/{kept}.json"]

@@ -84,6 +84,7 @@ class _Plan:
     entries: tuple[EntryRef, ...]  # to remove, in removal order
     archives: tuple[Path, ...]  # uv-cache archives to remove
     notes: tuple[str, ...]
+    records: tuple[Path, ...] = ()  # listings/ and guards/ records to remove (metadata, read again when needed)
 
 
 def gc(ws: Workspace | None, options: GcOptions, on_wait: Callable[[], None] | None = None) -> GcReport:
@@ -99,7 +100,7 @@ def gc(ws: Workspace | None, options: GcOptions, on_wait: Callable[[], None] | N
         plan = _plan(ws, store, options)
         sizes = _Sizes(store)
         before = Usage(sizes.entry_count, sizes.total())
-        doomed = [store.path(r.kind, r.key) for r in plan.entries] + list(plan.archives)
+        doomed = [store.path(r.kind, r.key) for r in plan.entries] + list(plan.archives) + list(plan.records)
         doomed += [generations.env_dir(store, env) / str(n) for env, n in plan.generations]
         freed = sizes.freed_by(doomed)
         if not options.dry_run:
@@ -132,8 +133,23 @@ def _plan(ws: Workspace | None, store: Store, options: GcOptions) -> _Plan:
     entries = [EntryRef(kind, key) for kind, key, _ in store.entries(_REMOVAL_ORDER)
                if EntryRef(kind, key) not in keep]
     kept_venvs = [store.path("venvs", r.key) for r in keep if r.kind == "venvs" and store.has("venvs", r.key)]
+    records = _stale_records(store, keep)
+    if records:
+        notes.append(f"{len(records)} wheel file lists and guard results of no kept lock "
+                     f"{'would be' if options.dry_run else 'were'} removed too (read again when a lock needs them)")
     return _Plan(tuple(roots), frozenset(keep), tuple(drop_gens), tuple(entries),
-                 tuple(_unlinked_archives(store, kept_venvs)), tuple(notes))
+                 tuple(_unlinked_archives(store, kept_venvs)), tuple(notes), records)
+
+
+def _stale_records(store: Store, keep: Iterable[EntryRef]) -> tuple[Path, ...]:
+    """The store's metadata no kept lock needs: ``listings/<sha256>.json`` of a wheel no root keeps
+    (an index-only wheel a kept lock names is kept too: the closure names every locked sha256) and
+    every ``guards/`` result (keyed by a whole set of wheels; the next lock checks its set again,
+    from the kept listings)."""
+    wheels = {r.key for r in keep if r.kind == "wheels"}
+    listings = store.root / "listings"
+    stale = sorted(p for p in listings.glob("*.json") if p.stem not in wheels) if listings.is_dir() else []
+    return tuple(stale) + tuple(sorted((store.root / "guards").glob("*.json")))
 
 
 #: Venvs (and their manifests) before what they were built from: a gc killed between two
@@ -247,8 +263,8 @@ class _Sizes:
         for _kind, _key, path in store.entries():
             self.entry_count += 1
             self._add(path)
-        self._add(store.root / "uv-cache")
-        self._add(store.root / "envs")
+        for folder in ("uv-cache", "envs", "listings", "guards"):
+            self._add(store.root / folder)
 
     def _add(self, top: Path) -> None:
         if top.is_file():  # a manifests/ entry is one file
@@ -291,6 +307,8 @@ def _carry_out(store: Store, plan: _Plan) -> None:
                     store.remove_tree(generations.env_dir(store, env) / str(n))
     for ref in plan.entries:
         store.remove_entry(ref.kind, ref.key)
+    for record in plan.records:
+        record.unlink(missing_ok=True)
     if plan.archives:
         with store.locked("uv-cache"):  # as install.clear_uv_cache: not under a running install
             for archive in plan.archives:
