@@ -157,3 +157,14 @@ def sg(tmp_path_factory: pytest.TempPathFactory) -> SgLike:
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
     return Store.open(tmp_path / "home")
+
+
+@pytest.fixture
+def nginx(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A real nginx with WebDAV PUT on 127.0.0.1 serving a cache folder: its (URL, folder)."""
+    from kit.cacheservers import nginx_binary, nginx_cache
+
+    if nginx_binary() is None:
+        pytest.skip("nginx is not installed (.ci/run installs it: apt-get install -y nginx)")
+    with nginx_cache(tmp_path / "srv") as found:
+        yield found

@@ -31,7 +31,7 @@ from envlock.lockfile import read_lock
 from envlock.signing import generate
 from envlock.store import Store
 from kit import sglike
-from kit.cacheservers import free_port, nginx_binary, nginx_cache
+from kit.cacheservers import free_port
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.sglike import SgLike, make_sglike
@@ -58,14 +58,6 @@ def archives(tmp_path: Path) -> Iterator[IndexServer]:
     server.start()
     yield server
     server.stop()
-
-
-@pytest.fixture
-def nginx(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    if nginx_binary() is None:
-        pytest.skip("nginx is not installed (.ci/run installs it: apt-get install -y nginx)")
-    with nginx_cache(tmp_path / "srv") as found:
-        yield found
 
 
 class Env:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,18 +22,10 @@ from envlock.caching import CacheConfig, Caches, builds_into_wheelhouse, record_
 from envlock.lockfile import read_lock
 from envlock.signing import generate, sign_record
 from envlock.store import Store
-from kit.cacheservers import failing_server, hanging_server, nginx_binary, nginx_cache
+from kit.cacheservers import failing_server, hanging_server
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from test_build_cli import _demo
-
-
-@pytest.fixture
-def nginx(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    if nginx_binary() is None:
-        pytest.skip("nginx is not installed (.ci/run installs it: apt-get install -y nginx)")
-    with nginx_cache(tmp_path / "srv") as found:
-        yield found
 
 
 def _config(root: Path, **keys: object) -> None:

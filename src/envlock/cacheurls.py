@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from envlock.cachestore import Backend, CacheError, get_bytes, open_backend, put_bytes
-from envlock.caching import KEY_ENV, CacheCheck, Caches, Pushed, secret_key, wheel_key
+from envlock.cachestore import Backend, CacheError, open_backend, put_bytes
+from envlock.caching import KEY_ENV, CacheCheck, Caches, Pushed, check_records, secret_key, wheel_key
 from envlock.errors import UsageError, redact
 from envlock.lockfile import Artifact
 from envlock.signing import (
@@ -186,18 +186,5 @@ def push_hashed(caches: Caches, store: Store, hashed: Sequence[Artifact]) -> Non
 def verify_url_records(url: str, trusted: Mapping[str, PublicKey]) -> CacheCheck:
     """``cache verify``'s look at the URL records of the cache at ``url``: each signed by a key of
     ``trusted``, stored under its URL's key, its wheel present."""
-    backend = open_backend(url)
-    problems: list[str] = []
-    checked = 0
-    for key in backend.keys("urls/"):
-        checked += 1
-        try:
-            record = verify_record(get_bytes(backend, key) or b"", trusted, key, URL_RECORD_FORMAT)
-        except RecordRefusedError as exc:
-            problems.append(exc.message)
-            continue
-        if url_key(str(record.get("url"))) != key:
-            problems.append(f"{key}: records URL {redact(str(record.get('url')))}, not its key's")
-        elif not backend.exists(wheel_key(str(record.get("sha256")))):
-            problems.append(f"{key}: its wheel {wheel_key(str(record.get('sha256')))} is not in the cache")
-    return CacheCheck(backend.label, checked, tuple(problems))
+    return check_records(open_backend(url), trusted, "urls/", URL_RECORD_FORMAT, url_key,
+                         lambda record: f"URL {redact(str(record.get('url')))}", subject="url")

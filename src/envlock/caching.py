@@ -35,6 +35,7 @@ from envlock.cachestore import Backend, CacheError, TooLargeError, check_key, ge
 from envlock.errors import UsageError, redact
 from envlock.lockfile import Artifact, Lock
 from envlock.signing import (
+    RECORD_FORMAT,
     PublicKey,
     RecordRefusedError,
     SecretKey,
@@ -539,6 +540,27 @@ class CacheCheck:
         return {"url": self.url, "checked": self.checked, "ok": self.ok, "problems": list(self.problems)}
 
 
+def check_records(backend: Backend, trusted: Mapping[str, PublicKey], prefix: str, fmt: str,
+                  key_of: Callable[[str], str], says: Callable[[dict[str, Any]], str], *, subject: str) -> CacheCheck:
+    """``cache verify``'s look at the signed records under ``prefix`` (of format ``fmt``): each signed
+    by a key of ``trusted``, stored under the key of what it is about (``key_of(record[subject])``;
+    ``says``: how a message names that), its wheel present."""
+    problems: list[str] = []
+    checked = 0
+    for key in backend.keys(prefix):
+        checked += 1
+        try:
+            record = verify_record(get_bytes(backend, key) or b"", trusted, key, fmt)
+        except RecordRefusedError as exc:
+            problems.append(exc.message)
+            continue
+        if key_of(str(record.get(subject))) != key:
+            problems.append(f"{key}: records {says(record)}, not its key's")
+        elif not backend.exists(wheel_key(str(record.get("sha256")))):
+            problems.append(f"{key}: its wheel {wheel_key(str(record.get('sha256')))} is not in the cache")
+    return CacheCheck(backend.label, checked, tuple(problems))
+
+
 def verify_cache(url: str, trusted: Mapping[str, PublicKey]) -> CacheCheck:
     """``envlock cache verify URL``: every wheel's bytes against its sha256, every build record's
     signature (by a key of ``trusted``), name and wheel, every closure's keys present."""
@@ -555,18 +577,11 @@ def verify_cache(url: str, trusted: Mapping[str, PublicKey]) -> CacheCheck:
                 _get_verified(backend, key, fh, sha, None)
             except _WrongBytesError as exc:
                 problems.append(f"{key}: {exc}")
-    for key in backend.keys("builds/"):
-        checked += 1
-        data = get_bytes(backend, key) or b""
-        try:
-            record = verify_record(data, trusted, key)
-        except RecordRefusedError as exc:
-            problems.append(exc.message)
-            continue
-        if record_key(str(record.get("input-digest"))) != key:
-            problems.append(f"{key}: records input digest {str(record.get('input-digest'))[:19]}, not its key's")
-        elif not backend.exists(wheel_key(str(record.get("sha256")))):
-            problems.append(f"{key}: its wheel {wheel_key(str(record.get('sha256')))} is not in the cache")
+    found = check_records(backend, trusted, "builds/", RECORD_FORMAT, record_key,
+                          lambda record: f"input digest {str(record.get('input-digest'))[:19]}",
+                          subject="input-digest")
+    checked += found.checked
+    problems += found.problems
     for key in backend.keys("closures/"):
         if key.endswith("/" + bundle.MANIFEST):
             checked += 1
