@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_wheels
 from envlock import cachesources, runner, sources
 from envlock.cachesources import Pinned
 from envlock.cachestore import FileBackend
@@ -35,17 +34,12 @@ from kit.cacheservers import free_port
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.sglike import SgLike, make_sglike
-from kit.wheels import build_wheel
-from test_fetchcontent import TORCH, said, spec
+from test_fetchcontent import kernel_index, said, spec
 
 
 @pytest.fixture(scope="module")
 def pypi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    folder = tmp_path_factory.mktemp("served")
-    server = IndexServer(tmp_path_factory.mktemp("index"))
-    server.add_dir("pypi", backend_wheels())
-    server.add("pypi", sglike.torchlike_wheel(folder, TORCH), build_wheel(folder, "tinydep", "1.0"))
-    server.start()
+    server = kernel_index(tmp_path_factory, with_archives=False).start()
     yield server
     server.stop()
 

@@ -29,15 +29,21 @@ from kit.wheels import build_wheel
 TORCH = "2.12.0.dev20260307"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    """Build backends, the torch stand-in and a runtime-only package on ``pypi``; archives on ``archives``."""
-    folder = tmp_path_factory.mktemp("served")
-    server = IndexServer(tmp_path_factory.mktemp("index"))
+def kernel_index(factory: pytest.TempPathFactory, *, with_archives: bool) -> IndexServer:
+    """Build backends, the torch stand-in and a runtime-only package on ``pypi`` (and, ``with_archives``,
+    the FetchContent archive on ``archives``); not started."""
+    folder = factory.mktemp("served")
+    server = IndexServer(factory.mktemp("index"))
     server.add_dir("pypi", backend_wheels())
     server.add("pypi", sglike.torchlike_wheel(folder, TORCH), build_wheel(folder, "tinydep", "1.0"))
-    server.add("archives", sglike.karch_archive(folder))
-    server.start()
+    if with_archives:
+        server.add("archives", sglike.karch_archive(folder))
+    return server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    server = kernel_index(tmp_path_factory, with_archives=True).start()
     yield server
     server.stop()
 
