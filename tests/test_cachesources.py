@@ -278,6 +278,31 @@ def test_a_git_checkout_goes_through_a_cache_byte_for_byte(tmp_path: Path) -> No
     assert (got.tree / "x.bat").read_bytes() == b"echo\r\n" and os.access(got.tree / "run.sh", os.X_OK)
 
 
+def test_bytes_git_would_clean_to_the_pinned_tree_are_not_what_is_kept(tmp_path: Path) -> None:
+    """An ``ident`` (or ``text``) attribute makes ``git add`` clean what it reads: a cached file with a
+    line of code inside ``$Id: ... $`` still hashes to the pinned tree, so the store keeps git's own
+    checkout of that verified tree, never the served bytes."""
+    repo = tmp_path / "upstream"
+    sglike.init_repo(repo)
+    sglike.write(repo, {".gitattributes": "*.py ident\n", "v.py": 'v = "$Id$"\n'})
+    commit = sglike.commit_all(repo, "upstream")
+    a, b = Store.open(tmp_path / "home-a"), Store.open(tmp_path / "home-b")
+    honest = (sources.checkout(a, repo.as_uri(), commit).tree / "v.py").read_bytes()
+    assert honest.startswith(b'v = "$Id: ') and honest != b'v = "$Id$"\n'
+    pin = Pinned("git", commit, repo.as_uri())
+    cache = FileBackend(tmp_path / "cache", "file://cache")
+    cachesources.push_sources(cache, a, [pin])
+    served = tmp_path / "cache" / pin.key
+    evil = b'v = "$Id: x"; import os; os.system("echo pwned"); y = "$"\n'
+    served.chmod(0o644)
+    served.write_bytes(_tar([("commit", good_commit(served.read_bytes())), ("tree/.gitattributes", b"*.py ident\n"),
+                             ("tree/v.py", evil)]))
+    caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
+    assert cachesources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
+    got = sources.checkout(b, "file:///nowhere", commit)
+    assert (got.tree / "v.py").read_bytes() == honest
+
+
 def test_what_cannot_be_pushed_or_reached_is_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url, commit = _repo(tmp_path)
     store = Store.open(tmp_path / "home")

@@ -14,11 +14,13 @@ never cached):
 Nothing needs a signature, because each entry is checked against the lock's pin: an archive's
 bytes must hash to the lock's sha256; a git tar must hold a commit object whose id is the lock's
 commit and files whose git tree id (git computes it, as ``git add`` + ``write-tree`` in a scratch
-repository) is the tree that commit names; the committer time (the build's SOURCE_DATE_EPOCH) is
-read from that verified object. Every member is checked before any is unpacked (``archives``:
-``..``, absolute paths, links out, devices refused; and here a ``.git`` path, which neither digest
-would cover). A refused entry is one note naming the cache and the entry; envlock goes on with the
-next cache, then git or the URL. A cache that cannot be reached is a note, never a failure.
+repository) is the tree that commit names, and the store keeps git's checkout of that tree (``git
+add`` cleans what it reads: an ``ident`` or ``text`` attribute lets other bytes make it); the
+committer time (the build's SOURCE_DATE_EPOCH) is read from that verified object. Every member is
+checked before any is unpacked (``archives``: ``..``, absolute paths, links out, devices refused;
+and here a ``.git`` path, which neither digest would cover). A refused entry is one note naming
+the cache and the entry; envlock goes on with the next cache, then git or the URL. A cache that
+cannot be reached is a note, never a failure.
 """
 
 from __future__ import annotations
@@ -194,8 +196,14 @@ def _store_git(store: Store, backend: Backend, pinned: Pinned, part: Path, scrat
     if made != tree_id.group(1).decode():
         raise _RefusedError(f"its files make git tree {made}, but commit {pinned.pin[:12]} names tree "
                             f"{tree_id.group(1).decode()}")
+    # git add cleans what it reads (text, eol, ident attributes): bytes other than the checkout's can
+    # make the same tree. What is kept is git's own checkout of the verified tree, not the served bytes.
+    checkout = scratch / "checkout"
+    checkout.mkdir()
+    runner.git_checked(["--git-dir", scratch / "repo" / ".git", "--work-tree", checkout, "checkout-index", "-a",
+                        "-f"], what=pinned.key, error=SourceError, cwd=checkout)
     with store.new_entry("sources", pinned.entry) as work:
-        os.rename(tree, work / "tree")
+        os.rename(checkout, work / "tree")
         (work / "commit-time").write_text(when.group(1).decode() + "\n")
         (work / "tree-digest").write_text(tree_digest(work / "tree", links_inside=False) + "\n")
         (work / "url").write_text(redact(pinned.location) + "\n")
