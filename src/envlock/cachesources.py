@@ -328,8 +328,10 @@ def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None,
     from envlock.caching import push_env as push_closure
     from envlock.lockrefs import load_env_lock_ref
 
-    pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file, url_records=url_records)
-    ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
-    got = push_sources(open_backend(to), Store.open(), locked(ref.lock))
+    store = Store.open()
+    with store.writing():  # a gc beside waits: no entry is removed while it is read (a tar made of half a tree)
+        pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file, url_records=url_records)
+        ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
+        got = push_sources(open_backend(to), store, locked(ref.lock))
     return replace(pushed, uploaded=pushed.uploaded + got.uploaded, present=pushed.present + got.present,
                    notes=pushed.notes + got.notes)
