@@ -303,6 +303,28 @@ def test_bytes_git_would_clean_to_the_pinned_tree_are_not_what_is_kept(tmp_path:
     assert (got.tree / "v.py").read_bytes() == honest
 
 
+def test_a_commit_whose_message_is_not_plain_utf8_text_is_pushed_byte_for_byte(tmp_path: Path) -> None:
+    """A commit object is read as bytes: CRLF line ends and a Latin-1 message (as Windows and older
+    tools write them) hash to the commit only as git stores them."""
+    repo = tmp_path / "upstream"
+    sglike.init_repo(repo)
+    sglike.write(repo, {"a.txt": "a\n"})
+    message = tmp_path / "message"
+    message.write_bytes(b"upstream\r\n\r\ncaf\xe9 \xa0 r\xe9sum\xe9\r\n")
+    sglike.git(repo, "add", "-A")
+    sglike.git(repo, "-c", "i18n.commitEncoding=ISO-8859-1", "commit", "-q", "--cleanup=verbatim", "-F", str(message))
+    commit = sglike.git(repo, "rev-parse", "HEAD")
+    a, b = Store.open(tmp_path / "home-a"), Store.open(tmp_path / "home-b")
+    co = sources.checkout(a, repo.as_uri(), commit)
+    pin = Pinned("git", commit, repo.as_uri())
+    cache = FileBackend(tmp_path / "cache", "file://cache")
+    assert cachesources.push_sources(cache, a, [pin]) == cachesources.SourcesPushed((pin.key,), 0, ())
+    caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
+    assert cachesources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
+    got = sources.checkout(b, "file:///nowhere", commit)
+    assert (got.tree_digest, got.commit_time) == (co.tree_digest, co.commit_time)
+
+
 def test_what_cannot_be_pushed_or_reached_is_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url, commit = _repo(tmp_path)
     store = Store.open(tmp_path / "home")

@@ -279,9 +279,11 @@ def _commit_object(store: Store, pinned: Pinned) -> bytes | None:
     mirror = sources.existing_mirror(store, pinned.location)
     if mirror is None or not COMMIT_ID.fullmatch(pinned.pin):
         return None
-    got = runner.git(["--git-dir", mirror, "cat-file", "commit", pinned.pin])
-    raw = got.stdout.encode() if got.ok else b""
-    # runner reads text: a commit message that is not UTF-8 would not come back byte for byte.
+    try:  # bytes: a message that is not UTF-8, or has CRLF line ends, would not come back as text
+        raw = runner.git_bytes(["--git-dir", mirror, "cat-file", "commit", pinned.pin], what=pinned.key,
+                               error=SourceError)
+    except SourceError:
+        return None
     ok = hashlib.sha1(b"commit %d\0" % len(raw) + raw, usedforsecurity=False).hexdigest() == pinned.pin
     return raw if ok else None
 
