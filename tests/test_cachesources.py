@@ -10,6 +10,7 @@ from the cached sources and gets the lock's wheel. A git tar with one flipped by
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -301,6 +302,23 @@ def test_bytes_git_would_clean_to_the_pinned_tree_are_not_what_is_kept(tmp_path:
     assert cachesources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
     got = sources.checkout(b, "file:///nowhere", commit)
     assert (got.tree / "v.py").read_bytes() == honest
+
+
+def test_a_compressed_git_tar_is_refused_before_anything_is_unpacked(tmp_path: Path) -> None:
+    """A git tar is checked only after it is unpacked, so it must be the plain tar envlock writes: a
+    compressed one (a few kB of gzip can unpack to GBs) is refused, even holding the right files."""
+    url, commit = _repo(tmp_path)
+    a = Store.open(tmp_path / "home-a")
+    sources.checkout(a, url, commit)
+    pin = Pinned("git", commit, url)
+    cachesources.push_sources(FileBackend(tmp_path / "cache", "file://cache"), a, [pin])
+    served = tmp_path / "cache" / pin.key
+    served.chmod(0o644)
+    served.write_bytes(gzip.compress(served.read_bytes()))
+    caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
+    assert cachesources.sources_into_store(caches, Store.open(tmp_path / "home-b"), [pin]) == 0
+    assert caches.notes == [f"cache file://{tmp_path / 'cache'}: refused {pin.key}: not a tar archive envlock can "
+                            "unpack (truncated header); nothing was kept"]
 
 
 def test_a_commit_whose_message_is_not_plain_utf8_text_is_pushed_byte_for_byte(tmp_path: Path) -> None:

@@ -54,14 +54,14 @@ def _checked(tar: tarfile.TarFile, what: str) -> list[tarfile.TarInfo]:
     return members
 
 
-def unpack(archive: Path, dest: Path, *, what: str) -> None:
-    """Unpack tar ``archive`` (any compression tarfile reads) into ``dest``, which must not exist:
-    every member checked before any is written, a single top folder unwrapped (as FetchContent
-    does). ``SourceError`` naming ``what`` and the first member that could escape, or an archive
-    that is no tar."""
+def unpack(archive: Path, dest: Path, *, what: str, plain: bool = False) -> None:
+    """Unpack tar ``archive`` (any compression tarfile reads; ``plain``: none, so it unpacks to no more
+    than its own size) into ``dest``, which must not exist: every member checked before any is
+    written, a single top folder unwrapped (as FetchContent does). ``SourceError`` naming ``what``
+    and the first member that could escape, or an archive that is no tar."""
     work = dest.with_name(dest.name + ".unpack")
     try:
-        with tarfile.open(archive, "r:*") as tar:
+        with tarfile.open(archive, "r:" if plain else "r:*") as tar:
             checked = _checked(tar, what)
             work.mkdir(parents=True)
             if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later: a second guard

@@ -178,7 +178,8 @@ class _Sink:
 def _store_git(store: Store, backend: Backend, pinned: Pinned, part: Path, scratch: Path) -> None:
     """The git tar ``part`` unpacked, held to ``pinned``'s commit, made the store's ``sources/git-<commit>``."""
     unpacked = scratch / "unpacked"
-    archives.unpack(part, unpacked, what=pinned.key)
+    # Plain, as envlock writes it: it is checked only once unpacked, and a few kB of gzip unpack to GBs.
+    archives.unpack(part, unpacked, what=pinned.key, plain=True)
     extra = sorted(p.name for p in unpacked.iterdir() if p.name not in ("commit", "tree"))
     tree, commit_file = unpacked / "tree", unpacked / "commit"
     if extra or not tree.is_dir() or tree.is_symlink() or not commit_file.is_file() or commit_file.is_symlink():
