@@ -319,6 +319,20 @@ def test_a_compressed_git_tar_is_refused_before_anything_is_unpacked(tmp_path: P
     assert cachesources.sources_into_store(caches, Store.open(tmp_path / "home-b"), [pin]) == 0
     assert caches.notes == [f"cache file://{tmp_path / 'cache'}: refused {pin.key}: not a tar archive envlock can "
                             "unpack (truncated header); nothing was kept"]
+    # Nor a sparse member: 10 kB of tar that declare a file of 1 TB (PAX sparse format 1.0).
+    big = tarfile.TarInfo("tree/big")
+    big.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": "tree/big",
+                       "GNU.sparse.realsize": str(1 << 40)}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(tarfile.TarInfo("commit"), io.BytesIO())
+        big.size = 512
+        tar.addfile(big, io.BytesIO(b"1\n0\n0\n".ljust(512, b"\0")))
+    served.write_bytes(buf.getvalue())
+    caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
+    assert cachesources.sources_into_store(caches, Store.open(tmp_path / "home-b"), [pin]) == 0
+    assert caches.notes == [f"cache file://{tmp_path / 'cache'}: refused {pin.key}: archive member 'tree/big' is a "
+                            "sparse file; the archive is refused, nothing was unpacked"]
 
 
 def test_a_commit_whose_message_is_not_plain_utf8_text_is_pushed_byte_for_byte(tmp_path: Path) -> None:
