@@ -10,6 +10,7 @@ from the cached sources and gets the lock's wheel. A git tar with one flipped by
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -276,6 +277,84 @@ def test_a_git_checkout_goes_through_a_cache_byte_for_byte(tmp_path: Path) -> No
     got = sources.checkout(b, "file:///nowhere", commit)  # in the store: git is not asked
     assert (got.tree_digest, got.commit_time) == (co.tree_digest, co.commit_time)
     assert (got.tree / "x.bat").read_bytes() == b"echo\r\n" and os.access(got.tree / "run.sh", os.X_OK)
+
+
+def test_bytes_git_would_clean_to_the_pinned_tree_are_not_what_is_kept(tmp_path: Path) -> None:
+    """An ``ident`` (or ``text``) attribute makes ``git add`` clean what it reads: a cached file with a
+    line of code inside ``$Id: ... $`` still hashes to the pinned tree, so the store keeps git's own
+    checkout of that verified tree, never the served bytes."""
+    repo = tmp_path / "upstream"
+    sglike.init_repo(repo)
+    sglike.write(repo, {".gitattributes": "*.py ident\n", "v.py": 'v = "$Id$"\n'})
+    commit = sglike.commit_all(repo, "upstream")
+    a, b = Store.open(tmp_path / "home-a"), Store.open(tmp_path / "home-b")
+    honest = (sources.checkout(a, repo.as_uri(), commit).tree / "v.py").read_bytes()
+    assert honest.startswith(b'v = "$Id: ') and honest != b'v = "$Id$"\n'
+    pin = Pinned("git", commit, repo.as_uri())
+    cache = FileBackend(tmp_path / "cache", "file://cache")
+    cachesources.push_sources(cache, a, [pin])
+    served = tmp_path / "cache" / pin.key
+    evil = b'v = "$Id: x"; import os; os.system("echo pwned"); y = "$"\n'
+    served.chmod(0o644)
+    served.write_bytes(_tar([("commit", good_commit(served.read_bytes())), ("tree/.gitattributes", b"*.py ident\n"),
+                             ("tree/v.py", evil)]))
+    caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
+    assert cachesources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
+    got = sources.checkout(b, "file:///nowhere", commit)
+    assert (got.tree / "v.py").read_bytes() == honest
+
+
+def test_a_compressed_git_tar_is_refused_before_anything_is_unpacked(tmp_path: Path) -> None:
+    """A git tar is checked only after it is unpacked, so it must be the plain tar envlock writes: a
+    compressed one (a few kB of gzip can unpack to GBs) is refused, even holding the right files."""
+    url, commit = _repo(tmp_path)
+    a = Store.open(tmp_path / "home-a")
+    sources.checkout(a, url, commit)
+    pin = Pinned("git", commit, url)
+    cachesources.push_sources(FileBackend(tmp_path / "cache", "file://cache"), a, [pin])
+    served = tmp_path / "cache" / pin.key
+    served.chmod(0o644)
+    served.write_bytes(gzip.compress(served.read_bytes()))
+    caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
+    assert cachesources.sources_into_store(caches, Store.open(tmp_path / "home-b"), [pin]) == 0
+    assert caches.notes == [f"cache file://{tmp_path / 'cache'}: refused {pin.key}: not a tar archive envlock can "
+                            "unpack (truncated header); nothing was kept"]
+    # Nor a sparse member: 10 kB of tar that declare a file of 1 TB (PAX sparse format 1.0).
+    big = tarfile.TarInfo("tree/big")
+    big.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": "tree/big",
+                       "GNU.sparse.realsize": str(1 << 40)}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(tarfile.TarInfo("commit"), io.BytesIO())
+        big.size = 512
+        tar.addfile(big, io.BytesIO(b"1\n0\n0\n".ljust(512, b"\0")))
+    served.write_bytes(buf.getvalue())
+    caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
+    assert cachesources.sources_into_store(caches, Store.open(tmp_path / "home-b"), [pin]) == 0
+    assert caches.notes == [f"cache file://{tmp_path / 'cache'}: refused {pin.key}: archive member 'tree/big' is a "
+                            "sparse file; the archive is refused, nothing was unpacked"]
+
+
+def test_a_commit_whose_message_is_not_plain_utf8_text_is_pushed_byte_for_byte(tmp_path: Path) -> None:
+    """A commit object is read as bytes: CRLF line ends and a Latin-1 message (as Windows and older
+    tools write them) hash to the commit only as git stores them."""
+    repo = tmp_path / "upstream"
+    sglike.init_repo(repo)
+    sglike.write(repo, {"a.txt": "a\n"})
+    message = tmp_path / "message"
+    message.write_bytes(b"upstream\r\n\r\ncaf\xe9 \xa0 r\xe9sum\xe9\r\n")
+    sglike.git(repo, "add", "-A")
+    sglike.git(repo, "-c", "i18n.commitEncoding=ISO-8859-1", "commit", "-q", "--cleanup=verbatim", "-F", str(message))
+    commit = sglike.git(repo, "rev-parse", "HEAD")
+    a, b = Store.open(tmp_path / "home-a"), Store.open(tmp_path / "home-b")
+    co = sources.checkout(a, repo.as_uri(), commit)
+    pin = Pinned("git", commit, repo.as_uri())
+    cache = FileBackend(tmp_path / "cache", "file://cache")
+    assert cachesources.push_sources(cache, a, [pin]) == cachesources.SourcesPushed((pin.key,), 0, ())
+    caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
+    assert cachesources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
+    got = sources.checkout(b, "file:///nowhere", commit)
+    assert (got.tree_digest, got.commit_time) == (co.tree_digest, co.commit_time)
 
 
 def test_what_cannot_be_pushed_or_reached_is_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -299,6 +299,22 @@ def test_lock_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path) -> None: 
     assert relock.returncode == 0, err
 
 
+def test_cache_push_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    # A push reads store entries (wheels, source trees it tars): a gc beside must not remove them
+    # midway, or a partial tar is uploaded under a key the cache then holds for good.
+    assert cli("build", "t").code == 0
+    store = Store.open()
+    with store.collecting():
+        push = _envlock(tiny_build, store.home, "cache", "push", "t", "--to", (tmp_path / "cache").as_uri())
+        deadline = time.monotonic() + 60
+        while not _waiter_on(store.root / "locks" / f"{WRITER_LOCK}.lock"):
+            assert push.poll() is None, push.communicate()  # done beside a gc: it never waited
+            assert time.monotonic() < deadline, "cache push never waited for the store's writer lock"
+            time.sleep(0.02)
+    _out, err = push.communicate(timeout=120)
+    assert push.returncode == 0, err
+
+
 def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
     store = Store.open(setup.home)
     kept = Lock.from_toml(setup.locks["v1"].read_text(), "v1").packages[0].wheels[0].sha256

@@ -43,26 +43,28 @@ def _problem(member: tarfile.TarInfo, names: set[str]) -> str | None:
     return None
 
 
-def _checked(tar: tarfile.TarFile, what: str) -> list[tarfile.TarInfo]:
+def _checked(tar: tarfile.TarFile, what: str, plain: bool = False) -> list[tarfile.TarInfo]:
     members = tar.getmembers()
     seen: set[str] = set()
     for member in members:
-        if (problem := _problem(member, seen)) is not None:
+        # plain: a sparse member could declare a TB in a few kB (and git would then hash it all)
+        problem = "a sparse file" if plain and member.sparse is not None else _problem(member, seen)
+        if problem is not None:
             raise SourceError(f"{what}: archive member {member.name!r} is {problem}; the archive is refused, "
                               "nothing was unpacked")
         seen.add(posixpath.normpath(member.name))
     return members
 
 
-def unpack(archive: Path, dest: Path, *, what: str) -> None:
-    """Unpack tar ``archive`` (any compression tarfile reads) into ``dest``, which must not exist:
-    every member checked before any is written, a single top folder unwrapped (as FetchContent
-    does). ``SourceError`` naming ``what`` and the first member that could escape, or an archive
-    that is no tar."""
+def unpack(archive: Path, dest: Path, *, what: str, plain: bool = False) -> None:
+    """Unpack tar ``archive`` (any compression tarfile reads; ``plain``: none, and no sparse member, so
+    it unpacks to no more than its own size) into ``dest``, which must not exist: every member checked before any is
+    written, a single top folder unwrapped (as FetchContent does). ``SourceError`` naming ``what``
+    and the first member that could escape, or an archive that is no tar."""
     work = dest.with_name(dest.name + ".unpack")
     try:
-        with tarfile.open(archive, "r:*") as tar:
-            checked = _checked(tar, what)
+        with tarfile.open(archive, "r:" if plain else "r:*") as tar:
+            checked = _checked(tar, what, plain)
             work.mkdir(parents=True)
             if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later: a second guard
                 tar.extractall(work, members=checked, filter="data")

@@ -14,11 +14,13 @@ never cached):
 Nothing needs a signature, because each entry is checked against the lock's pin: an archive's
 bytes must hash to the lock's sha256; a git tar must hold a commit object whose id is the lock's
 commit and files whose git tree id (git computes it, as ``git add`` + ``write-tree`` in a scratch
-repository) is the tree that commit names; the committer time (the build's SOURCE_DATE_EPOCH) is
-read from that verified object. Every member is checked before any is unpacked (``archives``:
-``..``, absolute paths, links out, devices refused; and here a ``.git`` path, which neither digest
-would cover). A refused entry is one note naming the cache and the entry; envlock goes on with the
-next cache, then git or the URL. A cache that cannot be reached is a note, never a failure.
+repository) is the tree that commit names, and the store keeps git's checkout of that tree (``git
+add`` cleans what it reads: an ``ident`` or ``text`` attribute lets other bytes make it); the
+committer time (the build's SOURCE_DATE_EPOCH) is read from that verified object. Every member is
+checked before any is unpacked (``archives``: ``..``, absolute paths, links out, devices refused;
+and here a ``.git`` path, which neither digest would cover). A refused entry is one note naming
+the cache and the entry; envlock goes on with the next cache, then git or the URL. A cache that
+cannot be reached is a note, never a failure.
 """
 
 from __future__ import annotations
@@ -176,7 +178,8 @@ class _Sink:
 def _store_git(store: Store, backend: Backend, pinned: Pinned, part: Path, scratch: Path) -> None:
     """The git tar ``part`` unpacked, held to ``pinned``'s commit, made the store's ``sources/git-<commit>``."""
     unpacked = scratch / "unpacked"
-    archives.unpack(part, unpacked, what=pinned.key)
+    # Plain, as envlock writes it: it is checked only once unpacked, and a few kB of gzip unpack to GBs.
+    archives.unpack(part, unpacked, what=pinned.key, plain=True)
     extra = sorted(p.name for p in unpacked.iterdir() if p.name not in ("commit", "tree"))
     tree, commit_file = unpacked / "tree", unpacked / "commit"
     if extra or not tree.is_dir() or tree.is_symlink() or not commit_file.is_file() or commit_file.is_symlink():
@@ -194,8 +197,14 @@ def _store_git(store: Store, backend: Backend, pinned: Pinned, part: Path, scrat
     if made != tree_id.group(1).decode():
         raise _RefusedError(f"its files make git tree {made}, but commit {pinned.pin[:12]} names tree "
                             f"{tree_id.group(1).decode()}")
+    # git add cleans what it reads (text, eol, ident attributes): bytes other than the checkout's can
+    # make the same tree. What is kept is git's own checkout of the verified tree, not the served bytes.
+    checkout = scratch / "checkout"
+    checkout.mkdir()
+    runner.git_checked(["--git-dir", scratch / "repo" / ".git", "--work-tree", checkout, "checkout-index", "-a",
+                        "-f"], what=pinned.key, error=SourceError, cwd=checkout)
     with store.new_entry("sources", pinned.entry) as work:
-        os.rename(tree, work / "tree")
+        os.rename(checkout, work / "tree")
         (work / "commit-time").write_text(when.group(1).decode() + "\n")
         (work / "tree-digest").write_text(tree_digest(work / "tree", links_inside=False) + "\n")
         (work / "url").write_text(redact(pinned.location) + "\n")
@@ -271,9 +280,11 @@ def _commit_object(store: Store, pinned: Pinned) -> bytes | None:
     mirror = sources.existing_mirror(store, pinned.location)
     if mirror is None or not COMMIT_ID.fullmatch(pinned.pin):
         return None
-    got = runner.git(["--git-dir", mirror, "cat-file", "commit", pinned.pin])
-    raw = got.stdout.encode() if got.ok else b""
-    # runner reads text: a commit message that is not UTF-8 would not come back byte for byte.
+    try:  # bytes: a message that is not UTF-8, or has CRLF line ends, would not come back as text
+        raw = runner.git_bytes(["--git-dir", mirror, "cat-file", "commit", pinned.pin], what=pinned.key,
+                               error=SourceError)
+    except SourceError:
+        return None
     ok = hashlib.sha1(b"commit %d\0" % len(raw) + raw, usedforsecurity=False).hexdigest() == pinned.pin
     return raw if ok else None
 
@@ -320,8 +331,10 @@ def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None,
     from envlock.caching import push_env as push_closure
     from envlock.lockrefs import load_env_lock_ref
 
-    pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file, url_records=url_records)
-    ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
-    got = push_sources(open_backend(to), Store.open(), locked(ref.lock))
+    store = Store.open()
+    with store.writing():  # a gc beside waits: no entry is removed while it is read (a tar made of half a tree)
+        pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file, url_records=url_records)
+        ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
+        got = push_sources(open_backend(to), store, locked(ref.lock))
     return replace(pushed, uploaded=pushed.uploaded + got.uploaded, present=pushed.present + got.present,
                    notes=pushed.notes + got.notes)
