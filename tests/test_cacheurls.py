@@ -231,3 +231,21 @@ def test_a_url_record_key_and_record_carry_no_credentials_nor_query(url: str, pl
     assert record == {"url": plain, "filename": plain.rsplit("/", 1)[1].replace("%2B", "+"), "sha256": "a" * 64,
                       "size": 5}
     assert "s3cr3t" not in json.dumps(record) and "token" not in json.dumps(record)
+
+
+def test_upgrade_pushes_the_wheels_it_hashed_and_a_dry_run_pushes_nothing(  # type: ignore[no-untyped-def]
+    ws, cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws.write_spec("e", _spec(nightly.server))
+    assert cli("-q", "lock", "e").code == 0  # before any cache: 03-05 hashed into the store only
+    cache = tmp_path / "team-cache"
+    public = cli("cache", "keygen", "team-ci", "--out", str(tmp_path / "ci.key")).out.strip()
+    _config(ws.root, urls=[f"file://{cache}"], push=f"file://{cache}", key=str(tmp_path / "ci.key"),
+            trusted_keys=[public])
+    dry = cli("upgrade", "e", "--nightly", "2026-03-06", "--dry-run")
+    assert dry.code == 0, dry.err
+    assert not cache.exists() or not any(cache.rglob("*.json"))  # the 03-06 wheel was hashed, not pushed
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-2"))  # a store the dry run did not hash it into
+    done = cli("upgrade", "e", "--nightly", "2026-03-06")
+    assert done.code == 0, done.err
+    assert len(list((cache / "urls").glob("*.json"))) == 1  # the 03-06 wheel's record, for the next machine

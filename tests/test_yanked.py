@@ -318,3 +318,16 @@ def test_an_override_pinning_a_yanked_release_records_it_too(index: IndexServer,
     assert made.out.splitlines()[-1].startswith(f"  note: tinydep 2.0: {TINYDEP2} is yanked on ")
     assert {p.name: p.yanked for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages} == {
         "tinydep": "broken", "top": None}
+
+
+def test_a_yank_reason_reaches_the_terminal_without_its_control_characters(fresh: IndexServer, ws, cli) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", _spec(fresh, ">=1.0"))
+    assert cli("-q", "lock", "e").code == 0
+    # An escape that clears the screen, a right-to-left override and a lone surrogate (JSON may carry one).
+    fresh.yanked[TINYDEP2] = "bad\x1b[2J\u202ebuild\ud800 " + "x" * 300
+    check = cli("lock", "e", "--check", "--json")
+    assert check.code == 0, check.err
+    reason = json.loads(check.out)["yanked"][0]["reason"]
+    assert reason == "bad?[2J?build? " + "x" * 184 + "…"
+    text = cli("lock", "e", "--check")
+    assert f"is yanked on {fresh.url('pypi')} (reason: bad?[2J?build? xxx" in text.err and "\x1b" not in text.err

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -139,9 +139,12 @@ class Caches:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def configured(cls, ws: Workspace | None, trusted: Sequence[str] = ()) -> Caches | None:
-        """The caches ``envlock.toml`` and the environment name (None: none)."""
+    def configured(cls, ws: Workspace | None, trusted: Sequence[str] = (), *, push: bool = True) -> Caches | None:
+        """The caches ``envlock.toml`` and the environment name (None: none); ``push`` False: asked,
+        never written to (a dry run)."""
         config = CacheConfig.of(ws, trusted)
+        if not push:
+            config = replace(config, push=None)
         return cls(config) if config.active else None
 
     def backends(self) -> Iterable[Backend]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -140,6 +141,16 @@ def _html_entries(url: str, page: http.PageStream) -> list[_Entry]:
     return entries
 
 
+def _shown(reason: str | None) -> str | None:
+    """A yank reason as it can be printed and written into a lock: each control or format character
+    (a terminal escape, a right-to-left override) and each lone surrogate (a JSON page may carry
+    one) as ``?``, at most 200 characters. The index's text, not ours, reaches a terminal."""
+    if reason is None:
+        return None
+    shown = "".join("?" if unicodedata.category(c) in ("Cc", "Cf", "Cs") else c for c in reason)
+    return shown if len(shown) <= 200 else shown[:199] + "…"
+
+
 def project_files(index_url: str, project: str) -> list[IndexFile]:
     """Every file the index lists for ``project`` (empty when the project is absent).
 
@@ -170,7 +181,8 @@ def project_files(index_url: str, project: str) -> list[IndexFile]:
                 raise PackageIndexError(f"{http.redact(url)}: lists {filename} twice, with sha256 {seen.sha256} "
                                         f"and {digest}; expected one file per name")
             continue  # the first listing of a name is the one kept
-        files[filename] = IndexFile(filename=filename, url=file_url, version=version, sha256=digest, yanked=yanked)
+        files[filename] = IndexFile(filename=filename, url=file_url, version=version, sha256=digest,
+                                    yanked=_shown(yanked))
     return list(files.values())
 
 

@@ -175,7 +175,8 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     carried = carry_patches(ws, new_spec, plan.sources, store, mirrors)
     from envlock.caching import Caches  # a hash-less index's wheels from the caches' signed URL records
 
-    relocked = locking.lock_spec(ws, env, new_spec, mirrors, progress, write=False, caches=Caches.configured(ws))
+    caches = Caches.configured(ws, push=not options.dry_run)  # a dry run writes nowhere, a cache neither
+    relocked = locking.lock_spec(ws, env, new_spec, mirrors, progress, write=False, caches=caches)
     assert relocked.lock is not None  # lock_spec always returns the lock it made
     label = ws.relative(lock_path)
     report = reporting.upgrade_report(
