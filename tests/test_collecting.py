@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -288,15 +288,20 @@ def _waiter_on(path: Path) -> bool:
 
 def test_lock_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     store = Store.open(tmp_path / "home")
+    _waits_beside_gc(store, lambda: _envlock(tiny_build, store.home, "lock", "t"), "the lock")
+
+
+def _waits_beside_gc(store: Store, start: Callable[[], subprocess.Popen[str]], what: str) -> None:
+    """``start`` (a command started while a gc holds the store's writer lock) waits for it, then succeeds."""
     with store.collecting():  # as a gc holds it while it removes entries
-        relock = _envlock(tiny_build, store.home, "lock", "t")
+        proc = start()
         deadline = time.monotonic() + 60
         while not _waiter_on(store.root / "locks" / f"{WRITER_LOCK}.lock"):
-            assert relock.poll() is None, relock.communicate()  # done beside a gc: it never waited
-            assert time.monotonic() < deadline, "the lock never waited for the store's writer lock"
+            assert proc.poll() is None, proc.communicate()  # done beside a gc: it never waited
+            assert time.monotonic() < deadline, f"{what} never waited for the store's writer lock"
             time.sleep(0.02)
-    _out, err = relock.communicate(timeout=120)
-    assert relock.returncode == 0, err
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
 
 
 def test_cache_push_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
@@ -304,15 +309,8 @@ def test_cache_push_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path, cli
     # midway, or a partial tar is uploaded under a key the cache then holds for good.
     assert cli("build", "t").code == 0
     store = Store.open()
-    with store.collecting():
-        push = _envlock(tiny_build, store.home, "cache", "push", "t", "--to", (tmp_path / "cache").as_uri())
-        deadline = time.monotonic() + 60
-        while not _waiter_on(store.root / "locks" / f"{WRITER_LOCK}.lock"):
-            assert push.poll() is None, push.communicate()  # done beside a gc: it never waited
-            assert time.monotonic() < deadline, "cache push never waited for the store's writer lock"
-            time.sleep(0.02)
-    _out, err = push.communicate(timeout=120)
-    assert push.returncode == 0, err
+    _waits_beside_gc(store, lambda: _envlock(tiny_build, store.home, "cache", "push", "t", "--to",
+                                             (tmp_path / "cache").as_uri()), "cache push")
 
 
 def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
