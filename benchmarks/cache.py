@@ -42,26 +42,7 @@ from envlock.store import Store  # noqa: E402
 from kit.cacheservers import nginx_cache  # noqa: E402
 from kit.index import IndexServer  # noqa: E402
 from kit.locks import lock_for  # noqa: E402
-
-DEMO = """\
-[env]
-python = "3.11"
-
-[indexes.pypi]
-url = "{index}"
-default = true
-
-[packages]
-mini-kernel = {{ build = "mini-kernel" }}
-packaging = ">=20"
-
-[sources.mini-kernel]
-path = "examples/mini-kernel"
-patches = ["patches/mini-kernel/0001-add-dot.patch"]
-
-[builds.mini-kernel]
-source = "mini-kernel"
-"""
+from test_build_cli import _demo as write_demo  # noqa: E402
 
 
 def envlock_argv() -> list[str]:
@@ -99,9 +80,7 @@ def fleet(work: Path, cache: str, size: int, backends: IndexServer) -> None:
     first = work / "fleet" / "ws-1"
     (first / "envs").mkdir(parents=True)
     (first / "locks").mkdir()
-    shutil.copytree(ROOT / "examples" / "mini-kernel", first / "examples" / "mini-kernel")
-    shutil.copytree(ROOT / "patches" / "mini-kernel", first / "patches" / "mini-kernel")
-    (first / "envs" / "demo.toml").write_text(DEMO.format(index=backends.url("pypi")))
+    write_demo(first, backends.url("pypi"))  # the tests' demo env: mini-kernel, its patch, packaging
     key = work / "fleet" / "ci.key"
     env = runner.uv_env({"ENVLOCK_HOME": str(work / "fleet" / "home-1"), "UV_CACHE_DIR": str(work / "uv-fleet")})
     public = subprocess.run([*envlock, "cache", "keygen", "fleet-ci", "--out", str(key)], env=env,
