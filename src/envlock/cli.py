@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.clirender import count, out
+from envlock.clirender import count, json_option, out
 from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, raise_terminated, redact, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fetch git source NAME's pinned commit from URL (a local clone or mirror; the commit "
                    "is verified and the lock keeps the spec's URL); also ENVLOCK_SOURCE_<NAME>=URL; repeatable")
     p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(p)
 
     p = add("nightlies", cmd_nightlies, "the dates each nightly pin could take, for the env's target",
             "List, per nightly-pinned package of envs/ENV.toml (or PKG only), every date its index lists with\n"
@@ -488,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("package", nargs="?", metavar="PKG", help="only this nightly-pinned package")
     p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
                    help="read spec index NAME at URL (a mirror); repeatable")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(p)
 
     p = add("diff", cmd_diff, "what changes between two locks (the upgrade report)",
             "Compare two locks and say what the move changes: nightly pins, one line per index; each moved\n"
@@ -537,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(p)
 
     def env_command(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str, *,
                     store_only: bool = False, json: bool = True) -> argparse.ArgumentParser:
@@ -547,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
         if store_only:
             p.set_defaults(needs_workspace=False)
         if json:
-            p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+            json_option(p)
         return p
 
     env_command("path", cmd_path, "print the env's stable path (a symlink to its current generation)",
@@ -589,7 +589,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME's pinned commit from URL (verified; also ENVLOCK_SOURCE_<NAME>=URL)")
     p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(p)
 
     p = add("patch", lambda a, w: 2, "patch status / edit / record / rebase")
     psub = p.add_subparsers(dest="patch_command", metavar="ACTION", parser_class=_Parser, required=True)

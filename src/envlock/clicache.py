@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock.clirender import out
+from envlock.clirender import json_option, out
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
     q.add_argument("--key", type=Path, metavar="FILE",
                    help="secret key to sign build and URL records with (default: ENVLOCK_CACHE_KEY, [cache] key); "
                    "without one, no record is pushed (said)")
-    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(q)
 
     q = cadd("verify", cmd_verify, "check every entry of a cache: wheel bytes, record signatures, closures",
              "Read every entry of the cache at URL: each wheel's bytes against the sha256 it is stored under,\n"
@@ -118,5 +118,5 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
              "Exit: 0 all verified, 1 any problem (each named).")
     q.add_argument("url", metavar="URL")
     q.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=TRUSTED_HELP)
-    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(q)
     q.set_defaults(needs_workspace=False)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from envlock.clirender import count, out
+from envlock.clirender import count, json_option, out
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def add_patch_commands(padd: Callable[[str, Callable[[argparse.Namespace, Worksp
     q.add_argument("--against", metavar="REV", help="a commit, branch or tag of the source's repository")
     q.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
-    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(q)
     q = padd("edit", cmd_patch_edit, "check the patched tree of SOURCE out into a work dir (a git repo, "
              "one commit per patch)")
     q.add_argument("env", metavar="ENV")
@@ -167,7 +167,7 @@ def add_patch_commands(padd: Callable[[str, Callable[[argparse.Namespace, Worksp
                    "with --refresh")
     q.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
-    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(q)
     q = padd("rebase", cmd_patch_rebase, "move SOURCE to REV carrying its patches, as git rebase does (3-way)")
     q.description = (
         "Move SOURCE to the commit REV with its patches, one by one, as `git rebase` does: each patch\n"
@@ -187,7 +187,7 @@ def add_patch_commands(padd: Callable[[str, Callable[[argparse.Namespace, Worksp
                    help="work dir (default: rebase/ENV-SOURCE in the store, under $ENVLOCK_HOME; removed when done)")
     q.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                    help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
-    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(q)
     q.set_defaults(needs_workspace=False)  # --continue and --abort read it from the work dir
     q = padd("record", cmd_patch_record, "write a work dir's edits as the next patches/SOURCE/NNNN-title.patch")
     q.add_argument("workdir", type=Path, metavar="WORKDIR")
@@ -197,5 +197,5 @@ def add_patch_commands(padd: Callable[[str, Callable[[argparse.Namespace, Worksp
     q.add_argument("--refresh", action="store_true",
                    help="rewrite the pending patch that did not apply (after `patch edit --against`), "
                    "keeping its name and header")
-    q.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(q)
 

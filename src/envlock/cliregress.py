@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from envlock.clirender import count, out
+from envlock.clirender import count, json_option, out
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--lock", metavar="PATH[@REV]", help="export this lock instead of locks/pylock.ENV.toml")
     p.add_argument("--to", type=Path, required=True, metavar="DIR|FILE.tar",
                    help="a new folder, or a .tar file (written under a temp name, then renamed)")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(p)
 
     p = add("import", cmd_import, "add an exported closure to the store (every file hash-checked) and pin its lock",
             "Read a folder or .tar written by `envlock export`: every member is held to the sha256 its manifest\n"
@@ -197,7 +197,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "device is refused by name; nothing is stored unless all of it is whole. The lock is pinned\n"
             "(`envlock pins`); sync it with `envlock sync ENV --lock PINNED --offline`.")
     p.add_argument("source", type=Path, metavar="DIR|FILE")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(p)
     p.set_defaults(needs_workspace=False)
 
     p = add("gc", cmd_gc, "remove store entries no root reaches, and say what that frees",
@@ -213,22 +213,22 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--git-depth", type=int, default=50, metavar="N",
                    help="commits that changed locks/ whose locks are roots (default 50)")
     p.add_argument("-v", "--verbose", action="store_true", help="list each entry removed")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(p)
     p.set_defaults(needs_workspace=False)
 
     p = add("pin", cmd_pin, "keep a lock's closure through gc (default: locks/pylock.ENV.toml)")
     p.add_argument("env", metavar="ENV")
     p.add_argument("--lock", metavar="PATH[@REV]", help="pin this lock (e.g. locks/pylock.ENV.toml@v1.2)")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(p)
     p = add("pins", cmd_pins, "list pinned locks")
     p.add_argument("env", metavar="ENV", nargs="?", help="only this env's")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(p)
     p.set_defaults(needs_workspace=False)
     p = add("unpin", cmd_unpin, "remove a pin (gc may then collect its closure)")
     p.add_argument("env", metavar="ENV")
     p.add_argument("--lock", metavar="PATH[@REV]", help="the pinned lock (default: locks/pylock.ENV.toml)")
     p.add_argument("--all", action="store_true", help="every pin of ENV")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    json_option(p)
 
     p = add("bisect", cmd_bisect, "find the first lock under which a command fails (git bisect run for envs)",
             "Binary search over the revisions that changed locks/pylock.ENV.toml (--good REV --bad REV), or\n"

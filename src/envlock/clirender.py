@@ -23,3 +23,8 @@ def out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str])
         rendered = text()
         if rendered:
             print(rendered)
+
+
+def json_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--json`` every command takes, read by ``out``."""
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
