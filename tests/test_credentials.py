@@ -44,6 +44,16 @@ def _netrc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, mode: int
     return path
 
 
+def _read_through_redirect(a: IndexServer, b: IndexServer, wheel: Path) -> None:
+    """Read ``a``'s ``moved.whl``, which redirects to ``wheel`` on ``b``; stop both servers."""
+    try:
+        with http.open_stream(a.file_url("pypi", "moved.whl")) as body:
+            assert b"".join(body.chunks) == wheel.read_bytes()
+    finally:
+        a.stop()
+        b.stop()
+
+
 def _uv(tmp_path: Path, index: str) -> runner.Result:
     req = tmp_path / "requirements.in"
     req.write_text("tinydep\n")
@@ -123,12 +133,7 @@ def test_a_redirect_to_another_host_gets_that_hosts_own_netrc_entry(tmp_path: Pa
                                   "machine localhost login bob password b0b\n")
     target = b.file_url("pypi", wheel.name).replace("127.0.0.1", "localhost")
     a.redirects["/pypi/files/moved.whl"] = target
-    try:
-        with http.open_stream(a.file_url("pypi", "moved.whl")) as body:
-            assert b"".join(body.chunks) == wheel.read_bytes()
-    finally:
-        a.stop()
-        b.stop()
+    _read_through_redirect(a, b, wheel)
     assert a.auth_seen("moved.whl") == _basic("alice:s3cret")
     assert b.auth_seen(wheel.name) == _basic("bob:b0b")
 
@@ -214,11 +219,6 @@ def test_a_redirect_target_never_gets_the_netrc_default_entry(tmp_path: Path, mo
     b.add("pypi", wheel)
     _netrc(tmp_path, monkeypatch, "default login carol password c4rol\n")
     a.redirects["/pypi/files/moved.whl"] = b.file_url("pypi", wheel.name).replace("127.0.0.1", "localhost")
-    try:
-        with http.open_stream(a.file_url("pypi", "moved.whl")) as body:
-            assert b"".join(body.chunks) == wheel.read_bytes()
-    finally:
-        a.stop()
-        b.stop()
+    _read_through_redirect(a, b, wheel)
     assert a.auth_seen("moved.whl") == _basic("carol:c4rol")  # asked for directly: the default entry, as curl
     assert b.auth_seen(wheel.name) is None
