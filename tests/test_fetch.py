@@ -16,11 +16,11 @@ import pytest
 
 from envlock import fetch as fetch_module
 from envlock.errors import FetchError
-from envlock.fetch import CHUNK, STORE_MTIME, fetch, fetch_unhashed
+from envlock.fetch import CHUNK, fetch, fetch_unhashed
 from envlock.lockfile import Artifact, LockedPackage, canonicalize_name
 from envlock.mirrors import package_locator
 from envlock.progress import DownloadStoppedError, NullProgress
-from envlock.store import Store, store_file
+from envlock.store import STORE_MTIME, Store, store_file
 from kit.index import IndexServer
 from kit.locks import artifact
 from kit.wheels import build_wheel

@@ -44,16 +44,13 @@ from envlock.signing import (
     trusted_keys,
     verify_record,
 )
-from envlock.store import Store, store_file, stored
+from envlock.store import STORE_MTIME, Store, store_file, stored
 from envlock.tomlio import load_toml
-from envlock.workspace import Workspace
+from envlock.workspace import CACHE_URLS_ENV, CONFIG_FILE, Workspace
 
-CONFIG_FILE = "envlock.toml"
 TRUSTED_ENV = "ENVLOCK_TRUSTED_KEYS"
-URLS_ENV = "ENVLOCK_CACHE_URLS"
 KEY_ENV = "ENVLOCK_CACHE_KEY"
 JOBS = 8  # wheels downloaded from a cache at once (8 beat 4 on loopback; fetch takes 4 from an index)
-_STORE_MTIME = 1577836800  # as fetch.STORE_MTIME: store wheels' bytes and metadata do not say how they came
 
 
 def wheel_key(sha256: str) -> str:
@@ -86,7 +83,7 @@ class CacheConfig:
         ``ENVLOCK_TRUSTED_KEYS``, ``ENVLOCK_CACHE_KEY``) and ``--trusted-key`` (``trusted``)."""
         table = _config_table(ws.root / CONFIG_FILE) if ws is not None else {}
         where = f"{ws.root / CONFIG_FILE}" if ws is not None else CONFIG_FILE
-        urls = [*os.environ.get(URLS_ENV, "").split(), *table.get("urls", [])]
+        urls = [*os.environ.get(CACHE_URLS_ENV, "").split(), *table.get("urls", [])]
         keys = [(f"--trusted-key {k[:24]}", k) for k in trusted]
         keys += [(TRUSTED_ENV, k) for k in os.environ.get(TRUSTED_ENV, "").replace(",", " ").split()]
         keys += [(f"{where}: cache.trusted-keys[{i}]", k) for i, k in enumerate(table.get("trusted-keys", []))]
@@ -214,8 +211,8 @@ class Caches:
                     fh.flush()
                     os.fsync(fh.fileno())  # durable before it is an entry, as fetch's downloads
                 os.chmod(target, 0o444)
-                os.utime(target, (_STORE_MTIME, _STORE_MTIME))
-            os.utime(store.path("wheels", artifact.sha256), (_STORE_MTIME, _STORE_MTIME))
+                os.utime(target, (STORE_MTIME, STORE_MTIME))
+            os.utime(store.path("wheels", artifact.sha256), (STORE_MTIME, STORE_MTIME))
         except FileNotFoundError:
             if absent:
                 self._refuse(backend, absent)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envlock.clirender import json_option, out
-from envlock.workspace import Workspace
+from envlock.workspace import Workspace, names_a_cache
 
 if TYPE_CHECKING:
     from envlock.caching import Caches
@@ -23,11 +23,12 @@ TRUSTED_HELP = ("use binary cache records (of builds, and of a hash-less index's
 
 
 def build_caches(ws: Workspace, trusted: Sequence[str]) -> Caches | None:
-    """The caches ``envlock build`` asks before each build and pushes to (None: none configured)."""
-    from envlock.caching import CacheConfig, Caches
+    """The caches ``envlock lock`` and ``build`` ask and push to (None: none configured)."""
+    if not names_a_cache(ws):
+        return None  # the caching module not loaded
+    from envlock.caching import Caches
 
-    config = CacheConfig.of(ws, trusted)
-    return Caches(config) if config.active else None
+    return Caches.configured(ws, trusted)
 
 
 def cmd_keygen(args: argparse.Namespace, ws: Workspace) -> int:

@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 from envlock.errors import FetchError, raise_all
 from envlock.lockfile import Artifact
 from envlock.progress import DownloadStoppedError, NullProgress, Progress, Stop, parallel
-from envlock.store import Store, store_file, stored, wrong_size_in_store
+from envlock.store import STORE_MTIME, Store, store_file, stored, wrong_size_in_store
 from envlock.urlrecords import hashed_before, last_hashed, note_upload, record_hashed, uploads_hashed
 
 if TYPE_CHECKING:
@@ -39,9 +39,6 @@ CHUNK = 1 << 20
 #: only stops a body or a file that never ends (a broken or hostile server, ``/dev/zero``)
 #: from filling the store's disk. A lock that records the size is held to it instead.
 UNSIZED_LIMIT = 16 << 30
-#: Fixed mtime for store wheels and their folders: the store's bytes and metadata do not
-#: depend on when an artifact was fetched.
-STORE_MTIME = 1577836800  # 2020-01-01T00:00:00Z
 
 
 @dataclass(frozen=True)

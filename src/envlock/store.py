@@ -59,6 +59,10 @@ if TYPE_CHECKING:
 LAYOUT_VERSION = 1
 #: The kinds of immutable entries (``gc`` collects these, ``export`` carries them).
 ENTRY_KINDS = ("wheels", "builds", "sources", "git-mirrors", "venvs", "manifests")
+#: Fixed mtime for store wheels and their folders: the store's bytes and metadata do not
+#: depend on when (or from where: an index, a cache) an artifact was fetched.
+STORE_MTIME = 1577836800  # 2020-01-01T00:00:00Z
+
 #: The flock a sync holds shared and ``gc`` exclusively (``Store.writing``, ``Store.collecting``).
 WRITER_LOCK = "store-writer"
 

@@ -11,7 +11,6 @@ lock to ``realize`` (fetch -> install -> verify -> flip).
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -26,7 +25,7 @@ from envlock.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_se
 from envlock.realize import SyncResult, SyncTarget, realize
 from envlock.spec import load_env_spec, read_spec
 from envlock.store import Store
-from envlock.workspace import Workspace
+from envlock.workspace import Workspace, names_a_cache
 
 if TYPE_CHECKING:
     from envlock.caching import Caches
@@ -146,8 +145,8 @@ def _caches(ws: Workspace, todo: SyncPlan) -> Caches | None:
     """The binary caches of ``envlock.toml`` and the environment (None: none, or ``--offline``)."""
     if todo.options.offline:
         return None
-    if not (ws.root / "envlock.toml").is_file() and not os.environ.get("ENVLOCK_CACHE_URLS"):
-        return None  # no cache can be named (caching.CONFIG_FILE, URLS_ENV): its module, ~10 ms, not loaded
+    if not names_a_cache(ws):
+        return None  # its module, ~10 ms of imports, not loaded
     from envlock.caching import Caches
 
     return Caches.configured(ws, todo.options.trusted_keys)

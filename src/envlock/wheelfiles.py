@@ -140,6 +140,7 @@ def _read_zip(fh: IO[bytes], via: str) -> WheelListing:
                     raise ListingError(f"{folder}/{member} is larger than {MAX_READ_BYTES >> 20} MiB")
             record = zf.read(f"{folder}/RECORD").decode("utf-8")
             metadata = BytesParser().parsebytes(zf.read(f"{folder}/METADATA"), headersonly=True)
+    # zipfile raises NotImplementedError for a compression method it lacks (e.g. a wheel compressed with zstd)
     except (zipfile.BadZipFile, UnicodeDecodeError, NotImplementedError, EOFError) as exc:
         raise ListingError(f"not a readable wheel ({exc})") from None
     return WheelListing(files=installed_files(record), requires=tuple(metadata.get_all("Requires-Dist") or []),

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from envlock.errors import UsageError, did_you_mean
+
+#: The workspace's settings file (its ``[cache]`` table: ``caching``).
+CONFIG_FILE = "envlock.toml"
+#: Binary cache URLs named by the environment (``caching``).
+CACHE_URLS_ENV = "ENVLOCK_CACHE_URLS"
 
 _ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -73,3 +79,9 @@ def env_var_suffix(name: str) -> str:
     """A spec name as an environment variable's suffix: upper-cased, other characters as ``_``
     (index pytorch-nightly -> ``ENVLOCK_INDEX_PYTORCH_NIGHTLY``)."""
     return re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+def names_a_cache(ws: Workspace | None) -> bool:
+    """Whether ``envlock.toml`` or the environment can name a binary cache: asked before the
+    ``caching`` module (~10 ms of imports) is loaded for a command that may do without it."""
+    return bool(os.environ.get(CACHE_URLS_ENV)) or (ws is not None and (ws.root / CONFIG_FILE).is_file())
