@@ -78,3 +78,11 @@ def unpack(archive: Path, dest: Path, *, what: str, plain: bool = False) -> None
         work.rmdir()
     else:
         work.rename(dest)
+
+
+def tar_member(name: str, size: int, mode: int = 0o644) -> tarfile.TarInfo:
+    """A tar member header the same on every machine (one content, one tar): mtime 0, owner 0 and
+    no owner names, the ``mode`` given."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = size, mode, 0, 0, 0, "", ""
+    return info

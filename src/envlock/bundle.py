@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from envlock.archives import tar_member
 from envlock.errors import StoreError
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -353,7 +354,7 @@ class Writer:
                     h.update(chunk)
             assert self._tar is not None
             with src.open("rb") as fh:
-                self._tar.addfile(_tar_info(name, size), fh)
+                self._tar.addfile(tar_member(name, size), fh)
         return FileMember(name, h.hexdigest(), size, executable)
 
     def add_bytes(self, name: str, data: bytes) -> str:
@@ -362,7 +363,7 @@ class Writer:
             (self._folder / name).write_bytes(data)
         else:
             assert self._tar is not None
-            self._tar.addfile(_tar_info(name, len(data)), io.BytesIO(data))
+            self._tar.addfile(tar_member(name, len(data)), io.BytesIO(data))
         return hashlib.sha256(data).hexdigest()
 
     def add_entry(self, kind: str, key: str, folder: Path) -> BundleEntry:
@@ -387,13 +388,6 @@ class Writer:
                 else:
                     raise StoreError(f"{path}: a {_kind(mode)} in a store entry; expected files, folders and links")
         return BundleEntry(kind, key, tuple(files), tuple(dirs), tuple(links))
-
-
-def _tar_info(name: str, size: int) -> tarfile.TarInfo:
-    # Fixed owner and time: one closure gives one tar.
-    info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime, info.uid, info.gid = size, 0o644, 0, 0, 0
-    return info
 
 
 @contextmanager

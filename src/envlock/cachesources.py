@@ -35,11 +35,10 @@ import tarfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
 
 from envlock import archives, buildinputs, runner, sources
 from envlock.cachestore import Backend, CacheError, TooLargeError, open_backend
-from envlock.caching import Caches, Pushed, PushUrls
+from envlock.caching import Caches, HashingWriter, Pushed, PushUrls
 from envlock.errors import SourceError, UsageError, redact
 from envlock.lockfile import Lock
 from envlock.spec import COMMIT_ID, BuildSpec, EnvSpec
@@ -135,44 +134,30 @@ def _one(caches: Caches, store: Store, backend: Backend, pinned: Pinned) -> bool
     try:
         part = scratch / "entry"
         with open(part, "wb") as fh:
-            sha = _Sink(fh)
+            sha = HashingWriter(fh)
             if not backend.get(pinned.key, sha.write, limit=sources.ARCHIVE_LIMIT):
                 return False
         if pinned.kind == "archive":
-            if sha.hexdigest() != pinned.pin:
-                raise _RefusedError(f"served bytes of sha256 {sha.hexdigest()}, expected the lock's {pinned.pin}")
+            if sha.sha.hexdigest() != pinned.pin:
+                raise _RefusedError(f"served bytes of sha256 {sha.sha.hexdigest()}, expected the lock's {pinned.pin}")
             sources.store_archive(store, pinned.location, part, pinned.pin, what=pinned.key)
         else:
             _store_git(store, backend, pinned, part, scratch)
     except TooLargeError:
-        caches._refuse(backend, f"{pinned.key}: longer than {sources.ARCHIVE_LIMIT} bytes, more than any source")
+        caches.refuse(backend, f"{pinned.key}: longer than {sources.ARCHIVE_LIMIT} bytes, more than any source")
         return False
     except _RefusedError as exc:
-        caches._refuse(backend, f"{pinned.key}: {exc}")
+        caches.refuse(backend, f"{pinned.key}: {exc}")
         return False
     except SourceError as exc:  # a member that could escape, or no tar: archives says which, naming the key
-        caches._refuse(backend, exc.message)
+        caches.refuse(backend, exc.message)
         return False
     except CacheError as exc:
-        caches._down(backend, exc)
+        caches.down(backend, exc)
         return False
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return True
-
-
-class _Sink:
-    """A sink that hashes what it writes on to ``fh``."""
-
-    def __init__(self, fh: IO[bytes]) -> None:
-        self.fh, self.sha = fh, hashlib.sha256()
-
-    def write(self, data: bytes) -> None:
-        self.sha.update(data)
-        self.fh.write(data)
-
-    def hexdigest(self) -> str:
-        return self.sha.hexdigest()
 
 
 def _store_git(store: Store, backend: Backend, pinned: Pinned, part: Path, scratch: Path) -> None:
@@ -293,22 +278,17 @@ def write_git_tar(dest: Path, commit: bytes, tree: Path) -> None:
     """``commit`` and ``tree``'s files as one tar, the same bytes for the same tree on every machine:
     sorted, mtime 0, owner 0, mode 0644 or 0755, symlinks as symlinks, no folder members."""
     with tarfile.open(dest, "w:", format=tarfile.PAX_FORMAT) as tar:
-        tar.addfile(_info("commit", len(commit), 0o644), io.BytesIO(commit))
+        tar.addfile(archives.tar_member("commit", len(commit), 0o644), io.BytesIO(commit))
         for rel, path in walk_tree(tree):
             st = path.lstat()
             if stat.S_ISLNK(st.st_mode):
-                info = _info(f"tree/{rel}", 0, 0o777)
+                info = archives.tar_member(f"tree/{rel}", 0, 0o777)
                 info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
                 tar.addfile(info)
             else:
+                mode = 0o755 if st.st_mode & 0o100 else 0o644
                 with open(path, "rb") as fh:
-                    tar.addfile(_info(f"tree/{rel}", st.st_size, 0o755 if st.st_mode & 0o100 else 0o644), fh)
-
-
-def _info(name: str, size: int, mode: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode, info.mtime, info.uid, info.gid, info.uname, info.gname = size, mode, 0, 0, 0, "", ""
-    return info
+                    tar.addfile(archives.tar_member(f"tree/{rel}", st.st_size, mode), fh)
 
 
 def after_build(caches: Caches | None, store: Store, lock: Lock, built: Sequence[BuildSpec]) -> None:

@@ -156,14 +156,16 @@ class Caches:
             if (backend := self._backends[url]) is not None:
                 yield backend
 
-    def _down(self, backend: Backend, exc: CacheError) -> None:
+    def down(self, backend: Backend, exc: CacheError) -> None:
+        """Say in the notes that ``backend`` failed (``exc``), and ask it nothing more this command."""
         with self._lock:
             if not self._live(backend):
                 return  # another thread said it already
             self.notes.append(f"{exc.message}: not used for the rest of this command")
             self._backends = {u: (None if b is backend else b) for u, b in self._backends.items()}
 
-    def _refuse(self, backend: Backend, what: str) -> None:
+    def refuse(self, backend: Backend, what: str) -> None:
+        """Say in the notes that ``backend``'s ``what`` was refused (and why, in ``what``)."""
         with self._lock:
             self.notes.append(f"cache {backend.label}: refused {what}")
 
@@ -215,13 +217,13 @@ class Caches:
             os.utime(store.path("wheels", artifact.sha256), (STORE_MTIME, STORE_MTIME))
         except FileNotFoundError:
             if absent:
-                self._refuse(backend, absent)
+                self.refuse(backend, absent)
             return False
         except _WrongBytesError as exc:
-            self._refuse(backend, f"{artifact.filename}: {exc}")
+            self.refuse(backend, f"{artifact.filename}: {exc}")
             return False
         except CacheError as exc:
-            self._down(backend, exc)
+            self.down(backend, exc)
             return False
         return True
 
@@ -246,7 +248,7 @@ class Caches:
                     with open(work / record["wheel"], "wb") as fh:
                         if not _get_verified(backend, wheel_key(record["sha256"]), fh, record["sha256"],
                                              record["size"]):
-                            self._refuse(backend, f"build record of {name}: its wheel {record['sha256']} is "
+                            self.refuse(backend, f"build record of {name}: its wheel {record['sha256']} is "
                                                   "not in the cache")
                             raise FileNotFoundError
                         fh.flush()
@@ -255,10 +257,10 @@ class Caches:
             except FileNotFoundError:
                 continue
             except _WrongBytesError as exc:
-                self._refuse(backend, f"{name}'s wheel: {exc}")
+                self.refuse(backend, f"{name}'s wheel: {exc}")
                 continue
             except CacheError as exc:
-                self._down(backend, exc)
+                self.down(backend, exc)
                 continue
             self._refused.discard((backend.label, input_digest))
             self.builds += 1
@@ -272,19 +274,19 @@ class Caches:
         try:
             record = verify_record(data, self.config.trusted, where)
         except RecordRefusedError as exc:
-            self._refuse(backend, exc.message)
+            self.refuse(backend, exc.message)
             return None
         if record.get("input-digest") != input_digest:
-            self._refuse(backend, f"{where}: it records input digest {str(record.get('input-digest'))[:19]}, "
+            self.refuse(backend, f"{where}: it records input digest {str(record.get('input-digest'))[:19]}, "
                                   f"the lock's is {input_digest[:19]}")
             return None
         if sha256 is not None and record.get("sha256") != sha256:
-            self._refuse(backend, f"{where}: it records wheel sha256 {record.get('sha256')}, the lock's is {sha256}")
+            self.refuse(backend, f"{where}: it records wheel sha256 {record.get('sha256')}, the lock's is {sha256}")
             return None
         wheel = record.get("wheel")
         if (not isinstance(wheel, str) or not wheel.endswith(".whl") or "/" in wheel or wheel.startswith(".")
                 or not isinstance(record.get("sha256"), str) or not isinstance(record.get("size"), int)):
-            self._refuse(backend, f"{where}: no plain wheel file name, sha256 and size in it")
+            self.refuse(backend, f"{where}: no plain wheel file name, sha256 and size in it")
             return None
         return record
 
@@ -298,12 +300,8 @@ class Caches:
         try:
             return get_bytes(backend, key)
         except CacheError as exc:
-            self._down(backend, exc)
+            self.down(backend, exc)
             return None
-
-    def refuse(self, backend: Backend, what: str) -> None:
-        """Say in the notes that ``backend``'s ``what`` was refused (and why, in ``what``)."""
-        self._refuse(backend, what)
 
     def take_wheel(self, store: Store, backend: Backend, artifact: Artifact, *, absent: str) -> bool:
         """``artifact`` from ``backend`` into the store, held to its sha256 and size, and counted;
@@ -318,7 +316,7 @@ class Caches:
 def _get_verified(backend: Backend, key: str, fh: IO[bytes], sha256: str, size: int | None) -> bool:
     """``key``'s bytes into ``fh``, held to ``sha256`` and ``size``: False when the cache has none;
     ``_WrongBytesError`` naming what it served instead."""
-    hasher = _Hashing(fh)
+    hasher = HashingWriter(fh)
     try:
         if not backend.get(key, hasher.write, limit=size if size is not None else 16 << 30):
             return False
@@ -330,8 +328,8 @@ def _get_verified(backend: Backend, key: str, fh: IO[bytes], sha256: str, size: 
     return True
 
 
-class _Hashing:
-    """A sink that hashes what it writes on to ``fh``."""
+class HashingWriter:
+    """A sink that hashes (and counts) what it writes on to ``fh``."""
 
     def __init__(self, fh: IO[bytes]) -> None:
         self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
