@@ -9,16 +9,17 @@ store as ``kernels/<wheel sha256>.json`` (written atomically), so each wheel is 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from envlock.gpu.elf import ELF_MAGIC, ElfFile, read_elf, scan_elf
 from envlock.store import Store, write_atomic
@@ -112,10 +113,10 @@ def _member(fh: IO[bytes], info: zipfile.ZipInfo) -> ElfFile | None:
 
 def _inflate_errors() -> tuple[type[Exception], ...]:
     try:
-        from isal.isal_zlib import error
+        from isal import isal_zlib
     except ImportError:
         return (zlib.error,)
-    return (zlib.error, error)
+    return (zlib.error, cast("type[Exception]", isal_zlib.error))  # typed as an instance in isal's stubs
 
 
 _INFLATE_ERRORS = _inflate_errors()
@@ -131,7 +132,7 @@ def _inflater() -> Any:
     return isal_zlib.decompressobj(-zlib.MAX_WBITS)
 
 
-def _inflate(fh: IO[bytes], start: int, size: int) -> Iterator[bytes]:
+def _inflate(fh: IO[bytes], start: int, size: int) -> Generator[bytes, None, None]:
     """The inflated bytes of the raw deflate stream at ``start`` (``size`` bytes), a bounded piece at a time."""
     inflater = _inflater()
     left, pos = size, start
@@ -193,10 +194,8 @@ def wheel_binaries(store: Store, sha256: str, wheel: Path) -> Binaries:
         pass
     found = read_wheel(wheel)
     if not found.problem:
-        try:
+        with contextlib.suppress(OSError):  # a shortcut only: the next read reads the wheel again
             write_atomic(record, json.dumps(found.to_dict(), sort_keys=True).encode())
-        except OSError:
-            pass  # a shortcut only: the next read reads the wheel again
     return found
 
 

@@ -308,6 +308,9 @@ class _Scan:
         if dyn is not None:
             self.want(dyn.offset, min(dyn.filesz, _MAX_TABLE), lambda d: setattr(self, "dynamic", d))
 
+    def _container_at(self, at: int) -> Callable[[bytes], None]:
+        return lambda data: self._on_container(at, data)
+
     def _on_container(self, at: int, data: bytes) -> None:
         size = decode_container(data)
         if size is None:
@@ -339,7 +342,7 @@ class _Scan:
         hits += [start + at for at in _find_all(chunk)]
         for at in hits:
             if at not in self.containers:
-                self.want(at, 16, lambda d, at=at: self._on_container(at, d))
+                self.want(at, 16, self._container_at(at))
         view = self.tail + chunk if self.tail and any(w.start < start for w in self.wants) else chunk
         self._take(view, end - len(view), end)
         self.tail = chunk[-(len(SIGNATURE) - 1):]

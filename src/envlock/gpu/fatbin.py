@@ -92,7 +92,7 @@ def decode_entry(data: bytes) -> EntryHeader | None:
 def decode_container(data: bytes) -> int | None:
     """The size of the entries after the container header ``data`` starts with (16 bytes); None
     when it is no container header."""
-    magic, version, header_size, size = CONTAINER.unpack_from(data)
+    magic, _version, header_size, size = CONTAINER.unpack_from(data)
     if magic != MAGIC or header_size != CONTAINER.size or size >= 1 << 40:
         return None
     return int(size)
