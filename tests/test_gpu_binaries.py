@@ -16,7 +16,7 @@ from envlock.gpu.coverage import Gpu, judge, kernel_named, runs
 from envlock.gpu.elf import ElfFile
 from envlock.gpu.fatbin import Kernel
 from envlock.store import Store
-from kit.cuda import CudaKit, cuobjdump_path, gencode, nvcc_path
+from kit.cuda import CudaKit, cuobjdump_path, gencode
 
 #: name -> nvcc flags: the issue's sm_90, sm_120a and compute_120a PTX; one compressed (zstd, the ELF
 #: too), one lz4; an f family and an a arch of another major; the CUDA runtime linked shared.
@@ -30,11 +30,8 @@ FIXTURES = {
 
 
 @pytest.fixture(scope="session")
-def kit(tmp_path_factory: pytest.TempPathFactory) -> CudaKit:
-    nvcc = nvcc_path()
-    if nvcc is None:
-        pytest.skip("no nvcc (ENVLOCK_TEST_NVCC, tests/.cuda/bin/nvcc or PATH): the fixtures are compiled by it")
-    return CudaKit(tmp_path_factory.mktemp("cuda"), nvcc)
+def kit(cuda_kit: CudaKit) -> CudaKit:
+    return cuda_kit
 
 
 @pytest.fixture(scope="session")

@@ -79,7 +79,9 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned idx, device_t **handle) {
     if (idx >= 16 || !gpu(idx, NULL, 0, NULL, NULL)) return 2; /* NVML_ERROR_INVALID_ARGUMENT */
     devices[idx].index = idx; *handle = &devices[idx]; return 0;
 }
-int nvmlDeviceGetName(device_t *dev, char *name, unsigned len) { return gpu(dev->index, name, len, NULL, NULL) ? 0 : 2; }
+int nvmlDeviceGetName(device_t *dev, char *name, unsigned len) {
+    return gpu(dev->index, name, len, NULL, NULL) ? 0 : 2;
+}
 int nvmlDeviceGetCudaComputeCapability(device_t *dev, int *major, int *minor) {
     char name[96]; return gpu(dev->index, name, sizeof name, major, minor) ? 0 : 2;
 }
