@@ -144,3 +144,20 @@ def test_kernels_reads_a_wheel_file(cli, cuda_kit: CudaKit, tmp_path: Path) -> N
     shown = cli("kernels", str(wheel))
     assert shown.code == 0
     assert shown.out.splitlines()[1] == "  one/ops.so: SASS sm_120a; PTX compute_120a (compressed: zstd)"
+
+
+def test_sync_on_a_machine_whose_gpus_cannot_run_the_env_notes_it(  # type: ignore[no-untyped-def]
+        ws, cli, index: IndexServer, stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws.write_spec("e", spec(index, 'kern = "==2.0"\nplain = "==1.0"', '["sm_120a"]'))
+    monkeypatch.setenv("ENVLOCK_NVML_LIBRARY", str(stub))
+    monkeypatch.setenv("NVML_STUB_GPUS", "NVIDIA H100:9.0")
+    synced = cli("sync", "e")
+    assert synced.code == 0, synced.err
+    [note] = [line for line in synced.out.splitlines() if line.startswith("  note:")]
+    assert note == ("  note: this machine's GPUs cannot run the env: no kernel for kern on GPU 0 (NVIDIA H100, 9.0) "
+                    "(`envlock doctor e` says what to do)")
+    monkeypatch.setenv("ENVLOCK_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")  # a CPU machine: no note
+    ws.write_spec("e", spec(index, 'kern = "==2.0"\nplain = "==1.0"', '["12.0"]'))
+    again = cli("sync", "e")
+    assert again.code == 0, again.err
+    assert "note" not in again.out

@@ -136,7 +136,10 @@ def read_lock_wheels(store: Store, lock: Lock, base: Path, *, mirrors: Mirrors |
     the store to read them (``fetch``: those the store lacks that may hold one; else they are named
     unread). ``base``: the lock's folder, where its local builds' ``path`` wheels are."""
     missing = [p for p in lock.packages if p.wheels and _wheel_path(store, p.wheels[0], base) is None]
-    wanted = [p for p in missing if _may_hold_elf(store, p.wheels[0], base)] if fetch else []
+    # A wheel whose file list names no shared object, cubin or executable holds no ELF: never fetched, not unread.
+    plain = {p.name for p in missing if not _may_hold_elf(store, p.wheels[0], base)} if fetch else set()
+    wanted = [p for p in missing if p.name not in plain]
+    wanted = wanted if fetch else []
     fetched = 0
     if wanted:
         from envlock import fetch as fetching
@@ -146,9 +149,8 @@ def read_lock_wheels(store: Store, lock: Lock, base: Path, *, mirrors: Mirrors |
         got = fetching.fetch([p.wheels[0] for p in wanted], store, base_dir=base, progress=progress, locate=locate,
                              env=lock.env)
         fetched = sum(1 for a in got.artifacts if a.source != "store")
-    out = []
-    for pkg in lock.packages:
-        out.append(_read_package(store, pkg, base))
+    out = [PackageBinaries(p.name, p.version, p.wheels[0].filename) if p.name in plain else _read_package(store, p, base)
+           for p in lock.packages]
     return tuple(out), fetched
 
 
