@@ -12,7 +12,7 @@ import pytest
 
 from envlock.lockfile import LockedBuild, LockedPackage, canonicalize_name
 from envlock.store import Store
-from kit.cuda import CudaKit, gencode, nvml_stub
+from kit.cuda import CudaKit, gencode
 from kit.locks import artifact, lock_for
 from kit.wheels import build_wheel
 
@@ -39,8 +39,8 @@ def env_with(ws, cuda_kit: CudaKit, tmp_path: Path) -> None:  # type: ignore[no-
     lock = lock_for(None, "pypi", [], env="e", local=[(sgl, f"../wheelhouse/{sgl.name}")])
     cu13_pkg = LockedPackage(canonicalize_name("cu13"), "1.0",
                              (artifact(cu13, url=f"https://example.invalid/{cu13.name}"),))
-    lock = replace(lock, packages=(cu13_pkg, *lock.packages),
-                   builds={"sgl-kernel": LockedBuild("sha256:" + "1" * 64, sgl.name, lock.packages[0].wheels[0].sha256)})
+    recorded = LockedBuild("sha256:" + "1" * 64, sgl.name, lock.packages[0].wheels[0].sha256)
+    lock = replace(lock, packages=(cu13_pkg, *lock.packages), builds={"sgl-kernel": recorded})
     (ws.root / "locks" / "pylock.e.toml").write_text(lock.to_toml())
     store = Store.open()
     entry = store.path("wheels", cu13_pkg.wheels[0].sha256)

@@ -149,8 +149,8 @@ def read_lock_wheels(store: Store, lock: Lock, base: Path, *, mirrors: Mirrors |
         got = fetching.fetch([p.wheels[0] for p in wanted], store, base_dir=base, progress=progress, locate=locate,
                              env=lock.env)
         fetched = sum(1 for a in got.artifacts if a.source != "store")
-    out = [PackageBinaries(p.name, p.version, p.wheels[0].filename) if p.name in plain else _read_package(store, p, base)
-           for p in lock.packages]
+    out = [PackageBinaries(p.name, p.version, p.wheels[0].filename) if p.name in plain
+           else _read_package(store, p, base) for p in lock.packages]
     return tuple(out), fetched
 
 
