@@ -135,7 +135,9 @@ def read_lock_wheels(store: Store, lock: Lock, base: Path, *, mirrors: Mirrors |
     """Each package of ``lock`` with the ELF files of its wheel, and how many wheels were fetched into
     the store to read them (``fetch``: those the store lacks that may hold one; else they are named
     unread). ``base``: the lock's folder, where its local builds' ``path`` wheels are."""
-    missing = [p for p in lock.packages if p.wheels and _wheel_path(store, p.wheels[0], base) is None]
+    # A local build's wheel (a ``path``) is read where it is, never fetched: absent, it is not built here.
+    missing = [p for p in lock.packages if p.wheels and p.wheels[0].path is None
+               and _wheel_path(store, p.wheels[0], base) is None]
     # A wheel whose file list names no shared object, cubin or executable holds no ELF: never fetched, not unread.
     plain = {p.name for p in missing if not _may_hold_elf(store, p.wheels[0], base)} if fetch else set()
     wanted = [p for p in missing if p.name not in plain]
@@ -158,7 +160,8 @@ def _read_package(store: Store, pkg: LockedPackage, base: Path) -> PackageBinari
     art = pkg.wheels[0]
     where = _wheel_path(store, art, base)
     if where is None:
-        return PackageBinaries(pkg.name, pkg.version, art.filename, unread="not in the store")
+        return PackageBinaries(pkg.name, pkg.version, art.filename,
+                               unread="not in the store" if art.path is None else f"not built here ({art.path})")
     found = wheel_binaries(store, art.sha256, where)
     return PackageBinaries(pkg.name, pkg.version, art.filename, found.files, found.problem)
 
