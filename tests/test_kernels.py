@@ -161,3 +161,35 @@ def test_sync_on_a_machine_whose_gpus_cannot_run_the_env_notes_it(  # type: igno
     again = cli("sync", "e")
     assert again.code == 0, again.err
     assert "note" not in again.out
+
+
+def test_build_holds_what_it_built_to_the_named_gpus_with_the_rebuild_hint(  # type: ignore[no-untyped-def]
+        ws, cli, backend_index: IndexServer, cuda_kit: CudaKit) -> None:
+    src = ws.root / "kb"
+    (src / "kb").mkdir(parents=True)
+    (src / "kb" / "__init__.py").write_text("")
+    (src / "kb" / "ops.so").write_bytes(cuda_kit.library("common_ops", gencode("sm_120a")).read_bytes())
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "kb"\nversion = "1.0"\n[tool.setuptools]\npackages = ["kb"]\n'
+        '[tool.setuptools.package-data]\nkb = ["*.so"]\n')
+
+    def write(gpus: str) -> Path:
+        return ws.write_spec("e", f'[env]\npython = "3.11"\ngpus = {gpus}\n[indexes.pypi]\n'
+                                  f'url = "{backend_index.url("pypi")}"\ndefault = true\n'
+                                  '[packages]\nkb = { build = "kb" }\n[sources.kb]\npath = "kb"\n'
+                                  '[builds.kb]\nsource = "kb"\nenv = { TORCH_CUDA_ARCH_LIST = "12.0a" }\n')
+
+    path = write('["sm_90"]')
+    assert cli("lock", "e").code == 0  # nothing built yet: nothing to check
+    failed = cli("build", "e")
+    assert failed.code == 1
+    assert failed.err == (f"envlock: error: {path}: env.gpus: kb has no kernel for sm_90 (9.0)\n"
+                          "  kb has no kernel for sm_90 (9.0): kb/ops.so: SASS sm_120a; rebuild with "
+                          "TORCH_CUDA_ARCH_LIST=\"12.0a;9.0\" ([builds.kb] env in e.toml)\n")
+    assert "[tool.envlock.builds" not in ws.lock_text("e")  # the lock was not written
+    write('["sm_120a"]')
+    assert cli("lock", "e").code == 0
+    built = cli("build", "e")
+    assert built.code == 0, built.err
+    assert ws.lock_text("e").endswith('[tool.envlock.kernels]\nkb = { sass = ["sm_120a"], ptx = [] }\n')
