@@ -11,6 +11,7 @@ import pytest
 
 from envlock.cli import main
 from envlock.store import Store
+from kit.cuda import CudaKit, nvcc_path, nvml_stub
 from kit.index import IndexServer
 from kit.sglike import SgLike, make_sglike
 from kit.universe import BACKENDS, Universe, build_universe
@@ -152,6 +153,21 @@ def backend_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexSer
 def sg(tmp_path_factory: pytest.TempPathFactory) -> SgLike:
     """The SGLang-shaped fixture repository (tests/kit/sglike.py)."""
     return make_sglike(tmp_path_factory.mktemp("sglike"))
+
+
+@pytest.fixture(scope="session")
+def cuda_kit(tmp_path_factory: pytest.TempPathFactory) -> CudaKit:
+    """nvcc builds of a small kernel, each compiled once per session (tests/kit/cuda.py)."""
+    nvcc = nvcc_path()
+    if nvcc is None:
+        pytest.skip("no nvcc (ENVLOCK_TEST_NVCC, tests/.cuda/bin/nvcc or PATH): the fixtures are compiled by it")
+    return CudaKit(tmp_path_factory.mktemp("cuda"), nvcc)
+
+
+@pytest.fixture(scope="session")
+def stub(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stub ``libnvidia-ml.so`` compiled from C (tests/kit/cuda.py), answering NVML_STUB_* variables."""
+    return nvml_stub(tmp_path_factory.mktemp("nvml"))
 
 
 @pytest.fixture

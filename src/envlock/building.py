@@ -466,6 +466,11 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
 
         after_build(options.caches, session.store, built)
     new = _with_builds(session, lock_path, built)
+    gpu_notes: list[str] = []
+    if spec.gpus and built:  # what was built, held to [env] gpus (docs/gpus.md); the wheels stay in the store
+        from envlock import kernels
+
+        new, gpu_notes = kernels.check_built(spec, session.store, new, lock_path.parent, [w.name for w in built])
     if options.caches is not None:  # ... and the fetched sources those builds read
         from envlock.cachesources import after_build as push_sources
 
@@ -480,7 +485,8 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
         raise LockChangedError(f"{ws.relative(lock_path)}: changed by another envlock while this build ran; "
                                f"the lock was not written. The wheels just built are in the store: "
                                f"`envlock build {env}` again records them without building")
-    notices = tuple(n for s in session.states.values() if (n := s.prepared.notice)) + tuple(moved)
+    notices = tuple(n for s in session.states.values() if (n := s.prepared.notice)) + tuple(moved) + tuple(
+        f"note: {n}" for n in gpu_notes)
     if options.caches is not None and (said := options.caches.summary()):
         notices += (said,)
     if overridden:

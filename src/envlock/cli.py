@@ -603,10 +603,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_patch_commands(padd)
 
+    from envlock.cligpu import add_commands as add_gpu_commands  # kernels, doctor
     from envlock.cliregress import add_commands  # export, import, gc, pin(s), unpin, bisect
     from envlock.cliupgrade import add_upgrade
 
     add_commands(add)
+    add_gpu_commands(add)
     add_upgrade(add, _mirror_options, _status)
     clicache.add_commands(add, common, _Parser)
     return parser

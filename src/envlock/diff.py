@@ -20,7 +20,8 @@ from envlock.lockfile import Lock, LockedBuild, LockedPackage, canonicalize_name
 @dataclass(frozen=True)
 class Change:
     # "package", "nightly", "source", "patch", "build", "build-requirement" (note: "build NAME"),
-    # "env" (a [tool.envlock] key: python, platform, venv-digest, venv-python)
+    # "env" (a [tool.envlock] key: python, platform, venv-digest, venv-python, min-driver),
+    # "kernels" (a package's GPU arches, note: "lost sm_90a SASS; gained sm_120 SASS")
     kind: str
     name: str
     old: str | None  # None: added
@@ -319,6 +320,9 @@ def _changes(old: Lock, new: Lock) -> list[Change]:
                               "same wheels, another venv" if same else ""))
     if old.venv_python != new.venv_python:
         changes.append(Change("env", "venv-python", old.venv_python, new.venv_python))
+    if old.min_driver != new.min_driver:
+        changes.append(Change("env", "min-driver", old.min_driver, new.min_driver))
+    changes += _kernel_changes(old, new)
     old_pkgs = {p.name: p for p in old.packages}
     new_pkgs = {p.name: p for p in new.packages}
     unbuilt = {str(canonicalize_name(n)) for n in new.unbuilt()}  # a build's name is its package's
@@ -373,6 +377,25 @@ def _changes(old: Lock, new: Lock) -> list[Change]:
             changes.append(Change("build", name, ba.wheel, bb.wheel, "same inputs, another wheel file name"))
         changes += _requirement_changes(name, ba, bb)
     return changes
+
+
+def _kernel_changes(old: Lock, new: Lock) -> list[Change]:
+    """Each package whose recorded GPU arches moved (``[tool.envlock.kernels]``): what it lost and gained."""
+    out = []
+    for name in sorted(set(old.kernels) | set(new.kernels)):
+        a, b = old.kernels.get(name), new.kernels.get(name)
+        was = (*a.sass, *a.ptx) if a else ()
+        now = (*b.sass, *b.ptx) if b else ()
+        if was == now:
+            continue
+
+        def kind(arch: str) -> str:
+            return f"{arch} {'SASS' if arch.startswith('sm_') else 'PTX'}"
+
+        said = [f"lost {kind(x)}" for x in was if x not in now] + [f"gained {kind(x)}" for x in now if x not in was]
+        out.append(Change("kernels", name, ", ".join(was) if a else None, ", ".join(now) if b else None,
+                          "; ".join(said)))
+    return out
 
 
 def _requirement_changes(build: str, a: LockedBuild, b: LockedBuild) -> list[Change]:

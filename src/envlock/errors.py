@@ -174,6 +174,10 @@ class BuildRequirementsError(BuildError):
     """A build's requirements could not be resolved (uv pip compile against the index failed)."""
 
 
+class GpuError(EnvlockError):
+    """A package has no kernel for a GPU the spec's ``[env] gpus`` names (lock, build): nothing is written."""
+
+
 class InstallError(EnvlockError):
     """The venv could not be created from the store."""
 

@@ -137,6 +137,23 @@ class LockedFetchContent:
 
 
 @dataclass(frozen=True)
+class LockedKernels:
+    """What a package's binaries carry for GPUs (``[tool.envlock.kernels]``, written when the spec
+    names ``[env] gpus``): the SASS and PTX arches (``sm_120a``, ``compute_120a``) and the CUDA
+    majors they need (docs/gpus.md)."""
+
+    sass: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+    cuda: tuple[int, ...] = ()
+
+    def to_toml(self) -> str:
+        fields = [f"sass = [{', '.join(_s(a) for a in self.sass)}]", f"ptx = [{', '.join(_s(a) for a in self.ptx)}]"]
+        if self.cuda:
+            fields.append(f"cuda = [{', '.join(str(m) for m in self.cuda)}]")
+        return "{ " + ", ".join(fields) + " }"
+
+
+@dataclass(frozen=True)
 class Lock:
     """A whole lock file, as data."""
 
@@ -162,6 +179,10 @@ class Lock:
     # The upstream pins the spec's overrides beat at this lock, "REQUIRER: REQUIREMENT" (the guards'
     # ``GuardReport.overridden``): the next lock notes a pin beaten that is not here.
     overridden: tuple[str, ...] = ()
+    # With ``[env] gpus`` only: each kernel-bearing package's arches, and the oldest driver the
+    # env's binaries run on (from the CUDA majors they need; docs/gpus.md).
+    kernels: Mapping[str, LockedKernels] = field(default_factory=dict)
+    min_driver: str | None = None
 
     @property
     def venv_digest_stale(self) -> bool:
@@ -226,6 +247,8 @@ class Lock:
         if self.platform:
             tool["platform"] = self.platform
         tool["spec-digest"] = self.spec_digest
+        if self.min_driver:
+            tool["min-driver"] = self.min_driver
         if self.venv_digest:
             tool["venv-digest"] = self.venv_digest
             if self.venv_python:
@@ -268,6 +291,9 @@ class Lock:
             if inputs:
                 out += ["", f"[tool.envlock.fetchcontent.{_s(name)}]"]
                 out += [f"{toml_key('', dep)} = {pin.to_toml()}" for dep, pin in sorted(inputs.items())]
+        if self.kernels:
+            out += ["", "[tool.envlock.kernels]"]
+            out += [f"{toml_key('', name)} = {k.to_toml()}" for name, k in sorted(self.kernels.items())]
         return "\n".join(out) + "\n"
 
     @classmethod
@@ -406,7 +432,23 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         venv_python=_opt_str(tool, "venv-python", "tool.envlock"),
         venv_install=_opt_str(tool, "venv-install-digest", "tool.envlock"),
         overridden=_strings(tool.get("overridden", []), "tool.envlock.overridden"),
+        kernels={name: _kernels(v, toml_key("tool.envlock.kernels", name))
+                 for name, v in _table(tool.get("kernels", {}), "tool.envlock.kernels").items()},
+        min_driver=_opt_str(tool, "min-driver", "tool.envlock"),
     )
+
+
+def _kernels(value: object, key: str) -> LockedKernels:
+    """One package's ``[tool.envlock.kernels]`` entry: sass and ptx arrays of names, cuda of majors."""
+    table = _table(value, key)
+    for extra in sorted(set(table) - {"sass", "ptx", "cuda"}):
+        raise _BadKeyError(toml_key(key, extra), "found a key envlock does not write there", "only sass, ptx, cuda")
+    cuda = _array(table.get("cuda", []), f"{key}.cuda")
+    for i, major in enumerate(cuda):
+        if not isinstance(major, int) or isinstance(major, bool):
+            raise _BadKeyError(f"{key}.cuda[{i}]", f"found {_found(major)}", "a CUDA major version (13)")
+    return LockedKernels(_strings(table.get("sass", []), f"{key}.sass"), _strings(table.get("ptx", []), f"{key}.ptx"),
+                         tuple(cuda))
 
 
 #: A Python version as a spec's ``env.python`` and a lock's ``python`` give it: a sync hands it

@@ -133,6 +133,11 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
     lock = replace(lock, fetchcontent=session.pins())
     session = replace(session, lock=lock)
     lock, for_builds = building.carry_builds(session, old)
+    gpu_notes: list[str] = []
+    if spec.gpus:  # lazy: only an env that names GPUs reads its wheels' binaries (docs/gpus.md)
+        from envlock import kernels
+
+        lock, gpu_notes = kernels.check_lock(spec, store, lock, ws.lock_path(env).parent, mirrors, progress)
     if old is not None and old.install_digest() == lock.install_digest() and not old.venv_digest_stale:
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
@@ -146,8 +151,9 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
         mirrors={name: http.redact(url) for name, url in mirrors.indexes.items()},  # printed: no credentials
         lock=lock, downloaded=resolution.downloaded, note=mirrors.stray_note(ws),
-        notes=(*guarded.notes, *(f"{replace(y, live=True).text()}; locked because pinned exactly (==), recorded "
-                                 "in the lock ([packages.tool.envlock] yanked)" for y in yanks.recorded(lock))),
+        notes=(*guarded.notes, *gpu_notes,
+               *(f"{replace(y, live=True).text()}; locked because pinned exactly (==), recorded "
+                 "in the lock ([packages.tool.envlock] yanked)" for y in yanks.recorded(lock))),
         build_downloaded=sum(f.downloaded for f in for_builds),
         build_fetched=sum(1 for f in for_builds for a in f.artifacts if a.source != "store"),
     )

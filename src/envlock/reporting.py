@@ -529,6 +529,8 @@ def render_text(report: UpgradeReport) -> str:
         lines += [f"  {'rebuild' if b.rebuild else 'no rebuild'} {b.text()}" for b in d.builds]
     if d.packages:
         lines += ["packages:"] + [f"  {_package_line(p)}" for p in d.packages]
+    if kernels := [c for c in d.changes if c.kind == "kernels"]:
+        lines += ["kernels:"] + [f"  {c.name}: {c.note}" for c in kernels]
     lines += yanked
     lines.append(f"download: {_size_line(d)}")
     lines += ["changes:", *_ledger(d)]

@@ -47,6 +47,8 @@ UV_PLATFORMS = frozenset({
     "aarch64-linux-android", "x86_64-linux-android", "wasm32-pyodide2024", "wasm32-pyodide2025",
     "arm64-apple-ios", "arm64-apple-ios-simulator", "x86_64-apple-ios-simulator",
 })
+#: How a spec names a GPU (``[env] gpus``): ``sm_90``, ``sm_120a``, ``sm_100f``, or a compute capability ``"12.0"``.
+GPU_NAME = re.compile(r"sm_(\d{2,3})[af]?|(\d{1,2})\.(\d)")
 _ENV_VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CMAKE_NAME = re.compile(r"[A-Za-z0-9_.+-]+")  # FetchContent names: sgl-kernel uses repo-cutlass
 
@@ -127,6 +129,8 @@ class EnvSpec:
     builds: Mapping[str, BuildSpec]
     resolution: ResolutionSpec
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    #: ``[env] gpus``: the GPUs the env must run on (``sm_120a``, ``"12.0"``), as written; () for none.
+    gpus: tuple[str, ...] = ()
 
     @property
     def default_index(self) -> IndexSpec:
@@ -302,7 +306,7 @@ def _check_platform(p: _Problems, platform: str) -> None:
 
 
 _TOP = {"env", "indexes", "packages", "sources", "builds", "resolution"}
-_ENV_KEYS = {"python", "platform"}
+_ENV_KEYS = {"python", "platform", "gpus"}
 _INDEX_KEYS = {"url", "default"}
 _PACKAGE_KEYS = {"version", "index", "nightly", "local", "same-date", "build"}
 _SOURCE_KEYS = {"git", "rev", "path", "patches"}
@@ -332,6 +336,11 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
     platform = _get_str(p, env, "platform", "env")
     if platform is not None:
         _check_platform(p, platform)
+    gpus = _get_str_list(p, env, "gpus", "env")
+    for i, gpu in enumerate(gpus):
+        if not GPU_NAME.fullmatch(gpu):
+            p.add(f"env.gpus[{i}]", f'expected a GPU as nvcc names its arch ("sm_120a", "sm_90") or a compute '
+                  f'capability ("12.0"), found {gpu!r}')
 
     indexes = _parse_indexes(p, _get_table(p, doc, "indexes"))
     sources = _parse_sources(p, _get_table(p, doc, "sources"), root)
@@ -360,6 +369,7 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
         builds=builds,
         resolution=resolution,
         raw=doc,
+        gpus=gpus,
     )
 
 

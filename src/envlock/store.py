@@ -24,6 +24,7 @@ Layout (version 1)::
         pins/<env>/<sha256>.toml         locks kept by ``envlock pin`` (gc roots), with a ``.json`` label
         tmp/                             work in progress; never read
         listings/<wheel sha256>.json     what a wheel installs and requires, as read once (wheelfiles.py)
+        kernels/<wheel sha256>.json      the ELF files of a wheel and their GPU kernels, as read once (gpu/binaries.py)
         guards/<key>.json                a set of locked wheels the lock's guards found clean (guards.py)
         urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed,
                                          and the ETags (else Last-Modified) it answered with for it

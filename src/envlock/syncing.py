@@ -133,12 +133,17 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
         if not said:
             raise
         raise exc.with_details(*said) from None
+    machine = ""
+    if lock.kernels:  # lazy: only a lock that records kernels ([env] gpus) asks this machine's driver
+        from envlock.kernels import machine_note
+
+        machine = machine_note(lock)
     # The whole sync: a relock and builds come before realize's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + downloaded, fetched=result.fetched + fetched,
                    relocked=relocked,
                    note="; ".join(n for n in (result.note, *todo.notes, stale, stray,
-                                              caches.summary() if caches is not None else "") if n))
+                                              caches.summary() if caches is not None else "", machine) if n))
 
 
 def _caches(ws: Workspace, todo: SyncPlan) -> Caches | None:

@@ -26,6 +26,12 @@ BACKENDS = [
 ]
 
 
+# Test tools from PyPI, not build backends: cuobjdump (a ~290 KB wheel holding one static binary) checks
+# envlock's reading of CUDA binaries (tests/test_gpu_binaries.py). Platform-specific: where there is no
+# wheel for this machine, the comparison is skipped with that reason.
+TOOLS = ["nvidia-cuda-cuobjdump>=13.2.51"]
+
+
 def main() -> int:
     WHEELS.mkdir(parents=True, exist_ok=True)
     argv = [
@@ -45,6 +51,11 @@ def main() -> int:
     if proc.returncode != 0:
         print(f"backends: pip download failed (exit {proc.returncode})", file=sys.stderr)
         return proc.returncode
+    tools = subprocess.run([*argv[:argv.index("--python-version")], "--no-deps", "--dest", str(WHEELS), *TOOLS],
+                           check=False)
+    if tools.returncode != 0:
+        print(f"backends: {', '.join(TOOLS)}: no wheel for this machine (the tests that need it skip)",
+              file=sys.stderr)
     names = sorted(p.name for p in WHEELS.glob("*.whl"))
     print(f"backends: {len(names)} wheels in {WHEELS}")
     for name in names:

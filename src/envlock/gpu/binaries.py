@@ -1,0 +1,204 @@
+"""Every ELF of a wheel or a folder (a venv), read by its headers (``elf``), and kept per wheel sha256.
+
+A wheel is read from its zip central directory: each member whose name says it may be an ELF (a
+``.so`` or ``.so.N``, a ``.cubin``, a file without a suffix) is read where it lies. A member stored
+as it is is read by seeking (a few KB of a 1 GB ``libtorch_cuda.so``); a deflated one is inflated
+front to back in chunks and read in one pass, never held whole. What was found is kept in the
+store as ``kernels/<wheel sha256>.json`` (written atomically), so each wheel is read once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import struct
+import zipfile
+import zlib
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, cast
+
+from envlock.gpu.elf import ELF_MAGIC, ElfFile, read_elf, scan_elf
+from envlock.store import Store, write_atomic
+
+#: The version of ``kernels/<sha256>.json``: a record of another one is read anew.
+RECORD_FORMAT = 1
+CHUNK = 1 << 20  # compressed bytes read at a time
+_INFLATED = 4 << 20  # at most this many bytes inflated at a time
+_LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
+_MAYBE_ELF = re.compile(r"\.so(\.\d+)*$|\.cubin$")
+
+
+def maybe_elf(path: str) -> bool:
+    """Whether a file of this name may be an ELF worth opening: a shared object, a cubin, or a
+    name without a suffix (an executable); the bytes decide."""
+    name = path.rsplit("/", 1)[-1]
+    return bool(_MAYBE_ELF.search(name)) or ("." not in name and bool(name) and not path.endswith("/"))
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Every ELF of one wheel or folder, in path order (non-ELF files left out)."""
+
+    files: tuple[ElfFile, ...]
+    problem: str = ""  # why it could not be read at all ("" when it was)
+
+    @property
+    def kernel_files(self) -> tuple[ElfFile, ...]:
+        return tuple(f for f in self.files if f.kernels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": RECORD_FORMAT, "files": [f.to_dict() for f in self.files], "problem": self.problem}
+
+    @classmethod
+    def from_dict(cls, doc: object) -> Binaries:
+        if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT or not isinstance(doc.get("files"), list):
+            raise ValueError("not a kernels record")
+        return cls(tuple(ElfFile.from_dict(f) for f in doc["files"]), str(doc.get("problem", "")))
+
+
+def read_wheel(path: Path) -> Binaries:
+    """Every ELF in the wheel (a zip) at ``path``."""
+    try:
+        with path.open("rb") as fh:
+            try:
+                members = zipfile.ZipFile(fh).infolist()
+            except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+                return Binaries((), f"not a readable zip ({exc})")
+            found = []
+            for info in sorted(members, key=lambda i: i.filename):
+                if info.is_dir() or not maybe_elf(info.filename) or info.file_size < 4:
+                    continue
+                one = _member(fh, info)
+                if one is not None:
+                    found.append(one)
+            return Binaries(tuple(found))
+    except OSError as exc:
+        return Binaries((), f"cannot read {path} ({exc.strerror})")
+
+
+def _member(fh: IO[bytes], info: zipfile.ZipInfo) -> ElfFile | None:
+    """The ELF zip member ``info`` holds (None: no ELF)."""
+    fh.seek(info.header_offset)
+    local = fh.read(_LOCAL_HEADER.size)
+    if len(local) < _LOCAL_HEADER.size or local[:4] != b"PK\x03\x04":
+        return ElfFile(info.filename, problem="its zip local header does not read")
+    name_length, extra_length = _LOCAL_HEADER.unpack(local)[-2:]
+    start = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+    if info.compress_type == zipfile.ZIP_STORED:
+        def read(offset: int, length: int) -> bytes:
+            if offset < 0 or offset >= info.file_size:
+                return b""
+            fh.seek(start + offset)
+            return fh.read(min(length, info.file_size - offset))
+
+        if read(0, 4) != ELF_MAGIC:
+            return None
+        return read_elf(read, info.file_size, info.filename)
+    if info.compress_type != zipfile.ZIP_DEFLATED:
+        return ElfFile(info.filename, problem=f"compressed with zip method {info.compress_type} (not read)")
+    head = _inflate(fh, start, info.compress_size)
+    try:
+        if next(head, b"")[:4] != ELF_MAGIC:
+            return None
+        return scan_elf(lambda: _inflate(fh, start, info.compress_size), info.filename)
+    except _INFLATE_ERRORS as exc:
+        return ElfFile(info.filename, problem=f"its deflated bytes do not inflate ({exc})")
+    finally:
+        head.close()
+
+
+def _inflate_errors() -> tuple[type[Exception], ...]:
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return (zlib.error,)
+    return (zlib.error, cast("type[Exception]", isal_zlib.error))  # typed as an instance in isal's stubs
+
+
+_INFLATE_ERRORS = _inflate_errors()
+
+
+def _inflater() -> Any:
+    """A raw-deflate decompressor: ISA-L's (``isal``, a dependency) where it is installed, 2-3 times
+    zlib's speed on a 400 MB ``libtorch_cpu.so``; else the standard library's."""
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return zlib.decompressobj(-zlib.MAX_WBITS)
+    return isal_zlib.decompressobj(-zlib.MAX_WBITS)
+
+
+def _inflate(fh: IO[bytes], start: int, size: int) -> Generator[bytes, None, None]:
+    """The inflated bytes of the raw deflate stream at ``start`` (``size`` bytes), a bounded piece at a time."""
+    inflater = _inflater()
+    left, pos = size, start
+    while left > 0 and not inflater.eof:
+        fh.seek(pos)
+        raw = fh.read(min(CHUNK, left))
+        if not raw:
+            return
+        pos, left = pos + len(raw), left - len(raw)
+        data = inflater.decompress(raw, _INFLATED)
+        while data:
+            yield data
+            data = inflater.decompress(inflater.unconsumed_tail, _INFLATED) if inflater.unconsumed_tail else b""
+
+
+def read_tree(root: Path) -> Binaries:
+    """Every ELF under the folder ``root`` (a venv, an unpacked wheel), paths relative to it;
+    symbolic links are not followed (a venv's ``bin/python``)."""
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs.sort()
+        for name in sorted(names):
+            full = Path(folder) / name
+            rel = full.relative_to(root).as_posix()
+            if not maybe_elf(rel) or full.is_symlink():
+                continue
+            one = read_file(full, rel)
+            if one is not None:
+                found.append(one)
+    return Binaries(tuple(sorted(found, key=lambda f: f.path)))
+
+
+def read_file(path: Path, label: str | None = None) -> ElfFile | None:
+    """The ELF at ``path`` (None: no ELF, or unreadable)."""
+    try:
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+
+            def read(offset: int, length: int) -> bytes:
+                if offset < 0 or offset >= size:
+                    return b""
+                fh.seek(offset)
+                return fh.read(length)
+
+            if read(0, 4) != ELF_MAGIC:
+                return None
+            return read_elf(read, size, label or path.name)
+    except OSError:
+        return None
+
+
+def wheel_binaries(store: Store, sha256: str, wheel: Path) -> Binaries:
+    """``read_wheel`` of ``wheel`` (whose bytes are ``sha256``), from the store's record of an earlier
+    read when there is one, else read and recorded (``kernels/<sha256>.json``)."""
+    record = store.path("kernels", f"{sha256}.json")
+    try:
+        return Binaries.from_dict(json.loads(record.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        pass
+    found = read_wheel(wheel)
+    if not found.problem:
+        with contextlib.suppress(OSError):  # a shortcut only: the next read reads the wheel again
+            write_atomic(record, json.dumps(found.to_dict(), sort_keys=True).encode())
+    return found
+
+
+def by_path(binaries: Mapping[str, Binaries]) -> dict[str, tuple[ElfFile, ...]]:
+    """Name -> its kernel-bearing files, for the names that have any."""
+    return {name: b.kernel_files for name, b in binaries.items() if b.kernel_files}

@@ -1,0 +1,189 @@
+"""Reading CUDA binaries by their headers (envlock.gpu): fixtures compiled by the real nvcc, the listing
+held to cuobjdump's, wheels read stored and deflated, the store's record, and the compatibility rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from envlock.gpu import binaries, coverage, drivers
+from envlock.gpu.binaries import read_tree, read_wheel, wheel_binaries
+from envlock.gpu.coverage import Gpu, judge, kernel_named, runs
+from envlock.gpu.elf import ElfFile
+from envlock.gpu.fatbin import Kernel
+from envlock.store import Store
+from kit.cuda import CudaKit, cuobjdump_path, gencode
+
+#: name -> nvcc flags: the issue's sm_90, sm_120a and compute_120a PTX; one compressed (zstd, the ELF
+#: too), one lz4; an f family and an a arch of another major; the CUDA runtime linked shared.
+FIXTURES = {
+    "plain": [*gencode("sm_90"), *gencode("sm_120a"), *gencode("compute_120a")],
+    "small": [*gencode("sm_90"), *gencode("compute_120a"), "--compress-mode=size"],
+    "fast": [*gencode("sm_90"), *gencode("compute_120a"), "--compress-mode=speed"],
+    "family": [*gencode("sm_120f"), *gencode("compute_120f"), *gencode("sm_100a"), *gencode("compute_90")],
+    "shared": [*gencode("sm_120a"), "-cudart", "shared"],
+}
+
+
+@pytest.fixture(scope="session")
+def kit(cuda_kit: CudaKit) -> CudaKit:
+    return cuda_kit
+
+
+@pytest.fixture(scope="session")
+def cuobjdump(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    found = cuobjdump_path(tmp_path_factory.mktemp("cuobjdump"))
+    if found is None:
+        pytest.skip("no nvidia-cuda-cuobjdump wheel in tests/.wheels (`python tests/kit/backends.py` fetches it "
+                    "where PyPI has one for this machine)")
+    return found
+
+
+def cuobjdump_listing(files: list[Kernel], stem: str) -> list[str]:
+    """Our kernels as ``cuobjdump -lelf -lptx`` prints them: ELF and PTX numbered apart, in file order;
+    cuobjdump names an ``f`` cubin by its arch alone (``sm_120``), an ``f`` PTX with it."""
+    lines, counts = [], {"sass": 0, "ptx": 0}
+    for k in files:
+        counts[k.kind] += 1
+        n = counts[k.kind]
+        if k.kind == "sass":
+            lines.append(f"ELF file {n:>4}: {stem}.{n}.sm_{k.arch}{'' if k.variant == 'f' else k.variant}.cubin")
+        else:
+            lines.append(f"PTX file {n:>4}: {stem}.{n}.sm_{k.arch}{k.variant}.ptx")
+    return lines
+
+
+def wheel_of(tmp: Path, so: Path, compression: int) -> Path:
+    path = tmp / f"fixture-1.0-py3-none-linux_x86_64.{compression}.whl"
+    with zipfile.ZipFile(path, "w", compression=compression) as zf:
+        zf.writestr("fixture/README.txt", "not an ELF")
+        zf.write(so, f"fixture/lib/{so.name}")
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_the_listing_equals_cuobjdumps(kit: CudaKit, cuobjdump: Path, name: str) -> None:
+    so = kit.library(name, FIXTURES[name])
+    theirs = subprocess.run([str(cuobjdump), "-lelf", "-lptx", str(so)], capture_output=True, text=True, check=True)
+    found = binaries.read_file(so)
+    assert found is not None
+    assert cuobjdump_listing(list(found.kernels), name) == theirs.stdout.splitlines()
+    assert found.problem == ""
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED], ids=["stored", "deflated"])
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_a_wheel_member_reads_as_the_file_does_seeking_or_streaming(kit: CudaKit, tmp_path: Path, name: str,
+                                                                      compression: int) -> None:
+    so = kit.library(name, FIXTURES[name])
+    direct = binaries.read_file(so, f"fixture/lib/{so.name}")
+    read = read_wheel(wheel_of(tmp_path, so, compression))
+    assert read.problem == ""
+    assert read.files == (direct,)
+
+
+def test_what_the_fixtures_carry(kit: CudaKit) -> None:
+    def names(name: str) -> list[str]:
+        found = binaries.read_file(kit.library(name, FIXTURES[name]))
+        assert found is not None
+        return [k.name + (f" ({k.compression})" if k.compression else "") for k in found.kernels]
+
+    # nvcc's own device-link fatbin first (sm_90, sm_120a), then the unit's; PTX is zstd-compressed by default.
+    assert names("plain") == ["sm_90", "sm_120a", "sm_90", "compute_120a (zstd)", "sm_120a"]
+    assert names("small") == ["sm_90 (zstd)", "sm_90 (zstd)", "compute_120a (zstd)"]
+    assert names("fast") == ["sm_90", "sm_90", "compute_120a (lz4)"]
+    assert names("family") == ["sm_120f", "sm_100a", "compute_120f (zstd)", "sm_120f", "sm_100a",
+                               "compute_90 (zstd)"]
+
+
+def test_the_libraries_it_needs_are_readelfs(kit: CudaKit) -> None:
+    so = kit.library("shared", FIXTURES["shared"])
+    found = binaries.read_file(so)
+    assert found is not None
+    said = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True, check=True).stdout
+    assert list(found.needed) == [line.split("[", 1)[1].rstrip("]") for line in said.splitlines() if "(NEEDED)" in line]
+    assert "libcudart.so.13" in found.needed
+    assert [(n.major, n.why) for n in drivers.needs(found)] == [(13, "needs libcudart.so.13")]
+
+
+def test_a_cubin_is_one_sass_kernel_of_its_arch(kit: CudaKit) -> None:
+    found = binaries.read_file(kit.cubin("sm_90"))
+    assert found is not None and found.cubin
+    assert [k.name for k in found.kernels] == ["sm_90"]
+
+
+def test_a_folder_is_read_file_by_file(kit: CudaKit, tmp_path: Path) -> None:
+    lib = tmp_path / "venv" / "lib" / "site-packages" / "pkg"
+    lib.mkdir(parents=True)
+    (lib / "ops.so").write_bytes(kit.library("plain", FIXTURES["plain"]).read_bytes())
+    (lib / "ops.py").write_text("import ctypes\n")
+    (lib / "broken.so").write_bytes(b"\x7fELF" + b"\0" * 10)  # an ELF header cut short
+    found = read_tree(tmp_path / "venv")
+    assert [f.path for f in found.files] == ["lib/site-packages/pkg/broken.so", "lib/site-packages/pkg/ops.so"]
+    assert found.files[0].problem == "not an ELF file" and found.files[0].kernels == ()
+    assert len(found.files[1].kernels) == 5
+
+
+def test_a_wheel_is_read_once_and_recorded_in_the_store(kit: CudaKit, tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    wheel = wheel_of(tmp_path, kit.library("plain", FIXTURES["plain"]), zipfile.ZIP_DEFLATED)
+    first = wheel_binaries(store, "a" * 64, wheel)
+    record = store.path("kernels", f"{'a' * 64}.json")
+    assert json.loads(record.read_text())["files"][0]["path"] == "fixture/lib/plain.so"
+    wheel.unlink()  # the record answers now
+    assert wheel_binaries(store, "a" * 64, wheel) == first
+
+
+def test_what_is_no_wheel_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "x.whl"
+    path.write_bytes(b"not a zip")
+    assert read_wheel(path).problem == "not a readable zip (File is not a zip file)"
+
+
+@pytest.mark.parametrize(("kernel", "gpu", "expected"), [
+    ("sm_90", "9.0", True), ("sm_80", "8.9", True), ("sm_86", "8.0", False), ("sm_90", "10.0", False),
+    ("sm_90a", "9.0", True), ("sm_100a", "10.3", False), ("sm_100f", "10.3", True), ("sm_120f", "12.1", True),
+    ("sm_120", "12.1", True), ("sm_120", "10.0", False),
+    ("compute_90", "12.0", True), ("compute_120", "10.0", False), ("compute_120a", "12.0", True),
+    ("compute_120a", "12.1", False), ("compute_100f", "10.3", True), ("compute_100f", "12.0", False),
+])
+def test_what_runs_where(kernel: str, gpu: str, expected: bool) -> None:
+    k, g = kernel_named(kernel), Gpu.parse(gpu)
+    assert k is not None and g is not None
+    assert runs(k, g) is expected
+
+
+@pytest.mark.parametrize(("name", "capability"), [("sm_120a", "12.0"), ("sm_90", "9.0"), ("12.0", "12.0"),
+                                                  ("sm_100f", "10.0")])
+def test_a_gpu_is_named_as_nvcc_or_as_a_compute_capability(name: str, capability: str) -> None:
+    gpu = Gpu.parse(name)
+    assert gpu is not None and gpu.capability == capability
+
+
+def test_a_package_runs_if_a_file_does_and_notes_the_others() -> None:
+    runs_here = ElfFile("pkg/a.so", (Kernel("sass", 120, "a"),))
+    not_here = ElfFile("pkg/b.so", (Kernel("sass", 90), Kernel("ptx", 100, "a", "8.8")))
+    [verdict] = judge({"pkg": [runs_here, not_here, ElfFile("pkg/c.so")]}, [Gpu(12, 0, "sm_120a")])
+    assert verdict.runs
+    assert verdict.notes() == ["pkg: pkg/b.so has no kernel for sm_120a (12.0) (SASS sm_90; PTX compute_100a); "
+                               "1 other file(s) of it do"]
+    [failing] = judge({"pkg": [not_here]}, [Gpu(10, 3, "sm_103")])
+    assert failing.problem() == "pkg has no kernel for sm_103 (10.3): pkg/b.so: SASS sm_90; PTX compute_100a"
+
+
+@pytest.mark.parametrize(("driver", "minimum", "older"), [
+    ("575.57.08", "580", True), ("580.65.06", "580", False), ("525.60.13", "525.60.13", False),
+    ("525.60.11", "525.60.13", True),
+])
+def test_driver_versions_compare_by_number(driver: str, minimum: str, older: bool) -> None:
+    assert drivers.older(driver, minimum) is older
+
+
+def test_the_driver_table() -> None:
+    assert drivers.MIN_DRIVER == {13: "580", 12: "525.60.13", 11: "450.80.02"}
+    assert drivers.min_driver([12, 13]) == "580"
+    assert coverage.how(Kernel("ptx", 90)) == "9.0 and later (JIT)"

@@ -1,0 +1,195 @@
+"""``[env] gpus`` at lock time, ``envlock kernels`` and ``diff``'s kernel changes, on wheels holding
+shared objects compiled by the real nvcc (tests/kit/cuda.py), served by the loopback index."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envlock.lockfile import read_lock
+from kit.cuda import CudaKit, gencode
+from kit.index import IndexServer
+from kit.wheels import build_wheel
+
+TAG = "py3-none-manylinux_2_28_x86_64"
+#: The wheel of the issue: only sm_90 SASS and compute_120a PTX.
+KERN_1 = [*gencode("sm_90"), *gencode("compute_120a")]
+KERN_2 = [*gencode("sm_120a"), *gencode("compute_120a")]
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory, cuda_kit: CudaKit) -> Iterator[IndexServer]:
+    root = tmp_path_factory.mktemp("gpu-index")
+    server = IndexServer(root / "served")
+    server.add_index("pypi", hashes=True)
+
+    def add(name: str, version: str, files: dict[str, bytes | str]) -> None:
+        server.add("pypi", build_wheel(root / "wheels", name, version, tag=TAG, files=files))
+
+    add("kern", "1.0", {"kern/__init__.py": "", "kern/ops.so": cuda_kit.library("kern1", KERN_1).read_bytes()})
+    add("kern", "2.0", {"kern/__init__.py": "", "kern/ops.so": cuda_kit.library("kern2", KERN_2).read_bytes()})
+    add("duo", "1.0", {"duo/a.so": cuda_kit.library("a", gencode("sm_120a")).read_bytes(),
+                       "duo/b.so": cuda_kit.library("b", gencode("sm_90")).read_bytes()})
+    add("plain", "1.0", {"plain/__init__.py": "X = 1\n"})
+    server.start()
+    yield server
+    server.stop()
+
+
+def spec(index: IndexServer, packages: str, gpus: str | None = None) -> str:
+    line = f"gpus = {gpus}\n" if gpus is not None else ""
+    return (f'[env]\npython = "3.11"\nplatform = "x86_64-manylinux_2_28"\n{line}'
+            f'[indexes.pypi]\nurl = "{index.url("pypi")}"\ndefault = true\n[packages]\n{packages}\n')
+
+
+def test_a_named_gpu_no_file_has_a_kernel_for_fails_the_lock_naming_the_wheel_the_file_and_its_arches(  # type: ignore[no-untyped-def]
+        ws, cli, index: IndexServer) -> None:
+    path = ws.write_spec("e", spec(index, 'kern = "==1.0"\nplain = "==1.0"', '["sm_100"]'))
+    failed = cli("lock", "e")
+    assert failed.code == 1
+    assert failed.err == (f"envlock: error: {path}: env.gpus: kern has no kernel for sm_100 (10.0)\n"
+                          "  kern has no kernel for sm_100 (10.0): kern/ops.so: SASS sm_90; PTX compute_120a\n")
+    assert not (ws.root / "locks" / "pylock.e.toml").exists()
+
+
+def test_with_sm_120a_it_passes_and_the_lock_records_the_arches_and_the_minimum_driver(  # type: ignore[no-untyped-def]
+        ws, cli, index: IndexServer) -> None:
+    ws.write_spec("e", spec(index, 'kern = "==1.0"\nplain = "==1.0"', '["sm_120a", "9.0"]'))
+    done = cli("lock", "e")
+    assert done.code == 0, done.err
+    text = ws.lock_text("e")
+    assert 'min-driver = "580"\n' in text  # PTX ISA 9.0: CUDA 13
+    assert text.endswith('\n[tool.envlock.kernels]\nkern = { sass = ["sm_90"], ptx = ["compute_120a"], cuda = [13] }\n')
+    lock = read_lock(ws.root / "locks" / "pylock.e.toml")
+    assert lock.to_toml() == text  # read back as written
+    listing = cli("kernels", "e", "--json")
+    assert listing.code == 0, listing.err
+    report = json.loads(listing.out)
+    assert [(v["package"], v["gpu"], v["runs"]) for v in report["verdicts"]] == [
+        ("kern", "sm_120a", True), ("kern", "9.0", True)]
+    assert report["min_driver"] == "580"
+    [kern] = [p for p in report["packages"] if p["name"] == "kern"]
+    assert kern["files"][0]["kernels"] == [["sass", 90, "", "", ""], ["sass", 90, "", "", ""],
+                                           ["ptx", 120, "a", "9.0", "zstd"]]
+
+
+def test_a_spec_without_gpus_locks_as_before(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec(index, 'kern = "==1.0"\nplain = "==1.0"'))
+    assert cli("lock", "e").code == 0
+    text = ws.lock_text("e")
+    assert "kernels" not in text and "min-driver" not in text
+    store_home = Path(str(ws.root.parent / "home"))
+    assert not (store_home / "v1" / "kernels").exists()  # no wheel was read for it
+
+
+def test_partial_coverage_is_a_note_per_file(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec(index, 'duo = "==1.0"', '["sm_120a"]'))
+    done = cli("lock", "e")
+    assert done.code == 0, done.err
+    assert ("  note: duo: duo/b.so has no kernel for sm_120a (12.0) (SASS sm_90); 1 other file(s) of it do"
+            in done.out.splitlines())
+
+
+def test_kernels_says_which_gpu_runs_what(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec(index, 'kern = "==1.0"\nduo = "==1.0"'))
+    assert cli("lock", "e").code == 0
+    ws.write_spec("e", spec(index, 'kern = "==1.0"\nduo = "==1.0"', '["sm_100"]'))  # named after the lock
+    shown = cli("kernels", "e")
+    assert shown.code == 1
+    assert shown.out.splitlines() == [
+        "duo 1.0: 2 files with kernels (duo-1.0-py3-none-manylinux_2_28_x86_64.whl)",
+        "  duo/a.so: SASS sm_120a",
+        "  duo/b.so: SASS sm_90",
+        "kern 1.0: 1 file with kernels (kern-1.0-py3-none-manylinux_2_28_x86_64.whl)",
+        "  kern/ops.so: SASS sm_90; PTX compute_120a (compressed: zstd)",
+        "sm_100 (10.0): does NOT run",
+        "  duo has no kernel for sm_100 (10.0): duo/a.so: SASS sm_120a; duo/b.so: SASS sm_90",
+        "  kern has no kernel for sm_100 (10.0): kern/ops.so: SASS sm_90; PTX compute_120a",
+        "min driver: 580 (CUDA 13: kern/ops.so PTX ISA 9.0)",
+        "(2 wheels fetched into the store to be read)",
+    ]
+
+
+def test_diff_names_the_arches_a_package_lost_and_gained(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec(index, 'kern = "==1.0"', '["sm_120a"]'))
+    assert cli("lock", "e").code == 0
+    old = ws.root / "old.toml"
+    shutil.copy(ws.root / "locks" / "pylock.e.toml", old)
+    ws.write_spec("e", spec(index, 'kern = "==2.0"', '["sm_120a"]'))
+    assert cli("lock", "e").code == 0
+    shown = cli("diff", str(old), "e")
+    assert shown.code == 0, shown.err
+    assert "kernels:\n  kern: lost sm_90 SASS; gained sm_120a SASS\n" in shown.out
+
+
+@pytest.mark.parametrize(("gpus", "message"), [
+    ('["h100"]', 'env.gpus[0]: expected a GPU as nvcc names its arch ("sm_120a", "sm_90") or a compute capability '
+                 '("12.0"), found \'h100\''),
+    ('"sm_90"', "env.gpus: expected an array of strings, found 'sm_90'"),
+])
+def test_a_bad_gpus_key_is_named(ws, cli, index: IndexServer, gpus: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = ws.write_spec("e", spec(index, 'plain = "==1.0"', gpus))
+    failed = cli("lock", "e")
+    assert failed.code == 2
+    assert failed.err == f"envlock: error: {path}: 1 problem in env spec 'e'\n  {message}\n"
+
+
+def test_kernels_reads_a_wheel_file(cli, cuda_kit: CudaKit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    wheel = build_wheel(tmp_path, "one", "1.0", tag=TAG,
+                        files={"one/ops.so": cuda_kit.library("kern2", KERN_2).read_bytes()})
+    shown = cli("kernels", str(wheel))
+    assert shown.code == 0
+    assert shown.out.splitlines()[1] == "  one/ops.so: SASS sm_120a; PTX compute_120a (compressed: zstd)"
+
+
+def test_sync_on_a_machine_whose_gpus_cannot_run_the_env_notes_it(  # type: ignore[no-untyped-def]
+        ws, cli, index: IndexServer, stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws.write_spec("e", spec(index, 'kern = "==2.0"\nplain = "==1.0"', '["sm_120a"]'))
+    monkeypatch.setenv("ENVLOCK_NVML_LIBRARY", str(stub))
+    monkeypatch.setenv("NVML_STUB_GPUS", "NVIDIA H100:9.0")
+    synced = cli("sync", "e")
+    assert synced.code == 0, synced.err
+    [note] = [line for line in synced.out.splitlines() if line.startswith("  note:")]
+    assert note == ("  note: this machine's GPUs cannot run the env: no kernel for kern on GPU 0 (NVIDIA H100, 9.0) "
+                    "(`envlock doctor e` says what to do)")
+    monkeypatch.setenv("ENVLOCK_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1")  # a CPU machine: no note
+    ws.write_spec("e", spec(index, 'kern = "==2.0"\nplain = "==1.0"', '["12.0"]'))
+    again = cli("sync", "e")
+    assert again.code == 0, again.err
+    assert "note" not in again.out
+
+
+def test_build_holds_what_it_built_to_the_named_gpus_with_the_rebuild_hint(  # type: ignore[no-untyped-def]
+        ws, cli, backend_index: IndexServer, cuda_kit: CudaKit) -> None:
+    src = ws.root / "kb"
+    (src / "kb").mkdir(parents=True)
+    (src / "kb" / "__init__.py").write_text("")
+    (src / "kb" / "ops.so").write_bytes(cuda_kit.library("common_ops", gencode("sm_120a")).read_bytes())
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "kb"\nversion = "1.0"\n[tool.setuptools]\npackages = ["kb"]\n'
+        '[tool.setuptools.package-data]\nkb = ["*.so"]\n')
+
+    def write(gpus: str) -> Path:
+        return ws.write_spec("e", f'[env]\npython = "3.11"\ngpus = {gpus}\n[indexes.pypi]\n'
+                                  f'url = "{backend_index.url("pypi")}"\ndefault = true\n'
+                                  '[packages]\nkb = { build = "kb" }\n[sources.kb]\npath = "kb"\n'
+                                  '[builds.kb]\nsource = "kb"\nenv = { TORCH_CUDA_ARCH_LIST = "12.0a" }\n')
+
+    path = write('["sm_90"]')
+    assert cli("lock", "e").code == 0  # nothing built yet: nothing to check
+    failed = cli("build", "e")
+    assert failed.code == 1
+    assert failed.err == (f"envlock: error: {path}: env.gpus: kb has no kernel for sm_90 (9.0)\n"
+                          "  kb has no kernel for sm_90 (9.0): kb/ops.so: SASS sm_120a; rebuild with "
+                          "TORCH_CUDA_ARCH_LIST=\"12.0a;9.0\" ([builds.kb] env in e.toml)\n")
+    assert "[tool.envlock.builds" not in ws.lock_text("e")  # the lock was not written
+    write('["sm_120a"]')
+    assert cli("lock", "e").code == 0
+    built = cli("build", "e")
+    assert built.code == 0, built.err
+    assert ws.lock_text("e").endswith('[tool.envlock.kernels]\nkb = { sass = ["sm_120a"], ptx = [] }\n')
