@@ -48,8 +48,9 @@ FIXED = Path("/tmp/envlock-build")
 INNER = ".envlock"
 #: What a build's output risks when its path could not be fixed.
 UNFIXED_RISK = ("nvcc -lineinfo or -G writes the build's paths (its scratch folder, the store's FetchContent "
-                "inputs and toolchain) into the cubins and their DWARF, so such a build differs from one "
-                "built elsewhere")
+                "inputs and toolchain) into the cubins and their DWARF, and an -rdc device link the toolchain's "
+                "library path into its cubin, so such a build differs from one built in another ENVLOCK_HOME "
+                "or at the fixed path")
 
 LAUNCHER = r"""#!/bin/sh
 # envlock's CUDA compiler launcher (CMAKE_CUDA_COMPILER_LAUNCHER): runs "$@" (nvcc and its
@@ -100,7 +101,7 @@ class BuildPaths:
     scratch: Path  # the scratch folder (``FIXED`` in a private mount namespace)
     fetchcontent: Mapping[str, Path] = field(default_factory=dict)  # each input's tree
     toolchain: Path | None = None  # the toolchain's tree
-    mounts: tuple[tuple[Path, Path], ...] = ()  # (real, seen) bind mounts: empty when not fixed
+    mounts: tuple[tuple[Path, Path], ...] = ()  # (real, seen) bind mounts inside the scratch folder
     unfixed: str | None = None  # why the build path is not fixed (None: it is)
     real_scratch: Path | None = None  # the scratch folder outside the namespace
 
@@ -122,7 +123,7 @@ class BuildPaths:
     def wrap(self) -> list[str]:
         """The argv that runs a command in the build's mount namespace ([]: as it is)."""
         prefix = _namespace()[0]
-        if not self.mounts or prefix is None or self.real_scratch is None:
+        if self.unfixed is not None or prefix is None or self.real_scratch is None:
             return []
         pairs = [str(p) for real, seen in self.mounts for p in (real, seen)]
         return [*prefix, "sh", "-c", _MOUNTS, "envlock-build", str(FIXED), str(self.real_scratch), *pairs, "--"]
@@ -156,12 +157,17 @@ def prepare(scratch: Path, fetchcontent: Mapping[str, Path], toolchain: Path | N
     return BuildPaths(FIXED, seen_fc, seen_tc, tuple(mounts), real_scratch=scratch)
 
 
-@functools.cache
 def _namespace() -> tuple[tuple[str, ...] | None, str | None]:
     """The ``unshare`` argv that makes a private mount namespace a bind mount works in, or (None, why not)."""
     unshare = shutil.which("unshare")
     if unshare is None:
         return None, "no unshare command (util-linux) to make a private mount namespace"
+    return _probe(unshare)
+
+
+@functools.cache
+def _probe(unshare: str) -> tuple[tuple[str, ...] | None, str | None]:
+    """``_namespace`` for the ``unshare`` at that path, asked once."""
     try:
         if FIXED.is_symlink() or (FIXED.exists() and not FIXED.is_dir()):
             return None, f"{FIXED} is not a folder"
