@@ -131,7 +131,8 @@ def test_cuda_build_is_bit_identical_with_the_locked_toolchain(  # type: ignore[
         r, report = _build(cli, "--check", code=1)
     check = report["checks"][0]  # type: ignore[index]
     assert (check["reproducible"], check["fixed-build-path"]) == (False, False)
-    assert check["differing"] == ["cudalike_kernel-0.1.0.dist-info/RECORD", "cudalike_kernel/_cuda.cpython-311-x86_64-linux-gnu.so"]
+    assert check["differing"] == ["cudalike_kernel-0.1.0.dist-info/RECORD",
+                                  "cudalike_kernel/_cuda.cpython-311-x86_64-linux-gnu.so"]
     assert b"/toolchains/" in _so_bytes(Path(check["kept"]))
     assert (f"envlock: cudalike-kernel: checked without a fixed build path (the kernel did not let `unshare` make "
             f"a private mount namespace (unshare: unshare failed: Operation not permitted)); "

@@ -10,9 +10,11 @@ the spec, the store and the sources' git mirrors), reads no files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from envlock.lockfile import Lock, LockedBuild, LockedPackage, canonicalize_name
 
@@ -94,6 +96,7 @@ class BuildFacts:
     subdirectory: str = ""
     isolation: bool = True
     requires: tuple[str, ...] = ()  # the names of its ``requires``
+    toolchain: tuple[str, ...] = ()  # its ``toolchain`` requirements
 
 
 @dataclass(frozen=True)
@@ -566,13 +569,38 @@ def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext,
     ba, bb = old.builds.get(name), new.builds.get(name)
     if ba is not None and bb is not None:
         found += [BuildInput(c.kind, c.name, c.old, c.new) for c in _requirement_changes(name, ba, bb)]
-    elif (spec_moves := ctx.toolchains.get(name)) is not None:  # not built for one lock yet: the specs say
+    elif ba is not None and facts is not None:  # not built for the new lock yet: its spec says what it will take
+        found += _toolchain_against_spec(ba.toolchain, facts.toolchain)
+    elif (spec_moves := ctx.toolchains.get(name)) is not None:  # built for neither: the specs say
         found += [BuildInput("toolchain", c.name, c.old, c.new, "the spec") for c in line_changes("toolchain",
                                                                                                    *spec_moves)]
     ra, rb = ctx.recipes.get(name, (None, None))
     if ra is not None and rb is not None:
         found += _toolchain_moves(ra, rb)
     return tuple(found)
+
+
+def _toolchain_against_spec(locked: Sequence[str], wanted: Sequence[str]) -> list[BuildInput]:
+    """Each toolchain wheel of ``locked`` lines that the spec's ``wanted`` requirements no longer take
+    (another version, or none), and each they add: a build not yet run for the new lock will move them."""
+    have = _requirements(locked)
+    out: list[BuildInput] = []
+    named = set()
+    for text in wanted:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        named.add(name)
+        pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
+        want = pins[0] if len(pins) == 1 else str(req.specifier) or "any version"
+        if name not in have:
+            out.append(BuildInput("toolchain", name, None, want, "the spec"))
+        elif not req.specifier.contains(have[name][0], prereleases=True):
+            out.append(BuildInput("toolchain", name, have[name][0], want, "the spec"))
+    out += [BuildInput("toolchain", name, have[name][0], None, "the spec") for name in sorted(set(have) - named)]
+    return out
 
 
 def _toolchain_moves(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[BuildInput]:

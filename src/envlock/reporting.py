@@ -149,7 +149,7 @@ def _spec_context(old: EnvSpec | None, new: EnvSpec | None) -> DiffContext:
         return DiffContext()
     index_names = {idx.url.rstrip("/"): idx.name for s in reversed(specs) for idx in s.indexes.values()}
     builds = {name: BuildFacts(b.source, b.subdirectory, b.isolation,
-                               tuple(str(canonicalize_name(Requirement(r).name)) for r in b.requires))
+                               tuple(str(canonicalize_name(Requirement(r).name)) for r in b.requires), b.toolchain)
               for s in reversed(specs) for name, b in s.builds.items()}
     overrides = {}
     for s in reversed(specs):

@@ -222,7 +222,7 @@ def _unpack_wheel(wheel: Path, tree: Path, owners: dict[str, str], *, what: str)
             owners[rel] = wheel.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
-            if (info.external_attr >> 16) & 0o111 or rel.startswith("bin/"):
+            if (info.external_attr >> 16) & 0o111 or dest.parent.name == "bin":  # a zip may carry no mode
                 dest.chmod(0o755)
 
 
