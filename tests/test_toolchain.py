@@ -139,7 +139,7 @@ def test_the_input_digest_holds_the_toolchain_wheels_not_the_host_tools(
     assert [line.split()[0] for line in older.toolchain if "nvcc" in line] == ["nvidia-cuda-nvcc==13.0.48"]
     # Planned from the lock's lines (a frozen rebuild): the same digest, no resolution.
     spec = BuildSpec(name="k", source="k", toolchain=TOOLCHAIN)
-    frozen = build.plan(build.BuildRequest(spec, tree, 315532800, "3.11", index_url=None,
-                                           locked_toolchain=ours.toolchain, locked_requirements=ours.build_requirements),
-                        store)
+    request = build.BuildRequest(spec, tree, 315532800, "3.11", index_url=None, locked_toolchain=ours.toolchain,
+                                 locked_requirements=ours.build_requirements)
+    frozen = build.plan(request, store)
     assert frozen.input_digest == ours.input_digest
