@@ -13,8 +13,9 @@ import os
 import shutil
 import tomllib
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from kit.index import IndexServer
 pytestmark = pytest.mark.slow
 
 ENV = "cuda"
+Cli = Callable[..., CliResult]
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +60,13 @@ def _poisoned_host(where: Path) -> Path:
     return where
 
 
-def _build(cli, *args: str, code: int = 0) -> tuple[CliResult, dict[str, object]]:  # type: ignore[no-untyped-def]
+def _build(cli: Cli, *args: str, code: int = 0) -> tuple[CliResult, dict[str, Any]]:
     r = cli("build", ENV, "--json", *args)
     assert r.code == code, r.err
     return r, json.loads(r.out)
 
 
-def _wheel_sha(report: dict[str, object]) -> str:
+def _wheel_sha(report: dict[str, Any]) -> str:
     builds = report["builds"]
     assert isinstance(builds, list) and len(builds) == 1
     return str(builds[0]["sha256"])
@@ -87,8 +89,8 @@ def _elsewhere(ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, l
     return other
 
 
-def test_cuda_build_is_bit_identical_with_the_locked_toolchain(  # type: ignore[no-untyped-def]
-    ws: Workspace, cli, cuda_index: IndexServer, kernel: CudaLike, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_cuda_build_is_bit_identical_with_the_locked_toolchain(
+    ws: Workspace, cli: Cli, cuda_index: IndexServer, kernel: CudaLike, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws.write_spec(ENV, spec(kernel, cuda_index.url("pypi")))
     r = cli("lock", ENV)
@@ -98,15 +100,15 @@ def test_cuda_build_is_bit_identical_with_the_locked_toolchain(  # type: ignore[
     first = _wheel_sha(report)
     r, report = _build(cli, "--check")  # rebuilt from scratch: the lock's very wheel
     assert report["reproducible"] is True, r.out
-    assert report["checks"][0]["expected-from"] == "lock"  # type: ignore[index]
-    assert report["checks"][0]["fixed-build-path"] is True  # type: ignore[index]
+    assert report["checks"][0]["expected-from"] == "lock"
+    assert report["checks"][0]["fixed-build-path"] is True
     lock = tomllib.loads(ws.lock_text(ENV))
     recorded = lock["tool"]["envlock"]["builds"]["cudalike-kernel"]
     assert [line.split()[0] for line in recorded["toolchain"]] == [
         "cmake==3.31.10", "ninja==1.13.2", "nvidia-cuda-cccl==13.0.85", "nvidia-cuda-crt==13.0.88",
         "nvidia-cuda-nvcc==13.0.88", "nvidia-cuda-runtime==13.0.96", "nvidia-nvvm==13.0.88"]
     assert recorded["sha256"] == first
-    log = Path(report["builds"][0]["log"]).read_text()  # type: ignore[index]
+    log = Path(report["builds"][0]["log"]).read_text()
     assert "The CUDA compiler identification is NVIDIA 13.0.88" in log
     assert "/.envlock/toolchain/nvidia/cu13/bin/nvcc" in log or "/toolchains/" in log
     assert "invalid.invalid" not in log  # the FetchContent .cu came from envlock's checkout
@@ -129,7 +131,7 @@ def test_cuda_build_is_bit_identical_with_the_locked_toolchain(  # type: ignore[
     with monkeypatch.context() as m:
         m.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
         r, report = _build(cli, "--check", code=1)
-    check = report["checks"][0]  # type: ignore[index]
+    check = report["checks"][0]
     assert (check["reproducible"], check["fixed-build-path"]) == (False, False)
     assert check["differing"] == ["cudalike_kernel-0.1.0.dist-info/RECORD",
                                   "cudalike_kernel/_cuda.cpython-311-x86_64-linux-gnu.so"]
@@ -162,8 +164,8 @@ def test_cuda_build_is_bit_identical_with_the_locked_toolchain(  # type: ignore[
     assert "toolchain nvidia-cuda-nvcc: 13.0.88 -> 13.0.48" in r.out
 
 
-def test_unstripped_lineinfo_cuda_build_is_bit_identical(  # type: ignore[no-untyped-def]
-    ws: Workspace, cli, cuda_index: IndexServer, kernel: CudaLike, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_unstripped_lineinfo_cuda_build_is_bit_identical(
+    ws: Workspace, cli: Cli, cuda_index: IndexServer, kernel: CudaLike, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws.write_spec(ENV, spec(kernel, cuda_index.url("pypi"), env={"CUDAFLAGS": "-lineinfo"},
                             config={"install.strip": "false"}))
@@ -172,14 +174,14 @@ def test_unstripped_lineinfo_cuda_build_is_bit_identical(  # type: ignore[no-unt
     first = _wheel_sha(report)
     r, report = _build(cli, "--check")
     assert report["reproducible"] is True, r.out
-    assert report["checks"][0]["expected-from"] == "lock"  # type: ignore[index]
-    so = _so_bytes(ws.root / "wheelhouse" / report["builds"][0]["wheel"])  # type: ignore[index]
+    assert report["checks"][0]["expected-from"] == "lock"
+    so = _so_bytes(ws.root / "wheelhouse" / report["builds"][0]["wheel"])
     assert b"_GLOBAL__N__" in so  # the anonymous-namespace kernels' names, hashed from a mapped path
     assert b"__fatbinwrap_" in so  # the -rdc pair's module id
     assert b"tmpxft" not in so and str(tmp_path).encode() not in so
     # Built in a private mount namespace (root here; else unprivileged user namespaces): -lineinfo
     # wrote the fixed build path, never the scratch folder's.
-    assert report["checks"][0]["fixed-build-path"] is True  # type: ignore[index]
+    assert report["checks"][0]["fixed-build-path"] is True
     assert str(buildenv.FIXED).encode() in so
     _elsewhere(ws, tmp_path, monkeypatch, "second")
     r, report = _build(cli)
