@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock import build, building, patchapply, patchfile, runner, sources, trees
+from envlock import build, buildenv, building, patchapply, patchfile, runner, sources, trees
 from envlock.errors import BuildError, SourceTreeError
 from envlock.spec import BuildSpec, FetchContentInput, SourceSpec
 from envlock.store import Store
@@ -151,7 +151,10 @@ def test_fetchcontent_input_is_prefetched_and_nothing_is_downloaded(
     kernel = built[0]
     log = kernel.log.read_text()
     fc_dir = kit.store.path("sources", f"git-{kit.sg.kdep_commit}") / "tree"
-    assert f"--config-setting cmake.define.FETCHCONTENT_SOURCE_DIR_REPO-KDEP={fc_dir}" in log
+    # The build sees it where it is, or (in a private mount namespace) mounted at one fixed path.
+    seen = fc_dir if "(not fixed: " in log else buildenv.FIXED / buildenv.INNER / "fetchcontent" / "repo-kdep"
+    assert f"--config-setting cmake.define.FETCHCONTENT_SOURCE_DIR_REPO-KDEP={seen}" in log
+    assert str(fc_dir) in log
     assert "--config-setting cmake.define.FETCHCONTENT_FULLY_DISCONNECTED=ON" in log
     assert "invalid.invalid" not in log  # CMakeLists' URL (which does not exist) was never tried
     recipe = (kernel.store_path.parent / "recipe.json").read_text()

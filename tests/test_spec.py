@@ -150,6 +150,12 @@ BAD_SPECS = [
      'requires = [1, "ok", 2]',
      ["builds.mk.requires[0]: expected a string (an array of strings), found 1",
       "builds.mk.requires[2]: expected a string (an array of strings), found 2"]),
+    ('[packages]\nmk = { build = "mk" }\n[sources.mini]\npath = "x"\n[builds.mk]\nsource = "mini"\n'
+     'toolchain = ["nvidia-cuda-nvcc==13.0.88", "cmake >= 3.26 !", 3]',
+     ["builds.mk.toolchain[2]: expected a string (an array of strings), found 3"]),
+    ('[packages]\nmk = { build = "mk" }\n[sources.mini]\npath = "x"\n[builds.mk]\nsource = "mini"\n'
+     'toolchain = ["nvidia-cuda-nvcc==13.0.88", "cmake >= 3.26 !"]',
+     ["builds.mk.toolchain[1]: expected a requirement like \"nvidia-cuda-nvcc==13.0.88\", found 'cmake >= 3.26 !'"]),
     ('[sources.mini]\npath = "x"\n[builds."../evil"]\nsource = "mini"',
      ["builds.\"../evil\": expected the name of the package the build makes (like \"sgl-kernel\"), found '../evil'"]),
     ('[indexes.m]\nurl = "http://127.0.0.1:99999/simple"\n[indexes.n]\nurl = "http://[::1/simple"',
@@ -232,6 +238,10 @@ def test_shipped_specs_are_valid() -> None:
     assert not inputs["repo-triton"].pinned_by_spec and inputs["repo-cutlass"].pinned_by_spec
     assert inputs["json"].url == "https://github.com/nlohmann/json/releases/download/v3.11.3/json.tar.xz"
     assert inputs["json"].sha256 is None  # hashed at the first lock, recorded there
+    # sgl-kernel's compilers: CUDA 13.0 as wheels (each pinned), CMake >= 3.26 and ninja.
+    assert qwen.builds["sgl-kernel"].toolchain == (
+        "nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88",
+        "nvidia-cuda-runtime==13.0.96", "nvidia-cuda-cccl==13.0.85", "cmake>=3.26", "ninja")
 
 
 def test_key_digests_name_each_entry(tmp_path: Path) -> None:

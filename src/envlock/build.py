@@ -12,14 +12,16 @@ The input digest covers everything that can change the wheel:
   ``isolation = false`` the env's own locked wheels (name==version sha256) plus the
   build's ``requires``, resolved the same way, installed into a fresh build venv;
 - the interpreter (full version), the target and host platforms, uv's version and a
-  toolchain fingerprint (``cc``, ``c++``, ``cmake``, ``nvcc`` versions; missing ones
-  recorded as absent).
+  toolchain: the build's ``toolchain`` wheels, locked by sha256 and unpacked once into the
+  store (``envlock.toolchain``), and the host tools' version lines (``cc``, ``c++``, ``cmake``,
+  ``nvcc``, those the toolchain does not provide; missing ones recorded as absent).
 
 Same digest => the stored wheel is reused, no rebuild. The wheel is made bit-identical by
 SOURCE_DATE_EPOCH (the commit time; path sources use ``trees.PATH_SOURCE_EPOCH``), a
-build in a scratch copy whose paths are mapped away (``-ffile-prefix-map`` in
-CFLAGS/CXXFLAGS/CUDAFLAGS, scikit-build-core's build-dir inside the scratch dir), and a
-final rewrite of the zip with fixed timestamps and permissions. ``check`` rebuilds from
+build in a scratch copy whose paths are mapped away (``envlock.buildenv``: gcc's and nvcc's
+prefix maps, nvcc's temp files, a fixed build path where the kernel allows it;
+scikit-build-core's build-dir inside the scratch dir), and a final rewrite of the zip with
+fixed timestamps and permissions. ``check`` rebuilds from
 scratch and names the files inside the wheel that differ.
 
 CMake FetchContent inputs come checked out into the store (the orchestration fetches them
@@ -46,7 +48,7 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
 
-from envlock import runner, trees
+from envlock import buildenv, runner, toolchain, trees
 from envlock.errors import BuildError, BuildRequirementsError, InstallError, scrub
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
@@ -57,8 +59,6 @@ from envlock.tomlio import load_toml
 
 RECIPE_FORMAT = 1
 _ZIP_EPOCH_MIN = 315532800  # 1980-01-01T00:00:00Z, the earliest date a zip entry can carry
-_SCRATCH_MAP = "/envlock/build"
-_VENV_MAP = "/envlock/build-env"
 _LOG_TAIL = 25
 
 
@@ -99,6 +99,9 @@ class BuildRequest:
     # What the input digest covers of each (``LockedFetchContent.recipe``: the commit a tag or
     # branch resolved to, an archive's sha256); an input the spec pins by commit may be left out.
     fetchcontent_pins: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # The lock's toolchain lines, taken instead of resolving ``spec.toolchain`` again (as
+    # ``locked_requirements``).
+    locked_toolchain: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,10 @@ class BuildPlan:
     # them in, hash-checked): the build installs its backend from these alone (``--no-index
     # --find-links``), never from an index. None: from ``request.index_url`` (a caller that fetched none).
     backend_wheels: tuple[Path, ...] | None = None
+    # The build's toolchain, locked ("name==version --hash=sha256:..." lines; () when it declares none),
+    # and a stored wheel of each (brought in as ``backend_wheels`` are), unpacked for the build.
+    toolchain: tuple[str, ...] = ()
+    toolchain_wheels: tuple[Path, ...] = ()
 
     @property
     def key(self) -> str:
@@ -134,6 +141,7 @@ class BuiltWheel:
     rebuilt: bool  # False: the stored wheel for these inputs was reused
     build_requirements: tuple[str, ...] = ()
     from_wheelhouse: bool = False  # the wheelhouse held the lock's wheel of these inputs: nothing built or copied
+    toolchain: tuple[str, ...] = ()  # the locked toolchain lines it was built with
 
     def locked(self) -> LockedBuild:
         return LockedBuild(
@@ -141,6 +149,7 @@ class BuiltWheel:
             wheel=self.filename,
             sha256=self.sha256,
             requirements=self.build_requirements,
+            toolchain=self.toolchain,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,6 +163,7 @@ class BuiltWheel:
             "log": str(self.log) if self.log is not None else None,
             "from-wheelhouse": self.from_wheelhouse,
             "build-requirements": list(self.build_requirements),
+            "toolchain": list(self.toolchain),
         }
 
 
@@ -166,6 +176,7 @@ class CheckResult:
     differing: tuple[str, ...] = ()  # files inside the wheel that differ
     kept: Path | None = None  # the differing rebuild, kept for inspection
     recorded: bool = False  # ``expected_sha256`` is the lock's wheel (else the first build's)
+    unfixed: str | None = None  # why the rebuild's build path was not fixed (None: it was)
 
     @property
     def reproducible(self) -> bool:
@@ -181,32 +192,9 @@ class CheckResult:
             "differing": list(self.differing),
             "kept": str(self.kept) if self.kept else None,
             "expected-from": "lock" if self.recorded else "first-build",
+            "fixed-build-path": self.unfixed is None,
+            "unfixed-because": self.unfixed,
         }
-
-
-# -- the toolchain -----------------------------------------------------------
-
-
-def _first_line(argv: Sequence[str], prefer: str | None = None) -> str:
-    result = runner.run(argv)
-    if not result.ok:
-        return "absent"
-    lines = [line.strip() for line in (result.stdout or result.stderr).splitlines() if line.strip()]
-    if prefer:
-        lines = [line for line in lines if prefer in line] or lines
-    return lines[0] if lines else "absent"
-
-
-@functools.cache
-def toolchain() -> dict[str, str]:
-    """First version line of each compiler/build tool a backend may use ("absent" if missing)."""
-    return {
-        "cc": _first_line(["cc", "--version"]),
-        "c++": _first_line(["c++", "--version"]),
-        "cmake": _first_line(["cmake", "--version"]),
-        "nvcc": _first_line(["nvcc", "--version"], prefer="release"),
-        "uv": _first_line([runner.uv_bin(), "--version"]),
-    }
 
 
 @functools.cache
@@ -382,21 +370,14 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
                     )
                     if canonicalize_name(line.partition("==")[0]) not in in_env
                 )
+        tool_lines = request.locked_toolchain
+        if tool_lines is None:
+            tool_lines = toolchain.resolve(spec.toolchain, what, lambda reqs: _compile(
+                reqs, python=interpreter["version"], index_url=request.index_url, what=f"{what} toolchain",
+                scratch=scratch / "toolchain"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if missing := [dep.name for dep in spec.fetchcontent if dep.name not in request.fetchcontent]:
-        raise ValueError(f"{what}: the request has no checkout of fetchcontent {', '.join(missing)}")
-    fc_recipe = []
-    for dep in spec.fetchcontent:
-        pin = request.fetchcontent_pins.get(dep.name)
-        if pin is None and not (dep.git is not None and dep.pinned_by_spec):  # a tag can move: its commit, then
-            raise ValueError(f"{what}: the request has no pin of fetchcontent {dep.name} (a tag, branch or archive)")
-        fc_recipe.append(dict(pin) if pin is not None else {"name": dep.name, "git": dep.git, "rev": dep.rev})
-    fc_dirs = {dep.name: request.fetchcontent[dep.name] for dep in spec.fetchcontent}
-    for name, fc_dir in fc_dirs.items():
-        # CMake reads it as a source folder; the recipe pins only its commit, which says
-        # nothing of what a link out of it reads.
-        trees.check_links(fc_dir, name=f"{what}: fetchcontent.{name}")
+    fc_recipe, fc_dirs = _fetchcontent(request, what)
     recipe: dict[str, Any] = {
         "format": RECIPE_FORMAT,
         "name": str(canonicalize_name(spec.name)),
@@ -415,55 +396,34 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         "platform": request.platform or "",
         "host": interpreter["platform"],
         "machine": host_platform.machine(),
-        "toolchain": toolchain(),
+        "toolchain": toolchain.recorded_tools(toolchain.provided(tool_lines)),
     }
+    if spec.toolchain:  # its wheels' hashes stand for the version lines of what it provides
+        recipe["toolchain-wheels"] = list(tool_lines)
     digest = "sha256:" + hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
-    return BuildPlan(request, recipe, digest, build_reqs, fc_dirs, tuple(env))
+    return BuildPlan(request, recipe, digest, build_reqs, fc_dirs, tuple(env), toolchain=tool_lines)
+
+
+def _fetchcontent(request: BuildRequest, what: str) -> tuple[list[dict[str, Any]], dict[str, Path]]:
+    """What the input digest covers of each FetchContent input of ``request``, and its tree."""
+    spec = request.spec
+    if missing := [dep.name for dep in spec.fetchcontent if dep.name not in request.fetchcontent]:
+        raise ValueError(f"{what}: the request has no checkout of fetchcontent {', '.join(missing)}")
+    fc_recipe = []
+    for dep in spec.fetchcontent:
+        pin = request.fetchcontent_pins.get(dep.name)
+        if pin is None and not (dep.git is not None and dep.pinned_by_spec):  # a tag can move: its commit, then
+            raise ValueError(f"{what}: the request has no pin of fetchcontent {dep.name} (a tag, branch or archive)")
+        fc_recipe.append(dict(pin) if pin is not None else {"name": dep.name, "git": dep.git, "rev": dep.rev})
+    fc_dirs = {dep.name: request.fetchcontent[dep.name] for dep in spec.fetchcontent}
+    for name, fc_dir in fc_dirs.items():
+        # CMake reads it as a source folder; the recipe pins only its commit, which says
+        # nothing of what a link out of it reads.
+        trees.check_links(fc_dir, name=f"{what}: fetchcontent.{name}")
+    return fc_recipe, fc_dirs
 
 
 # -- building ----------------------------------------------------------------
-
-
-def _build_env(plan_: BuildPlan, scratch: Path, backend_is_skbuild: bool) -> dict[str, str]:
-    req = plan_.request
-    env = {k: v for k, v in req.spec.env.items()}
-    maps = [(scratch, _SCRATCH_MAP)] + [
-        (path, f"/envlock/fetchcontent/{name}") for name, path in sorted(plan_.fetchcontent_dirs.items())
-    ]
-    venv = scratch / "venv"
-    if not req.spec.isolation:
-        maps.append((venv, _VENV_MAP))
-    flags = " ".join(f"-ffile-prefix-map={src}={dst}" for src, dst in maps)
-    cuda_flags = " ".join(f"-Xcompiler=-ffile-prefix-map={src}={dst}" for src, dst in maps)
-    for var, value in (("CFLAGS", flags), ("CXXFLAGS", flags), ("CUDAFLAGS", cuda_flags)):
-        env[var] = f"{env[var]} {value}" if env.get(var) else value
-    if plan_.fetchcontent_dirs and not backend_is_skbuild:
-        defs = [f"-DFETCHCONTENT_SOURCE_DIR_{n.upper()}={p}" for n, p in sorted(plan_.fetchcontent_dirs.items())]
-        defs.append("-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
-        env["CMAKE_ARGS"] = " ".join([env.get("CMAKE_ARGS", ""), *defs]).strip()
-    env.update(
-        {
-            "SOURCE_DATE_EPOCH": str(max(req.source_date_epoch, _ZIP_EPOCH_MIN)),
-            "PYTHONHASHSEED": "0",
-            "TZ": "UTC",
-            "LC_ALL": "C",
-        }
-    )
-    return env
-
-
-def _config_settings(plan_: BuildPlan, scratch: Path, backend_is_skbuild: bool) -> list[str]:
-    settings = dict(plan_.request.spec.config_settings)
-    if backend_is_skbuild:
-        settings.setdefault("build-dir", str(scratch / "cmake-build"))
-        for name, path in plan_.fetchcontent_dirs.items():
-            settings[f"cmake.define.FETCHCONTENT_SOURCE_DIR_{name.upper()}"] = str(path)
-        if plan_.fetchcontent_dirs:
-            settings["cmake.define.FETCHCONTENT_FULLY_DISCONNECTED"] = "ON"
-    out: list[str] = []
-    for key, value in sorted(settings.items()):
-        out += ["--config-setting", f"{key}={value}"]
-    return out
 
 
 def _fail(plan_: BuildPlan, store: Store, log: Path, message: str) -> BuildError:
@@ -473,40 +433,44 @@ def _fail(plan_: BuildPlan, store: Store, log: Path, message: str) -> BuildError
     return BuildError(f"[builds.{plan_.request.spec.name}]: {message}; build log: {kept}", details=tail)
 
 
-def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Path]:
-    """Build in ``scratch``; return (normalized wheel, log). Raises ``BuildError`` with the log kept."""
+def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Path, str | None]:
+    """Build in ``scratch``; return (normalized wheel, log, why its build path was not fixed or None).
+    Raises ``BuildError`` with the log kept."""
     req = plan_.request
     spec = req.spec
     log = scratch / "build.log"
     # Only the subdirectory is copied: the build cannot depend on what its digest leaves out.
-    project = scratch / "src"
-    trees.copy_tree(req.tree / spec.subdirectory if spec.subdirectory else req.tree, project)
-    dist = scratch / "dist"
+    trees.copy_tree(req.tree / spec.subdirectory if spec.subdirectory else req.tree, scratch / "src")
+    tools = (toolchain.unpacked(store, plan_.toolchain_wheels, what=f"[builds.{spec.name}]")
+             if plan_.toolchain_wheels else None)
+    paths = buildenv.prepare(scratch, plan_.fetchcontent_dirs, tools.tree if tools is not None else None)
+    seen = paths.scratch  # the scratch folder as the build sees it (at a fixed path, if it could be)
     backend_is_skbuild = str(plan_.recipe["backend"]).startswith("scikit_build_core")
-    env = _build_env(plan_, scratch, backend_is_skbuild)
-    args: list[str | os.PathLike[str]] = ["build", "--wheel", "--no-sources", "--out-dir", dist]
-    args += _index_args(plan_, scratch)
+    env = buildenv.build_env(spec, max(req.source_date_epoch, _ZIP_EPOCH_MIN), paths, tools, backend_is_skbuild)
+    args: list[str | os.PathLike[str]] = ["build", "--wheel", "--no-sources", "--out-dir", seen / "dist"]
+    args += _index_args(plan_, scratch, seen)
     if spec.isolation:
         interpreter = _interpreter(req.python)["executable"]
         args += ["--python", interpreter]
         if plan_.build_requirements:
-            constraints = scratch / "build-constraints.txt"
-            constraints.write_text("".join(f"{line}\n" for line in plan_.build_requirements))
-            args += ["--build-constraint", constraints, "--require-hashes"]
+            (scratch / "build-constraints.txt").write_text("".join(f"{line}\n" for line in plan_.build_requirements))
+            args += ["--build-constraint", seen / "build-constraints.txt", "--require-hashes"]
     else:
         python = _make_build_venv(plan_, scratch, log, store)
-        args += ["--no-build-isolation", "--python", python]
-    args += _config_settings(plan_, scratch, backend_is_skbuild)
-    args.append(project)
+        args += ["--no-build-isolation", "--python", seen / python.relative_to(scratch)]
+    args += buildenv.config_settings(spec, paths, tools, backend_is_skbuild)
+    args.append(seen / "src")
     with log.open("a", encoding="utf-8") as fh:
         fh.write(scrub(  # a fetchcontent URL's token stays out of a log the store keeps
             f"# envlock build {spec.name} {plan_.input_digest}\n"
             + json.dumps(plan_.recipe, indent=2, sort_keys=True)
-            + "\n"
+            + f"\n# build path: {seen}" + (f" (not fixed: {paths.unfixed})" if paths.unfixed else " (fixed)")
+            + (f"\n# toolchain: {tools.tree} ({tools.digest})" if tools is not None else "") + "\n"
         ))
-    result = runner.uv(args, cwd=scratch, env=env, log=log)
+    result = runner.uv(args, cwd=scratch, env=env, log=log, wrap=paths.wrap())
     if not result.ok:
         raise _fail(plan_, store, log, f"build failed (uv build exit {result.returncode})")
+    dist = scratch / "dist"
     wheels = sorted(dist.glob("*.whl"))
     if len(wheels) != 1:
         raise _fail(plan_, store, log, f"expected one wheel in {dist}, found {len(wheels)}")
@@ -520,12 +484,13 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
             f"(expected a wheel of {canonicalize_name(spec.name)})",
         )
     normalize_wheel(wheels[0], req.source_date_epoch)
-    return wheels[0], log
+    return wheels[0], log, paths.unfixed
 
 
-def _index_args(plan_: BuildPlan, scratch: Path) -> list[str | os.PathLike[str]]:
+def _index_args(plan_: BuildPlan, scratch: Path, seen: Path | None = None) -> list[str | os.PathLike[str]]:
     """Where uv installs the build's requirements from: a folder of the plan's stored backend wheels
-    and nothing else, when it has them; else the request's index."""
+    and nothing else, when it has them; else the request's index. ``seen``: the scratch folder as
+    the command run sees it."""
     if plan_.backend_wheels is None:
         return ["--default-index", plan_.request.index_url] if plan_.request.index_url else []
     folder = scratch / "backend-wheels"
@@ -533,7 +498,7 @@ def _index_args(plan_: BuildPlan, scratch: Path) -> list[str | os.PathLike[str]]
     for wheel in plan_.backend_wheels:
         if not (folder / wheel.name).is_symlink():
             (folder / wheel.name).symlink_to(wheel)
-    return ["--no-index", "--find-links", folder]
+    return ["--no-index", "--find-links", (seen or scratch) / "backend-wheels"]
 
 
 def _make_build_venv(plan_: BuildPlan, scratch: Path, log: Path, store: Store) -> Path:
@@ -584,6 +549,7 @@ def recorded_wheel(request: BuildRequest, plan_: BuildPlan, wheelhouse: Path,
     """The wheelhouse's wheel when it is the one the lock records for these very inputs (so a
     fresh store does not rebuild what the workspace holds: same inputs, no rebuild), else None."""
     if (recorded.input_digest != plan_.input_digest or tuple(recorded.requirements) != plan_.build_requirements
+            or tuple(recorded.toolchain) != plan_.toolchain
             or "/" in recorded.wheel or os.sep in recorded.wheel or not recorded.wheel.endswith(".whl")):
         return None  # the lock says other things than these inputs, or names no plain wheel file
     try:
@@ -596,7 +562,7 @@ def recorded_wheel(request: BuildRequest, plan_: BuildPlan, wheelhouse: Path,
         return None
     return BuiltWheel(name=request.spec.name, filename=recorded.wheel, sha256=recorded.sha256,
                       input_digest=plan_.input_digest, wheel=target, store_path=target, log=None, rebuilt=False,
-                      build_requirements=plan_.build_requirements, from_wheelhouse=True)
+                      build_requirements=plan_.build_requirements, from_wheelhouse=True, toolchain=plan_.toolchain)
 
 
 def place(wheel: BuiltWheel, wheelhouse: Path) -> BuiltWheel:
@@ -637,7 +603,7 @@ def build_wheel(
     if not is_built(p, store):
         scratch = store.temp_dir(f"build-{canonicalize_name(request.spec.name)}")
         try:
-            wheel, log = _run_build(p, store, scratch)
+            wheel, log, _unfixed = _run_build(p, store, scratch)
             with store.new_entry("builds", p.key) as work:
                 shutil.copyfile(wheel, work / wheel.name)
                 shutil.copyfile(log, work / "build.log")
@@ -660,6 +626,7 @@ def build_wheel(
         log=entry / "build.log",
         rebuilt=rebuilt,
         build_requirements=p.build_requirements,
+        toolchain=p.toolchain,
     )
     return place(built, wheelhouse) if wheelhouse is not None else built
 
@@ -684,11 +651,12 @@ def check(
     expected = expected_sha256 or first.sha256
     scratch = store.temp_dir(f"check-{canonicalize_name(request.spec.name)}")
     try:
-        wheel, _log = _run_build(p, store, scratch)
+        wheel, _log, unfixed = _run_build(p, store, scratch)
         actual = _sha256(wheel)
         recorded = expected_sha256 is not None
         if actual == expected:
-            return CheckResult(request.spec.name, p.input_digest, expected, actual, recorded=recorded)
+            return CheckResult(request.spec.name, p.input_digest, expected, actual, recorded=recorded,
+                               unfixed=unfixed)
         differing = tuple(wheel_diff(first.store_path, wheel)) if first.sha256 != actual else ()
         if not differing and first.sha256 != expected:
             differing = (
@@ -699,7 +667,7 @@ def check(
         kept.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(wheel, kept / wheel.name)
         return CheckResult(request.spec.name, p.input_digest, expected, actual, differing, kept / wheel.name,
-                           recorded=recorded)
+                           recorded=recorded, unfixed=unfixed)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

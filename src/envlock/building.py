@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import parse_wheel_filename
 
 from envlock import build, buildinputs, fetch, resolve, sources
+from envlock.buildenv import UNFIXED_RISK
 from envlock.buildinputs import FetchedInput, Unreachable
+from envlock.diff import line_changes
 from envlock.drift import drift
 from envlock.errors import (
     BuildError,
@@ -277,15 +279,21 @@ class BuildSession:
             recorded.requirements if recorded is not None else None,
             {name: f.tree for name, f in inputs.items()},
             {name: f.pin.recipe(name) for name, f in inputs.items()},
+            (recorded.toolchain or None) if recorded is not None else None,
         )
 
     def with_backend(self, plan_: build.BuildPlan) -> build.BuildPlan:
-        """``plan_`` with a stored wheel of each of its build requirements, which its build installs alone:
-        from the store, else (online) downloaded from the default index and held to the locked hashes."""
+        """``plan_`` with a stored wheel of each of its build requirements, which its build installs alone,
+        and of its toolchain, which it unpacks: from the store, else (online) downloaded from the default
+        index and held to the locked hashes."""
+        what = f"[builds.{plan_.request.spec.name}]"
         wheels = buildinputs.backend_wheels(plan_.build_requirements, self.store, python=self.spec.python,
-                                            index_url=self.index_url, offline=self.offline,
-                                            what=f"[builds.{plan_.request.spec.name}]", env=self.spec.name)
-        return replace(plan_, backend_wheels=wheels)
+                                            index_url=self.index_url, offline=self.offline, what=what,
+                                            env=self.spec.name)
+        tools = buildinputs.backend_wheels(plan_.toolchain, self.store, python=self.spec.python,
+                                           index_url=self.index_url, offline=self.offline,
+                                           what=f"{what} toolchain", env=self.spec.name)
+        return replace(plan_, backend_wheels=wheels, toolchain_wheels=tools)
 
     def pins(self) -> dict[str, dict[str, LockedFetchContent]]:
         """The FetchContent pins of the session's builds, for the lock."""
@@ -487,6 +495,8 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
                                f"`envlock build {env}` again records them without building")
     notices = tuple(n for s in session.states.values() if (n := s.prepared.notice)) + tuple(moved) + tuple(
         f"note: {n}" for n in gpu_notes)
+    notices += tuple(f"{c.name}: checked without a fixed build path ({c.unfixed}); {UNFIXED_RISK}"
+                     for c in checks if c.unfixed)
     if options.caches is not None and (said := options.caches.summary()):
         notices += (said,)
     if overridden:
@@ -557,9 +567,13 @@ def _moved_since_the_lock(session: BuildSession, one: PlannedBuild) -> LockError
 
 def _input_drift(session: BuildSession, one: PlannedBuild) -> list[str]:
     """What changed since the lock in the inputs of ``one`` (``lock --check``'s reasons that name
-    its build or its source; the other sources are not read)."""
+    its build or its source, the other sources not read; and each toolchain wheel that moved)."""
     source = one.request.spec.source
-    return drift(session.ws, session.spec.name, session.spec, session.lock, sources={source}).about(one.name, source)
+    why = drift(session.ws, session.spec.name, session.spec, session.lock, sources={source}).about(one.name, source)
+    if one.recorded is not None:
+        why += [f"toolchain {c.name}: {c.old or 'absent'} -> {c.new or 'absent'}"
+                for c in line_changes("toolchain", one.recorded.toolchain, one.plan.toolchain)]
+    return why
 
 
 def _carry_out(session: BuildSession, planned: Sequence[PlannedBuild], *, check: bool, frozen: bool,

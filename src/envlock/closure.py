@@ -70,7 +70,7 @@ def lock_closure(store: Store, lock: Lock, *, venv: bool = True) -> Closure:
         key = build.input_digest.removeprefix("sha256:")
         needed.add(EntryRef("builds", key))
         needed |= _fetchcontent(store, key)
-        needed |= {EntryRef("wheels", sha) for line in build.requirements
+        needed |= {EntryRef("wheels", sha) for line in (*build.requirements, *build.toolchain)
                    for sha in pinned_requirement(line).hashes if _has(store, EntryRef("wheels", sha))}
     for source in lock.sources.values():
         needed |= _source_entries(store, source.kind, source.location, source.commit, source.tree_digest,

@@ -10,16 +10,18 @@ the spec, the store and the sources' git mirrors), reads no files.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from envlock.lockfile import Lock, LockedBuild, LockedPackage, canonicalize_name
 
 
 @dataclass(frozen=True)
 class Change:
-    # "package", "nightly", "source", "patch", "build", "build-requirement" (note: "build NAME"),
+    # "package", "nightly", "source", "patch", "build", "build-requirement", "toolchain" (note: "build NAME"),
     # "env" (a [tool.envlock] key: python, platform, venv-digest, venv-python, min-driver),
     # "kernels" (a package's GPU arches, note: "lost sm_90a SASS; gained sm_120 SASS")
     kind: str
@@ -95,6 +97,7 @@ class BuildFacts:
     subdirectory: str = ""
     isolation: bool = True
     requires: tuple[str, ...] = ()  # the names of its ``requires``
+    toolchain: tuple[str, ...] = ()  # its ``toolchain`` requirements
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,9 @@ class DiffContext:
     # Build -> its project's own dependencies (name -> requirement) at the old and the new source.
     source_requires: Mapping[str, tuple[Mapping[str, str], Mapping[str, str]]] = field(default_factory=dict)
     recipe_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # build -> its keys that changed
+    # Build -> its ``toolchain`` requirements in the old and the new spec, when they differ (the lock
+    # records the locked wheels only once the build ran).
+    toolchains: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
     # Build -> the recipe each lock's build was made from, as the store keeps it (builds/<key>/recipe.json;
     # None: not in the store): it names what the lock does not record (the toolchain, the interpreter).
     recipes: Mapping[str, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]] = field(default_factory=dict)
@@ -399,25 +405,33 @@ def _kernel_changes(old: Lock, new: Lock) -> list[Change]:
 
 
 def _requirement_changes(build: str, a: LockedBuild, b: LockedBuild) -> list[Change]:
-    """Each build requirement of ``build`` added, removed or changed (version, or the hashes it pins)."""
-    old, new = _requirements(a.requirements), _requirements(b.requirements)
+    """Each build requirement and toolchain wheel of ``build`` added, removed or changed (version, or the
+    hashes it pins)."""
     note = f"build {build}"
     if a.input_digest == b.input_digest:
         # Build requirements are inputs of the build: a lock written by envlock never changes
         # one without its input digest, so this one was edited by other means.
         note += "; its input digest did not change"
+    return [*line_changes("build-requirement", a.requirements, b.requirements, note),
+            *line_changes("toolchain", a.toolchain, b.toolchain, note)]
+
+
+def line_changes(kind: str, a: Iterable[str], b: Iterable[str], note: str = "") -> list[Change]:
+    """Each package of two lists of locked lines (``name==version --hash=...``) added, removed or
+    changed, as ``Change``s of ``kind`` with ``note``."""
+    old, new = _requirements(a), _requirements(b)
     out: list[Change] = []
     for name in sorted(set(old) | set(new)):
         ra, rb = old.get(name), new.get(name)
         if ra == rb:
             continue
         if ra is None or rb is None:
-            out.append(Change("build-requirement", name, ra[0] if ra else None, rb[0] if rb else None, note))
+            out.append(Change(kind, name, ra[0] if ra else None, rb[0] if rb else None, note))
         elif ra[0] != rb[0]:
-            out.append(Change("build-requirement", name, ra[0], rb[0], note))
+            out.append(Change(kind, name, ra[0], rb[0], note))
         else:
             what = "other hashes" if ra[1] != rb[1] else "another requirement line"
-            out.append(Change("build-requirement", name, ra[0], rb[0], f"{note}; same version, {what}"))
+            out.append(Change(kind, name, ra[0], rb[0], f"{note}; same version, {what}"))
     return out
 
 
@@ -577,11 +591,39 @@ def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext,
             found += [BuildInput("package", n, m.old, m.new) for n, m in moved.items() if n in closure]
     ba, bb = old.builds.get(name), new.builds.get(name)
     if ba is not None and bb is not None:
-        found += [BuildInput("build-requirement", c.name, c.old, c.new) for c in _requirement_changes(name, ba, bb)]
+        found += [BuildInput(c.kind, c.name, c.old, c.new) for c in _requirement_changes(name, ba, bb)]
+    elif ba is not None and facts is not None:  # not built for the new lock yet: its spec says what it will take
+        found += _toolchain_against_spec(ba.toolchain, facts.toolchain)
+    elif (spec_moves := ctx.toolchains.get(name)) is not None:  # built for neither: the specs say
+        found += [BuildInput("toolchain", c.name, c.old, c.new, "the spec") for c in line_changes("toolchain",
+                                                                                                   *spec_moves)]
     ra, rb = ctx.recipes.get(name, (None, None))
     if ra is not None and rb is not None:
         found += _toolchain_moves(ra, rb)
     return tuple(found)
+
+
+def _toolchain_against_spec(locked: Sequence[str], wanted: Sequence[str]) -> list[BuildInput]:
+    """Each toolchain wheel of ``locked`` lines that the spec's ``wanted`` requirements no longer take
+    (another version, or none), and each they add: a build not yet run for the new lock will move them."""
+    have = _requirements(locked)
+    out: list[BuildInput] = []
+    named = set()
+    for text in wanted:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        name = canonicalize_name(req.name)
+        named.add(name)
+        pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
+        want = pins[0] if len(pins) == 1 else str(req.specifier) or "any version"
+        if name not in have:
+            out.append(BuildInput("toolchain", name, None, want, "the spec"))
+        elif not req.specifier.contains(have[name][0], prereleases=True):
+            out.append(BuildInput("toolchain", name, have[name][0], want, "the spec"))
+    out += [BuildInput("toolchain", name, have[name][0], None, "the spec") for name in sorted(set(have) - named)]
+    return out
 
 
 def _toolchain_moves(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[BuildInput]:

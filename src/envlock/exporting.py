@@ -3,7 +3,7 @@
 Export (``export_env``): read the lock (the workspace's, ``PATH`` or ``PATH@REV``), plan its
 closure in the store (``closure.lock_closure``: wheels, local builds and their records, the
 sources and FetchContent checkouts they were built from, the wheels of each build's recorded
-requirements), fetch the wheels the store lacks (a build's backend wheels for this machine from
+requirements and toolchain), fetch the wheels the store lacks (a build's backend wheels for this machine from
 the spec's default index, as a build does), then write the bundle (``bundle``: the lock, each
 entry, a manifest with every member's sha256) under a temp name and rename it into place.
 
@@ -110,7 +110,7 @@ def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: st
     """Bring into the store a wheel of each build requirement the lock records that it holds none
     of (for this machine: a bundle is for a machine like the one that built), from the default index of
     the workspace's spec of ``env``, held to the locked hashes, as a build brings them in; how many."""
-    lacking = {name: [line for line in b.requirements
+    lacking = {name: [line for line in (*b.requirements, *b.toolchain)
                       if buildinputs.stored_backend(store, pinned_requirement(line), lock.python) is None]
                for name, b in sorted(lock.builds.items())}
     if not any(lacking.values()):

@@ -111,6 +111,8 @@ class LockedBuild:
     # The build's own requirements as resolved and hash-pinned ("name==version --hash=sha256:..."):
     # for isolated builds these are not in [[packages]], so they are recorded here.
     requirements: tuple[str, ...] = ()
+    # Its toolchain (``[builds.NAME] toolchain``), locked the same way: the compilers it ran.
+    toolchain: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -286,6 +288,10 @@ class Lock:
             if build.requirements:
                 out.append("build-requirements = [")
                 out += [f"    {_s(r)}," for r in build.requirements]
+                out.append("]")
+            if build.toolchain:
+                out.append("toolchain = [")
+                out += [f"    {_s(r)}," for r in build.toolchain]
                 out.append("]")
         for name, inputs in sorted(self.fetchcontent.items()):
             if inputs:
@@ -580,6 +586,7 @@ def _build(build: Mapping[str, Any], key: str) -> LockedBuild:
         wheel=_str(build, "wheel", key),
         sha256=_str(build, "sha256", key),
         requirements=_strings(build.get("build-requirements", []), f"{key}.build-requirements"),
+        toolchain=_strings(build.get("toolchain", []), f"{key}.toolchain"),
     )
 
 

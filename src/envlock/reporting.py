@@ -149,7 +149,7 @@ def _spec_context(old: EnvSpec | None, new: EnvSpec | None) -> DiffContext:
         return DiffContext()
     index_names = {idx.url.rstrip("/"): idx.name for s in reversed(specs) for idx in s.indexes.values()}
     builds = {name: BuildFacts(b.source, b.subdirectory, b.isolation,
-                               tuple(str(canonicalize_name(Requirement(r).name)) for r in b.requires))
+                               tuple(str(canonicalize_name(Requirement(r).name)) for r in b.requires), b.toolchain)
               for s in reversed(specs) for name, b in s.builds.items()}
     overrides = {}
     for s in reversed(specs):
@@ -159,7 +159,10 @@ def _spec_context(old: EnvSpec | None, new: EnvSpec | None) -> DiffContext:
             except InvalidRequirement:
                 continue
     recipe_keys = {}
+    toolchains = {}
     if old is not None and new is not None and old is not new:
+        toolchains = {name: (old.builds[name].toolchain, b.toolchain) for name, b in new.builds.items()
+                      if name in old.builds and old.builds[name].toolchain != b.toolchain}
         was, now = old.raw.get("builds", {}), new.raw.get("builds", {})
         for name in set(was) & set(now):
             a, b = was[name], now[name]
@@ -172,7 +175,7 @@ def _spec_context(old: EnvSpec | None, new: EnvSpec | None) -> DiffContext:
         nightly_order=tuple(str(n) for n, p in first.packages.items() if p.nightly),
         builds=builds, overrides=overrides,
         excludes=frozenset(str(n) for s in specs for n in s.resolution.exclude),
-        recipe_keys=recipe_keys,
+        recipe_keys=recipe_keys, toolchains=toolchains,
     )
 
 

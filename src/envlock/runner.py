@@ -180,10 +180,11 @@ def _started(pid: int) -> str | None:
 
 
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
-       env: Mapping[str, str] | None = None, log: Path | None = None) -> Result:
-    """Run the pinned uv with ``args``."""
+       env: Mapping[str, str] | None = None, log: Path | None = None, wrap: Sequence[str] = ()) -> Result:
+    """Run the pinned uv with ``args`` (under ``wrap``, a command that runs its arguments: a build's
+    private mount namespace)."""
     _adopt_orphans()  # a build's backend must stay within reach of an interrupt
-    return run([uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log)
+    return run([*wrap, uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log)
 
 
 def compile_args(

@@ -108,6 +108,9 @@ class BuildSpec:
     config_settings: Mapping[str, str] = field(default_factory=dict)
     requires: tuple[str, ...] = ()  # build requirements locked with the env (isolation = false)
     fetchcontent: tuple[FetchContentInput, ...] = ()
+    # Wheels of compilers and build tools (CUDA's nvcc set, cmake, ninja), locked by sha256 and put
+    # first for the build (``envlock.toolchain``).
+    toolchain: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -310,7 +313,8 @@ _ENV_KEYS = {"python", "platform", "gpus"}
 _INDEX_KEYS = {"url", "default"}
 _PACKAGE_KEYS = {"version", "index", "nightly", "local", "same-date", "build"}
 _SOURCE_KEYS = {"git", "rev", "path", "patches"}
-_BUILD_KEYS = {"source", "subdirectory", "isolation", "env", "config-settings", "requires", "fetchcontent"}
+_BUILD_KEYS = {"source", "subdirectory", "isolation", "env", "config-settings", "requires", "fetchcontent",
+               "toolchain"}
 _FETCHCONTENT_KEYS = {"git", "rev", "url", "sha256"}
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 #: What an archive input may be: a tar file, compressed or not (FetchContent's URL kind, as upstream uses it).
@@ -496,6 +500,13 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
                 Requirement(req)
             except InvalidRequirement:
                 p.add(f"{key}.requires[{i}]", f"expected a requirement like \"scikit-build-core>=0.10\", found {req!r}")
+        toolchain = _get_str_list(p, entry, "toolchain", key)
+        for i, req in enumerate(toolchain):
+            try:
+                Requirement(req)
+            except InvalidRequirement:
+                p.add(f"{key}.toolchain[{i}]", f"expected a requirement like \"nvidia-cuda-nvcc==13.0.88\", "
+                      f"found {req!r}")
         fc_table = entry.get("fetchcontent", {})
         fetchcontent: list[FetchContentInput] = []
         if not isinstance(fc_table, dict):
@@ -515,6 +526,7 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
             config_settings=settings,
             requires=requires,
             fetchcontent=tuple(fetchcontent),
+            toolchain=toolchain,
         )
     return out
 
