@@ -92,3 +92,71 @@ def test_a_300_mb_page_under_a_raised_cap_is_parsed_as_it_streams(big_page: str)
     out = _read_in_child(big_page, str(400 * 1000 * 1000))
     assert out["files"] == [FIRST, LAST]
     assert int(out["rss"]) < MAX_RSS  # type: ignore[call-overload]
+
+
+# -- the attack as found: a 300 MB page of links, through `envlock lock` ------------------------------
+
+#: Runs ``envlock ARGS`` and reports its exit code, stderr and the peak RSS of the largest process of
+#: its tree (RUSAGE_CHILDREN: envlock, and a uv it would have started).
+WRAPPER = """
+import json, resource, subprocess, sys
+done = subprocess.run([sys.executable, "-m", "envlock", *sys.argv[1:]], capture_output=True, text=True)
+print(json.dumps({"code": done.returncode, "err": done.stderr,
+                  "rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
+"""
+#: The issue's bound: envlock refusing a 300 MB page of links stays under this.
+LINKS_MAX_RSS = 200 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def page_of_links() -> Iterator[str]:
+    """A server whose project page is 300 MB of distinct ``<a>`` links, streamed as they are made."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Connection", "close")  # no Content-Length
+            self.end_headers()
+            try:
+                self.wfile.write(b"<html><body>\n")
+                sent, n = 0, 0
+                while sent < SIZE:
+                    names = [f"a-1.0.{n + i}-py3-none-any.whl" for i in range(2000)]
+                    block = "".join(f'<a href="../../files/{w}#sha256={n + i:064x}">{w}</a>\n'
+                                    for i, w in enumerate(names)).encode()
+                    self.wfile.write(block)
+                    sent, n = sent + len(block), n + len(names)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_a_300_mb_page_of_links_is_refused_by_envlock_lock_in_bounded_memory(page_of_links: str,
+                                                                              tmp_path: Path) -> None:
+    # issue 23, item 13: refused at the 128 MiB cap, but with a peak RSS of 579 MB (every link kept).
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "envs" / "e.toml").write_text(
+        f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{page_of_links}/pypi/simple"\ndefault = true\n'
+        f'[indexes.big]\nurl = "{page_of_links}/big/simple"\n[packages]\na = {{ index = "big" }}\n')
+    env = {k: v for k, v in os.environ.items() if k != "ENVLOCK_MAX_PAGE_BYTES"}
+    env["ENVLOCK_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-c", WRAPPER, "lock", "e"], env=env, capture_output=True, text=True,
+                          cwd=ws, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    print(f"envlock lock: peak RSS {out['rss'] / 2**20:.0f} MiB")
+    assert (out["code"], out["err"]) == (1, (
+        f"envlock: error: {page_of_links}/big/simple/a/: cannot read the index page: index page larger than "
+        "134217728 bytes (sent more); not read further: set ENVLOCK_MAX_PAGE_BYTES to a larger byte count if the "
+        "page is genuine\n"))
+    assert out["rss"] < LINKS_MAX_RSS

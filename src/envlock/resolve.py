@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from envlock import http, runner
 from envlock.errors import FetchError, ResolveError, did_you_mean, raise_all
-from envlock.indexes import IndexFile, Listings, choosable
+from envlock.indexes import IndexFile, Listings, choosable, link_problem
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.nightly import DatePin, date_error, local_tag, nightlies_by_date, usable_files
 from envlock.spec import EnvSpec, PackageSpec, allows
@@ -613,6 +613,10 @@ def _checked_packages(
         url = urldefrag(str(wheel["url"]))[0]
         if problem := Artifact(sha256="", url=url).filename_problem():  # before anything is downloaded
             raise ResolveError(f"{name} {version}: {problem}")
+        index_url = http.redact(inputs.index_urls[index_name])
+        if problem := link_problem(index_url, url):  # uv read a page envlock may not have: a file: link
+            raise ResolveError(f"{spec.path}: {name} {version}: uv resolved it from index {index_name!r} "
+                               f"({index_url}), which lists {Artifact(sha256='', url=url).filename} at {url}: {problem}")
         listed_sha = None  # what the index says, for a checked package
         if name in checked:
             found = {f.url: f for f in listings.files(inputs.index_urls[index_name], name)}.get(url)
