@@ -50,6 +50,11 @@ class HttpError(Exception):
         self.status = status
 
 
+class NoRangesError(HttpError):
+    """A range request answered with the whole file (200): the server serves no byte ranges
+    (Python's ``http.server``, many static mirrors). Its body is not read."""
+
+
 def with_credentials_of(url: str, index_url: str) -> str:
     """``url`` with ``index_url``'s ``user:password@`` when both are on one host (and ``url`` has none).
 
@@ -655,7 +660,8 @@ def read_range(url: str, *, start: int | None = None, end: int | None = None, la
     try:
         _raise_for_status(url, resp)
         if resp.status != 206:
-            raise HttpError(url, f"HTTP {resp.status} to Range {asked}: the server does not serve byte ranges")
+            raise NoRangesError(url, f"HTTP {resp.status} to Range {asked}: the server does not serve byte ranges",
+                                status=resp.status)
         first, size = _content_range(url, resp.getheader("Content-Range", ""))
         length = _int(resp.getheader("Content-Length"))
         if size is None or length is None or length > (1 << 30):

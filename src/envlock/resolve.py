@@ -611,12 +611,7 @@ def _checked_packages(
     for name, version, wheel in wanted:
         index_name = spec.index_of(name)
         url = urldefrag(str(wheel["url"]))[0]
-        if problem := Artifact(sha256="", url=url).filename_problem():  # before anything is downloaded
-            raise ResolveError(f"{name} {version}: {problem}")
-        index_url = http.redact(inputs.index_urls[index_name])
-        if problem := link_problem(index_url, url):  # uv read a page envlock may not have: a file: link
-            raise ResolveError(f"{spec.path}: {name} {version}: uv resolved it from index {index_name!r} "
-                               f"({index_url}), which lists {Artifact(sha256='', url=url).filename} at {url}: {problem}")
+        _check_url(spec, f"{name} {version}", url, index_name, inputs.index_urls[index_name])
         listed_sha = None  # what the index says, for a checked package
         if name in checked:
             found = {f.url: f for f in listings.files(inputs.index_urls[index_name], name)}.get(url)
@@ -648,6 +643,16 @@ def _checked_packages(
                           index=http.redact(inputs.index_urls[index_name]))
         )
     return tuple(sorted(packages, key=lambda p: p.name)), downloaded
+
+
+def _check_url(spec: EnvSpec, what: str, url: str, index_name: str, index_url: str) -> None:
+    """``ResolveError`` for a wheel URL uv answered that names no plain ``*.whl`` file, or that its
+    index's page may not link (a remote index's ``file:`` link): before anything is downloaded."""
+    if problem := Artifact(sha256="", url=url).filename_problem():
+        raise ResolveError(f"{what}: {problem}")
+    if problem := link_problem(index_url, url):  # uv read a page envlock may not have read
+        raise ResolveError(f"{spec.path}: {what}: uv resolved it from index {index_name!r} ({http.redact(index_url)}), "
+                           f"which lists {Artifact(sha256='', url=url).filename} at {url}: {problem}")
 
 
 def _stored_package(name: NormalizedName, entry: Mapping[str, object], pin: IndexFile, artifact: Artifact,
