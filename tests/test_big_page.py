@@ -160,3 +160,40 @@ def test_a_300_mb_page_of_links_is_refused_by_envlock_lock_in_bounded_memory(pag
         "134217728 bytes (sent more); not read further: set ENVLOCK_MAX_PAGE_BYTES to a larger byte count if the "
         "page is genuine\n"))
     assert out["rss"] < LINKS_MAX_RSS
+
+
+@pytest.fixture(scope="module")
+def json_page() -> Iterator[str]:
+    """A server whose project page is 300 MB of PEP 691 JSON, its files list never ending."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                self.wfile.write(b'{"meta": {"api-version": "1.0"}, "files": [')
+                entry = b'{"filename": "a-1.0-py3-none-any.whl", "url": "a.whl", "hashes": {}}, ' * 10_000
+                for _ in range(SIZE // len(entry) + 1):
+                    self.wfile.write(entry)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    server.shutdown()
+
+
+def test_a_300_mb_json_page_is_refused_at_the_cap_in_bounded_memory(json_page: str) -> None:
+    # A PEP 691 page is parsed whole, so it is kept aside (a temporary file past 8 MiB) until it ends.
+    out = _read_in_child(json_page, None)
+    assert out["error"] == (
+        f"{json_page}/a/: cannot read the index page: index page larger than 134217728 bytes (sent more); "
+        "not read further: set ENVLOCK_MAX_PAGE_BYTES to a larger byte count if the page is genuine")
+    assert int(out["rss"]) < MAX_RSS  # type: ignore[call-overload]
