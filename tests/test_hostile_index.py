@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import html
+import io
 import os
 import re
 import sys
+import tarfile
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +31,7 @@ import pytest
 from envlock import runner
 from envlock.lockfile import read_lock
 from envlock.store import Store, store_file
+from kit.universe import BACKENDS
 from kit.wheels import build_wheel
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -259,3 +262,39 @@ def test_wheels_that_truly_cannot_be_read_are_one_note(static: StaticIndex, tmp_
         "  note: what 2 wheels install could not be read; not checked for files another distribution installs "
         f"too: gone-a 1.0 ({static.url}/files/{gone[0].name}: {reason}), "
         f"gone-b 1.0 ({static.url}/files/{gone[1].name}: {reason})"]
+
+
+# -- an index's sdist is never built ---------------------------------------------------------------
+
+
+def test_an_index_cannot_make_lock_run_its_code(static: StaticIndex, tmp_path: Path, ws, cli) -> None:  # type: ignore[no-untyped-def]
+    # uv built an sdist it found on the index to read its metadata: its setup.py ran during `envlock
+    # lock` (which then refused the sdist, too late). An index's files are only ever wheels to a lock.
+    ran = tmp_path / "ran"
+    sdist = tmp_path / "sdistonly-1.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        for name, text in {
+            "PKG-INFO": "Metadata-Version: 2.1\nName: sdistonly\nVersion: 1.0\n",
+            "setup.py": f"import pathlib\npathlib.Path({str(ran)!r}).write_text('ran')\n"
+                        "from setuptools import setup\nsetup(name='sdistonly', version='1.0')\n",
+        }.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"sdistonly-1.0/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    static.add(*(BACKENDS / w for w in os.listdir(BACKENDS) if w.startswith("setuptools-")))
+    static.publish()
+    page = static.root / "simple" / "sdistonly" / "index.html"
+    page.parent.mkdir(parents=True)
+    (static.root / "files" / sdist.name).write_bytes(sdist.read_bytes())
+    page.write_text(f'<a href="../../files/{sdist.name}#sha256={hashlib.sha256(sdist.read_bytes()).hexdigest()}">'
+                    f"{sdist.name}</a>\n")
+    spec = ws.write_spec("e", static.spec('sdistonly = "==1.0"'))
+    failed = cli("lock", "e")
+    assert not ran.exists()
+    assert failed.code == 1
+    assert failed.err.startswith(f"envlock: error: {spec}: uv found no resolution for env 'e'\n"), failed.err
+    assert failed.err.endswith(
+        "  envlock locks wheels only: it never builds an index's sdist to read its metadata (that would run the "
+        "index's code); declare a [builds.NAME] to build one from a pinned source, or pin a version that has "
+        "wheels\n")

@@ -226,9 +226,11 @@ def compile_args(spec: EnvSpec, inputs: ResolveInputs, output: str = "pylock.tom
     # uv runs with UV_NO_CONFIG (no user config may leak in), which also drops the
     # project's [tool.uv] settings: the default index and the overrides go on the
     # command line. Index pins ([tool.uv.sources]) are project metadata and stay.
+    # Wheels only: an index's sdist is never built to read its metadata (its setup.py would run here);
+    # a local build's source tree is (it is built from a pinned source anyway).
     return runner.compile_args("pyproject.toml", output, output_format=output, python=spec.python,
                                platform=spec.platform, default_index=inputs.index_urls[spec.default_index.name],
-                               overrides="overrides.txt")
+                               overrides="overrides.txt", wheels_only=sorted(map(str, inputs.build_sources)))
 
 
 def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
@@ -516,6 +518,11 @@ def _pylock_entries(text: str) -> list[Mapping[str, object]]:
     return entries
 
 
+_SDIST_HINT = ("envlock locks wheels only: it never builds an index's sdist to read its metadata (that would run the "
+               "index's code); declare a [builds.NAME] to build one from a pinned source, or pin a version that has "
+               "wheels")
+
+
 def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
             stored: Mapping[str, Artifact], output: str, direct: set[str] | None = None) -> str:
     """uv's resolution of the transient project, as the text of its ``output`` format.
@@ -536,11 +543,12 @@ def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile
         result = runner.uv(args, cwd=work, env=inputs.build_env)
         if not result.ok:
             unreachable = "Failed to fetch" in result.stderr or "error sending request" in result.stderr
+            sdists = [_SDIST_HINT] if "has no usable wheels" in result.stderr else []
             raise ResolveError(
                 f"{spec.path}: uv could not read an index for env {spec.name!r} (no network, or a mirror is "
                 f"needed: --index NAME=URL)" if unreachable else
                 f"{spec.path}: uv found no resolution for env {spec.name!r}",
-                details=result.tail().splitlines(),
+                details=[*result.tail().splitlines(), *sdists],
             )
         return (work / output).read_text()
     finally:
