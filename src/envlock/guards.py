@@ -1,5 +1,9 @@
 """Guards against silent moves, at lock time: what a resolution does that nobody asked for.
 
+- A resolution made from metadata that is not the wheels' own: the metadata an index serves beside
+  a wheel (PEP 658) requires other than the wheel's ``METADATA``, or the resolution does not meet a
+  wheel's own requirements (uv answered from its cache of a lie): the lock fails (``MetadataError``)
+  naming the package, its index and both lists.
 - Two distributions that install one file with different bytes (PyPI's ``triton``, pulled in
   by xgrammar, and the nightly's ``pytorch-triton`` both install ``triton/``): the lock fails
   (``OverlapError``, exit 1) naming both, the files, who pulled each in and the exclude that

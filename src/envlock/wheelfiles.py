@@ -9,7 +9,12 @@ end record and central directory, where wheel writers also put ``.dist-info``), 
 wheel. What was read is kept in the store as ``listings/<wheel sha256>.json`` (marked when it was
 read from the store's own copy), so a relock asks nothing again and opens no zip. A listing read
 by ranges is what the index served, not bytes hashed against the lock: it feeds a guard, never an
-install, and it is not taken for a wheel the store holds.
+install, and it is not taken for a wheel the store holds. Where the index serves no byte ranges
+(``RangesNotServedError``), ``listings`` has the wheel brought into the store whole (held to its
+sha256, as the sync would fetch it) and reads it there.
+
+``served_metadata`` reads what an index serves beside a wheel as its metadata (PEP 658): what uv
+resolves from instead of the wheel's own ``METADATA``, for the guards to compare.
 """
 
 from __future__ import annotations
