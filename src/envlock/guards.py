@@ -190,13 +190,15 @@ def _fix(spec: EnvSpec, o: Overlap) -> str:
 
 def unread_note(unread: Mapping[NormalizedName, ListingError], versions: Mapping[NormalizedName, str]) -> list[str]:
     """The one note for the wheels whose file lists could not be read (none: no note)."""
+    if not unread:
+        return []
     if len(unread) == 1:
         ((name, why),) = unread.items()
         return [f"{name}: what it installs could not be read ({why}); not checked for files another distribution "
                 "installs too"]
     listed = ", ".join(f"{name} {versions.get(name, '?')} ({why})" for name, why in sorted(unread.items()))
     return [f"what {len(unread)} wheels install could not be read; not checked for files another distribution "
-            f"installs too: {listed}"] if unread else []
+            f"installs too: {listed}"]
 
 
 @dataclass(frozen=True)
@@ -301,7 +303,7 @@ def metadata_error(spec: EnvSpec, wrong: Sequence[Misled]) -> MetadataError:
         pkg = wrong[0].package
         head = (f"{pkg.name} {pkg.version}: index {spec.index_of(pkg.name)!r} ({pkg.index}) serves metadata for "
                 f"{pkg.wheels[0].filename} that is not the wheel's own" if len(wrong) == 1 else
-                f"the index serves metadata for {names} that is not the wheels' own")
+                f"their index serves metadata for {names} that is not the wheels' own")
         head += "; uv resolved the env from it"
     else:
         clean = " ".join(str(m.package.name) for m in wrong)
