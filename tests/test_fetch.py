@@ -475,8 +475,9 @@ def test_a_mirror_page_cannot_send_envlock_to_read_local_files(store: Store, tmp
     finally:
         httpd.shutdown()
         httpd.server_close()
-    assert info.value.message == (f"{wheel.name}: mirror {mirror} lists it at {wheel.as_uri()}; "
-                                  "expected a http or https URL")
+    assert info.value.message == (f"{wheel.name}: {mirror}/alpha/: lists {wheel.name} at {wheel.as_uri()}: file: links "
+                                  "are refused on an http index page; expected http or https (a file: link would be "
+                                  "copied from this machine's own disk)")
     assert not store_file(store, pkg.wheels[0]).exists()
 
 

@@ -395,3 +395,41 @@ def test_a_dead_exclude_is_not_said_when_a_requirer_is_not_known(tmp_path: Path)
         "resolution.exclude: gone matched nothing: no package requires it"]
     assert guards.dead_excludes(spec, _graph({"app": ["mid"], "mid": None}, ["app"])) == []
     assert guards.dead_excludes(spec, _graph({"app": ["mid"], "mid": ["gone>=1"]}, ["app"])) == []
+
+
+@pytest.mark.parametrize(
+    ("own", "extras", "unmet"),
+    [
+        (["otherdep==2.0"], set(), ["otherdep==2.0 (the resolution has no otherdep)"]),
+        (["dep>=2"], set(), ["dep>=2 (the resolution has dep 1.5)"]),
+        (["dep>=1", "dep<2"], set(), []),  # met
+        # a marker false for the target (linux, 3.11): uv drops it too
+        (['otherdep; sys_platform == "darwin"', 'otherdep; python_version < "3.10"'], set(), []),
+        (['otherdep; sys_platform == "linux"'], set(), ["otherdep; sys_platform == \"linux\" (the resolution has "
+                                                          "no otherdep)"]),
+        # an extra counts only when the package was required with it
+        (['otherdep; extra == "gpu"'], set(), []),
+        (['otherdep; extra == "gpu"'], {"gpu"}, ["otherdep; extra == \"gpu\" (the resolution has no otherdep)"]),
+        # markers on values envlock may read otherwise than uv are uv's call
+        (['otherdep; platform_release >= "5"', 'otherdep; python_full_version >= "3.11.4"'], set(), []),
+        # what the spec decides itself: its excludes, overrides, builds and nightlies
+        (["sgl-fa4", "flashinfer-python==0.6.12", "kernel==9", "torch==2.13"], set(), []),
+        (["not a requirement ((("], set(), []),
+    ],
+)
+def test_a_wheels_own_requirements_unmet_by_the_resolution(tmp_path: Path, own: list[str], extras: set[str],
+                                                            unmet: list[str]) -> None:
+    from envlock.spec import parse_spec
+
+    doc = {"env": {"python": "3.11", "platform": "x86_64-manylinux_2_28"},
+           "indexes": {"pypi": {"url": "https://pypi.org/simple", "default": True},
+                       "pt": {"url": "https://download.pytorch.org/whl/nightly/cpu"}},
+           "packages": {"app": "==1.0", "kernel": {"build": "kernel"},
+                        "torch": {"nightly": "2026-03-07", "index": "pt"}},
+           "sources": {"kernel": {"path": "kernel"}}, "builds": {"kernel": {"source": "kernel"}},
+           "resolution": {"exclude": ["sgl-fa4"], "overrides": ["flashinfer-python==0.6.5"]}}
+    (tmp_path / "kernel").mkdir()
+    spec = parse_spec(doc, name="e", origin=tmp_path / "e.toml", root=tmp_path)
+    versions = {canonicalize_name(n): v for n, v in {"app": "1.0", "dep": "1.5", "flashinfer-python": "0.6.5",
+                                                     "torch": "2.12.0.dev20260307"}.items()}
+    assert guards.unmet(spec, own, extras, versions) == unmet

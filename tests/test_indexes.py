@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from envlock.errors import PackageIndexError, UsageError
-from envlock.indexes import choosable, project_files
+from envlock.indexes import choosable, link_problem, project_files
 
 
 def _serve(content_type: str) -> Iterator[tuple[str, list[bytes]]]:
@@ -169,3 +169,54 @@ def test_a_page_over_the_cap_names_the_url_and_the_cap(html_page: tuple[str, lis
         project_files(url, "a")
     assert usage.value.message == ("ENVLOCK_MAX_PAGE_BYTES='lots': expected a byte count, a whole number above 0 "
                                    "(the default is 134217728)")
+
+
+@pytest.mark.parametrize(
+    ("links", "link", "scheme"),
+    [
+        (f'<a href="file:///srv/wheels/{A}">{A}</a>', f"file:///srv/wheels/{A}", "file"),
+        # a relative link against a <base> on this machine's disk is a file: link too
+        (f'<base href="file:///srv/wheels/"><a href="{A}">{A}</a>', f"file:///srv/wheels/{A}", "file"),
+        (f'<a href="ftp://mirror.example/{A}">{A}</a>', f"ftp://mirror.example/{A}", "ftp"),
+    ],
+)
+def test_a_remote_pages_link_to_anything_but_http_or_https_is_refused(html_page: tuple[str, list[bytes]], links: str,
+                                                                      link: str, scheme: str) -> None:
+    # issue 23, item 10: a file: link was copied from the local disk and its URL locked.
+    url, body = html_page
+    body[0] = f"<html><body>{links}</body></html>".encode()
+    with pytest.raises(PackageIndexError) as info:
+        project_files(url, "a")
+    disk = " (a file: link would be copied from this machine's own disk)" if scheme == "file" else ""
+    assert info.value.message == (f"{url}/a/: lists {A} at {link}: {scheme}: links are refused on an http index page; "
+                                  f"expected http or https{disk}")
+
+
+def test_what_a_page_may_link_is_relative_to_the_page() -> None:
+    assert link_problem("https://pypi.example/simple/a/", f"http://cdn.example/{A}") is None
+    assert link_problem("http://pypi.example/simple/a/", f"https://cdn.example/{A}") is None
+    assert link_problem("file:///srv/simple/a/", f"file:///srv/files/{A}") is None  # an index on disk
+    assert link_problem("file:///srv/simple/a/", f"https://cdn.example/{A}") is None
+    assert link_problem("https://pypi.example/simple/a/", f"file:///etc/{A}") == (
+        "file: links are refused on an https index page; expected http or https (a file: link would be copied from "
+        "this machine's own disk)")
+    assert link_problem("file:///srv/simple/a/", f"ftp://x/{A}") == (
+        "ftp: links are refused on a file index page; expected file, http or https")
+
+
+def test_links_that_name_no_file_are_not_held_to_it(html_page: tuple[str, list[bytes]]) -> None:
+    url, body = html_page
+    body[0] = f'<a href="mailto:ops@example.com">ops</a><a href="javascript:x()">js</a><a href="{A}">{A}</a>'.encode()
+    assert [f.filename for f in project_files(url, "a")] == [A]
+
+
+@pytest.mark.parametrize("opened", ["<!--", '<a href="', "<script>"])
+def test_a_page_that_never_closes_a_tag_is_refused_before_it_fills_memory(html_page: tuple[str, list[bytes]],
+                                                                            opened: str) -> None:
+    # The parser holds an unfinished construct whole: 9 MB of one is no PEP 503 page.
+    url, body = html_page
+    body[0] = f"<html><body><a href='{A}'>{A}</a>{opened}".encode() + b"x" * (9 << 20)
+    with pytest.raises(PackageIndexError) as info:
+        project_files(url, "a")
+    assert info.value.message == (f"{url}/a/: the index page holds a tag, comment or script longer than 8388608 "
+                                  "bytes, unfinished; not a PEP 503 page")

@@ -290,16 +290,13 @@ def _mirrored_url(listings: Listings, a: Artifact, name: str, mirror: str) -> st
         files = {f.filename: f for f in listings.files(mirror, name)}
     except PackageIndexError as exc:
         return FetchError(f"{a.filename}: {exc.message}")
+    # An http(s) mirror's page must not send envlock to read this machine's files: ``listings`` refuses
+    # such a page (``indexes.link_problem``), as it does every index's.
     listed = files.get(a.filename)
-    # An http(s) mirror's page must not send envlock to read this machine's files.
-    schemes = ("http", "https", "file") if urlsplit(mirror).scheme == "file" else ("http", "https")
     if listed is None:
         return FetchError(f"{a.filename}: mirror {shown} lists no such file for {name} "
                           f"(expected the locked wheel, sha256 {a.sha256})")
     if listed.sha256 not in (None, a.sha256):
         return FetchError(f"{a.filename}: mirror {shown} lists it with sha256 "
                           f"{listed.sha256}, the lock says {a.sha256}: not the locked file")
-    if urlsplit(listed.url).scheme not in schemes:
-        return FetchError(f"{a.filename}: mirror {shown} lists it at {listed.url}; "
-                          f"expected a {' or '.join(schemes)} URL")
     return http.with_credentials_of(listed.url, mirror)

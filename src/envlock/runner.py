@@ -199,9 +199,12 @@ def compile_args(
     constraints: str | os.PathLike[str] | None = None,
     hashes: bool = False,
     annotate: bool = True,
+    wheels_only: Sequence[str] | None = None,
 ) -> list[str]:
     """The arguments of ``uv pip compile`` (for ``uv``) resolving ``requirements`` (a requirements.in or
     a pyproject.toml) for ``python`` (and ``platform``, uv's ``--python-platform``) into ``output``.
+    ``wheels_only``: no source distribution is built for its metadata but those of the packages named
+    (local builds): an index's sdist would run the index's code (``--only-binary :all:``).
 
     The one place envlock spells a resolution for uv: the lock's (resolve) and a build's
     requirements (build). Under ``UV_NO_CONFIG`` (``uv_env``) nothing else reaches uv.
@@ -227,6 +230,8 @@ def compile_args(
         args += ["--override", os.fspath(overrides)]
     if constraints is not None:
         args += ["--constraint", os.fspath(constraints)]
+    if wheels_only is not None:
+        args += ["--only-binary", ":all:", *(arg for name in wheels_only for arg in ("--no-binary", name))]
     return args
 
 
