@@ -181,9 +181,21 @@ def _started(pid: int) -> str | None:
 
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
        env: Mapping[str, str] | None = None, log: Path | None = None) -> Result:
-    """Run the pinned uv with ``args``."""
+    """Run the pinned uv with ``args``. An index URL never stays in its command line, which any
+    user of the machine reads in ``/proc/PID/cmdline``: ``--default-index URL`` (its password)
+    reaches uv as ``UV_DEFAULT_INDEX``, which only its own user reads (``/proc/PID/environ``)."""
     _adopt_orphans()  # a build's backend must stay within reach of an interrupt
-    return run([uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log)
+    argv: list[str] = []
+    moved: dict[str, str] = {}
+    given = [str(a) for a in args]
+    for i, arg in enumerate(given):
+        if i and given[i - 1] == "--default-index":
+            moved["UV_DEFAULT_INDEX"] = arg
+        elif arg.startswith("--default-index="):
+            moved["UV_DEFAULT_INDEX"] = arg.partition("=")[2]
+        elif arg != "--default-index":
+            argv.append(arg)
+    return run([uv_bin(), *argv], cwd=cwd, env=uv_env({**moved, **(env or {})}), log=log)
 
 
 def compile_args(
@@ -247,7 +259,7 @@ def git_checked(
     result = git(args, cwd=cwd)
     if not result.ok:
         raise error(
-            f"{what}: `git {' '.join(str(a) for a in args)}` failed (exit {result.returncode})",
+            f"{what}: `{' '.join(result.argv)}` failed (exit {result.returncode})",  # as run: no password
             details=result.tail(15).splitlines(),
         )
     return result
@@ -261,9 +273,10 @@ def git_bytes(
     For output that carries file contents (a diff): a file that is not UTF-8 (a Latin-1
     comment, a data table) must keep its bytes, which ``run``'s text decoding would replace.
     """
-    argv = ["git", *(str(a) for a in args)]
+    given, env = _git_call(args)
+    argv = ["git", *given]
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=_git_environ(), capture_output=True)
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True)
     except FileNotFoundError:
         raise error(f"{what}: git: command not found") from None
     if proc.returncode != 0:
@@ -274,13 +287,58 @@ def git_bytes(
 
 
 def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> Result:
-    """Run git with a fixed identity and no user config, so results do not depend on the machine."""
-    return run(["git", *args], cwd=cwd, env=_git_environ())
+    """Run git with a fixed identity and no user config, so results do not depend on the machine;
+    only the transports of ``urlcheck.GIT_TRANSPORTS``, and no password in its command line."""
+    given, env = _git_call(args)
+    return run(["git", *given], cwd=cwd, env=env)
 
 
-def _git_environ() -> dict[str, str]:
+def _git_call(args: Sequence[str | os.PathLike[str]]) -> tuple[list[str], dict[str, str]]:
+    """git's arguments and environment: a URL's ``user:password@`` is cut from the arguments (any
+    user reads ``/proc/PID/cmdline``) and reaches git as an ``Authorization`` header for that URL's
+    origin alone, in git's environment (``GIT_CONFIG_KEY_n``: ``http.<origin>/.extraHeader``)."""
+    from urllib.parse import unquote, urlsplit
+
+    from envlock.errors import redact
+
+    argv: list[str] = []
+    config: dict[str, str] = {}
+    for arg in (str(a) for a in args):
+        try:
+            parts = urlsplit(arg) if "://" in arg else None
+            password = parts.password if parts is not None else None
+        except ValueError:
+            parts, password = None, None
+        if parts is None or password is None:
+            argv.append(arg)
+            continue
+        argv.append(redact(arg))
+        if parts.scheme in ("http", "https"):
+            import base64
+
+            login = base64.b64encode(f"{unquote(parts.username or '')}:{unquote(password)}".encode()).decode()
+            origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/"
+            config[f"http.{origin}.extraHeader"] = f"Authorization: Basic {login}"
+    return argv, _git_environ(config)
+
+
+def _git_environ(extra_config: Mapping[str, str] | None = None) -> dict[str, str]:
+    """git's environment: the network's settings, a fixed identity, no user or system config, and
+    its configuration in ``GIT_CONFIG_COUNT``/``KEY_n``/``VALUE_n`` after the environment's own (never
+    ``-c``, which is argv): the transports git may use (``protocol.allow``, and ``GIT_ALLOW_PROTOCOL``
+    over any config; ``fd::``, ``ext::`` and remote helpers refused) and ``extra_config``."""
+    from envlock.urlcheck import GIT_TRANSPORTS
+
     env = dict(os.environ)
     env.update(netenv.git_settings(env))  # proxies and CA bundle as git's libcurl reads them
+    config = {"protocol.allow": "never", **{f"protocol.{t}.allow": "always" for t in GIT_TRANSPORTS},
+              **(extra_config or {})}
+    given = env.get("GIT_CONFIG_COUNT", "")
+    first = int(given) if given.isdigit() else 0  # the environment's own entries stay; the last value wins
+    for i, (key, value) in enumerate(config.items(), first):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    env["GIT_CONFIG_COUNT"] = str(first + len(config))
+    env["GIT_ALLOW_PROTOCOL"] = ":".join(GIT_TRANSPORTS)  # over any config: git's own override
     env.update(
         {
             "GIT_CONFIG_NOSYSTEM": "1",
