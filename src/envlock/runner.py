@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from envlock import netenv
 from envlock.errors import EnvlockError
@@ -198,6 +199,37 @@ def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
     return run([uv_bin(), *argv], cwd=cwd, env=uv_env({**moved, **(env or {})}), log=log)
 
 
+def without_password(url: str) -> str:
+    """``url`` without its ``user:password@`` when it has a password (a ``user@`` alone, which
+    asks the keyring, is no secret and stays)."""
+    from envlock.errors import redact
+
+    try:
+        return redact(url) if urlsplit(url).password is not None else url
+    except ValueError:
+        return redact(url)
+
+
+def uv_index_credentials(urls: Mapping[str, str]) -> dict[str, str]:
+    """The environment that gives uv the password of each named index (``[[tool.uv.index]]``) whose
+    URL holds one: ``UV_INDEX_<NAME>_USERNAME``/``_PASSWORD`` (NAME upper-cased, every other
+    character than A-Z and 0-9 as ``_``, as uv reads them), so the URL uv reads has none."""
+    import re
+    from urllib.parse import unquote
+
+    out: dict[str, str] = {}
+    for name, url in urls.items():
+        try:
+            parts = urlsplit(url)
+            password = parts.password
+        except ValueError:
+            continue
+        if password is not None:
+            var = "UV_INDEX_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
+            out[f"{var}_USERNAME"], out[f"{var}_PASSWORD"] = unquote(parts.username or ""), unquote(password)
+    return out
+
+
 def compile_args(
     requirements: str | os.PathLike[str],
     output: str | os.PathLike[str],
@@ -297,7 +329,7 @@ def _git_call(args: Sequence[str | os.PathLike[str]]) -> tuple[list[str], dict[s
     """git's arguments and environment: a URL's ``user:password@`` is cut from the arguments (any
     user reads ``/proc/PID/cmdline``) and reaches git as an ``Authorization`` header for that URL's
     origin alone, in git's environment (``GIT_CONFIG_KEY_n``: ``http.<origin>/.extraHeader``)."""
-    from urllib.parse import unquote, urlsplit
+    from urllib.parse import unquote
 
     from envlock.errors import redact
 

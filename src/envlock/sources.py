@@ -78,7 +78,7 @@ class PreparedSource:
         """The lock's record of this source (its pin, never an override's tree)."""
         return LockedSource(
             kind=self.kind,
-            location=self.location,
+            location=redact(self.location) if self.kind == "git" else self.location,  # a lock keeps no token
             commit=self.commit if self.kind == "git" else None,
             rev=self.requested_rev if self.kind == "git" else None,
             tree_digest=self.tree_digest if self.kind == "path" else None,
@@ -124,7 +124,8 @@ def existing_mirror(store: Store, url: str) -> Path | None:
 
 
 def _mirror_key(url: str) -> str:
-    return hashlib.sha256(url.encode()).hexdigest()[:32]
+    # Without its password: the lock records the URL so (closure.mirror_key), and a new token is one repository.
+    return hashlib.sha256(redact(url).encode()).hexdigest()[:32]
 
 
 def fetch_history(store: Store, url: str, *, fetch_from: str | None = None) -> Path:
