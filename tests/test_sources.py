@@ -430,3 +430,20 @@ def test_git_itself_refuses_other_transports_whatever_the_url_came_from(tmp_path
     assert code == 0 and took < 20, err
     assert "not allowed" in err, err
     assert not marker.exists()
+
+
+def test_a_git_transfer_has_the_total_deadline_too(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from kit.cacheservers import Trickle
+
+    monkeypatch.setenv("ENVLOCK_TRANSFER_TIMEOUT", "2")
+    with Trickle(size=100_000, every=0.2) as trickle:  # git's first GET gets headers, then a trickle
+        started = time.monotonic()
+        with pytest.raises(SourceError) as info:
+            sources.resolve_rev(f"{trickle.url}/repo.git", "main", store=store)
+        took = time.monotonic() - started
+    assert 2 <= took < 10, took
+    assert info.value.message.startswith(f"{trickle.url}/repo.git: cannot list refs to resolve rev 'main'")
+    assert info.value.details[-1] == ("envlock: ended after 2 s: the most one transfer may take "
+                                      "(ENVLOCK_TRANSFER_TIMEOUT=2)")

@@ -6,7 +6,9 @@ stage error with the command and the tail of its output.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -68,17 +70,27 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     log: Path | None = None,
+    deadline: tuple[float, str] | None = None,
 ) -> Result:
-    """Run a command to completion and capture its output (also into ``log``, if given)."""
+    """Run a command to completion and capture its output (also into ``log``, if given).
+    ``deadline``: (seconds, why): past them it is killed, with all it started, and its stderr ends
+    with why (a network transfer's total deadline)."""
     args = tuple(str(a) for a in argv)
     try:
         with subprocess.Popen(args, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, errors="replace") as proc:
             try:
-                out, err = proc.communicate()
+                out, err = proc.communicate(timeout=deadline[0] if deadline else None)
             except KeyboardInterrupt:
                 _interrupt(proc)
                 raise
+            except subprocess.TimeoutExpired:
+                assert deadline is not None
+                for pid in [proc.pid, *_descendants(proc.pid)]:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                out, err = proc.communicate()
+                err += f"\nenvlock: ended after {deadline[0]:g} s: {deadline[1]}\n"
         result = Result(args, proc.returncode, out, err)
     except FileNotFoundError:
         result = Result(args, 127, "", f"{args[0]}: command not found")
@@ -104,9 +116,6 @@ def _interrupt(proc: subprocess.Popen[str]) -> None:
     process group (a closed terminal, a group kill and Ctrl-Z reach them as they reach envlock);
     they are found in /proc, where there is one, before anything is signalled. A terminal's
     Ctrl-C can end uv before this runs: what it left is envlock's now (``_adopt_orphans``)."""
-    import contextlib
-    import signal
-
     def send(pid: int, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):  # all gone already
             os.kill(pid, sig)
@@ -126,6 +135,13 @@ def _interrupt(proc: subprocess.Popen[str]) -> None:
     for pid, started in tree.items():  # what outlived uv, unless its pid is another process's now
         if _started(pid) == started:
             send(pid, signal.SIGKILL)
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process envlock started that still runs, theirs too (an interrupt's last resort)."""
+    for pid in _descendants(os.getpid()):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 _adopting = False  # whether this process is its descendants' subreaper (``_adopt_orphans``)
@@ -285,10 +301,11 @@ def keep_log(log: Path, kept: Path) -> Path:
 
 
 def git_checked(
-    args: Sequence[str | os.PathLike[str]], *, what: str, error: type[EnvlockError], cwd: Path | None = None
+    args: Sequence[str | os.PathLike[str]], *, what: str, error: type[EnvlockError], cwd: Path | None = None,
+    network: bool = False,
 ) -> Result:
     """``git(args)``, raising ``error`` (naming ``what``, the command and its output) when it fails."""
-    result = git(args, cwd=cwd)
+    result = git(args, cwd=cwd, network=network)
     if not result.ok:
         raise error(
             f"{what}: `{' '.join(result.argv)}` failed (exit {result.returncode})",  # as run: no password
@@ -318,11 +335,17 @@ def git_bytes(
     return proc.stdout
 
 
-def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> Result:
+def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None, network: bool = False) -> Result:
     """Run git with a fixed identity and no user config, so results do not depend on the machine;
-    only the transports of ``urlcheck.GIT_TRANSPORTS``, and no password in its command line."""
+    only the transports of ``urlcheck.GIT_TRANSPORTS``, and no password in its command line.
+    ``network``: a fetch or ``ls-remote``, held to a transfer's total deadline (``transfers``); its
+    minimum rate is every git's ``http.lowSpeedLimit``/``lowSpeedTime``."""
+    from envlock import transfers
+
     given, env = _git_call(args)
-    return run(["git", *given], cwd=cwd, env=env)
+    limit = transfers.Limits.configured().total if network else None
+    return run(["git", *given], cwd=cwd, env=env, deadline=None if limit is None else (
+        limit, f"the most one transfer may take ({transfers.TIMEOUT_VAR}={limit:g})"))
 
 
 def _git_call(args: Sequence[str | os.PathLike[str]]) -> tuple[list[str], dict[str, str]]:
@@ -359,12 +382,15 @@ def _git_environ(extra_config: Mapping[str, str] | None = None) -> dict[str, str
     its configuration in ``GIT_CONFIG_COUNT``/``KEY_n``/``VALUE_n`` after the environment's own (never
     ``-c``, which is argv): the transports git may use (``protocol.allow``, and ``GIT_ALLOW_PROTOCOL``
     over any config; ``fd::``, ``ext::`` and remote helpers refused) and ``extra_config``."""
+    from envlock.transfers import Limits
     from envlock.urlcheck import GIT_TRANSPORTS
 
     env = dict(os.environ)
     env.update(netenv.git_settings(env))  # proxies and CA bundle as git's libcurl reads them
     config = {"protocol.allow": "never", **{f"protocol.{t}.allow": "always" for t in GIT_TRANSPORTS},
               **(extra_config or {})}
+    if (limits := Limits.configured()).min_rate:  # a trickle over http(s) ends as envlock's own do
+        config.update({"http.lowSpeedLimit": str(limits.min_rate), "http.lowSpeedTime": f"{limits.window:.0f}"})
     given = env.get("GIT_CONFIG_COUNT", "")
     first = int(given) if given.isdigit() else 0  # the environment's own entries stay; the last value wins
     for i, (key, value) in enumerate(config.items(), first):

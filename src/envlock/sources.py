@@ -113,8 +113,9 @@ def parse_override(value: str) -> tuple[str, Path]:
 # -- git ---------------------------------------------------------------------
 
 
-def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None = None) -> runner.Result:
-    return runner.git_checked(args, what=what, error=SourceError, cwd=cwd)
+def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None = None,
+         network: bool = False) -> runner.Result:
+    return runner.git_checked(args, what=what, error=SourceError, cwd=cwd, network=network)
 
 
 def existing_mirror(store: Store, url: str) -> Path | None:
@@ -160,7 +161,7 @@ def resolve_rev(url: str, rev: str, *, store: Store | None = None, fetch_from: s
     remote = fetch_from or url
     # "--": a URL from a spec, --source or the environment is never read as an option
     # (--upload-pack=CMD would run CMD).
-    result = runner.git(["ls-remote", "--", remote, rev, f"refs/tags/{rev}^{{}}"])
+    result = runner.git(["ls-remote", "--", remote, rev, f"refs/tags/{rev}^{{}}"], network=True)
     if not result.ok:
         raise SourceError(
             f"{url}: cannot list refs to resolve rev {rev!r} (git ls-remote exit {result.returncode})",
@@ -195,7 +196,7 @@ def _fetch_all(mirror: Path, url: str) -> None:
     if (mirror / "shallow").exists():
         args.append("--unshallow")
     args += ["--", url, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
-    _git(args, what=f"{url}: full fetch")
+    _git(args, what=f"{url}: full fetch", network=True)
 
 
 def fetch_commit(store: Store, url: str, commit: str, *, fetch_from: str | None = None) -> Path:
@@ -216,7 +217,8 @@ def fetch_commit(store: Store, url: str, commit: str, *, fetch_from: str | None 
 
 def _fetch_into(mirror: Path, url: str, commit: str) -> None:
     if not _has_commit(mirror, commit):
-        shallow = runner.git(["--git-dir", mirror, "fetch", "-q", "--no-tags", "--depth", "1", "--", url, commit])
+        shallow = runner.git(["--git-dir", mirror, "fetch", "-q", "--no-tags", "--depth", "1", "--", url, commit],
+                             network=True)
         if not (shallow.ok and _has_commit(mirror, commit)):
             _fetch_all(mirror, url)
         if not _has_commit(mirror, commit):
