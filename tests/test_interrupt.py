@@ -337,3 +337,40 @@ def test_the_transfer_deadline_alone_ends_a_trickling_cache_and_names_it(server:
                      "used for the rest of this command", note), note
     assert took < 30, took
     assert Store.open(tmp_path / "home").has("wheels", sha)
+
+
+STUCK_THREAD = """
+import sys, threading, time
+from envlock import interrupts
+from envlock.errors import interrupted
+interrupts.install()  # as cli.main does
+stuck = threading.Thread(target=time.sleep, args=(60,))  # not a daemon: the interpreter waits on it at exit
+stuck.start()
+try:  # "ready" is said inside the try: a signal right after it still finds the handler
+    print("ready", flush=True)
+    stuck.join()
+except KeyboardInterrupt as exc:
+    code = interrupted(exc)[1]
+    interrupts.say(code, type(exc).__name__, json=False)
+    sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT], [signal.SIGINT, signal.SIGINT]],
+                         ids=["SIGTERM", "SIGINT", "Ctrl-C twice"])
+def test_a_thread_that_cannot_be_stopped_does_not_hold_envlock_past_2_s(signals: list[signal.Signals]) -> None:
+    # The interpreter joins every non-daemon thread before it exits: one stuck for a minute held
+    # envlock for that minute after its "terminated", and a second Ctrl-C there printed an
+    # "Exception ignored ... KeyboardInterrupt" traceback.
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_THREAD], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=_default_sigint)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    sent = time.monotonic()
+    for sig in signals:
+        proc.send_signal(sig)
+        time.sleep(0.2)
+    _, err = proc.communicate(timeout=30)
+    took = time.monotonic() - sent
+    code = 143 if signals[0] == signal.SIGTERM else 130
+    assert (proc.returncode, err) == (code, f"envlock: {'terminated' if code == 143 else 'interrupted'}\n")
+    assert took < 2.0, took
