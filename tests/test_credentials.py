@@ -303,3 +303,45 @@ def test_no_password_is_in_any_command_line_a_lock_starts(tmp_path: Path, ws, cl
     assert [s for s in secrets if s in said] == [], said
     stored = [p for p in (tmp_path / "home").rglob("*") if p.is_file() and not p.is_symlink()]
     assert stored and [p for p in stored if any(s.encode() in p.read_bytes() for s in secrets)] == []
+
+
+@pytest.mark.parametrize("given", ["netrc", "keyring"])
+def test_no_password_from_a_netrc_or_a_keyring_is_in_a_command_line(tmp_path: Path, ws, cli,  # type: ignore[no-untyped-def]
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    request: pytest.FixtureRequest, given: str) -> None:
+    # uv and envlock each read the netrc file and ask the keyring themselves: what they find never
+    # reaches a command line either (envlock's `keyring get URL USER` names no password).
+    from kit.argv import command_lines
+
+    main, extra = (IndexServer(tmp_path / name).start() for name in ("main", "extra"))
+    main.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
+    extra.add_index("priv")
+    extra.add("priv", build_wheel(tmp_path / "wheels", "privdep", "2.0"))
+    main.required_auth = extra.required_auth = _basic("alice:s3cret")
+    netauth.forget()
+    user = ""
+    if given == "netrc":
+        _netrc(tmp_path, monkeypatch, "machine 127.0.0.1 login alice password s3cret\n")
+    else:
+        monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+        request.getfixturevalue("keyring")
+        monkeypatch.setenv("ENVLOCK_KEYRING_PROVIDER", "subprocess")
+        user = "alice@"
+    try:
+        ws.write_spec("e", f'[env]\npython = "{PY}"\n'
+                           f'[indexes.pypi]\nurl = "{main.url("pypi").replace("http://", f"http://{user}")}"\n'
+                           'default = true\n'
+                           f'[indexes.priv]\nurl = "{extra.url("priv").replace("http://", f"http://{user}")}"\n'
+                           '[packages]\ntinydep = "==1.0"\nprivdep = { version = "==2.0", index = "priv" }\n')
+        with command_lines() as seen:
+            locked = cli("-q", "lock", "e")
+    finally:
+        main.stop()
+        extra.stop()
+        netauth.forget()
+    assert locked.code == 0, locked.err
+    assert main.auth_seen("") == extra.auth_seen("") == _basic("alice:s3cret")
+    assert any(" pip compile " in line for line in seen)
+    assert given != "keyring" or any("keyring" in line and " get " in line for line in seen), seen
+    assert [line for line in seen if "s3cret" in line] == []
+    assert "s3cret" not in locked.out + locked.err + ws.lock_text("e")
