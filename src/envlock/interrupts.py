@@ -107,8 +107,13 @@ def say(code: int, kind: str, *, json: bool, force: bool = False) -> bool:
     if (_raised or force) and not _said.acquire(blocking=False):
         return False
     said = "terminated" if code == 143 else "interrupted"
-    if json:
-        print(json_error(said, (), kind, code), flush=True)
+    document = json_error(said, (), kind, code) + "\n" if json else ""
+    if force:  # the last resort writes past Python's buffers: the main thread may hold them, stuck
+        with contextlib.suppress(OSError):
+            os.write(1, document.encode())
+            os.write(2, f"envlock: {said}\n".encode())
+        return True
+    print(document, end="", flush=True)
     print(f"envlock: {said}", file=sys.stderr, flush=True)
     return True
 
