@@ -25,7 +25,7 @@ else hashed now (at lock time) for the lock to record.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.tags import Tag
@@ -60,14 +60,15 @@ def known_pin(dep: FetchContentInput, recorded: LockedFetchContent | None) -> Lo
     if dep.git is not None:
         if COMMIT_ID.fullmatch(dep.rev or ""):
             return LockedFetchContent(git=redact(dep.git), commit=dep.rev)  # a lock keeps no token
-        if recorded is not None and recorded.git == redact(dep.git) and recorded.rev == dep.rev and recorded.commit:
-            return recorded
+        if recorded is not None and recorded.git in (redact(dep.git), dep.git) and recorded.rev == dep.rev and (
+                recorded.commit):
+            return replace(recorded, git=redact(dep.git))  # kept without a token an earlier lock recorded
         return None
     assert dep.url is not None
     if dep.sha256:
         return LockedFetchContent(url=redact(dep.url), sha256=dep.sha256)
-    if recorded is not None and recorded.url == redact(dep.url) and recorded.sha256:
-        return recorded
+    if recorded is not None and recorded.url in (redact(dep.url), dep.url) and recorded.sha256:
+        return replace(recorded, url=redact(dep.url))
     return None
 
 
