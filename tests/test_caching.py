@@ -194,8 +194,8 @@ def test_wrong_bytes_500_and_a_hang_are_named_and_the_index_serves(  # type: ign
     actual = hashlib.sha256(bytes(flipped)).hexdigest()
     assert got["note"].split("; ") == [
         f"cache {broken}: wheels/{art.sha256}: HTTP 500: not used for the rest of this command",
-        f"cache {hung}: wheels/{art.sha256}: cannot connect (TimeoutError: timed out): not used for the rest of "
-        "this command",
+        f"cache {hung}: wheels/{art.sha256}: timed out after 0.5 s waiting for an answer (connected): not used for "
+        "the rest of this command",
         f"cache {url}: refused {art.filename}: served bytes of sha256 {actual} ({len(real)} bytes), expected "
         f"{art.sha256}" + (f" ({art.size} bytes)" if art.size is not None else ""),
     ]

@@ -62,3 +62,17 @@ def test_a_failed_runs_log_is_moved_where_it_is_kept(tmp_path: Path) -> None:
     assert kept.read_text() == "$ uv build\nfailed\n" and not log.exists()
     # A run that wrote nothing (it never started) still leaves the file the message names.
     assert runner.keep_log(log, tmp_path / "logs" / "build-y.log").read_text() == "(no output)\n"
+
+
+def test_an_index_password_reaches_uv_in_its_environment_never_its_command_line(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.txt"
+    probe.write_text("")
+    index = "http://alice:p%40ss@127.0.0.1:9/simple"
+    result = runner.uv(["pip", "compile", probe, "--default-index", index, "--offline", "--quiet"])
+    assert "--default-index" not in result.argv and not any("p%40ss" in a or "p@ss" in a for a in result.argv)
+    # Named indexes (the transient project's [[tool.uv.index]]) as uv reads them: name upper-cased, '-'/'.' as '_'.
+    urls = {"pytorch-nightly": index, "plain": "https://x/simple", "ci.keyring": "https://ci@x/simple"}
+    assert runner.uv_index_credentials(urls) == {"UV_INDEX_PYTORCH_NIGHTLY_USERNAME": "alice",
+                                                 "UV_INDEX_PYTORCH_NIGHTLY_PASSWORD": "p@ss"}
+    assert [runner.without_password(u) for u in urls.values()] == [
+        "http://127.0.0.1:9/simple", "https://x/simple", "https://ci@x/simple"]

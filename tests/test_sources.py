@@ -366,3 +366,84 @@ def test_the_store_keeps_no_git_token(sg: SgLike, store: Store, tmp_path: Path) 
     written = [p for p in store.root.rglob("*") if p.is_file() and not p.is_symlink()
                and p.name in ("url", "envlock-url")]
     assert written and all(p.read_text() == "http://127.0.0.1:9/sglang.git\n" for p in written), written
+
+
+def _run_guarded(argv: list[str], cwd: Path, env: dict[str, str], seconds: float = 30) -> tuple[int, str, float]:
+    """``argv`` to its end, or killed with everything it started after ``seconds`` (exit -9): git's
+    fd transport waited forever, holding the store's writer lock. (exit code, stderr, seconds taken)."""
+    import signal
+    import subprocess
+    import time
+
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    return proc.returncode, err, time.monotonic() - started
+
+
+def test_git_fd_and_ext_transports_are_refused_by_name_before_git_runs(tmp_path: Path) -> None:
+    import sys
+
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    spec = ws / "envs" / "e.toml"
+    spec.write_text('[env]\npython = "3.11"\n[indexes.pypi]\nurl = "http://127.0.0.1:9/simple"\ndefault = true\n'
+                    '[sources.s]\ngit = "fd::3"\nrev = "main"\n')
+    env = dict(os.environ, ENVLOCK_HOME=str(tmp_path / "home"))
+    code, err, took = _run_guarded([sys.executable, "-m", "envlock.cli", "lock", "e"], ws, env)
+    assert (code, err) == (2, f"envlock: error: {spec}: 1 problem in env spec 'e'\n  sources.s.git: expected an "
+                              "https://, http://, ssh://, git:// or file:// URL, a user@host:path or a local path, "
+                              "found 'fd::3' (transport fd::, a remote helper git would start; envlock lets git use "
+                              "none)\n")
+    assert took < 20
+    # A mirror is no spec: named by its option or variable, before git runs too.
+    spec.write_text(spec.read_text().replace("fd::3", "https://127.0.0.1:9/s.git"))
+    code, err, _ = _run_guarded([sys.executable, "-m", "envlock.cli", "lock", "e", "--source", "s=ext::sh -c id"],
+                                ws, dict(env, ENVLOCK_SOURCE_S="fd::3"))
+    assert (code, err.splitlines()[:3]) == (2, [
+        "envlock: error: 2 source mirrors are no repository git may read",
+        "  ENVLOCK_SOURCE_S=...: expected an https://, http://, ssh://, git:// or file:// URL, a user@host:path or "
+        "a local path, found 'fd::3' (transport fd::, a remote helper git would start; envlock lets git use none)",
+        "  --source s=...: expected an https://, http://, ssh://, git:// or file:// URL, a user@host:path or a "
+        "local path, found 'ext::sh -c id' (transport ext::, a remote helper git would start; envlock lets git use "
+        "none)"])
+
+
+@pytest.mark.parametrize("url", ["fd::3", "ext::sh -c touch% {marker}", "Fd::3", "testgit::{repo}"])
+def test_git_itself_refuses_other_transports_whatever_the_url_came_from(tmp_path: Path, url: str) -> None:
+    # A lock's or a store's URL reaches git without the spec's check: every git envlock runs allows
+    # only https, http, ssh, git and file (protocol.allow), so fd:: fails at once instead of waiting.
+    import sys
+
+    marker = tmp_path / "ran"
+    repo = tmp_path / "repo"
+    init_repo(repo)
+    given = url.format(marker=marker, repo=repo)
+    probe = ("import sys; from envlock import runner; r = runner.git(['ls-remote', '--', sys.argv[1]]); "
+             "print(r.returncode); print(r.stderr, file=sys.stderr)")
+    code, err, took = _run_guarded([sys.executable, "-c", probe, given], tmp_path, dict(os.environ))
+    assert code == 0 and took < 20, err
+    assert "not allowed" in err, err
+    assert not marker.exists()
+
+
+def test_a_git_transfer_has_the_total_deadline_too(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from kit.cacheservers import Trickle
+
+    monkeypatch.setenv("ENVLOCK_TRANSFER_TIMEOUT", "2")
+    with Trickle(size=100_000, every=0.2) as trickle:  # git's first GET gets headers, then a trickle
+        started = time.monotonic()
+        with pytest.raises(SourceError) as info:
+            sources.resolve_rev(f"{trickle.url}/repo.git", "main", store=store)
+        took = time.monotonic() - started
+    assert 2 <= took < 10, took
+    assert info.value.message.startswith(f"{trickle.url}/repo.git: cannot list refs to resolve rev 'main'")
+    assert info.value.details[-1] == ("envlock: ended after 2 s: the most one transfer may take "
+                                      "(ENVLOCK_TRANSFER_TIMEOUT=2)")

@@ -33,6 +33,7 @@ from envlock.errors import (
     SourceTreeError,
     SpecError,
     UsageError,
+    redact,
 )
 from envlock.fetch import FetchResult, Locate
 from envlock.lockfile import (
@@ -83,7 +84,8 @@ def pinned_commit(src: SourceSpec, lock: Lock | None) -> str | None:
     if src.rev and COMMIT_ID.fullmatch(src.rev):
         return src.rev
     locked = lock.sources.get(src.name) if lock is not None else None
-    if (locked is not None and locked.kind == "git" and locked.location == src.git and locked.commit
+    # An earlier lock may have recorded the URL with its token: the same repository.
+    if (locked is not None and locked.kind == "git" and locked.location in (redact(src.git), src.git) and locked.commit
             and locked.rev == (src.rev or "HEAD")):
         return locked.commit
     return None  # resolved now (``git ls-remote``); the lock then records it

@@ -269,7 +269,9 @@ def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str,
     ]
     for name in sorted(spec.indexes, key=lambda n: (not spec.indexes[n].default, n)):
         idx = spec.indexes[name]
-        lines += ["", "[[tool.uv.index]]", f"name = {json.dumps(name)}", f"url = {json.dumps(inputs.index_urls[name])}"]
+        # Its password reaches uv in its environment (``_run_uv``), never in a file it reads.
+        url = runner.without_password(inputs.index_urls[name])
+        lines += ["", "[[tool.uv.index]]", f"name = {json.dumps(name)}", f"url = {json.dumps(url)}"]
         lines.append("default = true" if idx.default else "explicit = true")
     lines += ["", "[tool.uv.sources]"]
     lines += [
@@ -540,7 +542,7 @@ def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile
         (work / "pyproject.toml").write_text(transient_project(spec, inputs, pinned, direct_files))
         (work / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, overridden, local)))
         args = compile_args(spec, inputs, output)
-        result = runner.uv(args, cwd=work, env=inputs.build_env)
+        result = runner.uv(args, cwd=work, env={**inputs.build_env, **runner.uv_index_credentials(inputs.index_urls)})
         if not result.ok:
             unreachable = "Failed to fetch" in result.stderr or "error sending request" in result.stderr
             sdists = [_SDIST_HINT] if "has no usable wheels" in result.stderr else []

@@ -78,7 +78,7 @@ class PreparedSource:
         """The lock's record of this source (its pin, never an override's tree)."""
         return LockedSource(
             kind=self.kind,
-            location=self.location,
+            location=redact(self.location) if self.kind == "git" else self.location,  # a lock keeps no token
             commit=self.commit if self.kind == "git" else None,
             rev=self.requested_rev if self.kind == "git" else None,
             tree_digest=self.tree_digest if self.kind == "path" else None,
@@ -113,8 +113,9 @@ def parse_override(value: str) -> tuple[str, Path]:
 # -- git ---------------------------------------------------------------------
 
 
-def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None = None) -> runner.Result:
-    return runner.git_checked(args, what=what, error=SourceError, cwd=cwd)
+def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None = None,
+         network: bool = False) -> runner.Result:
+    return runner.git_checked(args, what=what, error=SourceError, cwd=cwd, network=network)
 
 
 def existing_mirror(store: Store, url: str) -> Path | None:
@@ -124,7 +125,8 @@ def existing_mirror(store: Store, url: str) -> Path | None:
 
 
 def _mirror_key(url: str) -> str:
-    return hashlib.sha256(url.encode()).hexdigest()[:32]
+    # Without its password: the lock records the URL so (closure.mirror_key), and a new token is one repository.
+    return hashlib.sha256(redact(url).encode()).hexdigest()[:32]
 
 
 def fetch_history(store: Store, url: str, *, fetch_from: str | None = None) -> Path:
@@ -159,7 +161,7 @@ def resolve_rev(url: str, rev: str, *, store: Store | None = None, fetch_from: s
     remote = fetch_from or url
     # "--": a URL from a spec, --source or the environment is never read as an option
     # (--upload-pack=CMD would run CMD).
-    result = runner.git(["ls-remote", "--", remote, rev, f"refs/tags/{rev}^{{}}"])
+    result = runner.git(["ls-remote", "--", remote, rev, f"refs/tags/{rev}^{{}}"], network=True)
     if not result.ok:
         raise SourceError(
             f"{url}: cannot list refs to resolve rev {rev!r} (git ls-remote exit {result.returncode})",
@@ -194,7 +196,7 @@ def _fetch_all(mirror: Path, url: str) -> None:
     if (mirror / "shallow").exists():
         args.append("--unshallow")
     args += ["--", url, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
-    _git(args, what=f"{url}: full fetch")
+    _git(args, what=f"{url}: full fetch", network=True)
 
 
 def fetch_commit(store: Store, url: str, commit: str, *, fetch_from: str | None = None) -> Path:
@@ -215,7 +217,8 @@ def fetch_commit(store: Store, url: str, commit: str, *, fetch_from: str | None 
 
 def _fetch_into(mirror: Path, url: str, commit: str) -> None:
     if not _has_commit(mirror, commit):
-        shallow = runner.git(["--git-dir", mirror, "fetch", "-q", "--no-tags", "--depth", "1", "--", url, commit])
+        shallow = runner.git(["--git-dir", mirror, "fetch", "-q", "--no-tags", "--depth", "1", "--", url, commit],
+                             network=True)
         if not (shallow.ok and _has_commit(mirror, commit)):
             _fetch_all(mirror, url)
         if not _has_commit(mirror, commit):
