@@ -107,9 +107,9 @@ def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest( 
     r = cli("export", "e", "--to", str(bundle), "--json")
     assert r.code == 0, r.err
     result = json.loads(r.out)
-    # The build; its source's checkout, its patched tree and its FetchContent checkout; the lock's 2
-    # wheels and the setuptools wheel its build installs.
-    assert result["entries"] == {"builds": 1, "sources": 3, "wheels": 3}
+    # The build; its source's checkout and its FetchContent checkout (not the patched tree: a build makes it
+    # again from the checkout and the patches); the lock's 2 wheels and the setuptools wheel its build installs.
+    assert result["entries"] == {"builds": 1, "sources": 2, "wheels": 3}
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
         manifest = json.loads(tar.extractfile(MANIFEST).read())  # type: ignore[union-attr]
@@ -134,7 +134,7 @@ def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest( 
     keys = {f"{e['kind']}/{e['key']}" for e in manifest["entries"]}
     assert {k for k in keys if k.startswith("sources/")} == {
         f"sources/{p.name}" for p in (fresh.root / "sources").iterdir()}
-    assert {k.split("/")[1].split("-")[0] for k in keys if k.startswith("sources/")} == {"git", "patched"}
+    assert {k.split("/")[1].split("-")[0] for k in keys if k.startswith("sources/")} == {"git"}
     # Imported again: nothing new, every file still checked.
     again = json.loads(cli("import", str(bundle), "--json").out)
     assert again["added"] == {} and again["present"] == sum(result["entries"].values())
@@ -221,7 +221,7 @@ def test_a_manifest_naming_a_path_out_of_its_entry_is_refused(  # type: ignore[n
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))
     r = cli("import", str(out))
     assert r.code == 1
-    assert r.err == (f"envlock: error: {out}: {MANIFEST}: entries[0].files: '../../escaped.whl' is a path with "
+    assert r.err == (f"envlock: error: {out}: {MANIFEST}: entries[0].files[0].path: '../../escaped.whl' is a path with "
                      "'..', '.' or an empty part; expected a relative path inside the bundle\n")
     assert not (tmp_path / "escaped.whl").exists()
 
@@ -332,14 +332,15 @@ def _small_bundle(tmp_path: Path, env: str = "demo") -> tuple[dict[str, Any], di
     """A whole bundle of one wheel and its lock, made by hand: (its manifest, its members)."""
     wheel = build_wheel(tmp_path / "small", "tinydep", "1.0")
     lock = lock_for(None, "pypi", [], env=env, local=[(wheel, f"wheels/{wheel.name}")]).to_toml().encode()
+    name = "pylock.demo.toml"  # whatever the env (an attacker's is no env name)
     data = wheel.read_bytes()
     sha = hashlib.sha256(data).hexdigest()
     manifest: dict[str, Any] = {
         "format": "envlock-bundle", "version": 1, "env": env,
-        "lock": {"path": f"pylock.{env}.toml", "sha256": hashlib.sha256(lock).hexdigest(), "label": "by hand"},
+        "lock": {"path": name, "sha256": hashlib.sha256(lock).hexdigest(), "label": "by hand"},
         "entries": [{"kind": "wheels", "key": sha, "dirs": [], "links": [],
                      "files": [{"path": wheel.name, "sha256": sha, "size": len(data), "executable": False}]}]}
-    return manifest, {f"pylock.{env}.toml": lock, f"store/wheels/{sha}/{wheel.name}": data}
+    return manifest, {name: lock, f"store/wheels/{sha}/{wheel.name}": data}
 
 
 def _write_tar(path: Path, manifest: dict[str, Any] | bytes, members: dict[str, bytes],
@@ -470,10 +471,11 @@ def test_a_tar_bundle_cut_anywhere_is_refused_in_one_line_or_whole(  # type: ign
         said.setdefault(r.err[len(head):].rpartition(")")[0], []).append(cut)
     assert _stored(tmp_path / "home") == ["pins/demo", f"wheels/{manifest['entries'][0]['key']}"]
     assert said.pop("empty file") == [0]
-    assert said.pop("truncated header") == [c for c in cuts if 0 < c < 512]
-    assert set(said) <= {"unexpected end of data", "missing or bad subsequent header",
-                         "cut short: no end-of-archive blocks"}
-    assert said["cut short: no end-of-archive blocks"][-1] == end + 1
+    assert {c for c in cuts if 0 < c < 512} <= set(said.pop("truncated header"))
+    assert set(said) <= {"unexpected end of data", "missing or bad subsequent header", "empty header",
+                         "cut short: no end-of-archive blocks after its last member"}
+    short = said["cut short: no end-of-archive blocks after its last member"]
+    assert [c for c in short if c > end] == [c for c in cuts if end < c < end + 1024]  # in the end blocks
 
 
 def _with_entry(manifest: dict[str, Any], members: dict[str, bytes], key: str, files: dict[str, bytes],
@@ -522,11 +524,11 @@ def test_a_chain_of_links_that_climbs_out_on_disk_is_refused_and_the_pth_never_r
 
 
 @pytest.mark.parametrize(("links", "said"), [
-    # No link runs through another, yet on disk "x" resolves through "a/up" (the entry's root) to its parent.
-    ([("a/up", ".."), ("x", "a/up/..")], "symlink sources/{key}/x -> a/up/.. leads out of its entry on disk "
-                                          "(through a/up -> ..); refused"),
-    ([("a/l1", "l2"), ("a/l2", "l1")], "symlink sources/{key}/a/l1 -> l2 does not resolve (a loop of links); "
-                                       "refused"),
+    # No link runs through another, and each stays inside on paper; on disk "x" resolves through "a/up"
+    # (the entry's root) to its parent.
+    ([("a/up", ".."), ("x", "a/up/..")], "symlink sources/{key}/x -> a/up/.. leads out of its entry on disk"),
+    ([("a/up", ".."), ("b/x", "../a/up/../y")], "symlink sources/{key}/b/x -> ../a/up/../y leads out of its entry "
+                                                "on disk"),
 ])
 def test_a_link_is_resolved_against_what_is_on_disk(  # type: ignore[no-untyped-def]
         ws, cli, tmp_path: Path, links: list[tuple[str, str]], said: str) -> None:
@@ -536,8 +538,9 @@ def test_a_link_is_resolved_against_what_is_on_disk(  # type: ignore[no-untyped-
     bundle = _write_tar(tmp_path / "evil.tar", manifest, members)
     r = cli("import", str(bundle))
     assert (r.code, r.out) == (1, "")
-    assert r.err == f"envlock: error: {bundle}: " + said.format(key=key) + "\n"
-    assert _stored(tmp_path / "home") == []
+    assert r.err == (f"envlock: error: {bundle}: " + said.format(key=key)
+                     + "; refused, nothing of the bundle was stored\n")
+    assert _stored(tmp_path / "home") == [] and list((tmp_path / "home" / "v1" / "tmp").iterdir()) == []
 
 
 def _replace(out: Path, manifest: dict[str, Any], kind: str, key: str, rel: str, data: bytes | None) -> None:
@@ -632,7 +635,7 @@ def test_build_never_records_a_stored_build_the_lock_does_not_vouch_for(  # type
     assert not (tmp_path / "fresh" / "v1" / "envs" / "e").exists()
     r = cli("build", "e", "tiny", "--rebuild")
     assert r.code == 0, r.err
-    assert r.out.startswith(f"tiny: rebuilt wheelhouse/{evil.name} sha256 {recorded.sha256[:16]} ")
+    assert r.out.startswith(f"tiny: built wheelhouse/{evil.name} sha256 {recorded.sha256[:16]} ")
     assert synced.lock.read_bytes() == before
     assert cli("sync", "e").code == 0
     assert _installed_value(cli) == "VALUE = 2\n"
