@@ -285,7 +285,7 @@ def commit_checkout(tree: Path, raw: bytes, commit: str, scratch: Path, *, what:
     ``eol`` attributes), so other bytes can make the same tree; and no empty folder rides along."""
     found = hashlib.sha1(b"commit %d\0" % len(raw) + raw, usedforsecurity=False).hexdigest()
     if found != commit:
-        raise NotThePinError(f"its commit object is {found}, not commit {commit}")
+        raise NotThePinError(f"its commit object is {found}, not the lock's commit")
     header = raw.partition(b"\n\n")[0] + b"\n"  # the message may hold a line like a header's
     if not (tree_id := _TREE.match(header)) or not (when := _COMMITTER.search(header)):
         raise NotThePinError("its commit object names no tree or committer time")
