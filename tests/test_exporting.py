@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from conftest import backend_wheels
+from conftest import CliResult, backend_wheels
+from conftest import Workspace as Ws
 from envlock.bundle import MANIFEST
 from envlock.lockfile import read_lock
 from envlock.store import Store
@@ -30,6 +31,7 @@ from kit.sglike import commit_all, init_repo, write
 from kit.wheels import build_wheel
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
+Cli = Callable[..., CliResult]
 
 
 @dataclass
@@ -423,8 +425,8 @@ WHEEL = "tinydep-1.0-py3-none-any.whl"
 ], ids=["size-5", "size895.9", "size-true", "executable-no", "unknown-key", "unknown-lock-key", "unknown-entry-key",
         "unknown-file-key", "files-object", "kind-venvs", "key-not-hex", "env-escapes", "env-nested-100000",
         "lock-not-utf8", "duplicate-member"])
-def test_an_import_refuses_a_bad_bundle_in_one_line_naming_it_and_stores_nothing(  # type: ignore[no-untyped-def]
-        ws, cli, tmp_path: Path, change: Callable[[dict[str, Any], dict[str, bytes]], dict[str, Any] | bytes],
+def test_an_import_refuses_a_bad_bundle_in_one_line_naming_it_and_stores_nothing(
+        ws: Ws, cli: Cli, tmp_path: Path, change: Callable[[dict[str, Any], dict[str, bytes]], dict[str, Any] | bytes],
         said: str) -> None:
     manifest, members = _small_bundle(tmp_path)
     sha = manifest["entries"][0]["key"]
@@ -437,8 +439,8 @@ def test_an_import_refuses_a_bad_bundle_in_one_line_naming_it_and_stores_nothing
     assert _stored(tmp_path / "home") == []
 
 
-def test_a_bundle_for_an_env_name_that_escapes_stores_nothing(  # type: ignore[no-untyped-def]
-        ws, cli, tmp_path: Path) -> None:
+def test_a_bundle_for_an_env_name_that_escapes_stores_nothing(
+        ws: Ws, cli: Cli, tmp_path: Path) -> None:
     manifest, members = _small_bundle(tmp_path, env="../../x")  # the lock says so too
     bundle = _write_tar(tmp_path / "b.tar", manifest, members)
     r = cli("import", str(bundle))
@@ -448,8 +450,8 @@ def test_a_bundle_for_an_env_name_that_escapes_stores_nothing(  # type: ignore[n
     assert _stored(tmp_path / "home") == []  # was: its wheel stored, then refused at the pin
 
 
-def test_a_tar_bundle_cut_anywhere_is_refused_in_one_line_or_whole(  # type: ignore[no-untyped-def]
-        ws, cli, tmp_path: Path) -> None:
+def test_a_tar_bundle_cut_anywhere_is_refused_in_one_line_or_whole(
+        ws: Ws, cli: Cli, tmp_path: Path) -> None:
     manifest, members = _small_bundle(tmp_path)
     whole = _write_tar(tmp_path / "whole.tar", manifest, members).read_bytes()
     with tarfile.open(tmp_path / "whole.tar") as tar:
@@ -489,8 +491,8 @@ def _with_entry(manifest: dict[str, Any], members: dict[str, bytes], key: str, f
     members.update({f"store/sources/{key}/{rel}": data for rel, data in files.items()})
 
 
-def test_a_chain_of_links_that_climbs_out_on_disk_is_refused_and_the_pth_never_runs(  # type: ignore[no-untyped-def]
-        ws, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_chain_of_links_that_climbs_out_on_disk_is_refused_and_the_pth_never_runs(
+        ws: Ws, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's chain: ``u`` is the entry's root on disk, ``u/ESC`` climbs from there to ``/`` (or as
     far up as 9 steps go), and a ``.pth`` through it lands in a venv's site-packages, pointing back at a
     file of the entry. Each link stays inside the entry on paper."""
@@ -530,8 +532,8 @@ def test_a_chain_of_links_that_climbs_out_on_disk_is_refused_and_the_pth_never_r
     ([("a/up", ".."), ("b/x", "../a/up/../y")], "symlink sources/{key}/b/x -> ../a/up/../y leads out of its entry "
                                                 "on disk"),
 ])
-def test_a_link_is_resolved_against_what_is_on_disk(  # type: ignore[no-untyped-def]
-        ws, cli, tmp_path: Path, links: list[tuple[str, str]], said: str) -> None:
+def test_a_link_is_resolved_against_what_is_on_disk(
+        ws: Ws, cli: Cli, tmp_path: Path, links: list[tuple[str, str]], said: str) -> None:
     key = "path-" + "7" * 64
     manifest, members = _small_bundle(tmp_path)
     _with_entry(manifest, members, key, {"f": b"x"}, links)
@@ -558,7 +560,7 @@ def _replace(out: Path, manifest: dict[str, Any], kind: str, key: str, rel: str,
     (out / MANIFEST).write_text(json.dumps(manifest))
 
 
-def _planted(synced: Synced, cli, tmp_path: Path) -> tuple[Path, dict[str, Any], Path]:  # type: ignore[no-untyped-def]
+def _planted(synced: Synced, cli: Cli, tmp_path: Path) -> tuple[Path, dict[str, Any], Path]:
     """The env's bundle with its build's wheel swapped for another of the same name (``wheel.json`` to
     match), and no wheelhouse here (as on another machine): the bundle, its manifest, the planted wheel."""
     recorded = read_lock(synced.lock).builds["tiny"]
@@ -573,7 +575,7 @@ def _planted(synced: Synced, cli, tmp_path: Path) -> tuple[Path, dict[str, Any],
     return out, manifest, evil
 
 
-def _installed_value(cli) -> str:  # type: ignore[no-untyped-def]
+def _installed_value(cli: Cli) -> str:
     """What ``tiny.py`` of env e's current venv holds."""
     r = cli("path", "e")
     assert r.code == 0, r.err
@@ -581,8 +583,8 @@ def _installed_value(cli) -> str:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
-def test_a_planted_build_the_bundles_lock_does_not_vouch_for_is_refused(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_planted_build_the_bundles_lock_does_not_vouch_for_is_refused(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     recorded = read_lock(synced.lock).builds["tiny"]
     key = recorded.input_digest.removeprefix("sha256:")
     out, _, evil = _planted(synced, cli, tmp_path)
@@ -603,8 +605,8 @@ def test_a_planted_build_the_bundles_lock_does_not_vouch_for_is_refused(  # type
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
-def test_build_never_records_a_stored_build_the_lock_does_not_vouch_for(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_never_records_a_stored_build_the_lock_does_not_vouch_for(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bundle's own lock vouches for the planted wheel, so it imports (a pin is the sender's
     lock); the workspace's lock records another wheel for the same inputs: build and sync refuse."""
     recorded = read_lock(synced.lock).builds["tiny"]
@@ -651,8 +653,8 @@ def _git_tree_id(tree: Path, scratch: Path) -> str:
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
 @pytest.mark.parametrize("how", ["poisoned", "no-commit-object"])
-def test_a_git_source_is_held_to_its_commit_at_import(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+def test_a_git_source_is_held_to_its_commit_at_import(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     from envlock.trees import tree_digest
 
     commit = read_lock(synced.lock).sources["tiny"].commit
@@ -677,8 +679,8 @@ def test_a_git_source_is_held_to_its_commit_at_import(  # type: ignore[no-untype
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
-def test_a_patched_tree_is_never_taken_from_a_bundle(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_patched_tree_is_never_taken_from_a_bundle(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A patched tree is keyed by its source's digest and its patches' sha256, which no import can check:
     a bundle carries none, and one that does (an older envlock's, or a planted one) is left out."""
     out, manifest = _export_dir(cli, tmp_path)
@@ -713,8 +715,8 @@ def _small_filesystem(path: Path, size: str) -> Iterator[None]:
 @pytest.mark.parametrize("synced", [True], indirect=True)
 @pytest.mark.parametrize("how", ["file-size-limit", "full-tmpfs"])
 @pytest.mark.parametrize("form", ["e.tar", "e-folder"])
-def test_export_that_cannot_write_names_the_file_and_leaves_nothing(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, how: str, form: str) -> None:
+def test_export_that_cannot_write_names_the_file_and_leaves_nothing(
+        synced: Synced, cli: Cli, tmp_path: Path, how: str, form: str) -> None:
     """A full disk (ENOSPC, on a 64 kB tmpfs) or a file-size limit (EFBIG, RLIMIT_FSIZE in a child
     envlock: portable, no privilege): the error names the bundle and the member it was writing."""
     whole = tmp_path / "whole.tar"

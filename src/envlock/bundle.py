@@ -9,10 +9,14 @@ A bundle is a folder or an uncompressed tar holding::
 The manifest (``format = "envlock-bundle"``, ``version = 1``) names the env, the lock (its
 member name and sha256) and every entry by kind and key, with, for each, its files (path
 relative to the entry, sha256, size, executable bit), its folders and its symlinks (path,
-target). Readers refuse anything else: a member the manifest does not list, a file whose bytes
-are not its sha256 (named), a name that is absolute or holds ``..``, and in a tar, any member
-that is not a regular file or a folder (links, devices, FIFOs). Symlinks live only in the
-manifest, and are made after every file of their entry, pointing inside it.
+target). A bundle is input from anyone, so readers refuse anything else, by name: a manifest out of
+format (``Bundle.from_dict``: an unknown key, a value of another type, an env that is no env name, a
+path listed twice or running through a link or file of its entry, a link that leads out on paper), a
+tar cut short or holding a member twice, a member the manifest does not list, a file whose bytes are
+not its sha256, a name that is absolute or holds ``..``, and in a tar, any member that is not a
+regular file or a folder (links, devices, FIFOs). Symlinks live only in the manifest, and are made
+after every file of their entry, in real folders of it only (``make_folders``); once an entry is
+made, an lstat walk holds it to its manifest and follows each link on disk (``assembled_problem``).
 
 ``envlock export`` writes it, ``envlock import`` reads it; a binary cache serves the same
 manifest and members over HTTP.
@@ -360,7 +364,8 @@ class DirReader(Reader):
         return self._names
 
     def open(self, name: str) -> IO[bytes]:
-        return (self.root / name).open("rb")
+        # Not through a link put there since the folder was read (its folders were read as folders).
+        return open(os.open(self.root / name, os.O_RDONLY | os.O_NOFOLLOW), "rb")
 
 
 class TarReader(Reader):

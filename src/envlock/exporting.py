@@ -303,6 +303,8 @@ def _unsigned(reader: bundle.Reader, entry: bundle.BundleEntry, digest: str, whe
         body = verify_record(data, trusted(), "record.json")
     except RecordRefusedError as exc:
         return f"its build record is refused ({exc.message})"
+    except RecursionError:
+        return "its build record is refused (record.json: nested too deeply)"
     if (body.get("input-digest"), body.get("wheel"), body.get("sha256")) != (digest, wheel, sha):
         return (f"its signed build record is of another build (input digest {str(body.get('input-digest'))[:23]}, "
                 f"wheel sha256 {body.get('sha256')})")
