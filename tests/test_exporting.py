@@ -643,6 +643,38 @@ def test_build_never_records_a_stored_build_the_lock_does_not_vouch_for(
     assert _installed_value(cli) == "VALUE = 2\n"
 
 
+@pytest.mark.parametrize("synced", [True], indirect=True)
+@pytest.mark.parametrize("signer", ["trusted", "stranger", "trusted-other-build"])
+def test_a_build_the_lock_does_not_vouch_for_comes_in_with_a_trusted_signed_record(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signer: str) -> None:
+    """As from a cache: a build record signed by a trusted key naming the entry's input digest and wheel."""
+    from envlock.signing import generate, sign_record
+
+    recorded = read_lock(synced.lock).builds["tiny"]
+    key = recorded.input_digest.removeprefix("sha256:")
+    out, manifest, evil = _planted(synced, cli, tmp_path)
+    ci, stranger = generate("ci"), generate("stranger")
+    digest = recorded.input_digest if signer != "trusted-other-build" else "sha256:" + "0" * 64
+    record = {"input-digest": digest, "name": "tiny", "wheel": evil.name, "sha256": sha256_of(evil),
+              "size": evil.stat().st_size}
+    _replace(out, manifest, "builds", key, "record.json", sign_record(record, stranger if signer == "stranger" else ci))
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))
+    r = cli("import", str(out), "--trusted-key", str(ci.public()))
+    if signer == "trusted":
+        assert r.code == 0, r.err
+        assert (tmp_path / "fresh" / "v1" / "builds" / key / evil.name).read_bytes() == evil.read_bytes()
+        return
+    why = (f"its signed build record is of another build (input digest {digest[:23]}, wheel sha256 "
+           f"{sha256_of(evil)})" if signer != "stranger" else
+           "its build record is refused (record.json: signed by 'stranger', which is not a trusted key (trusted: "
+           "'ci'))")
+    assert (r.code, r.out) == (1, "")
+    assert r.err == (f"envlock: error: {out}: builds/{key}: wheel {evil.name} sha256 {sha256_of(evil)}: the bundle's "
+                     f"lock records sha256 {recorded.sha256} for this input digest (builds.tiny), and {why}; refused, "
+                     "nothing of the bundle was stored\n")
+    assert _stored(tmp_path / "fresh") == []
+
+
 def _git_tree_id(tree: Path, scratch: Path) -> str:
     """The id git gives the tree of the files under ``tree``."""
     env = {**os.environ, "GIT_DIR": str(scratch / ".git"), "GIT_WORK_TREE": str(tree)}
@@ -698,6 +730,25 @@ def test_a_patched_tree_is_never_taken_from_a_bundle(
     assert r.err == (f"envlock: note: {out}: sources/{key} not stored: a patched tree is made again from its source "
                      "and the workspace's patches when a build needs it\n")
     assert not (tmp_path / "fresh" / "v1" / "sources" / key).exists()
+
+
+@pytest.mark.parametrize("synced", [True], indirect=True)
+def test_export_leaves_out_a_stored_build_the_lock_does_not_vouch_for(
+        synced: Synced, cli: Cli, tmp_path: Path) -> None:
+    """A store whose build of the lock's inputs is another wheel (a build that does not reproduce): an
+    importer would refuse it, so the bundle goes without it (the lock's wheel is carried either way)."""
+    recorded = read_lock(synced.lock).builds["tiny"]
+    key = recorded.input_digest.removeprefix("sha256:")
+    info = Store.open().path("builds", key) / "wheel.json"
+    info.write_text(json.dumps({**json.loads(info.read_text()), "sha256": "f" * 64}))
+    out = tmp_path / "bundle"
+    r = cli("export", "e", "--to", str(out), "--json")
+    assert r.code == 0, r.err
+    assert r.err == (f"envlock: note: builds/{key} left out: the store's build of tiny is wheel sha256 {'f' * 64}, "
+                     f"the lock's is {recorded.sha256} (the build is not reproducible?)\n")
+    assert json.loads(r.out)["entries"] == {"sources": 2, "wheels": 3}
+    entries = json.loads((out / MANIFEST).read_text())["entries"]
+    assert recorded.sha256 in {e["key"] for e in entries if e["kind"] == "wheels"}
 
 
 def _small_filesystem(path: Path, size: str) -> Iterator[None]:

@@ -285,8 +285,9 @@ def _layout_problem(entry: BundleEntry) -> str | None:
                 return (f"{noun} {entry.kind}/{entry.key}/{path} runs through the {through} {'/'.join(parts[:n])}; "
                         f"refused (a {made} is made only in real folders of its entry)")
     for link in entry.links:
-        if (not link.target or "\0" in link.target or link.target.startswith("/")
-                or posixpath.normpath(posixpath.join(posixpath.dirname(link.path), link.target)).startswith("..")):
+        lands = posixpath.normpath(posixpath.join(posixpath.dirname(link.path), link.target))
+        if not link.target or "\0" in link.target or link.target.startswith("/") or lands == ".." or \
+                lands.startswith("../"):
             return (f"symlink {entry.kind}/{entry.key}/{link.path} -> {link.target} leads out of its entry; expected "
                     "links that stay inside it")
     return None
