@@ -344,8 +344,10 @@ def checked_entry_problem(entry: Path, key: str, scratch: Path, *, what: str) ->
     elif key.startswith("archive-"):
         sha256 = key.removeprefix("archive-")
         archive = entry / ARCHIVE_BYTES
-        if archive.is_symlink() or file_sha256(str(archive)) != sha256:
-            return f"its {ARCHIVE_BYTES} is not the archive of sha256 {sha256}"
+        if archive.is_symlink() or not archive.is_file():
+            return "it holds no archive to check its tree against (fetched by an older envlock)"
+        if (found := file_sha256(str(archive))) != sha256:
+            return f"its {ARCHIVE_BYTES} has sha256 {found}, not {sha256}"
         try:
             archives.unpack(archive, scratch / "tree", what=what)
         except SourceError as exc:
