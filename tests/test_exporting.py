@@ -396,6 +396,14 @@ def _twice(manifest: dict[str, Any], members: dict[str, bytes]) -> dict[str, Any
     return manifest
 
 
+def _long_name(manifest: dict[str, Any], members: dict[str, bytes]) -> dict[str, Any]:
+    entry = manifest["entries"][0]
+    old = entry["files"][0]["path"]
+    entry["files"][0]["path"] = "x" * 300  # more than a file system takes in one name
+    members[f"store/wheels/{entry['key']}/{'x' * 300}"] = members.pop(f"store/wheels/{entry['key']}/{old}")
+    return manifest
+
+
 WHEEL = "tinydep-1.0-py3-none-any.whl"
 
 
@@ -422,9 +430,11 @@ WHEEL = "tinydep-1.0-py3-none-any.whl"
     (_not_utf8, "{b}: pylock.demo.toml: not UTF-8 (byte 0xff at offset 23); expected a lock written by "
                 "`envlock lock`"),
     (_twice, "{b}: member store/wheels/{sha}/" + WHEEL + " appears twice; refused (a bundle holds each member once)"),
+    (_long_name, "{b}: wheels/{sha}/" + "x" * 300 + ": cannot be made in the store (File name too long); refused, "
+                 "nothing of the bundle was stored"),
 ], ids=["size-5", "size895.9", "size-true", "executable-no", "unknown-key", "unknown-lock-key", "unknown-entry-key",
         "unknown-file-key", "files-object", "kind-venvs", "key-not-hex", "env-escapes", "env-nested-100000",
-        "lock-not-utf8", "duplicate-member"])
+        "lock-not-utf8", "duplicate-member", "name-too-long"])
 def test_an_import_refuses_a_bad_bundle_in_one_line_naming_it_and_stores_nothing(
         ws: Ws, cli: Cli, tmp_path: Path, change: Callable[[dict[str, Any], dict[str, bytes]], dict[str, Any] | bytes],
         said: str) -> None:

@@ -314,16 +314,13 @@ def _unsigned(reader: bundle.Reader, entry: bundle.BundleEntry, digest: str, whe
 def _assemble(reader: bundle.Reader, store: Store, entry: bundle.BundleEntry, work: Path) -> None:
     """Write ``entry``'s folders, files (each held to its sha256) and links into ``work``, never through a
     link; then check what was made (an lstat walk, the links on disk, its key, a source against its pin)."""
-    for rel in entry.dirs:
-        bundle.make_folders(work, rel)
-    for f in entry.files:
-        if "/" in f.path:
-            bundle.make_folders(work, f.path.rpartition("/")[0])
-        bundle.copy_member(reader, entry.member(f.path), f.sha256, f.size, work / f.path, executable=f.executable)
-    for link in entry.links:  # after every file: nothing is ever written through one
-        if "/" in link.path:
-            bundle.make_folders(work, link.path.rpartition("/")[0])
-        os.symlink(link.target, work / link.path)
+    try:
+        _make(reader, entry, work)
+    except OSError as exc:  # a name too long for this file system, a full store
+        where = Path(exc.filename) if exc.filename else work
+        made = f"/{where.relative_to(work)}" if where.is_relative_to(work) and where != work else ""
+        raise StoreError(f"{reader.origin}: {entry.kind}/{entry.key}{made}: cannot be made in the store "
+                         f"({exc.strerror or exc}); refused, nothing of the bundle was stored") from None
     problem = (bundle.assembled_problem(entry, work)
                or bundle.entry_problem(entry.kind, entry.key, work, {f.path: f.sha256 for f in entry.files}))
     if problem is None and entry.kind == "sources":
@@ -335,3 +332,17 @@ def _assemble(reader: bundle.Reader, store: Store, entry: bundle.BundleEntry, wo
             shutil.rmtree(scratch, ignore_errors=True)
     if problem:
         raise StoreError(f"{reader.origin}: {problem}; refused, nothing of the bundle was stored")
+
+
+def _make(reader: bundle.Reader, entry: bundle.BundleEntry, work: Path) -> None:
+    """``entry``'s folders, files and links made in ``work`` (an ``OSError`` as the file system gives it)."""
+    for rel in entry.dirs:
+        bundle.make_folders(work, rel)
+    for f in entry.files:
+        if "/" in f.path:
+            bundle.make_folders(work, f.path.rpartition("/")[0])
+        bundle.copy_member(reader, entry.member(f.path), f.sha256, f.size, work / f.path, executable=f.executable)
+    for link in entry.links:  # after every file: nothing is ever written through one
+        if "/" in link.path:
+            bundle.make_folders(work, link.path.rpartition("/")[0])
+        os.symlink(link.target, work / link.path)
