@@ -422,11 +422,22 @@ def test_build_check_never_replaces_the_wheel_the_lock_names(  # type: ignore[no
                             f"wheelhouse/{built['wheel']}"), r.out
     assert wheel.read_bytes() == recorded and lock_file.read_text() == lock_before
     # Not when the lock records other build requirements than these inputs have (a merge gone wrong):
-    # the input digest alone does not vouch for the wheelhouse's wheel then.
+    # the input digest alone does not vouch for the wheelhouse's wheel then. Nor does it for the store's
+    # build (the check's, other bytes than the lock's): it is not taken, the lock is left as it is, and
+    # --rebuild builds it again.
     requirement = built["build-requirements"][0]
-    lock_file.write_text(lock_before.replace(requirement, requirement.replace("--hash=sha256:", "--hash=sha256:0", 1)))
+    odd = lock_before.replace(requirement, requirement.replace("--hash=sha256:", "--hash=sha256:0", 1))
+    lock_file.write_text(odd)
     r = cli("build", "demo")
-    assert r.code == 0 and "the wheelhouse holds the lock's wheel" not in r.out, r.out
+    assert r.code == 1 and "the wheelhouse holds the lock's wheel" not in r.out, r.out
+    assert r.err.startswith(f"envlock: error: locks/pylock.demo.toml: builds.mini-kernel: the store holds wheel sha256 "
+                            f"{built['sha256']} for input digest {built['input-digest'][:23]} "), r.err
+    assert r.err.endswith("  to build it again here and replace the store's: `envlock build demo mini-kernel "
+                          "--rebuild`\n"), r.err
+    assert lock_file.read_text() == odd and wheel.read_bytes() == recorded
+    r = cli("build", "demo", "--rebuild")
+    assert r.code == 0 and r.out.startswith(f"mini-kernel: built wheelhouse/{built['wheel']} "), r.out + r.err
+    assert sha256_of(wheel) == built["sha256"] and built["sha256"] in lock_file.read_text()
 
 
 @pytest.mark.slow

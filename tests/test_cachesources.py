@@ -362,6 +362,11 @@ def test_what_cannot_be_pushed_or_reached_is_a_note(tmp_path: Path, monkeypatch:
     store = Store.open(tmp_path / "home")
     sources.checkout(store, url, commit)
     shutil.rmtree(store.path("git-mirrors", next(p.name for p in (store.root / "git-mirrors").iterdir())))
+    # The checkout keeps its commit object: pushed without the mirror.
+    other = FileBackend(tmp_path / "other", "file://other")
+    kept = cachesources.push_sources(other, store, [Pinned("git", commit, url)])
+    assert kept == cachesources.SourcesPushed((f"sources/git-{commit}.tar",), 0, ())
+    (store.path("sources", f"git-{commit}") / sources.COMMIT_OBJECT).unlink()  # an older envlock's: no commit object
     with store.new_entry("sources", "archive-" + "a" * 64) as work:  # as an older envlock left it: no bytes
         (work / "tree").mkdir()
     cache = FileBackend(tmp_path / "cache", "file://cache")

@@ -447,3 +447,72 @@ def test_a_git_transfer_has_the_total_deadline_too(store: Store, monkeypatch: py
     assert info.value.message.startswith(f"{trickle.url}/repo.git: cannot list refs to resolve rev 'main'")
     assert info.value.details[-1] == ("envlock: ended after 2 s: the most one transfer may take "
                                       "(ENVLOCK_TRANSFER_TIMEOUT=2)")
+
+
+def _as_imported(store: Store, kind: str, key: str, tmp_path: Path) -> Path:
+    """A copy of the store's entry ``kind/key``, as an import would assemble it from a bundle."""
+    import shutil
+
+    work = tmp_path / "assembled"
+    shutil.copytree(store.path(kind, key), work, symlinks=True)
+    return work
+
+
+@pytest.mark.parametrize("how", ["whole", "poisoned-tree", "no-commit-object", "other-commit-object", "dot-git"])
+def test_an_imported_git_checkout_is_held_to_its_commit(sg: SgLike, store: Store, tmp_path: Path, how: str) -> None:
+    sources.checkout(store, sg.url, sg.pin)
+    work = _as_imported(store, "sources", f"git-{sg.pin}", tmp_path)
+    comm = work / "tree" / "python" / "sglike" / "comm.py"
+    comm.chmod(0o644)
+    if how == "poisoned-tree":
+        comm.write_text("import os\n")
+    elif how == "no-commit-object":
+        (work / sources.COMMIT_OBJECT).unlink()
+    elif how == "other-commit-object":
+        (work / sources.COMMIT_OBJECT).write_bytes(b"tree " + b"0" * 40 + b"\n")
+    elif how == "dot-git":
+        (work / "tree" / ".git").write_text("gitdir: /elsewhere\n")
+    (tmp_path / "scratch").mkdir()
+    problem = sources.checked_entry_problem(work, f"git-{sg.pin}", tmp_path / "scratch", what="x")
+    if how == "whole":
+        assert problem is None
+        assert trees.tree_digest(work / "tree", links_inside=False) == (work / "tree-digest").read_text().strip()
+        assert (work / "tree-digest").read_bytes() == (store.path("sources", f"git-{sg.pin}") / "tree-digest"
+                                                       ).read_bytes()
+        return
+    assert problem is not None
+    expected = {"poisoned-tree": "its files make git tree ", "no-commit-object": "it holds no commit object to "
+                "check its tree against (export it again with this envlock)", "other-commit-object": "its commit "
+                "object is ", "dot-git": "tree/.git is a .git folder or file, which no checkout holds"}[how]
+    assert problem.startswith(expected), problem
+    if how == "poisoned-tree":
+        assert problem.endswith(f"but commit {sg.pin[:12]} names tree {git(sg.repo, 'rev-parse', sg.pin + '^{tree}')}")
+
+
+@pytest.mark.parametrize("how", ["whole", "poisoned-tree", "other-archive", "no-archive"])
+def test_an_imported_archive_is_held_to_its_sha256(store: Store, tmp_path: Path, how: str) -> None:
+    import hashlib
+
+    from kit.sglike import karch_archive
+
+    archive = karch_archive(tmp_path / "a")
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    got = sources.store_archive(store, "https://example.invalid/karch.tar.gz", archive, sha, what="karch")
+    work = _as_imported(store, "sources", f"archive-{sha}", tmp_path)
+    header = work / "tree" / "include" / "karch.h"
+    if how == "poisoned-tree":
+        header.write_text("#define KARCH_MAGIC 666\n")
+    elif how == "other-archive":
+        (work / sources.ARCHIVE_BYTES).write_bytes(b"other")
+    elif how == "no-archive":
+        (work / sources.ARCHIVE_BYTES).unlink()
+    (tmp_path / "scratch").mkdir()
+    problem = sources.checked_entry_problem(work, f"archive-{sha}", tmp_path / "scratch", what="x")
+    if how in ("whole", "poisoned-tree"):  # the tree kept is what the archive unpacks to, whatever came
+        assert problem is None
+        assert "KARCH_MAGIC 7" in header.read_text()
+        assert (work / "tree-digest").read_text().strip() == got.tree_digest
+        return
+    assert problem == {"other-archive": f"its archive has sha256 {hashlib.sha256(b'other').hexdigest()}, not {sha}",
+                       "no-archive": "it holds no archive to check its tree against (fetched by an older "
+                                     "envlock)"}[how]

@@ -358,7 +358,7 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
 
     with _status(args, "preparing sources and build inputs") as say:
         options = building.BuildOptions(
-            check=args.check, overrides=_overrides(args.override_source), offline=args.offline,
+            check=args.check, overrides=_overrides(args.override_source), offline=args.offline, rebuild=args.rebuild,
             caches=None if args.offline else build_caches(ws, args.trusted_key),
             on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "
                                               "reused from the store; a native build can take long)"),
@@ -583,6 +583,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true",
                    help="no network: build from the build requirements the lock records, with sources and backend "
                    "wheels from the store only (after `envlock import`); name what is missing")
+    p.add_argument("--rebuild", action="store_true",
+                   help="build again from scratch, replacing the store's build of the same inputs (one whose wheel "
+                   "is not the lock's is never taken: imported, or not reproducible)")
     p.add_argument("--override-source", action="append", default=[], metavar="NAME=PATH",
                    help="build source NAME from a local tree instead of its pin, the spec's patches applied on "
                    "top (so give it unpatched); never recorded in the lock")
