@@ -35,7 +35,7 @@ from kit.cacheservers import free_port
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.sglike import SgLike, make_sglike
-from test_fetchcontent import kernel_index, said, spec
+from test_cmakefetch import kernel_index, said, spec
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def archives(tmp_path: Path) -> Iterator[IndexServer]:
 
 
 class Env:
-    """The SGLang-shaped env of ``test_fetchcontent``, locked and built in home A."""
+    """The SGLang-shaped env of ``test_cmakefetch``, locked and built in home A."""
 
     def __init__(self, ws, cli, pypi: IndexServer, archives: IndexServer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
         self.sg: SgLike = make_sglike(tmp_path / "repos")

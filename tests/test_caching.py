@@ -25,7 +25,7 @@ from envlock.store import Store
 from kit.cacheservers import failing_server, hanging_server
 from kit.index import IndexServer
 from kit.locks import sha256_of
-from test_build_cli import _demo
+from test_cli_build import _demo
 
 
 def _config(root: Path, **keys: object) -> None:

@@ -167,7 +167,7 @@ def test_a_lock_edited_by_hand_or_of_another_env_is_not_current(ws, cli, univers
 
 
 def test_check_reads_one_index_page_per_package_and_offline_none(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
-    # The drift needs no network; the yanked files (PEP 592, tests/test_yanked.py) one page per package.
+    # The drift needs no network; the yanked files (PEP 592, tests/test_yanks.py) one page per package.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("lock", "e").code == 0
     before = len(universe.server.requests)
