@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from envlock.spec import load_spec
 from envlock.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for
+from kit.sglike import git
 from kit.wheels import build_wheel
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
@@ -108,30 +107,24 @@ def test_bisect_over_nightly_dates_names_the_planted_first_bad_date(  # type: ig
     assert f"env e is back on generation {before}" in again.out.splitlines()
 
 
-def _git(root: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@t")
-    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout.strip()
-
-
 @pytest.fixture
 def git_ws(ws, cli, tmp_path: Path) -> Iterator[list[str]]:  # type: ignore[no-untyped-def]
     """Seven revisions of locks/pylock.demo.toml (alpha 1..7; 5 and later broken), with other commits between."""
     server = IndexServer(tmp_path / "served").start()
     lock = ws.root / "locks" / "pylock.demo.toml"
-    _git(ws.root, "init", "-q")
+    git(ws.root, "init", "-q")
     revs = []
     for n in range(1, 8):
         wheel = build_wheel(tmp_path / "wheels", "alpha", f"{n}.0",
                             files={"alpha/__init__.py": f"BROKEN = {n >= 5}\n"})
         server.add("pypi", wheel)
         lock.write_text(lock_for(server, "pypi", [wheel]).to_toml())
-        _git(ws.root, "add", "-A")
-        _git(ws.root, "commit", "-qm", f"alpha {n}")
-        revs.append(_git(ws.root, "rev-parse", "HEAD"))
+        git(ws.root, "add", "-A")
+        git(ws.root, "commit", "-qm", f"alpha {n}")
+        revs.append(git(ws.root, "rev-parse", "HEAD"))
         (ws.root / "README").write_text(f"unrelated {n}\n")
-        _git(ws.root, "add", "-A")
-        _git(ws.root, "commit", "-qm", f"docs {n}")
+        git(ws.root, "add", "-A")
+        git(ws.root, "commit", "-qm", f"docs {n}")
     assert cli("sync", "demo", "--lock", f"{lock}@{revs[0]}").code == 0
     yield revs
     server.stop()

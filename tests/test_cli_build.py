@@ -16,47 +16,22 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_wheels
 from envlock import runner
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
+from kit.workspaces import write_demo
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _demo(ws_root: Path, index_url: str) -> None:
-    shutil.copytree(ROOT / "examples" / "mini-kernel", ws_root / "examples" / "mini-kernel")
-    shutil.copytree(ROOT / "patches" / "mini-kernel", ws_root / "patches" / "mini-kernel")
-    (ws_root / "envs" / "demo.toml").write_text(
-        f"""\
-[env]
-python = "3.11"
-
-[indexes.pypi]
-url = "{index_url}"
-default = true
-
-[packages]
-mini-kernel = {{ build = "mini-kernel" }}
-packaging = ">=20"
-
-[sources.mini-kernel]
-path = "examples/mini-kernel"
-patches = ["patches/mini-kernel/0001-add-dot.patch"]
-
-[builds.mini-kernel]
-source = "mini-kernel"
-"""
-    )
 
 
 @pytest.mark.slow
 def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     r = cli("lock", "demo")
     assert r.code == 0, r.err
     assert r.out.splitlines()[-1] == ("  mini-kernel: not built for this lock yet; `envlock build demo` builds it "
@@ -306,7 +281,7 @@ def test_patch_status_exit_code_and_json_on_conflict(ws, cli, tmp_path: Path) ->
 
 
 def test_build_refuses_a_missing_lock_and_unknown_build(ws, cli) -> None:  # type: ignore[no-untyped-def]
-    _demo(ws.root, "http://127.0.0.1:9/simple")
+    write_demo(ws.root, "http://127.0.0.1:9/simple")
     r = cli("build", "demo")
     assert r.code == 2 and "no lock file; create it with `envlock lock demo` before building" in r.err
     r = cli("build", "demo", "--override-source", "nope")
@@ -315,7 +290,7 @@ def test_build_refuses_a_missing_lock_and_unknown_build(ws, cli) -> None:  # typ
 
 def test_a_build_subdirectory_the_source_lacks_is_named_by_lock(ws, cli) -> None:  # type: ignore[no-untyped-def]
     # Before any index is asked (this one is closed): uv would call it a failed resolution.
-    _demo(ws.root, "http://127.0.0.1:9/simple")
+    write_demo(ws.root, "http://127.0.0.1:9/simple")
     spec = ws.root / "envs" / "demo.toml"
     spec.write_text(spec.read_text() + 'subdirectory = "nonexist"\n')
     r = cli("lock", "demo")
@@ -333,7 +308,7 @@ def test_frozen_sync_rebuilds_from_the_locked_build_requirements(  # type: ignor
     server.add_dir("pypi", backend_wheels())
     server.start()
     try:
-        _demo(ws.root, server.url("pypi"))
+        write_demo(ws.root, server.url("pypi"))
         assert cli("lock", "demo").code == 0
         r = cli("sync", "demo")
         assert r.code == 0, r.err
@@ -358,7 +333,7 @@ def test_a_lock_written_while_a_build_ran_is_not_undone(  # type: ignore[no-unty
 ) -> None:
     from envlock import build
 
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     assert cli("lock", "demo").code == 0
     lock_file = ws.root / "locks" / "pylock.demo.toml"
     meanwhile = ws.lock_text("demo") + "# written by another envlock during the build\n"
@@ -382,7 +357,7 @@ def test_a_lock_written_while_a_build_ran_is_not_undone(  # type: ignore[no-unty
 
 def test_a_build_named_other_than_its_project_is_refused_at_its_key(ws, cli, backend_index: IndexServer) -> None:  # type: ignore[no-untyped-def]
     # Before: uv's "metadata name does not match" at lock time, reported as a failed resolution (exit 1).
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     spec = ws.root / "envs" / "demo.toml"
     spec.write_text(spec.read_text().replace('mini-kernel = { build = "mini-kernel" }', 'mk2 = { build = "mk2" }')
                     .replace("[builds.mini-kernel]", "[builds.mk2]"))
@@ -398,7 +373,7 @@ def test_build_check_never_replaces_the_wheel_the_lock_names(  # type: ignore[no
         ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same inputs, other bytes (as a build that does not reproduce gives): the check says so, and
     the wheelhouse keeps the wheel the lock records."""
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     assert cli("-q", "lock", "demo").code == 0
     assert cli("-q", "build", "demo").code == 0
     lock_file = ws.root / "locks" / "pylock.demo.toml"
@@ -433,7 +408,7 @@ def test_build_check_never_replaces_the_wheel_the_lock_names(  # type: ignore[no
 def test_a_frozen_sync_rebuilds_after_an_edit_that_leaves_the_build_inputs_alone(  # type: ignore[no-untyped-def]
         ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A reworded patch header changes the file (the lock calls itself stale), not the patched tree.
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     assert cli("-q", "sync", "demo").code == 0
     patch_file = ws.root / "patches" / "mini-kernel" / "0001-add-dot.patch"
     patch_file.write_text(patch_file.read_text().replace("Why:", "Why: (reworded)", 1))

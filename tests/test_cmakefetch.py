@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_wheels
 from envlock import runner
 from kit import sglike
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.sglike import SgLike, commit_all, git, make_sglike, write
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
 
 TORCH = "2.12.0.dev20260307"

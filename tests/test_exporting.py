@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_wheels
 from envlock.bundle import MANIFEST
 from envlock.lockfile import read_lock
 from envlock.store import Store
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo, write
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"

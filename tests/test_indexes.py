@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import http.server
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -169,3 +175,86 @@ def test_a_page_over_the_cap_names_the_url_and_the_cap(html_page: tuple[str, lis
         project_files(url, "a")
     assert usage.value.message == ("ENVLOCK_MAX_PAGE_BYTES='lots': expected a byte count, a whole number above 0 "
                                    "(the default is 134217728)")
+
+
+# -- a 300 MB page, read in bounded memory ----------------------------------------------------------
+# A 300 MB index page (a broken or hostile server: no Content-Length, a body that goes on) is read
+# in bounded memory: refused at the cap, or, with the cap raised, parsed as it streams.
+#
+# The page is read by a child process, which reports its peak RSS (``ru_maxrss``): before, the whole
+# body and its decoded text were held (a 200 MB page took envlock to 421 MB).
+
+SIZE = 300 * 1000 * 1000
+FIRST = "a-1.0-py3-none-any.whl"
+LAST = "a-2.0-py3-none-any.whl"
+#: Far below what holding the page would take (300 MB of bytes, then as much again decoded).
+MAX_RSS = 100 * 1024 * 1024
+
+CHILD = """
+import json, resource, sys
+from envlock.errors import PackageIndexError
+from envlock.indexes import project_files
+try:
+    out = {"files": [f.filename for f in project_files(sys.argv[1], "a")]}
+except PackageIndexError as exc:
+    out = {"error": exc.message}
+out["rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def big_page() -> Iterator[str]:
+    line = (b"filler " * 142 + b"\n")  # 995 bytes of text between two links, read and dropped
+    block = line * 1000
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Connection", "close")  # no Content-Length: the body ends when the server stops
+            self.end_headers()
+            try:
+                self.wfile.write(f'<html><body><a href="../../files/{FIRST}">{FIRST}</a>\n'.encode())
+                sent = 0
+                while sent < SIZE:
+                    self.wfile.write(block)
+                    sent += len(block)
+                self.wfile.write(f'<a href="../../files/{LAST}">{LAST}</a></body></html>\n'.encode())
+            except (BrokenPipeError, ConnectionResetError):  # the client stopped at its cap
+                pass
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    server.shutdown()
+
+
+def _read_in_child(url: str, cap: str | None) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if k != "ENVLOCK_MAX_PAGE_BYTES"}
+    if cap is not None:
+        env["ENVLOCK_MAX_PAGE_BYTES"] = cap
+    done = subprocess.run([sys.executable, "-c", CHILD, url], env=env, capture_output=True, text=True,
+                          cwd=Path(__file__).parent, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out: dict[str, object] = json.loads(done.stdout)
+    print(f"cap {cap or 'default'}: peak RSS {int(out['rss']) / 2**20:.0f} MiB")  # type: ignore[call-overload]
+    return out
+
+
+def test_a_300_mb_page_is_refused_at_the_cap_in_bounded_memory(big_page: str) -> None:
+    out = _read_in_child(big_page, None)
+    assert out["error"] == (
+        f"{big_page}/a/: cannot read the index page: index page larger than 134217728 bytes (sent more); "
+        "not read further: set ENVLOCK_MAX_PAGE_BYTES to a larger byte count if the page is genuine")
+    assert int(out["rss"]) < MAX_RSS  # type: ignore[call-overload]
+
+
+def test_a_300_mb_page_under_a_raised_cap_is_parsed_as_it_streams(big_page: str) -> None:
+    out = _read_in_child(big_page, str(400 * 1000 * 1000))
+    assert out["files"] == [FIRST, LAST]
+    assert int(out["rss"]) < MAX_RSS  # type: ignore[call-overload]

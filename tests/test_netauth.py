@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from envlock import http, netauth, runner
+from envlock import http, netauth
 from envlock.errors import PackageIndexError
 from envlock.indexes import project_files
-from kit.index import IndexServer
+from kit.index import IndexServer, uv_compile
 from kit.wheels import build_wheel
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -54,19 +54,12 @@ def _read_through_redirect(a: IndexServer, b: IndexServer, wheel: Path) -> None:
         b.stop()
 
 
-def _uv(tmp_path: Path, index: str) -> runner.Result:
-    req = tmp_path / "requirements.in"
-    req.write_text("tinydep\n")
-    return runner.uv([*runner.compile_args(req, tmp_path / "out.txt", python=PY, default_index=index),
-                      "--no-cache"])
-
-
 def test_a_basic_auth_index_through_netrc_for_envlock_and_uv(private: IndexServer, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     _netrc(tmp_path, monkeypatch, "machine 127.0.0.1\n  login alice\n  password s3cret\n")
     assert [f.filename for f in project_files(private.url("pypi"), "tinydep")] == ["tinydep-1.0-py3-none-any.whl"]
     assert private.auth_seen("") == _basic("alice:s3cret")  # the page /pypi/simple/tinydep/
-    result = _uv(tmp_path, private.url("pypi"))  # uv reads $NETRC itself: it reaches uv unchanged
+    result = uv_compile(tmp_path, private.url("pypi"))  # uv reads $NETRC itself: it reaches uv unchanged
     assert result.ok, result.tail()
 
 

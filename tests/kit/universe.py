@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from kit.index import IndexServer
 from kit.wheels import build_wheel
 
@@ -89,3 +91,17 @@ def build_universe(root: Path) -> Universe:
         server.add_dir("pypi", BACKENDS)
     server.start()
     return Universe(server)
+
+
+def backend_wheels() -> Path:
+    """tests/.wheels, holding the build backends, or a clear failure naming the set-up step."""
+    wanted = ("scikit_build_core-", "setuptools-")
+    found = [p.name for p in BACKENDS.glob("*.whl")] if BACKENDS.is_dir() else []
+    missing = [w for w in wanted if not any(n.startswith(w) for n in found)]
+    if missing:
+        pytest.fail(
+            f"{BACKENDS} lacks the build backends ({', '.join(m.rstrip('-') for m in missing)}): "
+            "run the test set-up step `python tests/kit/backends.py` once (it downloads them from PyPI)",
+            pytrace=False,
+        )
+    return BACKENDS
