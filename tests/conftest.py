@@ -13,7 +13,7 @@ from envlock.store import Store
 from kit.index import IndexServer
 from kit.sglike import SgLike, make_sglike
 from kit.universe import Universe, backend_wheels, build_universe
-from kit.workspaces import Cli, CliResult, Workspace
+from kit.workspaces import Cli, CliResult, ScratchWorkspace
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -83,13 +83,13 @@ def universe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Universe]:
 
 
 @pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ScratchWorkspace:
     root = tmp_path / "ws"
     (root / "envs").mkdir(parents=True)
     (root / "locks").mkdir()
     monkeypatch.chdir(root)
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home"))
-    return Workspace(root)
+    return ScratchWorkspace(root)
 
 
 @pytest.fixture

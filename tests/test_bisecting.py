@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -59,23 +58,20 @@ def test_the_spec_edit_moves_shared_dates_and_keeps_the_rest(tmp_path: Path) -> 
 
 
 @pytest.fixture
-def nightly_ws(ws, cli, tmp_path: Path) -> Iterator[IndexServer]:  # type: ignore[no-untyped-def]
-    server = IndexServer(tmp_path / "served")
+def nightly_ws(server: IndexServer, ws, cli, tmp_path: Path) -> IndexServer:  # type: ignore[no-untyped-def]
     server.add_index("pt", hashes=False)
     for date in DATES:
         body = f"BROKEN = {date >= FIRST_BAD}\nDATE = {date!r}\n"
         server.add("pt", build_wheel(tmp_path / "wheels", "torch", f"2.12.0.dev{date}+cu130", tag=TAG,
                                      files={"torch/__init__.py": body}))
     server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
-    server.start()
     ws.write_spec("e", f'[env]\npython = "3.11"\nplatform = "x86_64-manylinux_2_28"\n'
                        f'[indexes.pypi]\nurl = "{server.url("pypi")}"\ndefault = true\n'
                        f'[indexes.pt]\nurl = "{server.url("pt")}"\n'
                        '[packages]\n# the known-good nightly\n'
                        'torch = { nightly = "2026-03-01", local = "cu130", index = "pt" }\ntinydep = "==1.0"\n')
     assert cli("sync", "e").code == 0
-    yield server
-    server.stop()
+    return server
 
 
 def test_bisect_over_nightly_dates_names_the_planted_first_bad_date(  # type: ignore[no-untyped-def]
@@ -108,9 +104,8 @@ def test_bisect_over_nightly_dates_names_the_planted_first_bad_date(  # type: ig
 
 
 @pytest.fixture
-def git_ws(ws, cli, tmp_path: Path) -> Iterator[list[str]]:  # type: ignore[no-untyped-def]
+def git_ws(server: IndexServer, ws, cli, tmp_path: Path) -> list[str]:  # type: ignore[no-untyped-def]
     """Seven revisions of locks/pylock.demo.toml (alpha 1..7; 5 and later broken), with other commits between."""
-    server = IndexServer(tmp_path / "served").start()
     lock = ws.root / "locks" / "pylock.demo.toml"
     git(ws.root, "init", "-q")
     revs = []
@@ -126,8 +121,7 @@ def git_ws(ws, cli, tmp_path: Path) -> Iterator[list[str]]:  # type: ignore[no-u
         git(ws.root, "add", "-A")
         git(ws.root, "commit", "-qm", f"docs {n}")
     assert cli("sync", "demo", "--lock", f"{lock}@{revs[0]}").code == 0
-    yield revs
-    server.stop()
+    return revs
 
 
 def test_bisect_over_git_revisions_names_the_planted_culprit(git_ws: list[str], ws, cli) -> None:  # type: ignore[no-untyped-def]

@@ -31,11 +31,6 @@ TORCH_B = "2.12.0.dev20260308"
 
 
 @pytest.fixture(scope="module")
-def index(backend_index: IndexServer) -> IndexServer:
-    return backend_index
-
-
-@pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     return Store.open(tmp_path_factory.mktemp("home"))
 
@@ -85,7 +80,7 @@ class Kit:
 
 @pytest.fixture(scope="module")
 def kit(
-    sg: SgLike, store: Store, index: IndexServer, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
+    sg: SgLike, store: Store, backend_index: IndexServer, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Kit:
     source = sources.prepare(SourceSpec("sglike", git=sg.url, rev=sg.pin), store, sg.repo)
     patches = patchfile.load_patches(sg.patches_dir, sg.patches)
@@ -93,7 +88,7 @@ def kit(
     folder = tmp_path_factory.mktemp("torch")
     torch = {v: sglike.torchlike_wheel(folder, v) for v in (TORCH_A, TORCH_B)}
     kdep = sources.checkout(store, sg.kdep_url, sg.kdep_commit).tree
-    return Kit(sg, store, index, wheelhouse, patched, source.source_date_epoch, torch, kdep)
+    return Kit(sg, store, backend_index, wheelhouse, patched, source.source_date_epoch, torch, kdep)
 
 
 @pytest.fixture(scope="module")

@@ -34,25 +34,23 @@ from kit import sglike
 from kit.cacheservers import free_port
 from kit.index import IndexServer
 from kit.locks import sha256_of
-from kit.sglike import SgLike, make_sglike
-from test_cmakefetch import kernel_index, said, spec
+from kit.sglike import SgLike, kernel_index, kernel_spec, make_sglike
+from kit.workspaces import said
 
 
 @pytest.fixture(scope="module")
 def pypi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    server = kernel_index(tmp_path_factory, with_archives=False).start()
-    yield server
-    server.stop()
+    """The kernel's index without its archive input (served by ``archives``), built once for the module."""
+    with kernel_index(tmp_path_factory.mktemp("kernel-index"), with_archives=False).start() as started:
+        yield started
 
 
 @pytest.fixture
 def archives(tmp_path: Path) -> Iterator[IndexServer]:
     """The archive input's own server (stopped in the test: the URL unreachable)."""
-    server = IndexServer(tmp_path / "archive-index")
-    server.add("archives", sglike.karch_archive(tmp_path / "karch"))
-    server.start()
-    yield server
-    server.stop()
+    with IndexServer(tmp_path / "archive-index").start() as server:
+        server.add("archives", sglike.karch_archive(tmp_path / "karch"))
+        yield server
 
 
 class Env:
@@ -61,7 +59,7 @@ class Env:
     def __init__(self, ws, cli, pypi: IndexServer, archives: IndexServer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
         self.sg: SgLike = make_sglike(tmp_path / "repos")
         self.archive_url = archives.file_url("archives", "karch-1.0.tar.gz")
-        ws.write_spec("e", spec(pypi, self.sg, karch=self.archive_url))
+        ws.write_spec("e", kernel_spec(pypi, self.sg, karch=self.archive_url))
         self.ws, self.cli, self.tmp = ws, cli, tmp_path
 
     def pins(self) -> list[Pinned]:

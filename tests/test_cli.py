@@ -18,8 +18,7 @@ from envlock.lockfile import Lock, read_lock
 from envlock.workspace import Workspace
 from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
-from kit.universe import Universe
-from test_resolve import TORCH, TRITON, spec_text
+from kit.universe import TORCH, TRITON, Universe, spec_text
 
 
 def test_console_script_runs_and_reports_errors_without_traceback(ws) -> None:  # type: ignore[no-untyped-def]

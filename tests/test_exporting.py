@@ -8,7 +8,6 @@ import io
 import json
 import shutil
 import tarfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,21 +73,18 @@ def _tiny_project(ws_root: Path, repos: Path) -> str:
 
 
 @pytest.fixture
-def synced(ws, cli, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Synced]:  # type: ignore[no-untyped-def]
+def synced(server: IndexServer, ws, cli, tmp_path: Path, request: pytest.FixtureRequest) -> Synced:  # type: ignore[no-untyped-def]
     """An env with a torch nightly from a hash-less index (and, if asked, a local build) synced."""
     build = getattr(request, "param", False)
-    server = IndexServer(tmp_path / "served")
     server.add_index("pt", hashes=False)
     nightly = build_wheel(tmp_path / "wheels", "torch", "2.12.0.dev20260305+cu130", tag=TAG)
     server.add("pt", nightly, build_wheel(tmp_path / "wheels", "torch", "2.12.0.dev20260306+cu130", tag=TAG))
     server.add_dir("pypi", backend_wheels())
-    server.start()
     lines = _tiny_project(ws.root, tmp_path / "repos") if build else ""
     ws.write_spec("e", _spec(server, "2026-03-05", lines))
     r = cli("sync", "e")
     assert r.code == 0, r.err
-    yield Synced(server, ws.root, ws.root / "locks" / "pylock.e.toml", nightly.name)
-    server.stop()
+    return Synced(server, ws.root, ws.root / "locks" / "pylock.e.toml", nightly.name)
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)

@@ -31,7 +31,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
     """``pypi`` (hashes listed; its wheels are read by range requests) and ``nightly`` (no hashes, as
     PyTorch's: its wheels are downloaded into the store to hash them, and read there)."""
     root = tmp_path_factory.mktemp("guards")
-    server = IndexServer(root / "served")
+    server = IndexServer(root / "served").start()
     server.add_index("pypi", hashes=True)
     server.add_index("nightly", hashes=False)
 
@@ -46,9 +46,8 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
     for version in ("1.0", "1.5", "2.0"):
         add("pypi", "dep", version)
     add("pypi", "tinydep", "1.0")
-    server.start()
-    yield server
-    server.stop()
+    with server:
+        yield server
 
 
 def spec_text(index: IndexServer, packages: str, extra: str = "") -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,17 +33,15 @@ TORCH_BUILDS = {
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[IndexServer]:
-    served = IndexServer(tmp_path / "served")
-    served.add_index("pt", hashes=False)
+def server(server: IndexServer, tmp_path: Path) -> IndexServer:
+    """The conftest's loopback index with TORCH_BUILDS on ``pt`` (no hashes, as PyTorch's) and tinydep on ``pypi``."""
+    server.add_index("pt", hashes=False)
     wheels = tmp_path / "wheels"
     for date, (local, tags) in TORCH_BUILDS.items():
         for tag in tags:
-            served.add("pt", build_wheel(wheels, "torch", f"2.12.0.dev{date}+{local}", tag=tag))
-    served.add("pypi", build_wheel(wheels, "tinydep", "1.0"))
-    served.start()
-    yield served
-    served.stop()
+            server.add("pt", build_wheel(wheels, "torch", f"2.12.0.dev{date}+{local}", tag=tag))
+    server.add("pypi", build_wheel(wheels, "tinydep", "1.0"))
+    return server
 
 
 def spec(server: IndexServer, date: str = "2026-03-07", pt_url: str | None = None) -> str:

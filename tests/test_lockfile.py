@@ -17,7 +17,6 @@ from envlock.lockfile import (
     Artifact,
     Lock,
     LockedBuild,
-    LockedFetchContent,
     LockedPackage,
     LockedPatch,
     LockedSource,
@@ -25,43 +24,11 @@ from envlock.lockfile import (
     _s,
     read_lock,
 )
-
-
-def sample(**changes: object) -> Lock:
-    base = Lock(
-        env="e",
-        python="3.12",
-        platform="x86_64-manylinux_2_28",
-        spec_digest="sha256:" + "1" * 64,
-        spec_keys={"packages.torch": "abc", "env": "def"},
-        packages=(
-            LockedPackage(canonicalize_name("torch"), "2.12.0.dev20260307+cu130",
-                          (Artifact("a" * 64, url="https://x/torch-2.12.0.dev20260307%2Bcu130-cp312-cp312-linux_x86_64.whl"),),
-                          index="https://x/simple"),
-            LockedPackage(canonicalize_name("sgl-kernel"), "0.3.21",
-                          (Artifact("b" * 64, path="../wheelhouse/sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl",
-                                    size=10),)),
-        ),
-        requires_python="==3.12.*",
-        nightlies={"torch": NightlyPin("2026-03-07", "2.12.0.dev20260307+cu130")},
-        sources={"sglang": LockedSource("git", "https://github.com/sgl-project/sglang", commit="f" * 40,
-                                        rev="main", patches=(LockedPatch("patches/sglang/0001-x.patch", "c" * 64),))},
-        builds={"sgl-kernel": LockedBuild("sha256:" + "d" * 64, "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl",
-                                          "b" * 64)},
-        fetchcontent={"sgl-kernel": {
-            "repo-triton": LockedFetchContent(git="https://github.com/triton-lang/triton", commit="7" * 40,
-                                              rev="v3.5.1"),
-            "repo-cutlass": LockedFetchContent(git="https://github.com/NVIDIA/cutlass", commit="5" * 40),
-            "json": LockedFetchContent(url="https://github.com/nlohmann/json/archive/v3.11.3.tar.gz", sha256="9" * 64),
-        }},
-        venv_digest="sha256:" + "e" * 64,
-    )
-    base = replace(base, venv_install=base.install_digest())
-    return replace(base, **changes)  # type: ignore[arg-type]
+from kit.locks import sample_lock
 
 
 def test_round_trip_and_pep751() -> None:
-    lock = sample()
+    lock = sample_lock()
     text = lock.to_toml()
     Pylock.from_dict(tomllib.loads(text))
     again = Lock.from_toml(text, "x")
@@ -71,8 +38,8 @@ def test_round_trip_and_pep751() -> None:
 
 def yanked_sample() -> Lock:
     """``sample`` with torch's release recorded as yanked when locked."""
-    torch, kernel = sample().packages
-    return sample(packages=(replace(torch, yanked='bad "build"'), kernel))
+    torch, kernel = sample_lock().packages
+    return sample_lock(packages=(replace(torch, yanked='bad "build"'), kernel))
 
 
 def test_a_yanked_release_is_recorded_in_the_packages_own_tool_table() -> None:
@@ -83,17 +50,18 @@ def test_a_yanked_release_is_recorded_in_the_packages_own_tool_table() -> None:
     # Another tool's table beside it is that tool's: read past, not kept.
     other = text.replace("[packages.tool.envlock]\n", "[packages.tool.other]\nx = 1\n[packages.tool.envlock]\n")
     assert Lock.from_toml(other, "x") == yanked_sample()
-    assert Lock.from_toml(text.replace('\n[packages.tool.envlock]\nyanked = "bad \\"build\\""\n', ""), "x") == sample()
+    unyanked = text.replace('\n[packages.tool.envlock]\nyanked = "bad \\"build\\""\n', "")
+    assert Lock.from_toml(unyanked, "x") == sample_lock()
 
 
 def test_filename_is_unquoted() -> None:
-    assert sample().packages[0].wheels[0].filename == "torch-2.12.0.dev20260307+cu130-cp312-cp312-linux_x86_64.whl"
+    assert sample_lock().packages[0].wheels[0].filename == "torch-2.12.0.dev20260307+cu130-cp312-cp312-linux_x86_64.whl"
 
 
 def test_install_digest_ignores_venv_digest_but_not_wheels() -> None:
-    lock = sample()
+    lock = sample_lock()
     assert lock.with_venv_digest(None).install_digest() == lock.install_digest()
-    other = sample(packages=(sample().packages[0],))
+    other = sample_lock(packages=(sample_lock().packages[0],))
     assert other.install_digest() != lock.install_digest()
 
 
@@ -250,7 +218,7 @@ def _read_edited(tmp_path: Path, old: str, new: str) -> tuple[Path, LockError]:
 def test_unsupported_lock_version_is_refused(tmp_path: Path, version: str, found: str) -> None:
     # PEP 751: a reader must raise on a major version it does not support.
     path = tmp_path / "pylock.e.toml"
-    path.write_text(sample().to_toml().replace('lock-version = "1.0"', f"lock-version = {version}"))
+    path.write_text(sample_lock().to_toml().replace('lock-version = "1.0"', f"lock-version = {version}"))
     with pytest.raises(LockError) as info:
         read_lock(path)
     assert info.value.message == (f'{path}: lock-version: found {found}; expected "1.x" '
@@ -259,8 +227,8 @@ def test_unsupported_lock_version_is_refused(tmp_path: Path, version: str, found
 
 
 def test_later_minor_lock_version_is_read() -> None:
-    text = sample().to_toml().replace('lock-version = "1.0"', 'lock-version = "1.7"')
-    assert Lock.from_toml(text, "x") == sample()
+    text = sample_lock().to_toml().replace('lock-version = "1.0"', 'lock-version = "1.7"')
+    assert Lock.from_toml(text, "x") == sample_lock()
 
 
 def test_missing_lock(tmp_path: Path) -> None:

@@ -25,14 +25,12 @@ def _basic(login: str) -> str:
 
 
 @pytest.fixture
-def private(tmp_path: Path) -> Iterator[IndexServer]:
+def private(server: IndexServer, tmp_path: Path) -> Iterator[IndexServer]:
     """An index that answers 401 to any request without alice's credentials."""
-    server = IndexServer(tmp_path / "served").start()
     server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
     server.required_auth = _basic("alice:s3cret")
     netauth.forget()
     yield server
-    server.stop()
     netauth.forget()
 
 

@@ -31,30 +31,8 @@ from envlock.syncing import SyncOptions, sync
 from envlock.workspace import Workspace
 from kit.index import IndexServer
 from kit.locks import sha256_of
-from kit.universe import Universe
+from kit.universe import TORCH, TRITON, Universe, spec_text
 from kit.wheels import build_wheel
-
-
-def spec_text(u: Universe, packages: str, extra: str = "", python: str = "3.11") -> str:
-    return f"""
-[env]
-python = "{python}"
-platform = "x86_64-manylinux_2_28"
-[indexes.pypi]
-url = "{u.pypi}"
-default = true
-[indexes.pytorch]
-url = "{u.pytorch}"
-[indexes.flashinfer]
-url = "{u.flashinfer}"
-[packages]
-{packages}
-{extra}
-"""
-
-
-TORCH = 'torch = { nightly = "2026-03-07", local = "cu130", index = "pytorch" }\n'
-TRITON = 'pytorch-triton = { index = "pytorch" }\n'
 
 
 def lock(ws_root: Path, name: str = "e") -> dict:  # type: ignore[type-arg]

@@ -191,7 +191,7 @@ def test_a_path_source_may_be_a_link_to_a_folder_outside_the_workspace(tmp_path:
 
 def test_lock_refuses_a_path_source_with_a_link_out_of_its_tree(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
                                                                 tmp_path: Path) -> None:
-    from test_resolve import spec_text
+    from kit.universe import spec_text
 
     write(ws.root, {"k/pkg/real.py": "REAL = 1\n"})
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"', extra='[sources.k]\npath = "k"\n'))

@@ -4,7 +4,6 @@ relocks; the spec edited in place (every other byte kept), or nothing written at
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -256,10 +255,9 @@ def test_a_same_version_set_and_its_overrides_move_together(ws, cli, universe: U
 
 
 @pytest.fixture
-def nightly_index(tmp_path: Path) -> Iterator[IndexServer]:
+def nightly_index(server: IndexServer, tmp_path: Path) -> IndexServer:
     """alpha: target wheels for 03-01 and 03-05, only a macOS wheel for 03-09; beta: 03-01, 03-05, 03-07;
     gamma (opted out of sharing the date): 03-01 and 03-05."""
-    server = IndexServer(tmp_path / "served").start()
     wheels = tmp_path / "wheels"
     linux, mac = "cp311-cp311-manylinux_2_28_x86_64", "cp311-cp311-macosx_11_0_arm64"
     server.add_index("nt", hashes=False)
@@ -269,8 +267,7 @@ def nightly_index(tmp_path: Path) -> Iterator[IndexServer]:
             server.add("nt", build_wheel(wheels, name, f"1.0.dev{date}", tag=linux))
     server.add("nt", build_wheel(wheels, "alpha", "1.0.dev20260309", tag=mac))
     server.add("pypi", build_wheel(wheels, "tinydep", "1.0"))
-    yield server
-    server.stop()
+    return server
 
 
 def test_latest_is_the_newest_date_with_a_wheel_for_the_target_of_every_nightly(  # type: ignore[no-untyped-def]

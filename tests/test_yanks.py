@@ -20,19 +20,29 @@ from kit.wheels import build_wheel
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+TINYDEP2 = "tinydep-2.0-py3-none-any.whl"
+NIGHTLY = "torch-2.12.0.dev2026031001+cpu-py3-none-any.whl"
+
+
 @pytest.fixture
-def index(tmp_path: Path):  # type: ignore[no-untyped-def]
-    server = IndexServer(tmp_path / "served").start()
-    server.add_index("pypi")
-    server.add_index("nightly", hashes=False)  # PyTorch's: no hashes, envlock picks the date's build
+def fresh(server: IndexServer, tmp_path: Path) -> IndexServer:
+    """tinydep 1.0 and 2.0 on ``pypi``, two torch nightlies of one date on ``nightly`` (no hashes, as
+    PyTorch's: envlock picks the date's build), nothing yanked yet: a lock takes tinydep 2.0 and the
+    date's newest torch."""
+    server.add_index("nightly", hashes=False)
     for version in ("1.0", "2.0"):
         server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", version))
     for version in ("2.12.0.dev20260310+cpu", "2.12.0.dev2026031001+cpu"):
         server.add("nightly", build_wheel(tmp_path / "wheels", "torch", version))
-    server.yanked["tinydep-2.0-py3-none-any.whl"] = "broken"
-    server.yanked["torch-2.12.0.dev2026031001+cpu-py3-none-any.whl"] = ""
-    yield server
-    server.stop()
+    return server
+
+
+@pytest.fixture
+def index(fresh: IndexServer) -> IndexServer:
+    """The same indexes with the newest of each yanked: tinydep 2.0 (with a reason) and the date's newest torch."""
+    fresh.yanked[TINYDEP2] = "broken"
+    fresh.yanked[NIGHTLY] = ""
+    return fresh
 
 
 def _spec(server: IndexServer, tinydep: str) -> str:
@@ -57,24 +67,6 @@ def test_a_yanked_newest_release_is_taken_only_when_pinned_exactly(index: IndexS
 
 
 # -- a locked release yanked since, and an == pin of a yanked one -----------------------------------
-
-TINYDEP2 = "tinydep-2.0-py3-none-any.whl"
-NIGHTLY = "torch-2.12.0.dev2026031001+cpu-py3-none-any.whl"
-
-
-@pytest.fixture
-def fresh(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """The same indexes with nothing yanked yet: a lock takes tinydep 2.0 and the date's newest torch."""
-    server = IndexServer(tmp_path / "served").start()
-    server.add_index("pypi")
-    server.add_index("nightly", hashes=False)
-    for version in ("1.0", "2.0"):
-        server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", version))
-    for version in ("2.12.0.dev20260310+cpu", "2.12.0.dev2026031001+cpu"):
-        server.add("nightly", build_wheel(tmp_path / "wheels", "torch", version))
-    yield server
-    server.stop()
-
 
 def _page_requests(server: IndexServer) -> list[str]:
     return sorted(path for path, _ in server.requests if "/simple/" in path and path.count("/") == 4)

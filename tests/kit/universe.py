@@ -93,6 +93,30 @@ def build_universe(root: Path) -> Universe:
     return Universe(server)
 
 
+def spec_text(u: Universe, packages: str, extra: str = "", python: str = "3.11") -> str:
+    """An env spec over the universe's three indexes, with ``packages`` (lines of ``[packages]``) and ``extra``."""
+    return f"""
+[env]
+python = "{python}"
+platform = "x86_64-manylinux_2_28"
+[indexes.pypi]
+url = "{u.pypi}"
+default = true
+[indexes.pytorch]
+url = "{u.pytorch}"
+[indexes.flashinfer]
+url = "{u.flashinfer}"
+[packages]
+{packages}
+{extra}
+"""
+
+
+#: ``[packages]`` lines: the 03-07 cu130 torch nightly, and pytorch-triton, from the pytorch index.
+TORCH = 'torch = { nightly = "2026-03-07", local = "cu130", index = "pytorch" }\n'
+TRITON = 'pytorch-triton = { index = "pytorch" }\n'
+
+
 def backend_wheels() -> Path:
     """tests/.wheels, holding the build backends, or a clear failure naming the set-up step."""
     wanted = ("scikit_build_core-", "setuptools-")

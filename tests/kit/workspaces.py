@@ -1,10 +1,10 @@
 """Workspaces the tests write, and envlock's CLI run in-process in them.
 
-``Workspace`` is the ``ws`` fixture's value (a throwaway workspace, the current folder) and ``Cli``
+``ScratchWorkspace`` is the ``ws`` fixture's value (a throwaway workspace, the current folder) and ``Cli``
 the ``cli`` fixture's (``envlock ARGS`` in-process: exit code, stdout, stderr); ``write_demo``
 writes the demo-shaped env (a patched local C extension, ``examples/mini-kernel``) into a
 workspace, as the build and cache tests and ``benchmarks/cache.py`` use it; ``cache_config``
-writes a workspace's ``envlock.toml`` ``[cache]`` table.
+writes a workspace's ``envlock.toml`` ``[cache]`` table; ``said`` finds envlock's error in a captured stderr.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Cli(Protocol):
 
 
 @dataclass
-class Workspace:
+class ScratchWorkspace:
     root: Path
 
     def write_spec(self, name: str, text: str) -> Path:
@@ -76,3 +76,9 @@ def cache_config(root: Path, **keys: object) -> None:
     """Write ``root/envlock.toml`` with a ``[cache]`` table of ``keys`` (``trusted_keys`` is ``trusted-keys``)."""
     lines = ["[cache]"] + [f"{k.replace('_', '-')} = {json.dumps(v)}" for k, v in keys.items()]
     (root / "envlock.toml").write_text("\n".join(lines) + "\n")
+
+
+def said(err: str) -> str:
+    """envlock's error, without what the fixture server's threads print of a client that hung up
+    (uv closing a kept-alive connection) into the same captured stderr."""
+    return err[err.index("envlock: error: "):] if "envlock: error: " in err else err
