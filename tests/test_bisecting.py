@@ -17,6 +17,7 @@ from kit.index import IndexServer
 from kit.locks import lock_for
 from kit.sglike import git
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
 DATES = ("20260301", "20260302", "20260303", "20260304", "20260305", "20260306", "20260307", "20260309")
@@ -58,7 +59,7 @@ def test_the_spec_edit_moves_shared_dates_and_keeps_the_rest(tmp_path: Path) -> 
 
 
 @pytest.fixture
-def nightly_ws(server: IndexServer, ws, cli, tmp_path: Path) -> IndexServer:  # type: ignore[no-untyped-def]
+def nightly_ws(server: IndexServer, ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> IndexServer:
     server.add_index("pt", hashes=False)
     for date in DATES:
         body = f"BROKEN = {date >= FIRST_BAD}\nDATE = {date!r}\n"
@@ -74,8 +75,8 @@ def nightly_ws(server: IndexServer, ws, cli, tmp_path: Path) -> IndexServer:  # 
     return server
 
 
-def test_bisect_over_nightly_dates_names_the_planted_first_bad_date(  # type: ignore[no-untyped-def]
-        nightly_ws: IndexServer, ws, cli) -> None:
+def test_bisect_over_nightly_dates_names_the_planted_first_bad_date(
+        nightly_ws: IndexServer, ws: ScratchWorkspace, cli: Cli) -> None:
     spec, lock = (ws.root / "envs" / "e.toml").read_bytes(), (ws.root / "locks" / "pylock.e.toml").read_bytes()
     store = Store.open()
     before = generations.current_number(store, "e")
@@ -104,7 +105,7 @@ def test_bisect_over_nightly_dates_names_the_planted_first_bad_date(  # type: ig
 
 
 @pytest.fixture
-def git_ws(server: IndexServer, ws, cli, tmp_path: Path) -> list[str]:  # type: ignore[no-untyped-def]
+def git_ws(server: IndexServer, ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> list[str]:
     """Seven revisions of locks/pylock.demo.toml (alpha 1..7; 5 and later broken), with other commits between."""
     lock = ws.root / "locks" / "pylock.demo.toml"
     git(ws.root, "init", "-q")
@@ -124,7 +125,7 @@ def git_ws(server: IndexServer, ws, cli, tmp_path: Path) -> list[str]:  # type: 
     return revs
 
 
-def test_bisect_over_git_revisions_names_the_planted_culprit(git_ws: list[str], ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_bisect_over_git_revisions_names_the_planted_culprit(git_ws: list[str], ws: ScratchWorkspace, cli: Cli) -> None:
     store = Store.open()
     before = generations.current_number(store, "demo")
     r = cli("bisect", "demo", "--good", git_ws[0], "--bad", "HEAD", "--json", "--", "python", "-c", CHECK,
@@ -140,8 +141,8 @@ def test_bisect_over_git_revisions_names_the_planted_culprit(git_ws: list[str], 
     assert report["restored"] == before == generations.current_number(store, "demo")
 
 
-def test_a_command_that_cannot_run_stops_the_bisect_and_restores_the_env(  # type: ignore[no-untyped-def]
-        git_ws: list[str], cli) -> None:
+def test_a_command_that_cannot_run_stops_the_bisect_and_restores_the_env(
+        git_ws: list[str], cli: Cli) -> None:
     store = Store.open()
     before = generations.current_number(store, "demo")
     r = cli("bisect", "demo", "--good", git_ws[0], "--bad", git_ws[-1], "--", "no-such-command-here")
@@ -162,7 +163,7 @@ def test_a_command_that_cannot_run_stops_the_bisect_and_restores_the_env(  # typ
     (["--nightly", "2026-3-1..2026-03-09", "--", "true"],
      "--nightly 2026-3-1..2026-03-09: expected FROM..TO, two dates YYYY-MM-DD (good, then bad)"),
 ])
-def test_bisect_usage_errors(ws, cli, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+def test_bisect_usage_errors(ws: ScratchWorkspace, cli: Cli, args: list[str], message: str) -> None:
     r = cli("bisect", "e", *args)
     assert r.code == 2
     assert r.err == f"envlock: error: {message}\n"

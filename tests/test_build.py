@@ -144,6 +144,7 @@ def test_fetchcontent_input_is_prefetched_and_nothing_is_downloaded(
     kit: Kit, built: tuple[build.BuiltWheel, ...]
 ) -> None:
     kernel = built[0]
+    assert kernel.log is not None
     log = kernel.log.read_text()
     fc_dir = kit.store.path("sources", f"git-{kit.sg.kdep_commit}") / "tree"
     assert f"--config-setting cmake.define.FETCHCONTENT_SOURCE_DIR_REPO-KDEP={fc_dir}" in log
@@ -180,7 +181,7 @@ def test_torch_pin_changes_the_kernel_digest_and_rebuilds(kit: Kit, built: tuple
     plan_a = build.plan(kit.kernel(TORCH_A), kit.store)
     plan_b = build.plan(kit.kernel(TORCH_B), kit.store)
     assert plan_a.input_digest == built[0].input_digest != plan_b.input_digest
-    assert plan_b.recipe["build-env"]["env-packages"] == [  # type: ignore[index]
+    assert plan_b.recipe["build-env"]["env-packages"] == [
         f"torchlike=={TORCH_B} sha256:{kit.env(TORCH_B)[0].sha256}"
     ]
     rebuilt = build.build_wheel(kit.kernel(TORCH_B), kit.store, kit.wheelhouse)

@@ -35,7 +35,7 @@ from kit.cacheservers import free_port
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.sglike import SgLike, kernel_index, kernel_spec, make_sglike
-from kit.workspaces import said
+from kit.workspaces import Cli, ScratchWorkspace, said
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,8 @@ def archives(tmp_path: Path) -> Iterator[IndexServer]:
 class Env:
     """The SGLang-shaped env of ``test_cmakefetch``, locked and built in home A."""
 
-    def __init__(self, ws, cli, pypi: IndexServer, archives: IndexServer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    def __init__(
+            self, ws: ScratchWorkspace, cli: Cli, pypi: IndexServer, archives: IndexServer, tmp_path: Path) -> None:
         self.sg: SgLike = make_sglike(tmp_path / "repos")
         self.archive_url = archives.file_url("archives", "karch-1.0.tar.gz")
         ws.write_spec("e", kernel_spec(pypi, self.sg, karch=self.archive_url))
@@ -91,14 +92,14 @@ def _git_tree_of(tar: Path, scratch: Path) -> str:
     with tarfile.open(tar) as t:
         t.extractall(scratch, filter="data")
     runner.git(["init", "-q", scratch / "repo"])
-    where = ["--git-dir", scratch / "repo" / ".git", "--work-tree", scratch / "tree"]
+    where: list[str | Path] = ["--git-dir", scratch / "repo" / ".git", "--work-tree", scratch / "tree"]
     runner.git([*where, "add", "-A", "-f", "--", "."], cwd=scratch / "tree")
     return runner.git([*where, "write-tree"]).stdout.strip()
 
 
 @pytest.mark.slow
-def test_home_b_builds_from_cached_sources_with_git_and_the_archive_server_gone(  # type: ignore[no-untyped-def]
-    ws, cli, pypi: IndexServer, archives: IndexServer, nginx: tuple[str, Path], tmp_path: Path,
+def test_home_b_builds_from_cached_sources_with_git_and_the_archive_server_gone(
+    ws: ScratchWorkspace, cli: Cli, pypi: IndexServer, archives: IndexServer, nginx: tuple[str, Path], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, folder = nginx
@@ -152,9 +153,9 @@ def test_home_b_builds_from_cached_sources_with_git_and_the_archive_server_gone(
 
 
 @pytest.mark.slow
-def test_a_tampered_source_is_refused_by_name_and_git_is_the_fallback(  # type: ignore[no-untyped-def]
-    ws, cli, pypi: IndexServer, archives: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_tampered_source_is_refused_by_name_and_git_is_the_fallback(ws: ScratchWorkspace, cli: Cli, pypi: IndexServer,
+                                                                      archives: IndexServer, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     url = cache.as_uri()
     env = Env(ws, cli, pypi, archives, tmp_path)

@@ -26,7 +26,7 @@ from kit.cacheservers import nginx_binary, nginx_cache
 from kit.index import IndexServer
 from kit.universe import backend_wheels
 from kit.wheels import build_wheel
-from kit.workspaces import cache_config
+from kit.workspaces import Cli, ScratchWorkspace, cache_config
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
 
@@ -67,8 +67,8 @@ def _home_b(src: Path, dest: Path, monkeypatch: pytest.MonkeyPatch, name: str) -
     return dest
 
 
-def test_home_b_locks_from_home_a_url_records_on_nginx_reading_no_wheel_byte_from_the_index(  # type: ignore[no-untyped-def]
-    ws, cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_home_b_locks_from_home_a_url_records_on_nginx_reading_no_wheel_byte_from_the_index(
+    ws: ScratchWorkspace, cli: Cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if nginx_binary() is None:
         pytest.skip("nginx is not installed (.ci/run installs it: apt-get install -y nginx)")
@@ -146,8 +146,8 @@ def _unsigned(cache: Path, key: str) -> None:
     (cache / key).write_text(json.dumps(doc))
 
 
-def test_refused_url_records_are_named_and_the_index_serves(  # type: ignore[no-untyped-def]
-    ws, cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_refused_url_records_are_named_and_the_index_serves(
+    ws: ScratchWorkspace, cli: Cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server, wheel = nightly.server, nightly.wheel
     ws.write_spec("e", _spec(server))
@@ -168,7 +168,7 @@ def test_refused_url_records_are_named_and_the_index_serves(  # type: ignore[no-
     where = f"cache {url}: refused URL record of {wheel}"
     laptop, ci2 = generate("laptop"), generate("team-ci")  # ci2: another key of the name, trusted where said
     as_build = sign_record(json.loads(original)["record"], ci2)  # a build record's format, signed by ci2
-    cases: list[tuple[str, Callable[[Path, str], None], str, str]] = [
+    cases: list[tuple[str, Callable[[Path, str], object], str, str]] = [
         ("untrusted", _resign(laptop, lambda r: None),
          f"{where}: signed by 'laptop', which is not a trusted key (trusted: 'team-ci')", public),
         ("tampered", _tamper, f"{where}: the signature of trusted key 'team-ci' does not verify (the record was "
@@ -229,8 +229,8 @@ def test_a_url_record_key_and_record_carry_no_credentials_nor_query(url: str, pl
     assert "s3cr3t" not in json.dumps(record) and "token" not in json.dumps(record)
 
 
-def test_upgrade_pushes_the_wheels_it_hashed_and_a_dry_run_pushes_nothing(  # type: ignore[no-untyped-def]
-    ws, cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_upgrade_pushes_the_wheels_it_hashed_and_a_dry_run_pushes_nothing(
+    ws: ScratchWorkspace, cli: Cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws.write_spec("e", _spec(nightly.server))
     assert cli("-q", "lock", "e").code == 0  # before any cache: 03-05 hashed into the store only

@@ -26,7 +26,7 @@ from kit.cacheservers import failing_server, hanging_server
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.stores import how_made
-from kit.workspaces import cache_config, write_demo
+from kit.workspaces import Cli, ScratchWorkspace, cache_config, write_demo
 
 
 def _clone(src: Path, dest: Path) -> Path:
@@ -36,9 +36,9 @@ def _clone(src: Path, dest: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, nginx: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_home_b_syncs_home_a_build_from_nginx_with_no_build(ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer,
+                                                            nginx: tuple[str, Path], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     url, folder = nginx
     write_demo(ws.root, backend_index.url("pypi"))
     r = cli("cache", "keygen", "team-ci", "--out", str(tmp_path / "ci.key"))
@@ -161,9 +161,9 @@ def _packaging_env(root: Path, index_url: str) -> None:
         '[packages]\npackaging = ">=20"\n')
 
 
-def test_wrong_bytes_500_and_a_hang_are_named_and_the_index_serves(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, nginx: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_wrong_bytes_500_and_a_hang_are_named_and_the_index_serves(
+        ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, nginx: tuple[str, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     url, folder = nginx
     _packaging_env(ws.root, backend_index.url("pypi"))
     assert cli("lock", "tiny").code == 0
@@ -195,8 +195,8 @@ def test_wrong_bytes_500_and_a_hang_are_named_and_the_index_serves(  # type: ign
     assert r.code == 0, r.err
 
 
-def test_a_good_wheel_in_a_file_cache_is_taken_before_the_index(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, tmp_path: Path
+def test_a_good_wheel_in_a_file_cache_is_taken_before_the_index(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, tmp_path: Path
 ) -> None:
     _packaging_env(ws.root, backend_index.url("pypi"))
     assert cli("lock", "tiny").code == 0
@@ -217,9 +217,9 @@ def backend_wheels_dir() -> Path:
 
 
 @pytest.mark.parametrize("kind", ["file", "s3"])
-def test_push_then_a_fresh_home_syncs_from_the_cache_alone(  # type: ignore[no-untyped-def]
-    kind: str, ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_push_then_a_fresh_home_syncs_from_the_cache_alone(kind: str, ws: ScratchWorkspace, cli: Cli,
+                                                           backend_index: IndexServer, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from contextlib import nullcontext
 
     from kit.cacheservers import s3_server
@@ -249,15 +249,15 @@ def test_push_then_a_fresh_home_syncs_from_the_cache_alone(  # type: ignore[no-u
     ('[cache]\ntrusted-keys = ["ci"]\n', "cache.trusted-keys[0]: 'ci': expected a public key as NAME:BASE64 "
                                          "(NAME of letters, digits, '.', '_', '-')"),
 ])
-def test_a_bad_cache_table_is_named_by_file_and_key(ws, cli, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_cache_table_is_named_by_file_and_key(ws: ScratchWorkspace, cli: Cli, text: str, message: str) -> None:
     _packaging_env(ws.root, "http://127.0.0.1:9/simple")
     (ws.root / "envlock.toml").write_text(text)
     r = cli("cache", "verify", "file:///nowhere")
     assert (r.code, r.err) == (2, f"envlock: error: {ws.root / 'envlock.toml'}: {message}\n")
 
 
-def test_a_push_to_an_unreachable_cache_fails_naming_it(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer
+def test_a_push_to_an_unreachable_cache_fails_naming_it(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer
 ) -> None:
     _packaging_env(ws.root, backend_index.url("pypi"))
     assert cli("lock", "tiny").code == 0

@@ -13,6 +13,7 @@ import shlex
 import shutil
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,14 +23,14 @@ from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
 from kit.universe import backend_wheels
 from kit.wheels import build_wheel
-from kit.workspaces import write_demo
+from kit.workspaces import Cli, ScratchWorkspace, write_demo
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_demo_lock_build_check_status_sync(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_demo(ws.root, backend_index.url("pypi"))
     r = cli("lock", "demo")
@@ -259,7 +260,7 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     assert sha256_of(ws.root / "wheelhouse" / locked["wheel"]) == locked["sha256"]
 
 
-def test_patch_status_exit_code_and_json_on_conflict(ws, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_patch_status_exit_code_and_json_on_conflict(ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> None:
     (ws.root / "src").mkdir()
     (ws.root / "src" / "f.txt").write_text("a\nB\nc\n")
     (ws.root / "patches" / "s").mkdir(parents=True)
@@ -280,7 +281,7 @@ def test_patch_status_exit_code_and_json_on_conflict(ws, cli, tmp_path: Path) ->
     assert r.code == 2 and "source 's' is a path source" in r.err
 
 
-def test_build_refuses_a_missing_lock_and_unknown_build(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_build_refuses_a_missing_lock_and_unknown_build(ws: ScratchWorkspace, cli: Cli) -> None:
     write_demo(ws.root, "http://127.0.0.1:9/simple")
     r = cli("build", "demo")
     assert r.code == 2 and "no lock file; create it with `envlock lock demo` before building" in r.err
@@ -288,7 +289,7 @@ def test_build_refuses_a_missing_lock_and_unknown_build(ws, cli) -> None:  # typ
     assert r.code == 2 and "--override-source 'nope': expected NAME=PATH" in r.err
 
 
-def test_a_build_subdirectory_the_source_lacks_is_named_by_lock(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_build_subdirectory_the_source_lacks_is_named_by_lock(ws: ScratchWorkspace, cli: Cli) -> None:
     # Before any index is asked (this one is closed): uv would call it a failed resolution.
     write_demo(ws.root, "http://127.0.0.1:9/simple")
     spec = ws.root / "envs" / "demo.toml"
@@ -299,8 +300,8 @@ def test_a_build_subdirectory_the_source_lacks_is_named_by_lock(ws, cli) -> None
 
 
 @pytest.mark.slow
-def test_frozen_sync_rebuilds_from_the_locked_build_requirements(  # type: ignore[no-untyped-def]
-    ws, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_frozen_sync_rebuilds_from_the_locked_build_requirements(
+    ws: ScratchWorkspace, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The known-good rebuild: the index has newer build tools than the lock recorded, the
     # wheel is gone from this machine, and sync --frozen must rebuild the recorded wheel.
@@ -328,8 +329,8 @@ def test_frozen_sync_rebuilds_from_the_locked_build_requirements(  # type: ignor
 
 
 @pytest.mark.slow
-def test_a_lock_written_while_a_build_ran_is_not_undone(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, monkeypatch: pytest.MonkeyPatch
+def test_a_lock_written_while_a_build_ran_is_not_undone(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from envlock import build
 
@@ -339,7 +340,7 @@ def test_a_lock_written_while_a_build_ran_is_not_undone(  # type: ignore[no-unty
     meanwhile = ws.lock_text("demo") + "# written by another envlock during the build\n"
     real_build_wheel = build.build_wheel
 
-    def another_lock_during_the_build(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def another_lock_during_the_build(*args: Any, **kwargs: Any) -> Any:
         lock_file.write_text(meanwhile)
         return real_build_wheel(*args, **kwargs)
 
@@ -355,7 +356,8 @@ def test_a_lock_written_while_a_build_ran_is_not_undone(  # type: ignore[no-unty
     assert "0 rebuilt, 1 reused; updated locks/pylock.demo.toml" in r.out
 
 
-def test_a_build_named_other_than_its_project_is_refused_at_its_key(ws, cli, backend_index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_a_build_named_other_than_its_project_is_refused_at_its_key(ws: ScratchWorkspace, cli: Cli,
+                                                                    backend_index: IndexServer) -> None:
     # Before: uv's "metadata name does not match" at lock time, reported as a failed resolution (exit 1).
     write_demo(ws.root, backend_index.url("pypi"))
     spec = ws.root / "envs" / "demo.toml"
@@ -369,8 +371,8 @@ def test_a_build_named_other_than_its_project_is_refused_at_its_key(ws, cli, bac
 
 
 @pytest.mark.slow
-def test_build_check_never_replaces_the_wheel_the_lock_names(  # type: ignore[no-untyped-def]
-        ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_check_never_replaces_the_wheel_the_lock_names(ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer,
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same inputs, other bytes (as a build that does not reproduce gives): the check says so, and
     the wheelhouse keeps the wheel the lock records."""
     write_demo(ws.root, backend_index.url("pypi"))
@@ -405,8 +407,9 @@ def test_build_check_never_replaces_the_wheel_the_lock_names(  # type: ignore[no
 
 
 @pytest.mark.slow
-def test_a_frozen_sync_rebuilds_after_an_edit_that_leaves_the_build_inputs_alone(  # type: ignore[no-untyped-def]
-        ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_frozen_sync_rebuilds_after_an_edit_that_leaves_the_build_inputs_alone(
+        ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A reworded patch header changes the file (the lock calls itself stale), not the patched tree.
     write_demo(ws.root, backend_index.url("pypi"))
     assert cli("-q", "sync", "demo").code == 0

@@ -30,6 +30,7 @@ from kit.sglike import SgLike
 from kit.stores import assert_store_whole
 from kit.universe import Universe
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 TORCH_A = "2.12.0.dev20260307"
 TORCH_B = "2.12.0.dev20260308"
@@ -83,7 +84,7 @@ def built_inputs(home: Path) -> set[str]:
     return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
 
 
-def sync(cli, env: str = "e") -> dict:  # type: ignore[no-untyped-def, type-arg]
+def sync(cli: Cli, env: str = "e") -> dict:  # type: ignore[type-arg]
     result = cli("sync", env, "--json")
     assert result.code == 0, result.err
     return json.loads(result.out)  # type: ignore[no-any-return]
@@ -97,8 +98,8 @@ def in_env(ws_root: Path, code: str) -> str:
 
 
 @pytest.mark.slow
-def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Universe, sg: SgLike, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws: ScratchWorkspace, cli: Cli, universe: Universe, sg: SgLike,
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     shutil.copytree(sg.patches_dir, ws.root / "patches" / "sglike")
     ws.write_spec("e", spec(universe, sg))

@@ -23,7 +23,7 @@ from kit import sglike
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.sglike import commit_all, git, kernel_index, kernel_spec, make_sglike, write
-from kit.workspaces import said
+from kit.workspaces import Cli, ScratchWorkspace, said
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,8 @@ def pins(ws_root: Path) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(  # type: ignore[no-untyped-def]
-    ws, cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(
+    ws: ScratchWorkspace, cli: Cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sg = make_sglike(tmp_path / "repos")
     archive = server.indexes["archives"].files["karch-1.0.tar.gz"]
@@ -119,8 +119,8 @@ def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(  # type: ignore
     assert sha256_of(archive) == pinned
 
 
-def test_unreachable_inputs_are_named_together_before_any_wheel_is_fetched(  # type: ignore[no-untyped-def]
-    ws, cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_unreachable_inputs_are_named_together_before_any_wheel_is_fetched(
+    ws: ScratchWorkspace, cli: Cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sg = make_sglike(tmp_path / "repos")
     gone_git = tmp_path / "gone.git"

@@ -23,7 +23,7 @@ from kit.processes import envlock, wait_for, waits_on_flock
 from kit.sglike import git
 from kit.stores import assert_store_whole
 from kit.wheels import build_wheel
-from kit.workspaces import Cli
+from kit.workspaces import Cli, ScratchWorkspace
 
 
 @dataclass
@@ -72,7 +72,7 @@ def setup(server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, 
     return Setup(server, ws, home, files, delta)
 
 
-def test_dry_run_then_gc_keeps_every_root_and_frees_the_rest(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_then_gc_keeps_every_root_and_frees_the_rest(setup: Setup, cli: Cli) -> None:
     store = Store.open(setup.home)
     assert cli("pin", "demo", "--lock", "locks/pylock.demo.toml@HEAD~2").code == 0  # v3, from git history
     listing = json.loads(cli("pins", "--json").out)["pins"]
@@ -116,7 +116,7 @@ def test_dry_run_then_gc_keeps_every_root_and_frees_the_rest(setup: Setup, cli) 
     assert r.code == 1 and "--offline: 1 locked artifact not in the store" in r.err
 
 
-def test_git_history_and_tags_are_roots_and_an_unpinned_lock_goes(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
+def test_git_history_and_tags_are_roots_and_an_unpinned_lock_goes(setup: Setup, cli: Cli) -> None:
     store = Store.open(setup.home)
     gamma = Lock.from_toml(setup.locks["v3"].read_text(), "v3").packages[0].wheels[0].sha256
     # History keeps v3 (HEAD~2 changed the lock).
@@ -144,14 +144,14 @@ def test_git_history_and_tags_are_roots_and_an_unpinned_lock_goes(setup: Setup, 
                                   "--git-depth: expected 0 or more"),
     (["--keep-git", "some"], "--keep-git some: expected one of all, tags, none"),
 ])
-def test_gc_option_errors(ws, cli, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+def test_gc_option_errors(ws: ScratchWorkspace, cli: Cli, args: list[str], message: str) -> None:
     r = cli("gc", *args)
     assert r.code == 2
     assert r.err == f"envlock: error: {message}\n"
 
 
-def test_a_gc_killed_midway_leaves_a_store_a_sync_and_a_second_gc_work_on(  # type: ignore[no-untyped-def]
-        setup: Setup, tmp_path: Path, cli) -> None:
+def test_a_gc_killed_midway_leaves_a_store_a_sync_and_a_second_gc_work_on(
+        setup: Setup, tmp_path: Path, cli: Cli) -> None:
     marker = tmp_path / "paused"
     writer = Store.open(setup.home)  # before the gc starts: opening a store clears what no process holds
     proc = envlock(setup.ws, setup.home, "gc", "--keep-git", "none", paused=True,
@@ -198,7 +198,7 @@ WAITING = "envlock: waiting for the running syncs, locks and builds to end (gc n
 
 
 @pytest.fixture
-def tiny_build(ws, cli, backend_index: IndexServer) -> Path:  # type: ignore[no-untyped-def]
+def tiny_build(ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer) -> Path:
     """A workspace whose env builds a setuptools project from a path source, locked, not built yet."""
     project = ws.root / "tiny"
     project.mkdir()
@@ -213,8 +213,8 @@ def tiny_build(ws, cli, backend_index: IndexServer) -> Path:  # type: ignore[no-
     return ws.root
 
 
-def test_gc_beside_a_running_build_waits_and_leaves_its_inputs(  # type: ignore[no-untyped-def]
-        tiny_build: Path, tmp_path: Path, cli) -> None:
+def test_gc_beside_a_running_build_waits_and_leaves_its_inputs(
+        tiny_build: Path, tmp_path: Path, cli: Cli) -> None:
     home = tmp_path / "home"
     marker, release = tmp_path / "paused", tmp_path / "go-on"
     build = envlock(tiny_build, home, "build", "t", paused=True,
@@ -271,7 +271,7 @@ def _waits_beside_gc(store: Store, start: Callable[[], subprocess.Popen[str]], w
     assert proc.returncode == 0, err
 
 
-def test_cache_push_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_cache_push_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path, cli: Cli) -> None:
     # A push reads store entries (wheels, source trees it tars): a gc beside must not remove them
     # midway, or a partial tar is uploaded under a key the cache then holds for good.
     assert cli("build", "t").code == 0
@@ -280,7 +280,7 @@ def test_cache_push_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path, cli
                                             (tmp_path / "cache").as_uri()), "cache push")
 
 
-def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
+def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Setup, cli: Cli) -> None:
     store = Store.open(setup.home)
     kept = Lock.from_toml(setup.locks["v1"].read_text(), "v1").packages[0].wheels[0].sha256
     records = {name: store.root / name for name in

@@ -6,8 +6,9 @@ import json
 from dataclasses import replace
 
 from envlock.diff import diff_locks
-from envlock.lockfile import Artifact, LockedPatch, LockedSource, NightlyPin
+from envlock.lockfile import Artifact, LockedPackage, LockedPatch, LockedSource, NightlyPin, canonicalize_name
 from kit.locks import sample_lock
+from kit.workspaces import Cli, ScratchWorkspace
 
 H1, H2, H3 = (f"--hash=sha256:{c * 64}" for c in "123")
 
@@ -73,7 +74,7 @@ def test_a_build_says_which_build_requirements_changed() -> None:
     old = replace(old, builds={"sgl-kernel": recorded})
     bumped = replace(recorded, input_digest="sha256:" + "8" * 64, sha256="9" * 64, requirements=(
         f"cmake==4.0.0 {H1}", f"packaging==26.4 {H3}", f"scikit_build_core==1.1.3 {H1}"))
-    rows = [(c.kind, c.name, c.action, c.old, c.new, c.note)
+    rows: list[tuple[str | None, ...]] = [(c.kind, c.name, c.action, c.old, c.new, c.note)
             for c in diff_locks(old, replace(old, builds={"sgl-kernel": bumped}), old_label="a", new_label="b").changes]
     assert rows == [
         ("build", "sgl-kernel", "changed", recorded.input_digest, bumped.input_digest, "inputs changed: rebuild"),
@@ -95,7 +96,7 @@ def test_a_build_says_which_build_requirements_changed() -> None:
 def test_the_venv_digest_and_its_python_are_changes() -> None:
     old = sample_lock(venv_python="3.12.3")
     other_venv = old.with_venv_digest("sha256:" + "7" * 64, "3.12.3")
-    rows = [(c.kind, c.name, c.action, c.old, c.new, c.note)
+    rows: list[tuple[str | None, ...]] = [(c.kind, c.name, c.action, c.old, c.new, c.note)
             for c in diff_locks(old, other_venv, old_label="a", new_label="b").changes]
     assert rows == [("env", "venv-digest", "changed", old.venv_digest, other_venv.venv_digest,
                      "same wheels, another venv")]
@@ -114,7 +115,7 @@ def test_the_venv_digest_and_its_python_are_changes() -> None:
     assert rows == [("env", "venv-digest", ""), ("package", "sgl-kernel", "")]
 
 
-def test_diff_prints_and_reports_build_requirements_and_the_venv_digest(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_diff_prints_and_reports_build_requirements_and_the_venv_digest(ws: ScratchWorkspace, cli: Cli) -> None:
     recorded = replace(sample_lock().builds["sgl-kernel"], requirements=(f"scikit-build-core==1.1.2 {H1}",))
     old = sample_lock(builds={"sgl-kernel": recorded})
     new = replace(old, builds={"sgl-kernel": replace(recorded, requirements=(f"scikit-build-core==1.1.3 {H1}",))},
@@ -144,9 +145,8 @@ def test_diff_prints_and_reports_build_requirements_and_the_venv_digest(ws, cli)
 
 # -- the report: reasoned from the two locks and a DiffContext ------------------------------------
 
-def _pkg(name: str, version: str, char: str, index: str | None = "https://x/simple", size: int | None = 100):  # type: ignore[no-untyped-def]
-    from envlock.lockfile import LockedPackage, canonicalize_name
-
+def _pkg(name: str, version: str, char: str, index: str | None = "https://x/simple",
+         size: int | None = 100) -> LockedPackage:
     return LockedPackage(canonicalize_name(name), version, (Artifact(char * 64, url=f"https://x/{name}-{version}.whl",
                                                                      size=size),), index=index)
 
@@ -193,8 +193,8 @@ def test_torch_moving_rebuilds_a_non_isolated_build_and_not_an_isolated_one() ->
                                    "pending: not built for this lock yet"),
     }
     # Without the spec the locks still say it rebuilds, and no more than they know.
-    verdicts = {b.name: b.text() for b in diff_locks(old, new, old_label="a", new_label="b").builds}
-    assert verdicts["sgl-kernel"] == "sgl-kernel: pending: not built for this lock yet"
+    texts = {b.name: b.text() for b in diff_locks(old, new, old_label="a", new_label="b").builds}
+    assert texts["sgl-kernel"] == "sgl-kernel: pending: not built for this lock yet"
 
 
 def test_nightlies_are_one_line_per_index_and_date_pair() -> None:

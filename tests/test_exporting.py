@@ -10,6 +10,7 @@ import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo, write
 from kit.universe import backend_wheels
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
 
@@ -73,7 +75,8 @@ def _tiny_project(ws_root: Path, repos: Path) -> str:
 
 
 @pytest.fixture
-def synced(server: IndexServer, ws, cli, tmp_path: Path, request: pytest.FixtureRequest) -> Synced:  # type: ignore[no-untyped-def]
+def synced(
+        server: IndexServer, ws: ScratchWorkspace, cli: Cli, tmp_path: Path, request: pytest.FixtureRequest) -> Synced:
     """An env with a torch nightly from a hash-less index (and, if asked, a local build) synced."""
     build = getattr(request, "param", False)
     server.add_index("pt", hashes=False)
@@ -88,8 +91,8 @@ def synced(server: IndexServer, ws, cli, tmp_path: Path, request: pytest.Fixture
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
-def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     recorded = read_lock(synced.lock)
     assert recorded.venv_digest is not None and recorded.builds
     del synced.server.indexes["pt"].files[synced.nightly]  # the index moved on
@@ -131,21 +134,21 @@ def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest( 
     assert json.loads(cli("pins", "e", "--json").out)["pins"][0]["path"] == imported["lock"]
 
 
-def _export_again(cli, tmp_path: Path) -> bytes:  # type: ignore[no-untyped-def]
+def _export_again(cli: Cli, tmp_path: Path) -> bytes:
     again = tmp_path / "again.tar"
     assert cli("export", "e", "--to", str(again)).code == 0
     return again.read_bytes()
 
 
-def _export_dir(cli, tmp_path: Path) -> tuple[Path, dict]:  # type: ignore[no-untyped-def,type-arg]
+def _export_dir(cli: Cli, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     out = tmp_path / "bundle"
     r = cli("export", "e", "--to", str(out))
     assert r.code == 0, r.err
     return out, json.loads((out / MANIFEST).read_text())
 
 
-def test_a_tampered_member_is_refused_by_name_and_nothing_is_stored(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tampered_member_is_refused_by_name_and_nothing_is_stored(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out, manifest = _export_dir(cli, tmp_path)
     wheel = next(e for e in manifest["entries"] if e["kind"] == "wheels")
     member = f"store/wheels/{wheel['key']}/{wheel['files'][0]['path']}"
@@ -193,8 +196,8 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, target: str = "") -> tarfi
     (_member("store/dev", tarfile.CHRTYPE), "member store/dev is a device; refused (a bundle holds regular files "
                                             "and folders only)"),
 ])
-def test_a_member_that_would_escape_is_refused_by_name(  # type: ignore[no-untyped-def]
-        ws, cli, tmp_path: Path, member: tarfile.TarInfo, said: str) -> None:
+def test_a_member_that_would_escape_is_refused_by_name(
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path, member: tarfile.TarInfo, said: str) -> None:
     bundle = tmp_path / "evil.tar"
     _tar_with(bundle, [member], b"{}")
     r = cli("import", str(bundle))
@@ -203,8 +206,8 @@ def test_a_member_that_would_escape_is_refused_by_name(  # type: ignore[no-untyp
     assert not (tmp_path / "home" / "v1" / "wheels").exists()
 
 
-def test_a_manifest_naming_a_path_out_of_its_entry_is_refused(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_manifest_naming_a_path_out_of_its_entry_is_refused(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out, manifest = _export_dir(cli, tmp_path)
     manifest["entries"][0]["files"][0]["path"] = "../../escaped.whl"
     (out / MANIFEST).write_text(json.dumps(manifest))
@@ -216,8 +219,8 @@ def test_a_manifest_naming_a_path_out_of_its_entry_is_refused(  # type: ignore[n
     assert not (tmp_path / "escaped.whl").exists()
 
 
-def test_a_member_the_manifest_does_not_list_is_refused(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_member_the_manifest_does_not_list_is_refused(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out, _ = _export_dir(cli, tmp_path)
     (out / "store" / "extra.whl").write_bytes(b"x")
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))
@@ -227,8 +230,8 @@ def test_a_member_the_manifest_does_not_list_is_refused(  # type: ignore[no-unty
                      "holds only what its manifest names)\n")
 
 
-def test_export_refuses_an_existing_target_and_names_missing_entries(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path) -> None:
+def test_export_refuses_an_existing_target_and_names_missing_entries(
+        synced: Synced, cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     r = cli("export", "e", "--to", str(tmp_path / "full"))
@@ -242,7 +245,7 @@ def test_export_refuses_an_existing_target_and_names_missing_entries(  # type: i
     assert store.has("wheels", sha)
 
 
-def _elsewhere(synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+def _elsewhere(synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                bundle: Path) -> Path:
     """``bundle`` imported on "another machine": the index stopped, the git repositories gone, no
     wheelhouse, a fresh store and an empty uv cache. The fresh store's root."""
@@ -257,8 +260,8 @@ def _elsewhere(synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
-def test_build_check_offline_after_an_import_rebuilds_the_locks_wheel(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_check_offline_after_an_import_rebuilds_the_locks_wheel(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     recorded = read_lock(synced.lock).builds["tiny"]
     bundle = tmp_path / "e.tar"
     assert cli("export", "e", "--to", str(bundle)).code == 0
@@ -286,8 +289,8 @@ def test_build_check_offline_after_an_import_rebuilds_the_locks_wheel(  # type: 
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
-def test_build_offline_names_a_backend_wheel_the_bundle_lacks(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_offline_names_a_backend_wheel_the_bundle_lacks(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     line = read_lock(synced.lock).builds["tiny"].requirements[0]
     out, manifest = _export_dir(cli, tmp_path)
     backend = next(e for e in manifest["entries"] if e["kind"] == "wheels"

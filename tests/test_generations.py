@@ -130,7 +130,8 @@ def test_a_generation_never_made_current_is_no_rollback_target(
     later = _realize(store, "demo", beta_only, lock_path=None)
     # The pending one is gone (its venv stays in the store): numbers go on from the ones that were current.
     assert [(g.number, g.pending) for g in generations.list_generations(store, "demo")] == [(1, False), (2, False)]
-    assert later.generation == 2 and generations.current(store, "demo").install_digest == beta_only.install_digest()
+    current = generations.current(store, "demo")
+    assert later.generation == 2 and current is not None and current.install_digest == beta_only.install_digest()
     assert generations.rollback(store, "demo").current == 1
     assert _python(store, "demo", "import alpha; print(alpha.VERSION)") == "1.0"
     # A sync refused because `current` is not envlock's link adds no generation first.
@@ -164,7 +165,8 @@ def test_a_stamp_not_written_does_not_fail_a_switched_sync(locks: tuple[IndexSer
         result = _realize(store, "demo", read_lock(v2_path), lock_path=v2_path)
         assert result.note == (f"{stamp}: not written (No space left on device); the next sync takes the full "
                                "path, not the fast no-op")
-        assert generations.current(store, "demo").install_digest == v2.install_digest()
+        current = generations.current(store, "demo")
+        assert current is not None and current.install_digest == v2.install_digest()
         assert not stamp.exists()
 
 

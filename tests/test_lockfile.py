@@ -293,10 +293,10 @@ def test_a_lock_read_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 text = st.text()  # every code point but lone surrogates (which no TOML file or spec can hold)
 some = st.text(min_size=1)  # the writer leaves out an empty optional value: it reads back as absent
 maybe = st.none() | some
-workspace_path = st.lists(st.text(st.characters(blacklist_characters="/\\", blacklist_categories=("Cs",)),
+workspace_path = st.lists(st.text(st.characters(exclude_characters="/\\", exclude_categories=["Cs"]),
                                   min_size=1).filter(lambda p: p not in (".", "..") and p.strip()),
                           min_size=1, max_size=3).map("/".join)
-url_prefix = st.text(st.characters(blacklist_characters="?#", blacklist_categories=("Cs",)))
+url_prefix = st.text(st.characters(exclude_characters="?#", exclude_categories=["Cs"]))
 sha = st.text("0123456789abcdef", min_size=64, max_size=64)
 
 packages = st.lists(st.tuples(st.sampled_from(["torch", "flashinfer-python", "sgl-kernel", "six"]),

@@ -10,12 +10,13 @@ import pytest
 from envlock.lockfile import read_lock
 from envlock.locking import lock_env
 from envlock.workspace import Workspace
+from kit.workspaces import ScratchWorkspace
 
 pytestmark = pytest.mark.network
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_demo_lock_resolves_the_same_from_pypi(ws) -> None:  # type: ignore[no-untyped-def]
+def test_demo_lock_resolves_the_same_from_pypi(ws: ScratchWorkspace) -> None:
     """The committed demo lock's PyPI part is what PyPI resolves today (pins are exact)."""
     spec = tomllib.loads((ROOT / "envs" / "demo.toml").read_text())
     lines = ['[env]\npython = "3.11"\nplatform = "x86_64-manylinux_2_28"',

@@ -16,6 +16,7 @@ from envlock.errors import PackageIndexError
 from envlock.indexes import project_files
 from kit.index import IndexServer, uv_compile
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -163,7 +164,8 @@ def test_the_keyring_is_asked_only_when_enabled(private: IndexServer, keyring: P
     assert keyring.read_text() == f"get {private.url('pypi')} alice (from {os.getpid()})\n"
 
 
-def test_keyring_for_envlock_and_uv_from_the_command_line(tmp_path: Path, keyring: Path, ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_keyring_for_envlock_and_uv_from_the_command_line(
+        tmp_path: Path, keyring: Path, ws: ScratchWorkspace, cli: Cli) -> None:
     # A private nightly index without hashes: envlock reads its page and hashes the nightly itself,
     # uv resolves from it; both ask the keyring for alice's password (uv through UV_KEYRING_PROVIDER).
     server = IndexServer(tmp_path / "served").start()

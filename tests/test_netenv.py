@@ -19,6 +19,7 @@ from kit.certs import PrivateCA, make_ca
 from kit.index import IndexServer, uv_compile
 from kit.proxy import Proxy, Seen
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 
 @pytest.mark.parametrize(
@@ -394,8 +395,9 @@ def test_git_trusts_what_envlock_trusts(tls_index: tuple[IndexServer, PrivateCA]
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["REQUESTS_CA_BUNDLE", "--native-tls + SSL_CERT_FILE"])
-def test_a_lock_from_a_private_ca_index(tmp_path: Path, ca_lock_index: tuple[IndexServer, PrivateCA],
-                                        monkeypatch: pytest.MonkeyPatch, ws, cli, native: bool) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_from_a_private_ca_index(
+        tmp_path: Path, ca_lock_index: tuple[IndexServer, PrivateCA], monkeypatch: pytest.MonkeyPatch,
+        ws: ScratchWorkspace, cli: Cli, native: bool) -> None:
     # envlock reads the nightly index's page and hashes its wheel; uv resolves the rest: one trust store.
     server, ca = ca_lock_index
     monkeypatch.setenv("SSL_CERT_FILE" if native else "REQUESTS_CA_BUNDLE", str(ca.ca_cert))

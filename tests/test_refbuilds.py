@@ -22,7 +22,7 @@ from envlock.store import Store
 from kit.index import IndexServer
 from kit.sglike import commit_all, git, init_repo, write
 from kit.stores import how_made
-from kit.workspaces import cache_config
+from kit.workspaces import Cli, ScratchWorkspace, cache_config
 
 
 def _patch(value: int) -> str:
@@ -47,8 +47,8 @@ def _workspace(root: Path, repos: Path, index_url: str) -> None:
     init_repo(root)
 
 
-def test_sync_lock_at_an_earlier_revision_takes_its_build_from_the_cache(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_sync_lock_at_an_earlier_revision_takes_its_build_from_the_cache(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _workspace(ws.root, tmp_path / "repos", backend_index.url("pypi"))
     cache = f"file://{tmp_path / 'team-cache'}"

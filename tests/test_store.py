@@ -28,6 +28,7 @@ from envlock.store import (
     write_atomic,
     wrong_size_in_store,
 )
+from kit.processes import wait_for, waits_on_flock
 
 
 def test_open_writes_layout_and_refuses_unknown_layout(tmp_path: Path) -> None:
@@ -114,8 +115,9 @@ def test_exclusive_lock_serializes_holders(tmp_path: Path) -> None:
         t = threading.Thread(target=second)
         t.start()
         assert waiting.wait(10)
-        t.join(0.2)
-        assert t.is_alive()  # still blocked: the first holder has not let go
+        # Blocked on the flock (this process's waiter in /proc/locks): the first holder has not let go.
+        wait_for(lambda: waits_on_flock(lock, os.getpid()), "the second holder to wait for the lock")
+        assert t.is_alive() and order == []
         order.append("first")
     t.join()
     assert order == ["first", "second"]
@@ -141,7 +143,8 @@ def test_slot_entries_reuse_one_path_and_leftovers_of_dead_holders_are_cleared(t
     assert list(store.tmp.iterdir()) == []
 
 
-def test_a_slot_taken_while_clean_tmp_removes_its_leftover_is_never_removed(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_slot_taken_while_clean_tmp_removes_its_leftover_is_never_removed(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from envlock import store as store_module
 
     store = Store.open(tmp_path / "home")
@@ -351,9 +354,9 @@ def test_a_store_entry_is_synced_file_by_file_before_its_rename(tmp_path: Path, 
     final = s.path("wheels", "a" * 64)
     (rename,) = [c for c in calls if c[0] == "rename"]
     assert rename[2] == str(final)
-    work = rename[1]
+    folder = rename[1]
     published = calls.index(rename)
-    for synced in (f"{work}/x-1.0-py3-none-any.whl", f"{work}/sub/f", f"{work}/sub", work):
+    for synced in (f"{folder}/x-1.0-py3-none-any.whl", f"{folder}/sub/f", f"{folder}/sub", folder):
         assert calls.index(("fsync", synced, "")) < published, synced
     assert calls.index(("fsync", str(final.parent), "")) > published
 
@@ -363,7 +366,12 @@ def test_a_big_entry_is_synced_with_one_syncfs_before_its_rename(tmp_path: Path,
     order: list[str] = []
     monkeypatch.setattr(store, "_FSYNC_FILES", 2)
     real = store._syncfs
-    monkeypatch.setattr(store, "_syncfs", lambda path: order.append(f"syncfs {path}") or real(path))
+
+    def syncfs(path: Path) -> None:
+        order.append(f"syncfs {path}")
+        real(path)
+
+    monkeypatch.setattr(store, "_syncfs", syncfs)
     s = Store.open(tmp_path / "home")
     del calls[:]  # opening it wrote its layout file
     with s.new_entry("venvs", "b" * 64) as work:
