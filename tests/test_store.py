@@ -367,9 +367,9 @@ def test_a_big_entry_is_synced_with_one_syncfs_before_its_rename(tmp_path: Path,
     monkeypatch.setattr(store, "_FSYNC_FILES", 2)
     real = store._syncfs
 
-    def syncfs(path: Path) -> None:
+    def syncfs(path: Path) -> bool:
         order.append(f"syncfs {path}")
-        real(path)
+        return real(path)
 
     monkeypatch.setattr(store, "_syncfs", syncfs)
     s = Store.open(tmp_path / "home")
