@@ -95,7 +95,7 @@ except KeyboardInterrupt:
 def test_an_interrupt_is_passed_on_to_the_running_tool(tmp_path: Path, sig: signal.Signals) -> None:
     # `kill -INT` (or a plain `kill`) of envlock alone, not its process group: uv, git or a
     # build must still get to clean up (uv removes its temp folders in its cache), not be
-    # killed outright nor left running (what runs under uv: test_sigterm_stops_a_build_backend_uv_runs).
+    # killed outright nor left running (what runs under uv: test_an_interrupt_stops_a_build_backend_uv_runs).
     cleaned, started = tmp_path / "cleaned", tmp_path / "started"
     proc = start([sys.executable, "-c", RUNS_CHILD, CHILD_CLEANS_UP, str(cleaned), str(started)], stderr=None,
                  start_new_session=True)

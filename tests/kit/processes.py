@@ -35,13 +35,6 @@ def start(args: Sequence[str], **kwargs: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(args, text=True, preexec_fn=default_signals, **kwargs)
 
 
-def run(args: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    """``args`` run to its end (output captured, text) with SIGINT and SIGTERM at their defaults."""
-    proc = start(args, **kwargs)
-    out, err = proc.communicate(timeout=300)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
 def envlock(cwd: Path | None, home: Path, *args: str, env: Mapping[str, str] | None = None, paused: bool = False,
             **kwargs: Any) -> subprocess.Popen[str]:
     """``envlock ARGS`` in its own process, in ``cwd``, with ``ENVLOCK_HOME=home`` and ``env`` added.
