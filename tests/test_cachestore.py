@@ -6,7 +6,7 @@ import contextlib
 import io
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -89,9 +89,11 @@ def test_cannot_connect_only_when_the_connect_failed(monkeypatch: pytest.MonkeyP
     # A server that took the connection and then hung was said to be one envlock "cannot connect" to.
     monkeypatch.setenv("ENVLOCK_CACHE_TIMEOUT", "0.5")
     with contextlib.ExitStack() as stack:
-        url = {"refused": _refused_url, "full": lambda: stack.enter_context(full_server()),
-               "hanging": lambda: stack.enter_context(hanging_server()),
-               "trickle": lambda: stack.enter_context(Trickle(size=100, every=2.0)).url}[server]()
+        makers: dict[str, Callable[[], str]] = {
+            "refused": _refused_url, "full": lambda: stack.enter_context(full_server()),
+            "hanging": lambda: stack.enter_context(hanging_server()),
+            "trickle": lambda: stack.enter_context(Trickle(size=100, every=2.0)).url}
+        url = makers[server]()
         started = time.monotonic()
         with pytest.raises(CacheError) as exc:
             get_bytes(open_backend(url), "wheels/aa")

@@ -20,18 +20,17 @@ from typing import Any
 
 import pytest
 
-from conftest import CliResult, backend_wheels
-from conftest import Workspace as Ws
 from envlock.bundle import MANIFEST
 from envlock.lockfile import read_lock
 from envlock.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
 from kit.sglike import commit_all, init_repo, write
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
-Cli = Callable[..., CliResult]
 
 
 @dataclass
@@ -82,26 +81,24 @@ def _tiny_project(ws_root: Path, repos: Path) -> str:
 
 
 @pytest.fixture
-def synced(ws, cli, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Synced]:  # type: ignore[no-untyped-def]
+def synced(
+        server: IndexServer, ws: ScratchWorkspace, cli: Cli, tmp_path: Path, request: pytest.FixtureRequest) -> Synced:
     """An env with a torch nightly from a hash-less index (and, if asked, a local build) synced."""
     build = getattr(request, "param", False)
-    server = IndexServer(tmp_path / "served")
     server.add_index("pt", hashes=False)
     nightly = build_wheel(tmp_path / "wheels", "torch", "2.12.0.dev20260305+cu130", tag=TAG)
     server.add("pt", nightly, build_wheel(tmp_path / "wheels", "torch", "2.12.0.dev20260306+cu130", tag=TAG))
     server.add_dir("pypi", backend_wheels())
-    server.start()
     lines = _tiny_project(ws.root, tmp_path / "repos") if build else ""
     ws.write_spec("e", _spec(server, "2026-03-05", lines))
     r = cli("sync", "e")
     assert r.code == 0, r.err
-    yield Synced(server, ws.root, ws.root / "locks" / "pylock.e.toml", nightly.name)
-    server.stop()
+    return Synced(server, ws.root, ws.root / "locks" / "pylock.e.toml", nightly.name)
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
-def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     recorded = read_lock(synced.lock)
     assert recorded.venv_digest is not None and recorded.builds
     del synced.server.indexes["pt"].files[synced.nightly]  # the index moved on
@@ -143,21 +140,21 @@ def test_export_import_into_a_fresh_store_syncs_offline_to_the_recorded_digest( 
     assert json.loads(cli("pins", "e", "--json").out)["pins"][0]["path"] == imported["lock"]
 
 
-def _export_again(cli, tmp_path: Path) -> bytes:  # type: ignore[no-untyped-def]
+def _export_again(cli: Cli, tmp_path: Path) -> bytes:
     again = tmp_path / "again.tar"
     assert cli("export", "e", "--to", str(again)).code == 0
     return again.read_bytes()
 
 
-def _export_dir(cli, tmp_path: Path) -> tuple[Path, dict]:  # type: ignore[no-untyped-def,type-arg]
+def _export_dir(cli: Cli, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     out = tmp_path / "bundle"
     r = cli("export", "e", "--to", str(out))
     assert r.code == 0, r.err
     return out, json.loads((out / MANIFEST).read_text())
 
 
-def test_a_tampered_member_is_refused_by_name_and_nothing_is_stored(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tampered_member_is_refused_by_name_and_nothing_is_stored(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out, manifest = _export_dir(cli, tmp_path)
     wheel = next(e for e in manifest["entries"] if e["kind"] == "wheels")
     member = f"store/wheels/{wheel['key']}/{wheel['files'][0]['path']}"
@@ -205,8 +202,8 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, target: str = "") -> tarfi
     (_member("store/dev", tarfile.CHRTYPE), "member store/dev is a device; refused (a bundle holds regular files "
                                             "and folders only)"),
 ])
-def test_a_member_that_would_escape_is_refused_by_name(  # type: ignore[no-untyped-def]
-        ws, cli, tmp_path: Path, member: tarfile.TarInfo, said: str) -> None:
+def test_a_member_that_would_escape_is_refused_by_name(
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path, member: tarfile.TarInfo, said: str) -> None:
     bundle = tmp_path / "evil.tar"
     _tar_with(bundle, [member], b"{}")
     r = cli("import", str(bundle))
@@ -215,8 +212,8 @@ def test_a_member_that_would_escape_is_refused_by_name(  # type: ignore[no-untyp
     assert not (tmp_path / "home" / "v1" / "wheels").exists()
 
 
-def test_a_manifest_naming_a_path_out_of_its_entry_is_refused(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_manifest_naming_a_path_out_of_its_entry_is_refused(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out, manifest = _export_dir(cli, tmp_path)
     manifest["entries"][0]["files"][0]["path"] = "../../escaped.whl"
     (out / MANIFEST).write_text(json.dumps(manifest))
@@ -228,8 +225,8 @@ def test_a_manifest_naming_a_path_out_of_its_entry_is_refused(  # type: ignore[n
     assert not (tmp_path / "escaped.whl").exists()
 
 
-def test_a_member_the_manifest_does_not_list_is_refused(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_member_the_manifest_does_not_list_is_refused(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out, _ = _export_dir(cli, tmp_path)
     (out / "store" / "extra.whl").write_bytes(b"x")
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "fresh"))
@@ -239,8 +236,8 @@ def test_a_member_the_manifest_does_not_list_is_refused(  # type: ignore[no-unty
                      "holds only what its manifest names)\n")
 
 
-def test_export_refuses_an_existing_target_and_names_missing_entries(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path) -> None:
+def test_export_refuses_an_existing_target_and_names_missing_entries(
+        synced: Synced, cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
     r = cli("export", "e", "--to", str(tmp_path / "full"))
@@ -254,7 +251,7 @@ def test_export_refuses_an_existing_target_and_names_missing_entries(  # type: i
     assert store.has("wheels", sha)
 
 
-def _elsewhere(synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+def _elsewhere(synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                bundle: Path) -> Path:
     """``bundle`` imported on "another machine": the index stopped, the git repositories gone, no
     wheelhouse, a fresh store and an empty uv cache. The fresh store's root."""
@@ -269,8 +266,8 @@ def _elsewhere(synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
-def test_build_check_offline_after_an_import_rebuilds_the_locks_wheel(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_check_offline_after_an_import_rebuilds_the_locks_wheel(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     recorded = read_lock(synced.lock).builds["tiny"]
     bundle = tmp_path / "e.tar"
     assert cli("export", "e", "--to", str(bundle)).code == 0
@@ -298,8 +295,8 @@ def test_build_check_offline_after_an_import_rebuilds_the_locks_wheel(  # type: 
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
-def test_build_offline_names_a_backend_wheel_the_bundle_lacks(  # type: ignore[no-untyped-def]
-        synced: Synced, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_offline_names_a_backend_wheel_the_bundle_lacks(
+        synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     line = read_lock(synced.lock).builds["tiny"].requirements[0]
     out, manifest = _export_dir(cli, tmp_path)
     backend = next(e for e in manifest["entries"] if e["kind"] == "wheels"
@@ -436,8 +433,8 @@ WHEEL = "tinydep-1.0-py3-none-any.whl"
         "unknown-file-key", "files-object", "kind-venvs", "key-not-hex", "env-escapes", "env-nested-100000",
         "lock-not-utf8", "duplicate-member", "name-too-long"])
 def test_an_import_refuses_a_bad_bundle_in_one_line_naming_it_and_stores_nothing(
-        ws: Ws, cli: Cli, tmp_path: Path, change: Callable[[dict[str, Any], dict[str, bytes]], dict[str, Any] | bytes],
-        said: str) -> None:
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path,
+        change: Callable[[dict[str, Any], dict[str, bytes]], dict[str, Any] | bytes], said: str) -> None:
     manifest, members = _small_bundle(tmp_path)
     sha = manifest["entries"][0]["key"]
     changed = change(manifest, members)
@@ -450,7 +447,7 @@ def test_an_import_refuses_a_bad_bundle_in_one_line_naming_it_and_stores_nothing
 
 
 def test_a_bundle_for_an_env_name_that_escapes_stores_nothing(
-        ws: Ws, cli: Cli, tmp_path: Path) -> None:
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> None:
     manifest, members = _small_bundle(tmp_path, env="../../x")  # the lock says so too
     bundle = _write_tar(tmp_path / "b.tar", manifest, members)
     r = cli("import", str(bundle))
@@ -461,7 +458,7 @@ def test_a_bundle_for_an_env_name_that_escapes_stores_nothing(
 
 
 def test_a_tar_bundle_cut_anywhere_is_refused_in_one_line_or_whole(
-        ws: Ws, cli: Cli, tmp_path: Path) -> None:
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> None:
     manifest, members = _small_bundle(tmp_path)
     whole = _write_tar(tmp_path / "whole.tar", manifest, members).read_bytes()
     with tarfile.open(tmp_path / "whole.tar") as tar:
@@ -502,7 +499,7 @@ def _with_entry(manifest: dict[str, Any], members: dict[str, bytes], key: str, f
 
 
 def test_a_chain_of_links_that_climbs_out_on_disk_is_refused_and_the_pth_never_runs(
-        ws: Ws, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The issue's chain: ``u`` is the entry's root on disk, ``u/ESC`` climbs from there to ``/`` (or as
     far up as 9 steps go), and a ``.pth`` through it lands in a venv's site-packages, pointing back at a
     file of the entry. Each link stays inside the entry on paper."""
@@ -543,7 +540,7 @@ def test_a_chain_of_links_that_climbs_out_on_disk_is_refused_and_the_pth_never_r
                                                 "on disk"),
 ])
 def test_a_link_is_resolved_against_what_is_on_disk(
-        ws: Ws, cli: Cli, tmp_path: Path, links: list[tuple[str, str]], said: str) -> None:
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path, links: list[tuple[str, str]], said: str) -> None:
     key = "path-" + "7" * 64
     manifest, members = _small_bundle(tmp_path)
     _with_entry(manifest, members, key, {"f": b"x"}, links)
@@ -700,6 +697,7 @@ def test_a_git_source_is_held_to_its_commit_at_import(
     from envlock.trees import tree_digest
 
     commit = read_lock(synced.lock).sources["tiny"].commit
+    assert commit is not None
     key = f"git-{commit}"
     out, manifest = _export_dir(cli, tmp_path)
     tree = out / "store" / "sources" / key / "tree"

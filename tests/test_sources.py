@@ -13,6 +13,7 @@ from envlock.spec import SourceSpec
 from envlock.store import Store
 from kit.sglike import SgLike, commit_all, git, init_repo, write
 from kit.universe import Universe
+from kit.workspaces import Cli, ScratchWorkspace
 
 
 def test_git_source_checks_out_the_pinned_commit(sg: SgLike, store: Store, tmp_path: Path) -> None:
@@ -189,9 +190,9 @@ def test_a_path_source_may_be_a_link_to_a_folder_outside_the_workspace(tmp_path:
                                f"tree; {_EXPECTED}")
 
 
-def test_lock_refuses_a_path_source_with_a_link_out_of_its_tree(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
+def test_lock_refuses_a_path_source_with_a_link_out_of_its_tree(ws: ScratchWorkspace, cli: Cli, universe: Universe,
                                                                 tmp_path: Path) -> None:
-    from test_resolve import spec_text
+    from kit.universe import spec_text
 
     write(ws.root, {"k/pkg/real.py": "REAL = 1\n"})
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"', extra='[sources.k]\npath = "k"\n'))
@@ -293,7 +294,7 @@ rev = "{sg.pin}"
 {extra}"""
 
 
-def test_source_mirror_from_option_and_environment(ws, cli, sg: SgLike) -> None:  # type: ignore[no-untyped-def]
+def test_source_mirror_from_option_and_environment(ws: ScratchWorkspace, cli: Cli, sg: SgLike) -> None:
     from envlock.mirrors import source_mirrors
     from envlock.spec import load_spec
 
@@ -315,7 +316,7 @@ def test_source_mirror_from_option_and_environment(ws, cli, sg: SgLike) -> None:
         2, "envlock: error: --source 'sglike': expected NAME=URL (a spec source name and the mirror's URL)\n")
 
 
-def test_lock_fetches_a_source_through_its_mirror(ws, cli, sg: SgLike,  # type: ignore[no-untyped-def]
+def test_lock_fetches_a_source_through_its_mirror(ws: ScratchWorkspace, cli: Cli, sg: SgLike,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     ws.write_spec("e", _unreachable_source_spec(sg))
     assert cli("lock", "e").code == 1  # the spec's URL cannot be reached
@@ -341,7 +342,7 @@ def test_a_url_that_looks_like_an_option_runs_nothing(store: Store, tmp_path: Pa
     assert not marker.exists()
 
 
-def test_a_source_that_cannot_be_fetched_names_the_mirror_options(ws, cli, sg: SgLike) -> None:  # type: ignore[no-untyped-def]
+def test_a_source_that_cannot_be_fetched_names_the_mirror_options(ws: ScratchWorkspace, cli: Cli, sg: SgLike) -> None:
     # On a cluster with no route to the spec's git host, every command that fetches the
     # source says how to fetch it from a clone instead.
     import shutil

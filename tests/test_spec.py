@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from envlock import runner
 from envlock.errors import SpecError
@@ -227,9 +228,8 @@ def test_shipped_specs_are_valid() -> None:
         spec = load_spec(path, root=root)
         assert spec.default_index.name == "pypi"
     qwen = load_spec(root / "envs" / "qwen35-blackwell.toml")
-    assert qwen.packages["torch"].nightly == "2026-03-07"
-    assert qwen.packages["torch"].local == "cu130"
-    assert qwen.packages["flashinfer-jit-cache"].index == "flashinfer"
+    torch, jit_cache = (qwen.packages[canonicalize_name(name)] for name in ("torch", "flashinfer-jit-cache"))
+    assert (torch.nightly, torch.local, jit_cache.index) == ("2026-03-07", "cu130", "flashinfer")
     assert qwen.sources["sglang"].rev == "f016738f4c21043d0d8e4e407cb10a45ea7116b9"
     assert qwen.resolution.exclude == ("sgl-fa4", "triton")
     # FetchContent inputs as upstream declares them: triton by its tag, mscclpp's json by an archive URL.

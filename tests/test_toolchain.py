@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_wheels
 from envlock import build, toolchain
 from envlock.errors import BuildError
 from envlock.spec import BuildSpec
 from envlock.store import Store
 from kit.cudalike import OLDER_NVCC, TOOLCHAIN, toolchain_wheels
 from kit.index import IndexServer
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from envlock import http, netauth, runner
+from envlock import http, netauth
 from envlock.errors import PackageIndexError
 from envlock.indexes import project_files
-from kit.index import IndexServer
+from kit.index import IndexServer, uv_compile
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -26,14 +27,12 @@ def _basic(login: str) -> str:
 
 
 @pytest.fixture
-def private(tmp_path: Path) -> Iterator[IndexServer]:
+def private(server: IndexServer, tmp_path: Path) -> Iterator[IndexServer]:
     """An index that answers 401 to any request without alice's credentials."""
-    server = IndexServer(tmp_path / "served").start()
     server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
     server.required_auth = _basic("alice:s3cret")
     netauth.forget()
     yield server
-    server.stop()
     netauth.forget()
 
 
@@ -55,19 +54,12 @@ def _read_through_redirect(a: IndexServer, b: IndexServer, wheel: Path) -> None:
         b.stop()
 
 
-def _uv(tmp_path: Path, index: str) -> runner.Result:
-    req = tmp_path / "requirements.in"
-    req.write_text("tinydep\n")
-    return runner.uv([*runner.compile_args(req, tmp_path / "out.txt", python=PY, default_index=index),
-                      "--no-cache"])
-
-
 def test_a_basic_auth_index_through_netrc_for_envlock_and_uv(private: IndexServer, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     _netrc(tmp_path, monkeypatch, "machine 127.0.0.1\n  login alice\n  password s3cret\n")
     assert [f.filename for f in project_files(private.url("pypi"), "tinydep")] == ["tinydep-1.0-py3-none-any.whl"]
     assert private.auth_seen("") == _basic("alice:s3cret")  # the page /pypi/simple/tinydep/
-    result = _uv(tmp_path, private.url("pypi"))  # uv reads $NETRC itself: it reaches uv unchanged
+    result = uv_compile(tmp_path, private.url("pypi"))  # uv reads $NETRC itself: it reaches uv unchanged
     assert result.ok, result.tail()
 
 
@@ -173,7 +165,8 @@ def test_the_keyring_is_asked_only_when_enabled(private: IndexServer, keyring: P
     assert keyring.read_text() == f"get {private.url('pypi')} alice (from {os.getpid()})\n"
 
 
-def test_keyring_for_envlock_and_uv_from_the_command_line(tmp_path: Path, keyring: Path, ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_keyring_for_envlock_and_uv_from_the_command_line(
+        tmp_path: Path, keyring: Path, ws: ScratchWorkspace, cli: Cli) -> None:
     # A private nightly index without hashes: envlock reads its page and hashes the nightly itself,
     # uv resolves from it; both ask the keyring for alice's password (uv through UV_KEYRING_PROVIDER).
     server = IndexServer(tmp_path / "served").start()
