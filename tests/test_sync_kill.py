@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -116,3 +117,85 @@ def test_sigkill_leaves_previous_generation_current(setup: tuple[IndexServer, Pa
     if point == "download":
         last = [r for p, r in server.requests if p.endswith(big.name)][-1]
         assert last.startswith("bytes=") and last != "bytes=0-"
+
+
+def _uv_installing_under(pid: int) -> int | None:
+    """The pid of a ``uv pip install`` started by process ``pid`` (its child), or None."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"pip" in argv and b"install" in argv:
+            return int(entry.name)
+    return None
+
+
+def _alive_not_zombie(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def test_a_sync_killed_while_its_uv_lives_on_leaves_a_slot_the_next_sync_takes(tmp_path: Path) -> None:
+    # As found: SIGKILL envlock during its install, its uv child lives on writing into tmp/venv-slot0,
+    # and the next sync failed once with "tmp/venv-slot0: File exists". The orphan runs here in slow
+    # motion (stopped, and let run 10 ms in every 100) so that it is still writing while the next sync
+    # starts: that sync must end it (its own process group) before it frees the slot, and succeed.
+    import threading
+
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        many = build_wheel(tmp_path / "wheels", "many", "1.0",
+                           files={f"many/d{i // 50}/f{i}.py": f"X = {i}\n" for i in range(3000)})
+        server.add("pypi", many)
+        lock = tmp_path / "v.toml"
+        lock.write_text(lock_for(server, "pypi", [many]).to_toml())
+        ws, home = tmp_path / "ws", tmp_path / "home"
+        (ws / "envs").mkdir(parents=True)
+        first = _envlock(ws, home, "sync", "demo", "--lock", str(lock))
+        uv: list[int] = []
+        try:
+            _wait_for(lambda: bool(uv.append(found) or True) if (found := _uv_installing_under(first.pid)) else False,
+                      "the sync's uv pip install")
+            os.kill(uv[0], signal.SIGSTOP)
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=10)
+        orphan = uv[0]
+        assert _alive_not_zombie(orphan)  # the uv lives on after envlock
+
+        done = threading.Event()
+
+        def slow_motion() -> None:
+            while not done.is_set():
+                try:
+                    os.kill(orphan, signal.SIGCONT)
+                    time.sleep(0.01)
+                    os.kill(orphan, signal.SIGSTOP)
+                except ProcessLookupError:
+                    return
+                time.sleep(0.09)
+
+        mover = threading.Thread(target=slow_motion)
+        mover.start()
+        try:
+            again = _envlock(ws, home, "sync", "demo", "--lock", str(lock))
+            _, err = again.communicate(timeout=120)
+            assert again.returncode == 0, err
+            assert not _alive_not_zombie(orphan), "the killed sync's uv still runs"
+        finally:
+            done.set()
+            mover.join()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(orphan, signal.SIGKILL)
+        store = Store.open(home)
+        assert verify_env(store, "demo", read_lock(lock)).ok
+        assert [p.name for p in store.tmp.iterdir() if p.name != "partial"] == ["venv-slot0"] or \
+            [p.name for p in store.tmp.iterdir() if p.name != "partial"] == []
+    finally:
+        server.stop()

@@ -468,7 +468,10 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
 
 
 def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None) -> None:
-    result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None)
+    # In a process group of its own, named beside its log (a pid-named folder under tmp/): a uv that
+    # outlives a SIGKILLed envlock is ended by the next store open before its slot is used again.
+    result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None,
+                       group=log.with_name(f"uv{runner.GROUP_SUFFIX}"))
     if not result.ok:
         raise InstallError(
             f"uv could not {what} (exit {result.returncode}): uv {' '.join(args[:2])} ...",
