@@ -1027,3 +1027,72 @@ def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(ws, cli, u
                               text=True, timeout=120)
         assert (proc.returncode, proc.stderr) == (2, f"envlock: error: {lock_file}: larger than 64 MiB; not a lock "
                                                      "file\n"), (command, proc.stderr)
+
+
+def test_a_package_no_spec_key_vouches_for_is_drift_and_a_frozen_sync_refuses_it(  # type: ignore[no-untyped-def]
+        ws, cli, universe: Universe, tmp_path: Path) -> None:
+    # As found: a hand-edited lock adds a [[packages]] entry, a file:// URL outside the workspace with its
+    # right sha256, no index, required by nothing: `lock --check` called it current, `sync` installed
+    # it and `verify` said ok.
+    from kit.wheels import build_wheel
+
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))  # otherdep requires tinydep
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    made = path.read_text()
+    assert cli("lock", "e", "--check").code == 0  # tinydep: required through the recorded graph
+    evil = build_wheel(tmp_path / "elsewhere", "evil", "6.6")
+    entry = (f'[[packages]]\nname = "evil"\nversion = "6.6"\nwheels = [\n    {{ url = "{evil.as_uri()}", '
+             f'size = {evil.stat().st_size}, hashes = {{ sha256 = "{sha256_of(evil)}" }} }},\n]\n\n')
+    path.write_text(made.replace("[[packages]]", entry + "[[packages]]", 1))
+
+    check = cli("lock", "e", "--check")
+    pypi = universe.pypi
+    assert (check.code, check.out.splitlines()) == (1, [
+        "locks/pylock.e.toml is stale:",
+        "  [[packages]] evil 6.6: required by nothing the spec asks for (not in [packages], nor required through "
+        "the lock's tool.envlock.requires by what is) (edited by hand?)",
+        f"  [[packages]] evil 6.6: no index, and the spec builds no evil ({evil.as_uri()}); expected a wheel of "
+        f"index 'pypi' ({pypi}) (edited by hand?)",
+        "run `envlock lock e` to update it"])
+
+    frozen = cli("sync", "e", "--frozen")
+    assert frozen.code == 2
+    assert frozen.err.splitlines()[0] == ("envlock: error: locks/pylock.e.toml: --frozen, but the spec does not vouch "
+                                          "for what it locks; nothing was installed. `envlock lock e` locks the "
+                                          "spec anew")
+    assert "evil 6.6: required by nothing" in frozen.err
+    assert not (Path(os.environ["ENVLOCK_HOME"]) / "v1" / "envs" / "e").exists()
+
+    synced = cli("sync", "e")
+    assert synced.code == 0, synced.err
+    assert "evil" not in path.read_text() and path.read_text().startswith(made.split("[tool.envlock]")[0])
+    site = Path(synced.out.splitlines()[-1]) / "lib" / "python3.11" / "site-packages"
+    assert not list(site.glob("evil*")) and list(site.glob("otherdep*"))
+    assert cli("verify", "e").code == 0
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    # Moved to another index (a mirror nobody gave): "index X, but the spec takes ... from".
+    (lambda text, u: text.replace(f'index = "{u.pypi}"', 'index = "https://elsewhere.example/simple"', 1),
+     "[[packages]] otherdep 2.0: index https://elsewhere.example/simple, but the spec takes otherdep from index "
+     "'pypi' ({pypi}) (edited by hand?)"),
+    # A remote index's package pointed at a file on this machine.
+    (lambda text, u: text.replace(f'url = "{u.server.url("pypi").rsplit("/simple", 1)[0]}', 'url = "file:///srv', 1),
+     "[[packages]] otherdep 2.0: file:///srv/files/otherdep-2.0-py3-none-any.whl is a file on this machine, not a "
+     "file of index {pypi} (edited by hand?)"),
+    # Its graph taken out: every package but the spec's own is unaccounted for.
+    (lambda text, u: text.replace("\n[tool.envlock.requires]\n", "\n[tool.envlock.old]\n"),
+     "tool.envlock.requires: missing (a lock written before envlock recorded what each package requires), so its "
+     "packages cannot be held to the spec's: lock again"),
+])
+def test_each_way_a_lock_leaves_the_spec_is_named(ws, cli, universe: Universe, edit, reason: str) -> None:  # type: ignore[no-untyped-def]
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    edited = edit(path.read_text(), universe)
+    assert edited != path.read_text()
+    path.write_text(edited)
+    check = cli("lock", "e", "--check")
+    assert check.code == 1
+    assert f"  {reason.format(pypi=universe.pypi)}" in check.out.splitlines(), check.out
