@@ -150,7 +150,8 @@ def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Unive
     # come through the mirror too, and the summary counts every wheel it brought in.
     served = universe.pypi.removesuffix("/pypi/simple")
     lock_file = ws.root / "locks" / "pylock.e.toml"
-    lock_file.write_text(ws.lock_text("e").replace(served, "http://127.0.0.1:9"))
+    lock_file.write_text(ws.lock_text("e").replace(f'index = "{universe.pypi}"', 'index = "http://127.0.0.1:9/simple"')
+                         .replace(served, "http://127.0.0.1:9"))  # the spec's index, as a lock made there says
     locked = read_lock(lock_file).packages
     remote = [p.wheels[0].filename for p in locked if p.wheels[0].url]
     shutil.rmtree(ws.root / "wheelhouse")
