@@ -1096,3 +1096,29 @@ def test_each_way_a_lock_leaves_the_spec_is_named(ws, cli, universe: Universe, e
     check = cli("lock", "e", "--check")
     assert check.code == 1
     assert f"  {reason.format(pypi=universe.pypi)}" in check.out.splitlines(), check.out
+
+
+def test_a_lock_without_its_graph_is_stale_once_and_a_frozen_sync_says_what_it_held(  # type: ignore[no-untyped-def]
+        ws, cli, universe: Universe) -> None:
+    # A lock written before envlock recorded [tool.envlock.requires]: `lock --check` calls it stale
+    # (one reason), a frozen sync installs it held to the spec's indexes only and says so, a sync relocks.
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    made = path.read_text()
+    old = made.replace('\n[tool.envlock.requires]\n"otherdep" = ["tinydep"]\n', "")
+    assert old != made
+    path.write_text(old)
+    check = cli("lock", "e", "--check")
+    assert (check.code, check.out.splitlines()[1:-1]) == (1, [
+        "  tool.envlock.requires: missing (a lock written before envlock recorded what each package requires), so "
+        "its packages cannot be held to the spec's: lock again"])
+    frozen = cli("sync", "e", "--frozen")
+    assert frozen.code == 0, frozen.err
+    assert ("note: locks/pylock.e.toml records no dependency graph (written before envlock recorded "
+            "[tool.envlock.requires]): --frozen held its packages to the spec's indexes and builds only; "
+            "`envlock lock e` records it") in frozen.out
+    assert path.read_text() == old  # frozen: never written
+    assert cli("sync", "e").code == 0
+    assert path.read_text().split("\n[tool.envlock]")[0] == made.split("\n[tool.envlock]")[0]
+    assert cli("lock", "e", "--check").code == 0

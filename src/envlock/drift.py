@@ -105,8 +105,7 @@ def unvouched(spec: EnvSpec, lock: Lock, mirrors: Mapping[str, str] | None = Non
     reasons = []
     reached = None
     if lock.requires is None:
-        reasons.append("tool.envlock.requires: missing (a lock written before envlock recorded what each package "
-                       "requires), so its packages cannot be held to the spec's: lock again")
+        reasons.append(NO_GRAPH)
     else:
         reached = reach(roots, lock.requires)
     urls = {name: {_index_key(idx.url)} | ({_index_key(mirrors[name])} if mirrors and name in mirrors else set())
@@ -119,6 +118,12 @@ def unvouched(spec: EnvSpec, lock: Lock, mirrors: Mapping[str, str] | None = Non
         why += _not_from_spec(spec, lock, pkg, urls, same)
         reasons += [f"[[packages]] {pkg.name} {pkg.version}: {w} (edited by hand?)" for w in why]
     return reasons
+
+
+#: ``unvouched``'s reason for a lock without ``Lock.requires``: stale, but no package named (a frozen
+#: sync of such a lock notes it and holds its packages to the spec's indexes and builds only).
+NO_GRAPH = ("tool.envlock.requires: missing (a lock written before envlock recorded what each package requires), "
+            "so its packages cannot be held to the spec's: lock again")
 
 
 def _not_from_spec(spec: EnvSpec, lock: Lock, pkg: LockedPackage, urls: Mapping[str, set[str]],
