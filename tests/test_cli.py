@@ -8,10 +8,13 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from conftest import CliResult
+from conftest import Workspace as Ws
 from envlock import __version__, ui
 from envlock.cli import main
 from envlock.lockfile import Lock, read_lock
@@ -1029,8 +1032,8 @@ def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(ws, cli, u
                                                      "file\n"), (command, proc.stderr)
 
 
-def test_a_package_no_spec_key_vouches_for_is_drift_and_a_frozen_sync_refuses_it(  # type: ignore[no-untyped-def]
-        ws, cli, universe: Universe, tmp_path: Path) -> None:
+def test_a_package_no_spec_key_vouches_for_is_drift_and_a_frozen_sync_refuses_it(
+        ws: Ws, cli: Callable[..., CliResult], universe: Universe, tmp_path: Path) -> None:
     # As found: a hand-edited lock adds a [[packages]] entry, a file:// URL outside the workspace with its
     # right sha256, no index, required by nothing: `lock --check` called it current, `sync` installed
     # it and `verify` said ok.
@@ -1086,7 +1089,8 @@ def test_a_package_no_spec_key_vouches_for_is_drift_and_a_frozen_sync_refuses_it
      "tool.envlock.requires: missing (a lock written before envlock recorded what each package requires), so its "
      "packages cannot be held to the spec's: lock again"),
 ])
-def test_each_way_a_lock_leaves_the_spec_is_named(ws, cli, universe: Universe, edit, reason: str) -> None:  # type: ignore[no-untyped-def]
+def test_each_way_a_lock_leaves_the_spec_is_named(ws: Ws, cli: Callable[..., CliResult], universe: Universe,
+                                                  edit: Callable[[str, Universe], str], reason: str) -> None:
     ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
     assert cli("-q", "lock", "e").code == 0
     path = ws.root / "locks" / "pylock.e.toml"
@@ -1098,8 +1102,8 @@ def test_each_way_a_lock_leaves_the_spec_is_named(ws, cli, universe: Universe, e
     assert f"  {reason.format(pypi=universe.pypi)}" in check.out.splitlines(), check.out
 
 
-def test_a_lock_without_its_graph_is_stale_once_and_a_frozen_sync_says_what_it_held(  # type: ignore[no-untyped-def]
-        ws, cli, universe: Universe) -> None:
+def test_a_lock_without_its_graph_is_stale_once_and_a_frozen_sync_says_what_it_held(
+        ws: Ws, cli: Callable[..., CliResult], universe: Universe) -> None:
     # A lock written before envlock recorded [tool.envlock.requires]: `lock --check` calls it stale
     # (one reason), a frozen sync installs it held to the spec's indexes only and says so, a sync relocks.
     ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CliResult
+from conftest import Workspace as Ws
 from envlock import generations
 from envlock.digest import stored_manifest
 from envlock.lockfile import Lock
@@ -340,8 +342,8 @@ def _dangling_uv_entries(store: Store) -> list[str]:
                   if p.is_symlink() and not p.exists())
 
 
-def test_gc_after_a_failed_sync_leaves_a_uv_cache_the_next_sync_installs_from(  # type: ignore[no-untyped-def]
-        ws, cli, tmp_path: Path) -> None:
+def test_gc_after_a_failed_sync_leaves_a_uv_cache_the_next_sync_installs_from(
+        ws: Ws, cli: Callable[..., CliResult], tmp_path: Path) -> None:
     # As found: a failed sync (uv unpacked the wheels into its cache, no venv kept), then
     # `gc --keep-generations 1 --keep-git none`, then a sync: "uv-cache/archive-v0/…: No such file
     # or directory" for good, because gc took the archives and left uv's entries pointing at them.
