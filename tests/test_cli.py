@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from envlock.workspace import Workspace
 from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
 from kit.universe import TORCH, TRITON, Universe, spec_text
-from kit.workspaces import Cli, ScratchWorkspace
+from kit.workspaces import Cli, CliResult, ScratchWorkspace
+from kit.workspaces import ScratchWorkspace as Ws
 
 
 def test_console_script_runs_and_reports_errors_without_traceback(ws: ScratchWorkspace) -> None:
@@ -1047,3 +1049,99 @@ def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(
                               text=True, timeout=120)
         assert (proc.returncode, proc.stderr) == (2, f"envlock: error: {lock_file}: larger than 64 MiB; not a lock "
                                                      "file\n"), (command, proc.stderr)
+
+
+def test_a_package_no_spec_key_vouches_for_is_drift_and_a_frozen_sync_refuses_it(
+        ws: Ws, cli: Callable[..., CliResult], universe: Universe, tmp_path: Path) -> None:
+    # As found: a hand-edited lock adds a [[packages]] entry, a file:// URL outside the workspace with its
+    # right sha256, no index, required by nothing: `lock --check` called it current, `sync` installed
+    # it and `verify` said ok.
+    from kit.wheels import build_wheel
+
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))  # otherdep requires tinydep
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    made = path.read_text()
+    assert cli("lock", "e", "--check").code == 0  # tinydep: required through the recorded graph
+    evil = build_wheel(tmp_path / "elsewhere", "evil", "6.6")
+    entry = (f'[[packages]]\nname = "evil"\nversion = "6.6"\nwheels = [\n    {{ url = "{evil.as_uri()}", '
+             f'size = {evil.stat().st_size}, hashes = {{ sha256 = "{sha256_of(evil)}" }} }},\n]\n\n')
+    path.write_text(made.replace("[[packages]]", entry + "[[packages]]", 1))
+
+    check = cli("lock", "e", "--check")
+    pypi = universe.pypi
+    assert (check.code, check.out.splitlines()) == (1, [
+        "locks/pylock.e.toml is stale:",
+        "  [[packages]] evil 6.6: required by nothing the spec asks for (not in [packages], nor required through "
+        "the lock's tool.envlock.requires by what is) (edited by hand?)",
+        f"  [[packages]] evil 6.6: no index, and the spec builds no evil ({evil.as_uri()}); expected a wheel of "
+        f"index 'pypi' ({pypi}) (edited by hand?)",
+        "run `envlock lock e` to update it"])
+
+    frozen = cli("sync", "e", "--frozen")
+    assert frozen.code == 2
+    assert frozen.err.splitlines()[0] == ("envlock: error: locks/pylock.e.toml: --frozen, but the spec does not vouch "
+                                          "for what it locks; nothing was installed. `envlock lock e` locks the "
+                                          "spec anew")
+    assert "evil 6.6: required by nothing" in frozen.err
+    assert not (Path(os.environ["ENVLOCK_HOME"]) / "v1" / "envs" / "e").exists()
+
+    synced = cli("sync", "e")
+    assert synced.code == 0, synced.err
+    assert "evil" not in path.read_text() and path.read_text().startswith(made.split("[tool.envlock]")[0])
+    site = Path(synced.out.splitlines()[-1]) / "lib" / "python3.11" / "site-packages"
+    assert not list(site.glob("evil*")) and list(site.glob("otherdep*"))
+    assert cli("verify", "e").code == 0
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    # Moved to another index (a mirror nobody gave): "index X, but the spec takes ... from".
+    (lambda text, u: text.replace(f'index = "{u.pypi}"', 'index = "https://elsewhere.example/simple"', 1),
+     "[[packages]] otherdep 2.0: index https://elsewhere.example/simple, but the spec takes otherdep from index "
+     "'pypi' ({pypi}) (edited by hand?)"),
+    # A remote index's package pointed at a file on this machine.
+    (lambda text, u: text.replace(f'url = "{u.server.url("pypi").rsplit("/simple", 1)[0]}', 'url = "file:///srv', 1),
+     "[[packages]] otherdep 2.0: file:///srv/files/otherdep-2.0-py3-none-any.whl is a file on this machine, not a "
+     "file of index {pypi} (edited by hand?)"),
+    # Its graph taken out: every package but the spec's own is unaccounted for.
+    (lambda text, u: text.replace("\n[tool.envlock.requires]\n", "\n[tool.envlock.old]\n"),
+     "tool.envlock.requires: missing (a lock written before envlock recorded what each package requires), so its "
+     "packages cannot be held to the spec's: lock again"),
+])
+def test_each_way_a_lock_leaves_the_spec_is_named(ws: Ws, cli: Callable[..., CliResult], universe: Universe,
+                                                  edit: Callable[[str, Universe], str], reason: str) -> None:
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    edited = edit(path.read_text(), universe)
+    assert edited != path.read_text()
+    path.write_text(edited)
+    check = cli("lock", "e", "--check")
+    assert check.code == 1
+    assert f"  {reason.format(pypi=universe.pypi)}" in check.out.splitlines(), check.out
+
+
+def test_a_lock_without_its_graph_is_stale_once_and_a_frozen_sync_says_what_it_held(
+        ws: Ws, cli: Callable[..., CliResult], universe: Universe) -> None:
+    # A lock written before envlock recorded [tool.envlock.requires]: `lock --check` calls it stale
+    # (one reason), a frozen sync installs it held to the spec's indexes only and says so, a sync relocks.
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    made = path.read_text()
+    old = made.replace('\n[tool.envlock.requires]\n"otherdep" = ["tinydep"]\n', "")
+    assert old != made
+    path.write_text(old)
+    check = cli("lock", "e", "--check")
+    assert (check.code, check.out.splitlines()[1:-1]) == (1, [
+        "  tool.envlock.requires: missing (a lock written before envlock recorded what each package requires), so "
+        "its packages cannot be held to the spec's: lock again"])
+    frozen = cli("sync", "e", "--frozen")
+    assert frozen.code == 0, frozen.err
+    assert ("note: locks/pylock.e.toml records no dependency graph (written before envlock recorded "
+            "[tool.envlock.requires]): --frozen held its packages to the spec's indexes and builds only; "
+            "`envlock lock e` records it") in frozen.out
+    assert path.read_text() == old  # frozen: never written
+    assert cli("sync", "e").code == 0
+    assert path.read_text().split("\n[tool.envlock]")[0] == made.split("\n[tool.envlock]")[0]
+    assert cli("lock", "e", "--check").code == 0

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,8 @@ from kit.processes import envlock, wait_for, waits_on_flock
 from kit.sglike import git
 from kit.stores import assert_store_whole
 from kit.wheels import build_wheel
-from kit.workspaces import Cli, ScratchWorkspace
+from kit.workspaces import Cli, CliResult, ScratchWorkspace
+from kit.workspaces import ScratchWorkspace as Ws
 
 
 @dataclass
@@ -298,3 +300,43 @@ def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Set
     done = cli("gc", "--keep-git", "none", "--json")
     assert done.code == 0, done.err
     assert [name for name, p in records.items() if p.exists()] == [f"listings/{kept}.json"]
+
+
+def _dangling_uv_entries(store: Store) -> list[str]:
+    """uv-cache wheel entries (``wheels-v*/…`` links) whose unpacked archive is gone."""
+    cache = store.root / "uv-cache"
+    return sorted(str(p.relative_to(cache)) for p in cache.glob("wheels-v*/**/*")
+                  if p.is_symlink() and not p.exists())
+
+
+def test_gc_after_a_failed_sync_leaves_a_uv_cache_the_next_sync_installs_from(
+        ws: Ws, cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    # As found: a failed sync (uv unpacked the wheels into its cache, no venv kept), then
+    # `gc --keep-generations 1 --keep-git none`, then a sync: "uv-cache/archive-v0/…: No such file
+    # or directory" for good, because gc took the archives and left uv's entries pointing at them.
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        w = tmp_path / "wheels"
+        wheels = [build_wheel(w, "alpha", "1.0"), build_wheel(w, "beta", "1.0")]
+        server.add("pypi", *wheels)
+        good = lock_for(server, "pypi", wheels)
+        python = ".".join(map(str, sys.version_info[:3]))
+        lock = ws.root / "locks" / "pylock.demo.toml"
+        lock.write_text(good.with_venv_digest("sha256:" + "1" * 64, python).to_toml())  # a digest it cannot match
+        failed = cli("sync", "demo", "--lock", "locks/pylock.demo.toml")
+        assert failed.code == 1 and "not reproducible" in failed.err
+        store = Store.open()
+        assert list((store.root / "uv-cache").glob("archive-v0/*"))  # what uv unpacked stays in its cache
+
+        collected = cli("gc", "--keep-generations", "1", "--keep-git", "none", "--json")
+        assert collected.code == 0, collected.err
+        assert any(r.startswith("uv-cache/archive-v0/") for r in json.loads(collected.out)["removed"])
+        assert _dangling_uv_entries(store) == []  # no entry left pointing at an archive gc took
+
+        lock.write_text(good.to_toml())
+        again = cli("sync", "demo", "--lock", "locks/pylock.demo.toml")
+        assert again.code == 0, again.err
+        assert "uv's cache" not in again.out  # nothing to repair: gc left it whole
+        assert generations.current_number(store, "demo") == 1
+    finally:
+        server.stop()

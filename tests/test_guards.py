@@ -442,3 +442,26 @@ def test_a_wheels_own_requirements_unmet_by_the_resolution(tmp_path: Path, own: 
     versions = {canonicalize_name(n): v for n, v in {"app": "1.0", "dep": "1.5", "flashinfer-python": "0.6.5",
                                                      "torch": "2.12.0.dev20260307"}.items()}
     assert guards.unmet(spec, own, extras, versions) == unmet
+
+
+def test_the_recorded_graph_names_every_locked_requirement_whatever_its_marker() -> None:
+    # What `lock --check` holds each package to: a package reached from the spec's roots through it.
+    # Markers and extras are not evaluated (uv took the package for some requirement naming it),
+    # and what only a package of unknown requirements (a build's dynamic metadata) can require is
+    # recorded as its.
+    from packaging.requirements import Requirement
+    from packaging.utils import NormalizedName
+
+    def n(name: str) -> NormalizedName:
+        return canonicalize_name(name)
+
+    nodes = {
+        n("app"): [Requirement("lib>=1"), Requirement("socks; extra == 'proxy'"), Requirement("absent")],
+        n("lib"): [Requirement("winonly; sys_platform == 'win32'"), Requirement("App")],
+        n("socks"): [], n("winonly"): [],
+        n("kernel"): None,  # a build whose requirements are not static
+        n("torch"): [], n("helper"): [],
+    }
+    recorded = guards.recorded_requires(nodes, [n("app"), n("kernel")])
+    assert recorded == {"app": ("lib", "socks"), "kernel": ("helper", "torch"), "lib": ("app", "winonly")}
+    assert guards.recorded_requires({n("a"): [], n("b"): None}, [n("a")]) == {}  # b: reached by nothing

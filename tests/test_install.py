@@ -382,3 +382,45 @@ def test_a_full_disk_while_copying_the_skeleton_is_one_message(published: tuple[
     assert info.value.message.startswith(f"{store.root / 'tmp'}/venv-slot")
     assert ": cannot copy the venv skeleton there: [Errno 28] No space left on device: " in info.value.message
     assert not store.path("venvs", result.venv.name).exists()
+
+
+def test_a_uv_cache_entry_whose_archive_is_gone_is_dropped_and_the_install_repeated_once(tmp_path: Path) -> None:
+    # uv's wheel entries (wheels-v*/…) name an unpacked archive (archive-v0/<id>); with that archive
+    # gone (an older envlock's gc, a hand) every install of the wheel failed: "failed to read
+    # directory `…/uv-cache/archive-v0/…`: No such file or directory", until uv-cache was removed by hand.
+    store = Store.open(tmp_path / "home")
+    w = tmp_path / "wheels"
+    alpha, beta = build_wheel(w, "alpha", "1.0"), build_wheel(w, "beta", "1.0")
+    first = lock_for(None, "", [], local=[(alpha, alpha.name)])
+    second = lock_for(None, "", [], local=[(alpha, alpha.name), (beta, beta.name)])
+    got = fetch([p.wheels[0] for p in second.packages], store, base_dir=w).paths()
+    assert install.install(store, first, got).note == ""
+    archives = list((install.uv_cache_dir(store) / "archive-v0").iterdir())
+    assert len(archives) == 1
+    shutil.rmtree(archives[0])
+
+    result = install.install(store, second, got)
+    assert (result.venv / SITE / "alpha" / "__init__.py").read_text() == "NAME = 'alpha'\nVERSION = '1.0'\n"
+    assert result.note == ("uv's cache named 1 unpacked wheel that is gone (uv-cache/archive-v0/"
+                           f"{archives[0].name}); dropped its entry and installed again")
+    assert install.install(store, second, got).note == ""  # reused, nothing left to repair
+
+
+def test_a_uv_cache_uv_cannot_read_is_cleared_and_the_install_repeated_once(tmp_path: Path) -> None:
+    # An archive that is no longer a folder (its entry is whole): uv fails naming it.
+    store = Store.open(tmp_path / "home")
+    w = tmp_path / "wheels"
+    alpha, beta = build_wheel(w, "alpha", "1.0"), build_wheel(w, "beta", "1.0")
+    first = lock_for(None, "", [], local=[(alpha, alpha.name)])
+    second = lock_for(None, "", [], local=[(alpha, alpha.name), (beta, beta.name)])
+    got = fetch([p.wheels[0] for p in second.packages], store, base_dir=w).paths()
+    install.install(store, first, got)
+    (archive,) = (install.uv_cache_dir(store) / "archive-v0").iterdir()
+    shutil.rmtree(archive)
+    archive.write_bytes(b"")
+
+    result = install.install(store, second, got)
+    assert (result.venv / SITE / "alpha" / "__init__.py").read_text() == "NAME = 'alpha'\nVERSION = '1.0'\n"
+    assert result.note.startswith("uv could not read its own cache (")
+    assert result.note.endswith("); cleared it and installed again")
+    assert str(archive) in result.note

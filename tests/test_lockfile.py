@@ -34,6 +34,10 @@ def test_round_trip_and_pep751() -> None:
     again = Lock.from_toml(text, "x")
     assert again == lock
     assert again.to_toml() == text
+    assert '\n[tool.envlock.requires]\n"sgl-kernel" = ["torch"]\n' in text
+    # A lock that records no graph (an older envlock's) is told from one whose packages require nothing.
+    assert Lock.from_toml(text.replace('[tool.envlock.requires]\n"sgl-kernel" = ["torch"]\n', ""), "x").requires is None
+    assert Lock.from_toml(text.replace('"sgl-kernel" = ["torch"]\n', ""), "x").requires == {}
 
 
 def yanked_sample() -> Lock:
@@ -129,6 +133,11 @@ def test_an_env_spec_given_as_a_lock_is_named_as_one() -> None:
          'tool.envlock.spec-keys."packages.torch": found 1; expected a string'),
         ('"torch" = { date = "2026-03-07",', '"torch" = { date = 20260307,',
          "tool.envlock.nightlies.torch.date: found 20260307; expected a string"),
+        ('"sgl-kernel" = ["torch"]', '"sgl-kernel" = ["Torch"]',
+         "tool.envlock.requires.sgl-kernel[0]: found 'Torch'; expected a normalized package name (PEP 751), like "
+         '"flashinfer-python"'),
+        ('"sgl-kernel" = ["torch"]', '"sgl-kernel" = "torch"',
+         "tool.envlock.requires.sgl-kernel: found 'torch'; expected an array"),
         ('{ path = "patches/sglang/0001-x.patch", sha256 = "' + "c" * 64 + '" }', '"patches/sglang/0001-x.patch"',
          "tool.envlock.sources.sglang.patches[0]: found 'patches/sglang/0001-x.patch'; expected a table"),
         ('git = "https://github.com/sgl-project/sglang"', 'gti = "https://github.com/sgl-project/sglang"',
@@ -236,6 +245,10 @@ def test_missing_lock(tmp_path: Path) -> None:
         read_lock(tmp_path / "pylock.x.toml")
 
 
+_INSIDE = ("expected a path from the lock's folder (locks/) to a wheel inside the workspace, as `envlock build` "
+           "writes it (../wheelhouse/FILE.whl)")
+
+
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
@@ -258,6 +271,16 @@ def test_missing_lock(tmp_path: Path) -> None:
          "packages[0].wheels[0] (package 'torch'): found neither url nor path; expected one of them"),
         ("size = 10", 'size = "10"', "packages[1].wheels[0].size (package 'sgl-kernel'): found '10'; expected a "
          "byte count"),
+        # A local wheel outside the workspace (a hand-edited lock): read, hashed and installed from there.
+        ("../wheelhouse/sgl_kernel", "../../../../elsewhere/sgl_kernel",
+         "packages[1].wheels[0].path (package 'sgl-kernel'): found '../../../../elsewhere/sgl_kernel-0.3.21-cp310-"
+         "abi3-linux_x86_64.whl', which leaves the workspace; " + _INSIDE),
+        ("../wheelhouse/sgl_kernel", "/elsewhere/sgl_kernel",
+         "packages[1].wheels[0].path (package 'sgl-kernel'): found '/elsewhere/sgl_kernel-0.3.21-cp310-abi3-linux_"
+         "x86_64.whl', which leaves the workspace; " + _INSIDE),
+        ("../wheelhouse/sgl_kernel", "../wheelhouse/../../sgl_kernel",
+         "packages[1].wheels[0].path (package 'sgl-kernel'): found '../wheelhouse/../../sgl_kernel-0.3.21-cp310-"
+         "abi3-linux_x86_64.whl', which leaves the workspace; " + _INSIDE),
     ],
 )
 def test_wheel_entries_that_could_steer_a_store_path_are_refused(tmp_path: Path, old: str, new: str,

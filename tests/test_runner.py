@@ -172,3 +172,46 @@ def test_an_interrupt_stops_a_build_backend_uv_runs(tmp_path: Path, how: str) ->
     out, _ = proc.communicate(timeout=60)
     assert out == "terminated\n"
     wait_for(lambda: not running(backend), f"build backend {backend} to end", timeout=5)
+
+
+def test_a_group_run_is_named_while_it_runs_and_ended_whole_by_its_record(tmp_path: Path) -> None:
+    # A uv that outlives a SIGKILLed envlock, and what it started, end together: the record names
+    # their process group (their own: a signal to envlock's group does not reach them).
+    import os
+    import threading
+    import time
+
+    record = tmp_path / f"uv{runner.GROUP_SUFFIX}"
+    child = tmp_path / "child.pid"
+    got: list[runner.Result] = []
+    script = f"import os, subprocess, time; p = subprocess.Popen(['sleep', '60']); open({str(child)!r}, 'w')" \
+             ".write(str(p.pid)); time.sleep(60)"
+    t = threading.Thread(target=lambda: got.append(runner.run([sys.executable, "-c", script], group=record)))
+    t.start()
+    deadline = time.monotonic() + 30
+    while not (record.exists() and child.exists() and child.read_text()):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    pgid = int(record.read_text().split()[0])
+    assert pgid != os.getpgrp() and os.getpgid(int(child.read_text())) == pgid
+    assert runner.end_group(record)
+    t.join(timeout=10)
+    assert got[0].returncode == -9 and not record.exists()  # killed, and its record gone with it
+    running = []  # of the group (a zombie left to a parent that does not reap it holds nothing)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            running.append(stat.parent.name)
+    assert running == []
+
+
+def test_a_group_record_whose_leader_pid_is_another_process_now_ends_nothing(tmp_path: Path) -> None:
+    import os
+
+    record = tmp_path / f"uv{runner.GROUP_SUFFIX}"
+    record.write_text(f"{os.getpid()} 1\n")  # this process, as if it had been started at tick 1
+    assert runner.end_group(record)
+    assert not record.exists()  # and this test still runs

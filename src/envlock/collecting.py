@@ -5,10 +5,11 @@ gather the roots (``_roots``: each env's current generation and its newest N, th
 lock files, the locks committed in its git history and its tags, the pins), take the union of
 their closures (``closure.lock_closure``: wheels, builds, sources and their git mirrors, the
 venv and its manifest), plan what falls outside it (generations past the N newest, entries,
-uv-cache archives no kept venv links to) with the bytes it frees, then remove each in one
-step: renamed under ``tmp/`` (which the next store open clears of a killed gc's litter), then
-deleted. A gc killed at any point leaves a store whose roots are all whole: only what no root
-reaches is ever renamed away, generations first, the entries they named after.
+uv-cache archives no kept venv links to, with the uv-cache entries that name them) with the
+bytes it frees, then remove each in one step: renamed under ``tmp/`` (which the next store open
+clears of a killed gc's litter), then deleted. A gc killed at any point leaves a store whose
+roots are all whole: only what no root reaches is ever renamed away, generations first, the
+entries they named after.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envlock import generations, runner
+from envlock import generations, install, runner
 from envlock.closure import EntryRef, lock_closure, venv_key
 from envlock.errors import EnvlockError, UsageError
 from envlock.lockfile import Lock
@@ -28,7 +29,7 @@ from envlock.store import ENTRY_KINDS, Store
 from envlock.workspace import Workspace
 
 KEEP_GIT = ("all", "tags", "none")
-UV_ARCHIVES = "archive-v0"
+UV_ARCHIVES = install.UV_ARCHIVES
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ class _Plan:
     archives: tuple[Path, ...]  # uv-cache archives to remove
     notes: tuple[str, ...]
     records: tuple[Path, ...] = ()  # listings/ and guards/ records to remove (metadata, read again when needed)
+    # uv-cache wheel entries naming an archive removed (or gone already): removed before the archives
+    uv_entries: tuple[install.UvCacheEntry, ...] = ()
 
 
 def gc(ws: Workspace | None, options: GcOptions, on_wait: Callable[[], None] | None = None) -> GcReport:
@@ -137,8 +140,13 @@ def _plan(ws: Workspace | None, store: Store, options: GcOptions) -> _Plan:
     if records:
         notes.append(f"{len(records)} wheel file lists and guard results of no kept lock "
                      f"{'would be' if options.dry_run else 'were'} removed too (read again when a lock needs them)")
-    return _Plan(tuple(roots), frozenset(keep), tuple(drop_gens), tuple(entries),
-                 tuple(_unlinked_archives(store, kept_venvs)), tuple(notes), records)
+    archives = tuple(_unlinked_archives(store, kept_venvs))
+    doomed = {a.name for a in archives}
+    # uv reads an entry's archive without looking: one left naming a removed archive would fail
+    # every later install of its wheel. Gone with it (uv unpacks the wheel again when asked).
+    uv_entries = tuple(e for e in install.uv_cache_entries(store) if e.gone is not None or e.names_any(doomed))
+    return _Plan(tuple(roots), frozenset(keep), tuple(drop_gens), tuple(entries), archives, tuple(notes), records,
+                 uv_entries)
 
 
 def _stale_records(store: Store, keep: Iterable[EntryRef]) -> tuple[Path, ...]:
@@ -309,7 +317,10 @@ def _carry_out(store: Store, plan: _Plan) -> None:
         store.remove_entry(ref.kind, ref.key)
     for record in plan.records:
         record.unlink(missing_ok=True)
-    if plan.archives:
+    if plan.archives or plan.uv_entries:
         with store.locked("uv-cache"):  # as install.clear_uv_cache: not under a running install
+            # The entries first: a gc killed between leaves an archive no entry names (the next gc
+            # takes it), never an entry naming no archive.
+            install.drop_uv_cache_entries(plan.uv_entries)
             for archive in plan.archives:
                 store.remove_tree(archive)

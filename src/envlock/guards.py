@@ -35,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 
 from envlock.cmakefetch import Declared, declared
 from envlock.errors import MetadataError, OverlapError
+from envlock.lockfile import reach
 from envlock.store import store_file, write_atomic
 from envlock.target import target_environment, target_markers
 from envlock.wheelfiles import ListingError, Served, WheelListing, Whole, listings, served_metadatas
@@ -56,6 +57,8 @@ class GuardReport:
     # The upstream pins the spec's overrides beat, as "REQUIRER: REQUIREMENT" (recorded in the lock,
     # so the next lock can tell a pin newly beaten from one beaten all along).
     overridden: tuple[str, ...] = ()
+    # What each package requires among the resolution's (``recorded_requires``): the lock's graph.
+    requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -312,6 +315,24 @@ def metadata_error(spec: EnvSpec, wrong: Sequence[Misled]) -> MetadataError:
     return MetadataError(f"{spec.path}: {head}, so nothing is locked", details=details)
 
 
+def recorded_requires(nodes: Mapping[NormalizedName, list[Requirement] | None],
+                      roots: Iterable[NormalizedName]) -> dict[str, tuple[str, ...]]:
+    """What the lock records each package of ``nodes`` to require (``Lock.requires``, the graph
+    ``lock --check`` holds every package to): the other packages its requirements name, whatever
+    their markers and extras (a resolver never takes a package no requirement names, so from
+    ``roots`` this reaches all uv locked). A package whose requirements cannot be read (a build's
+    dynamic metadata) is recorded to require what nothing else reaches."""
+    known = {str(n) for n in nodes}
+    edges: dict[str, tuple[str, ...]] = {
+        str(n): tuple(sorted({str(canonicalize_name(r.name)) for r in reqs} & known - {str(n)}))
+        for n, reqs in nodes.items() if reqs is not None}
+    reached = reach(roots, edges)
+    rest = tuple(sorted(known - reached))
+    for unknown in sorted(str(n) for n, reqs in nodes.items() if reqs is None and n in reached):
+        edges[unknown] = rest
+    return {n: deps for n, deps in sorted(edges.items()) if deps}
+
+
 def dead_excludes(spec: EnvSpec, graph: Requirements) -> list[str]:
     """A note for each ``resolution.exclude`` that nothing in the resolution requires (when who
     requires whom is fully known: else nothing is said)."""
@@ -468,7 +489,8 @@ def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
         build = spec.packages[name].build
         if build is not None and build in spec.builds:
             notes += fetchcontent_notes(spec.builds[build], subdirectory, declared(project))
-    return GuardReport(notes=tuple(notes), overridden=tuple(sorted({f"{r}: {q}" for _, r, q in beaten})))
+    return GuardReport(notes=tuple(notes), overridden=tuple(sorted({f"{r}: {q}" for _, r, q in beaten})),
+                       requires=recorded_requires(nodes, [canonicalize_name(r.name) for r in roots]))
 
 
 def _read(inputs: GuardInputs, wheels: Mapping[str, Artifact], versions: Mapping[NormalizedName, str],

@@ -125,7 +125,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
         spec_keys=spec.key_digests(), packages=resolution.packages, requires_python=resolution.requires_python,
         nightlies=resolution.nightlies, sources={name: state.locked() for name, state in states.items()},
-        overridden=guarded.overridden,
+        overridden=guarded.overridden, requires=guarded.requires,
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
     session = building.BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, progress,
@@ -252,12 +252,13 @@ def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, o
     path = ws.lock_path(env)
     spec = load_env_spec(ws, env)
     lock = read_lock(path)
-    found = drift(ws, env, spec, lock)
     if offline:
+        found = drift(ws, env, spec, lock)
         return LockCheck(env, path, found.current, found.reasons, notes=(yanks.OFFLINE_NOTE,))
     from envlock.resolve import index_urls
 
     mirrors = Mirrors.of(spec, asked)
+    found = drift(ws, env, spec, lock, mirrors=mirrors.indexes)  # a lock made through a mirror records its URL
     # Each package's page on the index the spec pins it to (its mirror if one is named), as a lock reads it.
     urls = index_urls(spec, mirrors.indexes)
     with mirrors.credentials():  # a private index's pages are read with its password

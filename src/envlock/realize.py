@@ -206,6 +206,7 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
         # an edit that reached uv's cache is not written into the lock as the truth.
         expected, from_store = seen[0], True
     whose = "this store's earlier generations'" if from_store else "the lock's"
+    repaired = inst.note  # uv's cache repaired on the way (``install.repair_uv_cache``)
     note = ""
     if expected is not None and actual.digest != expected and inst.built:
         # uv installs from its cache, whose files are the venvs' (hard links): a file
@@ -241,7 +242,8 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
             + _discard(store, key, inst.venv, actual.digest, stale=stale if inst.built else frozenset()),
             details=differing_lines(reference, actual, expected),
         )
-    return _Checked(inst.venv, key, actual.digest, built_with, inst.built, note)
+    return _Checked(inst.venv, key, actual.digest, built_with, inst.built,
+                    "; ".join(dict.fromkeys(filter(None, [repaired, inst.note, note]))))
 
 
 def _new_generation(store: Store, env: str, cur: generations.Generation | None, checked: _Checked,

@@ -71,15 +71,23 @@ def run(
     env: Mapping[str, str] | None = None,
     log: Path | None = None,
     deadline: tuple[float, str] | None = None,
+    group: Path | None = None,
 ) -> Result:
     """Run a command to completion and capture its output (also into ``log``, if given).
     ``deadline``: (seconds, why): past them it is killed, with all it started, and its stderr ends
-    with why (a network transfer's total deadline)."""
+    with why (a network transfer's total deadline).
+
+    ``group``: the command runs in a process group of its own, named in the file ``group``
+    (``GROUP_SUFFIX``) for as long as it runs, so that if envlock is killed meanwhile, whoever finds
+    the file (the next envlock to open the store) can end what it left running (``end_group``)."""
     args = tuple(str(a) for a in argv)
     try:
         with subprocess.Popen(args, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, errors="replace") as proc:
+                              stderr=subprocess.PIPE, text=True, errors="replace",
+                              process_group=0 if group is not None else None) as proc:
             try:
+                if group is not None:
+                    _record_group(group, proc.pid)
                 out, err = proc.communicate(timeout=deadline[0] if deadline else None)
             except KeyboardInterrupt:
                 _interrupt(proc)
@@ -91,6 +99,9 @@ def run(
                         os.kill(pid, signal.SIGKILL)
                 out, err = proc.communicate()
                 err += f"\nenvlock: ended after {deadline[0]:g} s: {deadline[1]}\n"
+            finally:
+                if group is not None:
+                    group.unlink(missing_ok=True)
         result = Result(args, proc.returncode, out, err)
     except FileNotFoundError:
         result = Result(args, 127, "", f"{args[0]}: command not found")
@@ -197,11 +208,13 @@ def _started(pid: int) -> str | None:
 
 
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
-       env: Mapping[str, str] | None = None, log: Path | None = None, wrap: Sequence[str] = ()) -> Result:
+       env: Mapping[str, str] | None = None, log: Path | None = None, wrap: Sequence[str] = (),
+       group: Path | None = None) -> Result:
     """Run the pinned uv with ``args`` (under ``wrap``, a command that runs its arguments: a build's
-    private mount namespace). An index URL never stays in its command line, which any
-    user of the machine reads in ``/proc/PID/cmdline``: ``--default-index URL`` (its password)
-    reaches uv as ``UV_DEFAULT_INDEX``, which only its own user reads (``/proc/PID/environ``)."""
+    private mount namespace; ``group``: in a process group of its own, see ``run``). An index URL
+    never stays in its command line, which any user of the machine reads in ``/proc/PID/cmdline``:
+    ``--default-index URL`` (its password) reaches uv as ``UV_DEFAULT_INDEX``, which only its own
+    user reads (``/proc/PID/environ``)."""
     _adopt_orphans()  # a build's backend must stay within reach of an interrupt
     argv: list[str] = []
     moved: dict[str, str] = {}
@@ -213,7 +226,7 @@ def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
             moved["UV_DEFAULT_INDEX"] = arg.partition("=")[2]
         elif arg != "--default-index":
             argv.append(arg)
-    return run([*wrap, uv_bin(), *argv], cwd=cwd, env=uv_env({**moved, **(env or {})}), log=log)
+    return run([*wrap, uv_bin(), *argv], cwd=cwd, env=uv_env({**moved, **(env or {})}), log=log, group=group)
 
 
 def without_password(url: str) -> str:
@@ -245,6 +258,75 @@ def uv_index_credentials(urls: Mapping[str, str]) -> dict[str, str]:
             var = "UV_INDEX_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
             out[f"{var}_USERNAME"], out[f"{var}_PASSWORD"] = unquote(parts.username or ""), unquote(password)
     return out
+
+
+#: How a file that names a running process group ends (``run``'s ``group``).
+GROUP_SUFFIX = ".pgroup"
+
+
+def _record_group(record: Path, pgid: int) -> None:
+    """Write ``record``: the group ``pgid`` (its leader's pid) and when that leader started."""
+    temp = record.with_name(f".{record.name}.{os.getpid()}")
+    temp.write_text(f"{pgid} {_started(pgid)}\n")
+    os.replace(temp, record)  # never half a record: a killed envlock's is read by the next
+
+
+def end_group(record: Path, *, timeout: float = 10.0) -> bool:
+    """End the process group ``record`` names (a killed envlock's uv, and what that uv started):
+    SIGKILL to the group, then wait until no process of it is left (a zombie counts as gone);
+    remove ``record``. False when some of it is still there after ``timeout`` seconds (or cannot be
+    signalled); True when it is gone, or the record names nothing that runs (its leader's pid is
+    another process's now, or the record does not read)."""
+    import signal
+    import time
+
+    try:
+        pgid_text, started = record.read_text().split()
+        pgid = int(pgid_text)
+    except (OSError, ValueError):
+        record.unlink(missing_ok=True)
+        return True
+    leader = _started(pgid)
+    if pgid <= 1 or (leader is not None and leader != started):  # that pid is another process's now
+        record.unlink(missing_ok=True)
+        return True
+    deadline = time.monotonic() + timeout
+    while _group_members(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            break
+        except PermissionError:
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    record.unlink(missing_ok=True)
+    return True
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that still run (zombies left out: they hold nothing but
+    their pid until their parent reaps them); without /proc, [pgid] while the group exists."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != b"Z":
+                members.append(int(name))
+    return members
 
 
 def compile_args(

@@ -102,6 +102,7 @@ def sample_lock(**changes: object) -> Lock:
             "json": LockedFetchContent(url="https://github.com/nlohmann/json/archive/v3.11.3.tar.gz", sha256="9" * 64),
         }},
         venv_digest="sha256:" + "e" * 64,
+        requires={"sgl-kernel": ("torch",)},
     )
     base = replace(base, venv_install=base.install_digest())
     return replace(base, **changes)  # type: ignore[arg-type]
