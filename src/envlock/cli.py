@@ -181,6 +181,11 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     return 0
 
 
+def _without_lock(args: argparse.Namespace) -> bool:
+    """Whether ``sync`` or ``verify`` needs a workspace: not with ``--lock`` (the lock names the packages)."""
+    return args.lock is None
+
+
 def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.realize import quick_noop
     from envlock.store import Store
@@ -530,6 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sync this lock instead of locks/pylock.ENV.toml, as it is: no relock, no builds (its "
                    "built wheels must be in the store or the wheelhouse); the first sync still records the venv "
                    "digest in a lock file (not in PATH@REV, nor with --frozen)")
+    p.set_defaults(needs_workspace=_without_lock)
     p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
                    help="download the wheels locked from spec index NAME from the mirror at URL instead (the file "
                    "of the same name it lists; the lock's sha256 decides), and lock against it if locking; "
@@ -556,6 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock", metavar="PATH[@REV]",
                    help="compare with this lock instead of locks/pylock.ENV.toml (as `sync --lock`, e.g. "
                    "locks/pylock.ENV.toml@HEAD~1 after syncing a known-good lock)")
+    p.set_defaults(needs_workspace=_without_lock)
     env_command("generations", cmd_generations, "list the env's generations (* = current)", store_only=True)
     p = env_command("rollback", cmd_rollback, "make an earlier generation current (default: the previous one)",
                     store_only=True)
@@ -672,9 +679,11 @@ def _main(argv: Sequence[str] | None) -> int:
         try:
             ws = Workspace.find(root=args.root)
         except UsageError:
-            # path, run, generations and rollback read only the store, and diff of two lock
-            # paths only them: they work from anywhere (a systemd unit, another checkout).
-            if getattr(args, "needs_workspace", True) or args.root is not None:
+            # path, run, generations and rollback read only the store, diff of two lock paths
+            # only them, and sync or verify of a --lock PATH (an imported pin) that lock and the
+            # store: they work from anywhere (a systemd unit, another checkout, another machine).
+            needs = getattr(args, "needs_workspace", True)
+            if (needs(args) if callable(needs) else needs) or args.root is not None:
                 raise
             ws = Workspace(Path.cwd())
         code: int = args.func(args, ws)
