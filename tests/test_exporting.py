@@ -287,6 +287,8 @@ def test_build_check_offline_after_an_import_rebuilds_the_locks_wheel(  # type: 
                             "compile exit 2)\n")
     assert r.err.endswith("  without the index: `envlock build e --offline` builds from the build requirements "
                           "the lock records and the store's wheels\n")
+    # At once: a refused connection is not retried (uv says "Request failed after N retries" when it is).
+    assert "Connection refused" in r.err and "retries" not in r.err
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)

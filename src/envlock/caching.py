@@ -176,20 +176,24 @@ class Caches:
                 if n]
         return "; ".join([*(["caches: " + ", ".join(took)] if took else []), *self.notes])
 
-    def wheels_into_store(self, store: Store, artifacts: Sequence[Artifact]) -> None:
+    def wheels_into_store(self, store: Store, artifacts: Sequence[Artifact]) -> tuple[int, int]:
         """Bring what the store lacks of ``artifacts`` (those downloaded by URL) from the caches;
-        what none has is left for the index."""
+        what none has is left for the index. Returns how many wheels came, and their bytes (a sync
+        counts them as fetched and downloaded)."""
         wanted = [a for a in {a.sha256: a for a in artifacts}.values()
                   if a.url is not None and not a.url.startswith("file:")
                   and not stored(a, store_file(store, a))[0]
                   and not store.has("wheels", a.sha256)]  # its bytes under another name: fetch links this one
         backends = list(self.backends())  # opened once, here: the threads below only read the list
+        came: list[int] = []  # the bytes of each wheel a cache gave
 
         def one(artifact: Artifact) -> None:
             for backend in backends:
                 if self._live(backend) and self._wheel(store, backend, artifact):
+                    size = (store.path("wheels", artifact.sha256) / artifact.filename).stat().st_size
                     with self._lock:
                         self.wheels += 1
+                        came.append(size)
                     return
 
         if backends and wanted:
@@ -197,6 +201,7 @@ class Caches:
 
             with ThreadPoolExecutor(max_workers=min(JOBS, len(wanted))) as pool:
                 list(pool.map(one, wanted))
+        return len(came), sum(came)
 
     def _live(self, backend: Backend) -> bool:
         return any(b is backend for b in self._backends.values())

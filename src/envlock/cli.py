@@ -108,6 +108,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         verb = "wrote" if result.changed else "unchanged:"
         lines = [f"{verb} {ws.relative(result.path)} ({count(result.packages, 'package')})"]
         lines += [f"  nightly {n} -> {v}" for n, v in result.nightlies.items()]
+        lines += [f"  {name} {old or '(new)'} -> {new or '(gone)'}" for name, old, new in result.moved]
         lines += [f"  index {n} mirrored at {u}" for n, u in sorted(result.mirrors.items())]
         if result.downloaded:
             lines.append(f"  {ui.size(result.downloaded)} read into the store, to hash wheels whose index "

@@ -66,12 +66,16 @@ def cmd_gc(args: argparse.Namespace, ws: Workspace) -> int:
 
     def text() -> str:
         verb = "would remove" if report.dry_run else "removed"
+        # Entries and uv-cache archives apart: before - removed = after, in entries.
+        archives = sum(1 for name in report.removed if name.startswith("uv-cache/"))
+        entries = len(report.removed) - archives
         lines = [f"roots: {count(len(report.roots), 'lock')} ("
                  + ", ".join(count(sum(1 for r in report.roots if r.kind == k), noun)
                              for k, noun in (("generation", "generation"), ("workspace", "workspace lock"),
                                              ("git", "git lock"), ("pin", "pin"))) + ")",
                  f"before: {count(report.before.entries, 'entry', 'entries')}, {ui.size(report.before.bytes)}",
-                 f"{verb}: {count(len(report.removed), 'entry', 'entries')}, "
+                 f"{verb}: {count(entries, 'entry', 'entries')}"
+                 + (f" and {count(archives, 'uv-cache archive')}" if archives else "") + ", "
                  f"{count(len(report.generations), 'old generation')}, freeing {ui.size(report.freed)}",
                  f"after: {count(report.after.entries, 'entry', 'entries')}, {ui.size(report.after.bytes)}"]
         lines += [f"  {verb} {name}" for name in report.removed] if args.verbose else []
