@@ -40,11 +40,11 @@ class LockRef:
 
 
 def in_a_store(path: Path) -> bool:
-    """Whether ``path`` lies in an envlock store (this ``ENVLOCK_HOME`` or another's): under a
-    ``v<layout>`` folder that holds the store's ``layout`` marker."""
+    """Whether ``path`` lies in an envlock store (this ``ENVLOCK_HOME`` or another's): under its
+    ``v<layout>`` folder, beside which the store's ``layout`` marker is."""
     from envlock.store import LAYOUT_VERSION
 
-    return any(p.name == f"v{LAYOUT_VERSION}" and (p / "layout").is_file() for p in path.parents)
+    return any(p.name == f"v{LAYOUT_VERSION}" and (p.parent / "layout").is_file() for p in path.parents)
 
 
 def load_env_lock_ref(ws: Workspace, ref: str, env: str, command: str) -> LockRef:

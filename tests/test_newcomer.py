@@ -1,0 +1,128 @@
+"""What a newcomer hit trying each doc on a fresh clone (issue 28), each fixed and held here.
+
+The counts of gc, of a sync from a cache and of a build offline are held in ``test_collecting``,
+``test_caching`` and ``test_exporting``; the docs themselves in ``test_docs``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import CliResult, Workspace
+from kit.inbackend import write_project
+from kit.index import IndexServer
+from kit.universe import Universe
+from kit.wheels import build_wheel
+
+Cli = Callable[..., CliResult]
+
+
+def _spec(index: str, extra: str = "") -> str:
+    return f'[env]\npython = "3.11"\n\n[indexes.pypi]\nurl = "{index}"\ndefault = true\n\n[packages]\n' \
+           f'tinydep = "==1.0"\n{extra}'
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- item 2: import's next step ------------------------------------------------
+
+
+def test_imports_next_step_runs_outside_a_workspace_and_never_writes_the_pin(
+        ws: Workspace, cli: Cli, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws.write_spec("e", _spec(universe.pypi))
+    assert cli("lock", "e").code == 0  # locked, never synced: no venv digest recorded yet
+    bundle = tmp_path / "e.tar"
+    assert cli("export", "e", "--to", str(bundle)).code == 0
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "other-machine"))
+    elsewhere = tmp_path / "nowhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no envs/ here or above: another machine, no checkout
+    r = cli("import", str(bundle))
+    assert r.code == 0, r.err
+    step = r.out.splitlines()[-1]
+    assert step.startswith("sync it with `envlock sync e --lock ") and step.endswith(" --offline`")
+    argv = shlex.split(step.removeprefix("sync it with `").removesuffix("`"))[1:]
+    pin = Path(argv[argv.index("--lock") + 1])
+    before = _sha(pin)
+    assert pin.name == f"{before}.toml"  # a pin is named by its bytes' sha256
+    r = cli(*argv)
+    assert r.code == 0, r.err
+    assert "recorded the venv digest" not in r.out
+    assert _sha(pin) == before
+    assert cli("verify", "e", "--lock", str(pin)).code == 0  # verify of a --lock: no workspace either
+    # Inside a workspace, the pin (a store entry) is not written either.
+    monkeypatch.chdir(ws.root)
+    r = cli("sync", "e", "--lock", str(pin), "--offline")
+    assert r.code == 0, r.err
+    assert _sha(pin) == before
+    assert json.loads(cli("pins", "--json").out)["pins"][0]["sha256"] == before
+    # Without --lock, a sync still needs a workspace, and says so.
+    monkeypatch.chdir(elsewhere)
+    r = cli("sync", "e")
+    assert (r.code, r.err) == (2, f"envlock: error: {elsewhere}: not inside an envlock workspace (no envs/ folder "
+                                  "here or above); pass --root DIR\n")
+
+
+# -- item 8: counts that add up ------------------------------------------------
+
+
+def test_lock_counts_a_package_whose_build_has_not_run(ws: Workspace, cli: Cli, universe: Universe) -> None:
+    write_project(ws.root / "kernel", "kern", "0.1.0", {"kern/__init__.py": "X = 1\n"})
+    ws.write_spec("e", _spec(universe.pypi, 'kern = { build = "kern" }\n\n[sources.kern]\npath = "kernel"\n\n'
+                                            '[builds.kern]\nsource = "kern"\n'))
+    r = cli("lock", "e")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[0] == "wrote locks/pylock.e.toml (2 packages)"  # tinydep, and kern to build
+    assert "  kern: not built for this lock yet; `envlock build e` builds it (`envlock sync e` too)" in r.out
+    assert cli("build", "e").code == 0
+    r = cli("lock", "e", "--json")
+    assert (json.loads(r.out)["packages"], json.loads(r.out)["unbuilt"]) == (2, [])
+
+
+def test_lock_names_each_version_it_moves_with_the_spec_unchanged(
+        ws: Workspace, cli: Cli, tmp_path: Path) -> None:
+    server = IndexServer(tmp_path / "served")
+    server.add("pypi", build_wheel(tmp_path / "w", "tinydep", "1.0"),
+               build_wheel(tmp_path / "w", "otherdep", "2.0", requires=["idnaish>=3"]),
+               build_wheel(tmp_path / "w", "idnaish", "3.20"))
+    server.start()
+    try:
+        ws.write_spec("e", _spec(server.url("pypi"), 'otherdep = "==2.0"\n'))
+        r = cli("lock", "e")
+        assert (r.code, r.out.splitlines()) == (0, ["wrote locks/pylock.e.toml (3 packages)"])
+        server.add("pypi", build_wheel(tmp_path / "w", "idnaish", "3.21"))  # a release on the index; the spec as it was
+        r = cli("lock", "e")
+        assert (r.code, r.out.splitlines()) == (0, ["wrote locks/pylock.e.toml (3 packages)", "  idnaish 3.20 -> 3.21"])
+        r = cli("lock", "e", "--json")
+        assert (json.loads(r.out)["changed"], json.loads(r.out)["moved"]) == (False, [])
+        server.add("pypi", build_wheel(tmp_path / "w", "otherdep", "2.1"))
+        ws.write_spec("e", _spec(server.url("pypi")))  # otherdep dropped: it and what only it pulled in go
+        r = cli("lock", "e", "--json")
+        assert json.loads(r.out)["moved"] == [{"package": "idnaish", "old": "3.21", "new": None},
+                                              {"package": "otherdep", "old": "2.0", "new": None}]
+        assert cli("lock", "e").out.splitlines()[1:] == []
+    finally:
+        server.stop()
+
+
+def test_lock_check_says_a_misspelt_index_variable_as_lock_does(
+        ws: Workspace, cli: Cli, universe: Universe, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws.write_spec("e", _spec(universe.pypi))
+    assert cli("lock", "e").code == 0
+    monkeypatch.setenv("ENVLOCK_INDEX_PYPII", universe.pypi)
+    note = ("envlock: note: ENVLOCK_INDEX_PYPII set, but no env spec here has an index of that name, so it was not "
+            "used (this env's: ENVLOCK_INDEX_PYPI)")
+    assert note.removeprefix("envlock: note: ") in cli("lock", "e").out
+    r = cli("lock", "e", "--check")
+    assert (r.code, r.out, r.err) == (0, "locks/pylock.e.toml is current for envs/e.toml\n", note + "\n")
+    r = cli("lock", "e", "--check", "--offline")
+    assert r.code == 0 and r.err.splitlines()[0] == note
+    assert json.loads(cli("lock", "e", "--check", "--json").out)["notes"] == [note.removeprefix("envlock: note: ")]
