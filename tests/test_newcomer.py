@@ -126,3 +126,39 @@ def test_lock_check_says_a_misspelt_index_variable_as_lock_does(
     r = cli("lock", "e", "--check", "--offline")
     assert r.code == 0 and r.err.splitlines()[0] == note
     assert json.loads(cli("lock", "e", "--check", "--json").out)["notes"] == [note.removeprefix("envlock: note: ")]
+
+
+# -- item 7: patch edit's work dir -----------------------------------------------
+
+
+def test_patch_edit_work_dir_is_ignored_by_git_and_removed_once_recorded(
+        ws: Workspace, cli: Cli, universe: Universe) -> None:
+    from kit.sglike import commit_all, git
+
+    write_project(ws.root / "kernel", "kern", "0.1.0", {"kern/__init__.py": "X = 1\n"})
+    ws.write_spec("e", _spec(universe.pypi, '\n[sources.kern]\npath = "kernel"\n'))
+    git(ws.root, "init", "-q", "-b", "main")
+    commit_all(ws.root, "the workspace")
+    for attempt in ("first", "second"):  # the second edit finds no leftover of the first
+        r = cli("patch", "edit", "e", "kern")
+        assert r.code == 0, r.err
+        work = ws.root / "kern-edit"
+        # A path source has no commit to name: its tree as it is, with the patches.
+        applied = "0 patches" if attempt == "first" else "1 patch"
+        assert r.out.splitlines()[0] == f"{work}: kern with {applied} applied (one commit each)"
+        # Ignored (.git/info/exclude): nothing of it to commit by mistake.
+        assert "kern-edit" not in git(ws.root, "status", "--short", "--untracked-files=all")
+        (work / "kern" / f"{attempt}.py").write_text("Y = 2\n")
+        r = cli("patch", "record", str(work), "--subject", f"Add {attempt}", "--why", "a test")
+        assert r.code == 0, r.err
+        number = 1 if attempt == "first" else 2
+        assert r.out.splitlines() == [
+            f"wrote patches/kern/000{number}-add-{attempt}.patch (1 file)", f"removed the work dir {work}",
+            f'add it to [sources.kern] patches = [..., "patches/kern/000{number}-add-{attempt}.patch"] and run '
+            "`envlock lock e`"]
+        assert not work.exists()
+        patches = ", ".join(f'"patches/kern/000{n}-add-{a}.patch"' for n, a in ((1, "first"), (2, "second"))[:number])
+        ws.write_spec("e", _spec(universe.pypi, f'\n[sources.kern]\npath = "kernel"\npatches = [{patches}]\n'))
+    # What is left to commit is the spec and the patches, no work dir.
+    assert git(ws.root, "status", "--short", raw=True).splitlines() == [" M envs/e.toml", "?? patches/"]
+    assert (ws.root / ".git" / "info" / "exclude").read_text().splitlines()[-1] == "/kern-edit/"
