@@ -162,3 +162,32 @@ def test_patch_edit_work_dir_is_ignored_by_git_and_removed_once_recorded(
     # What is left to commit is the spec and the patches, no work dir.
     assert git(ws.root, "status", "--short", raw=True).splitlines() == [" M envs/e.toml", "?? patches/"]
     assert (ws.root / ".git" / "info" / "exclude").read_text().splitlines()[-1] == "/kern-edit/"
+
+
+# -- item 4 (and 6): cache keygen on a fresh machine ---------------------------------
+
+
+def test_cache_keygen_makes_the_missing_folder_0700_as_ssh_keygen_does(
+        cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stat
+
+    monkeypatch.chdir(tmp_path)  # no workspace: keygen needs none
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    out = tmp_path / "home" / ".config" / "envlock" / "team-ci.key"  # neither ~ nor .config exists yet
+    r = cli("cache", "keygen", "team-ci", "--out", str(out))
+    assert r.code == 0, r.err
+    assert r.out.startswith("team-ci:") and r.out.count("\n") == 1
+    assert r.err == (f"envlock: made {out.parent} (mode 0700); secret key written to {out} (mode 0600): keep it to "
+                     "the machines that push; trust the public key below where caches are read\n")
+    assert stat.S_IMODE(out.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    # --json: one document, as every reporting command gives; the folder exists now, so none is made.
+    second = out.parent / "laptop.key"
+    r = cli("cache", "keygen", "laptop", "--out", str(second), "--json")
+    assert (r.code, r.err) == (0, "")
+    doc = json.loads(r.out)
+    assert (doc["name"], doc["secret_key"], doc["made_folder"]) == ("laptop", str(second), None)
+    assert doc["public_key"].startswith("laptop:")
+    r = cli("cache", "keygen", "laptop", "--out", str(second))  # never over an existing key
+    assert (r.code, r.err) == (2, f"envlock: error: {second}: exists; a secret key is never overwritten (remove it, "
+                                  "or choose another --out)\n")

@@ -614,10 +614,11 @@ def _closure_problems(backend: Backend, key: str) -> list[str]:
     return problems
 
 
-def keygen(name: str, out: Path) -> PublicKey:
-    """``envlock cache keygen NAME --out FILE``: a new key's secret written to ``out`` (0600); its public key."""
+def keygen(name: str, out: Path) -> tuple[PublicKey, bool]:
+    """``envlock cache keygen NAME --out FILE``: a new key's secret written to ``out`` (0600; its
+    folder made, 0700, if missing); its public key, and whether the folder was made."""
     from envlock.signing import generate, write_secret
 
     key = generate(name)
-    write_secret(key, out)
-    return key.public()
+    made = write_secret(key, out)
+    return key.public(), made

@@ -34,10 +34,13 @@ def build_caches(ws: Workspace, trusted: Sequence[str]) -> Caches | None:
 def cmd_keygen(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.caching import keygen
 
-    public = keygen(args.name, args.out)
-    print(f"envlock: secret key written to {args.out} (mode 0600): keep it to the machines that push; "
-          "trust the public key below where caches are read", file=sys.stderr)
-    print(public)
+    public, made = keygen(args.name, args.out)
+    if not args.json:
+        print((f"envlock: made {args.out.parent} (mode 0700); " if made else "envlock: ")
+              + f"secret key written to {args.out} (mode 0600): keep it to the machines that push; "
+              "trust the public key below where caches are read", file=sys.stderr)
+    out(args, {"name": public.name, "public_key": str(public), "secret_key": str(args.out.absolute()),
+               "made_folder": str(args.out.parent.absolute()) if made else None}, lambda: str(public))
     return 0
 
 
@@ -92,7 +95,9 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
              "public key as NAME:BASE64: trust it where caches are read (--trusted-key, ENVLOCK_TRUSTED_KEYS,\n"
              "[cache] trusted-keys in envlock.toml). Builds pushed with --key FILE are signed by it.")
     q.add_argument("name", metavar="NAME", help="the key's name (e.g. team-ci-1), recorded in every record it signs")
-    q.add_argument("--out", type=Path, required=True, metavar="FILE", help="where to write the secret key")
+    q.add_argument("--out", type=Path, required=True, metavar="FILE",
+                   help="where to write the secret key (its folder is made, mode 0700, if missing)")
+    json_option(q)
     q.set_defaults(needs_workspace=False)
 
     q = cadd("push", cmd_push, "upload the closure of ENV's lock to a cache (only what it lacks)",
