@@ -191,3 +191,36 @@ def test_cache_keygen_makes_the_missing_folder_0700_as_ssh_keygen_does(
     r = cli("cache", "keygen", "laptop", "--out", str(second))  # never over an existing key
     assert (r.code, r.err) == (2, f"envlock: error: {second}: exists; a secret key is never overwritten (remove it, "
                                   "or choose another --out)\n")
+
+
+# -- item 3: diff of two lock paths outside a workspace ---------------------------------
+
+
+def test_diff_outside_a_workspace_does_not_guess_why_a_build_rebuilds(
+        ws: Workspace, cli: Cli, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_project(ws.root / "kernel", "kern", "0.1.0", {"kern/__init__.py": "X = 1\n"})
+    patch = ws.root / "patches" / "kern" / "0001-x.patch"
+    patch.parent.mkdir(parents=True)
+
+    def locked(value: str, copy: Path) -> None:
+        patch.write_text("Subject: x\nWhy: a test.\n---\ndiff --git a/kern/__init__.py b/kern/__init__.py\n"
+                         "--- a/kern/__init__.py\n+++ b/kern/__init__.py\n@@ -1 +1 @@\n-X = 1\n+X = " + value + "\n")
+        assert cli("lock", "e").code == 0
+        assert cli("build", "e").code == 0
+        copy.write_text((ws.root / "locks" / "pylock.e.toml").read_text())
+
+    ws.write_spec("e", _spec(universe.pypi, 'kern = { build = "kern" }\n\n[sources.kern]\npath = "kernel"\n'
+                                            'patches = ["patches/kern/0001-x.patch"]\n\n[builds.kern]\nsource = "kern"\n'))
+    a, b = tmp_path / "a.toml", tmp_path / "b.toml"
+    locked("2", a)
+    locked("3", b)
+    inside = cli("diff", str(a), str(b))
+    assert inside.code == 0, inside.err
+    assert "  rebuild kern: patch patches/kern/0001-x.patch changed" in inside.out.splitlines()
+    monkeypatch.chdir(tmp_path)  # no envs/ here or above
+    outside = cli("diff", str(a), str(b))
+    assert outside.code == 0, outside.err
+    assert ("  rebuild kern: cannot tell why: its source, patches and recipe are named by the env's spec, which this "
+            "diff did not read (run it in the env's workspace, or with --root)") in outside.out.splitlines()
+    assert "toolchain" not in outside.out
+    assert cli("diff", str(a), str(b), "--root", str(ws.root)).out == inside.out
