@@ -210,7 +210,8 @@ def test_diff_outside_a_workspace_does_not_guess_why_a_build_rebuilds(
         copy.write_text((ws.root / "locks" / "pylock.e.toml").read_text())
 
     ws.write_spec("e", _spec(universe.pypi, 'kern = { build = "kern" }\n\n[sources.kern]\npath = "kernel"\n'
-                                            'patches = ["patches/kern/0001-x.patch"]\n\n[builds.kern]\nsource = "kern"\n'))
+                                            'patches = ["patches/kern/0001-x.patch"]\n\n'
+                                            '[builds.kern]\nsource = "kern"\n'))
     a, b = tmp_path / "a.toml", tmp_path / "b.toml"
     locked("2", a)
     locked("3", b)
@@ -224,3 +225,45 @@ def test_diff_outside_a_workspace_does_not_guess_why_a_build_rebuilds(
             "diff did not read (run it in the env's workspace, or with --root)") in outside.out.splitlines()
     assert "toolchain" not in outside.out
     assert cli("diff", str(a), str(b), "--root", str(ws.root)).out == inside.out
+
+
+# -- item 5: a venv file edited anyway ---------------------------------------------
+
+
+def test_verify_names_every_generation_an_edited_hard_link_touches_and_repairs_them_all(
+        ws: Workspace, cli: Cli, universe: Universe) -> None:
+    import os
+    import stat
+
+    ws.write_spec("e", _spec(universe.pypi, 'otherdep = "==2.0"\n'))
+    assert cli("sync", "e").code == 0
+    ws.write_spec("e", _spec(universe.pypi, 'otherdep = "==2.0"\nfilelock-lite = "==3.0"\n'))
+    assert cli("sync", "e").code == 0  # generation 2: otherdep's files are generation 1's (hard links)
+    venv = Path(cli("path", "e").out.strip()).resolve()
+    edited = venv / "lib" / "python3.11" / "site-packages" / "otherdep" / "__init__.py"
+    assert edited.stat().st_nlink > 2  # this venv, generation 1's and the store's uv cache
+    os.chmod(edited, stat.S_IMODE(edited.stat().st_mode) | stat.S_IWUSR)  # read-only: root, or a chmod, writes anyway
+    with edited.open("a") as fh:  # in place: the inode every venv shares
+        fh.write("BROKEN = True\n")
+
+    r = cli("verify", "e")
+    assert r.code == 1
+    assert r.out.splitlines()[3:] == [
+        "  ~ lib/python3.11/site-packages/otherdep/__init__.py",
+        "  the changed files are hard links (uv's cache): the same edit is in the venvs of generations e/1, e/2",
+        "  repair them all: envlock verify e --repair (rebuilds each from its lock and the store's wheels)"]
+    assert json.loads(cli("verify", "e", "--json").out)["shared"] == ["e/1", "e/2"]
+    r = cli("rollback", "e")  # generation 1 holds the edit too: refused, with the same way out
+    assert r.code == 1
+    assert r.err.splitlines()[0].endswith("the env was not switched; `envlock verify e --repair` builds it anew (and "
+                                          "every venv sharing its modified files), then roll back again")
+
+    r = cli("verify", "e", "--repair")
+    assert r.code == 0, r.out + r.err
+    assert r.out.splitlines()[0] == "e: repaired 2 venvs (generations e/1, e/2)"
+    assert r.out.splitlines()[1].startswith("e: ok (sha256:")
+    assert "BROKEN" not in (venv / edited.relative_to(venv)).read_text()
+    assert cli("rollback", "e").code == 0
+    assert json.loads(cli("verify", "e", "--json").out)["intact"] is True  # generation 1, whole again
+    r = cli("verify", "e", "--repair", "--json")
+    assert json.loads(r.out)["repair"] == {"venvs": [], "generations": [], "removed": []}

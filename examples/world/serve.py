@@ -18,6 +18,7 @@ run it with the Python envlock is installed in.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
@@ -25,13 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-from kit.world import build_world  # noqa: E402
+from kit.world import build_world
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="serve.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", required=True, type=Path, help="a new or empty folder to make the world in")
-    parser.add_argument("--port", type=int, default=18080, help="the index's port on 127.0.0.1 (default 18080, as the docs show it; 0: any free one)")
+    parser.add_argument("--port", type=int, default=18080,
+                        help="the index's port on 127.0.0.1 (default 18080, as the docs show it; 0: any free one)")
     args = parser.parse_args(argv)
     root = args.dir.resolve()
     try:
@@ -48,10 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     print("serving until Ctrl-C", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         stop.wait()
-    except KeyboardInterrupt:
-        pass
     world.stop()
     return 0
 

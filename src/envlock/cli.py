@@ -262,11 +262,21 @@ def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.verifying import verify_workspace_env
+    from envlock.verifying import repair_env, verify_workspace_env
 
-    result = verify_workspace_env(ws, _env_store(args, ws), args.env, args.lock)
+    store = _env_store(args, ws)
+    repaired = repair_env(store, args.env) if args.repair else None
+    result = verify_workspace_env(ws, store, args.env, args.lock)
 
     def text() -> str:
+        said = [] if repaired is None else [
+            f"{args.env}: repaired {count(len(repaired.venvs), 'venv')} (generations "
+            f"{', '.join(repaired.generations)})" if repaired.venvs else f"{args.env}: every generation is intact"]
+        said += [f"  removed {name}: modified, and no generation uses it"
+                 for name in (repaired.removed if repaired else ())]
+        return "\n".join([*said, verdict()])
+
+    def verdict() -> str:
         if result.ok:
             return f"{args.env}: ok ({result.actual})" + (f"; {result.note}" if result.note else "")
         if result.intact:  # a generation of another lock, as it was built
@@ -277,9 +287,15 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
             lines += [f"  {line}" for line in result.difference.lines()]
         if result.note:
             lines.append(f"  {result.note}")
+        if len(result.shared) > 1:
+            lines.append(f"  the changed files are hard links (uv's cache): the same edit is in the venvs of "
+                         f"generations {', '.join(result.shared)}")
+        lines.append(f"  repair {'them all' if len(result.shared) > 1 else 'it'}: envlock verify {args.env} --repair "
+                     "(rebuilds each from its lock and the store's wheels)")
         return "\n".join(lines)
 
-    out(args, result.to_dict(), text)
+    doc = result.to_dict() | ({"repair": repaired.to_dict()} if repaired is not None else {})
+    out(args, doc, text)
     return 0 if result.ok else 1
 
 
@@ -564,6 +580,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare with this lock instead of locks/pylock.ENV.toml (as `sync --lock`, e.g. "
                    "locks/pylock.ENV.toml@HEAD~1 after syncing a known-good lock)")
     p.set_defaults(needs_workspace=_without_lock)
+    p.add_argument("--repair", action="store_true",
+                   help="first rebuild every generation's venv of ENV that was modified, and every venv sharing a "
+                   "modified file with one (hard links), from its lock and the store's wheels; then verify")
     env_command("generations", cmd_generations, "list the env's generations (* = current)", store_only=True)
     p = env_command("rollback", cmd_rollback, "make an earlier generation current (default: the previous one)",
                     store_only=True)

@@ -255,7 +255,8 @@ def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, o
     spec = load_env_spec(ws, env)
     lock = read_lock(path)
     found = drift(ws, env, spec, lock)
-    # Offline, no mirror is read (nor checked); a misspelt ENVLOCK_INDEX_* is said all the same, as lock and sync say it.
+    # Offline, no mirror is read (nor checked); a misspelt ENVLOCK_INDEX_* is said all the same, as lock
+    # and sync say it.
     mirrors = Mirrors(spec) if offline else Mirrors.of(spec, asked)
     stray = tuple(filter(None, [mirrors.stray_note(ws)]))
     if offline:

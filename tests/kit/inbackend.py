@@ -76,7 +76,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     info = dist + "-" + version + ".dist-info"
     entries = _files()
     entries[info + "/METADATA"] = _metadata(project).encode()
-    entries[info + "/WHEEL"] = b"Wheel-Version: 1.0\\nGenerator: world-backend\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    entries[info + "/WHEEL"] = (b"Wheel-Version: 1.0\\nGenerator: world-backend\\nRoot-Is-Purelib: true\\n"
+                                b"Tag: py3-none-any\\n")
     record = "".join(p + "," + _record_hash(d) + "," + str(len(d)) + "\\n" for p, d in entries.items())
     entries[info + "/RECORD"] = (record + info + "/RECORD,,\\n").encode()
     name = dist + "-" + version + "-py3-none-any.whl"
