@@ -267,3 +267,80 @@ def test_verify_names_every_generation_an_edited_hard_link_touches_and_repairs_t
     assert json.loads(cli("verify", "e", "--json").out)["intact"] is True  # generation 1, whole again
     r = cli("verify", "e", "--repair", "--json")
     assert json.loads(r.out)["repair"] == {"venvs": [], "generations": [], "removed": []}
+
+
+# -- item 6: options ------------------------------------------------------------------
+
+
+def test_help_says_the_global_options_once_and_its_examples_use_the_demo_env(cli: Cli) -> None:
+    from envlock.cli import build_parser
+
+    top = build_parser().format_help()
+    assert "--keyring-provider" in top and "envlock sync demo" in top and "qwen35-blackwell" not in top
+    for argv in (["sync"], ["export"], ["cache", "push"], ["patch", "edit"]):
+        parser = build_parser()
+        sub = parser._subparsers._group_actions[0].choices[argv[0]]  # type-checked: argparse's own table
+        if len(argv) > 1:
+            sub = sub._subparsers._group_actions[0].choices[argv[1]]
+        text = sub.format_help()
+        assert "--keyring-provider {" not in text and "--native-tls " not in text.split("global options")[0]
+        assert " ".join(text.split()).endswith("global options, before or after the command: --root DIR, --debug, "
+                                               "-q, --keyring-provider, --native-tls (`envlock --help`)")
+
+
+def test_export_out_and_its_index_mirror_and_syncs_summary_names_its_build(
+        ws: Workspace, cli: Cli, tmp_path: Path) -> None:
+    origin, mirror = IndexServer(tmp_path / "origin"), IndexServer(tmp_path / "mirror")
+    for server in (origin, mirror):
+        server.add("pypi", build_wheel(tmp_path / "w", "tinydep", "1.0"))
+        server.start()
+    try:
+        write_project(ws.root / "kernel", "kern", "0.1.0", {"kern/__init__.py": "X = 1\n"})
+        ws.write_spec("e", _spec(origin.url("pypi"), 'kern = { build = "kern" }\n\n[sources.kern]\npath = "kernel"\n'
+                                                     '\n[builds.kern]\nsource = "kern"\n'))
+        r = cli("sync", "e")
+        assert r.code == 0, r.err
+        assert [line for line in r.out.splitlines() if line.startswith("  built ")] == [
+            f"  built kern (inputs {read_lock_build(ws, 'kern')[:19]})"]
+        assert json.loads(cli("sync", "e", "--json").out)["built"] == []  # up to date: nothing built
+        origin.stop()  # the lock's index is gone, and the store lacks its wheel
+        from envlock.lockfile import read_lock
+        from envlock.store import Store
+
+        tinydep = read_lock(ws.root / "locks" / "pylock.e.toml").package("tinydep")
+        assert tinydep is not None
+        Store.open().remove_entry("wheels", tinydep.wheels[0].sha256)
+        r = cli("export", "e", "--out", str(tmp_path / "a.tar"))
+        assert r.code == 1 and "Connection refused" in r.err
+        r = cli("export", "e", "--out", str(tmp_path / "a.tar"), "--index", f"pypi={mirror.url('pypi')}")
+        assert r.code == 0, r.err
+        assert r.out.startswith(f"exported locks/pylock.e.toml to {tmp_path / 'a.tar'}: 1 build, 1 source, ")
+        assert mirror.downloads("tinydep-1.0-py3-none-any.whl")  # from the mirror, held to the lock's sha256
+        r = cli("export", "e", "--to", str(tmp_path / "b.tar"))  # the old spelling still works
+        assert r.code == 0, r.err
+        r = cli("export", "e")
+        assert (r.code, r.err) == (2, "envlock: error: export: expected --out DIR|FILE.tar, where to write the "
+                                      "bundle\n")
+    finally:
+        mirror.stop()
+
+
+def read_lock_build(ws: Workspace, name: str) -> str:
+    from envlock.lockfile import read_lock
+
+    return read_lock(ws.root / "locks" / "pylock.e.toml").builds[name].input_digest
+
+
+def test_bisect_and_diff_take_the_mirror_flags(ws: Workspace, cli: Cli, universe: Universe) -> None:
+    ws.write_spec("e", _spec(universe.pypi))
+    assert cli("lock", "e").code == 0
+    r = cli("bisect", "e", "--nightly", "2026-03-01..2026-03-05", "--index", f"pypi={universe.pypi}", "--", "true")
+    assert (r.code, r.err.splitlines()[-1]) == (2, f"envlock: error: {ws.root / 'envs' / 'e.toml'}: no nightly pin "
+                                                   "to move; --nightly bisects the date of the spec's "
+                                                   '`nightly = "YYYY-MM-DD"` packages')  # the flag was taken
+    lock = str(ws.root / "locks" / "pylock.e.toml")
+    r = cli("diff", lock, lock, "--fetch", "--source", "nosuch=file:///x", "--index", f"pypi={universe.pypi}")
+    # Read and checked as every command checks a mirror's name; a diff never fails for it: a note.
+    assert (r.code, r.err) == (0, f"envlock: note: --source nosuch=...: {ws.root / 'envs' / 'e.toml'} has no "
+                                  "[sources.nosuch] nor a fetchcontent.nosuch; known: none\n")
+    assert cli("diff", lock, lock, "--yanked", "--index", f"pypi={universe.pypi}").code == 0

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from envlock.cachestore import Backend, CacheError, TooLargeError, check_key, get_bytes, open_backend, put_bytes
 from envlock.errors import UsageError, redact
@@ -47,6 +47,9 @@ from envlock.signing import (
 from envlock.store import STORE_MTIME, Store, store_file, stored
 from envlock.tomlio import load_toml
 from envlock.workspace import CACHE_URLS_ENV, CONFIG_FILE, Workspace
+
+if TYPE_CHECKING:
+    from envlock.mirrors import MirrorOptions
 
 TRUSTED_ENV = "ENVLOCK_TRUSTED_KEYS"
 KEY_ENV = "ENVLOCK_CACHE_KEY"
@@ -504,19 +507,20 @@ PushUrls = Callable[[Backend, Sequence[tuple[Artifact, Path]], SecretKey | None]
 
 
 def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None, key_file: Path | None = None,
-             url_records: PushUrls | None = None) -> Pushed:
+             url_records: PushUrls | None = None, asked: MirrorOptions | None = None) -> Pushed:
     """``envlock cache push ENV --to URL``: the lock's closure (every wheel, each build's signed
     record, the closure manifest) uploaded where ``to`` lacks it, then each wheel's signed URL
     record (``url_records``). The wheels are brought into the store first (from the index where
-    the store lacks them)."""
-    from envlock import fetch
+    the store lacks them, through the mirrors ``asked`` or ``ENVLOCK_INDEX_*`` name, as a sync)."""
     from envlock.lockrefs import load_env_lock_ref
+    from envlock.mirrors import fetch_mirrored
 
     ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
     key = secret_key(key_file or CacheConfig.of(ws).key_file)
     backend = open_backend(to)
     store = Store.open()
-    got = fetch.fetch([p.wheels[0] for p in ref.lock.packages], store, base_dir=ref.folder, env=env)
+    got = fetch_mirrored(ws, env, ref.lock, [p.wheels[0] for p in ref.lock.packages], store, base_dir=ref.folder,
+                         asked=asked)
     builds = [(n, b.input_digest, b.requirements) for n, b in sorted(ref.lock.builds.items())]
     paths = got.paths()
     sizes = {sha: path.stat().st_size for sha, path in paths.items()}

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.clirender import count, json_option, out
+from envlock.clirender import GLOBAL_OPTIONS, count, json_option, mirror_flags, out
 from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, raise_terminated, redact, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
@@ -23,11 +23,12 @@ if TYPE_CHECKING:
     from envlock.workspace import Workspace
 
 EPILOG = """\
-Typical use:
-  envlock lock qwen35-blackwell          resolve envs/qwen35-blackwell.toml -> locks/pylock.qwen35-blackwell.toml
-  envlock sync qwen35-blackwell          make the env match the lock; last line printed is its path
-  envlock upgrade X --nightly latest --dry-run   what moving to the newest nightly would change
-  envlock diff locks/pylock.X.toml@HEAD~1 X   what an upgrade changes
+Typical use (envs/demo.toml, in a clone of envlock):
+  envlock lock demo                      resolve envs/demo.toml -> locks/pylock.demo.toml
+  envlock sync demo                      make the env match the lock; last line printed is its path
+  envlock diff locks/pylock.demo.toml@HEAD~1 demo   what the lock changed since the last commit
+  envlock upgrade ENV --nightly latest --dry-run    what moving to the newest nightly would change
+Every job, offline: `python examples/world/serve.py --dir /tmp/world` (README.md, Recipes).
 Exit codes: 0 ok, 1 the work failed or a check found a difference, 2 bad input (spec, env, option)."""
 
 
@@ -74,7 +75,8 @@ def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str
 def _mirror_options(args: argparse.Namespace) -> MirrorOptions:
     from envlock.mirrors import MirrorOptions
 
-    return MirrorOptions(_index_pairs(getattr(args, "index", [])), _index_pairs(args.source, "--source"))
+    return MirrorOptions(_index_pairs(getattr(args, "index", [])), _index_pairs(getattr(args, "source", []),
+                                                                                 "--source"))
 
 
 # -- commands -----------------------------------------------------------------
@@ -173,7 +175,7 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
 
     if args.format == "json":
         args.json = True  # before the work: its errors are a JSON document too
-    options = reporting.ReportOptions(fetch=args.fetch, yanked=args.yanked)
+    options = reporting.ReportOptions(fetch=args.fetch, yanked=args.yanked, mirrors=_mirror_options(args))
     result, notes = lockrefs.diff_refs(ws, args.old, args.new, options)
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
@@ -195,6 +197,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
     # text mode it has already said no): answer from the env's stamp before importing
     # the sync recipe (see envlock.quick).
     result = None
+    built: list[tuple[str, str]] = []  # the local builds this sync ran: (name, input digest)
     lock_file = spec_file = None
     if args.lock is None:
         spec_file = ws.spec_path(args.env)  # an unknown env is still a usage error
@@ -211,6 +214,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         from envlock import syncing, ui
 
         def on_build(name: str, digest: str) -> None:
+            built.append((name, digest))
             if not (args.quiet or args.json):  # said even off a terminal: a kernel build can take an hour
                 print(f"envlock: building {name} (inputs {digest[:19]}); a native build can take long",
                       file=sys.stderr)
@@ -230,13 +234,14 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         lines = [head, f"  venv digest {result.venv_digest}"]
         if result.relocked:
             lines.append(f"  locked envs/{args.env}.toml anew first (the lock was missing or stale)")
+        lines += [f"  built {name} (inputs {digest[:19]})" for name, digest in built]
         if result.recorded:
             lines.append("  recorded the venv digest in the lock")
         if result.note:
             lines.append(f"  note: {result.note}")
         return "\n".join([*lines, str(result.path)])  # last line: the env path
 
-    out(args, result.to_dict(), text)
+    out(args, result.to_dict() | {"built": [{"name": n, "input_digest": d} for n, d in built]}, text)
     return 0
 
 
@@ -453,6 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Accepted before and after the command. After it, an option not given must leave the
     # value given before it alone: argparse copies a subcommand's defaults over the top's.
     top_common, common = common_options(None), common_options(argparse.SUPPRESS)
+    for action in common._actions:  # said once, in `envlock --help`; each command's help points there
+        action.help = argparse.SUPPRESS
 
     parser = _Parser(
         prog="envlock",
@@ -469,8 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str,
             description: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=description or help, parents=[common],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.set_defaults(func=func, command_parser=p)  # an unknown option is its command's error (main)
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=GLOBAL_OPTIONS)
+        # An unknown option is its command's error (main); the mirrors, as every command reads them.
+        p.set_defaults(func=func, command_parser=p, mirror_options=_mirror_options)
         return p
 
     p = add("lock", cmd_lock, "resolve envs/ENV.toml into locks/pylock.ENV.toml",
@@ -532,6 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yanked", action="store_true",
                    help="read the index page of each of NEW's packages and list its files yanked since it was "
                    "locked (network; without it, only those NEW records as yanked)")
+    mirror_flags(p, why=": --yanked reads it there; --source: --fetch fetches from there")
     p.set_defaults(needs_workspace=False)  # two lock paths need none; an env name is looked up in it
 
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",
@@ -622,7 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
     psub = p.add_subparsers(dest="patch_command", metavar="ACTION", parser_class=_Parser, required=True)
 
     def padd(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str) -> argparse.ArgumentParser:
-        q = psub.add_parser(name, help=help, description=help, parents=[common])
+        q = psub.add_parser(name, help=help, description=help, parents=[common], epilog=GLOBAL_OPTIONS)
         q.set_defaults(func=func, command_parser=q, mirror_options=_mirror_options)
         return q
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock.clirender import json_option, out
+from envlock.clirender import GLOBAL_OPTIONS, json_option, mirror_flags, out
 from envlock.workspace import Workspace, names_a_cache
 
 if TYPE_CHECKING:
@@ -48,7 +48,8 @@ def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.cachesources import push_env  # the closure (caching.push_env), then the fetched sources
     from envlock.cacheurls import push_url_records
 
-    pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key, url_records=push_url_records)
+    pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key, url_records=push_url_records,
+                      asked=args.mirror_options(args))
     for note in pushed.notes:
         print(f"envlock: {note}", file=sys.stderr)
 
@@ -85,7 +86,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
 
     def cadd(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str,
              description: str | None = None) -> argparse.ArgumentParser:
-        q = csub.add_parser(name, help=help, description=description or help, parents=[common],
+        q = csub.add_parser(name, help=help, description=description or help, parents=[common], epilog=GLOBAL_OPTIONS,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         q.set_defaults(func=func, command_parser=q)
         return q
@@ -112,6 +113,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
     q.add_argument("env", metavar="ENV")
     q.add_argument("--to", required=True, metavar="URL", help="the cache to upload to")
     q.add_argument("--lock", metavar="PATH[@REV]", help="push this lock's closure instead of locks/pylock.ENV.toml")
+    mirror_flags(q, source=False, why=": the wheels the store lacks are downloaded from it")
     q.add_argument("--key", type=Path, metavar="FILE",
                    help="secret key to sign build and URL records with (default: ENVLOCK_CACHE_KEY, [cache] key); "
                    "without one, no record is pushed (said)")
