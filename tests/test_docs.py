@@ -7,7 +7,7 @@ blocks run: an indented or ```sh block is prose. Each command runs in bash in th
 session (``cd`` and ``export`` carry over), the doc's ``/tmp/world`` being the test's world folder.
 
 Compared after normalising, on both sides, only what must differ between runs: the world's port,
-times, dates of the day, hex digests and commit ids (the lock records the port; digests of venvs and
+times, dates of the day, hex digests and commit ids, a new signing key (the lock records the port; digests of venvs and
 builds depend on the machine's python and compilers). The world's folder has the length of
 ``/tmp/world``, so sizes of files that name it do not move.
 
@@ -84,6 +84,7 @@ _TIME = re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\b")
 _SECONDS = re.compile(r"\b\d+(\.\d+)?s\b")
 _HEX = re.compile(r"\b[0-9a-f]{7,64}\b")
 _PYTHON = re.compile(r"\b3\.11\.\d+\b")
+_KEY = re.compile(r"\b([\w.-]+):[A-Za-z0-9+/]{43}=")  # an ed25519 public key (cache keygen: a new one each run)
 
 
 def _hex(m: re.Match[str]) -> str:
@@ -100,6 +101,7 @@ def normalise(lines: list[str]) -> list[str]:
         line = _TIME.sub("<time>", line)
         line = _SECONDS.sub("<s>", line)
         line = _PYTHON.sub("3.11.<n>", line)
+        line = _KEY.sub(r"\1:<key>", line)
         out.append(_HEX.sub(_hex, line))
     return out
 
