@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import signal
 import sys
 import threading
@@ -38,8 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     root = args.dir.resolve()
     try:
         world = build_world(root, port=args.port)
-    except (FileExistsError, OSError) as exc:
-        print(f"serve.py: error: {exc}", file=sys.stderr)
+    except OSError as exc:
+        hint = f" (port {args.port} is taken: --port 0 takes any free one)" if exc.errno == errno.EADDRINUSE else ""
+        print(f"serve.py: error: {exc}{hint}", file=sys.stderr)
         return 2
     script = root / "env.sh"
     print(f"world: {root}")

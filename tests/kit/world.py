@@ -224,10 +224,18 @@ def build_world(root: Path, *, port: int = 0) -> World:
     root.mkdir(parents=True, exist_ok=True)
     if any(root.iterdir()):
         raise FileExistsError(f"{root}: expected a new or empty folder for the world")
-    server = populate(IndexServer(root / "index" / "served"), root / "index" / "wheels",
-                      torch_files=_torch_files, dates=NIGHTLY_DATES, backends=False)
+    # Bound first: a port in use fails before anything is written (the index serves what is added later).
+    server = IndexServer(root / "index" / "served").start(port=port)
+    try:
+        return _fill(root, server)
+    except BaseException:
+        server.stop()
+        raise
+
+
+def _fill(root: Path, server: IndexServer) -> World:
+    populate(server, root / "index" / "wheels", torch_files=_torch_files, dates=NIGHTLY_DATES, backends=False)
     _odd_date(server, root / "index" / "wheels")
-    server.start(port=port)
     upstream = _upstream(root / "upstream")
     work = root / "work"
     init_repo(work)
