@@ -318,6 +318,14 @@ def test_export_out_and_its_index_mirror_and_syncs_summary_names_its_build(
         assert mirror.downloads("tinydep-1.0-py3-none-any.whl")  # from the mirror, held to the lock's sha256
         r = cli("export", "e", "--to", str(tmp_path / "b.tar"))  # the old spelling still works
         assert r.code == 0, r.err
+        # cache push brings what the store lacks the same way.
+        Store.open().remove_entry("wheels", tinydep.wheels[0].sha256)
+        cache = f"file://{tmp_path / 'cache'}"
+        r = cli("cache", "push", "e", "--to", cache)
+        assert r.code == 1 and "Connection refused" in r.err
+        r = cli("cache", "push", "e", "--to", cache, "--index", f"pypi={mirror.url('pypi')}", "--json")
+        assert r.code == 0, r.err
+        assert f"wheels/{tinydep.wheels[0].sha256}" in json.loads(r.out)["uploaded"]
         r = cli("export", "e")
         assert (r.code, r.err) == (2, "envlock: error: export: expected --out DIR|FILE.tar, where to write the "
                                       "bundle\n")
