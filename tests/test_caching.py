@@ -207,7 +207,10 @@ def test_a_good_wheel_in_a_file_cache_is_taken_before_the_index(
     cache_config(ws.root, urls=[f"file://{cache}"])
     r = cli("sync", "tiny", "--json")
     assert r.code == 0, r.err
-    assert json.loads(r.out)["note"] == "caches: 1 wheel"
+    got = json.loads(r.out)
+    assert got["note"] == "caches: 1 wheel"
+    # What the cache gave is fetched and downloaded too: the counts agree with the note.
+    assert (got["fetched"], got["downloaded"]) == (1, (cache / wheel_key(art.sha256)).stat().st_size)
 
 
 def backend_wheels_dir() -> Path:

@@ -97,7 +97,13 @@ def test_dry_run_then_gc_keeps_every_root_and_frees_the_rest(setup: Setup, cli: 
     lines = done.out.splitlines()
     assert lines[0] == "roots: 5 locks (3 generations, 1 workspace lock, 0 git locks, 1 pin)"
     assert lines[1].startswith(f"before: {planned['before']['entries']} entries, ")
-    assert lines[2].startswith(f"removed: {len(planned['removed'])} entries, 2 old generations, freeing ")
+    archives = sum(1 for r in planned["removed"] if r.startswith("uv-cache/"))
+    entries = len(planned["removed"]) - archives
+    assert archives > 0  # the old generations' venvs were the only ones linking to some
+    assert lines[2].startswith(f"removed: {entries} entries and {archives} uv-cache archive"
+                               f"{'s' if archives > 1 else ''}, 2 old generations, freeing ")
+    # The counts add up: entries before, less those removed, are those after.
+    assert lines[3].startswith(f"after: {planned['before']['entries'] - entries} entries, ")
     assert not store.has("wheels", setup.unrooted_wheel)
     assert [g.number for g in generations.list_generations(store, "demo")] == [3, 4, 5]
     assert_store_whole(store)

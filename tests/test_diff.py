@@ -171,6 +171,10 @@ def test_a_build_names_the_recipe_its_build_requirements_or_what_the_lock_does_n
     assert verdict.text() == ("sgl-kernel: an input the lock does not record moved (the toolchain: compilers, "
                               "cmake, nvcc, uv; the interpreter or the host)")
     assert [i.kind for i in verdict.inputs] == ["unrecorded"]
+    # No spec read (two lock paths outside a workspace): a patch may as well have moved; not guessed.
+    (verdict,) = diff_locks(old, quiet, old_label="a", new_label="b", context=DiffContext()).builds
+    assert verdict.text() == ("sgl-kernel: cannot tell why: its source, patches and recipe are named by the env's "
+                              "spec, which this diff did not read (run it in the env's workspace, or with --root)")
 
 
 def test_torch_moving_rebuilds_a_non_isolated_build_and_not_an_isolated_one() -> None:

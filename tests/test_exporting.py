@@ -242,7 +242,7 @@ def test_export_refuses_an_existing_target_and_names_missing_entries(
     (tmp_path / "full" / "x").write_text("x")
     r = cli("export", "e", "--to", str(tmp_path / "full"))
     assert r.code == 2
-    assert r.err == (f"envlock: error: --to {tmp_path / 'full'}: already exists; expected a new path (a folder, or "
+    assert r.err == (f"envlock: error: --out {tmp_path / 'full'}: already exists; expected a new path (a folder, or "
                      "FILE.tar)\n")
     store = Store.open()
     sha = read_lock(synced.lock).packages[0].wheels[0].sha256
@@ -292,6 +292,8 @@ def test_build_check_offline_after_an_import_rebuilds_the_locks_wheel(
                             "compile exit 2)\n")
     assert r.err.endswith("  without the index: `envlock build e --offline` builds from the build requirements "
                           "the lock records and the store's wheels\n")
+    # At once: a refused connection is not retried (uv says "Request failed after N retries" when it is).
+    assert "Connection refused" in r.err and "retries" not in r.err
 
 
 @pytest.mark.parametrize("synced", [True], indirect=True)
@@ -309,7 +311,7 @@ def test_build_offline_names_a_backend_wheel_the_bundle_lacks(
     assert r.code == 1
     assert r.err == (f"envlock: error: [builds.tiny]: --offline, but the store {root} holds no wheel for python 3.11 "
                      "on this machine of 1 build requirement (a build installs its backend from the store's wheels "
-                     "alone); bring it with `envlock export e --to DIR` on a machine that built this lock, then "
+                     "alone); bring it with `envlock export e --out DIR` on a machine that built this lock, then "
                      "`envlock import DIR` here\n"
                      f"  setuptools==84.2.1 (locked sha256: {line.split('sha256:')[1]})\n")
     assert r.out == ""
@@ -319,7 +321,7 @@ def test_build_offline_names_a_backend_wheel_the_bundle_lacks(
     r = cli("build", "e", "--check", "--offline")
     assert r.code == 1
     assert r.err == (f"envlock: error: envs/e.toml: --offline, but 1 git or URL input of the builds is not in the "
-                     f"store {root}; bring it with `envlock export e --to DIR` on a machine that built this lock, "
+                     f"store {root}; bring it with `envlock export e --out DIR` on a machine that built this lock, "
                      "then `envlock import DIR` here\n"
                      f"  builds.tiny.fetchcontent.kdep: commit {kdep.commit} of {kdep.git}\n")
 

@@ -516,11 +516,10 @@ def test_rollback_refuses_a_generation_whose_venv_was_modified(locks: tuple[Inde
     with pytest.raises(VerifyError) as info:
         generations.rollback(store, "demo", to)
     found = digest.manifest(venv).digest
-    gen = store.path("envs", "demo") / "1"
     assert str(info.value) == (
         f"{venv}: generation 1 of env 'demo' was modified after it was built (recorded {first.venv_digest}, "
-        f"found {found}); the env was not switched; to build it anew, remove that folder and run "
-        f"`envlock sync demo --frozen --lock {gen / 'pylock.toml'}`\n"
+        f"found {found}); the env was not switched; `envlock verify demo --repair` builds it anew (and every venv "
+        "sharing its modified files), then roll back again\n"
         "  + lib/python3.11/site-packages/extra.py\n"
         "  ~ lib/python3.11/site-packages/alpha/__init__.py"
     )

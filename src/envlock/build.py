@@ -291,7 +291,12 @@ def _compile(
         cons.write_text("".join(f"{c}\n" for c in constraints))
     args = runner.compile_args(req_in, out, python=python, default_index=index_url, constraints=cons, hashes=True,
                                annotate=False)
-    result = runner.uv(args)
+    # First without uv's retries: an index that refuses the connection (a machine without it: the
+    # case `--offline` is for) is said at once, not after ~10 s of retries. Any other failure is
+    # asked again with them (a transient 5xx).
+    result = runner.uv(args, env={"UV_HTTP_RETRIES": "0"})
+    if not result.ok and not _unreachable(result.tail(15)):
+        result = runner.uv(args)
     if not result.ok:
         raise BuildRequirementsError(
             f"{what}: cannot resolve build requirements {', '.join(requirements)} "
@@ -306,6 +311,11 @@ def _compile(
             name, _, rest = line.partition("==")
             lines.append(f"{canonicalize_name(name)}=={rest}")
     return tuple(sorted(lines))
+
+
+def _unreachable(output: str) -> bool:
+    """Whether uv's output says an index host could not be reached at all (no retry changes that)."""
+    return any(sign in output for sign in ("Connection refused", "dns error", "No route to host"))
 
 
 # -- planning ----------------------------------------------------------------

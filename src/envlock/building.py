@@ -371,7 +371,7 @@ def _check_offline(ws: Workspace, spec: EnvSpec, store: Store, lock: Lock, wante
         many = len(missing) != 1
         raise SourceError(f"{ws.relative(spec.path)}: --offline, but {len(missing)} git or URL input"
                           f"{'s' if many else ''} of the builds {'are' if many else 'is'} not in the store "
-                          f"{store.root}; bring {'them' if many else 'it'} with `envlock export {env} --to DIR` on a "
+                          f"{store.root}; bring {'them' if many else 'it'} with `envlock export {env} --out DIR` on a "
                           "machine that built this lock, then `envlock import DIR` here", details=missing)
 
 

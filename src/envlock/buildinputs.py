@@ -221,7 +221,7 @@ def backend_wheels(lines: Sequence[str], store: Store, *, python: str, index_url
         raise BuildError(f"{what}: {why} {store.root} holds no wheel for python {python} on this machine of "
                          f"{n} build requirement{'s' if n != 1 else ''} (a build installs its backend from the "
                          f"store's wheels alone); bring {'them' if n != 1 else 'it'} with `envlock export {env} "
-                         "--to DIR` on a machine that built this lock, then `envlock import DIR` here",
+                         "--out DIR` on a machine that built this lock, then `envlock import DIR` here",
                          details=[f"{r.pin} (locked sha256: {', '.join(r.hashes) or 'none'})" for r in lacking])
     return tuple(out)
 

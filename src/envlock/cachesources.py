@@ -33,6 +33,7 @@ import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from envlock import archives, buildinputs, sources
 from envlock.cachestore import Backend, CacheError, TooLargeError, open_backend
@@ -43,6 +44,9 @@ from envlock.spec import BuildSpec, EnvSpec
 from envlock.store import Store
 from envlock.trees import tree_digest, walk_tree
 from envlock.workspace import Workspace
+
+if TYPE_CHECKING:
+    from envlock.mirrors import MirrorOptions
 
 
 @dataclass(frozen=True)
@@ -256,7 +260,8 @@ def after_build(caches: Caches | None, store: Store, lock: Lock, built: Sequence
 
 
 def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None,
-             key_file: Path | None = None, url_records: PushUrls | None = None) -> Pushed:
+             key_file: Path | None = None, url_records: PushUrls | None = None,
+             asked: MirrorOptions | None = None) -> Pushed:
     """``envlock cache push ENV --to URL``: the lock's closure (``caching.push_env``), then every fetched
     source its lock pins (git commits, FetchContent inputs) that ``to`` lacks."""
     from envlock.caching import push_env as push_closure
@@ -264,7 +269,8 @@ def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None,
 
     store = Store.open()
     with store.writing():  # a gc beside waits: no entry is removed while it is read (a tar made of half a tree)
-        pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file, url_records=url_records)
+        pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file, url_records=url_records,
+                              asked=asked)
         ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
         got = push_sources(open_backend(to), store, locked(ref.lock))
     return replace(pushed, uploaded=pushed.uploaded + got.uploaded, present=pushed.present + got.present,

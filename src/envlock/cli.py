@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.clirender import count, json_option, out
+from envlock.clirender import GLOBAL_OPTIONS, count, json_option, mirror_flags, out
 from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, redact, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
@@ -23,11 +23,12 @@ if TYPE_CHECKING:
     from envlock.workspace import Workspace
 
 EPILOG = """\
-Typical use:
-  envlock lock qwen35-blackwell          resolve envs/qwen35-blackwell.toml -> locks/pylock.qwen35-blackwell.toml
-  envlock sync qwen35-blackwell          make the env match the lock; last line printed is its path
-  envlock upgrade X --nightly latest --dry-run   what moving to the newest nightly would change
-  envlock diff locks/pylock.X.toml@HEAD~1 X   what an upgrade changes
+Typical use (envs/demo.toml, in a clone of envlock):
+  envlock lock demo                      resolve envs/demo.toml -> locks/pylock.demo.toml
+  envlock sync demo                      make the env match the lock; last line printed is its path
+  envlock diff locks/pylock.demo.toml@HEAD~1 demo   what the lock changed since the last commit
+  envlock upgrade ENV --nightly latest --dry-run    what moving to the newest nightly would change
+Every job, offline: `python examples/world/serve.py --dir /tmp/world` (README.md, Recipes).
 Exit codes: 0 ok, 1 the work failed or a check found a difference, 2 bad input (spec, env, option)."""
 
 
@@ -74,7 +75,8 @@ def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str
 def _mirror_options(args: argparse.Namespace) -> MirrorOptions:
     from envlock.mirrors import MirrorOptions
 
-    return MirrorOptions(_index_pairs(getattr(args, "index", [])), _index_pairs(args.source, "--source"))
+    return MirrorOptions(_index_pairs(getattr(args, "index", [])), _index_pairs(getattr(args, "source", []),
+                                                                                 "--source"))
 
 
 # -- commands -----------------------------------------------------------------
@@ -108,6 +110,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         verb = "wrote" if result.changed else "unchanged:"
         lines = [f"{verb} {ws.relative(result.path)} ({count(result.packages, 'package')})"]
         lines += [f"  nightly {n} -> {v}" for n, v in result.nightlies.items()]
+        lines += [f"  {name} {old or '(new)'} -> {new or '(gone)'}" for name, old, new in result.moved]
         lines += [f"  index {n} mirrored at {u}" for n, u in sorted(result.mirrors.items())]
         if result.downloaded:
             lines.append(f"  {ui.size(result.downloaded)} read into the store, to hash wheels whose index "
@@ -172,13 +175,18 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
 
     if args.format == "json":
         args.json = True  # before the work: its errors are a JSON document too
-    options = reporting.ReportOptions(fetch=args.fetch, yanked=args.yanked)
+    options = reporting.ReportOptions(fetch=args.fetch, yanked=args.yanked, mirrors=_mirror_options(args))
     result, notes = lockrefs.diff_refs(ws, args.old, args.new, options)
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
     render = reporting.render_markdown if args.format == "markdown" else reporting.render_text
     out(args, result.to_dict(), lambda: render(result))
     return 0
+
+
+def _without_lock(args: argparse.Namespace) -> bool:
+    """Whether ``sync`` or ``verify`` needs a workspace: not with ``--lock`` (the lock names the packages)."""
+    return args.lock is None
 
 
 def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
@@ -189,6 +197,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
     # text mode it has already said no): answer from the env's stamp before importing
     # the sync recipe (see envlock.quick).
     result = None
+    built: list[tuple[str, str]] = []  # the local builds this sync ran: (name, input digest)
     lock_file = spec_file = None
     if args.lock is None:
         spec_file = ws.spec_path(args.env)  # an unknown env is still a usage error
@@ -205,6 +214,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         from envlock import syncing, ui
 
         def on_build(name: str, digest: str) -> None:
+            built.append((name, digest))
             if not (args.quiet or args.json):  # said even off a terminal: a kernel build can take an hour
                 print(f"envlock: building {name} (inputs {digest[:19]}); a native build can take long",
                       file=sys.stderr)
@@ -224,13 +234,14 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         lines = [head, f"  venv digest {result.venv_digest}"]
         if result.relocked:
             lines.append(f"  locked envs/{args.env}.toml anew first (the lock was missing or stale)")
+        lines += [f"  built {name} (inputs {digest[:19]})" for name, digest in built]
         if result.recorded:
             lines.append("  recorded the venv digest in the lock")
         if result.note:
             lines.append(f"  note: {result.note}")
         return "\n".join([*lines, str(result.path)])  # last line: the env path
 
-    out(args, result.to_dict(), text)
+    out(args, result.to_dict() | {"built": [{"name": n, "input_digest": d} for n, d in built]}, text)
     return 0
 
 
@@ -256,11 +267,21 @@ def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.verifying import verify_workspace_env
+    from envlock.verifying import repair_env, verify_workspace_env
 
-    result = verify_workspace_env(ws, _env_store(args, ws), args.env, args.lock)
+    store = _env_store(args, ws)
+    repaired = repair_env(store, args.env) if args.repair else None
+    result = verify_workspace_env(ws, store, args.env, args.lock)
 
     def text() -> str:
+        said = [] if repaired is None else [
+            f"{args.env}: repaired {count(len(repaired.venvs), 'venv')} (generations "
+            f"{', '.join(repaired.generations)})" if repaired.venvs else f"{args.env}: every generation is intact"]
+        said += [f"  removed {name}: modified, and no generation uses it"
+                 for name in (repaired.removed if repaired else ())]
+        return "\n".join([*said, verdict()])
+
+    def verdict() -> str:
         if result.ok:
             return f"{args.env}: ok ({result.actual})" + (f"; {result.note}" if result.note else "")
         if result.intact:  # a generation of another lock, as it was built
@@ -271,9 +292,15 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
             lines += [f"  {line}" for line in result.difference.lines()]
         if result.note:
             lines.append(f"  {result.note}")
+        if len(result.shared) > 1:
+            lines.append(f"  the changed files are hard links (uv's cache): the same edit is in the venvs of "
+                         f"generations {', '.join(result.shared)}")
+        lines.append(f"  repair {'them all' if len(result.shared) > 1 else 'it'}: envlock verify {args.env} --repair "
+                     "(rebuilds each from its lock and the store's wheels)")
         return "\n".join(lines)
 
-    out(args, result.to_dict(), text)
+    doc = result.to_dict() | ({"repair": repaired.to_dict()} if repaired is not None else {})
+    out(args, doc, text)
     return 0 if result.ok else 1
 
 
@@ -431,6 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Accepted before and after the command. After it, an option not given must leave the
     # value given before it alone: argparse copies a subcommand's defaults over the top's.
     top_common, common = common_options(None), common_options(argparse.SUPPRESS)
+    for action in common._actions:  # said once, in `envlock --help`; each command's help points there
+        action.help = argparse.SUPPRESS
 
     parser = _Parser(
         prog="envlock",
@@ -447,8 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str,
             description: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=description or help, parents=[common],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.set_defaults(func=func, command_parser=p)  # an unknown option is its command's error (main)
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=GLOBAL_OPTIONS)
+        # An unknown option is its command's error (main); the mirrors, as every command reads them.
+        p.set_defaults(func=func, command_parser=p, mirror_options=_mirror_options)
         return p
 
     p = add("lock", cmd_lock, "resolve envs/ENV.toml into locks/pylock.ENV.toml",
@@ -510,6 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yanked", action="store_true",
                    help="read the index page of each of NEW's packages and list its files yanked since it was "
                    "locked (network; without it, only those NEW records as yanked)")
+    mirror_flags(p, why=": --yanked reads it there; --source: --fetch fetches from there")
     p.set_defaults(needs_workspace=False)  # two lock paths need none; an env name is looked up in it
 
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",
@@ -530,6 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sync this lock instead of locks/pylock.ENV.toml, as it is: no relock, no builds (its "
                    "built wheels must be in the store or the wheelhouse); the first sync still records the venv "
                    "digest in a lock file (not in PATH@REV, nor with --frozen)")
+    p.set_defaults(needs_workspace=_without_lock)
     p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
                    help="download the wheels locked from spec index NAME from the mirror at URL instead (the file "
                    "of the same name it lists; the lock's sha256 decides), and lock against it if locking; "
@@ -556,6 +588,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock", metavar="PATH[@REV]",
                    help="compare with this lock instead of locks/pylock.ENV.toml (as `sync --lock`, e.g. "
                    "locks/pylock.ENV.toml@HEAD~1 after syncing a known-good lock)")
+    p.set_defaults(needs_workspace=_without_lock)
+    p.add_argument("--repair", action="store_true",
+                   help="first rebuild every generation's venv of ENV that was modified, and every venv sharing a "
+                   "modified file with one (hard links), from its lock and the store's wheels; then verify")
     env_command("generations", cmd_generations, "list the env's generations (* = current)", store_only=True)
     p = env_command("rollback", cmd_rollback, "make an earlier generation current (default: the previous one)",
                     store_only=True)
@@ -598,7 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
     psub = p.add_subparsers(dest="patch_command", metavar="ACTION", parser_class=_Parser, required=True)
 
     def padd(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str) -> argparse.ArgumentParser:
-        q = psub.add_parser(name, help=help, description=help, parents=[common])
+        q = psub.add_parser(name, help=help, description=help, parents=[common], epilog=GLOBAL_OPTIONS)
         q.set_defaults(func=func, command_parser=q, mirror_options=_mirror_options)
         return q
 
@@ -676,9 +712,11 @@ def _main(argv: Sequence[str] | None) -> int:
         try:
             ws = Workspace.find(root=args.root)
         except UsageError:
-            # path, run, generations and rollback read only the store, and diff of two lock
-            # paths only them: they work from anywhere (a systemd unit, another checkout).
-            if getattr(args, "needs_workspace", True) or args.root is not None:
+            # path, run, generations and rollback read only the store, diff of two lock paths
+            # only them, and sync or verify of a --lock PATH (an imported pin) that lock and the
+            # store: they work from anywhere (a systemd unit, another checkout, another machine).
+            needs = getattr(args, "needs_workspace", True)
+            if (needs(args) if callable(needs) else needs) or args.root is not None:
                 raise
             ws = Workspace(Path.cwd())
         code: int = args.func(args, ws)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from envlock.clirender import count, json_option, out
+from envlock.clirender import count, json_option, mirror_flags, out
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -24,8 +24,12 @@ if TYPE_CHECKING:
 def cmd_export(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import exporting, ui
 
+    target = args.out or args.to  # --to: the spelling before --out (one meaning per option name: docs/cli.md)
+    if target is None:
+        raise UsageError("export: expected --out DIR|FILE.tar, where to write the bundle")
     with ui.progress(quiet=args.quiet or args.json) as bar:
-        result = exporting.export_env(ws, args.env, args.lock, args.to.absolute(), progress=bar)
+        result = exporting.export_env(ws, args.env, args.lock, target.absolute(), progress=bar,
+                                      asked=args.mirror_options(args))
     for note in result.notes:
         print(f"envlock: note: {note}", file=sys.stderr)
 
@@ -71,12 +75,16 @@ def cmd_gc(args: argparse.Namespace, ws: Workspace) -> int:
 
     def text() -> str:
         verb = "would remove" if report.dry_run else "removed"
+        # Entries and uv-cache archives apart: before - removed = after, in entries.
+        archives = sum(1 for name in report.removed if name.startswith("uv-cache/"))
+        entries = len(report.removed) - archives
         lines = [f"roots: {count(len(report.roots), 'lock')} ("
                  + ", ".join(count(sum(1 for r in report.roots if r.kind == k), noun)
                              for k, noun in (("generation", "generation"), ("workspace", "workspace lock"),
                                              ("git", "git lock"), ("pin", "pin"))) + ")",
                  f"before: {count(report.before.entries, 'entry', 'entries')}, {ui.size(report.before.bytes)}",
-                 f"{verb}: {count(len(report.removed), 'entry', 'entries')}, "
+                 f"{verb}: {count(entries, 'entry', 'entries')}"
+                 + (f" and {count(archives, 'uv-cache archive')}" if archives else "") + ", "
                  f"{count(len(report.generations), 'old generation')}, freeing {ui.size(report.freed)}",
                  f"after: {count(report.after.entries, 'entry', 'entries')}, {ui.size(report.after.bytes)}"]
         lines += [f"  {verb} {name}" for name in report.removed] if args.verbose else []
@@ -129,9 +137,11 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
     vars(args).update(vars(given), quiet=quiet)
     if unknown:
         raise UsageError(f"envlock bisect {args.env} {unknown[0]} ...: not an option of bisect (--good REV --bad REV, "
-                         "--nightly DATE..DATE, --json, -q); the command goes after `--`")
+                         "--nightly DATE..DATE, --index NAME=URL, --source NAME=URL, --json, -q); the command goes "
+                         "after `--`")
     options = bisecting.BisectOptions(good=args.good, bad=args.bad, nightly=args.nightly,
-                                      cmd=tuple(args.cmd[cut + 1:]), output=2)  # CMD's stdout to stderr
+                                      cmd=tuple(args.cmd[cut + 1:]), output=2,  # CMD's stdout to stderr
+                                      mirrors=args.mirror_options(args))
 
     def on_step(step: bisecting.Step) -> None:
         if not (args.json or args.quiet):
@@ -171,6 +181,7 @@ def _bisect_options() -> argparse.ArgumentParser:
     p.add_argument("--nightly", metavar="DATE..DATE")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
+    mirror_flags(p)
     return p
 
 
@@ -192,8 +203,10 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "fetched first. `envlock import` reads it into another store.")
     p.add_argument("env", metavar="ENV")
     p.add_argument("--lock", metavar="PATH[@REV]", help="export this lock instead of locks/pylock.ENV.toml")
-    p.add_argument("--to", type=Path, required=True, metavar="DIR|FILE.tar",
-                   help="a new folder, or a .tar file (written under a temp name, then renamed)")
+    p.add_argument("--out", type=Path, metavar="DIR|FILE.tar",
+                   help="where to write it: a new folder, or a .tar file (written under a temp name, then renamed)")
+    p.add_argument("--to", type=Path, help=argparse.SUPPRESS)  # the old spelling of --out
+    mirror_flags(p, source=False, why=": the wheels and backend wheels the store lacks are downloaded from it")
     json_option(p)
 
     p = add("import", cmd_import, "add an exported closure to the store (every file hash-checked) and pin its lock",
@@ -253,9 +266,12 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "Options (after ENV, before `--`):\n"
             "  --good REV --bad REV   a revision whose lock is good, and a later one whose lock is bad\n"
             "  --nightly FROM..TO     the good date and the bad date (YYYY-MM-DD)\n"
+            "  --index NAME=URL       read spec index NAME at a mirror (each step's lock and sync; repeatable)\n"
+            "  --source NAME=URL      fetch git source NAME from a mirror (--nightly: each step's lock)\n"
             "  --json                 one JSON document on stdout\n"
             "  -q, --quiet            no line per step on stderr as it ends")
-    p.usage = "envlock bisect ENV (--good REV --bad REV | --nightly FROM..TO) [--json] [-q] -- CMD..."
+    p.usage = ("envlock bisect ENV (--good REV --bad REV | --nightly FROM..TO) [--index NAME=URL] [--source NAME=URL] "
+               "[--json] [-q] -- CMD...")
     p.add_argument("env", metavar="ENV")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="...", help="options, then -- CMD...")
 

@@ -187,7 +187,9 @@ class SourceMove:
 class BuildInput:
     """An input of a local build that moved."""
 
-    kind: str  # "source", "patch", "package", "build-requirement", "recipe", "env", "toolchain", "unrecorded"
+    # "source", "patch", "package", "build-requirement", "recipe", "env", "toolchain", "unrecorded" (name
+    # "unrecorded": what the lock does not record moved; "unknown": no spec read, so the cause is not known)
+    kind: str
     name: str
     old: str | None = None
     new: str | None = None
@@ -544,7 +546,13 @@ def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext, moved: Mapping[str, 
         inputs = _build_inputs(name, old, new, ctx, moved)
         if ba is not None and bb is not None:
             rebuild = ba.input_digest != bb.input_digest
-            if rebuild and not inputs:  # the digest covers what the lock does not record
+            if rebuild and not inputs and name not in ctx.builds:
+                # No spec was read (two lock paths outside a workspace): the build's source, patches and
+                # recipe are not known, so nothing can be ruled out; never a guess.
+                inputs = (BuildInput("unrecorded", "unknown", note="cannot tell why: its source, patches and "
+                                     "recipe are named by the env's spec, which this diff did not read (run it in "
+                                     "the env's workspace, or with --root)"),)
+            elif rebuild and not inputs:  # the digest covers what the lock does not record
                 inputs = (BuildInput("unrecorded", "unrecorded", note="an input the lock does not record moved "
                                      "(the toolchain: compilers, cmake, nvcc, uv; the interpreter or the host)"),)
             elif not rebuild:

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock import buildinputs, bundle, fetch, sources
+from envlock import buildinputs, bundle, sources
 from envlock.closure import EntryRef, lock_closure, pinned_requirement
 from envlock.errors import EnvlockError, LockError, StoreError, UsageError
 from envlock.lockfile import Lock
-from envlock.mirrors import Mirrors
+from envlock.mirrors import MirrorOptions, Mirrors, fetch_mirrored
 from envlock.pinning import Pin, lock_bytes, pin_lock
 from envlock.progress import Progress
 from envlock.resolve import index_urls
@@ -89,15 +89,16 @@ class ImportResult:
 
 
 def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
-               progress: Progress | None = None) -> ExportResult:
-    """Write the closure of ``env``'s lock (or ``ref``) to ``to`` (a folder, or ``*.tar``)."""
+               progress: Progress | None = None, asked: MirrorOptions | None = None) -> ExportResult:
+    """Write the closure of ``env``'s lock (or ``ref``) to ``to`` (a folder, or ``*.tar``); what the store
+    lacks is downloaded through the mirrors ``asked`` (``--index``, ``--source``) as a sync does."""
     if to.exists() and not (to.is_dir() and not any(to.iterdir())):
-        raise UsageError(f"--to {to}: already exists; expected a new path (a folder, or FILE.tar)")
+        raise UsageError(f"--out {to}: already exists; expected a new path (a folder, or FILE.tar)")
     data, label = lock_bytes(ws, env, ref, "export")
     lock = Lock.from_toml(data.decode("utf-8"), label)
     store = Store.open()
     with store.writing():  # no gc while the entries are read
-        fetched = _fetch_wheels(store, lock, ws, ref) + _fetch_backends(store, lock, ws, env, label)
+        fetched = _fetch_wheels(store, lock, ws, asked) + _fetch_backends(store, lock, ws, env, label, asked)
         needed, notes = _plan(store, lock, label, env)
         counts: dict[str, int] = {}
         with bundle.open_writer(to) as writer:
@@ -132,17 +133,19 @@ def _commit_object(store: Store, lock: Lock, label: str, ref: EntryRef) -> dict[
                               "with its commit object"])
 
 
-def _fetch_wheels(store: Store, lock: Lock, ws: Workspace, ref: str | None) -> int:
-    """Bring the lock's wheels the store lacks into it (local ones from the wheelhouse); how many."""
+def _fetch_wheels(store: Store, lock: Lock, ws: Workspace, asked: MirrorOptions | None) -> int:
+    """Bring the lock's wheels the store lacks into it (local ones from the wheelhouse; the others through
+    the mirrors, as a sync downloads them); how many."""
     wheels = [p.wheels[0] for p in lock.packages]
     missing = [a for a in wheels if not store.has("wheels", a.sha256)]
     if not missing:
         return 0
-    got = fetch.fetch(missing, store, base_dir=ws.root / "locks", env=lock.env or "ENV")
+    got = fetch_mirrored(ws, lock.env or "ENV", lock, missing, store, base_dir=ws.root / "locks", asked=asked)
     return sum(1 for a in got.artifacts if a.source != "store")
 
 
-def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: str) -> int:
+def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: str,
+                    asked: MirrorOptions | None = None) -> int:
     """Bring into the store a wheel of each build requirement the lock records that it holds none
     of (for this machine: a bundle is for a machine like the one that built), from the default index of
     the workspace's spec of ``env``, held to the locked hashes, as a build brings them in; how many."""
@@ -153,7 +156,7 @@ def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: st
         return 0
     try:
         spec = load_env_spec(ws, env, check_paths=False)
-        mirrors = Mirrors.of(spec)
+        mirrors = Mirrors.of(spec, asked)
         url: str | None = index_urls(spec, mirrors.indexes)[spec.default_index.name]
     except EnvlockError:
         mirrors, url = Mirrors(), None  # no spec to read the index from: the error below names what is missing

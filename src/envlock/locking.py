@@ -46,7 +46,7 @@ class LockResult:
     env: str
     path: Path
     changed: bool  # the file's bytes changed
-    packages: int
+    packages: int  # the env's packages, those of builds not run yet included
     nightlies: Mapping[str, str] = field(default_factory=dict)  # name -> exact version
     mirrors: Mapping[str, str] = field(default_factory=dict)
     lock: Lock | None = field(default=None, repr=False)  # what the file now holds
@@ -56,6 +56,8 @@ class LockResult:
     notes: tuple[str, ...] = ()
     # The env's wheels brought into the store to compute a non-isolated build's input digest.
     build_downloaded: int = 0  # bytes
+    # Each package whose version the relock moved (an unchanged spec too: a new release on the index).
+    moved: tuple[tuple[str, str | None, str | None], ...] = ()  # (name, old or None, new or None)
     build_fetched: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,6 +73,7 @@ class LockResult:
             "note": self.note,
             "notes": list(self.notes),
             "build_downloaded": self.build_downloaded,
+            "moved": [{"package": name, "old": a, "new": b} for name, a, b in self.moved],
         }
 
 
@@ -147,16 +150,30 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
 
         push_hashed(hashing.caches, store, hashing.hashed)  # what it downloaded, for the next machine
     return LockResult(
-        env=env, path=old_file.path, changed=changed, packages=len(lock.packages),
+        # A build not run yet is a package of the env too, though the lock holds no wheel of it yet.
+        env=env, path=old_file.path, changed=changed,
+        packages=len(lock.packages) + sum(1 for name in lock.unbuilt() if lock.package(name) is None),
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
         mirrors={name: http.redact(url) for name, url in mirrors.indexes.items()},  # printed: no credentials
         lock=lock, downloaded=resolution.downloaded, note=mirrors.stray_note(ws),
         notes=(*guarded.notes, *gpu_notes,
                *(f"{replace(y, live=True).text()}; locked because pinned exactly (==), recorded "
                  "in the lock ([packages.tool.envlock] yanked)" for y in yanks.recorded(lock))),
-        build_downloaded=sum(f.downloaded for f in for_builds),
+        build_downloaded=sum(f.downloaded for f in for_builds), moved=_moved(old, lock),
         build_fetched=sum(1 for f in for_builds for a in f.artifacts if a.source != "store"),
     )
+
+
+def _moved(old: Lock | None, new: Lock) -> tuple[tuple[str, str | None, str | None], ...]:
+    """Each package whose version differs between ``old`` and ``new`` (added: old None; gone: new
+    None); a build not run yet for ``new`` has not moved."""
+    if old is None:
+        return ()
+    before = {str(p.name): str(p.version) for p in old.packages}
+    after = {str(p.name): str(p.version) for p in new.packages}
+    pending = set(new.unbuilt())
+    return tuple((name, before.get(name), after.get(name)) for name in sorted(before.keys() | after.keys())
+                 if before.get(name) != after.get(name) and not (name in pending and name not in after))
 
 
 def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, str], store: Store,
@@ -252,15 +269,18 @@ def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, o
     path = ws.lock_path(env)
     spec = load_env_spec(ws, env)
     lock = read_lock(path)
+    # Offline, no mirror is read (nor checked); a misspelt ENVLOCK_INDEX_* is said all the same, as lock
+    # and sync say it.
+    mirrors = Mirrors(spec) if offline else Mirrors.of(spec, asked)
+    stray = tuple(filter(None, [mirrors.stray_note(ws)]))
     if offline:
         found = drift(ws, env, spec, lock)
-        return LockCheck(env, path, found.current, found.reasons, notes=(yanks.OFFLINE_NOTE,))
+        return LockCheck(env, path, found.current, found.reasons, notes=(*stray, yanks.OFFLINE_NOTE))
     from envlock.resolve import index_urls
 
-    mirrors = Mirrors.of(spec, asked)
     found = drift(ws, env, spec, lock, mirrors=mirrors.indexes)  # a lock made through a mirror records its URL
     # Each package's page on the index the spec pins it to (its mirror if one is named), as a lock reads it.
     urls = index_urls(spec, mirrors.indexes)
     with mirrors.credentials():  # a private index's pages are read with its password
         checked = yanks.check_index(lock, read_at={p.name: urls[spec.index_of(p.name)] for p in lock.packages})
-    return LockCheck(env, path, found.current, found.reasons, checked.yanked, tuple(checked.lines()))
+    return LockCheck(env, path, found.current, found.reasons, checked.yanked, (*stray, *checked.lines()))

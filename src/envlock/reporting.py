@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -44,6 +44,9 @@ from envlock.store import Store, store_file
 from envlock.target import requires_dist, target_environment
 from envlock.ui import size
 from envlock.workspace import Workspace
+
+if TYPE_CHECKING:
+    from envlock.mirrors import MirrorOptions
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -76,6 +79,8 @@ class ReportOptions:
     fetch_from: Mapping[str, str] | None = None
     fetch_hint: str = DIFF_FETCH_HINT
     yanked: bool = False
+    # ``diff --index``/``--source``: the mirrors its --yanked reads and its --fetch fetches from
+    mirrors: MirrorOptions | None = None
 
 
 def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str, new_label: str,
@@ -100,7 +105,8 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         from envlock.mirrors import source_mirrors  # ENVLOCK_SOURCE_<NAME>: where the sync fetches it
 
         try:
-            options = replace(options, fetch_from=source_mirrors(new_spec))
+            options = replace(options, fetch_from=source_mirrors(
+                new_spec, options.mirrors.sources if options.mirrors is not None else None))
         except EnvlockError as exc:
             notes.append(exc.message)
     patch_files = _patch_files(ws, old, new)
@@ -117,14 +123,14 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
     diff = diff_locks(old, new, old_label=old_label, new_label=new_label, context=ctx)
     yanked = list(yanks.recorded(new))
     if options.yanked:
-        checked = _yanked_now(new, new_spec)
+        checked = _yanked_now(new, new_spec, options.mirrors)
         live = {y.package for y in checked.yanked}
         yanked = sorted([*(y for y in yanked if y.package not in live), *checked.yanked], key=lambda y: y.package)
         notes += checked.notes
     return UpgradeReport(diff, tuple(notes), tuple(yanked))
 
 
-def _yanked_now(lock: Lock, spec: EnvSpec | None) -> yanks.IndexCheck:
+def _yanked_now(lock: Lock, spec: EnvSpec | None, asked: MirrorOptions | None = None) -> yanks.IndexCheck:
     """``yanks.check_index`` of ``lock``: with the mirrors and credentials of ``spec`` (the workspace's
     spec of its env) when there is one and they read, else at the indexes the lock records."""
     from envlock.mirrors import Mirrors
@@ -132,7 +138,7 @@ def _yanked_now(lock: Lock, spec: EnvSpec | None) -> yanks.IndexCheck:
     mirrors = Mirrors()
     if spec is not None:
         try:
-            mirrors = Mirrors.of(spec)
+            mirrors = Mirrors.of(spec, asked)
         except EnvlockError as exc:  # a bad ENVLOCK_INDEX_* variable: the recorded indexes, and why
             checked = yanks.check_index(lock)
             return replace(checked, notes=(*checked.notes, exc.message))

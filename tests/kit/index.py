@@ -138,8 +138,9 @@ class IndexServer:
             return sum(1 for p, rng in self.requests if p.endswith("/" + filename) and rng == _PROBE)
 
     # -- serving ---------------------------------------------------------
-    def start(self, tls: ssl.SSLContext | None = None) -> IndexServer:
-        """Serve on 127.0.0.1; over HTTPS with ``tls`` (a server context: a test's private CA)."""
+    def start(self, tls: ssl.SSLContext | None = None, *, port: int = 0) -> IndexServer:
+        """Serve on 127.0.0.1 (``port`` 0: any free one); over HTTPS with ``tls`` (a server context:
+        a test's private CA)."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -159,7 +160,7 @@ class IndexServer:
                 # uv probes files with HEAD before range requests for metadata.
                 server._handle(self)
 
-        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
         if tls is not None:
             self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)

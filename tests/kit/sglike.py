@@ -26,7 +26,7 @@ import io
 import os
 import subprocess
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -399,15 +399,17 @@ PATCH_SPECS = (
 )
 
 
-def make_sglike(root: Path) -> SgLike:
-    """Create the repositories and patches under ``root``."""
+def make_sglike(root: Path, *, python_files: Mapping[str, str] | None = None) -> SgLike:
+    """Create the repositories and patches under ``root``; ``python_files`` replace the python
+    package's ``pyproject.toml`` (the example world builds it with an in-tree backend)."""
     kdep, kdep_commit = make_kdep(root)
     repo = root / "sglike"
     init_repo(repo)
     write(
         repo,
         {
-            "python/pyproject.toml": PY_PYPROJECT,
+            **({f"python/{k}": v for k, v in python_files.items()} if python_files is not None
+               else {"python/pyproject.toml": PY_PYPROJECT}),
             "python/sglike/__init__.py": PY_INIT,
             "python/sglike/comm.py": PY_COMM,
             "sgl-kernel/pyproject.toml": KERNEL_PYPROJECT,

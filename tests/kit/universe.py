@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,9 +46,21 @@ def _linux(py: str) -> str:
     return f"{py}-{py}-manylinux_2_28_x86_64"
 
 
+#: A nightly's files, by (package, version); None: the default module naming its version.
+TorchFiles = Callable[[str, str], Mapping[str, str] | None]
+
+
 def build_universe(root: Path) -> Universe:
-    wheels = root / "wheels"
-    server = IndexServer(root / "served")
+    server = populate(IndexServer(root / "served"), root / "wheels")
+    server.start()
+    return Universe(server)
+
+
+def populate(server: IndexServer, wheels: Path, *, torch_files: TorchFiles | None = None,
+             dates: tuple[str, ...] = NIGHTLY_DATES, backends: bool = True) -> IndexServer:
+    """Publish the universe's three indexes on ``server`` (wheels written under ``wheels``);
+    ``torch_files`` gives a nightly other files than its default module (the example world's);
+    ``backends``: also the build backends of ``tests/.wheels`` on ``pypi``, when that folder exists."""
     server.add_index("pypi", hashes=True)
     server.add_index("pytorch", hashes=False)
     server.add_index("flashinfer", hashes=True)
@@ -67,12 +80,16 @@ def build_universe(root: Path) -> Universe:
     for name in ("torch", "pytorch-triton", "torchvision", "torchaudio"):
         pypi(name, "99.0", files={f"{name.replace('-', '_')}/__init__.py": "raise ImportError('hostile')\n"})
 
-    for date in NIGHTLY_DATES:
+    def files(name: str, version: str) -> Mapping[str, str] | None:
+        return torch_files(name, version) if torch_files is not None else None
+
+    for date in dates:
         for local in ("cu130", "cpu"):
             for py in PYTHONS:
                 tag = _linux(py)
+                version = f"2.12.0.dev{date}+{local}"
                 server.add("pytorch", build_wheel(
-                    wheels, "torch", f"2.12.0.dev{date}+{local}", tag=tag,
+                    wheels, "torch", version, tag=tag, files=files("torch", version),
                     requires=["pytorch-triton==3.6.0+git5e7b3f4e", "tinydep>=1.0"]))
                 server.add("pytorch", build_wheel(
                     wheels, "torchvision", f"0.27.0.dev{date}+{local}", tag=tag,
@@ -87,10 +104,9 @@ def build_universe(root: Path) -> Universe:
         server.add("flashinfer", build_wheel(
             wheels, "flashinfer-jit-cache", f"{v}+cu130", tag="cp39-abi3-manylinux_2_28_x86_64"))
 
-    if BACKENDS.is_dir():
+    if backends and BACKENDS.is_dir():
         server.add_dir("pypi", BACKENDS)
-    server.start()
-    return Universe(server)
+    return server
 
 
 def spec_text(u: Universe, packages: str, extra: str = "", python: str = "3.11") -> str:
