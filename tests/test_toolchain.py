@@ -14,7 +14,7 @@ from conftest import backend_wheels
 from envlock import build, toolchain
 from envlock.errors import BuildError
 from envlock.spec import BuildSpec
-from envlock.store import Store
+from envlock.store import STORE_MTIME, Store
 from kit.cudalike import OLDER_NVCC, TOOLCHAIN, toolchain_wheels
 from kit.index import IndexServer
 from kit.wheels import build_wheel
@@ -58,6 +58,8 @@ def test_a_toolchain_is_unpacked_once_read_only_with_its_tools_located(tmp_path:
     assert os.access(first.tree / "bin/ninja", os.X_OK)
     assert not (first.tree / "nvidia/cu13/include/cuda.h").stat().st_mode & 0o222  # read-only
     assert not (first.tree / "nvidia/cu13").stat().st_mode & 0o222
+    # One mtime for every file, whenever it was unpacked (ptxas writes a header's into a -lineinfo cubin).
+    assert {p.lstat().st_mtime for p in [first.tree, *first.tree.rglob("*")]} == {STORE_MTIME}
     # Another build naming the same wheels (in any order) shares it: nothing unpacked again.
     again = toolchain.unpacked(store, list(reversed(wheels)), what="[builds.other]")
     assert not again.unpacked and again.tree == first.tree and again.tools == first.tools

@@ -6,7 +6,8 @@ NVIDIA's CUDA set (``nvidia-cuda-nvcc``, ``nvidia-nvvm``, ``nvidia-cuda-crt``,
 locked by sha256 with the build's other inputs (``build.plan``), fetched into the store like any
 wheel (``buildinputs.backend_wheels``), and unpacked here once per toolchain digest (the digest
 of their sha256s) into ``toolchains/<digest>/tree``, read-only, which every build naming the same
-wheels shares. A wheel's ``*.data/scripts`` go to ``bin/``; its other files keep their paths
+wheels shares, every mtime ``STORE_MTIME`` (ptxas writes a header's into a ``-lineinfo`` cubin).
+A wheel's ``*.data/scripts`` go to ``bin/``; its other files keep their paths
 (``nvidia/cu13/bin/nvcc``, ``cmake/data/bin/cmake``). The CUDA root gets the ``lib64 -> lib``
 link ``nvcc.profile`` needs. ``Toolchain.env`` then puts it first for the build: nvcc,
 ``CUDA_HOME``/``CUDA_PATH``/``CUDACXX``, ``CUDAToolkit_ROOT``, ``PATH`` (cmake and ninja).
@@ -33,11 +34,11 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from envlock import runner
+from envlock import runner, trees
 from envlock.errors import BuildError
-from envlock.store import Store
+from envlock.store import STORE_MTIME, Store
 
-TOOLCHAIN_FORMAT = 1
+TOOLCHAIN_FORMAT = 2  # 2: every mtime STORE_MTIME
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _DATA = re.compile(r"^[^/]+\.data/(scripts|data|purelib|platlib|headers)/(.+)$")
 #: The tools a toolchain may provide, as the host's version lines name them.
@@ -183,6 +184,7 @@ def unpacked(store: Store, wheels: Sequence[Path], *, what: str) -> Toolchain:
             meta = _locate(tree, [w.name for w in wheels], key)
             (work / "toolchain.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             _read_only(tree)
+            trees.settle_mtimes(tree, STORE_MTIME)  # ptxas writes a header's mtime into a -lineinfo cubin
     loaded = _load(store, key)
     assert loaded is not None
     return replace(loaded, unpacked=True)
