@@ -149,6 +149,7 @@ def test_cuda_build_is_bit_identical_with_the_locked_toolchain(
     monkeypatch.setenv("CUDA_PATH", str(tmp_path / "no-cuda-here"))
     r, report = _build(cli)
     assert report["rebuilt"] == 1
+    print(f"\nstripped wheel sha256: {first} (first home), {_wheel_sha(report)} (second home and path)")
     assert _wheel_sha(report) == first
 
     # The toolchain moves (nvcc 13.0.88 -> 13.0.48): another input digest, and diff names the move.
@@ -164,10 +165,12 @@ def test_cuda_build_is_bit_identical_with_the_locked_toolchain(
     assert "toolchain nvidia-cuda-nvcc: 13.0.88 -> 13.0.48" in r.out
 
 
-def test_unstripped_lineinfo_cuda_build_is_bit_identical(
-    ws: Workspace, cli: Cli, cuda_index: IndexServer, kernel: CudaLike, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("lineinfo", [False, True], ids=["unstripped", "unstripped-lineinfo"])
+def test_unstripped_cuda_build_is_bit_identical(
+    ws: Workspace, cli: Cli, cuda_index: IndexServer, kernel: CudaLike, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    lineinfo: bool,
 ) -> None:
-    ws.write_spec(ENV, spec(kernel, cuda_index.url("pypi"), env={"CUDAFLAGS": "-lineinfo"},
+    ws.write_spec(ENV, spec(kernel, cuda_index.url("pypi"), env={"CUDAFLAGS": "-lineinfo"} if lineinfo else {},
                             config={"install.strip": "false"}))
     assert cli("lock", ENV).code == 0
     r, report = _build(cli)
@@ -182,11 +185,13 @@ def test_unstripped_lineinfo_cuda_build_is_bit_identical(
     # Built in a private mount namespace (root here; else unprivileged user namespaces): -lineinfo
     # wrote the fixed build path, never the scratch folder's.
     assert report["checks"][0]["fixed-build-path"] is True
-    assert str(buildenv.FIXED).encode() in so
+    assert (b"/tmp/envlock-build/src/csrc" in so) is lineinfo
     _elsewhere(ws, tmp_path, monkeypatch, "second")
     r, report = _build(cli)
     assert report["rebuilt"] == 1
     second = _wheel_sha(report)
-    print(f"unstripped -lineinfo wheel sha256: {first} (first home), {second} (second home and path)")
-    # ptxas wrote each source's mtime into the cubins' DWARF line tables: the same, as envlock fixes them.
+    label = "unstripped -lineinfo" if lineinfo else "unstripped"
+    print(f"\n{label} wheel sha256: {first} (first home), {second} (second home and path)")
+    # With -lineinfo, ptxas wrote each source's mtime into the cubins' DWARF line tables: the same, as
+    # envlock fixes them.
     assert second == first

@@ -3,14 +3,16 @@ and the input digest's toolchain part (the wheels' hashes instead of the host's 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import backend_wheels
+from conftest import CliResult, Workspace, backend_wheels
 from envlock import build, toolchain
 from envlock.errors import BuildError
 from envlock.spec import BuildSpec
@@ -18,6 +20,8 @@ from envlock.store import STORE_MTIME, Store
 from kit.cudalike import OLDER_NVCC, TOOLCHAIN, toolchain_wheels
 from kit.index import IndexServer
 from kit.wheels import build_wheel
+
+Cli = Callable[..., CliResult]
 
 
 def _stored(store: Store, wheel: Path) -> Path:
@@ -69,6 +73,25 @@ def test_a_toolchain_is_unpacked_once_read_only_with_its_tools_located(tmp_path:
     assert (env["CUDA_HOME"], env["CUDA_PATH"], env["CUDAToolkit_ROOT"]) == (root, root, root)
     assert env["CUDACXX"] == f"{root}/bin/nvcc"
     assert again.cmake_defines() == {"CMAKE_CUDA_COMPILER": f"{root}/bin/nvcc", "CUDAToolkit_ROOT": root}
+
+
+def test_a_toolchain_is_matched_to_locked_lines_by_its_wheels_hashes(tmp_path: Path) -> None:
+    """What gc keeps a toolchain by: one stored wheel of each locked line, and nothing else."""
+    store = Store.open(tmp_path / "home")
+    wheels = [_stored(store, w) for w in _fake_cuda(tmp_path / "wheels")]
+    made = toolchain.unpacked(store, wheels, what="[builds.k]")
+    nvcc, runtime, ninja = (w.parent.name for w in wheels)
+    assert toolchain.in_store(store) == {made.digest: frozenset({nvcc, runtime, ninja})}
+    lines = [f"nvidia-cuda-nvcc==13.0.88 --hash=sha256:{'0' * 64} --hash=sha256:{nvcc}",  # another platform's too
+             f"nvidia-cuda-runtime==13.0.96 --hash=sha256:{runtime}", f"ninja==1.13.2 --hash=sha256:{ninja}"]
+    assert toolchain.made_from(frozenset({nvcc, runtime, ninja}), lines)
+    assert not toolchain.made_from(frozenset({nvcc, runtime, ninja}), lines[:2])  # a wheel no line names
+    assert not toolchain.made_from(frozenset({nvcc, runtime}), lines)  # a line with no wheel of it
+    assert not toolchain.made_from(frozenset(), [])
+    # An entry of an older format names no hashes: no lock matches it.
+    meta = made.tree.parent / "toolchain.json"
+    meta.write_text(meta.read_text().replace(f'"format": {toolchain.TOOLCHAIN_FORMAT}', '"format": 1'))
+    assert toolchain.in_store(store) == {made.digest: None}
 
 
 def test_a_path_two_wheels_write_differently_is_refused(tmp_path: Path) -> None:
@@ -145,3 +168,87 @@ def test_the_input_digest_holds_the_toolchain_wheels_not_the_host_tools(
                                  locked_requirements=ours.build_requirements)
     frozen = build.plan(request, store)
     assert frozen.input_digest == ours.input_digest
+
+
+def _tool_wheels(dest: Path) -> None:
+    """Two releases of a small ``ninja`` wheel laid out as the real one is (a script in ``.data``)."""
+    for version in ("1.11.1", "1.13.2"):
+        script = f"#!/bin/sh\necho {version}\n"
+        build_wheel(dest, "ninja", version, files={f"ninja-{version}.data/scripts/ninja": script,
+                                                   "ninja/__init__.py": f"VERSION = {version!r}\n"})
+
+
+def _tool_demo(root: Path, index_url: str, tool: str) -> None:
+    """A workspace whose one build (a pure-Python setuptools project, built in seconds) declares ``tool``."""
+    project = root / "tool-demo"
+    (project / "tool_demo").mkdir(parents=True, exist_ok=True)
+    (project / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=61"]\n'
+                                            'build-backend = "setuptools.build_meta"\n\n'
+                                            '[project]\nname = "tool-demo"\nversion = "0.1.0"\n')
+    (project / "tool_demo" / "__init__.py").write_text("")
+    (root / "envs" / "demo.toml").write_text(f"""\
+[env]
+python = "3.11"
+
+[indexes.pypi]
+url = "{index_url}"
+default = true
+
+[packages]
+tool-demo = {{ build = "tool-demo" }}
+
+[sources.tool-demo]
+path = "tool-demo"
+
+[builds.tool-demo]
+source = "tool-demo"
+toolchain = ["{tool}"]
+""")
+
+
+def _toolchains(home: Path) -> set[str]:
+    return {p.name for p in (home / "v1" / "toolchains").iterdir()}
+
+
+@pytest.mark.slow
+def test_build_check_names_a_toolchain_move_and_gc_collects_the_toolchains_no_lock_names(
+    ws: Workspace, cli: Cli, tmp_path: Path
+) -> None:
+    _tool_wheels(tmp_path / "tools")
+    server = IndexServer(tmp_path / "index")
+    server.add_dir("pypi", backend_wheels())
+    server.add_dir("pypi", tmp_path / "tools")
+    server.start()
+    try:
+        _tool_demo(ws.root, server.url("pypi"), "ninja==1.11.1")
+        assert cli("-q", "lock", "demo").code == 0
+        r = cli("-q", "build", "demo")
+        assert r.code == 0, r.err
+        home = Path(os.environ["ENVLOCK_HOME"])
+        (old,) = _toolchains(home)
+        # The spec moves the toolchain; `build --check` (which writes no lock) says the lock's build is of another.
+        _tool_demo(ws.root, server.url("pypi"), "ninja==1.13.2")
+        r = cli("build", "demo", "--check")
+        assert r.code == 0, r.err
+        assert re.search(r"^envlock: tool-demo: the lock records a build of other inputs \(builds\.tool-demo: changed; "
+                         r"toolchain ninja: 1\.11\.1 -> 1\.13\.2; input digest sha256:[0-9a-f]{12}, now "
+                         r"sha256:[0-9a-f]{12}\): --check compared two builds of the inputs as they are now$", r.err,
+                         re.M), r.err
+        (new,) = _toolchains(home) - {old}
+        # gc: the lock's build names the old toolchain (kept); the check's, no lock names (removed, counted).
+        r = cli("gc", "--json", "--keep-git", "none")
+        assert r.code == 0, r.err
+        report = json.loads(r.out)
+        assert f"toolchains/{new}" in report["removed"] and f"toolchains/{old}" not in report["removed"]
+        assert _toolchains(home) == {old}
+        # Built and recorded: now the old one goes, and what it frees is counted.
+        assert cli("-q", "build", "demo").code == 0
+        assert len(_toolchains(home)) == 2
+        before = json.loads(cli("gc", "--json", "--keep-git", "none", "--dry-run").out)
+        r = cli("gc", "--json", "--keep-git", "none")
+        report = json.loads(r.out)
+        assert [name for name in report["removed"] if name.startswith("toolchains/")] == [f"toolchains/{old}"]
+        assert report["freed"] >= before["freed"] > 0
+        assert _toolchains(home) == {new}
+    finally:
+        server.stop()

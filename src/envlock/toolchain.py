@@ -38,8 +38,9 @@ from envlock import runner, trees
 from envlock.errors import BuildError
 from envlock.store import STORE_MTIME, Store
 
-TOOLCHAIN_FORMAT = 2  # 2: every mtime STORE_MTIME
+TOOLCHAIN_FORMAT = 2  # 2: every mtime STORE_MTIME; toolchain.json names its wheels' sha256s
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 _DATA = re.compile(r"^[^/]+\.data/(scripts|data|purelib|platlib|headers)/(.+)$")
 #: The tools a toolchain may provide, as the host's version lines name them.
 TOOLS = ("nvcc", "cmake", "ninja")
@@ -182,12 +183,35 @@ def unpacked(store: Store, wheels: Sequence[Path], *, what: str) -> Toolchain:
             for wheel in sorted(wheels, key=lambda w: w.name):
                 _unpack_wheel(wheel, tree, owners, what=what)
             meta = _locate(tree, [w.name for w in wheels], key)
+            meta["wheel-sha256"] = sorted(_sha_of(w) for w in wheels)  # what gc matches a lock's lines with
             (work / "toolchain.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             _read_only(tree)
             trees.settle_mtimes(tree, STORE_MTIME)  # ptxas writes a header's mtime into a -lineinfo cubin
     loaded = _load(store, key)
     assert loaded is not None
     return replace(loaded, unpacked=True)
+
+
+def in_store(store: Store) -> dict[str, frozenset[str] | None]:
+    """Each unpacked toolchain in the store: its digest -> the sha256s of its wheels (None when its
+    ``toolchain.json`` does not say: an older format, or an entry cut short)."""
+    found: dict[str, frozenset[str] | None] = {}
+    for _kind, key, path in store.entries(("toolchains",)):
+        try:
+            meta = json.loads((path / "toolchain.json").read_text())
+            shas = meta["wheel-sha256"] if meta.get("format") == TOOLCHAIN_FORMAT else None
+            found[key] = frozenset(shas) if isinstance(shas, list) else None
+        except (OSError, ValueError, TypeError, KeyError):
+            found[key] = None
+    return found
+
+
+def made_from(wheels: frozenset[str], lines: Sequence[str]) -> bool:
+    """Whether a toolchain of ``wheels`` (sha256s) is the one locked as ``lines`` ("name==version
+    --hash=sha256:..."): one wheel of each line (whichever this machine took), and nothing else."""
+    hashes = [set(_HASH.findall(line)) for line in lines]
+    return (bool(lines) and len(wheels) == len(hashes) and all(len(h & wheels) == 1 for h in hashes)
+            and wheels <= set().union(*hashes))
 
 
 def _load(store: Store, key: str) -> Toolchain | None:
