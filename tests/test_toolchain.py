@@ -170,15 +170,15 @@ def test_the_input_digest_holds_the_toolchain_wheels_not_the_host_tools(
     assert frozen.input_digest == ours.input_digest
 
 
-def _tool_wheels(dest: Path) -> None:
-    """Two releases of a small ``ninja`` wheel laid out as the real one is (a script in ``.data``)."""
-    for version in ("1.11.1", "1.13.2"):
+def _tool_wheels(dest: Path, versions: tuple[str, ...] = ("1.11.1", "1.13.2")) -> None:
+    """Releases of a small ``ninja`` wheel laid out as the real one is (a script in ``.data``)."""
+    for version in versions:
         script = f"#!/bin/sh\necho {version}\n"
         build_wheel(dest, "ninja", version, files={f"ninja-{version}.data/scripts/ninja": script,
                                                    "ninja/__init__.py": f"VERSION = {version!r}\n"})
 
 
-def _tool_demo(root: Path, index_url: str, tool: str) -> None:
+def _tool_demo(root: Path, index_url: str, tool: str, packages: str = "") -> None:
     """A workspace whose one build (a pure-Python setuptools project, built in seconds) declares ``tool``."""
     project = root / "tool-demo"
     (project / "tool_demo").mkdir(parents=True, exist_ok=True)
@@ -196,7 +196,7 @@ default = true
 
 [packages]
 tool-demo = {{ build = "tool-demo" }}
-
+{packages}
 [sources.tool-demo]
 path = "tool-demo"
 
@@ -250,5 +250,33 @@ def test_build_check_names_a_toolchain_move_and_gc_collects_the_toolchains_no_lo
         assert [name for name in report["removed"] if name.startswith("toolchains/")] == [f"toolchains/{old}"]
         assert report["freed"] >= before["freed"] > 0
         assert _toolchains(home) == {new}
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_the_upgrade_report_names_a_loose_toolchain_pin_that_moved(ws: Workspace, cli: Cli, tmp_path: Path) -> None:
+    """``ninja>=1.11`` locked at 1.11.1; the index gains 1.13.2; an upgrade of something else rebuilds the
+    kernel with the newer ninja, with no spec edit to the toolchain: the report says so."""
+    _tool_wheels(tmp_path / "tools", ("1.11.1",))
+    for version in ("1.0", "2.0"):
+        build_wheel(tmp_path / "tools", "alpha", version)
+    server = IndexServer(tmp_path / "index")
+    server.add_dir("pypi", backend_wheels())
+    server.add_dir("pypi", tmp_path / "tools")
+    server.start()
+    try:
+        _tool_demo(ws.root, server.url("pypi"), "ninja>=1.11", 'alpha = "==1.0"\n')
+        assert cli("-q", "lock", "demo").code == 0
+        r = cli("-q", "build", "demo")
+        assert r.code == 0, r.err
+        _tool_wheels(tmp_path / "newer", ("1.13.2",))
+        server.add_dir("pypi", tmp_path / "newer")
+        r = cli("upgrade", "demo", "--version", "alpha=2.0", "--dry-run")
+        assert r.code == 0, r.err
+        assert "tool-demo: toolchain ninja: 1.11.1 -> 1.13.2 (resolved now)" in r.out, r.out
+        doc = json.loads(cli("upgrade", "demo", "--version", "alpha=2.0", "--dry-run", "--json").out)
+        inputs = [i for b in doc["diff"]["builds"] for i in b["inputs"] if i["kind"] == "toolchain"]
+        assert [(i["name"], i["old"], i["new"]) for i in inputs] == [("ninja", "1.11.1", "1.13.2")]
     finally:
         server.stop()

@@ -4,8 +4,9 @@ The recipe: under the store's writer lock (``Store.collecting``: no sync runs be
 gather the roots (``_roots``: each env's current generation and its newest N, the workspace's
 lock files, the locks committed in its git history and its tags, the pins), take the union of
 their closures (``closure.lock_closure``: wheels, builds, sources and their git mirrors, the
-venv and its manifest) with the unpacked toolchains their builds record (``_toolchains``), plan what falls outside it (generations past the N newest, entries,
-uv-cache archives no kept venv links to) with the bytes it frees, then remove each in one
+venv and its manifest) and the unpacked toolchains their builds record (``_toolchains``), plan
+what falls outside it (generations past the N newest, entries, uv-cache archives no kept venv
+links to) with the bytes it frees, then remove each in one
 step: renamed under ``tmp/`` (which the next store open clears of a killed gc's litter), then
 deleted. A gc killed at any point leaves a store whose roots are all whole: only what no root
 reaches is ever renamed away, generations first, the entries they named after.
