@@ -36,6 +36,7 @@ def test_the_launcher_adds_the_mapped_source_path(tmp_path: Path, source: str, m
     nvcc = _echo_nvcc(tmp_path / "bin")
     env = {**os.environ, "ENVLOCK_PATH_MAP": "/scratch/x\t/envlock/build\n"
            "/scratch/x/.envlock/fetchcontent/repo-k\t/envlock/fetchcontent/repo-k\n"}
+    assert paths.real_scratch is not None
     out = subprocess.run([paths.real_scratch / ".envlock" / "nvcc-launcher", nvcc, "-x", "cu", "-c", source, "-o",
                           "k.o"], env=env, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["-x", "cu", "-c", source, "-o", "k.o", "-Xcudafe", f"--orig_src_path_name={mapped}"]
@@ -44,6 +45,7 @@ def test_the_launcher_adds_the_mapped_source_path(tmp_path: Path, source: str, m
 def test_the_launcher_leaves_a_link_step_alone(tmp_path: Path) -> None:
     paths = buildenv.prepare(tmp_path / "scratch", {}, None, epoch=EPOCH)
     nvcc = _echo_nvcc(tmp_path / "bin")
+    assert paths.real_scratch is not None
     out = subprocess.run([paths.real_scratch / ".envlock" / "nvcc-launcher", nvcc, "-dlink", "a.o", "-o", "d.o"],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["-dlink", "a.o", "-o", "d.o"]

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,11 +19,11 @@ from envlock.lockfile import Lock, read_lock
 from envlock.workspace import Workspace
 from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
-from kit.universe import Universe
-from test_resolve import TORCH, TRITON, spec_text
+from kit.universe import TORCH, TRITON, Universe, spec_text
+from kit.workspaces import Cli, ScratchWorkspace
 
 
-def test_console_script_runs_and_reports_errors_without_traceback(ws) -> None:  # type: ignore[no-untyped-def]
+def test_console_script_runs_and_reports_errors_without_traceback(ws: ScratchWorkspace) -> None:
     # The installed entry point ([project.scripts]), as users run it.
     script = Path(sys.executable).with_name("envlock")
     proc = subprocess.run([script, "lock", "nope"], capture_output=True, text=True, cwd=ws.root)
@@ -33,7 +34,7 @@ def test_console_script_runs_and_reports_errors_without_traceback(ws) -> None:  
     assert (version.returncode, version.stdout.strip()) == (0, f"envlock {__version__}")
 
 
-def test_unknown_env_suggests_close_name(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_env_suggests_close_name(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("qwen35-blackwell", spec_text(universe, 'tinydep = "==1.0"'))
     result = cli("lock", "qwen35-blackwel")
     assert result.code == 2
@@ -41,7 +42,7 @@ def test_unknown_env_suggests_close_name(ws, cli, universe: Universe) -> None:  
                           "did you mean 'qwen35-blackwell'? (envs: qwen35-blackwell)\n")
 
 
-def test_bad_spec_exits_2_listing_every_problem(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_bad_spec_exits_2_listing_every_problem(ws: ScratchWorkspace, cli: Cli) -> None:
     ws.write_spec("e", '[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\n'
                        'default = true\n[packages]\ntorch = { nightly = "yesterday" }\n')
     result = cli("lock", "e")
@@ -55,7 +56,8 @@ def test_bad_spec_exits_2_listing_every_problem(ws, cli) -> None:  # type: ignor
     assert result.out == ""
 
 
-def test_common_options_work_before_and_after_the_command(ws, cli, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_common_options_work_before_and_after_the_command(ws: ScratchWorkspace, cli: Cli, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     ws.write_spec("e", '[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\n'
                        'default = true\n[packages]\ntorch = { nightly = "yesterday" }\n')
     monkeypatch.chdir(tmp_path)  # outside the workspace: only --root finds it
@@ -71,13 +73,13 @@ def test_common_options_work_before_and_after_the_command(ws, cli, tmp_path, mon
     assert f"\nenvlock: error: {ws.root}/envs/e.toml: 2 problems in env spec 'e'\n" in debug.err
 
 
-def test_unknown_option_exits_2(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_option_exits_2(ws: ScratchWorkspace, cli: Cli) -> None:
     with pytest.raises(SystemExit) as info:
         cli("lock", "e", "--frobnicate")
     assert info.value.code == 2
 
 
-def test_bad_index_option(ws, cli, universe: Universe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_bad_index_option(ws: ScratchWorkspace, cli: Cli, universe: Universe, monkeypatch: pytest.MonkeyPatch) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     result = cli("lock", "e", "--index", "pytorch")
     assert (result.code, result.err) == (
@@ -105,7 +107,7 @@ def test_bad_index_option(ws, cli, universe: Universe, monkeypatch) -> None:  # 
                                                     "or file:// URL\n"), (command, url)
 
 
-def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_lock_then_check_current_stale_missing(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.0"'))
     missing = cli("lock", "e", "--check")
     assert missing.code == 2
@@ -138,7 +140,8 @@ def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> N
                    "reasons": ["packages.tinydep: changed"], "yanked": [], "notes": []}
 
 
-def test_a_lock_edited_by_hand_or_of_another_env_is_not_current(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_edited_by_hand_or_of_another_env_is_not_current(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.0"'))
     assert cli("-q", "lock", "e").code == 0
     path = ws.root / "locks" / "pylock.e.toml"
@@ -166,8 +169,9 @@ def test_a_lock_edited_by_hand_or_of_another_env_is_not_current(ws, cli, univers
     assert path.read_text() == edited  # nothing written
 
 
-def test_check_reads_one_index_page_per_package_and_offline_none(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
-    # The drift needs no network; the yanked files (PEP 592, tests/test_yanked.py) one page per package.
+def test_check_reads_one_index_page_per_package_and_offline_none(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
+    # The drift needs no network; the yanked files (PEP 592, tests/test_yanks.py) one page per package.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("lock", "e").code == 0
     before = len(universe.server.requests)
@@ -177,7 +181,7 @@ def test_check_reads_one_index_page_per_package_and_offline_none(ws, cli, univer
     assert [path for path, _ in universe.server.requests[before:]] == ["/pypi/simple/tinydep/"]
 
 
-def test_lock_json(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_lock_json(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, TORCH + TRITON))
     doc = json.loads(cli("lock", "e", "--json").out)
     assert doc["nightlies"] == {"torch": "2.12.0.dev20260307+cu130"}
@@ -185,7 +189,7 @@ def test_lock_json(ws, cli, universe: Universe) -> None:  # type: ignore[no-unty
     assert doc["changed"] is True
 
 
-def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_diff_nightly_upgrade_from_git_history(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     init_repo(ws.root)
     ws.write_spec("e", spec_text(universe, TORCH + TRITON))
     assert cli("lock", "e").code == 0
@@ -243,7 +247,8 @@ def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> N
                                       "not a lock file\n"), ref
 
 
-def test_a_lock_path_holding_an_at_sign_is_a_path_and_a_rev_may_hold_one(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_path_holding_an_at_sign_is_a_path_and_a_rev_may_hold_one(ws: ScratchWorkspace, cli: Cli,
+                                                                         universe: Universe) -> None:
     init_repo(ws.root)
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("lock", "e").code == 0
@@ -280,7 +285,7 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
     assert "exit 0 if the lock is current, 1 if stale" in out
 
 
-def test_unreadable_specs_and_locks_exit_2_without_traceback(ws, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_unreadable_specs_and_locks_exit_2_without_traceback(ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> None:
     (ws.root / "envs" / "latin1.toml").write_bytes(b'[env]\npython = "3.11"\n# caf\xe9\n')
     r = cli("lock", "latin1")
     assert (r.code, r.err) == (
@@ -294,12 +299,13 @@ def test_unreadable_specs_and_locks_exit_2_without_traceback(ws, cli, tmp_path) 
 
 
 @pytest.mark.parametrize("command", [["path"], ["generations"], ["rollback"], ["run"]])
-def test_store_commands_refuse_names_that_are_no_env_names(cli, command: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_store_commands_refuse_names_that_are_no_env_names(cli: Cli, command: list[str]) -> None:
     r = cli(*command, "..", *(["--", "true"] if command == ["run"] else []))
     assert (r.code, r.err) == (2, "envlock: error: '..': not an env name (letters, digits, '.', '_', '-')\n")
 
 
-def test_a_disk_error_is_one_line_naming_the_file_and_leaves_no_temp_file(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_disk_error_is_one_line_naming_the_file_and_leaves_no_temp_file(ws: ScratchWorkspace, cli: Cli,
+                                                                          universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     (ws.root / "locks" / "pylock.e.toml").mkdir()  # where the lock file belongs
     r = cli("lock", "e")
@@ -311,7 +317,7 @@ def test_a_disk_error_is_one_line_naming_the_file_and_leaves_no_temp_file(ws, cl
                                            "message": f"{target}: Is a directory (rerun with --debug for where)"}}
 
 
-def test_a_lock_written_by_another_envlock_during_resolution_is_kept(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
+def test_a_lock_written_by_another_envlock_during_resolution_is_kept(ws: ScratchWorkspace, cli: Cli, universe: Universe,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from envlock import resolve
 
@@ -319,7 +325,7 @@ def test_a_lock_written_by_another_envlock_during_resolution_is_kept(ws, cli, un
     lock_file = ws.root / "locks" / "pylock.e.toml"
     real_resolve = resolve.resolve
 
-    def another_lock_meanwhile(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def another_lock_meanwhile(*args: Any, **kwargs: Any) -> Any:
         result = real_resolve(*args, **kwargs)
         lock_file.write_text("# another envlock's lock\n")
         return result
@@ -334,7 +340,8 @@ def test_a_lock_written_by_another_envlock_during_resolution_is_kept(ws, cli, un
     assert lock_file.read_text().startswith("lock-version")
 
 
-def test_json_errors_are_a_document_on_stdout_too(ws, cli, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_json_errors_are_a_document_on_stdout_too(
+        ws: ScratchWorkspace, cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
     r = cli("lock", "nosuch", "--json")
     assert r.code == 2 and r.err.startswith("envlock: error: ")
     error = json.loads(r.out)["error"]
@@ -347,7 +354,7 @@ def test_json_errors_are_a_document_on_stdout_too(ws, cli, capsys) -> None:  # t
                      "message": "the following arguments are required: ENV"}
 
 
-def test_sync_refuses_what_it_cannot_do_as_asked(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_sync_refuses_what_it_cannot_do_as_asked(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     ws.write_spec("f", spec_text(universe, 'tinydep = "==1.1"'))
     # --offline cannot lock: it says so before any network.
@@ -382,8 +389,9 @@ def test_sync_refuses_what_it_cannot_do_as_asked(ws, cli, universe: Universe) ->
     assert not (ws.root / "locks" / "pylock.f.toml").exists()
 
 
-def test_diff_names_what_is_missing_and_reads_lock_files_in_the_current_folder(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
-                                                                               monkeypatch) -> None:
+def test_diff_names_what_is_missing_and_reads_lock_files_in_the_current_folder(ws: ScratchWorkspace, cli: Cli,
+                                                                               universe: Universe,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("lock", "e").code == 0
     r = cli("diff", "e", "f")
@@ -414,14 +422,15 @@ def test_diff_names_what_is_missing_and_reads_lock_files_in_the_current_folder(w
                                   "there)\n")
 
 
-def test_a_folder_where_a_spec_belongs_is_named(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_folder_where_a_spec_belongs_is_named(ws: ScratchWorkspace, cli: Cli) -> None:
     (ws.root / "envs" / "dirspec.toml").mkdir()
     r = cli("lock", "dirspec")
     assert (r.code, r.err) == (2, f"envlock: error: {ws.root}/envs/dirspec.toml: not a file; expected env "
                                   "'dirspec''s spec (a TOML file) there\n")
 
 
-def test_spec_paths_that_do_not_exist_are_spec_errors_through_every_command(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_spec_paths_that_do_not_exist_are_spec_errors_through_every_command(ws: ScratchWorkspace, cli: Cli,
+                                                                            universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"',
                                  extra='[sources.k]\npath = "examples/nope"\npatches = ["patches/k/0001-x.patch"]\n'))
     for command in (["lock", "e"], ["sync", "e"], ["build", "e"], ["patch", "status", "e"]):
@@ -430,7 +439,8 @@ def test_spec_paths_that_do_not_exist_are_spec_errors_through_every_command(ws, 
         assert "sources.k.path:" in r.err and "sources.k.patches[0]:" in r.err, (command, r.err)
 
 
-def test_sync_says_it_relocked_and_diff_says_a_lock_is_stale(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_sync_says_it_relocked_and_diff_says_a_lock_is_stale(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     r = cli("sync", "e")
     assert r.code == 0 and "  locked envs/e.toml anew first (the lock was missing or stale)" in r.out.splitlines()
@@ -453,7 +463,7 @@ def test_sync_says_it_relocked_and_diff_says_a_lock_is_stale(ws, cli, universe: 
         f"  unreadable: {record} (not listed; `envlock sync e` makes a new generation)")
 
 
-def test_an_unreachable_index_is_not_called_unsolvable(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreachable_index_is_not_called_unsolvable(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"').replace(universe.pypi, "http://127.0.0.1:9/simple"))
     r = cli("lock", "e")
     assert r.code == 1
@@ -461,7 +471,7 @@ def test_an_unreachable_index_is_not_called_unsolvable(ws, cli, universe: Univer
                             "(no network, or a mirror is needed: --index NAME=URL)\n"), r.err
 
 
-def test_an_env_neither_synced_nor_declared_is_named_as_a_typo(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_an_env_neither_synced_nor_declared_is_named_as_a_typo(ws: ScratchWorkspace, cli: Cli) -> None:
     # Not sent to `envlock sync nosuch`, which would fail on it too.
     ws.write_spec("demo", "")
     for command in (["path"], ["verify"], ["generations"], ["rollback"], ["run", "--", "true"]):
@@ -470,7 +480,7 @@ def test_an_env_neither_synced_nor_declared_is_named_as_a_typo(ws, cli) -> None:
                                       f"{ws.root / 'envs'} declares no such env (did you mean 'demo'? envs: demo)\n")
 
 
-def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws: ScratchWorkspace, cli: Cli) -> None:
     from envlock import generations
     from envlock.store import Store
 
@@ -483,7 +493,8 @@ def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws, cli) -> Non
                                       "run `envlock sync nope`\n"), command
 
 
-def test_commands_that_read_the_store_do_not_make_a_mistyped_home(ws, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_commands_that_read_the_store_do_not_make_a_mistyped_home(ws: ScratchWorkspace, cli: Cli,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     home = ws.root / "typo-home"
     monkeypatch.setenv("ENVLOCK_HOME", str(home))
     ws.write_spec("e", "")  # declared: never synced is what they say
@@ -493,7 +504,8 @@ def test_commands_that_read_the_store_do_not_make_a_mistyped_home(ws, cli, monke
     assert not home.exists()
 
 
-def test_a_static_index_on_disk_serves_a_pinned_package(ws, cli, universe: Universe, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_static_index_on_disk_serves_a_pinned_package(ws: ScratchWorkspace, cli: Cli, universe: Universe,
+                                                        tmp_path: Path) -> None:
     # An air-gapped cluster's mirror can be a folder (a mounted share): file:// for any index.
     from kit.locks import sha256_of
     from kit.wheels import build_wheel
@@ -556,8 +568,8 @@ def test_ctrl_c_while_envlock_still_starts_is_one_line_not_a_traceback() -> None
         assert (proc.returncode, proc.stderr, proc.stdout) == (130, "envlock: interrupted\n", ""), command
 
 
-def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, universe: Universe, tmp_path,  # type: ignore[no-untyped-def]
-                                                                monkeypatch) -> None:
+def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A lock made where download.pytorch.org answers, synced on a cluster that reaches only a mirror."""
     upstream = "https://download.pytorch.org/whl/nightly/cu130"  # the test's proxy refuses it
     ws.write_spec("n", spec_text(universe, TORCH + TRITON))
@@ -627,8 +639,9 @@ def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, univers
                                   "'other' has no spec (envs/other.toml)\n")
 
 
-def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws, cli, tmp_path,  # type: ignore[no-untyped-def]
-                                                                            monkeypatch) -> None:
+def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws: ScratchWorkspace, cli: Cli,
+                                                                             tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # Its `path` wheels are written relative to locks/ (`../wheelhouse/...`), as --help promises
     # "in the store or the wheelhouse"; beside a copy elsewhere they are not.
     from kit.locks import lock_for
@@ -659,7 +672,8 @@ def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws,
     assert r.code == 1 and f"sha256 mismatch for local file {ws.root / 'wheelhouse' / wheel.name}" in r.err, r.err
 
 
-def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws: ScratchWorkspace, cli: Cli,
+                                                                            universe: Universe) -> None:
     """Back to a known-good lock after a regression: `verify --lock` passes for it, and the plain
     verify's "not this lock" says how to check it; with no lock at all, verify says so."""
     init_repo(ws.root)
@@ -736,7 +750,8 @@ def read_lock_text(text: str) -> Lock:
     return Lock.from_toml(text, Path("pylock.toml"))
 
 
-def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     """The recorded venv digest names the packages it was taken for: after a hand edit of the
     packages it is not held against the new venv (which would fail every sync alike)."""
     ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
@@ -790,7 +805,8 @@ def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, unive
     assert read_lock(ws.root / "locks" / "pylock.e.toml").install_digest() == recorded.install_digest()
 
 
-def test_a_frozen_sync_says_when_the_spec_asks_for_more_than_the_lock(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_frozen_sync_says_when_the_spec_asks_for_more_than_the_lock(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("-q", "sync", "e").code == 0
     quiet = cli("sync", "e", "--frozen")
@@ -809,8 +825,8 @@ def test_a_frozen_sync_says_when_the_spec_asks_for_more_than_the_lock(ws, cli, u
         assert r.code == 0 and "note" not in r.out, r.out
 
 
-def test_an_index_on_disk_that_is_missing_and_a_misspelt_mirror_variable_are_named(  # type: ignore[no-untyped-def]
-        ws, cli, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_index_on_disk_that_is_missing_and_a_misspelt_mirror_variable_are_named(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Before: uv's "not found in the package registry" for every package (exit 1), and a
     # misspelt ENVLOCK_INDEX_* read as nothing at all.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
@@ -850,8 +866,8 @@ def test_an_index_on_disk_that_is_missing_and_a_misspelt_mirror_variable_are_nam
     assert r.code == 1 and r.err.rstrip().endswith(f"  {note}"), r.err
 
 
-def test_a_file_where_a_folder_is_expected_is_named_so(ws, cli, universe: Universe, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_where_a_folder_is_expected_is_named_so(ws: ScratchWorkspace, cli: Cli, universe: Universe,
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Before: "File exists" / "Not a directory", which say nothing of what to do.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     shutil.rmtree(ws.root / "locks")
@@ -868,7 +884,7 @@ def test_a_file_where_a_folder_is_expected_is_named_so(ws, cli, universe: Univer
         assert (r.code, r.err) == (1, f"envlock: error: {home}: cannot use as store: {what}\n"), r.err
 
 
-def test_run_takes_its_options_between_env_and_the_dashes(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_run_takes_its_options_between_env_and_the_dashes(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("-q", "sync", "e").code == 0
 
@@ -907,7 +923,8 @@ def test_run_takes_its_options_between_env_and_the_dashes(ws, cli, universe: Uni
                                                  "CMD...\n")
 
 
-def test_an_unknown_option_is_shown_with_its_commands_usage(ws, cli, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_option_is_shown_with_its_commands_usage(ws: ScratchWorkspace, cli: Cli,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     for command, usage in ((["sync", "e", "--bogus"], "usage: envlock sync "),
                            (["patch", "status", "e", "--bogus"], "usage: envlock patch status ")):
         with pytest.raises(SystemExit) as info:
@@ -918,8 +935,8 @@ def test_an_unknown_option_is_shown_with_its_commands_usage(ws, cli, capsys) -> 
 
 
 @pytest.mark.parametrize("hashes", [True, False], ids=["index with hashes", "hash-less index (PyTorch's)"])
-def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_path, monkeypatch,  # type: ignore[no-untyped-def]
-                                                                hashes: bool) -> None:
+def test_a_private_index_named_with_credentials_locks_and_syncs(ws: ScratchWorkspace, cli: Cli, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch, hashes: bool) -> None:
     """`https://user:token@host/simple` in the spec, no ~/.netrc: the lock keeps no credentials, and
     the sync sends the index's again (it answered 401 to the lock's bare URLs); so does the lock
     hashing a wheel a hash-less index serves (a private nightly index)."""
@@ -971,7 +988,8 @@ def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_pat
         server.stop()
 
 
-def test_a_lock_names_a_python_version_and_sources_stay_in_the_workspace(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_names_a_python_version_and_sources_stay_in_the_workspace(ws: ScratchWorkspace, cli: Cli,
+                                                                         universe: Universe) -> None:
     # A sync hands the lock's python to `uv python find`: a path there ran that program.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("-q", "lock", "e").code == 0
@@ -994,7 +1012,8 @@ def test_a_lock_names_a_python_version_and_sources_stay_in_the_workspace(ws, cli
     assert bad.code == 2 and "sources.\"../../escaped\": expected a source name of letters" in bad.err, bad.err
 
 
-def test_a_lock_read_from_a_pipe_syncs_and_is_not_written(ws, cli, universe: Universe, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_read_from_a_pipe_syncs_and_is_not_written(ws: ScratchWorkspace, cli: Cli, universe: Universe,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     # `envlock sync ENV --lock <(git show REV:locks/pylock.ENV.toml)`: the shell passes /dev/fd/N.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("-q", "lock", "e").code == 0
@@ -1015,7 +1034,8 @@ def test_a_lock_read_from_a_pipe_syncs_and_is_not_written(ws, cli, universe: Uni
     assert "tok3n" not in err and "https://host/simple" in err, err
 
 
-def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     # The fast no-op hashed it forever; lock, build and patch status read it until memory ran out.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("-q", "sync", "e").code == 0  # a no-op stamp now names the lock's sha256

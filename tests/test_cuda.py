@@ -13,22 +13,23 @@ import os
 import shutil
 import tomllib
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import CliResult, Workspace, backend_wheels
 from envlock import buildenv, runner
 from envlock.target import find_python
 from kit.cudalike import OLDER_NVCC, TOOLCHAIN, CudaLike, make_cudalike, spec, toolchain_wheels
 from kit.index import IndexServer
+from kit.universe import backend_wheels
+from kit.workspaces import Cli, CliResult
+from kit.workspaces import ScratchWorkspace as Workspace
 
 pytestmark = pytest.mark.slow
 
 ENV = "cuda"
-Cli = Callable[..., CliResult]
 
 
 @pytest.fixture(scope="module")

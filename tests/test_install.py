@@ -22,6 +22,7 @@ from envlock.lockfile import Lock
 from envlock.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for
+from kit.processes import wait_for, waits_on_flock
 from kit.wheels import build_wheel
 
 #: Where the running interpreter's venvs keep packages (the locks here are for it).
@@ -58,11 +59,11 @@ def _uv_calls() -> Iterator[list[list[str]]]:
         calls.append([str(a) for a in args])
         return real(args, **kwargs)  # type: ignore[arg-type]
 
-    runner.uv = spy  # type: ignore[assignment]
+    runner.uv = spy
     try:
         yield calls
     finally:
-        runner.uv = real  # type: ignore[assignment]
+        runner.uv = real
 
 
 def _sync_venv(server: IndexServer, home: Path, lock: Lock, cache: Path,
@@ -86,7 +87,7 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     server, lock = published
     flushed: list[bool] = []  # each walk: flushed, and before uv's store-naming records were dropped?
-    real_manifest = install.manifest
+    real_manifest = digest.manifest  # what install calls as install.manifest
 
     def walk(venv: Path, **kw: Any) -> digest.Manifest:
         flushed.append(kw.get("flush", False) and not list(venv.glob(f"{SITE}/*.dist-info/direct_url.json")))
@@ -325,10 +326,18 @@ def test_clearing_the_uv_cache_waits_for_installs_from_it(tmp_path: Path) -> Non
     cache = install.uv_cache_dir(store)
     (cache / "archive-v0" / "x").mkdir(parents=True)
     cleared = threading.Event()
+
+    def clear() -> None:
+        install.clear_uv_cache(store)
+        cleared.set()
+
     with store.locked("uv-cache", shared=True):  # as a running `uv pip install` holds it
-        t = threading.Thread(target=lambda: (install.clear_uv_cache(store), cleared.set()))
+        t = threading.Thread(target=clear)
         t.start()
-        assert not cleared.wait(0.3) and cache.is_dir()  # still waiting: the install's files stay
+        # Still waiting, on the flock the install holds (this process's, in /proc/locks): its files stay.
+        wait_for(lambda: waits_on_flock(store.root / "locks" / "uv-cache.lock", os.getpid()),
+                 "the clear to wait for the uv cache's lock")
+        assert not cleared.is_set() and cache.is_dir()
     t.join()
     assert cleared.is_set() and not cache.exists()
 

@@ -7,21 +7,21 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import CliResult, Workspace, backend_wheels
 from envlock import build, toolchain
 from envlock.errors import BuildError
 from envlock.spec import BuildSpec
 from envlock.store import STORE_MTIME, Store
 from kit.cudalike import OLDER_NVCC, TOOLCHAIN, toolchain_wheels
 from kit.index import IndexServer
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
-
-Cli = Callable[..., CliResult]
+from kit.workspaces import Cli
+from kit.workspaces import ScratchWorkspace as Workspace
 
 
 def _stored(store: Store, wheel: Path) -> Path:

@@ -10,6 +10,7 @@ wheelhouse lacks (``ensure_builds``).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,7 @@ from envlock.errors import (
     SourceTreeError,
     SpecError,
     UsageError,
+    redact,
 )
 from envlock.fetch import FetchResult, Locate
 from envlock.lockfile import (
@@ -83,7 +85,8 @@ def pinned_commit(src: SourceSpec, lock: Lock | None) -> str | None:
     if src.rev and COMMIT_ID.fullmatch(src.rev):
         return src.rev
     locked = lock.sources.get(src.name) if lock is not None else None
-    if (locked is not None and locked.kind == "git" and locked.location == src.git and locked.commit
+    # An earlier lock may have recorded the URL with its token: the same repository.
+    if (locked is not None and locked.kind == "git" and locked.location in (redact(src.git), src.git) and locked.commit
             and locked.rev == (src.rev or "HEAD")):
         return locked.commit
     return None  # resolved now (``git ls-remote``); the lock then records it
@@ -325,6 +328,9 @@ class BuildOptions:
     # Nothing downloaded: each build planned from the build requirements the lock records, its sources,
     # FetchContent inputs, env wheels and backend wheels from the store alone (after `envlock import`).
     offline: bool = False
+    # Build again from scratch, replacing the store's build of these inputs (one the lock does not
+    # vouch for: imported, or not reproducible), and the wheelhouse's copy.
+    rebuild: bool = False
 
 
 def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[BuildSpec], mirrors: Mirrors,
@@ -468,7 +474,7 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
     session = _open_session(ws, spec, lock, wanted, mirrors, options)
     planned, fetched = plan_builds(session, wanted, frozen=frozen or options.offline)
     built, checks, moved = _carry_out(session, planned, check=check, frozen=frozen, on_build=options.on_build,
-                                      caches=options.caches)
+                                      caches=options.caches, rebuild=options.rebuild)
     if options.caches is not None:  # the post-build hook: each build that ran, pushed ([cache] push)
         from envlock.caching import after_build
 
@@ -577,18 +583,24 @@ def _input_drift(session: BuildSession, one: PlannedBuild) -> list[str]:
 
 
 def _carry_out(session: BuildSession, planned: Sequence[PlannedBuild], *, check: bool, frozen: bool,
-               on_build: Callable[[str, str], None] | None, caches: Caches | None = None,
+               on_build: Callable[[str, str], None] | None, caches: Caches | None = None, rebuild: bool = False,
                ) -> tuple[list[build.BuiltWheel], list[build.CheckResult], list[str]]:
     """Build (or take) each planned wheel, and with ``check`` build it again and compare; the
-    notices of ``--check`` on builds whose inputs the lock does not record."""
+    notices of ``--check`` on builds whose inputs the lock does not record. ``rebuild``: the store's
+    build of each is removed first, so it is built again."""
     ws, store = session.ws, session.store
     built: list[build.BuiltWheel] = []
     checks: list[build.CheckResult] = []
     moved: list[str] = []  # --check: builds whose inputs are not the ones the lock records
     for one in planned:
         request, plan_, recorded = one.request, one.plan, one.recorded
+        if rebuild:
+            store.remove_entry("builds", plan_.key)
         held = (build.recorded_wheel(request, plan_, ws.wheelhouse, recorded)
-                if recorded is not None and not (check or frozen or one.overridden) else None)
+                if recorded is not None and not (check or frozen or one.overridden or rebuild) else None)
+        # --check writes no lock and compares with the lock's sha256 itself: it may look at any build.
+        if held is None and not check and one.same_inputs and (refused := _unvouched(session, one)) is not None:
+            raise refused
         if caches is not None and held is None and not check and not build.is_built(plan_, store):
             # A trusted cache's build of these inputs (of the recorded wheel, if the lock has it) into the store.
             caches.build_into_store(store, one.name, plan_.input_digest,
@@ -618,6 +630,27 @@ def _carry_out(session: BuildSession, planned: Sequence[PlannedBuild], *, check:
                          f"{recorded.input_digest[:19]}, now {plan_.input_digest[:19]}): --check compared two "
                          "builds of the inputs as they are now")
     return built, checks, moved
+
+
+def _unvouched(session: BuildSession, one: PlannedBuild) -> BuildError | None:
+    """The refusal of a stored build of the lock's very inputs whose wheel is not the lock's (None:
+    none stored, or the lock's): taken, it would replace the lock's sha256 with a wheel nothing
+    vouches for (a bundle's, or a build that is not reproducible). A rebuild is the user's call."""
+    assert one.recorded is not None
+    entry = session.store.path("builds", one.plan.key)
+    try:
+        stored = str(json.loads((entry / "wheel.json").read_text(encoding="utf-8"))["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # nothing stored for these inputs: built (or taken from a trusted cache) here
+    if stored == one.recorded.sha256:
+        return None
+    ws, env, lock = session.ws, session.spec.name, session.ws.lock_path(session.spec.name)
+    return BuildError(f"{ws.relative(lock)}: builds.{one.name}: the store holds wheel sha256 {stored} for input "
+                      f"digest {one.plan.input_digest[:23]} (builds/{one.plan.key}), the lock records "
+                      f"{one.recorded.sha256} for these very inputs; not taken (the store's build is not the lock's: "
+                      "imported, or not reproducible)",
+                      details=[f"to build it again here and replace the store's: `envlock build {env} "
+                               f"{canonicalize_name(one.name)} --rebuild`"])
 
 
 def _with_builds(session: BuildSession, lock_path: Path, built: Sequence[build.BuiltWheel]) -> Lock:

@@ -25,7 +25,7 @@ else hashed now (at lock time) for the lock to record.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.tags import Tag
@@ -59,14 +59,16 @@ def known_pin(dep: FetchContentInput, recorded: LockedFetchContent | None) -> Lo
     else the lock's ``recorded`` one while the spec still names that URL and rev (None: resolve it)."""
     if dep.git is not None:
         if COMMIT_ID.fullmatch(dep.rev or ""):
-            return LockedFetchContent(git=dep.git, commit=dep.rev)
-        if recorded is not None and recorded.git == dep.git and recorded.rev == dep.rev and recorded.commit:
-            return recorded
+            return LockedFetchContent(git=redact(dep.git), commit=dep.rev)  # a lock keeps no token
+        if recorded is not None and recorded.git in (redact(dep.git), dep.git) and recorded.rev == dep.rev and (
+                recorded.commit):
+            return replace(recorded, git=redact(dep.git))  # kept without a token an earlier lock recorded
         return None
+    assert dep.url is not None
     if dep.sha256:
-        return LockedFetchContent(url=dep.url, sha256=dep.sha256)
-    if recorded is not None and recorded.url == dep.url and recorded.sha256:
-        return recorded
+        return LockedFetchContent(url=redact(dep.url), sha256=dep.sha256)
+    if recorded is not None and recorded.url in (redact(dep.url), dep.url) and recorded.sha256:
+        return replace(recorded, url=redact(dep.url))
     return None
 
 
@@ -79,10 +81,11 @@ def fetch_input(dep: FetchContentInput, store: Store, *, mirror: str | None,
         commit = pin.commit if pin is not None and pin.commit else sources.resolve_rev(dep.git, rev, store=store,
                                                                                          fetch_from=mirror)
         tree = sources.checkout(store, dep.git, commit, fetch_from=mirror).tree
-        return FetchedInput(tree, LockedFetchContent(git=dep.git, commit=commit, rev=None if rev == commit else rev))
+        return FetchedInput(tree, LockedFetchContent(git=redact(dep.git), commit=commit,
+                                                     rev=None if rev == commit else rev))
     assert dep.url is not None
     got = sources.fetch_archive(store, dep.url, pin.sha256 if pin is not None else None, fetch_from=mirror)
-    return FetchedInput(got.tree, LockedFetchContent(url=dep.url, sha256=got.sha256), got.downloaded)
+    return FetchedInput(got.tree, LockedFetchContent(url=redact(dep.url), sha256=got.sha256), got.downloaded)
 
 
 # -- every input at once, failures together ----------------------------------

@@ -366,13 +366,14 @@ def builds_into_wheelhouse(caches: Caches, store: Store, lock: Lock, lock_path: 
             continue
         entry = store.path("builds", recorded.input_digest.removeprefix("sha256:"))
         wheel = entry / json.loads((entry / "wheel.json").read_text())["wheel"]
+        if file_sha256(str(wheel)) != art.sha256:  # the store entry is another's: the build says so
+            left.append(name)
+            continue
         target = lock_path.parent / art.path
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         shutil.copyfile(wheel, tmp)
         os.replace(tmp, target)
-        if file_sha256(str(target)) != art.sha256:  # the store entry was another's: build it
-            left.append(name)
     return tuple(left)
 
 

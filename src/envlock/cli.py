@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
 from envlock.clirender import count, json_option, out
-from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, raise_terminated, redact, scrub
+from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, redact, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -358,7 +358,7 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
 
     with _status(args, "preparing sources and build inputs") as say:
         options = building.BuildOptions(
-            check=args.check, overrides=_overrides(args.override_source), offline=args.offline,
+            check=args.check, overrides=_overrides(args.override_source), offline=args.offline, rebuild=args.rebuild,
             caches=None if args.offline else build_caches(ws, args.trusted_key),
             on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "
                                               "reused from the store; a native build can take long)"),
@@ -583,6 +583,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true",
                    help="no network: build from the build requirements the lock records, with sources and backend "
                    "wheels from the store only (after `envlock import`); name what is missing")
+    p.add_argument("--rebuild", action="store_true",
+                   help="build again from scratch, replacing the store's build of the same inputs (one whose wheel "
+                   "is not the lock's is never taken: imported, or not reproducible)")
     p.add_argument("--override-source", action="append", default=[], metavar="NAME=PATH",
                    help="build source NAME from a local tree instead of its pin, the spec's patches applied on "
                    "top (so give it unpatched); never recorded in the lock")
@@ -641,18 +644,17 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
         fast = answer_noop(list(sys.argv[1:] if argv is None else argv))
         if fast is not None:
             return fast
-    import signal
-    import threading
+    from envlock import interrupts
 
-    # Set from the main thread only (Python's rule), and not over a parent's "ignore": that
-    # must reach `run`'s command, and an ignored signal stays ignored across exec.
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        previous = signal.signal(signal.SIGTERM, raise_terminated)
-        try:
-            return _main(argv)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-    return _main(argv)
+    # SIGINT and SIGTERM end envlock within 2 s whatever its threads do (interrupts); set from the
+    # main thread only (Python's rule), and not over a parent's "ignore": that must reach `run`'s
+    # command, and an ignored signal stays ignored across exec.
+    installed = interrupts.install()
+    try:
+        return _main(argv)
+    finally:
+        if installed:
+            interrupts.uninstall()
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -697,10 +699,10 @@ def _main(argv: Sequence[str] | None) -> int:
         how = "" if args.debug else " (rerun with --debug for where)"
         return _fail(args, f"{where}{exc.strerror or exc}{how}", (), "OSError", 1)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
-        said, code = interrupted(exc)
-        if getattr(args, "json", False):
-            _json_error(said, (), type(exc).__name__, code)
-        print(f"envlock: {said}", file=sys.stderr)
+        from envlock import interrupts
+
+        code = interrupted(exc)[1]
+        interrupts.say(code, type(exc).__name__, json=getattr(args, "json", False))
         return code
 
 

@@ -26,6 +26,8 @@ def cmd_export(args: argparse.Namespace, ws: Workspace) -> int:
 
     with ui.progress(quiet=args.quiet or args.json) as bar:
         result = exporting.export_env(ws, args.env, args.lock, args.to.absolute(), progress=bar)
+    for note in result.notes:
+        print(f"envlock: note: {note}", file=sys.stderr)
 
     def text() -> str:
         kinds = ", ".join(f"{count(n, k.rstrip('s'))}" for k, n in sorted(result.entries.items()))
@@ -39,7 +41,10 @@ def cmd_export(args: argparse.Namespace, ws: Workspace) -> int:
 def cmd_import(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import exporting, ui
 
-    result = exporting.import_bundle(args.source.absolute())
+    result = exporting.import_bundle(args.source.absolute(), ws if (ws.root / "envs").is_dir() else None,
+                                     args.trusted_key)
+    for note in result.notes:
+        print(f"envlock: note: {note}", file=sys.stderr)
 
     def text() -> str:
         added = ", ".join(count(n, k.rstrip("s")) for k, n in sorted(result.added.items())) or "nothing new"
@@ -194,9 +199,15 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     p = add("import", cmd_import, "add an exported closure to the store (every file hash-checked) and pin its lock",
             "Read a folder or .tar written by `envlock export`: every member is held to the sha256 its manifest\n"
             "names, and a member that does not match, a path that would escape (absolute, '..'), a link or a\n"
-            "device is refused by name; nothing is stored unless all of it is whole. The lock is pinned\n"
-            "(`envlock pins`); sync it with `envlock sync ENV --lock PINNED --offline`.")
+            "device is refused by name; nothing is stored unless all of it is whole. A link must stay inside\n"
+            "its entry on disk; a local build is taken only if the bundle's lock records its wheel (or a build\n"
+            "record signed by a trusted key comes with it); a git source only if its files are its commit's\n"
+            "tree. The lock is pinned (`envlock pins`); sync it with `envlock sync ENV --lock PINNED --offline`.")
     p.add_argument("source", type=Path, metavar="DIR|FILE")
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64",
+                   help="take a local build whose wheel the bundle's lock does not record when a build record "
+                        "signed by this key comes with it (NAME:BASE64, as `envlock cache keygen` prints it); also "
+                        "ENVLOCK_TRUSTED_KEYS and [cache] trusted-keys in envlock.toml; repeatable")
     json_option(p)
     p.set_defaults(needs_workspace=False)
 

@@ -26,7 +26,7 @@ from envlock.errors import (
     SpecError,
     raise_all,
 )
-from envlock.lockfile import Lock, LockFile, read_lock
+from envlock.lockfile import Artifact, Lock, LockFile, read_lock
 from envlock.mirrors import MirrorOptions, Mirrors, missing_folder
 from envlock.spec import load_env_spec
 from envlock.store import Store, replace_if_unchanged
@@ -122,7 +122,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
 
         hashing = CachedHashing(caches)
     resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress, hashing)
-    guarded = _guard(ws, env, spec, store, states, resolution, old)  # an overlap fails here: nothing written
+    guarded = _guard(ws, env, spec, store, states, resolution, old, progress)  # an overlap fails here: nothing written
     lock = Lock(
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
         spec_keys=spec.key_digests(), packages=resolution.packages, requires_python=resolution.requires_python,
@@ -192,16 +192,25 @@ def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, 
 
 
 def _guard(ws: Workspace, env: str, spec: EnvSpec, store: Store, states: Mapping[str, building.SourceState],
-           resolution: Resolution, old: Lock | None) -> guards.GuardReport:
-    """The guards on ``resolution`` (``guards.check``): ``OverlapError`` when two distributions
-    install one file with different bytes, else the notes and the pins the overrides beat."""
+           resolution: Resolution, old: Lock | None, progress: Progress | None = None) -> guards.GuardReport:
+    """The guards on ``resolution`` (``guards.check``): ``MetadataError`` when an index served uv
+    metadata that is not its wheel's own, ``OverlapError`` when two distributions install one file
+    with different bytes, else the notes and the pins the overrides beat. A wheel whose index serves
+    no byte ranges is read whole, into the store by its sha256 (where the sync finds it)."""
+    from envlock import fetch
+
     projects, build_requires, _ = building.resolve_build_inputs(spec, states)
     subdirectory = {pkg.name: spec.builds[pkg.build].subdirectory
                     for pkg in spec.packages.values() if pkg.build and pkg.build in spec.builds}
+    base = ws.lock_path(env).parent
+
+    def whole(artifact: Artifact) -> None:
+        fetch.fetch([artifact], store, base_dir=base, progress=progress, env=env)
+
     inputs = guards.GuardInputs(
         packages=resolution.packages, store=store, extra_requirements=build_requires,
         projects={name: (path, subdirectory.get(name, "")) for name, path in projects.items()},
-        before=old.overridden if old is not None else None, base=ws.lock_path(env).parent,
+        before=old.overridden if old is not None else None, base=base, whole=whole,
     )
     return guards.check(spec, inputs)
 

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kit.index import IndexServer
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
 
 GIT_ENV = {
@@ -476,3 +478,48 @@ NONDET = {
     "nondet/__init__.py": "",
     "nondet/stamp.py": "BUILT_AT = 0\n",
 }
+
+
+#: The torch stand-in's version on the kernel's index.
+KERNEL_TORCH = "2.12.0.dev20260307"
+
+
+def kernel_index(folder: Path, *, with_archives: bool) -> IndexServer:
+    """An index (not started) for building the kernel: the build backends, the torch stand-in and a
+    runtime-only package on ``pypi``, and (``with_archives``) the FetchContent archive on ``archives``."""
+    server = IndexServer(folder / "served")
+    server.add_dir("pypi", backend_wheels())
+    wheels = folder / "wheels"
+    server.add("pypi", torchlike_wheel(wheels, KERNEL_TORCH), build_wheel(wheels, "tinydep", "1.0"))
+    if with_archives:
+        server.add("archives", karch_archive(wheels))
+    return server
+
+
+def kernel_spec(server: IndexServer, sg: SgLike, *, kdep: str | None = None, kdep_rev: str = KDEP_TAG,
+                karch: str | None = None) -> str:
+    """Env ``e``: tinydep, the torch stand-in and the kernel built from ``sg`` (not isolated, its FetchContent
+    inputs: ``kdep`` at ``kdep_rev``, the archive at ``karch``), all from ``server`` (``kernel_index``)."""
+    return f"""
+[env]
+python = "3.11"
+[indexes.pypi]
+url = "{server.url('pypi')}"
+default = true
+[packages]
+tinydep = "==1.0"                      # a runtime package: no build reads it
+torchlike = "=={KERNEL_TORCH}"
+sglike-kernel = {{ build = "sglike-kernel" }}
+[sources.sglike]
+git = "{sg.url}"
+rev = "{sg.pin}"
+[builds.sglike-kernel]
+source = "sglike"
+subdirectory = "sgl-kernel"
+isolation = false
+requires = ["scikit-build-core>=0.10"]
+config-settings = {{ "cmake.define.SGLIKE_WITH_KARCH" = "ON" }}
+[builds.sglike-kernel.fetchcontent]
+{KDEP_NAME} = {{ git = "{kdep or sg.kdep_url}", rev = "{kdep_rev}" }}
+{KARCH_NAME} = {{ url = "{karch or server.file_url('archives', 'karch-1.0.tar.gz')}" }}
+"""

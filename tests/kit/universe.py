@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from kit.index import IndexServer
 from kit.wheels import build_wheel
 
@@ -89,3 +91,41 @@ def build_universe(root: Path) -> Universe:
         server.add_dir("pypi", BACKENDS)
     server.start()
     return Universe(server)
+
+
+def spec_text(u: Universe, packages: str, extra: str = "", python: str = "3.11") -> str:
+    """An env spec over the universe's three indexes, with ``packages`` (lines of ``[packages]``) and ``extra``."""
+    return f"""
+[env]
+python = "{python}"
+platform = "x86_64-manylinux_2_28"
+[indexes.pypi]
+url = "{u.pypi}"
+default = true
+[indexes.pytorch]
+url = "{u.pytorch}"
+[indexes.flashinfer]
+url = "{u.flashinfer}"
+[packages]
+{packages}
+{extra}
+"""
+
+
+#: ``[packages]`` lines: the 03-07 cu130 torch nightly, and pytorch-triton, from the pytorch index.
+TORCH = 'torch = { nightly = "2026-03-07", local = "cu130", index = "pytorch" }\n'
+TRITON = 'pytorch-triton = { index = "pytorch" }\n'
+
+
+def backend_wheels() -> Path:
+    """tests/.wheels, holding the build backends, or a clear failure naming the set-up step."""
+    wanted = ("scikit_build_core-", "setuptools-")
+    found = [p.name for p in BACKENDS.glob("*.whl")] if BACKENDS.is_dir() else []
+    missing = [w for w in wanted if not any(n.startswith(w) for n in found)]
+    if missing:
+        pytest.fail(
+            f"{BACKENDS} lacks the build backends ({', '.join(m.rstrip('-') for m in missing)}): "
+            "run the test set-up step `python tests/kit/backends.py` once (it downloads them from PyPI)",
+            pytrace=False,
+        )
+    return BACKENDS

@@ -1,23 +1,36 @@
-"""The whole chain on an SGLang-shaped env: spec -> lock -> source -> patch -> build -> venv.
+"""``envlock sync`` end to end. The whole chain on an SGLang-shaped env: spec -> lock -> source ->
+patch -> build -> venv.
 
 What rebuilds when: changing only a PyPI pin re-syncs with no build; moving the torch
-stand-in or a kernel patch rebuilds the kernel (and only what the patch touches).
+stand-in or a kernel patch rebuilds the kernel (and only what the patch touches). And a real
+sync SIGKILLed at several points leaves the previous generation current and whole.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from envlock.lockfile import read_lock
+from envlock import generations
+from envlock.lockfile import Lock, read_lock
+from envlock.store import Store
+from envlock.verifying import verify_env
 from kit import sglike
+from kit.index import IndexServer
+from kit.locks import lock_for
+from kit.processes import envlock, wait_for
 from kit.sglike import SgLike
+from kit.stores import assert_store_whole
 from kit.universe import Universe
+from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 TORCH_A = "2.12.0.dev20260307"
 TORCH_B = "2.12.0.dev20260308"
@@ -71,7 +84,7 @@ def built_inputs(home: Path) -> set[str]:
     return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
 
 
-def sync(cli, env: str = "e") -> dict:  # type: ignore[no-untyped-def, type-arg]
+def sync(cli: Cli, env: str = "e") -> dict:  # type: ignore[type-arg]
     result = cli("sync", env, "--json")
     assert result.code == 0, result.err
     return json.loads(result.out)  # type: ignore[no-any-return]
@@ -85,8 +98,8 @@ def in_env(ws_root: Path, code: str) -> str:
 
 
 @pytest.mark.slow
-def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Universe, sg: SgLike, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws: ScratchWorkspace, cli: Cli, universe: Universe, sg: SgLike,
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     shutil.copytree(sg.patches_dir, ws.root / "patches" / "sglike")
     ws.write_spec("e", spec(universe, sg))
@@ -174,33 +187,75 @@ def test_sglang_shaped_env_end_to_end_and_what_rebuilds(ws, cli, universe: Unive
     assert doc["build_downloaded"] > 0
 
 
-def test_sync_mirrors_go_by_the_index_the_lock_records_else_the_spec_pins(tmp_path: Path) -> None:
-    # `sync --lock PATH@REV`: an older lock may have taken a package from an index today's spec
-    # no longer pins it to; a lock made through another mirror records a URL the spec does not name.
-    from envlock.lockfile import Artifact, Lock, LockedPackage
-    from envlock.mirrors import Mirrors
-    from envlock.spec import load_spec
+# -- SIGKILL a real sync: the previous generation stays current and whole ---------------------------
+# SIGKILL a real ``envlock sync`` at several points: the previous generation stays current and
+# whole.
 
-    nightly = "https://download.pytorch.org/whl/nightly/cu130"
-    spec_file = tmp_path / "e.toml"
-    spec_file.write_text(f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\ndefault = true\n'
-                         f'[indexes.pytorch]\nurl = "{nightly}"\n'
-                         '[packages]\ntorch = { nightly = "2026-03-07", index = "pytorch" }\n')
-    spec = load_spec(spec_file)
+@pytest.fixture
+def setup(server: IndexServer, tmp_path: Path) -> tuple[IndexServer, Path, Lock, Lock, Path]:
+    server.slow_chunk, server.slow_delay = 8 * 1024, 0.02
+    w = tmp_path / "wheels"
+    alpha1 = build_wheel(w, "alpha", "1.0")
+    alpha2 = build_wheel(w, "alpha", "2.0")
+    big = build_wheel(w, "big", "1.0", files={"big/blob.bin": os.urandom(2_000_000)})
+    server.add("pypi", alpha1, alpha2, big)
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "locks").mkdir()
+    v1 = lock_for(server, "pypi", [alpha1])
+    v2 = lock_for(server, "pypi", [alpha2, big])
+    return server, ws, v1, v2, big
 
-    def pkg(name: str, index: str) -> LockedPackage:
-        return LockedPackage(name=name, version="1.0", index=index,  # type: ignore[arg-type]
-                             wheels=(Artifact(sha256=name[0] * 64, url=f"{index}/{name}-1.0-py3-none-any.whl"),))
 
-    lock = Lock(env="e", python="3.11", platform=None, spec_digest="sha256:" + "0" * 64, spec_keys={},
-                packages=(pkg("filelock", nightly), pkg("torch", "https://mirror.other/pytorch"),
-                          pkg("idna", "https://pypi.org/simple")))
-    assert Mirrors(spec, {"pytorch": "https://m/pt"}).for_packages(lock) == {"filelock": "https://m/pt",
-                                                                          "torch": "https://m/pt"}
-    assert Mirrors(spec, {"pypi": "https://m/pypi"}).for_packages(lock) == {"idna": "https://m/pypi"}
-    # Two spec indexes at one URL: the one the spec pins the package to, not the first declared.
-    spec_file.write_text(spec_file.read_text().replace(
-        "[packages]", '[indexes.internal]\nurl = "https://pypi.org/simple/"\n'
-                      '[packages]\nidna = { version = "==1.0", index = "internal" }'))
-    both = {"pypi": "https://m/pypi", "internal": "https://m/internal"}
-    assert Mirrors(load_spec(spec_file), both).for_packages(lock) == {"idna": "https://m/internal"}
+@pytest.mark.parametrize("point", ["download", "install", "before-flip"])
+def test_sigkill_leaves_previous_generation_current(setup: tuple[IndexServer, Path, Lock, Lock, Path],
+                                                    tmp_path: Path, point: str) -> None:
+    server, ws, v1, v2, big = setup
+    home = tmp_path / "home"
+    lock1 = ws / "locks" / "pylock.demo.toml"
+    lock1.write_text(v1.to_toml())
+    first = envlock(ws, home, "sync", "demo", "--lock", str(lock1))
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    store = Store.open(home)
+    assert out.splitlines()[-1] == str(generations.stable_path(store, "demo"))
+    recorded = read_lock(lock1)
+    assert recorded.venv_digest is not None
+
+    lock2 = ws / "locks" / "v2.toml"
+    lock2.write_text(v2.to_toml())
+    marker = tmp_path / "paused"
+    pause = {"PAUSE_MARKER": str(marker)}
+    if point == "download":
+        server.faults[big.name] = "slow"
+        part = store.partial_dir / f"{v2.package('big').wheels[0].sha256}.part"  # type: ignore[union-attr]
+        ready = lambda: part.exists() and part.stat().st_size > 100_000  # noqa: E731
+    else:
+        pause["PAUSE_AT"] = point
+        ready = marker.exists
+    proc = envlock(ws, home, "sync", "demo", "--lock", str(lock2), env=pause, paused=True)
+    try:
+        wait_for(ready, f"sync to reach {point}")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+
+    store = Store.open(home)  # clears the killed writer's litter
+    assert generations.current_number(store, "demo") == 1
+    assert verify_env(store, "demo", recorded).ok
+    assert_store_whole(store)
+    assert [p.name for p in store.tmp.iterdir()] == ["partial"]
+    if point != "before-flip":
+        assert not store.has("venvs", v2.install_digest())
+
+    # The next sync finishes the job; a killed download resumes where it stopped.
+    server.faults.clear()
+    again = envlock(ws, home, "sync", "demo", "--lock", str(lock2))
+    _, err = again.communicate(timeout=60)
+    assert again.returncode == 0, err
+    assert generations.current_number(store, "demo") == 2
+    assert verify_env(store, "demo", read_lock(lock2)).ok
+    if point == "download":
+        last = [r for p, r in server.requests if p.endswith(big.name)][-1]
+        assert last.startswith("bytes=") and last != "bytes=0-"
