@@ -453,10 +453,12 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     trees.copy_tree(req.tree / spec.subdirectory if spec.subdirectory else req.tree, scratch / "src")
     tools = (toolchain.unpacked(store, plan_.toolchain_wheels, what=f"[builds.{spec.name}]")
              if plan_.toolchain_wheels else None)
-    paths = buildenv.prepare(scratch, plan_.fetchcontent_dirs, tools.tree if tools is not None else None)
+    epoch = max(req.source_date_epoch, _ZIP_EPOCH_MIN)
+    paths = buildenv.prepare(scratch, plan_.fetchcontent_dirs, tools.tree if tools is not None else None,
+                             epoch=epoch)
     seen = paths.scratch  # the scratch folder as the build sees it (at a fixed path, if it could be)
     backend_is_skbuild = str(plan_.recipe["backend"]).startswith("scikit_build_core")
-    env = buildenv.build_env(spec, max(req.source_date_epoch, _ZIP_EPOCH_MIN), paths, tools, backend_is_skbuild)
+    env = buildenv.build_env(spec, epoch, paths, tools, backend_is_skbuild)
     args: list[str | os.PathLike[str]] = ["build", "--wheel", "--no-sources", "--out-dir", seen / "dist"]
     args += _index_args(plan_, scratch, seen)
     if spec.isolation:

@@ -678,19 +678,23 @@ def _with_builds(session: BuildSession, lock_path: Path, built: Sequence[build.B
 # -- builds for lock and sync ------------------------------------------------
 
 
-def carry_builds(session: BuildSession, old: Lock | None) -> tuple[Lock, tuple[FetchResult, ...]]:
+def carry_builds(session: BuildSession, old: Lock | None
+                 ) -> tuple[Lock, tuple[FetchResult, ...], dict[str, tuple[str, ...]]]:
     """The session's (new) lock with the old lock's build records (and PEP 751 entries) whose
-    input digest is unchanged; and the fetch of the env's wheels that computing them needed.
+    input digest is unchanged; the fetch of the env's wheels that computing them needed; and, of
+    each old build whose inputs moved, the toolchain lines it resolves to now (what its rebuild
+    will be compiled with: a loose ``cmake>=3.26`` may have moved with no spec edit).
 
     A relock of an unchanged spec then gives the same bytes; a build whose inputs moved
     drops out until ``envlock build`` (or ``sync``) builds it again.
     """
     spec, lock = session.spec, session.lock
     if old is None or not old.builds or not spec.builds:
-        return lock, ()
+        return lock, (), {}
     ready = session.ready(list(spec.builds.values()))
     env_packages, fetched = session.env_packages(ready)
     kept_builds = {}
+    moved: dict[str, tuple[str, ...]] = {}
     kept_packages = []
     old_packages = {p.name: p for p in old.packages}
     for b in ready:
@@ -699,13 +703,16 @@ def carry_builds(session: BuildSession, old: Lock | None) -> tuple[Lock, tuple[F
         if recorded is None or package is None:
             continue  # nothing to keep
         request = session.request(b, env_packages)
-        if build.plan(request, session.store).input_digest == recorded.input_digest:
+        planned = build.plan(request, session.store)
+        if planned.input_digest == recorded.input_digest:
             kept_builds[b.name] = recorded
             kept_packages.append(package)
+        else:
+            moved[b.name] = planned.toolchain
     if not kept_builds:
-        return lock, fetched
+        return lock, fetched, moved
     packages = sorted([*lock.packages, *kept_packages], key=lambda p: p.name)
-    return replace(lock, builds=kept_builds, packages=tuple(packages)), fetched
+    return replace(lock, builds=kept_builds, packages=tuple(packages)), fetched, moved
 
 
 def ensure_builds(ws: Workspace, spec: EnvSpec, lock: Lock, lock_path: Path, mirrors: Mirrors, *, frozen: bool,

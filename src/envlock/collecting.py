@@ -4,12 +4,12 @@ The recipe: under the store's writer lock (``Store.collecting``: no sync runs be
 gather the roots (``_roots``: each env's current generation and its newest N, the workspace's
 lock files, the locks committed in its git history and its tags, the pins), take the union of
 their closures (``closure.lock_closure``: wheels, builds, sources and their git mirrors, the
-venv and its manifest), plan what falls outside it (generations past the N newest, entries,
-uv-cache archives no kept venv links to, with the uv-cache entries that name them) with the
-bytes it frees, then remove each in one step: renamed under ``tmp/`` (which the next store open
-clears of a killed gc's litter), then deleted. A gc killed at any point leaves a store whose
-roots are all whole: only what no root reaches is ever renamed away, generations first, the
-entries they named after.
+venv and its manifest) and the unpacked toolchains their builds record (``_toolchains``), plan
+what falls outside it (generations past the N newest, entries, uv-cache archives no kept venv
+links to, with the uv-cache entries that name them) with the bytes it frees, then remove each in
+one step: renamed under ``tmp/`` (which the next store open clears of a killed gc's litter), then
+deleted. A gc killed at any point leaves a store whose roots are all whole: only what no root
+reaches is ever renamed away, generations first, the entries they named after.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envlock import generations, install, runner
+from envlock import generations, install, runner, toolchain
 from envlock.closure import EntryRef, lock_closure, venv_key
 from envlock.errors import EnvlockError, UsageError
 from envlock.lockfile import Lock
 from envlock.pinning import pinned_locks
-from envlock.store import ENTRY_KINDS, Store
+from envlock.store import GC_KINDS, Store
 from envlock.workspace import Workspace
 
 KEEP_GIT = ("all", "tags", "none")
@@ -125,14 +125,18 @@ def _plan(ws: Workspace | None, store: Store, options: GcOptions) -> _Plan:
     roots: list[Root] = []
     keep: set[EntryRef] = set()
     drop_gens: list[tuple[str, int]] = []
+    locks: list[Lock] = []
     for root, lock, extra in _generation_roots(store, options.keep_generations, drop_gens):
         roots.append(root)
         keep |= extra
         if lock is not None:
             keep |= lock_closure(store, lock).needed
+            locks.append(lock)
     for root, lock in [*_workspace_roots(ws, options, notes), *_pin_roots(store)]:
         roots.append(root)
         keep |= lock_closure(store, lock).needed
+        locks.append(lock)
+    keep |= _toolchains(store, locks)
     entries = [EntryRef(kind, key) for kind, key, _ in store.entries(_REMOVAL_ORDER)
                if EntryRef(kind, key) not in keep]
     kept_venvs = [store.path("venvs", r.key) for r in keep if r.kind == "venvs" and store.has("venvs", r.key)]
@@ -149,6 +153,15 @@ def _plan(ws: Workspace | None, store: Store, options: GcOptions) -> _Plan:
                  uv_entries)
 
 
+def _toolchains(store: Store, locks: Iterable[Lock]) -> set[EntryRef]:
+    """The unpacked toolchains (``toolchains/<digest>``) a build of ``locks`` records: made of one
+    stored wheel of each of its locked toolchain lines. (Not in a lock's closure: ``export`` carries
+    the wheels, and a toolchain is unpacked again from them.)"""
+    recorded = {tuple(b.toolchain) for lock in locks for b in lock.builds.values() if b.toolchain}
+    return {EntryRef("toolchains", key) for key, wheels in toolchain.in_store(store).items()
+            if wheels is not None and any(toolchain.made_from(wheels, lines) for lines in recorded)}
+
+
 def _stale_records(store: Store, keep: Iterable[EntryRef]) -> tuple[Path, ...]:
     """The store's metadata no kept lock needs: ``listings/<sha256>.json`` of a wheel no root keeps
     (an index-only wheel a kept lock names is kept too: the closure names every locked sha256) and
@@ -162,8 +175,8 @@ def _stale_records(store: Store, keep: Iterable[EntryRef]) -> tuple[Path, ...]:
 
 #: Venvs (and their manifests) before what they were built from: a gc killed between two
 #: removals never leaves a kept thing naming a removed one.
-_REMOVAL_ORDER = ("venvs", "manifests", "builds", "sources", "git-mirrors", "wheels")
-assert set(_REMOVAL_ORDER) == set(ENTRY_KINDS)
+_REMOVAL_ORDER = ("venvs", "manifests", "builds", "toolchains", "sources", "git-mirrors", "wheels")
+assert set(_REMOVAL_ORDER) == set(GC_KINDS)
 
 
 def _generation_roots(store: Store, keep: int, drop: list[tuple[str, int]]
@@ -268,7 +281,7 @@ class _Sizes:
         self._owners: dict[tuple[int, int], set[str]] = {}
         self._size: dict[tuple[int, int], int] = {}
         self.entry_count = 0
-        for _kind, _key, path in store.entries():
+        for _kind, _key, path in store.entries(_REMOVAL_ORDER):
             self.entry_count += 1
             self._add(path)
         for folder in ("uv-cache", "envs", "listings", "guards"):

@@ -127,6 +127,9 @@ class DiffContext:
     # Build -> the recipe each lock's build was made from, as the store keeps it (builds/<key>/recipe.json;
     # None: not in the store): it names what the lock does not record (the toolchain, the interpreter).
     recipes: Mapping[str, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]] = field(default_factory=dict)
+    # Build -> the toolchain lines a relock resolved for it, when the new lock does not record its
+    # build yet (``locking.LockResult.planned_toolchains``): a loose pin that moved with no spec edit.
+    planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # -- the report ------------------------------------------------------------------
@@ -600,6 +603,9 @@ def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext,
     ba, bb = old.builds.get(name), new.builds.get(name)
     if ba is not None and bb is not None:
         found += [BuildInput(c.kind, c.name, c.old, c.new) for c in _requirement_changes(name, ba, bb)]
+    elif ba is not None and (planned := ctx.planned_toolchains.get(name)) is not None:  # as the relock resolved it
+        found += [BuildInput("toolchain", c.name, c.old, c.new, c.note or "resolved now")
+                  for c in line_changes("toolchain", ba.toolchain, planned)]
     elif ba is not None and facts is not None:  # not built for the new lock yet: its spec says what it will take
         found += _toolchain_against_spec(ba.toolchain, facts.toolchain)
     elif (spec_moves := ctx.toolchains.get(name)) is not None:  # built for neither: the specs say

@@ -59,6 +59,8 @@ class LockResult:
     # Each package whose version the relock moved (an unchanged spec too: a new release on the index).
     moved: tuple[tuple[str, str | None, str | None], ...] = ()  # (name, old or None, new or None)
     build_fetched: int = 0
+    # Each build of the old lock whose inputs moved -> the toolchain lines its rebuild resolves to now.
+    planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,7 +137,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
                                     inputs=inputs)
     lock = replace(lock, fetchcontent=session.pins())
     session = replace(session, lock=lock)
-    lock, for_builds = building.carry_builds(session, old)
+    lock, for_builds, planned_toolchains = building.carry_builds(session, old)
     gpu_notes: list[str] = []
     if spec.gpus:  # lazy: only an env that names GPUs reads its wheels' binaries (docs/gpus.md)
         from envlock import kernels
@@ -161,6 +163,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
                  "in the lock ([packages.tool.envlock] yanked)" for y in yanks.recorded(lock))),
         build_downloaded=sum(f.downloaded for f in for_builds), moved=_moved(old, lock),
         build_fetched=sum(1 for f in for_builds for a in f.artifacts if a.source != "store"),
+        planned_toolchains=planned_toolchains,
     )
 
 

@@ -85,10 +85,13 @@ class ReportOptions:
 
 def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str, new_label: str,
                    old_spec: EnvSpec | None = None, new_spec: EnvSpec | None = None,
-                   store: Store | None = None, options: ReportOptions | None = None) -> UpgradeReport:
+                   store: Store | None = None, options: ReportOptions | None = None,
+                   planned_toolchains: Mapping[str, tuple[str, ...]] | None = None) -> UpgradeReport:
     """What moving from lock ``old`` to ``new`` changes. ``old_spec``/``new_spec``: the specs the
     locks were made from (``upgrade`` has both); without them the workspace's spec of ``new.env``
-    (if it reads) stands for both. ``store``: where mirrors and wheels are read (default: the store)."""
+    (if it reads) stands for both. ``store``: where mirrors and wheels are read (default: the store).
+    ``planned_toolchains``: the toolchain lines the relock that made ``new`` resolved for each build
+    it does not record yet (``locking.LockResult.planned_toolchains``)."""
     options = options or ReportOptions()
     notes: list[str] = []
     if new_spec is None and ws is not None and new.env and (ws.root / "envs" / f"{new.env}.toml").is_file():
@@ -119,6 +122,7 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         closures=_closures(_build_roots(ws, ctx.builds, old, new, store), old, new, store),
         recipes={name: (_recipe(store, old, name), _recipe(store, new, name)) for name in ctx.builds},
         required_by_old=_required_by(old, store), required_by_new=_required_by(new, store),
+        planned_toolchains=dict(planned_toolchains or {}),
     )
     diff = diff_locks(old, new, old_label=old_label, new_label=new_label, context=ctx)
     yanked = list(yanks.recorded(new))

@@ -58,8 +58,10 @@ if TYPE_CHECKING:
     from envlock.lockfile import Artifact  # a type name only: the lock's parser is not needed here
 
 LAYOUT_VERSION = 1
-#: The kinds of immutable entries (``gc`` collects these, ``export`` carries them).
+#: The kinds of immutable entries (``gc`` collects these, ``export`` carries them; and gc the
+#: unpacked ``toolchains``, which export leaves out: they are unpacked again from their wheels).
 ENTRY_KINDS = ("wheels", "builds", "sources", "git-mirrors", "venvs", "manifests")
+GC_KINDS = (*ENTRY_KINDS, "toolchains")
 #: Fixed mtime for store wheels and their folders: the store's bytes and metadata do not
 #: depend on when (or from where: an index, a cache) an artifact was fetched.
 STORE_MTIME = 1577836800  # 2020-01-01T00:00:00Z

@@ -182,3 +182,24 @@ def copy_tree(src: Path, dest: Path) -> None:
         ignore=shutil.ignore_patterns(*IGNORED_NAMES),
         dirs_exist_ok=True,
     )
+
+
+def settle_mtimes(root: Path, when: int) -> int:
+    """Give every file, symlink and folder under ``root`` (``root`` too) the mtime ``when``, never
+    following a link; return how many were changed (one already at ``when`` is not written).
+
+    A compiler can write a file's mtime into its output: ptxas records each source file's mtime and
+    size in the cubin's DWARF line table (``-lineinfo``, ``-G``), so a tree checked out or unpacked
+    at another moment would build other bytes. ``OSError`` when one cannot be set."""
+    changed = 0
+    for top, dirs, files in os.walk(root):
+        for name in (*dirs, *files):  # a symlink to a folder is listed in dirs, never entered
+            changed += _settle(os.path.join(top, name), when)
+    return changed + _settle(str(root), when)
+
+
+def _settle(path: str, when: int) -> int:
+    if os.lstat(path).st_mtime_ns == when * 1_000_000_000:
+        return 0
+    os.utime(path, (when, when), follow_symlinks=False)
+    return 1

@@ -183,7 +183,8 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
         ws, old, relocked.lock, old_label=label, new_label=f"{label} ({'dry run' if options.dry_run else 'upgraded'})",
         old_spec=spec, new_spec=new_spec, store=store,
         # A moved source's commit range is read from the store's mirror, fetched as the move was.
-        options=reporting.ReportOptions(fetch=bool(plan.sources), fetch_from=dict(mirrors.sources)))
+        options=reporting.ReportOptions(fetch=bool(plan.sources), fetch_from=dict(mirrors.sources)),
+        planned_toolchains=relocked.planned_toolchains)
     if not options.dry_run:
         _write_together(ws, env, [(spec_path, spec_bytes, plan.new_text.encode("utf-8")),
                                   (lock_path, old_file.data, relocked.lock.to_toml().encode("utf-8"))])
