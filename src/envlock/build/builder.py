@@ -57,7 +57,7 @@ from envlock.model.target import find_python, requires_dist, target_environment
 from envlock.model.tomlio import load_toml
 from envlock.store import trees
 from envlock.store.home import file_sha256
-from envlock.store.store import Store, fsync_dir, make_folder, store_file, sync_file
+from envlock.store.store import Store, copy_atomic, store_file
 
 RECIPE_FORMAT = 1
 _ZIP_EPOCH_MIN = 315532800  # 1980-01-01T00:00:00Z, the earliest date a zip entry can carry
@@ -584,17 +584,8 @@ def place(wheel: BuiltWheel, wheelhouse: Path) -> BuiltWheel:
     the wheel a lock names."""
     target = wheelhouse / wheel.filename
     if file_sha256(str(target)) != wheel.sha256:
-        _copy_atomic(wheel.store_path, target)
+        copy_atomic(wheel.store_path, target)
     return replace(wheel, wheel=target)
-
-
-def _copy_atomic(src: Path, dest: Path) -> None:
-    make_folder(dest.parent)  # the wheelhouse: a file there is said to be one
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    shutil.copyfile(src, tmp)
-    sync_file(tmp)  # the bytes on disk before the rename names the locked wheel
-    os.replace(tmp, dest)
-    fsync_dir(dest.parent)
 
 
 def is_built(plan_: BuildPlan, store: Store) -> bool:

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envlock.install.inodehashes import HashCache
+from envlock.store.durable import write_back
 from envlock.store.home import MANIFEST_NAME, pyvenv_value  # defined where the no-op reads them
-from envlock.store.store import write_back
 
 if TYPE_CHECKING:
     # The pool is imported when a big file needs it (concurrent.futures pulls in logging).
@@ -101,7 +101,7 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     one per core). ``cache_dir``: the store's inode hash cache (see ``envlock.install.inodehashes``),
     answered from when ``reuse``, refreshed either way. ``seal``: make every file
     read-only on the way (a new store venv; the mode's write bits are not in the digest).
-    ``flush`` (a new store venv): every file read is written back (``store.write_back``) before
+    ``flush`` (a new store venv): every file read is written back (``durable.write_back``) before
     the cache records it, so what the cache answers for is on the device (hashcache.py).
     """
     root = venv.absolute()

@@ -31,7 +31,8 @@ from typing import Any
 
 from envlock.errors import UsageError, VerifyError, did_you_mean
 from envlock.store import noop
-from envlock.store.store import LAYOUT_VERSION, Store, exclusive_lock, fsync_dir, sync_tree
+from envlock.store.durable import fsync_dir, sync_tree
+from envlock.store.store import LAYOUT_VERSION, Store, exclusive_lock
 
 CURRENT = "current"
 _RECORD = "generation.json"

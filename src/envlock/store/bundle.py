@@ -42,7 +42,8 @@ from typing import IO, Any
 
 from envlock.errors import StoreError, UsageError
 from envlock.store.archives import tar_member
-from envlock.store.store import fsync_dir, sync_file, sync_tree
+from envlock.store.durable import fsync_dir, sync_file, sync_tree
+from envlock.store.store import temp_beside
 from envlock.store.trees import Escape, resolve_within, tree_digest
 from envlock.workspace import check_env_name
 
@@ -635,7 +636,7 @@ class Writer:
 def open_writer(dest: Path) -> Iterator[Writer]:
     """Write a bundle at ``dest`` (a ``.tar`` file, else a folder): under a temp name beside it, synced,
     renamed into place only when the block ends without error (a partial export is never there)."""
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+    tmp = temp_beside(dest)
     try:
         if dest.suffix == ".tar":
             with tarfile.open(tmp, "w:", format=tarfile.PAX_FORMAT) as tar:
