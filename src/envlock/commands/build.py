@@ -255,8 +255,8 @@ class BuildSession:
         base_dir = self.ws.lock_path(self.spec.name).parent
 
         def fetch_wheels(packages: list[LockedPackage]) -> FetchResult:
-            return fetch.fetch([p.wheels[0] for p in packages], self.store, base_dir=base_dir, offline=self.offline,
-                               progress=self.progress, locate=self.locate, env=self.spec.name)
+            return fetch.fetch([p.wheels[0] for p in packages], self.store, base_dir=base_dir, progress=self.progress,
+                               options=fetch.FetchOptions(offline=self.offline, locate=self.locate, env=self.spec.name))
 
         packages, got = build_inputs.closure_packages(self.lock, roots, python=self.spec.python,
                                                      platform=self.spec.platform, exclude=local,
