@@ -136,8 +136,8 @@ def lock_requirements(
     if constraints:
         cons = scratch / "constraints.txt"
         cons.write_text("".join(f"{c}\n" for c in constraints))
-    args = runner.compile_args(req_in, out, python=python, default_index=index_url, constraints=cons, hashes=True,
-                               annotate=False)
+    args = runner.compile_args(req_in, out, runner.CompileOptions(python=python, default_index=index_url,
+                                                                  constraints=cons, hashes=True, annotate=False))
     # First without uv's retries: an index that refuses the connection (a machine without it: the
     # case `--offline` is for) is said at once, not after ~10 s of retries. Any other failure is
     # asked again with them (a transient 5xx).
