@@ -10,13 +10,15 @@ import time
 import zipfile
 from pathlib import Path
 
+from envlock.store.store import temp_beside
+
 ZIP_EPOCH_MIN = 315532800  # 1980-01-01T00:00:00Z, the earliest date a zip entry can carry
 
 
 def normalize_wheel(path: Path, epoch: int) -> None:
     """Rewrite a wheel's zip with fixed timestamps, permissions and compression (contents unchanged)."""
     stamp = time.gmtime(max(epoch, ZIP_EPOCH_MIN))[:6]
-    tmp = path.with_name(path.name + ".norm")
+    tmp = temp_beside(path)
     with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w") as dst:
         for info in src.infolist():
             data = src.read(info)
