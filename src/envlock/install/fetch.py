@@ -72,7 +72,7 @@ class FetchOptions:
 
     offline: bool = False  # nothing is downloaded (local files are still copied in)
     jobs: int = 4  # artifacts fetched at once
-    retries: int = 5  # failed requests retried per artifact, waiting ``backoff`` seconds, doubled each time
+    retries: int = 5  # failed requests retried per artifact, after ``backoff`` s, doubled each time (10 s at most)
     backoff: float = 0.25
     # Asked, only when something must be downloaded, where to download those artifacts from instead
     # of their locked URLs (sha256 -> URL: a mirror, or the error why that artifact cannot come
