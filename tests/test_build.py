@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from envlock import runner
-from envlock.build import buildenv, builder, sources
+from envlock.build import buildenv, builder, requirements, sources, wheelzip
 from envlock.commands import build
 from envlock.errors import BuildError, SourceTreeError
 from envlock.model.spec import BuildSpec, FetchContentInput, SourceSpec
@@ -55,9 +55,9 @@ class Kit:
     torch_wheels: dict[str, Path]
     kdep: Path  # the kernel's FetchContent input, checked out (as envlock.commands.build does)
 
-    def env(self, torch: str) -> tuple[builder.BuildEnvPackage, ...]:
+    def env(self, torch: str) -> tuple[requirements.BuildEnvPackage, ...]:
         wheel = self.torch_wheels[torch]
-        return (builder.BuildEnvPackage("torchlike", torch, sha256_of(wheel), wheel),)
+        return (requirements.BuildEnvPackage("torchlike", torch, sha256_of(wheel), wheel),)
 
     def kernel(self, torch: str = TORCH_A, tree: patchapply.PatchedTree | None = None) -> builder.BuildRequest:
         spec = BuildSpec(
@@ -206,7 +206,7 @@ def test_other_pypi_pins_do_not_touch_the_kernel(
     extras = []
     for version in ("1.0", "2.0"):  # an unrelated PyPI package, pinned two ways
         wheel = build_wheel(tmp_path / version, "requestslike", version)
-        extras.append(builder.BuildEnvPackage("requestslike", version, sha256_of(wheel),
+        extras.append(requirements.BuildEnvPackage("requestslike", version, sha256_of(wheel),
                                             wheel))
     digests = {
         builder.plan(replace(kit.kernel(), env_packages=(torch, extra)), kit.store).input_digest for extra in extras
@@ -225,9 +225,9 @@ def test_other_pypi_pins_do_not_touch_the_kernel(
 def test_build_env_closure_follows_requirements_and_markers(tmp_path: Path) -> None:
     from kit.wheels import build_wheel
 
-    def pkg(name: str, requires: list[str]) -> builder.BuildEnvPackage:
+    def pkg(name: str, requires: list[str]) -> requirements.BuildEnvPackage:
         wheel = build_wheel(tmp_path, name, "1.0", requires=requires)
-        return builder.BuildEnvPackage(name, "1.0", "0" * 64, wheel)
+        return requirements.BuildEnvPackage(name, "1.0", "0" * 64, wheel)
 
     env = (
         pkg("torch", ["filelock", "pytorch-triton; platform_machine == 'x86_64'", "winonly; sys_platform == 'win32'"]),
@@ -240,7 +240,7 @@ def test_build_env_closure_follows_requirements_and_markers(tmp_path: Path) -> N
                    "platform_machine": "x86_64", "platform_system": "Linux", "os_name": "posix",
                    "implementation_name": "cpython", "platform_python_implementation": "CPython",
                    "platform_release": "", "platform_version": "", "implementation_version": "3.12.0"}
-    names = [p.name for p in builder.build_env_closure(env, {"torch"}, environment)]
+    names = [p.name for p in requirements.build_env_closure(env, {"torch"}, environment)]
     assert names == ["torch", "filelock", "pytorch-triton"]
 
 
@@ -395,7 +395,7 @@ def test_wheel_diff_names_members(tmp_path: Path) -> None:
 
     a = wheel("a.whl", {"p/a.py": b"1", "p/b.py": b"2", "p/gone.py": b""})
     b = wheel("b.whl", {"p/a.py": b"1", "p/b.py": b"3", "p/new.py": b""})
-    assert builder.wheel_diff(a, b) == ["p/b.py", "p/gone.py (only in the first build)",
+    assert wheelzip.wheel_diff(a, b) == ["p/b.py", "p/gone.py (only in the first build)",
                                         "p/new.py (only in the rebuild)"]
 
 
@@ -406,7 +406,7 @@ def test_normalize_wheel_fixes_times_and_modes(tmp_path: Path) -> None:
         info.external_attr = 0o100775 << 16
         zf.writestr(info, b"#!/bin/sh\n")
         zf.writestr(zipfile.ZipInfo("x/a.py", (2030, 1, 1, 0, 0, 0)), b"")
-    builder.normalize_wheel(path, 1772877960)
+    wheelzip.normalize_wheel(path, 1772877960)
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
     assert [i.filename for i in infos] == ["x/run.sh", "x/a.py"]
@@ -420,11 +420,11 @@ def test_the_build_interpreter_does_not_depend_on_a_nearby_venv(tmp_path: Path,
     assert runner.uv(["venv", "-q", "--python", "3.11", str(tmp_path / ".venv")]).ok
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / ".venv"))
-    builder._interpreter.cache_clear()
+    requirements.interpreter.cache_clear()
     try:
-        found = builder._interpreter("3.11")
+        found = requirements.interpreter("3.11")
     finally:
-        builder._interpreter.cache_clear()
+        requirements.interpreter.cache_clear()
     assert found["executable"] == str(find_python("3.11"))
     assert not found["executable"].startswith(str(tmp_path))
     assert found["version"].startswith("3.11.") and found["platform"]

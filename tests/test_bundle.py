@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from envlock.errors import StoreError
-from envlock.store.bundle import Bundle, BundleEntry, FileMember, LinkMember, name_problem, open_bundle, open_writer
+from envlock.store.bundle import Bundle, BundleEntry, FileMember, LinkMember, name_problem
+from envlock.store.bundleio import open_bundle, open_writer
 
 SHA = "a" * 64
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from envlock.errors import FetchError
-from envlock.install import fetch as fetch_module
-from envlock.install.fetch import CHUNK, fetch, fetch_unhashed
+from envlock.install import partial
+from envlock.install.fetch import FetchOptions, fetch, fetch_unhashed
 from envlock.model.lockfile import Artifact, LockedPackage, canonicalize_name
 from envlock.model.mirrors import package_locator
 from envlock.net import indexes
@@ -67,7 +67,7 @@ def test_artifact_in_store_is_never_downloaded_again(server: IndexServer, store:
 def test_cut_download_resumes_with_range_request(server: IndexServer, store: Store, tmp_path: Path) -> None:
     wheel, art = _publish(server, tmp_path, "alpha", payload=3_000_000)
     server.faults[wheel.name] = "cut-once"
-    result = fetch([art], store, base_dir=tmp_path, backoff=0.01)
+    result = fetch([art], store, base_dir=tmp_path, options=FetchOptions(backoff=0.01))
     assert store_file(store, art).read_bytes() == wheel.read_bytes()
     ranges = [r for p, r in server.requests if p.endswith(wheel.name)]
     assert ranges[0] == ""
@@ -166,7 +166,7 @@ def test_a_store_file_of_another_size_is_named_with_what_to_do(server: IndexServ
     _, beta = _publish(server, tmp_path, "beta")
     _, gamma = _publish(server, tmp_path, "gamma")
     with pytest.raises(FetchError) as info:
-        fetch([art, beta, gamma], store, base_dir=tmp_path, offline=True)
+        fetch([art, beta, gamma], store, base_dir=tmp_path, options=FetchOptions(offline=True))
     assert info.value.message == "3 artifacts failed to fetch; nothing unverified was stored"
     assert [d.split(":")[0] for d in info.value.details] == [wheel.name, "--offline"]
     # Done as told: fetched anew.
@@ -205,7 +205,7 @@ def test_http_404_is_not_retried(server: IndexServer, store: Store, tmp_path: Pa
 def test_connection_refused_is_retried_then_reported(store: Store, tmp_path: Path) -> None:
     art = Artifact(sha256="0" * 64, url="http://127.0.0.1:9/x/files/dead-1.0-py3-none-any.whl")
     with pytest.raises(FetchError) as info:
-        fetch([art], store, base_dir=tmp_path, retries=2, backoff=0.01)
+        fetch([art], store, base_dir=tmp_path, options=FetchOptions(retries=2, backoff=0.01))
     assert str(info.value) == (
         f"dead-1.0-py3-none-any.whl: download failed from {art.url}: cannot connect "
         "(ConnectionRefusedError: [Errno 111] Connection refused) (after 2 retries)"
@@ -225,13 +225,13 @@ def test_offline_names_every_missing_artifact(server: IndexServer, store: Store,
     pairs = [_publish(server, tmp_path, n) for n in ("alpha", "beta", "gamma")]
     fetch([pairs[0][1]], store, base_dir=tmp_path)
     with pytest.raises(FetchError) as info:
-        fetch([a for _, a in pairs], store, base_dir=tmp_path, offline=True)
+        fetch([a for _, a in pairs], store, base_dir=tmp_path, options=FetchOptions(offline=True))
     assert info.value.message == f"--offline: 2 locked artifacts not in the store {store.root / 'wheels'}"
     assert info.value.details == tuple(
         f"{w.name} (sha256 {a.sha256}) from {a.url}" for w, a in pairs[1:]
     )
     assert len(server.downloads()) == 1
-    ok = fetch([pairs[0][1]], store, base_dir=tmp_path, offline=True)
+    ok = fetch([pairs[0][1]], store, base_dir=tmp_path, options=FetchOptions(offline=True))
     assert [a.source for a in ok.artifacts] == ["store"]
 
 
@@ -242,14 +242,14 @@ def test_offline_copies_local_wheels_and_names_only_what_needs_the_network(
     lock_dir = tmp_path / "ws" / "locks"
     lock_dir.mkdir()
     local = artifact(wheel, rel=f"../wheelhouse/{wheel.name}")
-    (got,) = fetch([local], store, base_dir=lock_dir, offline=True).artifacts
+    (got,) = fetch([local], store, base_dir=lock_dir, options=FetchOptions(offline=True)).artifacts
     assert got.source == "local" and store_file(store, local).read_bytes() == wheel.read_bytes()
     # A file: URL is local too; a remote wheel is still named as missing, with nothing downloaded.
     other = build_wheel(tmp_path / "house", "other", "0.1")
     by_url = artifact(other, url=other.as_uri())
     remote_wheel, remote = _publish(server, tmp_path, "alpha")
     with pytest.raises(FetchError) as info:
-        fetch([local, by_url, remote], store, base_dir=lock_dir, offline=True)
+        fetch([local, by_url, remote], store, base_dir=lock_dir, options=FetchOptions(offline=True))
     assert info.value.message == f"--offline: 1 locked artifact not in the store {store.root / 'wheels'}"
     assert info.value.details == (f"{remote_wheel.name} (sha256 {remote.sha256}) from {remote.url}",)
     assert store_file(store, by_url).read_bytes() == other.read_bytes()
@@ -415,14 +415,14 @@ def test_a_mirror_serves_the_locked_files_and_the_locked_urls_are_not_asked(
     wheels = [_publish(server, tmp_path, n)[0] for n in ("alpha", "beta")]
     packages = [_locked_upstream(w) for w in wheels]
     locate = package_locator(packages, {p.name: server.url("pypi") for p in packages})
-    result = fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path, locate=locate)
+    result = fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path, options=FetchOptions(locate=locate))
     assert sorted(server.downloads()) == sorted(f"/pypi/files/{w.name}" for w in wheels)
     for wheel, pkg in zip(wheels, packages, strict=True):
         assert store_file(store, pkg.wheels[0]).read_bytes() == wheel.read_bytes()
     assert result.downloaded == sum(w.stat().st_size for w in wheels)
     # In the store now: the mirror is not even listed again.
     listed = len(server.requests)
-    fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path, locate=locate)
+    fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path, options=FetchOptions(locate=locate))
     assert len(server.requests) == listed
 
 
@@ -436,10 +436,12 @@ def test_a_mirror_whose_file_is_not_the_locked_one_stores_nothing(server: IndexS
     pkg = _locked_upstream(locked)
     sha = pkg.wheels[0].sha256
     with pytest.raises(FetchError) as unlisted_hash:
-        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=package_locator([pkg], {pkg.name: server.url("plain")}))
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path,
+              options=FetchOptions(locate=package_locator([pkg], {pkg.name: server.url("plain")})))
     assert f"sha256 mismatch for {server.file_url('plain', other.name)}: expected {sha}" in unlisted_hash.value.message
     with pytest.raises(FetchError) as listed_hash:
-        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=package_locator([pkg], {pkg.name: server.url("pypi")}))
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path,
+              options=FetchOptions(locate=package_locator([pkg], {pkg.name: server.url("pypi")})))
     other_sha = hashlib.sha256(other.read_bytes()).hexdigest()
     assert listed_hash.value.message == (f"{locked.name}: mirror {server.url('pypi')} lists it with sha256 "
                                          f"{other_sha}, the lock says {sha}: not the locked file")
@@ -455,7 +457,7 @@ def test_a_file_the_mirror_lacks_is_named_and_the_others_are_fetched(server: Ind
     packages = [_locked_upstream(present), _locked_upstream(absent)]
     with pytest.raises(FetchError) as info:
         fetch([*(p.wheels[0] for p in packages), own], store, base_dir=tmp_path,
-              locate=package_locator(packages, {p.name: server.url("pypi") for p in packages}))
+              options=FetchOptions(locate=package_locator(packages, {p.name: server.url("pypi") for p in packages})))
     assert info.value.message == (f"{absent.name}: mirror {server.url('pypi')} lists no such file for beta "
                                   f"(expected the locked wheel, sha256 {packages[1].wheels[0].sha256})")
     # Not the mirror's other file, nor the unreachable locked URL; the rest are fetched.
@@ -478,7 +480,8 @@ def test_a_mirror_page_cannot_send_envlock_to_read_local_files(store: Store, tmp
         mirror = f"http://127.0.0.1:{httpd.server_address[1]}"
         pkg = _locked_upstream(wheel)
         with pytest.raises(FetchError) as info:
-            fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=package_locator([pkg], {pkg.name: mirror}))
+            fetch([pkg.wheels[0]], store, base_dir=tmp_path,
+                  options=FetchOptions(locate=package_locator([pkg], {pkg.name: mirror})))
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -495,7 +498,8 @@ def test_a_mirror_with_credentials_gets_them_for_its_files_and_never_prints_them
     pkg = _locked_upstream(wheel)
     secret = server.url("pypi").replace("http://", "http://ci:s3cret@")
     with pytest.raises(FetchError) as info:
-        fetch([pkg.wheels[0]], store, base_dir=tmp_path, locate=package_locator([pkg], {pkg.name: secret}))
+        fetch([pkg.wheels[0]], store, base_dir=tmp_path,
+              options=FetchOptions(locate=package_locator([pkg], {pkg.name: secret})))
     assert f"sha256 mismatch for {server.file_url('pypi', wheel.name)}: " in info.value.message
     assert "s3cret" not in info.value.message
     assert server.auth_seen(wheel.name) == "Basic " + base64.b64encode(b"ci:s3cret").decode()
@@ -524,7 +528,7 @@ def test_a_local_file_longer_than_locked_is_read_no_further(store: Store, tmp_pa
     # A wheelhouse file far longer than the lock's size (or, with none, than UNSIZED_LIMIT):
     # one byte past it shows the length is wrong; the rest is never read into the store.
     if limit is not None:
-        monkeypatch.setattr(fetch_module, "UNSIZED_LIMIT", limit)
+        monkeypatch.setattr(partial, "UNSIZED_LIMIT", limit)
     wheel = tmp_path / "ws" / "wheelhouse" / "x-1.0-py3-none-any.whl"
     wheel.parent.mkdir(parents=True)
     wheel.write_bytes(os.urandom(3_000_000))
@@ -590,7 +594,7 @@ def test_a_body_that_does_not_end_stops_at_the_limit(
     # No Content-Length and no size to hold the bytes to (a lock without `size`, or the lock hashing
     # what a hash-less index such as PyTorch's serves): the body is not read forever (the server here
     # sends 64 MiB); nothing partial is kept and it is not tried again.
-    monkeypatch.setattr(fetch_module, "UNSIZED_LIMIT", 3_000_000)
+    monkeypatch.setattr(partial, "UNSIZED_LIMIT", 3_000_000)
     wheel, art = _publish(server, tmp_path, "alpha")
     server.faults[wheel.name] = "flood"
     progress = _Counted()
@@ -605,7 +609,7 @@ def test_a_body_that_does_not_end_stops_at_the_limit(
         f"{wheel.name}: size mismatch for {art.url}: more than 3000000 bytes, and the lock records no size for it "
         "(envlock reads no more without one; record the wheel's `size` in the lock); nothing was stored"
     )
-    assert 3_000_000 < progress.read[wheel.name] <= 3_000_000 + CHUNK
+    assert 3_000_000 < progress.read[wheel.name] <= 3_000_000 + partial.CHUNK
     assert server.downloads(wheel.name) == [f"/pypi/files/{wheel.name}"]
     assert list(store.partial_dir.iterdir()) == []
 

@@ -39,18 +39,18 @@ def test_a_log_keeps_no_url_credentials(tmp_path: Path) -> None:
 
 
 def test_one_compile_command_for_a_lock_and_for_a_builds_requirements(tmp_path: Path) -> None:
-    assert runner.compile_args("pyproject.toml", "pylock.toml", output_format="pylock.toml", python="3.12",
-                               platform="x86_64-manylinux_2_28", default_index="https://i/simple",
-                               overrides="overrides.txt") == [
+    assert runner.compile_args("pyproject.toml", "pylock.toml", runner.CompileOptions(
+        output_format="pylock.toml", python="3.12", platform="x86_64-manylinux_2_28", default_index="https://i/simple",
+        overrides="overrides.txt")) == [
         "pip", "compile", "pyproject.toml", "--format", "pylock.toml", "-o", "pylock.toml", "--python-version", "3.12",
         "--python-platform", "x86_64-manylinux_2_28", "--no-header", "--quiet", "--default-index", "https://i/simple",
         "--index-strategy", "first-index", "--override", "overrides.txt"]
     # A lock's: wheels only, but the local builds' source trees (an index's sdist would run its code).
-    assert runner.compile_args("pyproject.toml", "pylock.toml", python="3.12",
-                               wheels_only=["mini-kernel", "sgl-kernel"])[-6:] == [
+    assert runner.compile_args("pyproject.toml", "pylock.toml", runner.CompileOptions(
+        python="3.12", wheels_only=["mini-kernel", "sgl-kernel"]))[-6:] == [
         "--only-binary", ":all:", "--no-binary", "mini-kernel", "--no-binary", "sgl-kernel"]
-    assert runner.compile_args(tmp_path / "requirements.in", tmp_path / "requirements.txt", python="3.11.7",
-                               constraints=tmp_path / "constraints.txt", hashes=True, annotate=False) == [
+    assert runner.compile_args(tmp_path / "requirements.in", tmp_path / "requirements.txt", runner.CompileOptions(
+        python="3.11.7", constraints=tmp_path / "constraints.txt", hashes=True, annotate=False)) == [
         "pip", "compile", f"{tmp_path}/requirements.in", "-o", f"{tmp_path}/requirements.txt", "--python-version",
         "3.11.7", "--generate-hashes", "--no-header", "--no-annotate", "--quiet", "--index-strategy", "first-index",
         "--constraint", f"{tmp_path}/constraints.txt"]

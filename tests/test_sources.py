@@ -36,7 +36,7 @@ def test_branch_tag_and_short_rev_resolve_to_the_full_commit(sg: SgLike, store: 
     assert sources.resolve_rev(sg.url, "main", store=store) == sg.upstream
     assert sources.resolve_rev(sg.url, "v0.6.0", store=store) == sg.upstream
     assert sources.resolve_rev(sg.url, sg.pin[:10], store=store) == sg.pin
-    assert sources.resolve_rev(sg.url, sg.pin) == sg.pin
+    assert sources.resolve_rev(sg.url, sg.pin, store=store) == sg.pin
 
 
 def test_a_rev_is_resolved_through_a_mirror_into_the_spec_urls_mirror(sg: SgLike, store: Store) -> None:

@@ -17,7 +17,7 @@ import pytest
 from envlock.errors import FetchError, StoreError
 from envlock.install import generations
 from envlock.model.lockfile import Artifact
-from envlock.store import store
+from envlock.store import durable
 from envlock.store.store import (
     Store,
     check_stored_bytes,
@@ -319,7 +319,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", renamer(real_replace))
     monkeypatch.setattr(os, "rename", renamer(real_rename))
-    monkeypatch.setattr(store, "_FSYNC_FILES", 10_000)  # file by file here (a venv's size takes syncfs)
+    monkeypatch.setattr(durable, "_FSYNC_FILES", 10_000)  # file by file here (a venv's size takes syncfs)
     return seen
 
 
@@ -334,6 +334,33 @@ def test_write_atomic_syncs_the_data_then_renames_then_syncs_the_folder(tmp_path
     tmp = rename[1]
     assert rename[2] == str(lock)
     assert calls == [("fsync", tmp, ""), rename, ("fsync", str(lock.parent), "")]
+
+
+def test_copy_atomic_syncs_the_copy_then_renames_then_syncs_the_folder(tmp_path: Path, calls: list[Call]) -> None:
+    """The one copy into the wheelhouse (a build's wheel, a cache's): under the temp name every atomic
+    write uses, its bytes on disk before the rename names the locked wheel."""
+    from envlock.store.store import copy_atomic, temp_beside
+
+    src = tmp_path / "x-1.0-py3-none-any.whl"
+    src.write_bytes(b"wheel")
+    dest = tmp_path / "wheelhouse" / src.name
+    copy_atomic(src, dest)
+    (rename,) = [c for c in calls if c[0] == "rename"]
+    assert rename[2] == str(dest)
+    assert Path(rename[1]).parent == dest.parent and Path(rename[1]).name.startswith(f".{dest.name}.{os.getpid()}-")
+    assert Path(rename[1]).name.endswith(".tmp") and len(temp_beside(dest).name) == len(Path(rename[1]).name)
+    assert calls == [("fsync", rename[1], ""), rename, ("fsync", str(dest.parent), "")]
+    assert dest.read_bytes() == b"wheel" and sorted(p.name for p in dest.parent.iterdir()) == [dest.name]
+
+
+def test_a_copy_that_cannot_read_its_source_names_it_and_leaves_nothing(tmp_path: Path) -> None:
+    from envlock.store.store import copy_atomic
+
+    dest = tmp_path / "wheelhouse" / "x-1.0-py3-none-any.whl"
+    with pytest.raises(FileNotFoundError) as info:
+        copy_atomic(tmp_path / "gone.whl", dest)
+    assert info.value.filename == str(tmp_path / "gone.whl")
+    assert list(dest.parent.iterdir()) == []
 
 
 def test_replace_if_unchanged_syncs_before_its_rename(tmp_path: Path, calls: list[Call]) -> None:
@@ -365,14 +392,14 @@ def test_a_store_entry_is_synced_file_by_file_before_its_rename(tmp_path: Path, 
 def test_a_big_entry_is_synced_with_one_syncfs_before_its_rename(tmp_path: Path, calls: list[Call],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     order: list[str] = []
-    monkeypatch.setattr(store, "_FSYNC_FILES", 2)
-    real = store._syncfs
+    monkeypatch.setattr(durable, "_FSYNC_FILES", 2)
+    real = durable._syncfs
 
     def syncfs(path: Path) -> bool:
         order.append(f"syncfs {path}")
         return real(path)
 
-    monkeypatch.setattr(store, "_syncfs", syncfs)
+    monkeypatch.setattr(durable, "_syncfs", syncfs)
     s = Store.open(tmp_path / "home")
     del calls[:]  # opening it wrote its layout file
     with s.new_entry("venvs", "b" * 64) as work:
@@ -411,16 +438,16 @@ def test_a_tree_whose_files_were_written_back_is_published_after_one_fsync_of_it
     the rename waits for one fsync of its folder (the device's cache flushed once), not for a syncfs
     of the whole file system; a file the hash cache answers for is not read, so not written back."""
     written: list[tuple[str, int]] = []
-    real = store._sync_file_range()
+    real = durable._sync_file_range()
     assert real is not None  # Linux
 
     def sfr(fd: int, offset: int, nbytes: int, flags: int) -> int:
         written.append((os.readlink(f"/proc/self/fd/{fd}"), flags))
         return real(fd, offset, nbytes, flags)
 
-    monkeypatch.setattr(store, "_sync_file_range", lambda: sfr)
-    monkeypatch.setattr(store, "_syncfs", lambda path: pytest.fail("no syncfs for a written-back tree"))
-    monkeypatch.setattr(store, "_FSYNC_FILES", 2)
+    monkeypatch.setattr(durable, "_sync_file_range", lambda: sfr)
+    monkeypatch.setattr(durable, "_syncfs", lambda path: pytest.fail("no syncfs for a written-back tree"))
+    monkeypatch.setattr(durable, "_FSYNC_FILES", 2)
     s = Store.open(tmp_path / "home")
     shared = tmp_path / "uv-cache-file"  # a file of uv's cache, hashed before (linked into the venv)
     shared.write_bytes(b"shared")
@@ -439,23 +466,23 @@ def test_a_tree_whose_files_were_written_back_is_published_after_one_fsync_of_it
             (work / name).write_bytes(name.encode())
         manifest(work, cache_dir=s.hash_cache, seal=True, flush=True)
         write_atomic(work / "MANIFEST", b"m")
-        store.written_back(work)
+        durable.written_back(work)
     final, folder = s.path("venvs", "d" * 64), str(work)
     (rename,) = [c for c in calls if c[0] == "rename" and c[2] == str(final)]
     files = sorted(f"{folder}/{name}" for name in ("INSTALLER", "RECORD", "pyvenv.cfg"))
-    assert sorted(p for p, flags in written if flags == store._SFR_WRITE) == files  # not lib.py
-    assert sorted(p for p, flags in written if flags == store._SFR_WAIT) == files
+    assert sorted(p for p, flags in written if flags == durable._SFR_WRITE) == files  # not lib.py
+    assert sorted(p for p, flags in written if flags == durable._SFR_WAIT) == files
     assert [c for c in calls if c[0] == "fsync" and c[1].startswith(folder)][-1] == ("fsync", folder, "")
     assert calls.index(("fsync", folder, "")) < calls.index(rename)
     (manifest_written,) = [c for c in calls if c[0] == "rename" and c[2] == f"{folder}/MANIFEST"]
     assert calls.index(("fsync", manifest_written[1], "")) < calls.index(manifest_written) < calls.index(rename)
-    assert not store._WRITTEN_BACK
+    assert not durable._WRITTEN_BACK
 
 
 def test_a_block_that_fails_after_saying_written_back_leaves_nothing_behind(tmp_path: Path) -> None:
     s = Store.open(tmp_path / "home")
     with pytest.raises(RuntimeError, match=r"^the walk failed$"), s.new_entry("venvs", "e" * 64) as work:
         (work / "f").write_bytes(b"x")
-        store.written_back(work)
+        durable.written_back(work)
         raise RuntimeError("the walk failed")
-    assert not s.has("venvs", "e" * 64) and not store._WRITTEN_BACK
+    assert not s.has("venvs", "e" * 64) and not durable._WRITTEN_BACK

@@ -329,51 +329,55 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-def compile_args(
-    requirements: str | os.PathLike[str],
-    output: str | os.PathLike[str],
-    *,
-    python: str,
-    platform: str | None = None,
-    output_format: str | None = None,
-    default_index: str | None = None,
-    overrides: str | os.PathLike[str] | None = None,
-    constraints: str | os.PathLike[str] | None = None,
-    hashes: bool = False,
-    annotate: bool = True,
-    wheels_only: Sequence[str] | None = None,
-) -> list[str]:
+@dataclass(frozen=True)
+class CompileOptions:
+    """How ``uv pip compile`` resolves (``compile_args``): for which interpreter and platform, from
+    which index, held to which files, written how."""
+
+    python: str  # the Python version resolved for (``--python-version``)
+    platform: str | None = None  # uv's ``--python-platform``
+    output_format: str | None = None  # uv's ``--format`` (``pylock.toml``); None: from the output's name
+    default_index: str | None = None  # None: uv's default
+    overrides: str | os.PathLike[str] | None = None  # a file of overrides (``--override``)
+    constraints: str | os.PathLike[str] | None = None  # a file of constraints (``--constraint``)
+    hashes: bool = False  # ``--generate-hashes``
+    annotate: bool = True  # False: ``--no-annotate``
+    # No source distribution is built for its metadata but those of the packages named (local
+    # builds): an index's sdist would run the index's code (``--only-binary :all:``). None: any may be.
+    wheels_only: Sequence[str] | None = None
+
+
+def compile_args(requirements: str | os.PathLike[str], output: str | os.PathLike[str],
+                 options: CompileOptions) -> list[str]:
     """The arguments of ``uv pip compile`` (for ``uv``) resolving ``requirements`` (a requirements.in or
-    a pyproject.toml) for ``python`` (and ``platform``, uv's ``--python-platform``) into ``output``.
-    ``wheels_only``: no source distribution is built for its metadata but those of the packages named
-    (local builds): an index's sdist would run the index's code (``--only-binary :all:``).
+    a pyproject.toml) as ``options`` say into ``output``.
 
     The one place envlock spells a resolution for uv: the lock's (resolve) and a build's
     requirements (build). Under ``UV_NO_CONFIG`` (``uv_env``) nothing else reaches uv.
     """
     args = ["pip", "compile", os.fspath(requirements)]
-    if output_format:
-        args += ["--format", output_format]
-    args += ["-o", os.fspath(output), "--python-version", python]
-    if platform:
-        args += ["--python-platform", platform]
-    if hashes:
+    if options.output_format:
+        args += ["--format", options.output_format]
+    args += ["-o", os.fspath(output), "--python-version", options.python]
+    if options.platform:
+        args += ["--python-platform", options.platform]
+    if options.hashes:
         args.append("--generate-hashes")
     args.append("--no-header")
-    if not annotate:
+    if not options.annotate:
         args.append("--no-annotate")
     args.append("--quiet")
-    if default_index:
-        args += ["--default-index", default_index]
+    if options.default_index:
+        args += ["--default-index", options.default_index]
     # A package comes from the first index that lists it (uv's default, said outright: the
     # index pins that guard against the torchtriton attack rely on it).
     args += ["--index-strategy", "first-index"]
-    if overrides is not None:
-        args += ["--override", os.fspath(overrides)]
-    if constraints is not None:
-        args += ["--constraint", os.fspath(constraints)]
-    if wheels_only is not None:
-        args += ["--only-binary", ":all:", *(arg for name in wheels_only for arg in ("--no-binary", name))]
+    if options.overrides is not None:
+        args += ["--override", os.fspath(options.overrides)]
+    if options.constraints is not None:
+        args += ["--constraint", os.fspath(options.constraints)]
+    if options.wheels_only is not None:
+        args += ["--only-binary", ":all:", *(arg for name in options.wheels_only for arg in ("--no-binary", name))]
     return args
 
 

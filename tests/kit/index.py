@@ -366,5 +366,6 @@ def uv_compile(folder: Path, index_url: str) -> runner.Result:
     req = folder / "requirements.in"
     req.write_text("tinydep\n")
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return runner.uv([*runner.compile_args(req, folder / "out.txt", python=python, default_index=index_url),
+    return runner.uv([*runner.compile_args(req, folder / "out.txt", runner.CompileOptions(python=python,
+                                                                                          default_index=index_url)),
                       "--no-cache"])

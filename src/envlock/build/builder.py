@@ -31,14 +31,12 @@ with ``FETCHCONTENT_FULLY_DISCONNECTED=ON``: the build downloads nothing.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 import platform as host_platform
 import shutil
 import time
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -50,35 +48,28 @@ from packaging.version import InvalidVersion
 
 from envlock import runner
 from envlock.build import buildenv, toolchain
-from envlock.errors import BuildError, BuildRequirementsError, InstallError, scrub
-from envlock.model.lockfile import Lock, LockedBuild
+from envlock.build.requirements import (
+    BuildEnvPackage,
+    build_env_closure,
+    build_roots,
+    interpreter,
+    lock_requirements,
+    project_backend,
+)
+from envlock.build.wheelzip import ZIP_EPOCH_MIN, normalize_wheel, wheel_diff
+from envlock.errors import BuildError, scrub
+from envlock.model.lockfile import LockedBuild
 from envlock.model.spec import BuildSpec
-from envlock.model.target import find_python, requires_dist, target_environment
-from envlock.model.tomlio import load_toml
+from envlock.model.target import target_environment
 from envlock.store import trees
 from envlock.store.home import file_sha256
-from envlock.store.store import Store, fsync_dir, make_folder, store_file, sync_file
+from envlock.store.store import Store, copy_atomic
 
 RECIPE_FORMAT = 1
-_ZIP_EPOCH_MIN = 315532800  # 1980-01-01T00:00:00Z, the earliest date a zip entry can carry
 _LOG_TAIL = 25
 
 
 # -- inputs and results ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BuildEnvPackage:
-    """One locked package of the env, installed into an ``isolation = false`` build venv."""
-
-    name: str
-    version: str
-    sha256: str
-    wheel: Path
-
-    @property
-    def line(self) -> str:
-        return f"{canonicalize_name(self.name)}=={self.version} sha256:{self.sha256}"
 
 
 @dataclass(frozen=True)
@@ -199,125 +190,7 @@ class CheckResult:
         }
 
 
-@functools.cache
-def _interpreter(python: str) -> dict[str, str]:
-    """The build's interpreter for ``python``: ``target.find_python``'s, as install's (never an active
-    or nearby venv's, so a build does not depend on where envlock runs), probed once."""
-    try:
-        exe = str(find_python(python))
-    except InstallError as exc:
-        raise BuildError(f"no interpreter for the build: {exc.message}", details=exc.details) from None
-    probe = runner.run(
-        [exe, "-c", "import platform, sysconfig; print(platform.python_version()); print(sysconfig.get_platform())"]
-    )
-    fields = probe.stdout.split()
-    if not probe.ok or len(fields) != 2:
-        raise BuildError(f"{exe}: cannot ask the build interpreter its version and platform "
-                         f"(exit {probe.returncode})", details=probe.tail(5).splitlines())
-    return {"executable": exe, "version": fields[0], "platform": fields[1]}
-
-
 # -- build requirements ------------------------------------------------------
-
-
-def requirement_edges(wheel: Path, extras: frozenset[str],
-                      environment: Mapping[str, str]) -> list[tuple[str, frozenset[str]]]:
-    """(name, extras) of each requirement of ``wheel`` (its Requires-Dist) that applies on the
-    target ``environment`` with ``extras``; ``BuildError`` when the wheel cannot be read."""
-    try:
-        requirements = requires_dist(wheel)
-    except ValueError as exc:  # no wheel, or a requirement line that does not parse
-        raise BuildError(str(exc)) from None
-    return [(str(canonicalize_name(req.name)), frozenset(req.extras)) for req in requirements
-            if req.marker is None or any(req.marker.evaluate({**environment, "extra": e}) for e in (extras or {""}))]
-
-
-def build_env_closure(
-    packages: Sequence[BuildEnvPackage], roots: set[Any], environment: Mapping[str, str]
-) -> tuple[BuildEnvPackage, ...]:
-    """The packages reachable from ``roots`` through their wheels' requirements (markers for the target)."""
-    by_name: dict[str, BuildEnvPackage] = {str(canonicalize_name(p.name)): p for p in packages}
-    seen: set[tuple[str, frozenset[str]]] = set()
-    todo: list[tuple[str, frozenset[str]]] = [(str(r), frozenset()) for r in roots]
-    while todo:
-        name, extras = todo.pop()
-        if name not in by_name or (name, extras) in seen:
-            continue
-        seen.add((name, extras))
-        todo += requirement_edges(by_name[name].wheel, extras, environment)
-    reached = {name for name, _ in seen}
-    return tuple(p for p in packages if canonicalize_name(p.name) in reached)
-
-
-def build_roots(spec: BuildSpec, tree: Path) -> set[str]:
-    """What an ``isolation = false`` build can import of the env, at its root: its ``requires`` and its
-    project's ``[build-system].requires`` (by name; ``tree`` is the patched source)."""
-    project = tree / spec.subdirectory if spec.subdirectory else tree
-    system_requires = _backend(project)[1] if project.is_dir() else []
-    return {str(canonicalize_name(Requirement(r).name)) for r in (*spec.requires, *system_requires)}
-
-
-def _backend(project: Path) -> tuple[str, list[str]]:
-    """(build-backend, [build-system].requires) of a project, with PEP 517's defaults."""
-    path = project / "pyproject.toml"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return "setuptools.build_meta:__legacy__", ["setuptools>=40.8.0"]
-    system = load_toml(text, path, BuildError).get("build-system", {})
-    return (
-        str(system.get("build-backend", "setuptools.build_meta:__legacy__")),
-        [str(r) for r in system.get("requires", ["setuptools>=40.8.0"])],
-    )
-
-
-def _compile(
-    requirements: Sequence[str],
-    *,
-    python: str,
-    index_url: str | None,
-    what: str,
-    constraints: Sequence[str] = (),
-    scratch: Path,
-) -> tuple[str, ...]:
-    """Resolve ``requirements`` with hashes; return sorted, one line per package."""
-    if not requirements:
-        return ()
-    scratch.mkdir(parents=True, exist_ok=True)
-    req_in = scratch / "requirements.in"
-    req_in.write_text("".join(f"{r}\n" for r in requirements))
-    out = scratch / "requirements.txt"
-    cons: Path | None = None
-    if constraints:
-        cons = scratch / "constraints.txt"
-        cons.write_text("".join(f"{c}\n" for c in constraints))
-    args = runner.compile_args(req_in, out, python=python, default_index=index_url, constraints=cons, hashes=True,
-                               annotate=False)
-    # First without uv's retries: an index that refuses the connection (a machine without it: the
-    # case `--offline` is for) is said at once, not after ~10 s of retries. Any other failure is
-    # asked again with them (a transient 5xx).
-    result = runner.uv(args, env={"UV_HTTP_RETRIES": "0"})
-    if not result.ok and not _unreachable(result.tail(15)):
-        result = runner.uv(args)
-    if not result.ok:
-        raise BuildRequirementsError(
-            f"{what}: cannot resolve build requirements {', '.join(requirements)} "
-            f"(uv pip compile exit {result.returncode})",
-            details=result.tail(15).splitlines(),
-        )
-    text = out.read_text().replace("\\\n", " ")
-    lines = []
-    for raw in text.splitlines():
-        line = " ".join(raw.split())
-        if line and not line.startswith("#"):
-            name, _, rest = line.partition("==")
-            lines.append(f"{canonicalize_name(name)}=={rest}")
-    return tuple(sorted(lines))
-
-
-def _unreachable(output: str) -> bool:
-    """Whether uv's output says an index host could not be reached at all (no retry changes that)."""
-    return any(sign in output for sign in ("Connection refused", "dns error", "No route to host"))
 
 
 # -- planning ----------------------------------------------------------------
@@ -334,58 +207,15 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
     # Its links must stay in the source tree, which the lock pins (a git commit's links are
     # checked only here, where a build reads them); before anything reads the subdirectory.
     source_tree = trees.tree_digest(project, within=request.tree, name=f"{what} (source {spec.source!r})")
-    backend, system_requires = _backend(project)
-    interpreter = _interpreter(request.python)
+    backend, system_requires = project_backend(project)
+    python = interpreter(request.python)
     scratch = store.temp_dir(f"plan-{canonicalize_name(spec.name)}")
     try:
-        if spec.isolation:
-            env: list[BuildEnvPackage] = []
-            build_reqs = request.locked_requirements
-            if build_reqs is None:
-                build_reqs = _compile(
-                    system_requires,
-                    python=interpreter["version"],
-                    index_url=request.index_url,
-                    what=what,
-                    scratch=scratch,
-                )
-        else:
-            if not spec.requires:
-                raise BuildError(
-                    f"{what}: isolation = false needs requires = [...] (the build backend "
-                    f"and its tools, e.g. {system_requires!r}); found none"
-                )
-            # Only what the build can import: the closure of its own build requirements
-            # within the env. Pinning another PyPI package must not rebuild the kernel;
-            # moving torch (named in sgl-kernel's [build-system] requires) must.
-            roots = build_roots(spec, request.tree)
-            env = [
-                p
-                for p in build_env_closure(request.env_packages, roots,
-                                           target_environment(request.python, request.platform))
-                if canonicalize_name(p.name) != canonicalize_name(spec.name)
-            ]
-            in_env = {canonicalize_name(p.name) for p in env}
-            build_reqs = request.locked_requirements
-            if build_reqs is None:
-                wanted = [r for r in spec.requires if canonicalize_name(Requirement(r).name) not in in_env]
-                pins = [f"{canonicalize_name(p.name)}=={p.version}" for p in env]
-                build_reqs = tuple(
-                    line
-                    for line in _compile(
-                        wanted,
-                        python=interpreter["version"],
-                        index_url=request.index_url,
-                        what=what,
-                        constraints=pins,
-                        scratch=scratch,
-                    )
-                    if canonicalize_name(line.partition("==")[0]) not in in_env
-                )
+        env, build_reqs = _build_env(request, system_requires, python["version"], scratch)
         tool_lines = request.locked_toolchain
         if tool_lines is None:
-            tool_lines = toolchain.resolve(spec.toolchain, what, lambda reqs: _compile(
-                reqs, python=interpreter["version"], index_url=request.index_url, what=f"{what} toolchain",
+            tool_lines = toolchain.resolve(spec.toolchain, what, lambda reqs: lock_requirements(
+                reqs, python=python["version"], index_url=request.index_url, what=f"{what} toolchain",
                 scratch=scratch / "toolchain"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -404,9 +234,9 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         "fetchcontent": fc_recipe,
         "source-date-epoch": request.source_date_epoch,
         "build-env": {"env-packages": sorted(p.line for p in env), "requirements": list(build_reqs)},
-        "python": interpreter["version"],
+        "python": python["version"],
         "platform": request.platform or "",
-        "host": interpreter["platform"],
+        "host": python["platform"],
         "machine": host_platform.machine(),
         "toolchain": toolchain.recorded_tools(toolchain.provided(tool_lines)),
     }
@@ -414,6 +244,42 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         recipe["toolchain-wheels"] = list(tool_lines)
     digest = "sha256:" + hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
     return BuildPlan(request, recipe, digest, build_reqs, fc_dirs, tuple(env), toolchain=tool_lines)
+
+
+def _build_env(request: BuildRequest, system_requires: Sequence[str], python: str,
+               scratch: Path) -> tuple[list[BuildEnvPackage], tuple[str, ...]]:
+    """What a build's venv holds: the env's packages (``isolation = false``: those its requirements
+    reach) and its build requirements, locked (the lock's when it has them, else resolved for
+    ``python`` in ``scratch``)."""
+    spec = request.spec
+    what = f"[builds.{spec.name}]"
+    if spec.isolation:
+        if request.locked_requirements is not None:
+            return [], request.locked_requirements
+        return [], lock_requirements(system_requires, python=python, index_url=request.index_url, what=what,
+                                     scratch=scratch)
+    if not spec.requires:
+        raise BuildError(
+            f"{what}: isolation = false needs requires = [...] (the build backend "
+            f"and its tools, e.g. {list(system_requires)!r}); found none"
+        )
+    # Only what the build can import: the closure of its own build requirements
+    # within the env. Pinning another PyPI package must not rebuild the kernel;
+    # moving torch (named in sgl-kernel's [build-system] requires) must.
+    roots = build_roots(spec, request.tree)
+    env = [
+        p
+        for p in build_env_closure(request.env_packages, roots, target_environment(request.python, request.platform))
+        if canonicalize_name(p.name) != canonicalize_name(spec.name)
+    ]
+    if request.locked_requirements is not None:
+        return env, request.locked_requirements
+    in_env = {canonicalize_name(p.name) for p in env}
+    wanted = [r for r in spec.requires if canonicalize_name(Requirement(r).name) not in in_env]
+    pins = [f"{canonicalize_name(p.name)}=={p.version}" for p in env]
+    locked = lock_requirements(wanted, python=python, index_url=request.index_url, what=what, constraints=pins,
+                               scratch=scratch)
+    return env, tuple(line for line in locked if canonicalize_name(line.partition("==")[0]) not in in_env)
 
 
 def _fetchcontent(request: BuildRequest, what: str) -> tuple[list[dict[str, Any]], dict[str, Path]]:
@@ -455,7 +321,7 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     trees.copy_tree(req.tree / spec.subdirectory if spec.subdirectory else req.tree, scratch / "src")
     tools = (toolchain.unpacked(store, plan_.toolchain_wheels, what=f"[builds.{spec.name}]")
              if plan_.toolchain_wheels else None)
-    epoch = max(req.source_date_epoch, _ZIP_EPOCH_MIN)
+    epoch = max(req.source_date_epoch, ZIP_EPOCH_MIN)
     paths = buildenv.prepare(scratch, plan_.fetchcontent_dirs, tools.tree if tools is not None else None,
                              epoch=epoch)
     seen = paths.scratch  # the scratch folder as the build sees it (at a fixed path, if it could be)
@@ -464,8 +330,7 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     args: list[str | os.PathLike[str]] = ["build", "--wheel", "--no-sources", "--out-dir", seen / "dist"]
     args += _index_args(plan_, scratch, seen)
     if spec.isolation:
-        interpreter = _interpreter(req.python)["executable"]
-        args += ["--python", interpreter]
+        args += ["--python", interpreter(req.python)["executable"]]
         if plan_.build_requirements:
             (scratch / "build-constraints.txt").write_text("".join(f"{line}\n" for line in plan_.build_requirements))
             args += ["--build-constraint", seen / "build-constraints.txt", "--require-hashes"]
@@ -519,7 +384,7 @@ def _make_build_venv(plan_: BuildPlan, scratch: Path, log: Path, store: Store) -
     """A venv with exactly the env wheels the plan's digest covers and the build's locked requirements."""
     req = plan_.request
     venv = scratch / "venv"
-    made = runner.uv(["venv", "--no-project", "--python", _interpreter(req.python)["executable"], venv], log=log)
+    made = runner.uv(["venv", "--no-project", "--python", interpreter(req.python)["executable"], venv], log=log)
     if not made.ok:
         raise _fail(plan_, store, log, f"cannot create the build venv (uv venv exit {made.returncode})")
     python = venv / "bin" / "python"
@@ -584,17 +449,8 @@ def place(wheel: BuiltWheel, wheelhouse: Path) -> BuiltWheel:
     the wheel a lock names."""
     target = wheelhouse / wheel.filename
     if file_sha256(str(target)) != wheel.sha256:
-        _copy_atomic(wheel.store_path, target)
+        copy_atomic(wheel.store_path, target)
     return replace(wheel, wheel=target)
-
-
-def _copy_atomic(src: Path, dest: Path) -> None:
-    make_folder(dest.parent)  # the wheelhouse: a file there is said to be one
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    shutil.copyfile(src, tmp)
-    sync_file(tmp)  # the bytes on disk before the rename names the locked wheel
-    os.replace(tmp, dest)
-    fsync_dir(dest.parent)
 
 
 def is_built(plan_: BuildPlan, store: Store) -> bool:
@@ -686,9 +542,6 @@ def check(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-# -- wheels ------------------------------------------------------------------
-
-
 def _sha256(path: Path) -> str:
     """``quick.file_sha256`` for a file that must be there (a wheel just built)."""
     digest = file_sha256(str(path))
@@ -697,74 +550,6 @@ def _sha256(path: Path) -> str:
     return digest
 
 
-def normalize_wheel(path: Path, epoch: int) -> None:
-    """Rewrite a wheel's zip with fixed timestamps, permissions and compression (contents unchanged)."""
-    stamp = time.gmtime(max(epoch, _ZIP_EPOCH_MIN))[:6]
-    tmp = path.with_name(path.name + ".norm")
-    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w") as dst:
-        for info in src.infolist():
-            data = src.read(info)
-            out = zipfile.ZipInfo(info.filename, date_time=stamp)
-            out.create_system = 3
-            if info.is_dir():
-                out.external_attr = (0o40755 << 16) | 0x10
-            else:
-                executable = (info.external_attr >> 16) & 0o111
-                out.external_attr = (0o100755 if executable else 0o100644) << 16
-            out.compress_type = zipfile.ZIP_DEFLATED
-            dst.writestr(out, data, compresslevel=6)
-    os.replace(tmp, path)
-
-
-def wheel_diff(a: Path, b: Path) -> list[str]:
-    """Names of the files inside two wheels that differ (content, presence or zip metadata)."""
-    with zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
-        ia = {i.filename: i for i in za.infolist()}
-        ib = {i.filename: i for i in zb.infolist()}
-        out = []
-        for name in sorted(ia.keys() | ib.keys()):
-            if name not in ib:
-                out.append(f"{name} (only in the first build)")
-            elif name not in ia:
-                out.append(f"{name} (only in the rebuild)")
-            elif za.read(name) != zb.read(name):
-                out.append(name)
-            elif (ia[name].date_time, ia[name].external_attr) != (ib[name].date_time, ib[name].external_attr):
-                out.append(f"{name} (zip metadata: time or permissions)")
-        if not out and [i.filename for i in za.infolist()] != [i.filename for i in zb.infolist()]:
-            out.append("(zip member order)")
-    return out
-
-
 # -- the env a non-isolated build runs against -------------------------------
 
 
-def env_packages_from_lock(lock: Lock, store: Store, *, exclude: Sequence[str] = ()) -> tuple[BuildEnvPackage, ...]:
-    """The lock's packages as a build venv gets them: the fetched wheel of each, from the store.
-
-    Leaves out ``exclude`` (the env's local builds). A package with several wheels uses the
-    first one that was fetched into ``wheels/<sha256>/``.
-    """
-    skip = {canonicalize_name(n) for n in exclude}
-    out = []
-    missing = []
-    for pkg in lock.packages:
-        if pkg.name in skip:
-            continue
-        found = None
-        for art in pkg.wheels:
-            candidate = store_file(store, art)
-            if candidate.is_file():
-                found = BuildEnvPackage(pkg.name, pkg.version, art.sha256, candidate)
-                break
-        if found is None:
-            missing.append(f"{pkg.name}=={pkg.version}")
-        else:
-            out.append(found)
-    if missing:
-        raise BuildError(
-            "the build venv needs the env's wheels, but these are not fetched yet: "
-            + ", ".join(missing)
-            + "; run `envlock sync` (or its fetch step) first"
-        )
-    return tuple(out)

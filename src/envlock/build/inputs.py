@@ -32,7 +32,7 @@ from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from envlock.build import builder, sources
+from envlock.build import requirements, sources
 from envlock.errors import BuildError, PackageIndexError, SourceError, redact
 from envlock.install import fetch
 from envlock.install.fetch import FetchResult
@@ -176,7 +176,7 @@ def closure_packages(lock: Lock, roots: set[str], *, python: str, platform: str 
         for name, extras in level:
             seen.add((name, extras))
             wheel = paths[by_name[name].wheels[0].sha256]
-            todo += builder.requirement_edges(wheel, extras, environment)
+            todo += requirements.requirement_edges(wheel, extras, environment)
     ordered = tuple(p for p in lock.packages if p.name in reached)
     return ordered, tuple(results)
 

@@ -155,7 +155,7 @@ def mirror_path(store: Store, url: str) -> Path:
     return path
 
 
-def resolve_rev(url: str, rev: str, *, store: Store | None = None, fetch_from: str | None = None) -> str:
+def resolve_rev(url: str, rev: str, *, store: Store, fetch_from: str | None = None) -> str:
     """A branch, tag, full or short commit -> the full 40-hex commit it names now.
 
     Names are looked up with ``git ls-remote`` (a tag's peeled commit wins); a short hash
@@ -180,7 +180,7 @@ def resolve_rev(url: str, rev: str, *, store: Store | None = None, fetch_from: s
     for ref in (f"refs/tags/{rev}^{{}}", f"refs/tags/{rev}", f"refs/heads/{rev}", rev):
         if ref in refs:
             return refs[ref]
-    if _SHORT_HEX.fullmatch(rev) and store is not None:
+    if _SHORT_HEX.fullmatch(rev):
         mirror = mirror_path(store, url)
         with store.locked(f"git-mirror-{mirror.name}"):
             _fetch_all(mirror, remote)

@@ -27,6 +27,7 @@ from typing import IO, Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 from envlock.errors import EnvlockError, UsageError, redact, scrub
+from envlock.store.store import temp_beside
 
 _CHUNK = 1 << 20
 _KEY = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
@@ -137,7 +138,7 @@ class FileBackend:
 
     def put(self, key: str, source: IO[bytes], size: int) -> None:
         path = self._path(key)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        tmp = temp_beside(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as out:

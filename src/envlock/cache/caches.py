@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,7 +44,7 @@ from envlock.cache.signing import (
 from envlock.errors import UsageError, redact
 from envlock.model.lockfile import Artifact, Lock
 from envlock.model.tomlio import load_toml
-from envlock.store.store import STORE_MTIME, Store, store_file, stored
+from envlock.store.store import STORE_MTIME, Store, copy_atomic, store_file, stored
 from envlock.workspace import CACHE_URLS_ENV, CONFIG_FILE, Workspace
 
 if TYPE_CHECKING:
@@ -377,11 +376,7 @@ def builds_into_wheelhouse(caches: Caches, store: Store, lock: Lock, lock_path: 
         if file_sha256(str(wheel)) != art.sha256:  # the store entry is another's: the build says so
             left.append(name)
             continue
-        target = lock_path.parent / art.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        shutil.copyfile(wheel, tmp)
-        os.replace(tmp, target)
+        copy_atomic(wheel, lock_path.parent / art.path)
     return tuple(left)
 
 

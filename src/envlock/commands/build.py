@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.utils import parse_wheel_filename
 
-from envlock.build import builder, sources
+from envlock.build import builder, requirements, sources
 from envlock.build import inputs as build_inputs
 from envlock.build.buildenv import UNFIXED_RISK
 from envlock.build.inputs import FetchedInput, Unreachable
@@ -239,7 +239,7 @@ class BuildSession:
         """Those of ``builds`` whose source is prepared."""
         return [b for b in builds if b.source in self.states]
 
-    def env_packages(self, builds: Sequence[BuildSpec]) -> tuple[tuple[builder.BuildEnvPackage, ...],
+    def env_packages(self, builds: Sequence[BuildSpec]) -> tuple[tuple[requirements.BuildEnvPackage, ...],
                                                                   tuple[FetchResult, ...]]:
         """The env's locked wheels that ``isolation = false`` builds among ``builds`` run against,
         and the fetches that brought them into the store (none if every build is isolated).
@@ -251,17 +251,17 @@ class BuildSession:
         if not reading:
             return (), ()
         local = {str(canonicalize_name(n)) for n in self.spec.builds}
-        roots = set().union(*(builder.build_roots(b, self.states[b.source].patched.tree) for b in reading))
+        roots = set().union(*(requirements.build_roots(b, self.states[b.source].patched.tree) for b in reading))
         base_dir = self.ws.lock_path(self.spec.name).parent
 
         def fetch_wheels(packages: list[LockedPackage]) -> FetchResult:
-            return fetch.fetch([p.wheels[0] for p in packages], self.store, base_dir=base_dir, offline=self.offline,
-                               progress=self.progress, locate=self.locate, env=self.spec.name)
+            return fetch.fetch([p.wheels[0] for p in packages], self.store, base_dir=base_dir, progress=self.progress,
+                               options=fetch.FetchOptions(offline=self.offline, locate=self.locate, env=self.spec.name))
 
         packages, got = build_inputs.closure_packages(self.lock, roots, python=self.spec.python,
                                                      platform=self.spec.platform, exclude=local,
                                                      fetch_wheels=fetch_wheels)
-        return builder.env_packages_from_lock(replace(self.lock, packages=packages), self.store), got
+        return requirements.env_packages_from_lock(replace(self.lock, packages=packages), self.store), got
 
     def fetched(self, b: BuildSpec) -> dict[str, FetchedInput]:
         """``b``'s FetchContent inputs in the store: those fetched with the session's sources, else now."""
@@ -273,7 +273,7 @@ class BuildSession:
                                       lambda f: build_inputs.fetchcontent_error(b.name, f, deps[f.key]))
         return got[b.name]
 
-    def request(self, b: BuildSpec, env_packages: tuple[builder.BuildEnvPackage, ...],
+    def request(self, b: BuildSpec, env_packages: tuple[requirements.BuildEnvPackage, ...],
                 recorded: LockedBuild | None = None) -> builder.BuildRequest:
         """What to build for ``b`` (its source prepared, its FetchContent inputs fetched);
         ``recorded``'s build requirements are taken instead of resolving them anew (a frozen rebuild)."""

@@ -13,7 +13,7 @@ link as listed), the lock, every wheel it names carried, and every build vouched
 is (the bundle's lock records that wheel for that input digest, or a build record signed by a
 trusted key comes with it). Then each entry the store lacks is assembled in a temp folder under
 the store's ``tmp/``, each file held to its sha256 (a member that does not match is refused by
-name), and checked: an lstat walk, its links followed on disk (``bundle.assembled_problem``), its
+name), and checked: an lstat walk, its links followed on disk (``bundleio.assembled_problem``), its
 key, a git source against its commit (``sources.checked_entry_problem``); they are renamed into place
 together only once every one passed. A patched tree is never taken (nothing here can check it: it
 is made again from its source and the workspace's patches). The lock is pinned, so gc keeps what
@@ -40,7 +40,7 @@ from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import load_env_spec
 from envlock.progress import Progress
 from envlock.resolution.resolve import index_urls
-from envlock.store import bundle
+from envlock.store import bundle, bundleio
 from envlock.store.closure import EntryRef, lock_closure, pinned_requirement
 from envlock.store.store import Store
 from envlock.workspace import Workspace
@@ -103,7 +103,7 @@ def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
         fetched = _fetch_wheels(store, lock, ws, asked) + _fetch_backends(store, lock, ws, env, label, asked)
         needed, notes = _plan(store, lock, label, env)
         counts: dict[str, int] = {}
-        with bundle.open_writer(to) as writer:
+        with bundleio.open_writer(to) as writer:
             lock_sha = writer.add_bytes(f"pylock.{env}.toml", data)
             entries = []
             for ref_ in needed:
@@ -206,9 +206,9 @@ def import_bundle(source: Path, ws: Workspace | None = None, trusted: Sequence[s
     ``ws`` and ``trusted`` (``--trusted-key``): the keys a build record that comes with a build
     may be signed by (as for a binary cache: ``caching.CacheConfig``)."""
     store = Store.open()
-    with bundle.open_bundle(source) as reader, store.writing():
+    with bundleio.open_bundle(source) as reader, store.writing():
         manifest = reader.manifest()  # all of it checked before anything is read of the rest
-        data = bundle.read_member(reader, manifest.lock, manifest.lock_sha256)
+        data = bundleio.read_member(reader, manifest.lock, manifest.lock_sha256)
         lock = _bundled_lock(source, manifest, data)
         _check_carries(source, manifest, lock, store)
         _check_builds(reader, manifest, lock, lambda: _trusted_keys(ws, trusted))
@@ -259,7 +259,7 @@ def _trusted_keys(ws: Workspace | None, trusted: Sequence[str]) -> Mapping[str, 
     return CacheConfig.of(ws, trusted).trusted
 
 
-def _check_builds(reader: bundle.Reader, manifest: bundle.Bundle, lock: Lock,
+def _check_builds(reader: bundleio.Reader, manifest: bundle.Bundle, lock: Lock,
                   trusted: Callable[[], Mapping[str, PublicKey]]) -> None:
     """Refuse a ``builds/<input digest>`` entry that nothing vouches for, as a cache's build would be:
     its wheel must be the one the bundle's lock records for that input digest, or a build record signed
@@ -280,11 +280,11 @@ def _check_builds(reader: bundle.Reader, manifest: bundle.Bundle, lock: Lock,
                          "refused, nothing of the bundle was stored")
 
 
-def _built_wheel(reader: bundle.Reader, entry: bundle.BundleEntry) -> tuple[str, str]:
+def _built_wheel(reader: bundleio.Reader, entry: bundle.BundleEntry) -> tuple[str, str]:
     """(file name, sha256) of the wheel a build entry's ``wheel.json`` names, which the entry must hold."""
     files = {f.path: f for f in entry.files}
     try:
-        info = json.loads(bundle.read_member(reader, entry.member("wheel.json"), files["wheel.json"].sha256))
+        info = json.loads(bundleio.read_member(reader, entry.member("wheel.json"), files["wheel.json"].sha256))
         wheel, sha = info["wheel"], info["sha256"]
     except (KeyError, ValueError, TypeError, RecursionError):
         raise StoreError(f"{reader.origin}: builds/{entry.key}: no readable wheel.json; refused, nothing of the "
@@ -295,7 +295,7 @@ def _built_wheel(reader: bundle.Reader, entry: bundle.BundleEntry) -> tuple[str,
     return wheel, sha
 
 
-def _unsigned(reader: bundle.Reader, entry: bundle.BundleEntry, digest: str, wheel: str, sha: str,
+def _unsigned(reader: bundleio.Reader, entry: bundle.BundleEntry, digest: str, wheel: str, sha: str,
               trusted: Callable[[], Mapping[str, PublicKey]]) -> str | None:
     """Why no trusted build record vouches for ``entry``'s wheel; None when one does."""
     from envlock.cache.signing import RecordRefusedError, verify_record
@@ -303,7 +303,7 @@ def _unsigned(reader: bundle.Reader, entry: bundle.BundleEntry, digest: str, whe
     record = next((f for f in entry.files if f.path == "record.json"), None)
     if record is None:
         return "no build record signed by a trusted key comes with it"
-    data = bundle.read_member(reader, entry.member(record.path), record.sha256)
+    data = bundleio.read_member(reader, entry.member(record.path), record.sha256)
     try:
         body = verify_record(data, trusted(), "record.json")
     except RecordRefusedError as exc:
@@ -316,7 +316,7 @@ def _unsigned(reader: bundle.Reader, entry: bundle.BundleEntry, digest: str, whe
     return None
 
 
-def _assemble(reader: bundle.Reader, store: Store, entry: bundle.BundleEntry, work: Path) -> None:
+def _assemble(reader: bundleio.Reader, store: Store, entry: bundle.BundleEntry, work: Path) -> None:
     """Write ``entry``'s folders, files (each held to its sha256) and links into ``work``, never through a
     link; then check what was made (an lstat walk, the links on disk, its key, a source against its pin)."""
     try:
@@ -326,7 +326,7 @@ def _assemble(reader: bundle.Reader, store: Store, entry: bundle.BundleEntry, wo
         made = f"/{where.relative_to(work)}" if where.is_relative_to(work) and where != work else ""
         raise StoreError(f"{reader.origin}: {entry.kind}/{entry.key}{made}: cannot be made in the store "
                          f"({exc.strerror or exc}); refused, nothing of the bundle was stored") from None
-    problem = (bundle.assembled_problem(entry, work)
+    problem = (bundleio.assembled_problem(entry, work)
                or bundle.entry_problem(entry.kind, entry.key, work, {f.path: f.sha256 for f in entry.files}))
     if problem is None and entry.kind == "sources":
         scratch = store.temp_dir("import-source")
@@ -339,15 +339,15 @@ def _assemble(reader: bundle.Reader, store: Store, entry: bundle.BundleEntry, wo
         raise StoreError(f"{reader.origin}: {problem}; refused, nothing of the bundle was stored")
 
 
-def _make(reader: bundle.Reader, entry: bundle.BundleEntry, work: Path) -> None:
+def _make(reader: bundleio.Reader, entry: bundle.BundleEntry, work: Path) -> None:
     """``entry``'s folders, files and links made in ``work`` (an ``OSError`` as the file system gives it)."""
     for rel in entry.dirs:
-        bundle.make_folders(work, rel)
+        bundleio.make_folders(work, rel)
     for f in entry.files:
         if "/" in f.path:
-            bundle.make_folders(work, f.path.rpartition("/")[0])
-        bundle.copy_member(reader, entry.member(f.path), f.sha256, f.size, work / f.path, executable=f.executable)
+            bundleio.make_folders(work, f.path.rpartition("/")[0])
+        bundleio.copy_member(reader, entry.member(f.path), f.sha256, f.size, work / f.path, executable=f.executable)
     for link in entry.links:  # after every file: nothing is ever written through one
         if "/" in link.path:
-            bundle.make_folders(work, link.path.rpartition("/")[0])
+            bundleio.make_folders(work, link.path.rpartition("/")[0])
         os.symlink(link.target, work / link.path)

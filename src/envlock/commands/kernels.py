@@ -148,8 +148,8 @@ def read_lock_wheels(store: Store, lock: Lock, base: Path, *, mirrors: Mirrors |
         from envlock.model.mirrors import package_locator
 
         locate = package_locator(wanted, mirrors.for_packages(lock)) if mirrors is not None else None
-        got = fetching.fetch([p.wheels[0] for p in wanted], store, base_dir=base, progress=progress, locate=locate,
-                             env=lock.env)
+        got = fetching.fetch([p.wheels[0] for p in wanted], store, base_dir=base, progress=progress,
+                             options=fetching.FetchOptions(locate=locate, env=lock.env))
         fetched = sum(1 for a in got.artifacts if a.source != "store")
     out = [PackageBinaries(p.name, p.version, p.wheels[0].filename) if p.name in plain
            else _read_package(store, p, base) for p in lock.packages]

@@ -225,7 +225,7 @@ def _guard(ws: Workspace, env: str, spec: EnvSpec, store: Store, states: Mapping
     base = ws.lock_path(env).parent
 
     def whole(artifact: Artifact) -> None:
-        fetch.fetch([artifact], store, base_dir=base, progress=progress, env=env)
+        fetch.fetch([artifact], store, base_dir=base, progress=progress, options=fetch.FetchOptions(env=env))
 
     inputs = guards.GuardInputs(
         packages=resolution.packages, store=store, extra_requirements=build_requires,

@@ -172,8 +172,9 @@ def _fetch(store: Store, target: SyncTarget, progress: Progress | None) -> tuple
     cached = cached_bytes = 0
     if target.caches is not None and not target.offline:  # a cache first: what it lacks comes from the index
         cached, cached_bytes = target.caches.wheels_into_store(store, [p.wheels[0] for p in lock.packages])
-    got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir, offline=target.offline,
-                      progress=progress, local_sources=target.local_wheels, locate=locate, env=target.env)
+    got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir, progress=progress,
+                      options=fetch.FetchOptions(offline=target.offline, locate=locate,
+                                                 local_sources=target.local_wheels, env=target.env))
     return got, cached, cached_bytes
 
 

@@ -185,7 +185,7 @@ def _rebuild(store: Store, venv: Path, used: Sequence[tuple[str, int]], expected
         with store.locked(install.venv_lock(lock.install_digest())):
             store.remove_entry("venvs", venv.name)
         got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=gen.lock_copy.parent,
-                          offline=True, env=env)
+                          options=fetch.FetchOptions(offline=True, env=env))
         built = install.install(store, lock, got.paths())
     if built.manifest.digest != expected:
         raise VerifyError(f"{venv}: rebuilt from {gen.lock_copy} and the store's wheels, it has digest "

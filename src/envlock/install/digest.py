@@ -25,14 +25,14 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envlock.install.inodehashes import HashCache
+from envlock.store.durable import write_back
 from envlock.store.home import MANIFEST_NAME, pyvenv_value  # defined where the no-op reads them
-from envlock.store.store import write_back
 
 if TYPE_CHECKING:
     # The pool is imported when a big file needs it (concurrent.futures pulls in logging).
@@ -101,95 +101,121 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     one per core). ``cache_dir``: the store's inode hash cache (see ``envlock.install.inodehashes``),
     answered from when ``reuse``, refreshed either way. ``seal``: make every file
     read-only on the way (a new store venv; the mode's write bits are not in the digest).
-    ``flush`` (a new store venv): every file read is written back (``store.write_back``) before
+    ``flush`` (a new store venv): every file read is written back (``durable.write_back``) before
     the cache records it, so what the cache answers for is on the device (hashcache.py).
     """
     root = venv.absolute()
-    home = python_home(root)
+    cache = HashCache.open(cache_dir, reuse=reuse) if cache_dir is not None else None
     # Files are searched for the venv's own path only: the interpreter's folder can be
     # as common a string as /usr/bin, which a wheel's file may well hold.
-    needles = _needles(prefix.absolute() if prefix else root, None)
-    where_uv_writes = _needles(prefix.absolute() if prefix else root, home)
-    cache = HashCache.open(cache_dir, reuse=reuse) if cache_dir is not None else None
-    threads = jobs or os.cpu_count() or 1
-    get = cache.get if cache is not None else (lambda st: None)
-    regular = stat.S_ISREG
-    entries: dict[str, str] = {}
-    small: list[tuple[str, str, str, os.stat_result]] = []  # (rel, abs, exec flag, lstat)
-    hashed: list[tuple[str, str, os.stat_result, Future[Hashed] | Hashed]] = []
-    read: list[str] = []  # files read whole (not answered from the cache): the ones ``flush`` writes back
-    pool: ThreadPoolExecutor | None = None
-    # Inlined and files tested first: this runs once per file of a venv (tens of
-    # thousands for a CUDA stack), so every call per entry shows. Folders are read
-    # through a descriptor, so each lstat resolves one name, not the whole path.
-    # (Spreading the walk over threads or forked processes was tried: the per-file
-    # interpreter work holds the GIL, and forked walkers gained nothing measurable.)
-    stack = [("", str(root))]
+    known_as = prefix.absolute() if prefix else root
+    walk = _Walk(needles=_needles(known_as, None), where_uv_writes=_needles(known_as, python_home(root)),
+                 known=cache.get if cache is not None else (lambda st: None), seal=seal,
+                 threads=jobs or os.cpu_count() or 1)
     try:
+        stack = [("", str(root))]
         while stack:
-            rel_dir, abs_dir = stack.pop()
-            fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                with os.scandir(fd) as it:
-                    for entry in it:
-                        name = entry.name
-                        if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
-                            continue
-                        rel = f"{rel_dir}/{name}" if rel_dir else name
-                        if entry.is_file(follow_symlinks=False):
-                            st = entry.stat(follow_symlinks=False)  # fstatat(fd, name)
-                            if not regular(st.st_mode):  # replaced since the listing
-                                entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
-                                continue
-                            exe = "x" if st.st_mode & stat.S_IXUSR else "-"
-                            if seal and st.st_mode & _WRITABLE:
-                                # chmod moves the ctime only: the hash cache's key still holds.
-                                os.chmod(name, stat.S_IMODE(st.st_mode) & ~_WRITABLE, dir_fd=fd)
-                            if rel == "pyvenv.cfg":  # the one file uv writes the interpreter's folder into
-                                entries[rel] = f"f {exe} {_hash_pyvenv_cfg(f'{abs_dir}/{name}', where_uv_writes)}"
-                                read.append(f"{abs_dir}/{name}")
-                                continue
-                            known = get(st)
-                            if known is not None:
-                                entries[rel] = f"f {exe} {known}"
-                            elif st.st_size >= _BIG and threads > 1:
-                                # Big files go to threads at once (hashlib and os.read release
-                                # the GIL on big buffers); the pool (and its import) only if needed.
-                                if pool is None:
-                                    from concurrent.futures import ThreadPoolExecutor
-
-                                    pool = ThreadPoolExecutor(max_workers=threads)
-                                hashed.append((rel, exe, st, pool.submit(_hash_file, f"{abs_dir}/{name}", needles)))
-                                read.append(f"{abs_dir}/{name}")
-                            else:
-                                small.append((rel, f"{abs_dir}/{name}", exe, st))
-                        elif entry.is_dir(follow_symlinks=False):
-                            entries[rel] = "d"
-                            stack.append((rel, f"{abs_dir}/{name}"))
-                        elif entry.is_symlink():
-                            target = _normalize_paths(os.fsencode(os.readlink(name, dir_fd=fd)), where_uv_writes)
-                            entries[rel] = "l " + os.fsdecode(target)
-                        else:
-                            entries[rel] = "o"
-            finally:
-                os.close(fd)
-        # The many small files are hashed on this thread, not the pool: their cost is
-        # system calls, which a pool's hand-offs would only add to.
-        for rel, path, exe, st in small:
-            hashed.append((rel, exe, st, _hash_small(path, st.st_size, needles)))
-        for rel, exe, st, done in hashed:
-            digest, clean = done if isinstance(done, tuple) else done.result()
-            entries[rel] = f"f {exe} {digest}"
-            if clean and cache is not None:
-                cache.put(st, digest)
+            stack += walk.folder(*stack.pop())
+        walk.hash_the_rest(cache)
     finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+        if walk.pool is not None:
+            walk.pool.shutdown(cancel_futures=True)
     if flush:
-        write_back([*read, *(path for _, path, _, _ in small)])
+        write_back(walk.read)
     if cache is not None:
         cache.save()
-    return Manifest(digest_of(entries), entries)
+    return Manifest(digest_of(walk.entries), walk.entries)
+
+
+@dataclass
+class _Walk:
+    """One walk of a venv: its entries so far, and the files still to hash."""
+
+    needles: list[tuple[bytes, bytes]]  # what is normalized in file bytes
+    where_uv_writes: list[tuple[bytes, bytes]]  # what is normalized in pyvenv.cfg and link targets
+    known: Callable[[os.stat_result], str | None]  # a file's hash from the inode cache, or None
+    seal: bool  # make every file read-only on the way
+    threads: int
+    entries: dict[str, str] = field(default_factory=dict)
+    small: list[tuple[str, str, str, os.stat_result]] = field(default_factory=list)  # (rel, abs, exec flag, lstat)
+    hashed: list[tuple[str, str, os.stat_result, Future[Hashed] | Hashed]] = field(default_factory=list)
+    read: list[str] = field(default_factory=list)  # files read whole (not answered from the cache)
+    pool: ThreadPoolExecutor | None = None
+
+    def folder(self, rel_dir: str, abs_dir: str) -> list[tuple[str, str]]:
+        """Enter every name of one folder of the venv; the folders in it, to walk next.
+
+        Inlined and files tested first: this runs once per file of a venv (tens of
+        thousands for a CUDA stack), so every call per entry shows. Folders are read
+        through a descriptor, so each lstat resolves one name, not the whole path.
+        (Spreading the walk over threads or forked processes was tried: the per-file
+        interpreter work holds the GIL, and forked walkers gained nothing measurable.)
+        """
+        entries, small, hashed, read, known, seal = (self.entries, self.small, self.hashed, self.read, self.known,
+                                                     self.seal)
+        regular = stat.S_ISREG
+        folders: list[tuple[str, str]] = []
+        fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            with os.scandir(fd) as it:
+                for entry in it:
+                    name = entry.name
+                    if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
+                        continue
+                    rel = f"{rel_dir}/{name}" if rel_dir else name
+                    if entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)  # fstatat(fd, name)
+                        if not regular(st.st_mode):  # replaced since the listing
+                            entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
+                            continue
+                        exe = "x" if st.st_mode & stat.S_IXUSR else "-"
+                        if seal and st.st_mode & _WRITABLE:
+                            # chmod moves the ctime only: the hash cache's key still holds.
+                            os.chmod(name, stat.S_IMODE(st.st_mode) & ~_WRITABLE, dir_fd=fd)
+                        if rel == "pyvenv.cfg":  # the one file uv writes the interpreter's folder into
+                            entries[rel] = f"f {exe} {_hash_pyvenv_cfg(f'{abs_dir}/{name}', self.where_uv_writes)}"
+                            read.append(f"{abs_dir}/{name}")
+                            continue
+                        digest = known(st)
+                        if digest is not None:
+                            entries[rel] = f"f {exe} {digest}"
+                        elif st.st_size >= _BIG and self.threads > 1:
+                            # Big files go to threads at once (hashlib and os.read release
+                            # the GIL on big buffers); the pool (and its import) only if needed.
+                            if self.pool is None:
+                                from concurrent.futures import ThreadPoolExecutor
+
+                                self.pool = ThreadPoolExecutor(max_workers=self.threads)
+                            hashed.append((rel, exe, st, self.pool.submit(_hash_file, f"{abs_dir}/{name}",
+                                                                          self.needles)))
+                            read.append(f"{abs_dir}/{name}")
+                        else:
+                            small.append((rel, f"{abs_dir}/{name}", exe, st))
+                    elif entry.is_dir(follow_symlinks=False):
+                        entries[rel] = "d"
+                        folders.append((rel, f"{abs_dir}/{name}"))
+                    elif entry.is_symlink():
+                        target = _normalize_paths(os.fsencode(os.readlink(name, dir_fd=fd)), self.where_uv_writes)
+                        entries[rel] = "l " + os.fsdecode(target)
+                    else:
+                        entries[rel] = "o"
+        finally:
+            os.close(fd)
+        return folders
+
+    def hash_the_rest(self, cache: HashCache | None) -> None:
+        """Hash the files the walk left (the small ones here, the big ones' threads waited for) into
+        ``entries``; the cache learns each file that held no path to normalize."""
+        # The many small files are hashed on this thread, not the pool: their cost is
+        # system calls, which a pool's hand-offs would only add to.
+        for rel, path, exe, st in self.small:
+            self.hashed.append((rel, exe, st, _hash_small(path, st.st_size, self.needles)))
+            self.read.append(path)
+        for rel, exe, st, done in self.hashed:
+            digest, clean = done if isinstance(done, tuple) else done.result()
+            self.entries[rel] = f"f {exe} {digest}"
+            if clean and cache is not None:
+                cache.put(st, digest)
 
 
 def digest_of(entries: Mapping[str, str]) -> str:

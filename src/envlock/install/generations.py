@@ -31,7 +31,8 @@ from typing import Any
 
 from envlock.errors import UsageError, VerifyError, did_you_mean
 from envlock.store import noop
-from envlock.store.store import LAYOUT_VERSION, Store, exclusive_lock, fsync_dir, sync_tree
+from envlock.store.durable import fsync_dir, sync_tree
+from envlock.store.store import LAYOUT_VERSION, Store, exclusive_lock, temp_beside
 
 CURRENT = "current"
 _RECORD = "generation.json"
@@ -275,7 +276,7 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
     folder.mkdir(parents=True, exist_ok=True)
     for litter in folder.glob(".new-*"):  # left by a killed sync; we hold the env lock
         shutil.rmtree(litter, ignore_errors=True)
-    for litter in folder.glob(".current-*"):
+    for litter in folder.glob(".current*"):  # a link never renamed into place (earlier envlocks: ".current-*")
         litter.unlink(missing_ok=True)
     # Generations a killed or refused sync left before its switch: never current, so never
     # the env someone had; a rollback must not land on one (their venvs stay in the store).
@@ -328,7 +329,7 @@ def flip(store: Store, env: str, number: int) -> None:
     # Unmarked first: killed between the two steps, it is a generation never current that a
     # rollback may still pick, never one that was current but is taken for pending.
     (folder / str(number) / _PENDING).unlink(missing_ok=True)
-    tmp = folder / f".current-{os.urandom(4).hex()}"
+    tmp = temp_beside(folder / CURRENT)
     os.symlink(f"{number}/venv", tmp)
     try:
         # The new link (a symlink's target is in its inode, made durable with its folder) and the

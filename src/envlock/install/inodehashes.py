@@ -31,7 +31,7 @@ serves every interpreter.
 An entry also vouches that the file's bytes are on the device: the walk of a new venv writes
 back every file it reads before it saves the cache (``digest.manifest(flush=True)``), and the
 other walks read venvs published already (synced before). So a new venv's durability needs
-nothing more for the files the cache answers for (``store.written_back``).
+nothing more for the files the cache answers for (``durable.written_back``).
 
 The cache is an optimization only: a missing, unreadable or foreign file is an empty
 cache, and concurrent writers may lose each other's new entries (the next walk

@@ -28,8 +28,9 @@ from envlock import runner
 from envlock.errors import InstallError, VerifyError
 from envlock.install.digest import Manifest, compare, manifest, stored_manifest
 from envlock.model.lockfile import Lock, canonicalize_name
+from envlock.store.durable import written_back
 from envlock.store.home import MANIFEST_NAME  # defined where the fast no-op reads it
-from envlock.store.store import Store, check_stored_bytes, write_atomic, written_back
+from envlock.store.store import Store, check_stored_bytes, write_atomic
 
 
 @dataclass(frozen=True)

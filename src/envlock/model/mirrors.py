@@ -258,7 +258,7 @@ def source_mirror_how(name: str, *, option: bool = True) -> str:
 
 def package_locator(packages: Sequence[LockedPackage],
                     mirrors: Mapping[str, str]) -> Callable[[Sequence[Artifact]], dict[str, str | FetchError]]:
-    """A ``fetch(locate=...)`` that takes wheels from mirrors: ``mirrors`` maps a locked package's
+    """A ``FetchOptions.locate`` (``install.fetch``) that takes wheels from mirrors: ``mirrors`` maps a locked package's
     name to the mirror (an index URL) its wheel is downloaded from instead of the lock's URL
     (``Mirrors.for_packages``).
 

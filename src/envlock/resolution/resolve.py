@@ -229,9 +229,10 @@ def compile_args(spec: EnvSpec, inputs: ResolveInputs, output: str = "pylock.tom
     # command line. Index pins ([tool.uv.sources]) are project metadata and stay.
     # Wheels only: an index's sdist is never built to read its metadata (its setup.py would run here);
     # a local build's source tree is (it is built from a pinned source anyway).
-    return runner.compile_args("pyproject.toml", output, output_format=output, python=spec.python,
-                               platform=spec.platform, default_index=inputs.index_urls[spec.default_index.name],
-                               overrides="overrides.txt", wheels_only=sorted(map(str, inputs.build_sources)))
+    return runner.compile_args("pyproject.toml", output, runner.CompileOptions(
+        output_format=output, python=spec.python, platform=spec.platform,
+        default_index=inputs.index_urls[spec.default_index.name], overrides="overrides.txt",
+        wheels_only=sorted(map(str, inputs.build_sources))))
 
 
 def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],

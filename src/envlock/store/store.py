@@ -45,7 +45,6 @@ import os
 import re
 import shutil
 import stat
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from typing import TYPE_CHECKING
 
 from envlock.errors import FetchError, StoreError, folder_expected, raise_all
 from envlock.store import home as store_home
+from envlock.store.durable import forget, fsync_dir, sync_before_rename, sync_file
 
 if TYPE_CHECKING:
     from envlock.model.lockfile import Artifact  # a type name only: the lock's parser is not needed here
@@ -149,7 +149,7 @@ class Store:
             try:
                 yield work
                 final.parent.mkdir(parents=True, exist_ok=True)
-                _synced(work)  # its bytes on disk before the rename makes it an entry
+                sync_before_rename(work)  # its bytes on disk before the rename makes it an entry
                 try:
                     os.rename(work, final)
                 except OSError:
@@ -158,7 +158,7 @@ class Store:
                 else:
                     fsync_dir(final.parent)
             finally:
-                _WRITTEN_BACK.discard(str(work))
+                forget(work)
                 if work.exists():
                     _rmtree(work)
 
@@ -379,153 +379,45 @@ def exclusive_lock(path: Path, *, shared: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
-def sync_file(path: Path | str) -> None:
-    """Make the bytes written to file ``path`` durable (before a rename publishes it)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+# -- atomic writes: a temp name beside the file, its bytes synced, then os.replace --
+
+
+def temp_beside(path: Path) -> Path:
+    """The temp name a file (or folder) to become ``path`` is written under first: hidden, in the
+    same folder (so ``os.replace`` is a rename), with its writer's pid and a random part (two
+    writers, or two threads, never share one). Every atomic write of envlock names its temp so."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, *, source: Path | None = None) -> Iterator[Path]:
+    """Yield the temp path to fill; then its bytes synced, renamed to ``path``, the folder synced.
+    Nothing is left behind on failure; an ``OSError`` is named by ``path`` (but one that names
+    ``source``, the file a copy reads).
+
+    The data reaches the disk before the rename publishes it: after a power cut the file is
+    the old one or the new one, never an empty or a torn one (ext4, xfs, btrfs alike).
+    """
+    tmp = temp_beside(path)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: Path | str) -> None:
-    """Make the names in folder ``path`` durable (a rename into it, a new entry)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-#: Up to this many files, an entry is synced file by file; above it (a venv), by one ``syncfs``.
-_FSYNC_FILES = 256
-
-
-#: Folders of ``new_entry`` blocks whose files' bytes the block wrote back itself (``written_back``).
-_WRITTEN_BACK: set[str] = set()
-
-
-def written_back(work: Path) -> None:
-    """Say that every file under ``work`` (a ``new_entry`` block's folder) has its bytes on the
-    device: written back with ``write_back`` by the block, or a hard link to a file of an entry
-    published before (synced then). ``new_entry`` then ``fsync``s the folder alone before its rename
-    (the device's cache flushed once, the folder's names with it) instead of syncing the tree: a
-    ``syncfs(2)`` writes every dirty byte of the file system, other programs' too, hundreds of MB on
-    a busy machine. The tree's other names and modes are metadata, which the file system's journal
-    orders before the rename (ext4, XFS, btrfs)."""
-    _WRITTEN_BACK.add(str(work))
-
-
-def _synced(work: Path) -> None:
-    """``work``'s bytes on disk before the rename that publishes it (see ``written_back``)."""
-    if str(work) in _WRITTEN_BACK:
-        _WRITTEN_BACK.discard(str(work))
-        fsync_dir(work)
-    else:
-        sync_tree(work)
-
-
-#: sync_file_range(2) flags: start the writeback; wait for earlier writeback, write, wait for it.
-_SFR_WRITE = 2
-_SFR_WAIT = 1 | 2 | 4
-
-
-def write_back(paths: Sequence[str]) -> None:
-    """Put the bytes of each file in ``paths`` on the device: on Linux by ``sync_file_range(2)``,
-    every file's writeback started, then each waited for (no cache flush per file, as an ``fsync``
-    each would send: the ``fsync`` that follows, of any file or folder of the file system, flushes
-    the device's cache once); elsewhere an ``fsync`` each."""
-    call = _sync_file_range()
-    if call is None:
-        for path in paths:
-            sync_file(path)
-        return
-    for flags in (_SFR_WRITE, _SFR_WAIT):
-        for path in paths:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-            try:
-                if call(fd, 0, 0, flags) != 0:
-                    os.fsync(fd)  # refused (a file system without it): the sure way
-            finally:
-                os.close(fd)
-
-
-def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    """libc's ``sync_file_range``, or None (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    call.restype = ctypes.c_int
-    return call
-
-
-def sync_tree(path: Path) -> None:
-    """Make everything written under ``path`` durable before a rename publishes it: an ``fsync`` of
-    every file and folder, or for a big tree (a venv of 20,000 files) the file system's
-    ``syncfs(2)``, one call, where there is one."""
-    if _more_files_than(path, _FSYNC_FILES) and _syncfs(path):
-        return
-    for folder, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):  # a symlink (O_NOFOLLOW), a socket: no data to sync
-                fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-        fsync_dir(folder)
-
-
-def _more_files_than(path: Path, limit: int) -> bool:
-    """Whether the tree holds more than ``limit`` files; stops counting there (a venv of 20,000
-    files is not walked twice: the sync that follows reads no listing)."""
-    seen = 0
-    for _, _, files in os.walk(path):
-        seen += len(files)
-        if seen > limit:
-            return True
-    return False
-
-
-def _syncfs(path: Path) -> bool:
-    """``syncfs(2)`` on ``path``'s file system; False where there is none (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    import ctypes
-
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        return bool(ctypes.CDLL(None, use_errno=True).syncfs(fd) == 0)
-    except (OSError, AttributeError):
-        return False
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
-    try:
-        # The data reaches the disk before the rename publishes it: after a power cut the file
-        # is the old one or the new one, never an empty or a torn one (ext4, xfs, btrfs alike).
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        yield tmp
+        sync_file(tmp)
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except OSError as exc:
         tmp.unlink(missing_ok=True)  # a full disk, a folder where the file belongs: no litter
+        if source is not None and exc.filename is not None and os.fspath(exc.filename) == os.fspath(source):
+            raise  # the source of a copy cannot be read: it is named
         # Named by the file being written: the temp file is ours, not the user's.
         raise type(exc)(exc.errno, exc.strerror, str(path)) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    with _replacing(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def make_folder(path: Path) -> None:
@@ -540,6 +432,14 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Write ``path`` via a temp file in the same directory and ``os.replace``."""
     make_folder(path.parent)
     _write_atomic(path, data)
+
+
+def copy_atomic(src: Path, dest: Path) -> None:
+    """Copy ``src`` to ``dest`` as ``write_atomic`` writes (a wheel into the wheelhouse: a reader
+    sees the old file or the whole new one, and its bytes are on disk before its name is)."""
+    make_folder(dest.parent)  # the wheelhouse: a file there is said to be one
+    with _replacing(dest, source=src) as tmp:
+        shutil.copyfile(src, tmp)
 
 
 def replace_if_unchanged(path: Path, expected: bytes | None, data: bytes) -> bool:
