@@ -80,7 +80,9 @@ def test_two_distributions_installing_one_file_with_different_bytes_fail_the_loc
         "  alpha 1.0 and beta 1.0 both install shared/__init__.py (1 file, different bytes)\n"
         "    alpha 1.0: declared in [packages]\n"
         "    beta 1.0: pulled in by app -> mid -> beta\n"
-        '    fix: resolution.exclude = ["beta"] in e.toml, for the one the env does not need\n')
+        '    fix: resolution.exclude = ["beta"] in e.toml, for the one the env does not need; or, if the shared file '
+        'is harmless, resolution.allow-overlap = [{ path = "shared/__init__.py", packages = ["alpha", "beta"], '
+        'reason = "..." }]\n')
     assert not (ws.root / "locks" / "pylock.e.toml").exists()  # nothing written
     # alpha's index publishes no hash: its wheel is in the store, read there. beta's was read
     # from the index with range requests only (its end: the zip directory and .dist-info).

@@ -408,7 +408,8 @@ def test_real_qwen_spec_index_part_locks_against_mirrors(ws, universe: Universe)
     lines.append("[packages]")
     lines += [f"{json.dumps(k)} = {json.dumps(v) if isinstance(v, str) else _inline(v)}" for k, v in packages.items()]
     lines.append("[resolution]")
-    lines += [f"{k} = {json.dumps(v)}" for k, v in real["resolution"].items()]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in real["resolution"].items() if k != "allow-overlap"]
+    lines.append(f"allow-overlap = [{', '.join(_inline(o) for o in real['resolution']['allow-overlap'])}]")
     ws.write_spec("qwen-index", "\n".join(lines) + "\n")
     mirrors = {"pypi": universe.pypi, "pytorch-nightly": universe.pytorch, "flashinfer": universe.flashinfer}
     lock_env(Workspace(ws.root), "qwen-index", MirrorOptions(indexes=mirrors))

@@ -21,10 +21,12 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
+from envlock import overlaps
 from envlock.errors import SpecError, did_you_mean, redact
 from envlock.errors import found as _found
 from envlock.lockfile import PACKAGE_NAME as _PACKAGE_NAME
 from envlock.lockfile import PYTHON_VERSION, is_workspace_path, toml_key
+from envlock.overlaps import AllowedOverlap
 from envlock.tomlio import load_toml
 from envlock.workspace import Workspace, env_var_suffix
 
@@ -118,6 +120,7 @@ class ResolutionSpec:
     overrides: tuple[str, ...] = ()
     exclude: tuple[NormalizedName, ...] = ()
     same_version: tuple[tuple[NormalizedName, ...], ...] = ()
+    allow_overlap: tuple[AllowedOverlap, ...] = ()  # exact paths two named distributions may both install
 
 
 @dataclass(frozen=True)
@@ -319,7 +322,7 @@ _FETCHCONTENT_KEYS = {"git", "rev", "url", "sha256"}
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 #: What an archive input may be: a tar file, compressed or not (FetchContent's URL kind, as upstream uses it).
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar")
-_RESOLUTION_KEYS = {"overrides", "exclude", "same-version"}
+_RESOLUTION_KEYS = {"overrides", "exclude", "same-version", "allow-overlap"}
 
 
 def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | None = None) -> EnvSpec:
@@ -732,7 +735,9 @@ def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
         p.add("resolution.same-version", "expected an array of arrays of two or more package names")
     else:
         groups = [tuple(canonicalize_name(n) for n in g) for g in groups_raw]
-    return ResolutionSpec(overrides=overrides, exclude=tuple(exclude), same_version=tuple(groups))
+    allowed = overlaps.parse(table.get("allow-overlap", []), "resolution.allow-overlap", p.add)
+    return ResolutionSpec(overrides=overrides, exclude=tuple(exclude), same_version=tuple(groups),
+                          allow_overlap=allowed)
 
 
 def load_spec(path: Path, *, name: str | None = None, root: Path | None = None) -> EnvSpec:
