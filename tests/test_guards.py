@@ -219,11 +219,14 @@ FetchContent_Declare(repo-moved GIT_REPOSITORY "https://github.com/example/moved
 # FetchContent_Declare(repo-commented GIT_REPOSITORY https://github.com/example/no.git GIT_TAG main)
 include(cmake/extra.cmake)
 """
-EXTRA_CMAKE = """\
-set(ARTIFACTS https://artifacts.example)
+HASH = "45992d7de7d051dc897aff33156a2b7515d745fc489008adc7924ab884578d52"
+# As sgl-kernel at 69b02ea6 sets its mirror's host: a cache variable's default, expanded in the URL.
+EXTRA_CMAKE = f"""\
+set(ARTIFACTS "artifacts.example" CACHE STRING "GitHub mirror URL")
 FetchContent_Declare(
   repo-undeclared
-  URL ${ARTIFACTS}/example/undeclared/archive/abc123.tar.gz
+  URL https://${{ARTIFACTS}}/example/undeclared/archive/abc123.tar.gz
+  URL_HASH SHA256={HASH.upper()}
 )
 """
 
@@ -239,10 +242,12 @@ def test_a_fetchcontent_input_the_cmake_files_declare_otherwise_is_noted(ws, cli
     assert result.code == 0, result.err
     assert [line for line in result.out.splitlines() if "note:" in line] == [
         f"  note: builds.myapp.fetchcontent.repo-moved: CMakeLists.txt declares GIT_TAG v1.3.0; the spec has "
-        f"git https://github.com/example/moved.git at rev {COMMIT}",
+        f"git https://github.com/example/moved.git at rev {COMMIT} (as upstream: repo-moved = {{ git = "
+        '"https://github.com/example/moved.git", rev = "v1.3.0" })',
         "  note: builds.myapp.fetchcontent: cmake/extra.cmake declares repo-undeclared (URL "
         "https://artifacts.example/example/undeclared/archive/abc123.tar.gz), the spec does not: the build "
-        "downloads it unchecked, or cannot configure (declare repo-undeclared = { git = ..., rev = ... })",
+        "downloads it unchecked, or cannot configure (declare repo-undeclared = { url = "
+        f'"https://artifacts.example/example/undeclared/archive/abc123.tar.gz", sha256 = "{HASH}" }})',
     ]
 
 
@@ -265,7 +270,7 @@ def test_cmake_declarations_are_read_with_their_variables(tmp_path: Path) -> Non
         Declared("repo-declared", "CMakeLists.txt", git="https://github.com/example/declared.git", tag=COMMIT),
         Declared("repo-moved", "CMakeLists.txt", git="https://github.com/example/moved.git", tag="v1.3.0"),
         Declared("repo-undeclared", "cmake/extra.cmake",
-                 url="https://artifacts.example/example/undeclared/archive/abc123.tar.gz"),
+                 url="https://artifacts.example/example/undeclared/archive/abc123.tar.gz", sha256=HASH),
     ]
 
 
@@ -278,13 +283,16 @@ FULL = "df022eba0123456789abcdef0123456789abcdef"
     (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/a.git", tag="df022eb"), "/mirror/a", FULL, ""),
     (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/a", tag="df02"), "https://x/a", FULL,
      "builds.k.fetchcontent.repo-a: k/CMakeLists.txt declares GIT_TAG df02; the spec has git https://x/a "
-     f"at rev {FULL}"),
+     f'at rev {FULL} (as upstream: repo-a = {{ git = "https://github.com/x/a", rev = "df02" }})'),
     (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/other.git", tag=FULL), "https://x/a", FULL,
      "builds.k.fetchcontent.repo-a: k/CMakeLists.txt declares GIT_REPOSITORY https://github.com/x/other.git; "
-     f"the spec has git https://x/a at rev {FULL}"),
-    (Declared("REPO-A", "cmake/a.cmake", url="https://h/x/a/archive/v3.6.0.tar.gz"), "https://x/a", FULL,
-     "builds.k.fetchcontent.repo-a: k/cmake/a.cmake declares URL https://h/x/a/archive/v3.6.0.tar.gz; "
-     f"the spec has git https://x/a at rev {FULL}"),
+     f'the spec has git https://x/a at rev {FULL} (as upstream: repo-a = {{ git = "https://github.com/x/other.git", '
+     f'rev = "{FULL}" }})'),
+    # The triton move: a tag in git form, then an archive of the next tag, with upstream's hash in the hint.
+    (Declared("REPO-A", "cmake/a.cmake", url="https://h/x/a/archive/v3.6.0.tar.gz", sha256=HASH), "https://x/a",
+     "v3.5.1", "builds.k.fetchcontent.repo-a: k/cmake/a.cmake declares URL https://h/x/a/archive/v3.6.0.tar.gz; "
+     f'the spec has git https://x/a at rev v3.5.1 (as upstream: repo-a = {{ url = '
+     f'"https://h/x/a/archive/v3.6.0.tar.gz", sha256 = "{HASH}" }})'),
 ])
 def test_fetchcontent_inputs_are_held_to_what_cmake_declares(written: Declared, spec_git: str, rev: str,
                                                              note: str) -> None:

@@ -178,28 +178,37 @@ def resolve_build_inputs(
     spec: EnvSpec, states: Mapping[str, SourceState]
 ) -> tuple[dict[Any, Path], tuple[str, ...], dict[str, str]]:
     """For the resolver: each built package's patched source dir (its metadata), the build
-    requirements of ``isolation = false`` builds (locked with the env), and the builds' env."""
+    requirements of ``isolation = false`` builds (locked with the env), and the builds' env.
+    ``SpecError`` naming every build whose folder is missing or whose project has another name."""
     build_sources: dict[Any, Path] = {}
     extra: set[str] = set()
     env: dict[str, str] = {}
+    problems: list[str] = []
     for pkg in spec.packages.values():
         if pkg.build and pkg.build in spec.builds:
             b = spec.builds[pkg.build]
             tree = states[b.source].patched.tree
             project = tree / b.subdirectory if b.subdirectory else tree
             if not project.is_dir():  # else uv reports "Distribution not found" as a failed resolution
-                raise SpecError(f"{spec.path}: builds.{pkg.build}.subdirectory: expected a folder of source "
-                                f"{b.source!r} (as patched), found no {b.subdirectory!r} there")
+                problems.append(f"builds.{pkg.build}.subdirectory: expected a folder of source {b.source!r} (as "
+                                f"patched), found no {b.subdirectory!r} there")
+                continue
             if (named := _project_name(project)) is not None and canonicalize_name(named) != pkg.name:
                 # Else uv's "metadata name does not match" reads as a failed resolution, exit 1.
                 where = f"{b.subdirectory}/pyproject.toml" if b.subdirectory else "pyproject.toml"
-                raise SpecError(f"{spec.path}: [builds.{pkg.build}]: source {b.source!r} builds project "
-                                f"{named!r} ({where}), expected {pkg.build!r}: a build makes the package of its "
-                                f"own name; name the build (and its package) {named!r}")
+                problems.append(f"[builds.{pkg.build}]: source {b.source!r} builds project {named!r} ({where}), "
+                                f"expected {pkg.build!r}: a build makes the package of its own name; name the build "
+                                f"(and its package) {named!r}: `envlock upgrade {spec.name} --fix-renames` moves its "
+                                "tables and its package entry")
+                continue
             build_sources[pkg.name] = project
             env.update(b.env)
             if not b.isolation:
                 extra.update(b.requires)
+    if len(problems) == 1:
+        raise SpecError(f"{spec.path}: {problems[0]}")
+    if problems:
+        raise SpecError(f"{spec.path}: {len(problems)} builds do not match their sources", details=problems)
     return build_sources, tuple(sorted(extra)), env
 
 

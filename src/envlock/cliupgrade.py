@@ -28,7 +28,7 @@ def add_upgrade(add: Callable[..., argparse.ArgumentParser],
 
         args.json = args.json or args.format == "json"  # before the work: its errors are a JSON document too
         options = upgrading.UpgradeOptions.given(args.nightly, args.rev, args.versions, args.dry_run,
-                                                 mirror_options(args))
+                                                 mirror_options(args), fix_renames=args.fix_renames)
         with status(args, message := f"upgrading envs/{args.env}.toml") as say:
             result = upgrading.upgrade(ws, args.env, options, progress=ui.StatusProgress(say, message))
         if args.json:
@@ -40,7 +40,8 @@ def add_upgrade(add: Callable[..., argparse.ArgumentParser],
     p = add("upgrade", cmd_upgrade, "move nightlies, source revs or versions in envs/ENV.toml, relock, report",
             "Edit envs/ENV.toml in place (comments and layout kept), relock, print what the lock changes. A moved\n"
             "source's patches must apply at the new commit; the spec and lock are written together at the end, or\n"
-            "not at all (exit 1); --dry-run writes nothing and prints the same report. e.g.\n"
+            "not at all (exit 1, every problem found named with its fix); --dry-run writes nothing and prints the\n"
+            "same report. e.g.\n"
             "  envlock upgrade qwen35-blackwell --nightly latest --rev sglang=main --dry-run")
     p.add_argument("env", metavar="ENV")
     p.add_argument("--nightly", action="append", default=[], metavar="[INDEX=]DATE|latest",
@@ -50,6 +51,9 @@ def add_upgrade(add: Callable[..., argparse.ArgumentParser],
                    help="pin git source SOURCE to the commit REV (a branch or tag: kept in a comment) names now")
     p.add_argument("--version", action="append", default=[], dest="versions", metavar="PKG=SPEC",
                    help="set PKG to SPEC (0.6.6: ==0.6.6); its same-version set and the overrides pinning it move too")
+    p.add_argument("--fix-renames", action="store_true",
+                   help="move each build whose project upstream renamed (its [builds.NAME...] tables and its "
+                   "package entry) to the new name, every comment kept")
     p.add_argument("--dry-run", action="store_true", help="write nothing (spec, lock, patches); the same report")
     p.add_argument("--index", action="append", default=[], metavar="NAME=URL", help="read spec index NAME at URL")
     p.add_argument("--source", action="append", default=[], metavar="NAME=URL", help="fetch git source NAME from URL")

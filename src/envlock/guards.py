@@ -241,7 +241,7 @@ def fetchcontent_notes(b: BuildSpec, project: str, found: Sequence[Declared]) ->
         dep = ours.get(d.name.lower())
         if dep is None:
             out.append(f"{key}: {where} declares {d.name} ({d.how()}), the spec does not: the build downloads it "
-                       f"unchecked, or cannot configure (declare {d.name} = {{ git = ..., rev = ... }})")
+                       f"unchecked, or cannot configure (declare {d.name} = {d.spec_form()})")
             continue
         differs = []
         rev = dep.rev or ""
@@ -255,7 +255,8 @@ def fetchcontent_notes(b: BuildSpec, project: str, found: Sequence[Declared]) ->
             differs.append(f"URL {d.url}")
         if differs:
             has = f"git {dep.git} at rev {dep.rev}" if dep.git is not None else f"the archive {dep.url}"
-            out.append(f"{key}.{dep.name}: {where} declares {', '.join(differs)}; the spec has {has}")
+            out.append(f"{key}.{dep.name}: {where} declares {', '.join(differs)}; the spec has {has} "
+                       f"(as upstream: {dep.name} = {d.spec_form()})")
     return out
 
 
@@ -337,10 +338,7 @@ def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
     versions = {p.name: p.version for p in inputs.packages}
     every = file_overlaps(found) if recorded is None else recorded
     kept, used = overlaps.allow([(o.first, o.second, o.paths) for o in every], spec.resolution.allow_overlap)
-    if kept:
-        raise overlap_error(spec, [Overlap(canonicalize_name(a), canonicalize_name(b), paths) for a, b, paths in kept],
-                            versions, graph)
-    if found and not notes:
+    if found and not notes and not kept:
         _record_checked(record, requires, every)
     notes += [overlaps.unused_note(i, o, set(versions)) for i, o in enumerate(spec.resolution.allow_overlap)
               if o not in used]
@@ -351,6 +349,10 @@ def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
         build = spec.packages[name].build
         if build is not None and build in spec.builds:
             notes += fetchcontent_notes(spec.builds[build], subdirectory, declared(project))
+    if kept:  # after the notes: a lock that stops says what else it found
+        refused = [Overlap(canonicalize_name(a), canonicalize_name(b), paths) for a, b, paths in kept]
+        error = overlap_error(spec, refused, versions, graph)
+        raise error.with_details(*(f"note: {n}" for n in notes)) if notes else error
     return GuardReport(notes=tuple(notes), overridden=tuple(sorted({f"{r}: {q}" for _, r, q in beaten})),
                        allowed=tuple(used))
 

@@ -25,7 +25,8 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from envlock import runner, sources, yanks
+from envlock import cmakefetch, runner, sources, yanks
+from envlock.buildsystem import BuildSystem
 from envlock.diff import (
     BuildFacts,
     Commit,
@@ -113,7 +114,9 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         closures=_closures(_build_roots(ws, ctx.builds, old, new, store), old, new, store),
         recipes={name: (_recipe(store, old, name), _recipe(store, new, name)) for name in ctx.builds},
         required_by_old=_required_by(old, store), required_by_new=_required_by(new, store),
+        build_systems=_build_systems(ctx.builds, old, new, mirrors),
     )
+    notes += _dropped_inputs(ctx.builds, old, new, mirrors, store)
     diff = diff_locks(old, new, old_label=old_label, new_label=new_label, context=ctx)
     yanked = list(yanks.recorded(new))
     if options.yanked:
@@ -149,7 +152,8 @@ def _spec_context(old: EnvSpec | None, new: EnvSpec | None) -> DiffContext:
         return DiffContext()
     index_names = {idx.url.rstrip("/"): idx.name for s in reversed(specs) for idx in s.indexes.values()}
     builds = {name: BuildFacts(b.source, b.subdirectory, b.isolation,
-                               tuple(str(canonicalize_name(Requirement(r).name)) for r in b.requires), b.toolchain)
+                               tuple(str(canonicalize_name(Requirement(r).name)) for r in b.requires), b.toolchain,
+                               tuple(d.name for d in b.fetchcontent))
               for s in reversed(specs) for name, b in s.builds.items()}
     overrides = {}
     for s in reversed(specs):
@@ -312,6 +316,77 @@ def _source_requires(builds: Mapping[str, BuildFacts], old: Lock, new: Lock,
         if sides[0] is not None and sides[1] is not None:
             out[name] = (sides[0], sides[1])
     return out
+
+
+def _build_systems(builds: Mapping[str, BuildFacts], old: Lock, new: Lock,
+                   mirrors: Mapping[str, Path]) -> dict[str, tuple[BuildSystem, BuildSystem]]:
+    """Each build whose git source moved -> its project's build system at both commits (any build, isolated
+    or not: requires, backend, the paths outside its subdirectory it names)."""
+    out = {}
+    for name, facts in builds.items():
+        if (mirror := mirrors.get(facts.source)) is None:
+            continue
+        a, b = (_pyproject(mirror, str(lock.sources[facts.source].commit), facts.subdirectory) for lock in (old, new))
+        if a is not None and b is not None:
+            out[name] = (BuildSystem.of(a), BuildSystem.of(b))
+    return out
+
+
+def _cmake_files(mirror: Path, commit: str, subdirectory: str) -> dict[str, str]:
+    """The CMake files ``cmakefetch`` reads of the project in ``subdirectory`` at ``commit``, by relative path."""
+    prefix = f"{subdirectory.strip('/')}/" if subdirectory.strip("/") else ""
+    listed = runner.git(["--git-dir", mirror, "ls-tree", "-r", "--name-only", commit, "--",
+                         f"{prefix}CMakeLists.txt", f"{prefix}cmake"])
+    out = {}
+    for path in listed.stdout.splitlines() if listed.ok else ():
+        rel = path.removeprefix(prefix)
+        if cmakefetch.is_project_file(rel) and (shown := runner.git(["--git-dir", mirror, "show",
+                                                                     f"{commit}:{path}"])).ok:
+            out[rel] = shown.stdout
+    return out
+
+
+def _dropped_inputs(builds: Mapping[str, BuildFacts], old: Lock, new: Lock, mirrors: Mapping[str, Path],
+                    store: Store) -> list[str]:
+    """A note for each FetchContent input of the spec that the build's CMake files declared at the old commit
+    and no longer do at the new one (still fetched, in the input digest and in the lock), and for each the
+    project declares at neither that came with one of those (as mscclpp's ``json``)."""
+    notes = []
+    for name, facts in sorted(builds.items()):
+        if (mirror := mirrors.get(facts.source)) is None or not facts.fetchcontent or name not in {
+                *new.builds, *new.unbuilt()}:
+            continue  # a build the new lock's spec no longer has (renamed) is told of under its new name
+        a, b = (str(lock.sources[facts.source].commit) for lock in (old, new))
+        was, now = ({d.name.lower() for d in cmakefetch.declared_in(_cmake_files(mirror, c, facts.subdirectory))}
+                    for c in (a, b))
+        if not was:
+            continue  # no CMake files, or not read: nothing to tell
+        where = f"{facts.subdirectory.strip('/')}/" if facts.subdirectory.strip("/") else "the source"
+        key = f"builds.{name}.fetchcontent"
+        gone = [dep for dep in facts.fetchcontent if dep.lower() in was and dep.lower() not in now]
+        for dep in gone:
+            notes.append(f"{key}.{dep}: the CMake files of {where} no longer declare it at {b[:12]} (they did at "
+                         f"{a[:12]}): it is still fetched, in the input digest and in the lock; drop it from [{key}]")
+        for dep in (d for d in facts.fetchcontent if gone and d.lower() not in was | now):
+            by = _declared_by(dep, gone, old, store)
+            came = f"declared by {by}'s CMake files, which went" if by else \
+                f"declared by no CMake file of {where} at either commit: an input of {' or '.join(gone)}, which went?"
+            notes.append(f"{key}.{dep}: {came}; if so, drop it too")
+    return notes
+
+
+def _declared_by(dep: str, inputs: Sequence[str], old: Lock, store: Store) -> str | None:
+    """Which of ``inputs`` (by their old pins, in the store) declares FetchContent input ``dep`` itself."""
+    for pins in old.fetchcontent.values():
+        for name in inputs:
+            pin = pins.get(name)
+            key = f"git-{pin.commit}" if pin is not None and pin.commit else \
+                f"archive-{pin.sha256}" if pin is not None and pin.sha256 else None
+            tree = store.path("sources", key) / "tree" if key else None
+            if tree is not None and tree.is_dir() and any(d.name.lower() == dep.lower()
+                                                          for d in cmakefetch.declared(tree)):
+                return name
+    return None
 
 
 def _pyproject(mirror: Path, commit: str, subdirectory: str) -> Mapping[str, Any] | None:

@@ -7,6 +7,7 @@ an unknown key gets a "did you mean" when a known one is close.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import hashlib
 import json
 import re
@@ -481,6 +482,13 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
     for name, key, entry in _entries(p, table, "builds", 'source = "..."', _BUILD_KEYS):
         if not _PACKAGE_NAME.fullmatch(name):  # it makes the package of its name (checked after the build)
             p.add(key, f"expected the name of the package the build makes (like \"sgl-kernel\"), found {name!r}")
+        if "source" not in entry and list(entry) == ["fetchcontent"]:  # what a rename by hand leaves behind
+            bare = [n for n, e in table.items() if n != name and isinstance(e, dict) and "fetchcontent" not in e]
+            to = (bare if len(bare) == 1 else difflib.get_close_matches(name, bare, n=1, cutoff=0.6)) or ["NEW-NAME"]
+            p.add(key, f"only [{key}.fetchcontent] is left of it, no source: left behind when the build was renamed? "
+                  f"move it to [builds.{to[0]}.fetchcontent] (`envlock upgrade ENV --fix-renames` moves every table "
+                  "of a build upstream renamed)")
+            continue
         source = _get_str(p, entry, "source", key, required=True)
         if source is not None and source not in sources:
             known = ", ".join(sorted(sources)) or "none defined"
