@@ -132,7 +132,10 @@ def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(  # type: ignore
     store = home / "v1" / "sources"
     for name, tree in ((sglike.KDEP_NAME, store / f"git-{sg.kdep_commit}" / "tree"),
                        (sglike.KARCH_NAME, store / f"archive-{sha256_of(archive)}" / "tree")):
-        assert f"--config-setting cmake.define.FETCHCONTENT_SOURCE_DIR_{name.upper()}={tree}" in log
+        # At the fixed build path (a private mount namespace), each input is mounted inside the scratch folder.
+        seen = f"/tmp/envlock-build/.envlock/fetchcontent/{name}" if "# build path: /tmp/envlock-build (fixed)" in log \
+            else tree
+        assert f"--config-setting cmake.define.FETCHCONTENT_SOURCE_DIR_{name.upper()}={seen}" in log
     assert "--config-setting cmake.define.FETCHCONTENT_FULLY_DISCONNECTED=ON" in log
     gets = wheel_gets(server)
     assert f"torchlike-{TORCH}-py3-none-any.whl" in gets  # in the build's closure: its headers are compiled in

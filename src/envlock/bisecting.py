@@ -42,6 +42,9 @@ from envlock.syncing import SyncOptions, sync
 from envlock.workspace import Workspace, check_env_name
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
+#: The exit of a bisect that could not tell the first bad candidate (every candidate it tried between
+#: the ends was skipped, or skipped ones may be it): ``git bisect run``'s "cannot tell" code.
+CANNOT_TELL = 125
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -87,6 +90,11 @@ class BisectReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
+    def found(self) -> bool:
+        """Whether the first bad candidate is told (no skipped candidate may be it instead)."""
+        return not self.maybe
+
+    @property
     def max_steps(self) -> int:
         """Steps a search without skips takes at most: ceil(log2) of the candidates after the good one."""
         return math.ceil(math.log2(max(len(self.candidates) - 1, 1)))
@@ -95,7 +103,8 @@ class BisectReport:
         return {"env": self.env, "mode": self.mode, "candidates": list(self.candidates),
                 "steps": [s.to_dict() for s in self.steps], "first_bad": self.first_bad, "last_good": self.last_good,
                 "maybe": list(self.maybe), "diff": self.diff.to_dict() if self.diff else None,
-                "restored": self.restored, "max_steps": self.max_steps, "notes": list(self.notes)}
+                "restored": self.restored, "max_steps": self.max_steps, "notes": list(self.notes),
+                "found": self.found}
 
 
 def search(count: int, test: Callable[[int], str]) -> tuple[int, int, list[int]]:

@@ -2,9 +2,10 @@
 
 The input digest covers everything that can change the wheel:
 
-- the digest of the build's subdirectory of the patched source tree (the build sees only
-  that subdirectory: a patch elsewhere in the source does not rebuild it), the build
-  recipe (``[builds.*]``: subdirectory, isolation, env, config-settings, requires,
+- the digest of the build's subdirectory of the patched source tree, and of what of the source
+  outside it its ``pyproject.toml`` names (``../rust/sglang-grpc/Cargo.toml``) or its links lead to:
+  the build sees the whole tree, as pip's does, and a patch elsewhere does not rebuild it; the
+  build recipe (``[builds.*]``: subdirectory, isolation, env, config-settings, requires,
   FetchContent inputs) and SOURCE_DATE_EPOCH;
 - the build environment, locked: with ``isolation = true`` the backend's
   ``[build-system].requires`` resolved with hashes (``uv pip compile --generate-hashes``)
@@ -36,6 +37,7 @@ import hashlib
 import json
 import os
 import platform as host_platform
+import posixpath
 import shutil
 import time
 import zipfile
@@ -48,7 +50,7 @@ from packaging.requirements import Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion
 
-from envlock import buildenv, runner, toolchain, trees
+from envlock import buildenv, buildsystem, runner, toolchain, trees
 from envlock.errors import BuildError, BuildRequirementsError, InstallError, scrub
 from envlock.lockfile import Lock, LockedBuild
 from envlock.quick import file_sha256
@@ -57,7 +59,8 @@ from envlock.store import Store, fsync_dir, make_folder, store_file, sync_file
 from envlock.target import find_python, requires_dist, target_environment
 from envlock.tomlio import load_toml
 
-RECIPE_FORMAT = 1
+#: 2: a build sees the whole source tree, built in ``src/SUBDIRECTORY`` (1: the subdirectory alone, as ``src``).
+RECIPE_FORMAT = 2
 _ZIP_EPOCH_MIN = 315532800  # 1980-01-01T00:00:00Z, the earliest date a zip entry can carry
 _LOG_TAIL = 25
 
@@ -322,6 +325,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
     # Its links must stay in the source tree, which the lock pins (a git commit's links are
     # checked only here, where a build reads them); before anything reads the subdirectory.
     source_tree = trees.tree_digest(project, within=request.tree, name=f"{what} (source {spec.source!r})")
+    outside = _outside(request, project, what)
     backend, system_requires = _backend(project)
     interpreter = _interpreter(request.python)
     scratch = store.temp_dir(f"plan-{canonicalize_name(spec.name)}")
@@ -382,7 +386,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         "format": RECIPE_FORMAT,
         "name": str(canonicalize_name(spec.name)),
         "source": spec.source,
-        "source-tree": source_tree,  # the subdirectory: all a build sees
+        "source-tree": source_tree,  # the subdirectory
         "subdirectory": spec.subdirectory,
         "isolation": spec.isolation,
         "backend": backend,
@@ -400,8 +404,34 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
     }
     if spec.toolchain:  # its wheels' hashes stand for the version lines of what it provides
         recipe["toolchain-wheels"] = list(tool_lines)
+    if outside:  # what its pyproject.toml reads of the source beyond the subdirectory
+        recipe["source-outside"] = outside
     digest = "sha256:" + hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
     return BuildPlan(request, recipe, digest, build_reqs, fc_dirs, tuple(env), toolchain=tool_lines)
+
+
+def _outside(request: BuildRequest, project: Path, what: str) -> dict[str, str]:
+    """What the build's ``pyproject.toml`` names of the source outside its subdirectory, digested: each
+    folder it reaches (a file's folder: ``../rust/sglang-grpc/Cargo.toml`` is the crate), by its path in the
+    source ("" for the whole tree: ``root = ".."``); {} when it names nothing outside."""
+    path = project / "pyproject.toml"
+    try:
+        doc = load_toml(path.read_text(encoding="utf-8"), path, BuildError) if path.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        doc = None
+    named = [buildsystem.reach(request.spec.subdirectory, p) for p, _ in
+             (buildsystem.outside(doc) if doc is not None else ())]
+    # A link in the subdirectory to elsewhere in the source reads there too (tree_digest has held it inside).
+    root = os.path.realpath(request.tree)
+    linked = [os.path.relpath(os.path.realpath(p), root) for _, p in trees.walk_tree(project) if p.is_symlink()]
+    inside = os.path.relpath(os.path.realpath(project), root)
+    named += [rel for rel in linked if inside != "." and not (rel + "/").startswith(inside + "/")]
+    reached = {rel if not rel or rel == "." or (request.tree / rel).is_dir() else posixpath.dirname(rel)
+               for rel in named}
+    reached = {"" if rel == "." else rel for rel in reached}
+    name = f"{what} (source {request.spec.source!r})"
+    return {rel: trees.tree_digest(request.tree / rel, within=request.tree, name=name)
+            if (request.tree / rel).is_dir() else "absent" for rel in sorted({""} if "" in reached else reached)}
 
 
 def _fetchcontent(request: BuildRequest, what: str) -> tuple[list[dict[str, Any]], dict[str, Path]]:
@@ -439,8 +469,10 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     req = plan_.request
     spec = req.spec
     log = scratch / "build.log"
-    # Only the subdirectory is copied: the build cannot depend on what its digest leaves out.
-    trees.copy_tree(req.tree / spec.subdirectory if spec.subdirectory else req.tree, scratch / "src")
+    # The whole source tree, as pip's build of a subdirectory sees it (``..`` is the source): the digest
+    # covers the subdirectory and what its pyproject.toml names outside it. A link that leads out of the
+    # source is left out (it would read this machine's files).
+    trees.copy_tree(req.tree, scratch / "src", leave_out=trees.links_out(req.tree))
     tools = (toolchain.unpacked(store, plan_.toolchain_wheels, what=f"[builds.{spec.name}]")
              if plan_.toolchain_wheels else None)
     paths = buildenv.prepare(scratch, plan_.fetchcontent_dirs, tools.tree if tools is not None else None)
@@ -459,7 +491,7 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
         python = _make_build_venv(plan_, scratch, log, store)
         args += ["--no-build-isolation", "--python", seen / python.relative_to(scratch)]
     args += buildenv.config_settings(spec, paths, tools, backend_is_skbuild)
-    args.append(seen / "src")
+    args.append(seen / "src" / spec.subdirectory if spec.subdirectory else seen / "src")
     with log.open("a", encoding="utf-8") as fh:
         fh.write(scrub(  # a fetchcontent URL's token stays out of a log the store keeps
             f"# envlock build {spec.name} {plan_.input_digest}\n"

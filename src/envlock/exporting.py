@@ -50,10 +50,18 @@ class ExportResult:
     files: int
     bytes: int
     fetched: int  # wheels brought into the store first
+    pending: tuple[str, ...] = ()  # local builds the lock has not built (--allow-pending): not carried
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(f"{name}: not built for this lock, so the bundle carries no wheel of it (nor a build record or "
+                     f"backend wheels): a sync of it, offline too, needs `envlock build {self.env}` first"
+                     for name in self.pending)
 
     def to_dict(self) -> dict[str, Any]:
         return {"env": self.env, "lock": self.lock, "to": str(self.to), "entries": dict(self.entries),
-                "files": self.files, "bytes": self.bytes, "fetched": self.fetched}
+                "files": self.files, "bytes": self.bytes, "fetched": self.fetched, "pending": list(self.pending),
+                "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)
@@ -73,12 +81,20 @@ class ImportResult:
 
 
 def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
-               progress: Progress | None = None) -> ExportResult:
-    """Write the closure of ``env``'s lock (or ``ref``) to ``to`` (a folder, or ``*.tar``)."""
+               progress: Progress | None = None, allow_pending: bool = False) -> ExportResult:
+    """Write the closure of ``env``'s lock (or ``ref``) to ``to`` (a folder, or ``*.tar``). A lock whose
+    local builds are pending (locked, not built) is refused: the bundle could not rebuild nor sync them
+    (``allow_pending``: written without them, and the result's ``notes`` say so)."""
     if to.exists() and not (to.is_dir() and not any(to.iterdir())):
         raise UsageError(f"--to {to}: already exists; expected a new path (a folder, or FILE.tar)")
     data, label = lock_bytes(ws, env, ref, "export")
     lock = Lock.from_toml(data.decode("utf-8"), label)
+    if (pending := lock.unbuilt()) and not allow_pending:
+        many = len(pending) != 1
+        raise LockError(f"{label}: {len(pending)} local build{'s' if many else ''} not built for this lock "
+                        f"({', '.join(pending)}): the bundle would carry no wheel of {'them' if many else 'it'} "
+                        "(nor a build record or backend wheels), and a sync of it (`--offline` too) would be refused; "
+                        f"build first (`envlock build {env}`), or export the rest with --allow-pending")
     store = Store.open()
     with store.writing():  # no gc while the entries are read
         fetched = _fetch_wheels(store, lock, ws, ref) + _fetch_backends(store, lock, ws, env, label)
@@ -93,7 +109,7 @@ def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
             manifest = bundle.Bundle(env, f"pylock.{env}.toml", lock_sha, label, tuple(entries))
             writer.add_bytes(bundle.MANIFEST, bundle.manifest_bytes(manifest))
     return ExportResult(env, label, to, counts, sum(len(e.files) for e in entries) + 2,
-                        sum(e.size for e in entries) + len(data), fetched)
+                        sum(e.size for e in entries) + len(data), fetched, pending)
 
 
 def _fetch_wheels(store: Store, lock: Lock, ws: Workspace, ref: str | None) -> int:
