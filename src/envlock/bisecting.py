@@ -35,6 +35,7 @@ from envlock.diff import LockDiff, diff_locks
 from envlock.errors import CommandError, EnvlockError, UsageError
 from envlock.lockfile import Lock, read_lock
 from envlock.lockrefs import load_lock_ref
+from envlock.mirrors import MirrorOptions
 from envlock.running import run_environ
 from envlock.spec import EnvSpec, load_env_spec, load_spec
 from envlock.store import Store
@@ -55,6 +56,7 @@ class BisectOptions:
     nightly: str | None = None  # "FROM..TO"
     cmd: tuple[str, ...] = ()
     output: int | None = None  # where the command's stdout goes (a file descriptor; None: inherited)
+    mirrors: MirrorOptions = field(default_factory=MirrorOptions)  # --index and --source, for each lock and sync
 
 
 @dataclass(frozen=True)
@@ -146,10 +148,14 @@ def bisect(ws: Workspace, env: str, options: BisectOptions,
         raise UsageError("envlock bisect ENV ... -- CMD...: no command given after `--`")
     if (options.nightly is None) == (options.good is None and options.bad is None):
         raise UsageError("envlock bisect: give either --good REV --bad REV, or --nightly DATE..DATE")
+    if options.mirrors.indexes or options.mirrors.sources:  # checked once, not as a skip at every step
+        from envlock.mirrors import Mirrors
+
+        Mirrors.of(load_env_spec(ws, env, check_paths=False), options.mirrors)
     store = Store.open()
     before = generations.current_number(store, env)
-    cands = _nightly_candidates(ws, env, store, options.nightly) if options.nightly else \
-        _git_candidates(ws, env, options.good, options.bad)
+    cands = _nightly_candidates(ws, env, store, options.nightly, options.mirrors) if options.nightly else \
+        _git_candidates(ws, env, options.good, options.bad, options.mirrors)
     steps: list[Step] = []
     notes: list[str] = []
     try:
@@ -226,7 +232,8 @@ def _diff(cands: _Candidates, lo: int, hi: int, notes: list[str]) -> LockDiff | 
 # -- over git revisions ----------------------------------------------------------
 
 
-def _git_candidates(ws: Workspace, env: str, good: str | None, bad: str | None) -> _Candidates:
+def _git_candidates(ws: Workspace, env: str, good: str | None, bad: str | None,
+                    mirrors: MirrorOptions) -> _Candidates:
     """The good revision, then each revision up to ``bad`` that changed the env's lock."""
     if good is None or bad is None:
         raise UsageError("envlock bisect: --good REV and --bad REV go together")
@@ -251,7 +258,7 @@ def _git_candidates(ws: Workspace, env: str, good: str | None, bad: str | None) 
         return load_lock_ref(ws, f"{lock_path}@{revs[i]}").lock, names[i]
 
     def sync_one(i: int) -> int:
-        return sync(ws, env, SyncOptions(lock_ref=f"{lock_path}@{revs[i]}")).generation
+        return sync(ws, env, SyncOptions(lock_ref=f"{lock_path}@{revs[i]}", mirrors=mirrors)).generation
 
     return _Candidates("git", [r[:12] for r in revs], names, lock_of, sync_one)
 
@@ -268,7 +275,7 @@ def _commit(repo: Path, rev: str, option: str) -> str:
 # -- over nightly dates ------------------------------------------------------------
 
 
-def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str) -> _Candidates:
+def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str, asked: MirrorOptions) -> _Candidates:
     """The listed dates between FROM and TO (both ends included, listed or not), each locked on
     demand in a temporary workspace."""
     m = re.fullmatch(r"(\d{4}-\d{2}-\d{2})\.\.(\d{4}-\d{2}-\d{2})", span)
@@ -279,7 +286,7 @@ def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str) -> _Ca
         raise UsageError(f"--nightly {span}: expected the good date before the bad one")
     spec = load_env_spec(ws, env)
     shared = _shared_dates(spec)
-    listed = nightly_dates(ws, spec)
+    listed = nightly_dates(ws, spec, asked)
     dates = sorted({first, last} | {d for d in listed if first <= d <= last})
     scratch = store.temp_dir("bisect-ws")
     temp = _temp_workspace(ws, scratch, env)
@@ -293,13 +300,13 @@ def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str) -> _Ca
             from envlock.mirrors import Mirrors
 
             moved = _write_spec(temp, spec, text, shared, dates[i])
-            locked = lock_spec(temp, env, moved, Mirrors.of(moved, None), caches=Caches.configured(ws)).lock
+            locked = lock_spec(temp, env, moved, Mirrors.of(moved, asked), caches=Caches.configured(ws)).lock
             locks[i] = locked if locked is not None else read_lock(temp.lock_path(env))
         return locks[i], f"{env} at nightly {dates[i]}"  # as names[i]
 
     def sync_one(i: int) -> int:
         _write_spec(temp, spec, text, shared, dates[i])
-        result = sync(temp, env, SyncOptions())
+        result = sync(temp, env, SyncOptions(mirrors=asked))
         locks[i] = read_lock(temp.lock_path(env))
         return result.generation
 
@@ -324,14 +331,14 @@ def _shared_dates(spec: EnvSpec) -> set[str]:
     return {d for d in dates if d is not None}
 
 
-def nightly_dates(ws: Workspace, spec: EnvSpec) -> list[str]:
+def nightly_dates(ws: Workspace, spec: EnvSpec, asked: MirrorOptions | None = None) -> list[str]:
     """The dates on which every nightly pin of the spec that shares its date has a build the target
     installs (``listing``, as ``envlock nightlies`` lists them), oldest first."""
     from envlock.listing import list_nightlies
     from envlock.mirrors import Mirrors
 
     found: set[str] | None = None
-    for pkg in list_nightlies(ws, spec, Mirrors.of(spec, None)).packages:
+    for pkg in list_nightlies(ws, spec, Mirrors.of(spec, asked)).packages:
         if pkg.same_date:
             found = set(pkg.usable_dates()) if found is None else found & set(pkg.usable_dates())
     return sorted(found or ())

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from envlock.clirender import count, json_option, out
+from envlock.clirender import count, json_option, mirror_flags, mirror_options, out
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def cmd_export(args: argparse.Namespace, ws: Workspace) -> int:
 
     with ui.progress(quiet=args.quiet or args.json) as bar:
         result = exporting.export_env(ws, args.env, args.lock, args.to.absolute(), progress=bar,
-                                      allow_pending=args.allow_pending)
+                                      allow_pending=args.allow_pending, asked=mirror_options(args))
     for note in result.notes:  # loud, also under --json
         print(f"envlock: note: {note}", file=sys.stderr)
 
@@ -127,9 +127,11 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
     vars(args).update(vars(given), quiet=quiet)
     if unknown:
         raise UsageError(f"envlock bisect {args.env} {unknown[0]} ...: not an option of bisect (--good REV --bad REV, "
-                         "--nightly DATE..DATE, --json, -q); the command goes after `--`")
+                         "--nightly DATE..DATE, --index NAME=URL, --source NAME=URL, --json, -q); the command goes "
+                         "after `--`")
     options = bisecting.BisectOptions(good=args.good, bad=args.bad, nightly=args.nightly,
-                                      cmd=tuple(args.cmd[cut + 1:]), output=2)  # CMD's stdout to stderr
+                                      cmd=tuple(args.cmd[cut + 1:]), output=2,  # CMD's stdout to stderr
+                                      mirrors=mirror_options(args))
 
     def on_step(step: bisecting.Step) -> None:
         if not (args.json or args.quiet):
@@ -171,6 +173,7 @@ def _bisect_options() -> argparse.ArgumentParser:
     p.add_argument("--nightly", metavar="DATE..DATE")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
+    mirror_flags(p)
     return p
 
 
@@ -197,6 +200,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--allow-pending", action="store_true",
                    help="export a lock whose local builds are not built yet, without them (refused otherwise: "
                    "the bundle could neither sync nor rebuild them); a note names each")
+    mirror_flags(p)
     json_option(p)
 
     p = add("import", cmd_import, "add an exported closure to the store (every file hash-checked) and pin its lock",
@@ -252,9 +256,11 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "Options (after ENV, before `--`):\n"
             "  --good REV --bad REV   a revision whose lock is good, and a later one whose lock is bad\n"
             "  --nightly FROM..TO     the good date and the bad date (YYYY-MM-DD)\n"
+            "  --index NAME=URL, --source NAME=URL   mirrors, as every command takes them\n"
             "  --json                 one JSON document on stdout\n"
             "  -q, --quiet            no line per step on stderr as it ends")
-    p.usage = "envlock bisect ENV (--good REV --bad REV | --nightly FROM..TO) [--json] [-q] -- CMD..."
+    p.usage = ("envlock bisect ENV (--good REV --bad REV | --nightly FROM..TO) [--index NAME=URL] [--source NAME=URL] "
+               "[--json] [-q] -- CMD...")
     p.add_argument("env", metavar="ENV")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="...", help="options, then -- CMD...")
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+from envlock.clirender import mirror_flags
+
 if TYPE_CHECKING:
     from envlock.mirrors import MirrorOptions
     from envlock.workspace import Workspace
@@ -55,8 +57,7 @@ def add_upgrade(add: Callable[..., argparse.ArgumentParser],
                    help="move each build whose project upstream renamed (its [builds.NAME...] tables and its "
                    "package entry) to the new name, every comment kept")
     p.add_argument("--dry-run", action="store_true", help="write nothing (spec, lock, patches); the same report")
-    p.add_argument("--index", action="append", default=[], metavar="NAME=URL", help="read spec index NAME at URL")
-    p.add_argument("--source", action="append", default=[], metavar="NAME=URL", help="fetch git source NAME from URL")
+    mirror_flags(p)
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="the report for a terminal, as a block for a pull request, or one JSON document")
     p.add_argument("--json", action="store_true", help="the same as --format json")

@@ -25,7 +25,7 @@ from envlock import buildinputs, bundle, fetch
 from envlock.closure import EntryRef, lock_closure, pinned_requirement
 from envlock.errors import EnvlockError, LockError, StoreError, UsageError
 from envlock.lockfile import Lock
-from envlock.mirrors import Mirrors
+from envlock.mirrors import MirrorOptions, Mirrors, package_locator
 from envlock.pinning import Pin, lock_bytes, pin_lock
 from envlock.progress import Progress
 from envlock.resolve import index_urls
@@ -80,8 +80,8 @@ class ImportResult:
                 "bytes": self.bytes, "pin": self.pin.to_dict(), "lock": str(self.pin.path)}
 
 
-def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
-               progress: Progress | None = None, allow_pending: bool = False) -> ExportResult:
+def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *, progress: Progress | None = None,
+               allow_pending: bool = False, asked: MirrorOptions | None = None) -> ExportResult:
     """Write the closure of ``env``'s lock (or ``ref``) to ``to`` (a folder, or ``*.tar``). A lock whose
     local builds are pending (locked, not built) is refused: the bundle could not rebuild nor sync them
     (``allow_pending``: written without them, and the result's ``notes`` say so)."""
@@ -97,7 +97,9 @@ def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
                         f"build first (`envlock build {env}`), or export the rest with --allow-pending")
     store = Store.open()
     with store.writing():  # no gc while the entries are read
-        fetched = _fetch_wheels(store, lock, ws, ref) + _fetch_backends(store, lock, ws, env, label)
+        mirrors = _mirrors(ws, env, asked)
+        with mirrors.credentials():
+            fetched = _fetch_wheels(store, lock, ws, mirrors) + _fetch_backends(store, lock, ws, env, label, mirrors)
         needed = _plan(store, lock, label, env)
         counts: dict[str, int] = {}
         with bundle.open_writer(to) as writer:
@@ -112,17 +114,32 @@ def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
                         sum(e.size for e in entries) + len(data), fetched, pending)
 
 
-def _fetch_wheels(store: Store, lock: Lock, ws: Workspace, ref: str | None) -> int:
-    """Bring the lock's wheels the store lacks into it (local ones from the wheelhouse); how many."""
+def _mirrors(ws: Workspace, env: str, asked: MirrorOptions | None) -> Mirrors:
+    """The mirrors of the workspace's spec of ``env`` (``asked`` and the environment's); none without a spec
+    that reads (then a mirror asked for is an error: mirrors are named by the spec's indexes)."""
+    try:
+        spec = load_env_spec(ws, env, check_paths=False)
+    except EnvlockError:
+        if asked is not None and (asked.indexes or asked.sources):
+            raise
+        return Mirrors()
+    return Mirrors.of(spec, asked)
+
+
+def _fetch_wheels(store: Store, lock: Lock, ws: Workspace, mirrors: Mirrors) -> int:
+    """Bring the lock's wheels the store lacks into it (local ones from the wheelhouse, mirrored ones from
+    their mirror); how many."""
     wheels = [p.wheels[0] for p in lock.packages]
     missing = [a for a in wheels if not store.has("wheels", a.sha256)]
     if not missing:
         return 0
-    got = fetch.fetch(missing, store, base_dir=ws.root / "locks", env=lock.env or "ENV")
+    by_package = mirrors.for_packages(lock)
+    locate = package_locator(lock.packages, by_package) if by_package else None
+    got = fetch.fetch(missing, store, base_dir=ws.root / "locks", env=lock.env or "ENV", locate=locate)
     return sum(1 for a in got.artifacts if a.source != "store")
 
 
-def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: str) -> int:
+def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: str, mirrors: Mirrors) -> int:
     """Bring into the store a wheel of each build requirement the lock records that it holds none
     of (for this machine: a bundle is for a machine like the one that built), from the default index of
     the workspace's spec of ``env``, held to the locked hashes, as a build brings them in; how many."""
@@ -131,20 +148,16 @@ def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: st
                for name, b in sorted(lock.builds.items())}
     if not any(lacking.values()):
         return 0
-    try:
-        spec = load_env_spec(ws, env, check_paths=False)
-        mirrors = Mirrors.of(spec)
-        url: str | None = index_urls(spec, mirrors.indexes)[spec.default_index.name]
-    except EnvlockError:
-        mirrors, url = Mirrors(), None  # no spec to read the index from: the error below names what is missing
-    with mirrors.credentials():
-        for name, lines in lacking.items():
-            try:
-                buildinputs.backend_wheels(lines, store, python=lock.python, index_url=url, offline=False,
-                                           what=f"{label}: builds.{name}", env=env)
-            except EnvlockError as exc:
-                raise StoreError(f"{exc.message}; the bundle would not rebuild it offline, so nothing was written",
-                                 details=exc.details) from None
+    spec = mirrors.spec
+    # No spec to read the index from: the error below names what is missing.
+    url = index_urls(spec, mirrors.indexes)[spec.default_index.name] if spec is not None else None
+    for name, lines in lacking.items():
+        try:
+            buildinputs.backend_wheels(lines, store, python=lock.python, index_url=url, offline=False,
+                                       what=f"{label}: builds.{name}", env=env)
+        except EnvlockError as exc:
+            raise StoreError(f"{exc.message}; the bundle would not rebuild it offline, so nothing was written",
+                             details=exc.details) from None
     return sum(len(lines) for lines in lacking.values())
 
 

@@ -96,7 +96,7 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None,
     out: dict[str, tuple[PatchCheck, ...]] = {}
     commits: dict[str, str | None] = {}
     pins: dict[str, str | None] = {}
-    mirrors = Mirrors.of(spec, asked, read_indexes=False)
+    mirrors = Mirrors.of(spec, asked, read_indexes=bool(asked and asked.indexes))  # --index: checked, unused
     for name, src in sorted(spec.sources.items()):
         if not src.patches:
             continue
@@ -174,7 +174,7 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
     src = spec.sources[source]
     store = Store.open()
     lock = LockFile.read(ws.lock_path(env)).lock
-    mirrors = Mirrors.of(spec, asked, read_indexes=False)
+    mirrors = Mirrors.of(spec, asked, read_indexes=bool(asked and asked.indexes))  # --index: checked, unused
     prepared = source_at(ws, store, source, src, against=against, lock=lock, mirrors=mirrors)
     base = None
     if against is not None:  # the tree the patches were recorded on: what a conflict is merged against

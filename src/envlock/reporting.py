@@ -37,8 +37,9 @@ from envlock.diff import (
     SourceMove,
     diff_locks,
 )
-from envlock.errors import EnvlockError
+from envlock.errors import EnvlockError, UsageError, redact
 from envlock.lockfile import Lock
+from envlock.mirrors import MirrorOptions
 from envlock.patchfile import parse_patch_file
 from envlock.spec import COMMIT_ID, EnvSpec, load_env_spec
 from envlock.store import Store, store_file
@@ -71,12 +72,14 @@ class ReportOptions:
     """How far ``upgrade_report`` may reach: ``fetch`` the history of moved git sources into the
     store (network); ``fetch_from``: source name -> a mirror of its URL to fetch from instead;
     ``fetch_hint``: what to tell when the history is missing and not fetched; ``yanked``: read the
-    index page of each of the new lock's packages for the files yanked since (network)."""
+    index page of each of the new lock's packages for the files yanked since (network); ``mirrors``:
+    the mirrors the command was given (the indexes they stand for are named by the spec's names)."""
 
     fetch: bool = False
     fetch_from: Mapping[str, str] | None = None
     fetch_hint: str = DIFF_FETCH_HINT
     yanked: bool = False
+    mirrors: MirrorOptions | None = None  # --index and --source given (else the environment's only)
 
 
 def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str, new_label: str,
@@ -97,13 +100,30 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
     old_spec = old_spec or new_spec
     store = store or Store.open(create=options.fetch)  # only a fetch writes (into the mirrors)
     ctx = _spec_context(old_spec, new_spec)
-    if options.fetch and options.fetch_from is None and new_spec is not None:
-        from envlock.mirrors import source_mirrors  # ENVLOCK_SOURCE_<NAME>: where the sync fetches it
+    asked = options.mirrors or MirrorOptions()
+    if new_spec is not None:
+        from envlock.mirrors import index_mirrors, source_mirrors  # ENVLOCK_*_<NAME> and the options
 
         try:
-            options = replace(options, fetch_from=source_mirrors(new_spec))
-        except EnvlockError as exc:
+            named = index_mirrors(new_spec, asked.indexes)
+        except EnvlockError as exc:  # a bad ENVLOCK_INDEX_* variable says less; a bad --index is the command's error
+            if asked.indexes:
+                raise
+            named = {}
             notes.append(exc.message)
+        # A lock made through a mirror records the mirror's URL: still named by the spec's name.
+        ctx = replace(ctx, index_names={**{redact(url).rstrip("/"): name for name, url in named.items()},
+                                        **ctx.index_names})
+        if asked.sources:  # checked as every command checks them (used by --fetch)
+            options = replace(options, fetch_from=options.fetch_from or source_mirrors(new_spec, asked.sources))
+        elif options.fetch and options.fetch_from is None:
+            try:
+                options = replace(options, fetch_from=source_mirrors(new_spec))
+            except EnvlockError as exc:
+                notes.append(exc.message)
+    elif asked.indexes or asked.sources:
+        raise UsageError("--index/--source: mirrors are named by a spec's indexes and sources, and no spec of the "
+                         "new lock's env reads here")
     patch_files = _patch_files(ws, old, new)
     histories, mirrors, missing = _histories(store, old, new, patch_files, options)
     notes += missing
@@ -120,22 +140,23 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
     diff = diff_locks(old, new, old_label=old_label, new_label=new_label, context=ctx)
     yanked = list(yanks.recorded(new))
     if options.yanked:
-        checked = _yanked_now(new, new_spec)
+        checked = _yanked_now(new, new_spec, asked)
         live = {y.package for y in checked.yanked}
         yanked = sorted([*(y for y in yanked if y.package not in live), *checked.yanked], key=lambda y: y.package)
         notes += checked.notes
     return UpgradeReport(diff, tuple(notes), tuple(yanked))
 
 
-def _yanked_now(lock: Lock, spec: EnvSpec | None) -> yanks.IndexCheck:
-    """``yanks.check_index`` of ``lock``: with the mirrors and credentials of ``spec`` (the workspace's
-    spec of its env) when there is one and they read, else at the indexes the lock records."""
+def _yanked_now(lock: Lock, spec: EnvSpec | None, asked: MirrorOptions) -> yanks.IndexCheck:
+    """``yanks.check_index`` of ``lock``: with the mirrors (``asked`` and the environment's) and credentials
+    of ``spec`` (the workspace's spec of its env) when there is one and they read, else at the indexes the
+    lock records."""
     from envlock.mirrors import Mirrors
 
     mirrors = Mirrors()
     if spec is not None:
         try:
-            mirrors = Mirrors.of(spec)
+            mirrors = Mirrors.of(spec, asked)
         except EnvlockError as exc:  # a bad ENVLOCK_INDEX_* variable: the recorded indexes, and why
             checked = yanks.check_index(lock)
             return replace(checked, notes=(*checked.notes, exc.message))
