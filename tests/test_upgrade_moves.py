@@ -16,6 +16,7 @@ import pytest
 from conftest import backend_wheels
 from kit.index import IndexServer
 from kit.moves import NEW_HASH, Move, make_move, move_index, spec_text
+from kit.sglike import commit_all, init_repo
 
 EXCLUDE = '\n[resolution]\nexclude = ["libbase-cu13"]   # the overlap, settled\n'
 PATCHES = 'patches = ["patches/up/0001-sizes.patch"]\n'
@@ -87,6 +88,8 @@ def test_an_upgrade_names_every_problem_it_finds_in_one_report(ws, cli, move: Mo
 def test_fix_renames_moves_every_table_of_a_renamed_build_and_the_report_names_every_move(  # type: ignore[no-untyped-def]
         ws, cli, move: Move, index: IndexServer) -> None:
     spec = _locked(ws, cli, move, index, spec_text(move, index).replace(PATCHES, "") + EXCLUDE)
+    init_repo(ws.root)  # the workspace is a git checkout, as yours should be: `diff ...@HEAD` reads the old lock
+    commit_all(ws.root, "locked at the pin")
     r = cli("upgrade", "e", "--rev", "up=main", "--dry-run")
     assert r.code == 2  # the one problem: a spec that names the build by its old name
     assert r.err.splitlines()[-4:-2] == [
@@ -98,7 +101,7 @@ def test_fix_renames_moves_every_table_of_a_renamed_build_and_the_report_names_e
     # In place: the tables and the package entry renamed, every comment and line kept.
     assert spec.read_text() == (
         spec_text(move, index, kernel="kern-ng").replace(PATCHES, "") + EXCLUDE).replace(
-        f'rev = "{move.pin}"   # the pin', f'rev = "{move.main}"   # main')
+        f'rev = "{move.pin}"   # the pin', f'rev = "{move.main}"   # the pin')
     assert len(spec.read_text().splitlines()) == len(before.splitlines())
     out = r.out.splitlines()
     assert out[2] == (f"  builds.kern renamed kern-ng (source up's kernel/pyproject.toml at {move.main[:12]}): "
@@ -123,6 +126,13 @@ def test_fix_renames_moves_every_table_of_a_renamed_build_and_the_report_names_e
         "drop it from [builds.kern-ng.fetchcontent]"]
     assert out[-1] == "wrote envs/e.toml and locks/pylock.e.toml"
     assert cli("lock", "e", "--check").code == 0
+    # `envlock diff` of the two locks gives the same report, with the same reasons (the old spec read from git).
+    diff = cli("diff", "locks/pylock.e.toml@HEAD", "e")
+    assert diff.code == 0, diff.err
+    report = out[out.index("--- locks/pylock.e.toml") + 2:next(i for i, line in enumerate(out) if "identical" in line)]
+    assert diff.out.splitlines()[2:-1] == report
+    assert {line.removeprefix("envlock: ") for line in diff.err.splitlines()} == {
+        line for line in out if line.startswith("note: builds.kern-ng.fetchcontent.")}
 
 
 def test_fix_renames_alone_renames_at_the_pin(ws, cli, move: Move, index: IndexServer) -> None:  # type: ignore[no-untyped-def]

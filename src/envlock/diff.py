@@ -256,7 +256,7 @@ class BuildVerdict:
                        f"{self.name})"
             return f"{self.name}: removed (no longer built)"
         if not self.rebuild:
-            return f"{self.name}: inputs unchanged"
+            return f"{self.name}: inputs unchanged" + ("; not built for either lock yet" if self.pending else "")
         why = [i.text() for i in self.inputs]
         if self.action == "added":
             why.insert(0, f"renamed from {self.renamed}" if self.renamed is not None else "new build")
@@ -583,15 +583,20 @@ def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext, moved: Mapping[str, 
                                     renamed=renamed.get(name)))
             continue
         inputs = _build_inputs(name, old, new, ctx, moved)
+        unrecorded = BuildInput("unrecorded", "unrecorded", note="an input the lock does not record moved (the "
+                                "toolchain: compilers, cmake, nvcc, uv; the interpreter or the host)")
         if ba is not None and bb is not None:
             rebuild = ba.input_digest != bb.input_digest
             if rebuild and not inputs:  # the digest covers what the lock does not record
-                inputs = (BuildInput("unrecorded", "unrecorded", note="an input the lock does not record moved "
-                                     "(the toolchain: compilers, cmake, nvcc, uv; the interpreter or the host)"),)
+                inputs = (unrecorded,)
             elif not rebuild:
                 inputs = ()
+        elif ba is None and bb is None and name in old_pending and not inputs:
+            rebuild = False  # built for neither lock, and nothing it reads moved: this move rebuilds nothing
         else:
             rebuild = True
+            if ba is not None and not inputs and name in ctx.builds:  # kept no record, though nothing shown moved
+                inputs = (unrecorded,)
         # Declared in the old lock's spec too but never built there: not a new build.
         action = ("added" if ba is None and name not in old_pending else "changed" if rebuild else "unchanged")
         out.append(BuildVerdict(name, action, rebuild, bb is None, ba.input_digest if ba else None,

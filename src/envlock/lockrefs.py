@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 from envlock import runner
 from envlock.drift import drift
-from envlock.errors import EnvlockError, LockError, UsageError
+from envlock.errors import EnvlockError, LockError, SpecError, UsageError
 from envlock.lockfile import Lock, read_lock
-from envlock.spec import load_env_spec
+from envlock.spec import EnvSpec, load_env_spec, parse_spec
+from envlock.tomlio import load_toml
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ class LockRef:
     path: Path | None  # the file a sync may write the venv digest back to (None: read from git)
     folder: Path  # what the lock's relative ``path`` wheels are relative to
     env: str | None = None  # the env name it was given as (its workspace lock file), if so
+    at: tuple[Path, str] | None = None  # read from git: (the repository, the revision)
 
     @property
     def writable(self) -> bool:
@@ -96,8 +98,10 @@ def diff_refs(ws: Workspace, old: str, new: str,
         if not stale.current:
             notes.append(f"{ws.relative(ref.path)} is stale for envs/{env}.toml ({'; '.join(stale.reasons)}); "
                          f"run `envlock lock {env}` to diff what the spec asks for")
+    # The specs the two locks were made from, where git has them, as `upgrade` has both: the same reasons.
+    new_spec = spec_at(ws, after)
     report = upgrade_report(ws, before.lock, after.lock, old_label=before.label, new_label=after.label,
-                            options=options)
+                            old_spec=spec_at(ws, before) or new_spec, new_spec=new_spec, options=options)
     return report, (*notes, *report.notes)
 
 
@@ -152,7 +156,27 @@ def _git_lock(ws: Workspace, ref: str, path_part: str, rev: str) -> LockRef:
         text = shown.decode("utf-8")  # strictly, as read_lock reads a file
     except UnicodeDecodeError as exc:
         raise LockError(f"{ref}: not UTF-8 text (byte {exc.start}); not a lock file") from None
-    return LockRef(Lock.from_toml(text, ref), ref, None, path.parent)
+    return LockRef(Lock.from_toml(text, ref), ref, None, path.parent, at=(repo, rev))
+
+
+def spec_at(ws: Workspace, ref: LockRef) -> EnvSpec | None:
+    """The spec ``ref``'s lock was made from, when git has it: ``envs/ENV.toml`` at the revision a
+    ``PATH@REV`` lock was read at (None: a lock from a file, or no such spec there, or one that does
+    not read)."""
+    if ref.at is None or not ref.lock.env:
+        return None
+    repo, rev = ref.at
+    rel = (ws.root / "envs" / f"{ref.lock.env}.toml").resolve()
+    if not rel.is_relative_to(repo.resolve()):
+        return None
+    shown = runner.git(["show", f"{rev}:{rel.relative_to(repo.resolve()).as_posix()}"], cwd=repo)
+    if not shown.ok:
+        return None
+    origin = Path(f"envs/{ref.lock.env}.toml@{rev}")
+    try:
+        return parse_spec(load_toml(shown.stdout, origin, SpecError), name=ref.lock.env, origin=origin)
+    except SpecError:
+        return None
 
 
 def _lock_file_here(ws: Workspace, ref: str) -> bool:

@@ -52,9 +52,13 @@ class PatchCheck:
         lines = [f"Upstream: {self.status.upstream}"] if self.status.upstream else []
         if not self.commits:
             return [*lines, "no upstream commit touches its files"]
-        where = "lines within its hunks" if self.touch == "touched" else "its files, not its hunks"
         n = len(self.commits)
-        lines.append(f"{n} upstream commit{'' if n == 1 else 's'} touch{'es' if n == 1 else ''} {where}:")
+        touched = sum(1 for c in self.commits if c.touch == "touched")
+        head = f"{n} upstream commit{'' if n == 1 else 's'} touch{'es' if n == 1 else ''}"
+        if touched and touched < n:  # each counted where it touches: the list says which is which
+            lines.append(f"{head} its files: {touched} within its hunks, {n - touched} only elsewhere in them:")
+        else:
+            lines.append(f"{head} {'lines within its hunks' if touched else 'its files, not its hunks'}:")
         return lines + [f"  {c.commit[:12]} {c.touch:9} {c.subject}" for c in self.commits]
 
 

@@ -73,6 +73,13 @@ def set_rev(text: str, source: str, commit: str, *, origin: str, comment: str | 
     return set_string(text, ("sources", source, "rev"), commit, origin=origin, comment=comment)
 
 
+def comment_of(text: str, path: Sequence[str], *, origin: str) -> str:
+    """The comment after the value at ``path`` (without ``#``; "" when none)."""
+    value = _container(_parse(text, origin), path, origin).get(path[-1])
+    trivia = getattr(value, "trivia", None)
+    return (trivia.comment or "").lstrip("#").strip() if trivia is not None else ""
+
+
 def set_string(text: str, path: Sequence[str], value: str, *, origin: str, comment: str | None = KEEP) -> str:
     """``text`` with the string at ``path`` (keys as the spec spells them) replaced by ``value``.
 

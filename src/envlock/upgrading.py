@@ -134,6 +134,7 @@ class UpgradePlan:
     nightlies: tuple[NightlyMove, ...]
     sources: tuple[SourceMove, ...]
     renames: tuple[Rename, ...] = ()  # builds moved to the name upstream gave them (--fix-renames)
+    notes: tuple[str, ...] = ()  # what the edits left for a person to check (a comment kept after a moved rev)
 
     @property
     def spec_changed(self) -> bool:
@@ -171,7 +172,7 @@ class UpgradeResult:
             "renames": [r.to_dict() for r in self.plan.renames],
             "patches": {name: [s.to_dict() for s in st] for name, st in sorted(self.patches.items())},
             "diff": self.report.to_dict(), "lock_changed": self.lock_changed, "unbuilt": list(self.unbuilt),
-            "note": self.note, "notes": list(self.notes),
+            "note": self.note, "notes": [*self.plan.notes, *self.notes],
         }
 
 
@@ -242,9 +243,11 @@ def plan_upgrade(ws: Workspace, spec: EnvSpec, text: str, old: Lock, options: Up
     changes: list[SpecChange] = []
     newest = _newest(ws, spec, mirrors, store, origin) if LATEST in options.nightlies.values() else None
     edited, nightlies = _nightly_edits(spec, text, options.nightlies, newest, origin, changes)
-    edited, moved = _rev_edits(spec, edited, options.revs, old, mirrors, store, origin, changes)
+    notes: list[str] = []
+    edited, moved = _rev_edits(spec, edited, options.revs, old, mirrors, store, origin, changes, notes)
     edited = _version_edits(spec, edited, options.versions, origin, changes)
-    return UpgradePlan(old_text=text, new_text=edited, changes=tuple(changes), nightlies=nightlies, sources=moved)
+    return UpgradePlan(old_text=text, new_text=edited, changes=tuple(changes), nightlies=nightlies, sources=moved,
+                       notes=tuple(notes))
 
 
 def carry_patches(ws: Workspace, spec: EnvSpec, moves: Sequence[SourceMove], store: Store,
@@ -412,8 +415,8 @@ def report_lines(ws: Workspace, result: UpgradeResult, *, markdown: bool = False
     lines += ([""] if markdown else []) + render(result.report).splitlines() + ([""] if markdown else [])
     lines += [f"{item}{name}: not built for the new lock yet; `envlock build {result.env}` builds it "
               f"(`envlock sync {result.env}` too)" for name in result.unbuilt]
-    lines += [f"{item if markdown else ''}note: {note}" for note in (*result.notes, *result.report.notes,
-                                                                    result.note) if note]
+    lines += [f"{item if markdown else ''}note: {note}" for note in (*result.plan.notes, *result.notes,
+                                                                    *result.report.notes, result.note) if note]
     if result.dry_run:
         lines.append(f"dry run: {spec} and {lock} unchanged; run without --dry-run to write them")
     else:
@@ -497,7 +500,7 @@ def _newest(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, origin
 
 
 def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mirrors: Mirrors, store: Store,
-               origin: str, changes: list[SpecChange]) -> tuple[str, tuple[SourceMove, ...]]:
+               origin: str, changes: list[SpecChange], notes: list[str]) -> tuple[str, tuple[SourceMove, ...]]:
     """Each asked source's ``rev`` set to the full commit its REV names now, REV (a branch or tag)
     in a comment after it."""
     moves = []
@@ -513,8 +516,15 @@ def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mir
         with mirrors.source_hint(name, src.git):
             commit = sources.resolve_rev(src.git, rev, store=store, fetch_from=mirrors.sources.get(name))
         # A branch or tag is said after the commit it named; a hash needs no comment (and an old
-        # branch name there would now mislead).
-        comment = "" if commit.startswith(rev) else rev
+        # branch name there would now mislead). A comment of the user's own (more than a name) stays, as
+        # `patch rebase` keeps it, and is noted: it may speak of the old commit.
+        written = specedit.comment_of(text, ("sources", name, "rev"), origin=origin)
+        comment: str | None = "" if commit.startswith(rev) else rev
+        if len(written.split()) > 1:
+            comment = specedit.KEEP
+            named = "" if commit.startswith(rev) else f"; {rev} names {commit[:12]}"
+            notes.append(f"sources.{name}.rev: the comment after it is kept as it was ({written}): check it still "
+                         f"holds{named}")
         edited = specedit.set_rev(text, name, commit, origin=origin, comment=comment)
         if edited != text:  # else pinned there already, and said so
             changes.append(SpecChange(f"sources.{name}.rev", src.rev or "", commit, comment))
