@@ -105,6 +105,9 @@ class BuildRequest:
     # The lock's toolchain lines, taken instead of resolving ``spec.toolchain`` again (as
     # ``locked_requirements``).
     locked_toolchain: tuple[str, ...] | None = None
+    # Planned only to compare its input digest (``envlock lock``): the FetchContent inputs' pins suffice,
+    # their trees are not fetched; such a plan is never built.
+    digest_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -437,7 +440,8 @@ def _outside(request: BuildRequest, project: Path, what: str) -> dict[str, str]:
 def _fetchcontent(request: BuildRequest, what: str) -> tuple[list[dict[str, Any]], dict[str, Path]]:
     """What the input digest covers of each FetchContent input of ``request``, and its tree."""
     spec = request.spec
-    if missing := [dep.name for dep in spec.fetchcontent if dep.name not in request.fetchcontent]:
+    missing = [dep.name for dep in spec.fetchcontent if dep.name not in request.fetchcontent]
+    if missing and not request.digest_only:
         raise ValueError(f"{what}: the request has no checkout of fetchcontent {', '.join(missing)}")
     fc_recipe = []
     for dep in spec.fetchcontent:
@@ -445,7 +449,7 @@ def _fetchcontent(request: BuildRequest, what: str) -> tuple[list[dict[str, Any]
         if pin is None and not (dep.git is not None and dep.pinned_by_spec):  # a tag can move: its commit, then
             raise ValueError(f"{what}: the request has no pin of fetchcontent {dep.name} (a tag, branch or archive)")
         fc_recipe.append(dict(pin) if pin is not None else {"name": dep.name, "git": dep.git, "rev": dep.rev})
-    fc_dirs = {dep.name: request.fetchcontent[dep.name] for dep in spec.fetchcontent}
+    fc_dirs = {dep.name: request.fetchcontent[dep.name] for dep in spec.fetchcontent if dep.name not in missing}
     for name, fc_dir in fc_dirs.items():
         # CMake reads it as a source folder; the recipe pins only its commit, which says
         # nothing of what a link out of it reads.
@@ -468,6 +472,8 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     Raises ``BuildError`` with the log kept."""
     req = plan_.request
     spec = req.spec
+    if req.digest_only:  # its FetchContent inputs were pinned, not fetched
+        raise ValueError(f"[builds.{spec.name}]: a plan made to compare input digests is never built")
     log = scratch / "build.log"
     # The whole source tree, as pip's build of a subdirectory sees it (``..`` is the source): the digest
     # covers the subdirectory and what its pyproject.toml names outside it. A link that leads out of the

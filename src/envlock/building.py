@@ -99,10 +99,11 @@ def prepare_inputs(
     names: set[str] | None = None,
     builds: Sequence[BuildSpec] = (),
     mirrors: Mirrors | None = None,
+    pin_only: bool = False,
 ) -> tuple[dict[str, SourceState], dict[str, dict[str, FetchedInput]]]:
     """Every git or URL input first -- the sources (only ``names``, if given) and the FetchContent
-    inputs of ``builds`` -- each tried, those that cannot be fetched named together in one error
-    (before any wheel is downloaded); then each source's patches applied."""
+    inputs of ``builds`` (``pin_only``: pinned, not fetched) -- each tried, those that cannot be fetched
+    named together in one error (before any wheel is downloaded); then each source's patches applied."""
     mirrors = mirrors or Mirrors()
     overrides = overrides or {}
     unknown = sorted(set(overrides) - set(spec.sources))
@@ -122,7 +123,7 @@ def prepare_inputs(
             if src.git is None or isinstance(exc, SourceTreeError):
                 raise
             failed.append(Unreachable(f"sources.{name}", name, exc, name in mirrors.sources))
-    fetched, fc_failed = buildinputs.fetch_fetchcontent(builds, store, mirrors.sources, lock)
+    fetched, fc_failed = buildinputs.fetch_fetchcontent(builds, store, mirrors.sources, lock, pin_only=pin_only)
     deps = {f"builds.{b.name}.fetchcontent.{d.name}": (b.name, d) for b in builds for d in b.fetchcontent}
 
     def single(f: Unreachable) -> Exception:
@@ -156,12 +157,14 @@ def _patched(ws: Workspace, store: Store, src: SourceSpec, prepared: sources.Pre
 
 def sources_for_lock(ws: Workspace, spec: EnvSpec, store: Store, old: Lock | None,
                      mirrors: Mirrors) -> tuple[dict[str, SourceState], dict[str, dict[str, FetchedInput]]]:
-    """Every source of the spec prepared for ``lock`` (the commits ``old`` pinned are kept), and every
-    FetchContent input of its builds fetched (the tags' commits and archives' sha256 ``old`` pinned are
-    kept): all before the resolution downloads anything."""
+    """Every source of the spec prepared for ``lock`` (the commits ``old`` pinned are kept: their trees give
+    the built packages' metadata), and every FetchContent input of its builds pinned, not fetched (the
+    resolution reads none of them; the tags' commits and archives' sha256 ``old`` pinned are kept): all
+    before the resolution downloads anything."""
     if not spec.sources:
         return {}, {}
-    return prepare_inputs(ws, spec, store, lock=old, builds=list(spec.builds.values()), mirrors=mirrors)
+    return prepare_inputs(ws, spec, store, lock=old, builds=list(spec.builds.values()), mirrors=mirrors,
+                          pin_only=True)
 
 
 def _project_name(project: Path) -> str | None:
@@ -268,7 +271,7 @@ class BuildSession:
 
     def fetched(self, b: BuildSpec) -> dict[str, FetchedInput]:
         """``b``'s FetchContent inputs in the store: those fetched with the session's sources, else now."""
-        if b.name in self.inputs:
+        if b.name in self.inputs and all(f.tree is not None for f in self.inputs[b.name].values()):
             return dict(self.inputs[b.name])
         got, failed = buildinputs.fetch_fetchcontent([b], self.store, self.mirrors.sources, self.lock)
         deps = {f"builds.{b.name}.fetchcontent.{d.name}": d for d in b.fetchcontent}
@@ -277,18 +280,20 @@ class BuildSession:
         return got[b.name]
 
     def request(self, b: BuildSpec, env_packages: tuple[build.BuildEnvPackage, ...],
-                recorded: LockedBuild | None = None) -> build.BuildRequest:
+                recorded: LockedBuild | None = None, *, digest_only: bool = False) -> build.BuildRequest:
         """What to build for ``b`` (its source prepared, its FetchContent inputs fetched);
-        ``recorded``'s build requirements are taken instead of resolving them anew (a frozen rebuild)."""
+        ``recorded``'s build requirements are taken instead of resolving them anew (a frozen rebuild).
+        ``digest_only``: only to compare its input digest (a lock): its FetchContent inputs' pins, not trees."""
         state = self.states[b.source]
-        inputs = self.fetched(b)
+        inputs = dict(self.inputs.get(b.name, {})) if digest_only else self.fetched(b)
         return build.BuildRequest(
             b, state.patched.tree, state.prepared.source_date_epoch, self.spec.python, self.spec.platform,
             self.index_url, () if b.isolation else env_packages,
             recorded.requirements if recorded is not None else None,
-            {name: f.tree for name, f in inputs.items()},
+            {name: f.tree for name, f in inputs.items() if f.tree is not None},
             {name: f.pin.recipe(name) for name, f in inputs.items()},
             (recorded.toolchain or None) if recorded is not None else None,
+            digest_only=digest_only,
         )
 
     def with_backend(self, plan_: build.BuildPlan) -> build.BuildPlan:
@@ -318,7 +323,7 @@ def checkout_fetchcontent(b: BuildSpec, store: Store, mirrors: Mapping[str, str]
     deps = {f"builds.{b.name}.fetchcontent.{d.name}": d for d in b.fetchcontent}
     buildinputs.raise_unreachable(failed, Path(f"[builds.{b.name}]"),
                                   lambda f: buildinputs.fetchcontent_error(b.name, f, deps[f.key]))
-    return {name: f.tree for name, f in got[b.name].items()}
+    return {name: f.tree for name, f in got[b.name].items() if f.tree is not None}
 
 
 @dataclass(frozen=True)
@@ -674,7 +679,7 @@ def carry_builds(session: BuildSession, old: Lock | None) -> tuple[Lock, tuple[F
         package = old_packages.get(canonicalize_name(b.name))
         if recorded is None or package is None:
             continue  # nothing to keep
-        request = session.request(b, env_packages)
+        request = session.request(b, env_packages, digest_only=True)  # a lock fetches no FetchContent input
         if build.plan(request, session.store).input_digest == recorded.input_digest:
             kept_builds[b.name] = recorded
             kept_packages.append(package)
