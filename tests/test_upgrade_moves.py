@@ -72,10 +72,14 @@ def test_an_upgrade_names_every_problem_it_finds_in_one_report(ws, cli, move: Mo
     assert ('       fix: resolution.exclude = ["libbase"] or resolution.exclude = ["libbase-cu13"] in e.toml, for the '
             "one the env does not need; or, if the shared file is harmless, resolution.allow-overlap = [{ path = "
             '"cutlass_dsl/_mlir/x.py", packages = ["libbase", "libbase-cu13"], reason = "..." }]') in lines
-    # How the rest was found, and what the relock noted: the input upstream added, in the spec's own form.
-    assert lines[-2:] == [
+    # How the rest was found, and what else moved: the input upstream dropped (from the store's mirror), the one
+    # it added (the relock's note), in the spec's own form.
+    assert lines[-3:] == [
         "  the relock was tried with sources.up without its patches and builds.kern as kern-ng, as the fixes would "
         "leave them",
+        f"  note: builds.kern-ng.fetchcontent.repo-old: the CMake files of kernel/ no longer declare it at "
+        f"{move.main[:12]} (they did at {move.pin[:12]}): it is still fetched, in the input digest and in the lock; "
+        "drop it from [builds.kern-ng.fetchcontent]",
         "  note: builds.kern-ng.fetchcontent: kernel/CMakeLists.txt declares repo-new (URL "
         "https://github.com/x/new/archive/v2.0.tar.gz), the spec does not: the build downloads it unchecked, or "
         'cannot configure (declare repo-new = { url = "https://github.com/x/new/archive/v2.0.tar.gz", sha256 = '

@@ -136,7 +136,9 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         required_by_old=_required_by(old, store), required_by_new=_required_by(new, store),
         build_systems=_build_systems(ctx.builds, old, new, mirrors),
     )
-    notes += _dropped_inputs(ctx.builds, old, new, mirrors, store)
+    current = {*new.builds, *new.unbuilt()}  # a build the new lock's spec no longer has is told of by its new name
+    commits = {name: (str(old.sources[name].commit), str(new.sources[name].commit)) for name in mirrors}
+    notes += _dropped_inputs({n: f for n, f in ctx.builds.items() if n in current}, commits, mirrors, old, store)
     diff = diff_locks(old, new, old_label=old_label, new_label=new_label, context=ctx)
     yanked = list(yanks.recorded(new))
     if options.yanked:
@@ -367,17 +369,28 @@ def _cmake_files(mirror: Path, commit: str, subdirectory: str) -> dict[str, str]
     return out
 
 
-def _dropped_inputs(builds: Mapping[str, BuildFacts], old: Lock, new: Lock, mirrors: Mapping[str, Path],
-                    store: Store) -> list[str]:
+def dropped_inputs(spec: EnvSpec, moves: Mapping[str, tuple[str, str]], old: Lock, store: Store) -> list[str]:
+    """The notes of ``_dropped_inputs`` for the builds of ``spec`` whose git source moved (source -> its old and
+    new commit), read from the store's mirrors as they are (an upgrade that stopped before its report)."""
+    builds = _spec_context(spec, spec).builds
+    mirrors = {name: m for name in moves if (src := spec.sources.get(name)) is not None and src.git is not None
+               and (m := sources.existing_mirror(store, src.git)) is not None}
+    return _dropped_inputs(builds, moves, mirrors, old, store)
+
+
+def _dropped_inputs(builds: Mapping[str, BuildFacts], commits: Mapping[str, tuple[str, str]],
+                    mirrors: Mapping[str, Path], old: Lock, store: Store) -> list[str]:
     """A note for each FetchContent input of the spec that the build's CMake files declared at the old commit
-    and no longer do at the new one (still fetched, in the input digest and in the lock), and for each the
-    project declares at neither that came with one of those (as mscclpp's ``json``)."""
+    of its source (``commits``: source -> old and new commit) and no longer do at the new one (still fetched,
+    in the input digest and in the lock), and for each the project declares at neither that came with one of
+    those (as mscclpp's ``json``)."""
     notes = []
     for name, facts in sorted(builds.items()):
-        if (mirror := mirrors.get(facts.source)) is None or not facts.fetchcontent or name not in {
-                *new.builds, *new.unbuilt()}:
-            continue  # a build the new lock's spec no longer has (renamed) is told of under its new name
-        a, b = (str(lock.sources[facts.source].commit) for lock in (old, new))
+        if (mirror := mirrors.get(facts.source)) is None or not facts.fetchcontent or facts.source not in commits:
+            continue
+        a, b = commits[facts.source]
+        if not (COMMIT_ID.fullmatch(a) and COMMIT_ID.fullmatch(b)):  # git reads no "--output=FILE" as a commit
+            continue
         was, now = ({d.name.lower() for d in cmakefetch.declared_in(_cmake_files(mirror, c, facts.subdirectory))}
                     for c in (a, b))
         if not was:

@@ -215,7 +215,9 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     except EnvlockError as exc:
         if not problems:
             raise
-        raise _stopped(ws, spec, options, [*problems, exc], (), stuck, renames) from None
+        # No report to read them from: what upstream's CMake files no longer declare, from the store's mirrors.
+        dropped = reporting.dropped_inputs(trial, {m.source: (m.old or "", m.new) for m in plan.sources}, old, store)
+        raise _stopped(ws, spec, options, [*problems, exc], dropped, stuck, renames) from None
     assert relocked.lock is not None  # lock_spec always returns the lock it made
     label = ws.relative(lock_path)
     report = reporting.upgrade_report(
