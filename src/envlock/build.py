@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import platform as host_platform
-import posixpath
 import shutil
 import time
 import zipfile
@@ -414,27 +413,16 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
 
 
 def _outside(request: BuildRequest, project: Path, what: str) -> dict[str, str]:
-    """What the build's ``pyproject.toml`` names of the source outside its subdirectory, digested: each
-    folder it reaches (a file's folder: ``../rust/sglang-grpc/Cargo.toml`` is the crate), by its path in the
-    source ("" for the whole tree: ``root = ".."``); {} when it names nothing outside."""
+    """What the build reads of the source outside its subdirectory (``buildsystem.reached``), digested by
+    its path in the source ("" for the whole tree); {} when it reads nothing outside."""
     path = project / "pyproject.toml"
     try:
         doc = load_toml(path.read_text(encoding="utf-8"), path, BuildError) if path.is_file() else None
     except (OSError, UnicodeDecodeError):
         doc = None
-    named = [buildsystem.reach(request.spec.subdirectory, p) for p, _ in
-             (buildsystem.outside(doc) if doc is not None else ())]
-    # A link in the subdirectory to elsewhere in the source reads there too (tree_digest has held it inside).
-    root = os.path.realpath(request.tree)
-    linked = [os.path.relpath(os.path.realpath(p), root) for _, p in trees.walk_tree(project) if p.is_symlink()]
-    inside = os.path.relpath(os.path.realpath(project), root)
-    named += [rel for rel in linked if inside != "." and not (rel + "/").startswith(inside + "/")]
-    reached = {rel if not rel or rel == "." or (request.tree / rel).is_dir() else posixpath.dirname(rel)
-               for rel in named}
-    reached = {"" if rel == "." else rel for rel in reached}
     name = f"{what} (source {request.spec.source!r})"
     return {rel: trees.tree_digest(request.tree / rel, within=request.tree, name=name)
-            if (request.tree / rel).is_dir() else "absent" for rel in sorted({""} if "" in reached else reached)}
+            if (request.tree / rel).is_dir() else "absent" for rel in buildsystem.reached(request.tree, project, doc)}
 
 
 def _fetchcontent(request: BuildRequest, what: str) -> tuple[list[dict[str, Any]], dict[str, Path]]:
