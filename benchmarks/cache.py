@@ -42,7 +42,7 @@ from envlock.store import Store  # noqa: E402
 from kit.cacheservers import nginx_cache  # noqa: E402
 from kit.index import IndexServer  # noqa: E402
 from kit.locks import lock_for  # noqa: E402
-from test_build_cli import _demo as write_demo  # noqa: E402
+from kit.workspaces import write_demo  # noqa: E402
 
 
 def envlock_argv() -> list[str]:

@@ -236,10 +236,10 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     from envlock.digest import manifest
 
     venv = store.path("venvs", venv_entry(key))
-    files = [str(p) for p in venv.rglob("*") if p.is_file() and not p.is_symlink()]
-    size = sum(os.path.getsize(f) for f in files)
+    paths = [str(p) for p in venv.rglob("*") if p.is_file() and not p.is_symlink()]
+    size = sum(os.path.getsize(f) for f in paths)
     listing = work / "files.txt"
-    listing.write_text("\0".join(files))
+    listing.write_text("\0".join(paths))
 
     def verify_time() -> float:
         start = time.perf_counter()
@@ -255,7 +255,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     sha256sum_time()
     t_verify, t_sum = min(verify_time() for _ in range(3)), min(sha256sum_time() for _ in range(3))
     print(f"verify {size / t_verify / 1e6:.0f} MB/s / sha256sum {size / t_sum / 1e6:.0f} MB/s "
-          f"= {t_sum / t_verify:.2f}  ({len(files)} files, {size / 1e6:.0f} MB; target >= 1.0)")
+          f"= {t_sum / t_verify:.2f}  ({len(paths)} files, {size / 1e6:.0f} MB; target >= 1.0)")
 
     # 4. Peak RSS of a process fetching a big wheel over loopback.
     big = big_wheel(work / "big", args.big_mb)

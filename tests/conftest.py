@@ -1,10 +1,9 @@
-"""Shared fixtures: the loopback index universe, throwaway workspaces, the CLI in-process."""
+"""Shared fixtures: the loopback index universe, a loopback index, throwaway workspaces, the CLI in-process."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,8 @@ from envlock.store import Store
 from kit.cuda import CudaKit, nvcc_path, nvml_stub
 from kit.index import IndexServer
 from kit.sglike import SgLike, make_sglike
-from kit.universe import BACKENDS, Universe, build_universe
+from kit.universe import Universe, backend_wheels, build_universe
+from kit.workspaces import Cli, CliResult, ScratchWorkspace
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -83,38 +83,18 @@ def universe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Universe]:
     u.server.stop()
 
 
-@dataclass
-class CliResult:
-    code: int
-    out: str
-    err: str
-
-
-@dataclass
-class Workspace:
-    root: Path
-
-    def write_spec(self, name: str, text: str) -> Path:
-        path = self.root / "envs" / f"{name}.toml"
-        path.write_text(text)
-        return path
-
-    def lock_text(self, name: str) -> str:
-        return (self.root / "locks" / f"pylock.{name}.toml").read_text()
-
-
 @pytest.fixture
-def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ScratchWorkspace:
     root = tmp_path / "ws"
     (root / "envs").mkdir(parents=True)
     (root / "locks").mkdir()
     monkeypatch.chdir(root)
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home"))
-    return Workspace(root)
+    return ScratchWorkspace(root)
 
 
 @pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
     """Run ``envlock ARGS`` in-process; returns exit code, stdout, stderr."""
 
     def run(*args: str) -> CliResult:
@@ -123,20 +103,6 @@ def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
         return CliResult(code, captured.out, captured.err)
 
     return run
-
-
-def backend_wheels() -> Path:
-    """tests/.wheels, holding the build backends, or a clear failure naming the set-up step."""
-    wanted = ("scikit_build_core-", "setuptools-")
-    found = [p.name for p in BACKENDS.glob("*.whl")] if BACKENDS.is_dir() else []
-    missing = [w for w in wanted if not any(n.startswith(w) for n in found)]
-    if missing:
-        pytest.fail(
-            f"{BACKENDS} lacks the build backends ({', '.join(m.rstrip('-') for m in missing)}): "
-            "run the test set-up step `python tests/kit/backends.py` once (it downloads them from PyPI)",
-            pytrace=False,
-        )
-    return BACKENDS
 
 
 @pytest.fixture(scope="session")
@@ -168,6 +134,14 @@ def cuda_kit(tmp_path_factory: pytest.TempPathFactory) -> CudaKit:
 def stub(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A stub ``libnvidia-ml.so`` compiled from C (tests/kit/cuda.py), answering NVML_STUB_* variables."""
     return nvml_stub(tmp_path_factory.mktemp("nvml"))
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[IndexServer]:
+    """A loopback index on 127.0.0.1, started with nothing published yet: the test adds its wheels
+    (``server.add(index, *wheels)``), sets faults, and reads the requests it logged."""
+    with IndexServer(tmp_path / "served").start() as started:
+        yield started
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ FOUNDATIONS = {
     "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
     "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio", "netenv",
     "wheelfiles", "cmakefetch", "closure", "bundle", "netauth", "archives", "specedit", "signing", "cachestore",
-    "toolchain", "buildenv", "overlaps", "buildsystem",
+    "toolchain", "buildenv", "urlcheck", "transfers", "interrupts", "overlaps", "buildsystem",
 }
 #: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
 STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",

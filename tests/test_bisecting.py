@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +15,9 @@ from envlock.spec import load_spec
 from envlock.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for
+from kit.sglike import git
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
 DATES = ("20260301", "20260302", "20260303", "20260304", "20260305", "20260306", "20260307", "20260309")
@@ -60,27 +59,24 @@ def test_the_spec_edit_moves_shared_dates_and_keeps_the_rest(tmp_path: Path) -> 
 
 
 @pytest.fixture
-def nightly_ws(ws, cli, tmp_path: Path) -> Iterator[IndexServer]:  # type: ignore[no-untyped-def]
-    server = IndexServer(tmp_path / "served")
+def nightly_ws(server: IndexServer, ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> IndexServer:
     server.add_index("pt", hashes=False)
     for date in DATES:
         body = f"BROKEN = {date >= FIRST_BAD}\nDATE = {date!r}\n"
         server.add("pt", build_wheel(tmp_path / "wheels", "torch", f"2.12.0.dev{date}+cu130", tag=TAG,
                                      files={"torch/__init__.py": body}))
     server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
-    server.start()
     ws.write_spec("e", f'[env]\npython = "3.11"\nplatform = "x86_64-manylinux_2_28"\n'
                        f'[indexes.pypi]\nurl = "{server.url("pypi")}"\ndefault = true\n'
                        f'[indexes.pt]\nurl = "{server.url("pt")}"\n'
                        '[packages]\n# the known-good nightly\n'
                        'torch = { nightly = "2026-03-01", local = "cu130", index = "pt" }\ntinydep = "==1.0"\n')
     assert cli("sync", "e").code == 0
-    yield server
-    server.stop()
+    return server
 
 
-def test_bisect_over_nightly_dates_names_the_planted_first_bad_date(  # type: ignore[no-untyped-def]
-        nightly_ws: IndexServer, ws, cli) -> None:
+def test_bisect_over_nightly_dates_names_the_planted_first_bad_date(
+        nightly_ws: IndexServer, ws: ScratchWorkspace, cli: Cli) -> None:
     spec, lock = (ws.root / "envs" / "e.toml").read_bytes(), (ws.root / "locks" / "pylock.e.toml").read_bytes()
     store = Store.open()
     before = generations.current_number(store, "e")
@@ -108,36 +104,28 @@ def test_bisect_over_nightly_dates_names_the_planted_first_bad_date(  # type: ig
     assert f"env e is back on generation {before}" in again.out.splitlines()
 
 
-def _git(root: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@t")
-    return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout.strip()
-
-
 @pytest.fixture
-def git_ws(ws, cli, tmp_path: Path) -> Iterator[list[str]]:  # type: ignore[no-untyped-def]
+def git_ws(server: IndexServer, ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> list[str]:
     """Seven revisions of locks/pylock.demo.toml (alpha 1..7; 5 and later broken), with other commits between."""
-    server = IndexServer(tmp_path / "served").start()
     lock = ws.root / "locks" / "pylock.demo.toml"
-    _git(ws.root, "init", "-q")
+    git(ws.root, "init", "-q")
     revs = []
     for n in range(1, 8):
         wheel = build_wheel(tmp_path / "wheels", "alpha", f"{n}.0",
                             files={"alpha/__init__.py": f"BROKEN = {n >= 5}\n"})
         server.add("pypi", wheel)
         lock.write_text(lock_for(server, "pypi", [wheel]).to_toml())
-        _git(ws.root, "add", "-A")
-        _git(ws.root, "commit", "-qm", f"alpha {n}")
-        revs.append(_git(ws.root, "rev-parse", "HEAD"))
+        git(ws.root, "add", "-A")
+        git(ws.root, "commit", "-qm", f"alpha {n}")
+        revs.append(git(ws.root, "rev-parse", "HEAD"))
         (ws.root / "README").write_text(f"unrelated {n}\n")
-        _git(ws.root, "add", "-A")
-        _git(ws.root, "commit", "-qm", f"docs {n}")
+        git(ws.root, "add", "-A")
+        git(ws.root, "commit", "-qm", f"docs {n}")
     assert cli("sync", "demo", "--lock", f"{lock}@{revs[0]}").code == 0
-    yield revs
-    server.stop()
+    return revs
 
 
-def test_bisect_over_git_revisions_names_the_planted_culprit(git_ws: list[str], ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_bisect_over_git_revisions_names_the_planted_culprit(git_ws: list[str], ws: ScratchWorkspace, cli: Cli) -> None:
     store = Store.open()
     before = generations.current_number(store, "demo")
     r = cli("bisect", "demo", "--good", git_ws[0], "--bad", "HEAD", "--json", "--", "python", "-c", CHECK,
@@ -153,8 +141,8 @@ def test_bisect_over_git_revisions_names_the_planted_culprit(git_ws: list[str], 
     assert report["restored"] == before == generations.current_number(store, "demo")
 
 
-def test_a_command_that_cannot_run_stops_the_bisect_and_restores_the_env(  # type: ignore[no-untyped-def]
-        git_ws: list[str], cli) -> None:
+def test_a_command_that_cannot_run_stops_the_bisect_and_restores_the_env(
+        git_ws: list[str], cli: Cli) -> None:
     store = Store.open()
     before = generations.current_number(store, "demo")
     r = cli("bisect", "demo", "--good", git_ws[0], "--bad", git_ws[-1], "--", "no-such-command-here")
@@ -176,13 +164,13 @@ def test_a_command_that_cannot_run_stops_the_bisect_and_restores_the_env(  # typ
     (["--nightly", "2026-3-1..2026-03-09", "--", "true"],
      "--nightly 2026-3-1..2026-03-09: expected FROM..TO, two dates YYYY-MM-DD (good, then bad)"),
 ])
-def test_bisect_usage_errors(ws, cli, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+def test_bisect_usage_errors(ws: ScratchWorkspace, cli: Cli, args: list[str], message: str) -> None:
     r = cli("bisect", "e", *args)
     assert r.code == 2
     assert r.err == f"envlock: error: {message}\n"
 
 
-def test_a_bisect_whose_every_step_was_skipped_exits_cannot_tell(git_ws: list[str], cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_bisect_whose_every_step_was_skipped_exits_cannot_tell(git_ws: list[str], cli: Cli) -> None:
     """git bisect's "cannot tell": every candidate tried between the ends was skipped (CMD exits 125)."""
     r = cli("bisect", "demo", "--good", git_ws[0], "--bad", git_ws[-1], "--", "python", "-c", "raise SystemExit(125)")
     assert r.code == 125, r.err

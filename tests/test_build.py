@@ -31,11 +31,6 @@ TORCH_B = "2.12.0.dev20260308"
 
 
 @pytest.fixture(scope="module")
-def index(backend_index: IndexServer) -> IndexServer:
-    return backend_index
-
-
-@pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     return Store.open(tmp_path_factory.mktemp("home"))
 
@@ -85,7 +80,7 @@ class Kit:
 
 @pytest.fixture(scope="module")
 def kit(
-    sg: SgLike, store: Store, index: IndexServer, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
+    sg: SgLike, store: Store, backend_index: IndexServer, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Kit:
     source = sources.prepare(SourceSpec("sglike", git=sg.url, rev=sg.pin), store, sg.repo)
     patches = patchfile.load_patches(sg.patches_dir, sg.patches)
@@ -93,7 +88,7 @@ def kit(
     folder = tmp_path_factory.mktemp("torch")
     torch = {v: sglike.torchlike_wheel(folder, v) for v in (TORCH_A, TORCH_B)}
     kdep = sources.checkout(store, sg.kdep_url, sg.kdep_commit).tree
-    return Kit(sg, store, index, wheelhouse, patched, source.source_date_epoch, torch, kdep)
+    return Kit(sg, store, backend_index, wheelhouse, patched, source.source_date_epoch, torch, kdep)
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +144,7 @@ def test_fetchcontent_input_is_prefetched_and_nothing_is_downloaded(
     kit: Kit, built: tuple[build.BuiltWheel, ...]
 ) -> None:
     kernel = built[0]
+    assert kernel.log is not None
     log = kernel.log.read_text()
     fc_dir = kit.store.path("sources", f"git-{kit.sg.kdep_commit}") / "tree"
     # The build sees it where it is, or (in a private mount namespace) mounted at one fixed path.
@@ -188,7 +184,7 @@ def test_torch_pin_changes_the_kernel_digest_and_rebuilds(kit: Kit, built: tuple
     plan_a = build.plan(kit.kernel(TORCH_A), kit.store)
     plan_b = build.plan(kit.kernel(TORCH_B), kit.store)
     assert plan_a.input_digest == built[0].input_digest != plan_b.input_digest
-    assert plan_b.recipe["build-env"]["env-packages"] == [  # type: ignore[index]
+    assert plan_b.recipe["build-env"]["env-packages"] == [
         f"torchlike=={TORCH_B} sha256:{kit.env(TORCH_B)[0].sha256}"
     ]
     rebuilt = build.build_wheel(kit.kernel(TORCH_B), kit.store, kit.wheelhouse)
@@ -506,7 +502,7 @@ READS_OUT = {
 
 
 def test_a_subdirectory_build_reads_its_source_above_it_and_its_digest_covers_that(
-        index: IndexServer, store: Store, tmp_path: Path) -> None:
+        backend_index: IndexServer, store: Store, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     init_repo(repo)
     write(repo, READS_OUT)
@@ -520,7 +516,7 @@ def test_a_subdirectory_build_reads_its_source_above_it_and_its_digest_covers_th
 
     def request(commit: str) -> build.BuildRequest:
         tree = sources.checkout(store, str(repo), commit).tree
-        return build.BuildRequest(spec, tree, trees.PATH_SOURCE_EPOCH, "3.11", None, index.url("pypi"))
+        return build.BuildRequest(spec, tree, trees.PATH_SOURCE_EPOCH, "3.11", None, backend_index.url("pypi"))
 
     plans = {c: build.plan(request(c), store) for c in (first, unrelated, read)}
     assert list(plans[first].recipe["source-outside"]) == ["rust/grpc"]  # the folder of the file it names

@@ -11,6 +11,9 @@ import pytest
 
 from envlock import buildenv
 from envlock.spec import BuildSpec
+from envlock.store import STORE_MTIME
+
+EPOCH = 1700000000  # a build's SOURCE_DATE_EPOCH
 
 
 def _echo_nvcc(where: Path) -> Path:
@@ -29,18 +32,20 @@ def _echo_nvcc(where: Path) -> Path:
     ("/scratch/xy/k.cu", "/scratch/xy/k.cu"),  # a prefix of the name, not of the path
 ], ids=["scratch", "fetchcontent", "unmapped", "not-a-folder-prefix"])
 def test_the_launcher_adds_the_mapped_source_path(tmp_path: Path, source: str, mapped: str) -> None:
-    paths = buildenv.prepare(tmp_path / "scratch", {}, None)
+    paths = buildenv.prepare(tmp_path / "scratch", {}, None, epoch=EPOCH)
     nvcc = _echo_nvcc(tmp_path / "bin")
     env = {**os.environ, "ENVLOCK_PATH_MAP": "/scratch/x\t/envlock/build\n"
            "/scratch/x/.envlock/fetchcontent/repo-k\t/envlock/fetchcontent/repo-k\n"}
+    assert paths.real_scratch is not None
     out = subprocess.run([paths.real_scratch / ".envlock" / "nvcc-launcher", nvcc, "-x", "cu", "-c", source, "-o",
                           "k.o"], env=env, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["-x", "cu", "-c", source, "-o", "k.o", "-Xcudafe", f"--orig_src_path_name={mapped}"]
 
 
 def test_the_launcher_leaves_a_link_step_alone(tmp_path: Path) -> None:
-    paths = buildenv.prepare(tmp_path / "scratch", {}, None)
+    paths = buildenv.prepare(tmp_path / "scratch", {}, None, epoch=EPOCH)
     nvcc = _echo_nvcc(tmp_path / "bin")
+    assert paths.real_scratch is not None
     out = subprocess.run([paths.real_scratch / ".envlock" / "nvcc-launcher", nvcc, "-dlink", "a.o", "-o", "d.o"],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["-dlink", "a.o", "-o", "d.o"]
@@ -72,7 +77,7 @@ def test_a_build_in_a_private_mount_namespace_sees_one_fixed_path(tmp_path: Path
     fc = tmp_path / "store" / "fc"
     fc.mkdir(parents=True)
     (fc / "dep.h").write_text("#define DEP 1\n")
-    paths = buildenv.prepare(tmp_path / "scratch", {"repo-k": fc}, None)
+    paths = buildenv.prepare(tmp_path / "scratch", {"repo-k": fc}, None, epoch=EPOCH)
     if paths.unfixed is not None:
         pytest.skip(f"this machine makes no private mount namespace: {paths.unfixed}")
     assert paths.scratch == buildenv.FIXED
@@ -92,7 +97,7 @@ def test_without_a_namespace_the_build_runs_where_it_is_and_says_why(
     (fake / "unshare").write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
     (fake / "unshare").chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
-    paths = buildenv.prepare(tmp_path / "scratch", {}, None)
+    paths = buildenv.prepare(tmp_path / "scratch", {}, None, epoch=EPOCH)
     assert (paths.scratch, paths.wrap()) == (tmp_path / "scratch", [])
     assert paths.unfixed == ("the kernel did not let `unshare` make a private mount namespace (unshare: unshare "
                              "failed: Operation not permitted)")
@@ -113,3 +118,24 @@ def test_the_toolchain_comes_first_and_cmake_is_told(tmp_path: Path) -> None:
                                  f"-DCUDAToolkit_ROOT={seen}/nvidia/cu13")
     settings = buildenv.config_settings(spec, paths, tools, backend_is_skbuild=True)
     assert f"cmake.define.CMAKE_CUDA_COMPILER={seen}/nvidia/cu13/bin/nvcc" in settings
+
+
+def test_what_a_build_reads_gets_fixed_mtimes_links_not_followed(tmp_path: Path) -> None:
+    """ptxas writes each source file's mtime into a -lineinfo cubin: a checkout made at another moment
+    (another ENVLOCK_HOME) must not build other bytes."""
+    scratch, fc, outside = tmp_path / "scratch", tmp_path / "store" / "fc", tmp_path / "outside.h"
+    (scratch / "src" / "csrc").mkdir(parents=True)
+    (scratch / "src" / "csrc" / "k.cu").write_text("__global__ void k() {}\n")
+    (fc / "include").mkdir(parents=True)
+    (fc / "include" / "dep.cuh").write_text("#define DEP 1\n")
+    outside.write_text("// not the build's\n")
+    (fc / "include" / "out.h").symlink_to(outside)
+    os.utime(outside, (1234, 1234))
+    buildenv.prepare(scratch, {"repo-k": fc}, None, epoch=EPOCH)
+    assert {p.lstat().st_mtime for p in [scratch, *scratch.rglob("*")]} == {EPOCH}
+    assert {p.lstat().st_mtime for p in [fc, *fc.rglob("*")]} == {STORE_MTIME}
+    assert outside.stat().st_mtime == 1234  # the link's own mtime was set, not its target's
+    # An entry already settled is not written again.
+    before = {p: p.lstat().st_ctime_ns for p in fc.rglob("*")}
+    buildenv.prepare(tmp_path / "scratch2", {"repo-k": fc}, None, epoch=EPOCH)
+    assert {p: p.lstat().st_ctime_ns for p in fc.rglob("*")} == before

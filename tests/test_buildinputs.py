@@ -162,6 +162,6 @@ def test_a_backend_wheel_comes_from_the_index_held_to_the_locked_hashes(tmp_path
     assert str(caught.value) == (
         f"[builds.x]: --offline, but the store {tmp_path / 'fresh' / 'v1'} holds no wheel for python 3.11 on this "
         "machine of 2 build requirements (a build installs its backend from the store's wheels alone); bring them "
-        "with `envlock export e --to DIR` on a machine that built this lock, then `envlock import DIR` here\n"
+        "with `envlock export e --out DIR` on a machine that built this lock, then `envlock import DIR` here\n"
         f"  tool==1.0 (locked sha256: {sha}, {sha256_of(windows)}, {'0' * 64})\n"
         f"  more==2.0 (locked sha256: {'2' * 64})")

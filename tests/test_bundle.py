@@ -41,19 +41,52 @@ def _doc(**changes: object) -> dict[str, object]:
     return doc
 
 
+def _entry(files: tuple[str, ...] = (), dirs: tuple[str, ...] = (), links: tuple[tuple[str, str], ...] = ()
+           ) -> dict[str, object]:
+    return {"kind": "sources", "key": "path-" + SHA, "dirs": list(dirs),
+            "files": [{"path": f, "sha256": SHA, "size": 1, "executable": False} for f in files],
+            "links": [{"path": p, "target": t} for p, t in links]}
+
+
+K = f"sources/path-{SHA}"
+
+
 @pytest.mark.parametrize(("doc", "message"), [
     (_doc(version=2), "m: format 'envlock-bundle' version 2; expected 'envlock-bundle' version 1"),
-    (_doc(lock={"path": "pylock.e.toml", "sha256": "XYZ"}), "m: sha256 'XYZ': expected 64 lowercase hex digits"),
+    (_doc(lock={"path": "pylock.e.toml", "sha256": "XYZ"}),
+     "m: lock.sha256: found 'XYZ'; expected 64 lowercase hex digits (a sha256)"),
     (_doc(entries=[{"kind": "wheels", "key": SHA, "files": [], "links": [{"path": "l", "target": "../../etc"}]}]),
      f"m: entries[0]: symlink wheels/{SHA}/l -> ../../etc leads out of its entry; expected links that stay inside it"),
     (_doc(entries=[{"kind": "wheels", "key": SHA, "files": [{"path": "f", "sha256": SHA, "size": "big"}]}]),
-     "m: not an envlock bundle manifest (a value of the wrong type: invalid literal for int() with base 10: "
-     "'big')"),
-    (_doc(entries=[{"kind": "wheels", "key": SHA}]), "m: not an envlock bundle manifest (key 'files' missing)"),
+     "m: entries[0].files[0].size: found 'big'; expected a whole number of bytes (0 or more)"),
+    (_doc(entries=[{"kind": "wheels", "key": SHA}]),
+     "m: entries[0]: key 'files' missing; expected a manifest written by `envlock export`"),
     (_doc(entries=[{"kind": "wheels", "key": "..", "files": []}]),
-     "m: entries[0]: 'wheels/..' is a path with '..', '.' or an empty part; expected a relative path inside the "
-     "bundle"),
-])
+     "m: entries[0].key: found '..'; expected 64 lowercase hex digits (a sha256)"),
+    (_doc(entries=[{"kind": "sources", "key": "../x", "files": []}]),
+     "m: entries[0].key: found '../x'; expected git-<commit>, path-<digest>, archive-<sha256> or patched-<digest>"),
+    (_doc(entries=[_entry(), _entry()]), f"m: entries[1]: {K} is listed twice"),
+    (_doc(entries="all"), "m: entries: found 'all'; expected an array"),
+    (_doc(env=None), "m: env: found null; expected a string"),
+    ([], "m: found an array; expected an object"),
+    (_doc(entries=[_entry(files=("a", "a"))]), f"m: entries[0]: {K}/a is listed twice"),
+    (_doc(entries=[_entry(files=("a",), links=(("a", "b"),))]), f"m: entries[0]: {K}/a is listed twice"),
+    (_doc(entries=[_entry(files=("a", "a/b"))]),
+     f"m: entries[0]: file {K}/a/b runs through the file a; refused (a file is made only in real folders of its "
+     "entry)"),
+    (_doc(entries=[_entry(dirs=("l/d",), links=(("l", "."),))]),
+     f"m: entries[0]: folder {K}/l/d runs through the symlink l; refused (a folder is made only in real folders "
+     "of its entry)"),
+    (_doc(entries=[_entry(links=(("u", "."), ("u/ESC", "..")))]),
+     f"m: entries[0]: symlink {K}/u/ESC runs through the symlink u; refused (a link is made only in real folders "
+     "of its entry)"),
+    (_doc(entries=[_entry(links=(("l", "/etc"),))]),
+     f"m: entries[0]: symlink {K}/l -> /etc leads out of its entry; expected links that stay inside it"),
+    (_doc(entries=[_entry(links=(("l", ""),))]),
+     f"m: entries[0]: symlink {K}/l ->  leads out of its entry; expected links that stay inside it"),
+], ids=["version", "lock-sha", "link-out", "size-text", "no-files", "key-dotdot", "source-key", "entry-twice",
+        "entries-text", "env-null", "not-object", "file-twice", "file-and-link", "through-file", "dir-through-link",
+        "link-through-link", "link-absolute", "link-empty"])
 def test_a_manifest_out_of_format_is_refused(doc: dict[str, object], message: str) -> None:
     with pytest.raises(StoreError) as info:
         Bundle.from_dict(doc, "m")

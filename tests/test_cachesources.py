@@ -34,34 +34,33 @@ from kit import sglike
 from kit.cacheservers import free_port
 from kit.index import IndexServer
 from kit.locks import sha256_of
-from kit.sglike import SgLike, make_sglike
-from test_fetchcontent import kernel_index, said, spec
+from kit.sglike import SgLike, kernel_index, kernel_spec, make_sglike
+from kit.workspaces import Cli, ScratchWorkspace, said
 
 
 @pytest.fixture(scope="module")
 def pypi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    server = kernel_index(tmp_path_factory, with_archives=False).start()
-    yield server
-    server.stop()
+    """The kernel's index without its archive input (served by ``archives``), built once for the module."""
+    with kernel_index(tmp_path_factory.mktemp("kernel-index"), with_archives=False).start() as started:
+        yield started
 
 
 @pytest.fixture
 def archives(tmp_path: Path) -> Iterator[IndexServer]:
     """The archive input's own server (stopped in the test: the URL unreachable)."""
-    server = IndexServer(tmp_path / "archive-index")
-    server.add("archives", sglike.karch_archive(tmp_path / "karch"))
-    server.start()
-    yield server
-    server.stop()
+    with IndexServer(tmp_path / "archive-index").start() as server:
+        server.add("archives", sglike.karch_archive(tmp_path / "karch"))
+        yield server
 
 
 class Env:
-    """The SGLang-shaped env of ``test_fetchcontent``, locked and built in home A."""
+    """The SGLang-shaped env of ``test_cmakefetch``, locked and built in home A."""
 
-    def __init__(self, ws, cli, pypi: IndexServer, archives: IndexServer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    def __init__(
+            self, ws: ScratchWorkspace, cli: Cli, pypi: IndexServer, archives: IndexServer, tmp_path: Path) -> None:
         self.sg: SgLike = make_sglike(tmp_path / "repos")
         self.archive_url = archives.file_url("archives", "karch-1.0.tar.gz")
-        ws.write_spec("e", spec(pypi, self.sg, karch=self.archive_url))
+        ws.write_spec("e", kernel_spec(pypi, self.sg, karch=self.archive_url))
         self.ws, self.cli, self.tmp = ws, cli, tmp_path
 
     def pins(self) -> list[Pinned]:
@@ -93,14 +92,14 @@ def _git_tree_of(tar: Path, scratch: Path) -> str:
     with tarfile.open(tar) as t:
         t.extractall(scratch, filter="data")
     runner.git(["init", "-q", scratch / "repo"])
-    where = ["--git-dir", scratch / "repo" / ".git", "--work-tree", scratch / "tree"]
+    where: list[str | Path] = ["--git-dir", scratch / "repo" / ".git", "--work-tree", scratch / "tree"]
     runner.git([*where, "add", "-A", "-f", "--", "."], cwd=scratch / "tree")
     return runner.git([*where, "write-tree"]).stdout.strip()
 
 
 @pytest.mark.slow
-def test_home_b_builds_from_cached_sources_with_git_and_the_archive_server_gone(  # type: ignore[no-untyped-def]
-    ws, cli, pypi: IndexServer, archives: IndexServer, nginx: tuple[str, Path], tmp_path: Path,
+def test_home_b_builds_from_cached_sources_with_git_and_the_archive_server_gone(
+    ws: ScratchWorkspace, cli: Cli, pypi: IndexServer, archives: IndexServer, nginx: tuple[str, Path], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url, folder = nginx
@@ -154,9 +153,9 @@ def test_home_b_builds_from_cached_sources_with_git_and_the_archive_server_gone(
 
 
 @pytest.mark.slow
-def test_a_tampered_source_is_refused_by_name_and_git_is_the_fallback(  # type: ignore[no-untyped-def]
-    ws, cli, pypi: IndexServer, archives: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_tampered_source_is_refused_by_name_and_git_is_the_fallback(ws: ScratchWorkspace, cli: Cli, pypi: IndexServer,
+                                                                      archives: IndexServer, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     url = cache.as_uri()
     env = Env(ws, cli, pypi, archives, tmp_path)
@@ -362,6 +361,11 @@ def test_what_cannot_be_pushed_or_reached_is_a_note(tmp_path: Path, monkeypatch:
     store = Store.open(tmp_path / "home")
     sources.checkout(store, url, commit)
     shutil.rmtree(store.path("git-mirrors", next(p.name for p in (store.root / "git-mirrors").iterdir())))
+    # The checkout keeps its commit object: pushed without the mirror.
+    other = FileBackend(tmp_path / "other", "file://other")
+    kept = cachesources.push_sources(other, store, [Pinned("git", commit, url)])
+    assert kept == cachesources.SourcesPushed((f"sources/git-{commit}.tar",), 0, ())
+    (store.path("sources", f"git-{commit}") / sources.COMMIT_OBJECT).unlink()  # an older envlock's: no commit object
     with store.new_entry("sources", "archive-" + "a" * 64) as work:  # as an older envlock left it: no bytes
         (work / "tree").mkdir()
     cache = FileBackend(tmp_path / "cache", "file://cache")

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from envlock.cachestore import Backend, CacheError, TooLargeError, get_bytes, open_backend, put_bytes
 from envlock.errors import UsageError
-from kit.cacheservers import failing_server, hanging_server, nginx_binary, nginx_cache, s3_server
+from kit.cacheservers import Trickle, failing_server, full_server, hanging_server, nginx_binary, nginx_cache, s3_server
 
 
 @pytest.fixture(params=["file", "nginx", "s3"])
@@ -69,12 +71,45 @@ def test_a_server_answering_500_is_a_cache_error_without_credentials() -> None:
     assert exc.value.message == f"cache {url}: wheels/aa: HTTP 500"
 
 
-def test_a_hanging_server_times_out_within_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def _refused_url() -> str:
+    import socket
+
+    with socket.socket() as sock:  # bound, never listening: a connect is refused
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}/cache"
+
+
+@pytest.mark.parametrize(("server", "said"), [
+    ("refused", "cannot connect (ConnectionRefusedError: [Errno 111] Connection refused)"),
+    ("full", "cannot connect (TimeoutError: timed out)"),
+    ("hanging", "timed out after 0.5 s waiting for an answer (connected)"),
+    ("trickle", "timed out after 0.5 s waiting for the rest of the body (connected)"),
+])
+def test_cannot_connect_only_when_the_connect_failed(monkeypatch: pytest.MonkeyPatch, server: str, said: str) -> None:
+    # A server that took the connection and then hung was said to be one envlock "cannot connect" to.
     monkeypatch.setenv("ENVLOCK_CACHE_TIMEOUT", "0.5")
-    with hanging_server() as url:
-        backend = open_backend(url)
+    with contextlib.ExitStack() as stack:
+        makers: dict[str, Callable[[], str]] = {
+            "refused": _refused_url, "full": lambda: stack.enter_context(full_server()),
+            "hanging": lambda: stack.enter_context(hanging_server()),
+            "trickle": lambda: stack.enter_context(Trickle(size=100, every=2.0)).url}
+        url = makers[server]()
         started = time.monotonic()
         with pytest.raises(CacheError) as exc:
-            get_bytes(backend, "wheels/aa")
+            get_bytes(open_backend(url), "wheels/aa")
         assert time.monotonic() - started < 5
-    assert exc.value.message == f"cache {url}: wheels/aa: cannot connect (TimeoutError: timed out)"
+    assert exc.value.message == f"cache {url}: wheels/aa: {said}"
+
+
+def test_a_trickle_is_ended_by_the_transfer_deadline_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Headers, then a byte a second: no read ever waits its timeout; the whole transfer's deadline ends it.
+    monkeypatch.setenv("ENVLOCK_TRANSFER_TIMEOUT", "2")
+    with Trickle(size=1000, every=0.25) as trickle:
+        started = time.monotonic()
+        with pytest.raises(CacheError) as exc:
+            get_bytes(open_backend(trickle.url), "wheels/aa")
+        took = time.monotonic() - started
+    assert 2 <= took < 4, took
+    assert re.fullmatch(rf"cache {trickle.url}: wheels/aa: timed out after 2 s, the most one transfer may take "
+                        r"\(\d+ bytes in; ENVLOCK_TRANSFER_TIMEOUT=2 plus 1 s per MiB of a known size\)",
+                        exc.value.message), exc.value.message

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_wheels
 from envlock.cacheurls import url_key
 from envlock.caching import wheel_key
 from envlock.signing import URL_RECORD_FORMAT, SecretKey, generate, sign_record
 from kit.cacheservers import nginx_binary, nginx_cache
 from kit.index import IndexServer
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace, cache_config
 
 TAG = "cp311-cp311-manylinux_2_28_x86_64"
 
@@ -58,11 +59,6 @@ def _spec(server: IndexServer) -> str:
             '[packages]\ntorch = { nightly = "2026-03-05", local = "cu130", index = "pt" }\n')
 
 
-def _config(root: Path, **keys: object) -> None:
-    lines = ["[cache]"] + [f"{k.replace('_', '-')} = {json.dumps(v)}" for k, v in keys.items()]
-    (root / "envlock.toml").write_text("\n".join(lines) + "\n")
-
-
 def _home_b(src: Path, dest: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> Path:
     """Another machine's checkout of the workspace without the lock, and its own fresh ENVLOCK_HOME."""
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("pylock.*"))
@@ -71,8 +67,8 @@ def _home_b(src: Path, dest: Path, monkeypatch: pytest.MonkeyPatch, name: str) -
     return dest
 
 
-def test_home_b_locks_from_home_a_url_records_on_nginx_reading_no_wheel_byte_from_the_index(  # type: ignore[no-untyped-def]
-    ws, cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_home_b_locks_from_home_a_url_records_on_nginx_reading_no_wheel_byte_from_the_index(
+    ws: ScratchWorkspace, cli: Cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if nginx_binary() is None:
         pytest.skip("nginx is not installed (.ci/run installs it: apt-get install -y nginx)")
@@ -80,7 +76,7 @@ def test_home_b_locks_from_home_a_url_records_on_nginx_reading_no_wheel_byte_fro
     ws.write_spec("e", _spec(server))
     with nginx_cache(tmp_path / "srv") as (url, folder):
         public = cli("cache", "keygen", "team-ci", "--out", str(tmp_path / "ci.key")).out.strip()
-        _config(ws.root, urls=[url], push=url, key=str(tmp_path / "ci.key"), trusted_keys=[public])
+        cache_config(ws.root, urls=[url], push=url, key=str(tmp_path / "ci.key"), trusted_keys=[public])
         r = cli("lock", "e", "--json")  # home A: downloads the nightly to hash it, pushes it and its record
         assert r.code == 0, r.err
         a = json.loads(r.out)
@@ -104,7 +100,7 @@ def test_home_b_locks_from_home_a_url_records_on_nginx_reading_no_wheel_byte_fro
         assert (r.code, r.out) == (0, f"{url}: 3 entries checked, all verified\n")
 
         b = _home_b(ws.root, tmp_path / "ws-b", monkeypatch, "b")
-        _config(b, urls=[url], trusted_keys=[public])
+        cache_config(b, urls=[url], trusted_keys=[public])
         probes = server.probes(wheel)
         r = cli("lock", "e", "--json")
         assert r.code == 0, r.err
@@ -150,15 +146,15 @@ def _unsigned(cache: Path, key: str) -> None:
     (cache / key).write_text(json.dumps(doc))
 
 
-def test_refused_url_records_are_named_and_the_index_serves(  # type: ignore[no-untyped-def]
-    ws, cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_refused_url_records_are_named_and_the_index_serves(
+    ws: ScratchWorkspace, cli: Cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server, wheel = nightly.server, nightly.wheel
     ws.write_spec("e", _spec(server))
     cache = tmp_path / "nfs"
     url = f"file://{cache}"
     public = cli("cache", "keygen", "team-ci", "--out", str(tmp_path / "ci.key")).out.strip()
-    _config(ws.root, push=url, key=str(tmp_path / "ci.key"))
+    cache_config(ws.root, push=url, key=str(tmp_path / "ci.key"))
     assert cli("lock", "e").code == 0
     locked = ws.lock_text("e")
     torch_url = f"{server.base}/pt/files/{wheel}"
@@ -172,7 +168,7 @@ def test_refused_url_records_are_named_and_the_index_serves(  # type: ignore[no-
     where = f"cache {url}: refused URL record of {wheel}"
     laptop, ci2 = generate("laptop"), generate("team-ci")  # ci2: another key of the name, trusted where said
     as_build = sign_record(json.loads(original)["record"], ci2)  # a build record's format, signed by ci2
-    cases: list[tuple[str, Callable[[Path, str], None], str, str]] = [
+    cases: list[tuple[str, Callable[[Path, str], object], str, str]] = [
         ("untrusted", _resign(laptop, lambda r: None),
          f"{where}: signed by 'laptop', which is not a trusted key (trusted: 'team-ci')", public),
         ("tampered", _tamper, f"{where}: the signature of trusted key 'team-ci' does not verify (the record was "
@@ -197,7 +193,7 @@ def test_refused_url_records_are_named_and_the_index_serves(  # type: ignore[no-
         spoil(spoiled, key)
         b = _home_b(ws.root, tmp_path / f"ws-{n}", monkeypatch, str(n))
         before = len(server.downloads(wheel))
-        _config(b, urls=[f"file://{spoiled}"], trusted_keys=[trusted])
+        cache_config(b, urls=[f"file://{spoiled}"], trusted_keys=[trusted])
         r = cli("lock", "e", "--json")
         assert r.code == 0, (name, r.err)
         got = json.loads(r.out)
@@ -233,14 +229,14 @@ def test_a_url_record_key_and_record_carry_no_credentials_nor_query(url: str, pl
     assert "s3cr3t" not in json.dumps(record) and "token" not in json.dumps(record)
 
 
-def test_upgrade_pushes_the_wheels_it_hashed_and_a_dry_run_pushes_nothing(  # type: ignore[no-untyped-def]
-    ws, cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_upgrade_pushes_the_wheels_it_hashed_and_a_dry_run_pushes_nothing(
+    ws: ScratchWorkspace, cli: Cli, nightly: Nightly, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws.write_spec("e", _spec(nightly.server))
     assert cli("-q", "lock", "e").code == 0  # before any cache: 03-05 hashed into the store only
     cache = tmp_path / "team-cache"
     public = cli("cache", "keygen", "team-ci", "--out", str(tmp_path / "ci.key")).out.strip()
-    _config(ws.root, urls=[f"file://{cache}"], push=f"file://{cache}", key=str(tmp_path / "ci.key"),
+    cache_config(ws.root, urls=[f"file://{cache}"], push=f"file://{cache}", key=str(tmp_path / "ci.key"),
             trusted_keys=[public])
     dry = cli("upgrade", "e", "--nightly", "2026-03-06", "--dry-run")
     assert dry.code == 0, dry.err

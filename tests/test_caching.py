@@ -25,12 +25,8 @@ from envlock.store import Store
 from kit.cacheservers import failing_server, hanging_server
 from kit.index import IndexServer
 from kit.locks import sha256_of
-from test_build_cli import _demo
-
-
-def _config(root: Path, **keys: object) -> None:
-    lines = ["[cache]"] + [f"{k.replace('_', '-')} = {json.dumps(v)}" for k, v in keys.items()]
-    (root / "envlock.toml").write_text("\n".join(lines) + "\n")
+from kit.stores import how_made
+from kit.workspaces import Cli, ScratchWorkspace, cache_config, write_demo
 
 
 def _clone(src: Path, dest: Path) -> Path:
@@ -40,15 +36,15 @@ def _clone(src: Path, dest: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, nginx: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_home_b_syncs_home_a_build_from_nginx_with_no_build(ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer,
+                                                            nginx: tuple[str, Path], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     url, folder = nginx
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     r = cli("cache", "keygen", "team-ci", "--out", str(tmp_path / "ci.key"))
     assert r.code == 0, r.err
     public = r.out.strip()
-    _config(ws.root, urls=[url], push=url, key=str(tmp_path / "ci.key"), trusted_keys=[public])
+    cache_config(ws.root, urls=[url], push=url, key=str(tmp_path / "ci.key"), trusted_keys=[public])
 
     r = cli("sync", "demo", "--json")  # home A: builds, and the hook pushes the build
     assert r.code == 0, r.err
@@ -56,7 +52,7 @@ def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-
     assert a["note"] == "caches: 2 uploads"
     lock = read_lock(ws.root / "locks" / "pylock.demo.toml")
     built = lock.builds["mini-kernel"]
-    assert _how_made(tmp_path / "home", built.input_digest) == "built here"
+    assert how_made(tmp_path / "home", built.input_digest) == "built here"
     assert (folder / record_key(built.input_digest)).is_file() and (folder / wheel_key(built.sha256)).is_file()
 
     r = cli("cache", "push", "demo", "--to", url, "--key", str(tmp_path / "ci.key"), "--json")
@@ -85,7 +81,7 @@ def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-
     got = json.loads(r.out)
     assert got["venv_digest"] == a["venv_digest"]
     assert got["note"] == "caches: 1 wheel, 1 build"
-    assert _how_made(tmp_path / "home-b", built.input_digest) == f"not built here: substituted from cache {url}, " \
+    assert how_made(tmp_path / "home-b", built.input_digest) == f"not built here: substituted from cache {url}, " \
         "signed by 'team-ci'"
     assert (b / "wheelhouse" / built.wheel).is_file()
 
@@ -96,7 +92,7 @@ def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-
     assert r.code == 0, r.err
     report = json.loads(r.out)
     assert (report["rebuilt"], report["notices"]) == (0, ["caches: 1 build"])
-    assert _how_made(tmp_path / "home-d", built.input_digest).startswith("not built here")
+    assert how_made(tmp_path / "home-d", built.input_digest).startswith("not built here")
     assert sha256_of(b / "wheelhouse" / built.wheel) == built.sha256
 
     r = cli("cache", "verify", url, "--trusted-key", public)
@@ -148,7 +144,7 @@ def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-
     (b / "envlock.toml").write_text(f'[cache]\nurls = ["{url}"]\ntrusted-keys = ["{stranger.public()}"]\n')
     r = cli("sync", "demo", "--json")
     assert r.code == 0, r.err
-    assert _how_made(tmp_path / "home-c", built.input_digest) == "built here"
+    assert how_made(tmp_path / "home-c", built.input_digest) == "built here"
     got = json.loads(r.out)
     assert got["venv_digest"] == a["venv_digest"]
     notes = got["note"].split("; ")
@@ -159,22 +155,15 @@ def test_home_b_syncs_home_a_build_from_nginx_with_no_build(  # type: ignore[no-
     assert Store.open().has("wheels", packaging.sha256)
 
 
-def _how_made(home: Path, input_digest: str) -> str:
-    """How the store at ``home`` got its build of ``input_digest``: its log's first line when a cache
-    gave it, else "built here" (a real build's log)."""
-    log = (Store.open(home).path("builds", input_digest.removeprefix("sha256:")) / "build.log").read_text()
-    return log.splitlines()[0] if log.startswith("not built here") else "built here"
-
-
 def _packaging_env(root: Path, index_url: str) -> None:
     (root / "envs" / "tiny.toml").write_text(
         f'[env]\npython = "3.11"\n\n[indexes.pypi]\nurl = "{index_url}"\ndefault = true\n\n'
         '[packages]\npackaging = ">=20"\n')
 
 
-def test_wrong_bytes_500_and_a_hang_are_named_and_the_index_serves(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, nginx: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_wrong_bytes_500_and_a_hang_are_named_and_the_index_serves(
+        ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, nginx: tuple[str, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     url, folder = nginx
     _packaging_env(ws.root, backend_index.url("pypi"))
     assert cli("lock", "tiny").code == 0
@@ -187,15 +176,15 @@ def test_wrong_bytes_500_and_a_hang_are_named_and_the_index_serves(  # type: ign
     (folder / wheel_key(art.sha256)).write_bytes(bytes(flipped))
     monkeypatch.setenv("ENVLOCK_CACHE_TIMEOUT", "0.5")
     with failing_server() as broken, hanging_server() as hung:
-        _config(ws.root, urls=[broken, hung, url])
+        cache_config(ws.root, urls=[broken, hung, url])
         r = cli("sync", "tiny", "--json")
     assert r.code == 0, r.err
     got = json.loads(r.out)
     actual = hashlib.sha256(bytes(flipped)).hexdigest()
     assert got["note"].split("; ") == [
         f"cache {broken}: wheels/{art.sha256}: HTTP 500: not used for the rest of this command",
-        f"cache {hung}: wheels/{art.sha256}: cannot connect (TimeoutError: timed out): not used for the rest of "
-        "this command",
+        f"cache {hung}: wheels/{art.sha256}: timed out after 0.5 s waiting for an answer (connected): not used for "
+        "the rest of this command",
         f"cache {url}: refused {art.filename}: served bytes of sha256 {actual} ({len(real)} bytes), expected "
         f"{art.sha256}" + (f" ({art.size} bytes)" if art.size is not None else ""),
     ]
@@ -206,8 +195,8 @@ def test_wrong_bytes_500_and_a_hang_are_named_and_the_index_serves(  # type: ign
     assert r.code == 0, r.err
 
 
-def test_a_good_wheel_in_a_file_cache_is_taken_before_the_index(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, tmp_path: Path
+def test_a_good_wheel_in_a_file_cache_is_taken_before_the_index(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, tmp_path: Path
 ) -> None:
     _packaging_env(ws.root, backend_index.url("pypi"))
     assert cli("lock", "tiny").code == 0
@@ -215,22 +204,25 @@ def test_a_good_wheel_in_a_file_cache_is_taken_before_the_index(  # type: ignore
     cache = tmp_path / "nfs-cache"
     (cache / "wheels").mkdir(parents=True)
     shutil.copyfile(backend_wheels_dir() / art.filename, cache / wheel_key(art.sha256))
-    _config(ws.root, urls=[f"file://{cache}"])
+    cache_config(ws.root, urls=[f"file://{cache}"])
     r = cli("sync", "tiny", "--json")
     assert r.code == 0, r.err
-    assert json.loads(r.out)["note"] == "caches: 1 wheel"
+    got = json.loads(r.out)
+    assert got["note"] == "caches: 1 wheel"
+    # What the cache gave is fetched and downloaded too: the counts agree with the note.
+    assert (got["fetched"], got["downloaded"]) == (1, (cache / wheel_key(art.sha256)).stat().st_size)
 
 
 def backend_wheels_dir() -> Path:
-    from conftest import backend_wheels
+    from kit.universe import backend_wheels
 
     return backend_wheels()
 
 
 @pytest.mark.parametrize("kind", ["file", "s3"])
-def test_push_then_a_fresh_home_syncs_from_the_cache_alone(  # type: ignore[no-untyped-def]
-    kind: str, ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_push_then_a_fresh_home_syncs_from_the_cache_alone(kind: str, ws: ScratchWorkspace, cli: Cli,
+                                                           backend_index: IndexServer, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     from contextlib import nullcontext
 
     from kit.cacheservers import s3_server
@@ -260,15 +252,15 @@ def test_push_then_a_fresh_home_syncs_from_the_cache_alone(  # type: ignore[no-u
     ('[cache]\ntrusted-keys = ["ci"]\n', "cache.trusted-keys[0]: 'ci': expected a public key as NAME:BASE64 "
                                          "(NAME of letters, digits, '.', '_', '-')"),
 ])
-def test_a_bad_cache_table_is_named_by_file_and_key(ws, cli, text: str, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_cache_table_is_named_by_file_and_key(ws: ScratchWorkspace, cli: Cli, text: str, message: str) -> None:
     _packaging_env(ws.root, "http://127.0.0.1:9/simple")
     (ws.root / "envlock.toml").write_text(text)
     r = cli("cache", "verify", "file:///nowhere")
     assert (r.code, r.err) == (2, f"envlock: error: {ws.root / 'envlock.toml'}: {message}\n")
 
 
-def test_a_push_to_an_unreachable_cache_fails_naming_it(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer
+def test_a_push_to_an_unreachable_cache_fails_naming_it(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer
 ) -> None:
     _packaging_env(ws.root, backend_index.url("pypi"))
     assert cli("lock", "tiny").code == 0

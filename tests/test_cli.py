@@ -8,7 +8,9 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,11 +20,12 @@ from envlock.lockfile import Lock, read_lock
 from envlock.workspace import Workspace
 from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
-from kit.universe import Universe
-from test_resolve import TORCH, TRITON, spec_text
+from kit.universe import TORCH, TRITON, Universe, spec_text
+from kit.workspaces import Cli, CliResult, ScratchWorkspace
+from kit.workspaces import ScratchWorkspace as Ws
 
 
-def test_console_script_runs_and_reports_errors_without_traceback(ws) -> None:  # type: ignore[no-untyped-def]
+def test_console_script_runs_and_reports_errors_without_traceback(ws: ScratchWorkspace) -> None:
     # The installed entry point ([project.scripts]), as users run it.
     script = Path(sys.executable).with_name("envlock")
     proc = subprocess.run([script, "lock", "nope"], capture_output=True, text=True, cwd=ws.root)
@@ -33,7 +36,7 @@ def test_console_script_runs_and_reports_errors_without_traceback(ws) -> None:  
     assert (version.returncode, version.stdout.strip()) == (0, f"envlock {__version__}")
 
 
-def test_unknown_env_suggests_close_name(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_env_suggests_close_name(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("qwen35-blackwell", spec_text(universe, 'tinydep = "==1.0"'))
     result = cli("lock", "qwen35-blackwel")
     assert result.code == 2
@@ -41,7 +44,7 @@ def test_unknown_env_suggests_close_name(ws, cli, universe: Universe) -> None:  
                           "did you mean 'qwen35-blackwell'? (envs: qwen35-blackwell)\n")
 
 
-def test_bad_spec_exits_2_listing_every_problem(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_bad_spec_exits_2_listing_every_problem(ws: ScratchWorkspace, cli: Cli) -> None:
     ws.write_spec("e", '[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\n'
                        'default = true\n[packages]\ntorch = { nightly = "yesterday" }\n')
     result = cli("lock", "e")
@@ -55,7 +58,8 @@ def test_bad_spec_exits_2_listing_every_problem(ws, cli) -> None:  # type: ignor
     assert result.out == ""
 
 
-def test_common_options_work_before_and_after_the_command(ws, cli, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_common_options_work_before_and_after_the_command(ws: ScratchWorkspace, cli: Cli, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     ws.write_spec("e", '[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\n'
                        'default = true\n[packages]\ntorch = { nightly = "yesterday" }\n')
     monkeypatch.chdir(tmp_path)  # outside the workspace: only --root finds it
@@ -71,13 +75,13 @@ def test_common_options_work_before_and_after_the_command(ws, cli, tmp_path, mon
     assert f"\nenvlock: error: {ws.root}/envs/e.toml: 2 problems in env spec 'e'\n" in debug.err
 
 
-def test_unknown_option_exits_2(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_option_exits_2(ws: ScratchWorkspace, cli: Cli) -> None:
     with pytest.raises(SystemExit) as info:
         cli("lock", "e", "--frobnicate")
     assert info.value.code == 2
 
 
-def test_bad_index_option(ws, cli, universe: Universe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_bad_index_option(ws: ScratchWorkspace, cli: Cli, universe: Universe, monkeypatch: pytest.MonkeyPatch) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     result = cli("lock", "e", "--index", "pytorch")
     assert (result.code, result.err) == (
@@ -105,7 +109,7 @@ def test_bad_index_option(ws, cli, universe: Universe, monkeypatch) -> None:  # 
                                                     "or file:// URL\n"), (command, url)
 
 
-def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_lock_then_check_current_stale_missing(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.0"'))
     missing = cli("lock", "e", "--check")
     assert missing.code == 2
@@ -138,7 +142,8 @@ def test_lock_then_check_current_stale_missing(ws, cli, universe: Universe) -> N
                    "reasons": ["packages.tinydep: changed"], "yanked": [], "notes": []}
 
 
-def test_a_lock_edited_by_hand_or_of_another_env_is_not_current(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_edited_by_hand_or_of_another_env_is_not_current(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.0"'))
     assert cli("-q", "lock", "e").code == 0
     path = ws.root / "locks" / "pylock.e.toml"
@@ -166,8 +171,9 @@ def test_a_lock_edited_by_hand_or_of_another_env_is_not_current(ws, cli, univers
     assert path.read_text() == edited  # nothing written
 
 
-def test_check_reads_one_index_page_per_package_and_offline_none(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
-    # The drift needs no network; the yanked files (PEP 592, tests/test_yanked.py) one page per package.
+def test_check_reads_one_index_page_per_package_and_offline_none(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
+    # The drift needs no network; the yanked files (PEP 592, tests/test_yanks.py) one page per package.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("lock", "e").code == 0
     before = len(universe.server.requests)
@@ -177,7 +183,7 @@ def test_check_reads_one_index_page_per_package_and_offline_none(ws, cli, univer
     assert [path for path, _ in universe.server.requests[before:]] == ["/pypi/simple/tinydep/"]
 
 
-def test_lock_json(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_lock_json(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, TORCH + TRITON))
     doc = json.loads(cli("lock", "e", "--json").out)
     assert doc["nightlies"] == {"torch": "2.12.0.dev20260307+cu130"}
@@ -185,7 +191,7 @@ def test_lock_json(ws, cli, universe: Universe) -> None:  # type: ignore[no-unty
     assert doc["changed"] is True
 
 
-def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_diff_nightly_upgrade_from_git_history(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     init_repo(ws.root)
     ws.write_spec("e", spec_text(universe, TORCH + TRITON))
     assert cli("lock", "e").code == 0
@@ -243,7 +249,8 @@ def test_diff_nightly_upgrade_from_git_history(ws, cli, universe: Universe) -> N
                                       "not a lock file\n"), ref
 
 
-def test_a_lock_path_holding_an_at_sign_is_a_path_and_a_rev_may_hold_one(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_path_holding_an_at_sign_is_a_path_and_a_rev_may_hold_one(ws: ScratchWorkspace, cli: Cli,
+                                                                         universe: Universe) -> None:
     init_repo(ws.root)
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("lock", "e").code == 0
@@ -280,7 +287,7 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
     assert "exit 0 if the lock is current, 1 if stale" in out
 
 
-def test_unreadable_specs_and_locks_exit_2_without_traceback(ws, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_unreadable_specs_and_locks_exit_2_without_traceback(ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> None:
     (ws.root / "envs" / "latin1.toml").write_bytes(b'[env]\npython = "3.11"\n# caf\xe9\n')
     r = cli("lock", "latin1")
     assert (r.code, r.err) == (
@@ -294,12 +301,13 @@ def test_unreadable_specs_and_locks_exit_2_without_traceback(ws, cli, tmp_path) 
 
 
 @pytest.mark.parametrize("command", [["path"], ["generations"], ["rollback"], ["run"]])
-def test_store_commands_refuse_names_that_are_no_env_names(cli, command: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_store_commands_refuse_names_that_are_no_env_names(cli: Cli, command: list[str]) -> None:
     r = cli(*command, "..", *(["--", "true"] if command == ["run"] else []))
     assert (r.code, r.err) == (2, "envlock: error: '..': not an env name (letters, digits, '.', '_', '-')\n")
 
 
-def test_a_disk_error_is_one_line_naming_the_file_and_leaves_no_temp_file(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_disk_error_is_one_line_naming_the_file_and_leaves_no_temp_file(ws: ScratchWorkspace, cli: Cli,
+                                                                          universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     (ws.root / "locks" / "pylock.e.toml").mkdir()  # where the lock file belongs
     r = cli("lock", "e")
@@ -311,7 +319,7 @@ def test_a_disk_error_is_one_line_naming_the_file_and_leaves_no_temp_file(ws, cl
                                            "message": f"{target}: Is a directory (rerun with --debug for where)"}}
 
 
-def test_a_lock_written_by_another_envlock_during_resolution_is_kept(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
+def test_a_lock_written_by_another_envlock_during_resolution_is_kept(ws: ScratchWorkspace, cli: Cli, universe: Universe,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from envlock import resolve
 
@@ -319,7 +327,7 @@ def test_a_lock_written_by_another_envlock_during_resolution_is_kept(ws, cli, un
     lock_file = ws.root / "locks" / "pylock.e.toml"
     real_resolve = resolve.resolve
 
-    def another_lock_meanwhile(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def another_lock_meanwhile(*args: Any, **kwargs: Any) -> Any:
         result = real_resolve(*args, **kwargs)
         lock_file.write_text("# another envlock's lock\n")
         return result
@@ -334,7 +342,8 @@ def test_a_lock_written_by_another_envlock_during_resolution_is_kept(ws, cli, un
     assert lock_file.read_text().startswith("lock-version")
 
 
-def test_json_errors_are_a_document_on_stdout_too(ws, cli, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_json_errors_are_a_document_on_stdout_too(
+        ws: ScratchWorkspace, cli: Cli, capsys: pytest.CaptureFixture[str]) -> None:
     r = cli("lock", "nosuch", "--json")
     assert r.code == 2 and r.err.startswith("envlock: error: ")
     error = json.loads(r.out)["error"]
@@ -347,7 +356,7 @@ def test_json_errors_are_a_document_on_stdout_too(ws, cli, capsys) -> None:  # t
                      "message": "the following arguments are required: ENV"}
 
 
-def test_sync_refuses_what_it_cannot_do_as_asked(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_sync_refuses_what_it_cannot_do_as_asked(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     ws.write_spec("f", spec_text(universe, 'tinydep = "==1.1"'))
     # --offline cannot lock: it says so before any network.
@@ -383,8 +392,9 @@ def test_sync_refuses_what_it_cannot_do_as_asked(ws, cli, universe: Universe) ->
     assert not (ws.root / "locks" / "pylock.f.toml").exists()
 
 
-def test_diff_names_what_is_missing_and_reads_lock_files_in_the_current_folder(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
-                                                                               monkeypatch) -> None:
+def test_diff_names_what_is_missing_and_reads_lock_files_in_the_current_folder(ws: ScratchWorkspace, cli: Cli,
+                                                                               universe: Universe,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("lock", "e").code == 0
     r = cli("diff", "e", "f")
@@ -415,14 +425,15 @@ def test_diff_names_what_is_missing_and_reads_lock_files_in_the_current_folder(w
                                   "there)\n")
 
 
-def test_a_folder_where_a_spec_belongs_is_named(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_folder_where_a_spec_belongs_is_named(ws: ScratchWorkspace, cli: Cli) -> None:
     (ws.root / "envs" / "dirspec.toml").mkdir()
     r = cli("lock", "dirspec")
     assert (r.code, r.err) == (2, f"envlock: error: {ws.root}/envs/dirspec.toml: not a file; expected env "
                                   "'dirspec''s spec (a TOML file) there\n")
 
 
-def test_spec_paths_that_do_not_exist_are_spec_errors_through_every_command(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_spec_paths_that_do_not_exist_are_spec_errors_through_every_command(ws: ScratchWorkspace, cli: Cli,
+                                                                            universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"',
                                  extra='[sources.k]\npath = "examples/nope"\npatches = ["patches/k/0001-x.patch"]\n'))
     for command in (["lock", "e"], ["sync", "e"], ["build", "e"], ["patch", "status", "e"]):
@@ -431,7 +442,8 @@ def test_spec_paths_that_do_not_exist_are_spec_errors_through_every_command(ws, 
         assert "sources.k.path:" in r.err and "sources.k.patches[0]:" in r.err, (command, r.err)
 
 
-def test_sync_says_it_relocked_and_diff_says_a_lock_is_stale(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_sync_says_it_relocked_and_diff_says_a_lock_is_stale(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     r = cli("sync", "e")
     assert r.code == 0 and "  locked envs/e.toml anew first (the lock was missing or stale)" in r.out.splitlines()
@@ -454,7 +466,7 @@ def test_sync_says_it_relocked_and_diff_says_a_lock_is_stale(ws, cli, universe: 
         f"  unreadable: {record} (not listed; `envlock sync e` makes a new generation)")
 
 
-def test_an_unreachable_index_is_not_called_unsolvable(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreachable_index_is_not_called_unsolvable(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"').replace(universe.pypi, "http://127.0.0.1:9/simple"))
     r = cli("lock", "e")
     assert r.code == 1
@@ -462,7 +474,7 @@ def test_an_unreachable_index_is_not_called_unsolvable(ws, cli, universe: Univer
                             "(no network, or a mirror is needed: --index NAME=URL)\n"), r.err
 
 
-def test_an_env_neither_synced_nor_declared_is_named_as_a_typo(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_an_env_neither_synced_nor_declared_is_named_as_a_typo(ws: ScratchWorkspace, cli: Cli) -> None:
     # Not sent to `envlock sync nosuch`, which would fail on it too.
     ws.write_spec("demo", "")
     for command in (["path"], ["verify"], ["generations"], ["rollback"], ["run", "--", "true"]):
@@ -471,7 +483,7 @@ def test_an_env_neither_synced_nor_declared_is_named_as_a_typo(ws, cli) -> None:
                                       f"{ws.root / 'envs'} declares no such env (did you mean 'demo'? envs: demo)\n")
 
 
-def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws: ScratchWorkspace, cli: Cli) -> None:
     from envlock import generations
     from envlock.store import Store
 
@@ -484,7 +496,8 @@ def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws, cli) -> Non
                                       "run `envlock sync nope`\n"), command
 
 
-def test_commands_that_read_the_store_do_not_make_a_mistyped_home(ws, cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_commands_that_read_the_store_do_not_make_a_mistyped_home(ws: ScratchWorkspace, cli: Cli,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     home = ws.root / "typo-home"
     monkeypatch.setenv("ENVLOCK_HOME", str(home))
     ws.write_spec("e", "")  # declared: never synced is what they say
@@ -494,7 +507,8 @@ def test_commands_that_read_the_store_do_not_make_a_mistyped_home(ws, cli, monke
     assert not home.exists()
 
 
-def test_a_static_index_on_disk_serves_a_pinned_package(ws, cli, universe: Universe, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_static_index_on_disk_serves_a_pinned_package(ws: ScratchWorkspace, cli: Cli, universe: Universe,
+                                                        tmp_path: Path) -> None:
     # An air-gapped cluster's mirror can be a folder (a mounted share): file:// for any index.
     from kit.locks import sha256_of
     from kit.wheels import build_wheel
@@ -557,8 +571,8 @@ def test_ctrl_c_while_envlock_still_starts_is_one_line_not_a_traceback() -> None
         assert (proc.returncode, proc.stderr, proc.stdout) == (130, "envlock: interrupted\n", ""), command
 
 
-def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, universe: Universe, tmp_path,  # type: ignore[no-untyped-def]
-                                                                monkeypatch) -> None:
+def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A lock made where download.pytorch.org answers, synced on a cluster that reaches only a mirror."""
     upstream = "https://download.pytorch.org/whl/nightly/cu130"  # the test's proxy refuses it
     ws.write_spec("n", spec_text(universe, TORCH + TRITON))
@@ -628,8 +642,9 @@ def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(ws, cli, univers
                                   "sources, and env 'other' has no spec (envs/other.toml)\n")
 
 
-def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws, cli, tmp_path,  # type: ignore[no-untyped-def]
-                                                                            monkeypatch) -> None:
+def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws: ScratchWorkspace, cli: Cli,
+                                                                             tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     # Its `path` wheels are written relative to locks/ (`../wheelhouse/...`), as --help promises
     # "in the store or the wheelhouse"; beside a copy elsewhere they are not.
     from kit.locks import lock_for
@@ -660,7 +675,8 @@ def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws,
     assert r.code == 1 and f"sha256 mismatch for local file {ws.root / 'wheelhouse' / wheel.name}" in r.err, r.err
 
 
-def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_verify_checks_a_known_good_env_against_the_lock_it_was_synced_from(ws: ScratchWorkspace, cli: Cli,
+                                                                            universe: Universe) -> None:
     """Back to a known-good lock after a regression: `verify --lock` passes for it, and the plain
     verify's "not this lock" says how to check it; with no lock at all, verify says so."""
     init_repo(ws.root)
@@ -737,7 +753,8 @@ def read_lock_text(text: str) -> Lock:
     return Lock.from_toml(text, Path("pylock.toml"))
 
 
-def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     """The recorded venv digest names the packages it was taken for: after a hand edit of the
     packages it is not held against the new venv (which would fail every sync alike)."""
     ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
@@ -791,7 +808,8 @@ def test_a_lock_edited_by_hand_after_its_venv_digest_was_recorded(ws, cli, unive
     assert read_lock(ws.root / "locks" / "pylock.e.toml").install_digest() == recorded.install_digest()
 
 
-def test_a_frozen_sync_says_when_the_spec_asks_for_more_than_the_lock(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_frozen_sync_says_when_the_spec_asks_for_more_than_the_lock(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("-q", "sync", "e").code == 0
     quiet = cli("sync", "e", "--frozen")
@@ -810,8 +828,8 @@ def test_a_frozen_sync_says_when_the_spec_asks_for_more_than_the_lock(ws, cli, u
         assert r.code == 0 and "note" not in r.out, r.out
 
 
-def test_an_index_on_disk_that_is_missing_and_a_misspelt_mirror_variable_are_named(  # type: ignore[no-untyped-def]
-        ws, cli, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_index_on_disk_that_is_missing_and_a_misspelt_mirror_variable_are_named(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Before: uv's "not found in the package registry" for every package (exit 1), and a
     # misspelt ENVLOCK_INDEX_* read as nothing at all.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
@@ -851,8 +869,8 @@ def test_an_index_on_disk_that_is_missing_and_a_misspelt_mirror_variable_are_nam
     assert r.code == 1 and r.err.rstrip().endswith(f"  {note}"), r.err
 
 
-def test_a_file_where_a_folder_is_expected_is_named_so(ws, cli, universe: Universe, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_where_a_folder_is_expected_is_named_so(ws: ScratchWorkspace, cli: Cli, universe: Universe,
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Before: "File exists" / "Not a directory", which say nothing of what to do.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     shutil.rmtree(ws.root / "locks")
@@ -869,7 +887,7 @@ def test_a_file_where_a_folder_is_expected_is_named_so(ws, cli, universe: Univer
         assert (r.code, r.err) == (1, f"envlock: error: {home}: cannot use as store: {what}\n"), r.err
 
 
-def test_run_takes_its_options_between_env_and_the_dashes(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_run_takes_its_options_between_env_and_the_dashes(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("-q", "sync", "e").code == 0
 
@@ -908,7 +926,8 @@ def test_run_takes_its_options_between_env_and_the_dashes(ws, cli, universe: Uni
                                                  "CMD...\n")
 
 
-def test_an_unknown_option_is_shown_with_its_commands_usage(ws, cli, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_option_is_shown_with_its_commands_usage(ws: ScratchWorkspace, cli: Cli,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     for command, usage in ((["sync", "e", "--bogus"], "usage: envlock sync "),
                            (["patch", "status", "e", "--bogus"], "usage: envlock patch status ")):
         with pytest.raises(SystemExit) as info:
@@ -919,8 +938,8 @@ def test_an_unknown_option_is_shown_with_its_commands_usage(ws, cli, capsys) -> 
 
 
 @pytest.mark.parametrize("hashes", [True, False], ids=["index with hashes", "hash-less index (PyTorch's)"])
-def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_path, monkeypatch,  # type: ignore[no-untyped-def]
-                                                                hashes: bool) -> None:
+def test_a_private_index_named_with_credentials_locks_and_syncs(ws: ScratchWorkspace, cli: Cli, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch, hashes: bool) -> None:
     """`https://user:token@host/simple` in the spec, no ~/.netrc: the lock keeps no credentials, and
     the sync sends the index's again (it answered 401 to the lock's bare URLs); so does the lock
     hashing a wheel a hash-less index serves (a private nightly index)."""
@@ -972,7 +991,8 @@ def test_a_private_index_named_with_credentials_locks_and_syncs(ws, cli, tmp_pat
         server.stop()
 
 
-def test_a_lock_names_a_python_version_and_sources_stay_in_the_workspace(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_names_a_python_version_and_sources_stay_in_the_workspace(ws: ScratchWorkspace, cli: Cli,
+                                                                         universe: Universe) -> None:
     # A sync hands the lock's python to `uv python find`: a path there ran that program.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("-q", "lock", "e").code == 0
@@ -995,7 +1015,8 @@ def test_a_lock_names_a_python_version_and_sources_stay_in_the_workspace(ws, cli
     assert bad.code == 2 and "sources.\"../../escaped\": expected a source name of letters" in bad.err, bad.err
 
 
-def test_a_lock_read_from_a_pipe_syncs_and_is_not_written(ws, cli, universe: Universe, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_read_from_a_pipe_syncs_and_is_not_written(ws: ScratchWorkspace, cli: Cli, universe: Universe,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
     # `envlock sync ENV --lock <(git show REV:locks/pylock.ENV.toml)`: the shell passes /dev/fd/N.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("-q", "lock", "e").code == 0
@@ -1016,7 +1037,8 @@ def test_a_lock_read_from_a_pipe_syncs_and_is_not_written(ws, cli, universe: Uni
     assert "tok3n" not in err and "https://host/simple" in err, err
 
 
-def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(
+        ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     # The fast no-op hashed it forever; lock, build and patch status read it until memory ran out.
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     assert cli("-q", "sync", "e").code == 0  # a no-op stamp now names the lock's sha256
@@ -1028,3 +1050,99 @@ def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(ws, cli, u
                               text=True, timeout=120)
         assert (proc.returncode, proc.stderr) == (2, f"envlock: error: {lock_file}: larger than 64 MiB; not a lock "
                                                      "file\n"), (command, proc.stderr)
+
+
+def test_a_package_no_spec_key_vouches_for_is_drift_and_a_frozen_sync_refuses_it(
+        ws: Ws, cli: Callable[..., CliResult], universe: Universe, tmp_path: Path) -> None:
+    # As found: a hand-edited lock adds a [[packages]] entry, a file:// URL outside the workspace with its
+    # right sha256, no index, required by nothing: `lock --check` called it current, `sync` installed
+    # it and `verify` said ok.
+    from kit.wheels import build_wheel
+
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))  # otherdep requires tinydep
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    made = path.read_text()
+    assert cli("lock", "e", "--check").code == 0  # tinydep: required through the recorded graph
+    evil = build_wheel(tmp_path / "elsewhere", "evil", "6.6")
+    entry = (f'[[packages]]\nname = "evil"\nversion = "6.6"\nwheels = [\n    {{ url = "{evil.as_uri()}", '
+             f'size = {evil.stat().st_size}, hashes = {{ sha256 = "{sha256_of(evil)}" }} }},\n]\n\n')
+    path.write_text(made.replace("[[packages]]", entry + "[[packages]]", 1))
+
+    check = cli("lock", "e", "--check")
+    pypi = universe.pypi
+    assert (check.code, check.out.splitlines()) == (1, [
+        "locks/pylock.e.toml is stale:",
+        "  [[packages]] evil 6.6: required by nothing the spec asks for (not in [packages], nor required through "
+        "the lock's tool.envlock.requires by what is) (edited by hand?)",
+        f"  [[packages]] evil 6.6: no index, and the spec builds no evil ({evil.as_uri()}); expected a wheel of "
+        f"index 'pypi' ({pypi}) (edited by hand?)",
+        "run `envlock lock e` to update it"])
+
+    frozen = cli("sync", "e", "--frozen")
+    assert frozen.code == 2
+    assert frozen.err.splitlines()[0] == ("envlock: error: locks/pylock.e.toml: --frozen, but the spec does not vouch "
+                                          "for what it locks; nothing was installed. `envlock lock e` locks the "
+                                          "spec anew")
+    assert "evil 6.6: required by nothing" in frozen.err
+    assert not (Path(os.environ["ENVLOCK_HOME"]) / "v1" / "envs" / "e").exists()
+
+    synced = cli("sync", "e")
+    assert synced.code == 0, synced.err
+    assert "evil" not in path.read_text() and path.read_text().startswith(made.split("[tool.envlock]")[0])
+    site = Path(synced.out.splitlines()[-1]) / "lib" / "python3.11" / "site-packages"
+    assert not list(site.glob("evil*")) and list(site.glob("otherdep*"))
+    assert cli("verify", "e").code == 0
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    # Moved to another index (a mirror nobody gave): "index X, but the spec takes ... from".
+    (lambda text, u: text.replace(f'index = "{u.pypi}"', 'index = "https://elsewhere.example/simple"', 1),
+     "[[packages]] otherdep 2.0: index https://elsewhere.example/simple, but the spec takes otherdep from index "
+     "'pypi' ({pypi}) (edited by hand?)"),
+    # A remote index's package pointed at a file on this machine.
+    (lambda text, u: text.replace(f'url = "{u.server.url("pypi").rsplit("/simple", 1)[0]}', 'url = "file:///srv', 1),
+     "[[packages]] otherdep 2.0: file:///srv/files/otherdep-2.0-py3-none-any.whl is a file on this machine, not a "
+     "file of index {pypi} (edited by hand?)"),
+    # Its graph taken out: every package but the spec's own is unaccounted for.
+    (lambda text, u: text.replace("\n[tool.envlock.requires]\n", "\n[tool.envlock.old]\n"),
+     "tool.envlock.requires: missing (a lock written before envlock recorded what each package requires), so its "
+     "packages cannot be held to the spec's: lock again"),
+])
+def test_each_way_a_lock_leaves_the_spec_is_named(ws: Ws, cli: Callable[..., CliResult], universe: Universe,
+                                                  edit: Callable[[str, Universe], str], reason: str) -> None:
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    edited = edit(path.read_text(), universe)
+    assert edited != path.read_text()
+    path.write_text(edited)
+    check = cli("lock", "e", "--check")
+    assert check.code == 1
+    assert f"  {reason.format(pypi=universe.pypi)}" in check.out.splitlines(), check.out
+
+
+def test_a_lock_without_its_graph_is_stale_once_and_a_frozen_sync_says_what_it_held(
+        ws: Ws, cli: Callable[..., CliResult], universe: Universe) -> None:
+    # A lock written before envlock recorded [tool.envlock.requires]: `lock --check` calls it stale
+    # (one reason), a frozen sync installs it held to the spec's indexes only and says so, a sync relocks.
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    made = path.read_text()
+    old = made.replace('\n[tool.envlock.requires]\n"otherdep" = ["tinydep"]\n', "")
+    assert old != made
+    path.write_text(old)
+    check = cli("lock", "e", "--check")
+    assert (check.code, check.out.splitlines()[1:-1]) == (1, [
+        "  tool.envlock.requires: missing (a lock written before envlock recorded what each package requires), so "
+        "its packages cannot be held to the spec's: lock again"])
+    frozen = cli("sync", "e", "--frozen")
+    assert frozen.code == 0, frozen.err
+    assert ("note: locks/pylock.e.toml records no dependency graph (written before envlock recorded "
+            "[tool.envlock.requires]): --frozen held its packages to the spec's indexes and builds only; "
+            "`envlock lock e` records it") in frozen.out
+    assert path.read_text() == old  # frozen: never written
+    assert cli("sync", "e").code == 0
+    assert path.read_text().split("\n[tool.envlock]")[0] == made.split("\n[tool.envlock]")[0]
+    assert cli("lock", "e", "--check").code == 0

@@ -9,20 +9,23 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from envlock import generations
-from envlock.digest import stored_manifest
 from envlock.lockfile import Lock
 from envlock.store import WRITER_LOCK, Store
 from kit.index import IndexServer
-from kit.locks import lock_for, sha256_of
+from kit.locks import lock_for
+from kit.processes import envlock, wait_for, waits_on_flock
+from kit.sglike import git
+from kit.stores import assert_store_whole
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, CliResult, ScratchWorkspace
+from kit.workspaces import ScratchWorkspace as Ws
 
 
 @dataclass
@@ -34,15 +37,8 @@ class Setup:
     unrooted_wheel: str  # sha256 of the wheel only the dropped generation's lock names
 
 
-def _git(ws: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@t")
-    return subprocess.run(["git", *args], cwd=ws, env=env, check=True, capture_output=True, text=True).stdout
-
-
 @pytest.fixture
-def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> Iterator[Setup]:  # type: ignore[no-untyped-def]
-    server = IndexServer(tmp_path / "served").start()
+def setup(server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Cli) -> Setup:
     w = tmp_path / "wheels"
     wheels = {name: build_wheel(w, name.split("-")[0], name.split("-")[1]) for name in
               ("alpha-1.0", "alpha-2.0", "beta-1.0", "gamma-1.0", "delta-1.0")}
@@ -63,34 +59,22 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli) -> Iterator[Setu
     for name, lock in (("v1", v1), ("v2", v2), ("v3", v3), ("v4", v4)):
         files[name].write_text(lock.to_toml())
     # History: v3 committed, then v1 over it (HEAD).
-    _git(ws, "init", "-q")
+    git(ws, "init", "-q")
     (ws / "locks" / "pylock.demo.toml").write_text(v3.to_toml())
-    _git(ws, "add", "-A")
-    _git(ws, "commit", "-qm", "v3")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "v3")
     files["v1"].write_text(v1.to_toml())
-    _git(ws, "commit", "-qam", "v1")
+    git(ws, "commit", "-qam", "v1")
     # Generations: v3, v4, then three over two locks (v1, v2, v1).
     for name in ("v3", "v4", "v1", "v2", "v1"):
         r = cli("sync", "demo", "--lock", str(files[name]))
         assert r.code == 0, r.err
-    _git(ws, "commit", "-qam", "v1 with its venv digest")
+    git(ws, "commit", "-qam", "v1 with its venv digest")
     delta = v4.packages[0].wheels[0].sha256
-    yield Setup(server, ws, home, files, delta)
-    server.stop()
+    return Setup(server, ws, home, files, delta)
 
 
-def _assert_store_whole(store: Store) -> None:
-    """Every entry is complete, every generation's venv is there."""
-    for entry in (store.root / "wheels").iterdir():
-        for wheel in entry.iterdir():
-            assert sha256_of(wheel) == entry.name
-    for venv in (store.root / "venvs").iterdir():
-        assert stored_manifest(venv) is not None, f"{venv}: incomplete venv entry"
-    for gen in generations.list_generations(store, "demo"):
-        assert gen.venv.resolve().is_dir(), f"generation {gen.number}: venv gone"
-
-
-def test_dry_run_then_gc_keeps_every_root_and_frees_the_rest(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_then_gc_keeps_every_root_and_frees_the_rest(setup: Setup, cli: Cli) -> None:
     store = Store.open(setup.home)
     assert cli("pin", "demo", "--lock", "locks/pylock.demo.toml@HEAD~2").code == 0  # v3, from git history
     listing = json.loads(cli("pins", "--json").out)["pins"]
@@ -113,10 +97,16 @@ def test_dry_run_then_gc_keeps_every_root_and_frees_the_rest(setup: Setup, cli) 
     lines = done.out.splitlines()
     assert lines[0] == "roots: 5 locks (3 generations, 1 workspace lock, 0 git locks, 1 pin)"
     assert lines[1].startswith(f"before: {planned['before']['entries']} entries, ")
-    assert lines[2].startswith(f"removed: {len(planned['removed'])} entries, 2 old generations, freeing ")
+    archives = sum(1 for r in planned["removed"] if r.startswith("uv-cache/"))
+    entries = len(planned["removed"]) - archives
+    assert archives > 0  # the old generations' venvs were the only ones linking to some
+    assert lines[2].startswith(f"removed: {entries} entries and {archives} uv-cache archive"
+                               f"{'s' if archives > 1 else ''}, 2 old generations, freeing ")
+    # The counts add up: entries before, less those removed, are those after.
+    assert lines[3].startswith(f"after: {planned['before']['entries'] - entries} entries, ")
     assert not store.has("wheels", setup.unrooted_wheel)
     assert [g.number for g in generations.list_generations(store, "demo")] == [3, 4, 5]
-    _assert_store_whole(store)
+    assert_store_whole(store)
     # Every remaining uv-cache archive is linked from a kept venv.
     kept = {(os.lstat(p).st_dev, os.lstat(p).st_ino) for v in (store.root / "venvs").iterdir()
             for p in v.rglob("*") if p.is_file() and not p.is_symlink()}
@@ -134,7 +124,7 @@ def test_dry_run_then_gc_keeps_every_root_and_frees_the_rest(setup: Setup, cli) 
     assert r.code == 1 and "--offline: 1 locked artifact not in the store" in r.err
 
 
-def test_git_history_and_tags_are_roots_and_an_unpinned_lock_goes(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
+def test_git_history_and_tags_are_roots_and_an_unpinned_lock_goes(setup: Setup, cli: Cli) -> None:
     store = Store.open(setup.home)
     gamma = Lock.from_toml(setup.locks["v3"].read_text(), "v3").packages[0].wheels[0].sha256
     # History keeps v3 (HEAD~2 changed the lock).
@@ -162,35 +152,23 @@ def test_git_history_and_tags_are_roots_and_an_unpinned_lock_goes(setup: Setup, 
                                   "--git-depth: expected 0 or more"),
     (["--keep-git", "some"], "--keep-git some: expected one of all, tags, none"),
 ])
-def test_gc_option_errors(ws, cli, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+def test_gc_option_errors(ws: ScratchWorkspace, cli: Cli, args: list[str], message: str) -> None:
     r = cli("gc", *args)
     assert r.code == 2
     assert r.err == f"envlock: error: {message}\n"
 
 
-def _envlock(ws: Path, home: Path, *args: str, extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    tests = str(Path(__file__).parent)
-    env = dict(os.environ, ENVLOCK_HOME=str(home), PYTHONPATH=os.pathsep.join(filter(None, [tests, os.environ.get(
-        "PYTHONPATH")])), **(extra or {}))
-    return subprocess.Popen([sys.executable, "-c", "import kit.pause; kit.pause.main()", *args], cwd=ws, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def test_a_gc_killed_midway_leaves_a_store_a_sync_and_a_second_gc_work_on(  # type: ignore[no-untyped-def]
-        setup: Setup, tmp_path: Path, cli) -> None:
+def test_a_gc_killed_midway_leaves_a_store_a_sync_and_a_second_gc_work_on(
+        setup: Setup, tmp_path: Path, cli: Cli) -> None:
     marker = tmp_path / "paused"
-    proc = _envlock(setup.ws, setup.home, "gc", "--keep-git", "none",
-                    extra={"PAUSE_AT": "gc-remove", "PAUSE_MARKER": str(marker), "PAUSE_COUNT": "3"})
-    deadline = time.monotonic() + 60
+    writer = Store.open(setup.home)  # before the gc starts: opening a store clears what no process holds
+    proc = envlock(setup.ws, setup.home, "gc", "--keep-git", "none", paused=True,
+                   env={"PAUSE_AT": "gc-remove", "PAUSE_MARKER": str(marker), "PAUSE_COUNT": "3"})
     try:
-        while not marker.exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "gc never reached its third removal"
-            time.sleep(0.02)
+        wait_for(lambda: _alive(proc) and marker.exists(), "gc to reach its third removal", timeout=60)
         # A sync beside the paused gc waits for it (the store's writer lock), it does not race it.
-        beside = _envlock(setup.ws, setup.home, "sync", "demo", "--lock", str(setup.locks["v2"]))
-        time.sleep(0.5)
-        assert beside.poll() is None
+        beside = envlock(setup.ws, setup.home, "sync", "demo", "--lock", str(setup.locks["v2"]))
+        _waits_for_the_writer_lock(writer, beside, "the sync beside the paused gc")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
@@ -198,7 +176,7 @@ def test_a_gc_killed_midway_leaves_a_store_a_sync_and_a_second_gc_work_on(  # ty
     assert beside.returncode == 0, err
     store = Store.open(setup.home)  # clears the killed gc's renamed-away litter
     assert [p.name for p in store.tmp.iterdir() if not p.name.startswith(("partial", "venv-slot"))] == []
-    _assert_store_whole(store)
+    assert_store_whole(store)
     assert generations.current_number(store, "demo") == 6
     r = cli("sync", "demo", "--lock", str(setup.locks["v1"]), "--offline")
     assert r.code == 0, r.err
@@ -207,19 +185,18 @@ def test_a_gc_killed_midway_leaves_a_store_a_sync_and_a_second_gc_work_on(  # ty
     assert f"wheels/{setup.unrooted_wheel}" in json.loads(second.out)["removed"] or \
         not store.has("wheels", setup.unrooted_wheel)
     assert not store.has("wheels", setup.unrooted_wheel)
-    _assert_store_whole(store)
+    assert_store_whole(store)
 
 
 def test_gc_waits_for_a_running_sync_and_says_so(setup: Setup) -> None:
     store = Store.open(setup.home)
     with store.writing():  # as a sync holds it from its first fetch to its flip
-        proc = _envlock(setup.ws, setup.home, "gc")
+        proc = envlock(setup.ws, setup.home, "gc")
         assert proc.stderr is not None
         line = proc.stderr.readline()
         assert line == ("envlock: waiting for the running syncs, locks and builds to end (gc never removes what "
                         "they use)\n")
-        time.sleep(0.3)
-        assert proc.poll() is None  # still waiting
+        _waits_for_the_writer_lock(store, proc, "gc")  # still waiting, on the lock this sync holds
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.splitlines()[2].startswith("removed: ")
@@ -229,7 +206,7 @@ WAITING = "envlock: waiting for the running syncs, locks and builds to end (gc n
 
 
 @pytest.fixture
-def tiny_build(ws, cli, backend_index: IndexServer) -> Path:  # type: ignore[no-untyped-def]
+def tiny_build(ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer) -> Path:
     """A workspace whose env builds a setuptools project from a path source, locked, not built yet."""
     project = ws.root / "tiny"
     project.mkdir()
@@ -244,27 +221,22 @@ def tiny_build(ws, cli, backend_index: IndexServer) -> Path:  # type: ignore[no-
     return ws.root
 
 
-def test_gc_beside_a_running_build_waits_and_leaves_its_inputs(  # type: ignore[no-untyped-def]
-        tiny_build: Path, tmp_path: Path, cli) -> None:
+def test_gc_beside_a_running_build_waits_and_leaves_its_inputs(
+        tiny_build: Path, tmp_path: Path, cli: Cli) -> None:
     home = tmp_path / "home"
     marker, release = tmp_path / "paused", tmp_path / "go-on"
-    build = _envlock(tiny_build, home, "build", "t",
-                     extra={"PAUSE_AT": "build", "PAUSE_MARKER": str(marker), "PAUSE_UNTIL": str(release)})
+    build = envlock(tiny_build, home, "build", "t", paused=True,
+                    env={"PAUSE_AT": "build", "PAUSE_MARKER": str(marker), "PAUSE_UNTIL": str(release)})
     try:
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            assert build.poll() is None, build.communicate()
-            assert time.monotonic() < deadline, "the build never reached its backend"
-            time.sleep(0.02)
+        wait_for(lambda: _alive(build) and marker.exists(), "the build to reach its backend", timeout=120)
         # Paused with its backend's wheel in the store, which no lock names yet: a gc now would take it.
         store = Store.open(home)
         backend = [p.parent.name for p in (store.root / "wheels").glob("*/setuptools-*.whl")]
         assert len(backend) == 1
-        gc = _envlock(tiny_build, home, "gc", "--keep-git", "none", "--json")
+        gc = envlock(tiny_build, home, "gc", "--keep-git", "none", "--json")
         assert gc.stderr is not None
         assert gc.stderr.readline() == WAITING
-        time.sleep(0.3)
-        assert gc.poll() is None  # still waiting for the build
+        _waits_for_the_writer_lock(store, gc, "gc beside the build")  # still waiting for the build
     finally:
         release.write_text("")
     _out, err = build.communicate(timeout=120)
@@ -279,41 +251,44 @@ def test_gc_beside_a_running_build_waits_and_leaves_its_inputs(  # type: ignore[
     assert json.loads(built.out)["builds"][0]["rebuilt"] is False
 
 
-def _waiter_on(path: Path) -> bool:
-    """Whether a process waits for a ``flock`` on ``path`` (a ``->`` line of /proc/locks on its inode)."""
-    inode = f":{path.stat().st_ino} "
-    return any(line.split(":", 1)[1].lstrip().startswith("->") and inode in line
-               for line in Path("/proc/locks").read_text().splitlines())
+def _alive(proc: subprocess.Popen[str]) -> bool:
+    """True while ``proc`` runs; its output, as the failure, once it ended."""
+    assert proc.poll() is None, proc.communicate()
+    return True
 
 
-def test_lock_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def _waits_for_the_writer_lock(store: Store, proc: subprocess.Popen[str], what: str) -> None:
+    """Return once ``proc`` is blocked on the store's writer lock (its ``flock`` in /proc/locks); fail
+    if it ends first (done beside a gc: it never waited) or does not wait within a minute."""
+    lock = store.root / "locks" / f"{WRITER_LOCK}.lock"
+    wait_for(lambda: _alive(proc) and waits_on_flock(lock, proc.pid), f"{what} to wait for the store's writer lock",
+             timeout=60)
+
+
+def test_lock_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path) -> None:
     store = Store.open(tmp_path / "home")
-    _waits_beside_gc(store, lambda: _envlock(tiny_build, store.home, "lock", "t"), "the lock")
+    _waits_beside_gc(store, lambda: envlock(tiny_build, store.home, "lock", "t"), "the lock")
 
 
 def _waits_beside_gc(store: Store, start: Callable[[], subprocess.Popen[str]], what: str) -> None:
     """``start`` (a command started while a gc holds the store's writer lock) waits for it, then succeeds."""
     with store.collecting():  # as a gc holds it while it removes entries
         proc = start()
-        deadline = time.monotonic() + 60
-        while not _waiter_on(store.root / "locks" / f"{WRITER_LOCK}.lock"):
-            assert proc.poll() is None, proc.communicate()  # done beside a gc: it never waited
-            assert time.monotonic() < deadline, f"{what} never waited for the store's writer lock"
-            time.sleep(0.02)
+        _waits_for_the_writer_lock(store, proc, what)
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
 
 
-def test_cache_push_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_cache_push_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path, cli: Cli) -> None:
     # A push reads store entries (wheels, source trees it tars): a gc beside must not remove them
     # midway, or a partial tar is uploaded under a key the cache then holds for good.
     assert cli("build", "t").code == 0
     store = Store.open()
-    _waits_beside_gc(store, lambda: _envlock(tiny_build, store.home, "cache", "push", "t", "--to",
-                                             (tmp_path / "cache").as_uri()), "cache push")
+    _waits_beside_gc(store, lambda: envlock(tiny_build, store.home, "cache", "push", "t", "--to",
+                                            (tmp_path / "cache").as_uri()), "cache push")
 
 
-def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Setup, cli) -> None:  # type: ignore[no-untyped-def]
+def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Setup, cli: Cli) -> None:
     store = Store.open(setup.home)
     kept = Lock.from_toml(setup.locks["v1"].read_text(), "v1").packages[0].wheels[0].sha256
     records = {name: store.root / name for name in
@@ -331,3 +306,43 @@ def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Set
     done = cli("gc", "--keep-git", "none", "--json")
     assert done.code == 0, done.err
     assert [name for name, p in records.items() if p.exists()] == [f"listings/{kept}.json"]
+
+
+def _dangling_uv_entries(store: Store) -> list[str]:
+    """uv-cache wheel entries (``wheels-v*/…`` links) whose unpacked archive is gone."""
+    cache = store.root / "uv-cache"
+    return sorted(str(p.relative_to(cache)) for p in cache.glob("wheels-v*/**/*")
+                  if p.is_symlink() and not p.exists())
+
+
+def test_gc_after_a_failed_sync_leaves_a_uv_cache_the_next_sync_installs_from(
+        ws: Ws, cli: Callable[..., CliResult], tmp_path: Path) -> None:
+    # As found: a failed sync (uv unpacked the wheels into its cache, no venv kept), then
+    # `gc --keep-generations 1 --keep-git none`, then a sync: "uv-cache/archive-v0/…: No such file
+    # or directory" for good, because gc took the archives and left uv's entries pointing at them.
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        w = tmp_path / "wheels"
+        wheels = [build_wheel(w, "alpha", "1.0"), build_wheel(w, "beta", "1.0")]
+        server.add("pypi", *wheels)
+        good = lock_for(server, "pypi", wheels)
+        python = ".".join(map(str, sys.version_info[:3]))
+        lock = ws.root / "locks" / "pylock.demo.toml"
+        lock.write_text(good.with_venv_digest("sha256:" + "1" * 64, python).to_toml())  # a digest it cannot match
+        failed = cli("sync", "demo", "--lock", "locks/pylock.demo.toml")
+        assert failed.code == 1 and "not reproducible" in failed.err
+        store = Store.open()
+        assert list((store.root / "uv-cache").glob("archive-v0/*"))  # what uv unpacked stays in its cache
+
+        collected = cli("gc", "--keep-generations", "1", "--keep-git", "none", "--json")
+        assert collected.code == 0, collected.err
+        assert any(r.startswith("uv-cache/archive-v0/") for r in json.loads(collected.out)["removed"])
+        assert _dangling_uv_entries(store) == []  # no entry left pointing at an archive gc took
+
+        lock.write_text(good.to_toml())
+        again = cli("sync", "demo", "--lock", "locks/pylock.demo.toml")
+        assert again.code == 0, again.err
+        assert "uv's cache" not in again.out  # nothing to repair: gc left it whole
+        assert generations.current_number(store, "demo") == 1
+    finally:
+        server.stop()

@@ -6,20 +6,21 @@ import json
 from dataclasses import replace
 
 from envlock.diff import BuildFacts, DiffContext, diff_locks
-from envlock.lockfile import Artifact, LockedPatch, LockedSource, NightlyPin
-from test_lockfile import sample
+from envlock.lockfile import Artifact, LockedPackage, LockedPatch, LockedSource, NightlyPin, canonicalize_name
+from kit.locks import sample_lock
+from kit.workspaces import Cli, ScratchWorkspace
 
 H1, H2, H3 = (f"--hash=sha256:{c * 64}" for c in "123")
 
 
 def test_identical_locks_have_no_changes() -> None:
-    d = diff_locks(sample(), sample(), old_label="a", new_label="b")
+    d = diff_locks(sample_lock(), sample_lock(), old_label="a", new_label="b")
     assert d.changes == ()
     assert d.unchanged == 2
 
 
 def test_nightly_upgrade_source_bump_patch_change_and_reupload() -> None:
-    old = sample()
+    old = sample_lock()
     torch = replace(old.packages[0], version="2.12.0.dev20260310+cu130")
     kernel = replace(old.packages[1], wheels=(Artifact("9" * 64, path=old.packages[1].wheels[0].path),))
     src = old.sources["sglang"]
@@ -46,7 +47,7 @@ def test_nightly_upgrade_source_bump_patch_change_and_reupload() -> None:
 
 
 def test_added_and_removed_packages_and_sources() -> None:
-    old = sample()
+    old = sample_lock()
     new = replace(old, packages=old.packages[:1], sources={**old.sources, "extra": LockedSource("path", "x",
                                                                                                tree_digest="sha256:1")})
     rows = [(c.kind, c.name, c.action) for c in diff_locks(old, new, old_label="a", new_label="b").changes]
@@ -54,7 +55,7 @@ def test_added_and_removed_packages_and_sources() -> None:
 
 
 def test_a_build_is_a_rebuild_only_when_its_inputs_changed() -> None:
-    old = sample()
+    old = sample_lock()
     recorded = old.builds["sgl-kernel"]
     same_inputs = replace(old, builds={"sgl-kernel": replace(recorded, sha256="9" * 64)})
     new_inputs = replace(old, builds={"sgl-kernel": replace(recorded, input_digest="sha256:" + "8" * 64)})
@@ -67,13 +68,13 @@ def test_a_build_is_a_rebuild_only_when_its_inputs_changed() -> None:
 
 
 def test_a_build_says_which_build_requirements_changed() -> None:
-    old = sample()
+    old = sample_lock()
     recorded = replace(old.builds["sgl-kernel"], requirements=(
         f"ninja==1.11.1 {H1}", f"packaging==26.4 {H1}", f"scikit-build-core==1.1.2 {H1} {H2}"))
     old = replace(old, builds={"sgl-kernel": recorded})
     bumped = replace(recorded, input_digest="sha256:" + "8" * 64, sha256="9" * 64, requirements=(
         f"cmake==4.0.0 {H1}", f"packaging==26.4 {H3}", f"scikit_build_core==1.1.3 {H1}"))
-    rows = [(c.kind, c.name, c.action, c.old, c.new, c.note)
+    rows: list[tuple[str | None, ...]] = [(c.kind, c.name, c.action, c.old, c.new, c.note)
             for c in diff_locks(old, replace(old, builds={"sgl-kernel": bumped}), old_label="a", new_label="b").changes]
     assert rows == [
         ("build", "sgl-kernel", "changed", recorded.input_digest, bumped.input_digest, "inputs changed: rebuild"),
@@ -93,9 +94,9 @@ def test_a_build_says_which_build_requirements_changed() -> None:
 
 
 def test_the_venv_digest_and_its_python_are_changes() -> None:
-    old = sample(venv_python="3.12.3")
+    old = sample_lock(venv_python="3.12.3")
     other_venv = old.with_venv_digest("sha256:" + "7" * 64, "3.12.3")
-    rows = [(c.kind, c.name, c.action, c.old, c.new, c.note)
+    rows: list[tuple[str | None, ...]] = [(c.kind, c.name, c.action, c.old, c.new, c.note)
             for c in diff_locks(old, other_venv, old_label="a", new_label="b").changes]
     assert rows == [("env", "venv-digest", "changed", old.venv_digest, other_venv.venv_digest,
                      "same wheels, another venv")]
@@ -114,9 +115,9 @@ def test_the_venv_digest_and_its_python_are_changes() -> None:
     assert rows == [("env", "venv-digest", ""), ("package", "sgl-kernel", "")]
 
 
-def test_diff_prints_and_reports_build_requirements_and_the_venv_digest(ws, cli) -> None:  # type: ignore[no-untyped-def]
-    recorded = replace(sample().builds["sgl-kernel"], requirements=(f"scikit-build-core==1.1.2 {H1}",))
-    old = sample(builds={"sgl-kernel": recorded})
+def test_diff_prints_and_reports_build_requirements_and_the_venv_digest(ws: ScratchWorkspace, cli: Cli) -> None:
+    recorded = replace(sample_lock().builds["sgl-kernel"], requirements=(f"scikit-build-core==1.1.2 {H1}",))
+    old = sample_lock(builds={"sgl-kernel": recorded})
     new = replace(old, builds={"sgl-kernel": replace(recorded, requirements=(f"scikit-build-core==1.1.3 {H1}",))},
                   venv_digest="sha256:" + "7" * 64)
     (ws.root / "locks" / "a.toml").write_text(old.to_toml())
@@ -144,9 +145,8 @@ def test_diff_prints_and_reports_build_requirements_and_the_venv_digest(ws, cli)
 
 # -- the report: reasoned from the two locks and a DiffContext ------------------------------------
 
-def _pkg(name: str, version: str, char: str, index: str | None = "https://x/simple", size: int | None = 100):  # type: ignore[no-untyped-def]
-    from envlock.lockfile import LockedPackage, canonicalize_name
-
+def _pkg(name: str, version: str, char: str, index: str | None = "https://x/simple",
+         size: int | None = 100) -> LockedPackage:
     return LockedPackage(canonicalize_name(name), version, (Artifact(char * 64, url=f"https://x/{name}-{version}.whl",
                                                                      size=size),), index=index)
 
@@ -154,7 +154,7 @@ def _pkg(name: str, version: str, char: str, index: str | None = "https://x/simp
 def test_a_build_names_the_recipe_its_build_requirements_or_what_the_lock_does_not_record() -> None:
     from envlock.diff import BuildFacts, DiffContext
 
-    old = sample(spec_keys={"builds.sgl-kernel": "1", "env": "def"})
+    old = sample_lock(spec_keys={"builds.sgl-kernel": "1", "env": "def"})
     recorded = replace(old.builds["sgl-kernel"], requirements=(f"scikit-build-core==1.1.2 {H1}",))
     old = replace(old, builds={"sgl-kernel": recorded})
     rebuilt = replace(recorded, input_digest="sha256:" + "8" * 64, requirements=(f"scikit-build-core==1.1.3 {H1}",))
@@ -171,12 +171,16 @@ def test_a_build_names_the_recipe_its_build_requirements_or_what_the_lock_does_n
     assert verdict.text() == ("sgl-kernel: an input the lock does not record moved (the toolchain: compilers, "
                               "cmake, nvcc, uv; the interpreter or the host)")
     assert [i.kind for i in verdict.inputs] == ["unrecorded"]
+    # No spec read (two lock paths outside a workspace): a patch may as well have moved; not guessed.
+    (verdict,) = diff_locks(old, quiet, old_label="a", new_label="b", context=DiffContext()).builds
+    assert verdict.text() == ("sgl-kernel: cannot tell why: its source, patches and recipe are named by the env's "
+                              "spec, which this diff did not read (run it in the env's workspace, or with --root)")
 
 
 def test_torch_moving_rebuilds_a_non_isolated_build_and_not_an_isolated_one() -> None:
     from envlock.diff import BuildFacts, DiffContext
 
-    old = sample()
+    old = sample_lock()
     kernel = old.builds["sgl-kernel"]
     old = replace(old, builds={"sgl-kernel": kernel, "iso": replace(kernel, input_digest="sha256:" + "3" * 64)},
                   spec_keys={"builds.sgl-kernel": "1", "builds.iso": "2"})
@@ -193,15 +197,15 @@ def test_torch_moving_rebuilds_a_non_isolated_build_and_not_an_isolated_one() ->
                                    "pending: not built for this lock yet"),
     }
     # Without the spec the locks still say it rebuilds, and no more than they know.
-    verdicts = {b.name: b.text() for b in diff_locks(old, new, old_label="a", new_label="b").builds}
-    assert verdicts["sgl-kernel"] == "sgl-kernel: pending: not built for this lock yet"
+    texts = {b.name: b.text() for b in diff_locks(old, new, old_label="a", new_label="b").builds}
+    assert texts["sgl-kernel"] == "sgl-kernel: pending: not built for this lock yet"
 
 
 def test_nightlies_are_one_line_per_index_and_date_pair() -> None:
     from envlock.diff import DiffContext
 
     nightly = "https://n/simple"
-    old = replace(sample(), packages=(
+    old = replace(sample_lock(), packages=(
         _pkg("torch", "2.12.0.dev20260307", "1", nightly), _pkg("torchvision", "0.27.0.dev20260307", "2", nightly),
         _pkg("helper", "1.0.dev20260301", "3", "https://other/simple"), _pkg("pytorch-triton", "3.5.0", "4", nightly),
         _pkg("requests", "2.0", "5")),
@@ -227,7 +231,7 @@ def test_nightlies_are_one_line_per_index_and_date_pair() -> None:
 def test_package_reasons_the_locks_show_and_download_sizes() -> None:
     from envlock.diff import DiffContext
 
-    old = replace(sample(), packages=(_pkg("a", "1.0", "1"), _pkg("fa4", "4.0", "2", size=None),
+    old = replace(sample_lock(), packages=(_pkg("a", "1.0", "1"), _pkg("fa4", "4.0", "2", size=None),
                                       _pkg("fi", "0.6.4", "3")),
                   spec_keys={"packages.a": "x", "resolution": "r1"})
     new = replace(old, packages=(_pkg("a", "2.0", "4", size=250), _pkg("fi", "0.6.5", "5")),
@@ -243,7 +247,7 @@ def test_package_reasons_the_locks_show_and_download_sizes() -> None:
 
 
 def test_a_build_new_in_the_spec_and_one_never_built_in_either_lock() -> None:
-    old = replace(sample(), builds={}, packages=sample().packages[:1], spec_keys={"builds.never": "1"})
+    old = replace(sample_lock(), builds={}, packages=sample_lock().packages[:1], spec_keys={"builds.never": "1"})
     new = replace(old, spec_keys={"builds.never": "1", "builds.fresh": "2"})
     verdicts = {b.name: (b.action, b.rebuild, b.pending, b.text()) for b in
                 diff_locks(old, new, old_label="a", new_label="b").builds}
@@ -253,7 +257,7 @@ def test_a_build_new_in_the_spec_and_one_never_built_in_either_lock() -> None:
         "never": ("unchanged", False, True, "never: inputs unchanged; not built for either lock yet"),
     }
     # Built for the old lock, not for the new one, with no input the locks show moving: said so, not bare.
-    old = sample(spec_keys={"builds.sgl-kernel": "1"})
+    old = sample_lock(spec_keys={"builds.sgl-kernel": "1"})
     new = replace(old, builds={}, packages=old.packages[:1])
     ctx = DiffContext(builds={"sgl-kernel": BuildFacts("sglang", "sgl-kernel", True)})
     (kernel,) = diff_locks(old, new, old_label="a", new_label="b", context=ctx).builds
@@ -265,7 +269,7 @@ def test_a_build_new_in_the_spec_and_one_never_built_in_either_lock() -> None:
 def test_two_recipes_in_the_store_name_the_toolchain_that_moved() -> None:
     from envlock.diff import DiffContext
 
-    old = sample()
+    old = sample_lock()
     new = replace(old, builds={"sgl-kernel": replace(old.builds["sgl-kernel"], input_digest="sha256:" + "8" * 64)})
     recipe = {"python": "3.12.3", "host": "linux-x86_64", "machine": "x86_64",
               "toolchain": {"cc": "cc (GCC) 13.2", "cmake": "cmake version 3.28.3", "nvcc": "absent"}}

@@ -7,14 +7,18 @@ import hashlib
 import os
 import resource
 import shutil
+import signal
 import stat
+import subprocess
+import sys
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from envlock import fetch as fetch_module
+from envlock import indexes
 from envlock.errors import FetchError
 from envlock.fetch import CHUNK, fetch, fetch_unhashed
 from envlock.lockfile import Artifact, LockedPackage, canonicalize_name
@@ -22,16 +26,9 @@ from envlock.mirrors import package_locator
 from envlock.progress import DownloadStoppedError, NullProgress
 from envlock.store import STORE_MTIME, Store, store_file
 from kit.index import IndexServer
-from kit.locks import artifact
+from kit.locks import artifact, lock_for, sha256_of
+from kit.processes import envlock, wait_for
 from kit.wheels import build_wheel
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[IndexServer]:
-    srv = IndexServer(tmp_path / "served").start()
-    srv.add_index("pypi")
-    yield srv
-    srv.stop()
 
 
 def _publish(server: IndexServer, tmp_path: Path, name: str, payload: int = 200_000) -> tuple[Path, Artifact]:
@@ -391,6 +388,16 @@ def test_a_write_that_fails_names_the_file_being_written(server: IndexServer, st
     assert not store_file(store, art).exists()
 
 
+@pytest.mark.network  # the real PyPI: opt in with --run-network
+def test_https_index_page_and_streamed_hash(tmp_path: Path) -> None:
+    files = indexes.project_files("https://pypi.org/simple", "six")
+    wheel = next(f for f in files if f.filename == "six-1.17.0-py2.py3-none-any.whl")
+    assert wheel.sha256 is not None
+    got = fetch_unhashed(wheel.url, Store.open(tmp_path / "home"))
+    assert (got.sha256, got.downloaded) == (wheel.sha256, 11050)
+    assert got.path.read_bytes()[:2] == b"PK"
+
+
 # -- mirrors: where a sync downloads from when the locked URLs are not reachable ------------
 
 UPSTREAM = "https://download.pytorch.org/whl/nightly/cu130"  # what the lock names; the test proxy refuses it
@@ -475,8 +482,9 @@ def test_a_mirror_page_cannot_send_envlock_to_read_local_files(store: Store, tmp
     finally:
         httpd.shutdown()
         httpd.server_close()
-    assert info.value.message == (f"{wheel.name}: mirror {mirror} lists it at {wheel.as_uri()}; "
-                                  "expected a http or https URL")
+    assert info.value.message == (f"{wheel.name}: {mirror}/alpha/: lists {wheel.name} at {wheel.as_uri()}: file: links "
+                                  "are refused on an http index page; expected http or https (a file: link would be "
+                                  "copied from this machine's own disk)")
     assert not store_file(store, pkg.wheels[0]).exists()
 
 
@@ -607,3 +615,147 @@ def _fetch_error(art: Artifact, store: Store, base_dir: Path) -> str:
     with pytest.raises(FetchError) as info:
         fetch([art], store, base_dir=base_dir)
     return str(info.value)
+
+
+# -- Ctrl-C during a real envlock download ----------------------------------------------------------
+# Ctrl-C (SIGINT) during a real ``envlock`` download: the run stops at once, nothing half-made
+# stays.
+#
+# Downloads run on worker threads; the interrupt lands in the main thread, which must tell the
+# workers to stop rather than wait for GBs to finish arriving.
+
+# 20 MB trickling at ~3 MB/s: a run that waited for it would finish the download.
+PAYLOAD = 20_000_000
+
+
+def _big(server: IndexServer, tmp_path: Path, index: str, name: str, version: str) -> Path:
+    """A wheel of PAYLOAD random bytes on ``index``, trickling out (fault "slow")."""
+    server.slow_chunk, server.slow_delay = 64 * 1024, 0.02
+    wheel = build_wheel(tmp_path / "wheels", name, version, files={f"{name}/blob.bin": os.urandom(PAYLOAD)})
+    server.add(index, wheel)
+    server.faults[wheel.name] = "slow"
+    return wheel
+
+
+def _interrupt(ws: Path, home: Path, wheel: Path, *args: str,
+               sig: signal.Signals = signal.SIGINT) -> subprocess.CompletedProcess[str]:
+    """Run ``envlock ARGS`` in ``ws``, SIGINT (or ``sig``) it once ``wheel``'s download is under way."""
+    proc = envlock(ws, home, *args)
+    partial = home / "v1" / "tmp" / "partial"
+
+    def downloading() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return any(p.stat().st_size > 0 for p in partial.glob("*.part")) if partial.is_dir() else False
+
+    wait_for(downloading, f"{wheel.name} to start downloading")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_ctrl_c_stops_a_sync_download_and_keeps_its_partial_to_resume(server: IndexServer, tmp_path: Path) -> None:
+    big = _big(server, tmp_path, "pypi", "big", "1.0")
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "locks").mkdir()
+    lock = ws / "locks" / "pylock.demo.toml"
+    lock.write_text(lock_for(server, "pypi", [big]).to_toml())
+    home = tmp_path / "home"
+    done = _interrupt(ws, home, big, "sync", "demo", "--lock", str(lock))
+    assert (done.returncode, done.stderr) == (130, "envlock: interrupted\n")
+    sha = sha256_of(big)
+    store = Store.open(home)
+    assert not store.has("wheels", sha)  # stopped, not waited out
+    part = store.partial_dir / f"{sha}.part"
+    assert 0 < part.stat().st_size < big.stat().st_size
+    # The next sync resumes from where the interrupted one stopped.
+    server.faults.pop(big.name)
+    again = subprocess.run([sys.executable, "-m", "envlock.cli", "sync", "demo", "--lock", str(lock)], cwd=ws,
+                           env=dict(os.environ, ENVLOCK_HOME=str(home)), capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert any(path.endswith(big.name) and rng.startswith("bytes=") for path, rng in server.requests)
+    assert sha256_of(next(store.path("wheels", sha).iterdir())) == sha
+
+
+def test_sigterm_stops_a_sync_as_ctrl_c_does(server: IndexServer, tmp_path: Path) -> None:
+    # `kill`, `timeout` and supervisors send SIGTERM: handled as an interrupt (the download
+    # stopped, its partial kept), said, and exit 143, the shell's code for it.
+    big = _big(server, tmp_path, "pypi", "big", "1.0")
+    ws, lock = _sync_ws(server, tmp_path, big)
+    done = _interrupt(ws, tmp_path / "home", big, "sync", "demo", "--lock", str(lock), sig=signal.SIGTERM)
+    assert (done.returncode, done.stderr) == (143, "envlock: terminated\n")
+    store = Store.open(tmp_path / "home")
+    assert not store.has("wheels", sha256_of(big))
+    assert 0 < (store.partial_dir / f"{sha256_of(big)}.part").stat().st_size < big.stat().st_size
+
+
+def test_ctrl_c_stops_a_lock_hashing_a_nightly_and_leaves_nothing(server: IndexServer, tmp_path: Path) -> None:
+    server.add_index("pypi")
+    server.add_index("pytorch", hashes=False)  # as PyTorch's: the lock downloads the nightly to hash it
+    torch = _big(server, tmp_path, "pytorch", "torch", "2.12.0.dev20260307+cpu")
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "envs" / "e.toml").write_text(f"""
+[env]
+python = "3.11"
+[indexes.pypi]
+url = "{server.url('pypi')}"
+default = true
+[indexes.pytorch]
+url = "{server.url('pytorch')}"
+[packages]
+torch = {{ nightly = "2026-03-07", local = "cpu", index = "pytorch" }}
+""")
+    home = tmp_path / "home"
+    done = _interrupt(ws, home, torch, "lock", "e")
+    assert (done.returncode, done.stderr) == (130, "envlock: interrupted\n")
+    # Looked at before Store.open, which would clear an unheld one anyway.
+    assert list((home / "v1" / "tmp" / "partial").glob("*.part")) == []  # no hash to resume against
+    store = Store.open(home)
+    assert not (store.root / "wheels").exists() or not any((store.root / "wheels").iterdir())
+    assert not (ws / "locks" / "pylock.e.toml").exists()
+
+
+def _sync_ws(server: IndexServer, tmp_path: Path, wheel: Path) -> tuple[Path, Path]:
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "locks").mkdir()
+    lock = ws / "locks" / "pylock.demo.toml"
+    lock.write_text(lock_for(server, "pypi", [wheel]).to_toml())
+    return ws, lock
+
+
+def test_ctrl_c_does_not_wait_out_a_stalled_server(server: IndexServer, tmp_path: Path) -> None:
+    big = _big(server, tmp_path, "pypi", "big", "1.0")
+    server.faults[big.name] = "stall"  # half the bytes, then nothing: the read waits on its 60 s timeout
+    ws, lock = _sync_ws(server, tmp_path, big)
+    done = _interrupt(ws, tmp_path / "home", big, "sync", "demo", "--lock", str(lock))  # 60 s communicate limit
+    assert (done.returncode, done.stderr) == (130, "envlock: interrupted\n")
+    assert len(server.downloads(big.name)) == 1  # and no retry after the interrupt
+
+
+def test_ctrl_c_does_not_wait_for_another_process_download(server: IndexServer, tmp_path: Path) -> None:
+    import fcntl
+
+    big = _big(server, tmp_path, "pypi", "big", "1.0")
+    ws, lock = _sync_ws(server, tmp_path, big)
+    home = tmp_path / "home"
+    partial = Store.open(home).partial_dir
+    partial.mkdir(parents=True, exist_ok=True)
+    part = partial / f"{sha256_of(big)}.part"
+    with open(part, "a+b") as held:  # as a concurrent sync downloading it holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        held.write(b"x")
+        held.flush()
+        proc = envlock(ws, home, "sync", "demo", "--lock", str(lock))
+
+        def waiting() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            fds = Path(f"/proc/{proc.pid}/fd")
+            return any(os.path.realpath(fd) == str(part) for fd in fds.iterdir())
+
+        wait_for(waiting, "the sync to wait for the partial file")
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)  # the lock is still held: waiting it out would hang here
+    assert (proc.returncode, err) == (130, "envlock: interrupted\n")
+    assert server.downloads(big.name) == []

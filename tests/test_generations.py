@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from envlock import digest, generations, install, quick
 from envlock.errors import CommandError, FetchError, StoreError, UsageError, VerifyError
+from envlock.generations import Generation
 from envlock.lockfile import Lock, read_lock
 from envlock.realize import SyncResult, SyncTarget, realize
 from envlock.running import env_path, exec_in_env, run_environ
@@ -26,6 +26,7 @@ from envlock.store import Store
 from envlock.verifying import verify_env
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
+from kit.processes import envlock
 from kit.wheels import build_wheel
 
 
@@ -129,7 +130,8 @@ def test_a_generation_never_made_current_is_no_rollback_target(
     later = _realize(store, "demo", beta_only, lock_path=None)
     # The pending one is gone (its venv stays in the store): numbers go on from the ones that were current.
     assert [(g.number, g.pending) for g in generations.list_generations(store, "demo")] == [(1, False), (2, False)]
-    assert later.generation == 2 and generations.current(store, "demo").install_digest == beta_only.install_digest()
+    current = generations.current(store, "demo")
+    assert later.generation == 2 and current is not None and current.install_digest == beta_only.install_digest()
     assert generations.rollback(store, "demo").current == 1
     assert _python(store, "demo", "import alpha; print(alpha.VERSION)") == "1.0"
     # A sync refused because `current` is not envlock's link adds no generation first.
@@ -163,7 +165,8 @@ def test_a_stamp_not_written_does_not_fail_a_switched_sync(locks: tuple[IndexSer
         result = _realize(store, "demo", read_lock(v2_path), lock_path=v2_path)
         assert result.note == (f"{stamp}: not written (No space left on device); the next sync takes the full "
                                "path, not the fast no-op")
-        assert generations.current(store, "demo").install_digest == v2.install_digest()
+        current = generations.current(store, "demo")
+        assert current is not None and current.install_digest == v2.install_digest()
         assert not stamp.exists()
 
 
@@ -433,6 +436,16 @@ def test_a_store_wheel_changed_at_its_size_is_not_taken_for_the_locks_venv(locks
     assert again.venv_digest == first.venv_digest and not again.noop
 
 
+def _created_at(store: Store, gen: Generation, created: str) -> None:
+    """Rewrite ``gen``'s record (written read-only) to say it was created at ``created``."""
+    record = gen.path / "generation.json"
+    doc = json.loads(record.read_text())
+    record.chmod(0o644)
+    record.write_text(json.dumps({**doc, "created": created}, indent=2, sort_keys=True) + "\n")
+    again = generations.read(store, gen.env, gen.number)
+    assert again is not None and again.created == created
+
+
 def test_a_lock_without_a_digest_is_held_to_its_newest_generations(locks: tuple[IndexServer, Lock, Lock],
                                                                     tmp_path: Path) -> None:
     # An older generation's digest does not count: a build matching only it is rebuilt without
@@ -442,10 +455,12 @@ def test_a_lock_without_a_digest_is_held_to_its_newest_generations(locks: tuple[
     built = install.install(store, v1, _fetched(store, v1))
     python = _python_version(built.venv)
     newest = "sha256:" + "2" * 64
-    for venv_digest in (built.manifest.digest, newest):  # the older one is this build's
-        generations.add(store, "other", venv=built.venv, install_digest=built.install_digest, venv_digest=venv_digest,
-                        lock_text=v1.to_toml(), venv_python=python)
-        time.sleep(1.1)  # generations are ordered by their creation time, in seconds
+    # The older one is this build's. Generations are ordered by the creation time their records
+    # hold, in seconds: each record says its own second, rather than the test waiting one out.
+    for second, venv_digest in enumerate((built.manifest.digest, newest)):
+        gen = generations.add(store, "other", venv=built.venv, install_digest=built.install_digest,
+                              venv_digest=venv_digest, lock_text=v1.to_toml(), venv_python=python)
+        _created_at(store, gen, f"2026-03-07T10:00:0{second}Z")
     store.remove_entry("venvs", install.venv_entry(built.install_digest))
     synced = _realize(store, "demo", read_lock(lock_path), lock_path=lock_path)
     assert synced.note.startswith(f"this store's earlier generations of this lock have venv digest {newest}")
@@ -501,11 +516,10 @@ def test_rollback_refuses_a_generation_whose_venv_was_modified(locks: tuple[Inde
     with pytest.raises(VerifyError) as info:
         generations.rollback(store, "demo", to)
     found = digest.manifest(venv).digest
-    gen = store.path("envs", "demo") / "1"
     assert str(info.value) == (
         f"{venv}: generation 1 of env 'demo' was modified after it was built (recorded {first.venv_digest}, "
-        f"found {found}); the env was not switched; to build it anew, remove that folder and run "
-        f"`envlock sync demo --frozen --lock {gen / 'pylock.toml'}`\n"
+        f"found {found}); the env was not switched; `envlock verify demo --repair` builds it anew (and every venv "
+        "sharing its modified files), then roll back again\n"
         "  + lib/python3.11/site-packages/extra.py\n"
         "  ~ lib/python3.11/site-packages/alpha/__init__.py"
     )
@@ -556,13 +570,6 @@ def test_concurrent_syncs_of_one_env_serialize(locks: tuple[IndexServer, Lock, L
     assert verify_env(store, "demo").ok
 
 
-def _envlock(home: Path, *args: str, **kwargs: Any) -> subprocess.Popen[str]:
-    """``envlock ARGS`` as its own process (``run`` replaces the process it runs in)."""
-    env = {**os.environ, "ENVLOCK_HOME": str(home)}
-    return subprocess.Popen([sys.executable, "-m", "envlock.cli", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
-
-
 def test_run_puts_the_env_first_and_exits_with_the_commands_status(
         locks: tuple[IndexServer, Lock, Lock], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import signal
@@ -577,7 +584,7 @@ def test_run_puts_the_env_first_and_exits_with_the_commands_status(
     assert environ["PATH"].split(os.pathsep)[0] == str(venv / "bin")
     probe = ("import os, sys, alpha; env = os.environ['VIRTUAL_ENV']; "
              f"sys.exit(7 if env == {str(venv)!r} and sys.prefix == env else 0)")
-    proc = _envlock(store.home, "run", "demo", "--", "python", "-c", probe)
+    proc = envlock(None, store.home, "run", "demo", "--", "python", "-c", probe)
     assert proc.wait(60) == 7, proc.communicate()
     with pytest.raises(UsageError) as info:
         exec_in_env(store, "nope", [sys.executable])
@@ -647,19 +654,19 @@ def test_run_hands_signals_to_the_command_itself(locks: tuple[IndexServer, Lock,
     job = ("import os, sys, time\n"
            "try:\n    print(os.getpid(), flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
            f"    time.sleep(0.5)\n    open({str(saved)!r}, 'w').write('ok')\n    sys.exit(3)\n")
-    proc = _envlock(store.home, "run", "demo", "--", "python", "-c", job, start_new_session=True)
+    proc = envlock(None, store.home, "run", "demo", "--", "python", "-c", job, start_new_session=True)
     assert proc.stdout is not None
     assert int(proc.stdout.readline()) == proc.pid  # exec'd: no child to orphan or to outlive
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 3
     assert saved.read_text() == "ok"
-    proc = _envlock(store.home, "run", "demo", "--", "python", "-c", "import time; print(1, flush=True); "
+    proc = envlock(None, store.home, "run", "demo", "--", "python", "-c", "import time; print(1, flush=True); "
                     "time.sleep(60)", start_new_session=True)
     assert proc.stdout is not None and proc.stdout.readline() == "1\n"
     proc.terminate()
     assert proc.wait(30) == -signal.SIGTERM  # killed by the signal, as the command would be
     # Signals Python ignores for itself are not passed on ignored: `yes | head` ends quietly.
-    proc = _envlock(store.home, "run", "demo", "--", "sh", "-c", "grep SigIgn /proc/self/status; yes | head -n1")
+    proc = envlock(None, store.home, "run", "demo", "--", "sh", "-c", "grep SigIgn /proc/self/status; yes | head -n1")
     out, err = proc.communicate(timeout=30)
     ignored = int(out.split()[1], 16)
     assert not ignored & (1 << (signal.SIGPIPE - 1)) and not ignored & (1 << (signal.SIGXFSZ - 1)), out

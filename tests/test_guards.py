@@ -6,8 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.utils import canonicalize_name
@@ -16,9 +17,10 @@ from envlock import guards, wheelfiles
 from envlock.cmakefetch import Declared, declared
 from envlock.lockfile import Artifact, read_lock
 from envlock.store import Store
-from envlock.wheelfiles import WheelListing
+from envlock.wheelfiles import ListingError, WheelListing
 from kit.index import IndexServer
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 #: Incompressible bytes: beta's wheel is larger than the tail envlock asks for first.
@@ -30,7 +32,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
     """``pypi`` (hashes listed; its wheels are read by range requests) and ``nightly`` (no hashes, as
     PyTorch's: its wheels are downloaded into the store to hash them, and read there)."""
     root = tmp_path_factory.mktemp("guards")
-    server = IndexServer(root / "served")
+    server = IndexServer(root / "served").start()
     server.add_index("pypi", hashes=True)
     server.add_index("nightly", hashes=False)
 
@@ -45,9 +47,8 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
     for version in ("1.0", "1.5", "2.0"):
         add("pypi", "dep", version)
     add("pypi", "tinydep", "1.0")
-    server.start()
-    yield server
-    server.stop()
+    with server:
+        yield server
 
 
 def spec_text(index: IndexServer, packages: str, extra: str = "") -> str:
@@ -69,7 +70,8 @@ url = "{index.url('nightly')}"
 BETA = "beta-1.0-py3-none-any.whl"
 
 
-def test_two_distributions_installing_one_file_with_different_bytes_fail_the_lock(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_two_distributions_installing_one_file_with_different_bytes_fail_the_lock(ws: ScratchWorkspace, cli: Cli,
+                                                                                  index: IndexServer) -> None:
     spec = ws.write_spec("e", spec_text(index, 'app = "==1.0"\nalpha = { index = "nightly" }'))
     failed = cli("lock", "e")
     assert failed.code == 1
@@ -111,14 +113,14 @@ def test_two_distributions_installing_one_file_with_different_bytes_fail_the_loc
         "OverlapError", 1, "  alpha 1.0: declared in [packages]")
 
 
-def test_the_same_bytes_at_one_path_are_fine(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_the_same_bytes_at_one_path_are_fine(ws: ScratchWorkspace, cli: Cli, index: IndexServer) -> None:
     ws.write_spec("e", spec_text(index, 'gamma = "==1.0"\nalpha = { index = "nightly" }'))
     result = cli("lock", "e")
     assert result.code == 0, result.err
     assert "note:" not in result.out
 
 
-def test_an_exclude_that_matches_nothing_is_noted(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_an_exclude_that_matches_nothing_is_noted(ws: ScratchWorkspace, cli: Cli, index: IndexServer) -> None:
     ws.write_spec("e", spec_text(index, 'app = "==1.0"', '[resolution]\nexclude = ["sgl-fa4"]'))
     result = cli("lock", "e")
     assert result.code == 0, result.err
@@ -127,7 +129,7 @@ def test_an_exclude_that_matches_nothing_is_noted(ws, cli, index: IndexServer) -
     assert doc["notes"] == ["resolution.exclude: sgl-fa4 matched nothing: no package requires it"]
 
 
-def test_a_sync_that_locks_says_the_notes_too(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_a_sync_that_locks_says_the_notes_too(ws: ScratchWorkspace, cli: Cli, index: IndexServer) -> None:
     ws.write_spec("e", spec_text(index, 'tinydep = "==1.0"', '[resolution]\nexclude = ["sgl-fa4"]'))
     result = cli("sync", "e")
     assert result.code == 0, result.err
@@ -135,7 +137,7 @@ def test_a_sync_that_locks_says_the_notes_too(ws, cli, index: IndexServer) -> No
 
 
 def test_a_relock_of_wheels_checked_before_reads_no_file_list_and_a_new_wheel_is_checked_against_all(
-        ws, cli, index: IndexServer, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+        ws: ScratchWorkspace, cli: Cli, index: IndexServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """Whether wheels install one path with different bytes depends on their bytes alone: a relock
     that resolves the very wheels (by sha256) an earlier lock checked reads none of their lists again,
     and still says its notes (the Requires-Dist are kept with the record). One more wheel, and the
@@ -144,9 +146,13 @@ def test_a_relock_of_wheels_checked_before_reads_no_file_list_and_a_new_wheel_is
     ws.write_spec("e", spec_text(index, 'app = "==1.0"', exclude))
     assert cli("lock", "e").code == 0
     read: list[list[str]] = []
-    real = guards.listings
-    monkeypatch.setattr(guards, "listings",
-                        lambda wheels, *a, **k: read.append(sorted(wheels)) or real(wheels, *a, **k))
+    real = wheelfiles.listings  # as guards calls it
+
+    def listings(wheels: Mapping[str, Artifact], *args: Any, **kwargs: Any) -> dict[str, WheelListing | ListingError]:
+        read.append(sorted(wheels))
+        return real(wheels, *args, **kwargs)
+
+    monkeypatch.setattr(guards, "listings", listings)
     again = cli("lock", "e")
     assert (again.code, read) == (0, [])
     assert again.out.splitlines()[-1] == "  note: resolution.exclude: sgl-fa4 matched nothing: no package requires it"
@@ -174,7 +180,8 @@ def _built(index: IndexServer, extra: str = "") -> str:
                      f'[sources.myapp]\npath = "myapp"\n[builds.myapp]\nsource = "myapp"\n{extra}')
 
 
-def test_an_override_that_beats_a_pin_it_did_not_beat_before_is_noted(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_an_override_that_beats_a_pin_it_did_not_beat_before_is_noted(
+        ws: ScratchWorkspace, cli: Cli, index: IndexServer) -> None:
     override = '[resolution]\noverrides = ["dep==2.0"]'
     _project(ws.root / "myapp", '["dep>=1.0"]')
     ws.write_spec("e", _built(index, override))
@@ -196,7 +203,8 @@ def test_an_override_that_beats_a_pin_it_did_not_beat_before_is_noted(ws, cli, i
     assert (again.code, "note:" in again.out) == (0, False)
 
 
-def test_a_first_lock_records_the_pins_its_overrides_beat_without_a_note(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_a_first_lock_records_the_pins_its_overrides_beat_without_a_note(ws: ScratchWorkspace, cli: Cli,
+                                                                         index: IndexServer) -> None:
     _project(ws.root / "myapp", '["dep==1.0"]')
     ws.write_spec("e", _built(index, '[resolution]\noverrides = ["dep==2.0"]'))
     result = cli("lock", "e")
@@ -230,7 +238,8 @@ FetchContent_Declare(
 """
 
 
-def test_a_fetchcontent_input_the_cmake_files_declare_otherwise_is_noted(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_a_fetchcontent_input_the_cmake_files_declare_otherwise_is_noted(ws: ScratchWorkspace, cli: Cli,
+                                                                         index: IndexServer) -> None:
     _project(ws.root / "myapp", "[]", {"CMakeLists.txt": CMAKE, "cmake/extra.cmake": EXTRA_CMAKE})
     fetchcontent = (f'[builds.myapp.fetchcontent]\n'
                     f'repo-declared = {{ git = "https://mirror.example/declared", rev = "{COMMIT}" }}\n'
@@ -394,3 +403,64 @@ def test_a_dead_exclude_is_not_said_when_a_requirer_is_not_known(tmp_path: Path)
         "resolution.exclude: gone matched nothing: no package requires it"]
     assert guards.dead_excludes(spec, _graph({"app": ["mid"], "mid": None}, ["app"])) == []
     assert guards.dead_excludes(spec, _graph({"app": ["mid"], "mid": ["gone>=1"]}, ["app"])) == []
+
+
+@pytest.mark.parametrize(
+    ("own", "extras", "unmet"),
+    [
+        (["otherdep==2.0"], set(), ["otherdep==2.0 (the resolution has no otherdep)"]),
+        (["dep>=2"], set(), ["dep>=2 (the resolution has dep 1.5)"]),
+        (["dep>=1", "dep<2"], set(), []),  # met
+        # a marker false for the target (linux, 3.11): uv drops it too
+        (['otherdep; sys_platform == "darwin"', 'otherdep; python_version < "3.10"'], set(), []),
+        (['otherdep; sys_platform == "linux"'], set(), ["otherdep; sys_platform == \"linux\" (the resolution has "
+                                                          "no otherdep)"]),
+        # an extra counts only when the package was required with it
+        (['otherdep; extra == "gpu"'], set(), []),
+        (['otherdep; extra == "gpu"'], {"gpu"}, ["otherdep; extra == \"gpu\" (the resolution has no otherdep)"]),
+        # markers on values envlock may read otherwise than uv are uv's call
+        (['otherdep; platform_release >= "5"', 'otherdep; python_full_version >= "3.11.4"'], set(), []),
+        # what the spec decides itself: its excludes, overrides, builds and nightlies
+        (["sgl-fa4", "flashinfer-python==0.6.12", "kernel==9", "torch==2.13"], set(), []),
+        (["not a requirement ((("], set(), []),
+    ],
+)
+def test_a_wheels_own_requirements_unmet_by_the_resolution(tmp_path: Path, own: list[str], extras: set[str],
+                                                            unmet: list[str]) -> None:
+    from envlock.spec import parse_spec
+
+    doc = {"env": {"python": "3.11", "platform": "x86_64-manylinux_2_28"},
+           "indexes": {"pypi": {"url": "https://pypi.org/simple", "default": True},
+                       "pt": {"url": "https://download.pytorch.org/whl/nightly/cpu"}},
+           "packages": {"app": "==1.0", "kernel": {"build": "kernel"},
+                        "torch": {"nightly": "2026-03-07", "index": "pt"}},
+           "sources": {"kernel": {"path": "kernel"}}, "builds": {"kernel": {"source": "kernel"}},
+           "resolution": {"exclude": ["sgl-fa4"], "overrides": ["flashinfer-python==0.6.5"]}}
+    (tmp_path / "kernel").mkdir()
+    spec = parse_spec(doc, name="e", origin=tmp_path / "e.toml", root=tmp_path)
+    versions = {canonicalize_name(n): v for n, v in {"app": "1.0", "dep": "1.5", "flashinfer-python": "0.6.5",
+                                                     "torch": "2.12.0.dev20260307"}.items()}
+    assert guards.unmet(spec, own, extras, versions) == unmet
+
+
+def test_the_recorded_graph_names_every_locked_requirement_whatever_its_marker() -> None:
+    # What `lock --check` holds each package to: a package reached from the spec's roots through it.
+    # Markers and extras are not evaluated (uv took the package for some requirement naming it),
+    # and what only a package of unknown requirements (a build's dynamic metadata) can require is
+    # recorded as its.
+    from packaging.requirements import Requirement
+    from packaging.utils import NormalizedName
+
+    def n(name: str) -> NormalizedName:
+        return canonicalize_name(name)
+
+    nodes = {
+        n("app"): [Requirement("lib>=1"), Requirement("socks; extra == 'proxy'"), Requirement("absent")],
+        n("lib"): [Requirement("winonly; sys_platform == 'win32'"), Requirement("App")],
+        n("socks"): [], n("winonly"): [],
+        n("kernel"): None,  # a build whose requirements are not static
+        n("torch"): [], n("helper"): [],
+    }
+    recorded = guards.recorded_requires(nodes, [n("app"), n("kernel")])
+    assert recorded == {"app": ("lib", "socks"), "kernel": ("helper", "torch"), "lib": ("app", "winonly")}
+    assert guards.recorded_requires({n("a"): [], n("b"): None}, [n("a")]) == {}  # b: reached by nothing

@@ -6,6 +6,8 @@ import hashlib
 import os
 from pathlib import Path
 
+import pytest
+
 from envlock import digest, verify
 from envlock.hashcache import HashCache
 
@@ -137,7 +139,8 @@ def test_verify_reads_every_byte_but_refreshes_the_cache(tmp_path: Path) -> None
     assert refreshed.get(os.lstat(other)) == "entry of another venv"
 
 
-def test_save_keeps_the_most_recent_unused_entries_up_to_the_limit(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_save_keeps_the_most_recent_unused_entries_up_to_the_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("envlock.hashcache.KEEP_UNUSED", 2)
     files = [_file(tmp_path / f"f{i}", f"{i}\n".encode(), links=tmp_path / "links") for i in range(5)]
     for f in files[:4]:  # saved one walk at a time: f0 is the least recently used

@@ -239,6 +239,7 @@ def test_credentials_go_along_an_upgrade_to_https_on_the_default_ports(
     # The URLs name the default ports; every connection goes to the loopback server's port.
     a, _ = two_servers
     port = urlsplit(a.base).port
+    assert port is not None
     plain_connection = envlock_http._connection
     monkeypatch.setattr(envlock_http, "_connection",
                         lambda scheme, host, _port, timeout: plain_connection("http", host, port, timeout))

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import http.server
+import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from envlock.errors import PackageIndexError, UsageError
-from envlock.indexes import choosable, project_files
+from envlock.indexes import choosable, link_problem, project_files
 
 
 def _serve(content_type: str) -> Iterator[tuple[str, list[bytes]]]:
@@ -169,3 +175,250 @@ def test_a_page_over_the_cap_names_the_url_and_the_cap(html_page: tuple[str, lis
         project_files(url, "a")
     assert usage.value.message == ("ENVLOCK_MAX_PAGE_BYTES='lots': expected a byte count, a whole number above 0 "
                                    "(the default is 134217728)")
+
+
+@pytest.mark.parametrize(
+    ("links", "link", "scheme"),
+    [
+        (f'<a href="file:///srv/wheels/{A}">{A}</a>', f"file:///srv/wheels/{A}", "file"),
+        # a relative link against a <base> on this machine's disk is a file: link too
+        (f'<base href="file:///srv/wheels/"><a href="{A}">{A}</a>', f"file:///srv/wheels/{A}", "file"),
+        (f'<a href="ftp://mirror.example/{A}">{A}</a>', f"ftp://mirror.example/{A}", "ftp"),
+    ],
+)
+def test_a_remote_pages_link_to_anything_but_http_or_https_is_refused(html_page: tuple[str, list[bytes]], links: str,
+                                                                      link: str, scheme: str) -> None:
+    # issue 23, item 10: a file: link was copied from the local disk and its URL locked.
+    url, body = html_page
+    body[0] = f"<html><body>{links}</body></html>".encode()
+    with pytest.raises(PackageIndexError) as info:
+        project_files(url, "a")
+    disk = " (a file: link would be copied from this machine's own disk)" if scheme == "file" else ""
+    assert info.value.message == (f"{url}/a/: lists {A} at {link}: {scheme}: links are refused on an http index page; "
+                                  f"expected http or https{disk}")
+
+
+def test_what_a_page_may_link_is_relative_to_the_page() -> None:
+    assert link_problem("https://pypi.example/simple/a/", f"http://cdn.example/{A}") is None
+    assert link_problem("http://pypi.example/simple/a/", f"https://cdn.example/{A}") is None
+    assert link_problem("file:///srv/simple/a/", f"file:///srv/files/{A}") is None  # an index on disk
+    assert link_problem("file:///srv/simple/a/", f"https://cdn.example/{A}") is None
+    assert link_problem("https://pypi.example/simple/a/", f"file:///etc/{A}") == (
+        "file: links are refused on an https index page; expected http or https (a file: link would be copied from "
+        "this machine's own disk)")
+    assert link_problem("file:///srv/simple/a/", f"ftp://x/{A}") == (
+        "ftp: links are refused on a file index page; expected file, http or https")
+
+
+def test_links_that_name_no_file_are_not_held_to_it(html_page: tuple[str, list[bytes]]) -> None:
+    url, body = html_page
+    body[0] = f'<a href="mailto:ops@example.com">ops</a><a href="javascript:x()">js</a><a href="{A}">{A}</a>'.encode()
+    assert [f.filename for f in project_files(url, "a")] == [A]
+
+
+@pytest.mark.parametrize("opened", ["<!--", '<a href="', "<script>"])
+def test_a_page_that_never_closes_a_tag_is_refused_before_it_fills_memory(html_page: tuple[str, list[bytes]],
+                                                                            opened: str) -> None:
+    # The parser holds an unfinished construct whole: 9 MB of one is no PEP 503 page.
+    url, body = html_page
+    body[0] = f"<html><body><a href='{A}'>{A}</a>{opened}".encode() + b"x" * (9 << 20)
+    with pytest.raises(PackageIndexError) as info:
+        project_files(url, "a")
+    assert info.value.message == (f"{url}/a/: the index page holds a tag, comment or script longer than 8388608 "
+                                  "bytes, unfinished; not a PEP 503 page")
+
+
+# -- a 300 MB page, read in bounded memory ----------------------------------------------------------
+# A 300 MB index page (a broken or hostile server: no Content-Length, a body that goes on) is read
+# in bounded memory: refused at the cap, or, with the cap raised, parsed as it streams.
+#
+# The page is read by a child process, which reports its peak RSS: before, the whole body and its
+# decoded text were held (a 200 MB page took envlock to 421 MB). Its own peak, ``VmHWM``: the
+# ``ru_maxrss`` of a process keeps the peak of the image it was exec'd from, the forked pytest
+# (several hundred MB late in a full run), not only its own.
+
+SIZE = 300 * 1000 * 1000
+FIRST = "a-1.0-py3-none-any.whl"
+LAST = "a-2.0-py3-none-any.whl"
+#: Far below what holding the page would take (300 MB of bytes, then as much again decoded).
+MAX_RSS = 100 * 1024 * 1024
+
+CHILD = """
+import json, sys
+from pathlib import Path
+from envlock.errors import PackageIndexError
+from envlock.indexes import project_files
+try:
+    out = {"files": [f.filename for f in project_files(sys.argv[1], "a")]}
+except PackageIndexError as exc:
+    out = {"error": exc.message}
+(peak,) = [line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:")]
+out["rss"] = int(peak.split()[1]) * 1024  # kB
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def big_page() -> Iterator[str]:
+    line = (b"filler " * 142 + b"\n")  # 995 bytes of text between two links, read and dropped
+    block = line * 1000
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Connection", "close")  # no Content-Length: the body ends when the server stops
+            self.end_headers()
+            try:
+                self.wfile.write(f'<html><body><a href="../../files/{FIRST}">{FIRST}</a>\n'.encode())
+                sent = 0
+                while sent < SIZE:
+                    self.wfile.write(block)
+                    sent += len(block)
+                self.wfile.write(f'<a href="../../files/{LAST}">{LAST}</a></body></html>\n'.encode())
+            except (BrokenPipeError, ConnectionResetError):  # the client stopped at its cap
+                pass
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    server.shutdown()
+
+
+def _read_in_child(url: str, cap: str | None) -> tuple[dict[str, object], int]:
+    """What the child read at ``url`` under ``cap`` (files or error), and its peak RSS in bytes."""
+    env = {k: v for k, v in os.environ.items() if k != "ENVLOCK_MAX_PAGE_BYTES"}
+    if cap is not None:
+        env["ENVLOCK_MAX_PAGE_BYTES"] = cap
+    done = subprocess.run([sys.executable, "-c", CHILD, url], env=env, capture_output=True, text=True,
+                          cwd=Path(__file__).parent, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out: dict[str, object] = json.loads(done.stdout)
+    rss = out.pop("rss")
+    assert isinstance(rss, int)
+    print(f"cap {cap or 'default'}: peak RSS {rss / 2**20:.0f} MiB")
+    return out, rss
+
+
+def test_a_300_mb_page_is_refused_at_the_cap_in_bounded_memory(big_page: str) -> None:
+    out, rss = _read_in_child(big_page, None)
+    assert out["error"] == (
+        f"{big_page}/a/: cannot read the index page: index page larger than 134217728 bytes (sent more); "
+        "not read further: set ENVLOCK_MAX_PAGE_BYTES to a larger byte count if the page is genuine")
+    assert rss < MAX_RSS
+
+
+def test_a_300_mb_page_under_a_raised_cap_is_parsed_as_it_streams(big_page: str) -> None:
+    out, rss = _read_in_child(big_page, str(400 * 1000 * 1000))
+    assert out["files"] == [FIRST, LAST]
+    assert rss < MAX_RSS
+
+
+# -- the attack as found: a 300 MB page of links, through `envlock lock` ------------------------------
+
+#: Runs ``envlock ARGS`` and reports its exit code, stderr and the peak RSS of the largest process of
+#: its tree (RUSAGE_CHILDREN: envlock, and a uv it would have started). A wrapper, so that what its
+#: children carry over from the process they were forked from is the wrapper's few MB, not pytest's.
+WRAPPER = """
+import json, resource, subprocess, sys
+done = subprocess.run([sys.executable, "-m", "envlock", *sys.argv[1:]], capture_output=True, text=True)
+print(json.dumps({"code": done.returncode, "err": done.stderr,
+                  "rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
+"""
+#: The issue's bound: envlock refusing a 300 MB page of links stays under this.
+LINKS_MAX_RSS = 200 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def page_of_links() -> Iterator[str]:
+    """A server whose project page is 300 MB of distinct ``<a>`` links, streamed as they are made."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Connection", "close")  # no Content-Length
+            self.end_headers()
+            try:
+                self.wfile.write(b"<html><body>\n")
+                sent, n = 0, 0
+                while sent < SIZE:
+                    names = [f"a-1.0.{n + i}-py3-none-any.whl" for i in range(2000)]
+                    block = "".join(f'<a href="../../files/{w}#sha256={n + i:064x}">{w}</a>\n'
+                                    for i, w in enumerate(names)).encode()
+                    self.wfile.write(block)
+                    sent, n = sent + len(block), n + len(names)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_a_300_mb_page_of_links_is_refused_by_envlock_lock_in_bounded_memory(page_of_links: str,
+                                                                              tmp_path: Path) -> None:
+    # issue 23, item 13: refused at the 128 MiB cap, but with a peak RSS of 579 MB (every link kept).
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "envs" / "e.toml").write_text(
+        f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{page_of_links}/pypi/simple"\ndefault = true\n'
+        f'[indexes.big]\nurl = "{page_of_links}/big/simple"\n[packages]\na = {{ index = "big" }}\n')
+    env = {k: v for k, v in os.environ.items() if k != "ENVLOCK_MAX_PAGE_BYTES"}
+    env["ENVLOCK_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-c", WRAPPER, "lock", "e"], env=env, capture_output=True, text=True,
+                          cwd=ws, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    print(f"envlock lock: peak RSS {out['rss'] / 2**20:.0f} MiB")
+    assert (out["code"], out["err"]) == (1, (
+        f"envlock: error: {page_of_links}/big/simple/a/: cannot read the index page: index page larger than "
+        "134217728 bytes (sent more); not read further: set ENVLOCK_MAX_PAGE_BYTES to a larger byte count if the "
+        "page is genuine\n"))
+    assert out["rss"] < LINKS_MAX_RSS
+
+
+@pytest.fixture(scope="module")
+def json_page() -> Iterator[str]:
+    """A server whose project page is 300 MB of PEP 691 JSON, its files list never ending."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                self.wfile.write(b'{"meta": {"api-version": "1.0"}, "files": [')
+                entry = b'{"filename": "a-1.0-py3-none-any.whl", "url": "a.whl", "hashes": {}}, ' * 10_000
+                for _ in range(SIZE // len(entry) + 1):
+                    self.wfile.write(entry)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    server.shutdown()
+
+
+def test_a_300_mb_json_page_is_refused_at_the_cap_in_bounded_memory(json_page: str) -> None:
+    # A PEP 691 page is parsed whole, so it is kept aside (a temporary file past 8 MiB) until it ends.
+    out, rss = _read_in_child(json_page, None)
+    assert out["error"] == (
+        f"{json_page}/a/: cannot read the index page: index page larger than 134217728 bytes (sent more); "
+        "not read further: set ENVLOCK_MAX_PAGE_BYTES to a larger byte count if the page is genuine")
+    assert rss < MAX_RSS

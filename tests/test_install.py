@@ -22,6 +22,7 @@ from envlock.lockfile import Lock
 from envlock.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for
+from kit.processes import wait_for, waits_on_flock
 from kit.wheels import build_wheel
 
 #: Where the running interpreter's venvs keep packages (the locks here are for it).
@@ -58,11 +59,11 @@ def _uv_calls() -> Iterator[list[list[str]]]:
         calls.append([str(a) for a in args])
         return real(args, **kwargs)  # type: ignore[arg-type]
 
-    runner.uv = spy  # type: ignore[assignment]
+    runner.uv = spy
     try:
         yield calls
     finally:
-        runner.uv = real  # type: ignore[assignment]
+        runner.uv = real
 
 
 def _sync_venv(server: IndexServer, home: Path, lock: Lock, cache: Path,
@@ -86,7 +87,7 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     server, lock = published
     flushed: list[bool] = []  # each walk: flushed, and before uv's store-naming records were dropped?
-    real_manifest = install.manifest
+    real_manifest = digest.manifest  # what install calls as install.manifest
 
     def walk(venv: Path, **kw: Any) -> digest.Manifest:
         flushed.append(kw.get("flush", False) and not list(venv.glob(f"{SITE}/*.dist-info/direct_url.json")))
@@ -325,10 +326,18 @@ def test_clearing_the_uv_cache_waits_for_installs_from_it(tmp_path: Path) -> Non
     cache = install.uv_cache_dir(store)
     (cache / "archive-v0" / "x").mkdir(parents=True)
     cleared = threading.Event()
+
+    def clear() -> None:
+        install.clear_uv_cache(store)
+        cleared.set()
+
     with store.locked("uv-cache", shared=True):  # as a running `uv pip install` holds it
-        t = threading.Thread(target=lambda: (install.clear_uv_cache(store), cleared.set()))
+        t = threading.Thread(target=clear)
         t.start()
-        assert not cleared.wait(0.3) and cache.is_dir()  # still waiting: the install's files stay
+        # Still waiting, on the flock the install holds (this process's, in /proc/locks): its files stay.
+        wait_for(lambda: waits_on_flock(store.root / "locks" / "uv-cache.lock", os.getpid()),
+                 "the clear to wait for the uv cache's lock")
+        assert not cleared.is_set() and cache.is_dir()
     t.join()
     assert cleared.is_set() and not cache.exists()
 
@@ -373,3 +382,45 @@ def test_a_full_disk_while_copying_the_skeleton_is_one_message(published: tuple[
     assert info.value.message.startswith(f"{store.root / 'tmp'}/venv-slot")
     assert ": cannot copy the venv skeleton there: [Errno 28] No space left on device: " in info.value.message
     assert not store.path("venvs", result.venv.name).exists()
+
+
+def test_a_uv_cache_entry_whose_archive_is_gone_is_dropped_and_the_install_repeated_once(tmp_path: Path) -> None:
+    # uv's wheel entries (wheels-v*/…) name an unpacked archive (archive-v0/<id>); with that archive
+    # gone (an older envlock's gc, a hand) every install of the wheel failed: "failed to read
+    # directory `…/uv-cache/archive-v0/…`: No such file or directory", until uv-cache was removed by hand.
+    store = Store.open(tmp_path / "home")
+    w = tmp_path / "wheels"
+    alpha, beta = build_wheel(w, "alpha", "1.0"), build_wheel(w, "beta", "1.0")
+    first = lock_for(None, "", [], local=[(alpha, alpha.name)])
+    second = lock_for(None, "", [], local=[(alpha, alpha.name), (beta, beta.name)])
+    got = fetch([p.wheels[0] for p in second.packages], store, base_dir=w).paths()
+    assert install.install(store, first, got).note == ""
+    archives = list((install.uv_cache_dir(store) / "archive-v0").iterdir())
+    assert len(archives) == 1
+    shutil.rmtree(archives[0])
+
+    result = install.install(store, second, got)
+    assert (result.venv / SITE / "alpha" / "__init__.py").read_text() == "NAME = 'alpha'\nVERSION = '1.0'\n"
+    assert result.note == ("uv's cache named 1 unpacked wheel that is gone (uv-cache/archive-v0/"
+                           f"{archives[0].name}); dropped its entry and installed again")
+    assert install.install(store, second, got).note == ""  # reused, nothing left to repair
+
+
+def test_a_uv_cache_uv_cannot_read_is_cleared_and_the_install_repeated_once(tmp_path: Path) -> None:
+    # An archive that is no longer a folder (its entry is whole): uv fails naming it.
+    store = Store.open(tmp_path / "home")
+    w = tmp_path / "wheels"
+    alpha, beta = build_wheel(w, "alpha", "1.0"), build_wheel(w, "beta", "1.0")
+    first = lock_for(None, "", [], local=[(alpha, alpha.name)])
+    second = lock_for(None, "", [], local=[(alpha, alpha.name), (beta, beta.name)])
+    got = fetch([p.wheels[0] for p in second.packages], store, base_dir=w).paths()
+    install.install(store, first, got)
+    (archive,) = (install.uv_cache_dir(store) / "archive-v0").iterdir()
+    shutil.rmtree(archive)
+    archive.write_bytes(b"")
+
+    result = install.install(store, second, got)
+    assert (result.venv / SITE / "alpha" / "__init__.py").read_text() == "NAME = 'alpha'\nVERSION = '1.0'\n"
+    assert result.note.startswith("uv could not read its own cache (")
+    assert result.note.endswith("); cleared it and installed again")
+    assert str(archive) in result.note

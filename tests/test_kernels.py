@@ -175,10 +175,10 @@ def test_build_holds_what_it_built_to_the_named_gpus_with_the_rebuild_hint(  # t
         '[tool.setuptools.package-data]\nkb = ["*.so"]\n')
 
     def write(gpus: str) -> Path:
-        return ws.write_spec("e", f'[env]\npython = "3.11"\ngpus = {gpus}\n[indexes.pypi]\n'
+        return Path(ws.write_spec("e", f'[env]\npython = "3.11"\ngpus = {gpus}\n[indexes.pypi]\n'
                                   f'url = "{backend_index.url("pypi")}"\ndefault = true\n'
                                   '[packages]\nkb = { build = "kb" }\n[sources.kb]\npath = "kb"\n'
-                                  '[builds.kb]\nsource = "kb"\nenv = { TORCH_CUDA_ARCH_LIST = "12.0a" }\n')
+                                  '[builds.kb]\nsource = "kb"\nenv = { TORCH_CUDA_ARCH_LIST = "12.0a" }\n'))
 
     path = write('["sm_90"]')
     assert cli("lock", "e").code == 0  # nothing built yet: nothing to check

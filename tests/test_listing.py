@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from envlock.spec import load_env_spec
 from envlock.workspace import Workspace
 from kit.index import IndexServer
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 X86 = "manylinux_2_28_x86_64"
 #: The hash-less index's torch nightlies: date -> (local tag, wheel tags). 03-06 has wheels for
@@ -34,17 +34,15 @@ TORCH_BUILDS = {
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[IndexServer]:
-    served = IndexServer(tmp_path / "served")
-    served.add_index("pt", hashes=False)
+def server(server: IndexServer, tmp_path: Path) -> IndexServer:
+    """The conftest's loopback index with TORCH_BUILDS on ``pt`` (no hashes, as PyTorch's) and tinydep on ``pypi``."""
+    server.add_index("pt", hashes=False)
     wheels = tmp_path / "wheels"
     for date, (local, tags) in TORCH_BUILDS.items():
         for tag in tags:
-            served.add("pt", build_wheel(wheels, "torch", f"2.12.0.dev{date}+{local}", tag=tag))
-    served.add("pypi", build_wheel(wheels, "tinydep", "1.0"))
-    served.start()
-    yield served
-    served.stop()
+            server.add("pt", build_wheel(wheels, "torch", f"2.12.0.dev{date}+{local}", tag=tag))
+    server.add("pypi", build_wheel(wheels, "tinydep", "1.0"))
+    return server
 
 
 def spec(server: IndexServer, date: str = "2026-03-07", pt_url: str | None = None) -> str:
@@ -60,8 +58,8 @@ def _drop(server: IndexServer, date: str) -> None:
         del server.indexes["pt"].files[filename]
 
 
-def test_the_listing_marks_usable_other_platform_locked_pinned_and_kept_dates(  # type: ignore[no-untyped-def]
-        ws, cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_listing_marks_usable_other_platform_locked_pinned_and_kept_dates(
+        ws: ScratchWorkspace, cli: Cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ws.write_spec("e", spec(server, "2026-03-02"))
     lock_env(Workspace(ws.root), "e")
     url = server.url("pt")
@@ -127,7 +125,7 @@ def _date(date: str, status: str, wheels: tuple[str, ...], *, locked: bool = Fal
             "platforms": platforms, "pythons": pythons}
 
 
-def test_newest_usable_date_of_an_index_is_what_upgrade_takes(ws, server: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_newest_usable_date_of_an_index_is_what_upgrade_takes(ws: ScratchWorkspace, server: IndexServer) -> None:
     ws.write_spec("e", spec(server))
     listing = list_nightlies(Workspace(ws.root), load_env_spec(Workspace(ws.root), "e"),
                              Mirrors.of(load_env_spec(Workspace(ws.root), "e")))
@@ -163,8 +161,8 @@ def test_newest_usable_date_of_an_index_is_what_upgrade_takes(ws, server: IndexS
                    "~60 newest nightlies: an older pin needs a mirror (--index NAME=URL), or a relock of a lock that "
                    "pinned this date, with its wheels in the store"),
 ])
-def test_a_lock_of_a_missing_or_unusable_date_names_the_nearest_usable_dates(  # type: ignore[no-untyped-def]
-        ws, server: IndexServer, date: str, message: str) -> None:
+def test_a_lock_of_a_missing_or_unusable_date_names_the_nearest_usable_dates(
+        ws: ScratchWorkspace, server: IndexServer, date: str, message: str) -> None:
     path = ws.write_spec("e", spec(server, date))
     with pytest.raises(ResolveError) as info:
         lock_env(Workspace(ws.root), "e")
@@ -172,7 +170,7 @@ def test_a_lock_of_a_missing_or_unusable_date_names_the_nearest_usable_dates(  #
     assert info.value.details == ("`envlock nightlies e torch` lists every date the index has, and its platforms",)
 
 
-def test_the_lock_error_on_the_command_line(ws, cli, server: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_the_lock_error_on_the_command_line(ws: ScratchWorkspace, cli: Cli, server: IndexServer) -> None:
     path = ws.write_spec("e", spec(server, "2026-03-06"))
     result = cli("lock", "e")
     assert result.code == 1
@@ -186,8 +184,8 @@ def test_the_lock_error_on_the_command_line(ws, cli, server: IndexServer) -> Non
                 "nightly pins: torch)"),
     ("torhc", "{spec}: no package 'torhc' in [packages]; did you mean 'torch'? (nightly pins: torch)"),
 ])
-def test_a_package_that_is_no_nightly_pin_is_a_usage_error(  # type: ignore[no-untyped-def]
-        ws, cli, server: IndexServer, package: str, message: str) -> None:
+def test_a_package_that_is_no_nightly_pin_is_a_usage_error(
+        ws: ScratchWorkspace, cli: Cli, server: IndexServer, package: str, message: str) -> None:
     path = ws.write_spec("e", spec(server))
     with pytest.raises(UsageError) as info:
         nightlies_env(Workspace(ws.root), "e", package)
@@ -197,14 +195,14 @@ def test_a_package_that_is_no_nightly_pin_is_a_usage_error(  # type: ignore[no-u
     assert json.loads(result.out)["error"]["message"] == message.format(spec=path)
 
 
-def test_an_env_without_nightly_pins(ws, cli, server: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_an_env_without_nightly_pins(ws: ScratchWorkspace, cli: Cli, server: IndexServer) -> None:
     ws.write_spec("e", spec(server).replace('torch = { nightly = "2026-03-07", local = "cu130", index = "pt" }\n', ""))
     result = cli("nightlies", "e")
     assert (result.code, result.out) == (0, "envs/e.toml pins no nightly\n")
 
 
-def test_the_index_is_read_through_a_mirror_and_with_its_credentials(  # type: ignore[no-untyped-def]
-        ws, cli, server: IndexServer) -> None:
+def test_the_index_is_read_through_a_mirror_and_with_its_credentials(
+        ws: ScratchWorkspace, cli: Cli, server: IndexServer) -> None:
     ws.write_spec("e", spec(server, pt_url="https://download.pytorch.org/whl/nightly/cu130"))
     # Unreachable (the tests' proxy is a closed port): the error says how to read it from a mirror.
     result = cli("nightlies", "e")

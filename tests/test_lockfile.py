@@ -7,6 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from packaging.pylock import Pylock
 from packaging.utils import canonicalize_name
 
@@ -15,61 +17,33 @@ from envlock.lockfile import (
     Artifact,
     Lock,
     LockedBuild,
-    LockedFetchContent,
     LockedPackage,
     LockedPatch,
     LockedSource,
     NightlyPin,
+    _s,
     read_lock,
 )
-
-
-def sample(**changes: object) -> Lock:
-    base = Lock(
-        env="e",
-        python="3.12",
-        platform="x86_64-manylinux_2_28",
-        spec_digest="sha256:" + "1" * 64,
-        spec_keys={"packages.torch": "abc", "env": "def"},
-        packages=(
-            LockedPackage(canonicalize_name("torch"), "2.12.0.dev20260307+cu130",
-                          (Artifact("a" * 64, url="https://x/torch-2.12.0.dev20260307%2Bcu130-cp312-cp312-linux_x86_64.whl"),),
-                          index="https://x/simple"),
-            LockedPackage(canonicalize_name("sgl-kernel"), "0.3.21",
-                          (Artifact("b" * 64, path="../wheelhouse/sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl",
-                                    size=10),)),
-        ),
-        requires_python="==3.12.*",
-        nightlies={"torch": NightlyPin("2026-03-07", "2.12.0.dev20260307+cu130")},
-        sources={"sglang": LockedSource("git", "https://github.com/sgl-project/sglang", commit="f" * 40,
-                                        rev="main", patches=(LockedPatch("patches/sglang/0001-x.patch", "c" * 64),))},
-        builds={"sgl-kernel": LockedBuild("sha256:" + "d" * 64, "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl",
-                                          "b" * 64)},
-        fetchcontent={"sgl-kernel": {
-            "repo-triton": LockedFetchContent(git="https://github.com/triton-lang/triton", commit="7" * 40,
-                                              rev="v3.5.1"),
-            "repo-cutlass": LockedFetchContent(git="https://github.com/NVIDIA/cutlass", commit="5" * 40),
-            "json": LockedFetchContent(url="https://github.com/nlohmann/json/archive/v3.11.3.tar.gz", sha256="9" * 64),
-        }},
-        venv_digest="sha256:" + "e" * 64,
-    )
-    base = replace(base, venv_install=base.install_digest())
-    return replace(base, **changes)  # type: ignore[arg-type]
+from kit.locks import sample_lock
 
 
 def test_round_trip_and_pep751() -> None:
-    lock = sample()
+    lock = sample_lock()
     text = lock.to_toml()
     Pylock.from_dict(tomllib.loads(text))
     again = Lock.from_toml(text, "x")
     assert again == lock
     assert again.to_toml() == text
+    assert '\n[tool.envlock.requires]\n"sgl-kernel" = ["torch"]\n' in text
+    # A lock that records no graph (an older envlock's) is told from one whose packages require nothing.
+    assert Lock.from_toml(text.replace('[tool.envlock.requires]\n"sgl-kernel" = ["torch"]\n', ""), "x").requires is None
+    assert Lock.from_toml(text.replace('"sgl-kernel" = ["torch"]\n', ""), "x").requires == {}
 
 
 def yanked_sample() -> Lock:
     """``sample`` with torch's release recorded as yanked when locked."""
-    torch, kernel = sample().packages
-    return sample(packages=(replace(torch, yanked='bad "build"'), kernel))
+    torch, kernel = sample_lock().packages
+    return sample_lock(packages=(replace(torch, yanked='bad "build"'), kernel))
 
 
 def test_a_yanked_release_is_recorded_in_the_packages_own_tool_table() -> None:
@@ -80,17 +54,18 @@ def test_a_yanked_release_is_recorded_in_the_packages_own_tool_table() -> None:
     # Another tool's table beside it is that tool's: read past, not kept.
     other = text.replace("[packages.tool.envlock]\n", "[packages.tool.other]\nx = 1\n[packages.tool.envlock]\n")
     assert Lock.from_toml(other, "x") == yanked_sample()
-    assert Lock.from_toml(text.replace('\n[packages.tool.envlock]\nyanked = "bad \\"build\\""\n', ""), "x") == sample()
+    unyanked = text.replace('\n[packages.tool.envlock]\nyanked = "bad \\"build\\""\n', "")
+    assert Lock.from_toml(unyanked, "x") == sample_lock()
 
 
 def test_filename_is_unquoted() -> None:
-    assert sample().packages[0].wheels[0].filename == "torch-2.12.0.dev20260307+cu130-cp312-cp312-linux_x86_64.whl"
+    assert sample_lock().packages[0].wheels[0].filename == "torch-2.12.0.dev20260307+cu130-cp312-cp312-linux_x86_64.whl"
 
 
 def test_install_digest_ignores_venv_digest_but_not_wheels() -> None:
-    lock = sample()
+    lock = sample_lock()
     assert lock.with_venv_digest(None).install_digest() == lock.install_digest()
-    other = sample(packages=(sample().packages[0],))
+    other = sample_lock(packages=(sample_lock().packages[0],))
     assert other.install_digest() != lock.install_digest()
 
 
@@ -158,6 +133,11 @@ def test_an_env_spec_given_as_a_lock_is_named_as_one() -> None:
          'tool.envlock.spec-keys."packages.torch": found 1; expected a string'),
         ('"torch" = { date = "2026-03-07",', '"torch" = { date = 20260307,',
          "tool.envlock.nightlies.torch.date: found 20260307; expected a string"),
+        ('"sgl-kernel" = ["torch"]', '"sgl-kernel" = ["Torch"]',
+         "tool.envlock.requires.sgl-kernel[0]: found 'Torch'; expected a normalized package name (PEP 751), like "
+         '"flashinfer-python"'),
+        ('"sgl-kernel" = ["torch"]', '"sgl-kernel" = "torch"',
+         "tool.envlock.requires.sgl-kernel: found 'torch'; expected an array"),
         ('{ path = "patches/sglang/0001-x.patch", sha256 = "' + "c" * 64 + '" }', '"patches/sglang/0001-x.patch"',
          "tool.envlock.sources.sglang.patches[0]: found 'patches/sglang/0001-x.patch'; expected a table"),
         ('git = "https://github.com/sgl-project/sglang"', 'gti = "https://github.com/sgl-project/sglang"',
@@ -247,7 +227,7 @@ def _read_edited(tmp_path: Path, old: str, new: str) -> tuple[Path, LockError]:
 def test_unsupported_lock_version_is_refused(tmp_path: Path, version: str, found: str) -> None:
     # PEP 751: a reader must raise on a major version it does not support.
     path = tmp_path / "pylock.e.toml"
-    path.write_text(sample().to_toml().replace('lock-version = "1.0"', f"lock-version = {version}"))
+    path.write_text(sample_lock().to_toml().replace('lock-version = "1.0"', f"lock-version = {version}"))
     with pytest.raises(LockError) as info:
         read_lock(path)
     assert info.value.message == (f'{path}: lock-version: found {found}; expected "1.x" '
@@ -256,13 +236,17 @@ def test_unsupported_lock_version_is_refused(tmp_path: Path, version: str, found
 
 
 def test_later_minor_lock_version_is_read() -> None:
-    text = sample().to_toml().replace('lock-version = "1.0"', 'lock-version = "1.7"')
-    assert Lock.from_toml(text, "x") == sample()
+    text = sample_lock().to_toml().replace('lock-version = "1.0"', 'lock-version = "1.7"')
+    assert Lock.from_toml(text, "x") == sample_lock()
 
 
 def test_missing_lock(tmp_path: Path) -> None:
     with pytest.raises(LockError, match=r"no lock file; create it with `envlock lock x`$"):
         read_lock(tmp_path / "pylock.x.toml")
+
+
+_INSIDE = ("expected a path from the lock's folder (locks/) to a wheel inside the workspace, as `envlock build` "
+           "writes it (../wheelhouse/FILE.whl)")
 
 
 @pytest.mark.parametrize(
@@ -287,6 +271,16 @@ def test_missing_lock(tmp_path: Path) -> None:
          "packages[0].wheels[0] (package 'torch'): found neither url nor path; expected one of them"),
         ("size = 10", 'size = "10"', "packages[1].wheels[0].size (package 'sgl-kernel'): found '10'; expected a "
          "byte count"),
+        # A local wheel outside the workspace (a hand-edited lock): read, hashed and installed from there.
+        ("../wheelhouse/sgl_kernel", "../../../../elsewhere/sgl_kernel",
+         "packages[1].wheels[0].path (package 'sgl-kernel'): found '../../../../elsewhere/sgl_kernel-0.3.21-cp310-"
+         "abi3-linux_x86_64.whl', which leaves the workspace; " + _INSIDE),
+        ("../wheelhouse/sgl_kernel", "/elsewhere/sgl_kernel",
+         "packages[1].wheels[0].path (package 'sgl-kernel'): found '/elsewhere/sgl_kernel-0.3.21-cp310-abi3-linux_"
+         "x86_64.whl', which leaves the workspace; " + _INSIDE),
+        ("../wheelhouse/sgl_kernel", "../wheelhouse/../../sgl_kernel",
+         "packages[1].wheels[0].path (package 'sgl-kernel'): found '../wheelhouse/../../sgl_kernel-0.3.21-cp310-"
+         "abi3-linux_x86_64.whl', which leaves the workspace; " + _INSIDE),
     ],
 )
 def test_wheel_entries_that_could_steer_a_store_path_are_refused(tmp_path: Path, old: str, new: str,
@@ -312,3 +306,67 @@ def test_a_lock_read_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(LockError) as info:
         read_lock(Path("/dev/zero"))
     assert info.value.message == "/dev/zero: larger than 1 MiB; not a lock file"
+
+
+# -- every string a spec can carry reads back as written --------------------------------------------
+# The lock writer escapes every character TOML requires escaped (DEL too): any string a spec can
+# carry into a lock (source URLs and revs, patch paths, build requirements, spec key paths, index
+# URLs, env names ...) reads back as written. A property test over arbitrary strings.
+
+text = st.text()  # every code point but lone surrogates (which no TOML file or spec can hold)
+some = st.text(min_size=1)  # the writer leaves out an empty optional value: it reads back as absent
+maybe = st.none() | some
+workspace_path = st.lists(st.text(st.characters(exclude_characters="/\\", exclude_categories=["Cs"]),
+                                  min_size=1).filter(lambda p: p not in (".", "..") and p.strip()),
+                          min_size=1, max_size=3).map("/".join)
+url_prefix = st.text(st.characters(exclude_characters="?#", exclude_categories=["Cs"]))
+sha = st.text("0123456789abcdef", min_size=64, max_size=64)
+
+packages = st.lists(st.tuples(st.sampled_from(["torch", "flashinfer-python", "sgl-kernel", "six"]),
+                              url_prefix, sha, maybe),
+                    unique_by=lambda p: p[0], max_size=4).map(lambda rows: tuple(
+    LockedPackage(canonicalize_name(name), "1.0",
+                  (Artifact(sha256=digest, url=f"{prefix}/x-1.0-py3-none-any.whl"),), index)
+    for name, prefix, digest, index in rows))
+
+sources = st.dictionaries(text, st.one_of(
+    st.builds(LockedSource, kind=st.just("git"), location=text, commit=maybe, rev=maybe, tree_digest=maybe,
+              patches=st.lists(st.builds(LockedPatch, path=workspace_path, sha256=text), max_size=3).map(tuple)),
+    st.builds(LockedSource, kind=st.just("path"), location=workspace_path, tree_digest=maybe)), max_size=3)
+
+locks = st.builds(
+    Lock,
+    env=text,
+    python=st.sampled_from(["3.11", "3.12", "3.13.1"]),
+    platform=maybe,
+    spec_digest=text,
+    spec_keys=st.dictionaries(text, text, max_size=5),
+    packages=packages,
+    requires_python=maybe,
+    nightlies=st.dictionaries(text, st.builds(NightlyPin, date=text, version=text), max_size=3),
+    sources=sources,
+    builds=st.dictionaries(text, st.builds(LockedBuild, input_digest=text, wheel=text, sha256=text,
+                                           requirements=st.lists(text, max_size=3).map(tuple)), max_size=3),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(locks)
+def test_every_lock_reads_back_as_written(lock: Lock) -> None:
+    written = lock.to_toml()
+    assert Lock.from_toml(written, "pylock.e.toml") == lock
+    assert Lock.from_toml(written, "pylock.e.toml").to_toml() == written  # and writes the same bytes again
+
+
+@settings(max_examples=300, deadline=None)
+@given(text)
+def test_every_string_is_a_toml_basic_string(value: str) -> None:
+    assert tomllib.loads(f"k = {_s(value)}")["k"] == value
+
+
+def test_del_and_every_control_character_are_escaped() -> None:
+    controls = "".join(map(chr, [*range(0x20), 0x7F]))
+    written = _s(controls)
+    assert not any(c in written for c in controls.replace("\t", ""))
+    assert "\\u007f" in written
+    assert tomllib.loads(f"k = {written}")["k"] == controls

@@ -10,6 +10,7 @@ import pytest
 
 from kit.sglike import commit_all, init_repo, write
 from kit.universe import Universe
+from kit.workspaces import Cli, ScratchWorkspace
 
 SPEC = """\
 [env]
@@ -34,12 +35,12 @@ COMMANDS = [
     ["lock", "e"], ["nightlies", "e"], ["sync", "e"], ["sync", "e", "--lock", "locks/pylock.e.toml"],
     ["build", "e"], ["patch", "status", "e"], ["patch", "edit", "e", "src", "--dir", "x"],
     ["patch", "rebase", "e", "src", "--to", "main"], ["upgrade", "e", "--nightly", "latest"], ["diff", "e", "e"],
-    ["export", "e", "--to", "bundle"], ["kernels", "e"], ["bisect", "e", "--nightly", "2026-03-01..2026-03-10"],
+    ["export", "e", "--out", "bundle"], ["kernels", "e"], ["bisect", "e", "--nightly", "2026-03-01..2026-03-10"],
 ]
 
 
 @pytest.fixture
-def mirrored(ws, cli, universe: Universe, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+def mirrored(ws: ScratchWorkspace, cli: Cli, universe: Universe, tmp_path: Path) -> Path:
     repo = tmp_path / "src"
     init_repo(repo)
     write(repo, {"a.txt": "a\n"})
@@ -51,8 +52,8 @@ def mirrored(ws, cli, universe: Universe, tmp_path: Path) -> Path:  # type: igno
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c[:2]) for c in COMMANDS])
-def test_every_command_that_reads_an_index_or_a_source_takes_and_checks_both_flags(  # type: ignore[no-untyped-def]
-        mirrored: Path, cli, command: list[str]) -> None:
+def test_every_command_that_reads_an_index_or_a_source_takes_and_checks_both_flags(
+        mirrored: Path, cli: Cli, command: list[str]) -> None:
     tail = ["--", "true"] if command[0] == "bisect" else []
     r = cli(*command, "--index", "nosuch=http://127.0.0.1:9/simple", *tail)
     assert r.code == 2, r.err
@@ -65,7 +66,7 @@ def test_every_command_that_reads_an_index_or_a_source_takes_and_checks_both_fla
                                                    "spec index name and the mirror's URL)")
 
 
-def test_the_report_names_a_mirrored_index_by_the_spec_s_name(mirrored: Path, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_the_report_names_a_mirrored_index_by_the_spec_s_name(mirrored: Path, cli: Cli, universe: Universe) -> None:
     r = cli("upgrade", "e", "--nightly", "latest", "--index", f"pytorch={universe.pytorch}", "--dry-run")
     assert r.code == 0, r.err
     # The lock records the mirror's URL (it was locked through it); the report says the spec's name.

@@ -20,6 +20,7 @@ from envlock.lockfile import read_lock
 from envlock.overlaps import AllowedOverlap
 from kit.index import IndexServer
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 FLASHINFER_BACKEND = "# flashinfer's in-tree PEP 517 backend\n"
 DLPACK_BACKEND = "# torch-c-dlpack-ext's in-tree PEP 517 backend\n"
@@ -65,7 +66,8 @@ allow-overlap = [{allow}]
 ALLOW = f'{{ path = "build_backend.py", packages = ["flashinfer-python", "torch-c-dlpack-ext"], reason = "{REASON}" }}'
 
 
-def test_an_overlap_is_refused_with_the_allowance_that_would_accept_it_named(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_an_overlap_is_refused_with_the_allowance_that_would_accept_it_named(
+        ws: ScratchWorkspace, cli: Cli, index: IndexServer) -> None:
     spec = ws.write_spec("e", spec_text(index))
     r = cli("lock", "e")
     assert r.code == 1
@@ -81,8 +83,8 @@ def test_an_overlap_is_refused_with_the_allowance_that_would_accept_it_named(ws,
         '["flashinfer-python", "torch-c-dlpack-ext"], reason = "..." }]\n')
 
 
-def test_the_allowance_accepts_that_path_for_that_pair_is_locked_and_the_venv_keeps_the_first(  # type: ignore[no-untyped-def]
-        ws, cli, index: IndexServer) -> None:
+def test_the_allowance_accepts_that_path_for_that_pair_is_locked_and_the_venv_keeps_the_first(
+        ws: ScratchWorkspace, cli: Cli, index: IndexServer) -> None:
     ws.write_spec("e", spec_text(index, ALLOW))
     r = cli("lock", "e")
     assert (r.code, "note:" in r.out) == (0, False), r.err
@@ -119,8 +121,8 @@ def test_the_allowance_accepts_that_path_for_that_pair_is_locked_and_the_venv_ke
     ('{ path = "build", packages = ["flashinfer-python", "torch-c-dlpack-ext"], reason = "r" }', "a prefix"),
     ('{ path = "Build_Backend.py", packages = ["flashinfer-python", "torch-c-dlpack-ext"], reason = "r" }', "case"),
 ])
-def test_an_allowance_for_another_path_or_pair_accepts_nothing(ws, cli, index: IndexServer, allow: str,  # type: ignore[no-untyped-def]
-                                                               why: str) -> None:
+def test_an_allowance_for_another_path_or_pair_accepts_nothing(
+        ws: ScratchWorkspace, cli: Cli, index: IndexServer, allow: str, why: str) -> None:
     ws.write_spec("e", spec_text(index, allow, packages='other = "==1.0"') if "other" in allow
                   else spec_text(index, allow))
     r = cli("lock", "e")
@@ -128,7 +130,8 @@ def test_an_allowance_for_another_path_or_pair_accepts_nothing(ws, cli, index: I
     assert "flashinfer-python 0.6.5 and torch-c-dlpack-ext 0.1.5 both install build_backend.py" in r.err
 
 
-def test_an_allowance_that_accepts_nothing_any_more_is_noted(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_an_allowance_that_accepts_nothing_any_more_is_noted(
+        ws: ScratchWorkspace, cli: Cli, index: IndexServer) -> None:
     ws.write_spec("e", spec_text(index, ALLOW, packages='torch-c-dlpack-ext = "==0.1.6"',
                                  extra='overrides = ["torch-c-dlpack-ext==0.1.6"]'))
     r = cli("lock", "e")
@@ -172,8 +175,8 @@ BAD = [
 
 
 @pytest.mark.parametrize(("allow", "message"), BAD, ids=[m.split(": ")[0] + f"-{i}" for i, (_, m) in enumerate(BAD)])
-def test_an_allowance_is_one_exact_path_two_packages_and_a_reason(ws, cli, index: IndexServer, allow: str,  # type: ignore[no-untyped-def]
-                                                                  message: str) -> None:
+def test_an_allowance_is_one_exact_path_two_packages_and_a_reason(
+        ws: ScratchWorkspace, cli: Cli, index: IndexServer, allow: str, message: str) -> None:
     spec = ws.write_spec("e", spec_text(index, allow))
     r = cli("lock", "e")
     assert (r.code, r.err) == (2, f"envlock: error: {spec}: 1 problem in env spec 'e'\n  {message}\n")

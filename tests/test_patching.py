@@ -13,12 +13,13 @@ from envlock.patching import PatchCheck
 from envlock.upstream import Touch, UpstreamCommit
 from kit.patches import ESCAPE, MODIFY, QUOTED, new_file
 from kit.sglike import write
+from kit.workspaces import Cli, ScratchWorkspace
 
 _SPEC = ('[env]\npython = "3.11"\n[indexes.pypi]\nurl = "http://127.0.0.1:9/simple"\ndefault = true\n'
          '[sources.s]\npath = "src"\npatches = [{patches}]\n')
 
 
-def test_patch_status_and_lock_name_the_patch_creating_a_file_over_a_directory(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_patch_status_and_lock_name_the_patch_creating_a_file_over_a_directory(ws: ScratchWorkspace, cli: Cli) -> None:
     """QA's repro: status said "applies" and lock failed on a store temp path ("tree/adir: Is a directory")."""
     write(ws.root, {"src/a.txt": "hello\n", "src/adir/f": "x\n", "patches/s/0001-p.patch": new_file("adir")})
     ws.write_spec("e", _SPEC.format(patches='"patches/s/0001-p.patch"'))
@@ -31,7 +32,7 @@ def test_patch_status_and_lock_name_the_patch_creating_a_file_over_a_directory(w
                                   "  adir: would be created, but the tree has a directory there\n")
 
 
-def test_patch_status_reports_a_malformed_patch_as_an_error(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_patch_status_reports_a_malformed_patch_as_an_error(ws: ScratchWorkspace, cli: Cli) -> None:
     """QA's repros ended in a traceback (ValueError) instead of one error line naming the patch file."""
     write(ws.root, {"src/a.txt": "hello\n"})
     ws.write_spec("e", _SPEC.format(patches='"patches/s/0001-p.patch"'))
@@ -46,7 +47,8 @@ def test_patch_status_reports_a_malformed_patch_as_an_error(ws, cli) -> None:  #
         assert (r.code, r.err) == (1, f"envlock: error: patches/s/0001-p.patch: {error}\n")
 
 
-def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(ws, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> None:
     """QA's repro: W2 is made on 0001 + 0002; 0002 leaves the spec; W2's patch would be diffed against it."""
     write(ws.root, {"src/f.txt": "a\nb\nc\n", "patches/s/0001-x.patch": MODIFY})
 

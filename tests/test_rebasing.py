@@ -11,10 +11,11 @@ import pytest
 
 from kit.patches import Moves, make_moves, moves_spec
 from kit.sglike import git
+from kit.workspaces import Cli, ScratchWorkspace
 
 
 @pytest.fixture
-def moves(ws, tmp_path: Path) -> Moves:  # type: ignore[no-untyped-def]
+def moves(ws: ScratchWorkspace, tmp_path: Path) -> Moves:
     made = make_moves(tmp_path / "upstream", ws.root)
     ws.write_spec("e", moves_spec(made.url, made.pin, made.patches))
     return made
@@ -32,7 +33,8 @@ def _workdir() -> Path:
     return Store.open(Path(os.environ["ENVLOCK_HOME"])).root / "rebase" / "e-s"
 
 
-def test_status_against_a_moved_upstream_says_what_touched_each_patch(ws, cli, moves: Moves) -> None:  # type: ignore[no-untyped-def]
+def test_status_against_a_moved_upstream_says_what_touched_each_patch(
+        ws: ScratchWorkspace, cli: Cli, moves: Moves) -> None:
     r = cli("patch", "status", "e", "--against", "v2")
     assert (r.code, r.err) == (1, "")
     assert r.out == (
@@ -81,7 +83,8 @@ def test_status_against_a_moved_upstream_says_what_touched_each_patch(ws, cli, m
     assert r.code == 0 and r.out.count("applies") == 4 and "Upstream" not in r.out
 
 
-def test_rebase_through_a_conflict_then_continue_writes_the_patches_and_the_rev(ws, cli, moves: Moves) -> None:  # type: ignore[no-untyped-def]
+def test_rebase_through_a_conflict_then_continue_writes_the_patches_and_the_rev(ws: ScratchWorkspace, cli: Cli,
+                                                                                moves: Moves) -> None:
     before = _snapshot(ws.root)
     r = cli("patch", "rebase", "e", "s", "--to", "v2")
     workdir = _workdir()
@@ -151,7 +154,7 @@ def test_rebase_through_a_conflict_then_continue_writes_the_patches_and_the_rev(
     assert r.code == 0 and r.out.count("applies ") == 3 and "0 patches rewritten, 0 retired" in r.out
 
 
-def test_abort_leaves_the_workspace_byte_identical(ws, cli, moves: Moves) -> None:  # type: ignore[no-untyped-def]
+def test_abort_leaves_the_workspace_byte_identical(ws: ScratchWorkspace, cli: Cli, moves: Moves) -> None:
     before = _snapshot(ws.root)
     assert cli("patch", "rebase", "e", "s", "--to", "v2").code == 1
     workdir = _workdir()
@@ -167,7 +170,7 @@ def test_abort_leaves_the_workspace_byte_identical(ws, cli, moves: Moves) -> Non
                                   "expected the directory `envlock patch rebase` printed when it stopped\n")
 
 
-def test_continue_refuses_a_workspace_that_changed_meanwhile(ws, cli, moves: Moves) -> None:  # type: ignore[no-untyped-def]
+def test_continue_refuses_a_workspace_that_changed_meanwhile(ws: ScratchWorkspace, cli: Cli, moves: Moves) -> None:
     assert cli("patch", "rebase", "e", "s", "--to", "v2").code == 1
     workdir = _workdir()
     (workdir / "d.py").write_text("TIMEOUT = 90\n")
@@ -187,12 +190,13 @@ def test_continue_refuses_a_workspace_that_changed_meanwhile(ws, cli, moves: Mov
      "patch rebase: --continue DIR and --abort DIR take no ENV, SOURCE or --to, nor each other"),
     (("e", "nope", "--to", "v2"), "envs/e.toml: no [sources.nope]"),
 ])
-def test_rebase_usage_errors(ws, cli, moves: Moves, args: tuple[str, ...], message: str) -> None:  # type: ignore[no-untyped-def]
+def test_rebase_usage_errors(ws: ScratchWorkspace, cli: Cli, moves: Moves, args: tuple[str, ...], message: str) -> None:
     r = cli("patch", "rebase", *args)
     assert (r.code, r.err) == (2, f"envlock: error: {message}\n")
 
 
-def test_edit_against_a_moved_upstream_merges_the_conflict_with_markers(ws, cli, moves: Moves, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_edit_against_a_moved_upstream_merges_the_conflict_with_markers(ws: ScratchWorkspace, cli: Cli, moves: Moves,
+                                                                        tmp_path: Path) -> None:
     """edit --against: --source like the other commands, the commit printed, the first patch that
     does not apply as it is carried as far as it goes (a clean 3-way merge here, uncommitted)."""
     ws.write_spec("e", moves_spec("https://example.invalid/moves.git", moves.pin, moves.patches))
@@ -219,7 +223,7 @@ def test_edit_against_a_moved_upstream_merges_the_conflict_with_markers(ws, cli,
                                   "conflict resolved first\n  d.py: <<<<<<<\n  d.py: =======\n  d.py: >>>>>>>\n")
 
 
-def test_a_conflict_resolved_to_upstreams_lines_retires_the_patch(ws, cli, moves: Moves) -> None:  # type: ignore[no-untyped-def]
+def test_a_conflict_resolved_to_upstreams_lines_retires_the_patch(ws: ScratchWorkspace, cli: Cli, moves: Moves) -> None:
     """As `git rebase --continue` with nothing left of a commit: the patch is no longer needed."""
     assert cli("patch", "rebase", "e", "s", "--to", "v2").code == 1
     workdir = _workdir()
@@ -238,7 +242,8 @@ def test_a_conflict_resolved_to_upstreams_lines_retires_the_patch(ws, cli, moves
                                                                           "0003-level-two.patch"]
 
 
-def test_a_patch_that_does_not_apply_where_it_was_recorded_leaves_no_work_dir(ws, cli, moves: Moves) -> None:  # type: ignore[no-untyped-def]
+def test_a_patch_that_does_not_apply_where_it_was_recorded_leaves_no_work_dir(ws: ScratchWorkspace, cli: Cli,
+                                                                              moves: Moves) -> None:
     """Nothing to continue from: the rebase fails (exit 1) as if it had not started."""
     patch = ws.root / moves.patches[2]
     patch.write_text(patch.read_text().replace(" LEVEL = 1\n", "").replace("-LEVEL = 1", "-LEVEL = 7"))
@@ -250,7 +255,7 @@ def test_a_patch_that_does_not_apply_where_it_was_recorded_leaves_no_work_dir(ws
     assert not _workdir().exists() and _snapshot(ws.root) == before
 
 
-def test_continue_refuses_leftovers_it_would_record(ws, cli, moves: Moves) -> None:  # type: ignore[no-untyped-def]
+def test_continue_refuses_leftovers_it_would_record(ws: ScratchWorkspace, cli: Cli, moves: Moves) -> None:
     assert cli("patch", "rebase", "e", "s", "--to", "v2").code == 1
     workdir = _workdir()
     d = (workdir / "d.py").read_text()

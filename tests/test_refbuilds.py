@@ -21,6 +21,8 @@ from envlock.lockfile import Lock, read_lock
 from envlock.store import Store
 from kit.index import IndexServer
 from kit.sglike import commit_all, git, init_repo, write
+from kit.stores import how_made
+from kit.workspaces import Cli, ScratchWorkspace, cache_config
 
 
 def _patch(value: int) -> str:
@@ -45,23 +47,13 @@ def _workspace(root: Path, repos: Path, index_url: str) -> None:
     init_repo(root)
 
 
-def _config(root: Path, **keys: object) -> None:
-    lines = ["[cache]"] + [f"{k.replace('_', '-')} = {json.dumps(v)}" for k, v in keys.items()]
-    (root / "envlock.toml").write_text("\n".join(lines) + "\n")
-
-
-def _how_made(home: Path, input_digest: str) -> str:
-    log = (Store.open(home).path("builds", input_digest.removeprefix("sha256:")) / "build.log").read_text()
-    return log.splitlines()[0] if log.startswith("not built here") else "built here"
-
-
-def test_sync_lock_at_an_earlier_revision_takes_its_build_from_the_cache(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_sync_lock_at_an_earlier_revision_takes_its_build_from_the_cache(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _workspace(ws.root, tmp_path / "repos", backend_index.url("pypi"))
     cache = f"file://{tmp_path / 'team-cache'}"
     public = cli("cache", "keygen", "team-ci", "--out", str(tmp_path / "ci.key")).out.strip()
-    _config(ws.root, urls=[cache], push=cache, key=str(tmp_path / "ci.key"), trusted_keys=[public])
+    cache_config(ws.root, urls=[cache], push=cache, key=str(tmp_path / "ci.key"), trusted_keys=[public])
     r = cli("sync", "e", "--json")  # home A builds VALUE = 2; the hook pushes the build
     assert r.code == 0, r.err
     assert json.loads(r.out)["note"] == "caches: 3 uploads"  # the wheel, its record, the git source
@@ -92,14 +84,14 @@ def test_sync_lock_at_an_earlier_revision_takes_its_build_from_the_cache(  # typ
     assert (r.code, r.err) == (1, missing)
 
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-b"))
-    _config(b, urls=[cache], trusted_keys=[public])
+    cache_config(b, urls=[cache], trusted_keys=[public])
     r = cli("sync", "e", "--lock", ref, "--json")
     assert r.code == 0, r.err
     got = json.loads(r.out)
     assert (got["venv_digest"], got["note"]) == (old.venv_digest, "caches: 1 build")
     builds = sorted(p.name for p in (Store.open(tmp_path / "home-b").root / "builds").iterdir())
     assert builds == [before.input_digest.removeprefix("sha256:")]  # 0 builds: only the cache's
-    assert _how_made(tmp_path / "home-b", before.input_digest) == (f"not built here: substituted from cache {cache}, "
+    assert how_made(tmp_path / "home-b", before.input_digest) == (f"not built here: substituted from cache {cache}, "
                                                                    "signed by 'team-ci'")
     assert not (b / "wheelhouse").exists()  # the store holds it; the checkout is left as it was
 
@@ -114,7 +106,7 @@ def test_sync_lock_at_an_earlier_revision_takes_its_build_from_the_cache(  # typ
     monkeypatch.chdir(b)
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-d"))
     laptop = cli("cache", "keygen", "laptop", "--out", str(tmp_path / "laptop.key")).out.strip()
-    _config(b, urls=[cache], trusted_keys=[laptop])
+    cache_config(b, urls=[cache], trusted_keys=[laptop])
     r = cli("sync", "e", "--lock", ref)
     assert (r.code, r.err) == (1, missing + f"  cache {cache}: refused build record of tiny "
                                          f"({before.input_digest[:19]}): signed by 'team-ci', which is not a trusted "

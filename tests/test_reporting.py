@@ -22,6 +22,7 @@ from kit.index import IndexServer
 from kit.locks import lock_for
 from kit.sglike import commit_all, init_repo, write
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 OLD, NEW = "20260307", "20260308"
 CU = "+cu130"
@@ -181,8 +182,12 @@ def make_locks(kit: Kit, up: Upstream) -> tuple[Lock, Lock]:
     return old, new
 
 
+#: The workspace (envlock's view of it), its upstream repository, the old and new lock, the store after syncs of both.
+Scene = tuple[Workspace, Upstream, Lock, Lock, Store]
+
+
 @pytest.fixture
-def scene(kit: Kit, ws, tmp_path: Path) -> tuple[Workspace, Upstream, Lock, Lock, Store]:  # type: ignore[no-untyped-def]
+def scene(kit: Kit, ws: ScratchWorkspace, tmp_path: Path) -> Scene:
     up = make_upstream(tmp_path)
     ws.write_spec("demo", spec(kit, up))
     (ws.root / "patches" / "src").mkdir(parents=True)
@@ -198,7 +203,7 @@ def scene(kit: Kit, ws, tmp_path: Path) -> tuple[Workspace, Upstream, Lock, Lock
     return Workspace(ws.root), up, old, new, store
 
 
-def test_the_report_names_every_move_and_its_cause(scene) -> None:  # type: ignore[no-untyped-def]
+def test_the_report_names_every_move_and_its_cause(scene: Scene) -> None:
     ws, up, old, new, store = scene
     report = upgrade_report(ws, old, new, old_label="old", new_label="new", store=store,
                             options=ReportOptions(fetch=True))
@@ -208,7 +213,7 @@ def test_the_report_names_every_move_and_its_cause(scene) -> None:  # type: igno
         "pytorch-nightly 2026-03-07 -> 2026-03-08: torch, torchvision, torchaudio, pytorch-triton 3.5.0 -> 3.6.0"]
     (move,) = [s for s in d.sources if s.name == "src"]
     h = move.history
-    assert h is not None
+    assert h is not None and h.first is not None and h.last is not None
     assert (h.direction, h.count, h.first, h.last) == ("forward", 3, replace(h.first, sha=up.table),
                                                       replace(h.last, sha=up.head))
     assert (h.first.date, h.last.date, h.paths) == ("2026-03-08", "2026-03-10", ("python/pkg/table.py",))
@@ -245,7 +250,7 @@ def test_the_report_names_every_move_and_its_cause(scene) -> None:  # type: igno
     assert report.notes == ()
 
 
-def test_a_mirror_without_the_history_is_said_with_how_to_fetch_it(scene, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_mirror_without_the_history_is_said_with_how_to_fetch_it(scene: Scene, cli: Cli) -> None:
     ws, up, old, new, _ = scene
     (ws.root / "locks" / "old.toml").write_text(old.to_toml())
     (ws.root / "locks" / "new.toml").write_text(new.to_toml())
@@ -377,7 +382,7 @@ def test_markdown_puts_commit_subjects_in_details_and_escapes_them() -> None:
     )
 
 
-def test_a_commit_that_is_no_commit_is_never_handed_to_git(scene, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_commit_that_is_no_commit_is_never_handed_to_git(scene: Scene, tmp_path: Path) -> None:
     ws, _, old, new, store = scene
     written = tmp_path / "pwned"
     hostile = replace(new, sources={**new.sources, "src": replace(new.sources["src"], commit=f"--output={written}")})
@@ -390,14 +395,14 @@ def test_a_commit_that_is_no_commit_is_never_handed_to_git(scene, tmp_path: Path
     assert not written.exists()
 
 
-def test_format_json_errors_are_a_document(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_format_json_errors_are_a_document(ws: ScratchWorkspace, cli: Cli) -> None:
     r = cli("diff", "locks/nope.toml", "locks/nope.toml", "--format", "json")
     assert r.code == 2
     assert json.loads(r.out) == {"error": {"kind": "LockError", "message": f"locks/nope.toml: no such lock file "
                                            f"({ws.root / 'locks' / 'nope.toml'})", "details": [], "exit_code": 2}}
 
 
-def test_a_store_without_the_mirror_says_so_and_the_diff_stands(scene, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_store_without_the_mirror_says_so_and_the_diff_stands(scene: Scene, tmp_path: Path) -> None:
     ws, up, old, new, _ = scene
     report = upgrade_report(ws, old, new, old_label="old", new_label="new",
                             store=Store.open(tmp_path / "other-home", create=False))

@@ -31,30 +31,9 @@ from envlock.syncing import SyncOptions, sync
 from envlock.workspace import Workspace
 from kit.index import IndexServer
 from kit.locks import sha256_of
-from kit.universe import Universe
+from kit.universe import TORCH, TRITON, Universe, spec_text
 from kit.wheels import build_wheel
-
-
-def spec_text(u: Universe, packages: str, extra: str = "", python: str = "3.11") -> str:
-    return f"""
-[env]
-python = "{python}"
-platform = "x86_64-manylinux_2_28"
-[indexes.pypi]
-url = "{u.pypi}"
-default = true
-[indexes.pytorch]
-url = "{u.pytorch}"
-[indexes.flashinfer]
-url = "{u.flashinfer}"
-[packages]
-{packages}
-{extra}
-"""
-
-
-TORCH = 'torch = { nightly = "2026-03-07", local = "cu130", index = "pytorch" }\n'
-TRITON = 'pytorch-triton = { index = "pytorch" }\n'
+from kit.workspaces import Cli, ScratchWorkspace
 
 
 def lock(ws_root: Path, name: str = "e") -> dict:  # type: ignore[type-arg]
@@ -71,7 +50,7 @@ def test_nightly_date_from_dev_or_pre_segment(version: str, date: str | None) ->
     assert nightly_date(Version(version)) == date
 
 
-def test_nightly_pin_resolves_exact_version_and_tag(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_nightly_pin_resolves_exact_version_and_tag(ws: ScratchWorkspace, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, TORCH + TRITON
                                  + 'torchvision = { nightly = "2026-03-07", local = "cu130", index = "pytorch" }'))
     doc = lock(ws.root)
@@ -83,7 +62,7 @@ def test_nightly_pin_resolves_exact_version_and_tag(ws, universe: Universe) -> N
         "date": "2026-03-07", "version": "2.12.0.dev20260307+cu130"}
 
 
-def test_hostile_default_index_package_never_wins(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_hostile_default_index_package_never_wins(ws: ScratchWorkspace, universe: Universe) -> None:
     # torch, pytorch-triton and torchvision 99.0 sit on the default index with higher versions.
     ws.write_spec("e", spec_text(universe, TORCH + TRITON))
     doc = lock(ws.root)
@@ -96,7 +75,8 @@ def test_hostile_default_index_package_never_wins(ws, universe: Universe) -> Non
     assert universe.server.downloads("pytorch_triton-99.0-py3-none-any.whl") == []
 
 
-def test_unpinned_dependency_of_a_nightly_is_not_taken_from_the_default_index(ws, universe) -> None:  # type: ignore[no-untyped-def]
+def test_unpinned_dependency_of_a_nightly_is_not_taken_from_the_default_index(
+        ws: ScratchWorkspace, universe: Universe) -> None:
     # torch needs pytorch-triton==3.6.0+git5e7b3f4e, which only the pytorch index has; the
     # spec doesn't pin pytorch-triton there, so the only candidate is PyPI's hostile 99.0: refuse.
     ws.write_spec("e", spec_text(universe, TORCH))
@@ -107,7 +87,7 @@ def test_unpinned_dependency_of_a_nightly_is_not_taken_from_the_default_index(ws
     assert not (ws.root / "locks" / "pylock.e.toml").exists()
 
 
-def test_every_artifact_has_sha256_even_without_index_hashes(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_every_artifact_has_sha256_even_without_index_hashes(ws: ScratchWorkspace, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'tinydep = "==1.0"'))
     doc = lock(ws.root)
     for pkg in doc["packages"]:
@@ -117,7 +97,8 @@ def test_every_artifact_has_sha256_even_without_index_hashes(ws, universe: Unive
         assert wheel["hashes"]["sha256"] == sha256_of(served)
 
 
-def test_lock_is_valid_pep751_and_byte_identical(ws, universe: Universe, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_lock_is_valid_pep751_and_byte_identical(ws: ScratchWorkspace, universe: Universe, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'otherdep = ">=1"'))
     lock_env(Workspace(ws.root), "e")
     first = ws.lock_text("e")
@@ -130,7 +111,7 @@ def test_lock_is_valid_pep751_and_byte_identical(ws, universe: Universe, tmp_pat
     assert lock_env(Workspace(ws.root), "e").changed is False
 
 
-def test_missing_nightly_date_names_nearest_dates(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_missing_nightly_date_names_nearest_dates(ws: ScratchWorkspace, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'torch = { nightly = "2026-03-04", local = "cu130", index = "pytorch" }'))
     with pytest.raises(ResolveError) as info:
         lock_env(Workspace(ws.root), "e")
@@ -141,8 +122,8 @@ def test_missing_nightly_date_names_nearest_dates(ws, universe: Universe) -> Non
     )  # more cases: tests/test_nightly.py, tests/test_listing.py
 
 
-def test_a_relock_keeps_a_nightly_the_index_dropped_while_the_store_holds_it(  # type: ignore[no-untyped-def]
-        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_relock_keeps_a_nightly_the_index_dropped_while_the_store_holds_it(
+        ws: ScratchWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kit.index import IndexServer
 
     # Nightly indexes keep ~60 builds: a spec edit weeks later must still lock the pinned torch.
@@ -184,7 +165,7 @@ def test_a_relock_keeps_a_nightly_the_index_dropped_while_the_store_holds_it(  #
     ("3.11", "cpu", "{url}", False),  # another local tag
     ("3.12", "cu130", "{url}", False),  # the kept wheel is cp311's
 ])
-def test_a_kept_nightly_is_the_same_package_index_tag_and_target(  # type: ignore[no-untyped-def]
+def test_a_kept_nightly_is_the_same_package_index_tag_and_target(
         universe: Universe, store: Store, tmp_path: Path, python: str, local: str, index_url: str, kept: bool) -> None:
     from envlock.lockfile import NightlyPin
     from envlock.resolve import kept_pins
@@ -207,7 +188,8 @@ def test_a_kept_nightly_is_the_same_package_index_tag_and_target(  # type: ignor
     assert ("torch" in kept_pins(load_spec(spec_file), inputs)) is kept
 
 
-def test_a_nightly_date_takes_the_days_latest_build_the_target_can_install(ws, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_nightly_date_takes_the_days_latest_build_the_target_can_install(
+        ws: ScratchWorkspace, tmp_path: Path) -> None:
     from kit.index import IndexServer
 
     # Builds of one day go up one python at a time: 23:00's has no cp311 wheel yet.
@@ -253,7 +235,7 @@ def test_a_nightly_date_takes_the_days_latest_build_the_target_can_install(ws, t
         server.stop()
 
 
-def test_a_package_pinned_to_an_index_that_lacks_it_is_named(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_package_pinned_to_an_index_that_lacks_it_is_named(ws: ScratchWorkspace, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, 'tinydep = { index = "flashinfer" }'))
     with pytest.raises(ResolveError) as info:
         lock(ws.root)
@@ -261,7 +243,7 @@ def test_a_package_pinned_to_an_index_that_lacks_it_is_named(ws, universe: Unive
         f"e.toml: packages.tinydep.index: index 'flashinfer' ({universe.flashinfer}) lists no tinydep")
 
 
-def test_nightly_from_html_only_index(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_nightly_from_html_only_index(ws: ScratchWorkspace, universe: Universe) -> None:
     universe.server.html_only.add("pytorch")
     try:
         ws.write_spec("e", spec_text(universe, 'torch = { nightly = "2026-03-10", local = "cpu", index = "pytorch" }\n'
@@ -272,7 +254,7 @@ def test_nightly_from_html_only_index(ws, universe: Universe) -> None:  # type: 
     assert {p["name"]: p["version"] for p in doc["packages"]}["torch"] == "2.12.0.dev20260310+cpu"
 
 
-def test_same_version_set_is_enforced(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_same_version_set_is_enforced(ws: ScratchWorkspace, universe: Universe) -> None:
     packages = ('flashinfer-python = "==0.6.5"\nflashinfer-cubin = "==0.6.5"\n'
                 'flashinfer-jit-cache = { version = "==0.6.4+cu130", index = "flashinfer" }')
     extra = ('[resolution]\nexclude = ["sgl-fa4"]\n'
@@ -283,7 +265,7 @@ def test_same_version_set_is_enforced(ws, universe: Universe) -> None:  # type: 
     )
 
 
-def _refused(ws, universe: Universe, packages: str, extra: str) -> ResolveError:  # type: ignore[no-untyped-def]
+def _refused(ws: ScratchWorkspace, universe: Universe, packages: str, extra: str) -> ResolveError:
     """The ResolveError locking env "e" of ``packages`` and ``extra`` raises."""
     ws.write_spec("e", spec_text(universe, packages, extra))
     with pytest.raises(ResolveError) as info:
@@ -291,7 +273,7 @@ def _refused(ws, universe: Universe, packages: str, extra: str) -> ResolveError:
     return info.value
 
 
-def test_same_version_name_missing_from_the_lock_is_an_error(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_same_version_name_missing_from_the_lock_is_an_error(ws: ScratchWorkspace, universe: Universe) -> None:
     # A misspelt name used to drop out of the comparison, so the check held vacuously.
     packages = 'flashinfer-python = "==0.6.5"\nflashinfer-cubin = "==0.6.5"'
     extra = '[resolution]\nexclude = ["sgl-fa4"]\nsame-version = [["flashinfer-python", "flashinfer-cubn"]]'
@@ -335,7 +317,7 @@ def test_check_same_version(tmp_path: Path, groups: str, details: list[str]) -> 
     assert info.value.message == f"{tmp_path / 'e.toml'}: inconsistent component set"
 
 
-def test_overrides_and_excludes(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_overrides_and_excludes(ws: ScratchWorkspace, universe: Universe) -> None:
     # flashinfer-python 0.6.5 requires sgl-fa4 and flashinfer-cubin==0.6.5; override the cubin down
     # (as an env fighting an upstream == pin would) and exclude sgl-fa4.
     packages = 'flashinfer-python = "==0.6.5"'
@@ -345,7 +327,7 @@ def test_overrides_and_excludes(ws, universe: Universe) -> None:  # type: ignore
     assert versions == {"flashinfer-cubin": "0.6.4", "flashinfer-python": "0.6.5", "tinydep": "1.1"}
 
 
-def test_an_override_range_cannot_move_the_specs_own_pin(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_an_override_range_cannot_move_the_specs_own_pin(ws: ScratchWorkspace, universe: Universe) -> None:
     # uv lets an override replace every requirement on a package, the spec's own included:
     # a range may pass the spec's check, but the lock must still hold the spec's pin.
     packages = 'flashinfer-cubin = "==0.6.4"'
@@ -358,7 +340,7 @@ def test_an_override_range_cannot_move_the_specs_own_pin(ws, universe: Universe)
     assert not (ws.root / "locks" / "pylock.e.toml").exists()
 
 
-def test_an_override_cannot_take_a_declared_package_out_of_the_env(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_an_override_cannot_take_a_declared_package_out_of_the_env(ws: ScratchWorkspace, universe: Universe) -> None:
     # A marker false for the target drops the requirement, as `exclude` does: never a declared one.
     extra = '[resolution]\noverrides = ["tinydep==1.0; sys_platform == \'win32\'"]'
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"', extra))
@@ -369,7 +351,8 @@ def test_an_override_cannot_take_a_declared_package_out_of_the_env(ws, universe:
     assert not (ws.root / "locks" / "pylock.e.toml").exists()
 
 
-def test_mirror_by_option_and_environment(ws, cli, universe: Universe, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_mirror_by_option_and_environment(ws: ScratchWorkspace, cli: Cli, universe: Universe,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # The spec names the real index; without the mirror the test's closed proxy fails it.
     real_url = "https://download.pytorch.org/whl/nightly/cu130"
     text = spec_text(universe, TORCH + TRITON).replace(universe.pytorch, real_url)
@@ -394,7 +377,7 @@ def test_mirror_by_option_and_environment(ws, cli, universe: Universe, monkeypat
     assert ws.lock_text("e") == by_option
 
 
-def test_real_qwen_spec_index_part_locks_against_mirrors(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_real_qwen_spec_index_part_locks_against_mirrors(ws: ScratchWorkspace, universe: Universe) -> None:
     """envs/qwen35-blackwell.toml minus its builds, every index mirrored to the kit's."""
     real = tomllib.loads((Path(__file__).resolve().parents[1] / "envs" / "qwen35-blackwell.toml").read_text())
     packages = {k: v for k, v in real["packages"].items() if not (isinstance(v, dict) and "build" in v)}
@@ -416,7 +399,7 @@ def test_real_qwen_spec_index_part_locks_against_mirrors(ws, universe: Universe)
     text = ws.lock_text("qwen-index")
     Pylock.from_dict(tomllib.loads(text))
     got = read_lock(ws.root / "locks" / "pylock.qwen-index.toml")
-    versions = {p.name: p.version for p in got.packages}
+    versions: dict[str, str] = {p.name: p.version for p in got.packages}
     assert versions["torch"] == "2.12.0.dev20260307+cu130"
     assert versions["torchvision"] == "0.27.0.dev20260307+cu130"
     assert versions["flashinfer-python"] == versions["flashinfer-cubin"] == "0.6.5"
@@ -432,7 +415,7 @@ def _inline(table: dict) -> str:  # type: ignore[type-arg]
     return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + " }"
 
 
-def test_index_credentials_are_used_but_never_written_or_shown(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_index_credentials_are_used_but_never_written_or_shown(ws: ScratchWorkspace, universe: Universe) -> None:
     secret_url = universe.pytorch.replace("http://", "http://alice:s3cret@")
     ws.write_spec("e", spec_text(universe, TORCH + TRITON).replace(universe.pytorch, secret_url))
     lock_env(Workspace(ws.root), "e")
@@ -607,6 +590,7 @@ def test_two_locks_hashing_one_nightly_download_it_once(universe: Universe, stor
     served = universe.server.indexes["pytorch"].files
     filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260305+cu130-cp311"))
     url = universe.server.file_url("pytorch", filename)
+    before = len(universe.server.downloads(filename))  # the universe is the session's: earlier tests count too
     universe.server.faults[filename] = "slow"  # the second waits for the first's partial file
     results: list[object] = []
     try:
@@ -618,7 +602,7 @@ def test_two_locks_hashing_one_nightly_download_it_once(universe: Universe, stor
             t.join()
     finally:
         universe.server.faults.pop(filename)
-    assert len(universe.server.downloads(filename)) == 1
+    assert len(universe.server.downloads(filename)) == before + 1
     assert sorted(r.source for r in results) == ["download", "store"]  # type: ignore[attr-defined]
     assert list(store.partial_dir.glob("*.part")) == []
 
@@ -641,7 +625,8 @@ class RecordedProgress:
         self.events.append(("end", name, 0))
 
 
-def test_a_pinned_nightly_crosses_the_network_once_for_lock_relock_and_sync(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_pinned_nightly_crosses_the_network_once_for_lock_relock_and_sync(
+        ws: ScratchWorkspace, universe: Universe) -> None:
     # Handed the nightly's URL, uv downloaded it to hash it on every lock, and the sync
     # downloaded it once more. It is stored first now, and uv reads the store copy.
     filename = next(f for f in universe.server.indexes["pytorch"].files if f.startswith("torch-2.12.0.dev20260307"))
@@ -665,8 +650,8 @@ def test_a_pinned_nightly_crosses_the_network_once_for_lock_relock_and_sync(ws, 
     assert ws.lock_text("e").startswith(text.split("[tool.envlock]")[0].rstrip())
 
 
-def test_a_wheel_uv_picks_from_a_hashless_index_crosses_the_network_once(  # type: ignore[no-untyped-def]
-        ws, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wheel_uv_picks_from_a_hashless_index_crosses_the_network_once(
+        ws: ScratchWorkspace, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # pytorch-triton has no pin (uv picks the version torch requires) and its index publishes
     # no hash. Asked for a pylock, uv downloaded it to hash it (twice with a cold cache) and
     # the sync downloaded it again. uv is asked for its version first (metadata only, by
@@ -744,8 +729,8 @@ def _uv_passes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
     return passes
 
 
-def test_an_unpinned_hashless_wheel_no_pinned_wheel_requires_is_chosen_by_asking_uv(  # type: ignore[no-untyped-def]
-        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unpinned_hashless_wheel_no_pinned_wheel_requires_is_chosen_by_asking_uv(
+        ws: ScratchWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # `top` (hashed index, not pinned by the spec) requires `companion` exactly: uv is asked for
     # versions first, each lock, so a relock for new pins takes the version they need.
     w = tmp_path / "w"
@@ -757,7 +742,7 @@ def test_an_unpinned_hashless_wheel_no_pinned_wheel_requires_is_chosen_by_asking
         ws.write_spec("e", _two_index_spec(server, 'top = "==2.0"\ncompanion = { index = "hashless" }\n'))
         assert lock_env(Workspace(ws.root), "e").changed is True
         assert passes == [("requirements.txt", True), ("pylock.toml", True)]  # no pinned wheel requires it
-        locked = {p.name: p for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages}
+        locked: dict[str, LockedPackage] = {p.name: p for p in read_lock(ws.root / "locks" / "pylock.e.toml").packages}
         assert (locked["top"].version, locked["companion"].version) == ("2.0", "2.0")
         served = server.indexes["hashless"].files["companion-2.0-py3-none-any.whl"]
         assert locked["companion"].wheels[0] == Artifact(
@@ -766,8 +751,8 @@ def test_an_unpinned_hashless_wheel_no_pinned_wheel_requires_is_chosen_by_asking
                 and not rng] == [""]  # stored once, by envlock
 
 
-def test_a_hashless_wheel_a_pinned_wheel_requires_is_probed_on_relock_and_locks_alike_anywhere(  # type: ignore[no-untyped-def]
-        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hashless_wheel_a_pinned_wheel_requires_is_probed_on_relock_and_locks_alike_anywhere(
+        ws: ScratchWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The version comes from the pinned wheel's metadata, not from an earlier lock or the store:
     a re-upload under the same URL is seen (as for a nightly), and a fresh store locks the same."""
     w = tmp_path / "w"
@@ -794,8 +779,8 @@ def test_a_hashless_wheel_a_pinned_wheel_requires_is_probed_on_relock_and_locks_
         assert ws.lock_text("e") == relocked
 
 
-def test_an_exact_public_requirement_with_local_builds_listed_is_left_to_uv(  # type: ignore[no-untyped-def]
-        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_exact_public_requirement_with_local_builds_listed_is_left_to_uv(
+        ws: ScratchWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # `==1.0` admits 1.0+loc1 (PEP 440), which uv takes: reading the version off the metadata
     # would lock 1.0 here and 1.0+loc1 wherever the pin is not stored (another transport).
     w = tmp_path / "w"
@@ -830,7 +815,7 @@ def _index_moves_on(server: IndexServer, w: Path, dropped: Sequence[Path]) -> No
 
 
 @contextlib.contextmanager
-def _locked_top_and_companion(ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def _locked_top_and_companion(ws: ScratchWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                               w: Path) -> Iterator[tuple[IndexServer, list[Path]]]:
     """The env `e` locked with `top`'s nightly and the `companion` it requires, both from the
     hash-less index; yields the server and those two wheels."""
@@ -841,8 +826,8 @@ def _locked_top_and_companion(ws: Workspace, tmp_path: Path, monkeypatch: pytest
         yield server, old
 
 
-def test_a_kept_nightly_keeps_the_stored_wheel_it_requires_when_the_index_dropped_both(  # type: ignore[no-untyped-def]
-        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kept_nightly_keeps_the_stored_wheel_it_requires_when_the_index_dropped_both(
+        ws: ScratchWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # PyTorch's index keeps ~60 nightlies: torch and the pytorch-triton it requires drop off together.
     w = tmp_path / "w"
     with _locked_top_and_companion(ws, tmp_path, monkeypatch, w) as (server, old):
@@ -853,8 +838,8 @@ def test_a_kept_nightly_keeps_the_stored_wheel_it_requires_when_the_index_droppe
         assert locked == {"companion": "3.6.0+gitaaa", "plain": "1.0", "top": "2.12.0.dev20260307+cu130"}
 
 
-def test_a_kept_nightly_never_takes_a_required_wheel_the_earlier_lock_had_from_another_index(  # type: ignore[no-untyped-def]
-        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kept_nightly_never_takes_a_required_wheel_the_earlier_lock_had_from_another_index(
+        ws: ScratchWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The torchtriton shape: the earlier lock took `companion` from the default index (not pinned
     # then); pinned to the hash-less index now, that wheel must not stand in for one of that index.
     w = tmp_path / "w"
@@ -872,8 +857,8 @@ def test_a_kept_nightly_never_takes_a_required_wheel_the_earlier_lock_had_from_a
             lock_env(Workspace(ws.root), "e")
 
 
-def test_a_kept_wheel_whose_url_is_on_another_server_than_its_index_is_not_kept(  # type: ignore[no-untyped-def]
-        ws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kept_wheel_whose_url_is_on_another_server_than_its_index_is_not_kept(
+        ws: ScratchWorkspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The lock's index field names the hash-less index; its URL (edited) names another server.
     w = tmp_path / "w"
     with _locked_top_and_companion(ws, tmp_path, monkeypatch, w) as (server, old):
@@ -899,7 +884,7 @@ def test_a_kept_wheel_must_be_on_its_index_server() -> None:
     assert not _same_server("https://download.pytorch.org:8443/whl/x.whl", index)
 
 
-def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_sync_that_relocks_counts_what_the_lock_downloaded(ws: ScratchWorkspace, universe: Universe) -> None:
     ws.write_spec("g", spec_text(universe, TORCH.replace("2026-03-07", "2026-03-06") + TRITON))
     result = sync(Workspace(ws.root), "g", SyncOptions())  # no lock yet: the sync locks first, hashing the nightly
     locked = read_lock(ws.root / "locks" / "pylock.g.toml").packages
@@ -929,7 +914,7 @@ def test_uv_answer_for_a_stored_pin_must_be_that_file_at_its_version(store: Stor
     with pytest.raises(ResolveError, match=r"holds version 99.0, but its index lists it as 1.0"):
         check(answer(version="99.0"))
     locked = check(answer())
-    assert locked == LockedPackage(name="torch", version="1.0", wheels=(art,), index="http://i")
+    assert locked == LockedPackage(name=canonicalize_name("torch"), version="1.0", wheels=(art,), index="http://i")
 
 
 @pytest.mark.parametrize("local", ["cu130", "CU130", "Cu130"])
@@ -952,11 +937,11 @@ def _uv_answer_edited(edit: Callable[[str], str]) -> Iterator[None]:
             answer.write_text(edit(answer.read_text()))
         return result
 
-    runner.uv = edited  # type: ignore[assignment]
+    runner.uv = edited
     try:
         yield
     finally:
-        runner.uv = real  # type: ignore[assignment]
+        runner.uv = real
 
 
 def _without_pytorch_hashes(text: str) -> str:
@@ -964,7 +949,7 @@ def _without_pytorch_hashes(text: str) -> str:
                      else line for line in text.splitlines())
 
 
-def test_a_lock_hashes_what_uv_reports_no_hash_for_once(ws, universe: Universe, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_a_lock_hashes_what_uv_reports_no_hash_for_once(ws: ScratchWorkspace, universe: Universe, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home"))
     hashed: list[str] = []
@@ -991,7 +976,7 @@ def test_a_lock_hashes_what_uv_reports_no_hash_for_once(ws, universe: Universe, 
     assert len(hashed) == 2 and ws.lock_text("e") == first
 
 
-def test_a_wheel_url_naming_another_folder_is_refused_at_lock(ws, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_wheel_url_naming_another_folder_is_refused_at_lock(ws: ScratchWorkspace, universe: Universe) -> None:
     ws.write_spec("e", spec_text(universe, TORCH + TRITON))
     hostile = re.compile(r"/pypi/files/tinydep-[^\"]+\.whl")
     answer = _uv_answer_edited(lambda text: hostile.sub("/pytorch/files/x%2F..%2F..%2Fescaped.whl", text))

@@ -13,6 +13,7 @@ from envlock.spec import SourceSpec
 from envlock.store import Store
 from kit.sglike import SgLike, commit_all, git, init_repo, write
 from kit.universe import Universe
+from kit.workspaces import Cli, ScratchWorkspace
 
 
 def test_git_source_checks_out_the_pinned_commit(sg: SgLike, store: Store, tmp_path: Path) -> None:
@@ -189,9 +190,9 @@ def test_a_path_source_may_be_a_link_to_a_folder_outside_the_workspace(tmp_path:
                                f"tree; {_EXPECTED}")
 
 
-def test_lock_refuses_a_path_source_with_a_link_out_of_its_tree(ws, cli, universe: Universe,  # type: ignore[no-untyped-def]
+def test_lock_refuses_a_path_source_with_a_link_out_of_its_tree(ws: ScratchWorkspace, cli: Cli, universe: Universe,
                                                                 tmp_path: Path) -> None:
-    from test_resolve import spec_text
+    from kit.universe import spec_text
 
     write(ws.root, {"k/pkg/real.py": "REAL = 1\n"})
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"', extra='[sources.k]\npath = "k"\n'))
@@ -293,7 +294,7 @@ rev = "{sg.pin}"
 {extra}"""
 
 
-def test_source_mirror_from_option_and_environment(ws, cli, sg: SgLike) -> None:  # type: ignore[no-untyped-def]
+def test_source_mirror_from_option_and_environment(ws: ScratchWorkspace, cli: Cli, sg: SgLike) -> None:
     from envlock.mirrors import source_mirrors
     from envlock.spec import load_spec
 
@@ -315,7 +316,7 @@ def test_source_mirror_from_option_and_environment(ws, cli, sg: SgLike) -> None:
         2, "envlock: error: --source 'sglike': expected NAME=URL (a spec source name and the mirror's URL)\n")
 
 
-def test_lock_fetches_a_source_through_its_mirror(ws, cli, sg: SgLike,  # type: ignore[no-untyped-def]
+def test_lock_fetches_a_source_through_its_mirror(ws: ScratchWorkspace, cli: Cli, sg: SgLike,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     ws.write_spec("e", _unreachable_source_spec(sg))
     assert cli("lock", "e").code == 1  # the spec's URL cannot be reached
@@ -341,7 +342,7 @@ def test_a_url_that_looks_like_an_option_runs_nothing(store: Store, tmp_path: Pa
     assert not marker.exists()
 
 
-def test_a_source_that_cannot_be_fetched_names_the_mirror_options(ws, cli, sg: SgLike) -> None:  # type: ignore[no-untyped-def]
+def test_a_source_that_cannot_be_fetched_names_the_mirror_options(ws: ScratchWorkspace, cli: Cli, sg: SgLike) -> None:
     # On a cluster with no route to the spec's git host, every command that fetches the
     # source says how to fetch it from a clone instead.
     import shutil
@@ -366,3 +367,153 @@ def test_the_store_keeps_no_git_token(sg: SgLike, store: Store, tmp_path: Path) 
     written = [p for p in store.root.rglob("*") if p.is_file() and not p.is_symlink()
                and p.name in ("url", "envlock-url")]
     assert written and all(p.read_text() == "http://127.0.0.1:9/sglang.git\n" for p in written), written
+
+
+def _run_guarded(argv: list[str], cwd: Path, env: dict[str, str], seconds: float = 30) -> tuple[int, str, float]:
+    """``argv`` to its end, or killed with everything it started after ``seconds`` (exit -9): git's
+    fd transport waited forever, holding the store's writer lock. (exit code, stderr, seconds taken)."""
+    import signal
+    import subprocess
+    import time
+
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    return proc.returncode, err, time.monotonic() - started
+
+
+def test_git_fd_and_ext_transports_are_refused_by_name_before_git_runs(tmp_path: Path) -> None:
+    import sys
+
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    spec = ws / "envs" / "e.toml"
+    spec.write_text('[env]\npython = "3.11"\n[indexes.pypi]\nurl = "http://127.0.0.1:9/simple"\ndefault = true\n'
+                    '[sources.s]\ngit = "fd::3"\nrev = "main"\n')
+    env = dict(os.environ, ENVLOCK_HOME=str(tmp_path / "home"))
+    code, err, took = _run_guarded([sys.executable, "-m", "envlock.cli", "lock", "e"], ws, env)
+    assert (code, err) == (2, f"envlock: error: {spec}: 1 problem in env spec 'e'\n  sources.s.git: expected an "
+                              "https://, http://, ssh://, git:// or file:// URL, a user@host:path or a local path, "
+                              "found 'fd::3' (transport fd::, a remote helper git would start; envlock lets git use "
+                              "none)\n")
+    assert took < 20
+    # A mirror is no spec: named by its option or variable, before git runs too.
+    spec.write_text(spec.read_text().replace("fd::3", "https://127.0.0.1:9/s.git"))
+    code, err, _ = _run_guarded([sys.executable, "-m", "envlock.cli", "lock", "e", "--source", "s=ext::sh -c id"],
+                                ws, dict(env, ENVLOCK_SOURCE_S="fd::3"))
+    assert (code, err.splitlines()[:3]) == (2, [
+        "envlock: error: 2 source mirrors are no repository git may read",
+        "  ENVLOCK_SOURCE_S=...: expected an https://, http://, ssh://, git:// or file:// URL, a user@host:path or "
+        "a local path, found 'fd::3' (transport fd::, a remote helper git would start; envlock lets git use none)",
+        "  --source s=...: expected an https://, http://, ssh://, git:// or file:// URL, a user@host:path or a "
+        "local path, found 'ext::sh -c id' (transport ext::, a remote helper git would start; envlock lets git use "
+        "none)"])
+
+
+@pytest.mark.parametrize("url", ["fd::3", "ext::sh -c touch% {marker}", "Fd::3", "testgit::{repo}"])
+def test_git_itself_refuses_other_transports_whatever_the_url_came_from(tmp_path: Path, url: str) -> None:
+    # A lock's or a store's URL reaches git without the spec's check: every git envlock runs allows
+    # only https, http, ssh, git and file (protocol.allow), so fd:: fails at once instead of waiting.
+    import sys
+
+    marker = tmp_path / "ran"
+    repo = tmp_path / "repo"
+    init_repo(repo)
+    given = url.format(marker=marker, repo=repo)
+    probe = ("import sys; from envlock import runner; r = runner.git(['ls-remote', '--', sys.argv[1]]); "
+             "print(r.returncode); print(r.stderr, file=sys.stderr)")
+    code, err, took = _run_guarded([sys.executable, "-c", probe, given], tmp_path, dict(os.environ))
+    assert code == 0 and took < 20, err
+    assert "not allowed" in err, err
+    assert not marker.exists()
+
+
+def test_a_git_transfer_has_the_total_deadline_too(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from kit.cacheservers import Trickle
+
+    monkeypatch.setenv("ENVLOCK_TRANSFER_TIMEOUT", "2")
+    with Trickle(size=100_000, every=0.2) as trickle:  # git's first GET gets headers, then a trickle
+        started = time.monotonic()
+        with pytest.raises(SourceError) as info:
+            sources.resolve_rev(f"{trickle.url}/repo.git", "main", store=store)
+        took = time.monotonic() - started
+    assert 2 <= took < 10, took
+    assert info.value.message.startswith(f"{trickle.url}/repo.git: cannot list refs to resolve rev 'main'")
+    assert info.value.details[-1] == ("envlock: ended after 2 s: the most one transfer may take "
+                                      "(ENVLOCK_TRANSFER_TIMEOUT=2)")
+
+
+def _as_imported(store: Store, kind: str, key: str, tmp_path: Path) -> Path:
+    """A copy of the store's entry ``kind/key``, as an import would assemble it from a bundle."""
+    import shutil
+
+    work = tmp_path / "assembled"
+    shutil.copytree(store.path(kind, key), work, symlinks=True)
+    return work
+
+
+@pytest.mark.parametrize("how", ["whole", "poisoned-tree", "no-commit-object", "other-commit-object", "dot-git"])
+def test_an_imported_git_checkout_is_held_to_its_commit(sg: SgLike, store: Store, tmp_path: Path, how: str) -> None:
+    sources.checkout(store, sg.url, sg.pin)
+    work = _as_imported(store, "sources", f"git-{sg.pin}", tmp_path)
+    comm = work / "tree" / "python" / "sglike" / "comm.py"
+    comm.chmod(0o644)
+    if how == "poisoned-tree":
+        comm.write_text("import os\n")
+    elif how == "no-commit-object":
+        (work / sources.COMMIT_OBJECT).unlink()
+    elif how == "other-commit-object":
+        (work / sources.COMMIT_OBJECT).write_bytes(b"tree " + b"0" * 40 + b"\n")
+    elif how == "dot-git":
+        (work / "tree" / ".git").write_text("gitdir: /elsewhere\n")
+    (tmp_path / "scratch").mkdir()
+    problem = sources.checked_entry_problem(work, f"git-{sg.pin}", tmp_path / "scratch", what="x")
+    if how == "whole":
+        assert problem is None
+        assert trees.tree_digest(work / "tree", links_inside=False) == (work / "tree-digest").read_text().strip()
+        assert (work / "tree-digest").read_bytes() == (store.path("sources", f"git-{sg.pin}") / "tree-digest"
+                                                       ).read_bytes()
+        return
+    assert problem is not None
+    expected = {"poisoned-tree": "its files make git tree ", "no-commit-object": "it holds no commit object to "
+                "check its tree against (export it again with this envlock)", "other-commit-object": "its commit "
+                "object is ", "dot-git": "tree/.git is a .git folder or file, which no checkout holds"}[how]
+    assert problem.startswith(expected), problem
+    if how == "poisoned-tree":
+        assert problem.endswith(f"but commit {sg.pin[:12]} names tree {git(sg.repo, 'rev-parse', sg.pin + '^{tree}')}")
+
+
+@pytest.mark.parametrize("how", ["whole", "poisoned-tree", "other-archive", "no-archive"])
+def test_an_imported_archive_is_held_to_its_sha256(store: Store, tmp_path: Path, how: str) -> None:
+    import hashlib
+
+    from kit.sglike import karch_archive
+
+    archive = karch_archive(tmp_path / "a")
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    got = sources.store_archive(store, "https://example.invalid/karch.tar.gz", archive, sha, what="karch")
+    work = _as_imported(store, "sources", f"archive-{sha}", tmp_path)
+    header = work / "tree" / "include" / "karch.h"
+    if how == "poisoned-tree":
+        header.write_text("#define KARCH_MAGIC 666\n")
+    elif how == "other-archive":
+        (work / sources.ARCHIVE_BYTES).write_bytes(b"other")
+    elif how == "no-archive":
+        (work / sources.ARCHIVE_BYTES).unlink()
+    (tmp_path / "scratch").mkdir()
+    problem = sources.checked_entry_problem(work, f"archive-{sha}", tmp_path / "scratch", what="x")
+    if how in ("whole", "poisoned-tree"):  # the tree kept is what the archive unpacks to, whatever came
+        assert problem is None
+        assert "KARCH_MAGIC 7" in header.read_text()
+        assert (work / "tree-digest").read_text().strip() == got.tree_digest
+        return
+    assert problem == {"other-archive": f"its archive has sha256 {hashlib.sha256(b'other').hexdigest()}, not {sha}",
+                       "no-archive": "it holds no archive to check its tree against (fetched by an older "
+                                     "envlock)"}[how]

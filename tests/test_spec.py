@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
 from envlock import runner
 from envlock.errors import SpecError
@@ -227,9 +228,8 @@ def test_shipped_specs_are_valid() -> None:
         spec = load_spec(path, root=root)
         assert spec.default_index.name == "pypi"
     qwen = load_spec(root / "envs" / "qwen35-blackwell.toml")
-    assert qwen.packages["torch"].nightly == "2026-03-07"
-    assert qwen.packages["torch"].local == "cu130"
-    assert qwen.packages["flashinfer-jit-cache"].index == "flashinfer"
+    torch, jit_cache = (qwen.packages[canonicalize_name(name)] for name in ("torch", "flashinfer-jit-cache"))
+    assert (torch.nightly, torch.local, jit_cache.index) == ("2026-03-07", "cu130", "flashinfer")
     assert qwen.sources["sglang"].rev == "f016738f4c21043d0d8e4e407cb10a45ea7116b9"
     assert qwen.resolution.exclude == ("sgl-fa4", "triton")
     # FetchContent inputs as upstream declares them: triton by its tag, mscclpp's json by an archive URL.
@@ -351,3 +351,83 @@ def test_a_spec_nested_too_deeply_or_with_a_huge_python_is_named(tmp_path: Path)
                     "default = true\n")
     with pytest.raises(SpecError, match=r"env.python: expected a Python version like \"3.12\""):
         load_spec(spec)
+
+
+# URLs that reach uv's and git's configuration or command line: an index URL carrying a second option
+# (`--extra-index-url` after a space or a newline), control characters, and git transports that run a
+# command (ext::), wait on a file descriptor (fd::3) or start a remote helper (hg://).
+_IDX = '[env]\npython = "3.11"\n[indexes.pypi]\nurl = {url}\ndefault = true\n'
+_SRC = _IDX.format(url='"https://pypi.org/simple"') + '[sources.s]\ngit = {url}\nrev = "main"\n'
+_URL_EXPECTED = "expected an http(s):// or file:// URL"
+_GIT_EXPECTED = "expected an https://, http://, ssh://, git:// or file:// URL, a user@host:path or a local path"
+UNSAFE_URLS = [
+    (_IDX, '"http://x/simple --extra-index-url http://evil/simple"',
+     f"indexes.pypi.url: {_URL_EXPECTED} with no whitespace or control character, found "
+     "'http://x/simple --extra-index-url http://evil/simple' (a space at character 16)"),
+    (_IDX, '"http://x/simple\\n--extra-index-url http://evil/simple"',
+     f"indexes.pypi.url: {_URL_EXPECTED} with no whitespace or control character, found "
+     "'http://x/simple\\n--extra-index-url http://evil/simple' (a newline at character 16)"),
+    (_IDX, '"http://alice:pw@x/simple\\r"',
+     f"indexes.pypi.url: {_URL_EXPECTED} with no whitespace or control character, found "
+     "'http://x/simple\\r' (a carriage return at character 16)"),
+    (_IDX, '"http://x/sim\\tple"',
+     f"indexes.pypi.url: {_URL_EXPECTED} with no whitespace or control character, found "
+     "'http://x/sim\\tple' (a tab at character 13)"),
+    (_IDX, '"http://x/simple\\u0000"',
+     f"indexes.pypi.url: {_URL_EXPECTED} with no whitespace or control character, found "
+     "'http://x/simple\\x00' (control character U+0000 at character 16)"),
+    (_IDX, '"http://x/\\u202esimple"',
+     f"indexes.pypi.url: {_URL_EXPECTED} with no whitespace or control character, found "
+     "'http://x/\\u202esimple' (control character U+202E at character 10)"),
+    (_IDX, '" http://x/simple"',
+     f"indexes.pypi.url: {_URL_EXPECTED} with no whitespace or control character, found ' http://x/simple' "
+     "(a space at character 1)"),
+    (_SRC, '"fd::3"',
+     f"sources.s.git: {_GIT_EXPECTED}, found 'fd::3' (transport fd::, a remote helper git would start; "
+     "envlock lets git use none)"),
+    (_SRC, '"ext::sh -c touch% /tmp/pwned"',
+     f"sources.s.git: {_GIT_EXPECTED}, found 'ext::sh -c touch% /tmp/pwned' (transport ext::, a remote helper git "
+     "would start; envlock lets git use none)"),
+    (_SRC, '"Hg::https://x/repo"',
+     f"sources.s.git: {_GIT_EXPECTED}, found 'Hg::https://x/repo' (transport Hg::, a remote helper git would start; "
+     "envlock lets git use none)"),
+    (_SRC, '"hg://x/repo"',
+     f"sources.s.git: {_GIT_EXPECTED}, found 'hg://x/repo' (transport hg://, a remote helper git would start; "
+     "envlock lets git use none)"),
+    (_SRC, '"ftp://x/repo.git"',
+     f"sources.s.git: {_GIT_EXPECTED}, found 'ftp://x/repo.git' (transport ftp://, a remote helper git "
+     "would start; envlock lets git use none)"),
+    (_SRC, '"https://x/repo.git main"',
+     f"sources.s.git: {_GIT_EXPECTED} with no whitespace or control character, found 'https://x/repo.git main' "
+     "(a space at character 19)"),
+    (_SRC, '"https://x/repo.git\\n"',
+     f"sources.s.git: {_GIT_EXPECTED} with no whitespace or control character, found 'https://x/repo.git\\n' "
+     "(a newline at character 19)"),
+    (_IDX.format(url='"https://pypi.org/simple"') + FC + 'json]\nurl = "https://x/json.tar.gz\\n"',
+     None, "builds.k.fetchcontent.json.url: expected an https://, http:// or file:// URL of an archive with no "
+     "whitespace or control character, found 'https://x/json.tar.gz\\n' (a newline at character 22)"),
+    (_IDX.format(url='"https://pypi.org/simple"') + FC + 'cutlass]\ngit = "fd::3"\nrev = "' + "a" * 40 + '"',
+     None, f"builds.k.fetchcontent.cutlass.git: {_GIT_EXPECTED}, found 'fd::3' (transport fd::, a remote helper git "
+     "would start; envlock lets git use none)"),
+]
+
+
+@pytest.mark.parametrize(("template", "url", "problem"), UNSAFE_URLS,
+                         ids=[f"{i}-{(u or t)[-20:]}" for i, (t, u, _) in enumerate(UNSAFE_URLS)])
+def test_an_url_that_is_no_single_safe_url_is_refused(tmp_path: Path, template: str, url: str | None,
+                                                      problem: str) -> None:
+    path = tmp_path / "e.toml"
+    path.write_text(template.format(url=url) if url is not None else template)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert (info.value.message, list(info.value.details), info.value.exit_code) == (
+        f"{path}: 1 problem in env spec 'e'", [problem], 2)
+
+
+@pytest.mark.parametrize("url", ["https://x/repo.git", "http://127.0.0.1:8080/r", "ssh://git@x/repo",
+                                 "git+ssh://git@x/repo", "git://x/repo", "file:///srv/repo.git",
+                                 "git@github.com:org/repo.git", "/srv/git/repo", "../clone", "C:/repo"])
+def test_git_urls_envlock_lets_git_read(tmp_path: Path, url: str) -> None:
+    path = tmp_path / "e.toml"
+    path.write_text(_SRC.format(url=f'"{url}"'))
+    assert load_spec(path).sources["s"].git == url

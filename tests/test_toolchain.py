@@ -3,21 +3,25 @@ and the input digest's toolchain part (the wheels' hashes instead of the host's 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import backend_wheels
 from envlock import build, toolchain
 from envlock.errors import BuildError
 from envlock.spec import BuildSpec
-from envlock.store import Store
+from envlock.store import STORE_MTIME, Store
 from kit.cudalike import OLDER_NVCC, TOOLCHAIN, toolchain_wheels
 from kit.index import IndexServer
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
+from kit.workspaces import Cli
+from kit.workspaces import ScratchWorkspace as Workspace
 
 
 def _stored(store: Store, wheel: Path) -> Path:
@@ -58,6 +62,8 @@ def test_a_toolchain_is_unpacked_once_read_only_with_its_tools_located(tmp_path:
     assert os.access(first.tree / "bin/ninja", os.X_OK)
     assert not (first.tree / "nvidia/cu13/include/cuda.h").stat().st_mode & 0o222  # read-only
     assert not (first.tree / "nvidia/cu13").stat().st_mode & 0o222
+    # One mtime for every file, whenever it was unpacked (ptxas writes a header's into a -lineinfo cubin).
+    assert {p.lstat().st_mtime for p in [first.tree, *first.tree.rglob("*")]} == {STORE_MTIME}
     # Another build naming the same wheels (in any order) shares it: nothing unpacked again.
     again = toolchain.unpacked(store, list(reversed(wheels)), what="[builds.other]")
     assert not again.unpacked and again.tree == first.tree and again.tools == first.tools
@@ -67,6 +73,25 @@ def test_a_toolchain_is_unpacked_once_read_only_with_its_tools_located(tmp_path:
     assert (env["CUDA_HOME"], env["CUDA_PATH"], env["CUDAToolkit_ROOT"]) == (root, root, root)
     assert env["CUDACXX"] == f"{root}/bin/nvcc"
     assert again.cmake_defines() == {"CMAKE_CUDA_COMPILER": f"{root}/bin/nvcc", "CUDAToolkit_ROOT": root}
+
+
+def test_a_toolchain_is_matched_to_locked_lines_by_its_wheels_hashes(tmp_path: Path) -> None:
+    """What gc keeps a toolchain by: one stored wheel of each locked line, and nothing else."""
+    store = Store.open(tmp_path / "home")
+    wheels = [_stored(store, w) for w in _fake_cuda(tmp_path / "wheels")]
+    made = toolchain.unpacked(store, wheels, what="[builds.k]")
+    nvcc, runtime, ninja = (w.parent.name for w in wheels)
+    assert toolchain.in_store(store) == {made.digest: frozenset({nvcc, runtime, ninja})}
+    lines = [f"nvidia-cuda-nvcc==13.0.88 --hash=sha256:{'0' * 64} --hash=sha256:{nvcc}",  # another platform's too
+             f"nvidia-cuda-runtime==13.0.96 --hash=sha256:{runtime}", f"ninja==1.13.2 --hash=sha256:{ninja}"]
+    assert toolchain.made_from(frozenset({nvcc, runtime, ninja}), lines)
+    assert not toolchain.made_from(frozenset({nvcc, runtime, ninja}), lines[:2])  # a wheel no line names
+    assert not toolchain.made_from(frozenset({nvcc, runtime}), lines)  # a line with no wheel of it
+    assert not toolchain.made_from(frozenset(), [])
+    # An entry of an older format names no hashes: no lock matches it.
+    meta = made.tree.parent / "toolchain.json"
+    meta.write_text(meta.read_text().replace(f'"format": {toolchain.TOOLCHAIN_FORMAT}', '"format": 1'))
+    assert toolchain.in_store(store) == {made.digest: None}
 
 
 def test_a_path_two_wheels_write_differently_is_refused(tmp_path: Path) -> None:
@@ -143,3 +168,115 @@ def test_the_input_digest_holds_the_toolchain_wheels_not_the_host_tools(
                                  locked_requirements=ours.build_requirements)
     frozen = build.plan(request, store)
     assert frozen.input_digest == ours.input_digest
+
+
+def _tool_wheels(dest: Path, versions: tuple[str, ...] = ("1.11.1", "1.13.2")) -> None:
+    """Releases of a small ``ninja`` wheel laid out as the real one is (a script in ``.data``)."""
+    for version in versions:
+        script = f"#!/bin/sh\necho {version}\n"
+        build_wheel(dest, "ninja", version, files={f"ninja-{version}.data/scripts/ninja": script,
+                                                   "ninja/__init__.py": f"VERSION = {version!r}\n"})
+
+
+def _tool_demo(root: Path, index_url: str, tool: str, packages: str = "") -> None:
+    """A workspace whose one build (a pure-Python setuptools project, built in seconds) declares ``tool``."""
+    project = root / "tool-demo"
+    (project / "tool_demo").mkdir(parents=True, exist_ok=True)
+    (project / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=61"]\n'
+                                            'build-backend = "setuptools.build_meta"\n\n'
+                                            '[project]\nname = "tool-demo"\nversion = "0.1.0"\n')
+    (project / "tool_demo" / "__init__.py").write_text("")
+    (root / "envs" / "demo.toml").write_text(f"""\
+[env]
+python = "3.11"
+
+[indexes.pypi]
+url = "{index_url}"
+default = true
+
+[packages]
+tool-demo = {{ build = "tool-demo" }}
+{packages}
+[sources.tool-demo]
+path = "tool-demo"
+
+[builds.tool-demo]
+source = "tool-demo"
+toolchain = ["{tool}"]
+""")
+
+
+def _toolchains(home: Path) -> set[str]:
+    return {p.name for p in (home / "v1" / "toolchains").iterdir()}
+
+
+@pytest.mark.slow
+def test_build_check_names_a_toolchain_move_and_gc_collects_the_toolchains_no_lock_names(
+    ws: Workspace, cli: Cli, tmp_path: Path
+) -> None:
+    _tool_wheels(tmp_path / "tools")
+    server = IndexServer(tmp_path / "index")
+    server.add_dir("pypi", backend_wheels())
+    server.add_dir("pypi", tmp_path / "tools")
+    server.start()
+    try:
+        _tool_demo(ws.root, server.url("pypi"), "ninja==1.11.1")
+        assert cli("-q", "lock", "demo").code == 0
+        r = cli("-q", "build", "demo")
+        assert r.code == 0, r.err
+        home = Path(os.environ["ENVLOCK_HOME"])
+        (old,) = _toolchains(home)
+        # The spec moves the toolchain; `build --check` (which writes no lock) says the lock's build is of another.
+        _tool_demo(ws.root, server.url("pypi"), "ninja==1.13.2")
+        r = cli("build", "demo", "--check")
+        assert r.code == 0, r.err
+        assert re.search(r"^envlock: tool-demo: the lock records a build of other inputs \(builds\.tool-demo: changed; "
+                         r"toolchain ninja: 1\.11\.1 -> 1\.13\.2; input digest sha256:[0-9a-f]{12}, now "
+                         r"sha256:[0-9a-f]{12}\): --check compared two builds of the inputs as they are now$", r.err,
+                         re.M), r.err
+        (new,) = _toolchains(home) - {old}
+        # gc: the lock's build names the old toolchain (kept); the check's, no lock names (removed, counted).
+        r = cli("gc", "--json", "--keep-git", "none")
+        assert r.code == 0, r.err
+        report = json.loads(r.out)
+        assert f"toolchains/{new}" in report["removed"] and f"toolchains/{old}" not in report["removed"]
+        assert _toolchains(home) == {old}
+        # Built and recorded: now the old one goes, and what it frees is counted.
+        assert cli("-q", "build", "demo").code == 0
+        assert len(_toolchains(home)) == 2
+        before = json.loads(cli("gc", "--json", "--keep-git", "none", "--dry-run").out)
+        r = cli("gc", "--json", "--keep-git", "none")
+        report = json.loads(r.out)
+        assert [name for name in report["removed"] if name.startswith("toolchains/")] == [f"toolchains/{old}"]
+        assert report["freed"] >= before["freed"] > 0
+        assert _toolchains(home) == {new}
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_the_upgrade_report_names_a_loose_toolchain_pin_that_moved(ws: Workspace, cli: Cli, tmp_path: Path) -> None:
+    """``ninja>=1.11`` locked at 1.11.1; the index gains 1.13.2; an upgrade of something else rebuilds the
+    kernel with the newer ninja, with no spec edit to the toolchain: the report says so."""
+    _tool_wheels(tmp_path / "tools", ("1.11.1",))
+    for version in ("1.0", "2.0"):
+        build_wheel(tmp_path / "tools", "alpha", version)
+    server = IndexServer(tmp_path / "index")
+    server.add_dir("pypi", backend_wheels())
+    server.add_dir("pypi", tmp_path / "tools")
+    server.start()
+    try:
+        _tool_demo(ws.root, server.url("pypi"), "ninja>=1.11", 'alpha = "==1.0"\n')
+        assert cli("-q", "lock", "demo").code == 0
+        r = cli("-q", "build", "demo")
+        assert r.code == 0, r.err
+        _tool_wheels(tmp_path / "newer", ("1.13.2",))
+        server.add_dir("pypi", tmp_path / "newer")
+        r = cli("upgrade", "demo", "--version", "alpha=2.0", "--dry-run")
+        assert r.code == 0, r.err
+        assert "tool-demo: toolchain ninja: 1.11.1 -> 1.13.2 (resolved now)" in r.out, r.out
+        doc = json.loads(cli("upgrade", "demo", "--version", "alpha=2.0", "--dry-run", "--json").out)
+        inputs = [i for b in doc["diff"]["builds"] for i in b["inputs"] if i["kind"] == "toolchain"]
+        assert [(i["name"], i["old"], i["new"]) for i in inputs] == [("ninja", "1.11.1", "1.13.2")]
+    finally:
+        server.stop()

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_wheels
 from kit.index import IndexServer
 from kit.moves import NEW_HASH, Move, make_move, move_index, spec_text
 from kit.sglike import commit_all, init_repo
+from kit.universe import backend_wheels
+from kit.workspaces import Cli, ScratchWorkspace
 
 EXCLUDE = '\n[resolution]\nexclude = ["libbase-cu13"]   # the overlap, settled\n'
 PATCHES = 'patches = ["patches/up/0001-sizes.patch"]\n'
@@ -38,7 +39,7 @@ def _files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _locked(ws, cli, move: Move, index: IndexServer, text: str) -> Path:  # type: ignore[no-untyped-def]
+def _locked(ws: ScratchWorkspace, cli: Cli, move: Move, index: IndexServer, text: str) -> Path:
     (ws.root / "patches" / "up").mkdir(parents=True)
     (ws.root / "patches" / "up" / "0001-sizes.patch").write_text(move.patch)
     spec = ws.write_spec("e", text)
@@ -47,7 +48,8 @@ def _locked(ws, cli, move: Move, index: IndexServer, text: str) -> Path:  # type
     return spec
 
 
-def test_an_upgrade_names_every_problem_it_finds_in_one_report(ws, cli, move: Move, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_an_upgrade_names_every_problem_it_finds_in_one_report(
+        ws: ScratchWorkspace, cli: Cli, move: Move, index: IndexServer) -> None:
     _locked(ws, cli, move, index, spec_text(move, index))
     before = _files(ws.root)
     r = cli("upgrade", "e", "--rev", "up=main")
@@ -89,8 +91,8 @@ def test_an_upgrade_names_every_problem_it_finds_in_one_report(ws, cli, move: Mo
     assert (doc["kind"], doc["exit_code"]) == ("UpgradeError", 1)
 
 
-def test_fix_renames_moves_every_table_of_a_renamed_build_and_the_report_names_every_move(  # type: ignore[no-untyped-def]
-        ws, cli, move: Move, index: IndexServer) -> None:
+def test_fix_renames_moves_every_table_of_a_renamed_build_and_the_report_names_every_move(
+        ws: ScratchWorkspace, cli: Cli, move: Move, index: IndexServer) -> None:
     spec = _locked(ws, cli, move, index, spec_text(move, index).replace(PATCHES, "") + EXCLUDE)
     init_repo(ws.root)  # the workspace is a git checkout, as yours should be: `diff ...@HEAD` reads the old lock
     commit_all(ws.root, "locked at the pin")
@@ -139,7 +141,7 @@ def test_fix_renames_moves_every_table_of_a_renamed_build_and_the_report_names_e
         line for line in out if line.startswith("note: builds.kern-ng.fetchcontent.")}
 
 
-def test_fix_renames_alone_renames_at_the_pin(ws, cli, move: Move, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_fix_renames_alone_renames_at_the_pin(ws: ScratchWorkspace, cli: Cli, move: Move, index: IndexServer) -> None:
     """After `patch rebase` moved the spec's rev, the kernel's new name is fixed with nothing else to move."""
     spec = _locked(ws, cli, move, index, spec_text(move, index).replace(PATCHES, "") + EXCLUDE)
     spec.write_text(spec.read_text().replace(move.pin, move.main))
@@ -150,7 +152,8 @@ def test_fix_renames_alone_renames_at_the_pin(ws, cli, move: Move, index: IndexS
     assert "[builds.kern-ng.fetchcontent]" in spec.read_text() and "kern =" not in spec.read_text()
 
 
-def test_a_lock_names_every_build_that_does_not_match_its_source(ws, cli, move: Move, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_a_lock_names_every_build_that_does_not_match_its_source(
+        ws: ScratchWorkspace, cli: Cli, move: Move, index: IndexServer) -> None:
     text = spec_text(move, index, rev=move.main).replace(PATCHES, "").replace(
         'upapp = { build = "upapp" }', 'upapp2 = { build = "upapp2" }').replace("[builds.upapp]", "[builds.upapp2]")
     spec = ws.write_spec("e", text + EXCLUDE)
@@ -165,7 +168,8 @@ def test_a_lock_names_every_build_that_does_not_match_its_source(ws, cli, move: 
         "moves its tables and its package entry"])
 
 
-def test_a_table_left_behind_by_a_rename_by_hand_says_where_it_goes(ws, cli, move: Move, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_a_table_left_behind_by_a_rename_by_hand_says_where_it_goes(
+        ws: ScratchWorkspace, cli: Cli, move: Move, index: IndexServer) -> None:
     text = spec_text(move, index, rev=move.main).replace(PATCHES, "").replace(
         'kern = { build = "kern" }', 'kern-ng = { build = "kern-ng" }').replace("[builds.kern]", "[builds.kern-ng]")
     spec = ws.write_spec("e", text)

@@ -4,8 +4,8 @@ relocks; the spec edited in place (every other byte kept), or nothing written at
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +16,7 @@ from kit.patches import MODIFY
 from kit.sglike import commit_all, git, init_repo, write
 from kit.universe import Universe
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 HEADER = """\
 # An env to upgrade: every comment here must survive an upgrade.
@@ -70,13 +71,13 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def nightly_env(ws, cli, universe: Universe) -> Path:  # type: ignore[no-untyped-def]
+def nightly_env(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> Path:
     spec = ws.write_spec("e", _header(universe) + NIGHTLIES)
     assert cli("lock", "e").code == 0
     return spec
 
 
-def test_dry_run_to_latest_writes_nothing_and_reports(ws, cli, nightly_env: Path) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_to_latest_writes_nothing_and_reports(ws: ScratchWorkspace, cli: Cli, nightly_env: Path) -> None:
     before = _files(ws.root)
     r = cli("upgrade", "e", "--nightly", "latest", "--dry-run")
     assert (r.code, r.err) == (0, "")
@@ -121,8 +122,8 @@ def test_dry_run_to_latest_writes_nothing_and_reports(ws, cli, nightly_env: Path
     assert _files(ws.root) == before
 
 
-def test_upgrade_moves_every_nightly_of_the_index_and_keeps_every_other_line(  # type: ignore[no-untyped-def]
-        ws, cli, nightly_env: Path) -> None:
+def test_upgrade_moves_every_nightly_of_the_index_and_keeps_every_other_line(
+        ws: ScratchWorkspace, cli: Cli, nightly_env: Path) -> None:
     before = nightly_env.read_text().splitlines(keepends=True)
     r = cli("upgrade", "e", "--nightly", "latest")
     assert r.code == 0
@@ -151,7 +152,8 @@ def test_upgrade_moves_every_nightly_of_the_index_and_keeps_every_other_line(  #
     assert _files(ws.root) == files
 
 
-def test_a_failure_in_the_relock_leaves_everything_byte_identical(ws, cli, nightly_env: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_failure_in_the_relock_leaves_everything_byte_identical(
+        ws: ScratchWorkspace, cli: Cli, nightly_env: Path) -> None:
     before = _files(ws.root)
     r = cli("upgrade", "e", "--nightly", "2026-03-04")
     assert r.code == 1
@@ -160,14 +162,14 @@ def test_a_failure_in_the_relock_leaves_everything_byte_identical(ws, cli, night
     assert _files(ws.root) == before
 
 
-def test_a_lock_written_meanwhile_puts_the_spec_back(ws, cli, nightly_env: Path,  # type: ignore[no-untyped-def]
+def test_a_lock_written_meanwhile_puts_the_spec_back(ws: ScratchWorkspace, cli: Cli, nightly_env: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     spec_before = nightly_env.read_bytes()
     lock_path = ws.root / "locks" / "pylock.e.toml"
     theirs = b"# another envlock's\n" + lock_path.read_bytes()
     real = locking.lock_spec
 
-    def relock_while_another_writes(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def relock_while_another_writes(*args: Any, **kwargs: Any) -> Any:
         lock_path.write_bytes(theirs)
         return real(*args, **kwargs)
 
@@ -197,7 +199,7 @@ BAD_INPUT = [
 ]
 
 
-def test_bad_input_is_named_and_changes_nothing(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_is_named_and_changes_nothing(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     write(ws.root, {"local/x.txt": "x\n"})
     spec = ws.write_spec("e", _header(universe) + NIGHTLIES + '\n[sources.local]\npath = "local"\n\n'
                          '[resolution]\noverrides = ["tinydep==1.0"]\n')
@@ -225,7 +227,7 @@ def test_bad_input_is_named_and_changes_nothing(ws, cli, universe: Universe) -> 
 # -- a same-version set ----------------------------------------------------------------
 
 
-def test_a_same_version_set_and_its_overrides_move_together(ws, cli, universe: Universe) -> None:  # type: ignore[no-untyped-def]
+def test_a_same_version_set_and_its_overrides_move_together(ws: ScratchWorkspace, cli: Cli, universe: Universe) -> None:
     spec = ws.write_spec("e", _header(universe) + FLASHINFER)
     assert cli("lock", "e").code == 0
     r = cli("upgrade", "e", "--version", "flashinfer-python=>=0.6")
@@ -257,10 +259,9 @@ def test_a_same_version_set_and_its_overrides_move_together(ws, cli, universe: U
 
 
 @pytest.fixture
-def nightly_index(tmp_path: Path) -> Iterator[IndexServer]:
+def nightly_index(server: IndexServer, tmp_path: Path) -> IndexServer:
     """alpha: target wheels for 03-01 and 03-05, only a macOS wheel for 03-09; beta: 03-01, 03-05, 03-07;
     gamma (opted out of sharing the date): 03-01 and 03-05."""
-    server = IndexServer(tmp_path / "served").start()
     wheels = tmp_path / "wheels"
     linux, mac = "cp311-cp311-manylinux_2_28_x86_64", "cp311-cp311-macosx_11_0_arm64"
     server.add_index("nt", hashes=False)
@@ -270,12 +271,11 @@ def nightly_index(tmp_path: Path) -> Iterator[IndexServer]:
             server.add("nt", build_wheel(wheels, name, f"1.0.dev{date}", tag=linux))
     server.add("nt", build_wheel(wheels, "alpha", "1.0.dev20260309", tag=mac))
     server.add("pypi", build_wheel(wheels, "tinydep", "1.0"))
-    yield server
-    server.stop()
+    return server
 
 
-def test_latest_is_the_newest_date_with_a_wheel_for_the_target_of_every_nightly(  # type: ignore[no-untyped-def]
-        ws, cli, nightly_index: IndexServer) -> None:
+def test_latest_is_the_newest_date_with_a_wheel_for_the_target_of_every_nightly(
+        ws: ScratchWorkspace, cli: Cli, nightly_index: IndexServer) -> None:
     ws.write_spec("e", "[env]\npython = \"3.11\"\nplatform = \"x86_64-manylinux_2_28\"\n"
                        f"[indexes.pypi]\nurl = \"{nightly_index.url('pypi')}\"\ndefault = true\n"
                        f"[indexes.nt]\nurl = \"{nightly_index.url('nt')}\"\n"
@@ -299,7 +299,7 @@ def test_latest_is_the_newest_date_with_a_wheel_for_the_target_of_every_nightly(
 
 
 @pytest.fixture
-def demo(ws, cli, universe: Universe, tmp_path: Path) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def demo(ws: ScratchWorkspace, cli: Cli, universe: Universe, tmp_path: Path) -> dict[str, str]:
     """A git source pinned at ``pin`` with one patch (b -> B in f.txt); ``main`` (tag v1) adds a file,
     branch ``rewrite`` changes the line the patch changes."""
     repo = tmp_path / "demo"
@@ -323,8 +323,8 @@ def demo(ws, cli, universe: Universe, tmp_path: Path) -> dict[str, str]:  # type
 
 @pytest.mark.parametrize(("rev", "named"), [("main", True), ("v1", True), ("{main}", False)],
                          ids=["branch", "tag", "commit"])
-def test_a_rev_is_pinned_as_its_commit_and_the_rev_line_s_own_comment_is_kept(  # type: ignore[no-untyped-def]
-        ws, cli, demo: dict[str, str], rev: str, named: bool) -> None:
+def test_a_rev_is_pinned_as_its_commit_and_the_rev_line_s_own_comment_is_kept(
+        ws: ScratchWorkspace, cli: Cli, demo: dict[str, str], rev: str, named: bool) -> None:
     rev = rev.format(**demo)
     spec = ws.root / "envs" / "e.toml"
     before = spec.read_text()
@@ -352,8 +352,8 @@ def test_a_rev_is_pinned_as_its_commit_and_the_rev_line_s_own_comment_is_kept(  
     assert read_lock(ws.root / "locks" / "pylock.e.toml").sources["demo"].commit == main
 
 
-def test_a_patch_that_does_not_apply_at_the_new_commit_stops_the_upgrade(  # type: ignore[no-untyped-def]
-        ws, cli, demo: dict[str, str]) -> None:
+def test_a_patch_that_does_not_apply_at_the_new_commit_stops_the_upgrade(
+        ws: ScratchWorkspace, cli: Cli, demo: dict[str, str]) -> None:
     before = _files(ws.root)
     r = cli("upgrade", "e", "--rev", "demo=rewrite")
     assert (r.code, r.err) == (1, (
@@ -372,8 +372,8 @@ def test_a_patch_that_does_not_apply_at_the_new_commit_stops_the_upgrade(  # typ
     assert _files(ws.root) == before  # spec, lock and patches
 
 
-def test_a_rev_without_a_comment_gets_the_branch_or_tag_it_was_pinned_by(  # type: ignore[no-untyped-def]
-        ws, cli, demo: dict[str, str]) -> None:
+def test_a_rev_without_a_comment_gets_the_branch_or_tag_it_was_pinned_by(
+        ws: ScratchWorkspace, cli: Cli, demo: dict[str, str]) -> None:
     spec = ws.root / "envs" / "e.toml"
     spec.write_text(spec.read_text().replace("   # the pin", ""))
     assert cli("lock", "e").code == 0

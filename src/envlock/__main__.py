@@ -25,12 +25,11 @@ def main() -> int:
 
         return cli_main(fast_path=False)
     except KeyboardInterrupt as exc:  # or Terminated: SIGTERM once cli.main's handler is in place
-        from envlock.errors import asks_json, interrupted, json_error
+        from envlock.errors import asks_json, interrupted
+        from envlock.interrupts import say
 
-        said, code = interrupted(exc)
-        if asks_json(sys.argv[1:]):  # the document cli.main gives for an interrupt, as promised
-            print(json_error(said, (), type(exc).__name__, code))
-        print(f"envlock: {said}", file=sys.stderr)
+        code = interrupted(exc)[1]
+        say(code, type(exc).__name__, json=asks_json(sys.argv[1:]))  # the document cli.main gives, as promised
         return code
 
 

@@ -56,7 +56,8 @@ class BisectOptions:
     nightly: str | None = None  # "FROM..TO"
     cmd: tuple[str, ...] = ()
     output: int | None = None  # where the command's stdout goes (a file descriptor; None: inherited)
-    mirrors: MirrorOptions = field(default_factory=MirrorOptions)  # --index and --source, for each lock and sync
+    # --index/--source: the mirrors each step's lock and sync read (a --good/--bad step only --index's)
+    mirrors: MirrorOptions = field(default_factory=MirrorOptions)
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ def _diff(cands: _Candidates, lo: int, hi: int, notes: list[str]) -> LockDiff | 
 
 
 def _git_candidates(ws: Workspace, env: str, good: str | None, bad: str | None,
-                    mirrors: MirrorOptions) -> _Candidates:
+                    asked: MirrorOptions) -> _Candidates:
     """The good revision, then each revision up to ``bad`` that changed the env's lock."""
     if good is None or bad is None:
         raise UsageError("envlock bisect: --good REV and --bad REV go together")
@@ -258,6 +259,8 @@ def _git_candidates(ws: Workspace, env: str, good: str | None, bad: str | None,
         return load_lock_ref(ws, f"{lock_path}@{revs[i]}").lock, names[i]
 
     def sync_one(i: int) -> int:
+        # A lock synced as it is fetches no source: only the index mirrors apply.
+        mirrors = MirrorOptions(indexes=asked.indexes)
         return sync(ws, env, SyncOptions(lock_ref=f"{lock_path}@{revs[i]}", mirrors=mirrors)).generation
 
     return _Candidates("git", [r[:12] for r in revs], names, lock_of, sync_one)

@@ -296,7 +296,12 @@ def _compile(
         cons.write_text("".join(f"{c}\n" for c in constraints))
     args = runner.compile_args(req_in, out, python=python, default_index=index_url, constraints=cons, hashes=True,
                                annotate=False)
-    result = runner.uv(args)
+    # First without uv's retries: an index that refuses the connection (a machine without it: the
+    # case `--offline` is for) is said at once, not after ~10 s of retries. Any other failure is
+    # asked again with them (a transient 5xx).
+    result = runner.uv(args, env={"UV_HTTP_RETRIES": "0"})
+    if not result.ok and not _unreachable(result.tail(15)):
+        result = runner.uv(args)
     if not result.ok:
         raise BuildRequirementsError(
             f"{what}: cannot resolve build requirements {', '.join(requirements)} "
@@ -311,6 +316,11 @@ def _compile(
             name, _, rest = line.partition("==")
             lines.append(f"{canonicalize_name(name)}=={rest}")
     return tuple(sorted(lines))
+
+
+def _unreachable(output: str) -> bool:
+    """Whether uv's output says an index host could not be reached at all (no retry changes that)."""
+    return any(sign in output for sign in ("Connection refused", "dns error", "No route to host"))
 
 
 # -- planning ----------------------------------------------------------------
@@ -469,10 +479,12 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     trees.copy_tree(req.tree, scratch / "src", leave_out=trees.links_out(req.tree))
     tools = (toolchain.unpacked(store, plan_.toolchain_wheels, what=f"[builds.{spec.name}]")
              if plan_.toolchain_wheels else None)
-    paths = buildenv.prepare(scratch, plan_.fetchcontent_dirs, tools.tree if tools is not None else None)
+    epoch = max(req.source_date_epoch, _ZIP_EPOCH_MIN)
+    paths = buildenv.prepare(scratch, plan_.fetchcontent_dirs, tools.tree if tools is not None else None,
+                             epoch=epoch)
     seen = paths.scratch  # the scratch folder as the build sees it (at a fixed path, if it could be)
     backend_is_skbuild = str(plan_.recipe["backend"]).startswith("scikit_build_core")
-    env = buildenv.build_env(spec, max(req.source_date_epoch, _ZIP_EPOCH_MIN), paths, tools, backend_is_skbuild)
+    env = buildenv.build_env(spec, epoch, paths, tools, backend_is_skbuild)
     args: list[str | os.PathLike[str]] = ["build", "--wheel", "--no-sources", "--out-dir", seen / "dist"]
     args += _index_args(plan_, scratch, seen)
     if spec.isolation:

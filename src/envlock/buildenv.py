@@ -34,8 +34,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envlock import runner
+from envlock import runner, trees
+from envlock.errors import BuildError
 from envlock.spec import BuildSpec
+from envlock.store import STORE_MTIME
 from envlock.toolchain import Toolchain
 
 SCRATCH_MAP = "/envlock/build"
@@ -129,9 +131,16 @@ class BuildPaths:
         return [*prefix, "sh", "-c", _MOUNTS, "envlock-build", str(FIXED), str(self.real_scratch), *pairs, "--"]
 
 
-def prepare(scratch: Path, fetchcontent: Mapping[str, Path], toolchain: Path | None) -> BuildPaths:
+def prepare(scratch: Path, fetchcontent: Mapping[str, Path], toolchain: Path | None, *, epoch: int) -> BuildPaths:
     """The paths of a build in ``scratch`` (made here: its launcher, its mount points): at ``FIXED``
-    when a private mount namespace can be made, else where they are (``unfixed`` says why)."""
+    when a private mount namespace can be made, else where they are (``unfixed`` says why). The
+    files it reads get fixed mtimes (``settle``)."""
+    paths = _paths(scratch, fetchcontent, toolchain)
+    settle(scratch, fetchcontent, epoch)
+    return paths
+
+
+def _paths(scratch: Path, fetchcontent: Mapping[str, Path], toolchain: Path | None) -> BuildPaths:
     inner = scratch / INNER
     inner.mkdir(parents=True, exist_ok=True)
     launcher = inner / "nvcc-launcher"
@@ -155,6 +164,20 @@ def prepare(scratch: Path, fetchcontent: Mapping[str, Path], toolchain: Path | N
         seen_tc = FIXED / INNER / "toolchain"
         mounts.append((toolchain, seen_tc))
     return BuildPaths(FIXED, seen_fc, seen_tc, tuple(mounts), real_scratch=scratch)
+
+
+def settle(scratch: Path, fetchcontent: Mapping[str, Path], epoch: int) -> None:
+    """Fixed mtimes for what a build reads: ``epoch`` (its ``SOURCE_DATE_EPOCH``) for the scratch
+    folder (its copy of the source), ``STORE_MTIME`` for the store's FetchContent inputs (written
+    only where one differs: an entry made before this rule, or moved by hand). ptxas records each
+    source file's mtime in a ``-lineinfo`` or ``-G`` cubin's DWARF line table, and a checkout made at
+    another moment would build other bytes. (The toolchain's tree gets its mtimes when unpacked.)"""
+    for tree, when in ((scratch, epoch), *((path, STORE_MTIME) for _name, path in sorted(fetchcontent.items()))):
+        try:
+            trees.settle_mtimes(tree, when)
+        except OSError as exc:
+            raise BuildError(f"{tree}: cannot set the mtimes of the files a build reads ({exc.strerror}); "
+                             "ptxas writes them into -lineinfo and -G cubins") from None
 
 
 def _namespace() -> tuple[tuple[str, ...] | None, str | None]:

@@ -10,6 +10,7 @@ wheelhouse lacks (``ensure_builds``).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,7 @@ from envlock.errors import (
     SourceTreeError,
     SpecError,
     UsageError,
+    redact,
 )
 from envlock.fetch import FetchResult, Locate
 from envlock.lockfile import (
@@ -83,7 +85,8 @@ def pinned_commit(src: SourceSpec, lock: Lock | None) -> str | None:
     if src.rev and COMMIT_ID.fullmatch(src.rev):
         return src.rev
     locked = lock.sources.get(src.name) if lock is not None else None
-    if (locked is not None and locked.kind == "git" and locked.location == src.git and locked.commit
+    # An earlier lock may have recorded the URL with its token: the same repository.
+    if (locked is not None and locked.kind == "git" and locked.location in (redact(src.git), src.git) and locked.commit
             and locked.rev == (src.rev or "HEAD")):
         return locked.commit
     return None  # resolved now (``git ls-remote``); the lock then records it
@@ -339,6 +342,9 @@ class BuildOptions:
     # Nothing downloaded: each build planned from the build requirements the lock records, its sources,
     # FetchContent inputs, env wheels and backend wheels from the store alone (after `envlock import`).
     offline: bool = False
+    # Build again from scratch, replacing the store's build of these inputs (one the lock does not
+    # vouch for: imported, or not reproducible), and the wheelhouse's copy.
+    rebuild: bool = False
 
 
 def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[BuildSpec], mirrors: Mirrors,
@@ -379,7 +385,7 @@ def _check_offline(ws: Workspace, spec: EnvSpec, store: Store, lock: Lock, wante
         many = len(missing) != 1
         raise SourceError(f"{ws.relative(spec.path)}: --offline, but {len(missing)} git or URL input"
                           f"{'s' if many else ''} of the builds {'are' if many else 'is'} not in the store "
-                          f"{store.root}; bring {'them' if many else 'it'} with `envlock export {env} --to DIR` on a "
+                          f"{store.root}; bring {'them' if many else 'it'} with `envlock export {env} --out DIR` on a "
                           "machine that built this lock, then `envlock import DIR` here", details=missing)
 
 
@@ -482,7 +488,7 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
     session = _open_session(ws, spec, lock, wanted, mirrors, options)
     planned, fetched = plan_builds(session, wanted, frozen=frozen or options.offline)
     built, checks, moved = _carry_out(session, planned, check=check, frozen=frozen, on_build=options.on_build,
-                                      caches=options.caches)
+                                      caches=options.caches, rebuild=options.rebuild)
     if options.caches is not None:  # the post-build hook: each build that ran, pushed ([cache] push)
         from envlock.caching import after_build
 
@@ -591,18 +597,24 @@ def _input_drift(session: BuildSession, one: PlannedBuild) -> list[str]:
 
 
 def _carry_out(session: BuildSession, planned: Sequence[PlannedBuild], *, check: bool, frozen: bool,
-               on_build: Callable[[str, str], None] | None, caches: Caches | None = None,
+               on_build: Callable[[str, str], None] | None, caches: Caches | None = None, rebuild: bool = False,
                ) -> tuple[list[build.BuiltWheel], list[build.CheckResult], list[str]]:
     """Build (or take) each planned wheel, and with ``check`` build it again and compare; the
-    notices of ``--check`` on builds whose inputs the lock does not record."""
+    notices of ``--check`` on builds whose inputs the lock does not record. ``rebuild``: the store's
+    build of each is removed first, so it is built again."""
     ws, store = session.ws, session.store
     built: list[build.BuiltWheel] = []
     checks: list[build.CheckResult] = []
     moved: list[str] = []  # --check: builds whose inputs are not the ones the lock records
     for one in planned:
         request, plan_, recorded = one.request, one.plan, one.recorded
+        if rebuild:
+            store.remove_entry("builds", plan_.key)
         held = (build.recorded_wheel(request, plan_, ws.wheelhouse, recorded)
-                if recorded is not None and not (check or frozen or one.overridden) else None)
+                if recorded is not None and not (check or frozen or one.overridden or rebuild) else None)
+        # --check writes no lock and compares with the lock's sha256 itself: it may look at any build.
+        if held is None and not check and one.same_inputs and (refused := _unvouched(session, one)) is not None:
+            raise refused
         if caches is not None and held is None and not check and not build.is_built(plan_, store):
             # A trusted cache's build of these inputs (of the recorded wheel, if the lock has it) into the store.
             caches.build_into_store(store, one.name, plan_.input_digest,
@@ -634,6 +646,27 @@ def _carry_out(session: BuildSession, planned: Sequence[PlannedBuild], *, check:
     return built, checks, moved
 
 
+def _unvouched(session: BuildSession, one: PlannedBuild) -> BuildError | None:
+    """The refusal of a stored build of the lock's very inputs whose wheel is not the lock's (None:
+    none stored, or the lock's): taken, it would replace the lock's sha256 with a wheel nothing
+    vouches for (a bundle's, or a build that is not reproducible). A rebuild is the user's call."""
+    assert one.recorded is not None
+    entry = session.store.path("builds", one.plan.key)
+    try:
+        stored = str(json.loads((entry / "wheel.json").read_text(encoding="utf-8"))["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # nothing stored for these inputs: built (or taken from a trusted cache) here
+    if stored == one.recorded.sha256:
+        return None
+    ws, env, lock = session.ws, session.spec.name, session.ws.lock_path(session.spec.name)
+    return BuildError(f"{ws.relative(lock)}: builds.{one.name}: the store holds wheel sha256 {stored} for input "
+                      f"digest {one.plan.input_digest[:23]} (builds/{one.plan.key}), the lock records "
+                      f"{one.recorded.sha256} for these very inputs; not taken (the store's build is not the lock's: "
+                      "imported, or not reproducible)",
+                      details=[f"to build it again here and replace the store's: `envlock build {env} "
+                               f"{canonicalize_name(one.name)} --rebuild`"])
+
+
 def _with_builds(session: BuildSession, lock_path: Path, built: Sequence[build.BuiltWheel]) -> Lock:
     """The session's lock with ``built`` recorded: their sources' pins, their build records and a
     PEP 751 entry for each wheel (relative to the lock's folder)."""
@@ -659,19 +692,23 @@ def _with_builds(session: BuildSession, lock_path: Path, built: Sequence[build.B
 # -- builds for lock and sync ------------------------------------------------
 
 
-def carry_builds(session: BuildSession, old: Lock | None) -> tuple[Lock, tuple[FetchResult, ...]]:
+def carry_builds(session: BuildSession, old: Lock | None
+                 ) -> tuple[Lock, tuple[FetchResult, ...], dict[str, tuple[str, ...]]]:
     """The session's (new) lock with the old lock's build records (and PEP 751 entries) whose
-    input digest is unchanged; and the fetch of the env's wheels that computing them needed.
+    input digest is unchanged; the fetch of the env's wheels that computing them needed; and, of
+    each old build whose inputs moved, the toolchain lines it resolves to now (what its rebuild
+    will be compiled with: a loose ``cmake>=3.26`` may have moved with no spec edit).
 
     A relock of an unchanged spec then gives the same bytes; a build whose inputs moved
     drops out until ``envlock build`` (or ``sync``) builds it again.
     """
     spec, lock = session.spec, session.lock
     if old is None or not old.builds or not spec.builds:
-        return lock, ()
+        return lock, (), {}
     ready = session.ready(list(spec.builds.values()))
     env_packages, fetched = session.env_packages(ready)
     kept_builds = {}
+    moved: dict[str, tuple[str, ...]] = {}
     kept_packages = []
     old_packages = {p.name: p for p in old.packages}
     for b in ready:
@@ -680,13 +717,16 @@ def carry_builds(session: BuildSession, old: Lock | None) -> tuple[Lock, tuple[F
         if recorded is None or package is None:
             continue  # nothing to keep
         request = session.request(b, env_packages, digest_only=True)  # a lock fetches no FetchContent input
-        if build.plan(request, session.store).input_digest == recorded.input_digest:
+        planned = build.plan(request, session.store)
+        if planned.input_digest == recorded.input_digest:
             kept_builds[b.name] = recorded
             kept_packages.append(package)
+        else:
+            moved[b.name] = planned.toolchain
     if not kept_builds:
-        return lock, fetched
+        return lock, fetched, moved
     packages = sorted([*lock.packages, *kept_packages], key=lambda p: p.name)
-    return replace(lock, builds=kept_builds, packages=tuple(packages)), fetched
+    return replace(lock, builds=kept_builds, packages=tuple(packages)), fetched, moved
 
 
 def ensure_builds(ws: Workspace, spec: EnvSpec, lock: Lock, lock_path: Path, mirrors: Mirrors, *, frozen: bool,

@@ -27,7 +27,7 @@ the first time; ``envlock build`` fetches them all, first.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.tags import Tag
@@ -61,14 +61,16 @@ def known_pin(dep: FetchContentInput, recorded: LockedFetchContent | None) -> Lo
     else the lock's ``recorded`` one while the spec still names that URL and rev (None: resolve it)."""
     if dep.git is not None:
         if COMMIT_ID.fullmatch(dep.rev or ""):
-            return LockedFetchContent(git=dep.git, commit=dep.rev)
-        if recorded is not None and recorded.git == dep.git and recorded.rev == dep.rev and recorded.commit:
-            return recorded
+            return LockedFetchContent(git=redact(dep.git), commit=dep.rev)  # a lock keeps no token
+        if recorded is not None and recorded.git in (redact(dep.git), dep.git) and recorded.rev == dep.rev and (
+                recorded.commit):
+            return replace(recorded, git=redact(dep.git))  # kept without a token an earlier lock recorded
         return None
+    assert dep.url is not None
     if dep.sha256:
-        return LockedFetchContent(url=dep.url, sha256=dep.sha256)
-    if recorded is not None and recorded.url == dep.url and recorded.sha256:
-        return recorded
+        return LockedFetchContent(url=redact(dep.url), sha256=dep.sha256)
+    if recorded is not None and recorded.url in (redact(dep.url), dep.url) and recorded.sha256:
+        return replace(recorded, url=redact(dep.url))
     return None
 
 
@@ -81,10 +83,11 @@ def fetch_input(dep: FetchContentInput, store: Store, *, mirror: str | None,
         commit = pin.commit if pin is not None and pin.commit else sources.resolve_rev(dep.git, rev, store=store,
                                                                                          fetch_from=mirror)
         tree = sources.checkout(store, dep.git, commit, fetch_from=mirror).tree
-        return FetchedInput(tree, LockedFetchContent(git=dep.git, commit=commit, rev=None if rev == commit else rev))
+        return FetchedInput(tree, LockedFetchContent(git=redact(dep.git), commit=commit,
+                                                     rev=None if rev == commit else rev))
     assert dep.url is not None
     got = sources.fetch_archive(store, dep.url, pin.sha256 if pin is not None else None, fetch_from=mirror)
-    return FetchedInput(got.tree, LockedFetchContent(url=dep.url, sha256=got.sha256), got.downloaded)
+    return FetchedInput(got.tree, LockedFetchContent(url=redact(dep.url), sha256=got.sha256), got.downloaded)
 
 
 def pin_input(dep: FetchContentInput, store: Store, *, mirror: str | None,
@@ -240,7 +243,7 @@ def backend_wheels(lines: Sequence[str], store: Store, *, python: str, index_url
         raise BuildError(f"{what}: {why} {store.root} holds no wheel for python {python} on this machine of "
                          f"{n} build requirement{'s' if n != 1 else ''} (a build installs its backend from the "
                          f"store's wheels alone); bring {'them' if n != 1 else 'it'} with `envlock export {env} "
-                         "--to DIR` on a machine that built this lock, then `envlock import DIR` here",
+                         "--out DIR` on a machine that built this lock, then `envlock import DIR` here",
                          details=[f"{r.pin} (locked sha256: {', '.join(r.hashes) or 'none'})" for r in lacking])
     return tuple(out)
 

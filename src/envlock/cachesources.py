@@ -25,29 +25,28 @@ cannot be reached is a note, never a failure.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
-import re
 import shutil
 import stat
 import tarfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from envlock import archives, buildinputs, runner, sources
+from envlock import archives, buildinputs, sources
 from envlock.cachestore import Backend, CacheError, TooLargeError, open_backend
 from envlock.caching import Caches, HashingWriter, Pushed, PushUrls
 from envlock.errors import SourceError, UsageError, redact
 from envlock.lockfile import Lock
-from envlock.spec import COMMIT_ID, BuildSpec, EnvSpec
+from envlock.spec import BuildSpec, EnvSpec
 from envlock.store import Store
 from envlock.trees import tree_digest, walk_tree
 from envlock.workspace import Workspace
 
-_COMMITTER = re.compile(rb"^committer .* (\d+) [+-]\d{4}\n", re.MULTILINE)
-_TREE = re.compile(rb"\Atree ([0-9a-f]{40})\n")
+if TYPE_CHECKING:
+    from envlock.mirrors import MirrorOptions
 
 
 @dataclass(frozen=True)
@@ -169,46 +168,16 @@ def _store_git(store: Store, backend: Backend, pinned: Pinned, part: Path, scrat
     tree, commit_file = unpacked / "tree", unpacked / "commit"
     if extra or not tree.is_dir() or tree.is_symlink() or not commit_file.is_file() or commit_file.is_symlink():
         raise _RefusedError("expected the members commit and tree/ alone" + (f", found {extra[0]!r}" if extra else ""))
-    raw = commit_file.read_bytes()
-    found = hashlib.sha1(b"commit %d\0" % len(raw) + raw, usedforsecurity=False).hexdigest()
-    if found != pinned.pin:
-        raise _RefusedError(f"its commit object is {found}, not the lock's commit")
-    header = raw.partition(b"\n\n")[0] + b"\n"  # the message may hold a line like a header's
-    if not (tree_id := _TREE.match(header)) or not (when := _COMMITTER.search(header)):
-        raise _RefusedError("its commit object names no tree or committer time")
-    if dot_git := next((rel for rel, _ in _walk_all(tree) if ".git" in rel.split("/")), None):
-        raise _RefusedError(f"member tree/{dot_git} is in a .git folder, which no checkout holds")
-    made = _git_tree(tree, scratch / "repo", pinned.key)
-    if made != tree_id.group(1).decode():
-        raise _RefusedError(f"its files make git tree {made}, but commit {pinned.pin[:12]} names tree "
-                            f"{tree_id.group(1).decode()}")
-    # git add cleans what it reads (text, eol, ident attributes): bytes other than the checkout's can
-    # make the same tree. What is kept is git's own checkout of the verified tree, not the served bytes.
-    checkout = scratch / "checkout"
-    checkout.mkdir()
-    runner.git_checked(["--git-dir", scratch / "repo" / ".git", "--work-tree", checkout, "checkout-index", "-a",
-                        "-f"], what=pinned.key, error=SourceError, cwd=checkout)
+    try:
+        checkout, when = sources.commit_checkout(tree, commit_file.read_bytes(), pinned.pin, scratch, what=pinned.key)
+    except sources.NotThePinError as exc:
+        raise _RefusedError(str(exc)) from None
     with store.new_entry("sources", pinned.entry) as work:
         os.rename(checkout, work / "tree")
-        (work / "commit-time").write_text(when.group(1).decode() + "\n")
+        shutil.copyfile(commit_file, work / sources.COMMIT_OBJECT)
+        (work / "commit-time").write_text(f"{when}\n")
         (work / "tree-digest").write_text(tree_digest(work / "tree", links_inside=False) + "\n")
         (work / "url").write_text(redact(pinned.location) + "\n")
-
-
-def _walk_all(root: Path) -> Iterator[tuple[str, Path]]:
-    """Every path under ``root``, ``.git`` and ``__pycache__`` included (``trees.walk_tree`` leaves them out)."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in [*dirnames, *filenames]:
-            path = Path(dirpath, name)
-            yield path.relative_to(root).as_posix(), path
-
-
-def _git_tree(tree: Path, repo: Path, what: str) -> str:
-    """The id git gives the tree of the files under ``tree`` (every file added, ignore rules aside)."""
-    runner.git_checked(["init", "-q", repo], what=what, error=SourceError)
-    where: list[str | os.PathLike[str]] = ["--git-dir", repo / ".git", "--work-tree", tree]
-    runner.git_checked([*where, "add", "-A", "-f", "--", "."], what=what, error=SourceError, cwd=tree)
-    return runner.git_checked([*where, "write-tree"], what=what, error=SourceError).stdout.strip()
 
 
 # -- push --------------------------------------------------------------------------------------
@@ -245,7 +214,7 @@ def push_sources(backend: Backend, store: Store, pins: Sequence[Pinned]) -> Sour
                                  "not its bytes (fetched by an older envlock)")
                     continue
             else:
-                raw = _commit_object(store, pinned)
+                raw = sources.commit_object(store, pinned.location, pinned.pin)
                 if raw is None:
                     notes.append(f"{pinned.key}: not pushed: the store's git mirror of {redact(pinned.location)} "
                                  f"lacks commit {pinned.pin[:12]} (removed by gc?)")
@@ -258,20 +227,6 @@ def push_sources(backend: Backend, store: Store, pins: Sequence[Pinned]) -> Sour
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return SourcesPushed(tuple(uploaded), present, tuple(notes))
-
-
-def _commit_object(store: Store, pinned: Pinned) -> bytes | None:
-    """The raw commit object of ``pinned`` from the store's mirror (None: no mirror holds it)."""
-    mirror = sources.existing_mirror(store, pinned.location)
-    if mirror is None or not COMMIT_ID.fullmatch(pinned.pin):
-        return None
-    try:  # bytes: a message that is not UTF-8, or has CRLF line ends, would not come back as text
-        raw = runner.git_bytes(["--git-dir", mirror, "cat-file", "commit", pinned.pin], what=pinned.key,
-                               error=SourceError)
-    except SourceError:
-        return None
-    ok = hashlib.sha1(b"commit %d\0" % len(raw) + raw, usedforsecurity=False).hexdigest() == pinned.pin
-    return raw if ok else None
 
 
 def write_git_tar(dest: Path, commit: bytes, tree: Path) -> None:
@@ -305,7 +260,8 @@ def after_build(caches: Caches | None, store: Store, lock: Lock, built: Sequence
 
 
 def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None,
-             key_file: Path | None = None, url_records: PushUrls | None = None) -> Pushed:
+             key_file: Path | None = None, url_records: PushUrls | None = None,
+             asked: MirrorOptions | None = None) -> Pushed:
     """``envlock cache push ENV --to URL``: the lock's closure (``caching.push_env``), then every fetched
     source its lock pins (git commits, FetchContent inputs) that ``to`` lacks."""
     from envlock.caching import push_env as push_closure
@@ -313,7 +269,8 @@ def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None,
 
     store = Store.open()
     with store.writing():  # a gc beside waits: no entry is removed while it is read (a tar made of half a tree)
-        pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file, url_records=url_records)
+        pushed = push_closure(ws, env, to, lock_ref=lock_ref, key_file=key_file, url_records=url_records,
+                              asked=asked)
         ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
         got = push_sources(open_backend(to), store, locked(ref.lock))
     return replace(pushed, uploaded=pushed.uploaded + got.uploaded, present=pushed.present + got.present,

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from envlock.cachestore import Backend, CacheError, TooLargeError, check_key, get_bytes, open_backend, put_bytes
 from envlock.errors import UsageError, redact
@@ -47,6 +47,9 @@ from envlock.signing import (
 from envlock.store import STORE_MTIME, Store, store_file, stored
 from envlock.tomlio import load_toml
 from envlock.workspace import CACHE_URLS_ENV, CONFIG_FILE, Workspace
+
+if TYPE_CHECKING:
+    from envlock.mirrors import MirrorOptions
 
 TRUSTED_ENV = "ENVLOCK_TRUSTED_KEYS"
 KEY_ENV = "ENVLOCK_CACHE_KEY"
@@ -176,20 +179,24 @@ class Caches:
                 if n]
         return "; ".join([*(["caches: " + ", ".join(took)] if took else []), *self.notes])
 
-    def wheels_into_store(self, store: Store, artifacts: Sequence[Artifact]) -> None:
+    def wheels_into_store(self, store: Store, artifacts: Sequence[Artifact]) -> tuple[int, int]:
         """Bring what the store lacks of ``artifacts`` (those downloaded by URL) from the caches;
-        what none has is left for the index."""
+        what none has is left for the index. Returns how many wheels came, and their bytes (a sync
+        counts them as fetched and downloaded)."""
         wanted = [a for a in {a.sha256: a for a in artifacts}.values()
                   if a.url is not None and not a.url.startswith("file:")
                   and not stored(a, store_file(store, a))[0]
                   and not store.has("wheels", a.sha256)]  # its bytes under another name: fetch links this one
         backends = list(self.backends())  # opened once, here: the threads below only read the list
+        came: list[int] = []  # the bytes of each wheel a cache gave
 
         def one(artifact: Artifact) -> None:
             for backend in backends:
                 if self._live(backend) and self._wheel(store, backend, artifact):
+                    size = (store.path("wheels", artifact.sha256) / artifact.filename).stat().st_size
                     with self._lock:
                         self.wheels += 1
+                        came.append(size)
                     return
 
         if backends and wanted:
@@ -197,6 +204,7 @@ class Caches:
 
             with ThreadPoolExecutor(max_workers=min(JOBS, len(wanted))) as pool:
                 list(pool.map(one, wanted))
+        return len(came), sum(came)
 
     def _live(self, backend: Backend) -> bool:
         return any(b is backend for b in self._backends.values())
@@ -366,13 +374,14 @@ def builds_into_wheelhouse(caches: Caches, store: Store, lock: Lock, lock_path: 
             continue
         entry = store.path("builds", recorded.input_digest.removeprefix("sha256:"))
         wheel = entry / json.loads((entry / "wheel.json").read_text())["wheel"]
+        if file_sha256(str(wheel)) != art.sha256:  # the store entry is another's: the build says so
+            left.append(name)
+            continue
         target = lock_path.parent / art.path
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         shutil.copyfile(wheel, tmp)
         os.replace(tmp, target)
-        if file_sha256(str(target)) != art.sha256:  # the store entry was another's: build it
-            left.append(name)
     return tuple(left)
 
 
@@ -499,19 +508,20 @@ PushUrls = Callable[[Backend, Sequence[tuple[Artifact, Path]], SecretKey | None]
 
 
 def push_env(ws: Workspace, env: str, to: str, *, lock_ref: str | None = None, key_file: Path | None = None,
-             url_records: PushUrls | None = None) -> Pushed:
+             url_records: PushUrls | None = None, asked: MirrorOptions | None = None) -> Pushed:
     """``envlock cache push ENV --to URL``: the lock's closure (every wheel, each build's signed
     record, the closure manifest) uploaded where ``to`` lacks it, then each wheel's signed URL
     record (``url_records``). The wheels are brought into the store first (from the index where
-    the store lacks them)."""
-    from envlock import fetch
+    the store lacks them, through the mirrors ``asked`` or ``ENVLOCK_INDEX_*`` name, as a sync)."""
     from envlock.lockrefs import load_env_lock_ref
+    from envlock.mirrors import fetch_mirrored
 
     ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
     key = secret_key(key_file or CacheConfig.of(ws).key_file)
     backend = open_backend(to)
     store = Store.open()
-    got = fetch.fetch([p.wheels[0] for p in ref.lock.packages], store, base_dir=ref.folder, env=env)
+    got = fetch_mirrored(ws, env, ref.lock, [p.wheels[0] for p in ref.lock.packages], store, base_dir=ref.folder,
+                         asked=asked)
     builds = [(n, b.input_digest, b.requirements) for n, b in sorted(ref.lock.builds.items())]
     paths = got.paths()
     sizes = {sha: path.stat().st_size for sha, path in paths.items()}
@@ -609,10 +619,11 @@ def _closure_problems(backend: Backend, key: str) -> list[str]:
     return problems
 
 
-def keygen(name: str, out: Path) -> PublicKey:
-    """``envlock cache keygen NAME --out FILE``: a new key's secret written to ``out`` (0600); its public key."""
+def keygen(name: str, out: Path) -> tuple[PublicKey, bool]:
+    """``envlock cache keygen NAME --out FILE``: a new key's secret written to ``out`` (0600; its
+    folder made, 0700, if missing); its public key, and whether the folder was made."""
     from envlock.signing import generate, write_secret
 
     key = generate(name)
-    write_secret(key, out)
-    return key.public()
+    made = write_secret(key, out)
+    return key.public(), made

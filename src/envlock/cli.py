@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.clirender import count, json_option, mirror_flags, mirror_options, out
-from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, raise_terminated, scrub
+from envlock.clirender import GLOBAL_OPTIONS, count, json_option, mirror_flags, mirror_options, out
+from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -23,11 +23,12 @@ if TYPE_CHECKING:
     from envlock.workspace import Workspace
 
 EPILOG = """\
-Typical use:
-  envlock lock qwen35-blackwell          resolve envs/qwen35-blackwell.toml -> locks/pylock.qwen35-blackwell.toml
-  envlock sync qwen35-blackwell          make the env match the lock; last line printed is its path
-  envlock upgrade X --nightly latest --dry-run   what moving to the newest nightly would change
-  envlock diff locks/pylock.X.toml@HEAD~1 X   what an upgrade changes
+Typical use (envs/demo.toml, in a clone of envlock):
+  envlock lock demo                      resolve envs/demo.toml -> locks/pylock.demo.toml
+  envlock sync demo                      make the env match the lock; last line printed is its path
+  envlock diff locks/pylock.demo.toml@HEAD~1 demo   what the lock changed since the last commit
+  envlock upgrade ENV --nightly latest --dry-run    what moving to the newest nightly would change
+Every job, offline: `python examples/world/serve.py --dir /tmp/world` (README.md, Recipes).
 Exit codes: 0 ok, 1 the work failed or a check found a difference, 2 bad input (spec, env, option)."""
 
 
@@ -94,6 +95,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         verb = "wrote" if result.changed else "unchanged:"
         lines = [f"{verb} {ws.relative(result.path)} ({count(result.packages, 'package')})"]
         lines += [f"  nightly {n} -> {v}" for n, v in result.nightlies.items()]
+        lines += [f"  {name} {old or '(new)'} -> {new or '(gone)'}" for name, old, new in result.moved]
         lines += [f"  index {n} mirrored at {u}" for n, u in sorted(result.mirrors.items())]
         if result.downloaded:
             lines.append(f"  {ui.size(result.downloaded)} read into the store, to hash wheels whose index "
@@ -166,6 +168,11 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     return 0
 
 
+def _without_lock(args: argparse.Namespace) -> bool:
+    """Whether ``sync`` or ``verify`` needs a workspace: not with ``--lock`` (the lock names the packages)."""
+    return args.lock is None
+
+
 def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.realize import quick_noop
     from envlock.store import Store
@@ -174,6 +181,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
     # text mode it has already said no): answer from the env's stamp before importing
     # the sync recipe (see envlock.quick).
     result = None
+    built: list[tuple[str, str]] = []  # the local builds this sync ran: (name, input digest)
     lock_file = spec_file = None
     if args.lock is None:
         spec_file = ws.spec_path(args.env)  # an unknown env is still a usage error
@@ -190,6 +198,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         from envlock import syncing, ui
 
         def on_build(name: str, digest: str) -> None:
+            built.append((name, digest))
             if not (args.quiet or args.json):  # said even off a terminal: a kernel build can take an hour
                 print(f"envlock: building {name} (inputs {digest[:19]}); a native build can take long",
                       file=sys.stderr)
@@ -209,13 +218,14 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         lines = [head, f"  venv digest {result.venv_digest}"]
         if result.relocked:
             lines.append(f"  locked envs/{args.env}.toml anew first (the lock was missing or stale)")
+        lines += [f"  built {name} (inputs {digest[:19]})" for name, digest in built]
         if result.recorded:
             lines.append("  recorded the venv digest in the lock")
         if result.note:
             lines.append(f"  note: {result.note}")
         return "\n".join([*lines, str(result.path)])  # last line: the env path
 
-    out(args, result.to_dict(), text)
+    out(args, result.to_dict() | {"built": [{"name": n, "input_digest": d} for n, d in built]}, text)
     return 0
 
 
@@ -241,11 +251,21 @@ def cmd_path(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.verifying import verify_workspace_env
+    from envlock.verifying import repair_env, verify_workspace_env
 
-    result = verify_workspace_env(ws, _env_store(args, ws), args.env, args.lock)
+    store = _env_store(args, ws)
+    repaired = repair_env(store, args.env) if args.repair else None
+    result = verify_workspace_env(ws, store, args.env, args.lock)
 
     def text() -> str:
+        said = [] if repaired is None else [
+            f"{args.env}: repaired {count(len(repaired.venvs), 'venv')} (generations "
+            f"{', '.join(repaired.generations)})" if repaired.venvs else f"{args.env}: every generation is intact"]
+        said += [f"  removed {name}: modified, and no generation uses it"
+                 for name in (repaired.removed if repaired else ())]
+        return "\n".join([*said, verdict()])
+
+    def verdict() -> str:
         if result.ok:
             return f"{args.env}: ok ({result.actual})" + (f"; {result.note}" if result.note else "")
         if result.intact:  # a generation of another lock, as it was built
@@ -256,9 +276,15 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
             lines += [f"  {line}" for line in result.difference.lines()]
         if result.note:
             lines.append(f"  {result.note}")
+        if len(result.shared) > 1:
+            lines.append(f"  the changed files are hard links (uv's cache): the same edit is in the venvs of "
+                         f"generations {', '.join(result.shared)}")
+        lines.append(f"  repair {'them all' if len(result.shared) > 1 else 'it'}: envlock verify {args.env} --repair "
+                     "(rebuilds each from its lock and the store's wheels)")
         return "\n".join(lines)
 
-    out(args, result.to_dict(), text)
+    doc = result.to_dict() | ({"repair": repaired.to_dict()} if repaired is not None else {})
+    out(args, doc, text)
     return 0 if result.ok else 1
 
 
@@ -343,7 +369,7 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
 
     with _status(args, "preparing sources and build inputs") as say:
         options = building.BuildOptions(
-            check=args.check, overrides=_overrides(args.override_source), offline=args.offline,
+            check=args.check, overrides=_overrides(args.override_source), offline=args.offline, rebuild=args.rebuild,
             caches=None if args.offline else build_caches(ws, args.trusted_key),
             on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "
                                               "reused from the store; a native build can take long)"),
@@ -416,6 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     # Accepted before and after the command. After it, an option not given must leave the
     # value given before it alone: argparse copies a subcommand's defaults over the top's.
     top_common, common = common_options(None), common_options(argparse.SUPPRESS)
+    for action in common._actions:  # said once, in `envlock --help`; each command's help points there
+        action.help = argparse.SUPPRESS
 
     parser = _Parser(
         prog="envlock",
@@ -432,8 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str,
             description: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=description or help, parents=[common],
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.set_defaults(func=func, command_parser=p)  # an unknown option is its command's error (main)
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=GLOBAL_OPTIONS)
+        # An unknown option is its command's error (main); the mirrors, as every command reads them.
+        p.set_defaults(func=func, command_parser=p, mirror_options=_mirror_options)
         return p
 
     p = add("lock", cmd_lock, "resolve envs/ENV.toml into locks/pylock.ENV.toml",
@@ -490,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yanked", action="store_true",
                    help="read the index page of each of NEW's packages and list its files yanked since it was "
                    "locked (network; without it, only those NEW records as yanked)")
-    mirror_flags(p)
+    mirror_flags(p, why=": --yanked reads it there; --source: --fetch fetches from there")
     p.set_defaults(needs_workspace=False)  # two lock paths need none; an env name is looked up in it
 
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",
@@ -511,7 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sync this lock instead of locks/pylock.ENV.toml, as it is: no relock, no builds (its "
                    "built wheels must be in the store or the wheelhouse); the first sync still records the venv "
                    "digest in a lock file (not in PATH@REV, nor with --frozen)")
-    mirror_flags(p)
+    p.set_defaults(needs_workspace=_without_lock)
+    mirror_flags(p, why=": the wheels locked from it are downloaded from there (the file of the same name it lists), "
+                 "and a lock, if locking, is made against it")
     p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=clicache.TRUSTED_HELP)
     json_option(p)
 
@@ -532,6 +563,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock", metavar="PATH[@REV]",
                    help="compare with this lock instead of locks/pylock.ENV.toml (as `sync --lock`, e.g. "
                    "locks/pylock.ENV.toml@HEAD~1 after syncing a known-good lock)")
+    p.set_defaults(needs_workspace=_without_lock)
+    p.add_argument("--repair", action="store_true",
+                   help="first rebuild every generation's venv of ENV that was modified, and every venv sharing a "
+                   "modified file with one (hard links), from its lock and the store's wheels; then verify")
     env_command("generations", cmd_generations, "list the env's generations (* = current)", store_only=True)
     p = env_command("rollback", cmd_rollback, "make an earlier generation current (default: the previous one)",
                     store_only=True)
@@ -559,6 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true",
                    help="no network: build from the build requirements the lock records, with sources and backend "
                    "wheels from the store only (after `envlock import`); name what is missing")
+    p.add_argument("--rebuild", action="store_true",
+                   help="build again from scratch, replacing the store's build of the same inputs (one whose wheel "
+                   "is not the lock's is never taken: imported, or not reproducible)")
     p.add_argument("--override-source", action="append", default=[], metavar="NAME=PATH",
                    help="build source NAME from a local tree instead of its pin, the spec's patches applied on "
                    "top (so give it unpatched); never recorded in the lock")
@@ -570,7 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     psub = p.add_subparsers(dest="patch_command", metavar="ACTION", parser_class=_Parser, required=True)
 
     def padd(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str) -> argparse.ArgumentParser:
-        q = psub.add_parser(name, help=help, description=help, parents=[common])
+        q = psub.add_parser(name, help=help, description=help, parents=[common], epilog=GLOBAL_OPTIONS)
         q.set_defaults(func=func, command_parser=q, mirror_options=_mirror_options)
         return q
 
@@ -616,18 +654,17 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
         fast = answer_noop(list(sys.argv[1:] if argv is None else argv))
         if fast is not None:
             return fast
-    import signal
-    import threading
+    from envlock import interrupts
 
-    # Set from the main thread only (Python's rule), and not over a parent's "ignore": that
-    # must reach `run`'s command, and an ignored signal stays ignored across exec.
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        previous = signal.signal(signal.SIGTERM, raise_terminated)
-        try:
-            return _main(argv)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-    return _main(argv)
+    # SIGINT and SIGTERM end envlock within 2 s whatever its threads do (interrupts); set from the
+    # main thread only (Python's rule), and not over a parent's "ignore": that must reach `run`'s
+    # command, and an ignored signal stays ignored across exec.
+    installed = interrupts.install()
+    try:
+        return _main(argv)
+    finally:
+        if installed:
+            interrupts.uninstall()
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -649,9 +686,11 @@ def _main(argv: Sequence[str] | None) -> int:
         try:
             ws = Workspace.find(root=args.root)
         except UsageError:
-            # path, run, generations and rollback read only the store, and diff of two lock
-            # paths only them: they work from anywhere (a systemd unit, another checkout).
-            if getattr(args, "needs_workspace", True) or args.root is not None:
+            # path, run, generations and rollback read only the store, diff of two lock paths
+            # only them, and sync or verify of a --lock PATH (an imported pin) that lock and the
+            # store: they work from anywhere (a systemd unit, another checkout, another machine).
+            needs = getattr(args, "needs_workspace", True)
+            if (needs(args) if callable(needs) else needs) or args.root is not None:
                 raise
             ws = Workspace(Path.cwd())
         code: int = args.func(args, ws)
@@ -672,10 +711,10 @@ def _main(argv: Sequence[str] | None) -> int:
         how = "" if args.debug else " (rerun with --debug for where)"
         return _fail(args, f"{where}{exc.strerror or exc}{how}", (), "OSError", 1)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated)
-        said, code = interrupted(exc)
-        if getattr(args, "json", False):
-            _json_error(said, (), type(exc).__name__, code)
-        print(f"envlock: {said}", file=sys.stderr)
+        from envlock import interrupts
+
+        code = interrupted(exc)[1]
+        interrupts.say(code, type(exc).__name__, json=getattr(args, "json", False))
         return code
 
 

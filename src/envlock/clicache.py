@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock.clirender import json_option, out
+from envlock.clirender import GLOBAL_OPTIONS, json_option, mirror_flags, out
 from envlock.workspace import Workspace, names_a_cache
 
 if TYPE_CHECKING:
@@ -34,10 +34,13 @@ def build_caches(ws: Workspace, trusted: Sequence[str]) -> Caches | None:
 def cmd_keygen(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.caching import keygen
 
-    public = keygen(args.name, args.out)
-    print(f"envlock: secret key written to {args.out} (mode 0600): keep it to the machines that push; "
-          "trust the public key below where caches are read", file=sys.stderr)
-    print(public)
+    public, made = keygen(args.name, args.out)
+    if not args.json:
+        print((f"envlock: made {args.out.parent} (mode 0700); " if made else "envlock: ")
+              + f"secret key written to {args.out} (mode 0600): keep it to the machines that push; "
+              "trust the public key below where caches are read", file=sys.stderr)
+    out(args, {"name": public.name, "public_key": str(public), "secret_key": str(args.out.absolute()),
+               "made_folder": str(args.out.parent.absolute()) if made else None}, lambda: str(public))
     return 0
 
 
@@ -45,7 +48,8 @@ def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.cachesources import push_env  # the closure (caching.push_env), then the fetched sources
     from envlock.cacheurls import push_url_records
 
-    pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key, url_records=push_url_records)
+    pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key, url_records=push_url_records,
+                      asked=args.mirror_options(args))
     for note in pushed.notes:
         print(f"envlock: {note}", file=sys.stderr)
 
@@ -82,7 +86,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
 
     def cadd(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str,
              description: str | None = None) -> argparse.ArgumentParser:
-        q = csub.add_parser(name, help=help, description=description or help, parents=[common],
+        q = csub.add_parser(name, help=help, description=description or help, parents=[common], epilog=GLOBAL_OPTIONS,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         q.set_defaults(func=func, command_parser=q)
         return q
@@ -92,7 +96,9 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
              "public key as NAME:BASE64: trust it where caches are read (--trusted-key, ENVLOCK_TRUSTED_KEYS,\n"
              "[cache] trusted-keys in envlock.toml). Builds pushed with --key FILE are signed by it.")
     q.add_argument("name", metavar="NAME", help="the key's name (e.g. team-ci-1), recorded in every record it signs")
-    q.add_argument("--out", type=Path, required=True, metavar="FILE", help="where to write the secret key")
+    q.add_argument("--out", type=Path, required=True, metavar="FILE",
+                   help="where to write the secret key (its folder is made, mode 0700, if missing)")
+    json_option(q)
     q.set_defaults(needs_workspace=False)
 
     q = cadd("push", cmd_push, "upload the closure of ENV's lock to a cache (only what it lacks)",
@@ -107,6 +113,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
     q.add_argument("env", metavar="ENV")
     q.add_argument("--to", required=True, metavar="URL", help="the cache to upload to")
     q.add_argument("--lock", metavar="PATH[@REV]", help="push this lock's closure instead of locks/pylock.ENV.toml")
+    mirror_flags(q, source=False, why=": the wheels the store lacks are downloaded from it")
     q.add_argument("--key", type=Path, metavar="FILE",
                    help="secret key to sign build and URL records with (default: ENVLOCK_CACHE_KEY, [cache] key); "
                    "without one, no record is pushed (said)")

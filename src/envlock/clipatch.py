@@ -134,8 +134,10 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
                 lines.append(f"every patch applies now; run `envlock lock {env}` (for a git source, once its rev in "
                              "the spec is the commit you edited against)")
             return "\n".join(lines)
-        return (f"wrote {rel} ({count(len(recorded.files), 'file')})\n"
-                f"add it to [sources.{recorded.source}] patches = [..., \"{rel}\"] and run `envlock lock {env}`")
+        removed = [f"removed the work dir {args.workdir.absolute()}"] if recorded.removed else []
+        return "\n".join([f"wrote {rel} ({count(len(recorded.files), 'file')})", *removed,
+                          f"add it to [sources.{recorded.source}] patches = [..., \"{rel}\"] and run "
+                          f"`envlock lock {env}`"])
 
     out(args, recorded.to_dict(), text)
     return 0

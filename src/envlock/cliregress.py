@@ -24,8 +24,11 @@ if TYPE_CHECKING:
 def cmd_export(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import exporting, ui
 
+    target = args.out or args.to  # --to: the spelling before --out (one meaning per option name: docs/cli.md)
+    if target is None:
+        raise UsageError("export: expected --out DIR|FILE.tar, where to write the bundle")
     with ui.progress(quiet=args.quiet or args.json) as bar:
-        result = exporting.export_env(ws, args.env, args.lock, args.to.absolute(), progress=bar,
+        result = exporting.export_env(ws, args.env, args.lock, target.absolute(), progress=bar,
                                       allow_pending=args.allow_pending, asked=mirror_options(args))
     for note in result.notes:  # loud, also under --json
         print(f"envlock: note: {note}", file=sys.stderr)
@@ -42,7 +45,10 @@ def cmd_export(args: argparse.Namespace, ws: Workspace) -> int:
 def cmd_import(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock import exporting, ui
 
-    result = exporting.import_bundle(args.source.absolute())
+    result = exporting.import_bundle(args.source.absolute(), ws if (ws.root / "envs").is_dir() else None,
+                                     args.trusted_key)
+    for note in result.notes:
+        print(f"envlock: note: {note}", file=sys.stderr)
 
     def text() -> str:
         added = ", ".join(count(n, k.rstrip("s")) for k, n in sorted(result.added.items())) or "nothing new"
@@ -69,12 +75,16 @@ def cmd_gc(args: argparse.Namespace, ws: Workspace) -> int:
 
     def text() -> str:
         verb = "would remove" if report.dry_run else "removed"
+        # Entries and uv-cache archives apart: before - removed = after, in entries.
+        archives = sum(1 for name in report.removed if name.startswith("uv-cache/"))
+        entries = len(report.removed) - archives
         lines = [f"roots: {count(len(report.roots), 'lock')} ("
                  + ", ".join(count(sum(1 for r in report.roots if r.kind == k), noun)
                              for k, noun in (("generation", "generation"), ("workspace", "workspace lock"),
                                              ("git", "git lock"), ("pin", "pin"))) + ")",
                  f"before: {count(report.before.entries, 'entry', 'entries')}, {ui.size(report.before.bytes)}",
-                 f"{verb}: {count(len(report.removed), 'entry', 'entries')}, "
+                 f"{verb}: {count(entries, 'entry', 'entries')}"
+                 + (f" and {count(archives, 'uv-cache archive')}" if archives else "") + ", "
                  f"{count(len(report.generations), 'old generation')}, freeing {ui.size(report.freed)}",
                  f"after: {count(report.after.entries, 'entry', 'entries')}, {ui.size(report.after.bytes)}"]
         lines += [f"  {verb} {name}" for name in report.removed] if args.verbose else []
@@ -195,20 +205,27 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "fetched first. `envlock import` reads it into another store.")
     p.add_argument("env", metavar="ENV")
     p.add_argument("--lock", metavar="PATH[@REV]", help="export this lock instead of locks/pylock.ENV.toml")
-    p.add_argument("--to", type=Path, required=True, metavar="DIR|FILE.tar",
-                   help="a new folder, or a .tar file (written under a temp name, then renamed)")
+    p.add_argument("--out", type=Path, metavar="DIR|FILE.tar",
+                   help="where to write it: a new folder, or a .tar file (written under a temp name, then renamed)")
+    p.add_argument("--to", type=Path, help=argparse.SUPPRESS)  # the old spelling of --out
     p.add_argument("--allow-pending", action="store_true",
                    help="export a lock whose local builds are not built yet, without them (refused otherwise: "
                    "the bundle could neither sync nor rebuild them); a note names each")
-    mirror_flags(p)
+    mirror_flags(p, why=": the wheels and backend wheels the store lacks are downloaded from it")
     json_option(p)
 
     p = add("import", cmd_import, "add an exported closure to the store (every file hash-checked) and pin its lock",
             "Read a folder or .tar written by `envlock export`: every member is held to the sha256 its manifest\n"
             "names, and a member that does not match, a path that would escape (absolute, '..'), a link or a\n"
-            "device is refused by name; nothing is stored unless all of it is whole. The lock is pinned\n"
-            "(`envlock pins`); sync it with `envlock sync ENV --lock PINNED --offline`.")
+            "device is refused by name; nothing is stored unless all of it is whole. A link must stay inside\n"
+            "its entry on disk; a local build is taken only if the bundle's lock records its wheel (or a build\n"
+            "record signed by a trusted key comes with it); a git source only if its files are its commit's\n"
+            "tree. The lock is pinned (`envlock pins`); sync it with `envlock sync ENV --lock PINNED --offline`.")
     p.add_argument("source", type=Path, metavar="DIR|FILE")
+    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64",
+                   help="take a local build whose wheel the bundle's lock does not record when a build record "
+                        "signed by this key comes with it (NAME:BASE64, as `envlock cache keygen` prints it); also "
+                        "ENVLOCK_TRUSTED_KEYS and [cache] trusted-keys in envlock.toml; repeatable")
     json_option(p)
     p.set_defaults(needs_workspace=False)
 
@@ -256,7 +273,8 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "Options (after ENV, before `--`):\n"
             "  --good REV --bad REV   a revision whose lock is good, and a later one whose lock is bad\n"
             "  --nightly FROM..TO     the good date and the bad date (YYYY-MM-DD)\n"
-            "  --index NAME=URL, --source NAME=URL   mirrors, as every command takes them\n"
+            "  --index NAME=URL       read spec index NAME at a mirror (each step's lock and sync; repeatable)\n"
+            "  --source NAME=URL      fetch git source NAME from a mirror (--nightly: each step's lock)\n"
             "  --json                 one JSON document on stdout\n"
             "  -q, --quiet            no line per step on stderr as it ends")
     p.usage = ("envlock bisect ENV (--good REV --bad REV | --nightly FROM..TO) [--index NAME=URL] [--source NAME=URL] "

@@ -11,6 +11,10 @@ if TYPE_CHECKING:
 
     from envlock.mirrors import MirrorOptions
 
+#: Each command's help ends with this instead of repeating the global options (``envlock --help`` has them).
+GLOBAL_OPTIONS = ("global options, before or after the command: --root DIR, --debug, -q, --keyring-provider, "
+                  "--native-tls (`envlock --help`)")
+
 
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` and the noun in the number it takes: 1 package, 2 packages."""
@@ -32,17 +36,19 @@ def json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
-def mirror_flags(parser: argparse.ArgumentParser) -> None:
+def mirror_flags(parser: argparse.ArgumentParser, *, source: bool = True, why: str = "") -> None:
     """``--index NAME=URL`` and ``--source NAME=URL``: one set for every command that reads an index or a
     source, as ``ENVLOCK_INDEX_<NAME>`` / ``ENVLOCK_SOURCE_<NAME>`` are read by every command (a mirror a
-    command does not read is checked, and unused)."""
+    command does not read is checked, and unused; docs/cli.md, "Mirrors"). ``why``: what this command
+    reads at the index; ``source=False`` only for a command that fetches no source at all (``cache push``)."""
     parser.add_argument("--index", action="append", default=[], metavar="NAME=URL",
                         help="read spec index NAME at URL (a mirror: the lock's sha256 decides what is taken); "
-                        "also ENVLOCK_INDEX_<NAME>=URL; repeatable")
-    parser.add_argument("--source", action="append", default=[], metavar="NAME=URL",
-                        help="fetch git source or FetchContent input NAME from URL (a local clone or mirror: the "
-                        "commit or sha256 is checked, the lock keeps the spec's URL); also ENVLOCK_SOURCE_<NAME>=URL; "
-                        "repeatable")
+                        "also ENVLOCK_INDEX_<NAME>=URL; repeatable" + why)
+    if source:
+        parser.add_argument("--source", action="append", default=[], metavar="NAME=URL",
+                            help="fetch git source or FetchContent input NAME from URL (a local clone or mirror: "
+                            "the commit or sha256 is checked, the lock keeps the spec's URL); also "
+                            "ENVLOCK_SOURCE_<NAME>=URL; repeatable")
 
 
 def mirror_options(args: argparse.Namespace) -> MirrorOptions:

@@ -50,8 +50,10 @@ class Closure:
 
 
 def mirror_key(url: str) -> str:
-    """The ``git-mirrors/`` key of a git URL (as ``sources.mirror_path`` names it)."""
-    return hashlib.sha256(url.encode()).hexdigest()[:32]
+    """The ``git-mirrors/`` key of a git URL (as ``sources.mirror_path`` names it: without its password)."""
+    from envlock.errors import redact
+
+    return hashlib.sha256(redact(url).encode()).hexdigest()[:32]
 
 
 def venv_key(install_digest: str) -> str:

@@ -4,9 +4,10 @@ The recipe: under the store's writer lock (``Store.collecting``: no sync runs be
 gather the roots (``_roots``: each env's current generation and its newest N, the workspace's
 lock files, the locks committed in its git history and its tags, the pins), take the union of
 their closures (``closure.lock_closure``: wheels, builds, sources and their git mirrors, the
-venv and its manifest), plan what falls outside it (generations past the N newest, entries,
-uv-cache archives no kept venv links to) with the bytes it frees, then remove each in one
-step: renamed under ``tmp/`` (which the next store open clears of a killed gc's litter), then
+venv and its manifest) and the unpacked toolchains their builds record (``_toolchains``), plan
+what falls outside it (generations past the N newest, entries, uv-cache archives no kept venv
+links to, with the uv-cache entries that name them) with the bytes it frees, then remove each in
+one step: renamed under ``tmp/`` (which the next store open clears of a killed gc's litter), then
 deleted. A gc killed at any point leaves a store whose roots are all whole: only what no root
 reaches is ever renamed away, generations first, the entries they named after.
 """
@@ -19,16 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envlock import generations, runner
+from envlock import generations, install, runner, toolchain
 from envlock.closure import EntryRef, lock_closure, venv_key
 from envlock.errors import EnvlockError, UsageError
 from envlock.lockfile import Lock
 from envlock.pinning import pinned_locks
-from envlock.store import ENTRY_KINDS, Store
+from envlock.store import GC_KINDS, Store
 from envlock.workspace import Workspace
 
 KEEP_GIT = ("all", "tags", "none")
-UV_ARCHIVES = "archive-v0"
+UV_ARCHIVES = install.UV_ARCHIVES
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ class _Plan:
     archives: tuple[Path, ...]  # uv-cache archives to remove
     notes: tuple[str, ...]
     records: tuple[Path, ...] = ()  # listings/ and guards/ records to remove (metadata, read again when needed)
+    # uv-cache wheel entries naming an archive removed (or gone already): removed before the archives
+    uv_entries: tuple[install.UvCacheEntry, ...] = ()
 
 
 def gc(ws: Workspace | None, options: GcOptions, on_wait: Callable[[], None] | None = None) -> GcReport:
@@ -122,14 +125,18 @@ def _plan(ws: Workspace | None, store: Store, options: GcOptions) -> _Plan:
     roots: list[Root] = []
     keep: set[EntryRef] = set()
     drop_gens: list[tuple[str, int]] = []
+    locks: list[Lock] = []
     for root, lock, extra in _generation_roots(store, options.keep_generations, drop_gens):
         roots.append(root)
         keep |= extra
         if lock is not None:
             keep |= lock_closure(store, lock).needed
+            locks.append(lock)
     for root, lock in [*_workspace_roots(ws, options, notes), *_pin_roots(store)]:
         roots.append(root)
         keep |= lock_closure(store, lock).needed
+        locks.append(lock)
+    keep |= _toolchains(store, locks)
     entries = [EntryRef(kind, key) for kind, key, _ in store.entries(_REMOVAL_ORDER)
                if EntryRef(kind, key) not in keep]
     kept_venvs = [store.path("venvs", r.key) for r in keep if r.kind == "venvs" and store.has("venvs", r.key)]
@@ -137,8 +144,22 @@ def _plan(ws: Workspace | None, store: Store, options: GcOptions) -> _Plan:
     if records:
         notes.append(f"{len(records)} wheel file lists and guard results of no kept lock "
                      f"{'would be' if options.dry_run else 'were'} removed too (read again when a lock needs them)")
-    return _Plan(tuple(roots), frozenset(keep), tuple(drop_gens), tuple(entries),
-                 tuple(_unlinked_archives(store, kept_venvs)), tuple(notes), records)
+    archives = tuple(_unlinked_archives(store, kept_venvs))
+    doomed = {a.name for a in archives}
+    # uv reads an entry's archive without looking: one left naming a removed archive would fail
+    # every later install of its wheel. Gone with it (uv unpacks the wheel again when asked).
+    uv_entries = tuple(e for e in install.uv_cache_entries(store) if e.gone is not None or e.names_any(doomed))
+    return _Plan(tuple(roots), frozenset(keep), tuple(drop_gens), tuple(entries), archives, tuple(notes), records,
+                 uv_entries)
+
+
+def _toolchains(store: Store, locks: Iterable[Lock]) -> set[EntryRef]:
+    """The unpacked toolchains (``toolchains/<digest>``) a build of ``locks`` records: made of one
+    stored wheel of each of its locked toolchain lines. (Not in a lock's closure: ``export`` carries
+    the wheels, and a toolchain is unpacked again from them.)"""
+    recorded = {tuple(b.toolchain) for lock in locks for b in lock.builds.values() if b.toolchain}
+    return {EntryRef("toolchains", key) for key, wheels in toolchain.in_store(store).items()
+            if wheels is not None and any(toolchain.made_from(wheels, lines) for lines in recorded)}
 
 
 def _stale_records(store: Store, keep: Iterable[EntryRef]) -> tuple[Path, ...]:
@@ -154,8 +175,8 @@ def _stale_records(store: Store, keep: Iterable[EntryRef]) -> tuple[Path, ...]:
 
 #: Venvs (and their manifests) before what they were built from: a gc killed between two
 #: removals never leaves a kept thing naming a removed one.
-_REMOVAL_ORDER = ("venvs", "manifests", "builds", "sources", "git-mirrors", "wheels")
-assert set(_REMOVAL_ORDER) == set(ENTRY_KINDS)
+_REMOVAL_ORDER = ("venvs", "manifests", "builds", "toolchains", "sources", "git-mirrors", "wheels")
+assert set(_REMOVAL_ORDER) == set(GC_KINDS)
 
 
 def _generation_roots(store: Store, keep: int, drop: list[tuple[str, int]]
@@ -260,7 +281,7 @@ class _Sizes:
         self._owners: dict[tuple[int, int], set[str]] = {}
         self._size: dict[tuple[int, int], int] = {}
         self.entry_count = 0
-        for _kind, _key, path in store.entries():
+        for _kind, _key, path in store.entries(_REMOVAL_ORDER):
             self.entry_count += 1
             self._add(path)
         for folder in ("uv-cache", "envs", "listings", "guards"):
@@ -309,7 +330,10 @@ def _carry_out(store: Store, plan: _Plan) -> None:
         store.remove_entry(ref.kind, ref.key)
     for record in plan.records:
         record.unlink(missing_ok=True)
-    if plan.archives:
+    if plan.archives or plan.uv_entries:
         with store.locked("uv-cache"):  # as install.clear_uv_cache: not under a running install
+            # The entries first: a gc killed between leaves an archive no entry names (the next gc
+            # takes it), never an entry naming no archive.
+            install.drop_uv_cache_entries(plan.uv_entries)
             for archive in plan.archives:
                 store.remove_tree(archive)

@@ -132,6 +132,9 @@ class DiffContext:
     # Build -> its project's build system (backend, requires, paths outside its folder) at the old and the
     # new commit of its git source (read from the store's mirror, for a source that moved).
     build_systems: Mapping[str, tuple[BuildSystem, BuildSystem]] = field(default_factory=dict)
+    # Build -> the toolchain lines a relock resolved for it, when the new lock does not record its
+    # build yet (``locking.LockResult.planned_toolchains``): a loose pin that moved with no spec edit.
+    planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # -- the report ------------------------------------------------------------------
@@ -192,7 +195,8 @@ class SourceMove:
 class BuildInput:
     """An input of a local build that moved."""
 
-    # "source", "patch", "package", "build-requirement", "recipe", "env", "toolchain", "unrecorded",
+    # "source", "patch", "package", "build-requirement", "recipe", "env", "toolchain", "unrecorded" (name
+    # "unrecorded": what the lock does not record moved; "unknown": no spec read, so the cause is not known),
     # "build-system" (name: "build-backend", "requires" or "reads")
     kind: str
     name: str
@@ -587,7 +591,13 @@ def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext, moved: Mapping[str, 
                                 "toolchain: compilers, cmake, nvcc, uv; the interpreter or the host)")
         if ba is not None and bb is not None:
             rebuild = ba.input_digest != bb.input_digest
-            if rebuild and not inputs:  # the digest covers what the lock does not record
+            if rebuild and not inputs and name not in ctx.builds:
+                # No spec was read (two lock paths outside a workspace): the build's source, patches and
+                # recipe are not known, so nothing can be ruled out; never a guess.
+                inputs = (BuildInput("unrecorded", "unknown", note="cannot tell why: its source, patches and "
+                                     "recipe are named by the env's spec, which this diff did not read (run it in "
+                                     "the env's workspace, or with --root)"),)
+            elif rebuild and not inputs:  # the digest covers what the lock does not record
                 inputs = (unrecorded,)
             elif not rebuild:
                 inputs = ()
@@ -639,6 +649,9 @@ def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext,
     ba, bb = old.builds.get(name), new.builds.get(name)
     if ba is not None and bb is not None:
         found += [BuildInput(c.kind, c.name, c.old, c.new) for c in _requirement_changes(name, ba, bb)]
+    elif ba is not None and (planned := ctx.planned_toolchains.get(name)) is not None:  # as the relock resolved it
+        found += [BuildInput("toolchain", c.name, c.old, c.new, c.note or "resolved now")
+                  for c in line_changes("toolchain", ba.toolchain, planned)]
     elif ba is not None and facts is not None:  # not built for the new lock yet: its spec says what it will take
         found += _toolchain_against_spec(ba.toolchain, facts.toolchain)
     elif (spec_moves := ctx.toolchains.get(name)) is not None:  # built for neither: the specs say

@@ -11,18 +11,20 @@ keep the spec's, or another env's lock stands in its place), or when a source mo
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock.errors import SourceTreeError
+from envlock.errors import SourceTreeError, redact
+from envlock.lockfile import canonicalize_name, reach
 from envlock.quick import file_sha256
 from envlock.trees import tree_digest
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
-    from envlock.lockfile import Lock, LockedSource
+    from envlock.lockfile import Lock, LockedPackage, LockedSource
     from envlock.spec import EnvSpec
 
 
@@ -34,10 +36,11 @@ class Drift:
     lock: tuple[str, ...] = ()  # the lock edited by hand, or another env's
     sources: tuple[str, ...] = ()  # path source trees and patches edited since the lock
     unreadable: tuple[str, ...] = ()  # path source trees that cannot be hashed (a frozen sync's note)
+    packages: tuple[str, ...] = ()  # locked packages the spec does not vouch for (``unvouched``)
 
     @property
     def reasons(self) -> tuple[str, ...]:
-        return (*self.spec, *self.lock, *self.sources)
+        return (*self.spec, *self.lock, *self.packages, *self.sources)
 
     @property
     def current(self) -> bool:
@@ -49,16 +52,21 @@ class Drift:
         return list(dict.fromkeys(r for r in self.reasons if r.startswith(keys)))
 
 
-def drift(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, *, sources: Collection[str] | None = None) -> Drift:
+def drift(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, *, sources: Collection[str] | None = None,
+          mirrors: Mapping[str, str] | None = None) -> Drift:
     """Everything ``lock --check`` says about ``lock`` for env ``env``'s ``spec``; ``sources``:
-    read only those sources' trees and patches (None: every source the lock records).
+    read only those sources' trees and patches (None: every source the lock records); ``mirrors``:
+    the index mirrors given (spec index name -> URL), whose URLs a lock made through them records
+    (None: the ``ENVLOCK_INDEX_<NAME>`` variables').
 
     A path source whose tree cannot be hashed is a ``SourceTreeError``."""
     edits: list[str] = []
     spec_keys: list[str] = []
+    packages: list[str] = []
     if lock.spec_digest != spec.digest():
         spec_keys = spec_reasons(spec, lock)
     elif lock.env == env:
+        packages = unvouched(spec, lock, mirrors)
         # Made for this spec: a lock edited by hand since may still not keep its pins.
         versions = {p.name: p.version for p in lock.packages}
         nightlies = {name: pin.version for name, pin in lock.nightlies.items()}
@@ -75,7 +83,100 @@ def drift(ws: Workspace, env: str, spec: EnvSpec, lock: Lock, *, sources: Collec
                       f"{lock.venv_install}, now {lock.install_digest()}): the packages were edited by hand since")
     moved = [r for name, source in sorted(lock.sources.items()) if sources is None or name in sources
              for r in source_drift(ws, name, source)]
-    return Drift(spec=tuple(spec_keys), lock=tuple(edits), sources=tuple(moved))
+    return Drift(spec=tuple(spec_keys), lock=tuple(edits), sources=tuple(moved), packages=tuple(packages))
+
+
+def unvouched(spec: EnvSpec, lock: Lock, mirrors: Mapping[str, str] | None = None) -> list[str]:
+    """Each locked package the spec does not vouch for, and why (one line each, naming it). A package
+    is vouched for when it is named in ``[packages]`` (or in a non-isolated build's ``requires``) or
+    required through the graph the lock records (``Lock.requires``) from those; and it comes from the
+    index the spec takes it from (the spec's URL, or the mirror's in ``mirrors``; a file on this
+    machine only from an index on this machine, inside its folder), or it is the wheel the lock
+    records for one of the spec's builds. A lock made for another spec (a frozen sync of a stale
+    lock) is also held to the packages that spec named (its ``spec-keys``) and may take a package
+    from any of the spec's indexes."""
+    if mirrors is None:
+        mirrors = _variable_mirrors(spec)
+    same = lock.spec_digest == spec.digest()
+    roots = {str(n) for n in spec.packages} | {
+        _requirement_name(r) for b in spec.builds.values() if not b.isolation for r in b.requires}
+    if not same:
+        roots |= {k.removeprefix("packages.") for k in lock.spec_keys if k.startswith("packages.")}
+    reasons = []
+    reached = None
+    if lock.requires is None:
+        reasons.append(NO_GRAPH)
+    else:
+        reached = reach(roots, lock.requires)
+    urls = {name: {_index_key(idx.url)} | ({_index_key(mirrors[name])} if mirrors and name in mirrors else set())
+            for name, idx in spec.indexes.items()}
+    for pkg in lock.packages:
+        why = []
+        if reached is not None and pkg.name not in reached:
+            why.append("required by nothing the spec asks for (not in [packages], nor required through the lock's "
+                       "tool.envlock.requires by what is)")
+        why += _not_from_spec(spec, lock, pkg, urls, same)
+        reasons += [f"[[packages]] {pkg.name} {pkg.version}: {w} (edited by hand?)" for w in why]
+    return reasons
+
+
+#: ``unvouched``'s reason for a lock without ``Lock.requires``: stale, but no package named (a frozen
+#: sync of such a lock notes it and holds its packages to the spec's indexes and builds only).
+NO_GRAPH = ("tool.envlock.requires: missing (a lock written before envlock recorded what each package requires), "
+            "so its packages cannot be held to the spec's: lock again")
+
+
+def _not_from_spec(spec: EnvSpec, lock: Lock, pkg: LockedPackage, urls: Mapping[str, set[str]],
+                   same: bool) -> list[str]:
+    """Why ``pkg`` does not come from where the spec takes it from ([] when it does)."""
+    art = pkg.wheels[0]
+    where = art.url or art.path
+    named = spec.packages.get(pkg.name)
+    build = named.build if named is not None else None
+    if pkg.index is None:
+        record = lock.builds.get(build) if build is not None else None
+        if record is None:
+            index = spec.index_of(pkg.name)
+            return [f"no index, and the spec builds no {pkg.name} ({where}); expected a wheel of index {index!r} "
+                    f"({redact(spec.indexes[index].url)})"]
+        if art.path is None or (art.filename, art.sha256) != (record.wheel, record.sha256):
+            return [f"{where} (sha256 {art.sha256}) is not the wheel the lock records for [builds.{build}] "
+                    f"({record.wheel}, sha256 {record.sha256})"]
+        return []
+    index = spec.index_of(pkg.name)
+    allowed = urls[index] if same else set().union(*urls.values())
+    if _index_key(pkg.index) not in allowed:
+        return [f"index {pkg.index}, but the spec takes {pkg.name} from index {index!r} "
+                f"({redact(spec.indexes[index].url)})"]
+    if art.url is None:
+        return [f"{where}, a path, but a wheel of index {pkg.index} is the URL it lists"]
+    if art.url.startswith("file:") and not (pkg.index.startswith("file:") and
+                                           art.url.startswith(pkg.index.rstrip("/") + "/")):
+        return [f"{art.url} is a file on this machine, not a file of index {pkg.index}"]
+    return []
+
+
+def _variable_mirrors(spec: EnvSpec) -> dict[str, str]:
+    """The index mirrors the environment names for ``spec`` (``ENVLOCK_INDEX_<NAME>``); {} when one is
+    no URL (the command that reads indexes says so: here it only widens what a lock may record)."""
+    from envlock.errors import UsageError
+    from envlock.mirrors import index_mirrors
+
+    try:
+        return index_mirrors(spec)
+    except UsageError:
+        return {}
+
+
+def _index_key(url: str) -> str:
+    """An index URL as a lock records it (no credentials, no trailing slash)."""
+    return redact(url.rstrip("/")).rstrip("/")
+
+
+def _requirement_name(requirement: str) -> str:
+    """The package a PEP 508 requirement names (the spec checked it parses)."""
+    found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return str(canonicalize_name(found.group(1))) if found else requirement
 
 
 def frozen_drift(ws: Workspace, spec: EnvSpec, lock: Lock) -> Drift:

@@ -140,6 +140,11 @@ class OverlapError(ResolveError):
     the nightly's ``pytorch-triton``): nothing is locked."""
 
 
+class MetadataError(ResolveError):
+    """An index serves metadata for a wheel (PEP 658) that is not the wheel's own: uv resolved from
+    it, so the resolution is not the one the wheels ask for; nothing is locked."""
+
+
 class PackageIndexError(EnvlockError):
     """An index could not be read (HTTP error, malformed page)."""
 

@@ -437,6 +437,7 @@ def _check_unchanged(store: Store, gen: Generation) -> None:
     raise VerifyError(
         f"{venv}: generation {gen.number} of env {gen.env!r} was modified after it was built "
         f"(recorded {gen.venv_digest}, found {actual.digest}); the env was not switched; "
-        f"to build it anew, remove that folder and run `envlock sync {gen.env} --frozen --lock {gen.lock_copy}`",
+        f"`envlock verify {gen.env} --repair` builds it anew (and every venv sharing its modified files), "
+        "then roll back again",
         details=lines,
     )

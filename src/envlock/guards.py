@@ -1,5 +1,9 @@
 """Guards against silent moves, at lock time: what a resolution does that nobody asked for.
 
+- A resolution made from metadata that is not the wheels' own: the metadata an index serves beside
+  a wheel (PEP 658) requires other than the wheel's ``METADATA``, or the resolution does not meet a
+  wheel's own requirements (uv answered from its cache of a lie): the lock fails (``MetadataError``)
+  naming the package, its index and both lists.
 - Two distributions that install one file with different bytes (PyPI's ``triton``, pulled in
   by xgrammar, and the nightly's ``pytorch-triton`` both install ``triton/``): the lock fails
   (``OverlapError``, exit 1) naming both, the files, who pulled each in and the exclude that
@@ -31,11 +35,12 @@ from packaging.version import InvalidVersion, Version
 
 from envlock import overlaps
 from envlock.cmakefetch import Declared, declared
-from envlock.errors import OverlapError
+from envlock.errors import MetadataError, OverlapError
+from envlock.lockfile import reach
 from envlock.overlaps import AllowedOverlap
 from envlock.store import store_file, write_atomic
-from envlock.target import target_environment
-from envlock.wheelfiles import ListingError, WheelListing, listings
+from envlock.target import target_environment, target_markers
+from envlock.wheelfiles import ListingError, Served, WheelListing, Whole, listings, served_metadatas
 
 if TYPE_CHECKING:
     from envlock.lockfile import Artifact, LockedPackage
@@ -56,6 +61,8 @@ class GuardReport:
     overridden: tuple[str, ...] = ()
     # The spec's ``allow-overlap`` entries that accepted a path of this resolution (the lock records them).
     allowed: tuple[AllowedOverlap, ...] = ()
+    # What each package requires among the resolution's (``recorded_requires``): the lock's graph.
+    requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,148 @@ def _fix(spec: EnvSpec, o: Overlap) -> str:
     return f"{fix}; or, if the shared file is harmless, resolution.allow-overlap = [{allow}]"
 
 
+def unread_note(unread: Mapping[NormalizedName, ListingError], versions: Mapping[NormalizedName, str]) -> list[str]:
+    """The one note for the wheels whose file lists could not be read (none: no note)."""
+    if not unread:
+        return []
+    if len(unread) == 1:
+        ((name, why),) = unread.items()
+        return [f"{name}: what it installs could not be read ({why}); not checked for files another distribution "
+                "installs too"]
+    listed = ", ".join(f"{name} {versions.get(name, '?')} ({why})" for name, why in sorted(unread.items()))
+    return [f"what {len(unread)} wheels install could not be read; not checked for files another distribution "
+            f"installs too: {listed}"]
+
+
+@dataclass(frozen=True)
+class Misled:
+    """A wheel uv resolved from metadata that is not its own: its index serves other requirements
+    (``served``, PEP 658), or the resolution does not meet the wheel's own (``unmet``: uv answered
+    from what its cache kept of an earlier answer)."""
+
+    package: LockedPackage
+    served: Served | None  # None: not asked (not on an http index)
+    own: tuple[str, ...]
+    unmet: tuple[str, ...] = ()
+
+    @property
+    def lying(self) -> bool:
+        """Whether the index serves requirements other than the wheel's own (in any order, each as
+        packaging writes it)."""
+        return self.served is not None and self.served.requires is not None and (
+            sorted(map(_normal, self.served.requires)) != sorted(map(_normal, self.own)))
+
+
+def _normal(line: str) -> str:
+    """A Requires-Dist line as packaging writes it (``otherdep ==2.0`` is ``otherdep==2.0``)."""
+    try:
+        return str(Requirement(line))
+    except InvalidRequirement:
+        return line.strip()
+
+
+#: Marker variables whose target value envlock may read otherwise than uv: a requirement whose marker
+#: reads one is not held to the resolution.
+_UNSURE = ("platform_release", "platform_version", "python_full_version", "implementation_version")
+
+
+def unmet(spec: EnvSpec, own: Sequence[str], extras: set[str], versions: Mapping[NormalizedName, str]) -> list[str]:
+    """Those of a wheel's own requirements ``own`` (reached with ``extras``) that surely hold for the
+    target and that the resolution (``versions``) does not meet: a package it lacks, or a version the
+    requirement does not allow. What the spec decides (excludes, overrides, builds, nightlies) is left out."""
+    markers = target_markers(spec.python, spec.platform)
+    if markers is None:
+        return []
+    decided = {canonicalize_name(n) for n in spec.resolution.exclude}
+    decided |= {canonicalize_name(Requirement(o).name) for o in spec.resolution.overrides}
+    decided |= {p.name for p in spec.packages.values() if p.build or p.nightly}
+    out = []
+    for line in own:
+        try:
+            req = Requirement(line)
+            if req.marker is not None and (any(v in str(req.marker) for v in _UNSURE) or not any(
+                    req.marker.evaluate({**markers, "extra": e}) for e in (extras or {""}))):
+                continue
+        except Exception:  # not a requirement, or a marker not read here: uv's call
+            continue
+        name = canonicalize_name(req.name)
+        if name in decided:
+            continue
+        if name not in versions:
+            out.append(f"{line.strip()} (the resolution has no {name})")
+            continue
+        with contextlib.suppress(InvalidVersion):
+            if not req.specifier.contains(Version(versions[name]), prereleases=True):
+                out.append(f"{line.strip()} (the resolution has {name} {versions[name]})")
+    return out
+
+
+def misled(spec: EnvSpec, packages: Sequence[LockedPackage], found: Mapping[NormalizedName, WheelListing],
+           served: Mapping[str, Served], graph: Requirements) -> list[Misled]:
+    """Every package uv resolved from metadata that is not its wheel's own: the metadata its index
+    serves requires otherwise (in any order, each as packaging writes it), or the resolution does not
+    meet the wheel's own requirements (``unmet``)."""
+    versions = {p.name: p.version for p in packages}
+    out = []
+    for pkg in packages:
+        if (listing := found.get(pkg.name)) is None:
+            continue
+        missing = unmet(spec, listing.requires, graph.extras.get(pkg.name, set()), versions)
+        got = Misled(pkg, served.get(str(pkg.name)), listing.requires, tuple(missing))
+        if got.lying or got.unmet:
+            out.append(got)
+    return out
+
+
+def metadata_error(spec: EnvSpec, wrong: Sequence[Misled]) -> MetadataError:
+    """The error for ``wrong``: each package, its index, the requirements the index serves and the
+    wheel's own, and what the resolution lacks of them."""
+
+    def listed(requires: Sequence[str] | None) -> str:
+        return ", ".join(json.dumps(r) for r in requires) if requires else "nothing"
+
+    details: list[str] = []
+    for m in wrong:
+        pkg = m.package
+        details.append(f"{pkg.name} {pkg.version} from index {spec.index_of(pkg.name)!r} ({pkg.index}): "
+                       f"{pkg.wheels[0].filename}")
+        if m.served is not None and m.served.requires is not None:
+            details.append(f"  the index's metadata ({m.served.url}, PEP 658) requires "
+                           f"{listed(m.served.requires) if m.lying else 'the same now'}")
+        details.append(f"  the wheel's own METADATA requires {listed(m.own)}")
+        details += [f"  unmet: {u}" for u in m.unmet]
+    names = ", ".join(f"{m.package.name} {m.package.version}" for m in wrong)
+    if all(m.lying for m in wrong):
+        pkg = wrong[0].package
+        head = (f"{pkg.name} {pkg.version}: index {spec.index_of(pkg.name)!r} ({pkg.index}) serves metadata for "
+                f"{pkg.wheels[0].filename} that is not the wheel's own" if len(wrong) == 1 else
+                f"their index serves metadata for {names} that is not the wheels' own")
+        head += "; uv resolved the env from it"
+    else:
+        clean = " ".join(str(m.package.name) for m in wrong)
+        head = (f"uv resolved the env from metadata of {names} that is not the wheel's own (what the index "
+                f"serves, or what uv's cache kept of it: `uv cache clean {clean}` drops that)")
+    return MetadataError(f"{spec.path}: {head}, so nothing is locked", details=details)
+
+
+def recorded_requires(nodes: Mapping[NormalizedName, list[Requirement] | None],
+                      roots: Iterable[NormalizedName]) -> dict[str, tuple[str, ...]]:
+    """What the lock records each package of ``nodes`` to require (``Lock.requires``, the graph
+    ``lock --check`` holds every package to): the other packages its requirements name, whatever
+    their markers and extras (a resolver never takes a package no requirement names, so from
+    ``roots`` this reaches all uv locked). A package whose requirements cannot be read (a build's
+    dynamic metadata) is recorded to require what nothing else reaches."""
+    known = {str(n) for n in nodes}
+    edges: dict[str, tuple[str, ...]] = {
+        str(n): tuple(sorted({str(canonicalize_name(r.name)) for r in reqs} & known - {str(n)}))
+        for n, reqs in nodes.items() if reqs is not None}
+    reached = reach(roots, edges)
+    rest = tuple(sorted(known - reached))
+    for unknown in sorted(str(n) for n, reqs in nodes.items() if reqs is None and n in reached):
+        edges[unknown] = rest
+    return {n: deps for n, deps in sorted(edges.items()) if deps}
+
+
 def dead_excludes(spec: EnvSpec, graph: Requirements) -> list[str]:
     """A note for each ``resolution.exclude`` that nothing in the resolution requires (when who
     requires whom is fully known: else nothing is said)."""
@@ -312,21 +461,24 @@ class GuardInputs:
     extra_requirements: tuple[str, ...] = ()
     before: tuple[str, ...] | None = None
     base: Path | None = None  # where a lock's relative wheel paths start
+    # Brings a wheel whose index serves no byte ranges into the store (``fetch``, passed in by the
+    # recipe), so that its file list is read there, whole.
+    whole: Whole | None = None
 
 
 def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
-    """Every guard on a resolution about to be locked: ``OverlapError`` for files two distributions
-    install with different bytes, else the notes and the pins the overrides beat."""
+    """Every guard on a resolution about to be locked: ``MetadataError`` for a wheel whose index
+    serves metadata that is not its own (uv resolved from it), ``OverlapError`` for files two
+    distributions install with different bytes, else the notes and the pins the overrides beat."""
     wheels = {str(p.name): p.wheels[0] for p in inputs.packages if p.wheels}
     record = inputs.store.path("guards", f"{_resolution_key(wheels, inputs.store)}.json")
+    versions = {p.name: p.version for p in inputs.packages}
     found: dict[NormalizedName, WheelListing] = {}
+    served: dict[str, Served] = {}
     notes: list[str] = []
     requires, recorded = _checked_before(record)
     if requires is None:  # not this set of wheels: every file list read and compared
-        read = listings(wheels, inputs.store, base=inputs.base)
-        found = {canonicalize_name(n): got for n, got in read.items() if isinstance(got, WheelListing)}
-        notes = [f"{n}: what it installs could not be read ({got}); not checked for files another "
-                 "distribution installs too" for n, got in sorted(read.items()) if isinstance(got, ListingError)]
+        found, served, notes = _read(inputs, wheels, versions)
         requires = {n: got.requires for n, got in found.items()}
     nodes: dict[NormalizedName, list[Requirement] | None] = {n: _parsed(r) for n, r in requires.items()}
     nodes.update({n: None for n in map(canonicalize_name, wheels) if n not in nodes})
@@ -335,7 +487,8 @@ def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
     roots += [r for r in (_parsed(inputs.extra_requirements) or [])]
     graph = Requirements(nodes=nodes, roots=roots, environment=target_environment(spec.python, spec.platform))
     graph.walk()
-    versions = {p.name: p.version for p in inputs.packages}
+    if wrong := misled(spec, inputs.packages, found, served, graph):
+        raise metadata_error(spec, wrong)
     every = file_overlaps(found) if recorded is None else recorded
     kept, used = overlaps.allow([(o.first, o.second, o.paths) for o in every], spec.resolution.allow_overlap)
     if found and not notes and not kept:
@@ -354,7 +507,27 @@ def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
         error = overlap_error(spec, refused, versions, graph)
         raise error.with_details(*(f"note: {n}" for n in notes)) if notes else error
     return GuardReport(notes=tuple(notes), overridden=tuple(sorted({f"{r}: {q}" for _, r, q in beaten})),
-                       allowed=tuple(used))
+                       allowed=tuple(used),
+                       requires=recorded_requires(nodes, [canonicalize_name(r.name) for r in roots]))
+
+
+def _read(inputs: GuardInputs, wheels: Mapping[str, Artifact], versions: Mapping[NormalizedName, str],
+          ) -> tuple[dict[NormalizedName, WheelListing], dict[str, Served], list[str]]:
+    """Every wheel's file list and Requires-Dist, the metadata its index serves beside it (PEP 658:
+    what uv may have resolved from instead), and the notes on those that could not be read."""
+    read = listings(wheels, inputs.store, base=inputs.base, whole=inputs.whole)
+    found = {canonicalize_name(n): got for n, got in read.items() if isinstance(got, WheelListing)}
+    notes = unread_note({canonicalize_name(n): got for n, got in read.items() if isinstance(got, ListingError)},
+                        versions)
+    remote = {n: a.url for n, a in wheels.items()
+              if canonicalize_name(n) in found and a.url is not None and a.url.startswith(("http://", "https://"))}
+    served = served_metadatas(remote)
+    unread = {canonicalize_name(n): got.problem for n, got in served.items() if got.problem is not None}
+    if unread:
+        listed = ", ".join(f"{n} {versions.get(n, '?')} ({why})" for n, why in sorted(unread.items()))
+        notes.append(f"the metadata the index serves for {len(unread)} wheel{'s' if len(unread) != 1 else ''} "
+                     f"could not be read; not compared with the wheel's own: {listed}")
+    return found, served, notes
 
 
 # -- a set of wheels checked before ---------------------------------------------------

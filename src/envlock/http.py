@@ -17,10 +17,10 @@ import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, BinaryIO, Protocol
+from typing import IO, BinaryIO
 from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
-from envlock import __version__, netauth, netenv
+from envlock import __version__, netauth, netenv, transfers
 from envlock.errors import redact as redact  # http.redact too, as the stages call it
 
 USER_AGENT = f"envlock/{__version__}"
@@ -48,6 +48,11 @@ class HttpError(Exception):
         #: True for failures worth retrying: connection drops, timeouts, 5xx, 429.
         self.retryable = retryable
         self.status = status
+
+
+class NoRangesError(HttpError):
+    """A range request answered with the whole file (200): the server serves no byte ranges
+    (Python's ``http.server``, many static mirrors). Its body is not read."""
 
 
 def with_credentials_of(url: str, index_url: str) -> str:
@@ -83,17 +88,7 @@ def _context(url: str) -> ssl.SSLContext:
 
 def _new_context(url: str, trust: netenv.Trust) -> ssl.SSLContext:
     try:
-        if not trust.native:
-            return ssl.create_default_context(cafile=trust.cafile, capath=trust.capath)
-        try:
-            import truststore
-
-            ctx: ssl.SSLContext = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        except ImportError:
-            ctx = ssl.create_default_context()
-        if trust.cafile or trust.capath:
-            ctx.load_verify_locations(cafile=trust.cafile, capath=trust.capath)
-        return ctx
+        return netenv.ssl_context(trust)
     except (OSError, ssl.SSLError) as exc:
         named = f"{trust.cafile_var}={trust.cafile}" if trust.cafile else f"SSL_CERT_DIR={trust.capath}"
         raise HttpError(url, f"cannot load the CA certificates of {named} ({exc})") from None
@@ -296,12 +291,12 @@ def _request(
                 extra = {"Proxy-Authorization": _basic(*login)} if login else {}
             else:
                 request_target, extra = target, {}
-            sock: socket.socket | None = None
+            _connect(url, conn, proxy)
+            sock: socket.socket | None = conn.sock
+            if watcher is not None and sock is not None:
+                watcher.watch(sock)
             try:
                 conn.request("GET", request_target, headers={"Host": netloc, **sent, **extra})
-                sock = conn.sock
-                if watcher is not None and sock is not None:
-                    watcher.watch(sock)
                 resp = conn.getresponse()
                 resp.envlock_sock = sock  # type: ignore[attr-defined]  # for _finish's unwatch
                 resp.envlock_auth = auth  # type: ignore[attr-defined]  # for a 401's message
@@ -311,11 +306,9 @@ def _request(
                 if watcher is not None and sock is not None:
                     watcher.unwatch(sock)
                 _drop(conn)
-                if proxy is not None and " 407 " in f" {exc} ":  # CONNECT refused: retrying will not help
-                    raise HttpError(url, _proxy_refused(proxy)) from None
                 # A kept-alive connection the server closed meanwhile: one fresh try.
                 if new or attempt:
-                    raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
+                    raise HttpError(url, _broken(exc, timeout, "before an answer"), retryable=True) from None
         if resp.status in (301, 302, 303, 307, 308) and resp.getheader("Location"):
             resp.read()
             _unwatch(resp, watcher)
@@ -323,6 +316,19 @@ def _request(
             continue
         return url, resp, conn
     raise HttpError(url, f"more than {_MAX_REDIRECTS} redirects")
+
+
+def _connect(url: str, conn: http.client.HTTPConnection, proxy: str | None) -> None:
+    """Open ``conn`` unless it is open (kept alive): only a failure here is "cannot connect"."""
+    if conn.sock is not None:
+        return
+    try:
+        conn.connect()
+    except (OSError, http.client.HTTPException) as exc:
+        _drop(conn)
+        if proxy is not None and " 407 " in f" {exc} ":  # CONNECT refused: retrying will not help
+            raise HttpError(url, _proxy_refused(proxy)) from None
+        raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
 
 
 def _proxy_refused(proxy: str) -> str:
@@ -413,28 +419,35 @@ def open_page(url: str, *, accept: str, timeout: float = 60.0, chunk_size: int =
         with _open_local(url, path) as fh:
             yield PageStream(url, "text/html", _decoded(url, iter(lambda: fh.read(chunk_size), b""), "utf-8", cap))
         return
-    final, resp, conn = _request(url, {"Accept": accept}, timeout)
-    try:
-        _raise_for_status(url, resp)
-        if (length := _int(resp.getheader("Content-Length"))) is not None and length > cap:
-            raise HttpError(url, _too_big(cap, f"says Content-Length {length}"))
-        content_type = resp.getheader("Content-Type", "")
-        charset = "utf-8"
-        for param in content_type.split(";")[1:]:
-            key, _, value = param.strip().partition("=")
-            if key.lower() == "charset" and value:
-                charset = value.strip('"')
-        yield PageStream(final, content_type, _decoded(url, _page_chunks(url, resp, chunk_size), charset, cap))
-    finally:
-        _finish(resp, conn)
+    with _transfer(url) as t:
+        final, resp, conn = _request(url, {"Accept": accept}, timeout, t)
+        try:
+            _raise_for_status(url, resp)
+            if (length := _int(resp.getheader("Content-Length"))) is not None and length > cap:
+                raise HttpError(url, _too_big(cap, f"says Content-Length {length}"))
+            t.expect(length)
+            content_type = resp.getheader("Content-Type", "")
+            charset = "utf-8"
+            for param in content_type.split(";")[1:]:
+                key, _, value = param.strip().partition("=")
+                if key.lower() == "charset" and value:
+                    charset = value.strip('"')
+            chunks = _page_chunks(url, resp, chunk_size, t, timeout)
+            yield PageStream(final, content_type, _decoded(url, chunks, charset, cap))
+        finally:
+            _finish(resp, conn, t)
 
 
-def _page_chunks(url: str, resp: http.client.HTTPResponse, chunk_size: int) -> Iterator[bytes]:
+def _page_chunks(url: str, resp: http.client.HTTPResponse, chunk_size: int, t: transfers.Transfer,
+                 timeout: float) -> Iterator[bytes]:
     try:
         while chunk := resp.read1(chunk_size):
+            t.count(len(chunk))
             yield chunk
     except (OSError, http.client.HTTPException) as exc:
-        raise HttpError(url, f"connection broken ({type(exc).__name__})", retryable=True) from None
+        raise HttpError(url, _broken(exc, timeout, "mid-page"), retryable=True) from None
+    if t.expired is not None:  # the watchdog shut the socket: an end that is no end of the page
+        raise HttpError(url, t.expired)
 
 
 def _decoded(url: str, chunks: Iterator[bytes], charset: str, cap: int) -> Iterator[str]:
@@ -525,15 +538,51 @@ def _raise_for_status(url: str, resp: http.client.HTTPResponse) -> None:
         raise HttpError(url, f"HTTP {status}: the server {what}", status=status,
                         details=(f"looked for credentials in: {looked}", netauth.how_to_give(host)))
     if status >= 400:
+        if status in (404, 410):  # asked in bulk (each wheel's .metadata): the connection is worth keeping
+            _drain(resp)
         raise HttpError(url, f"HTTP {status}", retryable=status == 429 or status >= 500, status=status)
 
 
-class Watcher(Protocol):
-    """Told the socket a body is read from, so it can shut it down (Ctrl-C while a server stalls)."""
+#: A "not found" answer's body is read to keep its connection when it says it is this small.
+_DRAIN_BYTES = 64 * 1024
 
-    def watch(self, sock: socket.socket) -> None: ...
 
-    def unwatch(self, sock: socket.socket) -> None: ...
+def _drain(resp: http.client.HTTPResponse) -> None:
+    """Read a short "not found" body, so that ``_finish`` keeps the connection (the next request, such
+    as the next wheel's ``.metadata``, needs no new one: 158 of them took 1 s with a connection each,
+    0.1 s on kept ones); a long or unsized body is left unread, and the connection dropped."""
+    length = _int(resp.getheader("Content-Length"))
+    if length is not None and length <= _DRAIN_BYTES:
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            resp.read(length)
+
+
+Watcher = transfers.Watcher  # told the socket a body is read from (Ctrl-C while a server stalls)
+
+
+@contextlib.contextmanager
+def _transfer(url: str, watcher: Watcher | None = None, size: int | None = None) -> Iterator[transfers.Transfer]:
+    """``url``'s transfer for the block (``transfers``): its total deadline, its minimum rate and an
+    interrupt end it wherever it waits, and the ``HttpError`` it then ends in says which."""
+    with transfers.transfer(redact(url), size=size, also=watcher) as t:
+        try:
+            yield t
+        except HttpError as exc:
+            if t.expired is None:
+                raise
+            raise HttpError(url, t.expired, status=exc.status) from None
+
+
+_WAITED = {"before an answer": "waiting for an answer", "mid-body": "waiting for the rest of the body",
+           "mid-page": "waiting for the rest of the page"}
+
+
+def _broken(exc: BaseException, timeout: float, where: str) -> str:
+    """What a failed read ``where`` says: a timeout as one (the server was reached: no "cannot
+    connect"), anything else as the broken connection it is."""
+    if isinstance(exc, TimeoutError):
+        return f"timed out after {timeout:g} s {_WAITED[where]} (connected)"
+    return f"connection broken {where} ({type(exc).__name__})"
 
 
 @contextlib.contextmanager
@@ -554,19 +603,22 @@ def open_stream(
     headers = {}
     if start > 0:
         headers["Range"] = f"bytes={start}-"
-    _, resp, conn = _request(url, headers, timeout, watcher)
-    try:
-        if resp.status == 416:
-            raise HttpError(url, f"HTTP 416 for bytes={start}-", status=416)
-        _raise_for_status(url, resp)
-        body_start = 0
-        if resp.status == 206:
-            body_start = _content_range(url, resp.getheader("Content-Range", ""))[0]
-        length = _int(resp.getheader("Content-Length"))
-        yield Body(body_start, _chunks(url, resp, chunk_size), None if length is None else body_start + length,
-                   validator(resp.getheader("ETag"), resp.getheader("Last-Modified")))
-    finally:
-        _finish(resp, conn, watcher)
+    with _transfer(url, watcher) as t:
+        _, resp, conn = _request(url, headers, timeout, t)
+        try:
+            if resp.status == 416:
+                raise HttpError(url, f"HTTP 416 for bytes={start}-", status=416)
+            _raise_for_status(url, resp)
+            body_start = 0
+            if resp.status == 206:
+                body_start = _content_range(url, resp.getheader("Content-Range", ""))[0]
+            length = _int(resp.getheader("Content-Length"))
+            t.expect(length)
+            yield Body(body_start, _chunks(url, resp, chunk_size, t, timeout),
+                       None if length is None else body_start + length,
+                       validator(resp.getheader("ETag"), resp.getheader("Last-Modified")))
+        finally:
+            _finish(resp, conn, t)
 
 
 def remote_file(url: str, *, timeout: float = 60.0, watcher: Watcher | None = None) -> tuple[int | None, str | None]:
@@ -577,33 +629,39 @@ def remote_file(url: str, *, timeout: float = 60.0, watcher: Watcher | None = No
         with _open_local(url, path) as fh:
             st = os.fstat(fh.fileno())
             return st.st_size, _file_validator(st)
-    _, resp, conn = _request(url, {"Range": "bytes=0-0"}, timeout, watcher)
-    try:
-        _raise_for_status(url, resp)
-        tag = validator(resp.getheader("ETag"), resp.getheader("Last-Modified"))
-        if resp.status == 206:
-            return _content_range(url, resp.getheader("Content-Range", ""))[1], tag
-        return _int(resp.getheader("Content-Length")), tag  # the whole file, unasked for: not read
-    finally:
-        _finish(resp, conn, watcher)
+    with _transfer(url, watcher) as t:
+        _, resp, conn = _request(url, {"Range": "bytes=0-0"}, timeout, t)
+        try:
+            _raise_for_status(url, resp)
+            tag = validator(resp.getheader("ETag"), resp.getheader("Last-Modified"))
+            if resp.status == 206:
+                return _content_range(url, resp.getheader("Content-Range", ""))[1], tag
+            return _int(resp.getheader("Content-Length")), tag  # the whole file, unasked for: not read
+        finally:
+            _finish(resp, conn, t)
 
 
 def _file_validator(st: os.stat_result) -> str:
     return f"modified {st.st_mtime_ns}"
 
 
-def _chunks(url: str, resp: http.client.HTTPResponse, chunk_size: int) -> Iterator[bytes]:
+def _chunks(url: str, resp: http.client.HTTPResponse, chunk_size: int, t: transfers.Transfer,
+            timeout: float) -> Iterator[bytes]:
     # Memory stays at one chunk. A body that ends before its Content-Length (a cut
     # connection) becomes a retry from the offset: http.client's read(n) just returns
-    # b"" there, so the count is checked here.
+    # b"" there, so the count is checked here. read1: what has arrived, so the transfer's
+    # rate is counted as the bytes come (read(n) waits for all n of a trickle).
     expected = _int(resp.getheader("Content-Length"))
     got = 0
     try:
-        while chunk := resp.read(chunk_size):
+        while chunk := resp.read1(chunk_size):
             got += len(chunk)
+            t.count(len(chunk))
             yield chunk
     except (OSError, http.client.HTTPException) as exc:
-        raise HttpError(url, f"connection broken mid-body ({type(exc).__name__})", retryable=True) from None
+        raise HttpError(url, _broken(exc, timeout, "mid-body"), retryable=True) from None
+    if t.expired is not None:  # the watchdog shut the socket: an end that is no end of the body
+        raise HttpError(url, t.expired)
     if expected is not None and got < expected:
         raise HttpError(url, f"connection broken mid-body ({got} of {expected} bytes)", retryable=True)
 
@@ -651,25 +709,23 @@ def read_range(url: str, *, start: int | None = None, end: int | None = None, la
             wanted = (total if end is None else min(end + 1, total)) - first
             return Range(first, fh.read(max(0, wanted)), total)
     asked = f"bytes=-{last}" if last is not None else f"bytes={start or 0}-{'' if end is None else end}"
-    _, resp, conn = _request(url, {"Range": asked}, timeout)
-    try:
-        _raise_for_status(url, resp)
-        if resp.status != 206:
-            raise HttpError(url, f"HTTP {resp.status} to Range {asked}: the server does not serve byte ranges")
-        first, size = _content_range(url, resp.getheader("Content-Range", ""))
-        length = _int(resp.getheader("Content-Length"))
-        if size is None or length is None or length > (1 << 30):
-            raise HttpError(url, f"HTTP 206 to Range {asked} without a size (Content-Range "
-                                 f"{resp.getheader('Content-Range')!r}, Content-Length {length})")
+    with _transfer(url) as t:
+        _, resp, conn = _request(url, {"Range": asked}, timeout, t)
         try:
-            data = resp.read(length)
-        except (OSError, http.client.HTTPException) as exc:
-            raise HttpError(url, f"connection broken ({type(exc).__name__})", retryable=True) from None
-        if len(data) != length:
-            raise HttpError(url, f"connection broken mid-body ({len(data)} of {length} bytes)", retryable=True)
-        return Range(first, data, size)
-    finally:
-        _finish(resp, conn)
+            _raise_for_status(url, resp)
+            if resp.status != 206:
+                raise NoRangesError(url, f"HTTP {resp.status} to Range {asked}: the server does not serve byte "
+                                         "ranges", status=resp.status)
+            first, size = _content_range(url, resp.getheader("Content-Range", ""))
+            length = _int(resp.getheader("Content-Length"))
+            if size is None or length is None or length > (1 << 30):
+                raise HttpError(url, f"HTTP 206 to Range {asked} without a size (Content-Range "
+                                     f"{resp.getheader('Content-Range')!r}, Content-Length {length})")
+            t.expect(length)
+            data = b"".join(_chunks(url, resp, 1 << 20, t, timeout))  # counted as it comes, for the rate
+            return Range(first, data, size)
+        finally:
+            _finish(resp, conn, t)
 
 
 def _send(method: str, url: str, timeout: float, body: IO[bytes] | None = None,
@@ -697,13 +753,21 @@ def _send(method: str, url: str, timeout: float, body: IO[bytes] | None = None,
         target = f"http://{netloc}{target}"
         if login := netenv.proxy_credentials(proxy):
             headers["Proxy-Authorization"] = _basic(*login)
-    try:
-        conn.request(method, target, body=body, headers=headers)
-        resp = conn.getresponse()
-        resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        _drop(conn)
-        raise HttpError(url, f"cannot connect ({type(exc).__name__}: {exc})", retryable=True) from None
+    with _transfer(url, size=size if body is not None else None) as t:
+        _connect(url, conn, proxy)
+        sock = conn.sock
+        if sock is not None:
+            t.watch(sock)
+        try:
+            conn.request(method, target, body=None if body is None else t.counted(body), headers=headers)
+            resp = conn.getresponse()
+            resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            _drop(conn)
+            raise HttpError(url, _broken(exc, timeout, "before an answer"), retryable=True) from None
+        finally:
+            if sock is not None:
+                t.unwatch(sock)
     if resp.will_close:
         _drop(conn)
     resp.envlock_auth = auth  # type: ignore[attr-defined]  # for a 401's message

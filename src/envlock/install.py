@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ class InstallResult:
     manifest: Manifest
     built: bool
     seconds: float
+    note: str = ""  # a repair of uv's cache this install made (``repair_uv_cache``)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -130,34 +132,7 @@ def install(
         # Built in a reused slot folder (tmp/venv-slotN), not a fresh temp path: uv then
         # finds its cached probe of the venv's interpreter instead of running it again.
         with _keep_log_on_failure(store, log, key), store.new_entry("venvs", venv_entry(key), slot="venv") as work:
-            skeleton = venv_skeleton(store, python, log)
-            if skeleton is not None:
-                try:
-                    shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True,
-                                    ignore=shutil.ignore_patterns(_SKELETON_DIGEST))
-                except shutil.Error as exc:  # every file's failure in one list: the first names one
-                    _source, target, why = exc.args[0][0]
-                    raise InstallError(f"{target}: cannot copy the venv skeleton there: {why}") from None
-            else:
-                _make_venv(python, work, log)
-            if files:
-                # The store files themselves, not name==version from a find-links folder
-                # per wheel: uv then neither lists 158 folders nor resolves. Not one shared
-                # find-links folder either, though uv installs from one ~15% faster: uv caches
-                # such a wheel by folder and file name, so a rebuild under the same file name
-                # (a re-patched local build) got the first build's bytes. Hard links, not
-                # uv's default clone: on XFS or btrfs a clone is a new inode per sync, which
-                # the hash cache cannot vouch for, so every sync would re-read GBs. Links
-                # into the store's own uv cache (uv_cache_dir), never the user's.
-                with store.locked(_UV_CACHE_LOCK, shared=True):  # clear_uv_cache waits for installs
-                    try:
-                        _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
-                             "--no-index", "--offline", "--no-deps", "--no-build", *files],
-                            what="install the locked wheels", log=log, cache=uv_cache_dir(store))
-                    except InstallError:
-                        # uv's "Bad CRC" does not say what to do: name a store wheel whose bytes changed.
-                        check_stored_bytes(wheels)
-                        raise
+            note = _populate(store, work, python, files, wheels, log)
             _drop_install_records(work)
             _keep_allowed_overlaps(work, lock, wheels)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
@@ -172,7 +147,54 @@ def install(
             written_back(work)  # so the rename waits for one fsync, not a syncfs of the file system
         shutil.rmtree(log_dir, ignore_errors=True)
         save_manifest(store, built, text)
-    return InstallResult(final, key, built, True, time.monotonic() - started)
+    return InstallResult(final, key, built, True, time.monotonic() - started, note)
+
+
+def _populate(store: Store, work: Path, python: Path, files: list[str], wheels: Mapping[str, Path],
+              log: Path) -> str:
+    """Make the venv in ``work``: the skeleton (or ``uv venv``), then the locked wheels. Once, when
+    uv fails on its own cache (``repair_uv_cache``), the venv is made again from scratch; returns
+    what that repair said ("" when none was needed)."""
+    note = ""
+    while True:
+        _new_venv(store, work, python, log)
+        if not files:
+            return note
+        try:
+            # The store files themselves, not name==version from a find-links folder
+            # per wheel: uv then neither lists 158 folders nor resolves. Not one shared
+            # find-links folder either, though uv installs from one ~15% faster: uv caches
+            # such a wheel by folder and file name, so a rebuild under the same file name
+            # (a re-patched local build) got the first build's bytes. Hard links, not
+            # uv's default clone: on XFS or btrfs a clone is a new inode per sync, which
+            # the hash cache cannot vouch for, so every sync would re-read GBs. Links
+            # into the store's own uv cache (uv_cache_dir), never the user's.
+            with store.locked(_UV_CACHE_LOCK, shared=True):  # clear_uv_cache waits for installs
+                _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
+                     "--no-index", "--offline", "--no-deps", "--no-build", *files],
+                    what="install the locked wheels", log=log, cache=uv_cache_dir(store))
+            return note
+        except InstallError as exc:
+            # uv's "Bad CRC" does not say what to do: name a store wheel whose bytes changed.
+            check_stored_bytes(wheels)
+            if note or not (note := repair_uv_cache(store, exc)):
+                raise
+        shutil.rmtree(work)  # what the failed run installed goes: the venv is made again
+        work.mkdir()
+
+
+def _new_venv(store: Store, work: Path, python: Path, log: Path) -> None:
+    """The empty venv in ``work``: a copy of the skeleton, else made by ``uv venv`` there."""
+    skeleton = venv_skeleton(store, python, log)
+    if skeleton is None:
+        _make_venv(python, work, log)
+        return
+    try:
+        shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(_SKELETON_DIGEST))
+    except shutil.Error as exc:  # every file's failure in one list: the first names one
+        _source, target, why = exc.args[0][0]
+        raise InstallError(f"{target}: cannot copy the venv skeleton there: {why}") from None
 
 
 def _wheel_is(filename: str, name: str, version: str) -> bool:
@@ -222,6 +244,90 @@ def clear_uv_cache(store: Store) -> None:
 
 #: Held shared by every install from the store's uv cache, exclusively to clear it.
 _UV_CACHE_LOCK = "uv-cache"
+
+#: The folder of uv's cache that holds unpacked wheels, one ``archive-v0/<id>`` each (uv 0.13). A
+#: wheel entry under ``wheels-v*/`` names one: a link ``…/<name>/<version-tag>`` to it, beside
+#: ``<version-tag>.rev`` (or ``.http``), the pointer uv reads, which holds the same id, and uv's
+#: ``<version-tag>.lock``. An entry whose archive is gone fails every install of its wheel ("failed
+#: to read directory `…/archive-v0/<id>`: No such file or directory"); without the entry, uv
+#: unpacks the wheel again.
+UV_ARCHIVES = "archive-v0"
+_POINTERS = (".rev", ".http")
+_ARCHIVE_ID = re.compile(rb"[A-Za-z0-9_-]{16,}")  # an id in a pointer's msgpack: a run of its own
+
+
+@dataclass(frozen=True)
+class UvCacheEntry:
+    """One wheel entry of the store's uv cache and the archives it names."""
+
+    files: tuple[Path, ...]  # its link, pointer and lock file
+    archives: frozenset[str]  # ids it names that are in archive-v0/, by its link or its pointer
+    gone: str | None  # what it names that is not there (archive-v0/<id>, else the entry), None: whole
+
+    def names_any(self, ids: Collection[str]) -> bool:
+        return not self.archives.isdisjoint(ids)
+
+
+def uv_cache_entries(store: Store) -> list[UvCacheEntry]:
+    """Every wheel entry of the store's uv cache (``UV_ARCHIVES``), grouped by its file name stem."""
+    cache = uv_cache_dir(store)
+    archives = cache / UV_ARCHIVES
+    present = {p.name for p in archives.iterdir()} if archives.is_dir() else set()
+    groups: dict[Path, list[Path]] = {}
+    for bucket in sorted(cache.glob("wheels-v*")):
+        for folder, _dirs, names in os.walk(bucket):
+            for name in names + [d for d in _dirs if os.path.islink(os.path.join(folder, d))]:
+                base = next((name[: -len(x)] for x in (*_POINTERS, ".lock") if name.endswith(x)), name)
+                groups.setdefault(Path(folder, base), []).append(Path(folder, name))
+    out = []
+    for stem, files in sorted(groups.items()):
+        named: set[str] = set()
+        gone = None
+        link = Path(os.readlink(stem)) if stem.is_symlink() else None
+        if link is not None and link.parent.name == UV_ARCHIVES:
+            named.add(link.name)
+            if link.name not in present:
+                gone = f"uv-cache/{UV_ARCHIVES}/{link.name}"
+        for pointer in (f for f in files if f.name.endswith(_POINTERS)):
+            try:
+                ids = {m.decode() for m in _ARCHIVE_ID.findall(pointer.read_bytes())} & present
+            except OSError:
+                ids = set()
+            named |= ids
+            if not ids and gone is None:  # it names no archive there is (or in a form not known here)
+                gone = str(stem.relative_to(cache.parent))
+        out.append(UvCacheEntry(tuple(sorted(files)), frozenset(named & present), gone))
+    return out
+
+
+def drop_uv_cache_entries(entries: Iterable[UvCacheEntry]) -> None:
+    """Remove these entries' files (under the store's ``uv-cache`` lock, held exclusively): uv then
+    unpacks their wheels again when an install needs them."""
+    for entry in entries:
+        for path in entry.files:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def repair_uv_cache(store: Store, failure: InstallError) -> str:
+    """After uv failed to install from the store's cache: drop the entries whose archive is gone,
+    else, when uv's output names its cache, the whole cache; what was done, "" when neither applies
+    (uv failed for another reason)."""
+    with store.locked(_UV_CACHE_LOCK):  # no install runs from the cache while it is repaired
+        broken = [e for e in uv_cache_entries(store) if e.gone is not None]
+        if broken:
+            drop_uv_cache_entries(broken)
+            one = len(broken) == 1
+            return (f"uv's cache named {len(broken)} unpacked wheel{'' if one else 's'} that "
+                    f"{'is' if one else 'are'} gone ({', '.join(str(e.gone) for e in broken)}); dropped "
+                    f"{'its entry' if one else 'their entries'} and installed again")
+        cache = uv_cache_dir(store)
+        said = [line.strip().removeprefix("cause: ") for line in (failure.message, *failure.details)
+                if str(cache) in line]
+        if not said or not cache.exists():
+            return ""
+        store.remove_tree(cache)
+    return f"uv could not read its own cache ({said[-1]}); cleared it and installed again"
 
 
 def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
@@ -392,7 +498,10 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
 
 
 def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None) -> None:
-    result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None)
+    # In a process group of its own, named beside its log (a pid-named folder under tmp/): a uv that
+    # outlives a SIGKILLed envlock is ended by the next store open before its slot is used again.
+    result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None,
+                       group=log.with_name(f"uv{runner.GROUP_SUFFIX}"))
     if not result.ok:
         raise InstallError(
             f"uv could not {what} (exit {result.returncode}): uv {' '.join(args[:2])} ...",

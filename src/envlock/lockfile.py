@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, cast
@@ -190,6 +190,10 @@ class Lock:
     # env's binaries run on (from the CUDA majors they need; docs/gpus.md).
     kernels: Mapping[str, LockedKernels] = field(default_factory=dict)
     min_driver: str | None = None
+    # What each package (and each build of the spec) requires among the locked packages, from the
+    # wheels' Requires-Dist (``guards.recorded_requires``): the graph ``lock --check`` holds every
+    # package to, from the spec's roots. None: a lock written before envlock recorded it.
+    requires: Mapping[str, tuple[str, ...]] | None = None
 
     @property
     def venv_digest_stale(self) -> bool:
@@ -275,6 +279,9 @@ class Lock:
                 f"reason = {_s(o.reason)} }}," for o in self.allowed_overlaps] + ["]"]
         out += ["", "[tool.envlock.spec-keys]"]
         out += [f"{_s(k)} = {_s(v)}" for k, v in sorted(self.spec_keys.items())]
+        if self.requires is not None:
+            out += ["", "[tool.envlock.requires]"]
+            out += [f"{_s(k)} = [{', '.join(map(_s, v))}]" for k, v in sorted(self.requires.items()) if v]
         if self.nightlies:
             out += ["", "[tool.envlock.nightlies]"]
             for name, pin in sorted(self.nightlies.items()):
@@ -455,6 +462,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         kernels={name: _kernels(v, toml_key("tool.envlock.kernels", name))
                  for name, v in _table(tool.get("kernels", {}), "tool.envlock.kernels").items()},
         min_driver=_opt_str(tool, "min-driver", "tool.envlock"),
+        requires=_requires(tool.get("requires"), "tool.envlock.requires"),
     )
 
 
@@ -478,6 +486,33 @@ def _kernels(value: object, key: str) -> LockedKernels:
             raise _BadKeyError(f"{key}.cuda[{i}]", f"found {_found(major)}", "a CUDA major version (13)")
     return LockedKernels(_strings(table.get("sass", []), f"{key}.sass"), _strings(table.get("ptx", []), f"{key}.ptx"),
                          tuple(cuda))
+
+
+def reach(roots: Iterable[str], requires: Mapping[str, Sequence[str]]) -> set[str]:
+    """Every package reached from ``roots`` along ``requires`` (``Lock.requires``), the roots included."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += requires.get(name, ())
+    return seen
+
+
+def _requires(value: object, key: str) -> dict[str, tuple[str, ...]] | None:
+    """``[tool.envlock.requires]``: package name -> the package names it requires (None: no table)."""
+    if value is None:
+        return None
+    out = {}
+    for name, names in _table(value, key).items():
+        where = toml_key(key, name)
+        for i, item in enumerate((name, *_strings(names, where))):
+            if canonicalize_name(item) != item or not PACKAGE_NAME.fullmatch(item):
+                raise _BadKeyError(where if i == 0 else f"{where}[{i - 1}]", f"found {item!r}",
+                                   'a normalized package name (PEP 751), like "flashinfer-python"')
+        out[name] = tuple(names)
+    return out
 
 
 #: A Python version as a spec's ``env.python`` and a lock's ``python`` give it: a sync hands it
@@ -567,7 +602,18 @@ def _artifact(value: object, key: str) -> Artifact:
     if problem:
         raise _BadKeyError(where, f"found {url or path!r}, which names the file {art.filename!r}",
                        "a plain *.whl file name")
+    if path is not None and not is_lock_wheel_path(path):
+        raise _BadKeyError(where, f"found {path!r}, which leaves the workspace",
+                           "a path from the lock's folder (locks/) to a wheel inside the workspace, as "
+                           "`envlock build` writes it (../wheelhouse/FILE.whl)")
     return art
+
+
+def is_lock_wheel_path(value: str) -> bool:
+    """Whether a lock's wheel ``path`` stays in the workspace: relative to the lock's folder, ``locks/``,
+    it may climb out of that folder once (``../wheelhouse/…``), and nowhere after."""
+    parts = PurePosixPath(value).parts
+    return not PurePosixPath(value).is_absolute() and ".." not in parts[1 if parts[:1] == ("..",) else 0:]
 
 
 def is_workspace_path(value: str) -> bool:

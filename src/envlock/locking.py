@@ -26,7 +26,7 @@ from envlock.errors import (
     SpecError,
     raise_all,
 )
-from envlock.lockfile import Lock, LockFile, read_lock
+from envlock.lockfile import Artifact, Lock, LockFile, read_lock
 from envlock.mirrors import MirrorOptions, Mirrors, missing_folder
 from envlock.spec import load_env_spec
 from envlock.store import Store, replace_if_unchanged
@@ -46,7 +46,7 @@ class LockResult:
     env: str
     path: Path
     changed: bool  # the file's bytes changed
-    packages: int
+    packages: int  # the env's packages, those of builds not run yet included
     nightlies: Mapping[str, str] = field(default_factory=dict)  # name -> exact version
     mirrors: Mapping[str, str] = field(default_factory=dict)
     lock: Lock | None = field(default=None, repr=False)  # what the file now holds
@@ -56,7 +56,11 @@ class LockResult:
     notes: tuple[str, ...] = ()
     # The env's wheels brought into the store to compute a non-isolated build's input digest.
     build_downloaded: int = 0  # bytes
+    # Each package whose version the relock moved (an unchanged spec too: a new release on the index).
+    moved: tuple[tuple[str, str | None, str | None], ...] = ()  # (name, old or None, new or None)
     build_fetched: int = 0
+    # Each build of the old lock whose inputs moved -> the toolchain lines its rebuild resolves to now.
+    planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +75,7 @@ class LockResult:
             "note": self.note,
             "notes": list(self.notes),
             "build_downloaded": self.build_downloaded,
+            "moved": [{"package": name, "old": a, "new": b} for name, a, b in self.moved],
         }
 
 
@@ -120,19 +125,19 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
 
         hashing = CachedHashing(caches)
     resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress, hashing)
-    guarded = _guard(ws, env, spec, store, states, resolution, old)  # an overlap fails here: nothing written
+    guarded = _guard(ws, env, spec, store, states, resolution, old, progress)  # an overlap fails here: nothing written
     lock = Lock(
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
         spec_keys=spec.key_digests(), packages=resolution.packages, requires_python=resolution.requires_python,
         nightlies=resolution.nightlies, sources={name: state.locked() for name, state in states.items()},
-        overridden=guarded.overridden, allowed_overlaps=guarded.allowed,
+        overridden=guarded.overridden, allowed_overlaps=guarded.allowed, requires=guarded.requires,
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
     session = building.BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, progress,
                                     inputs=inputs)
     lock = replace(lock, fetchcontent=session.pins())
     session = replace(session, lock=lock)
-    lock, for_builds = building.carry_builds(session, old)
+    lock, for_builds, planned_toolchains = building.carry_builds(session, old)
     gpu_notes: list[str] = []
     if spec.gpus:  # lazy: only an env that names GPUs reads its wheels' binaries (docs/gpus.md)
         from envlock import kernels
@@ -147,16 +152,31 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
 
         push_hashed(hashing.caches, store, hashing.hashed)  # what it downloaded, for the next machine
     return LockResult(
-        env=env, path=old_file.path, changed=changed, packages=len(lock.packages),
+        # A build not run yet is a package of the env too, though the lock holds no wheel of it yet.
+        env=env, path=old_file.path, changed=changed,
+        packages=len(lock.packages) + sum(1 for name in lock.unbuilt() if lock.package(name) is None),
         nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
         mirrors={name: http.redact(url) for name, url in mirrors.indexes.items()},  # printed: no credentials
         lock=lock, downloaded=resolution.downloaded, note=mirrors.stray_note(ws),
         notes=(*guarded.notes, *gpu_notes,
                *(f"{replace(y, live=True).text()}; locked because pinned exactly (==), recorded "
                  "in the lock ([packages.tool.envlock] yanked)" for y in yanks.recorded(lock))),
-        build_downloaded=sum(f.downloaded for f in for_builds),
+        build_downloaded=sum(f.downloaded for f in for_builds), moved=_moved(old, lock),
         build_fetched=sum(1 for f in for_builds for a in f.artifacts if a.source != "store"),
+        planned_toolchains=planned_toolchains,
     )
+
+
+def _moved(old: Lock | None, new: Lock) -> tuple[tuple[str, str | None, str | None], ...]:
+    """Each package whose version differs between ``old`` and ``new`` (added: old None; gone: new
+    None); a build not run yet for ``new`` has not moved."""
+    if old is None:
+        return ()
+    before = {str(p.name): str(p.version) for p in old.packages}
+    after = {str(p.name): str(p.version) for p in new.packages}
+    pending = set(new.unbuilt())
+    return tuple((name, before.get(name), after.get(name)) for name in sorted(before.keys() | after.keys())
+                 if before.get(name) != after.get(name) and not (name in pending and name not in after))
 
 
 def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, str], store: Store,
@@ -189,16 +209,25 @@ def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, 
 
 
 def _guard(ws: Workspace, env: str, spec: EnvSpec, store: Store, states: Mapping[str, building.SourceState],
-           resolution: Resolution, old: Lock | None) -> guards.GuardReport:
-    """The guards on ``resolution`` (``guards.check``): ``OverlapError`` when two distributions
-    install one file with different bytes, else the notes and the pins the overrides beat."""
+           resolution: Resolution, old: Lock | None, progress: Progress | None = None) -> guards.GuardReport:
+    """The guards on ``resolution`` (``guards.check``): ``MetadataError`` when an index served uv
+    metadata that is not its wheel's own, ``OverlapError`` when two distributions install one file
+    with different bytes, else the notes and the pins the overrides beat. A wheel whose index serves
+    no byte ranges is read whole, into the store by its sha256 (where the sync finds it)."""
+    from envlock import fetch
+
     projects, build_requires, _ = building.resolve_build_inputs(spec, states)
     subdirectory = {pkg.name: spec.builds[pkg.build].subdirectory
                     for pkg in spec.packages.values() if pkg.build and pkg.build in spec.builds}
+    base = ws.lock_path(env).parent
+
+    def whole(artifact: Artifact) -> None:
+        fetch.fetch([artifact], store, base_dir=base, progress=progress, env=env)
+
     inputs = guards.GuardInputs(
         packages=resolution.packages, store=store, extra_requirements=build_requires,
         projects={name: (path, subdirectory.get(name, "")) for name, path in projects.items()},
-        before=old.overridden if old is not None else None, base=ws.lock_path(env).parent,
+        before=old.overridden if old is not None else None, base=base, whole=whole,
     )
     return guards.check(spec, inputs)
 
@@ -243,14 +272,18 @@ def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, o
     path = ws.lock_path(env)
     spec = load_env_spec(ws, env)
     lock = read_lock(path)
-    found = drift(ws, env, spec, lock)
+    # Offline, no mirror is read (nor checked); a misspelt ENVLOCK_INDEX_* is said all the same, as lock
+    # and sync say it.
+    mirrors = Mirrors(spec) if offline else Mirrors.of(spec, asked)
+    stray = tuple(filter(None, [mirrors.stray_note(ws)]))
     if offline:
-        return LockCheck(env, path, found.current, found.reasons, notes=(yanks.OFFLINE_NOTE,))
+        found = drift(ws, env, spec, lock)
+        return LockCheck(env, path, found.current, found.reasons, notes=(*stray, yanks.OFFLINE_NOTE))
     from envlock.resolve import index_urls
 
-    mirrors = Mirrors.of(spec, asked)
+    found = drift(ws, env, spec, lock, mirrors=mirrors.indexes)  # a lock made through a mirror records its URL
     # Each package's page on the index the spec pins it to (its mirror if one is named), as a lock reads it.
     urls = index_urls(spec, mirrors.indexes)
     with mirrors.credentials():  # a private index's pages are read with its password
         checked = yanks.check_index(lock, read_at={p.name: urls[spec.index_of(p.name)] for p in lock.packages})
-    return LockCheck(env, path, found.current, found.reasons, checked.yanked, tuple(checked.lines()))
+    return LockCheck(env, path, found.current, found.reasons, checked.yanked, (*stray, *checked.lines()))

@@ -35,12 +35,18 @@ class LockRef:
 
     @property
     def writable(self) -> bool:
-        """Whether a sync may write the venv digest into it: a file, not read from git, and not a
-        generation's copy in a store (store entries are never written)."""
-        from envlock.generations import is_lock_copy
-
+        """Whether a sync may write the venv digest into it: a file, not read from git, and not in a
+        store (a generation's copy, a pin: store entries are never written, whichever ENVLOCK_HOME)."""
         # Not a pipe (`--lock <(git show ...)`): nothing to write back to.
-        return self.path is not None and self.path.is_file() and not is_lock_copy(self.path.resolve())
+        return self.path is not None and self.path.is_file() and not in_a_store(self.path.resolve())
+
+
+def in_a_store(path: Path) -> bool:
+    """Whether ``path`` lies in an envlock store (this ``ENVLOCK_HOME`` or another's): under its
+    ``v<layout>`` folder, beside which the store's ``layout`` marker is."""
+    from envlock.store import LAYOUT_VERSION
+
+    return any(p.name == f"v{LAYOUT_VERSION}" and (p.parent / "layout").is_file() for p in path.parents)
 
 
 def load_env_lock_ref(ws: Workspace, ref: str, env: str, command: str) -> LockRef:

@@ -30,12 +30,17 @@ from envlock.errors import (
     raise_all,
     redact,
 )
-from envlock.spec import EnvSpec, is_index_url, read_spec
+from envlock.spec import EnvSpec, read_spec
+from envlock.urlcheck import git_url_problem, is_index_url, shown, unsafe_char
 from envlock.workspace import Workspace, env_var_suffix
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from envlock.fetch import FetchResult
     from envlock.indexes import Listings
     from envlock.lockfile import Artifact, Lock, LockedPackage
+    from envlock.store import Store
 
 # envlock.http and envlock.indexes (socket, ssl, http.client) are imported where a URL is read:
 # most syncs read none (docs/architecture.md, "Lazy imports").
@@ -174,7 +179,8 @@ def index_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None) -> d
     given = {name: (env_var(INDEX_ENV_PREFIX, name), url)
              for name, url in _from_env(INDEX_ENV_PREFIX, spec.indexes, None).items()}
     given.update({name: (f"--index {name}", url) for name, url in (explicit or {}).items()})
-    bad = [f"{origin}={redact(url)!r}: expected an http(s):// or file:// URL"  # a password must not reach a log
+    bad = [f"{origin}={shown(url)!r}: expected an http(s):// or file:// URL"  # a password must not reach a log
+           + (f" with no whitespace or control character ({where})" if (where := unsafe_char(shown(url))) else "")
            for _, (origin, url) in sorted(given.items()) if not is_index_url(url)]
     bad += [f"{origin}={url!r}: no such folder ({path}); expected an index on disk (a folder per project)"
             for _, (origin, url) in sorted(given.items())
@@ -220,6 +226,11 @@ def source_mirrors(spec: EnvSpec, explicit: Mapping[str, str] | None = None,
     """
     names = {*spec.sources, *(dep.name for b in spec.builds.values() for dep in b.fetchcontent)}
     out = _from_env(SOURCE_ENV_PREFIX, names, environ)
+    bad = [f"{env_var(SOURCE_ENV_PREFIX, name)}=...: {problem}" for name, url in sorted(out.items())
+           if (problem := git_url_problem(url)) is not None]
+    bad += [f"--source {name}=...: {problem}" for name, url in sorted((explicit or {}).items())
+            if (problem := git_url_problem(url)) is not None]
+    raise_all(UsageError, bad, f"{len(bad)} source mirrors are no repository git may read")
     for name, url in (explicit or {}).items():
         if name not in names:
             known = ", ".join(sorted(names)) or "none"
@@ -290,16 +301,35 @@ def _mirrored_url(listings: Listings, a: Artifact, name: str, mirror: str) -> st
         files = {f.filename: f for f in listings.files(mirror, name)}
     except PackageIndexError as exc:
         return FetchError(f"{a.filename}: {exc.message}")
+    # An http(s) mirror's page must not send envlock to read this machine's files: ``listings`` refuses
+    # such a page (``indexes.link_problem``), as it does every index's.
     listed = files.get(a.filename)
-    # An http(s) mirror's page must not send envlock to read this machine's files.
-    schemes = ("http", "https", "file") if urlsplit(mirror).scheme == "file" else ("http", "https")
     if listed is None:
         return FetchError(f"{a.filename}: mirror {shown} lists no such file for {name} "
                           f"(expected the locked wheel, sha256 {a.sha256})")
     if listed.sha256 not in (None, a.sha256):
         return FetchError(f"{a.filename}: mirror {shown} lists it with sha256 "
                           f"{listed.sha256}, the lock says {a.sha256}: not the locked file")
-    if urlsplit(listed.url).scheme not in schemes:
-        return FetchError(f"{a.filename}: mirror {shown} lists it at {listed.url}; "
-                          f"expected a {' or '.join(schemes)} URL")
     return http.with_credentials_of(listed.url, mirror)
+
+
+def fetch_mirrored(ws: Workspace, env: str, lock: Lock, artifacts: Sequence[Artifact], store: Store, *,
+                   base_dir: Path, asked: MirrorOptions | None = None) -> FetchResult:
+    """``fetch.fetch`` of ``artifacts`` (wheels of ``lock``) as a sync downloads them: each from the
+    mirror ``asked`` (``--index``) or ``ENVLOCK_INDEX_<NAME>`` names for its spec index (``env``'s
+    spec, when it reads), with the spec's credentials; else from the lock's URLs (export, cache push)."""
+    from envlock import fetch
+    from envlock.errors import EnvlockError
+    from envlock.spec import load_env_spec
+
+    try:
+        spec = load_env_spec(ws, env, check_paths=False)
+    except EnvlockError:
+        if asked is not None and asked.indexes:  # a mirror named by spec index, with no spec to name it
+            raise
+        spec = None
+    mirrors = Mirrors.of(spec, asked) if spec is not None else Mirrors()
+    found = mirrors.for_packages(lock)
+    locate = package_locator(lock.packages, found) if found else None
+    with mirrors.credentials():
+        return fetch.fetch(list(artifacts), store, base_dir=base_dir, env=env, locate=locate)

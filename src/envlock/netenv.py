@@ -12,7 +12,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import ssl
 
 #: Set by ``--native-tls``; UV_NATIVE_TLS and UV_SYSTEM_CERTS (uv's names) mean the same.
 NATIVE_TLS_VARS = ("ENVLOCK_NATIVE_TLS", "UV_SYSTEM_CERTS", "UV_NATIVE_TLS")
@@ -189,3 +193,22 @@ def git_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     if t.capath:
         out["GIT_SSL_CAPATH"] = t.capath
     return out
+
+
+def ssl_context(trust: Trust) -> ssl.SSLContext:
+    """A TLS client context of ``trust`` (``--native-tls``: the operating system's store through
+    ``truststore`` where installed, else OpenSSL's default paths); raises ``OSError`` or
+    ``ssl.SSLError`` when the named CA files cannot be loaded."""
+    import ssl
+
+    if not trust.native:
+        return ssl.create_default_context(cafile=trust.cafile, capath=trust.capath)
+    try:
+        import truststore
+
+        ctx: ssl.SSLContext = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    except ImportError:
+        ctx = ssl.create_default_context()
+    if trust.cafile or trust.capath:
+        ctx.load_verify_locations(cafile=trust.cafile, capath=trust.capath)
+    return ctx

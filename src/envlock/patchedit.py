@@ -208,11 +208,13 @@ class RecordedPatch:
     merge: str | None = None
     conflicted: tuple[str, ...] = ()
     rejects: tuple[str, ...] = ()
+    removed: bool = False  # the work dir, once its new patch is written (``patching.patch_record``)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "path": str(self.path),
+            "removed": self.removed,
             "number": self.number,
             "files": list(self.files),
             "sha256": self.sha256,

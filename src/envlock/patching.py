@@ -185,9 +185,35 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
         base = source_at(ws, store, source, src, against=None, lock=lock, mirrors=mirrors).tree
     # A path source has no pin to go back to: its tree as it is now is what a patch must
     # be redone on, as for a new commit (record --refresh).
-    return edit(source, prepared.tree, load_patches(ws.root, src.patches), workdir,
-                stop_at_conflict=against is not None or src.git is None, env=env, base=base,
-                label=against or "upstream", commit=prepared.commit)
+    session = edit(source, prepared.tree, load_patches(ws.root, src.patches), workdir,
+                   stop_at_conflict=against is not None or src.git is None, env=env, base=base,
+                   label=against or "upstream", commit=prepared.commit)
+    ignore_in_git(ws.root, workdir)
+    return session
+
+
+def ignore_in_git(root: Path, workdir: Path) -> bool:
+    """Keep ``workdir`` out of ``git status`` when it lies in the git work tree of the workspace
+    ``root`` (``./SOURCE-edit``): a line in the repository's ``info/exclude``, which is local and
+    never committed. True if it is excluded (now or before)."""
+    from envlock import runner
+    from envlock.store import write_atomic
+
+    found = runner.git(["rev-parse", "--show-toplevel", "--git-path", "info/exclude"], cwd=root)
+    if not found.ok or len(found.stdout.splitlines()) != 2:
+        return False  # not a git checkout: nothing lists it
+    top, exclude = (Path(line) for line in found.stdout.splitlines())
+    exclude = root / exclude  # relative to where git ran, unless absolute
+    try:
+        rel = workdir.resolve().relative_to(top.resolve())
+    except ValueError:
+        return False  # outside the work tree: git does not see it
+    line = f"/{rel.as_posix()}/"
+    text = exclude.read_text(encoding="utf-8") if exclude.is_file() else ""
+    if line not in text.splitlines():
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(exclude, (text + ("\n" if text and not text.endswith("\n") else "") + line + "\n").encode())
+    return True
 
 
 def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str | None, upstream: str | None,
@@ -209,7 +235,14 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
     recorded = record(workdir, patches_dir, current=current, subject=subject, why=why, upstream=upstream,
                       refresh=refresh, workspace_root=ws.root,
                       other_envs=() if refresh else patches_of_other_envs(ws, spec.name, source))
-    return replace(recorded, env=spec.name)
+    if refresh:
+        return replace(recorded, env=spec.name)  # a refresh carries on there (the next patch, a new one)
+    # Done with it: the new patch holds every change of the work dir (record staged them all and
+    # refuses leftovers), and the next `patch edit` makes a new one where this was.
+    import shutil
+
+    shutil.rmtree(workdir)
+    return replace(recorded, env=spec.name, removed=True)
 
 
 def source_at(ws: Workspace, store: Store, name: str, src: SourceSpec, *, against: str | None, lock: Lock | None,

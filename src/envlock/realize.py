@@ -110,7 +110,7 @@ def realize(store: Store, target: SyncTarget, progress: Progress | None = None) 
         cur = generations.current(store, env)
         if cur is not None and _current_is(store, cur, lock):
             return _noop(store, target, cur, started)
-        got = _fetch(store, target, progress)
+        got, cached, cached_bytes = _fetch(store, target, progress)
         checked = _install_checked(store, target, got.paths())
         # Record first, so the generation keeps the lock text as it stands after this sync.
         lock_bytes, on_disk, recorded = _record(lock, target.lock_path, checked.digest, checked.python,
@@ -126,7 +126,9 @@ def realize(store: Store, target: SyncTarget, progress: Progress | None = None) 
         unstamped = _stamp(store, target, gen.number, checked.digest, lock_bytes, on_disk)
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, lock.install_digest(), checked.digest, noop=False,
-            downloaded=got.downloaded, fetched=sum(1 for a in got.artifacts if a.source != "store"),
+            # What the caches gave counts as fetched and downloaded too (the sync's note says from where).
+            downloaded=got.downloaded + cached_bytes,
+            fetched=sum(1 for a in got.artifacts if a.source != "store") + cached,
             built=checked.built, recorded=recorded, seconds=time.monotonic() - started,
             note="; ".join(filter(None, [note, unstamped])),
         )
@@ -155,8 +157,9 @@ def _noop(store: Store, target: SyncTarget, cur: generations.Generation, started
                                                                   target.lock_path), unstamped])))
 
 
-def _fetch(store: Store, target: SyncTarget, progress: Progress | None) -> FetchResult:
-    """Every locked wheel in the store (from mirrors where the target names them)."""
+def _fetch(store: Store, target: SyncTarget, progress: Progress | None) -> tuple[FetchResult, int, int]:
+    """Every locked wheel in the store (from mirrors where the target names them), and how many
+    wheels (and bytes) of them the caches gave."""
     from envlock import fetch
     from envlock.mirrors import package_locator
 
@@ -165,10 +168,12 @@ def _fetch(store: Store, target: SyncTarget, progress: Progress | None) -> Fetch
     if base_dir is None:
         base_dir = target.lock_path.parent if target.lock_path is not None else Path.cwd()
     locate = package_locator(lock.packages, target.package_mirrors) if target.package_mirrors else None
+    cached = cached_bytes = 0
     if target.caches is not None and not target.offline:  # a cache first: what it lacks comes from the index
-        target.caches.wheels_into_store(store, [p.wheels[0] for p in lock.packages])
-    return fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir, offline=target.offline,
-                       progress=progress, local_sources=target.local_wheels, locate=locate, env=target.env)
+        cached, cached_bytes = target.caches.wheels_into_store(store, [p.wheels[0] for p in lock.packages])
+    got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=base_dir, offline=target.offline,
+                      progress=progress, local_sources=target.local_wheels, locate=locate, env=target.env)
+    return got, cached, cached_bytes
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,7 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
         # an edit that reached uv's cache is not written into the lock as the truth.
         expected, from_store = seen[0], True
     whose = "this store's earlier generations'" if from_store else "the lock's"
+    repaired = inst.note  # uv's cache repaired on the way (``install.repair_uv_cache``)
     note = ""
     if expected is not None and actual.digest != expected and inst.built:
         # uv installs from its cache, whose files are the venvs' (hard links): a file
@@ -241,7 +247,8 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
             + _discard(store, key, inst.venv, actual.digest, stale=stale if inst.built else frozenset()),
             details=differing_lines(reference, actual, expected),
         )
-    return _Checked(inst.venv, key, actual.digest, built_with, inst.built, note)
+    return _Checked(inst.venv, key, actual.digest, built_with, inst.built,
+                    "; ".join(dict.fromkeys(filter(None, [repaired, inst.note, note]))))
 
 
 def _new_generation(store: Store, env: str, cur: generations.Generation | None, checked: _Checked,

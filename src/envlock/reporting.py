@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -46,6 +46,9 @@ from envlock.store import Store, store_file
 from envlock.target import requires_dist, target_environment
 from envlock.ui import size
 from envlock.workspace import Workspace
+
+if TYPE_CHECKING:
+    from envlock.mirrors import MirrorOptions
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -79,15 +82,19 @@ class ReportOptions:
     fetch_from: Mapping[str, str] | None = None
     fetch_hint: str = DIFF_FETCH_HINT
     yanked: bool = False
-    mirrors: MirrorOptions | None = None  # --index and --source given (else the environment's only)
+    # ``diff --index``/``--source``: the mirrors its --yanked reads and its --fetch fetches from
+    mirrors: MirrorOptions | None = None
 
 
 def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str, new_label: str,
                    old_spec: EnvSpec | None = None, new_spec: EnvSpec | None = None,
-                   store: Store | None = None, options: ReportOptions | None = None) -> UpgradeReport:
+                   store: Store | None = None, options: ReportOptions | None = None,
+                   planned_toolchains: Mapping[str, tuple[str, ...]] | None = None) -> UpgradeReport:
     """What moving from lock ``old`` to ``new`` changes. ``old_spec``/``new_spec``: the specs the
     locks were made from (``upgrade`` has both); without them the workspace's spec of ``new.env``
-    (if it reads) stands for both. ``store``: where mirrors and wheels are read (default: the store)."""
+    (if it reads) stands for both. ``store``: where mirrors and wheels are read (default: the store).
+    ``planned_toolchains``: the toolchain lines the relock that made ``new`` resolved for each build
+    it does not record yet (``locking.LockResult.planned_toolchains``)."""
     options = options or ReportOptions()
     notes: list[str] = []
     if new_spec is None and ws is not None and new.env and (ws.root / "envs" / f"{new.env}.toml").is_file():
@@ -135,6 +142,7 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         recipes={name: (_recipe(store, old, name), _recipe(store, new, name)) for name in ctx.builds},
         required_by_old=_required_by(old, store), required_by_new=_required_by(new, store),
         build_systems=_build_systems(ctx.builds, old, new, mirrors),
+        planned_toolchains=dict(planned_toolchains or {}),
     )
     current = {*new.builds, *new.unbuilt()}  # a build the new lock's spec no longer has is told of by its new name
     commits = {name: (str(old.sources[name].commit), str(new.sources[name].commit)) for name in mirrors}

@@ -27,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from envlock import http, runner
 from envlock.errors import FetchError, ResolveError, did_you_mean, raise_all
-from envlock.indexes import IndexFile, Listings, choosable
+from envlock.indexes import IndexFile, Listings, choosable, link_problem
 from envlock.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.nightly import DatePin, date_error, local_tag, nightlies_by_date, usable_files
 from envlock.spec import EnvSpec, PackageSpec, allows
@@ -226,9 +226,11 @@ def compile_args(spec: EnvSpec, inputs: ResolveInputs, output: str = "pylock.tom
     # uv runs with UV_NO_CONFIG (no user config may leak in), which also drops the
     # project's [tool.uv] settings: the default index and the overrides go on the
     # command line. Index pins ([tool.uv.sources]) are project metadata and stay.
+    # Wheels only: an index's sdist is never built to read its metadata (its setup.py would run here);
+    # a local build's source tree is (it is built from a pinned source anyway).
     return runner.compile_args("pyproject.toml", output, output_format=output, python=spec.python,
                                platform=spec.platform, default_index=inputs.index_urls[spec.default_index.name],
-                               overrides="overrides.txt")
+                               overrides="overrides.txt", wheels_only=sorted(map(str, inputs.build_sources)))
 
 
 def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
@@ -267,7 +269,9 @@ def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str,
     ]
     for name in sorted(spec.indexes, key=lambda n: (not spec.indexes[n].default, n)):
         idx = spec.indexes[name]
-        lines += ["", "[[tool.uv.index]]", f"name = {json.dumps(name)}", f"url = {json.dumps(inputs.index_urls[name])}"]
+        # Its password reaches uv in its environment (``_run_uv``), never in a file it reads.
+        url = runner.without_password(inputs.index_urls[name])
+        lines += ["", "[[tool.uv.index]]", f"name = {json.dumps(name)}", f"url = {json.dumps(url)}"]
         lines.append("default = true" if idx.default else "explicit = true")
     lines += ["", "[tool.uv.sources]"]
     lines += [
@@ -516,6 +520,11 @@ def _pylock_entries(text: str) -> list[Mapping[str, object]]:
     return entries
 
 
+_SDIST_HINT = ("envlock locks wheels only: it never builds an index's sdist to read its metadata (that would run the "
+               "index's code); declare a [builds.NAME] to build one from a pinned source, or pin a version that has "
+               "wheels")
+
+
 def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
             stored: Mapping[str, Artifact], output: str, direct: set[str] | None = None) -> str:
     """uv's resolution of the transient project, as the text of its ``output`` format.
@@ -533,14 +542,15 @@ def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile
         (work / "pyproject.toml").write_text(transient_project(spec, inputs, pinned, direct_files))
         (work / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, overridden, local)))
         args = compile_args(spec, inputs, output)
-        result = runner.uv(args, cwd=work, env=inputs.build_env)
+        result = runner.uv(args, cwd=work, env={**inputs.build_env, **runner.uv_index_credentials(inputs.index_urls)})
         if not result.ok:
             unreachable = "Failed to fetch" in result.stderr or "error sending request" in result.stderr
+            sdists = [_SDIST_HINT] if "has no usable wheels" in result.stderr else []
             raise ResolveError(
                 f"{spec.path}: uv could not read an index for env {spec.name!r} (no network, or a mirror is "
                 f"needed: --index NAME=URL)" if unreachable else
                 f"{spec.path}: uv found no resolution for env {spec.name!r}",
-                details=result.tail().splitlines(),
+                details=[*result.tail().splitlines(), *sdists],
             )
         return (work / output).read_text()
     finally:
@@ -611,8 +621,7 @@ def _checked_packages(
     for name, version, wheel in wanted:
         index_name = spec.index_of(name)
         url = urldefrag(str(wheel["url"]))[0]
-        if problem := Artifact(sha256="", url=url).filename_problem():  # before anything is downloaded
-            raise ResolveError(f"{name} {version}: {problem}")
+        _check_url(spec, f"{name} {version}", url, index_name, inputs.index_urls[index_name])
         listed_sha = None  # what the index says, for a checked package
         if name in checked:
             found = {f.url: f for f in listings.files(inputs.index_urls[index_name], name)}.get(url)
@@ -644,6 +653,16 @@ def _checked_packages(
                           index=http.redact(inputs.index_urls[index_name]))
         )
     return tuple(sorted(packages, key=lambda p: p.name)), downloaded
+
+
+def _check_url(spec: EnvSpec, what: str, url: str, index_name: str, index_url: str) -> None:
+    """``ResolveError`` for a wheel URL uv answered that names no plain ``*.whl`` file, or that its
+    index's page may not link (a remote index's ``file:`` link): before anything is downloaded."""
+    if problem := Artifact(sha256="", url=url).filename_problem():
+        raise ResolveError(f"{what}: {problem}")
+    if problem := link_problem(index_url, url):  # uv read a page envlock may not have read
+        raise ResolveError(f"{spec.path}: {what}: uv resolved it from index {index_name!r} ({http.redact(index_url)}), "
+                           f"which lists {Artifact(sha256='', url=url).filename} at {url}: {problem}")
 
 
 def _stored_package(name: NormalizedName, entry: Mapping[str, object], pin: IndexFile, artifact: Artifact,

@@ -6,12 +6,15 @@ stage error with the command and the tail of its output.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from envlock import netenv
 from envlock.errors import EnvlockError
@@ -67,17 +70,38 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     log: Path | None = None,
+    deadline: tuple[float, str] | None = None,
+    group: Path | None = None,
 ) -> Result:
-    """Run a command to completion and capture its output (also into ``log``, if given)."""
+    """Run a command to completion and capture its output (also into ``log``, if given).
+    ``deadline``: (seconds, why): past them it is killed, with all it started, and its stderr ends
+    with why (a network transfer's total deadline).
+
+    ``group``: the command runs in a process group of its own, named in the file ``group``
+    (``GROUP_SUFFIX``) for as long as it runs, so that if envlock is killed meanwhile, whoever finds
+    the file (the next envlock to open the store) can end what it left running (``end_group``)."""
     args = tuple(str(a) for a in argv)
     try:
         with subprocess.Popen(args, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, errors="replace") as proc:
+                              stderr=subprocess.PIPE, text=True, errors="replace",
+                              process_group=0 if group is not None else None) as proc:
             try:
-                out, err = proc.communicate()
+                if group is not None:
+                    _record_group(group, proc.pid)
+                out, err = proc.communicate(timeout=deadline[0] if deadline else None)
             except KeyboardInterrupt:
                 _interrupt(proc)
                 raise
+            except subprocess.TimeoutExpired:
+                assert deadline is not None
+                for pid in [proc.pid, *_descendants(proc.pid)]:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+                out, err = proc.communicate()
+                err += f"\nenvlock: ended after {deadline[0]:g} s: {deadline[1]}\n"
+            finally:
+                if group is not None:
+                    group.unlink(missing_ok=True)
         result = Result(args, proc.returncode, out, err)
     except FileNotFoundError:
         result = Result(args, 127, "", f"{args[0]}: command not found")
@@ -103,9 +127,6 @@ def _interrupt(proc: subprocess.Popen[str]) -> None:
     process group (a closed terminal, a group kill and Ctrl-Z reach them as they reach envlock);
     they are found in /proc, where there is one, before anything is signalled. A terminal's
     Ctrl-C can end uv before this runs: what it left is envlock's now (``_adopt_orphans``)."""
-    import contextlib
-    import signal
-
     def send(pid: int, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):  # all gone already
             os.kill(pid, sig)
@@ -125,6 +146,13 @@ def _interrupt(proc: subprocess.Popen[str]) -> None:
     for pid, started in tree.items():  # what outlived uv, unless its pid is another process's now
         if _started(pid) == started:
             send(pid, signal.SIGKILL)
+
+
+def kill_descendants() -> None:
+    """SIGKILL every process envlock started that still runs, theirs too (an interrupt's last resort)."""
+    for pid in _descendants(os.getpid()):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 _adopting = False  # whether this process is its descendants' subreaper (``_adopt_orphans``)
@@ -180,11 +208,125 @@ def _started(pid: int) -> str | None:
 
 
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
-       env: Mapping[str, str] | None = None, log: Path | None = None, wrap: Sequence[str] = ()) -> Result:
+       env: Mapping[str, str] | None = None, log: Path | None = None, wrap: Sequence[str] = (),
+       group: Path | None = None) -> Result:
     """Run the pinned uv with ``args`` (under ``wrap``, a command that runs its arguments: a build's
-    private mount namespace)."""
+    private mount namespace; ``group``: in a process group of its own, see ``run``). An index URL
+    never stays in its command line, which any user of the machine reads in ``/proc/PID/cmdline``:
+    ``--default-index URL`` (its password) reaches uv as ``UV_DEFAULT_INDEX``, which only its own
+    user reads (``/proc/PID/environ``)."""
     _adopt_orphans()  # a build's backend must stay within reach of an interrupt
-    return run([*wrap, uv_bin(), *args], cwd=cwd, env=uv_env(env), log=log)
+    argv: list[str] = []
+    moved: dict[str, str] = {}
+    given = [str(a) for a in args]
+    for i, arg in enumerate(given):
+        if i and given[i - 1] == "--default-index":
+            moved["UV_DEFAULT_INDEX"] = arg
+        elif arg.startswith("--default-index="):
+            moved["UV_DEFAULT_INDEX"] = arg.partition("=")[2]
+        elif arg != "--default-index":
+            argv.append(arg)
+    return run([*wrap, uv_bin(), *argv], cwd=cwd, env=uv_env({**moved, **(env or {})}), log=log, group=group)
+
+
+def without_password(url: str) -> str:
+    """``url`` without its ``user:password@`` when it has a password (a ``user@`` alone, which
+    asks the keyring, is no secret and stays)."""
+    from envlock.errors import redact
+
+    try:
+        return redact(url) if urlsplit(url).password is not None else url
+    except ValueError:
+        return redact(url)
+
+
+def uv_index_credentials(urls: Mapping[str, str]) -> dict[str, str]:
+    """The environment that gives uv the password of each named index (``[[tool.uv.index]]``) whose
+    URL holds one: ``UV_INDEX_<NAME>_USERNAME``/``_PASSWORD`` (NAME upper-cased, every other
+    character than A-Z and 0-9 as ``_``, as uv reads them), so the URL uv reads has none."""
+    import re
+    from urllib.parse import unquote
+
+    out: dict[str, str] = {}
+    for name, url in urls.items():
+        try:
+            parts = urlsplit(url)
+            password = parts.password
+        except ValueError:
+            continue
+        if password is not None:
+            var = "UV_INDEX_" + re.sub(r"[^A-Z0-9]", "_", name.upper())
+            out[f"{var}_USERNAME"], out[f"{var}_PASSWORD"] = unquote(parts.username or ""), unquote(password)
+    return out
+
+
+#: How a file that names a running process group ends (``run``'s ``group``).
+GROUP_SUFFIX = ".pgroup"
+
+
+def _record_group(record: Path, pgid: int) -> None:
+    """Write ``record``: the group ``pgid`` (its leader's pid) and when that leader started."""
+    temp = record.with_name(f".{record.name}.{os.getpid()}")
+    temp.write_text(f"{pgid} {_started(pgid)}\n")
+    os.replace(temp, record)  # never half a record: a killed envlock's is read by the next
+
+
+def end_group(record: Path, *, timeout: float = 10.0) -> bool:
+    """End the process group ``record`` names (a killed envlock's uv, and what that uv started):
+    SIGKILL to the group, then wait until no process of it is left (a zombie counts as gone);
+    remove ``record``. False when some of it is still there after ``timeout`` seconds (or cannot be
+    signalled); True when it is gone, or the record names nothing that runs (its leader's pid is
+    another process's now, or the record does not read)."""
+    import signal
+    import time
+
+    try:
+        pgid_text, started = record.read_text().split()
+        pgid = int(pgid_text)
+    except (OSError, ValueError):
+        record.unlink(missing_ok=True)
+        return True
+    leader = _started(pgid)
+    if pgid <= 1 or (leader is not None and leader != started):  # that pid is another process's now
+        record.unlink(missing_ok=True)
+        return True
+    deadline = time.monotonic() + timeout
+    while _group_members(pgid):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            break
+        except PermissionError:
+            return False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    record.unlink(missing_ok=True)
+    return True
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that still run (zombies left out: they hold nothing but
+    their pid until their parent reaps them); without /proc, [pgid] while the group exists."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != b"Z":
+                members.append(int(name))
+    return members
 
 
 def compile_args(
@@ -199,9 +341,12 @@ def compile_args(
     constraints: str | os.PathLike[str] | None = None,
     hashes: bool = False,
     annotate: bool = True,
+    wheels_only: Sequence[str] | None = None,
 ) -> list[str]:
     """The arguments of ``uv pip compile`` (for ``uv``) resolving ``requirements`` (a requirements.in or
     a pyproject.toml) for ``python`` (and ``platform``, uv's ``--python-platform``) into ``output``.
+    ``wheels_only``: no source distribution is built for its metadata but those of the packages named
+    (local builds): an index's sdist would run the index's code (``--only-binary :all:``).
 
     The one place envlock spells a resolution for uv: the lock's (resolve) and a build's
     requirements (build). Under ``UV_NO_CONFIG`` (``uv_env``) nothing else reaches uv.
@@ -227,6 +372,8 @@ def compile_args(
         args += ["--override", os.fspath(overrides)]
     if constraints is not None:
         args += ["--constraint", os.fspath(constraints)]
+    if wheels_only is not None:
+        args += ["--only-binary", ":all:", *(arg for name in wheels_only for arg in ("--no-binary", name))]
     return args
 
 
@@ -242,13 +389,14 @@ def keep_log(log: Path, kept: Path) -> Path:
 
 
 def git_checked(
-    args: Sequence[str | os.PathLike[str]], *, what: str, error: type[EnvlockError], cwd: Path | None = None
+    args: Sequence[str | os.PathLike[str]], *, what: str, error: type[EnvlockError], cwd: Path | None = None,
+    network: bool = False,
 ) -> Result:
     """``git(args)``, raising ``error`` (naming ``what``, the command and its output) when it fails."""
-    result = git(args, cwd=cwd)
+    result = git(args, cwd=cwd, network=network)
     if not result.ok:
         raise error(
-            f"{what}: `git {' '.join(str(a) for a in args)}` failed (exit {result.returncode})",
+            f"{what}: `{' '.join(result.argv)}` failed (exit {result.returncode})",  # as run: no password
             details=result.tail(15).splitlines(),
         )
     return result
@@ -262,9 +410,10 @@ def git_bytes(
     For output that carries file contents (a diff): a file that is not UTF-8 (a Latin-1
     comment, a data table) must keep its bytes, which ``run``'s text decoding would replace.
     """
-    argv = ["git", *(str(a) for a in args)]
+    given, env = _git_call(args)
+    argv = ["git", *given]
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=_git_environ(), capture_output=True)
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True)
     except FileNotFoundError:
         raise error(f"{what}: git: command not found") from None
     if proc.returncode != 0:
@@ -274,14 +423,68 @@ def git_bytes(
     return proc.stdout
 
 
-def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None) -> Result:
-    """Run git with a fixed identity and no user config, so results do not depend on the machine."""
-    return run(["git", *args], cwd=cwd, env=_git_environ())
+def git(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None, network: bool = False) -> Result:
+    """Run git with a fixed identity and no user config, so results do not depend on the machine;
+    only the transports of ``urlcheck.GIT_TRANSPORTS``, and no password in its command line.
+    ``network``: a fetch or ``ls-remote``, held to a transfer's total deadline (``transfers``); its
+    minimum rate is every git's ``http.lowSpeedLimit``/``lowSpeedTime``."""
+    from envlock import transfers
+
+    given, env = _git_call(args)
+    limit = transfers.Limits.configured().total if network else None
+    return run(["git", *given], cwd=cwd, env=env, deadline=None if limit is None else (
+        limit, f"the most one transfer may take ({transfers.TIMEOUT_VAR}={limit:g})"))
 
 
-def _git_environ() -> dict[str, str]:
+def _git_call(args: Sequence[str | os.PathLike[str]]) -> tuple[list[str], dict[str, str]]:
+    """git's arguments and environment: a URL's ``user:password@`` is cut from the arguments (any
+    user reads ``/proc/PID/cmdline``) and reaches git as an ``Authorization`` header for that URL's
+    origin alone, in git's environment (``GIT_CONFIG_KEY_n``: ``http.<origin>/.extraHeader``)."""
+    from urllib.parse import unquote
+
+    from envlock.errors import redact
+
+    argv: list[str] = []
+    config: dict[str, str] = {}
+    for arg in (str(a) for a in args):
+        try:
+            parts = urlsplit(arg) if "://" in arg else None
+            password = parts.password if parts is not None else None
+        except ValueError:
+            parts, password = None, None
+        if parts is None or password is None:
+            argv.append(arg)
+            continue
+        argv.append(redact(arg))
+        if parts.scheme in ("http", "https"):
+            import base64
+
+            login = base64.b64encode(f"{unquote(parts.username or '')}:{unquote(password)}".encode()).decode()
+            origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}/"
+            config[f"http.{origin}.extraHeader"] = f"Authorization: Basic {login}"
+    return argv, _git_environ(config)
+
+
+def _git_environ(extra_config: Mapping[str, str] | None = None) -> dict[str, str]:
+    """git's environment: the network's settings, a fixed identity, no user or system config, and
+    its configuration in ``GIT_CONFIG_COUNT``/``KEY_n``/``VALUE_n`` after the environment's own (never
+    ``-c``, which is argv): the transports git may use (``protocol.allow``, and ``GIT_ALLOW_PROTOCOL``
+    over any config; ``fd::``, ``ext::`` and remote helpers refused) and ``extra_config``."""
+    from envlock.transfers import Limits
+    from envlock.urlcheck import GIT_TRANSPORTS
+
     env = dict(os.environ)
     env.update(netenv.git_settings(env))  # proxies and CA bundle as git's libcurl reads them
+    config = {"protocol.allow": "never", **{f"protocol.{t}.allow": "always" for t in GIT_TRANSPORTS},
+              **(extra_config or {})}
+    if (limits := Limits.configured()).min_rate:  # a trickle over http(s) ends as envlock's own do
+        config.update({"http.lowSpeedLimit": str(limits.min_rate), "http.lowSpeedTime": f"{limits.window:.0f}"})
+    given = env.get("GIT_CONFIG_COUNT", "")
+    first = int(given) if given.isdigit() else 0  # the environment's own entries stay; the last value wins
+    for i, (key, value) in enumerate(config.items(), first):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    env["GIT_CONFIG_COUNT"] = str(first + len(config))
+    env["GIT_ALLOW_PROTOCOL"] = ":".join(GIT_TRANSPORTS)  # over any config: git's own override
     env.update(
         {
             "GIT_CONFIG_NOSYSTEM": "1",

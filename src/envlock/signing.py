@@ -94,8 +94,16 @@ def generate(name: str) -> SecretKey:
     return SecretKey(name, seed)
 
 
-def write_secret(key: SecretKey, path: Path) -> None:
-    """Write ``key`` to ``path`` (mode 0600, created anew: an existing file is refused, never overwritten)."""
+def write_secret(key: SecretKey, path: Path) -> bool:
+    """Write ``key`` to ``path`` (mode 0600, created anew: an existing file is refused, never overwritten).
+    A missing folder is made first, mode 0700 (as ssh-keygen makes ``~/.ssh``); True if it was."""
+    made = not path.parent.exists()
+    if made:
+        try:
+            path.parent.mkdir(parents=True, mode=0o700)
+            os.chmod(path.parent, 0o700)  # whatever the umask: the folder of a secret is its owner's alone
+        except OSError as exc:
+            raise UsageError(f"{path.parent}: cannot make the folder for the secret key: {exc.strerror}") from None
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -105,6 +113,7 @@ def write_secret(key: SecretKey, path: Path) -> None:
         raise UsageError(f"{path}: cannot write the secret key: {exc.strerror}") from None
     with os.fdopen(fd, "w") as fh:
         fh.write(f"{key.name}:{base64.b64encode(key.seed).decode()}\n")
+    return made
 
 
 def read_secret(path: Path) -> SecretKey:

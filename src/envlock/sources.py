@@ -37,11 +37,16 @@ from pathlib import Path
 from envlock import archives, runner
 from envlock.errors import SourceError, UsageError, redact
 from envlock.lockfile import LockedPatch, LockedSource
+from envlock.quick import file_sha256
 from envlock.spec import COMMIT_ID, SourceSpec
 from envlock.store import Store
 from envlock.trees import PATH_SOURCE_EPOCH, copy_tree, tree_digest
 
 _SHORT_HEX = re.compile(r"[0-9a-f]{4,39}")
+_COMMITTER = re.compile(rb"^committer .* (\d+) [+-]\d{4}\n", re.MULTILINE)
+_TREE = re.compile(rb"\Atree ([0-9a-f]{40})\n")
+#: The file of a ``git-<commit>`` entry that keeps the raw commit object its tree is checked against.
+COMMIT_OBJECT = "commit"
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ class PreparedSource:
         """The lock's record of this source (its pin, never an override's tree)."""
         return LockedSource(
             kind=self.kind,
-            location=self.location,
+            location=redact(self.location) if self.kind == "git" else self.location,  # a lock keeps no token
             commit=self.commit if self.kind == "git" else None,
             rev=self.requested_rev if self.kind == "git" else None,
             tree_digest=self.tree_digest if self.kind == "path" else None,
@@ -113,8 +118,9 @@ def parse_override(value: str) -> tuple[str, Path]:
 # -- git ---------------------------------------------------------------------
 
 
-def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None = None) -> runner.Result:
-    return runner.git_checked(args, what=what, error=SourceError, cwd=cwd)
+def _git(args: Sequence[str | os.PathLike[str]], *, what: str, cwd: Path | None = None,
+         network: bool = False) -> runner.Result:
+    return runner.git_checked(args, what=what, error=SourceError, cwd=cwd, network=network)
 
 
 def existing_mirror(store: Store, url: str) -> Path | None:
@@ -124,7 +130,8 @@ def existing_mirror(store: Store, url: str) -> Path | None:
 
 
 def _mirror_key(url: str) -> str:
-    return hashlib.sha256(url.encode()).hexdigest()[:32]
+    # Without its password: the lock records the URL so (closure.mirror_key), and a new token is one repository.
+    return hashlib.sha256(redact(url).encode()).hexdigest()[:32]
 
 
 def fetch_history(store: Store, url: str, *, fetch_from: str | None = None) -> Path:
@@ -159,7 +166,7 @@ def resolve_rev(url: str, rev: str, *, store: Store | None = None, fetch_from: s
     remote = fetch_from or url
     # "--": a URL from a spec, --source or the environment is never read as an option
     # (--upload-pack=CMD would run CMD).
-    result = runner.git(["ls-remote", "--", remote, rev, f"refs/tags/{rev}^{{}}"])
+    result = runner.git(["ls-remote", "--", remote, rev, f"refs/tags/{rev}^{{}}"], network=True)
     if not result.ok:
         raise SourceError(
             f"{url}: cannot list refs to resolve rev {rev!r} (git ls-remote exit {result.returncode})",
@@ -194,7 +201,7 @@ def _fetch_all(mirror: Path, url: str) -> None:
     if (mirror / "shallow").exists():
         args.append("--unshallow")
     args += ["--", url, "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
-    _git(args, what=f"{url}: full fetch")
+    _git(args, what=f"{url}: full fetch", network=True)
 
 
 def fetch_commit(store: Store, url: str, commit: str, *, fetch_from: str | None = None) -> Path:
@@ -215,7 +222,8 @@ def fetch_commit(store: Store, url: str, commit: str, *, fetch_from: str | None 
 
 def _fetch_into(mirror: Path, url: str, commit: str) -> None:
     if not _has_commit(mirror, commit):
-        shallow = runner.git(["--git-dir", mirror, "fetch", "-q", "--no-tags", "--depth", "1", "--", url, commit])
+        shallow = runner.git(["--git-dir", mirror, "fetch", "-q", "--no-tags", "--depth", "1", "--", url, commit],
+                             network=True)
         if not (shallow.ok and _has_commit(mirror, commit)):
             _fetch_all(mirror, url)
         if not _has_commit(mirror, commit):
@@ -248,7 +256,11 @@ def checkout(store: Store, url: str, commit: str, *, fetch_from: str | None = No
             if head != commit:
                 raise SourceError(f"{url}: checked out {head}, expected the pinned commit {commit}")
             when = _git(["show", "-s", "--format=%ct", "HEAD"], cwd=tree, what=url).stdout.strip()
+            # The raw commit object: what an export carries so that an import can hold the tree to
+            # the commit (``commit_checkout``), as a cache's source tar is held.
+            raw = runner.git_bytes(["cat-file", "commit", "HEAD"], cwd=tree, what=url, error=SourceError)
             shutil.rmtree(tree / ".git")
+            (work / COMMIT_OBJECT).write_bytes(raw)
             (work / "commit-time").write_text(when + "\n")
             # Not refused here for links out of the tree: they are upstream's, and a commit that
             # has one may still build; a build refuses those in what it reads (build.plan).
@@ -260,6 +272,95 @@ def checkout(store: Store, url: str, commit: str, *, fetch_from: str | None = No
         tree=entry / "tree",
         tree_digest=(entry / "tree-digest").read_text().strip(),
     )
+
+
+class NotThePinError(Exception):
+    """Files that are not the tree their pin names (the message says why)."""
+
+
+def commit_checkout(tree: Path, raw: bytes, commit: str, scratch: Path, *, what: str) -> tuple[Path, int]:
+    """git's own checkout (under ``scratch``) of ``commit``'s tree, and its committer time, once the files
+    under ``tree`` are shown to be that tree: ``raw`` is the commit object whose id is ``commit``, and the
+    tree git makes of the files (``git add`` + ``write-tree`` in a scratch repository) is the one it
+    names. ``NotThePinError`` saying why not.
+
+    git's checkout, not the files as given: ``git add`` cleans what it reads (``ident``, ``text``,
+    ``eol`` attributes), so other bytes can make the same tree; and no empty folder rides along."""
+    found = hashlib.sha1(b"commit %d\0" % len(raw) + raw, usedforsecurity=False).hexdigest()
+    if found != commit:
+        raise NotThePinError(f"its commit object is {found}, not the lock's commit")
+    header = raw.partition(b"\n\n")[0] + b"\n"  # the message may hold a line like a header's
+    if not (tree_id := _TREE.match(header)) or not (when := _COMMITTER.search(header)):
+        raise NotThePinError("its commit object names no tree or committer time")
+    for dirpath, dirnames, filenames in os.walk(tree):
+        if ".git" in (*dirnames, *filenames):
+            rel = Path(dirpath, ".git").relative_to(tree).as_posix()
+            raise NotThePinError(f"tree/{rel} is a .git folder or file, which no checkout holds")
+    repo = scratch / "repo"
+    _git(["init", "-q", repo], what=what)
+    where: list[str | os.PathLike[str]] = ["--git-dir", repo / ".git", "--work-tree", tree]
+    _git([*where, "add", "-A", "-f", "--", "."], what=what, cwd=tree)
+    made = _git([*where, "write-tree"], what=what).stdout.strip()
+    if made != tree_id.group(1).decode():
+        raise NotThePinError(f"its files make git tree {made}, but commit {commit[:12]} names tree "
+                             f"{tree_id.group(1).decode()}")
+    checkout = scratch / "checkout"
+    checkout.mkdir()
+    _git(["--git-dir", repo / ".git", "--work-tree", checkout, "checkout-index", "-a", "-f"], what=what, cwd=checkout)
+    return checkout, int(when.group(1))
+
+
+def commit_object(store: Store, url: str, commit: str) -> bytes | None:
+    """The raw commit object of ``commit``: the one its store entry keeps, else the one in the store's
+    mirror of ``url`` (None: neither holds it)."""
+    if not COMMIT_ID.fullmatch(commit):
+        return None
+    kept = store.path("sources", f"git-{commit}") / COMMIT_OBJECT
+    raw: bytes | None = kept.read_bytes() if kept.is_file() and not kept.is_symlink() else None
+    mirror = existing_mirror(store, url)
+    if raw is None and mirror is not None:
+        try:  # bytes: a message that is not UTF-8, or has CRLF line ends, would not come back as text
+            raw = runner.git_bytes(["--git-dir", mirror, "cat-file", "commit", commit], what=url, error=SourceError)
+        except SourceError:
+            return None
+    ok = raw is not None and hashlib.sha1(b"commit %d\0" % len(raw) + raw, usedforsecurity=False).hexdigest() == commit
+    return raw if ok else None
+
+
+def checked_entry_problem(entry: Path, key: str, scratch: Path, *, what: str) -> str | None:
+    """Why the ``sources/<key>`` entry being assembled at ``entry`` (from a bundle) is not what its key
+    pins, or None, its tree then made git's checkout (``git-<commit>``: ``commit_checkout``, from its
+    ``commit`` object) or held to its archive's unpacked files (``archive-<sha256>``); its records
+    written again from what was checked."""
+    if key.startswith("git-"):
+        commit = key.removeprefix("git-")
+        if not (entry / COMMIT_OBJECT).is_file() or (entry / COMMIT_OBJECT).is_symlink():
+            return "it holds no commit object to check its tree against (export it again with this envlock)"
+        try:
+            checkout, when = commit_checkout(entry / "tree", (entry / COMMIT_OBJECT).read_bytes(), commit, scratch,
+                                             what=what)
+        except NotThePinError as exc:
+            return str(exc)
+        shutil.rmtree(entry / "tree")
+        os.rename(checkout, entry / "tree")
+        (entry / "commit-time").write_text(f"{when}\n")
+    elif key.startswith("archive-"):
+        sha256 = key.removeprefix("archive-")
+        archive = entry / ARCHIVE_BYTES
+        if archive.is_symlink() or not archive.is_file():
+            return "it holds no archive to check its tree against (fetched by an older envlock)"
+        if (found := file_sha256(str(archive))) != sha256:
+            return f"its {ARCHIVE_BYTES} has sha256 {found}, not {sha256}"
+        try:
+            archives.unpack(archive, scratch / "tree", what=what)
+        except SourceError as exc:
+            return exc.message
+        shutil.rmtree(entry / "tree")
+        os.rename(scratch / "tree", entry / "tree")  # what the archive unpacks to, not the files as given
+    else:
+        return None
+    (entry / "tree-digest").write_text(tree_digest(entry / "tree", links_inside=False) + "\n")
+    return None
 
 
 def snapshot_path(store: Store, folder: Path, *, name: str | None = None,

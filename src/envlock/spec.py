@@ -23,12 +23,14 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
 from envlock import overlaps
-from envlock.errors import SpecError, did_you_mean, redact
+from envlock.errors import SpecError, did_you_mean
 from envlock.errors import found as _found
 from envlock.lockfile import PACKAGE_NAME as _PACKAGE_NAME
 from envlock.lockfile import PYTHON_VERSION, is_workspace_path, toml_key
 from envlock.overlaps import AllowedOverlap
 from envlock.tomlio import load_toml
+from envlock.urlcheck import git_url_problem, index_url_problem
+from envlock.urlcheck import is_index_url as is_index_url  # mirrors and the stages ask spec
 from envlock.workspace import Workspace, env_var_suffix
 
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
@@ -394,21 +396,6 @@ def _entries(
         yield name, key, entry
 
 
-def is_index_url(url: str) -> bool:
-    """Whether ``url`` can be an index's (or its mirror's) URL: http(s):// with a host, or file://,
-    that parses (a port past 65535 or an unclosed IPv6 bracket would fail only when fetched)."""
-    from urllib.parse import urlsplit
-
-    if not url.startswith(("http://", "https://", "file://")):
-        return False
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsed here, not at the first download
-    except ValueError:
-        return False
-    return parts.scheme == "file" or bool(parts.hostname)
-
-
 def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
     out: dict[str, IndexSpec] = {}
     by_variable: dict[str, str] = {}
@@ -420,8 +407,8 @@ def _parse_indexes(p: _Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
             p.add(key, f"expected an index name of letters, digits, '-', '_' or '.' (like \"pytorch-nightly\"), "
                        f"found {name!r}")
         url = _get_str(p, entry, "url", key, required=True)
-        if url is not None and not is_index_url(url):
-            p.add(f"{key}.url", f"expected an http(s):// or file:// URL, found {redact(url)!r}")
+        if url is not None and (problem := index_url_problem(url)) is not None:
+            p.add(f"{key}.url", problem)
         default = entry.get("default", False)
         if not isinstance(default, bool):
             p.add(f"{key}.default", f"expected true or false, found {_found(default)}")
@@ -470,11 +457,8 @@ def _parse_sources(p: _Problems, table: dict[str, Any], root: Path | None) -> di
 
 
 def _check_git_url(p: _Problems, key: str, url: str | None) -> None:
-    # envlock passes URLs after "--", so this is for a clear message, not the defence.
-    if url is not None and url.startswith("-"):
-        p.add(key, f"expected a repository URL or path, found {url!r} (git would read it as an option)")
-    elif url is not None and not url.strip():
-        p.add(key, f"expected a repository URL or path, found {url!r}")
+    if url is not None and (problem := git_url_problem(url)) is not None:
+        p.add(key, problem)
 
 
 def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, SourceSpec]) -> dict[str, BuildSpec]:
@@ -542,6 +526,7 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
     return out
 
 
+_ARCHIVE_EXPECTED = "expected an https://, http:// or file:// URL of an archive"
 _FETCHCONTENT_EXPECTED = '{ git = "URL", rev = "<commit, tag or branch>" } or { url = "<archive URL>", sha256 = "..." }'
 
 
@@ -568,8 +553,8 @@ def _parse_fetchcontent(p: _Problems, dep: str, dkey: str, spec: Mapping[str, An
             p.add(f"{dkey}.sha256", "only an archive (url) input takes a sha256; a git input is pinned by its commit")
     else:
         assert url is not None
-        if not is_index_url(url):
-            p.add(f"{dkey}.url", f"expected an https://, http:// or file:// URL of an archive, found {url!r}")
+        if (problem := index_url_problem(url, _ARCHIVE_EXPECTED)) is not None:
+            p.add(f"{dkey}.url", problem)
         elif not urlsplit(url).path.endswith(ARCHIVE_SUFFIXES):
             p.add(f"{dkey}.url", f"expected the URL of a tar archive ({', '.join(ARCHIVE_SUFFIXES)}), found {url!r}")
         if "rev" in spec:

@@ -58,8 +58,10 @@ if TYPE_CHECKING:
     from envlock.lockfile import Artifact  # a type name only: the lock's parser is not needed here
 
 LAYOUT_VERSION = 1
-#: The kinds of immutable entries (``gc`` collects these, ``export`` carries them).
+#: The kinds of immutable entries (``gc`` collects these, ``export`` carries them; and gc the
+#: unpacked ``toolchains``, which export leaves out: they are unpacked again from their wheels).
 ENTRY_KINDS = ("wheels", "builds", "sources", "git-mirrors", "venvs", "manifests")
+GC_KINDS = (*ENTRY_KINDS, "toolchains")
 #: Fixed mtime for store wheels and their folders: the store's bytes and metadata do not
 #: depend on when (or from where: an index, a cache) an artifact was fetched.
 STORE_MTIME = 1577836800  # 2020-01-01T00:00:00Z
@@ -184,6 +186,7 @@ class Store:
         try:
             path = self.tmp / f"{label}-slot{number}"
             if path.exists() or path.is_symlink():
+                self.end_orphans()  # a killed holder's uv may write there still: ended first
                 _rmtree(path)
             yield path
         finally:
@@ -240,10 +243,28 @@ class Store:
         os.rename(path, doomed)
         _rmtree(doomed)
 
+    def end_orphans(self) -> None:
+        """End what killed writers left running: the process groups (a uv working in a slot, or in
+        the uv cache) named in their work directories (``runner.GROUP_SUFFIX`` records), waiting
+        until each is gone; ``StoreError`` naming the record of one that cannot be ended."""
+        for entry in self.tmp.iterdir():
+            m = _WORK_NAME.search(entry.name)
+            if m is None or _alive(int(m.group(1))) or not entry.is_dir():
+                continue
+            from envlock import runner  # only where a killed writer left a record (docs/architecture.md)
+
+            for record in entry.glob(f"*{runner.GROUP_SUFFIX}"):
+                if not runner.end_group(record):
+                    raise StoreError(f"{record}: names process group {record.read_text().split()[0]}, which a "
+                                     "killed envlock left running and which cannot be ended; expected it gone "
+                                     "before its work is cleared: end it (kill -9 -PGID) and try again")
+
     def clean_tmp(self) -> list[Path]:
         """Remove work directories under ``tmp/`` whose writer is gone (or slots no one holds),
-        and unheld partial downloads that cannot be resumed; return them."""
+        and unheld partial downloads that cannot be resumed; return them. What such a writer left
+        running is ended first (``end_orphans``)."""
         removed: list[Path] = []
+        self.end_orphans()
         for entry in self.tmp.iterdir():
             m = _WORK_NAME.search(entry.name)
             if m is None:

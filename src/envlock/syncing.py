@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock.drift import drift, frozen_drift, frozen_stamp_inputs, stamp_inputs
+from envlock.drift import NO_GRAPH, drift, frozen_drift, frozen_stamp_inputs, stamp_inputs, unvouched
 from envlock.errors import FetchError, LockError, SpecError, UsageError
 from envlock.lockfile import Lock, read_lock
 from envlock.lockrefs import load_env_lock_ref
@@ -240,7 +240,16 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
         # Before anything is built: a frozen sync could only refuse after the build.
         raise LockError(f"{ws.relative(lock_path)}: --frozen, but the lock records no build of "
                         f"{', '.join(unbuilt)}; run `envlock build {env}` (or sync without --frozen)")
-    stale = None if frozen or found is None else drift(ws, env, spec, found)
+    given = mirrors.indexes if not offline else None  # offline: the variables' (no --index is read)
+    unknown = unvouched(spec, found, given) if frozen and found is not None else []
+    if refused := [reason for reason in unknown if reason != NO_GRAPH]:
+        # Synced as it is, such a package would be installed: a frozen sync refuses what a relock would drop.
+        raise LockError(f"{ws.relative(lock_path)}: --frozen, but the spec does not vouch for what it locks; "
+                        f"nothing was installed. `envlock lock {env}` locks the spec anew", details=refused)
+    notes = [f"{ws.relative(lock_path)} records no dependency graph (written before envlock recorded "
+             "[tool.envlock.requires]): --frozen held its packages to the spec's indexes and builds only; "
+             f"`envlock lock {env}` records it"] if unknown else []
+    stale = None if frozen or found is None else drift(ws, env, spec, found, mirrors=given)
     relock = not frozen and (stale is None or not stale.current)
     if relock and offline:
         why = "missing" if stale is None else "stale (" + "; ".join(stale.reasons) + ")"
@@ -248,7 +257,7 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
                         f"run `envlock lock {env}` where they are reachable"
                         + ("" if stale is None else ", or sync the lock as it is with --frozen --offline"))
     return SyncPlan(env, options, mirrors, found, lock_path, relock=relock, builds=not offline, spec=spec,
-                    spec_sha=hashlib.sha256(spec_bytes).hexdigest())
+                    spec_sha=hashlib.sha256(spec_bytes).hexdigest(), notes=tuple(notes))
 
 
 def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, list[Path]]:

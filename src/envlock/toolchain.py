@@ -6,7 +6,8 @@ NVIDIA's CUDA set (``nvidia-cuda-nvcc``, ``nvidia-nvvm``, ``nvidia-cuda-crt``,
 locked by sha256 with the build's other inputs (``build.plan``), fetched into the store like any
 wheel (``buildinputs.backend_wheels``), and unpacked here once per toolchain digest (the digest
 of their sha256s) into ``toolchains/<digest>/tree``, read-only, which every build naming the same
-wheels shares. A wheel's ``*.data/scripts`` go to ``bin/``; its other files keep their paths
+wheels shares, every mtime ``STORE_MTIME`` (ptxas writes a header's into a ``-lineinfo`` cubin).
+A wheel's ``*.data/scripts`` go to ``bin/``; its other files keep their paths
 (``nvidia/cu13/bin/nvcc``, ``cmake/data/bin/cmake``). The CUDA root gets the ``lib64 -> lib``
 link ``nvcc.profile`` needs. ``Toolchain.env`` then puts it first for the build: nvcc,
 ``CUDA_HOME``/``CUDA_PATH``/``CUDACXX``, ``CUDAToolkit_ROOT``, ``PATH`` (cmake and ninja).
@@ -33,12 +34,13 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from envlock import runner
+from envlock import runner, trees
 from envlock.errors import BuildError
-from envlock.store import Store
+from envlock.store import STORE_MTIME, Store
 
-TOOLCHAIN_FORMAT = 1
+TOOLCHAIN_FORMAT = 2  # 2: every mtime STORE_MTIME; toolchain.json names its wheels' sha256s
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 _DATA = re.compile(r"^[^/]+\.data/(scripts|data|purelib|platlib|headers)/(.+)$")
 #: The tools a toolchain may provide, as the host's version lines name them.
 TOOLS = ("nvcc", "cmake", "ninja")
@@ -181,11 +183,35 @@ def unpacked(store: Store, wheels: Sequence[Path], *, what: str) -> Toolchain:
             for wheel in sorted(wheels, key=lambda w: w.name):
                 _unpack_wheel(wheel, tree, owners, what=what)
             meta = _locate(tree, [w.name for w in wheels], key)
+            meta["wheel-sha256"] = sorted(_sha_of(w) for w in wheels)  # what gc matches a lock's lines with
             (work / "toolchain.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             _read_only(tree)
+            trees.settle_mtimes(tree, STORE_MTIME)  # ptxas writes a header's mtime into a -lineinfo cubin
     loaded = _load(store, key)
     assert loaded is not None
     return replace(loaded, unpacked=True)
+
+
+def in_store(store: Store) -> dict[str, frozenset[str] | None]:
+    """Each unpacked toolchain in the store: its digest -> the sha256s of its wheels (None when its
+    ``toolchain.json`` does not say: an older format, or an entry cut short)."""
+    found: dict[str, frozenset[str] | None] = {}
+    for _kind, key, path in store.entries(("toolchains",)):
+        try:
+            meta = json.loads((path / "toolchain.json").read_text())
+            shas = meta["wheel-sha256"] if meta.get("format") == TOOLCHAIN_FORMAT else None
+            found[key] = frozenset(shas) if isinstance(shas, list) else None
+        except (OSError, ValueError, TypeError, KeyError):
+            found[key] = None
+    return found
+
+
+def made_from(wheels: frozenset[str], lines: Sequence[str]) -> bool:
+    """Whether a toolchain of ``wheels`` (sha256s) is the one locked as ``lines`` ("name==version
+    --hash=sha256:..."): one wheel of each line (whichever this machine took), and nothing else."""
+    hashes = [set(_HASH.findall(line)) for line in lines]
+    return (bool(lines) and len(wheels) == len(hashes) and all(len(h & wheels) == 1 for h in hashes)
+            and wheels <= set().union(*hashes))
 
 
 def _load(store: Store, key: str) -> Toolchain | None:

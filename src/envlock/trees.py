@@ -65,8 +65,8 @@ def tree_digest(root: Path, *, within: Path | None = None, name: str | None = No
     shown = name or str(top)
     lexical = root.relative_to(top).parts
     # Links are followed from where the files really are: a subdirectory may be a link.
-    base = _resolve_within(top, lexical)
-    if isinstance(base, _Escape):
+    base = resolve_within(top, lexical)
+    if isinstance(base, Escape):
         through = f" (through the symlink {base})" if base.link else ""
         raise SourceTreeError(f"{shown}: subdirectory {'/'.join(lexical)} leads outside the source tree{through}; "
                               "expected a folder inside it")
@@ -93,8 +93,8 @@ def _check_links(top: Path, base: tuple[str, ...], lexical: tuple[str, ...], lin
     escapes: list[str] = []
     for rel, target in links:
         real = (*base, *rel.split("/"))
-        leads = _resolve_within(top, real)
-        if isinstance(leads, _Escape):
+        leads = resolve_within(top, real)
+        if isinstance(leads, Escape):
             through = "" if leads.link == "/".join(real) else f" (through the symlink {leads})"
             escapes.append(f"symlink {'/'.join((*lexical, rel))} -> {target} leads outside the source tree{through}")
     # The digest would pin a link's text while a build reads what it points to: a file
@@ -127,7 +127,7 @@ def _digest(root: Path, links: list[tuple[str, str]]) -> str:
 
 
 @dataclass(frozen=True)
-class _Escape:
+class Escape:
     """The symlink by which a path leaves its tree (``link`` relative to the tree; empty if none)."""
 
     link: str
@@ -137,15 +137,15 @@ class _Escape:
         return f"{self.link} -> {self.target}"
 
 
-def _resolve_within(top: Path, parts: Sequence[str]) -> tuple[str, ...] | _Escape:
+def resolve_within(top: Path, parts: Sequence[str]) -> tuple[str, ...] | Escape:
     """Where ``parts`` (relative to ``top``) lead with every symlink on the way followed, as parts
-    relative to ``top``; or the link whose target leaves ``top`` (``_Escape``).
+    relative to ``top``; or the link whose target leaves ``top`` (``Escape``).
 
     Step by step, as the kernel resolves a path, not lexically: ``a/b/..`` is not ``a`` when
     ``a/b`` is a link. A way that leaves the tree and comes back in (``../tree/x``) leaves it
     too: a copy of the tree (the store's, the build's) has another name and another parent.
     """
-    no_link = _Escape("", "")
+    no_link = Escape("", "")
     todo = [(part, no_link) for part in parts]  # each part with the link whose target it came from
     here: list[str] = []
     hops = 0
@@ -166,7 +166,7 @@ def _resolve_within(top: Path, parts: Sequence[str]) -> tuple[str, ...] | _Escap
         if hops > _MAX_LINKS:  # a loop, or a chain too long: the build cannot follow it either
             return tuple(here)
         target = os.readlink(path)
-        link = _Escape("/".join([*here, part]), target)
+        link = Escape("/".join([*here, part]), target)
         if os.path.isabs(target):
             return link
         todo = [(p, link) for p in target.split("/")] + todo  # relative to the link's folder, ``here``
@@ -177,7 +177,7 @@ def links_out(root: Path) -> list[str]:
     """The symlinks under ``root`` (POSIX relative paths) that lead out of it (see ``tree_digest``)."""
     out = []
     for rel, path in walk_tree(root):
-        if path.is_symlink() and isinstance(_resolve_within(root, rel.split("/")), _Escape):
+        if path.is_symlink() and isinstance(resolve_within(root, rel.split("/")), Escape):
             out.append(rel)
     return out
 
@@ -191,3 +191,24 @@ def copy_tree(src: Path, dest: Path, *, leave_out: Sequence[str] = ()) -> None:
         return {n for n in names if n in IGNORED_NAMES or Path(folder, n) in skipped}
 
     shutil.copytree(src, dest, symlinks=True, ignore=ignore, dirs_exist_ok=True)
+
+
+def settle_mtimes(root: Path, when: int) -> int:
+    """Give every file, symlink and folder under ``root`` (``root`` too) the mtime ``when``, never
+    following a link; return how many were changed (one already at ``when`` is not written).
+
+    A compiler can write a file's mtime into its output: ptxas records each source file's mtime and
+    size in the cubin's DWARF line table (``-lineinfo``, ``-G``), so a tree checked out or unpacked
+    at another moment would build other bytes. ``OSError`` when one cannot be set."""
+    changed = 0
+    for top, dirs, files in os.walk(root):
+        for name in (*dirs, *files):  # a symlink to a folder is listed in dirs, never entered
+            changed += _settle(os.path.join(top, name), when)
+    return changed + _settle(str(root), when)
+
+
+def _settle(path: str, when: int) -> int:
+    if os.lstat(path).st_mtime_ns == when * 1_000_000_000:
+        return 0
+    os.utime(path, (when, when), follow_symlinks=False)
+    return 1

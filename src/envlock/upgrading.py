@@ -225,7 +225,8 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
         old_spec=spec, new_spec=trial, store=store,
         # A moved source's commit range is read from the store's mirror, fetched as the move was.
         options=reporting.ReportOptions(fetch=bool(plan.sources), fetch_from=dict(mirrors.sources),
-                                        mirrors=options.mirrors))
+                                        mirrors=options.mirrors),
+        planned_toolchains=relocked.planned_toolchains)
     if problems:  # what the report notes (an input upstream no longer declares) is said with them
         raise _stopped(ws, spec, options, problems, (*relocked.notes, *report.notes), stuck, renames)
     if not options.dry_run:

@@ -24,6 +24,9 @@ class VerifyResult:
     # The current generation was built from another lock (a rollback): checked against its
     # own digest, and not ok, since the env is not the lock's.
     other_lock: bool = False
+    # ENV/N of every generation whose venv holds one of the changed files (hard links: one edit is in
+    # all of them), this one's included; what `envlock verify ENV --repair` rebuilds.
+    shared: tuple[str, ...] = ()
 
     @property
     def intact(self) -> bool:
@@ -48,6 +51,7 @@ class VerifyResult:
             "removed": list(diff.removed) if diff else None,
             "changed": list(diff.changed) if diff else None,
             "note": self.note,
+            "shared": list(self.shared),
         }
 
 

@@ -1,8 +1,14 @@
-"""``envlock verify``: the current generation's venv digest recomputed and held to the lock's."""
+"""``envlock verify``: the current generation's venv digest recomputed and held to the lock's; what a modified
+file touches beyond it (hard links), and ``--repair``, which rebuilds every venv it touched."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 from envlock import generations, verify
 from envlock.digest import recorded_manifest
@@ -30,6 +36,8 @@ def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str |
     expected = recorded or cur.venv_digest
     reference = recorded_manifest(store.path("manifests", expected), expected, venv)
     result = verify.check(venv, expected, reference, env=env, cache_dir=store.hash_cache)
+    if not result.intact and result.difference is not None:
+        result = replace(result, shared=shared_damage(store, venv, result.difference.changed)[1])
     sync = f"envlock sync {env}" + (f" --lock {lock_ref}" if lock_ref else "")
     if lock is not None and not same_lock:
         return replace(result, other_lock=True,
@@ -75,3 +83,111 @@ def verify_workspace_env(ws: Workspace, store: Store, env: str, lock_ref: str | 
             result.note, f"no lock at {ws.relative(ws.lock_path(env))} to compare with: checked against the "
             "current generation's own digest (--lock PATH[@REV] names a lock)"])))
     return result
+
+
+# -- what a modified file touches, and the repair ----------------------------------
+
+
+def shared_damage(store: Store, venv: Path, changed: Sequence[str]) -> tuple[tuple[Path, ...], tuple[str, ...]]:
+    """The other store venvs holding one of ``venv``'s ``changed`` files (its paths, relative): the same
+    inode, since a venv's files are hard links into the store's uv cache, so an edit of one is an edit
+    of all; and each generation (``ENV/N``) that uses ``venv`` or one of them. Stats only, reads nothing."""
+    wanted = set()
+    for rel in changed:
+        try:
+            st = os.lstat(venv / rel)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            wanted.add((st.st_dev, st.st_ino))
+    others: list[Path] = []
+    folder = store.root / "venvs"
+    for entry in sorted(folder.iterdir()) if wanted and folder.is_dir() else ():
+        if entry.resolve() != venv.resolve() and _holds(entry, wanted):
+            others.append(entry)
+    users = {f"{env}/{n}" for v in (venv, *others) for env, n in generations.users(store, v)}
+    return tuple(others), tuple(sorted(users, key=lambda u: (u.rsplit("/", 1)[0], int(u.rsplit("/", 1)[1]))))
+
+
+def _holds(top: Path, inodes: set[tuple[int, int]]) -> bool:
+    for dirpath, _dirs, files in os.walk(top):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in inodes:
+                return True
+    return False
+
+
+@dataclass(frozen=True)
+class Repaired:
+    """What ``envlock verify ENV --repair`` rebuilt; doubles as its ``repair`` in ``--json``."""
+
+    venvs: tuple[str, ...]  # the store venv entries rebuilt (each to the digest it was built with)
+    generations: tuple[str, ...]  # ENV/N of every generation using one of them, whole again
+    removed: tuple[str, ...] = ()  # damaged entries no generation used: removed, not rebuilt
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"venvs": list(self.venvs), "generations": list(self.generations), "removed": list(self.removed)}
+
+
+def repair_env(store: Store, env: str) -> Repaired:
+    """Rebuild every venv of ``env``'s generations that no longer has the digest it was built with,
+    and every store venv sharing a modified file with one (another generation's, another env's):
+    the store's uv cache cleared first (it held the edited file too), each rebuilt from its
+    generation's lock and the store's wheels, and held to its recorded digest."""
+    from envlock.digest import compare, manifest, recorded_manifest, stored_manifest
+    from envlock.install import clear_uv_cache
+
+    damaged: dict[Path, None] = {}
+    for gen in generations.list_generations(store, env):
+        venv = gen.venv.resolve()
+        if venv in damaged or not venv.is_dir():
+            continue
+        actual = manifest(venv, cache_dir=store.hash_cache, reuse=False)
+        if actual.digest == gen.venv_digest:
+            continue
+        damaged[venv] = None
+        reference = recorded_manifest(store.path("manifests", gen.venv_digest), gen.venv_digest, venv)
+        changed = compare(reference.entries, actual.entries).changed if reference is not None else tuple(
+            actual.entries)
+        damaged.update(dict.fromkeys(p.resolve() for p in shared_damage(store, venv, changed)[0]))
+    if not damaged:
+        return Repaired((), ())
+    clear_uv_cache(store)  # else uv links the edited file into the rebuilt venvs again
+    rebuilt, removed, users = [], [], set()
+    for venv in damaged:
+        used = generations.users(store, venv)
+        expected = stored_manifest(venv)
+        if not used or expected is None:
+            store.remove_entry("venvs", venv.name)  # nothing points at it: no lock to rebuild it from
+            removed.append(venv.name)
+            continue
+        _rebuild(store, venv, used, expected.digest)
+        rebuilt.append(venv.name)
+        users |= {f"{e}/{n}" for e, n in used}
+    return Repaired(tuple(rebuilt), tuple(sorted(users)), tuple(removed))
+
+
+def _rebuild(store: Store, venv: Path, used: Sequence[tuple[str, int]], expected: str) -> None:
+    """Build the store venv ``venv`` anew from the lock of a generation that uses it; ``VerifyError``
+    unless it has the digest ``expected`` again."""
+    from envlock import fetch, install
+    from envlock.errors import VerifyError
+
+    env, number = used[0]
+    gen = generations.read(store, env, number, current=generations.current_number(store, env))
+    assert gen is not None
+    lock = read_lock(gen.lock_copy)
+    with store.writing():  # no gc beside: it would see the entry gone
+        with store.locked(install.venv_lock(lock.install_digest())):
+            store.remove_entry("venvs", venv.name)
+        got = fetch.fetch([p.wheels[0] for p in lock.packages], store, base_dir=gen.lock_copy.parent,
+                          offline=True, env=env)
+        built = install.install(store, lock, got.paths())
+    if built.manifest.digest != expected:
+        raise VerifyError(f"{venv}: rebuilt from {gen.lock_copy} and the store's wheels, it has digest "
+                          f"{built.manifest.digest}, not {expected} as when it was built; `envlock sync {env}` "
+                          "makes a new generation")

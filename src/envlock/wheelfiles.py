@@ -9,7 +9,12 @@ end record and central directory, where wheel writers also put ``.dist-info``), 
 wheel. What was read is kept in the store as ``listings/<wheel sha256>.json`` (marked when it was
 read from the store's own copy), so a relock asks nothing again and opens no zip. A listing read
 by ranges is what the index served, not bytes hashed against the lock: it feeds a guard, never an
-install, and it is not taken for a wheel the store holds.
+install, and it is not taken for a wheel the store holds. Where the index serves no byte ranges
+(``RangesNotServedError``), ``listings`` has the wheel brought into the store whole (held to its
+sha256, as the sync would fetch it) and reads it there.
+
+``served_metadata`` reads what an index serves beside a wheel as its metadata (PEP 658): what uv
+resolves from instead of the wheel's own ``METADATA``, for the guards to compare.
 """
 
 from __future__ import annotations
@@ -38,7 +43,12 @@ _DATA_DIRS = {"purelib": "", "platlib": "", "scripts": "<scripts>/", "headers": 
 
 
 class ListingError(Exception):
-    """A wheel's listing cannot be read (the index serves no ranges, the file is no wheel, ...)."""
+    """A wheel's listing cannot be read (the file is gone, is no wheel, ...)."""
+
+
+class RangesNotServedError(ListingError):
+    """The index serves no byte ranges (Python's ``http.server``, many static mirrors): the wheel can
+    be read whole only (``listings`` does, given ``whole``)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,8 @@ def listing(artifact: Artifact, store: Store, *, base: Path | None = None) -> Wh
     try:
         with _RemoteFile(artifact.url) as remote:
             found = _read_zip(remote, "index")  # type: ignore[arg-type]  # a binary file, as zipfile reads one
+    except http.NoRangesError as exc:
+        raise RangesNotServedError(str(exc)) from None
     except http.HttpError as exc:
         raise ListingError(str(exc)) from None
     _keep(record, found, from_store=False)
@@ -233,10 +245,18 @@ class _RemoteFile(io.RawIOBase):
         return data[start - first:start - first + n]
 
 
+#: Brings a wheel into the store, held to its sha256 (``fetch.fetch`` of that one artifact, handed in
+#: by the recipe); an ``EnvlockError`` when it cannot.
+Whole = Callable[["Artifact"], object]
+
+
 def listings(artifacts: Mapping[str, Artifact], store: Store, *, base: Path | None = None,
-             jobs: int = 8) -> dict[str, WheelListing | ListingError]:
+             jobs: int = 8, whole: Whole | None = None) -> dict[str, WheelListing | ListingError]:
     """``listing`` of each artifact (by a name of the caller's), read ``jobs`` at a time; a failure
-    is that artifact's ``ListingError``, not the others'."""
+    is that artifact's ``ListingError``, not the others'. ``whole``: where the index serves no byte
+    ranges, the wheel is brought into the store with it (as the sync after the lock would) and read
+    there, its bytes held to the lock's sha256."""
+    from envlock.errors import EnvlockError
     from envlock.progress import Stop, parallel
 
     names = sorted(artifacts)
@@ -244,6 +264,17 @@ def listings(artifacts: Mapping[str, Artifact], store: Store, *, base: Path | No
     def one(name: str) -> WheelListing | ListingError:
         try:
             return listing(artifacts[name], store, base=base)
+        except RangesNotServedError as exc:
+            if whole is None:
+                return exc
+            try:
+                whole(artifacts[name])
+            except EnvlockError as err:
+                return ListingError(f"{exc}, and the whole wheel could not be read: {err.message}")
+        except ListingError as exc:
+            return exc
+        try:
+            return listing(artifacts[name], store, base=base)  # from the store now
         except ListingError as exc:
             return exc
 
@@ -252,4 +283,45 @@ def listings(artifacts: Mapping[str, Artifact], store: Store, *, base: Path | No
     got = parallel(calls, jobs=jobs) if calls else []
     # parallel hands back a FetchError as a result: here none is raised, but it is typed so.
     return {name: r if isinstance(r, WheelListing | ListingError) else ListingError(str(r))
+            for name, r in zip(names, got, strict=True)}
+
+
+@dataclass(frozen=True)
+class Served:
+    """The metadata an index serves beside a wheel (PEP 658: the wheel's URL + ``.metadata``): what
+    uv resolves from when the index offers it, instead of the wheel's own ``METADATA``."""
+
+    url: str
+    requires: tuple[str, ...] | None  # its Requires-Dist lines, as written; None: the index serves none
+    problem: str | None = None  # why it could not be read (a server error, not a 404)
+
+
+def served_metadata(url: str) -> Served:
+    """What the index serves as the metadata of the wheel at ``url`` (a ``Served``: none when it
+    answers 404 or 410), read no further than ``MAX_READ_BYTES``."""
+    from envlock import http
+
+    where = f"{url}.metadata"
+    data = bytearray()
+    try:
+        with http.open_stream(where) as body:
+            for chunk in body.chunks:
+                data += chunk
+                if len(data) > MAX_READ_BYTES:
+                    return Served(where, None, f"larger than {MAX_READ_BYTES >> 20} MiB; not a wheel's metadata")
+    except http.HttpError as exc:
+        return Served(where, None, None if exc.status in (404, 410) else exc.reason)
+    metadata = BytesParser().parsebytes(bytes(data), headersonly=True)
+    return Served(where, tuple(metadata.get_all("Requires-Dist") or []))
+
+
+def served_metadatas(urls: Mapping[str, str], jobs: int = 8) -> dict[str, Served]:
+    """``served_metadata`` of each URL (by a name of the caller's), ``jobs`` at a time."""
+    from envlock.progress import Stop, parallel
+
+    names = sorted(urls)
+    calls: list[Callable[[Stop], Served]] = [
+        lambda stop, name=name: served_metadata(urls[name]) for name in names]  # type: ignore[misc]
+    got = parallel(calls, jobs=jobs) if calls else []
+    return {name: r if isinstance(r, Served) else Served(f"{urls[name]}.metadata", None, str(r))
             for name, r in zip(names, got, strict=True)}

@@ -1,5 +1,6 @@
 """Binary cache servers on 127.0.0.1 for the tests: a real nginx with WebDAV PUT, moto's S3
-server, a server that answers 500 to everything and one that never answers."""
+server, a server that answers 500 to everything, one that never answers, one whose listen queue
+is full (a connect times out) and one that trickles a body out a byte a second."""
 
 from __future__ import annotations
 
@@ -123,6 +124,69 @@ def hanging_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}/cache"
     finally:
         sock.close()
+
+
+@contextmanager
+def full_server() -> Iterator[str]:
+    """A cache URL whose server's listen queue is full (one connection held, none accepted): a
+    connect there waits for its timeout, as for a host that drops packets."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(0)
+    held = socket.create_connection(sock.getsockname(), timeout=5)  # the one place in the queue
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/cache"
+    finally:
+        held.close()
+        sock.close()
+
+
+class Trickle:
+    """A server that answers every GET with 200, a Content-Length of ``size`` and then one byte per
+    ``every`` seconds (headers, then a trickle: no read ever times out), until the client leaves or
+    the server stops. ``url`` is its cache URL; ``gets`` counts the requests."""
+
+    def __init__(self, size: int = 1 << 20, every: float = 1.0) -> None:
+        self.size, self.every, self.gets = size, every, 0
+        self._stop = threading.Event()
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                owner.gets += 1
+                self.send_response(200)
+                self.send_header("Content-Length", str(owner.size))
+                self.end_headers()
+                self.wfile.flush()
+                for _ in range(owner.size):
+                    if owner._stop.wait(owner.every):
+                        return
+                    try:
+                        self.wfile.write(b"x")
+                        self.wfile.flush()
+                    except OSError:
+                        return
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        class Quiet(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass
+
+        self._server = Quiet(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/cache"
+
+    def __enter__(self) -> Trickle:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._server.shutdown()
+        self._server.server_close()
 
 
 @contextmanager

@@ -15,6 +15,7 @@ import json
 import re
 import shutil
 import ssl
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -26,14 +27,14 @@ from urllib.parse import unquote
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
+from envlock import runner
+
 
 class _QuietServer(ThreadingHTTPServer):
     """A loopback server that does not print a client's dropped connection (a download stopped on
     purpose, a keep-alive socket closed) to the stderr the tests compare."""
 
     def handle_error(self, request: object, client_address: object) -> None:
-        import sys
-
         if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
             super().handle_error(request, client_address)  # type: ignore[arg-type]
 
@@ -58,7 +59,8 @@ _PROBE = "bytes=0-0"  # what envlock asks to learn a file's size (http.remote_si
 
 
 class IndexServer:
-    """Serve wheels from named indexes; start with ``start()``, stop with ``stop()``."""
+    """Serve wheels from named indexes; start with ``start()``, stop with ``stop()`` (or ``with
+    IndexServer(root).start() as server:``)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -136,8 +138,9 @@ class IndexServer:
             return sum(1 for p, rng in self.requests if p.endswith("/" + filename) and rng == _PROBE)
 
     # -- serving ---------------------------------------------------------
-    def start(self, tls: ssl.SSLContext | None = None) -> IndexServer:
-        """Serve on 127.0.0.1; over HTTPS with ``tls`` (a server context: a test's private CA)."""
+    def start(self, tls: ssl.SSLContext | None = None, *, port: int = 0) -> IndexServer:
+        """Serve on 127.0.0.1 (``port`` 0: any free one); over HTTPS with ``tls`` (a server context:
+        a test's private CA)."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -157,7 +160,7 @@ class IndexServer:
                 # uv probes files with HEAD before range requests for metadata.
                 server._handle(self)
 
-        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
         if tls is not None:
             self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
@@ -165,6 +168,12 @@ class IndexServer:
         # A short poll interval keeps stop() (and so each test using a server) fast.
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
+
+    def __enter__(self) -> IndexServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -349,3 +358,13 @@ class IndexServer:
         req.end_headers()
         if req.command != "HEAD":
             req.wfile.write(body)
+
+
+def uv_compile(folder: Path, index_url: str) -> runner.Result:
+    """The pinned uv, run as envlock runs it (``runner``: its network settings), resolving ``tinydep``
+    from ``index_url`` with no cache; the pins land in ``folder/out.txt``."""
+    req = folder / "requirements.in"
+    req.write_text("tinydep\n")
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return runner.uv([*runner.compile_args(req, folder / "out.txt", python=python, default_index=index_url),
+                      "--no-cache"])

@@ -1,4 +1,5 @@
-"""Make ``envlock.lockfile.Lock`` objects straight from wheels published on a fixture index.
+"""Make ``envlock.lockfile.Lock`` objects straight from wheels published on a fixture index (and a
+sample lock with one of each part, for the lock file's own tests).
 
 Sync tests need a lock, not a resolver: every wheel becomes one locked package
 pointing at its URL on the loopback index (or at a local path), with its sha256 and size.
@@ -9,11 +10,21 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from envlock.lockfile import Artifact, Lock, LockedPackage
+from envlock.lockfile import (
+    Artifact,
+    Lock,
+    LockedBuild,
+    LockedFetchContent,
+    LockedPackage,
+    LockedPatch,
+    LockedSource,
+    NightlyPin,
+)
 from kit.index import IndexServer
 
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -59,3 +70,39 @@ def lock_for(
         spec_keys={},
         packages=tuple(sorted(packages, key=lambda p: p.name)),
     )
+
+
+def sample_lock(**changes: object) -> Lock:
+    """A lock with one of each part (an index nightly, a local build, a git source with a patch, FetchContent
+    inputs, a venv digest), ``changes`` replaced: the lock file and diff tests' sample."""
+    base = Lock(
+        env="e",
+        python="3.12",
+        platform="x86_64-manylinux_2_28",
+        spec_digest="sha256:" + "1" * 64,
+        spec_keys={"packages.torch": "abc", "env": "def"},
+        packages=(
+            LockedPackage(canonicalize_name("torch"), "2.12.0.dev20260307+cu130",
+                          (Artifact("a" * 64, url="https://x/torch-2.12.0.dev20260307%2Bcu130-cp312-cp312-linux_x86_64.whl"),),
+                          index="https://x/simple"),
+            LockedPackage(canonicalize_name("sgl-kernel"), "0.3.21",
+                          (Artifact("b" * 64, path="../wheelhouse/sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl",
+                                    size=10),)),
+        ),
+        requires_python="==3.12.*",
+        nightlies={"torch": NightlyPin("2026-03-07", "2.12.0.dev20260307+cu130")},
+        sources={"sglang": LockedSource("git", "https://github.com/sgl-project/sglang", commit="f" * 40,
+                                        rev="main", patches=(LockedPatch("patches/sglang/0001-x.patch", "c" * 64),))},
+        builds={"sgl-kernel": LockedBuild("sha256:" + "d" * 64, "sgl_kernel-0.3.21-cp310-abi3-linux_x86_64.whl",
+                                          "b" * 64)},
+        fetchcontent={"sgl-kernel": {
+            "repo-triton": LockedFetchContent(git="https://github.com/triton-lang/triton", commit="7" * 40,
+                                              rev="v3.5.1"),
+            "repo-cutlass": LockedFetchContent(git="https://github.com/NVIDIA/cutlass", commit="5" * 40),
+            "json": LockedFetchContent(url="https://github.com/nlohmann/json/archive/v3.11.3.tar.gz", sha256="9" * 64),
+        }},
+        venv_digest="sha256:" + "e" * 64,
+        requires={"sgl-kernel": ("torch",)},
+    )
+    base = replace(base, venv_install=base.install_digest())
+    return replace(base, **changes)  # type: ignore[arg-type]

@@ -56,8 +56,8 @@ def main() -> None:
         _pause("build")
         return run_build(*args, **kwargs)
 
-    build._run_build = paused_run_build  # type: ignore[assignment]
-    generations.flip = paused_flip  # type: ignore[assignment]
+    build._run_build = paused_run_build
+    generations.flip = paused_flip
     install._uv = paused_uv  # type: ignore[assignment]
     Store.remove_entry = paused_remove_entry  # type: ignore[method-assign]
     from envlock.cli import main as cli_main

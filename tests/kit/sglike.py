@@ -26,10 +26,12 @@ import io
 import os
 import subprocess
 import tarfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kit.index import IndexServer
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
 
 GIT_ENV = {
@@ -397,15 +399,17 @@ PATCH_SPECS = (
 )
 
 
-def make_sglike(root: Path) -> SgLike:
-    """Create the repositories and patches under ``root``."""
+def make_sglike(root: Path, *, python_files: Mapping[str, str] | None = None) -> SgLike:
+    """Create the repositories and patches under ``root``; ``python_files`` replace the python
+    package's ``pyproject.toml`` (the example world builds it with an in-tree backend)."""
     kdep, kdep_commit = make_kdep(root)
     repo = root / "sglike"
     init_repo(repo)
     write(
         repo,
         {
-            "python/pyproject.toml": PY_PYPROJECT,
+            **({f"python/{k}": v for k, v in python_files.items()} if python_files is not None
+               else {"python/pyproject.toml": PY_PYPROJECT}),
             "python/sglike/__init__.py": PY_INIT,
             "python/sglike/comm.py": PY_COMM,
             "sgl-kernel/pyproject.toml": KERNEL_PYPROJECT,
@@ -476,3 +480,48 @@ NONDET = {
     "nondet/__init__.py": "",
     "nondet/stamp.py": "BUILT_AT = 0\n",
 }
+
+
+#: The torch stand-in's version on the kernel's index.
+KERNEL_TORCH = "2.12.0.dev20260307"
+
+
+def kernel_index(folder: Path, *, with_archives: bool) -> IndexServer:
+    """An index (not started) for building the kernel: the build backends, the torch stand-in and a
+    runtime-only package on ``pypi``, and (``with_archives``) the FetchContent archive on ``archives``."""
+    server = IndexServer(folder / "served")
+    server.add_dir("pypi", backend_wheels())
+    wheels = folder / "wheels"
+    server.add("pypi", torchlike_wheel(wheels, KERNEL_TORCH), build_wheel(wheels, "tinydep", "1.0"))
+    if with_archives:
+        server.add("archives", karch_archive(wheels))
+    return server
+
+
+def kernel_spec(server: IndexServer, sg: SgLike, *, kdep: str | None = None, kdep_rev: str = KDEP_TAG,
+                karch: str | None = None) -> str:
+    """Env ``e``: tinydep, the torch stand-in and the kernel built from ``sg`` (not isolated, its FetchContent
+    inputs: ``kdep`` at ``kdep_rev``, the archive at ``karch``), all from ``server`` (``kernel_index``)."""
+    return f"""
+[env]
+python = "3.11"
+[indexes.pypi]
+url = "{server.url('pypi')}"
+default = true
+[packages]
+tinydep = "==1.0"                      # a runtime package: no build reads it
+torchlike = "=={KERNEL_TORCH}"
+sglike-kernel = {{ build = "sglike-kernel" }}
+[sources.sglike]
+git = "{sg.url}"
+rev = "{sg.pin}"
+[builds.sglike-kernel]
+source = "sglike"
+subdirectory = "sgl-kernel"
+isolation = false
+requires = ["scikit-build-core>=0.10"]
+config-settings = {{ "cmake.define.SGLIKE_WITH_KARCH" = "ON" }}
+[builds.sglike-kernel.fetchcontent]
+{KDEP_NAME} = {{ git = "{kdep or sg.kdep_url}", rev = "{kdep_rev}" }}
+{KARCH_NAME} = {{ url = "{karch or server.file_url('archives', 'karch-1.0.tar.gz')}" }}
+"""

@@ -16,23 +16,34 @@ from packaging.pylock import Pylock
 from envlock.lockfile import read_lock
 from kit.index import IndexServer
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+TINYDEP2 = "tinydep-2.0-py3-none-any.whl"
+NIGHTLY = "torch-2.12.0.dev2026031001+cpu-py3-none-any.whl"
+
+
 @pytest.fixture
-def index(tmp_path: Path):  # type: ignore[no-untyped-def]
-    server = IndexServer(tmp_path / "served").start()
-    server.add_index("pypi")
-    server.add_index("nightly", hashes=False)  # PyTorch's: no hashes, envlock picks the date's build
+def fresh(server: IndexServer, tmp_path: Path) -> IndexServer:
+    """tinydep 1.0 and 2.0 on ``pypi``, two torch nightlies of one date on ``nightly`` (no hashes, as
+    PyTorch's: envlock picks the date's build), nothing yanked yet: a lock takes tinydep 2.0 and the
+    date's newest torch."""
+    server.add_index("nightly", hashes=False)
     for version in ("1.0", "2.0"):
         server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", version))
     for version in ("2.12.0.dev20260310+cpu", "2.12.0.dev2026031001+cpu"):
         server.add("nightly", build_wheel(tmp_path / "wheels", "torch", version))
-    server.yanked["tinydep-2.0-py3-none-any.whl"] = "broken"
-    server.yanked["torch-2.12.0.dev2026031001+cpu-py3-none-any.whl"] = ""
-    yield server
-    server.stop()
+    return server
+
+
+@pytest.fixture
+def index(fresh: IndexServer) -> IndexServer:
+    """The same indexes with the newest of each yanked: tinydep 2.0 (with a reason) and the date's newest torch."""
+    fresh.yanked[TINYDEP2] = "broken"
+    fresh.yanked[NIGHTLY] = ""
+    return fresh
 
 
 def _spec(server: IndexServer, tinydep: str) -> str:
@@ -43,13 +54,13 @@ def _spec(server: IndexServer, tinydep: str) -> str:
 
 
 @pytest.mark.parametrize(("tinydep", "locked"), [(">=1.0", "1.0"), ("==2.0", "2.0")])
-def test_a_yanked_newest_release_is_taken_only_when_pinned_exactly(index: IndexServer, ws, cli,  # type: ignore[no-untyped-def]
+def test_a_yanked_newest_release_is_taken_only_when_pinned_exactly(index: IndexServer, ws: ScratchWorkspace, cli: Cli,
                                                                    tinydep: str, locked: str) -> None:
     ws.write_spec("e", _spec(index, tinydep))
     result = cli("-q", "lock", "e")
     assert result.code == 0, result.err
     lock = read_lock(ws.root / "locks" / "pylock.e.toml")
-    versions = {p.name: p.version for p in lock.packages}
+    versions: dict[str, str] = {p.name: p.version for p in lock.packages}
     assert versions["tinydep"] == locked
     # The date's newest build is yanked: the one before it on that date is the pin.
     assert versions["torch"] == "2.12.0.dev20260310+cpu"
@@ -58,30 +69,13 @@ def test_a_yanked_newest_release_is_taken_only_when_pinned_exactly(index: IndexS
 
 # -- a locked release yanked since, and an == pin of a yanked one -----------------------------------
 
-TINYDEP2 = "tinydep-2.0-py3-none-any.whl"
-NIGHTLY = "torch-2.12.0.dev2026031001+cpu-py3-none-any.whl"
-
-
-@pytest.fixture
-def fresh(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """The same indexes with nothing yanked yet: a lock takes tinydep 2.0 and the date's newest torch."""
-    server = IndexServer(tmp_path / "served").start()
-    server.add_index("pypi")
-    server.add_index("nightly", hashes=False)
-    for version in ("1.0", "2.0"):
-        server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", version))
-    for version in ("2.12.0.dev20260310+cpu", "2.12.0.dev2026031001+cpu"):
-        server.add("nightly", build_wheel(tmp_path / "wheels", "torch", version))
-    yield server
-    server.stop()
-
-
 def _page_requests(server: IndexServer) -> list[str]:
     return sorted(path for path, _ in server.requests if "/simple/" in path and path.count("/") == 4)
 
 
 @pytest.mark.parametrize("page", ["json", "html"])
-def test_lock_check_notes_a_locked_release_yanked_since(fresh: IndexServer, ws, cli, page: str) -> None:  # type: ignore[no-untyped-def]
+def test_lock_check_notes_a_locked_release_yanked_since(
+        fresh: IndexServer, ws: ScratchWorkspace, cli: Cli, page: str) -> None:
     if page == "html":  # PEP 503 data-yanked instead of PEP 691 "yanked"
         fresh.html_only |= {"pypi", "nightly"}
     ws.write_spec("e", _spec(fresh, ">=1.0"))
@@ -116,7 +110,7 @@ def test_lock_check_notes_a_locked_release_yanked_since(fresh: IndexServer, ws, 
     assert stale.err.count("envlock: note: ") == 2
 
 
-def test_lock_check_offline_and_with_the_index_down(fresh: IndexServer, ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_lock_check_offline_and_with_the_index_down(fresh: IndexServer, ws: ScratchWorkspace, cli: Cli) -> None:
     ws.write_spec("e", _spec(fresh, ">=1.0"))
     assert cli("-q", "lock", "e").code == 0
     fresh.yanked[TINYDEP2] = "broken"
@@ -145,7 +139,8 @@ def test_lock_check_offline_and_with_the_index_down(fresh: IndexServer, ws, cli)
         f"page: {refused_connection}\n")
 
 
-def test_an_exact_pin_of_a_yanked_release_is_recorded_and_relocks_byte_identically(index: IndexServer, ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_an_exact_pin_of_a_yanked_release_is_recorded_and_relocks_byte_identically(
+        index: IndexServer, ws: ScratchWorkspace, cli: Cli) -> None:
     ws.write_spec("e", _spec(index, "==2.0"))
     made = cli("lock", "e")
     assert made.code == 0, made.err
@@ -176,7 +171,7 @@ def test_an_exact_pin_of_a_yanked_release_is_recorded_and_relocks_byte_identical
     assert installed.ok, installed.stderr
 
 
-def test_diff_shows_the_new_locks_yanked_files(fresh: IndexServer, ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_diff_shows_the_new_locks_yanked_files(fresh: IndexServer, ws: ScratchWorkspace, cli: Cli) -> None:
     ws.write_spec("e", _spec(fresh, "==1.0"))
     assert cli("-q", "lock", "e").code == 0
     (ws.root / "locks" / "old.toml").write_text(ws.lock_text("e"))
@@ -288,7 +283,8 @@ def test_an_index_that_cannot_be_read_is_one_note_and_asked_once() -> None:
     assert len(accepted) == 1  # the first package's page only
 
 
-def test_lock_check_reads_a_private_index_with_the_specs_credentials(tmp_path: Path, ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_lock_check_reads_a_private_index_with_the_specs_credentials(
+        tmp_path: Path, ws: ScratchWorkspace, cli: Cli) -> None:
     import base64
 
     server = IndexServer(tmp_path / "served").start()
@@ -309,7 +305,8 @@ def test_lock_check_reads_a_private_index_with_the_specs_credentials(tmp_path: P
         server.stop()
 
 
-def test_an_override_pinning_a_yanked_release_records_it_too(index: IndexServer, tmp_path: Path, ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_an_override_pinning_a_yanked_release_records_it_too(index: IndexServer, tmp_path: Path, ws: ScratchWorkspace,
+                                                             cli: Cli) -> None:
     index.add("pypi", build_wheel(tmp_path / "wheels", "top", "1.0", requires=["tinydep>=1"]))
     ws.write_spec("e", f'[env]\npython = "{PY}"\n[indexes.pypi]\nurl = "{index.url("pypi")}"\ndefault = true\n'
                        '[packages]\ntop = ">=1"\n[resolution]\noverrides = ["tinydep==2.0"]\n')
@@ -320,7 +317,8 @@ def test_an_override_pinning_a_yanked_release_records_it_too(index: IndexServer,
         "tinydep": "broken", "top": None}
 
 
-def test_a_yank_reason_reaches_the_terminal_without_its_control_characters(fresh: IndexServer, ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_yank_reason_reaches_the_terminal_without_its_control_characters(fresh: IndexServer, ws: ScratchWorkspace,
+                                                                           cli: Cli) -> None:
     ws.write_spec("e", _spec(fresh, ">=1.0"))
     assert cli("-q", "lock", "e").code == 0
     # An escape that clears the screen, a right-to-left override and a lone surrogate (JSON may carry one).

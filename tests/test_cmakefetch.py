@@ -18,71 +18,24 @@ from pathlib import Path
 
 import pytest
 
-from conftest import backend_wheels
-from envlock import runner
+from envlock import buildenv, runner
 from kit import sglike
 from kit.index import IndexServer
 from kit.locks import sha256_of
-from kit.sglike import SgLike, commit_all, git, make_sglike, write
-from kit.wheels import build_wheel
-
-TORCH = "2.12.0.dev20260307"
-
-
-def kernel_index(factory: pytest.TempPathFactory, *, with_archives: bool) -> IndexServer:
-    """Build backends, the torch stand-in and a runtime-only package on ``pypi`` (and, ``with_archives``,
-    the FetchContent archive on ``archives``); not started."""
-    folder = factory.mktemp("served")
-    server = IndexServer(factory.mktemp("index"))
-    server.add_dir("pypi", backend_wheels())
-    server.add("pypi", sglike.torchlike_wheel(folder, TORCH), build_wheel(folder, "tinydep", "1.0"))
-    if with_archives:
-        server.add("archives", sglike.karch_archive(folder))
-    return server
+from kit.sglike import commit_all, git, kernel_index, kernel_spec, make_sglike, write
+from kit.workspaces import Cli, ScratchWorkspace, said
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    server = kernel_index(tmp_path_factory, with_archives=True).start()
-    yield server
-    server.stop()
-
-
-def spec(server: IndexServer, sg: SgLike, *, kdep: str | None = None, kdep_rev: str = sglike.KDEP_TAG,
-         karch: str | None = None) -> str:
-    return f"""
-[env]
-python = "3.11"
-[indexes.pypi]
-url = "{server.url('pypi')}"
-default = true
-[packages]
-tinydep = "==1.0"                      # a runtime package: no build reads it
-torchlike = "=={TORCH}"
-sglike-kernel = {{ build = "sglike-kernel" }}
-[sources.sglike]
-git = "{sg.url}"
-rev = "{sg.pin}"
-[builds.sglike-kernel]
-source = "sglike"
-subdirectory = "sgl-kernel"
-isolation = false
-requires = ["scikit-build-core>=0.10"]
-config-settings = {{ "cmake.define.SGLIKE_WITH_KARCH" = "ON" }}
-[builds.sglike-kernel.fetchcontent]
-{sglike.KDEP_NAME} = {{ git = "{kdep or sg.kdep_url}", rev = "{kdep_rev}" }}
-{sglike.KARCH_NAME} = {{ url = "{karch or server.file_url('archives', 'karch-1.0.tar.gz')}" }}
-"""
+    """The kernel's index, with its archive input (kit.sglike.kernel_index), built once for the module:
+    here it stands for the conftest's empty one."""
+    with kernel_index(tmp_path_factory.mktemp("kernel-index"), with_archives=True).start() as started:
+        yield started
 
 
 def wheel_gets(server: IndexServer) -> list[str]:
     return [p.rsplit("/", 1)[-1] for p in server.downloads() if p.endswith(".whl")]
-
-
-def said(err: str) -> str:
-    """envlock's error, without what the fixture server's threads print of a client that hung up
-    (uv closing a kept-alive connection) into the same captured stderr."""
-    return err[err.index("envlock: error: "):] if "envlock: error: " in err else err
 
 
 def pins(ws_root: Path) -> dict[str, dict[str, str]]:
@@ -91,13 +44,13 @@ def pins(ws_root: Path) -> dict[str, dict[str, str]]:
 
 
 @pytest.mark.slow
-def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(  # type: ignore[no-untyped-def]
-    ws, cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(
+    ws: ScratchWorkspace, cli: Cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sg = make_sglike(tmp_path / "repos")
     archive = server.indexes["archives"].files["karch-1.0.tar.gz"]
     archive_url = server.file_url("archives", "karch-1.0.tar.gz")
-    ws.write_spec("e", spec(server, sg))
+    ws.write_spec("e", kernel_spec(server, sg))
     r = cli("lock", "e")
     assert r.code == 0, r.err
     # The tag's commit (peeled: v1.0 is an annotated tag) and the archive's sha256, hashed now.
@@ -132,13 +85,13 @@ def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(  # type: ignore
     store = home / "v1" / "sources"
     for name, tree in ((sglike.KDEP_NAME, store / f"git-{sg.kdep_commit}" / "tree"),
                        (sglike.KARCH_NAME, store / f"archive-{sha256_of(archive)}" / "tree")):
-        # At the fixed build path (a private mount namespace), each input is mounted inside the scratch folder.
-        seen = f"/tmp/envlock-build/.envlock/fetchcontent/{name}" if "# build path: /tmp/envlock-build (fixed)" in log \
-            else tree
+        # Where it is, or (in a private mount namespace) mounted at one fixed path.
+        seen = tree if "(not fixed: " in log else buildenv.FIXED / buildenv.INNER / "fetchcontent" / name
         assert f"--config-setting cmake.define.FETCHCONTENT_SOURCE_DIR_{name.upper()}={seen}" in log
+        assert str(tree) in log
     assert "--config-setting cmake.define.FETCHCONTENT_FULLY_DISCONNECTED=ON" in log
     gets = wheel_gets(server)
-    assert f"torchlike-{TORCH}-py3-none-any.whl" in gets  # in the build's closure: its headers are compiled in
+    assert f"torchlike-{sglike.KERNEL_TORCH}-py3-none-any.whl" in gets  # in the build's closure: headers compiled in
     assert not [g for g in gets if g.startswith("tinydep-")]  # a runtime wheel no build reads: not fetched
     # The kernel compiled against both inputs: KDEP_MAGIC from the tag's commit (not the moved one), KARCH_MAGIC.
     r = cli("-q", "sync", "e")
@@ -149,12 +102,12 @@ def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(  # type: ignore
     assert probe.stdout.split() == ["42", "7"], probe.tail()
 
     # The spec names the branch instead: resolved anew, to the moved commit, and recorded with it.
-    ws.write_spec("e", spec(server, sg, kdep_rev="main"))
+    ws.write_spec("e", kernel_spec(server, sg, kdep_rev="main"))
     assert cli("lock", "e").code == 0
     assert pins(ws.root)[sglike.KDEP_NAME] == {"git": sg.kdep_url, "commit": moved, "rev": "main"}
 
     # Other bytes at the archive's URL: a build on a fresh store refuses them, naming the input.
-    ws.write_spec("e", spec(server, sg))
+    ws.write_spec("e", kernel_spec(server, sg))
     assert cli("lock", "e").code == 0
     pinned = sha256_of(archive)
     sglike.karch_archive(archive.parent, magic=8)
@@ -169,13 +122,13 @@ def test_a_tag_and_an_archive_are_pinned_and_built_disconnected(  # type: ignore
     assert sha256_of(archive) == pinned
 
 
-def test_unreachable_inputs_are_named_together_before_any_wheel_is_fetched(  # type: ignore[no-untyped-def]
-    ws, cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_unreachable_inputs_are_named_together_before_any_wheel_is_fetched(
+    ws: ScratchWorkspace, cli: Cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sg = make_sglike(tmp_path / "repos")
     gone_git = tmp_path / "gone.git"
     gone_archive = server.file_url("archives", "gone-1.0.tar.gz")
-    ws.write_spec("e", spec(server, sg, kdep=str(gone_git), karch=gone_archive))
+    ws.write_spec("e", kernel_spec(server, sg, kdep=str(gone_git), karch=gone_archive))
 
     def expected(git_why: str) -> re.Pattern[str]:
         return re.compile(
@@ -216,8 +169,8 @@ def _mirrored_urls(home: Path) -> set[str]:
     return {(m / "envlock-url").read_text().strip() for m in folder.iterdir()} if folder.is_dir() else set()
 
 
-def test_lock_fetches_no_fetchcontent_input(  # type: ignore[no-untyped-def]
-    ws, cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_lock_fetches_no_fetchcontent_input(
+    ws: ScratchWorkspace, cli: Cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A resolution reads no FetchContent input: `lock` pins each without fetching it (a commit: nothing,
     a tag: `git ls-remote`, an archive: one download the first time, to hash it, none with a sha256 in the
@@ -233,7 +186,7 @@ def test_lock_fetches_no_fetchcontent_input(  # type: ignore[no-untyped-def]
 
     for rev in (sg.kdep_commit, sglike.KDEP_TAG):  # by its commit, then by its tag
         server.requests.clear()
-        ws.write_spec("e", spec(server, sg, kdep_rev=rev))
+        ws.write_spec("e", kernel_spec(server, sg, kdep_rev=rev))
         r = cli("lock", "e")
         assert r.code == 0, r.err
         assert pins(ws.root)[sglike.KDEP_NAME]["commit"] == sg.kdep_commit  # the tag: by `git ls-remote`
@@ -243,7 +196,7 @@ def test_lock_fetches_no_fetchcontent_input(  # type: ignore[no-untyped-def]
     assert pins(ws.root)[sglike.KARCH_NAME]["sha256"] == sha256_of(archive)
     # With its sha256 in the spec, not even once (a fresh store).
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "cold-2"))
-    ws.write_spec("e", spec(server, sg, kdep_rev=sg.kdep_commit).replace(
+    ws.write_spec("e", kernel_spec(server, sg, kdep_rev=sg.kdep_commit).replace(
         "karch-1.0.tar.gz\" }", f"karch-1.0.tar.gz\", sha256 = \"{sha256_of(archive)}\" }}"))
     server.requests.clear()
     assert cli("lock", "e").code == 0

@@ -1,4 +1,4 @@
-"""Against the real PyPI: opt in with `pytest --run-network` (the default run is hermetic)."""
+"""``lock_env`` against the real PyPI: opt in with `pytest --run-network` (the default run is hermetic)."""
 
 from __future__ import annotations
 
@@ -8,27 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from envlock import indexes
-from envlock.fetch import fetch_unhashed
 from envlock.lockfile import read_lock
 from envlock.locking import lock_env
-from envlock.store import Store
 from envlock.workspace import Workspace
+from kit.workspaces import Cli, ScratchWorkspace
 
 pytestmark = pytest.mark.network
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_https_index_page_and_streamed_hash(tmp_path: Path) -> None:
-    files = indexes.project_files("https://pypi.org/simple", "six")
-    wheel = next(f for f in files if f.filename == "six-1.17.0-py2.py3-none-any.whl")
-    assert wheel.sha256 is not None
-    got = fetch_unhashed(wheel.url, Store.open(tmp_path / "home"))
-    assert (got.sha256, got.downloaded) == (wheel.sha256, 11050)
-    assert got.path.read_bytes()[:2] == b"PK"
-
-
-def test_demo_lock_resolves_the_same_from_pypi(ws) -> None:  # type: ignore[no-untyped-def]
+def test_demo_lock_resolves_the_same_from_pypi(ws: ScratchWorkspace) -> None:
     """The committed demo lock's PyPI part is what PyPI resolves today (pins are exact)."""
     spec = tomllib.loads((ROOT / "envs" / "demo.toml").read_text())
     lines = ['[env]\npython = "3.11"\nplatform = "x86_64-manylinux_2_28"',
@@ -63,8 +52,8 @@ def _unreachable(urls: tuple[str, ...]) -> list[str]:
     return out
 
 
-def test_the_flagship_spec_locks_at_its_pin_against_today_and_relocks_byte_identical(  # type: ignore[no-untyped-def]
-        ws, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_flagship_spec_locks_at_its_pin_against_today_and_relocks_byte_identical(
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`envlock lock qwen35-blackwell` at the pin: exit 0 (the build_backend.py allowance), a relock gives
     the same bytes, and a cold store downloads no FetchContent input (a commit pin needs no fetch, the
     triton tag only `git ls-remote`, the json archive's sha256 is in the spec): only sglang's source,

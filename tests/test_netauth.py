@@ -7,15 +7,17 @@ import base64
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from envlock import http, netauth, runner
+from envlock import http, netauth
 from envlock.errors import PackageIndexError
 from envlock.indexes import project_files
-from kit.index import IndexServer
+from kit.index import IndexServer, uv_compile
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -25,14 +27,12 @@ def _basic(login: str) -> str:
 
 
 @pytest.fixture
-def private(tmp_path: Path) -> Iterator[IndexServer]:
+def private(server: IndexServer, tmp_path: Path) -> Iterator[IndexServer]:
     """An index that answers 401 to any request without alice's credentials."""
-    server = IndexServer(tmp_path / "served").start()
     server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
     server.required_auth = _basic("alice:s3cret")
     netauth.forget()
     yield server
-    server.stop()
     netauth.forget()
 
 
@@ -54,19 +54,12 @@ def _read_through_redirect(a: IndexServer, b: IndexServer, wheel: Path) -> None:
         b.stop()
 
 
-def _uv(tmp_path: Path, index: str) -> runner.Result:
-    req = tmp_path / "requirements.in"
-    req.write_text("tinydep\n")
-    return runner.uv([*runner.compile_args(req, tmp_path / "out.txt", python=PY, default_index=index),
-                      "--no-cache"])
-
-
 def test_a_basic_auth_index_through_netrc_for_envlock_and_uv(private: IndexServer, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     _netrc(tmp_path, monkeypatch, "machine 127.0.0.1\n  login alice\n  password s3cret\n")
     assert [f.filename for f in project_files(private.url("pypi"), "tinydep")] == ["tinydep-1.0-py3-none-any.whl"]
     assert private.auth_seen("") == _basic("alice:s3cret")  # the page /pypi/simple/tinydep/
-    result = _uv(tmp_path, private.url("pypi"))  # uv reads $NETRC itself: it reaches uv unchanged
+    result = uv_compile(tmp_path, private.url("pypi"))  # uv reads $NETRC itself: it reaches uv unchanged
     assert result.ok, result.tail()
 
 
@@ -172,7 +165,8 @@ def test_the_keyring_is_asked_only_when_enabled(private: IndexServer, keyring: P
     assert keyring.read_text() == f"get {private.url('pypi')} alice (from {os.getpid()})\n"
 
 
-def test_keyring_for_envlock_and_uv_from_the_command_line(tmp_path: Path, keyring: Path, ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_keyring_for_envlock_and_uv_from_the_command_line(
+        tmp_path: Path, keyring: Path, ws: ScratchWorkspace, cli: Cli) -> None:
     # A private nightly index without hashes: envlock reads its page and hashes the nightly itself,
     # uv resolves from it; both ask the keyring for alice's password (uv through UV_KEYRING_PROVIDER).
     server = IndexServer(tmp_path / "served").start()
@@ -222,3 +216,125 @@ def test_a_redirect_target_never_gets_the_netrc_default_entry(tmp_path: Path, mo
     _read_through_redirect(a, b, wheel)
     assert a.auth_seen("moved.whl") == _basic("carol:c4rol")  # asked for directly: the default entry, as curl
     assert b.auth_seen(wheel.name) is None
+
+
+@contextmanager
+def _git_over_http(tmp_path: Path, login: str) -> Iterator[str]:
+    """A repository served over git's dumb HTTP on 127.0.0.1 that answers 401 without ``login``; its URL."""
+    import subprocess
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from kit.sglike import commit_all, init_repo
+
+    work = tmp_path / "src"
+    init_repo(work)
+    (work / "a.txt").write_text("a\n")
+    commit_all(work, "a")
+    served = tmp_path / "git-served"
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(served / "repo.git")], check=True)
+    subprocess.run(["git", "update-server-info"], cwd=served / "repo.git", check=True)
+    wanted = _basic(login)
+
+    class Private(SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.headers.get("Authorization") != wanted:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="git"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            super().do_GET()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: Private(*a, directory=str(served)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/repo.git"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_no_password_is_in_any_command_line_a_lock_starts(tmp_path: Path, ws, cli,  # type: ignore[no-untyped-def]
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # Any user of the machine reads /proc/PID/cmdline: uv ran as `uv pip compile ... --default-index
+    # http://alice:s3cret@host/simple`. Three private places, each with its own password in the spec:
+    # the default index, an explicit index on another port, a git source over HTTP.
+    from kit.argv import command_lines
+
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    main, extra = (IndexServer(tmp_path / name).start() for name in ("main", "extra"))
+    main.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
+    extra.add_index("priv")
+    extra.add("priv", build_wheel(tmp_path / "wheels", "privdep", "2.0"))
+    main.required_auth, extra.required_auth = _basic("alice:s3cret"), _basic("bob:t0k%n")
+    secrets = ("s3cret", "t0k%n", "t0k%25n", "g1tpw")
+    try:
+        with _git_over_http(tmp_path, "carol:g1tpw") as repo:
+            ws.write_spec("e", f'[env]\npython = "{PY}"\n'
+                               f'[indexes.pypi]\nurl = "{main.url("pypi").replace("http://", "http://alice:s3cret@")}"\n'
+                               'default = true\n'
+                               f'[indexes.priv]\nurl = "{extra.url("priv").replace("http://", "http://bob:t0k%25n@")}"\n'
+                               '[packages]\ntinydep = "==1.0"\nprivdep = { version = "==2.0", index = "priv" }\n'
+                               f'[sources.s]\ngit = "{repo.replace("http://", "http://carol:g1tpw@")}"\nrev = "main"\n')
+            with command_lines() as seen:
+                locked = cli("-q", "lock", "e")
+            assert locked.code == 0, locked.err
+    finally:
+        main.stop()
+        extra.stop()
+    assert main.auth_seen("") == _basic("alice:s3cret") and extra.auth_seen("") == _basic("bob:t0k%n")
+    uv_runs = [line for line in seen if " pip compile " in line]
+    git_runs = [line for line in seen if line.startswith("git ")]
+    assert uv_runs and any("ls-remote" in line for line in git_runs) and any(" fetch " in line for line in git_runs)
+    assert [line for line in seen if any(s in line for s in secrets)] == []
+    # Nor in what the lock wrote, said or left in the store (logs, git mirrors, records).
+    said = locked.out + locked.err + ws.lock_text("e")
+    assert [s for s in secrets if s in said] == [], said
+    stored = [p for p in (tmp_path / "home").rglob("*") if p.is_file() and not p.is_symlink()]
+    assert stored and [p for p in stored if any(s.encode() in p.read_bytes() for s in secrets)] == []
+
+
+@pytest.mark.parametrize("given", ["netrc", "keyring"])
+def test_no_password_from_a_netrc_or_a_keyring_is_in_a_command_line(tmp_path: Path, ws, cli,  # type: ignore[no-untyped-def]
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    request: pytest.FixtureRequest, given: str) -> None:
+    # uv and envlock each read the netrc file and ask the keyring themselves: what they find never
+    # reaches a command line either (envlock's `keyring get URL USER` names no password).
+    from kit.argv import command_lines
+
+    main, extra = (IndexServer(tmp_path / name).start() for name in ("main", "extra"))
+    main.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
+    extra.add_index("priv")
+    extra.add("priv", build_wheel(tmp_path / "wheels", "privdep", "2.0"))
+    main.required_auth = extra.required_auth = _basic("alice:s3cret")
+    netauth.forget()
+    user = ""
+    if given == "netrc":
+        _netrc(tmp_path, monkeypatch, "machine 127.0.0.1 login alice password s3cret\n")
+    else:
+        monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+        request.getfixturevalue("keyring")
+        monkeypatch.setenv("ENVLOCK_KEYRING_PROVIDER", "subprocess")
+        user = "alice@"
+    try:
+        ws.write_spec("e", f'[env]\npython = "{PY}"\n'
+                           f'[indexes.pypi]\nurl = "{main.url("pypi").replace("http://", f"http://{user}")}"\n'
+                           'default = true\n'
+                           f'[indexes.priv]\nurl = "{extra.url("priv").replace("http://", f"http://{user}")}"\n'
+                           '[packages]\ntinydep = "==1.0"\nprivdep = { version = "==2.0", index = "priv" }\n')
+        with command_lines() as seen:
+            locked = cli("-q", "lock", "e")
+    finally:
+        main.stop()
+        extra.stop()
+        netauth.forget()
+    assert locked.code == 0, locked.err
+    assert main.auth_seen("") == extra.auth_seen("") == _basic("alice:s3cret")
+    assert any(" pip compile " in line for line in seen)
+    assert given != "keyring" or any("keyring" in line and " get " in line for line in seen), seen
+    assert [line for line in seen if "s3cret" in line] == []
+    assert "s3cret" not in locked.out + locked.err + ws.lock_text("e")

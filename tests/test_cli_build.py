@@ -13,50 +13,26 @@ import shlex
 import shutil
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import backend_wheels
 from envlock import runner
 from kit.index import IndexServer
 from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
+from kit.universe import backend_wheels
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace, write_demo
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _demo(ws_root: Path, index_url: str) -> None:
-    shutil.copytree(ROOT / "examples" / "mini-kernel", ws_root / "examples" / "mini-kernel")
-    shutil.copytree(ROOT / "patches" / "mini-kernel", ws_root / "patches" / "mini-kernel")
-    (ws_root / "envs" / "demo.toml").write_text(
-        f"""\
-[env]
-python = "3.11"
-
-[indexes.pypi]
-url = "{index_url}"
-default = true
-
-[packages]
-mini-kernel = {{ build = "mini-kernel" }}
-packaging = ">=20"
-
-[sources.mini-kernel]
-path = "examples/mini-kernel"
-patches = ["patches/mini-kernel/0001-add-dot.patch"]
-
-[builds.mini-kernel]
-source = "mini-kernel"
-"""
-    )
-
-
 @pytest.mark.slow
-def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_demo_lock_build_check_status_sync(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     r = cli("lock", "demo")
     assert r.code == 0, r.err
     assert r.out.splitlines()[-1] == ("  mini-kernel: not built for this lock yet; `envlock build demo` builds it "
@@ -284,7 +260,7 @@ def test_demo_lock_build_check_status_sync(  # type: ignore[no-untyped-def]
     assert sha256_of(ws.root / "wheelhouse" / locked["wheel"]) == locked["sha256"]
 
 
-def test_patch_status_exit_code_and_json_on_conflict(ws, cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_patch_status_exit_code_and_json_on_conflict(ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> None:
     (ws.root / "src").mkdir()
     (ws.root / "src" / "f.txt").write_text("a\nB\nc\n")
     (ws.root / "patches" / "s").mkdir(parents=True)
@@ -305,17 +281,17 @@ def test_patch_status_exit_code_and_json_on_conflict(ws, cli, tmp_path: Path) ->
     assert r.code == 2 and "source 's' is a path source" in r.err
 
 
-def test_build_refuses_a_missing_lock_and_unknown_build(ws, cli) -> None:  # type: ignore[no-untyped-def]
-    _demo(ws.root, "http://127.0.0.1:9/simple")
+def test_build_refuses_a_missing_lock_and_unknown_build(ws: ScratchWorkspace, cli: Cli) -> None:
+    write_demo(ws.root, "http://127.0.0.1:9/simple")
     r = cli("build", "demo")
     assert r.code == 2 and "no lock file; create it with `envlock lock demo` before building" in r.err
     r = cli("build", "demo", "--override-source", "nope")
     assert r.code == 2 and "--override-source 'nope': expected NAME=PATH" in r.err
 
 
-def test_a_build_subdirectory_the_source_lacks_is_named_by_lock(ws, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_build_subdirectory_the_source_lacks_is_named_by_lock(ws: ScratchWorkspace, cli: Cli) -> None:
     # Before any index is asked (this one is closed): uv would call it a failed resolution.
-    _demo(ws.root, "http://127.0.0.1:9/simple")
+    write_demo(ws.root, "http://127.0.0.1:9/simple")
     spec = ws.root / "envs" / "demo.toml"
     spec.write_text(spec.read_text() + 'subdirectory = "nonexist"\n')
     r = cli("lock", "demo")
@@ -324,8 +300,8 @@ def test_a_build_subdirectory_the_source_lacks_is_named_by_lock(ws, cli) -> None
 
 
 @pytest.mark.slow
-def test_frozen_sync_rebuilds_from_the_locked_build_requirements(  # type: ignore[no-untyped-def]
-    ws, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_frozen_sync_rebuilds_from_the_locked_build_requirements(
+    ws: ScratchWorkspace, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The known-good rebuild: the index has newer build tools than the lock recorded, the
     # wheel is gone from this machine, and sync --frozen must rebuild the recorded wheel.
@@ -333,7 +309,7 @@ def test_frozen_sync_rebuilds_from_the_locked_build_requirements(  # type: ignor
     server.add_dir("pypi", backend_wheels())
     server.start()
     try:
-        _demo(ws.root, server.url("pypi"))
+        write_demo(ws.root, server.url("pypi"))
         assert cli("lock", "demo").code == 0
         r = cli("sync", "demo")
         assert r.code == 0, r.err
@@ -353,18 +329,18 @@ def test_frozen_sync_rebuilds_from_the_locked_build_requirements(  # type: ignor
 
 
 @pytest.mark.slow
-def test_a_lock_written_while_a_build_ran_is_not_undone(  # type: ignore[no-untyped-def]
-    ws, cli, backend_index: IndexServer, monkeypatch: pytest.MonkeyPatch
+def test_a_lock_written_while_a_build_ran_is_not_undone(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from envlock import build
 
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     assert cli("lock", "demo").code == 0
     lock_file = ws.root / "locks" / "pylock.demo.toml"
     meanwhile = ws.lock_text("demo") + "# written by another envlock during the build\n"
     real_build_wheel = build.build_wheel
 
-    def another_lock_during_the_build(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def another_lock_during_the_build(*args: Any, **kwargs: Any) -> Any:
         lock_file.write_text(meanwhile)
         return real_build_wheel(*args, **kwargs)
 
@@ -380,9 +356,10 @@ def test_a_lock_written_while_a_build_ran_is_not_undone(  # type: ignore[no-unty
     assert "0 rebuilt, 1 reused; updated locks/pylock.demo.toml" in r.out
 
 
-def test_a_build_named_other_than_its_project_is_refused_at_its_key(ws, cli, backend_index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_a_build_named_other_than_its_project_is_refused_at_its_key(ws: ScratchWorkspace, cli: Cli,
+                                                                    backend_index: IndexServer) -> None:
     # Before: uv's "metadata name does not match" at lock time, reported as a failed resolution (exit 1).
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     spec = ws.root / "envs" / "demo.toml"
     spec.write_text(spec.read_text().replace('mini-kernel = { build = "mini-kernel" }', 'mk2 = { build = "mk2" }')
                     .replace("[builds.mini-kernel]", "[builds.mk2]"))
@@ -395,11 +372,11 @@ def test_a_build_named_other_than_its_project_is_refused_at_its_key(ws, cli, bac
 
 
 @pytest.mark.slow
-def test_build_check_never_replaces_the_wheel_the_lock_names(  # type: ignore[no-untyped-def]
-        ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_check_never_replaces_the_wheel_the_lock_names(ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer,
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same inputs, other bytes (as a build that does not reproduce gives): the check says so, and
     the wheelhouse keeps the wheel the lock records."""
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     assert cli("-q", "lock", "demo").code == 0
     assert cli("-q", "build", "demo").code == 0
     lock_file = ws.root / "locks" / "pylock.demo.toml"
@@ -423,18 +400,30 @@ def test_build_check_never_replaces_the_wheel_the_lock_names(  # type: ignore[no
                             f"wheelhouse/{built['wheel']}"), r.out
     assert wheel.read_bytes() == recorded and lock_file.read_text() == lock_before
     # Not when the lock records other build requirements than these inputs have (a merge gone wrong):
-    # the input digest alone does not vouch for the wheelhouse's wheel then.
+    # the input digest alone does not vouch for the wheelhouse's wheel then. Nor does it for the store's
+    # build (the check's, other bytes than the lock's): it is not taken, the lock is left as it is, and
+    # --rebuild builds it again.
     requirement = built["build-requirements"][0]
-    lock_file.write_text(lock_before.replace(requirement, requirement.replace("--hash=sha256:", "--hash=sha256:0", 1)))
+    odd = lock_before.replace(requirement, requirement.replace("--hash=sha256:", "--hash=sha256:0", 1))
+    lock_file.write_text(odd)
     r = cli("build", "demo")
-    assert r.code == 0 and "the wheelhouse holds the lock's wheel" not in r.out, r.out
+    assert r.code == 1 and "the wheelhouse holds the lock's wheel" not in r.out, r.out
+    assert r.err.startswith(f"envlock: error: locks/pylock.demo.toml: builds.mini-kernel: the store holds wheel sha256 "
+                            f"{built['sha256']} for input digest {built['input-digest'][:23]} "), r.err
+    assert r.err.endswith("  to build it again here and replace the store's: `envlock build demo mini-kernel "
+                          "--rebuild`\n"), r.err
+    assert lock_file.read_text() == odd and wheel.read_bytes() == recorded
+    r = cli("build", "demo", "--rebuild")
+    assert r.code == 0 and r.out.startswith(f"mini-kernel: built wheelhouse/{built['wheel']} "), r.out + r.err
+    assert sha256_of(wheel) == built["sha256"] and built["sha256"] in lock_file.read_text()
 
 
 @pytest.mark.slow
-def test_a_frozen_sync_rebuilds_after_an_edit_that_leaves_the_build_inputs_alone(  # type: ignore[no-untyped-def]
-        ws, cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_frozen_sync_rebuilds_after_an_edit_that_leaves_the_build_inputs_alone(
+        ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A reworded patch header changes the file (the lock calls itself stale), not the patched tree.
-    _demo(ws.root, backend_index.url("pypi"))
+    write_demo(ws.root, backend_index.url("pypi"))
     assert cli("-q", "sync", "demo").code == 0
     patch_file = ws.root / "patches" / "mini-kernel" / "0001-add-dot.patch"
     patch_file.write_text(patch_file.read_text().replace("Why:", "Why: (reworded)", 1))
