@@ -431,8 +431,9 @@ def _outside(request: BuildRequest, project: Path, what: str) -> dict[str, str]:
     except (OSError, UnicodeDecodeError):
         doc = None
     name = f"{what} (source {request.spec.source!r})"
-    return {rel: trees.tree_digest(request.tree / rel, within=request.tree, name=name)
-            if (request.tree / rel).is_dir() else "absent" for rel in buildsystem.reached(request.tree, project, doc)}
+    links = [p for _, p in trees.walk_tree(project) if p.is_symlink()]
+    return {rel: trees.tree_digest(request.tree / rel, within=request.tree, name=name) if (request.tree / rel).is_dir()
+            else "absent" for rel in buildsystem.reached(request.tree, project, doc, links)}
 
 
 def _fetchcontent(request: BuildRequest, what: str) -> tuple[list[dict[str, Any]], dict[str, Path]]:

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from envlock.trees import walk_tree
 
 #: PEP 517's defaults, for a project that names no backend.
 DEFAULT_BACKEND = "setuptools.build_meta:__legacy__"
@@ -94,16 +92,17 @@ def reach(subdirectory: str, path: str) -> str:
     return "" if joined in (".", "..") or joined.startswith("../") else joined
 
 
-def reached(tree: Path, project: Path, doc: Mapping[str, Any] | None) -> list[str]:
+def reached(tree: Path, project: Path, doc: Mapping[str, Any] | None, links: Iterable[Path]) -> list[str]:
     """The folders of the source ``tree`` (relative; "" for all of it) a build of its subfolder ``project``
     reads outside it: each path its ``pyproject.toml`` (``doc``) names (a file's folder:
-    ``../rust/sglang-grpc/Cargo.toml`` is the crate; ``root = ".."``: the whole tree), and where its links
-    lead (``trees.tree_digest`` has held them inside the source)."""
+    ``../rust/sglang-grpc/Cargo.toml`` is the crate; ``root = ".."``: the whole tree), and where its
+    ``links`` (the symlinks under ``project``, as ``trees.walk_tree`` lists them) lead (``trees.tree_digest``
+    has held them inside the source). Reads no store: a model of the project, as the diff reads it too."""
     root = os.path.realpath(tree)
     inside = os.path.relpath(os.path.realpath(project), root)
     named = [reach("" if inside == "." else inside, p) for p, _ in (outside(doc) if doc is not None else ())]
     if inside != ".":
-        linked = [os.path.relpath(os.path.realpath(p), root) for _, p in walk_tree(project) if p.is_symlink()]
+        linked = [os.path.relpath(os.path.realpath(p), root) for p in links]
         named += [rel for rel in linked if not (rel + "/").startswith(inside + "/")]
     found = {"" if rel in ("", ".") else rel if (tree / rel).is_dir() else posixpath.dirname(rel) for rel in named}
     return [""] if "" in found else sorted(found)
