@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from sync import make_wheels  # noqa: E402
 
-from envlock import generations, runner  # noqa: E402
-from envlock.store import Store  # noqa: E402
+from envlock import runner  # noqa: E402
+from envlock.install import generations  # noqa: E402
+from envlock.store.store import Store  # noqa: E402
 from kit.cacheservers import nginx_cache  # noqa: E402
 from kit.index import IndexServer  # noqa: E402
 from kit.locks import lock_for  # noqa: E402
@@ -111,8 +112,8 @@ def fleet(work: Path, cache: str, size: int, backends: IndexServer) -> None:
 
 
 def cold(work: Path, cache: str, cache_dir: Path, packages: int, repeat: int) -> None:
-    from envlock.caching import CacheConfig, Caches, wheel_key
-    from envlock.digest import manifest
+    from envlock.cache.caches import CacheConfig, Caches, wheel_key
+    from envlock.install.digest import manifest
 
     envlock, uv = envlock_argv(), runner.uv_bin()
     server = IndexServer(work / "served").start()

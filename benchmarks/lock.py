@@ -61,9 +61,10 @@ def main() -> int:
 
 def run(args: argparse.Namespace, tmp: Path, universe: Universe) -> int:
     from envlock import runner
-    from envlock.fetch import hash_unlisted
-    from envlock.indexes import Listings
-    from envlock.resolve import (
+    from envlock.install.fetch import hash_unlisted
+    from envlock.model.spec import load_spec
+    from envlock.net.indexes import Listings
+    from envlock.resolution.resolve import (
         ResolveInputs,
         compile_args,
         index_urls,
@@ -72,8 +73,7 @@ def run(args: argparse.Namespace, tmp: Path, universe: Universe) -> int:
         transient_project,
         uv_overrides,
     )
-    from envlock.spec import load_spec
-    from envlock.store import Store
+    from envlock.store.store import Store
 
     extra = [f"benchdep{i:03d}" for i in range(args.packages)]
     for i, name in enumerate(extra):
@@ -113,7 +113,7 @@ same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     # The console script, as users run it (python -m adds runpy's imports), as in sync.py.
     script = Path(sys.executable).parent / "envlock"
-    envlock_cmd = [*([str(script)] if script.exists() else [sys.executable, "-m", "envlock.cli"]), "lock", "bench"]
+    envlock_cmd = [*([str(script)] if script.exists() else [sys.executable, "-m", "envlock.cli.main"]), "lock", "bench"]
 
     # The same transient project envlock hands to uv, for the raw uv run.
     spec = load_spec(ws / "envs" / "bench.toml")
@@ -139,7 +139,7 @@ same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"
         ours.append(timed(envlock_cmd, ws))
         theirs.append(timed(uv_cmd, raw))
     if args.profile:
-        timed([sys.executable, "-m", "cProfile", "-o", str(args.profile.absolute()), "-m", "envlock.cli",
+        timed([sys.executable, "-m", "cProfile", "-o", str(args.profile.absolute()), "-m", "envlock.cli.main",
                *envlock_cmd[-2:]], ws)
     a, b = statistics.median(ours), statistics.median(theirs)
     packages = (ws / "locks" / "pylock.bench.toml").read_text().count("[[packages]]")

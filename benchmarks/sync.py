@@ -37,10 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from envlock import generations, runner  # noqa: E402
-from envlock.install import venv_entry  # noqa: E402
-from envlock.lockfile import Artifact  # noqa: E402
-from envlock.store import Store, store_file  # noqa: E402
+from envlock import runner  # noqa: E402
+from envlock.install import generations  # noqa: E402
+from envlock.install.install import venv_entry  # noqa: E402
+from envlock.model.lockfile import Artifact  # noqa: E402
+from envlock.store.store import Store, store_file  # noqa: E402
 from kit.index import IndexServer  # noqa: E402
 from kit.locks import lock_for, sha256_of  # noqa: E402
 from kit.wheels import build_wheel  # noqa: E402
@@ -101,9 +102,9 @@ def paired(a: Callable[[], float], b: Callable[[], float], n: int) -> tuple[floa
 FETCH_CHILD = """
 import resource, sys
 from pathlib import Path
-from envlock.fetch import fetch
-from envlock.lockfile import Artifact
-from envlock.store import Store
+from envlock.install.fetch import fetch
+from envlock.model.lockfile import Artifact
+from envlock.store.store import Store
 art = Artifact(sha256=sys.argv[2], url=sys.argv[3], size=int(sys.argv[4]))
 fetch([art], Store.open(Path(sys.argv[1])), base_dir=Path(sys.argv[1]))
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     # The console script, as users run it (python -m adds runpy's imports).
     script = Path(sys.executable).parent / "envlock"
-    envlock = [str(script)] if script.exists() else [sys.executable, "-m", "envlock.cli"]
+    envlock = [str(script)] if script.exists() else [sys.executable, "-m", "envlock.cli.main"]
     total = sum(w.stat().st_size for w in wheels)
     print(f"lock: {len(wheels)} packages, {total / 1e6:.0f} MB of wheels")
 
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     # A user's install has envlock's byte-code: make sure the runs below use it.
     import importlib.util
 
-    from envlock import cli as envlock_cli
+    from envlock.cli import main as envlock_cli
 
     pyc = importlib.util.cache_from_source(envlock_cli.__file__)
     if not os.path.exists(pyc):
@@ -233,7 +234,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
           f"= {t_noop / t_peer_noop:.2f}  (target <= 2.0; {spread})")
 
     # 3. Verify throughput against sha256sum over the very same files (page cache warm for both).
-    from envlock.digest import manifest
+    from envlock.install.digest import manifest
 
     venv = store.path("venvs", venv_entry(key))
     paths = [str(p) for p in venv.rglob("*") if p.is_file() and not p.is_symlink()]

@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from packaging.utils import parse_wheel_filename  # noqa: E402
 
-from envlock import buildinputs, toolchain  # noqa: E402
-from envlock.quick import file_sha256  # noqa: E402
-from envlock.store import Store  # noqa: E402
+from envlock.build import inputs, toolchain  # noqa: E402
+from envlock.store.home import file_sha256  # noqa: E402
+from envlock.store.store import Store  # noqa: E402
 from kit.cudalike import toolchain_wheels  # noqa: E402
 from kit.index import IndexServer  # noqa: E402
 
@@ -52,7 +52,7 @@ def _setup(store: Store, lines: list[str], index_url: str) -> tuple[float, toolc
     """(seconds, the toolchain, files under its tree written by this call) of one build's toolchain set-up."""
     before = _files(store)
     start = time.perf_counter()
-    wheels = buildinputs.backend_wheels(lines, store, python=PYTHON, index_url=index_url, offline=False,
+    wheels = inputs.backend_wheels(lines, store, python=PYTHON, index_url=index_url, offline=False,
                                         what="[builds.bench] toolchain", env="bench")
     tools = toolchain.unpacked(store, wheels, what="[builds.bench]")
     return time.perf_counter() - start, tools, _files(store) - before

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envlock.cli import main
-from envlock.store import Store
+from envlock.cli.main import main
+from envlock.store.store import Store
 from kit.cuda import CudaKit, nvcc_path, nvml_stub
 from kit.index import IndexServer
 from kit.sglike import SgLike, make_sglike
@@ -48,7 +48,7 @@ def _hermetic_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _no_credentials_left() -> Iterator[None]:
     """Index credentials a command hands to ``http.credentials`` end with it."""
-    from envlock import http
+    from envlock.net import http
 
     yield
     assert http._scopes == []

@@ -40,7 +40,7 @@ LONG_ALLOWED = {"cli.build_parser"}  # argparse's table of every command and opt
 
 
 def _name(dotted: str) -> str:
-    """A module's name in the graph: ``spec`` for ``envlock.spec``, ``gpu.elf`` for ``envlock.gpu.elf``."""
+    """A module's name in the graph: ``spec`` for ``envlock.model.spec``, ``gpu.elf`` for ``envlock.gpu.elf``."""
     parts = dotted.split(".")[1:]
     return ".".join(parts[:2]) if parts[0] in SUBPACKAGES and len(parts) > 1 else parts[0]
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from envlock import archives, sources
+from envlock.build import sources
 from envlock.errors import SourceError
-from envlock.store import Store
+from envlock.store import archives
+from envlock.store.store import Store
 from kit.locks import sha256_of
 from kit.sglike import hostile_archive, karch_archive
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from envlock import generations
-from envlock.bisecting import BAD, GOOD, SKIP, _spec_at, search
-from envlock.spec import load_spec
-from envlock.store import Store
+from envlock.commands.bisect import BAD, GOOD, SKIP, _spec_at, search
+from envlock.install import generations
+from envlock.model.spec import load_spec
+from envlock.store.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for
 from kit.sglike import git

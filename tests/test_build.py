@@ -15,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from envlock import build, buildenv, building, patchapply, patchfile, runner, sources, trees
+from envlock import runner
+from envlock.build import buildenv, builder, sources
+from envlock.commands import build
 from envlock.errors import BuildError, SourceTreeError
-from envlock.spec import BuildSpec, FetchContentInput, SourceSpec
-from envlock.store import Store
-from envlock.target import find_python
+from envlock.model.spec import BuildSpec, FetchContentInput, SourceSpec
+from envlock.model.target import find_python
+from envlock.patches import patchapply, patchfile
+from envlock.store import trees
+from envlock.store.store import Store
 from kit import sglike
 from kit.index import IndexServer
 from kit.locks import sha256_of
@@ -49,13 +53,13 @@ class Kit:
     patched: patchapply.PatchedTree
     epoch: int
     torch_wheels: dict[str, Path]
-    kdep: Path  # the kernel's FetchContent input, checked out (as envlock.building does)
+    kdep: Path  # the kernel's FetchContent input, checked out (as envlock.commands.build does)
 
-    def env(self, torch: str) -> tuple[build.BuildEnvPackage, ...]:
+    def env(self, torch: str) -> tuple[builder.BuildEnvPackage, ...]:
         wheel = self.torch_wheels[torch]
-        return (build.BuildEnvPackage("torchlike", torch, sha256_of(wheel), wheel),)
+        return (builder.BuildEnvPackage("torchlike", torch, sha256_of(wheel), wheel),)
 
-    def kernel(self, torch: str = TORCH_A, tree: patchapply.PatchedTree | None = None) -> build.BuildRequest:
+    def kernel(self, torch: str = TORCH_A, tree: patchapply.PatchedTree | None = None) -> builder.BuildRequest:
         spec = BuildSpec(
             name="sglike-kernel",
             source="sglike",
@@ -66,16 +70,16 @@ class Kit:
             requires=("scikit-build-core>=0.10",),
             fetchcontent=(FetchContentInput(sglike.KDEP_NAME, self.sg.kdep_url, self.sg.kdep_commit),),
         )
-        return build.BuildRequest(
+        return builder.BuildRequest(
             spec, (tree or self.patched).tree, self.epoch, "3.11", None, self.index.url("pypi"), self.env(torch),
             fetchcontent={sglike.KDEP_NAME: self.kdep},
         )
 
-    def package(self, tree: patchapply.PatchedTree | None = None) -> build.BuildRequest:
+    def package(self, tree: patchapply.PatchedTree | None = None) -> builder.BuildRequest:
         spec = BuildSpec(
             name="sglike", source="sglike", subdirectory="python", env={"SETUPTOOLS_SCM_PRETEND_VERSION": "0.5.9"}
         )
-        return build.BuildRequest(spec, (tree or self.patched).tree, self.epoch, "3.11", None, self.index.url("pypi"))
+        return builder.BuildRequest(spec, (tree or self.patched).tree, self.epoch, "3.11", None, self.index.url("pypi"))
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +96,11 @@ def kit(
 
 
 @pytest.fixture(scope="module")
-def built(kit: Kit) -> tuple[build.BuiltWheel, build.BuiltWheel]:
+def built(kit: Kit) -> tuple[builder.BuiltWheel, builder.BuiltWheel]:
     """The kernel and the package, built once for the module."""
     return (
-        build.build_wheel(kit.kernel(), kit.store, kit.wheelhouse),
-        build.build_wheel(kit.package(), kit.store, kit.wheelhouse),
+        builder.build_wheel(kit.kernel(), kit.store, kit.wheelhouse),
+        builder.build_wheel(kit.package(), kit.store, kit.wheelhouse),
     )
 
 
@@ -111,7 +115,7 @@ def _venv_python(tmp: Path, *wheels: Path) -> Path:
 
 @pytest.mark.slow
 def test_patched_sglike_builds_installs_and_imports(
-    kit: Kit, built: tuple[build.BuiltWheel, ...], tmp_path: Path
+    kit: Kit, built: tuple[builder.BuiltWheel, ...], tmp_path: Path
 ) -> None:
     kernel, package = built
     assert kernel.rebuilt and package.rebuilt
@@ -141,7 +145,7 @@ def test_patched_sglike_builds_installs_and_imports(
 
 @pytest.mark.slow
 def test_fetchcontent_input_is_prefetched_and_nothing_is_downloaded(
-    kit: Kit, built: tuple[build.BuiltWheel, ...]
+    kit: Kit, built: tuple[builder.BuiltWheel, ...]
 ) -> None:
     kernel = built[0]
     assert kernel.log is not None
@@ -158,42 +162,42 @@ def test_fetchcontent_input_is_prefetched_and_nothing_is_downloaded(
 
 
 @pytest.mark.slow
-def test_same_inputs_do_not_rebuild(kit: Kit, built: tuple[build.BuiltWheel, ...]) -> None:
+def test_same_inputs_do_not_rebuild(kit: Kit, built: tuple[builder.BuiltWheel, ...]) -> None:
     again = [
-        build.build_wheel(kit.kernel(), kit.store, kit.wheelhouse),
-        build.build_wheel(kit.package(), kit.store, kit.wheelhouse),
+        builder.build_wheel(kit.kernel(), kit.store, kit.wheelhouse),
+        builder.build_wheel(kit.package(), kit.store, kit.wheelhouse),
     ]
     assert sum(w.rebuilt for w in again) == 0
     assert [(w.sha256, w.input_digest) for w in again] == [(w.sha256, w.input_digest) for w in built]
     # A deleted wheelhouse copy comes back from the store, still without a build.
     again[0].wheel.unlink()
-    restored = build.build_wheel(kit.kernel(), kit.store, kit.wheelhouse)
+    restored = builder.build_wheel(kit.kernel(), kit.store, kit.wheelhouse)
     assert not restored.rebuilt and restored.wheel.is_file()
 
 
 @pytest.mark.slow
-def test_check_is_bit_identical_for_kernel_and_package(kit: Kit, built: tuple[build.BuiltWheel, ...]) -> None:
+def test_check_is_bit_identical_for_kernel_and_package(kit: Kit, built: tuple[builder.BuiltWheel, ...]) -> None:
     for request, first in ((kit.kernel(), built[0]), (kit.package(), built[1])):
-        result = build.check(request, kit.store, kit.wheelhouse, expected_sha256=first.sha256)
+        result = builder.check(request, kit.store, kit.wheelhouse, expected_sha256=first.sha256)
         assert result.reproducible, result.to_dict()
         assert result.actual_sha256 == first.sha256 and result.differing == ()
 
 
 @pytest.mark.slow
-def test_torch_pin_changes_the_kernel_digest_and_rebuilds(kit: Kit, built: tuple[build.BuiltWheel, ...]) -> None:
-    plan_a = build.plan(kit.kernel(TORCH_A), kit.store)
-    plan_b = build.plan(kit.kernel(TORCH_B), kit.store)
+def test_torch_pin_changes_the_kernel_digest_and_rebuilds(kit: Kit, built: tuple[builder.BuiltWheel, ...]) -> None:
+    plan_a = builder.plan(kit.kernel(TORCH_A), kit.store)
+    plan_b = builder.plan(kit.kernel(TORCH_B), kit.store)
     assert plan_a.input_digest == built[0].input_digest != plan_b.input_digest
     assert plan_b.recipe["build-env"]["env-packages"] == [
         f"torchlike=={TORCH_B} sha256:{kit.env(TORCH_B)[0].sha256}"
     ]
-    rebuilt = build.build_wheel(kit.kernel(TORCH_B), kit.store, kit.wheelhouse)
+    rebuilt = builder.build_wheel(kit.kernel(TORCH_B), kit.store, kit.wheelhouse)
     assert rebuilt.rebuilt and rebuilt.sha256 != built[0].sha256  # other headers, other binary
 
 
 @pytest.mark.slow
 def test_other_pypi_pins_do_not_touch_the_kernel(
-    kit: Kit, built: tuple[build.BuiltWheel, ...], tmp_path: Path
+    kit: Kit, built: tuple[builder.BuiltWheel, ...], tmp_path: Path
 ) -> None:
     """The build env is the closure of the kernel's build requirements, not the whole env."""
     from kit.wheels import build_wheel
@@ -202,18 +206,18 @@ def test_other_pypi_pins_do_not_touch_the_kernel(
     extras = []
     for version in ("1.0", "2.0"):  # an unrelated PyPI package, pinned two ways
         wheel = build_wheel(tmp_path / version, "requestslike", version)
-        extras.append(build.BuildEnvPackage("requestslike", version, sha256_of(wheel),
+        extras.append(builder.BuildEnvPackage("requestslike", version, sha256_of(wheel),
                                             wheel))
     digests = {
-        build.plan(replace(kit.kernel(), env_packages=(torch, extra)), kit.store).input_digest for extra in extras
+        builder.plan(replace(kit.kernel(), env_packages=(torch, extra)), kit.store).input_digest for extra in extras
     }
     assert digests == {built[0].input_digest}
-    again = build.build_wheel(replace(kit.kernel(), env_packages=(torch, extras[1])), kit.store, kit.wheelhouse)
+    again = builder.build_wheel(replace(kit.kernel(), env_packages=(torch, extras[1])), kit.store, kit.wheelhouse)
     assert not again.rebuilt  # build count 0
     # And the build cannot see what its digest leaves out: the build venv holds the closure only.
-    plan_ = build.plan(replace(kit.kernel(), env_packages=(torch, extras[0])), kit.store)
+    plan_ = builder.plan(replace(kit.kernel(), env_packages=(torch, extras[0])), kit.store)
     assert [p.name for p in plan_.env_packages] == ["torchlike"]
-    python = build._make_build_venv(plan_, tmp_path / "scratch", tmp_path / "build.log", kit.store)
+    python = builder._make_build_venv(plan_, tmp_path / "scratch", tmp_path / "build.log", kit.store)
     site = python.parent.parent / "lib" / "python3.11" / "site-packages"
     assert (site / "torchlike").is_dir() and not (site / "requestslike").exists()
 
@@ -221,9 +225,9 @@ def test_other_pypi_pins_do_not_touch_the_kernel(
 def test_build_env_closure_follows_requirements_and_markers(tmp_path: Path) -> None:
     from kit.wheels import build_wheel
 
-    def pkg(name: str, requires: list[str]) -> build.BuildEnvPackage:
+    def pkg(name: str, requires: list[str]) -> builder.BuildEnvPackage:
         wheel = build_wheel(tmp_path, name, "1.0", requires=requires)
-        return build.BuildEnvPackage(name, "1.0", "0" * 64, wheel)
+        return builder.BuildEnvPackage(name, "1.0", "0" * 64, wheel)
 
     env = (
         pkg("torch", ["filelock", "pytorch-triton; platform_machine == 'x86_64'", "winonly; sys_platform == 'win32'"]),
@@ -236,12 +240,12 @@ def test_build_env_closure_follows_requirements_and_markers(tmp_path: Path) -> N
                    "platform_machine": "x86_64", "platform_system": "Linux", "os_name": "posix",
                    "implementation_name": "cpython", "platform_python_implementation": "CPython",
                    "platform_release": "", "platform_version": "", "implementation_version": "3.12.0"}
-    names = [p.name for p in build.build_env_closure(env, {"torch"}, environment)]
+    names = [p.name for p in builder.build_env_closure(env, {"torch"}, environment)]
     assert names == ["torch", "filelock", "pytorch-triton"]
 
 
 def test_patch_changes_rebuild_only_what_they_touch(
-    kit: Kit, built: tuple[build.BuiltWheel, ...], tmp_path: Path
+    kit: Kit, built: tuple[builder.BuiltWheel, ...], tmp_path: Path
 ) -> None:
     source = sources.prepare(SourceSpec("sglike", git=kit.sg.url, rev=kit.sg.pin), kit.store, kit.sg.repo)
     patches = patchfile.load_patches(kit.sg.patches_dir, kit.sg.patches)
@@ -254,26 +258,26 @@ def test_patch_changes_rebuild_only_what_they_touch(
         return patchapply.apply_all("sglike", source.tree, source.tree_digest, changed, kit.store)
 
     kernel_patch = with_edit(1, '"a * b"', '"a times b"')  # 0002 touches sgl-kernel/ only
-    assert build.plan(kit.kernel(tree=kernel_patch), kit.store).input_digest != built[0].input_digest
-    assert build.plan(kit.package(tree=kernel_patch), kit.store).input_digest == built[1].input_digest
+    assert builder.plan(kit.kernel(tree=kernel_patch), kit.store).input_digest != built[0].input_digest
+    assert builder.plan(kit.package(tree=kernel_patch), kit.store).input_digest == built[1].input_digest
 
     python_patch = with_edit(2, "kernel is optional", "kernel may be missing")  # 0003: python/ only
-    assert build.plan(kit.kernel(tree=python_patch), kit.store).input_digest == built[0].input_digest
-    rebuilt = build.build_wheel(kit.package(tree=python_patch), kit.store, kit.wheelhouse)
+    assert builder.plan(kit.kernel(tree=python_patch), kit.store).input_digest == built[0].input_digest
+    rebuilt = builder.build_wheel(kit.package(tree=python_patch), kit.store, kit.wheelhouse)
     assert rebuilt.rebuilt and rebuilt.input_digest != built[1].input_digest
 
 
-def test_recipe_changes_change_the_digest(kit: Kit, built: tuple[build.BuiltWheel, ...]) -> None:
+def test_recipe_changes_change_the_digest(kit: Kit, built: tuple[builder.BuiltWheel, ...]) -> None:
     base = kit.package()
-    digests = {build.plan(base, kit.store).input_digest}
+    digests = {builder.plan(base, kit.store).input_digest}
     for spec in (
         replace(base.spec, env={"SETUPTOOLS_SCM_PRETEND_VERSION": "0.5.10"}),
         replace(base.spec, config_settings={"x": "y"}),
     ):
-        digests.add(build.plan(replace(base, spec=spec), kit.store).input_digest)
-    digests.add(build.plan(replace(base, source_date_epoch=base.source_date_epoch + 1), kit.store).input_digest)
+        digests.add(builder.plan(replace(base, spec=spec), kit.store).input_digest)
+    digests.add(builder.plan(replace(base, source_date_epoch=base.source_date_epoch + 1), kit.store).input_digest)
     assert len(digests) == 4
-    recipe = build.plan(base, kit.store).recipe
+    recipe = builder.plan(base, kit.store).recipe
     assert set(recipe["toolchain"]) == {"cc", "c++", "cmake", "nvcc", "uv"}
     assert recipe["build-env"]["requirements"][0].startswith("setuptools==")
     assert "--hash=sha256:" in recipe["build-env"]["requirements"][0]
@@ -284,8 +288,8 @@ def test_non_deterministic_build_is_caught_and_the_file_named(kit: Kit, tmp_path
     write(folder, sglike.NONDET)
     tree, _digest = sources.snapshot_path(kit.store, folder)
     spec = BuildSpec(name="nondet", source="nondet")
-    request = build.BuildRequest(spec, tree, trees.PATH_SOURCE_EPOCH, "3.11", None, kit.index.url("pypi"))
-    result = build.check(request, kit.store, kit.wheelhouse)
+    request = builder.BuildRequest(spec, tree, trees.PATH_SOURCE_EPOCH, "3.11", None, kit.index.url("pypi"))
+    result = builder.check(request, kit.store, kit.wheelhouse)
     assert not result.reproducible
     assert result.differing == ("nondet-1.0.dist-info/RECORD", "nondet/stamp.py")
     assert result.kept is not None and result.kept.is_file()
@@ -303,11 +307,11 @@ def test_failed_build_keeps_its_log(kit: Kit, tmp_path: Path) -> None:
         },
     )
     tree, _digest = sources.snapshot_path(kit.store, folder)
-    request = build.BuildRequest(
+    request = builder.BuildRequest(
         BuildSpec(name="broken", source="broken"), tree, trees.PATH_SOURCE_EPOCH, "3.11", None, kit.index.url("pypi")
     )
     with pytest.raises(BuildError) as exc:
-        build.build_wheel(request, kit.store, kit.wheelhouse)
+        builder.build_wheel(request, kit.store, kit.wheelhouse)
     message = str(exc.value)
     assert message.startswith("[builds.broken]: build failed (uv build exit ")
     log = Path(message.splitlines()[0].rsplit("build log: ", 1)[1])
@@ -321,14 +325,14 @@ def test_wrong_distribution_name_is_an_error(kit: Kit) -> None:
     request = kit.package()
     request = replace(request, spec=replace(request.spec, name="sglang"))
     with pytest.raises(BuildError, match=r"built sglike-0\.5\.9-py3-none-any\.whl, but the build is named 'sglang'"):
-        build.build_wheel(request, kit.store, kit.wheelhouse)
+        builder.build_wheel(request, kit.store, kit.wheelhouse)
 
 
 def test_isolation_false_needs_requires(kit: Kit) -> None:
     request = kit.kernel()
     request = replace(request, spec=replace(request.spec, requires=()))
     with pytest.raises(BuildError, match=r"isolation = false needs requires = \[\.\.\.\]"):
-        build.plan(request, kit.store)
+        builder.plan(request, kit.store)
 
 
 def test_a_build_refuses_links_out_of_its_source_in_what_it_reads(store: Store, tmp_path: Path) -> None:
@@ -344,14 +348,14 @@ def test_a_build_refuses_links_out_of_its_source_in_what_it_reads(store: Store, 
     # Checked out all the same: a commit may hold such a link where no build reads it.
     tree = sources.checkout(store, str(repo), commit).tree
     spec = BuildSpec(name="pkg", source="s", subdirectory="python")
-    request = build.BuildRequest(spec, tree, 0, "3.11", None, "http://127.0.0.1:9/simple")
+    request = builder.BuildRequest(spec, tree, 0, "3.11", None, "http://127.0.0.1:9/simple")
     with pytest.raises(SourceTreeError) as info:  # before anything is resolved or built
-        build.plan(request, store)
+        builder.plan(request, store)
     assert str(info.value) == (f"[builds.pkg] (source 's'): symlink python/pkg/extra.py -> {outside}/extra.py leads "
                                "outside the source tree; expected links that stay inside it (a link is hashed by its "
                                "text, not by what it points to)")
     with pytest.raises(SourceTreeError) as info:
-        build.plan(replace(request, spec=replace(spec, subdirectory="vendored")), store)
+        builder.plan(replace(request, spec=replace(spec, subdirectory="vendored")), store)
     assert str(info.value) == (f"[builds.pkg] (source 's'): subdirectory vendored leads outside the source tree "
                                f"(through the symlink vendored -> {outside}); expected a folder inside it")
 
@@ -365,7 +369,7 @@ def test_mini_kernel_example_builds_patched_and_isolated(kit: Kit, tmp_path: Pat
     patched = patchapply.apply_all(
         "mini-kernel", source.tree, source.tree_digest, patchfile.load_patches(ROOT, labels), kit.store
     )
-    request = build.BuildRequest(
+    request = builder.BuildRequest(
         BuildSpec(name="mini-kernel", source="mini-kernel"),
         patched.tree,
         source.source_date_epoch,
@@ -373,7 +377,7 @@ def test_mini_kernel_example_builds_patched_and_isolated(kit: Kit, tmp_path: Pat
         None,
         kit.index.url("pypi"),
     )
-    wheel = build.build_wheel(request, kit.store, kit.wheelhouse)
+    wheel = builder.build_wheel(request, kit.store, kit.wheelhouse)
     with zipfile.ZipFile(wheel.wheel) as zf:
         assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
     python = _venv_python(tmp_path, wheel.wheel)
@@ -391,7 +395,8 @@ def test_wheel_diff_names_members(tmp_path: Path) -> None:
 
     a = wheel("a.whl", {"p/a.py": b"1", "p/b.py": b"2", "p/gone.py": b""})
     b = wheel("b.whl", {"p/a.py": b"1", "p/b.py": b"3", "p/new.py": b""})
-    assert build.wheel_diff(a, b) == ["p/b.py", "p/gone.py (only in the first build)", "p/new.py (only in the rebuild)"]
+    assert builder.wheel_diff(a, b) == ["p/b.py", "p/gone.py (only in the first build)",
+                                        "p/new.py (only in the rebuild)"]
 
 
 def test_normalize_wheel_fixes_times_and_modes(tmp_path: Path) -> None:
@@ -401,7 +406,7 @@ def test_normalize_wheel_fixes_times_and_modes(tmp_path: Path) -> None:
         info.external_attr = 0o100775 << 16
         zf.writestr(info, b"#!/bin/sh\n")
         zf.writestr(zipfile.ZipInfo("x/a.py", (2030, 1, 1, 0, 0, 0)), b"")
-    build.normalize_wheel(path, 1772877960)
+    builder.normalize_wheel(path, 1772877960)
     with zipfile.ZipFile(path) as zf:
         infos = zf.infolist()
     assert [i.filename for i in infos] == ["x/run.sh", "x/a.py"]
@@ -415,11 +420,11 @@ def test_the_build_interpreter_does_not_depend_on_a_nearby_venv(tmp_path: Path,
     assert runner.uv(["venv", "-q", "--python", "3.11", str(tmp_path / ".venv")]).ok
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path / ".venv"))
-    build._interpreter.cache_clear()
+    builder._interpreter.cache_clear()
     try:
-        found = build._interpreter("3.11")
+        found = builder._interpreter("3.11")
     finally:
-        build._interpreter.cache_clear()
+        builder._interpreter.cache_clear()
     assert found["executable"] == str(find_python("3.11"))
     assert not found["executable"].startswith(str(tmp_path))
     assert found["version"].startswith("3.11.") and found["platform"]
@@ -433,10 +438,10 @@ def test_a_fetchcontent_repository_is_fetched_through_its_mirror(kit: Kit, tmp_p
         FetchContentInput(sglike.KDEP_NAME, "https://example.invalid/kdep.git", kit.sg.kdep_commit),))
     store = Store.open(tmp_path / "home")  # nothing fetched yet
     with pytest.raises(BuildError) as info:
-        building.checkout_fetchcontent(unreachable, store, {})
+        build.checkout_fetchcontent(unreachable, store, {})
     assert f"--source {sglike.KDEP_NAME}=URL" in str(info.value)
-    checkouts = building.checkout_fetchcontent(unreachable, store, {sglike.KDEP_NAME: str(kit.sg.kdep_url)})
-    planned = build.plan(replace(request, spec=unreachable, fetchcontent=checkouts), store)
+    checkouts = build.checkout_fetchcontent(unreachable, store, {sglike.KDEP_NAME: str(kit.sg.kdep_url)})
+    planned = builder.plan(replace(request, spec=unreachable, fetchcontent=checkouts), store)
     assert planned.fetchcontent_dirs[sglike.KDEP_NAME] == store.path("sources", f"git-{kit.sg.kdep_commit}") / "tree"
     assert "https://example.invalid/kdep.git" in json.dumps(planned.recipe)  # the recipe names the spec's URL
 
@@ -455,7 +460,7 @@ def test_a_fetchcontent_checkout_with_a_link_out_of_it_is_refused(kit: Kit, tmp_
     store = Store.open(tmp_path / "home")
     checkouts = {sglike.KDEP_NAME: sources.checkout(store, str(repo), commit).tree}
     with pytest.raises(SourceTreeError) as info:
-        build.plan(replace(request, spec=spec, fetchcontent=checkouts), store)
+        builder.plan(replace(request, spec=spec, fetchcontent=checkouts), store)
     assert str(info.value) == (
         f"[builds.{request.spec.name}]: fetchcontent.{sglike.KDEP_NAME}: symlink include/host.h -> "
         "/usr/include/stdio.h leads outside the source tree; expected links that stay inside it (a link is hashed "
@@ -468,18 +473,18 @@ def test_the_input_digest_covers_a_tag_s_commit_and_an_archive_s_sha256(kit: Kit
     url, commit = kit.sg.kdep_url, kit.sg.kdep_commit
     tagged = replace(request.spec, fetchcontent=(FetchContentInput(sglike.KDEP_NAME, url, sglike.KDEP_TAG),))
     with pytest.raises(ValueError, match="has no pin of fetchcontent repo-kdep"):  # a tag alone pins nothing
-        build.plan(replace(request, spec=tagged), kit.store)
+        builder.plan(replace(request, spec=tagged), kit.store)
     pin = {"name": sglike.KDEP_NAME, "git": url, "rev": commit}
-    by_tag = build.plan(replace(request, spec=tagged, fetchcontent_pins={sglike.KDEP_NAME: pin}), kit.store)
+    by_tag = builder.plan(replace(request, spec=tagged, fetchcontent_pins={sglike.KDEP_NAME: pin}), kit.store)
     # The tag's commit is what is digested: the same as naming that commit in the spec.
-    assert by_tag.input_digest == build.plan(request, kit.store).input_digest
+    assert by_tag.input_digest == builder.plan(request, kit.store).input_digest
     assert by_tag.recipe["fetchcontent"] == [pin]
     moved = {**pin, "rev": "e" * 40}
-    assert build.plan(replace(request, spec=tagged, fetchcontent_pins={sglike.KDEP_NAME: moved}),
+    assert builder.plan(replace(request, spec=tagged, fetchcontent_pins={sglike.KDEP_NAME: moved}),
                       kit.store).input_digest != by_tag.input_digest
     archive = replace(request.spec, fetchcontent=(FetchContentInput(sglike.KDEP_NAME, url="https://x/kdep.tar.gz"),))
     digests = {
-        build.plan(replace(request, spec=archive, fetchcontent_pins={sglike.KDEP_NAME: {
+        builder.plan(replace(request, spec=archive, fetchcontent_pins={sglike.KDEP_NAME: {
             "name": sglike.KDEP_NAME, "url": "https://x/kdep.tar.gz", "sha256": sha * 64}}), kit.store).input_digest
         for sha in "12"
     }
@@ -514,20 +519,20 @@ def test_a_subdirectory_build_reads_its_source_above_it_and_its_digest_covers_th
     read = commit_all(repo, "the data it reads moved")
     spec = BuildSpec(name="readsout", source="s", subdirectory="python")
 
-    def request(commit: str) -> build.BuildRequest:
+    def request(commit: str) -> builder.BuildRequest:
         tree = sources.checkout(store, str(repo), commit).tree
-        return build.BuildRequest(spec, tree, trees.PATH_SOURCE_EPOCH, "3.11", None, backend_index.url("pypi"))
+        return builder.BuildRequest(spec, tree, trees.PATH_SOURCE_EPOCH, "3.11", None, backend_index.url("pypi"))
 
-    plans = {c: build.plan(request(c), store) for c in (first, unrelated, read)}
+    plans = {c: builder.plan(request(c), store) for c in (first, unrelated, read)}
     assert list(plans[first].recipe["source-outside"]) == ["rust/grpc"]  # the folder of the file it names
     assert plans[unrelated].input_digest == plans[first].input_digest  # docs/ is not read
     assert plans[read].input_digest != plans[first].input_digest  # rust/grpc/ is
-    wheel = build.build_wheel(request(first), store, tmp_path / "wheelhouse")
+    wheel = builder.build_wheel(request(first), store, tmp_path / "wheelhouse")
     with zipfile.ZipFile(wheel.wheel) as zf:
         assert zf.read("readsout/_data.py").decode() == "DATA = 'v1\\n'\n"
     # The link out of the source is left out of the build's copy (it would read this machine's /etc).
     assert trees.links_out(request(first).tree) == ["docs/host"]
-    assert build.check(request(first), store, tmp_path / "wheelhouse-check").reproducible
+    assert builder.check(request(first), store, tmp_path / "wheelhouse-check").reproducible
 
 
 def test_a_link_in_the_subdirectory_to_elsewhere_in_the_source_is_covered(store: Store, tmp_path: Path) -> None:
@@ -544,7 +549,7 @@ def test_a_link_in_the_subdirectory_to_elsewhere_in_the_source_is_covered(store:
     digests = []
     for commit in commits:
         tree = sources.checkout(store, str(repo), commit).tree
-        plan = build.plan(build.BuildRequest(spec, tree, 0, "3.11", None, None, locked_requirements=()), store)
+        plan = builder.plan(builder.BuildRequest(spec, tree, 0, "3.11", None, None, locked_requirements=()), store)
         digests.append(plan.input_digest)
         assert list(plan.recipe["source-outside"]) == ["shared"]
     assert digests[0] == digests[1] != digests[2]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from envlock import buildenv
-from envlock.spec import BuildSpec
-from envlock.store import STORE_MTIME
+from envlock.build import buildenv
+from envlock.model.spec import BuildSpec
+from envlock.store.store import STORE_MTIME
 
 EPOCH = 1700000000  # a build's SOURCE_DATE_EPOCH
 
@@ -104,7 +104,7 @@ def test_without_a_namespace_the_build_runs_where_it_is_and_says_why(
 
 
 def test_the_toolchain_comes_first_and_cmake_is_told(tmp_path: Path) -> None:
-    from envlock.toolchain import Toolchain
+    from envlock.build.toolchain import Toolchain
 
     tools = Toolchain("d", tmp_path / "tc", {"nvcc": "nvidia/cu13/bin/nvcc", "cmake": "cmake/data/bin/cmake"},
                       "nvidia/cu13", ("cmake/data/bin", "nvidia/cu13/bin"))

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from envlock import building, buildinputs, fetch
+from envlock.build import inputs
+from envlock.commands import build
 from envlock.errors import BuildError, SourceError
-from envlock.lockfile import LockedFetchContent, LockedPackage
-from envlock.spec import FetchContentInput, load_spec
-from envlock.store import Store
+from envlock.install import fetch
+from envlock.model.lockfile import LockedFetchContent, LockedPackage
+from envlock.model.spec import FetchContentInput, load_spec
+from envlock.store.store import Store
 from envlock.workspace import Workspace
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
@@ -39,18 +41,18 @@ C40, D40, S64 = "c" * 40, "d" * 40, "5" * 64
 ])
 def test_a_pin_is_the_spec_s_or_the_lock_s_for_the_same_url_and_rev(
         dep: FetchContentInput, recorded: LockedFetchContent | None, pin: LockedFetchContent | None) -> None:
-    assert buildinputs.known_pin(dep, recorded) == pin
+    assert inputs.known_pin(dep, recorded) == pin
 
 
 def test_a_tag_is_resolved_to_its_commit_and_kept(sg: SgLike, tmp_path: Path) -> None:
     store = Store.open(tmp_path / "home")
     dep = FetchContentInput(KDEP_NAME, sg.kdep_url, KDEP_TAG)
-    got = buildinputs.fetch_input(dep, store, mirror=None, recorded=None)
+    got = inputs.fetch_input(dep, store, mirror=None, recorded=None)
     assert got.pin == LockedFetchContent(git=sg.kdep_url, commit=sg.kdep_commit, rev=KDEP_TAG)
     assert got.tree == store.path("sources", f"git-{sg.kdep_commit}") / "tree"
     assert got.pin.recipe(KDEP_NAME) == {"name": KDEP_NAME, "git": sg.kdep_url, "rev": sg.kdep_commit}
     # With the lock's record (and the commit in the store), nothing is asked: not even a mirror that is gone.
-    again = buildinputs.fetch_input(dep, store, mirror=str(tmp_path / "nowhere"), recorded=got.pin)
+    again = inputs.fetch_input(dep, store, mirror=str(tmp_path / "nowhere"), recorded=got.pin)
     assert again.pin == got.pin
 
 
@@ -77,7 +79,7 @@ repo-gone = {{ url = "{(gone / 'x.tar.gz').as_uri()}" }}
     spec = load_spec(root / "envs" / "e.toml", root=root)
     store = Store.open(tmp_path / "home")
     with pytest.raises(SourceError) as info:
-        building.prepare_inputs(ws, spec, store, builds=list(spec.builds.values()))
+        build.prepare_inputs(ws, spec, store, builds=list(spec.builds.values()))
     assert info.value.message == ("envs/e.toml: 2 git or URL inputs of the builds cannot be fetched; every such input "
                                   "is fetched before any wheel, so nothing else was downloaded")
     source, archive = info.value.details
@@ -113,7 +115,7 @@ def test_the_closure_is_fetched_level_by_level_and_nothing_else(tmp_path: Path) 
             levels.append([p.name for p in packages])
             return fetch.fetch([p.wheels[0] for p in packages], store, base_dir=tmp_path)
 
-        reached, results = buildinputs.closure_packages(
+        reached, results = inputs.closure_packages(
             lock, {"torchlike", "scikit-build-core"}, python="3.11", platform="x86_64-manylinux_2_28",
             exclude=set(), fetch_wheels=fetch_wheels)
         assert [p.name for p in reached] == ["numpylike", "torchlike"]
@@ -137,13 +139,13 @@ def test_a_backend_wheel_comes_from_the_index_held_to_the_locked_hashes(tmp_path
     sha = sha256_of(wheel)
     line = f"tool==1.0 --hash=sha256:{sha} --hash=sha256:{sha256_of(windows)} --hash=sha256:{'0' * 64}"
     try:
-        got = buildinputs.backend_wheels([line], store, python="3.11", index_url=server.url("pypi"), offline=False,
+        got = inputs.backend_wheels([line], store, python="3.11", index_url=server.url("pypi"), offline=False,
                                          what="[builds.x]", env="e")
         assert got == (store.path("wheels", sha) / wheel.name,) and sha256_of(got[0]) == sha
         # Bytes the lock does not record: refused, naming them (a hash-less index's are downloaded to hash).
         other = "tool==1.0 --hash=sha256:" + "1" * 64
         with pytest.raises(BuildError) as caught:
-            buildinputs.backend_wheels([other], store, python="3.11", index_url=server.url("pypi"), offline=False,
+            inputs.backend_wheels([other], store, python="3.11", index_url=server.url("pypi"), offline=False,
                                        what="[builds.x]", env="e")
         assert caught.value.message == (
             f"[builds.x]: build requirement tool==1.0: {server.url('pypi')}/tool/ lists no wheel of it with a locked "
@@ -154,10 +156,10 @@ def test_a_backend_wheel_comes_from_the_index_held_to_the_locked_hashes(tmp_path
     finally:
         server.stop()
     # Offline, from the store alone; what it lacks is named, with the way to bring it.
-    assert buildinputs.backend_wheels([line], store, python="3.11", index_url=None, offline=True,
+    assert inputs.backend_wheels([line], store, python="3.11", index_url=None, offline=True,
                                       what="[builds.x]", env="e") == got
     with pytest.raises(BuildError) as caught:
-        buildinputs.backend_wheels([line, "more==2.0 --hash=sha256:" + "2" * 64], Store.open(tmp_path / "fresh"),
+        inputs.backend_wheels([line, "more==2.0 --hash=sha256:" + "2" * 64], Store.open(tmp_path / "fresh"),
                                    python="3.11", index_url=None, offline=True, what="[builds.x]", env="e")
     assert str(caught.value) == (
         f"[builds.x]: --offline, but the store {tmp_path / 'fresh' / 'v1'} holds no wheel for python 3.11 on this "

@@ -1,4 +1,4 @@
-"""The bundle format (``envlock.bundle``): the manifest read back as written, and what it refuses."""
+"""The bundle format (``envlock.store.bundle``): the manifest read back as written, and what it refuses."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envlock.bundle import Bundle, BundleEntry, FileMember, LinkMember, name_problem, open_bundle, open_writer
 from envlock.errors import StoreError
+from envlock.store.bundle import Bundle, BundleEntry, FileMember, LinkMember, name_problem, open_bundle, open_writer
 
 SHA = "a" * 64
 
@@ -119,6 +119,6 @@ def test_a_folder_bundle_with_a_symlink_is_refused(tmp_path: Path) -> None:
 ])
 def test_an_entry_is_held_to_its_key(tmp_path: Path, kind: str, key: str, files: dict[str, str],
                                      problem: str | None) -> None:
-    from envlock.bundle import entry_problem
+    from envlock.store.bundle import entry_problem
 
     assert entry_problem(kind, key, tmp_path, files) == problem

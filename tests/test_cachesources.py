@@ -23,13 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from envlock import cachesources, runner, sources
-from envlock.cachesources import Pinned
-from envlock.cachestore import FileBackend
-from envlock.caching import CacheConfig, Caches
-from envlock.lockfile import read_lock
-from envlock.signing import generate
-from envlock.store import Store
+from envlock import runner
+from envlock.build import sources
+from envlock.cache import buildsources
+from envlock.cache.backends import FileBackend
+from envlock.cache.buildsources import Pinned
+from envlock.cache.caches import CacheConfig, Caches
+from envlock.cache.signing import generate
+from envlock.model.lockfile import read_lock
+from envlock.store.store import Store
 from kit import sglike
 from kit.cacheservers import free_port
 from kit.index import IndexServer
@@ -65,7 +67,7 @@ class Env:
 
     def pins(self) -> list[Pinned]:
         lock = read_lock(self.ws.root / "locks" / "pylock.e.toml")
-        return cachesources.locked(lock)
+        return buildsources.locked(lock)
 
     def clone(self, name: str, cache: str, trusted: str, monkeypatch: pytest.MonkeyPatch) -> Path:
         """Another machine: the workspace without its wheelhouse, its own home, no git and no archive server."""
@@ -177,7 +179,7 @@ def test_a_tampered_source_is_refused_by_name_and_git_is_the_fallback(ws: Scratc
     expected_tree = _git_tree_of(git_tar, tmp_path / "tampered")
     named = runner.git(["-C", env.sg.repo, "rev-parse", f"{env.sg.pin}^{{tree}}"]).stdout.strip()
     caches = Caches(CacheConfig(urls=(url,)))
-    assert cachesources.sources_into_store(caches, Store.open(tmp_path / "home-x"), pins) == 1  # kdep's alone
+    assert buildsources.sources_into_store(caches, Store.open(tmp_path / "home-x"), pins) == 1  # kdep's alone
     assert caches.notes == [
         f"cache {url}: refused {pins[0].key}: its files make git tree {expected_tree}, but commit {env.sg.pin[:12]} "
         f"names tree {named}",
@@ -190,14 +192,14 @@ def test_a_tampered_source_is_refused_by_name_and_git_is_the_fallback(ws: Scratc
     git_tar.write_bytes(_tar([("commit", good_commit(good)), ("tree/../../evil", b"x")]))
     caches = Caches(CacheConfig(urls=(url,)))
     store = Store.open(tmp_path / "home-y")
-    assert cachesources.sources_into_store(caches, store, pins[:1]) == 0
+    assert buildsources.sources_into_store(caches, store, pins[:1]) == 0
     assert caches.notes == [f"cache {url}: refused {pins[0].key}: archive member 'tree/../../evil' is a path that "
                             "climbs out (..); the archive is refused, nothing was unpacked"]
     assert not (tmp_path / "home-y").joinpath("evil").exists() and not store.has("sources", pins[0].entry)
     other = b"tree " + b"0" * 40 + b"\n"
     git_tar.write_bytes(_tar([("commit", other), ("tree/README.md", b"x")]))
     caches = Caches(CacheConfig(urls=(url,)))
-    assert cachesources.sources_into_store(caches, store, pins[:1]) == 0
+    assert buildsources.sources_into_store(caches, store, pins[:1]) == 0
     other_id = hashlib.sha1(b"commit %d\0" % len(other) + other).hexdigest()
     assert caches.notes == [f"cache {url}: refused {pins[0].key}: its commit object is {other_id}, not the lock's "
                             "commit"]
@@ -268,10 +270,10 @@ def test_a_git_checkout_goes_through_a_cache_byte_for_byte(tmp_path: Path) -> No
     co = sources.checkout(a, url, commit)
     cache = FileBackend(tmp_path / "cache", "file://cache")
     pin = Pinned("git", commit, url)
-    assert cachesources.push_sources(cache, a, [pin]) == cachesources.SourcesPushed((pin.key,), 0, ())
-    assert cachesources.push_sources(cache, a, [pin]) == cachesources.SourcesPushed((), 1, ())
+    assert buildsources.push_sources(cache, a, [pin]) == buildsources.SourcesPushed((pin.key,), 0, ())
+    assert buildsources.push_sources(cache, a, [pin]) == buildsources.SourcesPushed((), 1, ())
     caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
-    assert cachesources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
+    assert buildsources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
     assert caches.summary() == "caches: 1 source"
     got = sources.checkout(b, "file:///nowhere", commit)  # in the store: git is not asked
     assert (got.tree_digest, got.commit_time) == (co.tree_digest, co.commit_time)
@@ -291,14 +293,14 @@ def test_bytes_git_would_clean_to_the_pinned_tree_are_not_what_is_kept(tmp_path:
     assert honest.startswith(b'v = "$Id: ') and honest != b'v = "$Id$"\n'
     pin = Pinned("git", commit, repo.as_uri())
     cache = FileBackend(tmp_path / "cache", "file://cache")
-    cachesources.push_sources(cache, a, [pin])
+    buildsources.push_sources(cache, a, [pin])
     served = tmp_path / "cache" / pin.key
     evil = b'v = "$Id: x"; import os; os.system("echo pwned"); y = "$"\n'
     served.chmod(0o644)
     served.write_bytes(_tar([("commit", good_commit(served.read_bytes())), ("tree/.gitattributes", b"*.py ident\n"),
                              ("tree/v.py", evil)]))
     caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
-    assert cachesources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
+    assert buildsources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
     got = sources.checkout(b, "file:///nowhere", commit)
     assert (got.tree / "v.py").read_bytes() == honest
 
@@ -310,12 +312,12 @@ def test_a_compressed_git_tar_is_refused_before_anything_is_unpacked(tmp_path: P
     a = Store.open(tmp_path / "home-a")
     sources.checkout(a, url, commit)
     pin = Pinned("git", commit, url)
-    cachesources.push_sources(FileBackend(tmp_path / "cache", "file://cache"), a, [pin])
+    buildsources.push_sources(FileBackend(tmp_path / "cache", "file://cache"), a, [pin])
     served = tmp_path / "cache" / pin.key
     served.chmod(0o644)
     served.write_bytes(gzip.compress(served.read_bytes()))
     caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
-    assert cachesources.sources_into_store(caches, Store.open(tmp_path / "home-b"), [pin]) == 0
+    assert buildsources.sources_into_store(caches, Store.open(tmp_path / "home-b"), [pin]) == 0
     assert caches.notes == [f"cache file://{tmp_path / 'cache'}: refused {pin.key}: not a tar archive envlock can "
                             "unpack (truncated header); nothing was kept"]
     # Nor a sparse member: 10 kB of tar that declare a file of 1 TB (PAX sparse format 1.0).
@@ -329,7 +331,7 @@ def test_a_compressed_git_tar_is_refused_before_anything_is_unpacked(tmp_path: P
         tar.addfile(big, io.BytesIO(b"1\n0\n0\n".ljust(512, b"\0")))
     served.write_bytes(buf.getvalue())
     caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
-    assert cachesources.sources_into_store(caches, Store.open(tmp_path / "home-b"), [pin]) == 0
+    assert buildsources.sources_into_store(caches, Store.open(tmp_path / "home-b"), [pin]) == 0
     assert caches.notes == [f"cache file://{tmp_path / 'cache'}: refused {pin.key}: archive member 'tree/big' is a "
                             "sparse file; the archive is refused, nothing was unpacked"]
 
@@ -349,9 +351,9 @@ def test_a_commit_whose_message_is_not_plain_utf8_text_is_pushed_byte_for_byte(t
     co = sources.checkout(a, repo.as_uri(), commit)
     pin = Pinned("git", commit, repo.as_uri())
     cache = FileBackend(tmp_path / "cache", "file://cache")
-    assert cachesources.push_sources(cache, a, [pin]) == cachesources.SourcesPushed((pin.key,), 0, ())
+    assert buildsources.push_sources(cache, a, [pin]) == buildsources.SourcesPushed((pin.key,), 0, ())
     caches = Caches(CacheConfig(urls=((tmp_path / "cache").as_uri(),)))
-    assert cachesources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
+    assert buildsources.sources_into_store(caches, b, [pin]) == 1 and caches.notes == []
     got = sources.checkout(b, "file:///nowhere", commit)
     assert (got.tree_digest, got.commit_time) == (co.tree_digest, co.commit_time)
 
@@ -363,16 +365,16 @@ def test_what_cannot_be_pushed_or_reached_is_a_note(tmp_path: Path, monkeypatch:
     shutil.rmtree(store.path("git-mirrors", next(p.name for p in (store.root / "git-mirrors").iterdir())))
     # The checkout keeps its commit object: pushed without the mirror.
     other = FileBackend(tmp_path / "other", "file://other")
-    kept = cachesources.push_sources(other, store, [Pinned("git", commit, url)])
-    assert kept == cachesources.SourcesPushed((f"sources/git-{commit}.tar",), 0, ())
+    kept = buildsources.push_sources(other, store, [Pinned("git", commit, url)])
+    assert kept == buildsources.SourcesPushed((f"sources/git-{commit}.tar",), 0, ())
     (store.path("sources", f"git-{commit}") / sources.COMMIT_OBJECT).unlink()  # an older envlock's: no commit object
     with store.new_entry("sources", "archive-" + "a" * 64) as work:  # as an older envlock left it: no bytes
         (work / "tree").mkdir()
     cache = FileBackend(tmp_path / "cache", "file://cache")
     old = Pinned("archive", "a" * 64, "https://example.invalid/a.tar.gz")
     gone = Pinned("archive", "b" * 64, "https://example.invalid/b.tar.gz")
-    pushed = cachesources.push_sources(cache, store, [Pinned("git", commit, url), old, gone])
-    assert pushed == cachesources.SourcesPushed((), 0, (
+    pushed = buildsources.push_sources(cache, store, [Pinned("git", commit, url), old, gone])
+    assert pushed == buildsources.SourcesPushed((), 0, (
         f"sources/git-{commit}.tar: not pushed: the store's git mirror of {url} lacks commit {commit[:12]} "
         "(removed by gc?)",
         f"{old.key}: not pushed: the store keeps the tree of {old.location}, not its bytes (fetched by an older "
@@ -382,7 +384,7 @@ def test_what_cannot_be_pushed_or_reached_is_a_note(tmp_path: Path, monkeypatch:
     monkeypatch.setenv("ENVLOCK_CACHE_TIMEOUT", "0.5")
     port = free_port()  # nothing listens there
     caches = Caches(CacheConfig(urls=(f"http://127.0.0.1:{port}/c",)))
-    assert cachesources.sources_into_store(caches, Store.open(tmp_path / "fresh"), [gone, old]) == 0
+    assert buildsources.sources_into_store(caches, Store.open(tmp_path / "fresh"), [gone, old]) == 0
     assert len(caches.notes) == 1  # said once, not asked again
     assert caches.notes[0].startswith(f"cache http://127.0.0.1:{port}/c: {gone.key}: ")
     assert caches.notes[0].endswith(": not used for the rest of this command")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock.cachestore import Backend, CacheError, TooLargeError, get_bytes, open_backend, put_bytes
+from envlock.cache.backends import Backend, CacheError, TooLargeError, get_bytes, open_backend, put_bytes
 from envlock.errors import UsageError
 from kit.cacheservers import Trickle, failing_server, full_server, hanging_server, nginx_binary, nginx_cache, s3_server
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from envlock.cacheurls import url_key
-from envlock.caching import wheel_key
-from envlock.signing import URL_RECORD_FORMAT, SecretKey, generate, sign_record
+from envlock.cache.caches import wheel_key
+from envlock.cache.signing import URL_RECORD_FORMAT, SecretKey, generate, sign_record
+from envlock.cache.urlrecords import url_key
 from kit.cacheservers import nginx_binary, nginx_cache
 from kit.index import IndexServer
 from kit.universe import backend_wheels
@@ -218,8 +218,8 @@ def test_refused_url_records_are_named_and_the_index_serves(
     ("HTTP://token@host/x-1.0-py3-none-any.whl", "http://host/x-1.0-py3-none-any.whl"),
 ])
 def test_a_url_record_key_and_record_carry_no_credentials_nor_query(url: str, plain: str) -> None:
-    from envlock.cacheurls import plain_url, url_record
-    from envlock.lockfile import Artifact
+    from envlock.cache.urlrecords import plain_url, url_record
+    from envlock.model.lockfile import Artifact
 
     assert plain_url(url) == plain
     assert url_key(url) == url_key(plain) == f"urls/{hashlib.sha256(plain.encode()).hexdigest()}.json"

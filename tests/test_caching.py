@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from envlock.bundle import Bundle
-from envlock.cacheurls import url_key
-from envlock.caching import CacheConfig, Caches, builds_into_wheelhouse, record_key, wheel_key
-from envlock.lockfile import read_lock
-from envlock.signing import generate, sign_record
-from envlock.store import Store
+from envlock.cache.caches import CacheConfig, Caches, builds_into_wheelhouse, record_key, wheel_key
+from envlock.cache.signing import generate, sign_record
+from envlock.cache.urlrecords import url_key
+from envlock.model.lockfile import read_lock
+from envlock.store.bundle import Bundle
+from envlock.store.store import Store
 from kit.cacheservers import failing_server, hanging_server
 from kit.index import IndexServer
 from kit.locks import sha256_of

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from envlock import __version__, ui
-from envlock.cli import main
-from envlock.lockfile import Lock, read_lock
+from envlock.cli.main import main
+from envlock.model.lockfile import Lock, read_lock
 from envlock.workspace import Workspace
 from kit.locks import sha256_of
 from kit.sglike import commit_all, init_repo
@@ -276,7 +276,7 @@ def test_workspace_paths_are_shown_relative_even_through_a_symlinked_folder(tmp_
 
 
 def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
-    from envlock.cli import main
+    from envlock.cli.main import main
 
     with pytest.raises(SystemExit) as info:
         main(["lock", "--help"])
@@ -321,7 +321,7 @@ def test_a_disk_error_is_one_line_naming_the_file_and_leaves_no_temp_file(ws: Sc
 
 def test_a_lock_written_by_another_envlock_during_resolution_is_kept(ws: ScratchWorkspace, cli: Cli, universe: Universe,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from envlock import resolve
+    from envlock.resolution import resolve
 
     ws.write_spec("e", spec_text(universe, 'tinydep = "==1.0"'))
     lock_file = ws.root / "locks" / "pylock.e.toml"
@@ -484,8 +484,8 @@ def test_an_env_neither_synced_nor_declared_is_named_as_a_typo(ws: ScratchWorksp
 
 
 def test_generations_of_an_env_never_synced_exits_2_as_path_does(ws: ScratchWorkspace, cli: Cli) -> None:
-    from envlock import generations
-    from envlock.store import Store
+    from envlock.install import generations
+    from envlock.store.store import Store
 
     home = ws.root.parent / "home"
     with generations.env_lock(Store.open(home), "nope"):  # a first sync that failed leaves the env's folder

@@ -332,25 +332,25 @@ def test_frozen_sync_rebuilds_from_the_locked_build_requirements(
 def test_a_lock_written_while_a_build_ran_is_not_undone(
     ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from envlock import build
+    from envlock.build import builder
 
     write_demo(ws.root, backend_index.url("pypi"))
     assert cli("lock", "demo").code == 0
     lock_file = ws.root / "locks" / "pylock.demo.toml"
     meanwhile = ws.lock_text("demo") + "# written by another envlock during the build\n"
-    real_build_wheel = build.build_wheel
+    real_build_wheel = builder.build_wheel
 
     def another_lock_during_the_build(*args: Any, **kwargs: Any) -> Any:
         lock_file.write_text(meanwhile)
         return real_build_wheel(*args, **kwargs)
 
-    monkeypatch.setattr(build, "build_wheel", another_lock_during_the_build)
+    monkeypatch.setattr(builder, "build_wheel", another_lock_during_the_build)
     r = cli("build", "demo")
     assert (r.code, r.err) == (1, "envlock: error: locks/pylock.demo.toml: changed by another envlock while this "
                                   "build ran; the lock was not written. The wheels just built are in the store: "
                                   "`envlock build demo` again records them without building\n")
     assert ws.lock_text("demo") == meanwhile
-    monkeypatch.setattr(build, "build_wheel", real_build_wheel)
+    monkeypatch.setattr(builder, "build_wheel", real_build_wheel)
     r = cli("build", "demo")
     assert r.code == 0, r.err
     assert "0 rebuilt, 1 reused; updated locks/pylock.demo.toml" in r.out

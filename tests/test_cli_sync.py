@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from envlock import generations
-from envlock.lockfile import Lock, read_lock
-from envlock.store import Store
-from envlock.verifying import verify_env
+from envlock.commands.verify import verify_env
+from envlock.install import generations
+from envlock.model.lockfile import Lock, read_lock
+from envlock.store.store import Store
 from kit import sglike
 from kit.index import IndexServer
 from kit.locks import lock_for
@@ -93,8 +93,8 @@ def sync(cli: Cli, env: str = "e") -> dict:  # type: ignore[type-arg]
 
 
 def in_env(ws_root: Path, code: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "envlock.cli", "run", "e", "--", "python", "-c", code], cwd=ws_root,
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "envlock.cli.main", "run", "e", "--", "python", "-c", code],
+                          cwd=ws_root, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from envlock import buildenv, runner
+from envlock import runner
+from envlock.build import buildenv
 from kit import sglike
 from kit.index import IndexServer
 from kit.locks import sha256_of

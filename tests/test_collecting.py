@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from envlock import generations
-from envlock.lockfile import Lock
-from envlock.store import WRITER_LOCK, Store
+from envlock.install import generations
+from envlock.model.lockfile import Lock
+from envlock.store.store import WRITER_LOCK, Store
 from kit.index import IndexServer
 from kit.locks import lock_for
 from kit.processes import envlock, wait_for, waits_on_flock

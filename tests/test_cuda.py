@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from envlock import buildenv, runner
-from envlock.target import find_python
+from envlock import runner
+from envlock.build import buildenv
+from envlock.model.target import find_python
 from kit.cudalike import OLDER_NVCC, TOOLCHAIN, CudaLike, make_cudalike, spec, toolchain_wheels
 from kit.index import IndexServer
 from kit.universe import backend_wheels

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from envlock.diff import BuildFacts, DiffContext, diff_locks
-from envlock.lockfile import Artifact, LockedPackage, LockedPatch, LockedSource, NightlyPin, canonicalize_name
+from envlock.model.lockdiff import BuildFacts, DiffContext, diff_locks
+from envlock.model.lockfile import Artifact, LockedPackage, LockedPatch, LockedSource, NightlyPin, canonicalize_name
 from kit.locks import sample_lock
 from kit.workspaces import Cli, ScratchWorkspace
 
@@ -152,7 +152,7 @@ def _pkg(name: str, version: str, char: str, index: str | None = "https://x/simp
 
 
 def test_a_build_names_the_recipe_its_build_requirements_or_what_the_lock_does_not_record() -> None:
-    from envlock.diff import BuildFacts, DiffContext
+    from envlock.model.lockdiff import BuildFacts, DiffContext
 
     old = sample_lock(spec_keys={"builds.sgl-kernel": "1", "env": "def"})
     recorded = replace(old.builds["sgl-kernel"], requirements=(f"scikit-build-core==1.1.2 {H1}",))
@@ -178,7 +178,7 @@ def test_a_build_names_the_recipe_its_build_requirements_or_what_the_lock_does_n
 
 
 def test_torch_moving_rebuilds_a_non_isolated_build_and_not_an_isolated_one() -> None:
-    from envlock.diff import BuildFacts, DiffContext
+    from envlock.model.lockdiff import BuildFacts, DiffContext
 
     old = sample_lock()
     kernel = old.builds["sgl-kernel"]
@@ -202,7 +202,7 @@ def test_torch_moving_rebuilds_a_non_isolated_build_and_not_an_isolated_one() ->
 
 
 def test_nightlies_are_one_line_per_index_and_date_pair() -> None:
-    from envlock.diff import DiffContext
+    from envlock.model.lockdiff import DiffContext
 
     nightly = "https://n/simple"
     old = replace(sample_lock(), packages=(
@@ -229,7 +229,7 @@ def test_nightlies_are_one_line_per_index_and_date_pair() -> None:
 
 
 def test_package_reasons_the_locks_show_and_download_sizes() -> None:
-    from envlock.diff import DiffContext
+    from envlock.model.lockdiff import DiffContext
 
     old = replace(sample_lock(), packages=(_pkg("a", "1.0", "1"), _pkg("fa4", "4.0", "2", size=None),
                                       _pkg("fi", "0.6.4", "3")),
@@ -267,7 +267,7 @@ def test_a_build_new_in_the_spec_and_one_never_built_in_either_lock() -> None:
 
 
 def test_two_recipes_in_the_store_name_the_toolchain_that_moved() -> None:
-    from envlock.diff import DiffContext
+    from envlock.model.lockdiff import DiffContext
 
     old = sample_lock()
     new = replace(old, builds={"sgl-kernel": replace(old.builds["sgl-kernel"], input_digest="sha256:" + "8" * 64)})

@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from envlock import digest
+from envlock.install import digest
 from kit.venvs import fake_venv
 
 

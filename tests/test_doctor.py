@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from envlock.lockfile import LockedBuild, LockedPackage, canonicalize_name
-from envlock.store import Store
+from envlock.model.lockfile import LockedBuild, LockedPackage, canonicalize_name
+from envlock.store.store import Store
 from kit.cuda import CudaKit, gencode
 from kit.locks import artifact, lock_for
 from kit.wheels import build_wheel

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from packaging.utils import canonicalize_name
 
-from envlock.drift import NO_GRAPH, unvouched
-from envlock.lockfile import Artifact, Lock, LockedBuild, LockedPackage
-from envlock.spec import EnvSpec, read_spec
+from envlock.model.lockfile import Artifact, Lock, LockedBuild, LockedPackage
+from envlock.model.spec import EnvSpec, read_spec
+from envlock.resolution.drift import NO_GRAPH, unvouched
 
 PYPI = "https://pypi.example/simple"
 NIGHTLY = "https://nightly.example/whl"

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from envlock.bundle import MANIFEST
-from envlock.lockfile import read_lock
-from envlock.store import Store
+from envlock.model.lockfile import read_lock
+from envlock.store.bundle import MANIFEST
+from envlock.store.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
 from kit.sglike import commit_all, init_repo, write
@@ -657,7 +657,7 @@ def test_build_never_records_a_stored_build_the_lock_does_not_vouch_for(
 def test_a_build_the_lock_does_not_vouch_for_comes_in_with_a_trusted_signed_record(
         synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signer: str) -> None:
     """As from a cache: a build record signed by a trusted key naming the entry's input digest and wheel."""
-    from envlock.signing import generate, sign_record
+    from envlock.cache.signing import generate, sign_record
 
     recorded = read_lock(synced.lock).builds["tiny"]
     key = recorded.input_digest.removeprefix("sha256:")
@@ -696,7 +696,7 @@ def _git_tree_id(tree: Path, scratch: Path) -> str:
 @pytest.mark.parametrize("how", ["poisoned", "no-commit-object"])
 def test_a_git_source_is_held_to_its_commit_at_import(
         synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> None:
-    from envlock.trees import tree_digest
+    from envlock.store.trees import tree_digest
 
     commit = read_lock(synced.lock).sources["tiny"].commit
     assert commit is not None

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from envlock import fetch as fetch_module
-from envlock import indexes
 from envlock.errors import FetchError
-from envlock.fetch import CHUNK, fetch, fetch_unhashed
-from envlock.lockfile import Artifact, LockedPackage, canonicalize_name
-from envlock.mirrors import package_locator
+from envlock.install import fetch as fetch_module
+from envlock.install.fetch import CHUNK, fetch, fetch_unhashed
+from envlock.model.lockfile import Artifact, LockedPackage, canonicalize_name
+from envlock.model.mirrors import package_locator
+from envlock.net import indexes
 from envlock.progress import DownloadStoppedError, NullProgress
-from envlock.store import STORE_MTIME, Store, store_file
+from envlock.store.store import STORE_MTIME, Store, store_file
 from kit.index import IndexServer
 from kit.locks import artifact, lock_for, sha256_of
 from kit.processes import envlock, wait_for
@@ -670,7 +670,7 @@ def test_ctrl_c_stops_a_sync_download_and_keeps_its_partial_to_resume(server: In
     assert 0 < part.stat().st_size < big.stat().st_size
     # The next sync resumes from where the interrupted one stopped.
     server.faults.pop(big.name)
-    again = subprocess.run([sys.executable, "-m", "envlock.cli", "sync", "demo", "--lock", str(lock)], cwd=ws,
+    again = subprocess.run([sys.executable, "-m", "envlock.cli.main", "sync", "demo", "--lock", str(lock)], cwd=ws,
                            env=dict(os.environ, ENVLOCK_HOME=str(home)), capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     assert any(path.endswith(big.name) and rng.startswith("bytes=") for path, rng in server.requests)

@@ -16,14 +16,15 @@ from typing import Any
 
 import pytest
 
-from envlock import digest, generations, install, quick
+from envlock.commands.realize import SyncResult, SyncTarget, realize
+from envlock.commands.run import env_path, exec_in_env, run_environ
+from envlock.commands.verify import verify_env
 from envlock.errors import CommandError, FetchError, StoreError, UsageError, VerifyError
-from envlock.generations import Generation
-from envlock.lockfile import Lock, read_lock
-from envlock.realize import SyncResult, SyncTarget, realize
-from envlock.running import env_path, exec_in_env, run_environ
-from envlock.store import Store
-from envlock.verifying import verify_env
+from envlock.install import digest, generations, install
+from envlock.install.generations import Generation
+from envlock.model.lockfile import Lock, read_lock
+from envlock.store import noop as store_noop
+from envlock.store.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
 from kit.processes import envlock
@@ -150,7 +151,7 @@ def test_a_stamp_not_written_does_not_fail_a_switched_sync(locks: tuple[IndexSer
     # whose message says nothing was switched, while the env had been.
     import errno
 
-    import envlock.realize
+    import envlock.commands.realize
 
     _, v1, v2 = locks
     store, _, _ = _synced_home(tmp_path, v1)
@@ -158,8 +159,8 @@ def test_a_stamp_not_written_does_not_fail_a_switched_sync(locks: tuple[IndexSer
     def full(path: Path, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(envlock.realize, "write_atomic", full)
-    stamp = store.path("envs", "demo") / quick.STAMP
+    monkeypatch.setattr(envlock.commands.realize, "write_atomic", full)
+    stamp = store.path("envs", "demo") / store_noop.STAMP
     v2_path = _write(v2, tmp_path / "ws" / "locks" / "v2.toml")
     for _ in range(2):  # a new generation, then a no-op
         result = _realize(store, "demo", read_lock(v2_path), lock_path=v2_path)
@@ -357,7 +358,7 @@ def test_verify_after_a_rollback_checks_the_generation_against_its_own_digest(
 
 def test_a_venv_another_sync_rebuilt_meanwhile_is_not_discarded(locks: tuple[IndexServer, Lock, Lock],
                                                                  tmp_path: Path) -> None:
-    from envlock.realize import _discard
+    from envlock.commands.realize import _discard
 
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
@@ -413,7 +414,7 @@ def test_a_generation_that_recorded_a_bad_digest_does_not_block_a_clean_rebuild(
 def test_a_store_wheel_changed_at_its_size_is_not_taken_for_the_locks_venv(locks: tuple[IndexServer, Lock, Lock],
                                                                             tmp_path: Path) -> None:
     # The newest generation's digest yields only to a build from wheels that still are their sha256.
-    from envlock.store import store_file
+    from envlock.store.store import store_file
 
     _, v1, _ = locks
     store, lock_path, first = _synced_home(tmp_path, v1, frozen=True)
@@ -468,7 +469,7 @@ def test_a_lock_without_a_digest_is_held_to_its_newest_generations(locks: tuple[
 
 def test_a_venv_this_sync_built_is_kept_when_another_env_took_it_meanwhile(locks: tuple[IndexServer, Lock, Lock],
                                                                           tmp_path: Path) -> None:
-    from envlock.realize import _discard
+    from envlock.commands.realize import _discard
 
     _, v1, _ = locks
     store = Store.open(tmp_path / "home")
@@ -487,13 +488,13 @@ def test_a_venv_this_sync_built_is_kept_when_another_env_took_it_meanwhile(locks
 
 
 def _fetched(store: Store, lock: Lock) -> dict[str, Path]:
-    from envlock.fetch import fetch
+    from envlock.install.fetch import fetch
 
     return fetch([p.wheels[0] for p in lock.packages], store, base_dir=store.root).paths()
 
 
 def _python_version(venv: Path) -> str:
-    from envlock.realize import venv_python
+    from envlock.commands.realize import venv_python
 
     found = venv_python(venv)
     assert found is not None
@@ -704,7 +705,7 @@ def test_noop_stamp_vouches_only_for_unchanged_lock_spec_and_patch_bytes(
     assert first.recorded  # the stamp holds the lock's bytes after the digest was written
 
     def check(spec_file: Path | None = spec) -> tuple[int, str, str] | None:
-        return quick.check(str(store.home), "demo", str(lock_path), None if spec_file is None else str(spec_file))
+        return store_noop.check(str(store.home), "demo", str(lock_path), None if spec_file is None else str(spec_file))
 
     answer = (first.generation, first.install_digest, first.venv_digest)
     assert check() == check(None) == answer
@@ -743,10 +744,11 @@ def test_fast_noop_prints_what_the_full_path_prints_and_imports_nothing_heavy(
     lock_path = _write(v1, ws / "locks" / "pylock.demo.toml")
     env = {**os.environ, "ENVLOCK_HOME": str(tmp_path / "home")}
     probe = (
-        "import sys\nfrom envlock.cli import main\ncode = main(sys.argv[1:])\n"
+        "import sys\nfrom envlock.cli.main import main\ncode = main(sys.argv[1:])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'packaging', 'tomllib', 'requests', "
-        "'rich', 'dataclasses', 'pathlib', 'platformdirs', 'cryptography'} or m in {'envlock.syncing', "
-        "'envlock.lockfile', 'envlock.realize', 'envlock.store', 'envlock.caching'})\nprint('heavy:', *heavy)\n"
+        "'rich', 'dataclasses', 'pathlib', 'platformdirs', 'cryptography'} or m in {'envlock.commands.sync', "
+        "'envlock.model.lockfile', 'envlock.commands.realize', 'envlock.store.store', "
+        "'envlock.cache.caches'})\nprint('heavy:', *heavy)\n"
         "sys.exit(code)\n"
     )
 
@@ -759,8 +761,8 @@ def test_fast_noop_prints_what_the_full_path_prints_and_imports_nothing_heavy(
 
     built, heavy = sync()
     assert "venv built" in built and heavy != "heavy:"
-    assert "envlock.caching" not in heavy.split() and "cryptography" not in heavy  # no cache named anywhere
-    stamp = tmp_path / "home" / "v1" / "envs" / "demo" / quick.STAMP
+    assert "envlock.cache.caches" not in heavy.split() and "cryptography" not in heavy  # no cache named anywhere
+    stamp = tmp_path / "home" / "v1" / "envs" / "demo" / store_noop.STAMP
     stamp.unlink()
     full, heavy = sync("--frozen")  # no stamp: argparse, the sync recipe, realize's no-op (writes one)
     assert full.startswith("demo: up to date (generation 1)") and heavy != "heavy:"
@@ -823,7 +825,7 @@ def test_an_up_to_date_sync_is_answered_before_the_cli_is_imported(locks: tuple[
     store, lock_path, first = _synced_home(tmp_path, v1)
     (tmp_path / "ws" / "envs").mkdir()
     probe = ("import sys\nfrom envlock.__main__ import main\ncode = main()\n"
-             "print(code, 'argparse' in sys.modules, 'envlock.cli' in sys.modules)\n")
+             "print(code, 'argparse' in sys.modules, 'envlock.cli.main' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", probe, "sync", "demo", "--lock", str(lock_path)], cwd=tmp_path / "ws",
                          env={**os.environ, "ENVLOCK_HOME": str(store.home)}, capture_output=True, text=True)
     assert out.stdout.splitlines() == [f"demo: up to date (generation {first.generation})",
@@ -859,7 +861,7 @@ def test_an_env_whose_current_link_was_removed_says_so_and_how_to_pick_one(
     store, link = _two_generations_without_current(locks, tmp_path)
     monkeypatch.setenv("ENVLOCK_HOME", str(store.home))
     monkeypatch.chdir(tmp_path)
-    from envlock.cli import main
+    from envlock.cli.main import main
 
     assert main(["generations", "demo"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
@@ -921,7 +923,7 @@ def test_a_current_link_naming_a_generation_that_is_not_there_says_so(
     hidden.symlink_to(target)
     monkeypatch.setenv("ENVLOCK_HOME", str(store.home))
     monkeypatch.chdir(tmp_path)
-    from envlock.cli import main
+    from envlock.cli.main import main
 
     assert main(["generations", "demo"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "  current: the link names generation 7, which is not there"

@@ -15,7 +15,7 @@ from envlock.gpu.binaries import read_tree, read_wheel, wheel_binaries
 from envlock.gpu.coverage import Gpu, judge, kernel_named, runs
 from envlock.gpu.elf import ElfFile
 from envlock.gpu.fatbin import Kernel
-from envlock.store import Store
+from envlock.store.store import Store
 from kit.cuda import CudaKit, cuobjdump_path, gencode
 
 #: name -> nvcc flags: the issue's sm_90, sm_120a and compute_120a PTX; one compressed (zstd, the ELF

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from packaging.utils import canonicalize_name
 
-from envlock import guards, wheelfiles
-from envlock.cmakefetch import Declared, declared
-from envlock.lockfile import Artifact, read_lock
-from envlock.store import Store
-from envlock.wheelfiles import ListingError, WheelListing
+from envlock.model.lockfile import Artifact, read_lock
+from envlock.resolution import guards, wheelfiles
+from envlock.resolution.cmakefetch import Declared, declared
+from envlock.resolution.wheelfiles import ListingError, WheelListing
+from envlock.store.store import Store
 from kit.index import IndexServer
 from kit.wheels import build_wheel
 from kit.workspaces import Cli, ScratchWorkspace
@@ -294,7 +294,7 @@ FULL = "df022eba0123456789abcdef0123456789abcdef"
 ])
 def test_fetchcontent_inputs_are_held_to_what_cmake_declares(written: Declared, spec_git: str, rev: str,
                                                              note: str) -> None:
-    from envlock.spec import BuildSpec, FetchContentInput
+    from envlock.model.spec import BuildSpec, FetchContentInput
 
     inputs = (FetchContentInput("repo-a", spec_git, rev),)
     build = BuildSpec(name="k", source="s", subdirectory="k", fetchcontent=inputs)
@@ -367,7 +367,7 @@ def test_a_stored_wheel_is_read_there_once_then_from_its_record(tmp_path: Path, 
 def _graph(nodes: dict[str, list[str] | None], roots: list[str]) -> guards.Requirements:
     from packaging.requirements import Requirement
 
-    from envlock.target import target_environment
+    from envlock.model.target import target_environment
 
     graph = guards.Requirements(
         nodes={canonicalize_name(n): None if reqs is None else [Requirement(r) for r in reqs]
@@ -394,7 +394,7 @@ def test_who_requires_whom_is_read_for_the_target_with_the_extras_asked() -> Non
 
 
 def test_a_dead_exclude_is_not_said_when_a_requirer_is_not_known(tmp_path: Path) -> None:
-    from envlock.spec import parse_spec
+    from envlock.model.spec import parse_spec
 
     doc = {"env": {"python": "3.11"}, "indexes": {"pypi": {"url": "https://pypi.org/simple", "default": True}},
            "packages": {"app": "==1.0"}, "resolution": {"exclude": ["gone"]}}
@@ -427,7 +427,7 @@ def test_a_dead_exclude_is_not_said_when_a_requirer_is_not_known(tmp_path: Path)
 )
 def test_a_wheels_own_requirements_unmet_by_the_resolution(tmp_path: Path, own: list[str], extras: set[str],
                                                             unmet: list[str]) -> None:
-    from envlock.spec import parse_spec
+    from envlock.model.spec import parse_spec
 
     doc = {"env": {"python": "3.11", "platform": "x86_64-manylinux_2_28"},
            "indexes": {"pypi": {"url": "https://pypi.org/simple", "default": True},

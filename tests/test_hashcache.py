@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envlock import digest, verify
-from envlock.hashcache import HashCache
+from envlock.install import digest, venvcheck
+from envlock.install.inodehashes import HashCache
 
 OLD = 1_600_000_000  # a file time well before any walk in these tests
 
@@ -131,7 +131,7 @@ def test_verify_reads_every_byte_but_refreshes_the_cache(tmp_path: Path) -> None
     seeded.save()
     trusted = digest.manifest(venv, cache_dir=tmp_path / "cache")
     assert trusted.entries["lib/pkg/a.py"] == "f - " + "0" * 64
-    result = verify.check(venv, trusted.digest, trusted, cache_dir=tmp_path / "cache")
+    result = venvcheck.check(venv, trusted.digest, trusted, cache_dir=tmp_path / "cache")
     assert not result.ok and result.difference is not None
     assert result.difference.changed == ("lib/pkg/a.py",)
     refreshed = HashCache.open(tmp_path / "cache")
@@ -141,7 +141,7 @@ def test_verify_reads_every_byte_but_refreshes_the_cache(tmp_path: Path) -> None
 
 def test_save_keeps_the_most_recent_unused_entries_up_to_the_limit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("envlock.hashcache.KEEP_UNUSED", 2)
+    monkeypatch.setattr("envlock.install.inodehashes.KEEP_UNUSED", 2)
     files = [_file(tmp_path / f"f{i}", f"{i}\n".encode(), links=tmp_path / "links") for i in range(5)]
     for f in files[:4]:  # saved one walk at a time: f0 is the least recently used
         cache = HashCache.open(tmp_path / "cache")

@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 
 from envlock import runner
-from envlock.lockfile import read_lock
-from envlock.store import Store, store_file
+from envlock.model.lockfile import read_lock
+from envlock.store.store import Store, store_file
 from kit.universe import BACKENDS
 from kit.wheels import build_wheel
 
@@ -237,7 +237,7 @@ def test_without_ranges_two_distributions_installing_one_path_fail_the_lock(stat
 
 
 def _artifacts(static: StaticIndex, *wheels: Path):  # type: ignore[no-untyped-def]
-    from envlock.lockfile import Artifact
+    from envlock.model.lockfile import Artifact
 
     return [Artifact(sha256=hashlib.sha256(w.read_bytes()).hexdigest(), url=f"{static.url}/files/{w.name}")
             for w in wheels]

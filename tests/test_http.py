@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from envlock import http as envlock_http
+from envlock.net import http as envlock_http
 from kit.index import IndexServer
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from envlock.errors import PackageIndexError, UsageError
-from envlock.indexes import choosable, link_problem, project_files
+from envlock.net.indexes import choosable, link_problem, project_files
 
 
 def _serve(content_type: str) -> Iterator[tuple[str, list[bytes]]]:
@@ -247,7 +247,7 @@ CHILD = """
 import json, sys
 from pathlib import Path
 from envlock.errors import PackageIndexError
-from envlock.indexes import project_files
+from envlock.net.indexes import project_files
 try:
     out = {"files": [f.filename for f in project_files(sys.argv[1], "a")]}
 except PackageIndexError as exc:

@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 from packaging.tags import sys_tags
 
-from envlock import digest, install, runner, target
+from envlock import runner
 from envlock.errors import InstallError, VerifyError
-from envlock.fetch import fetch
-from envlock.lockfile import Lock
-from envlock.store import Store
+from envlock.install import digest, install
+from envlock.install.fetch import fetch
+from envlock.model import target
+from envlock.model.lockfile import Lock
+from envlock.store.store import Store
 from kit.index import IndexServer
 from kit.locks import lock_for
 from kit.processes import wait_for, waits_on_flock
@@ -230,7 +232,7 @@ def test_a_skeleton_naming_its_own_folder_is_not_kept(tmp_path: Path) -> None:
 
 
 def install_path(store: Store, lock: Lock) -> Path:
-    from envlock.store import store_file
+    from envlock.store.store import store_file
 
     return store_file(store, lock.packages[0].wheels[0])
 
@@ -366,7 +368,7 @@ def test_a_full_disk_while_copying_the_skeleton_is_one_message(published: tuple[
     # copytree raises one shutil.Error holding every file's failure: it was printed as that list.
     import errno
 
-    from envlock.store import store_file
+    from envlock.store.store import store_file
 
     server, lock = published
     result = _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock.store import Store
+from envlock.store.store import Store
 from kit.cacheservers import Trickle
 from kit.index import IndexServer
 from kit.locks import lock_for, sha256_of
@@ -38,7 +38,7 @@ def _sync_from_trickling_cache(server: IndexServer, tmp_path: Path, trickle: Tri
     server.add("pypi", wheel)
     ws, lock = _sync_ws(server, tmp_path, wheel)
     env = dict(os.environ, ENVLOCK_HOME=str(tmp_path / "home"), ENVLOCK_CACHE_URLS=trickle.url, **extra)
-    proc = start([sys.executable, "-m", "envlock.cli", "sync", "demo", "--lock", str(lock), "--json"], cwd=ws,
+    proc = start([sys.executable, "-m", "envlock.cli.main", "sync", "demo", "--lock", str(lock), "--json"], cwd=ws,
                  env=env)
     return proc, wheel
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock.lockfile import read_lock
+from envlock.model.lockfile import read_lock
 from kit.cuda import CudaKit, gencode
 from kit.index import IndexServer
 from kit.wheels import build_wheel

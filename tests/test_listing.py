@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from envlock.commands.lock import lock_env
+from envlock.commands.nightlies import list_nightlies, nightlies_env
 from envlock.errors import ResolveError, UsageError
-from envlock.listing import list_nightlies, nightlies_env
-from envlock.locking import lock_env
-from envlock.mirrors import Mirrors
-from envlock.spec import load_env_spec
+from envlock.model.mirrors import Mirrors
+from envlock.model.spec import load_env_spec
 from envlock.workspace import Workspace
 from kit.index import IndexServer
 from kit.wheels import build_wheel
@@ -224,7 +224,7 @@ def test_the_index_is_read_through_a_mirror_and_with_its_credentials(
 
 
 def test_help_teaches_the_statuses(capsys: pytest.CaptureFixture[str]) -> None:
-    from envlock.cli import main
+    from envlock.cli.main import main
 
     with pytest.raises(SystemExit) as info:
         main(["nightlies", "--help"])
@@ -237,8 +237,8 @@ def test_help_teaches_the_statuses(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_newest_usable_is_the_newest_date_every_nightly_of_the_index_sharing_it_can_take() -> None:
-    from envlock.listing import NightlyListing, PackageNightlies
-    from envlock.nightly import NightlyDate
+    from envlock.commands.nightlies import NightlyListing, PackageNightlies
+    from envlock.resolution.nightly import NightlyDate
 
     def package(name: str, usable: tuple[str, ...], *, same_date: bool = True, index: str = "pt") -> PackageNightlies:
         dates = tuple(NightlyDate(date=d, status="usable", version=f"1.0.dev{d.replace('-', '')}") for d in usable)

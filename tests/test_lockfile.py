@@ -13,7 +13,7 @@ from packaging.pylock import Pylock
 from packaging.utils import canonicalize_name
 
 from envlock.errors import LockError
-from envlock.lockfile import (
+from envlock.model.lockfile import (
     Artifact,
     Lock,
     LockedBuild,
@@ -300,9 +300,9 @@ def test_a_lock_nested_too_deeply_is_named(tmp_path: Path) -> None:
 
 def test_a_lock_read_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # `--lock /dev/zero` read until the memory ran out.
-    import envlock.lockfile
+    import envlock.model.lockfile
 
-    monkeypatch.setattr(envlock.lockfile, "MAX_LOCK_BYTES", 1 << 20)
+    monkeypatch.setattr(envlock.model.lockfile, "MAX_LOCK_BYTES", 1 << 20)
     with pytest.raises(LockError) as info:
         read_lock(Path("/dev/zero"))
     assert info.value.message == "/dev/zero: larger than 1 MiB; not a lock file"

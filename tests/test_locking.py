@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from envlock.lockfile import read_lock
-from envlock.locking import lock_env
+from envlock.commands.lock import lock_env
+from envlock.model.lockfile import read_lock
 from envlock.workspace import Workspace
 from kit.workspaces import Cli, ScratchWorkspace
 

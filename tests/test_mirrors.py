@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envlock.lockfile import Artifact, Lock, LockedPackage
-from envlock.mirrors import Mirrors
-from envlock.spec import load_spec
+from envlock.model.lockfile import Artifact, Lock, LockedPackage
+from envlock.model.mirrors import Mirrors
+from envlock.model.spec import load_spec
 
 
 def test_sync_mirrors_go_by_the_index_the_lock_records_else_the_spec_pins(tmp_path: Path) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from envlock import http, netauth
 from envlock.errors import PackageIndexError
-from envlock.indexes import project_files
+from envlock.net import auth, http
+from envlock.net.indexes import project_files
 from kit.index import IndexServer, uv_compile
 from kit.wheels import build_wheel
 from kit.workspaces import Cli, ScratchWorkspace
@@ -31,9 +31,9 @@ def private(server: IndexServer, tmp_path: Path) -> Iterator[IndexServer]:
     """An index that answers 401 to any request without alice's credentials."""
     server.add("pypi", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
     server.required_auth = _basic("alice:s3cret")
-    netauth.forget()
+    auth.forget()
     yield server
-    netauth.forget()
+    auth.forget()
 
 
 def _netrc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, mode: int = 0o600) -> Path:
@@ -174,7 +174,7 @@ def test_keyring_for_envlock_and_uv_from_the_command_line(
     server.add("priv", build_wheel(tmp_path / "wheels", "tinydep", "1.0"))
     server.add("priv", build_wheel(tmp_path / "wheels", "torch", "2.12.0.dev20260310+cpu"))
     server.required_auth = _basic("alice:s3cret")
-    netauth.forget()
+    auth.forget()
     index = server.url("priv").replace("http://", "http://alice@")
     ws.write_spec("e", f'[env]\npython = "{PY}"\n[indexes.priv]\nurl = "{index}"\ndefault = true\n'
                        '[packages]\ntinydep = "==1.0"\n'
@@ -187,7 +187,7 @@ def test_keyring_for_envlock_and_uv_from_the_command_line(
         locked = cli("-q", "--keyring-provider", "subprocess", "lock", "e")
     finally:
         server.stop()
-        netauth.forget()
+        auth.forget()
     assert locked.code == 0, locked.err
     lock = (ws.root / "locks" / "pylock.e.toml").read_text()
     assert "alice" not in lock and "s3cret" not in lock
@@ -311,7 +311,7 @@ def test_no_password_from_a_netrc_or_a_keyring_is_in_a_command_line(tmp_path: Pa
     extra.add_index("priv")
     extra.add("priv", build_wheel(tmp_path / "wheels", "privdep", "2.0"))
     main.required_auth = extra.required_auth = _basic("alice:s3cret")
-    netauth.forget()
+    auth.forget()
     user = ""
     if given == "netrc":
         _netrc(tmp_path, monkeypatch, "machine 127.0.0.1 login alice password s3cret\n")
@@ -331,7 +331,7 @@ def test_no_password_from_a_netrc_or_a_keyring_is_in_a_command_line(tmp_path: Pa
     finally:
         main.stop()
         extra.stop()
-        netauth.forget()
+        auth.forget()
     assert locked.code == 0, locked.err
     assert main.auth_seen("") == extra.auth_seen("") == _basic("alice:s3cret")
     assert any(" pip compile " in line for line in seen)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from envlock import http, netauth, netenv, runner
+from envlock import netenv, runner
 from envlock.errors import PackageIndexError
-from envlock.indexes import project_files
+from envlock.net import auth, http
+from envlock.net.indexes import project_files
 from kit.certs import PrivateCA, make_ca
 from kit.index import IndexServer, uv_compile
 from kit.proxy import Proxy, Seen
@@ -159,7 +160,7 @@ def through(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
                 "all_proxy"):
         monkeypatch.delenv(var)
     http._local.__dict__.pop("pool", None)
-    netauth.forget()
+    auth.forget()
     yield
     http._local.__dict__.pop("pool", None)
 

@@ -278,7 +278,7 @@ def _choice(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentPars
 
 
 def test_help_says_the_global_options_once_and_its_examples_use_the_demo_env(cli: Cli) -> None:
-    from envlock.cli import build_parser
+    from envlock.cli.main import build_parser
 
     top = build_parser().format_help()
     assert "--keyring-provider" in top and "envlock sync demo" in top and "qwen35-blackwell" not in top
@@ -309,8 +309,8 @@ def test_export_out_and_its_index_mirror_and_syncs_summary_names_its_build(
             f"  built kern (inputs {read_lock_build(ws, 'kern')[:19]})"]
         assert json.loads(cli("sync", "e", "--json").out)["built"] == []  # up to date: nothing built
         origin.stop()  # the lock's index is gone, and the store lacks its wheel
-        from envlock.lockfile import read_lock
-        from envlock.store import Store
+        from envlock.model.lockfile import read_lock
+        from envlock.store.store import Store
 
         tinydep = read_lock(ws.root / "locks" / "pylock.e.toml").package("tinydep")
         assert tinydep is not None
@@ -339,7 +339,7 @@ def test_export_out_and_its_index_mirror_and_syncs_summary_names_its_build(
 
 
 def read_lock_build(ws: Workspace, name: str) -> str:
-    from envlock.lockfile import read_lock
+    from envlock.model.lockfile import read_lock
 
     return read_lock(ws.root / "locks" / "pylock.e.toml").builds[name].input_digest
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from envlock.indexes import IndexFile
-from envlock.lockfile import NightlyPin
-from envlock.nightly import DatePin, date_error, describe_tags, list_dates, usable_files, wheel_tag
-from envlock.target import target_tags
+from envlock.model.lockfile import NightlyPin
+from envlock.model.target import target_tags
+from envlock.net.indexes import IndexFile
+from envlock.resolution.nightly import DatePin, date_error, describe_tags, list_dates, usable_files, wheel_tag
 
 X86 = "manylinux_2_28_x86_64"
 TAGS = target_tags("3.11", "x86_64-manylinux_2_28")

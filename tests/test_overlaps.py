@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from envlock import overlaps
-from envlock.lockfile import read_lock
-from envlock.overlaps import AllowedOverlap
+from envlock.model import overlaps
+from envlock.model.lockfile import read_lock
+from envlock.model.overlaps import AllowedOverlap
 from kit.index import IndexServer
 from kit.wheels import build_wheel
 from kit.workspaces import Cli, ScratchWorkspace

@@ -11,9 +11,11 @@ from types import FrameType
 
 import pytest
 
-from envlock import patchapply, patchfile, sources, trees
+from envlock.build import sources
 from envlock.errors import PatchError
-from envlock.store import Store
+from envlock.patches import patchapply, patchfile
+from envlock.store import trees
+from envlock.store.store import Store
 from kit.patches import MODIFY, new_file, one, sg_patches
 from kit.sglike import SgLike, write
 

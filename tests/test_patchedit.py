@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from envlock import patchapply, patchedit, patchfile, sources
+from envlock.build import sources
 from envlock.errors import PatchError, UsageError
-from envlock.lockfile import LockedPatch
-from envlock.store import Store
+from envlock.model.lockfile import LockedPatch
+from envlock.patches import patchapply, patchedit, patchfile
+from envlock.store.store import Store
 from kit.patches import MODIFY, sg_patches
 from kit.sglike import SgLike, git
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from envlock import patchfile
 from envlock.errors import PatchError
-from envlock.patchedit import format_header
+from envlock.patches import patchfile
+from envlock.patches.patchedit import format_header
 from kit.patches import ESCAPE, MODIFY, QUOTED, new_file, one
 
 ROOT = Path(__file__).resolve().parents[1]

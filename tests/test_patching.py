@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from envlock.patchapply import PatchStatus
-from envlock.patching import PatchCheck
-from envlock.upstream import Touch, UpstreamCommit
+from envlock.commands.patch import PatchCheck
+from envlock.patches.patchapply import PatchStatus
+from envlock.patches.upstream import Touch, UpstreamCommit
 from kit.patches import ESCAPE, MODIFY, QUOTED, new_file
 from kit.sglike import write
 from kit.workspaces import Cli, ScratchWorkspace

@@ -28,7 +28,7 @@ def _snapshot(root: Path) -> dict[str, bytes]:
 def _workdir() -> Path:
     import os
 
-    from envlock.store import Store
+    from envlock.store.store import Store
 
     return Store.open(Path(os.environ["ENVLOCK_HOME"])).root / "rebase" / "e-s"
 

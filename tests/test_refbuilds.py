@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from envlock.lockfile import Lock, read_lock
-from envlock.store import Store
+from envlock.model.lockfile import Lock, read_lock
+from envlock.store.store import Store
 from kit.index import IndexServer
 from kit.sglike import commit_all, git, init_repo, write
 from kit.stores import how_made

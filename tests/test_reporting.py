@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from envlock import sources
-from envlock.fetch import fetch
-from envlock.lockfile import Artifact, Lock, LockedBuild, LockedPackage, LockedPatch, LockedSource, NightlyPin
-from envlock.reporting import ReportOptions, UpgradeReport, render_markdown, render_text, upgrade_report
-from envlock.store import Store
+from envlock.build import sources
+from envlock.commands.upgradereport import ReportOptions, UpgradeReport, render_markdown, render_text, upgrade_report
+from envlock.install.fetch import fetch
+from envlock.model.lockfile import Artifact, Lock, LockedBuild, LockedPackage, LockedPatch, LockedSource, NightlyPin
+from envlock.store.store import Store
 from envlock.workspace import Workspace
 from kit.index import IndexServer
 from kit.locks import lock_for
@@ -361,13 +361,13 @@ def test_markdown_is_a_block_for_a_pull_request(kit: Kit, tmp_path: Path) -> Non
 
 
 def test_markdown_puts_commit_subjects_in_details_and_escapes_them() -> None:
-    from envlock.diff import Commit, LockDiff, SourceHistory, SourceMove
+    from envlock.model.lockdiff import Commit, LockDiff, SourceHistory, SourceMove
 
     history = SourceHistory("forward", 2, Commit("a" * 40, "2026-03-08", "one"), Commit("b" * 40, "2026-03-09", "x"),
                             (Commit("b" * 40, "2026-03-09", "fix <T> | pipes"),), ("python/t.py",))
     diff = LockDiff("a", "b", (), 0, sources=(SourceMove("src", "1" * 40, "2" * 40, (), history),))
     # A ledger with no change renders "no differences"; give it one so the sections show.
-    from envlock.diff import Change
+    from envlock.model.lockdiff import Change
 
     diff = replace(diff, changes=(Change("source", "src", "1" * 40, "2" * 40),))
     text = render_markdown(UpgradeReport(diff))

@@ -16,18 +16,18 @@ from packaging.pylock import Pylock
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from envlock import fetch as fetch_module
 from envlock import runner
+from envlock.commands.lock import lock_env
+from envlock.commands.sync import SyncOptions, sync
 from envlock.errors import ResolveError
-from envlock.fetch import fetch
-from envlock.indexes import IndexFile
-from envlock.lockfile import Artifact, LockedPackage, read_lock
-from envlock.locking import lock_env
-from envlock.mirrors import MirrorOptions
-from envlock.nightly import nightlies_by_date, nightly_date
-from envlock.resolve import ResolveInputs, _hash_unlisted, _stored_package
-from envlock.store import Store, store_file
-from envlock.syncing import SyncOptions, sync
+from envlock.install import fetch as fetch_module
+from envlock.install.fetch import fetch
+from envlock.model.lockfile import Artifact, LockedPackage, read_lock
+from envlock.model.mirrors import MirrorOptions
+from envlock.net.indexes import IndexFile
+from envlock.resolution.nightly import nightlies_by_date, nightly_date
+from envlock.resolution.resolve import ResolveInputs, _hash_unlisted, _stored_package
+from envlock.store.store import Store, store_file
 from envlock.workspace import Workspace
 from kit.index import IndexServer
 from kit.locks import sha256_of
@@ -167,9 +167,9 @@ def test_a_relock_keeps_a_nightly_the_index_dropped_while_the_store_holds_it(
 ])
 def test_a_kept_nightly_is_the_same_package_index_tag_and_target(
         universe: Universe, store: Store, tmp_path: Path, python: str, local: str, index_url: str, kept: bool) -> None:
-    from envlock.lockfile import NightlyPin
-    from envlock.resolve import kept_pins
-    from envlock.spec import load_spec
+    from envlock.model.lockfile import NightlyPin
+    from envlock.model.spec import load_spec
+    from envlock.resolution.resolve import kept_pins
 
     served = universe.server.indexes["pytorch"].files
     filename = next(f for f in served if f.startswith("torch-2.12.0.dev20260307+cu130-cp311"))
@@ -298,8 +298,8 @@ def test_same_version_name_missing_from_the_lock_is_an_error(ws: ScratchWorkspac
     ],
 )
 def test_check_same_version(tmp_path: Path, groups: str, details: list[str]) -> None:
-    from envlock.resolve import check_same_version
-    from envlock.spec import parse_spec
+    from envlock.model.spec import parse_spec
+    from envlock.resolution.resolve import check_same_version
 
     doc = tomllib.loads('[env]\npython = "3.11"\n[indexes.pypi]\nurl = "https://pypi.org/simple"\ndefault = true\n'
                        '[packages]\nrequests = "==2.34.2"\nkernel = { build = "kernel" }\n'
@@ -559,7 +559,7 @@ def test_relocks_against_hosts_with_their_own_etags_stop_downloading(universe: U
 
 
 def test_a_server_without_etags_is_judged_by_the_size(universe: Universe, store: Store, tmp_path: Path) -> None:
-    from envlock import http
+    from envlock.net import http
 
     assert http.validator('"abc"', "Mon, 30 Nov 2026 06:00:00 GMT") == 'etag "abc"'
     assert http.validator(None, "Mon, 30 Nov 2026 06:00:00 GMT") == "modified Mon, 30 Nov 2026 06:00:00 GMT"
@@ -875,7 +875,7 @@ def test_a_kept_wheel_whose_url_is_on_another_server_than_its_index_is_not_kept(
 def test_a_kept_wheel_must_be_on_its_index_server() -> None:
     # PyPI's files live on files.pythonhosted.org, PyTorch's on download.pytorch.org: a lock whose
     # index field was edited to name the PyTorch index keeps a URL on the other server.
-    from envlock.http import same_origin as _same_server
+    from envlock.net.http import same_origin as _same_server
 
     index = "https://user:tok@download.pytorch.org/whl/nightly/cu130"
     assert _same_server("https://download.pytorch.org/whl/nightly/cu130/pytorch_triton-3.6.0-x.whl", index)

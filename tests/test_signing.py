@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envlock.errors import UsageError
-from envlock.signing import (
+from envlock.cache.signing import (
     RecordRefusedError,
     generate,
     parse_public,
@@ -19,6 +18,7 @@ from envlock.signing import (
     verify_record,
     write_secret,
 )
+from envlock.errors import UsageError
 
 RECORD = {"input-digest": "sha256:" + "1" * 64, "wheel": "k-0.1-py3-none-any.whl", "sha256": "2" * 64, "size": 5}
 

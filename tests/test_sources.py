@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from envlock import sources, trees
+from envlock.build import sources
 from envlock.errors import SourceError, SourceTreeError, UsageError
-from envlock.spec import SourceSpec
-from envlock.store import Store
+from envlock.model.spec import SourceSpec
+from envlock.store import trees
+from envlock.store.store import Store
 from kit.sglike import SgLike, commit_all, git, init_repo, write
 from kit.universe import Universe
 from kit.workspaces import Cli, ScratchWorkspace
@@ -295,8 +296,8 @@ rev = "{sg.pin}"
 
 
 def test_source_mirror_from_option_and_environment(ws: ScratchWorkspace, cli: Cli, sg: SgLike) -> None:
-    from envlock.mirrors import source_mirrors
-    from envlock.spec import load_spec
+    from envlock.model.mirrors import source_mirrors
+    from envlock.model.spec import load_spec
 
     ws.write_spec("e", _unreachable_source_spec(sg, '[sources.local]\npath = "x"\n[builds.k]\nsource = "local"\n'
                                                     f'[builds.k.fetchcontent.repo-cutlass]\ngit = "{UNREACHABLE}"\n'
@@ -396,7 +397,7 @@ def test_git_fd_and_ext_transports_are_refused_by_name_before_git_runs(tmp_path:
     spec.write_text('[env]\npython = "3.11"\n[indexes.pypi]\nurl = "http://127.0.0.1:9/simple"\ndefault = true\n'
                     '[sources.s]\ngit = "fd::3"\nrev = "main"\n')
     env = dict(os.environ, ENVLOCK_HOME=str(tmp_path / "home"))
-    code, err, took = _run_guarded([sys.executable, "-m", "envlock.cli", "lock", "e"], ws, env)
+    code, err, took = _run_guarded([sys.executable, "-m", "envlock.cli.main", "lock", "e"], ws, env)
     assert (code, err) == (2, f"envlock: error: {spec}: 1 problem in env spec 'e'\n  sources.s.git: expected an "
                               "https://, http://, ssh://, git:// or file:// URL, a user@host:path or a local path, "
                               "found 'fd::3' (transport fd::, a remote helper git would start; envlock lets git use "
@@ -404,7 +405,7 @@ def test_git_fd_and_ext_transports_are_refused_by_name_before_git_runs(tmp_path:
     assert took < 20
     # A mirror is no spec: named by its option or variable, before git runs too.
     spec.write_text(spec.read_text().replace("fd::3", "https://127.0.0.1:9/s.git"))
-    code, err, _ = _run_guarded([sys.executable, "-m", "envlock.cli", "lock", "e", "--source", "s=ext::sh -c id"],
+    code, err, _ = _run_guarded([sys.executable, "-m", "envlock.cli.main", "lock", "e", "--source", "s=ext::sh -c id"],
                                 ws, dict(env, ENVLOCK_SOURCE_S="fd::3"))
     assert (code, err.splitlines()[:3]) == (2, [
         "envlock: error: 2 source mirrors are no repository git may read",

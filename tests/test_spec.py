@@ -10,7 +10,7 @@ from packaging.utils import canonicalize_name
 
 from envlock import runner
 from envlock.errors import SpecError
-from envlock.spec import UV_PLATFORMS, load_spec
+from envlock.model.spec import UV_PLATFORMS, load_spec
 
 HEAD = """
 [env]

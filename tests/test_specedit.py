@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from envlock import specedit
 from envlock.errors import SpecError
+from envlock.model import specedit
 
 SPEC = """\
 # The flagship env: keep this header.

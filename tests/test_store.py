@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from envlock import generations, store
 from envlock.errors import FetchError, StoreError
-from envlock.lockfile import Artifact
-from envlock.store import (
+from envlock.install import generations
+from envlock.model.lockfile import Artifact
+from envlock.store import store
+from envlock.store.store import (
     Store,
     check_stored_bytes,
     check_stored_sizes,
@@ -145,7 +146,7 @@ def test_slot_entries_reuse_one_path_and_leftovers_of_dead_holders_are_cleared(t
 
 def test_a_slot_taken_while_clean_tmp_removes_its_leftover_is_never_removed(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from envlock import store as store_module
+    from envlock.store import store as store_module
 
     store = Store.open(tmp_path / "home")
     leftover = store.tmp / "venv-slot0"
@@ -185,10 +186,10 @@ def test_unresumable_partial_downloads_no_one_holds_are_cleared(tmp_path: Path) 
 
 
 def test_default_home_follows_envlock_home_then_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from envlock import quick
-    from envlock.store import LAYOUT_VERSION, default_home
+    from envlock.store import home
+    from envlock.store.store import LAYOUT_VERSION, default_home
 
-    assert f"v{LAYOUT_VERSION}" == quick.LAYOUT_DIR
+    assert f"v{LAYOUT_VERSION}" == home.LAYOUT_DIR
     monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "h"))
     assert default_home() == tmp_path / "h"
     if sys.platform.startswith("linux"):
@@ -209,7 +210,7 @@ def test_a_failed_atomic_write_names_the_file_and_leaves_no_temp_file(tmp_path: 
     import errno
     import os
 
-    from envlock.store import write_atomic
+    from envlock.store.store import write_atomic
 
     target = tmp_path / "locks" / "pylock.e.toml"
 
@@ -224,7 +225,7 @@ def test_a_failed_atomic_write_names_the_file_and_leaves_no_temp_file(tmp_path: 
 
 
 def test_replace_if_unchanged_writes_only_over_the_bytes_it_was_given(tmp_path: Path) -> None:
-    from envlock.store import replace_if_unchanged
+    from envlock.store.store import replace_if_unchanged
 
     lock = tmp_path / "locks" / "pylock.e.toml"
     assert replace_if_unchanged(lock, None, b"first\n")  # no file yet, as expected
@@ -425,7 +426,7 @@ def test_a_tree_whose_files_were_written_back_is_published_after_one_fsync_of_it
     shared.write_bytes(b"shared")
     os.utime(shared, ns=(1, 1))  # older than the walk: the cache may keep it
     (tmp_path / "other-link").hardlink_to(shared)
-    from envlock.digest import manifest
+    from envlock.install.digest import manifest
 
     first = tmp_path / "published"
     first.mkdir()

@@ -11,9 +11,9 @@ import pytest
 from packaging.tags import Tag
 from packaging.version import Version
 
-from envlock import target
 from envlock.errors import InstallError
-from envlock.indexes import IndexFile
+from envlock.model import target
+from envlock.net.indexes import IndexFile
 from kit.wheels import build_wheel
 
 

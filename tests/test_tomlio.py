@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from envlock.errors import BuildError, LockError
-from envlock.tomlio import load_toml
+from envlock.model.tomlio import load_toml
 
 
 def test_a_toml_document_is_read() -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from envlock import build, toolchain
+from envlock.build import builder, toolchain
 from envlock.errors import BuildError
-from envlock.spec import BuildSpec
-from envlock.store import STORE_MTIME, Store
+from envlock.model.spec import BuildSpec
+from envlock.store.store import STORE_MTIME, Store
 from kit.cudalike import OLDER_NVCC, TOOLCHAIN, toolchain_wheels
 from kit.index import IndexServer
 from kit.universe import backend_wheels
@@ -26,7 +26,7 @@ from kit.workspaces import ScratchWorkspace as Workspace
 
 def _stored(store: Store, wheel: Path) -> Path:
     """``wheel`` put into the store as a fetch does (``wheels/<sha256>/<filename>``)."""
-    from envlock.quick import file_sha256
+    from envlock.store.home import file_sha256
 
     sha = file_sha256(str(wheel))
     assert sha is not None
@@ -147,9 +147,10 @@ def test_the_input_digest_holds_the_toolchain_wheels_not_the_host_tools(
                                          'build-backend = "setuptools.build_meta"\n')
     store = Store.open(tmp_path / "home")
 
-    def plan(tools: tuple[str, ...]) -> build.BuildPlan:
+    def plan(tools: tuple[str, ...]) -> builder.BuildPlan:
         spec = BuildSpec(name="k", source="k", toolchain=tools)
-        return build.plan(build.BuildRequest(spec, tree, 315532800, "3.11", index_url=cuda_index.url("pypi")), store)
+        request = builder.BuildRequest(spec, tree, 315532800, "3.11", index_url=cuda_index.url("pypi"))
+        return builder.plan(request, store)
 
     none, ours = plan(()), plan(TOOLCHAIN)
     assert "toolchain-wheels" not in none.recipe and set(none.recipe["toolchain"]) == {"cc", "c++", "cmake",
@@ -164,9 +165,9 @@ def test_the_input_digest_holds_the_toolchain_wheels_not_the_host_tools(
     assert [line.split()[0] for line in older.toolchain if "nvcc" in line] == ["nvidia-cuda-nvcc==13.0.48"]
     # Planned from the lock's lines (a frozen rebuild): the same digest, no resolution.
     spec = BuildSpec(name="k", source="k", toolchain=TOOLCHAIN)
-    request = build.BuildRequest(spec, tree, 315532800, "3.11", index_url=None, locked_toolchain=ours.toolchain,
+    request = builder.BuildRequest(spec, tree, 315532800, "3.11", index_url=None, locked_toolchain=ours.toolchain,
                                  locked_requirements=ours.build_requirements)
-    frozen = build.plan(request, store)
+    frozen = builder.plan(request, store)
     assert frozen.input_digest == ours.input_digest
 
 

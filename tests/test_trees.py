@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envlock import trees
 from envlock.errors import SourceTreeError
+from envlock.store import trees
 from kit.sglike import write
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from envlock import locking
-from envlock.lockfile import read_lock
+from envlock.commands import lock as commands_lock
+from envlock.model.lockfile import read_lock
 from kit.index import IndexServer
 from kit.patches import MODIFY
 from kit.sglike import commit_all, git, init_repo, write
@@ -167,13 +167,13 @@ def test_a_lock_written_meanwhile_puts_the_spec_back(ws: ScratchWorkspace, cli: 
     spec_before = nightly_env.read_bytes()
     lock_path = ws.root / "locks" / "pylock.e.toml"
     theirs = b"# another envlock's\n" + lock_path.read_bytes()
-    real = locking.lock_spec
+    real = commands_lock.lock_spec
 
     def relock_while_another_writes(*args: Any, **kwargs: Any) -> Any:
         lock_path.write_bytes(theirs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(locking, "lock_spec", relock_while_another_writes)
+    monkeypatch.setattr(commands_lock, "lock_spec", relock_while_another_writes)
     r = cli("upgrade", "e", "--nightly", "latest")
     assert (r.code, r.err) == (1, "envlock: error: locks/pylock.e.toml: changed by another writer while this upgrade "
                                   "worked; nothing written. Run `envlock upgrade e ...` again\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envlock.upstream import map_line
+from envlock.patches.upstream import map_line
 
 # A -U0 diff of a 20-line file: 2 lines inserted after line 3, line 10 replaced by 3, 15-16 deleted.
 HUNKS = [(3, 0, 4, 2), (10, 1, 12, 3), (15, 2, 16, 0)]

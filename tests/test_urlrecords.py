@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
-from envlock.lockfile import Artifact
-from envlock.store import Store, store_file
-from envlock.urlrecords import hashed_before, last_hashed, note_upload, record_hashed, uploads_hashed
+from envlock.model.lockfile import Artifact
+from envlock.store.store import Store, store_file
+from envlock.store.urlhashes import hashed_before, last_hashed, note_upload, record_hashed, uploads_hashed
 
 URL = "https://download.pytorch.org/whl/nightly/cu130/torch-2.9.0.dev20250601-cp312-cp312-linux_x86_64.whl"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from envlock import digest, verify
 from envlock.errors import VerifyError
+from envlock.install import digest, venvcheck
 from kit.venvs import fake_venv
 
 
@@ -19,7 +19,7 @@ def test_compare_lists_added_removed_changed(tmp_path: Path) -> None:
     (venv / "lib" / "site-packages" / "pkg" / "__init__.py").write_text("X = 2\n")
     (venv / "lib" / "site-packages" / "pkg" / "extra.py").write_text("")
     os.rmdir(venv / "lib" / "empty")
-    result = verify.check(venv, ref.digest, ref)
+    result = venvcheck.check(venv, ref.digest, ref)
     assert not result.ok
     assert result.difference == digest.Difference(
         added=("lib/site-packages/pkg/extra.py",),
@@ -38,13 +38,13 @@ def test_compare_lists_added_removed_changed(tmp_path: Path) -> None:
 
 def test_check_without_reference_says_so(tmp_path: Path) -> None:
     venv = fake_venv(tmp_path / "v")
-    result = verify.check(venv, "sha256:" + "0" * 64, None)
+    result = venvcheck.check(venv, "sha256:" + "0" * 64, None)
     assert not result.ok and result.difference is None
     assert result.note == f"no manifest for sha256:{'0' * 64} in this store: cannot list the differing files"
-    assert verify.check(venv, digest.manifest(venv).digest, None).ok
+    assert venvcheck.check(venv, digest.manifest(venv).digest, None).ok
 
 
 def test_check_of_missing_venv(tmp_path: Path) -> None:
     with pytest.raises(VerifyError) as info:
-        verify.check(tmp_path / "gone", None, None)
+        venvcheck.check(tmp_path / "gone", None, None)
     assert str(info.value) == f"{tmp_path}/gone: no venv there (expected the env's current generation)"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from packaging.pylock import Pylock
 
-from envlock.lockfile import read_lock
+from envlock.model.lockfile import read_lock
 from kit.index import IndexServer
 from kit.wheels import build_wheel
 from kit.workspaces import Cli, ScratchWorkspace
@@ -222,8 +222,8 @@ def test_diff_shows_the_new_locks_yanked_files(fresh: IndexServer, ws: ScratchWo
 
 
 def test_check_index_reads_each_package_once_at_its_index_or_mirror_and_skips_local_builds(fresh: IndexServer) -> None:
-    from envlock import yanks
-    from envlock.lockfile import Artifact, Lock, LockedPackage, canonicalize_name
+    from envlock.model.lockfile import Artifact, Lock, LockedPackage, canonicalize_name
+    from envlock.resolution import yanks
 
     fresh.add("mirror", fresh.indexes["pypi"].files[TINYDEP2])
     fresh.yanked[TINYDEP2] = "broken"
@@ -248,8 +248,8 @@ def test_an_index_that_cannot_be_read_is_one_note_and_asked_once() -> None:
     import socket
     import threading
 
-    from envlock import yanks
-    from envlock.lockfile import Artifact, Lock, LockedPackage, canonicalize_name
+    from envlock.model.lockfile import Artifact, Lock, LockedPackage, canonicalize_name
+    from envlock.resolution import yanks
 
     # A host that answers every request 503: every page read fails.
     listener = socket.create_server(("127.0.0.1", 0))

@@ -5,7 +5,7 @@ from the first instruction on.
 handler is in place: an interrupt during the imports and the argument parsing before
 that (the first ~50 ms, when a supervisor stops a service it just started) would end
 in a traceback. This module imports nothing but ``sys`` before it is guarding, and
-answers the fast no-op (``envlock.quick``) before ``cli`` and its imports are loaded.
+answers the fast no-op (``envlock.store.noop``) before ``cli`` and its imports are loaded.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import sys
 def main() -> int:
     try:
         # An up-to-date `envlock sync ENV` is answered before cli (argparse, json) is imported.
-        from envlock.quick import answer_noop
+        from envlock.store.noop import answer_noop
 
         fast = answer_noop(sys.argv[1:])
         if fast is not None:
             return fast
-        from envlock.cli import main as cli_main
+        from envlock.cli.main import main as cli_main
 
         return cli_main(fast_path=False)
     except KeyboardInterrupt as exc:  # or Terminated: SIGTERM once cli.main's handler is in place

@@ -1,4 +1,4 @@
-"""Make ``envlock.lockfile.Lock`` objects straight from wheels published on a fixture index (and a
+"""Make ``envlock.model.lockfile.Lock`` objects straight from wheels published on a fixture index (and a
 sample lock with one of each part, for the lock file's own tests).
 
 Sync tests need a lock, not a resolver: every wheel becomes one locked package
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from envlock.lockfile import (
+from envlock.model.lockfile import (
     Artifact,
     Lock,
     LockedBuild,

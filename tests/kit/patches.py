@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from envlock.patchfile import PatchFile, load_patches, parse_patch
+from envlock.patches.patchfile import PatchFile, load_patches, parse_patch
 from kit.sglike import SgLike, commit_all, git, init_repo, write
 
 MODIFY = """\

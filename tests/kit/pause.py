@@ -31,10 +31,11 @@ def _pause(point: str) -> None:
 
 
 def main() -> None:
-    from envlock import build, generations, install
-    from envlock.store import Store
+    from envlock.build import builder
+    from envlock.install import generations, install
+    from envlock.store.store import Store
 
-    flip, uv, remove_entry, run_build = generations.flip, install._uv, Store.remove_entry, build._run_build
+    flip, uv, remove_entry, run_build = generations.flip, install._uv, Store.remove_entry, builder._run_build
     removals = [0]
 
     def paused_remove_entry(self: Store, kind: str, key: str) -> None:
@@ -56,10 +57,10 @@ def main() -> None:
         _pause("build")
         return run_build(*args, **kwargs)
 
-    build._run_build = paused_run_build
+    builder._run_build = paused_run_build
     generations.flip = paused_flip
     install._uv = paused_uv  # type: ignore[assignment]
     Store.remove_entry = paused_remove_entry  # type: ignore[method-assign]
-    from envlock.cli import main as cli_main
+    from envlock.cli.main import main as cli_main
 
     sys.exit(cli_main(sys.argv[1:]))

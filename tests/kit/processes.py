@@ -47,7 +47,7 @@ def envlock(cwd: Path | None, home: Path, *args: str, env: Mapping[str, str] | N
         environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
         argv = [sys.executable, "-c", "import kit.pause; kit.pause.main()", *args]
     else:
-        argv = [sys.executable, "-m", "envlock.cli", *args]
+        argv = [sys.executable, "-m", "envlock.cli.main", *args]
     return start(argv, cwd=cwd, env=environ, **kwargs)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envlock import generations
-from envlock.digest import stored_manifest
-from envlock.store import Store
+from envlock.install import generations
+from envlock.install.digest import stored_manifest
+from envlock.store.store import Store
 from kit.locks import sha256_of
 
 

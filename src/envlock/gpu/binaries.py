@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from envlock.gpu.elf import ELF_MAGIC, ElfFile, read_elf, scan_elf
-from envlock.store import Store, write_atomic
+from envlock.store.store import Store, write_atomic
 
 #: The version of ``kernels/<sha256>.json``: a record of another one is read anew.
 RECORD_FORMAT = 1

@@ -19,7 +19,7 @@ from typing import Any
 
 from envlock.gpu.elf import ElfFile
 from envlock.gpu.fatbin import Kernel
-from envlock.spec import GPU_NAME
+from envlock.model.spec import GPU_NAME
 
 
 @dataclass(frozen=True, order=True)

@@ -1,0 +1,292 @@
+"""``envlock lock`` and ``lock --check``: a spec resolved into its lock.
+
+``lock_env`` is the recipe: read the spec and the lock it replaces, prepare the patched
+sources (built packages' metadata comes from them), resolve with the pinned uv, keep the
+build records whose inputs did not move, and write the lock only if its bytes changed and
+nobody else wrote it meanwhile. ``check_lock`` answers from the ``Drift`` (current or stale),
+and notes each locked file its index now marks yanked (``yanks``: never a change of answer). A lock is
+named to ``sync --lock``, ``verify --lock`` and ``diff`` as a path, ``PATH@GITREV`` or an env
+name (``load_lock_ref``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envlock.commands import build
+from envlock.errors import (
+    FetchError,
+    LockChangedError,
+    PackageIndexError,
+    ResolveError,
+    SpecError,
+    raise_all,
+)
+from envlock.model.lockfile import Artifact, Lock, LockFile, read_lock
+from envlock.model.mirrors import MirrorOptions, Mirrors, missing_folder
+from envlock.model.spec import load_env_spec
+from envlock.resolution import guards, yanks
+from envlock.resolution.drift import drift
+from envlock.store.store import Store, replace_if_unchanged
+from envlock.workspace import Workspace
+
+if TYPE_CHECKING:
+    from envlock.cache.caches import Caches
+    from envlock.model.spec import EnvSpec
+    from envlock.progress import Progress
+    from envlock.resolution.resolve import HashUnlisted, Resolution
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """What ``envlock lock`` did; doubles as its ``--json`` output."""
+
+    env: str
+    path: Path
+    changed: bool  # the file's bytes changed
+    packages: int  # the env's packages, those of builds not run yet included
+    nightlies: Mapping[str, str] = field(default_factory=dict)  # name -> exact version
+    mirrors: Mapping[str, str] = field(default_factory=dict)
+    lock: Lock | None = field(default=None, repr=False)  # what the file now holds
+    downloaded: int = 0  # bytes, to hash wheels an index publishes no hash for
+    note: str = ""  # e.g. a mirror variable that names no index
+    # The guards' notes: a dead exclude, a newly beating override, an undeclared FetchContent input.
+    notes: tuple[str, ...] = ()
+    # The env's wheels brought into the store to compute a non-isolated build's input digest.
+    build_downloaded: int = 0  # bytes
+    # Each package whose version the relock moved (an unchanged spec too: a new release on the index).
+    moved: tuple[tuple[str, str | None, str | None], ...] = ()  # (name, old or None, new or None)
+    build_fetched: int = 0
+    # Each build of the old lock whose inputs moved -> the toolchain lines its rebuild resolves to now.
+    planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "env": self.env,
+            "lock": str(self.path),
+            "changed": self.changed,
+            "packages": self.packages,
+            "nightlies": dict(self.nightlies),
+            "mirrors": dict(self.mirrors),
+            "downloaded": self.downloaded,
+            "unbuilt": list(self.lock.unbuilt()) if self.lock is not None else [],
+            "note": self.note,
+            "notes": list(self.notes),
+            "build_downloaded": self.build_downloaded,
+            "moved": [{"package": name, "old": a, "new": b} for name, a, b in self.moved],
+        }
+
+
+def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
+             progress: Progress | None = None, *, caches: Caches | None = None) -> LockResult:
+    """``envlock lock ENV``: resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes
+    unchanged if nothing changed), reading the mirrors ``asked`` and the environment names.
+    ``progress``: of the downloads that hash wheels an index publishes no hash for; ``caches``:
+    asked for those wheels first (signed URL records), and what was said of them in the notes."""
+    spec = load_env_spec(ws, env)
+    result = lock_spec(ws, env, spec, Mirrors.of(spec, asked), progress, caches=caches)
+    said = caches.summary() if caches is not None else ""
+    return replace(result, notes=(*result.notes, said)) if said else result
+
+
+def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors,
+              progress: Progress | None = None, *, write: bool = True, caches: Caches | None = None) -> LockResult:
+    """``lock_env`` for a spec read and mirrors found already (a sync that relocks). ``write``
+    False: the lock file is left as it is; the result's ``lock`` and ``changed`` say what it would
+    hold (an upgrade writes it with the edited spec, or not at all under --dry-run). ``caches``:
+    asked before a wheel is downloaded to hash it (``cacheurls``); what they gave is counted there."""
+    # A private index's wheels are hashed with its password. Under the store's writer lock (shared,
+    # as a sync's): a gc beside waits, and never removes a source or wheel the relock reads.
+    with mirrors.credentials(), Store.open().writing():
+        return _lock_spec(ws, env, spec, mirrors, progress, write, caches)
+
+
+def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progress: Progress | None,
+               write: bool = True, caches: Caches | None = None) -> LockResult:
+    from envlock.net import http
+    from envlock.resolution import resolve
+
+    urls = resolve.index_urls(spec, mirrors.indexes)
+    missing = [f"indexes.{name}.url: {url!r}: no such folder ({folder}); expected an index on disk (a folder per "
+               "project)" for name, url in sorted(urls.items())
+               if name not in mirrors.indexes and (folder := missing_folder(url)) is not None]
+    raise_all(SpecError, missing, f"{len(missing)} indexes on disk are missing", prefix=f"{spec.path}: ")
+    old_file = LockFile.read(ws.lock_path(env))
+    old = old_file.lock
+    # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
+    # Every git or URL input (sources, FetchContent) is fetched first: an unreachable one fails
+    # the lock before a wheel is downloaded, all of them named together.
+    store = Store.open()
+    states, inputs = build.sources_for_lock(ws, spec, store, old, mirrors)
+    hashing = None
+    if caches is not None:  # lazy: only where a cache is named (docs/architecture.md)
+        from envlock.cache.urlrecords import CachedHashing
+
+        hashing = CachedHashing(caches)
+    resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress, hashing)
+    guarded = _guard(ws, env, spec, store, states, resolution, old, progress)  # an overlap fails here: nothing written
+    lock = Lock(
+        env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
+        spec_keys=spec.key_digests(), packages=resolution.packages, requires_python=resolution.requires_python,
+        nightlies=resolution.nightlies, sources={name: state.locked() for name, state in states.items()},
+        overridden=guarded.overridden, allowed_overlaps=guarded.allowed, requires=guarded.requires,
+    )
+    # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
+    session = build.BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, progress,
+                                    inputs=inputs)
+    lock = replace(lock, fetchcontent=session.pins())
+    session = replace(session, lock=lock)
+    lock, for_builds, planned_toolchains = build.carry_builds(session, old)
+    gpu_notes: list[str] = []
+    if spec.gpus:  # lazy: only an env that names GPUs reads its wheels' binaries (docs/gpus.md)
+        from envlock.commands import kernels
+
+        lock, gpu_notes = kernels.check_lock(spec, store, lock, ws.lock_path(env).parent, mirrors, progress)
+    if old is not None and old.install_digest() == lock.install_digest() and not old.venv_digest_stale:
+        # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
+        lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
+    changed = _write(ws, env, old_file, lock) if write else old_file.text != lock.to_toml()
+    if hashing is not None:
+        from envlock.cache.urlrecords import push_hashed
+
+        push_hashed(hashing.caches, store, hashing.hashed)  # what it downloaded, for the next machine
+    return LockResult(
+        # A build not run yet is a package of the env too, though the lock holds no wheel of it yet.
+        env=env, path=old_file.path, changed=changed,
+        packages=len(lock.packages) + sum(1 for name in lock.unbuilt() if lock.package(name) is None),
+        nightlies={k: v.version for k, v in sorted(resolution.nightlies.items())},
+        mirrors={name: http.redact(url) for name, url in mirrors.indexes.items()},  # printed: no credentials
+        lock=lock, downloaded=resolution.downloaded, note=mirrors.stray_note(ws),
+        notes=(*guarded.notes, *gpu_notes,
+               *(f"{replace(y, live=True).text()}; locked because pinned exactly (==), recorded "
+                 "in the lock ([packages.tool.envlock] yanked)" for y in yanks.recorded(lock))),
+        build_downloaded=sum(f.downloaded for f in for_builds), moved=_moved(old, lock),
+        build_fetched=sum(1 for f in for_builds for a in f.artifacts if a.source != "store"),
+        planned_toolchains=planned_toolchains,
+    )
+
+
+def _moved(old: Lock | None, new: Lock) -> tuple[tuple[str, str | None, str | None], ...]:
+    """Each package whose version differs between ``old`` and ``new`` (added: old None; gone: new
+    None); a build not run yet for ``new`` has not moved."""
+    if old is None:
+        return ()
+    before = {str(p.name): str(p.version) for p in old.packages}
+    after = {str(p.name): str(p.version) for p in new.packages}
+    pending = set(new.unbuilt())
+    return tuple((name, before.get(name), after.get(name)) for name in sorted(before.keys() | after.keys())
+                 if before.get(name) != after.get(name) and not (name in pending and name not in after))
+
+
+def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, str], store: Store,
+             states: Mapping[str, build.SourceState], old: Lock | None,
+             progress: Progress | None, hashing: HashUnlisted | None = None) -> Resolution:
+    """uv's resolution of ``spec``, checked by envlock; a failure to reach an index gets the
+    mirror to read it from, and a note on a misspelt mirror variable."""
+    from envlock.install import fetch
+    from envlock.resolution import resolve
+
+    build_sources, build_requires, build_vars = build.resolve_build_inputs(spec, states)
+    # Hashes an index does not publish were computed from bytes now in the store.
+    hashed = {a.url: a for p in old.packages for a in p.wheels if a.url} if old is not None else {}
+    # Its nightlies, for dates the index may no longer list (the store keeps their wheels).
+    kept = {name: (pin, pkg.wheels[0], pkg.index) for name, pin in (old.nightlies if old else {}).items()
+            if old is not None and (pkg := old.package(name)) is not None and pkg.wheels and pkg.wheels[0].url}
+    try:
+        return resolve.resolve(spec, resolve.ResolveInputs(
+            index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
+            build_env=build_vars, store=store, hashed=hashed, progress=progress, kept_nightlies=kept,
+            earlier_wheels={str(p.name): (p.wheels[0], p.index) for p in old.packages if p.wheels} if old else {},
+            hash_unlisted=hashing or fetch.hash_unlisted,
+        ))
+    except (ResolveError, FetchError, PackageIndexError) as exc:
+        # An index that cannot be read may be the one a misspelt mirror variable was meant for.
+        hint = mirrors.index_hint(exc)
+        note = mirrors.stray_note(ws)
+        if not hint and not note:
+            raise
+        raise exc.with_details(*filter(None, [hint, note and f"note: {note}"])) from None
+
+
+def _guard(ws: Workspace, env: str, spec: EnvSpec, store: Store, states: Mapping[str, build.SourceState],
+           resolution: Resolution, old: Lock | None, progress: Progress | None = None) -> guards.GuardReport:
+    """The guards on ``resolution`` (``guards.check``): ``MetadataError`` when an index served uv
+    metadata that is not its wheel's own, ``OverlapError`` when two distributions install one file
+    with different bytes, else the notes and the pins the overrides beat. A wheel whose index serves
+    no byte ranges is read whole, into the store by its sha256 (where the sync finds it)."""
+    from envlock.install import fetch
+
+    projects, build_requires, _ = build.resolve_build_inputs(spec, states)
+    subdirectory = {pkg.name: spec.builds[pkg.build].subdirectory
+                    for pkg in spec.packages.values() if pkg.build and pkg.build in spec.builds}
+    base = ws.lock_path(env).parent
+
+    def whole(artifact: Artifact) -> None:
+        fetch.fetch([artifact], store, base_dir=base, progress=progress, env=env)
+
+    inputs = guards.GuardInputs(
+        packages=resolution.packages, store=store, extra_requirements=build_requires,
+        projects={name: (path, subdirectory.get(name, "")) for name, path in projects.items()},
+        before=old.overridden if old is not None else None, base=base, whole=whole,
+    )
+    return guards.check(spec, inputs)
+
+
+def _write(ws: Workspace, env: str, old: LockFile, lock: Lock) -> bool:
+    """Write ``lock`` over ``old`` if its bytes differ; whether they did.
+
+    PEP 751 validity comes from the writer (tests load every shape it writes with
+    packaging.pylock); re-validating here would cost ~90 ms of import and parse per lock.
+    """
+    text = lock.to_toml()
+    if old.text == text:
+        return False
+    if not replace_if_unchanged(old.path, old.data, text.encode()):
+        raise LockChangedError(f"{ws.relative(old.path)}: changed by another envlock while this one resolved; "
+                               f"nothing written. Run `envlock lock {env}` again")
+    return True
+
+
+@dataclass(frozen=True)
+class LockCheck:
+    """What ``envlock lock --check`` says; doubles as its ``--json`` output."""
+
+    env: str
+    path: Path
+    current: bool
+    reasons: tuple[str, ...]
+    # Locked files their index now marks yanked (PEP 592): said, never a reason to be stale.
+    yanked: tuple[yanks.Yanked, ...] = ()
+    notes: tuple[str, ...] = ()  # each yanked file, and what was not checked (--offline, an index down)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"env": self.env, "lock": str(self.path), "current": self.current, "reasons": list(self.reasons),
+                "yanked": [y.to_dict() for y in self.yanked], "notes": list(self.notes)}
+
+
+def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, offline: bool = False) -> LockCheck:
+    """Whether the lock matches the spec (the ``Drift``: no writes, no resolution), and each locked
+    file its index now marks yanked: one page per package, on the index the spec pins it to (or the
+    mirror ``asked`` or the environment names for it); ``offline``: none read, a note says so.
+    ``LockError`` if there is no lock."""
+    path = ws.lock_path(env)
+    spec = load_env_spec(ws, env)
+    lock = read_lock(path)
+    # Offline, no mirror is read (nor checked); a misspelt ENVLOCK_INDEX_* is said all the same, as lock
+    # and sync say it.
+    mirrors = Mirrors(spec) if offline else Mirrors.of(spec, asked)
+    stray = tuple(filter(None, [mirrors.stray_note(ws)]))
+    if offline:
+        found = drift(ws, env, spec, lock)
+        return LockCheck(env, path, found.current, found.reasons, notes=(*stray, yanks.OFFLINE_NOTE))
+    from envlock.resolution.resolve import index_urls
+
+    found = drift(ws, env, spec, lock, mirrors=mirrors.indexes)  # a lock made through a mirror records its URL
+    # Each package's page on the index the spec pins it to (its mirror if one is named), as a lock reads it.
+    urls = index_urls(spec, mirrors.indexes)
+    with mirrors.credentials():  # a private index's pages are read with its password
+        checked = yanks.check_index(lock, read_at={p.name: urls[spec.index_of(p.name)] for p in lock.packages})
+    return LockCheck(env, path, found.current, found.reasons, checked.yanked, (*stray, *checked.lines()))

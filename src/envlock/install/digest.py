@@ -1,0 +1,370 @@
+"""The venv digest: a canonical walk of a venv tree, its manifest, and how two manifests differ.
+
+Each entry of the walk is one line, ``<relative path>\\0<descriptor>``, in sorted
+(byte) path order:
+
+* ``d`` a directory; ``l <target>`` a symlink; ``f <x|-> <sha256>`` a file with its
+  exec bit and the sha256 of its bytes; ``o`` anything else.
+* Before hashing, the venv's own absolute prefix is replaced by ``${VENV}`` (in file
+  bytes and symlink targets), and the base interpreter's folder (``home`` in
+  ``pyvenv.cfg``) by ``${PYTHON_HOME}`` where uv writes it: in the top-level
+  ``pyvenv.cfg`` and in symlink targets, as a whole path only. So one lock gives one
+  digest wherever it lives, and a wheel's file that merely mentions, say, ``/usr/bin``
+  hashes the same whichever interpreter the venv was made with.
+* Left out: ``__pycache__`` folders (Python writes them on import), and top-level
+  names starting with ``.envlock`` (envlock's own bookkeeping).
+
+The digest is ``sha256:`` + sha256 over the lines. Files are hashed streaming, in a
+thread pool (hashlib releases the GIL on large updates), see docs/reproducibility.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from envlock.install.inodehashes import HashCache
+from envlock.store.home import MANIFEST_NAME, pyvenv_value  # defined where the no-op reads them
+from envlock.store.store import write_back
+
+if TYPE_CHECKING:
+    # The pool is imported when a big file needs it (concurrent.futures pulls in logging).
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+VENV_PLACEHOLDER = b"${VENV}"
+PYTHON_HOME_PLACEHOLDER = b"${PYTHON_HOME}"
+_CHUNK = 1 << 20
+_WHOLE = 4 << 20  # files up to this size are read in one go (most files in a venv)
+_BIG = 256 << 10  # files from this size on are hashed on worker threads
+
+#: A file's hash and whether its bytes were free of normalization strings (raw hash = hash).
+Hashed = tuple[str, bool]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Every entry of a venv walk (relative path -> descriptor) and the digest over them."""
+
+    digest: str
+    entries: Mapping[str, str] = field(repr=False)
+
+    def to_json(self) -> str:
+        # Compact, so the C encoder does the work (any indent falls back to pure Python).
+        return json.dumps({"digest": self.digest, "entries": dict(self.entries)}, sort_keys=True,
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        doc = json.loads(text)
+        return cls(digest=str(doc["digest"]), entries=dict(doc["entries"]))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Files that differ between an expected and an actual manifest."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+    def lines(self, limit: int = 50) -> list[str]:
+        """Human lines: ``+ path`` added, ``- path`` removed, ``~ path`` changed (at most ``limit``)."""
+        out = [f"+ {p}" for p in self.added] + [f"- {p}" for p in self.removed]
+        out += [f"~ {p}" for p in self.changed]
+        if len(out) > limit:
+            out = [*out[:limit], f"... and {len(out) - limit} more"]
+        return out
+
+
+def python_home(venv: Path) -> str | None:
+    """The ``home`` key of ``venv/pyvenv.cfg`` (the base interpreter's folder), if any."""
+    return pyvenv_value(venv, "home")
+
+
+_WRITABLE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
+def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
+             cache_dir: Path | None = None, reuse: bool = True, seal: bool = False,
+             flush: bool = False) -> Manifest:
+    """Walk ``venv`` and return its manifest and digest.
+
+    ``prefix`` is the absolute path the venv is known by (default: ``venv`` itself);
+    it is what gets normalized to ``${VENV}``. ``jobs``: hashing threads (default:
+    one per core). ``cache_dir``: the store's inode hash cache (see ``envlock.install.inodehashes``),
+    answered from when ``reuse``, refreshed either way. ``seal``: make every file
+    read-only on the way (a new store venv; the mode's write bits are not in the digest).
+    ``flush`` (a new store venv): every file read is written back (``store.write_back``) before
+    the cache records it, so what the cache answers for is on the device (hashcache.py).
+    """
+    root = venv.absolute()
+    home = python_home(root)
+    # Files are searched for the venv's own path only: the interpreter's folder can be
+    # as common a string as /usr/bin, which a wheel's file may well hold.
+    needles = _needles(prefix.absolute() if prefix else root, None)
+    where_uv_writes = _needles(prefix.absolute() if prefix else root, home)
+    cache = HashCache.open(cache_dir, reuse=reuse) if cache_dir is not None else None
+    threads = jobs or os.cpu_count() or 1
+    get = cache.get if cache is not None else (lambda st: None)
+    regular = stat.S_ISREG
+    entries: dict[str, str] = {}
+    small: list[tuple[str, str, str, os.stat_result]] = []  # (rel, abs, exec flag, lstat)
+    hashed: list[tuple[str, str, os.stat_result, Future[Hashed] | Hashed]] = []
+    read: list[str] = []  # files read whole (not answered from the cache): the ones ``flush`` writes back
+    pool: ThreadPoolExecutor | None = None
+    # Inlined and files tested first: this runs once per file of a venv (tens of
+    # thousands for a CUDA stack), so every call per entry shows. Folders are read
+    # through a descriptor, so each lstat resolves one name, not the whole path.
+    # (Spreading the walk over threads or forked processes was tried: the per-file
+    # interpreter work holds the GIL, and forked walkers gained nothing measurable.)
+    stack = [("", str(root))]
+    try:
+        while stack:
+            rel_dir, abs_dir = stack.pop()
+            fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        name = entry.name
+                        if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
+                            continue
+                        rel = f"{rel_dir}/{name}" if rel_dir else name
+                        if entry.is_file(follow_symlinks=False):
+                            st = entry.stat(follow_symlinks=False)  # fstatat(fd, name)
+                            if not regular(st.st_mode):  # replaced since the listing
+                                entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
+                                continue
+                            exe = "x" if st.st_mode & stat.S_IXUSR else "-"
+                            if seal and st.st_mode & _WRITABLE:
+                                # chmod moves the ctime only: the hash cache's key still holds.
+                                os.chmod(name, stat.S_IMODE(st.st_mode) & ~_WRITABLE, dir_fd=fd)
+                            if rel == "pyvenv.cfg":  # the one file uv writes the interpreter's folder into
+                                entries[rel] = f"f {exe} {_hash_pyvenv_cfg(f'{abs_dir}/{name}', where_uv_writes)}"
+                                read.append(f"{abs_dir}/{name}")
+                                continue
+                            known = get(st)
+                            if known is not None:
+                                entries[rel] = f"f {exe} {known}"
+                            elif st.st_size >= _BIG and threads > 1:
+                                # Big files go to threads at once (hashlib and os.read release
+                                # the GIL on big buffers); the pool (and its import) only if needed.
+                                if pool is None:
+                                    from concurrent.futures import ThreadPoolExecutor
+
+                                    pool = ThreadPoolExecutor(max_workers=threads)
+                                hashed.append((rel, exe, st, pool.submit(_hash_file, f"{abs_dir}/{name}", needles)))
+                                read.append(f"{abs_dir}/{name}")
+                            else:
+                                small.append((rel, f"{abs_dir}/{name}", exe, st))
+                        elif entry.is_dir(follow_symlinks=False):
+                            entries[rel] = "d"
+                            stack.append((rel, f"{abs_dir}/{name}"))
+                        elif entry.is_symlink():
+                            target = _normalize_paths(os.fsencode(os.readlink(name, dir_fd=fd)), where_uv_writes)
+                            entries[rel] = "l " + os.fsdecode(target)
+                        else:
+                            entries[rel] = "o"
+            finally:
+                os.close(fd)
+        # The many small files are hashed on this thread, not the pool: their cost is
+        # system calls, which a pool's hand-offs would only add to.
+        for rel, path, exe, st in small:
+            hashed.append((rel, exe, st, _hash_small(path, st.st_size, needles)))
+        for rel, exe, st, done in hashed:
+            digest, clean = done if isinstance(done, tuple) else done.result()
+            entries[rel] = f"f {exe} {digest}"
+            if clean and cache is not None:
+                cache.put(st, digest)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    if flush:
+        write_back([*read, *(path for _, path, _, _ in small)])
+    if cache is not None:
+        cache.save()
+    return Manifest(digest_of(entries), entries)
+
+
+def digest_of(entries: Mapping[str, str]) -> str:
+    """The venv digest over a manifest's entries: one line per entry, sorted by the path's bytes."""
+    # UTF-8 keeps code point order, so for the usual all-ASCII-or-UTF-8 names sorting the
+    # strings is sorting their bytes; names holding undecodable bytes (surrogate escapes)
+    # are sorted by their bytes explicitly.
+    names = list(entries)
+    if all(name.isascii() for name in names):
+        names.sort()
+    else:
+        names.sort(key=os.fsencode)
+    text = "".join(f"{name}\0{entries[name]}\n" for name in names)
+    if text.count("\n") != len(names):  # a name or a symlink target holds a newline (never in uv's venvs)
+        text = "".join(_line(name, entries[name]) for name in names)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _line(name: str, descriptor: str) -> str:
+    """One entry's line: ``name\\0descriptor\\n``, or, when either holds a newline, both length-prefixed.
+
+    A name holds no NUL, so a line is read up to its NUL and then its newline, unless
+    a newline sits inside the name or a symlink target: then one tree's lines could
+    spell another's (a target's newline moved into the next name). Such an entry is
+    written ``\\0<len>:<name>\\0<len>:<descriptor>\\n``; no name starts with NUL, so
+    the two forms cannot be confused, and every other venv keeps its digest.
+    """
+    if "\n" in name or "\n" in descriptor:
+        return f"\0{len(name)}:{name}\0{len(descriptor)}:{descriptor}\n"
+    return f"{name}\0{descriptor}\n"
+
+
+def compare(expected: Mapping[str, str], actual: Mapping[str, str]) -> Difference:
+    """Which paths were added, removed or changed going from ``expected`` to ``actual``."""
+    return Difference(
+        added=tuple(sorted(set(actual) - set(expected))),
+        removed=tuple(sorted(set(expected) - set(actual))),
+        changed=tuple(sorted(p for p in set(expected) & set(actual) if expected[p] != actual[p])),
+    )
+
+
+def _needles(prefix: Path, home: str | None) -> list[tuple[bytes, bytes]]:
+    pairs = [(os.fsencode(str(prefix)), VENV_PLACEHOLDER)]
+    if home:
+        pairs.append((os.fsencode(home.rstrip("/")), PYTHON_HOME_PLACEHOLDER))
+    # Longest first, so a prefix nested in another is not replaced piecemeal.
+    return sorted((p for p in pairs if len(p[0]) > 1), key=lambda p: -len(p[0]))
+
+
+def _normalize(data: bytes, needles: Iterable[tuple[bytes, bytes]]) -> bytes:
+    for needle, placeholder in needles:
+        if needle in data:
+            data = data.replace(needle, placeholder)
+    return data
+
+
+def _normalize_paths(data: bytes, needles: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """``data`` with each needle replaced where it is a whole path: followed by ``/``, white space or the end."""
+    import re
+
+    for needle, placeholder in needles:
+        if needle in data:
+            # The placeholders hold no backslash, so they are literal replacement templates.
+            data = re.sub(re.escape(needle) + rb"(?=/|\s|$)", placeholder, data)
+    return data
+
+
+def _hash_pyvenv_cfg(path: str, needles: Iterable[tuple[bytes, bytes]]) -> str:
+    """sha256 of the venv's ``pyvenv.cfg`` with its paths normalized (``home = ${PYTHON_HOME}``)."""
+    with open(path, "rb") as fh:
+        return hashlib.sha256(_normalize_paths(fh.read(), needles)).hexdigest()
+
+
+def _hash_small(path: str, size: int, needles: list[tuple[bytes, bytes]]) -> Hashed:
+    """sha256 of a small file's normalized bytes: one open, (usually) one read."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, size + 1)
+        if len(data) > size:  # it grew since the walk: read the rest, streaming if large
+            os.close(fd)
+            fd = -1
+            return _hash_file(path, needles)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    normalized = _normalize(data, needles)
+    return hashlib.sha256(normalized).hexdigest(), normalized is data
+
+
+def _hash_file(path: str, needles: list[tuple[bytes, bytes]]) -> Hashed:
+    """sha256 of a file's normalized bytes: whole up to ``_WHOLE``, else streamed.
+
+    Reads go into one reused buffer per thread: a fresh multi-MB ``bytes`` per read
+    costs a page fault per 4 KiB, which made hashing twice as slow as sha256 itself.
+    """
+    keep = max((len(n) for n, _ in needles), default=1) - 1
+    buf = _buffer(max(_WHOLE + 1, keep + _CHUNK))
+    view = memoryview(buf)
+    h = hashlib.sha256()
+    clean = True
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        have = os.readv(fd, [view[: _WHOLE + 1]])
+        if have <= _WHOLE:
+            if _found(buf, have, needles):
+                h.update(_normalize(bytes(view[:have]), needles))
+                clean = False
+            else:
+                h.update(view[:have])
+            return h.hexdigest(), clean
+        # Streaming: keep the last (longest needle - 1) normalized bytes back, so a
+        # prefix that straddles two chunks is still seen whole.
+        while True:
+            if _found(buf, have, needles):
+                clean = False
+                data = _normalize(bytes(view[:have]), needles)
+                cut = max(len(data) - keep, 0)
+                h.update(data[:cut])
+                have = len(data) - cut
+                buf[:have] = data[cut:]
+            elif have > keep:
+                cut = have - keep
+                h.update(view[:cut])
+                buf[:keep] = buf[cut:have]
+                have = keep
+            n = os.readv(fd, [view[have : have + _CHUNK]])
+            if not n:
+                break
+            have += n
+        h.update(view[:have])
+    finally:
+        os.close(fd)
+    return h.hexdigest(), clean
+
+
+_local = threading.local()
+
+
+def _buffer(size: int) -> bytearray:
+    """This thread's read buffer, at least ``size`` bytes."""
+    buf: bytearray | None = getattr(_local, "buf", None)
+    if buf is None or len(buf) < size:
+        buf = _local.buf = bytearray(size)
+    return buf
+
+
+def _found(buf: bytearray, end: int, needles: Iterable[tuple[bytes, bytes]]) -> bool:
+    return any(buf.find(needle, 0, end) >= 0 for needle, _ in needles)
+
+
+def stored_manifest(venv: Path) -> Manifest | None:
+    """The manifest recorded in a store venv when it was built, or None if it is not a complete entry."""
+    return load_manifest(venv / MANIFEST_NAME)
+
+
+def recorded_manifest(saved: Path, digest: str, venv: Path | None = None) -> Manifest | None:
+    """The manifest of ``digest``: the store's copy at ``saved`` (``manifests/<digest>``), else the
+    one ``venv`` keeps inside it when it has that digest; None when neither is there."""
+    for found in (load_manifest(saved), stored_manifest(venv) if venv is not None else None):
+        if found is not None and found.digest == digest:
+            return found
+    return None
+
+
+def differing_lines(reference: Manifest | None, actual: Manifest, digest: str) -> list[str]:
+    """The files ``actual`` changes from ``reference`` (the manifest of ``digest``), or a line saying
+    no manifest of ``digest`` is at hand to list them."""
+    if reference is None:
+        return [f"(no manifest of {digest} in this store to list files)"]
+    return compare(reference.entries, actual.entries).lines()
+
+
+def load_manifest(path: Path) -> Manifest | None:
+    """Read a stored manifest, or None when it is missing or unreadable."""
+    try:
+        return Manifest.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError):
+        return None

@@ -1,0 +1,140 @@
+"""A git-index-like cache of file hashes by inode, so a new venv is not re-read byte for byte.
+
+uv installs a wheel's files as hard links to its unpacked cache copy (when the uv
+cache and the store share a file system). So most files of a new venv are inodes an
+earlier walk already hashed: re-reading them (GBs for a CUDA stack) is what made a
+warm sync several times slower than uv itself. The cache maps an inode to the
+sha256 of its bytes, together with the size and mtime it had when it was hashed:
+
+    (st_dev, st_ino) -> (st_size, st_mtime_ns, sha256 hex)
+
+A hit needs all three to match the file's ``lstat`` now. Writing a file's content
+always sets its mtime to the current time, so a changed file misses. The one way
+this could be fooled is a write within the same clock tick as the hash (same
+mtime), which git calls "racy clean"; it is handled like git does: an entry is kept
+only when the file's mtime is strictly older than a marker file written in the
+cache's folder just before the walk, whose mtime comes from the same file system
+clock, at whatever granularity the file system has. What is deliberately trusted:
+that nobody rewrites a file and then sets its mtime back by hand (``touch -d``).
+``envlock verify`` therefore never answers from the cache (it reads every byte);
+it only refreshes it.
+
+Kept are only files with more than one link (the uv cache's: a file uv wrote for
+one venv, like ``RECORD``, is never shared by a later one) whose bytes held none of
+the walk's normalization strings, so the cached hash is both the raw and the
+normalized one. The walk searches a file's bytes for one string only, the venv's
+own path ``…/venvs/sha256-<install digest hex>``, which cannot occur in a wheel's file: that
+digest hashes the lock that names the wheel's own sha256. (The interpreter's folder
+is normalized in ``pyvenv.cfg`` and symlinks, which are never cached.) So one cache
+serves every interpreter.
+
+An entry also vouches that the file's bytes are on the device: the walk of a new venv writes
+back every file it reads before it saves the cache (``digest.manifest(flush=True)``), and the
+other walks read venvs published already (synced before). So a new venv's durability needs
+nothing more for the files the cache answers for (``store.written_back``).
+
+The cache is an optimization only: a missing, unreadable or foreign file is an empty
+cache, and concurrent writers may lose each other's new entries (the next walk
+re-hashes them), never corrupt them (the file is replaced atomically).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import marshal
+import os
+from pathlib import Path
+
+#: Entries not used by the walk that saves are kept up to this many (the most recent).
+KEEP_UNUSED = 200_000
+_FORMAT = 1
+
+Key = tuple[int, int]
+Value = tuple[int, int, str]
+
+
+class HashCache:
+    """File hashes by inode for one base interpreter; see the module docstring.
+
+    Used from one thread (the walk's), so it takes no lock.
+    """
+
+    def __init__(self, path: Path, entries: dict[Key, Value], horizon_ns: int, *, reuse: bool) -> None:
+        self.path = path
+        self._old = entries
+        self._new: dict[Key, Value] = {}
+        self._horizon_ns = horizon_ns
+        self._reuse = reuse
+        self._changed = False
+
+    @classmethod
+    def open(cls, folder: Path, *, reuse: bool = True) -> HashCache:
+        """Load the cache from ``folder`` and take the racy-clean horizon now.
+
+        ``reuse=False`` (``verify``): never answer from the cache, only record.
+        """
+        path = folder / "inodes.marshal"
+        entries: dict[Key, Value] = {}
+        try:  # loaded also when not answered from: saving keeps the other venvs' entries
+            data = marshal.loads(path.read_bytes())
+            if isinstance(data, tuple) and len(data) == 2 and data[0] == _FORMAT and isinstance(data[1], dict):
+                entries = data[1]
+        except (OSError, EOFError, ValueError, TypeError):
+            entries = {}
+        return cls(path, entries, _touch(folder / f".horizon-{os.getpid()}"), reuse=reuse)
+
+    def get(self, st: os.stat_result) -> str | None:
+        """The cached sha256 of the file with this ``lstat``, or None."""
+        if not self._reuse:
+            return None
+        value = self._old.get((st.st_dev, st.st_ino))
+        if value is None or value[0] != st.st_size or value[1] != st.st_mtime_ns:
+            return None
+        self._new[(st.st_dev, st.st_ino)] = value
+        return value[2]
+
+    def put(self, st: os.stat_result, digest: str) -> None:
+        """Remember ``digest`` for the file with this ``lstat`` (taken before it was read).
+
+        Not kept when the file changed too recently to tell a later same-tick write
+        apart, nor when it has a single link: a file uv wrote for this venv alone
+        (``RECORD``, ``INSTALLER``), which no later venv shares.
+        """
+        if st.st_nlink > 1 and st.st_mtime_ns < self._horizon_ns:
+            key, value = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns, digest)
+            self._new[key] = value
+            self._changed = self._changed or self._old.get(key) != value
+
+    def save(self) -> None:
+        """Write the entries used or made by this walk, plus older ones up to ``KEEP_UNUSED``.
+
+        Nothing is written when the walk only found what the file already holds.
+        """
+        if not self._changed:
+            return
+        # Oldest first: entries are saved in the order they were last used or made, so
+        # trimming the front of the unused ones keeps the most recently useful.
+        unused = [(k, v) for k, v in self._old.items() if k not in self._new]
+        merged = dict(unused[max(0, len(unused) - KEEP_UNUSED):])
+        merged.update(self._new)
+        from envlock.store.store import write_atomic
+
+        # A cache that cannot be written only costs the next walk its hits.
+        with contextlib.suppress(OSError):
+            write_atomic(self.path, marshal.dumps((_FORMAT, merged)))
+
+
+def _touch(marker: Path) -> int:
+    """Write ``marker`` and return its mtime: "now" on the file system's own clock and granularity."""
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, b"\n")
+            horizon = os.fstat(fd).st_mtime_ns
+        finally:
+            os.close(fd)
+        os.unlink(marker)
+        return horizon
+    except OSError:
+        return 0  # nothing can be told apart: keep no entry

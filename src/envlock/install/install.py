@@ -1,0 +1,509 @@
+"""Install: build ``venvs/sha256-<hex>/`` (the install digest) from store wheels with the pinned uv.
+
+No index, no resolution: ``uv pip install --no-index --offline --no-deps`` of
+exactly the locked wheels, given as their store files (``wheels/<sha256>/<file>``).
+The venv starts as a copy of the empty venv uv made once for this interpreter
+(``venv_skeleton``), created ``--relocatable``, so nothing in it names the folder
+it was built in: it is built under ``tmp/`` (in a reused, locked slot folder) and
+renamed into place in one step, like every other store entry, and a killed install
+leaves only litter under ``tmp/``.
+
+What would make two installs differ, and what is done about it, is listed in
+docs/reproducibility.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import time
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envlock import runner
+from envlock.errors import InstallError, VerifyError
+from envlock.install.digest import Manifest, compare, manifest, stored_manifest
+from envlock.model.lockfile import Lock, canonicalize_name
+from envlock.store.home import MANIFEST_NAME  # defined where the fast no-op reads it
+from envlock.store.store import Store, check_stored_bytes, write_atomic, written_back
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    """A complete venv entry; ``built`` is False when the store already had it."""
+
+    venv: Path
+    install_digest: str
+    manifest: Manifest
+    built: bool
+    seconds: float
+    note: str = ""  # a repair of uv's cache this install made (``repair_uv_cache``)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "venv": str(self.venv),
+            "install_digest": self.install_digest,
+            "venv_digest": self.manifest.digest,
+            "built": self.built,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def venv_key(lock: Lock) -> str:
+    """The store key of a lock's venv (its install digest)."""
+    return lock.install_digest()
+
+
+def venv_entry(key: str) -> str:
+    """The ``venvs/`` folder name of the venv with install digest ``key``: ``sha256-<hex>``.
+
+    Not the digest as written (``sha256:<hex>``): a venv's real path ends up in PATH
+    (its relocatable ``activate`` resolves its own folder), LD_LIBRARY_PATH and the
+    like, where a colon splits it in two.
+    """
+    return key.replace(":", "-")
+
+
+def venv_path(store: Store, key: str) -> Path:
+    """Where the venv with install digest ``key`` lives in the store."""
+    return store.path("venvs", venv_entry(key))
+
+
+def venv_lock(key: str) -> str:
+    """The store lock held while the venv entry ``key`` is built, re-walked or removed."""
+    return f"venv-{venv_entry(key)}"
+
+
+def install(
+    store: Store,
+    lock: Lock,
+    wheels: Mapping[str, Path],
+) -> InstallResult:
+    """Make the store hold the lock's venv, built from ``wheels`` (sha256 -> store file).
+
+    Concurrent installs of one lock serialize on the store; the second reuses the
+    first's entry. Either way the result's manifest is a walk taken now: a reused
+    entry is walked again, and one someone edited since it was built is a
+    ``VerifyError`` naming the files (it must not become current).
+    """
+    started = time.monotonic()
+    key = venv_key(lock)
+    final = venv_path(store, key)
+    with store.locked(venv_lock(key)):
+        existing = stored_manifest(final)
+        if existing is not None:
+            actual = manifest(final, cache_dir=store.hash_cache)
+            if actual.digest != existing.digest:
+                raise VerifyError(
+                    f"{final}: store venv was modified after it was built "
+                    f"(recorded {existing.digest}, found {actual.digest}); remove that folder and sync again",
+                    details=compare(existing.entries, actual.entries).lines(),
+                )
+            return InstallResult(final, key, actual, False, time.monotonic() - started)
+        if final.exists():
+            # Only a venv from a foreign writer could lack its manifest: not ours to trust.
+            store.remove_tree(final)
+        files: list[str] = []
+        for pkg in lock.packages:
+            artifact = pkg.wheels[0]
+            wheel = wheels.get(artifact.sha256)
+            if wheel is None:
+                raise InstallError(
+                    f"{artifact.filename}: not fetched into the store (sha256 {artifact.sha256}); "
+                    "expected every locked wheel before install"
+                )
+            # uv installs what the file is, so the file must be what the lock says it is.
+            if not _wheel_is(artifact.filename, pkg.name, pkg.version):
+                raise InstallError(
+                    f"{artifact.filename}: locked as {pkg.name} {pkg.version}, but that is not this "
+                    "wheel's name and version; expected the lock's [[packages]] entry to point at its own wheel"
+                )
+            files.append(str(wheel))
+        from envlock.model.target import find_python  # here: packaging's tags, not for a reused venv (above)
+
+        python = find_python(lock.python)
+        # In a pid-named temp folder: a killed install's log goes with its other litter.
+        log_dir = store.temp_dir("install-log")
+        log = log_dir / "uv.log"
+        # Built in a reused slot folder (tmp/venv-slotN), not a fresh temp path: uv then
+        # finds its cached probe of the venv's interpreter instead of running it again.
+        with _keep_log_on_failure(store, log, key), store.new_entry("venvs", venv_entry(key), slot="venv") as work:
+            note = _populate(store, work, python, files, wheels, log)
+            _drop_install_records(work)
+            _keep_allowed_overlaps(work, lock, wheels)
+            # The digest is taken where it will be read from, so ${VENV} means the final path.
+            # Sealed read-only: a file edited in one venv is edited in every venv sharing
+            # its inode (and in uv's cache, so in every venv built after). Flushed: what the
+            # walk reads (what uv and this install wrote now) is written back to the device;
+            # what it does not read is a file an earlier walk read and wrote back.
+            built = manifest(work, prefix=final, cache_dir=store.hash_cache, seal=True, flush=True)
+            text = built.to_json().encode()
+            write_atomic(work / MANIFEST_NAME, text)
+            os.chmod(work / MANIFEST_NAME, 0o444)  # sealed like the rest
+            written_back(work)  # so the rename waits for one fsync, not a syncfs of the file system
+        shutil.rmtree(log_dir, ignore_errors=True)
+        save_manifest(store, built, text)
+    return InstallResult(final, key, built, True, time.monotonic() - started, note)
+
+
+def _populate(store: Store, work: Path, python: Path, files: list[str], wheels: Mapping[str, Path],
+              log: Path) -> str:
+    """Make the venv in ``work``: the skeleton (or ``uv venv``), then the locked wheels. Once, when
+    uv fails on its own cache (``repair_uv_cache``), the venv is made again from scratch; returns
+    what that repair said ("" when none was needed)."""
+    note = ""
+    while True:
+        _new_venv(store, work, python, log)
+        if not files:
+            return note
+        try:
+            # The store files themselves, not name==version from a find-links folder
+            # per wheel: uv then neither lists 158 folders nor resolves. Not one shared
+            # find-links folder either, though uv installs from one ~15% faster: uv caches
+            # such a wheel by folder and file name, so a rebuild under the same file name
+            # (a re-patched local build) got the first build's bytes. Hard links, not
+            # uv's default clone: on XFS or btrfs a clone is a new inode per sync, which
+            # the hash cache cannot vouch for, so every sync would re-read GBs. Links
+            # into the store's own uv cache (uv_cache_dir), never the user's.
+            with store.locked(_UV_CACHE_LOCK, shared=True):  # clear_uv_cache waits for installs
+                _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
+                     "--no-index", "--offline", "--no-deps", "--no-build", *files],
+                    what="install the locked wheels", log=log, cache=uv_cache_dir(store))
+            return note
+        except InstallError as exc:
+            # uv's "Bad CRC" does not say what to do: name a store wheel whose bytes changed.
+            check_stored_bytes(wheels)
+            if note or not (note := repair_uv_cache(store, exc)):
+                raise
+        shutil.rmtree(work)  # what the failed run installed goes: the venv is made again
+        work.mkdir()
+
+
+def _new_venv(store: Store, work: Path, python: Path, log: Path) -> None:
+    """The empty venv in ``work``: a copy of the skeleton, else made by ``uv venv`` there."""
+    skeleton = venv_skeleton(store, python, log)
+    if skeleton is None:
+        _make_venv(python, work, log)
+        return
+    try:
+        shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(_SKELETON_DIGEST))
+    except shutil.Error as exc:  # every file's failure in one list: the first names one
+        _source, target, why = exc.args[0][0]
+        raise InstallError(f"{target}: cannot copy the venv skeleton there: {why}") from None
+
+
+def _wheel_is(filename: str, name: str, version: str) -> bool:
+    """Whether wheel ``filename`` is distribution ``name`` (canonical) at ``version``."""
+    parts = filename[:-4].split("-") if filename.endswith(".whl") else []
+    if len(parts) not in (5, 6) or canonicalize_name(parts[0]) != name:
+        return False
+    if parts[1] == version:
+        return True
+    from packaging.version import InvalidVersion, Version  # only for spellings that differ
+
+    try:
+        return Version(parts[1]) == Version(version)
+    except InvalidVersion:
+        return False
+
+
+#: How every venv is created. The prompt is the same for all: the skeleton below is shared.
+_VENV_ARGS = ["venv", "--relocatable", "--prompt", "envlock"]
+
+
+def _make_venv(python: Path, dest: Path, log: Path) -> None:
+    _uv([*_VENV_ARGS, "--python", str(python), str(dest)], what="create the venv", log=log)
+
+
+def uv_cache_dir(store: Store) -> Path:
+    """The uv cache store venvs are installed from: the store's own.
+
+    A venv's files are hard links to the files of this cache. In the user's uv cache
+    they would be shared with every other uv venv on the machine, and an edit in an
+    envlock venv would reach those, and the reverse.
+    """
+    return store.root / "uv-cache"
+
+
+def clear_uv_cache(store: Store) -> None:
+    """Remove the store's uv cache (renamed away first, so it goes in one step).
+
+    For a venv whose files differ from its wheels': uv had them from its cache, which
+    someone edited through a venv's hard link. Venvs built from it keep their files.
+    """
+    with store.locked(_UV_CACHE_LOCK):  # not under a running install (they hold it shared)
+        cache = uv_cache_dir(store)
+        if cache.exists():
+            store.remove_tree(cache)
+
+
+#: Held shared by every install from the store's uv cache, exclusively to clear it.
+_UV_CACHE_LOCK = "uv-cache"
+
+#: The folder of uv's cache that holds unpacked wheels, one ``archive-v0/<id>`` each (uv 0.13). A
+#: wheel entry under ``wheels-v*/`` names one: a link ``…/<name>/<version-tag>`` to it, beside
+#: ``<version-tag>.rev`` (or ``.http``), the pointer uv reads, which holds the same id, and uv's
+#: ``<version-tag>.lock``. An entry whose archive is gone fails every install of its wheel ("failed
+#: to read directory `…/archive-v0/<id>`: No such file or directory"); without the entry, uv
+#: unpacks the wheel again.
+UV_ARCHIVES = "archive-v0"
+_POINTERS = (".rev", ".http")
+_ARCHIVE_ID = re.compile(rb"[A-Za-z0-9_-]{16,}")  # an id in a pointer's msgpack: a run of its own
+
+
+@dataclass(frozen=True)
+class UvCacheEntry:
+    """One wheel entry of the store's uv cache and the archives it names."""
+
+    files: tuple[Path, ...]  # its link, pointer and lock file
+    archives: frozenset[str]  # ids it names that are in archive-v0/, by its link or its pointer
+    gone: str | None  # what it names that is not there (archive-v0/<id>, else the entry), None: whole
+
+    def names_any(self, ids: Collection[str]) -> bool:
+        return not self.archives.isdisjoint(ids)
+
+
+def uv_cache_entries(store: Store) -> list[UvCacheEntry]:
+    """Every wheel entry of the store's uv cache (``UV_ARCHIVES``), grouped by its file name stem."""
+    cache = uv_cache_dir(store)
+    archives = cache / UV_ARCHIVES
+    present = {p.name for p in archives.iterdir()} if archives.is_dir() else set()
+    groups: dict[Path, list[Path]] = {}
+    for bucket in sorted(cache.glob("wheels-v*")):
+        for folder, _dirs, names in os.walk(bucket):
+            for name in names + [d for d in _dirs if os.path.islink(os.path.join(folder, d))]:
+                base = next((name[: -len(x)] for x in (*_POINTERS, ".lock") if name.endswith(x)), name)
+                groups.setdefault(Path(folder, base), []).append(Path(folder, name))
+    out = []
+    for stem, files in sorted(groups.items()):
+        named: set[str] = set()
+        gone = None
+        link = Path(os.readlink(stem)) if stem.is_symlink() else None
+        if link is not None and link.parent.name == UV_ARCHIVES:
+            named.add(link.name)
+            if link.name not in present:
+                gone = f"uv-cache/{UV_ARCHIVES}/{link.name}"
+        for pointer in (f for f in files if f.name.endswith(_POINTERS)):
+            try:
+                ids = {m.decode() for m in _ARCHIVE_ID.findall(pointer.read_bytes())} & present
+            except OSError:
+                ids = set()
+            named |= ids
+            if not ids and gone is None:  # it names no archive there is (or in a form not known here)
+                gone = str(stem.relative_to(cache.parent))
+        out.append(UvCacheEntry(tuple(sorted(files)), frozenset(named & present), gone))
+    return out
+
+
+def drop_uv_cache_entries(entries: Iterable[UvCacheEntry]) -> None:
+    """Remove these entries' files (under the store's ``uv-cache`` lock, held exclusively): uv then
+    unpacks their wheels again when an install needs them."""
+    for entry in entries:
+        for path in entry.files:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+def repair_uv_cache(store: Store, failure: InstallError) -> str:
+    """After uv failed to install from the store's cache: drop the entries whose archive is gone,
+    else, when uv's output names its cache, the whole cache; what was done, "" when neither applies
+    (uv failed for another reason)."""
+    with store.locked(_UV_CACHE_LOCK):  # no install runs from the cache while it is repaired
+        broken = [e for e in uv_cache_entries(store) if e.gone is not None]
+        if broken:
+            drop_uv_cache_entries(broken)
+            one = len(broken) == 1
+            return (f"uv's cache named {len(broken)} unpacked wheel{'' if one else 's'} that "
+                    f"{'is' if one else 'are'} gone ({', '.join(str(e.gone) for e in broken)}); dropped "
+                    f"{'its entry' if one else 'their entries'} and installed again")
+        cache = uv_cache_dir(store)
+        said = [line.strip().removeprefix("cause: ") for line in (failure.message, *failure.details)
+                if str(cache) in line]
+        if not said or not cache.exists():
+            return ""
+        store.remove_tree(cache)
+    return f"uv could not read its own cache ({said[-1]}); cleared it and installed again"
+
+
+def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
+    """The empty venv ``uv venv`` makes for ``python``, kept in the store and copied into each new venv.
+
+    A relocatable venv names no folder of its own, so uv's output for one interpreter
+    and one uv is the same wherever it is made: copying it saves a uv run (~25 ms)
+    per sync. The key covers the interpreter's path and file identity (an upgrade in
+    place makes a new skeleton) and the uv binary's. None, and every venv is made by
+    ``uv venv`` in place, if the skeleton turns out to name its own folder after all.
+    Its digest is kept in it and checked on every use (a few files): a skeleton
+    someone changed is made again, not copied into every later venv.
+    """
+    import hashlib
+
+    ident = []
+    for path in (python, Path(runner.uv_bin())):
+        st = path.stat()
+        ident.append(f"{path}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}")
+    key = hashlib.sha256("\0".join([*_VENV_ARGS, *ident]).encode("utf-8", "surrogateescape")).hexdigest()
+    final = store.path("skeletons", key)
+    with store.locked(f"skeleton-{key[:16]}"):
+        if _intact(final):
+            return final
+        if final.exists():
+            store.remove_entry("skeletons", key)
+        try:
+            with store.new_entry("skeletons", key) as work:
+                _make_venv(python, work, log)
+                if _names_folder(work):
+                    raise _NotRelocatableError  # leaves the with block without the rename
+                write_atomic(work / _SKELETON_DIGEST, manifest(work).digest.encode())
+        except _NotRelocatableError:
+            return None  # this interpreter's venvs are made in place, by uv, each time
+    return final
+
+
+#: Inside a skeleton: the digest of the rest (a top-level .envlock name, so not part of it).
+_SKELETON_DIGEST = ".envlock-skeleton-digest"
+
+
+def _intact(skeleton: Path) -> bool:
+    try:
+        recorded = (skeleton / _SKELETON_DIGEST).read_text().strip()
+    except OSError:
+        return False
+    return manifest(skeleton).digest == recorded
+
+
+class _NotRelocatableError(Exception):
+    pass
+
+
+def _names_folder(venv: Path) -> bool:
+    """Whether any file or link in ``venv`` holds ``venv``'s own absolute path."""
+    needle = os.fsencode(str(venv.absolute()))
+    for folder, dirs, files in os.walk(venv):
+        for name in dirs + files:  # links to folders (lib64) are listed with the folders
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                if needle in os.fsencode(os.readlink(path)):
+                    return True
+            elif os.path.isfile(path):
+                with open(path, "rb") as fh:
+                    if needle in fh.read():
+                        return True
+    return False
+
+
+def save_manifest(store: Store, m: Manifest, text: bytes | None = None) -> Path:
+    """Keep ``m`` under ``manifests/<digest>`` so a later verify can name differing files.
+
+    ``text``: ``m.to_json()`` encoded, when the caller has it already.
+    """
+    path = store.path("manifests", m.digest)
+    if not path.exists():
+        write_atomic(path, text if text is not None else m.to_json().encode())
+    return path
+
+
+#: What uv writes into a dist-info that names this store or this moment, not the wheel.
+_LOCAL_RECORDS = ("uv_cache.json", "direct_url.json")
+
+
+def _drop_install_records(venv: Path) -> None:
+    """Remove ``uv_cache.json`` and ``direct_url.json`` (and their RECORD lines) from every dist.
+
+    ``uv_cache.json`` holds the ctime of the wheel installed from (a ctime cannot be
+    set), ``direct_url.json`` the wheel's path in this store: both differ on every
+    machine and store. Only uv's own freshness check for ``uv pip`` on path sources
+    reads the first, and nothing installs into a store venv again; without the
+    second a dist reads as installed from an index, which it was, through the lock.
+    """
+    for site in venv.glob("lib/python*/site-packages"):
+        with os.scandir(site) as it:
+            dists = [e.path for e in it if e.name.endswith(".dist-info")]
+        for dist in dists:
+            dropped = []
+            for name in _LOCAL_RECORDS:
+                try:
+                    os.unlink(os.path.join(dist, name))
+                except FileNotFoundError:
+                    continue
+                dropped.append(f"{os.path.basename(dist)}/{name},".encode())
+            if not dropped:
+                continue
+            prefixes = tuple(dropped)
+            # Rewritten in place and cut to length: truncating to zero and writing again
+            # makes ext4 flush the file on close (auto_da_alloc), ~0.2 ms per dist.
+            fd = os.open(os.path.join(dist, "RECORD"), os.O_RDWR | os.O_CLOEXEC)
+            try:
+                lines = _read_all(fd).splitlines(keepends=True)
+                kept = b"".join(line for line in lines if not line.startswith(prefixes))
+                os.pwrite(fd, kept, 0)
+                os.ftruncate(fd, len(kept))
+            finally:
+                os.close(fd)
+
+
+def _keep_allowed_overlaps(venv: Path, lock: Lock, wheels: Mapping[str, Path]) -> None:
+    """Each path the lock allows two distributions to install (``allowed-overlaps``) holds the
+    bytes of the first one named, whatever order uv wrote the two in (it installs in parallel):
+    so the venv digest does not depend on it. A new file, not a write through uv's hard link."""
+    import zipfile
+
+    by_name = {p.name: p for p in lock.packages}
+    for allowed in lock.allowed_overlaps:
+        pkg = by_name.get(canonicalize_name(allowed.packages[0]))
+        wheel = wheels.get(pkg.wheels[0].sha256) if pkg is not None else None
+        if wheel is None:
+            continue
+        with zipfile.ZipFile(wheel) as zf:
+            names = set(zf.namelist())
+            # At the wheel's root, or in its .data purelib/platlib (both install into site-packages).
+            data_dirs = sorted({n.split("/")[0] for n in names if n.split("/")[0].endswith(".data")})
+            where = [allowed.path, *(f"{d}/{scheme}/{allowed.path}" for d in data_dirs for scheme in ("purelib",
+                                                                                                     "platlib"))]
+            member = next((n for n in where if n in names), None)
+            data = zf.read(member) if member is not None else None
+        for site in venv.glob("lib/python*/site-packages"):
+            target = site / allowed.path
+            if data is not None and target.is_file():
+                mode = target.stat().st_mode & 0o777
+                target.unlink()
+                target.write_bytes(data)
+                target.chmod(mode)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@contextlib.contextmanager
+def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
+    """On an ``InstallError``, move the uv log to ``logs/`` (out of ``tmp/``) and name it."""
+    try:
+        yield
+    except InstallError as exc:
+        if not log.exists():
+            shutil.rmtree(log.parent, ignore_errors=True)
+            raise
+        kept = runner.keep_log(log, store.root / "logs" / f"install-{key[7:19]}-{time.strftime('%Y%m%dT%H%M%S')}.log")
+        shutil.rmtree(log.parent, ignore_errors=True)
+        raise InstallError(f"{exc.message}; full log in {kept}", details=exc.details) from None
+
+
+def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None) -> None:
+    # In a process group of its own, named beside its log (a pid-named folder under tmp/): a uv that
+    # outlives a SIGKILLed envlock is ended by the next store open before its slot is used again.
+    result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None,
+                       group=log.with_name(f"uv{runner.GROUP_SUFFIX}"))
+    if not result.ok:
+        raise InstallError(
+            f"uv could not {what} (exit {result.returncode}): uv {' '.join(args[:2])} ...",
+            details=result.tail(15).splitlines(),
+        )
