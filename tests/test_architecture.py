@@ -1,94 +1,94 @@
-"""The one rule about imports (docs/architecture.md), and the size of what a reader must hold.
+"""The rules about imports (docs/architecture.md), and the size of what a reader must hold.
 
-Every ``envlock`` import counts, at the top of a file or inside a function: a lazy import
-is still a dependency. Layers, lowest first: a module may import its own layer's lower
-neighbours only where the table says so.
+Every ``envlock`` import counts, at the top of a file, inside a function or under
+``TYPE_CHECKING``: a lazy import is still a dependency. The packages sit in layers, lowest
+first; a package imports only from layers below its own (the foundations, the top-level
+modules, import each other without a cycle). The module graph has no cycle either.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).parent.parent / "src" / "envlock"
+ROOT = Path(__file__).parent.parent
+SRC = ROOT / "src" / "envlock"
+DOC = ROOT / "docs" / "architecture.md"
 
-#: Pieces every layer may use: data, errors, the store, the runners, the target model.
-FOUNDATIONS = {
-    "__init__", "errors", "quick", "workspace", "lockfile", "spec", "store", "http", "runner", "hashcache",
-    "indexes", "nightly", "target", "progress", "digest", "trees", "urlrecords", "patchfile", "tomlio", "netenv",
-    "wheelfiles", "cmakefetch", "closure", "bundle", "netauth", "archives", "specedit", "signing", "cachestore",
-    "toolchain", "buildenv", "urlcheck", "transfers", "interrupts", "overlaps", "buildsystem",
-}
-#: One job each (fetch, resolve, build, install, ...); they import foundations only, never each other.
-STAGES = {"resolve", "guards", "fetch", "sources", "patchapply", "build", "install", "verify", "generations", "diff",
-          "ui", "upstream", "yanks"}
-#: A command's recipe each; they call stages and foundations, and each other without a cycle.
-ORCHESTRATION = {"mirrors", "drift", "buildinputs", "locking", "lockrefs", "building", "patching", "patchedit",
-                 "syncing", "realize", "listing", "running", "verifying", "exporting", "collecting", "pinning",
-                 "bisecting", "reporting", "rebasing", "upgrading", "caching", "cachesources", "cacheurls",
-                 "refbuilds", "kernels", "doctor"}
-ENTRY = {"cli", "clirender", "cliregress", "clipatch", "cliupgrade", "clicache", "cligpu", "__main__"}
-#: Subpackages, by their modules' dotted names: each imports foundations and its own modules only.
-GPU = {"gpu.__init__", "gpu.fatbin", "gpu.elf", "gpu.binaries", "gpu.coverage", "gpu.drivers", "gpu.nvml"}
-SUBPACKAGES = {"gpu"}
+#: The layers, lowest first: a package (or a foundation module) imports only what lies below it.
+#: Packages in one layer do not import each other.
+LAYERS: list[set[str]] = [
+    {"__init__", "errors", "runner", "netenv", "progress", "ui", "workspace", "urlcheck", "transfers",
+     "interrupts"},  # foundations
+    {"net"},
+    {"model"},
+    {"store"},
+    {"resolution", "patches", "install", "gpu"},
+    {"build"},
+    {"cache"},
+    {"commands"},
+    {"cli"},
+    {"__main__"},
+]
+FOUNDATIONS = LAYERS[0]
+#: Modules of ``commands/`` that no command is named after: what several recipes share.
+SHARED_RECIPES = {"realize", "lockrefs", "upgradereport"}
+#: The only modules that start processes: envlock's own (uv, git, backends, keyring) in runner;
+#: the user's command in bisect (once per candidate) and run (exec'd in the env).
+STARTS_PROCESSES = {"runner", "commands.bisect", "commands.run"}
+#: The only module that speaks HTTP itself (boto3 speaks it for an s3:// cache in cache.backends).
+SPEAKS_HTTP = {"net.http"}
 
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 100
-LONG_ALLOWED = {"cli.build_parser"}  # argparse's table of every command and option
-
-
-def _name(dotted: str) -> str:
-    """A module's name in the graph: ``spec`` for ``envlock.model.spec``, ``gpu.elf`` for ``envlock.gpu.elf``."""
-    parts = dotted.split(".")[1:]
-    return ".".join(parts[:2]) if parts[0] in SUBPACKAGES and len(parts) > 1 else parts[0]
-
-
-def _imports(path: Path, own: str) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module in ("envlock", *(f"envlock.{p}" for p in SUBPACKAGES)):
-            found |= {_name(f"{node.module}.{alias.name}") for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("envlock."):
-            found.add(_name(node.module))
-        elif isinstance(node, ast.Import):
-            found |= {_name(alias.name) for alias in node.names if alias.name.startswith("envlock.")}
-    return found - {own}
+LONG_ALLOWED = {"cli.main.build_parser"}  # argparse's table of every command and option
 
 
 def _modules() -> dict[str, Path]:
-    """Every module, by its name in the graph (a subpackage's as ``gpu.elf``)."""
-    found = {p.stem: p for p in SRC.glob("*.py")}
-    for package in SUBPACKAGES:
-        found |= {f"{package}.{p.stem}": p for p in (SRC / package).glob("*.py")}
+    """Every module by its dotted name under ``envlock`` (``store.noop``), package ``__init__``s aside."""
+    found = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        if len(parts) > 1 and parts[-1] == "__init__":
+            continue
+        found[".".join(parts)] = path
     return found
+
+
+def _unit(module: str) -> str:
+    """The package a module is in, or the module itself at the top."""
+    return module.split(".")[0]
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The envlock modules a file imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "envlock":
+            base = node.module.removeprefix("envlock").lstrip(".")
+            for alias in node.names:
+                full = f"{base}.{alias.name}" if base else alias.name
+                found.add(full if full in modules else base)
+        elif isinstance(node, ast.Import):
+            found |= {a.name.removeprefix("envlock.") for a in node.names if a.name.startswith("envlock.")}
+    return found & modules
 
 
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
-    return {name: _imports(path, name) & set(modules) for name, path in modules.items()}
+    return {name: _imports(path, set(modules)) - {name} for name, path in modules.items()}
 
 
-def test_every_module_has_a_layer() -> None:
-    layered = FOUNDATIONS | STAGES | ORCHESTRATION | ENTRY | GPU
-    assert set(_graph()) - layered == set(), "add the new module to a layer here and in docs/architecture.md"
-    assert layered - set(_graph()) == set(), "a layer names a module that is gone"
+def _layer(unit: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if unit in layer)
 
 
-@pytest.mark.parametrize(("layer", "allowed"), [
-    (FOUNDATIONS, FOUNDATIONS),
-    (STAGES, FOUNDATIONS),
-    (GPU, FOUNDATIONS | GPU),
-    (ORCHESTRATION, FOUNDATIONS | STAGES | ORCHESTRATION | GPU),
-], ids=["foundations", "stages", "gpu", "orchestration"])
-def test_a_module_imports_only_what_its_layer_may(layer: set[str], allowed: set[str]) -> None:
-    wrong = {f"{name} -> {dep}" for name, deps in _graph().items() if name in layer for dep in deps - allowed}
-    assert wrong == set()
-
-
-def test_no_import_cycle() -> None:
-    graph = _graph()
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles = []
 
@@ -104,18 +104,142 @@ def test_no_import_cycle() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name, [name])
-    assert cycles == []
+    return cycles
 
 
-def test_modules_and_functions_fit_in_a_read() -> None:
+def test_every_package_and_top_module_has_a_layer() -> None:
+    units = {_unit(m) for m in _modules()}
+    layered = set().union(*LAYERS)
+    assert units - layered == set(), "add the new package or module to LAYERS here and in docs/architecture.md"
+    assert layered - units == set(), "a layer names a package or module that is gone"
+
+
+def test_packages_are_empty_so_importing_one_costs_nothing() -> None:
+    assert {str(p.relative_to(SRC)) for p in SRC.rglob("__init__.py") if p.parent != SRC and p.read_text()} == set()
+
+
+def test_a_package_imports_only_from_the_layers_below() -> None:
+    wrong = set()
+    for module, deps in _graph().items():
+        for dep in deps:
+            a, b = _unit(module), _unit(dep)
+            if a == b or (a in FOUNDATIONS and b in FOUNDATIONS):
+                continue
+            if _layer(b) >= _layer(a):
+                wrong.add(f"{module} -> {dep}")
+    assert wrong == set()
+
+
+def test_no_cycle_between_packages() -> None:
+    units: dict[str, set[str]] = {}
+    for module, deps in _graph().items():
+        units.setdefault(_unit(module), set()).update(_unit(d) for d in deps if _unit(d) != _unit(module))
+    assert _cycles(units) == []
+
+
+def test_no_cycle_between_modules() -> None:
+    assert _cycles(_graph()) == []
+
+
+def _command_names(parser: argparse.ArgumentParser) -> Iterator[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield name
+                yield from _command_names(sub)
+
+
+def test_a_recipe_is_named_after_its_command() -> None:
+    from envlock.cli.main import build_parser
+
+    commands = set(_command_names(build_parser()))
+    recipes = {m.split(".")[1] for m in _modules() if _unit(m) == "commands"}
+    assert recipes - commands - SHARED_RECIPES == set()
+    assert recipes >= SHARED_RECIPES
+
+
+def _uses(path: Path) -> tuple[set[str], set[str]]:
+    """(the standard modules a file imports, the ``os`` process calls it makes)."""
+    imported, calls = set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os"
+              and re.fullmatch(r"exec\w*|spawn\w*|system|popen|fork\w*|posix_spawn\w*", node.attr)):
+            calls.add(node.attr)
+    return imported, calls
+
+
+def test_processes_start_in_three_modules_and_http_is_spoken_in_one() -> None:
+    starts, speaks = set(), set()
+    for module, path in _modules().items():
+        imported, calls = _uses(path)
+        if "subprocess" in imported or calls:
+            starts.add(module)
+        if imported & {"http.client", "urllib.request", "requests", "urllib3", "httpx"}:
+            speaks.add(module)
+    assert (starts, speaks) == (STARTS_PROCESSES, SPEAKS_HTTP)
+
+
+def _lazy_imports() -> dict[str, set[str]]:
+    """Per module, the envlock modules it imports only inside a function (not at the top)."""
+    modules = _modules()
+    found: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        top = set()
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Import | ast.ImportFrom):
+                top |= _imports_of(stmt, set(modules))
+        inner = set()
+        for func in ast.walk(tree):
+            if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(func):
+                    if isinstance(node, ast.Import | ast.ImportFrom):
+                        inner |= _imports_of(node, set(modules))
+        if inner - top - {name}:
+            found[name] = inner - top - {name}
+    return found
+
+
+def _imports_of(node: ast.Import | ast.ImportFrom, modules: set[str]) -> set[str]:
+    tree = ast.Module(body=[node], type_ignores=[])
+    found = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == "envlock":
+            base = n.module.removeprefix("envlock").lstrip(".")
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in n.names}
+        elif isinstance(n, ast.Import):
+            found |= {a.name.removeprefix("envlock.") for a in n.names if a.name.startswith("envlock.")}
+    return {f for f in found if f in modules}
+
+
+def _documented_lazy_imports() -> dict[str, set[str]]:
+    text = DOC.read_text().split("## Lazy imports", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0].startswith("`"):
+            table[cells[0].strip("`")] = set(re.findall(r"`([\w.]+)`", cells[1]))
+    return table
+
+
+def test_the_lazy_imports_are_the_ones_the_docs_list() -> None:
+    assert _documented_lazy_imports() == _lazy_imports()
+
+
+@pytest.mark.parametrize("module", sorted(_modules()))
+def test_modules_and_functions_fit_in_a_read(module: str) -> None:
+    path = _modules()[module]
     too_long = []
-    for name, path in sorted(_modules().items()):
-        lines = len(path.read_text().splitlines())
-        if lines > MAX_MODULE_LINES:
-            too_long.append(f"{name}: {lines} lines")
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                length = (node.end_lineno or node.lineno) - node.lineno + 1
-                if length > MAX_FUNCTION_LINES and f"{name}.{node.name}" not in LONG_ALLOWED:
-                    too_long.append(f"{name}.{node.name}: {length} lines")
+    lines = len(path.read_text().splitlines())
+    if lines > MAX_MODULE_LINES:
+        too_long.append(f"{module}: {lines} lines")
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > MAX_FUNCTION_LINES and f"{module}.{node.name}" not in LONG_ALLOWED:
+                too_long.append(f"{module}.{node.name}: {length} lines")
     assert too_long == []

@@ -85,6 +85,9 @@ _SECONDS = re.compile(r"\b\d+(\.\d+)?s\b")
 _HEX = re.compile(r"\b[0-9a-f]{7,64}\b")
 _PYTHON = re.compile(r"\b3\.11\.\d+\b")
 _KEY = re.compile(r"\b([\w.-]+):[A-Za-z0-9+/]{43}=")  # an ed25519 public key (cache keygen: a new one each run)
+#: What gc frees and keeps: uv's cache holds files of its own making (its timestamps, its lock files),
+#: so the kB it frees differ by a few from one run to the next; the entry counts are compared.
+_GC_BYTES = re.compile(r"((?:freeing|before: \d+ entries,|after: \d+ entries,) )[\d.]+ [kMG]?B\b")
 
 
 def _hex(m: re.Match[str]) -> str:
@@ -102,6 +105,7 @@ def normalise(lines: list[str]) -> list[str]:
         line = _SECONDS.sub("<s>", line)
         line = _PYTHON.sub("3.11.<n>", line)
         line = _KEY.sub(r"\1:<key>", line)
+        line = _GC_BYTES.sub(r"\1<bytes>", line)
         out.append(_HEX.sub(_hex, line))
     return out
 

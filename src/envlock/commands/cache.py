@@ -26,7 +26,7 @@ def push_closure(ws: Workspace, env: str, to: str, *, lock_ref: str | None = Non
     record (``url_records``). The wheels are brought into the store first (from the index where
     the store lacks them, through the mirrors ``asked`` or ``ENVLOCK_INDEX_*`` name, as a sync)."""
     from envlock.commands.lockrefs import load_env_lock_ref
-    from envlock.model.mirrors import fetch_mirrored
+    from envlock.install.fetch import fetch_mirrored
 
     ref = load_env_lock_ref(ws, lock_ref or env, env, "cache push")
     key = secret_key(key_file or CacheConfig.of(ws).key_file)

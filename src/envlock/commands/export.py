@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING, Any
 from envlock.build import inputs, sources
 from envlock.commands.pin import Pin, lock_bytes, pin_lock
 from envlock.errors import EnvlockError, LockError, StoreError, UsageError
+from envlock.install.fetch import fetch_mirrored
 from envlock.model.lockfile import Lock
-from envlock.model.mirrors import MirrorOptions, Mirrors, fetch_mirrored
+from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import load_env_spec
 from envlock.progress import Progress
 from envlock.resolution.resolve import index_urls

@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -48,9 +48,6 @@ from envlock.resolution import cmakefetch, yanks
 from envlock.store.store import Store, store_file
 from envlock.ui import size
 from envlock.workspace import Workspace
-
-if TYPE_CHECKING:
-    from envlock.model.mirrors import MirrorOptions
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 

@@ -30,7 +30,10 @@ from envlock.store.store import STORE_MTIME, Store, store_file, stored, wrong_si
 from envlock.store.urlhashes import hashed_before, last_hashed, note_upload, record_hashed, uploads_hashed
 
 if TYPE_CHECKING:
+    from envlock.model.lockfile import Lock
+    from envlock.model.mirrors import MirrorOptions
     from envlock.net.http import HttpError
+    from envlock.workspace import Workspace
 
 CHUNK = 1 << 20
 #: How many bytes an artifact whose lock records no size may have (PEP 751 makes ``size``
@@ -643,3 +646,23 @@ def _mismatch(artifact: Artifact, where: str, actual: str, size: int) -> str:
             + "; nothing was stored")
 
 
+def fetch_mirrored(ws: Workspace, env: str, lock: Lock, artifacts: Sequence[Artifact], store: Store, *,
+                   base_dir: Path, asked: MirrorOptions | None = None) -> FetchResult:
+    """``fetch.fetch`` of ``artifacts`` (wheels of ``lock``) as a sync downloads them: each from the
+    mirror ``asked`` (``--index``) or ``ENVLOCK_INDEX_<NAME>`` names for its spec index (``env``'s
+    spec, when it reads), with the spec's credentials; else from the lock's URLs (export, cache push)."""
+    from envlock.errors import EnvlockError
+    from envlock.model.mirrors import Mirrors, package_locator
+    from envlock.model.spec import load_env_spec
+
+    try:
+        spec = load_env_spec(ws, env, check_paths=False)
+    except EnvlockError:
+        if asked is not None and asked.indexes:  # a mirror named by spec index, with no spec to name it
+            raise
+        spec = None
+    mirrors = Mirrors.of(spec, asked) if spec is not None else Mirrors()
+    found = mirrors.for_packages(lock)
+    locate = package_locator(lock.packages, found) if found else None
+    with mirrors.credentials():
+        return fetch(list(artifacts), store, base_dir=base_dir, env=env, locate=locate)

@@ -35,12 +35,9 @@ from envlock.urlcheck import git_url_problem, is_index_url, shown, unsafe_char
 from envlock.workspace import Workspace, env_var_suffix
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
-    from envlock.install.fetch import FetchResult
     from envlock.model.lockfile import Artifact, Lock, LockedPackage
     from envlock.net.indexes import Listings
-    from envlock.store.store import Store
 
 # envlock.net.http and envlock.net.indexes (socket, ssl, http.client) are imported where a URL is read:
 # most syncs read none (docs/architecture.md, "Lazy imports").
@@ -311,25 +308,3 @@ def _mirrored_url(listings: Listings, a: Artifact, name: str, mirror: str) -> st
         return FetchError(f"{a.filename}: mirror {shown} lists it with sha256 "
                           f"{listed.sha256}, the lock says {a.sha256}: not the locked file")
     return http.with_credentials_of(listed.url, mirror)
-
-
-def fetch_mirrored(ws: Workspace, env: str, lock: Lock, artifacts: Sequence[Artifact], store: Store, *,
-                   base_dir: Path, asked: MirrorOptions | None = None) -> FetchResult:
-    """``fetch.fetch`` of ``artifacts`` (wheels of ``lock``) as a sync downloads them: each from the
-    mirror ``asked`` (``--index``) or ``ENVLOCK_INDEX_<NAME>`` names for its spec index (``env``'s
-    spec, when it reads), with the spec's credentials; else from the lock's URLs (export, cache push)."""
-    from envlock.errors import EnvlockError
-    from envlock.install import fetch
-    from envlock.model.spec import load_env_spec
-
-    try:
-        spec = load_env_spec(ws, env, check_paths=False)
-    except EnvlockError:
-        if asked is not None and asked.indexes:  # a mirror named by spec index, with no spec to name it
-            raise
-        spec = None
-    mirrors = Mirrors.of(spec, asked) if spec is not None else Mirrors()
-    found = mirrors.for_packages(lock)
-    locate = package_locator(lock.packages, found) if found else None
-    with mirrors.credentials():
-        return fetch.fetch(list(artifacts), store, base_dir=base_dir, env=env, locate=locate)
