@@ -168,3 +168,16 @@ def test_bisect_usage_errors(ws: ScratchWorkspace, cli: Cli, args: list[str], me
     r = cli("bisect", "e", *args)
     assert r.code == 2
     assert r.err == f"envlock: error: {message}\n"
+
+
+def test_a_bisect_whose_every_step_was_skipped_exits_cannot_tell(git_ws: list[str], cli: Cli) -> None:
+    """git bisect's "cannot tell": every candidate tried between the ends was skipped (CMD exits 125)."""
+    r = cli("bisect", "demo", "--good", git_ws[0], "--bad", git_ws[-1], "--", "python", "-c", "raise SystemExit(125)")
+    assert r.code == 125, r.err
+    steps = [line for line in r.out.splitlines() if line.startswith("  ") and ": skip (exit 125)" in line]
+    maybe = ", ".join(rev[:12] for rev in git_ws[1:])
+    assert len(steps) == len(git_ws) - 2
+    assert f"first bad is one of: {maybe} (every candidate tried was skipped; exit 125: cannot tell)" in r.out
+    doc = json.loads(cli("bisect", "demo", "--good", git_ws[0], "--bad", git_ws[-1], "--json", "--", "python", "-c",
+                         "raise SystemExit(125)").out)
+    assert (doc["found"], doc["first_bad"], doc["maybe"]) == (False, git_ws[-1][:12], [r[:12] for r in git_ws[1:-1]])

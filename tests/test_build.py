@@ -489,3 +489,67 @@ def test_the_input_digest_covers_a_tag_s_commit_and_an_archive_s_sha256(kit: Kit
         for sha in "12"
     }
     assert len(digests) == 2  # another archive, another build
+
+
+READS_OUT = {
+    # As sglang's python/pyproject.toml names ../rust/sglang-grpc/Cargo.toml for setuptools-rust: a backend
+    # that reads, from the source outside the subdirectory, what the pyproject.toml names.
+    "python/pyproject.toml": ('[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+                              '\n[project]\nname = "readsout"\nversion = "1.0"\n\n[tool.setuptools]\npackages = '
+                              '["readsout"]\n\n[tool.readsout]\ndata = "../rust/grpc/data.txt"\n'),
+    "python/setup.py": ("import tomllib\nfrom pathlib import Path\n\nfrom setuptools import setup\n\n"
+                        "named = tomllib.loads(Path('pyproject.toml').read_text())['tool']['readsout']['data']\n"
+                        "Path('readsout/_data.py').write_text(f'DATA = {Path(named).read_text()!r}\\n')\nsetup()\n"),
+    "python/readsout/__init__.py": "",
+    "rust/grpc/data.txt": "v1\n",
+    "docs/unrelated.txt": "not read by the build\n",
+}
+
+
+def test_a_subdirectory_build_reads_its_source_above_it_and_its_digest_covers_that(
+        backend_index: IndexServer, store: Store, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    init_repo(repo)
+    write(repo, READS_OUT)
+    (repo / "docs" / "host").symlink_to("/etc")  # a link out of the source, where no build reads
+    first = commit_all(repo, "reads ../rust")
+    write(repo, {"docs/unrelated.txt": "edited\n"})
+    unrelated = commit_all(repo, "docs moved")
+    write(repo, {"rust/grpc/data.txt": "v2\n"})
+    read = commit_all(repo, "the data it reads moved")
+    spec = BuildSpec(name="readsout", source="s", subdirectory="python")
+
+    def request(commit: str) -> builder.BuildRequest:
+        tree = sources.checkout(store, str(repo), commit).tree
+        return builder.BuildRequest(spec, tree, trees.PATH_SOURCE_EPOCH, "3.11", None, backend_index.url("pypi"))
+
+    plans = {c: builder.plan(request(c), store) for c in (first, unrelated, read)}
+    assert list(plans[first].recipe["source-outside"]) == ["rust/grpc"]  # the folder of the file it names
+    assert plans[unrelated].input_digest == plans[first].input_digest  # docs/ is not read
+    assert plans[read].input_digest != plans[first].input_digest  # rust/grpc/ is
+    wheel = builder.build_wheel(request(first), store, tmp_path / "wheelhouse")
+    with zipfile.ZipFile(wheel.wheel) as zf:
+        assert zf.read("readsout/_data.py").decode() == "DATA = 'v1\\n'\n"
+    # The link out of the source is left out of the build's copy (it would read this machine's /etc).
+    assert trees.links_out(request(first).tree) == ["docs/host"]
+    assert builder.check(request(first), store, tmp_path / "wheelhouse-check").reproducible
+
+
+def test_a_link_in_the_subdirectory_to_elsewhere_in_the_source_is_covered(store: Store, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    init_repo(repo)
+    write(repo, {"python/pyproject.toml": "[project]\nname = 'pkg'\nversion = '1'\n", "python/pkg/__init__.py": "",
+                 "shared/common.py": "X = 1\n", "docs/x.txt": "x\n"})
+    (repo / "python/pkg/common.py").symlink_to("../../shared/common.py")
+    commits = [commit_all(repo, "a link to shared/")]
+    for rel, text in (("docs/x.txt", "y\n"), ("shared/common.py", "X = 2\n")):
+        write(repo, {rel: text})
+        commits.append(commit_all(repo, f"{rel} moved"))
+    spec = BuildSpec(name="pkg", source="s", subdirectory="python")
+    digests = []
+    for commit in commits:
+        tree = sources.checkout(store, str(repo), commit).tree
+        plan = builder.plan(builder.BuildRequest(spec, tree, 0, "3.11", None, None, locked_requirements=()), store)
+        digests.append(plan.input_digest)
+        assert list(plan.recipe["source-outside"]) == ["shared"]
+    assert digests[0] == digests[1] != digests[2]

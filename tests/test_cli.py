@@ -378,8 +378,9 @@ def test_sync_refuses_what_it_cannot_do_as_asked(ws: ScratchWorkspace, cli: Cli,
     r = cli("sync", "f", "--lock", "locks/pylock.e.toml")
     assert (r.code, r.err) == (2, "envlock: error: locks/pylock.e.toml: the lock of env 'e', not 'f'; expected "
                                   "`envlock sync e --lock locks/pylock.e.toml`\n")
+    # A --source is checked as every command checks it (and unused: `sync --lock` fetches no source).
     r = cli("sync", "e", "--lock", "locks/pylock.e.toml", "--source", "x=/y")
-    assert r.code == 2 and "neither locks nor builds, so it fetches no source" in r.err
+    assert r.code == 2 and "--source x=...: " in r.err and "has no [sources.x]" in r.err
     assert cli("sync", "e", "--lock", "locks/pylock.e.toml").code == 0
     # --json answers up-to-date syncs from the stamp; it must not skip what is refused.
     r = cli("sync", "e", "--lock", "locks/pylock.e.toml", "--source", "x=/y", "--json")
@@ -637,8 +638,8 @@ def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(
                                   "drop one of the two\n")
     # `--lock PATH` of an env this workspace has no spec for: no index names to go by.
     r = cli("sync", "other", "--lock", str(lock_file), "--index", f"pytorch={universe.pytorch}")
-    assert (r.code, r.err) == (2, "envlock: error: --index pytorch=...: mirrors are named by spec index, and env "
-                                  "'other' has no spec (envs/other.toml)\n")
+    assert (r.code, r.err) == (2, "envlock: error: --index pytorch=...: mirrors are named by the spec's indexes and "
+                                  "sources, and env 'other' has no spec (envs/other.toml)\n")
 
 
 def test_a_lock_copied_out_of_locks_finds_its_built_wheels_in_the_wheelhouse(ws: ScratchWorkspace, cli: Cli,

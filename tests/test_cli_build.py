@@ -367,7 +367,8 @@ def test_a_build_named_other_than_its_project_is_refused_at_its_key(ws: ScratchW
         r = cli(*command)
         assert (r.code, r.err) == (2, f"envlock: error: {spec}: [builds.mk2]: source 'mini-kernel' builds project "
                                       "'mini-kernel' (pyproject.toml), expected 'mk2': a build makes the package of "
-                                      "its own name; name the build (and its package) 'mini-kernel'\n"), command
+                                      "its own name; name the build (and its package) 'mini-kernel': `envlock "
+                                      "upgrade demo --fix-renames` moves its tables and its package entry\n"), command
 
 
 @pytest.mark.slow

@@ -162,3 +162,45 @@ def test_unreachable_inputs_are_named_together_before_any_wheel_is_fetched(
     monkeypatch.setenv("ENVLOCK_SOURCE_REPO_KDEP", kdep_mirror)
     monkeypatch.setenv("ENVLOCK_SOURCE_REPO_KARCH", archive_mirror)
     assert pins(ws.root)[sglike.KDEP_NAME]["commit"] == sg.kdep_commit
+
+
+def _mirrored_urls(home: Path) -> set[str]:
+    """The URLs the store holds a git mirror of (each mirror names its URL)."""
+    folder = home / "v1" / "git-mirrors"
+    return {(m / "envlock-url").read_text().strip() for m in folder.iterdir()} if folder.is_dir() else set()
+
+
+def test_lock_fetches_no_fetchcontent_input(
+    ws: ScratchWorkspace, cli: Cli, server: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resolution reads no FetchContent input: `lock` pins each without fetching it (a commit: nothing,
+    a tag: `git ls-remote`, an archive: one download the first time, to hash it, none with a sha256 in the
+    spec); `build` fetches them all, first. Counted on a cold store: the git objects in it, the requests
+    on the archive server."""
+    sg = make_sglike(tmp_path / "repos")
+    archive = server.indexes["archives"].files["karch-1.0.tar.gz"]
+    home = tmp_path / "cold"
+    monkeypatch.setenv("ENVLOCK_HOME", str(home))
+
+    def archive_gets() -> int:
+        return len([1 for path, _ in server.requests if path.endswith("/karch-1.0.tar.gz")])
+
+    for rev in (sg.kdep_commit, sglike.KDEP_TAG):  # by its commit, then by its tag
+        server.requests.clear()
+        ws.write_spec("e", kernel_spec(server, sg, kdep_rev=rev))
+        r = cli("lock", "e")
+        assert r.code == 0, r.err
+        assert pins(ws.root)[sglike.KDEP_NAME]["commit"] == sg.kdep_commit  # the tag: by `git ls-remote`
+        assert _mirrored_urls(home) == {sg.url}  # the source whose metadata the resolution reads, and no more
+        assert not (home / "v1" / "sources" / f"git-{sg.kdep_commit}").exists()
+        assert archive_gets() == (1 if rev == sg.kdep_commit else 0)  # hashed once, by the first lock
+    assert pins(ws.root)[sglike.KARCH_NAME]["sha256"] == sha256_of(archive)
+    # With its sha256 in the spec, not even once (a fresh store).
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "cold-2"))
+    ws.write_spec("e", kernel_spec(server, sg, kdep_rev=sg.kdep_commit).replace(
+        "karch-1.0.tar.gz\" }", f"karch-1.0.tar.gz\", sha256 = \"{sha256_of(archive)}\" }}"))
+    server.requests.clear()
+    assert cli("lock", "e").code == 0
+    assert archive_gets() == 0
+    # The store holds the source's checkout, and nothing of its builds' FetchContent inputs.
+    assert sorted(p.name for p in (tmp_path / "cold-2" / "v1" / "sources").iterdir()) == [f"git-{sg.pin}"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from envlock.model.lockdiff import diff_locks
+from envlock.model.lockdiff import BuildFacts, DiffContext, diff_locks
 from envlock.model.lockfile import Artifact, LockedPackage, LockedPatch, LockedSource, NightlyPin, canonicalize_name
 from kit.locks import sample_lock
 from kit.workspaces import Cli, ScratchWorkspace
@@ -251,10 +251,19 @@ def test_a_build_new_in_the_spec_and_one_never_built_in_either_lock() -> None:
     new = replace(old, spec_keys={"builds.never": "1", "builds.fresh": "2"})
     verdicts = {b.name: (b.action, b.rebuild, b.pending, b.text()) for b in
                 diff_locks(old, new, old_label="a", new_label="b").builds}
+    # Built for neither lock and nothing it reads moved (a --version move of another package): no rebuild pending.
     assert verdicts == {
         "fresh": ("added", True, True, "fresh: new build; pending: not built for this lock yet"),
-        "never": ("changed", True, True, "never: pending: not built for this lock yet"),
+        "never": ("unchanged", False, True, "never: inputs unchanged; not built for either lock yet"),
     }
+    # Built for the old lock, not for the new one, with no input the locks show moving: said so, not bare.
+    old = sample_lock(spec_keys={"builds.sgl-kernel": "1"})
+    new = replace(old, builds={}, packages=old.packages[:1])
+    ctx = DiffContext(builds={"sgl-kernel": BuildFacts("sglang", "sgl-kernel", True)})
+    (kernel,) = diff_locks(old, new, old_label="a", new_label="b", context=ctx).builds
+    assert (kernel.rebuild, kernel.text()) == (True, "sgl-kernel: an input the lock does not record moved (the "
+                                                     "toolchain: compilers, cmake, nvcc, uv; the interpreter or the "
+                                                     "host); pending: not built for this lock yet")
 
 
 def test_two_recipes_in_the_store_name_the_toolchain_that_moved() -> None:

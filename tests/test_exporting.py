@@ -809,3 +809,26 @@ def test_export_that_cannot_write_names_the_file_and_leaves_nothing(
     assert member in members or member == MANIFEST, err
     assert rest == f"({reason}); nothing was written, the partial bundle was removed\n", err
     assert left == []
+
+
+@pytest.mark.parametrize("synced", [True], indirect=True)
+def test_a_lock_whose_builds_are_pending_is_refused_or_with_allow_pending_exported_with_a_note(
+        synced: Synced, cli: Cli, tmp_path: Path) -> None:
+    spec = synced.ws / "envs" / "e.toml"
+    spec.write_text(spec.read_text().replace('[builds.tiny]\nsource = "tiny"\n',
+                                             '[builds.tiny]\nsource = "tiny"\nenv = { TINY = "2" }\n'))
+    assert cli("lock", "e").code == 0  # the build's inputs moved: pending until `envlock build e`
+    r = cli("export", "e", "--out", str(tmp_path / "b.tar"))
+    assert (r.code, r.err) == (2, "envlock: error: locks/pylock.e.toml: 1 local build not built for this lock (tiny): "
+                                  "the bundle would carry no wheel of it (nor a build record or backend wheels), and a "
+                                  "sync of it (`--offline` too) would be refused; build first (`envlock build e`), or "
+                                  "export the rest with --allow-pending\n")
+    assert not (tmp_path / "b.tar").exists()
+    r = cli("export", "e", "--out", str(tmp_path / "b.tar"), "--allow-pending", "--json")
+    assert r.code == 0, r.err
+    note = ("tiny: not built for this lock, so the bundle carries no wheel of it (nor a build record or backend "
+            "wheels): a sync of it, offline too, needs `envlock build e` first")
+    assert r.err == f"envlock: note: {note}\n"
+    doc = json.loads(r.out)
+    assert (doc["pending"], doc["notes"]) == (["tiny"], [note])
+    assert "builds" not in doc["entries"] and doc["entries"]["wheels"] == 1  # torch alone

@@ -18,7 +18,6 @@ from envlock.resolution import guards, wheelfiles
 from envlock.resolution.cmakefetch import Declared, declared
 from envlock.resolution.wheelfiles import ListingError, WheelListing
 from envlock.store.store import Store
-from envlock.store.trees import tree_digest
 from kit.index import IndexServer
 from kit.wheels import build_wheel
 from kit.workspaces import Cli, ScratchWorkspace
@@ -82,7 +81,9 @@ def test_two_distributions_installing_one_file_with_different_bytes_fail_the_loc
         "  alpha 1.0 and beta 1.0 both install shared/__init__.py (1 file, different bytes)\n"
         "    alpha 1.0: declared in [packages]\n"
         "    beta 1.0: pulled in by app -> mid -> beta\n"
-        '    fix: resolution.exclude = ["beta"] in e.toml, for the one the env does not need\n')
+        '    fix: resolution.exclude = ["beta"] in e.toml, for the one the env does not need; or, if the shared file '
+        'is harmless, resolution.allow-overlap = [{ path = "shared/__init__.py", packages = ["alpha", "beta"], '
+        'reason = "..." }]\n')
     assert not (ws.root / "locks" / "pylock.e.toml").exists()  # nothing written
     # alpha's index publishes no hash: its wheel is in the store, read there. beta's was read
     # from the index with range requests only (its end: the zip directory and .dist-info).
@@ -225,11 +226,14 @@ FetchContent_Declare(repo-moved GIT_REPOSITORY "https://github.com/example/moved
 # FetchContent_Declare(repo-commented GIT_REPOSITORY https://github.com/example/no.git GIT_TAG main)
 include(cmake/extra.cmake)
 """
-EXTRA_CMAKE = """\
-set(ARTIFACTS https://artifacts.example)
+HASH = "45992d7de7d051dc897aff33156a2b7515d745fc489008adc7924ab884578d52"
+# As sgl-kernel at 69b02ea6 sets its mirror's host: a cache variable's default, expanded in the URL.
+EXTRA_CMAKE = f"""\
+set(ARTIFACTS "artifacts.example" CACHE STRING "GitHub mirror URL")
 FetchContent_Declare(
   repo-undeclared
-  URL ${ARTIFACTS}/example/undeclared/archive/abc123.tar.gz
+  URL https://${{ARTIFACTS}}/example/undeclared/archive/abc123.tar.gz
+  URL_HASH SHA256={HASH.upper()}
 )
 """
 
@@ -241,26 +245,18 @@ def test_a_fetchcontent_input_the_cmake_files_declare_otherwise_is_noted(ws: Scr
                     f'repo-declared = {{ git = "https://mirror.example/declared", rev = "{COMMIT}" }}\n'
                     f'repo-moved = {{ git = "https://github.com/example/moved.git", rev = "{COMMIT}" }}\n')
     ws.write_spec("e", _built(index, fetchcontent))
-    _stored_checkout(COMMIT)  # `lock` fetches every FetchContent input first: this one is in the store
+    # Both pinned by commit at hosts a test cannot reach: `lock` pins FetchContent inputs, it fetches none.
     result = cli("lock", "e")
     assert result.code == 0, result.err
     assert [line for line in result.out.splitlines() if "note:" in line] == [
         f"  note: builds.myapp.fetchcontent.repo-moved: CMakeLists.txt declares GIT_TAG v1.3.0; the spec has "
-        f"git https://github.com/example/moved.git at rev {COMMIT}",
+        f"git https://github.com/example/moved.git at rev {COMMIT} (as upstream: repo-moved = {{ git = "
+        '"https://github.com/example/moved.git", rev = "v1.3.0" })',
         "  note: builds.myapp.fetchcontent: cmake/extra.cmake declares repo-undeclared (URL "
         "https://artifacts.example/example/undeclared/archive/abc123.tar.gz), the spec does not: the build "
-        "downloads it unchecked, or cannot configure (declare repo-undeclared = { git = ..., rev = ... })",
+        "downloads it unchecked, or cannot configure (declare repo-undeclared = { url = "
+        f'"https://artifacts.example/example/undeclared/archive/abc123.tar.gz", sha256 = "{HASH}" }})',
     ]
-
-
-def _stored_checkout(commit: str) -> None:
-    """A checkout of ``commit`` in the store (``sources/git-<commit>``), as a machine that fetched it has."""
-    store = Store.open()
-    with store.new_entry("sources", f"git-{commit}") as work:
-        (work / "tree").mkdir()
-        (work / "tree" / "CMakeLists.txt").write_text("project(dep)\n")
-        (work / "commit-time").write_text("1772877960\n")
-        (work / "tree-digest").write_text(tree_digest(work / "tree") + "\n")
 
 
 # -- the parts --------------------------------------------------------------------
@@ -272,7 +268,7 @@ def test_cmake_declarations_are_read_with_their_variables(tmp_path: Path) -> Non
         Declared("repo-declared", "CMakeLists.txt", git="https://github.com/example/declared.git", tag=COMMIT),
         Declared("repo-moved", "CMakeLists.txt", git="https://github.com/example/moved.git", tag="v1.3.0"),
         Declared("repo-undeclared", "cmake/extra.cmake",
-                 url="https://artifacts.example/example/undeclared/archive/abc123.tar.gz"),
+                 url="https://artifacts.example/example/undeclared/archive/abc123.tar.gz", sha256=HASH),
     ]
 
 
@@ -285,13 +281,16 @@ FULL = "df022eba0123456789abcdef0123456789abcdef"
     (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/a.git", tag="df022eb"), "/mirror/a", FULL, ""),
     (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/a", tag="df02"), "https://x/a", FULL,
      "builds.k.fetchcontent.repo-a: k/CMakeLists.txt declares GIT_TAG df02; the spec has git https://x/a "
-     f"at rev {FULL}"),
+     f'at rev {FULL} (as upstream: repo-a = {{ git = "https://github.com/x/a", rev = "df02" }})'),
     (Declared("repo-a", "CMakeLists.txt", git="https://github.com/x/other.git", tag=FULL), "https://x/a", FULL,
      "builds.k.fetchcontent.repo-a: k/CMakeLists.txt declares GIT_REPOSITORY https://github.com/x/other.git; "
-     f"the spec has git https://x/a at rev {FULL}"),
-    (Declared("REPO-A", "cmake/a.cmake", url="https://h/x/a/archive/v3.6.0.tar.gz"), "https://x/a", FULL,
-     "builds.k.fetchcontent.repo-a: k/cmake/a.cmake declares URL https://h/x/a/archive/v3.6.0.tar.gz; "
-     f"the spec has git https://x/a at rev {FULL}"),
+     f'the spec has git https://x/a at rev {FULL} (as upstream: repo-a = {{ git = "https://github.com/x/other.git", '
+     f'rev = "{FULL}" }})'),
+    # The triton move: a tag in git form, then an archive of the next tag, with upstream's hash in the hint.
+    (Declared("REPO-A", "cmake/a.cmake", url="https://h/x/a/archive/v3.6.0.tar.gz", sha256=HASH), "https://x/a",
+     "v3.5.1", "builds.k.fetchcontent.repo-a: k/cmake/a.cmake declares URL https://h/x/a/archive/v3.6.0.tar.gz; "
+     f'the spec has git https://x/a at rev v3.5.1 (as upstream: repo-a = {{ url = '
+     f'"https://h/x/a/archive/v3.6.0.tar.gz", sha256 = "{HASH}" }})'),
 ])
 def test_fetchcontent_inputs_are_held_to_what_cmake_declares(written: Declared, spec_git: str, rev: str,
                                                              note: str) -> None:

@@ -6,6 +6,11 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
+from envlock.commands.patch import PatchCheck
+from envlock.patches.patchapply import PatchStatus
+from envlock.patches.upstream import Touch, UpstreamCommit
 from kit.patches import ESCAPE, MODIFY, QUOTED, new_file
 from kit.sglike import write
 from kit.workspaces import Cli, ScratchWorkspace
@@ -94,3 +99,16 @@ def test_patch_record_refuses_a_work_dir_the_spec_has_moved_from(
     r = cli("patch", "record", str(w5), "--subject", "five", "--why", "y")
     assert r.code == 1 and ("would be numbered after patches/s/0002-three.patch, patches/s/0003-four.patch, which "
                             "this work dir was not made on") in r.err, r.err
+
+
+@pytest.mark.parametrize(("touches", "head"), [
+    (("touched", "same-file", "same-file"), "3 upstream commits touch its files: 1 within its hunks, 2 only elsewhere "
+                                            "in them:"),
+    (("touched", "touched"), "2 upstream commits touch lines within its hunks:"),
+    (("same-file",), "1 upstream commit touches its files, not its hunks:"),
+])
+def test_the_upstream_commits_of_a_patch_are_counted_as_they_are_listed(touches: tuple[Touch, ...], head: str) -> None:
+    commits = tuple(UpstreamCommit(f"{i:040x}", f"commit {i}", touch, ("f.py",)) for i, touch in enumerate(touches))
+    check = PatchCheck(PatchStatus("patches/s/0001-x.patch", "x", "applies", upstream="none"), commits)
+    assert check.describe_upstream() == ["Upstream: none", head, *(
+        f"  {c.commit[:12]} {c.touch:9} {c.subject}" for c in commits)]

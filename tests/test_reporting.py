@@ -293,8 +293,8 @@ def test_a_mirror_without_the_history_is_said_with_how_to_fetch_it(scene: Scene,
     assert doc["sources"][0]["history"]["touching_patched_files"] == [
         {"sha": up.table, "date": "2026-03-08", "subject": "table: add 11"}]
     kern = next(b for b in doc["builds"] if b["name"] == "kern")
-    assert sorted(kern) == ["action", "inputs", "name", "new_input_digest", "old_input_digest", "pending",
-                            "rebuild"]
+    assert sorted(kern) == ["action", "inputs", "name", "new_input_digest", "old_input_digest", "pending", "rebuild",
+                            "renamed"]
     assert [(i["kind"], i["name"]) for i in kern["inputs"]] == [
         ("source", "src"), ("package", "pytorch-triton"), ("package", "torch"), ("package", "tritondep")]
     assert sorted(kern["inputs"][2]) == ["kind", "name", "new", "note", "old", "text"]

@@ -127,7 +127,7 @@ BAD_SPECS = [
      ["resolution.exclude[1]: expected a package the spec does not declare, found 'sgl-fa4', which "
       "packages.SGL_fa4 requires (keep one of the two)"]),
     ('[resolution]\nexclud = ["sgl-fa4"]',
-     ["resolution.exclud: unknown key (did you mean 'exclude'?); expected one of: exclude, overrides, "
+     ["resolution.exclud: unknown key (did you mean 'exclude'?); expected one of: allow-overlap, exclude, overrides, "
       "same-version"]),
     # A build makes the package of its own name (its wheel is checked to be that, after the build).
     ('[packages]\nmini = { build = "mk" }\n[sources.mini]\npath = "x"\n[builds.mk]\nsource = "mini"',
@@ -237,7 +237,10 @@ def test_shipped_specs_are_valid() -> None:
     assert (inputs["repo-triton"].git, inputs["repo-triton"].rev) == ("https://github.com/triton-lang/triton", "v3.5.1")
     assert not inputs["repo-triton"].pinned_by_spec and inputs["repo-cutlass"].pinned_by_spec
     assert inputs["json"].url == "https://github.com/nlohmann/json/releases/download/v3.11.3/json.tar.xz"
-    assert inputs["json"].sha256 is None  # hashed at the first lock, recorded there
+    assert inputs["json"].sha256 == "d6c65aca6b1ed68e7a182f4757257b107ae403032760ed6ef121c9d55e81757d"
+    # The one shared file of today's PyPI at the pin, accepted for that pair only.
+    (allowed,) = qwen.resolution.allow_overlap
+    assert (allowed.path, allowed.packages) == ("build_backend.py", ("flashinfer-python", "torch-c-dlpack-ext"))
     # sgl-kernel's compilers: CUDA 13.0 as wheels (each pinned), CMake >= 3.26 and ninja.
     assert qwen.builds["sgl-kernel"].toolchain == (
         "nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88",

@@ -141,3 +141,54 @@ def test_an_edit_that_cannot_be_made_names_the_key(edit: Callable[[str], str], m
 def test_a_spec_change_is_plain_data() -> None:
     change = specedit.SpecChange("sources.sglang.rev", "f016738f", NEW, "main")
     assert change.to_dict() == {"key": "sources.sglang.rev", "old": "f016738f", "new": NEW, "comment": "main"}
+
+
+RENAMED = """\
+[packages]
+torch = "==2.9"
+"sgl-kernel" = { build = 'sgl-kernel' }   # compiled here
+
+[builds."sgl-kernel"]   # the kernel
+source = "sglang"
+env = { TORCH_CUDA_ARCH_LIST = "12.0a" }
+
+# upstream's FetchContent inputs
+[builds.sgl-kernel.fetchcontent]
+repo-cutlass = { git = "https://github.com/NVIDIA/cutlass", rev = "57e3cfb47a2d9e0d46eb6335c3dc411498efa198" }
+
+[builds.other]
+source = "sglang"
+"""
+
+
+def test_a_renamed_build_moves_its_tables_and_package_entry_in_place() -> None:
+    assert specedit.build_tables(RENAMED, "sgl-kernel") == ["builds.sgl-kernel", "builds.sgl-kernel.fetchcontent"]
+    after = specedit.rename_build(RENAMED, "sgl-kernel", "sglang-kernel", origin="e.toml")
+    assert after == (RENAMED.replace('"sgl-kernel" = { build = \'sgl-kernel\' }', "sglang-kernel = { build = "
+                                     "'sglang-kernel' }")
+                     .replace('[builds."sgl-kernel"]', "[builds.sglang-kernel]")
+                     .replace("[builds.sgl-kernel.fetchcontent]", "[builds.sglang-kernel.fetchcontent]"))
+    # A package declared as a table of its own moves too.
+    table = RENAMED.replace('"sgl-kernel" = { build = \'sgl-kernel\' }   # compiled here\n', "").replace(
+        "[builds.\"sgl-kernel\"]", '[packages.sgl-kernel]\nbuild = "sgl-kernel"\n\n[builds."sgl-kernel"]')
+    moved = specedit.rename_build(table, "sgl-kernel", "sglang-kernel", origin="e.toml")
+    assert '[packages.sglang-kernel]\nbuild = "sglang-kernel"\n' in moved and "sgl-kernel" not in moved
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("nope", "x", "e.toml: builds.nope: missing; expected the build to rename"),
+    ("sgl-kernel", "other", "e.toml: builds.other: exists already; cannot rename builds.sgl-kernel to it"),
+])
+def test_a_rename_that_cannot_be_made_is_named(old: str, new: str, message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        specedit.rename_build(RENAMED, old, new, origin="e.toml")
+    assert info.value.message == message
+
+
+def test_a_rename_that_would_change_more_is_refused() -> None:
+    # A dotted key under [builds] names the build where no header does: this edit does not know that layout.
+    dotted = '[packages]\nk = { build = "k" }\n[builds]\nk.source = "s"\n'
+    with pytest.raises(SpecError) as info:
+        specedit.rename_build(dotted, "k", "k2", origin="e.toml")
+    assert "renaming it to k2 in place would change more than its tables and its package entry; edit it by hand" \
+        in info.value.message

@@ -171,6 +171,11 @@ class PatchError(EnvlockError):
     """A patch does not apply, or tries to write outside its tree."""
 
 
+class UpgradeError(EnvlockError):
+    """An upgrade stopped on several problems it found (patches, renamed builds, a resolution), each
+    named with its fix; nothing was written."""
+
+
 class BuildError(EnvlockError):
     """A local build failed or is not reproducible (the message names the kept build log)."""
 

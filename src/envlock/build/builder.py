@@ -2,9 +2,10 @@
 
 The input digest covers everything that can change the wheel:
 
-- the digest of the build's subdirectory of the patched source tree (the build sees only
-  that subdirectory: a patch elsewhere in the source does not rebuild it), the build
-  recipe (``[builds.*]``: subdirectory, isolation, env, config-settings, requires,
+- the digest of the build's subdirectory of the patched source tree, and of what of the source
+  outside it its ``pyproject.toml`` names (``../rust/sglang-grpc/Cargo.toml``) or its links lead to:
+  the build sees the whole tree, as pip's does, and a patch elsewhere does not rebuild it; the
+  build recipe (``[builds.*]``: subdirectory, isolation, env, config-settings, requires,
   FetchContent inputs) and SOURCE_DATE_EPOCH;
 - the build environment, locked: with ``isolation = true`` the backend's
   ``[build-system].requires`` resolved with hashes (``uv pip compile --generate-hashes``)
@@ -58,14 +59,17 @@ from envlock.build.requirements import (
 )
 from envlock.build.wheelzip import ZIP_EPOCH_MIN, normalize_wheel, wheel_diff
 from envlock.errors import BuildError, scrub
+from envlock.model import buildsystem
 from envlock.model.lockfile import LockedBuild
 from envlock.model.spec import BuildSpec
 from envlock.model.target import target_environment
+from envlock.model.tomlio import load_toml
 from envlock.store import trees
 from envlock.store.home import file_sha256
 from envlock.store.store import Store, copy_atomic
 
-RECIPE_FORMAT = 1
+#: 2: a build sees the whole source tree, built in ``src/SUBDIRECTORY`` (1: the subdirectory alone, as ``src``).
+RECIPE_FORMAT = 2
 _LOG_TAIL = 25
 
 
@@ -95,6 +99,9 @@ class BuildRequest:
     # The lock's toolchain lines, taken instead of resolving ``spec.toolchain`` again (as
     # ``locked_requirements``).
     locked_toolchain: tuple[str, ...] | None = None
+    # Planned only to compare its input digest (``envlock lock``): the FetchContent inputs' pins suffice,
+    # their trees are not fetched; such a plan is never built.
+    digest_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -207,6 +214,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
     # Its links must stay in the source tree, which the lock pins (a git commit's links are
     # checked only here, where a build reads them); before anything reads the subdirectory.
     source_tree = trees.tree_digest(project, within=request.tree, name=f"{what} (source {spec.source!r})")
+    outside = _outside(request, project, what)
     backend, system_requires = project_backend(project)
     python = interpreter(request.python)
     scratch = store.temp_dir(f"plan-{canonicalize_name(spec.name)}")
@@ -224,7 +232,7 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
         "format": RECIPE_FORMAT,
         "name": str(canonicalize_name(spec.name)),
         "source": spec.source,
-        "source-tree": source_tree,  # the subdirectory: all a build sees
+        "source-tree": source_tree,  # the subdirectory
         "subdirectory": spec.subdirectory,
         "isolation": spec.isolation,
         "backend": backend,
@@ -242,6 +250,8 @@ def plan(request: BuildRequest, store: Store) -> BuildPlan:
     }
     if spec.toolchain:  # its wheels' hashes stand for the version lines of what it provides
         recipe["toolchain-wheels"] = list(tool_lines)
+    if outside:  # what its pyproject.toml reads of the source beyond the subdirectory
+        recipe["source-outside"] = outside
     digest = "sha256:" + hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
     return BuildPlan(request, recipe, digest, build_reqs, fc_dirs, tuple(env), toolchain=tool_lines)
 
@@ -282,10 +292,25 @@ def _build_env(request: BuildRequest, system_requires: Sequence[str], python: st
     return env, tuple(line for line in locked if canonicalize_name(line.partition("==")[0]) not in in_env)
 
 
+def _outside(request: BuildRequest, project: Path, what: str) -> dict[str, str]:
+    """What the build reads of the source outside its subdirectory (``buildsystem.reached``), digested by
+    its path in the source ("" for the whole tree); {} when it reads nothing outside."""
+    path = project / "pyproject.toml"
+    try:
+        doc = load_toml(path.read_text(encoding="utf-8"), path, BuildError) if path.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        doc = None
+    name = f"{what} (source {request.spec.source!r})"
+    links = [p for _, p in trees.walk_tree(project) if p.is_symlink()]
+    return {rel: trees.tree_digest(request.tree / rel, within=request.tree, name=name) if (request.tree / rel).is_dir()
+            else "absent" for rel in buildsystem.reached(request.tree, project, doc, links)}
+
+
 def _fetchcontent(request: BuildRequest, what: str) -> tuple[list[dict[str, Any]], dict[str, Path]]:
     """What the input digest covers of each FetchContent input of ``request``, and its tree."""
     spec = request.spec
-    if missing := [dep.name for dep in spec.fetchcontent if dep.name not in request.fetchcontent]:
+    missing = [dep.name for dep in spec.fetchcontent if dep.name not in request.fetchcontent]
+    if missing and not request.digest_only:
         raise ValueError(f"{what}: the request has no checkout of fetchcontent {', '.join(missing)}")
     fc_recipe = []
     for dep in spec.fetchcontent:
@@ -293,7 +318,7 @@ def _fetchcontent(request: BuildRequest, what: str) -> tuple[list[dict[str, Any]
         if pin is None and not (dep.git is not None and dep.pinned_by_spec):  # a tag can move: its commit, then
             raise ValueError(f"{what}: the request has no pin of fetchcontent {dep.name} (a tag, branch or archive)")
         fc_recipe.append(dict(pin) if pin is not None else {"name": dep.name, "git": dep.git, "rev": dep.rev})
-    fc_dirs = {dep.name: request.fetchcontent[dep.name] for dep in spec.fetchcontent}
+    fc_dirs = {dep.name: request.fetchcontent[dep.name] for dep in spec.fetchcontent if dep.name not in missing}
     for name, fc_dir in fc_dirs.items():
         # CMake reads it as a source folder; the recipe pins only its commit, which says
         # nothing of what a link out of it reads.
@@ -316,9 +341,13 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
     Raises ``BuildError`` with the log kept."""
     req = plan_.request
     spec = req.spec
+    if req.digest_only:  # its FetchContent inputs were pinned, not fetched
+        raise ValueError(f"[builds.{spec.name}]: a plan made to compare input digests is never built")
     log = scratch / "build.log"
-    # Only the subdirectory is copied: the build cannot depend on what its digest leaves out.
-    trees.copy_tree(req.tree / spec.subdirectory if spec.subdirectory else req.tree, scratch / "src")
+    # The whole source tree, as pip's build of a subdirectory sees it (``..`` is the source): the digest
+    # covers the subdirectory and what its pyproject.toml names outside it. A link that leads out of the
+    # source is left out (it would read this machine's files).
+    trees.copy_tree(req.tree, scratch / "src", leave_out=trees.links_out(req.tree))
     tools = (toolchain.unpacked(store, plan_.toolchain_wheels, what=f"[builds.{spec.name}]")
              if plan_.toolchain_wheels else None)
     epoch = max(req.source_date_epoch, ZIP_EPOCH_MIN)
@@ -338,7 +367,7 @@ def _run_build(plan_: BuildPlan, store: Store, scratch: Path) -> tuple[Path, Pat
         python = _make_build_venv(plan_, scratch, log, store)
         args += ["--no-build-isolation", "--python", seen / python.relative_to(scratch)]
     args += buildenv.config_settings(spec, paths, tools, backend_is_skbuild)
-    args.append(seen / "src")
+    args.append(seen / "src" / spec.subdirectory if spec.subdirectory else seen / "src")
     with log.open("a", encoding="utf-8") as fh:
         fh.write(scrub(  # a fetchcontent URL's token stays out of a log the store keeps
             f"# envlock build {spec.name} {plan_.input_digest}\n"

@@ -19,7 +19,9 @@ what the store holds. ``--offline``, a requirement with no wheel in the store is
 A FetchContent input is pinned as a source is: a tag or branch is resolved to its commit once
 (``git ls-remote``) and the lock keeps that commit while the spec's rev is unchanged; an
 archive is held to the spec's sha256, else to the one the lock recorded for the same URL,
-else hashed now (at lock time) for the lock to record.
+else hashed now (at lock time) for the lock to record. ``envlock lock`` only pins them
+(``pin_input``): a commit needs no fetch, a tag only ``git ls-remote``, an archive one download
+the first time; ``envlock build`` fetches them all, first.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from envlock.store.store import Store, store_file
 class FetchedInput:
     """A FetchContent input in the store, and what pins it (recorded in the lock)."""
 
-    tree: Path
+    tree: Path | None  # None: pinned, not fetched (``envlock lock`` reads no FetchContent input)
     pin: LockedFetchContent
     downloaded: int = 0  # bytes of an archive received this run
 
@@ -89,6 +91,24 @@ def fetch_input(dep: FetchContentInput, store: Store, *, mirror: str | None,
     return FetchedInput(got.tree, LockedFetchContent(url=redact(dep.url), sha256=got.sha256), got.downloaded)
 
 
+def pin_input(dep: FetchContentInput, store: Store, *, mirror: str | None,
+              recorded: LockedFetchContent | None) -> FetchedInput:
+    """``dep``'s pin, fetching no more than pinning needs (a lock's resolution reads no FetchContent input):
+    nothing for a commit, an archive with a sha256 or what the lock recorded for the spec's URL and rev; a
+    ``git ls-remote`` for a tag or branch; the archive downloaded once (hashed, and kept in the store for
+    the build) when nothing gives its sha256. ``SourceError`` if it cannot be."""
+    pin = known_pin(dep, recorded)
+    if pin is not None:
+        return FetchedInput(None, pin)
+    if dep.git is not None:
+        rev = dep.rev or "HEAD"
+        commit = sources.resolve_rev(dep.git, rev, store=store, fetch_from=mirror)
+        return FetchedInput(None, LockedFetchContent(git=dep.git, commit=commit, rev=None if rev == commit else rev))
+    assert dep.url is not None
+    got = sources.fetch_archive(store, dep.url, None, fetch_from=mirror)
+    return FetchedInput(None, LockedFetchContent(url=dep.url, sha256=got.sha256), got.downloaded)
+
+
 # -- every input at once, failures together ----------------------------------
 
 
@@ -123,17 +143,19 @@ def raise_unreachable(failures: Sequence[Unreachable], origin: Path | str,
 
 
 def fetch_fetchcontent(builds: Sequence[BuildSpec], store: Store, mirrors: Mapping[str, str],
-                       lock: Lock | None) -> tuple[dict[str, dict[str, FetchedInput]], list[Unreachable]]:
-    """Each FetchContent input of ``builds`` fetched (by build, then input name), and those that could not be."""
+                       lock: Lock | None, *, pin_only: bool = False,
+                       ) -> tuple[dict[str, dict[str, FetchedInput]], list[Unreachable]]:
+    """Each FetchContent input of ``builds`` fetched (by build, then input name), and those that could not be.
+    ``pin_only``: pinned (``pin_input``: what a lock needs), not fetched."""
     got: dict[str, dict[str, FetchedInput]] = {}
     failed: list[Unreachable] = []
+    get = pin_input if pin_only else fetch_input
     for b in builds:
         recorded = lock.fetchcontent.get(b.name, {}) if lock is not None else {}
         got[b.name] = {}
         for dep in b.fetchcontent:
             try:
-                got[b.name][dep.name] = fetch_input(dep, store, mirror=mirrors.get(dep.name),
-                                                    recorded=recorded.get(dep.name))
+                got[b.name][dep.name] = get(dep, store, mirror=mirrors.get(dep.name), recorded=recorded.get(dep.name))
             except SourceError as exc:
                 failed.append(Unreachable(f"builds.{b.name}.fetchcontent.{dep.name}", dep.name, exc,
                                           dep.name in mirrors))

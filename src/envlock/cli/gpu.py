@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from envlock.cli.render import count, json_option, out
+from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out
 from envlock.gpu.drivers import needs
 from envlock.workspace import Workspace
 
@@ -15,7 +15,7 @@ def cmd_kernels(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.commands import kernels
 
     with ui.progress(quiet=args.quiet or args.json) as bar:
-        report = kernels.kernels_env(ws, args.target, offline=args.offline, progress=bar)
+        report = kernels.kernels_env(ws, args.target, offline=args.offline, progress=bar, asked=mirror_options(args))
 
     def text() -> str:
         lines = []
@@ -89,6 +89,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "Exit: 0, 1 a GPU of [env] gpus has a package with no kernel for it, 2 bad input.")
     p.add_argument("target", metavar="ENV|WHEEL|FOLDER", help="env name (locks/pylock.ENV.toml), a .whl or a folder")
     p.add_argument("--offline", action="store_true", help="read only the wheels the store already holds")
+    mirror_flags(p)
     p.set_defaults(needs_workspace=False)  # a wheel or a folder needs none; an env name is looked up in it
     json_option(p)
     p = add("doctor", cmd_doctor, "this machine's driver and GPUs against the env (NVML)",

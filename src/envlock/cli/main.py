@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from envlock import __version__
-from envlock.cli.render import GLOBAL_OPTIONS, count, json_option, mirror_flags, out
-from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, redact, scrub
+from envlock.cli.render import GLOBAL_OPTIONS, count, json_option, mirror_flags, mirror_options, out
+from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, scrub
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -60,23 +60,8 @@ def _status(args: argparse.Namespace, message: str) -> Iterator[Callable[[str], 
         yield lambda text: status.update(text)
 
 
-def _index_pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str]:
-    what = "index" if option == "--index" else "source"
-    out = {}
-    for pair in pairs:
-        name, sep, url = pair.partition("=")
-        # A name holds none of ":/@": else NAME= was left out and the "=" is the URL's own (a password's).
-        if not sep or not name or not url or any(c in name for c in ":/@"):
-            raise UsageError(f"{option} {redact(pair)!r}: expected NAME=URL (a spec {what} name and the mirror's URL)")
-        out[name] = url
-    return out
-
-
 def _mirror_options(args: argparse.Namespace) -> MirrorOptions:
-    from envlock.model.mirrors import MirrorOptions
-
-    return MirrorOptions(_index_pairs(getattr(args, "index", [])), _index_pairs(getattr(args, "source", []),
-                                                                                 "--source"))
+    return mirror_options(args)
 
 
 # -- commands -----------------------------------------------------------------
@@ -137,9 +122,8 @@ _DATE_STATUS = {"usable": "usable", "other-platforms": "other platforms", "kept"
 
 def cmd_nightlies(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.commands import nightlies
-    from envlock.model.mirrors import MirrorOptions
 
-    result = nightlies.nightlies_env(ws, args.env, args.package, MirrorOptions(_index_pairs(args.index)))
+    result = nightlies.nightlies_env(ws, args.env, args.package, _mirror_options(args))
 
     def text() -> str:
         lines = []
@@ -502,11 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "changes the exit code)")
     p.add_argument("--offline", action="store_true",
                    help="with --check: read no index (the yanked files are not checked; a note says so)")
-    p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
-                   help="resolve spec index NAME against URL (a mirror); repeatable")
-    p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
-                   help="fetch git source NAME's pinned commit from URL (a local clone or mirror; the commit "
-                   "is verified and the lock keeps the spec's URL); also ENVLOCK_SOURCE_<NAME>=URL; repeatable")
+    mirror_flags(p)
     p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=cache.TRUSTED_HELP)
     json_option(p)
 
@@ -519,8 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Mirrors: --index NAME=URL or ENVLOCK_INDEX_<NAME>=URL read a spec index at another URL.")
     p.add_argument("env", metavar="ENV", help="env name (envs/ENV.toml)")
     p.add_argument("package", nargs="?", metavar="PKG", help="only this nightly-pinned package")
-    p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
-                   help="read spec index NAME at URL (a mirror); repeatable")
+    mirror_flags(p)
     json_option(p)
 
     p = add("diff", cmd_diff, "what changes between two locks (the upgrade report)",
@@ -565,12 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "built wheels must be in the store or the wheelhouse); the first sync still records the venv "
                    "digest in a lock file (not in PATH@REV, nor with --frozen)")
     p.set_defaults(needs_workspace=_without_lock)
-    p.add_argument("--index", action="append", default=[], metavar="NAME=URL",
-                   help="download the wheels locked from spec index NAME from the mirror at URL instead (the file "
-                   "of the same name it lists; the lock's sha256 decides), and lock against it if locking; "
-                   "also ENVLOCK_INDEX_<NAME>=URL; repeatable")
-    p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
-                   help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
+    mirror_flags(p, why=": the wheels locked from it are downloaded from there (the file of the same name it lists), "
+                 "and a lock, if locking, is made against it")
     p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=cache.TRUSTED_HELP)
     json_option(p)
 
@@ -628,8 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--override-source", action="append", default=[], metavar="NAME=PATH",
                    help="build source NAME from a local tree instead of its pin, the spec's patches applied on "
                    "top (so give it unpatched); never recorded in the lock")
-    p.add_argument("--source", action="append", default=[], metavar="NAME=URL",
-                   help="fetch git source NAME's pinned commit from URL (verified; also ENVLOCK_SOURCE_<NAME>=URL)")
+    mirror_flags(p)
     p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=cache.TRUSTED_HELP)
     json_option(p)
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from envlock.cli.render import count, json_option, out
+from envlock.cli.render import count, json_option, mirror_flags, out
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -155,8 +155,7 @@ def add_patch_commands(padd: Callable[[str, Callable[[argparse.Namespace, Worksp
              "`patch rebase` would, with the upstream commits that touch each patch's files and lines")
     q.add_argument("env", metavar="ENV")
     q.add_argument("--against", metavar="REV", help="a commit, branch or tag of the source's repository")
-    q.add_argument("--source", action="append", default=[], metavar="NAME=URL",
-                   help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
+    mirror_flags(q)
     json_option(q)
     q = padd("edit", cmd_patch_edit, "check the patched tree of SOURCE out into a work dir (a git repo, "
              "one commit per patch)")
@@ -167,8 +166,7 @@ def add_patch_commands(padd: Callable[[str, Callable[[argparse.Namespace, Worksp
                    help="check out REV instead of the pin (an upgrade): patches apply up to the first conflict, "
                    "which is applied as far as it goes (3-way, with conflict markers); finish it and record "
                    "with --refresh")
-    q.add_argument("--source", action="append", default=[], metavar="NAME=URL",
-                   help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
+    mirror_flags(q)
     json_option(q)
     q = padd("rebase", cmd_patch_rebase, "move SOURCE to REV carrying its patches, as git rebase does (3-way)")
     q.description = (
@@ -187,8 +185,7 @@ def add_patch_commands(padd: Callable[[str, Callable[[argparse.Namespace, Worksp
                    "was never changed)")
     q.add_argument("--dir", type=Path,
                    help="work dir (default: rebase/ENV-SOURCE in the store, under $ENVLOCK_HOME; removed when done)")
-    q.add_argument("--source", action="append", default=[], metavar="NAME=URL",
-                   help="fetch git source NAME from URL (a local clone or mirror; also ENVLOCK_SOURCE_<NAME>=URL)")
+    mirror_flags(q)
     json_option(q)
     q.set_defaults(needs_workspace=False)  # --continue and --abort read it from the work dir
     q = padd("record", cmd_patch_record, "write a work dir's edits as the next patches/SOURCE/NNNN-title.patch")

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from envlock.cli.render import count, json_option, mirror_flags, out
+from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -30,8 +30,8 @@ def cmd_export(args: argparse.Namespace, ws: Workspace) -> int:
         raise UsageError("export: expected --out DIR|FILE.tar, where to write the bundle")
     with ui.progress(quiet=args.quiet or args.json) as bar:
         result = export.export_env(ws, args.env, args.lock, target.absolute(), progress=bar,
-                                      asked=args.mirror_options(args))
-    for note in result.notes:
+                                      allow_pending=args.allow_pending, asked=mirror_options(args))
+    for note in result.notes:  # loud, also under --json
         print(f"envlock: note: {note}", file=sys.stderr)
 
     def text() -> str:
@@ -144,7 +144,7 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
                          "after `--`")
     options = bisect.BisectOptions(good=args.good, bad=args.bad, nightly=args.nightly,
                                       cmd=tuple(args.cmd[cut + 1:]), output=2,  # CMD's stdout to stderr
-                                      mirrors=args.mirror_options(args))
+                                      mirrors=mirror_options(args))
 
     def on_step(step: bisect.Step) -> None:
         if not (args.json or args.quiet):
@@ -157,8 +157,10 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
                  f"({report.candidates[0]} good .. {report.candidates[-1]} bad), {count(len(report.steps), 'step')}"]
         lines += [f"  {_step_line(s)}" for s in report.steps]
         if report.maybe:
-            lines.append(f"first bad is one of: {', '.join([*report.maybe, str(report.first_bad)])} "
-                         "(skipped candidates could not be told)")
+            skipped = "every candidate tried was skipped" if all(s.result == bisect.SKIP for s in report.steps) \
+                else "skipped candidates could not be told"
+            lines.append(f"first bad is one of: {', '.join([*report.maybe, str(report.first_bad)])} ({skipped}; "
+                         f"exit {bisect.CANNOT_TELL}: cannot tell)")
         else:
             lines.append(f"first bad: {report.first_bad} (last good: {report.last_good})")
         if report.diff is not None:
@@ -173,7 +175,7 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
         return "\n".join(lines)
 
     out(args, report.to_dict(), text)
-    return 0
+    return 0 if report.found else bisect.CANNOT_TELL
 
 
 def _bisect_options() -> argparse.ArgumentParser:
@@ -209,7 +211,10 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--out", type=Path, metavar="DIR|FILE.tar",
                    help="where to write it: a new folder, or a .tar file (written under a temp name, then renamed)")
     p.add_argument("--to", type=Path, help=argparse.SUPPRESS)  # the old spelling of --out
-    mirror_flags(p, source=False, why=": the wheels and backend wheels the store lacks are downloaded from it")
+    p.add_argument("--allow-pending", action="store_true",
+                   help="export a lock whose local builds are not built yet, without them (refused otherwise: "
+                   "the bundle could neither sync nor rebuild them); a note names each")
+    mirror_flags(p, why=": the wheels and backend wheels the store lacks are downloaded from it")
     json_option(p)
 
     p = add("import", cmd_import, "add an exported closure to the store (every file hash-checked) and pin its lock",
@@ -264,7 +269,9 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "generation and runs CMD in it as `envlock run` does: exit 0 good, 125 skip, 1-127 bad; a CMD that\n"
             "cannot start or dies of a signal stops the bisect. Prints each step, the first bad lock and what it\n"
             "changed against the last good one, and puts the env back on the generation current before.\n"
-            "CMD's output goes to stderr. Exit: 0 found, 1 stopped, 2 bad input, CMD's 126/127 if it cannot start.\n"
+            "CMD's output goes to stderr. Exit: 0 found, 125 cannot tell (the skipped candidates may be the first\n"
+            "bad: every one tried was skipped, as git bisect says it), 1 stopped, 2 bad input, CMD's 126/127 if it\n"
+            "cannot start.\n"
             "\n"
             "Options (after ENV, before `--`):\n"
             "  --good REV --bad REV   a revision whose lock is good, and a later one whose lock is bad\n"

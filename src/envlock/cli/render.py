@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import argparse
+
+    from envlock.model.mirrors import MirrorOptions
 
 #: Each command's help ends with this instead of repeating the global options (``envlock --help`` has them).
 GLOBAL_OPTIONS = ("global options, before or after the command: --root DIR, --debug, -q, --keyring-provider, "
@@ -29,16 +31,43 @@ def out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str])
             print(rendered)
 
 
-def mirror_flags(parser: argparse.ArgumentParser, *, source: bool = True, why: str = "") -> None:
-    """``--index NAME=URL`` (and ``--source NAME=URL``): the mirrors, with one meaning in every command that
-    reads an index or fetches a git source (docs/cli.md, "Mirrors"); ``why``: what this command reads."""
-    parser.add_argument("--index", action="append", default=[], metavar="NAME=URL",
-                        help="read spec index NAME at the mirror URL (also ENVLOCK_INDEX_<NAME>=URL; repeatable)" + why)
-    if source:
-        parser.add_argument("--source", action="append", default=[], metavar="NAME=URL",
-                            help="fetch git source NAME from URL (also ENVLOCK_SOURCE_<NAME>=URL; repeatable)")
-
-
 def json_option(parser: argparse.ArgumentParser) -> None:
     """The ``--json`` every command takes, read by ``out``."""
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+
+def mirror_flags(parser: argparse.ArgumentParser, *, source: bool = True, why: str = "") -> None:
+    """``--index NAME=URL`` and ``--source NAME=URL``: one set for every command that reads an index or a
+    source, as ``ENVLOCK_INDEX_<NAME>`` / ``ENVLOCK_SOURCE_<NAME>`` are read by every command (a mirror a
+    command does not read is checked, and unused; docs/cli.md, "Mirrors"). ``why``: what this command
+    reads at the index; ``source=False`` only for a command that fetches no source at all (``cache push``)."""
+    parser.add_argument("--index", action="append", default=[], metavar="NAME=URL",
+                        help="read spec index NAME at URL (a mirror: the lock's sha256 decides what is taken); "
+                        "also ENVLOCK_INDEX_<NAME>=URL; repeatable" + why)
+    if source:
+        parser.add_argument("--source", action="append", default=[], metavar="NAME=URL",
+                            help="fetch git source or FetchContent input NAME from URL (a local clone or mirror: "
+                            "the commit or sha256 is checked, the lock keeps the spec's URL); also "
+                            "ENVLOCK_SOURCE_<NAME>=URL; repeatable")
+
+
+def mirror_options(args: argparse.Namespace) -> MirrorOptions:
+    """The ``--index`` and ``--source`` pairs of ``args`` (``mirror_flags``), checked: ``UsageError`` for
+    one that is not NAME=URL."""
+    from envlock.model.mirrors import MirrorOptions
+
+    return MirrorOptions(_pairs(getattr(args, "index", []), "--index"), _pairs(getattr(args, "source", []), "--source"))
+
+
+def _pairs(pairs: Sequence[str], option: str) -> dict[str, str]:
+    from envlock.errors import UsageError, redact
+
+    what = "index" if option == "--index" else "source"
+    out = {}
+    for pair in pairs:
+        name, sep, url = pair.partition("=")
+        # A name holds none of ":/@": else NAME= was left out and the "=" is the URL's own (a password's).
+        if not sep or not name or not url or any(c in name for c in ":/@"):
+            raise UsageError(f"{option} {redact(pair)!r}: expected NAME=URL (a spec {what} name and the mirror's URL)")
+        out[name] = url
+    return out

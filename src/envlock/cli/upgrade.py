@@ -12,6 +12,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
+from envlock.cli.render import mirror_flags
+
 if TYPE_CHECKING:
     from envlock.model.mirrors import MirrorOptions
     from envlock.workspace import Workspace
@@ -29,7 +31,7 @@ def add_upgrade(add: Callable[..., argparse.ArgumentParser],
 
         args.json = args.json or args.format == "json"  # before the work: its errors are a JSON document too
         options = upgrade.UpgradeOptions.given(args.nightly, args.rev, args.versions, args.dry_run,
-                                                 mirror_options(args))
+                                                 mirror_options(args), fix_renames=args.fix_renames)
         with status(args, message := f"upgrading envs/{args.env}.toml") as say:
             result = upgrade.upgrade(ws, args.env, options, progress=ui.StatusProgress(say, message))
         if args.json:
@@ -41,7 +43,8 @@ def add_upgrade(add: Callable[..., argparse.ArgumentParser],
     p = add("upgrade", cmd_upgrade, "move nightlies, source revs or versions in envs/ENV.toml, relock, report",
             "Edit envs/ENV.toml in place (comments and layout kept), relock, print what the lock changes. A moved\n"
             "source's patches must apply at the new commit; the spec and lock are written together at the end, or\n"
-            "not at all (exit 1); --dry-run writes nothing and prints the same report. e.g.\n"
+            "not at all (exit 1, every problem found named with its fix); --dry-run writes nothing and prints the\n"
+            "same report. e.g.\n"
             "  envlock upgrade qwen35 --nightly latest --rev sglang=release --dry-run   (the example world's env:\n"
             "  python examples/world/serve.py --dir /tmp/world; docs/upgrading.md)")
     p.add_argument("env", metavar="ENV")
@@ -52,9 +55,11 @@ def add_upgrade(add: Callable[..., argparse.ArgumentParser],
                    help="pin git source SOURCE to the commit REV (a branch or tag: kept in a comment) names now")
     p.add_argument("--version", action="append", default=[], dest="versions", metavar="PKG=SPEC",
                    help="set PKG to SPEC (0.6.6: ==0.6.6); its same-version set and the overrides pinning it move too")
+    p.add_argument("--fix-renames", action="store_true",
+                   help="move each build whose project upstream renamed (its [builds.NAME...] tables and its "
+                   "package entry) to the new name, every comment kept")
     p.add_argument("--dry-run", action="store_true", help="write nothing (spec, lock, patches); the same report")
-    p.add_argument("--index", action="append", default=[], metavar="NAME=URL", help="read spec index NAME at URL")
-    p.add_argument("--source", action="append", default=[], metavar="NAME=URL", help="fetch git source NAME from URL")
+    mirror_flags(p)
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="the report for a terminal, as a block for a pull request, or one JSON document")
     p.add_argument("--json", action="store_true", help="the same as --format json")

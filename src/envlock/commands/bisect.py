@@ -45,6 +45,9 @@ from envlock.store.store import Store
 from envlock.workspace import Workspace, check_env_name
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
+#: The exit of a bisect that could not tell the first bad candidate (every candidate it tried between
+#: the ends was skipped, or skipped ones may be it): ``git bisect run``'s "cannot tell" code.
+CANNOT_TELL = 125
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -92,6 +95,11 @@ class BisectReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
+    def found(self) -> bool:
+        """Whether the first bad candidate is told (no skipped candidate may be it instead)."""
+        return not self.maybe
+
+    @property
     def max_steps(self) -> int:
         """Steps a search without skips takes at most: ceil(log2) of the candidates after the good one."""
         return math.ceil(math.log2(max(len(self.candidates) - 1, 1)))
@@ -100,7 +108,8 @@ class BisectReport:
         return {"env": self.env, "mode": self.mode, "candidates": list(self.candidates),
                 "steps": [s.to_dict() for s in self.steps], "first_bad": self.first_bad, "last_good": self.last_good,
                 "maybe": list(self.maybe), "diff": self.diff.to_dict() if self.diff else None,
-                "restored": self.restored, "max_steps": self.max_steps, "notes": list(self.notes)}
+                "restored": self.restored, "max_steps": self.max_steps, "notes": list(self.notes),
+                "found": self.found}
 
 
 def search(count: int, test: Callable[[int], str]) -> tuple[int, int, list[int]]:
@@ -142,6 +151,10 @@ def bisect(ws: Workspace, env: str, options: BisectOptions,
         raise UsageError("envlock bisect ENV ... -- CMD...: no command given after `--`")
     if (options.nightly is None) == (options.good is None and options.bad is None):
         raise UsageError("envlock bisect: give either --good REV --bad REV, or --nightly DATE..DATE")
+    if options.mirrors.indexes or options.mirrors.sources:  # checked once, not as a skip at every step
+        from envlock.model.mirrors import Mirrors
+
+        Mirrors.of(load_env_spec(ws, env, check_paths=False), options.mirrors)
     store = Store.open()
     before = generations.current_number(store, env)
     cands = _nightly_candidates(ws, env, store, options.nightly, options.mirrors) if options.nightly else \

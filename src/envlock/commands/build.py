@@ -105,10 +105,11 @@ def prepare_inputs(
     names: set[str] | None = None,
     builds: Sequence[BuildSpec] = (),
     mirrors: Mirrors | None = None,
+    pin_only: bool = False,
 ) -> tuple[dict[str, SourceState], dict[str, dict[str, FetchedInput]]]:
     """Every git or URL input first -- the sources (only ``names``, if given) and the FetchContent
-    inputs of ``builds`` -- each tried, those that cannot be fetched named together in one error
-    (before any wheel is downloaded); then each source's patches applied."""
+    inputs of ``builds`` (``pin_only``: pinned, not fetched) -- each tried, those that cannot be fetched
+    named together in one error (before any wheel is downloaded); then each source's patches applied."""
     mirrors = mirrors or Mirrors()
     overrides = overrides or {}
     unknown = sorted(set(overrides) - set(spec.sources))
@@ -128,7 +129,7 @@ def prepare_inputs(
             if src.git is None or isinstance(exc, SourceTreeError):
                 raise
             failed.append(Unreachable(f"sources.{name}", name, exc, name in mirrors.sources))
-    fetched, fc_failed = build_inputs.fetch_fetchcontent(builds, store, mirrors.sources, lock)
+    fetched, fc_failed = build_inputs.fetch_fetchcontent(builds, store, mirrors.sources, lock, pin_only=pin_only)
     deps = {f"builds.{b.name}.fetchcontent.{d.name}": (b.name, d) for b in builds for d in b.fetchcontent}
 
     def single(f: Unreachable) -> Exception:
@@ -162,12 +163,14 @@ def _patched(ws: Workspace, store: Store, src: SourceSpec, prepared: sources.Pre
 
 def sources_for_lock(ws: Workspace, spec: EnvSpec, store: Store, old: Lock | None,
                      mirrors: Mirrors) -> tuple[dict[str, SourceState], dict[str, dict[str, FetchedInput]]]:
-    """Every source of the spec prepared for ``lock`` (the commits ``old`` pinned are kept), and every
-    FetchContent input of its builds fetched (the tags' commits and archives' sha256 ``old`` pinned are
-    kept): all before the resolution downloads anything."""
+    """Every source of the spec prepared for ``lock`` (the commits ``old`` pinned are kept: their trees give
+    the built packages' metadata), and every FetchContent input of its builds pinned, not fetched (the
+    resolution reads none of them; the tags' commits and archives' sha256 ``old`` pinned are kept): all
+    before the resolution downloads anything."""
     if not spec.sources:
         return {}, {}
-    return prepare_inputs(ws, spec, store, lock=old, builds=list(spec.builds.values()), mirrors=mirrors)
+    return prepare_inputs(ws, spec, store, lock=old, builds=list(spec.builds.values()), mirrors=mirrors,
+                          pin_only=True)
 
 
 def _project_name(project: Path) -> str | None:
@@ -184,28 +187,37 @@ def resolve_build_inputs(
     spec: EnvSpec, states: Mapping[str, SourceState]
 ) -> tuple[dict[Any, Path], tuple[str, ...], dict[str, str]]:
     """For the resolver: each built package's patched source dir (its metadata), the build
-    requirements of ``isolation = false`` builds (locked with the env), and the builds' env."""
+    requirements of ``isolation = false`` builds (locked with the env), and the builds' env.
+    ``SpecError`` naming every build whose folder is missing or whose project has another name."""
     build_sources: dict[Any, Path] = {}
     extra: set[str] = set()
     env: dict[str, str] = {}
+    problems: list[str] = []
     for pkg in spec.packages.values():
         if pkg.build and pkg.build in spec.builds:
             b = spec.builds[pkg.build]
             tree = states[b.source].patched.tree
             project = tree / b.subdirectory if b.subdirectory else tree
             if not project.is_dir():  # else uv reports "Distribution not found" as a failed resolution
-                raise SpecError(f"{spec.path}: builds.{pkg.build}.subdirectory: expected a folder of source "
-                                f"{b.source!r} (as patched), found no {b.subdirectory!r} there")
+                problems.append(f"builds.{pkg.build}.subdirectory: expected a folder of source {b.source!r} (as "
+                                f"patched), found no {b.subdirectory!r} there")
+                continue
             if (named := _project_name(project)) is not None and canonicalize_name(named) != pkg.name:
                 # Else uv's "metadata name does not match" reads as a failed resolution, exit 1.
                 where = f"{b.subdirectory}/pyproject.toml" if b.subdirectory else "pyproject.toml"
-                raise SpecError(f"{spec.path}: [builds.{pkg.build}]: source {b.source!r} builds project "
-                                f"{named!r} ({where}), expected {pkg.build!r}: a build makes the package of its "
-                                f"own name; name the build (and its package) {named!r}")
+                problems.append(f"[builds.{pkg.build}]: source {b.source!r} builds project {named!r} ({where}), "
+                                f"expected {pkg.build!r}: a build makes the package of its own name; name the build "
+                                f"(and its package) {named!r}: `envlock upgrade {spec.name} --fix-renames` moves its "
+                                "tables and its package entry")
+                continue
             build_sources[pkg.name] = project
             env.update(b.env)
             if not b.isolation:
                 extra.update(b.requires)
+    if len(problems) == 1:
+        raise SpecError(f"{spec.path}: {problems[0]}")
+    if problems:
+        raise SpecError(f"{spec.path}: {len(problems)} builds do not match their sources", details=problems)
     return build_sources, tuple(sorted(extra)), env
 
 
@@ -265,7 +277,7 @@ class BuildSession:
 
     def fetched(self, b: BuildSpec) -> dict[str, FetchedInput]:
         """``b``'s FetchContent inputs in the store: those fetched with the session's sources, else now."""
-        if b.name in self.inputs:
+        if b.name in self.inputs and all(f.tree is not None for f in self.inputs[b.name].values()):
             return dict(self.inputs[b.name])
         got, failed = build_inputs.fetch_fetchcontent([b], self.store, self.mirrors.sources, self.lock)
         deps = {f"builds.{b.name}.fetchcontent.{d.name}": d for d in b.fetchcontent}
@@ -274,18 +286,20 @@ class BuildSession:
         return got[b.name]
 
     def request(self, b: BuildSpec, env_packages: tuple[requirements.BuildEnvPackage, ...],
-                recorded: LockedBuild | None = None) -> builder.BuildRequest:
+                recorded: LockedBuild | None = None, *, digest_only: bool = False) -> builder.BuildRequest:
         """What to build for ``b`` (its source prepared, its FetchContent inputs fetched);
-        ``recorded``'s build requirements are taken instead of resolving them anew (a frozen rebuild)."""
+        ``recorded``'s build requirements are taken instead of resolving them anew (a frozen rebuild).
+        ``digest_only``: only to compare its input digest (a lock): its FetchContent inputs' pins, not trees."""
         state = self.states[b.source]
-        inputs = self.fetched(b)
+        inputs = dict(self.inputs.get(b.name, {})) if digest_only else self.fetched(b)
         return builder.BuildRequest(
             b, state.patched.tree, state.prepared.source_date_epoch, self.spec.python, self.spec.platform,
             self.index_url, () if b.isolation else env_packages,
             recorded.requirements if recorded is not None else None,
-            {name: f.tree for name, f in inputs.items()},
+            {name: f.tree for name, f in inputs.items() if f.tree is not None},
             {name: f.pin.recipe(name) for name, f in inputs.items()},
             (recorded.toolchain or None) if recorded is not None else None,
+            digest_only=digest_only,
         )
 
     def with_backend(self, plan_: builder.BuildPlan) -> builder.BuildPlan:
@@ -315,7 +329,7 @@ def checkout_fetchcontent(b: BuildSpec, store: Store, mirrors: Mapping[str, str]
     deps = {f"builds.{b.name}.fetchcontent.{d.name}": d for d in b.fetchcontent}
     build_inputs.raise_unreachable(failed, Path(f"[builds.{b.name}]"),
                                   lambda f: build_inputs.fetchcontent_error(b.name, f, deps[f.key]))
-    return {name: f.tree for name, f in got[b.name].items()}
+    return {name: f.tree for name, f in got[b.name].items() if f.tree is not None}
 
 
 @dataclass(frozen=True)
@@ -705,7 +719,7 @@ def carry_builds(session: BuildSession, old: Lock | None
         package = old_packages.get(canonicalize_name(b.name))
         if recorded is None or package is None:
             continue  # nothing to keep
-        request = session.request(b, env_packages)
+        request = session.request(b, env_packages, digest_only=True)  # a lock fetches no FetchContent input
         planned = builder.plan(request, session.store)
         if planned.input_digest == recorded.input_digest:
             kept_builds[b.name] = recorded

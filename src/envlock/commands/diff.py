@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from envlock.commands.lockrefs import load_lock_ref
+from envlock.commands.lockrefs import load_lock_ref, spec_at
 from envlock.errors import EnvlockError
 from envlock.model.spec import load_env_spec
 from envlock.resolution.drift import drift
@@ -39,6 +39,8 @@ def diff_refs(ws: Workspace, old: str, new: str,
         if not stale.current:
             notes.append(f"{ws.relative(ref.path)} is stale for envs/{env}.toml ({'; '.join(stale.reasons)}); "
                          f"run `envlock lock {env}` to diff what the spec asks for")
+    # The specs the two locks were made from, where git has them, as `upgrade` has both: the same reasons.
+    new_spec = spec_at(ws, after)
     report = upgrade_report(ws, before.lock, after.lock, old_label=before.label, new_label=after.label,
-                            options=options)
+                            old_spec=spec_at(ws, before) or new_spec, new_spec=new_spec, options=options)
     return report, (*notes, *report.notes)

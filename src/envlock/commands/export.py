@@ -66,11 +66,13 @@ class ExportResult:
     files: int
     bytes: int
     fetched: int  # wheels brought into the store first
-    notes: tuple[str, ...] = ()  # entries left out, and why
+    pending: tuple[str, ...] = ()  # local builds the lock has not built (--allow-pending): not carried
+    notes: tuple[str, ...] = ()  # entries left out (a pending build among them), and why
 
     def to_dict(self) -> dict[str, Any]:
         return {"env": self.env, "lock": self.lock, "to": str(self.to), "entries": dict(self.entries),
-                "files": self.files, "bytes": self.bytes, "fetched": self.fetched, "notes": list(self.notes)}
+                "files": self.files, "bytes": self.bytes, "fetched": self.fetched, "pending": list(self.pending),
+                "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)
@@ -90,17 +92,26 @@ class ImportResult:
                 "bytes": self.bytes, "pin": self.pin.to_dict(), "lock": str(self.pin.path), "notes": list(self.notes)}
 
 
-def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
-               progress: Progress | None = None, asked: MirrorOptions | None = None) -> ExportResult:
+def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *, progress: Progress | None = None,
+               allow_pending: bool = False, asked: MirrorOptions | None = None) -> ExportResult:
     """Write the closure of ``env``'s lock (or ``ref``) to ``to`` (a folder, or ``*.tar``); what the store
-    lacks is downloaded through the mirrors ``asked`` (``--index``, ``--source``) as a sync does."""
+    lacks is downloaded through the mirrors ``asked`` (``--index``, ``--source``) as a sync does. A lock
+    whose local builds are pending (locked, not built) is refused: the bundle could not rebuild nor sync
+    them (``allow_pending``: written without them, and the result's ``notes`` say so)."""
     if to.exists() and not (to.is_dir() and not any(to.iterdir())):
         raise UsageError(f"--out {to}: already exists; expected a new path (a folder, or FILE.tar)")
     data, label = lock_bytes(ws, env, ref, "export")
     lock = Lock.from_toml(data.decode("utf-8"), label)
+    if (pending := lock.unbuilt()) and not allow_pending:
+        many = len(pending) != 1
+        raise LockError(f"{label}: {len(pending)} local build{'s' if many else ''} not built for this lock "
+                        f"({', '.join(pending)}): the bundle would carry no wheel of {'them' if many else 'it'} "
+                        "(nor a build record or backend wheels), and a sync of it (`--offline` too) would be refused; "
+                        f"build first (`envlock build {env}`), or export the rest with --allow-pending")
     store = Store.open()
     with store.writing():  # no gc while the entries are read
-        fetched = _fetch_wheels(store, lock, ws, asked) + _fetch_backends(store, lock, ws, env, label, asked)
+        mirrors = _mirrors(ws, env, asked)  # every mirror asked for is checked, used or not
+        fetched = _fetch_wheels(store, lock, ws, asked) + _fetch_backends(store, lock, ws, env, label, mirrors)
         needed, notes = _plan(store, lock, label, env)
         counts: dict[str, int] = {}
         with bundleio.open_writer(to) as writer:
@@ -113,7 +124,25 @@ def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *,
             manifest = bundle.Bundle(env, f"pylock.{env}.toml", lock_sha, label, tuple(entries))
             writer.add_bytes(bundle.MANIFEST, bundle.manifest_bytes(manifest))
     return ExportResult(env, label, to, counts, sum(len(e.files) for e in entries) + 2,
-                        sum(e.size for e in entries) + len(data), fetched, tuple(notes))
+                        sum(e.size for e in entries) + len(data), fetched, pending,
+                        tuple(_pending_note(env, name) for name in pending) + tuple(notes))
+
+
+def _pending_note(env: str, name: str) -> str:
+    return (f"{name}: not built for this lock, so the bundle carries no wheel of it (nor a build record or "
+            f"backend wheels): a sync of it, offline too, needs `envlock build {env}` first")
+
+
+def _mirrors(ws: Workspace, env: str, asked: MirrorOptions | None) -> Mirrors:
+    """The mirrors of the workspace's spec of ``env`` (``asked`` and the environment's); none without a spec
+    that reads (then a mirror asked for is an error: mirrors are named by the spec's indexes)."""
+    try:
+        spec = load_env_spec(ws, env, check_paths=False)
+    except EnvlockError:
+        if asked is not None and (asked.indexes or asked.sources):
+            raise
+        return Mirrors()
+    return Mirrors.of(spec, asked)
 
 
 def _commit_object(store: Store, lock: Lock, label: str, ref: EntryRef) -> dict[str, bytes] | None:
@@ -146,8 +175,7 @@ def _fetch_wheels(store: Store, lock: Lock, ws: Workspace, asked: MirrorOptions 
     return sum(1 for a in got.artifacts if a.source != "store")
 
 
-def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: str,
-                    asked: MirrorOptions | None = None) -> int:
+def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: str, mirrors: Mirrors) -> int:
     """Bring into the store a wheel of each build requirement the lock records that it holds none
     of (for this machine: a bundle is for a machine like the one that built), from the default index of
     the workspace's spec of ``env``, held to the locked hashes, as a build brings them in; how many."""
@@ -156,12 +184,9 @@ def _fetch_backends(store: Store, lock: Lock, ws: Workspace, env: str, label: st
                for name, b in sorted(lock.builds.items())}
     if not any(lacking.values()):
         return 0
-    try:
-        spec = load_env_spec(ws, env, check_paths=False)
-        mirrors = Mirrors.of(spec, asked)
-        url: str | None = index_urls(spec, mirrors.indexes)[spec.default_index.name]
-    except EnvlockError:
-        mirrors, url = Mirrors(), None  # no spec to read the index from: the error below names what is missing
+    spec = mirrors.spec
+    # No spec to read the index from: the error below names what is missing.
+    url = index_urls(spec, mirrors.indexes)[spec.default_index.name] if spec is not None else None
     with mirrors.credentials():
         for name, lines in lacking.items():
             try:

@@ -26,7 +26,7 @@ from envlock.model.lockfile import Artifact, Lock, LockedKernels, LockedPackage,
 from envlock.store.store import Store, store_file
 
 if TYPE_CHECKING:
-    from envlock.model.mirrors import Mirrors
+    from envlock.model.mirrors import MirrorOptions, Mirrors
     from envlock.model.spec import EnvSpec
     from envlock.progress import Progress
     from envlock.workspace import Workspace
@@ -278,7 +278,7 @@ def machine_note(lock: Lock) -> str:
 
 
 def kernels_env(ws: Workspace, target: str, *, offline: bool = False, progress: Progress | None = None,
-                ) -> KernelsReport:
+                asked: MirrorOptions | None = None) -> KernelsReport:
     """``envlock kernels TARGET``: an env's locked wheels (``TARGET`` an env name), or a wheel file or a
     folder (a path): what their binaries carry, and each GPU of the spec's ``[env] gpus`` against them."""
     path = Path(target)
@@ -297,7 +297,10 @@ def kernels_env(ws: Workspace, target: str, *, offline: bool = False, progress: 
         spec: EnvSpec | None = load_env_spec(ws, target, check_paths=False)
     except SpecError:
         spec = None  # a lock without a readable spec: no GPUs named, no mirrors
-    mirrors = Mirrors.of(spec) if spec is not None and not offline else None
+    if spec is None and asked is not None and (asked.indexes or asked.sources):
+        raise UsageError(f"--index/--source: mirrors are named by the spec's indexes, and envs/{target}.toml does "
+                         "not read (`envlock lock --check` says why)")
+    mirrors = Mirrors.of(spec, asked) if spec is not None and not offline else None
     store = Store.open()
     if mirrors is not None:
         with mirrors.credentials():

@@ -132,7 +132,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
         spec_keys=spec.key_digests(), packages=resolution.packages, requires_python=resolution.requires_python,
         nightlies=resolution.nightlies, sources={name: state.locked() for name, state in states.items()},
-        overridden=guarded.overridden, requires=guarded.requires,
+        overridden=guarded.overridden, allowed_overlaps=guarded.allowed, requires=guarded.requires,
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
     session = build.BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, progress,

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envlock import runner
-from envlock.errors import LockError, UsageError
+from envlock.errors import LockError, SpecError, UsageError
 from envlock.model.lockfile import Lock, read_lock
+from envlock.model.spec import EnvSpec, parse_spec
+from envlock.model.tomlio import load_toml
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ class LockRef:
     path: Path | None  # the file a sync may write the venv digest back to (None: read from git)
     folder: Path  # what the lock's relative ``path`` wheels are relative to
     env: str | None = None  # the env name it was given as (its workspace lock file), if so
+    at: tuple[Path, str] | None = None  # read from git: (the repository, the revision)
 
     @property
     def writable(self) -> bool:
@@ -126,7 +129,27 @@ def _git_lock(ws: Workspace, ref: str, path_part: str, rev: str) -> LockRef:
         text = shown.decode("utf-8")  # strictly, as read_lock reads a file
     except UnicodeDecodeError as exc:
         raise LockError(f"{ref}: not UTF-8 text (byte {exc.start}); not a lock file") from None
-    return LockRef(Lock.from_toml(text, ref), ref, None, path.parent)
+    return LockRef(Lock.from_toml(text, ref), ref, None, path.parent, at=(repo, rev))
+
+
+def spec_at(ws: Workspace, ref: LockRef) -> EnvSpec | None:
+    """The spec ``ref``'s lock was made from, when git has it: ``envs/ENV.toml`` at the revision a
+    ``PATH@REV`` lock was read at (None: a lock from a file, or no such spec there, or one that does
+    not read)."""
+    if ref.at is None or not ref.lock.env:
+        return None
+    repo, rev = ref.at
+    rel = (ws.root / "envs" / f"{ref.lock.env}.toml").resolve()
+    if not rel.is_relative_to(repo.resolve()):
+        return None
+    shown = runner.git(["show", f"{rev}:{rel.relative_to(repo.resolve()).as_posix()}"], cwd=repo)
+    if not shown.ok:
+        return None
+    origin = Path(f"envs/{ref.lock.env}.toml@{rev}")
+    try:
+        return parse_spec(load_toml(shown.stdout, origin, SpecError), name=ref.lock.env, origin=origin)
+    except SpecError:
+        return None
 
 
 def _lock_file_here(ws: Workspace, ref: str) -> bool:

@@ -52,9 +52,13 @@ class PatchCheck:
         lines = [f"Upstream: {self.status.upstream}"] if self.status.upstream else []
         if not self.commits:
             return [*lines, "no upstream commit touches its files"]
-        where = "lines within its hunks" if self.touch == "touched" else "its files, not its hunks"
         n = len(self.commits)
-        lines.append(f"{n} upstream commit{'' if n == 1 else 's'} touch{'es' if n == 1 else ''} {where}:")
+        touched = sum(1 for c in self.commits if c.touch == "touched")
+        head = f"{n} upstream commit{'' if n == 1 else 's'} touch{'es' if n == 1 else ''}"
+        if touched and touched < n:  # each counted where it touches: the list says which is which
+            lines.append(f"{head} its files: {touched} within its hunks, {n - touched} only elsewhere in them:")
+        else:
+            lines.append(f"{head} {'lines within its hunks' if touched else 'its files, not its hunks'}:")
         return lines + [f"  {c.commit[:12]} {c.touch:9} {c.subject}" for c in self.commits]
 
 
@@ -96,7 +100,7 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None,
     out: dict[str, tuple[PatchCheck, ...]] = {}
     commits: dict[str, str | None] = {}
     pins: dict[str, str | None] = {}
-    mirrors = Mirrors.of(spec, asked, read_indexes=False)
+    mirrors = Mirrors.of(spec, asked, read_indexes=bool(asked and asked.indexes))  # --index: checked, unused
     for name, src in sorted(spec.sources.items()):
         if not src.patches:
             continue
@@ -174,7 +178,7 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
     src = spec.sources[source]
     store = Store.open()
     lock = LockFile.read(ws.lock_path(env)).lock
-    mirrors = Mirrors.of(spec, asked, read_indexes=False)
+    mirrors = Mirrors.of(spec, asked, read_indexes=bool(asked and asked.indexes))  # --index: checked, unused
     prepared = source_at(ws, store, source, src, against=against, lock=lock, mirrors=mirrors)
     base = None
     if against is not None:  # the tree the patches were recorded on: what a conflict is merged against

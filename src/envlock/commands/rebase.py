@@ -159,7 +159,7 @@ def rebase(ws: Workspace, env: str, source: str, to: str, *, workdir: Path | Non
     spec = load_env_spec(ws, env)
     src = _git_source(spec.sources.get(source), source, ws.relative(spec.path))
     store = Store.open()
-    mirrors = Mirrors.of(spec, asked, read_indexes=False)
+    mirrors = Mirrors.of(spec, asked, read_indexes=bool(asked and asked.indexes))  # --index: checked, unused
     lock = LockFile.read(ws.lock_path(env)).lock
     pin = source_at(ws, store, source, src, against=None, lock=lock, mirrors=mirrors)
     target = source_at(ws, store, source, src, against=to, lock=lock, mirrors=mirrors)

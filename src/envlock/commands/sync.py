@@ -21,7 +21,7 @@ from envlock.commands.lockrefs import load_env_lock_ref
 from envlock.commands.realize import SyncResult, SyncTarget, realize
 from envlock.errors import FetchError, LockError, SpecError, UsageError
 from envlock.model.lockfile import Lock, read_lock
-from envlock.model.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_set
+from envlock.model.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_set, source_mirrors
 from envlock.model.spec import load_env_spec, read_spec
 from envlock.resolution.drift import NO_GRAPH, drift, frozen_drift, frozen_stamp_inputs, stamp_inputs, unvouched
 from envlock.store.store import Store
@@ -184,24 +184,24 @@ def _target(ws: Workspace, todo: SyncPlan, lock: Lock) -> tuple[SyncTarget, str]
 def _plan_ref(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
     """A ``--lock PATH[@REV]`` sync: that lock as it is, never relocked nor built; the spec, if it
     reads, only says which packages come from which (mirrored, private) index."""
-    if options.mirrors.sources:
-        raise UsageError(f"--source: `sync --lock {options.lock_ref}` neither locks nor builds, so it fetches no "
-                         "source")
     spec_file = ws.root / "envs" / f"{env}.toml"
-    if options.mirrors.indexes and not spec_file.is_file():
-        raise UsageError(f"--index {next(iter(options.mirrors.indexes))}=...: mirrors are named by spec index, and env "
-                         f"{env!r} has no spec ({ws.relative(spec_file)})")
+    given = [f"--index {n}" for n in options.mirrors.indexes] + [f"--source {n}" for n in options.mirrors.sources]
+    if given and not spec_file.is_file():
+        raise UsageError(f"{given[0]}=...: mirrors are named by the spec's indexes and sources, and env {env!r} has "
+                         f"no spec ({ws.relative(spec_file)})")
     mirrors, notes = Mirrors(), []
     if not options.offline and spec_file.is_file():
         try:
             spec = load_env_spec(ws, env, check_paths=False)
         except SpecError:
-            if options.mirrors.indexes:
+            if options.mirrors.indexes or options.mirrors.sources:
                 raise
             if index_vars_set():  # only ENVLOCK_INDEX_* asked: `--lock` syncs as it is, and says so
                 notes.append(f"ENVLOCK_INDEX_* is set, but {ws.relative(spec_file)} does not read (`envlock lock "
                              f"{env} --check` says why), so no mirror was applied to this sync's downloads")
         else:
+            # A --source is checked as every command checks it, and unused: this sync fetches no source.
+            source_mirrors(spec, options.mirrors.sources)
             mirrors = Mirrors(spec, index_mirrors(spec, options.mirrors.indexes))
     assert options.lock_ref is not None
     ref = load_env_lock_ref(ws, options.lock_ref, env, "sync")

@@ -20,14 +20,15 @@ import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from envlock import runner
 from envlock.build import sources
-from envlock.errors import EnvlockError
+from envlock.errors import EnvlockError, UsageError, redact
+from envlock.model.buildsystem import BuildSystem
 from envlock.model.lockdiff import (
     BuildFacts,
     Commit,
@@ -39,16 +40,14 @@ from envlock.model.lockdiff import (
     diff_locks,
 )
 from envlock.model.lockfile import Lock
+from envlock.model.mirrors import MirrorOptions
 from envlock.model.spec import COMMIT_ID, EnvSpec, load_env_spec
 from envlock.model.target import requires_dist, target_environment
 from envlock.patches.patchfile import parse_patch_file
-from envlock.resolution import yanks
+from envlock.resolution import cmakefetch, yanks
 from envlock.store.store import Store, store_file
 from envlock.ui import size
 from envlock.workspace import Workspace
-
-if TYPE_CHECKING:
-    from envlock.model.mirrors import MirrorOptions
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -75,7 +74,8 @@ class ReportOptions:
     """How far ``upgrade_report`` may reach: ``fetch`` the history of moved git sources into the
     store (network); ``fetch_from``: source name -> a mirror of its URL to fetch from instead;
     ``fetch_hint``: what to tell when the history is missing and not fetched; ``yanked``: read the
-    index page of each of the new lock's packages for the files yanked since (network)."""
+    index page of each of the new lock's packages for the files yanked since (network); ``mirrors``:
+    the mirrors the command was given (the indexes they stand for are named by the spec's names)."""
 
     fetch: bool = False
     fetch_from: Mapping[str, str] | None = None
@@ -106,14 +106,30 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
     old_spec = old_spec or new_spec
     store = store or Store.open(create=options.fetch)  # only a fetch writes (into the mirrors)
     ctx = _spec_context(old_spec, new_spec)
-    if options.fetch and options.fetch_from is None and new_spec is not None:
-        from envlock.model.mirrors import source_mirrors  # ENVLOCK_SOURCE_<NAME>: where the sync fetches it
+    asked = options.mirrors or MirrorOptions()
+    if new_spec is not None:
+        from envlock.model.mirrors import index_mirrors, source_mirrors  # ENVLOCK_*_<NAME> and the options
 
         try:
-            options = replace(options, fetch_from=source_mirrors(
-                new_spec, options.mirrors.sources if options.mirrors is not None else None))
-        except EnvlockError as exc:
+            named = index_mirrors(new_spec, asked.indexes)
+        except EnvlockError as exc:  # a bad ENVLOCK_INDEX_* variable says less; a bad --index is the command's error
+            if asked.indexes:
+                raise
+            named = {}
             notes.append(exc.message)
+        # A lock made through a mirror records the mirror's URL: still named by the spec's name.
+        ctx = replace(ctx, index_names={**{redact(url).rstrip("/"): name for name, url in named.items()},
+                                        **ctx.index_names})
+        if asked.sources:  # checked as every command checks them (used by --fetch)
+            options = replace(options, fetch_from=options.fetch_from or source_mirrors(new_spec, asked.sources))
+        elif options.fetch and options.fetch_from is None:
+            try:
+                options = replace(options, fetch_from=source_mirrors(new_spec))
+            except EnvlockError as exc:
+                notes.append(exc.message)
+    elif asked.indexes or asked.sources:
+        raise UsageError("--index/--source: mirrors are named by a spec's indexes and sources, and no spec of the "
+                         "new lock's env reads here")
     patch_files = _patch_files(ws, old, new)
     histories, mirrors, missing = _histories(store, old, new, patch_files, options)
     notes += missing
@@ -124,21 +140,26 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         closures=_closures(_build_roots(ws, ctx.builds, old, new, store), old, new, store),
         recipes={name: (_recipe(store, old, name), _recipe(store, new, name)) for name in ctx.builds},
         required_by_old=_required_by(old, store), required_by_new=_required_by(new, store),
+        build_systems=_build_systems(ctx.builds, old, new, mirrors),
         planned_toolchains=dict(planned_toolchains or {}),
     )
+    current = {*new.builds, *new.unbuilt()}  # a build the new lock's spec no longer has is told of by its new name
+    commits = {name: (str(old.sources[name].commit), str(new.sources[name].commit)) for name in mirrors}
+    notes += _dropped_inputs({n: f for n, f in ctx.builds.items() if n in current}, commits, mirrors, old, store)
     diff = diff_locks(old, new, old_label=old_label, new_label=new_label, context=ctx)
     yanked = list(yanks.recorded(new))
     if options.yanked:
-        checked = _yanked_now(new, new_spec, options.mirrors)
+        checked = _yanked_now(new, new_spec, asked)
         live = {y.package for y in checked.yanked}
         yanked = sorted([*(y for y in yanked if y.package not in live), *checked.yanked], key=lambda y: y.package)
         notes += checked.notes
     return UpgradeReport(diff, tuple(notes), tuple(yanked))
 
 
-def _yanked_now(lock: Lock, spec: EnvSpec | None, asked: MirrorOptions | None = None) -> yanks.IndexCheck:
-    """``yanks.check_index`` of ``lock``: with the mirrors and credentials of ``spec`` (the workspace's
-    spec of its env) when there is one and they read, else at the indexes the lock records."""
+def _yanked_now(lock: Lock, spec: EnvSpec | None, asked: MirrorOptions) -> yanks.IndexCheck:
+    """``yanks.check_index`` of ``lock``: with the mirrors (``asked`` and the environment's) and credentials
+    of ``spec`` (the workspace's spec of its env) when there is one and they read, else at the indexes the
+    lock records."""
     from envlock.model.mirrors import Mirrors
 
     mirrors = Mirrors()
@@ -161,7 +182,8 @@ def _spec_context(old: EnvSpec | None, new: EnvSpec | None) -> DiffContext:
         return DiffContext()
     index_names = {idx.url.rstrip("/"): idx.name for s in reversed(specs) for idx in s.indexes.values()}
     builds = {name: BuildFacts(b.source, b.subdirectory, b.isolation,
-                               tuple(str(canonicalize_name(Requirement(r).name)) for r in b.requires), b.toolchain)
+                               tuple(str(canonicalize_name(Requirement(r).name)) for r in b.requires), b.toolchain,
+                               tuple(d.name for d in b.fetchcontent))
               for s in reversed(specs) for name, b in s.builds.items()}
     overrides = {}
     for s in reversed(specs):
@@ -324,6 +346,88 @@ def _source_requires(builds: Mapping[str, BuildFacts], old: Lock, new: Lock,
         if sides[0] is not None and sides[1] is not None:
             out[name] = (sides[0], sides[1])
     return out
+
+
+def _build_systems(builds: Mapping[str, BuildFacts], old: Lock, new: Lock,
+                   mirrors: Mapping[str, Path]) -> dict[str, tuple[BuildSystem, BuildSystem]]:
+    """Each build whose git source moved -> its project's build system at both commits (any build, isolated
+    or not: requires, backend, the paths outside its subdirectory it names)."""
+    out = {}
+    for name, facts in builds.items():
+        if (mirror := mirrors.get(facts.source)) is None:
+            continue
+        a, b = (_pyproject(mirror, str(lock.sources[facts.source].commit), facts.subdirectory) for lock in (old, new))
+        if a is not None and b is not None:
+            out[name] = (BuildSystem.of(a), BuildSystem.of(b))
+    return out
+
+
+def _cmake_files(mirror: Path, commit: str, subdirectory: str) -> dict[str, str]:
+    """The CMake files ``cmakefetch`` reads of the project in ``subdirectory`` at ``commit``, by relative path."""
+    prefix = f"{subdirectory.strip('/')}/" if subdirectory.strip("/") else ""
+    listed = runner.git(["--git-dir", mirror, "ls-tree", "-r", "--name-only", commit, "--",
+                         f"{prefix}CMakeLists.txt", f"{prefix}cmake"])
+    out = {}
+    for path in listed.stdout.splitlines() if listed.ok else ():
+        rel = path.removeprefix(prefix)
+        if cmakefetch.is_project_file(rel) and (shown := runner.git(["--git-dir", mirror, "show",
+                                                                     f"{commit}:{path}"])).ok:
+            out[rel] = shown.stdout
+    return out
+
+
+def dropped_inputs(spec: EnvSpec, moves: Mapping[str, tuple[str, str]], old: Lock, store: Store) -> list[str]:
+    """The notes of ``_dropped_inputs`` for the builds of ``spec`` whose git source moved (source -> its old and
+    new commit), read from the store's mirrors as they are (an upgrade that stopped before its report)."""
+    builds = _spec_context(spec, spec).builds
+    mirrors = {name: m for name in moves if (src := spec.sources.get(name)) is not None and src.git is not None
+               and (m := sources.existing_mirror(store, src.git)) is not None}
+    return _dropped_inputs(builds, moves, mirrors, old, store)
+
+
+def _dropped_inputs(builds: Mapping[str, BuildFacts], commits: Mapping[str, tuple[str, str]],
+                    mirrors: Mapping[str, Path], old: Lock, store: Store) -> list[str]:
+    """A note for each FetchContent input of the spec that the build's CMake files declared at the old commit
+    of its source (``commits``: source -> old and new commit) and no longer do at the new one (still fetched,
+    in the input digest and in the lock), and for each the project declares at neither that came with one of
+    those (as mscclpp's ``json``)."""
+    notes = []
+    for name, facts in sorted(builds.items()):
+        if (mirror := mirrors.get(facts.source)) is None or not facts.fetchcontent or facts.source not in commits:
+            continue
+        a, b = commits[facts.source]
+        if not (COMMIT_ID.fullmatch(a) and COMMIT_ID.fullmatch(b)):  # git reads no "--output=FILE" as a commit
+            continue
+        was, now = ({d.name.lower() for d in cmakefetch.declared_in(_cmake_files(mirror, c, facts.subdirectory))}
+                    for c in (a, b))
+        if not was:
+            continue  # no CMake files, or not read: nothing to tell
+        where = f"{facts.subdirectory.strip('/')}/" if facts.subdirectory.strip("/") else "the source"
+        key = f"builds.{name}.fetchcontent"
+        gone = [dep for dep in facts.fetchcontent if dep.lower() in was and dep.lower() not in now]
+        for dep in gone:
+            notes.append(f"{key}.{dep}: the CMake files of {where} no longer declare it at {b[:12]} (they did at "
+                         f"{a[:12]}): it is still fetched, in the input digest and in the lock; drop it from [{key}]")
+        for dep in (d for d in facts.fetchcontent if gone and d.lower() not in was | now):
+            by = _declared_by(dep, gone, old, store)
+            came = f"declared by {by}'s CMake files, which went" if by else \
+                f"declared by no CMake file of {where} at either commit: an input of {' or '.join(gone)}, which went?"
+            notes.append(f"{key}.{dep}: {came}; if so, drop it too")
+    return notes
+
+
+def _declared_by(dep: str, inputs: Sequence[str], old: Lock, store: Store) -> str | None:
+    """Which of ``inputs`` (by their old pins, in the store) declares FetchContent input ``dep`` itself."""
+    for pins in old.fetchcontent.values():
+        for name in inputs:
+            pin = pins.get(name)
+            key = f"git-{pin.commit}" if pin is not None and pin.commit else \
+                f"archive-{pin.sha256}" if pin is not None and pin.sha256 else None
+            tree = store.path("sources", key) / "tree" if key else None
+            if tree is not None and tree.is_dir() and any(d.name.lower() == dep.lower()
+                                                          for d in cmakefetch.declared(tree)):
+                return name
+    return None
 
 
 def _pyproject(mirror: Path, commit: str, subdirectory: str) -> Mapping[str, Any] | None:

@@ -135,6 +135,7 @@ def install(
         with _keep_log_on_failure(store, log, key), store.new_entry("venvs", venv_entry(key), slot="venv") as work:
             note = _populate(store, work, python, files, wheels, log)
             _drop_install_records(work)
+            _keep_allowed_overlaps(work, lock, wheels)
             # The digest is taken where it will be read from, so ${VENV} means the final path.
             # Sealed read-only: a file edited in one venv is edited in every venv sharing
             # its inode (and in uv's cache, so in every venv built after). Flushed: what the
@@ -445,6 +446,35 @@ def _drop_install_records(venv: Path) -> None:
                 os.ftruncate(fd, len(kept))
             finally:
                 os.close(fd)
+
+
+def _keep_allowed_overlaps(venv: Path, lock: Lock, wheels: Mapping[str, Path]) -> None:
+    """Each path the lock allows two distributions to install (``allowed-overlaps``) holds the
+    bytes of the first one named, whatever order uv wrote the two in (it installs in parallel):
+    so the venv digest does not depend on it. A new file, not a write through uv's hard link."""
+    import zipfile
+
+    by_name = {p.name: p for p in lock.packages}
+    for allowed in lock.allowed_overlaps:
+        pkg = by_name.get(canonicalize_name(allowed.packages[0]))
+        wheel = wheels.get(pkg.wheels[0].sha256) if pkg is not None else None
+        if wheel is None:
+            continue
+        with zipfile.ZipFile(wheel) as zf:
+            names = set(zf.namelist())
+            # At the wheel's root, or in its .data purelib/platlib (both install into site-packages).
+            data_dirs = sorted({n.split("/")[0] for n in names if n.split("/")[0].endswith(".data")})
+            where = [allowed.path, *(f"{d}/{scheme}/{allowed.path}" for d in data_dirs for scheme in ("purelib",
+                                                                                                     "platlib"))]
+            member = next((n for n in where if n in names), None)
+            data = zf.read(member) if member is not None else None
+        for site in venv.glob("lib/python*/site-packages"):
+            target = site / allowed.path
+            if data is not None and target.is_file():
+                mode = target.stat().st_mode & 0o777
+                target.unlink()
+                target.write_bytes(data)
+                target.chmod(mode)
 
 
 def _read_all(fd: int) -> bytes:

@@ -16,6 +16,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from envlock.model.buildsystem import BuildSystem
 from envlock.model.lockfile import Lock, LockedBuild, LockedPackage, canonicalize_name
 
 
@@ -98,6 +99,7 @@ class BuildFacts:
     isolation: bool = True
     requires: tuple[str, ...] = ()  # the names of its ``requires``
     toolchain: tuple[str, ...] = ()  # its ``toolchain`` requirements
+    fetchcontent: tuple[str, ...] = ()  # the names of its FetchContent inputs
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,9 @@ class DiffContext:
     # Build -> the recipe each lock's build was made from, as the store keeps it (builds/<key>/recipe.json;
     # None: not in the store): it names what the lock does not record (the toolchain, the interpreter).
     recipes: Mapping[str, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]] = field(default_factory=dict)
+    # Build -> its project's build system (backend, requires, paths outside its folder) at the old and the
+    # new commit of its git source (read from the store's mirror, for a source that moved).
+    build_systems: Mapping[str, tuple[BuildSystem, BuildSystem]] = field(default_factory=dict)
     # Build -> the toolchain lines a relock resolved for it, when the new lock does not record its
     # build yet (``locking.LockResult.planned_toolchains``): a loose pin that moved with no spec edit.
     planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -191,7 +196,8 @@ class BuildInput:
     """An input of a local build that moved."""
 
     # "source", "patch", "package", "build-requirement", "recipe", "env", "toolchain", "unrecorded" (name
-    # "unrecorded": what the lock does not record moved; "unknown": no spec read, so the cause is not known)
+    # "unrecorded": what the lock does not record moved; "unknown": no spec read, so the cause is not known),
+    # "build-system" (name: "build-backend", "requires" or "reads")
     kind: str
     name: str
     old: str | None = None
@@ -201,6 +207,8 @@ class BuildInput:
     def text(self) -> str:
         if self.kind == "unrecorded":
             return self.note
+        if self.kind == "build-system":
+            return self._system_text()
         if self.kind == "recipe":
             moved = self.name
         elif self.kind == "toolchain":
@@ -212,6 +220,15 @@ class BuildInput:
             what = {"source": "source ", "build-requirement": "build requirement "}.get(self.kind, "")
             moved = what + Move(self.name, _short(self.old), _short(self.new)).text()
         return f"{moved} ({self.note})" if self.note else moved
+
+    def _system_text(self) -> str:
+        if self.name == "reads":
+            return f"its pyproject.toml now reads {self.new}, {self.note}"
+        if self.name == "requires":
+            moved = f"+ {self.new}" if self.old is None else f"- {self.old}" if self.new is None else \
+                f"{self.old} -> {self.new}"
+            return f"[build-system] requires {moved}"
+        return f"build-backend {self.old} -> {self.new}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "old": self.old, "new": self.new, "note": self.note,
@@ -232,15 +249,21 @@ class BuildVerdict:
     old_digest: str | None
     new_digest: str | None
     inputs: tuple[BuildInput, ...] = ()
+    # A build upstream renamed (the same source and subdirectory under another name): removed, the name
+    # it goes on as; added, the name it had.
+    renamed: str | None = None
 
     def text(self) -> str:
         if self.action == "removed":
+            if self.renamed is not None:
+                return f"{self.name}: renamed {self.renamed} (the same source and subdirectory; no longer built as " \
+                       f"{self.name})"
             return f"{self.name}: removed (no longer built)"
         if not self.rebuild:
-            return f"{self.name}: inputs unchanged"
+            return f"{self.name}: inputs unchanged" + ("; not built for either lock yet" if self.pending else "")
         why = [i.text() for i in self.inputs]
         if self.action == "added":
-            why.insert(0, "new build")
+            why.insert(0, f"renamed from {self.renamed}" if self.renamed is not None else "new build")
         if self.pending:
             why.append(PENDING)
         return f"{self.name}: {'; '.join(why) or 'inputs changed'}"
@@ -248,7 +271,7 @@ class BuildVerdict:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "action": self.action, "rebuild": self.rebuild, "pending": self.pending,
                 "old_input_digest": self.old_digest, "new_input_digest": self.new_digest,
-                "inputs": [i.to_dict() for i in self.inputs]}
+                "inputs": [i.to_dict() for i in self.inputs], "renamed": self.renamed}
 
 
 @dataclass(frozen=True)
@@ -537,16 +560,35 @@ def _source_moves(old: Lock, new: Lock, ctx: DiffContext) -> tuple[SourceMove, .
     return tuple(out)
 
 
+def renamed_builds(old: Lock, new: Lock, ctx: DiffContext) -> dict[str, str]:
+    """Each build of the old lock's spec that the new one no longer has -> the one it has instead from the
+    same source and subdirectory (a project upstream renamed: ``sgl-kernel`` -> ``sglang-kernel``)."""
+    was, now = {*old.builds, *old.unbuilt()}, {*new.builds, *new.unbuilt()}
+    out = {}
+    for gone in sorted(was - now):
+        a = ctx.builds.get(gone)
+        same = [n for n in sorted(now - was) if a is not None and (b := ctx.builds.get(n)) is not None
+                and (b.source, b.subdirectory.strip("/")) == (a.source, a.subdirectory.strip("/"))]
+        if len(same) == 1:
+            out[gone] = same[0]
+    return out
+
+
 def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext, moved: Mapping[str, Move]) -> tuple[BuildVerdict, ...]:
-    """Every local build of either lock: whether it rebuilds for the new one, and why."""
+    """Every local build of either lock (built, or declared by its spec): whether it rebuilds for the new
+    one, and why."""
     pending, old_pending = set(new.unbuilt()), set(old.unbuilt())
+    renamed = renamed_builds(old, new, ctx)
     out = []
-    for name in sorted(set(old.builds) | set(new.builds) | pending):
+    for name in sorted(set(old.builds) | set(new.builds) | pending | old_pending):
         ba, bb = old.builds.get(name), new.builds.get(name)
         if bb is None and name not in pending:
-            out.append(BuildVerdict(name, "removed", False, False, ba.input_digest if ba else None, None))
+            out.append(BuildVerdict(name, "removed", False, False, ba.input_digest if ba else None, None,
+                                    renamed=renamed.get(name)))
             continue
         inputs = _build_inputs(name, old, new, ctx, moved)
+        unrecorded = BuildInput("unrecorded", "unrecorded", note="an input the lock does not record moved (the "
+                                "toolchain: compilers, cmake, nvcc, uv; the interpreter or the host)")
         if ba is not None and bb is not None:
             rebuild = ba.input_digest != bb.input_digest
             if rebuild and not inputs and name not in ctx.builds:
@@ -556,16 +598,20 @@ def _build_verdicts(old: Lock, new: Lock, ctx: DiffContext, moved: Mapping[str, 
                                      "recipe are named by the env's spec, which this diff did not read (run it in "
                                      "the env's workspace, or with --root)"),)
             elif rebuild and not inputs:  # the digest covers what the lock does not record
-                inputs = (BuildInput("unrecorded", "unrecorded", note="an input the lock does not record moved "
-                                     "(the toolchain: compilers, cmake, nvcc, uv; the interpreter or the host)"),)
+                inputs = (unrecorded,)
             elif not rebuild:
                 inputs = ()
+        elif ba is None and bb is None and name in old_pending and not inputs:
+            rebuild = False  # built for neither lock, and nothing it reads moved: this move rebuilds nothing
         else:
             rebuild = True
+            if ba is not None and not inputs and name in ctx.builds:  # kept no record, though nothing shown moved
+                inputs = (unrecorded,)
         # Declared in the old lock's spec too but never built there: not a new build.
         action = ("added" if ba is None and name not in old_pending else "changed" if rebuild else "unchanged")
         out.append(BuildVerdict(name, action, rebuild, bb is None, ba.input_digest if ba else None,
-                                bb.input_digest if bb else None, inputs))
+                                bb.input_digest if bb else None, inputs,
+                                renamed=next((a for a, b in renamed.items() if b == name), None)))
     return tuple(out)
 
 
@@ -614,6 +660,11 @@ def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext,
     ra, rb = ctx.recipes.get(name, (None, None))
     if ra is not None and rb is not None:
         found += _toolchain_moves(ra, rb)
+    if (systems := ctx.build_systems.get(name)) is not None and facts is not None:
+        where = f"outside {facts.subdirectory.rstrip('/')}/" if facts.subdirectory else "outside the source tree"
+        found += [BuildInput("build-system", kind, a, b, f"{where} (the build sees the whole tree, and its source "
+                             "digest covers what it reads)" if kind == "reads" else "")
+                  for kind, a, b in systems[0].changes(systems[1])]
     return tuple(found)
 
 
@@ -676,10 +727,15 @@ def _why(c: Change, old: Lock, new: Lock, ctx: DiffContext, moved: Mapping[str, 
     if ka != kb and (ka or kb) and na == nb:
         why.append(f"{key} {'added to' if ka is None else 'removed from' if kb is None else 'edited in'} the spec")
     build = next((b for b in (*new.builds, *new.unbuilt(), *old.builds) if canonicalize_name(b) == name), None)
+    renamed = renamed_builds(old, new, ctx)
     if build is not None:
         facts = ctx.builds.get(build)
         why.append(f"local build{' from source ' + facts.source if facts else ''}"
                    + ("; not built for this lock yet" if c.pending else ""))
+    if (to := renamed.get(build or name)) is not None:
+        why.append(f"the build is renamed {to}")
+    elif (before := next((a for a, b in renamed.items() if canonicalize_name(b) == name), None)) is not None:
+        why.append(f"renamed from {before}")
     if name in ctx.overrides:
         edited = old.spec_keys.get("resolution") != new.spec_keys.get("resolution")
         why.append(f"resolution.overrides: {ctx.overrides[name]}" + (" (resolution edited)" if edited else ""))

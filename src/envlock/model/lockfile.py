@@ -18,6 +18,8 @@ from urllib.parse import unquote, urlsplit
 
 from envlock.errors import LockError
 from envlock.errors import found as _found
+from envlock.model import overlaps
+from envlock.model.overlaps import AllowedOverlap
 from envlock.model.tomlio import load_toml
 
 if TYPE_CHECKING:
@@ -181,6 +183,9 @@ class Lock:
     # The upstream pins the spec's overrides beat at this lock, "REQUIRER: REQUIREMENT" (the guards'
     # ``GuardReport.overridden``): the next lock notes a pin beaten that is not here.
     overridden: tuple[str, ...] = ()
+    # The spec's ``[resolution] allow-overlap`` entries this resolution used: paths two of its
+    # distributions both install, with different bytes, accepted by name (``envlock.model.overlaps``).
+    allowed_overlaps: tuple[AllowedOverlap, ...] = ()
     # With ``[env] gpus`` only: each kernel-bearing package's arches, and the oldest driver the
     # env's binaries run on (from the CUDA majors they need; docs/gpus.md).
     kernels: Mapping[str, LockedKernels] = field(default_factory=dict)
@@ -205,7 +210,8 @@ class Lock:
         return next((p for p in self.packages if p.name == wanted), None)
 
     def install_digest(self) -> str:
-        """Digest of what gets installed (python, platform, every wheel's sha256).
+        """Digest of what gets installed (python, platform, every wheel's sha256, whose bytes a path two
+        distributions are allowed to share holds).
 
         Venvs are keyed by it in the store; it leaves out the venv digest so that
         recording the digest does not change the key.
@@ -214,6 +220,9 @@ class Lock:
         parts += [
             f"{p.name}=={p.version} " + ",".join(w.sha256 for w in p.wheels) for p in self.packages
         ]
+        # Which of two distributions' bytes a shared path holds is the venv's too (only when there is one:
+        # every other lock's digest stays what it was).
+        parts += [f"allowed-overlap={o.path} {o.packages[0]},{o.packages[1]}" for o in self.allowed_overlaps]
         return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
     def with_venv_digest(self, digest: str | None, python: str | None = None) -> Lock:
@@ -264,6 +273,10 @@ class Lock:
         out += ["", "[tool.envlock]"] + [f"{k} = {_v(v)}" for k, v in tool.items()]
         if self.overridden:
             out += ["overridden = ["] + [f"    {_s(o)}," for o in self.overridden] + ["]"]
+        if self.allowed_overlaps:
+            out += ["allowed-overlaps = ["] + [
+                f"    {{ path = {_s(o.path)}, packages = [{_s(o.packages[0])}, {_s(o.packages[1])}], "
+                f"reason = {_s(o.reason)} }}," for o in self.allowed_overlaps] + ["]"]
         out += ["", "[tool.envlock.spec-keys]"]
         out += [f"{_s(k)} = {_s(v)}" for k, v in sorted(self.spec_keys.items())]
         if self.requires is not None:
@@ -445,11 +458,21 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         venv_python=_opt_str(tool, "venv-python", "tool.envlock"),
         venv_install=_opt_str(tool, "venv-install-digest", "tool.envlock"),
         overridden=_strings(tool.get("overridden", []), "tool.envlock.overridden"),
+        allowed_overlaps=_allowed_overlaps(tool.get("allowed-overlaps", []), "tool.envlock.allowed-overlaps"),
         kernels={name: _kernels(v, toml_key("tool.envlock.kernels", name))
                  for name, v in _table(tool.get("kernels", {}), "tool.envlock.kernels").items()},
         min_driver=_opt_str(tool, "min-driver", "tool.envlock"),
         requires=_requires(tool.get("requires"), "tool.envlock.requires"),
     )
+
+
+def _allowed_overlaps(value: object, key: str) -> tuple[AllowedOverlap, ...]:
+    """``[tool.envlock] allowed-overlaps``: the spec's allowances, as ``overlaps.parse`` reads them."""
+    problems: list[tuple[str, str]] = []
+    found = overlaps.parse(_array(value, key), key, lambda where, why: problems.append((where, why)))
+    if problems:
+        raise _BadKeyError(problems[0][0], problems[0][1], "what `envlock lock` writes there")
+    return found
 
 
 def _kernels(value: object, key: str) -> LockedKernels:

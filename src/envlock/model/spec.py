@@ -7,6 +7,7 @@ an unknown key gets a "did you mean" when a known one is close.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import hashlib
 import json
 import re
@@ -23,8 +24,10 @@ from packaging.version import Version
 
 from envlock.errors import SpecError, did_you_mean
 from envlock.errors import found as _found
+from envlock.model import overlaps
 from envlock.model.lockfile import PACKAGE_NAME as _PACKAGE_NAME
 from envlock.model.lockfile import PYTHON_VERSION, is_workspace_path, toml_key
+from envlock.model.overlaps import AllowedOverlap
 from envlock.model.tomlio import load_toml
 from envlock.urlcheck import git_url_problem, index_url_problem
 from envlock.urlcheck import is_index_url as is_index_url  # mirrors and the stages ask spec
@@ -120,6 +123,7 @@ class ResolutionSpec:
     overrides: tuple[str, ...] = ()
     exclude: tuple[NormalizedName, ...] = ()
     same_version: tuple[tuple[NormalizedName, ...], ...] = ()
+    allow_overlap: tuple[AllowedOverlap, ...] = ()  # exact paths two named distributions may both install
 
 
 @dataclass(frozen=True)
@@ -321,7 +325,7 @@ _FETCHCONTENT_KEYS = {"git", "rev", "url", "sha256"}
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 #: What an archive input may be: a tar file, compressed or not (FetchContent's URL kind, as upstream uses it).
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar")
-_RESOLUTION_KEYS = {"overrides", "exclude", "same-version"}
+_RESOLUTION_KEYS = {"overrides", "exclude", "same-version", "allow-overlap"}
 
 
 def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | None = None) -> EnvSpec:
@@ -462,6 +466,13 @@ def _parse_builds(p: _Problems, table: dict[str, Any], sources: Mapping[str, Sou
     for name, key, entry in _entries(p, table, "builds", 'source = "..."', _BUILD_KEYS):
         if not _PACKAGE_NAME.fullmatch(name):  # it makes the package of its name (checked after the build)
             p.add(key, f"expected the name of the package the build makes (like \"sgl-kernel\"), found {name!r}")
+        if "source" not in entry and list(entry) == ["fetchcontent"]:  # what a rename by hand leaves behind
+            bare = [n for n, e in table.items() if n != name and isinstance(e, dict) and "fetchcontent" not in e]
+            to = (bare if len(bare) == 1 else difflib.get_close_matches(name, bare, n=1, cutoff=0.6)) or ["NEW-NAME"]
+            p.add(key, f"only [{key}.fetchcontent] is left of it, no source: left behind when the build was renamed? "
+                  f"move it to [builds.{to[0]}.fetchcontent] (`envlock upgrade ENV --fix-renames` moves every table "
+                  "of a build upstream renamed)")
+            continue
         source = _get_str(p, entry, "source", key, required=True)
         if source is not None and source not in sources:
             known = ", ".join(sorted(sources)) or "none defined"
@@ -717,7 +728,9 @@ def _parse_resolution(p: _Problems, table: dict[str, Any]) -> ResolutionSpec:
         p.add("resolution.same-version", "expected an array of arrays of two or more package names")
     else:
         groups = [tuple(canonicalize_name(n) for n in g) for g in groups_raw]
-    return ResolutionSpec(overrides=overrides, exclude=tuple(exclude), same_version=tuple(groups))
+    allowed = overlaps.parse(table.get("allow-overlap", []), "resolution.allow-overlap", p.add)
+    return ResolutionSpec(overrides=overrides, exclude=tuple(exclude), same_version=tuple(groups),
+                          allow_overlap=allowed)
 
 
 def load_spec(path: Path, *, name: str | None = None, root: Path | None = None) -> EnvSpec:

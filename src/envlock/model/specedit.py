@@ -11,6 +11,7 @@ key, never a silent change elsewhere. The functions are pure (no files): the rec
 
 from __future__ import annotations
 
+import re
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,13 @@ def set_version(text: str, package: str, specifier: str, *, origin: str) -> str:
 def set_rev(text: str, source: str, commit: str, *, origin: str, comment: str | None) -> str:
     """``sources.SOURCE.rev`` set to ``commit``, its trailing comment set to ``comment`` ("" drops it)."""
     return set_string(text, ("sources", source, "rev"), commit, origin=origin, comment=comment)
+
+
+def comment_of(text: str, path: Sequence[str], *, origin: str) -> str:
+    """The comment after the value at ``path`` (without ``#``; "" when none)."""
+    value = _container(_parse(text, origin), path, origin).get(path[-1])
+    trivia = getattr(value, "trivia", None)
+    return (trivia.comment or "").lstrip("#").strip() if trivia is not None else ""
 
 
 def set_string(text: str, path: Sequence[str], value: str, *, origin: str, comment: str | None = KEEP) -> str:
@@ -167,3 +175,69 @@ def _checked(before: str, after: str, path: Sequence[str], index: int | None, va
         where = _key(path) + ("" if index is None else f"[{index}]")
         raise SpecError(f"{origin}: {where}: editing it in place would change more than its value; edit it by hand")
     return after
+
+
+# -- a renamed build -------------------------------------------------------------
+
+
+def _key_forms(name: str) -> str:
+    """A regex of how a TOML key ``name`` may be written: bare, "quoted" or 'quoted'."""
+    quoted = f"\"{re.escape(name)}\"|'{re.escape(name)}'"
+    return f"(?:{re.escape(name)}|{quoted})" if re.fullmatch(r"[A-Za-z0-9_-]+", name) else f"(?:{quoted})"
+
+
+def _headers(table: str, name: str) -> re.Pattern[str]:
+    """Table headers ``[TABLE.NAME]`` and ``[TABLE.NAME.SUB...]`` (group 1: up to NAME, 2: NAME, 3: the rest)."""
+    return re.compile(rf"^(\s*\[\s*{table}\s*\.\s*)({_key_forms(name)})(\s*(?:\.[^\]]*)?\]\s*(?:#.*)?)$", re.MULTILINE)
+
+
+def build_tables(text: str, name: str) -> list[str]:
+    """The table headers of build ``name`` as the spec writes them, ``builds.NAME`` first
+    (``["builds.sgl-kernel", "builds.sgl-kernel.fetchcontent"]``)."""
+    found = _headers("builds", name).finditer(text)
+    return [f"builds.{name}" + "".join(m.group(3).split("]")[0].split()) for m in found]
+
+
+def rename_build(text: str, old: str, new: str, *, origin: str) -> str:
+    """``text`` with build ``old`` renamed ``new``: every ``[builds.OLD...]`` table and the package
+    entry that names it (``old = { build = "old" }``), each in place, every comment kept. ``SpecError``
+    when the edit would change more than that (a layout this edit does not know: edit it by hand)."""
+    doc = load_toml(text, origin, SpecError)
+    builds, packages = doc.get("builds", {}), doc.get("packages", {})
+    if old not in builds:
+        raise SpecError(f"{origin}: builds.{old}: missing; expected the build to rename")
+    if new in builds:
+        raise SpecError(f"{origin}: builds.{new}: exists already; cannot rename builds.{old} to it")
+    after = _headers("builds", old).sub(lambda m: m.group(1) + toml_key("", new) + m.group(3), text)
+    key = next((k for k, v in packages.items() if isinstance(v, dict) and v.get("build") == old), None)
+    if key is not None:
+        after = _rename_package(after, key, old, new)
+    expected = dict(doc)
+    expected["builds"] = {(new if k == old else k): v for k, v in builds.items()}
+    if key is not None:
+        expected["packages"] = {(new if k == key else k): ({**v, "build": new} if k == key else v)
+                                for k, v in packages.items()}
+    if load_toml(after, origin, SpecError) != expected:
+        raise SpecError(f"{origin}: builds.{old}: renaming it to {new} in place would change more than its tables "
+                        f"and its package entry; edit it by hand (move [builds.{old}...] to [builds.{new}...] and "
+                        f"packages.{key or old} to packages.{new} = {{ build = \"{new}\" }})")
+    return after
+
+
+def _rename_package(text: str, key: str, old: str, new: str) -> str:
+    """The ``[packages]`` entry ``key`` (an inline table, or a ``[packages.KEY]`` table) renamed ``new``, its
+    ``build = "old"`` set to ``new``."""
+    build = re.compile(rf"(\bbuild\s*=\s*)([\"']){re.escape(old)}\2")
+    lines = text.splitlines(keepends=True)
+    table = ""
+    for i, line in enumerate(lines):
+        if header := re.match(r"\s*\[([^\]]*)\]", line):
+            table = "".join(header.group(1).split())
+            if (m := _headers("packages", key).match(line)) is not None:
+                lines[i] = m.group(1) + toml_key("", new) + m.group(3) + line[m.end():]
+                table = f"packages.{new}"
+        elif table == "packages" and (m := re.match(rf"(\s*){_key_forms(key)}(\s*=)", line)):
+            lines[i] = m.group(1) + toml_key("", new) + m.group(2) + build.sub(rf"\g<1>\g<2>{new}\g<2>", line[m.end():])
+        elif table == f"packages.{new}":
+            lines[i] = build.sub(rf"\g<1>\g<2>{new}\g<2>", line)
+    return "".join(lines)

@@ -34,7 +34,9 @@ from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envlock.errors import MetadataError, OverlapError
+from envlock.model import overlaps
 from envlock.model.lockfile import reach
+from envlock.model.overlaps import AllowedOverlap
 from envlock.model.target import target_environment, target_markers
 from envlock.resolution.cmakefetch import Declared, declared
 from envlock.resolution.wheelfiles import ListingError, Served, WheelListing, Whole, listings, served_metadatas
@@ -57,6 +59,8 @@ class GuardReport:
     # The upstream pins the spec's overrides beat, as "REQUIRER: REQUIREMENT" (recorded in the lock,
     # so the next lock can tell a pin newly beaten from one beaten all along).
     overridden: tuple[str, ...] = ()
+    # The spec's ``allow-overlap`` entries that accepted a path of this resolution (the lock records them).
+    allowed: tuple[AllowedOverlap, ...] = ()
     # What each package requires among the resolution's (``recorded_requires``): the lock's graph.
     requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -186,9 +190,15 @@ def _why(spec: EnvSpec, name: NormalizedName, graph: Requirements) -> str:
 def _fix(spec: EnvSpec, o: Overlap) -> str:
     free = [n for n in (o.first, o.second) if n not in spec.packages]
     if not free:
-        return f"keep one of packages.{o.first} and packages.{o.second} in {spec.path.name}"
-    options = " or ".join(f'resolution.exclude = ["{n}"]' for n in free)
-    return f"{options} in {spec.path.name}, for the one the env does not need"
+        fix = f"keep one of packages.{o.first} and packages.{o.second} in {spec.path.name}"
+    else:
+        options = " or ".join(f'resolution.exclude = ["{n}"]' for n in free)
+        fix = f"{options} in {spec.path.name}, for the one the env does not need"
+    if len(o.paths) > SHOWN_PATHS:
+        return fix
+    # A few known, harmless files: each may be accepted by name, for this pair only.
+    allow = ", ".join(f'{{ path = "{p}", packages = ["{o.first}", "{o.second}"], reason = "..." }}' for p in o.paths)
+    return f"{fix}; or, if the shared file is harmless, resolution.allow-overlap = [{allow}]"
 
 
 def unread_note(unread: Mapping[NormalizedName, ListingError], versions: Mapping[NormalizedName, str]) -> list[str]:
@@ -380,7 +390,7 @@ def fetchcontent_notes(b: BuildSpec, project: str, found: Sequence[Declared]) ->
         dep = ours.get(d.name.lower())
         if dep is None:
             out.append(f"{key}: {where} declares {d.name} ({d.how()}), the spec does not: the build downloads it "
-                       f"unchecked, or cannot configure (declare {d.name} = {{ git = ..., rev = ... }})")
+                       f"unchecked, or cannot configure (declare {d.name} = {d.spec_form()})")
             continue
         differs = []
         rev = dep.rev or ""
@@ -394,7 +404,8 @@ def fetchcontent_notes(b: BuildSpec, project: str, found: Sequence[Declared]) ->
             differs.append(f"URL {d.url}")
         if differs:
             has = f"git {dep.git} at rev {dep.rev}" if dep.git is not None else f"the archive {dep.url}"
-            out.append(f"{key}.{dep.name}: {where} declares {', '.join(differs)}; the spec has {has}")
+            out.append(f"{key}.{dep.name}: {where} declares {', '.join(differs)}; the spec has {has} "
+                       f"(as upstream: {dep.name} = {d.spec_form()})")
     return out
 
 
@@ -465,7 +476,7 @@ def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
     found: dict[NormalizedName, WheelListing] = {}
     served: dict[str, Served] = {}
     notes: list[str] = []
-    requires = _checked_before(record)
+    requires, recorded = _checked_before(record)
     if requires is None:  # not this set of wheels: every file list read and compared
         found, served, notes = _read(inputs, wheels, versions)
         requires = {n: got.requires for n, got in found.items()}
@@ -478,10 +489,12 @@ def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
     graph.walk()
     if wrong := misled(spec, inputs.packages, found, served, graph):
         raise metadata_error(spec, wrong)
-    if overlaps := file_overlaps(found):
-        raise overlap_error(spec, overlaps, versions, graph)
-    if found and not notes:
-        _record_checked(record, requires)
+    every = file_overlaps(found) if recorded is None else recorded
+    kept, used = overlaps.allow([(o.first, o.second, o.paths) for o in every], spec.resolution.allow_overlap)
+    if found and not notes and not kept:
+        _record_checked(record, requires, every)
+    notes += [overlaps.unused_note(i, o, set(versions)) for i, o in enumerate(spec.resolution.allow_overlap)
+              if o not in used]
     notes += dead_excludes(spec, graph)
     beaten = beaten_pins(spec, versions, graph)
     notes += override_notes(beaten, inputs.before)
@@ -489,7 +502,12 @@ def check(spec: EnvSpec, inputs: GuardInputs) -> GuardReport:
         build = spec.packages[name].build
         if build is not None and build in spec.builds:
             notes += fetchcontent_notes(spec.builds[build], subdirectory, declared(project))
+    if kept:  # after the notes: a lock that stops says what else it found
+        refused = [Overlap(canonicalize_name(a), canonicalize_name(b), paths) for a, b, paths in kept]
+        error = overlap_error(spec, refused, versions, graph)
+        raise error.with_details(*(f"note: {n}" for n in notes)) if notes else error
     return GuardReport(notes=tuple(notes), overridden=tuple(sorted({f"{r}: {q}" for _, r, q in beaten})),
+                       allowed=tuple(used),
                        requires=recorded_requires(nodes, [canonicalize_name(r.name) for r in roots]))
 
 
@@ -534,21 +552,30 @@ def _resolution_key(wheels: Mapping[str, Artifact], store: Store) -> str:
     return hashlib.sha256("".join([_RECORD_FORMAT, "\n", *lines]).encode()).hexdigest()
 
 
-def _checked_before(record: Path) -> dict[NormalizedName, tuple[str, ...]] | None:
-    """The Requires-Dist of each wheel of a set checked before (None: not recorded, or unreadable)."""
+def _checked_before(record: Path) -> tuple[dict[NormalizedName, tuple[str, ...]] | None, list[Overlap] | None]:
+    """The Requires-Dist of each wheel of a set checked before, and the overlaps found in it (each
+    allowed by the spec then; re-checked against the spec now); (None, None): not recorded, or unreadable."""
     try:
         doc = json.loads(record.read_text())
     except (OSError, ValueError):
-        return None
+        return None, None
     requires = doc.get("requires") if isinstance(doc, dict) else None
+    found = doc.get("overlaps", []) if isinstance(doc, dict) else None
     if not (isinstance(requires, dict) and all(isinstance(v, list) and all(isinstance(r, str) for r in v)
                                                for v in requires.values())):
-        return None
-    return {canonicalize_name(str(n)): tuple(v) for n, v in requires.items()}
+        return None, None
+    if not (isinstance(found, list) and all(isinstance(o, list) and len(o) == 3 and isinstance(o[2], list)
+                                            and all(isinstance(x, str) for x in (o[0], o[1], *o[2])) for o in found)):
+        return None, None
+    return ({canonicalize_name(str(n)): tuple(v) for n, v in requires.items()},
+            [Overlap(canonicalize_name(a), canonicalize_name(b), tuple(paths)) for a, b, paths in found])
 
 
-def _record_checked(record: Path, requires: Mapping[NormalizedName, tuple[str, ...]]) -> None:
-    """Record a set of wheels whose file lists were all read and found clean (a shortcut only)."""
-    doc = {"format": _RECORD_FORMAT, "requires": {str(n): list(r) for n, r in sorted(requires.items())}}
+def _record_checked(record: Path, requires: Mapping[NormalizedName, tuple[str, ...]],
+                    found: Sequence[Overlap]) -> None:
+    """Record a set of wheels whose file lists were all read and found clean but for ``found`` (each
+    allowed by the spec), a shortcut only."""
+    doc = {"format": _RECORD_FORMAT, "requires": {str(n): list(r) for n, r in sorted(requires.items())},
+           "overlaps": [[o.first, o.second, list(o.paths)] for o in found]}
     with contextlib.suppress(OSError):
         write_atomic(record, json.dumps(doc, sort_keys=True).encode())

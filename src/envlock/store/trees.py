@@ -73,8 +73,8 @@ def tree_digest(root: Path, *, within: Path | None = None, name: str | None = No
     links: list[tuple[str, str]] = []
     digest = _digest(root, links)
     # A link that stays in the source but leaves the subdirectory is hashed by its text, as
-    # it is copied: a build gets the subdirectory alone (build._run_build), where such a
-    # link leads to nothing of the source.
+    # it is copied: a build gets the whole source tree (build._run_build), where such a link
+    # leads where it leads in the source.
     _check_links(top, base, lexical, links, shown)
     return digest
 
@@ -173,15 +173,24 @@ def resolve_within(top: Path, parts: Sequence[str]) -> tuple[str, ...] | Escape:
     return tuple(here)
 
 
-def copy_tree(src: Path, dest: Path) -> None:
-    """Copy a tree (symlinks as symlinks, modes kept, ``.git``/``__pycache__`` left out) into ``dest``."""
-    shutil.copytree(
-        src,
-        dest,
-        symlinks=True,
-        ignore=shutil.ignore_patterns(*IGNORED_NAMES),
-        dirs_exist_ok=True,
-    )
+def links_out(root: Path) -> list[str]:
+    """The symlinks under ``root`` (POSIX relative paths) that lead out of it (see ``tree_digest``)."""
+    out = []
+    for rel, path in walk_tree(root):
+        if path.is_symlink() and isinstance(resolve_within(root, rel.split("/")), Escape):
+            out.append(rel)
+    return out
+
+
+def copy_tree(src: Path, dest: Path, *, leave_out: Sequence[str] = ()) -> None:
+    """Copy a tree (symlinks as symlinks, modes kept, ``.git``/``__pycache__`` left out, and the
+    relative paths ``leave_out``) into ``dest``."""
+    skipped = {src / rel for rel in leave_out}
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return {n for n in names if n in IGNORED_NAMES or Path(folder, n) in skipped}
+
+    shutil.copytree(src, dest, symlinks=True, ignore=ignore, dirs_exist_ok=True)
 
 
 def settle_mtimes(root: Path, when: int) -> int:
