@@ -1,13 +1,20 @@
-"""What every command's rendering shares: counted nouns and the one ``--json``-or-text output."""
+"""What every command's parsing and rendering shares: the mirror and ``--json`` options, counted nouns,
+a spinner, and the one ``--json``-or-text output."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+
+from envlock.errors import UsageError, redact
 
 if TYPE_CHECKING:
     import argparse
+
+    from envlock.model.mirrors import MirrorOptions
 
 #: Each command's help ends with this instead of repeating the global options (``envlock --help`` has them).
 GLOBAL_OPTIONS = ("global options, before or after the command: --root DIR, --debug, -q, --keyring-provider, "
@@ -29,6 +36,19 @@ def out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str])
             print(rendered)
 
 
+@contextlib.contextmanager
+def status(args: argparse.Namespace, message: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on a terminal for long quiet work (a resolution can download GBs to hash
+    them, a kernel build can take an hour); yields a function that changes its text."""
+    if args.quiet or getattr(args, "json", False) or not sys.stderr.isatty():
+        yield lambda _text: None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(message) as spinner:
+        yield lambda text: spinner.update(text)
+
+
 def mirror_flags(parser: argparse.ArgumentParser, *, source: bool = True, why: str = "") -> None:
     """``--index NAME=URL`` (and ``--source NAME=URL``): the mirrors, with one meaning in every command that
     reads an index or fetches a git source (docs/cli.md, "Mirrors"); ``why``: what this command reads."""
@@ -37,6 +57,25 @@ def mirror_flags(parser: argparse.ArgumentParser, *, source: bool = True, why: s
     if source:
         parser.add_argument("--source", action="append", default=[], metavar="NAME=URL",
                             help="fetch git source NAME from URL (also ENVLOCK_SOURCE_<NAME>=URL; repeatable)")
+
+
+def mirror_options(args: argparse.Namespace) -> MirrorOptions:
+    """The mirrors ``--index NAME=URL`` and ``--source NAME=URL`` name (none, for a command without them)."""
+    from envlock.model.mirrors import MirrorOptions
+
+    return MirrorOptions(_pairs(getattr(args, "index", [])), _pairs(getattr(args, "source", []), "--source"))
+
+
+def _pairs(pairs: Sequence[str], option: str = "--index") -> dict[str, str]:
+    what = "index" if option == "--index" else "source"
+    found = {}
+    for pair in pairs:
+        name, sep, url = pair.partition("=")
+        # A name holds none of ":/@": else NAME= was left out and the "=" is the URL's own (a password's).
+        if not sep or not name or not url or any(c in name for c in ":/@"):
+            raise UsageError(f"{option} {redact(pair)!r}: expected NAME=URL (a spec {what} name and the mirror's URL)")
+        found[name] = url
+    return found
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ from envlock.commands.lockrefs import load_lock_ref
 from envlock.errors import EnvlockError
 from envlock.model.spec import load_env_spec
 from envlock.resolution.drift import drift
+from envlock.store.store import Store
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 def diff_refs(ws: Workspace, old: str, new: str,
               options: ReportOptions | None = None) -> tuple[UpgradeReport, tuple[str, ...]]:
     """What changes from lock ``old`` to ``new`` (as ``load_lock_ref`` reads them): the upgrade
-    report (``reporting.upgrade_report``: sources' commit ranges read from the store's git mirrors,
+    report (``upgradereport.upgrade_report``: sources' commit ranges read from the store's git mirrors,
     fetched with ``options.fetch``), and notes.
 
     A note names an env given by name whose lock file the spec has moved past: its diff
@@ -39,6 +40,7 @@ def diff_refs(ws: Workspace, old: str, new: str,
         if not stale.current:
             notes.append(f"{ws.relative(ref.path)} is stale for envs/{env}.toml ({'; '.join(stale.reasons)}); "
                          f"run `envlock lock {env}` to diff what the spec asks for")
-    report = upgrade_report(ws, before.lock, after.lock, old_label=before.label, new_label=after.label,
+    store = Store.open(create=options is not None and options.fetch)  # only a fetch writes (into the mirrors)
+    report = upgrade_report(ws, before.lock, after.lock, old_label=before.label, new_label=after.label, store=store,
                             options=options)
     return report, (*notes, *report.notes)

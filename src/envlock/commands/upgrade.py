@@ -184,10 +184,11 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     label = ws.relative(lock_path)
     report = upgradereport.upgrade_report(
         ws, old, relocked.lock, old_label=label, new_label=f"{label} ({'dry run' if options.dry_run else 'upgraded'})",
-        old_spec=spec, new_spec=new_spec, store=store,
+        store=store,
         # A moved source's commit range is read from the store's mirror, fetched as the move was.
-        options=upgradereport.ReportOptions(fetch=bool(plan.sources), fetch_from=dict(mirrors.sources)),
-        planned_toolchains=relocked.planned_toolchains)
+        options=upgradereport.ReportOptions(fetch=bool(plan.sources), fetch_from=dict(mirrors.sources),
+                                            old_spec=spec, new_spec=new_spec,
+                                            planned_toolchains=relocked.planned_toolchains))
     if not options.dry_run:
         _write_together(ws, env, [(spec_path, spec_bytes, plan.new_text.encode("utf-8")),
                                   (lock_path, old_file.data, relocked.lock.to_toml().encode("utf-8"))])
@@ -240,39 +241,6 @@ def carry_patches(ws: Workspace, spec: EnvSpec, moves: Sequence[SourceMove], sto
                 f"{ws.relative(spec.path)}: sources.{move.source}: {len(stuck)} of {len(found)} patches do not apply "
                 f"at {move.new} (--rev {move.source}={move.rev}); nothing was changed", details=details)
     return out
-
-
-def report_lines(ws: Workspace, result: UpgradeResult, *, markdown: bool = False) -> list[str]:
-    """The upgrade report as text (or, ``markdown``, a block for a pull request): the spec's edits,
-    the patches carried, what the new lock changes (``reporting``'s report, as ``envlock diff``
-    gives it), the notes, and what was written."""
-    spec, lock = ws.relative(result.spec), ws.relative(result.lock)
-    item = "- " if markdown else "  "
-    lines = [f"### envlock upgrade: `{spec}`", ""] if markdown else []
-    lines.append(f"{spec}:" if result.plan.changes else f"{spec}: no value to change")
-    for c in result.plan.changes:
-        lines.append(f"{item}{c.key}: {c.old or '(none)'} -> {c.new}" + (f"  # {c.comment}" if c.comment else ""))
-    for m in result.plan.nightlies:
-        kept = f"; kept (same-date = false): {', '.join(m.kept)}" if m.kept else ""
-        said = "already the newest for the target" if m.asked == LATEST and m.old == m.new else f"-> {m.new}"
-        lines.append(f"{item}nightlies of index {m.index}: {m.old} {said} ({', '.join(m.packages)}){kept}")
-    for name, statuses in sorted(result.patches.items()):
-        commit = next(m.new for m in result.plan.sources if m.source == name)
-        lines.append(f"{item}patches of {name} at {commit[:12]}: all {len(statuses)} apply")
-    render = upgradereport.render_markdown if markdown else upgradereport.render_text
-    lines += ([""] if markdown else []) + render(result.report).splitlines() + ([""] if markdown else [])
-    lines += [f"{item}{name}: not built for the new lock yet; `envlock build {result.env}` builds it "
-              f"(`envlock sync {result.env}` too)" for name in result.unbuilt]
-    lines += [f"{item if markdown else ''}note: {note}" for note in (*result.notes, *result.report.notes,
-                                                                    result.note) if note]
-    if result.dry_run:
-        lines.append(f"dry run: {spec} and {lock} unchanged; run without --dry-run to write them")
-    else:
-        wrote = [path for path, changed in ((spec, result.plan.spec_changed), (lock, result.lock_changed)) if changed]
-        same = [path for path in (spec, lock) if path not in wrote]
-        done = [f"wrote {' and '.join(wrote)}"] if wrote else []
-        lines.append("; ".join(done + ([f"{' and '.join(same)} unchanged"] if same else [])))
-    return lines
 
 
 # -- nightlies -------------------------------------------------------------------
