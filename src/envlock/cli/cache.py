@@ -46,10 +46,10 @@ def cmd_keygen(args: argparse.Namespace, ws: Workspace) -> int:
 
 def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.cache.urlrecords import push_url_records
-    from envlock.commands.cache import push_env  # the closure (caching.push_env), then the fetched sources
+    from envlock.commands.cache import PushOptions, push_env  # the closure, then the fetched sources
 
-    pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key, url_records=push_url_records,
-                      asked=mirror_options(args))
+    pushed = push_env(ws, args.env, args.to, PushOptions(lock_ref=args.lock, key_file=args.key,
+                                                         url_records=push_url_records, asked=mirror_options(args)))
     for note in pushed.notes:
         print(f"envlock: {note}", file=sys.stderr)
 

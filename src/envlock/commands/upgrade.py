@@ -6,7 +6,7 @@ source's new commit (a branch or tag resolved through the store's git mirror), e
 ``same-version`` set, applied to the spec's text by ``specedit`` (comments and layout kept); carry
 the moved sources' patches to their new commits (``carry_patches``: today their status, and one that
 does not apply stops the upgrade); relock the edited spec without writing
-(``locking.lock_spec(write=False)``); diff the two locks; and, unless ``--dry-run``, write the spec
+(``commands.lock.lock_spec``, ``write=False``); diff the two locks; and, unless ``--dry-run``, write the spec
 and the lock together at the end (``_write_together``), restoring both on any failure. Nothing
 before that last step writes into the workspace, so a failure part-way, or a dry run, leaves the
 spec, the lock and the patches byte for byte as they were.
@@ -179,7 +179,8 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     from envlock.cache.caches import Caches  # a hash-less index's wheels from the caches' signed URL records
 
     caches = Caches.configured(ws, push=not options.dry_run)  # a dry run writes nowhere, a cache neither
-    relocked = commands_lock.lock_spec(ws, env, new_spec, mirrors, progress, write=False, caches=caches)
+    relocked = commands_lock.lock_spec(ws, env, new_spec, mirrors, store,
+                                       commands_lock.LockOptions(write=False, progress=progress, caches=caches))
     assert relocked.lock is not None  # lock_spec always returns the lock it made
     label = ws.relative(lock_path)
     report = upgradereport.upgrade_report(
@@ -198,16 +199,28 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
                          notes=relocked.notes)
 
 
+@dataclass(frozen=True)
+class _Editing:
+    """What the edits of one upgrade read: the spec as it was, how messages name it, the lock it
+    replaces, and where a source's rev is resolved."""
+
+    spec: EnvSpec
+    origin: str  # the spec's path, relative to the workspace
+    old: Lock
+    mirrors: Mirrors
+    store: Store
+
+
 def plan_upgrade(ws: Workspace, spec: EnvSpec, text: str, old: Lock, options: UpgradeOptions, mirrors: Mirrors,
                  store: Store) -> UpgradePlan:
     """The spec's text with every asked move applied, and what each changed. Reads indexes (for
     ``latest``) and git remotes (for a branch or tag); writes nothing into the workspace."""
-    origin = ws.relative(spec.path)
+    e = _Editing(spec, ws.relative(spec.path), old, mirrors, store)
     changes: list[SpecChange] = []
-    newest = _newest(ws, spec, mirrors, store, origin) if LATEST in options.nightlies.values() else None
-    edited, nightlies = _nightly_edits(spec, text, options.nightlies, newest, origin, changes)
-    edited, moved = _rev_edits(spec, edited, options.revs, old, mirrors, store, origin, changes)
-    edited = _version_edits(spec, edited, options.versions, origin, changes)
+    newest = _newest(ws, spec, mirrors, store, e.origin) if LATEST in options.nightlies.values() else None
+    edited, nightlies = _nightly_edits(e, text, options.nightlies, newest, changes)
+    edited, moved = _rev_edits(e, edited, options.revs, changes)
+    edited = _version_edits(e, edited, options.versions, changes)
     return UpgradePlan(old_text=text, new_text=edited, changes=tuple(changes), nightlies=nightlies, sources=moved)
 
 
@@ -246,10 +259,11 @@ def carry_patches(ws: Workspace, spec: EnvSpec, moves: Sequence[SourceMove], sto
 # -- nightlies -------------------------------------------------------------------
 
 
-def _nightly_edits(spec: EnvSpec, text: str, asked: Mapping[str, str], newest: Callable[[str], str] | None,
-                   origin: str, changes: list[SpecChange]) -> tuple[str, tuple[NightlyMove, ...]]:
+def _nightly_edits(e: _Editing, text: str, asked: Mapping[str, str], newest: Callable[[str], str] | None,
+                   changes: list[SpecChange]) -> tuple[str, tuple[NightlyMove, ...]]:
     """Every nightly of each asked index (``""``: every index with nightlies) moved to its date
     (``newest(index)`` for ``latest``)."""
+    spec, origin = e.spec, e.origin
     if not asked:
         return text, ()
     by_index: dict[str, list[NormalizedName]] = {}
@@ -315,10 +329,11 @@ def _newest(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, origin
 # -- sources ---------------------------------------------------------------------
 
 
-def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mirrors: Mirrors, store: Store,
-               origin: str, changes: list[SpecChange]) -> tuple[str, tuple[SourceMove, ...]]:
+def _rev_edits(e: _Editing, text: str, revs: Mapping[str, str],
+               changes: list[SpecChange]) -> tuple[str, tuple[SourceMove, ...]]:
     """Each asked source's ``rev`` set to the full commit its REV names now, REV (a branch or tag)
     in a comment after it."""
+    spec, origin, mirrors = e.spec, e.origin, e.mirrors
     moves = []
     for name, rev in sorted(revs.items()):
         src = spec.sources.get(name)
@@ -330,7 +345,7 @@ def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mir
         if not rev.strip() or rev.startswith("-"):
             raise UsageError(f"--rev {name}={rev}: expected a branch, a tag or a commit")
         with mirrors.source_hint(name, src.git):
-            commit = sources.resolve_rev(src.git, rev, store=store, fetch_from=mirrors.sources.get(name))
+            commit = sources.resolve_rev(src.git, rev, store=e.store, fetch_from=mirrors.sources.get(name))
         # A branch or tag is said after the commit it named; a hash needs no comment (and an old
         # branch name there would now mislead).
         comment = "" if commit.startswith(rev) else rev
@@ -338,7 +353,7 @@ def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mir
         if edited != text:  # else pinned there already, and said so
             changes.append(SpecChange(f"sources.{name}.rev", src.rev or "", commit, comment))
         text = edited
-        locked = old.sources.get(name)
+        locked = e.old.sources.get(name)
         moves.append(SourceMove(name, locked.commit if locked is not None else src.rev, commit, rev))
     return text, tuple(moves)
 
@@ -346,10 +361,10 @@ def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mir
 # -- versions --------------------------------------------------------------------
 
 
-def _version_edits(spec: EnvSpec, text: str, versions: Mapping[str, str], origin: str,
-                   changes: list[SpecChange]) -> str:
+def _version_edits(e: _Editing, text: str, versions: Mapping[str, str], changes: list[SpecChange]) -> str:
     """Each asked package's version set; a ``same-version`` set's members, and the overrides that
     pin them, move with it to the same public version (each keeping its own local tag)."""
+    spec = e.spec
     for raw, value in sorted(versions.items()):
         name = canonicalize_name(raw)
         shown = f"--version {raw}={value}"
@@ -363,7 +378,7 @@ def _version_edits(spec: EnvSpec, text: str, versions: Mapping[str, str], origin
         exact = _exact(specifier)
         new: dict[NormalizedName, Version] = {}
         if group is None:
-            text = _set_version(spec, text, name, specifier, shown, origin, changes)
+            text = _set_version(e, text, name, specifier, shown, changes)
             if exact is not None:
                 new[name] = exact
         else:
@@ -376,14 +391,16 @@ def _version_edits(spec: EnvSpec, text: str, versions: Mapping[str, str], origin
                    for m in group[1]}
             for member in group[1]:
                 if member in spec.packages:
-                    text = _move_member(spec, text, member, new[member], member == name, shown, origin, changes)
-        text = _move_overrides(spec, text, new, origin, changes)
+                    text = _move_member(e, text, member, new[member], member == name, shown, changes)
+        text = _move_overrides(e, text, new, changes)
     return text
 
 
-def _set_version(spec: EnvSpec, text: str, name: NormalizedName, specifier: str, shown: str, origin: str,
+def _set_version(e: _Editing, text: str, name: NormalizedName, specifier: str, shown: str,
                  changes: list[SpecChange]) -> str:
-    pkg = spec.packages.get(name)
+    """Package ``name`` set to ``specifier``; a nightly or a build is refused (moved otherwise)."""
+    origin = e.origin
+    pkg = e.spec.packages.get(name)
     if pkg is None:
         raise UsageError(f"{shown}: {origin} declares no packages.{name}; expected a package of [packages]")
     if pkg.nightly:
@@ -398,25 +415,25 @@ def _set_version(spec: EnvSpec, text: str, name: NormalizedName, specifier: str,
     return text
 
 
-def _move_member(spec: EnvSpec, text: str, member: NormalizedName, version: Version, named: bool, shown: str,
-                 origin: str, changes: list[SpecChange]) -> str:
+def _move_member(e: _Editing, text: str, member: NormalizedName, version: Version, named: bool, shown: str,
+                 changes: list[SpecChange]) -> str:
     """A declared member of a same-version set moved to ``version``: an exact pin (or the one named)
     is rewritten; a range that allows it stays."""
-    pkg = spec.packages[member]
+    pkg = e.spec.packages[member]
     if pkg.nightly or pkg.build:
-        return _set_version(spec, text, member, f"=={version}", shown, origin, changes)  # says why not
+        return _set_version(e, text, member, f"=={version}", shown, changes)  # says why not
     if not named and _exact(pkg.specifier) is None:
         if pkg.specifier and not allows(pkg.specifier, version.public):
             raise UsageError(f"{shown}: packages.{member} ({pkg.specifier!r}) does not allow {version.public}, "
                              "and only an exact ==VERSION moves with its set; edit it by hand")
         return text
-    return _set_version(spec, text, member, f"=={version}", shown, origin, changes)
+    return _set_version(e, text, member, f"=={version}", shown, changes)
 
 
-def _move_overrides(spec: EnvSpec, text: str, new: Mapping[NormalizedName, Version], origin: str,
+def _move_overrides(e: _Editing, text: str, new: Mapping[NormalizedName, Version],
                     changes: list[SpecChange]) -> str:
     """``resolution.overrides`` that pin a moved package exactly, moved with it."""
-    for i, line in enumerate(spec.resolution.overrides):
+    for i, line in enumerate(e.spec.resolution.overrides):
         try:
             req = Requirement(line)
         except InvalidRequirement:
@@ -430,7 +447,7 @@ def _move_overrides(spec: EnvSpec, text: str, new: Mapping[NormalizedName, Versi
         if version == pinned:
             continue
         req.specifier = SpecifierSet(f"=={version}")
-        text = specedit.set_array_string(text, ("resolution", "overrides"), i, str(req), origin=origin)
+        text = specedit.set_array_string(text, ("resolution", "overrides"), i, str(req), origin=e.origin)
         changes.append(SpecChange(f"resolution.overrides[{i}]", line, str(req)))
     return text
 
