@@ -80,7 +80,7 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
 
 def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.ArgumentParser,
                  parser_class: type[argparse.ArgumentParser]) -> None:
-    """The ``cache`` command and its actions, on ``cli``'s parser (``add`` makes a command)."""
+    """The ``cache`` command and its actions, on ``cli.main``'s parser (``add`` makes a command)."""
     p = add("cache", lambda a, w: 2, "binary caches: keygen / push / verify (see docs/cache.md)")
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", parser_class=parser_class, required=True)
 

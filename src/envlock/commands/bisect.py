@@ -5,7 +5,7 @@ each later one that changed ``locks/pylock.ENV.toml``; ``--nightly FROM..TO``: t
 index lists for the spec's nightlies, usable for the target, between them), the first taken as
 good and the last as bad, untested. Then search (``search``): each step syncs the middle
 candidate's lock as a new generation of the env (stored wheels, builds and venvs are reused) and
-runs the command in it (``running.run_environ``, as ``envlock run``): exit 0 good, 125 skip, any
+runs the command in it (``commands.run.run_environ``, as ``envlock run``): exit 0 good, 125 skip, any
 other exit up to 127 bad; a command that cannot be started, or that dies of a signal (or exits
 128 or more), stops the bisect. A lock that cannot be synced is skipped, with the reason. At the
 end the env is put back on the generation that was current before, and the first bad lock is
@@ -13,7 +13,7 @@ diffed against the last good one (``diff.diff_locks``).
 
 A nightly candidate is locked from a copy of the spec whose nightly date is moved, in a
 temporary workspace (under the store's ``tmp/``): the workspace's own spec and lock are never
-written. The dates are ``envlock nightlies``' (``listing``); the spec is edited as ``envlock upgrade``
+written. The dates are ``envlock nightlies``' (``commands.nightlies``); the spec is edited as ``envlock upgrade``
 edits it (``specedit``).
 """
 
@@ -326,7 +326,7 @@ def _shared_dates(spec: EnvSpec) -> set[str]:
 
 def nightly_dates(ws: Workspace, spec: EnvSpec, store: Store, asked: MirrorOptions | None = None) -> list[str]:
     """The dates on which every nightly pin of the spec that shares its date has a build the target
-    installs (``listing``, as ``envlock nightlies`` lists them), oldest first."""
+    installs (``commands.nightlies``, as ``envlock nightlies`` lists them), oldest first."""
     from envlock.commands.nightlies import list_nightlies
     from envlock.model.mirrors import Mirrors
 

@@ -1,5 +1,5 @@
 """The patch commands, as recipes: ``patch status``, ``patch edit`` and ``patch record``
-(``patch rebase`` is ``rebasing``).
+(``patch rebase`` is ``commands.rebase``).
 
 Each reads the env's spec, brings the source's tree into the store at its pin (and at
 ``--against REV``, an upgrade target) and hands it with the spec's patches to the stage that

@@ -229,7 +229,7 @@ def carry_patches(ws: Workspace, spec: EnvSpec, moves: Sequence[SourceMove], sto
     """Each moved source's patches checked at its new commit; ``PatchError`` (exit 1) naming each
     patch that does not apply there (a conflict, or already upstream), before anything is written.
 
-    The seam for carrying patches over by itself: ``envlock patch rebase`` (``rebasing``) does the
+    The seam for carrying patches over by itself: ``envlock patch rebase`` (``commands.rebase``) does the
     3-way work in a work dir the user may have to finish; an upgrade that rebased here would hand
     the rewritten patch files to ``_write_together`` with the spec and the lock instead of stopping.
     """
