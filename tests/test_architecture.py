@@ -37,7 +37,7 @@ LAYERS: list[set[str]] = [
 ]
 FOUNDATIONS = LAYERS[0]
 #: Modules of ``commands/`` that no command is named after: what several recipes share.
-SHARED_RECIPES = {"realize", "lockrefs", "upgradereport"}
+SHARED_RECIPES = {"realize", "lockrefs", "upgradereport", "buildsession"}
 #: The only modules that start processes: envlock's own (uv, git, backends, keyring) in runner;
 #: the user's command in bisect (once per candidate) and run (exec'd in the env).
 STARTS_PROCESSES = {"runner", "commands.bisect", "commands.run"}

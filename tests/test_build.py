@@ -17,7 +17,7 @@ import pytest
 
 from envlock import runner
 from envlock.build import buildenv, builder, requirements, sources, wheelzip
-from envlock.commands import build
+from envlock.commands import buildsession
 from envlock.errors import BuildError, SourceTreeError
 from envlock.model.spec import BuildSpec, FetchContentInput, SourceSpec
 from envlock.model.target import find_python
@@ -438,9 +438,9 @@ def test_a_fetchcontent_repository_is_fetched_through_its_mirror(kit: Kit, tmp_p
         FetchContentInput(sglike.KDEP_NAME, "https://example.invalid/kdep.git", kit.sg.kdep_commit),))
     store = Store.open(tmp_path / "home")  # nothing fetched yet
     with pytest.raises(BuildError) as info:
-        build.checkout_fetchcontent(unreachable, store, {})
+        buildsession.checkout_fetchcontent(unreachable, store, {})
     assert f"--source {sglike.KDEP_NAME}=URL" in str(info.value)
-    checkouts = build.checkout_fetchcontent(unreachable, store, {sglike.KDEP_NAME: str(kit.sg.kdep_url)})
+    checkouts = buildsession.checkout_fetchcontent(unreachable, store, {sglike.KDEP_NAME: str(kit.sg.kdep_url)})
     planned = builder.plan(replace(request, spec=unreachable, fetchcontent=checkouts), store)
     assert planned.fetchcontent_dirs[sglike.KDEP_NAME] == store.path("sources", f"git-{kit.sg.kdep_commit}") / "tree"
     assert "https://example.invalid/kdep.git" in json.dumps(planned.recipe)  # the recipe names the spec's URL

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from envlock.build import inputs
-from envlock.commands import build
+from envlock.commands import buildsession
 from envlock.errors import BuildError, SourceError
 from envlock.install import fetch
 from envlock.model.lockfile import LockedFetchContent, LockedPackage
@@ -79,7 +79,7 @@ repo-gone = {{ url = "{(gone / 'x.tar.gz').as_uri()}" }}
     spec = load_spec(root / "envs" / "e.toml", root=root)
     store = Store.open(tmp_path / "home")
     with pytest.raises(SourceError) as info:
-        build.prepare_inputs(ws, spec, store, builds=list(spec.builds.values()))
+        buildsession.prepare_inputs(ws, spec, store, buildsession.InputsWanted(builds=list(spec.builds.values())))
     assert info.value.message == ("envs/e.toml: 2 git or URL inputs of the builds cannot be fetched; every such input "
                                   "is fetched before any wheel, so nothing else was downloaded")
     source, archive = info.value.details

@@ -14,6 +14,7 @@ from envlock.commands.nightlies import list_nightlies, nightlies_env
 from envlock.errors import ResolveError, UsageError
 from envlock.model.mirrors import Mirrors
 from envlock.model.spec import load_env_spec
+from envlock.store.store import Store
 from envlock.workspace import Workspace
 from kit.index import IndexServer
 from kit.wheels import build_wheel
@@ -128,7 +129,7 @@ def _date(date: str, status: str, wheels: tuple[str, ...], *, locked: bool = Fal
 def test_newest_usable_date_of_an_index_is_what_upgrade_takes(ws: ScratchWorkspace, server: IndexServer) -> None:
     ws.write_spec("e", spec(server))
     listing = list_nightlies(Workspace(ws.root), load_env_spec(Workspace(ws.root), "e"),
-                             Mirrors.of(load_env_spec(Workspace(ws.root), "e")))
+                             Mirrors.of(load_env_spec(Workspace(ws.root), "e")), store=Store.open(create=False))
     assert listing.packages[0].usable_dates() == ("2026-03-10", "2026-03-07", "2026-03-05", "2026-03-02")
     assert listing.newest_usable("pt") == "2026-03-10"
     assert listing.newest_usable("pypi") is None

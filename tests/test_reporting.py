@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from envlock.build import sources
-from envlock.commands.upgradereport import ReportOptions, UpgradeReport, render_markdown, render_text, upgrade_report
+from envlock.cli.upgradereport import render_markdown, render_text
+from envlock.commands.upgradereport import ReportOptions, UpgradeReport, upgrade_report
 from envlock.install.fetch import fetch
 from envlock.model.lockfile import Artifact, Lock, LockedBuild, LockedPackage, LockedPatch, LockedSource, NightlyPin
 from envlock.store.store import Store

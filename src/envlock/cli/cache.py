@@ -1,6 +1,6 @@
-"""``envlock cache keygen|push|verify``, and the caches ``sync``/``build`` ask: parse, call, render.
+"""``envlock cache keygen|push|verify``, and the caches ``lock``/``sync``/``build`` ask: parse, call, render.
 
-Kept out of ``cli`` (which holds every other command) so that module stays a table one can read.
+Beside ``cli.main`` (which adds the ``cache`` command to its parser with ``add_commands``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock.cli.render import GLOBAL_OPTIONS, json_option, mirror_flags, out
+from envlock.cli.render import GLOBAL_OPTIONS, json_option, mirror_flags, mirror_options, out
 from envlock.workspace import Workspace, names_a_cache
 
 if TYPE_CHECKING:
@@ -46,10 +46,10 @@ def cmd_keygen(args: argparse.Namespace, ws: Workspace) -> int:
 
 def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.cache.urlrecords import push_url_records
-    from envlock.commands.cache import push_env  # the closure (caching.push_env), then the fetched sources
+    from envlock.commands.cache import PushOptions, push_env  # the closure, then the fetched sources
 
-    pushed = push_env(ws, args.env, args.to, lock_ref=args.lock, key_file=args.key, url_records=push_url_records,
-                      asked=args.mirror_options(args))
+    pushed = push_env(ws, args.env, args.to, PushOptions(lock_ref=args.lock, key_file=args.key,
+                                                         url_records=push_url_records, asked=mirror_options(args)))
     for note in pushed.notes:
         print(f"envlock: {note}", file=sys.stderr)
 
@@ -80,7 +80,7 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
 
 def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.ArgumentParser,
                  parser_class: type[argparse.ArgumentParser]) -> None:
-    """The ``cache`` command and its actions, on ``cli``'s parser (``add`` makes a command)."""
+    """The ``cache`` command and its actions, on ``cli.main``'s parser (``add`` makes a command)."""
     p = add("cache", lambda a, w: 2, "binary caches: keygen / push / verify (see docs/cache.md)")
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", parser_class=parser_class, required=True)
 

@@ -79,7 +79,7 @@ def cmd_doctor(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
-    """``kernels`` and ``doctor`` on ``cli``'s parser (``add`` makes a command)."""
+    """``kernels`` and ``doctor`` on ``cli.main``'s parser (``add`` makes a command)."""
     p = add("kernels", cmd_kernels, "what the env's binaries carry for GPUs, and which GPUs run them",
             "Read every ELF of the env's locked wheels (from the store; those it lacks are fetched first,\n"
             "unless --offline) or of a .whl file or a folder (a venv): per package, the SASS and PTX arches of\n"

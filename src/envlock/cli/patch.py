@@ -1,7 +1,7 @@
 """Command line of the patch commands: status, edit, record, rebase.
 
-Beside ``cli`` (which adds them under ``envlock patch`` with ``add_patch_commands``): parse, call
-the recipe (``patching``, ``rebasing``), render. Nothing else. See docs/patches.md.
+Beside ``cli.main`` (which adds them under ``envlock patch`` with ``add_commands``): parse, call
+the recipe (``commands.patch``, ``commands.rebase``), render. Nothing else. See docs/patches.md.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from envlock.cli.render import count, json_option, mirror_flags, out
+from envlock.cli.render import GLOBAL_OPTIONS, count, json_option, mirror_flags, mirror_options, out
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 def cmd_patch_status(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.commands import patch
 
-    report = patch.patch_status(ws, args.env, against=args.against,
-                                   asked=args.mirror_options(args))
+    report = patch.patch_status(ws, args.env, against=args.against, asked=mirror_options(args))
 
     def text() -> str:
         lines = []
@@ -56,7 +55,7 @@ def cmd_patch_edit(args: argparse.Namespace, ws: Workspace) -> int:
 
     workdir = (args.dir or Path(f"{args.source_name}-edit")).absolute()
     session = patch.patch_edit(ws, args.env, args.source_name, workdir, against=args.against,
-                                  asked=args.mirror_options(args))
+                               asked=mirror_options(args))
     import shlex
 
     # The work dir is outside the workspace: named, the command also works from inside it.
@@ -104,7 +103,7 @@ def cmd_patch_rebase(args: argparse.Namespace, ws: Workspace) -> int:
 
         ws = Found.find(root=args.root)
         report = rebase.rebase(ws, args.env, args.source_name, args.to, workdir=args.dir,
-                                 asked=args.mirror_options(args))
+                               asked=mirror_options(args))
     for label in report.retired:  # loud, also under --json
         print(f"envlock: RETIRED {label}: upstream has its change at {report.commit[:12]}; dropped from the spec"
               + (" (kept on disk: other envs list it)" if label in report.kept else " and deleted")
@@ -115,6 +114,7 @@ def cmd_patch_rebase(args: argparse.Namespace, ws: Workspace) -> int:
 
 def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.commands import patch
+
     recorded = patch.patch_record(ws, args.workdir.absolute(), subject=args.subject, why=args.why,
                                      upstream=args.upstream, refresh=args.refresh)
     env = recorded.env
@@ -143,12 +143,19 @@ def cmd_patch_record(args: argparse.Namespace, ws: Workspace) -> int:
     return 0
 
 
-
-def add_patch_commands(padd: Callable[[str, Callable[[argparse.Namespace, Workspace], int], str],
-                                      argparse.ArgumentParser]) -> None:
-    """status, edit, record and rebase, each added with ``padd(name, func, help)`` (``cli``'s, which
-    also hands each command ``args.mirror_options``, the --index/--source reader)."""
+def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.ArgumentParser,
+                 parser_class: type[argparse.ArgumentParser]) -> None:
+    """The ``patch`` command and its actions (status, edit, rebase, record), on ``cli.main``'s parser
+    (``add`` makes a command)."""
     from pathlib import Path
+
+    p = add("patch", lambda a, w: 2, "patch status / edit / record / rebase")
+    psub = p.add_subparsers(dest="patch_command", metavar="ACTION", parser_class=parser_class, required=True)
+
+    def padd(name: str, func: Callable[[argparse.Namespace, Workspace], int], help: str) -> argparse.ArgumentParser:
+        q = psub.add_parser(name, help=help, description=help, parents=[common], epilog=GLOBAL_OPTIONS)
+        q.set_defaults(func=func, command_parser=q)
+        return q
 
     q = padd("status", cmd_patch_status, "each patch against the pinned commit (or --against REV): "
              "applies, already-applied or conflict (exit 1 on any conflict); with --against, merged 3-way as "

@@ -1,10 +1,15 @@
-"""What every command's rendering shares: counted nouns and the one ``--json``-or-text output."""
+"""What every command's parsing and rendering shares: the mirror and ``--json`` options, counted nouns,
+a spinner, and the one ``--json``-or-text output."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
+
+from envlock.errors import UsageError, redact
 
 if TYPE_CHECKING:
     import argparse
@@ -29,6 +34,19 @@ def out(args: argparse.Namespace, data: dict[str, Any], text: Callable[[], str])
         rendered = text()
         if rendered:
             print(rendered)
+
+
+@contextlib.contextmanager
+def status(args: argparse.Namespace, message: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on a terminal for long quiet work (a resolution can download GBs to hash
+    them, a kernel build can take an hour); yields a function that changes its text."""
+    if args.quiet or getattr(args, "json", False) or not sys.stderr.isatty():
+        yield lambda _text: None
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(message) as spinner:
+        yield lambda text: spinner.update(text)
 
 
 def json_option(parser: argparse.ArgumentParser) -> None:
@@ -60,14 +78,12 @@ def mirror_options(args: argparse.Namespace) -> MirrorOptions:
 
 
 def _pairs(pairs: Sequence[str], option: str) -> dict[str, str]:
-    from envlock.errors import UsageError, redact
-
     what = "index" if option == "--index" else "source"
-    out = {}
+    found = {}
     for pair in pairs:
         name, sep, url = pair.partition("=")
         # A name holds none of ":/@": else NAME= was left out and the "=" is the URL's own (a password's).
         if not sep or not name or not url or any(c in name for c in ":/@"):
             raise UsageError(f"{option} {redact(pair)!r}: expected NAME=URL (a spec {what} name and the mirror's URL)")
-        out[name] = url
-    return out
+        found[name] = url
+    return found

@@ -5,7 +5,7 @@ each later one that changed ``locks/pylock.ENV.toml``; ``--nightly FROM..TO``: t
 index lists for the spec's nightlies, usable for the target, between them), the first taken as
 good and the last as bad, untested. Then search (``search``): each step syncs the middle
 candidate's lock as a new generation of the env (stored wheels, builds and venvs are reused) and
-runs the command in it (``running.run_environ``, as ``envlock run``): exit 0 good, 125 skip, any
+runs the command in it (``commands.run.run_environ``, as ``envlock run``): exit 0 good, 125 skip, any
 other exit up to 127 bad; a command that cannot be started, or that dies of a signal (or exits
 128 or more), stops the bisect. A lock that cannot be synced is skipped, with the reason. At the
 end the env is put back on the generation that was current before, and the first bad lock is
@@ -13,7 +13,7 @@ diffed against the last good one (``diff.diff_locks``).
 
 A nightly candidate is locked from a copy of the spec whose nightly date is moved, in a
 temporary workspace (under the store's ``tmp/``): the workspace's own spec and lock are never
-written. The dates are ``envlock nightlies``' (``listing``); the spec is edited as ``envlock upgrade``
+written. The dates are ``envlock nightlies``' (``commands.nightlies``); the spec is edited as ``envlock upgrade``
 edits it (``specedit``).
 """
 
@@ -158,7 +158,7 @@ def bisect(ws: Workspace, env: str, options: BisectOptions,
     store = Store.open()
     before = generations.current_number(store, env)
     cands = _nightly_candidates(ws, env, store, options.nightly, options.mirrors) if options.nightly else \
-        _git_candidates(ws, env, options.good, options.bad, options.mirrors)
+        _git_candidates(ws, env, store, options.good, options.bad, options.mirrors)
     steps: list[Step] = []
     notes: list[str] = []
     try:
@@ -235,7 +235,7 @@ def _diff(cands: _Candidates, lo: int, hi: int, notes: list[str]) -> LockDiff | 
 # -- over git revisions ----------------------------------------------------------
 
 
-def _git_candidates(ws: Workspace, env: str, good: str | None, bad: str | None,
+def _git_candidates(ws: Workspace, env: str, store: Store, good: str | None, bad: str | None,
                     asked: MirrorOptions) -> _Candidates:
     """The good revision, then each revision up to ``bad`` that changed the env's lock."""
     if good is None or bad is None:
@@ -263,7 +263,7 @@ def _git_candidates(ws: Workspace, env: str, good: str | None, bad: str | None,
     def sync_one(i: int) -> int:
         # A lock synced as it is fetches no source: only the index mirrors apply.
         mirrors = MirrorOptions(indexes=asked.indexes)
-        return sync(ws, env, SyncOptions(lock_ref=f"{lock_path}@{revs[i]}", mirrors=mirrors)).generation
+        return sync(ws, env, SyncOptions(lock_ref=f"{lock_path}@{revs[i]}", mirrors=mirrors), store=store).generation
 
     return _Candidates("git", [r[:12] for r in revs], names, lock_of, sync_one)
 
@@ -291,7 +291,7 @@ def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str, asked:
         raise UsageError(f"--nightly {span}: expected the good date before the bad one")
     spec = load_env_spec(ws, env)
     shared = _shared_dates(spec)
-    listed = nightly_dates(ws, spec, asked)
+    listed = nightly_dates(ws, spec, store, asked)
     dates = sorted({first, last} | {d for d in listed if first <= d <= last})
     scratch = store.temp_dir("bisect-ws")
     temp = _temp_workspace(ws, scratch, env)
@@ -301,17 +301,18 @@ def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str, asked:
     def lock_of(i: int) -> tuple[Lock, str]:
         if i not in locks:
             from envlock.cache.caches import Caches
-            from envlock.commands.lock import lock_spec
+            from envlock.commands.lock import LockOptions, lock_spec
             from envlock.model.mirrors import Mirrors
 
             moved = _write_spec(temp, spec, text, shared, dates[i])
-            locked = lock_spec(temp, env, moved, Mirrors.of(moved, asked), caches=Caches.configured(ws)).lock
+            locked = lock_spec(temp, env, moved, Mirrors.of(moved, asked), store,
+                               LockOptions(caches=Caches.configured(ws))).lock
             locks[i] = locked if locked is not None else read_lock(temp.lock_path(env))
         return locks[i], f"{env} at nightly {dates[i]}"  # as names[i]
 
     def sync_one(i: int) -> int:
         _write_spec(temp, spec, text, shared, dates[i])
-        result = sync(temp, env, SyncOptions(mirrors=asked))
+        result = sync(temp, env, SyncOptions(mirrors=asked), store=store)
         locks[i] = read_lock(temp.lock_path(env))
         return result.generation
 
@@ -336,14 +337,14 @@ def _shared_dates(spec: EnvSpec) -> set[str]:
     return {d for d in dates if d is not None}
 
 
-def nightly_dates(ws: Workspace, spec: EnvSpec, asked: MirrorOptions | None = None) -> list[str]:
+def nightly_dates(ws: Workspace, spec: EnvSpec, store: Store, asked: MirrorOptions | None = None) -> list[str]:
     """The dates on which every nightly pin of the spec that shares its date has a build the target
-    installs (``listing``, as ``envlock nightlies`` lists them), oldest first."""
+    installs (``commands.nightlies``, as ``envlock nightlies`` lists them), oldest first."""
     from envlock.commands.nightlies import list_nightlies
     from envlock.model.mirrors import Mirrors
 
     found: set[str] | None = None
-    for pkg in list_nightlies(ws, spec, Mirrors.of(spec, asked)).packages:
+    for pkg in list_nightlies(ws, spec, Mirrors.of(spec, asked), store=store).packages:
         if pkg.same_date:
             found = set(pkg.usable_dates()) if found is None else found & set(pkg.usable_dates())
     return sorted(found or ())

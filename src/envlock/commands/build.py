@@ -1,11 +1,11 @@
-"""Local builds, as ``envlock build`` runs them and as ``lock`` and ``sync`` need them.
+"""``envlock build``: an env's local builds, built into the wheelhouse and recorded in its lock.
 
 The recipe (``build_env``): read the lock; prepare the sources the wanted builds read (fetched
 or snapshotted, then patched) and gather what every build of the env reads into one
-``BuildSession``; plan each build (its request, with its FetchContent inputs checked out, and
-its input digest); then carry the plans out and record the wheels in the lock. ``lock`` keeps
-the build records whose inputs did not move (``carry_builds``); ``sync`` builds what the
-wheelhouse lacks (``ensure_builds``).
+``BuildSession`` (``commands.buildsession``); plan each build (its request, with its FetchContent
+inputs checked out, and its input digest); then carry the plans out and record the wheels in the
+lock. ``sync`` builds what the wheelhouse lacks with ``build_spec`` (``commands.sync``); ``lock``
+keeps the build records whose inputs did not move (``commands.lock``).
 """
 
 from __future__ import annotations
@@ -19,44 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.utils import parse_wheel_filename
 
-from envlock.build import builder, requirements, sources
+from envlock.build import builder
 from envlock.build import inputs as build_inputs
 from envlock.build.buildenv import UNFIXED_RISK
-from envlock.build.inputs import FetchedInput, Unreachable
-from envlock.errors import (
-    BuildError,
-    BuildRequirementsError,
-    LockChangedError,
-    LockError,
-    PatchError,
-    SourceError,
-    SourceTreeError,
-    SpecError,
-    UsageError,
-    redact,
-)
-from envlock.install import fetch
-from envlock.install.fetch import FetchResult, Locate
+from envlock.commands.buildsession import BuildSession, InputsWanted, pinned_commit, prepare_inputs
+from envlock.errors import BuildError, BuildRequirementsError, LockChangedError, LockError, SourceError, UsageError
+from envlock.install.fetch import FetchResult
 from envlock.model.lockdiff import line_changes
-from envlock.model.lockfile import (
-    Artifact,
-    Lock,
-    LockedBuild,
-    LockedFetchContent,
-    LockedPackage,
-    LockedSource,
-    LockFile,
-    canonicalize_name,
-)
-from envlock.model.mirrors import MirrorOptions, Mirrors, package_locator, source_mirror_how
-from envlock.model.spec import COMMIT_ID, BuildSpec, EnvSpec, SourceSpec, load_env_spec
-from envlock.model.tomlio import load_toml
-from envlock.patches.patchapply import PatchedTree, apply_all
-from envlock.patches.patchfile import load_patches
+from envlock.model.lockfile import Artifact, Lock, LockedBuild, LockedPackage, LockFile, canonicalize_name
+from envlock.model.mirrors import MirrorOptions, Mirrors, package_locator
+from envlock.model.spec import BuildSpec, EnvSpec, load_env_spec
 from envlock.progress import Progress
 from envlock.resolution import resolve
 from envlock.resolution.drift import drift
-from envlock.store.home import file_sha256
 from envlock.store.store import Store, replace_if_unchanged
 from envlock.workspace import Workspace
 
@@ -65,271 +40,6 @@ if TYPE_CHECKING:
 
 #: Under the wheelhouse: builds of an ``--override-source`` tree (never named by a lock).
 OVERRIDE_WHEELHOUSE = "overrides"
-
-# -- sources -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SourceState:
-    """A source fetched (or snapshotted) into the store, and its patched tree."""
-
-    prepared: sources.PreparedSource
-    patched: PatchedTree
-
-    def locked(self) -> LockedSource:
-        return self.prepared.locked(self.patched.patches)
-
-
-def pinned_commit(src: SourceSpec, lock: Lock | None) -> str | None:
-    """The commit to use for a git source: the spec's full hash, else the one the lock resolved
-    from this very URL and branch or tag (a branch is followed only when asked to relock)."""
-    if src.git is None:
-        return None
-    if src.rev and COMMIT_ID.fullmatch(src.rev):
-        return src.rev
-    locked = lock.sources.get(src.name) if lock is not None else None
-    # An earlier lock may have recorded the URL with its token: the same repository.
-    if (locked is not None and locked.kind == "git" and locked.location in (redact(src.git), src.git) and locked.commit
-            and locked.rev == (src.rev or "HEAD")):
-        return locked.commit
-    return None  # resolved now (``git ls-remote``); the lock then records it
-
-
-def prepare_inputs(
-    ws: Workspace,
-    spec: EnvSpec,
-    store: Store,
-    *,
-    lock: Lock | None = None,
-    overrides: Mapping[str, Path] | None = None,
-    names: set[str] | None = None,
-    builds: Sequence[BuildSpec] = (),
-    mirrors: Mirrors | None = None,
-    pin_only: bool = False,
-) -> tuple[dict[str, SourceState], dict[str, dict[str, FetchedInput]]]:
-    """Every git or URL input first -- the sources (only ``names``, if given) and the FetchContent
-    inputs of ``builds`` (``pin_only``: pinned, not fetched) -- each tried, those that cannot be fetched
-    named together in one error (before any wheel is downloaded); then each source's patches applied."""
-    mirrors = mirrors or Mirrors()
-    overrides = overrides or {}
-    unknown = sorted(set(overrides) - set(spec.sources))
-    if unknown:
-        known = ", ".join(sorted(spec.sources)) or "none"
-        raise UsageError(f"--override-source {unknown[0]}=...: {spec.path} has no [sources.{unknown[0]}]; "
-                         f"sources: {known}")
-    prepared: dict[str, sources.PreparedSource] = {}
-    failed: list[Unreachable] = []
-    for name, src in sorted(spec.sources.items()):
-        if names is not None and name not in names:
-            continue
-        try:
-            prepared[name] = sources.prepare(src, store, ws.root, commit=pinned_commit(src, lock),
-                                             override=overrides.get(name), fetch_from=mirrors.sources.get(name))
-        except SourceError as exc:
-            if src.git is None or isinstance(exc, SourceTreeError):
-                raise
-            failed.append(Unreachable(f"sources.{name}", name, exc, name in mirrors.sources))
-    fetched, fc_failed = build_inputs.fetch_fetchcontent(builds, store, mirrors.sources, lock, pin_only=pin_only)
-    deps = {f"builds.{b.name}.fetchcontent.{d.name}": (b.name, d) for b in builds for d in b.fetchcontent}
-
-    def single(f: Unreachable) -> Exception:
-        if f.key in deps:
-            return build_inputs.fetchcontent_error(deps[f.key][0], f, deps[f.key][1])
-        if f.mirrored:
-            return f.error
-        return f.error.with_details(f"no access to {spec.sources[f.name].git}? fetch the pinned commit from a "
-                                    f"clone or mirror: {source_mirror_how(f.name)}")
-
-    build_inputs.raise_unreachable([*failed, *fc_failed], ws.relative(spec.path), single)
-    states = {name: SourceState(p, _patched(ws, store, spec.sources[name], p, overrides))
-              for name, p in prepared.items()}
-    return states, fetched
-
-
-def _patched(ws: Workspace, store: Store, src: SourceSpec, prepared: sources.PreparedSource,
-             overrides: Mapping[str, Path]) -> PatchedTree:
-    """``prepared`` with the spec's patches of source ``src`` applied."""
-    name = src.name
-    patches = load_patches(ws.root, src.patches)
-    try:
-        return apply_all(name, prepared.tree, prepared.tree_digest, patches, store)
-    except PatchError as exc:
-        if name not in overrides:
-            raise
-        raise PatchError(exc.message, details=[
-            *exc.details, f"--override-source {name}=...: the spec's patches are applied to that tree, so it "
-            "must be unpatched (a `patch edit` work dir has them applied already)"]) from None
-
-
-def sources_for_lock(ws: Workspace, spec: EnvSpec, store: Store, old: Lock | None,
-                     mirrors: Mirrors) -> tuple[dict[str, SourceState], dict[str, dict[str, FetchedInput]]]:
-    """Every source of the spec prepared for ``lock`` (the commits ``old`` pinned are kept: their trees give
-    the built packages' metadata), and every FetchContent input of its builds pinned, not fetched (the
-    resolution reads none of them; the tags' commits and archives' sha256 ``old`` pinned are kept): all
-    before the resolution downloads anything."""
-    if not spec.sources:
-        return {}, {}
-    return prepare_inputs(ws, spec, store, lock=old, builds=list(spec.builds.values()), mirrors=mirrors,
-                          pin_only=True)
-
-
-def _project_name(project: Path) -> str | None:
-    """The static ``[project] name`` of ``project``'s pyproject.toml, if it has one."""
-    path = project / "pyproject.toml"
-    try:
-        name = load_toml(path.read_text(encoding="utf-8"), path, BuildError).get("project", {}).get("name")
-    except (OSError, UnicodeDecodeError, BuildError, AttributeError):
-        return None  # the build backend reports what it cannot read
-    return name if isinstance(name, str) and name else None
-
-
-def resolve_build_inputs(
-    spec: EnvSpec, states: Mapping[str, SourceState]
-) -> tuple[dict[Any, Path], tuple[str, ...], dict[str, str]]:
-    """For the resolver: each built package's patched source dir (its metadata), the build
-    requirements of ``isolation = false`` builds (locked with the env), and the builds' env.
-    ``SpecError`` naming every build whose folder is missing or whose project has another name."""
-    build_sources: dict[Any, Path] = {}
-    extra: set[str] = set()
-    env: dict[str, str] = {}
-    problems: list[str] = []
-    for pkg in spec.packages.values():
-        if pkg.build and pkg.build in spec.builds:
-            b = spec.builds[pkg.build]
-            tree = states[b.source].patched.tree
-            project = tree / b.subdirectory if b.subdirectory else tree
-            if not project.is_dir():  # else uv reports "Distribution not found" as a failed resolution
-                problems.append(f"builds.{pkg.build}.subdirectory: expected a folder of source {b.source!r} (as "
-                                f"patched), found no {b.subdirectory!r} there")
-                continue
-            if (named := _project_name(project)) is not None and canonicalize_name(named) != pkg.name:
-                # Else uv's "metadata name does not match" reads as a failed resolution, exit 1.
-                where = f"{b.subdirectory}/pyproject.toml" if b.subdirectory else "pyproject.toml"
-                problems.append(f"[builds.{pkg.build}]: source {b.source!r} builds project {named!r} ({where}), "
-                                f"expected {pkg.build!r}: a build makes the package of its own name; name the build "
-                                f"(and its package) {named!r}: `envlock upgrade {spec.name} --fix-renames` moves its "
-                                "tables and its package entry")
-                continue
-            build_sources[pkg.name] = project
-            env.update(b.env)
-            if not b.isolation:
-                extra.update(b.requires)
-    if len(problems) == 1:
-        raise SpecError(f"{spec.path}: {problems[0]}")
-    if problems:
-        raise SpecError(f"{spec.path}: {len(problems)} builds do not match their sources", details=problems)
-    return build_sources, tuple(sorted(extra)), env
-
-
-# -- the session: what every build of one env reads --------------------------
-
-
-@dataclass(frozen=True)
-class BuildSession:
-    """What the builds of one env read, gathered once: its prepared sources, the lock whose
-    packages a non-isolated build runs against, the index its build requirements resolve on,
-    and where git repositories and the env's wheels are fetched from.
-
-    ``build_env`` and ``carry_builds`` make their requests here, so that a digest computed
-    by one is the digest the other computes.
-    """
-
-    ws: Workspace
-    spec: EnvSpec
-    store: Store
-    states: Mapping[str, SourceState]
-    lock: Lock
-    index_url: str  # the default index, as ``lock`` resolves against it
-    mirrors: Mirrors  # where git repositories (sources, FetchContent inputs) and indexes are read
-    progress: Progress | None = None  # of the env's wheels fetched for non-isolated builds
-    locate: Locate | None = None  # where those wheels are downloaded from (a sync's --index)
-    # Build name -> its FetchContent inputs, fetched with the sources (before any wheel).
-    inputs: Mapping[str, Mapping[str, FetchedInput]] = field(default_factory=dict)
-    offline: bool = False  # nothing downloaded: the env's wheels and the backends' from the store alone
-
-    def ready(self, builds: Sequence[BuildSpec]) -> list[BuildSpec]:
-        """Those of ``builds`` whose source is prepared."""
-        return [b for b in builds if b.source in self.states]
-
-    def env_packages(self, builds: Sequence[BuildSpec]) -> tuple[tuple[requirements.BuildEnvPackage, ...],
-                                                                  tuple[FetchResult, ...]]:
-        """The env's locked wheels that ``isolation = false`` builds among ``builds`` run against,
-        and the fetches that brought them into the store (none if every build is isolated).
-
-        Only the closure of those builds' requirements among the locked packages is fetched
-        (``buildinputs.closure_packages``): a runtime wheel no build can import is not.
-        """
-        reading = [b for b in builds if not b.isolation]
-        if not reading:
-            return (), ()
-        local = {str(canonicalize_name(n)) for n in self.spec.builds}
-        roots = set().union(*(requirements.build_roots(b, self.states[b.source].patched.tree) for b in reading))
-        base_dir = self.ws.lock_path(self.spec.name).parent
-
-        def fetch_wheels(packages: list[LockedPackage]) -> FetchResult:
-            return fetch.fetch([p.wheels[0] for p in packages], self.store, base_dir=base_dir, progress=self.progress,
-                               options=fetch.FetchOptions(offline=self.offline, locate=self.locate, env=self.spec.name))
-
-        packages, got = build_inputs.closure_packages(self.lock, roots, python=self.spec.python,
-                                                     platform=self.spec.platform, exclude=local,
-                                                     fetch_wheels=fetch_wheels)
-        return requirements.env_packages_from_lock(replace(self.lock, packages=packages), self.store), got
-
-    def fetched(self, b: BuildSpec) -> dict[str, FetchedInput]:
-        """``b``'s FetchContent inputs in the store: those fetched with the session's sources, else now."""
-        if b.name in self.inputs and all(f.tree is not None for f in self.inputs[b.name].values()):
-            return dict(self.inputs[b.name])
-        got, failed = build_inputs.fetch_fetchcontent([b], self.store, self.mirrors.sources, self.lock)
-        deps = {f"builds.{b.name}.fetchcontent.{d.name}": d for d in b.fetchcontent}
-        build_inputs.raise_unreachable(failed, self.ws.relative(self.spec.path),
-                                      lambda f: build_inputs.fetchcontent_error(b.name, f, deps[f.key]))
-        return got[b.name]
-
-    def request(self, b: BuildSpec, env_packages: tuple[requirements.BuildEnvPackage, ...],
-                recorded: LockedBuild | None = None, *, digest_only: bool = False) -> builder.BuildRequest:
-        """What to build for ``b`` (its source prepared, its FetchContent inputs fetched);
-        ``recorded``'s build requirements are taken instead of resolving them anew (a frozen rebuild).
-        ``digest_only``: only to compare its input digest (a lock): its FetchContent inputs' pins, not trees."""
-        state = self.states[b.source]
-        inputs = dict(self.inputs.get(b.name, {})) if digest_only else self.fetched(b)
-        return builder.BuildRequest(
-            b, state.patched.tree, state.prepared.source_date_epoch, self.spec.python, self.spec.platform,
-            self.index_url, () if b.isolation else env_packages,
-            recorded.requirements if recorded is not None else None,
-            {name: f.tree for name, f in inputs.items() if f.tree is not None},
-            {name: f.pin.recipe(name) for name, f in inputs.items()},
-            (recorded.toolchain or None) if recorded is not None else None,
-            digest_only=digest_only,
-        )
-
-    def with_backend(self, plan_: builder.BuildPlan) -> builder.BuildPlan:
-        """``plan_`` with a stored wheel of each of its build requirements, which its build installs alone,
-        and of its toolchain, which it unpacks: from the store, else (online) downloaded from the default
-        index and held to the locked hashes."""
-        what = f"[builds.{plan_.request.spec.name}]"
-        wheels = build_inputs.backend_wheels(plan_.build_requirements, self.store, python=self.spec.python,
-                                            index_url=self.index_url, offline=self.offline, what=what,
-                                            env=self.spec.name)
-        tools = build_inputs.backend_wheels(plan_.toolchain, self.store, python=self.spec.python,
-                                           index_url=self.index_url, offline=self.offline,
-                                           what=f"{what} toolchain", env=self.spec.name)
-        return replace(plan_, backend_wheels=wheels, toolchain_wheels=tools)
-
-    def pins(self) -> dict[str, dict[str, LockedFetchContent]]:
-        """The FetchContent pins of the session's builds, for the lock."""
-        return {name: {dep: f.pin for dep, f in inputs.items()} for name, inputs in self.inputs.items() if inputs}
-
-
-def checkout_fetchcontent(b: BuildSpec, store: Store, mirrors: Mapping[str, str],
-                          lock: Lock | None = None) -> dict[str, Path]:
-    """Each FetchContent input of ``b`` fetched into the store, by name (from ``mirrors[name]`` when
-    there is one: the commit or sha256 is checked either way); a ``BuildError`` names the input that
-    failed, a ``SourceError`` every one of several."""
-    got, failed = build_inputs.fetch_fetchcontent([b], store, mirrors, lock)
-    deps = {f"builds.{b.name}.fetchcontent.{d.name}": d for d in b.fetchcontent}
-    build_inputs.raise_unreachable(failed, Path(f"[builds.{b.name}]"),
-                                  lambda f: build_inputs.fetchcontent_error(b.name, f, deps[f.key]))
-    return {name: f.tree for name, f in got[b.name].items() if f.tree is not None}
 
 
 @dataclass(frozen=True)
@@ -350,10 +60,9 @@ class BuildOptions:
     rebuild: bool = False
 
 
-def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[BuildSpec], mirrors: Mirrors,
-                  options: BuildOptions) -> BuildSession:
+def _open_session(ws: Workspace, spec: EnvSpec, store: Store, lock: Lock, wanted: Sequence[BuildSpec],
+                  mirrors: Mirrors, options: BuildOptions) -> BuildSession:
     """The sources of ``wanted`` prepared, and the mirrors the builds read, for ``build_env``."""
-    store = Store.open()
     if options.offline:
         _check_offline(ws, spec, store, lock, wanted, options)
     if options.caches is not None:  # fetched sources the store lacks, from the caches (checked), before git or URLs
@@ -363,8 +72,8 @@ def _open_session(ws: Workspace, spec: EnvSpec, lock: Lock, wanted: Sequence[Bui
                    if b.source in spec.sources and b.source not in options.overrides}
         buildsources.sources_into_store(options.caches, store, buildsources.wanted(spec, lock, wanted, commits))
     try:
-        states, inputs = prepare_inputs(ws, spec, store, lock=lock, overrides=options.overrides,
-                                        names={b.source for b in wanted}, builds=wanted, mirrors=mirrors)
+        states, inputs = prepare_inputs(ws, spec, store, InputsWanted(
+            builds=wanted, names={b.source for b in wanted}, lock=lock, overrides=options.overrides, mirrors=mirrors))
     except SourceError as exc:  # what a cache was refused for is said with the failure it led to
         raise (exc.with_details(*options.caches.notes) if options.caches is not None else exc) from None
     by_package = mirrors.for_packages(lock)
@@ -459,10 +168,11 @@ def build_env(ws: Workspace, env: str, packages: tuple[str, ...] = (), options: 
         which = "--source" if asked.sources else "--index"
         raise UsageError(f"{which}: --offline downloads nothing, so no mirror is read; drop one of the two")
     spec = load_env_spec(ws, env, check_paths=not options.overrides)
-    return build_spec(ws, spec, Mirrors.of(spec, asked, read_indexes=not options.offline), packages, options)
+    mirrors = Mirrors.of(spec, asked, read_indexes=not options.offline)
+    return build_spec(ws, spec, mirrors, Store.open(), packages, options)
 
 
-def build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[str, ...] = (),
+def build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, packages: tuple[str, ...] = (),
                options: BuildOptions | None = None) -> BuildReport:
     """Build ``spec``'s ``[builds.*]`` (or just ``packages``) into the wheelhouse and record them in its lock.
 
@@ -475,11 +185,11 @@ def build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[s
     """
     # The env's wheels a non-isolated build reads come from its indexes. Under the store's writer lock
     # (shared, as a sync's): a gc beside waits, and never removes an input a build reads.
-    with mirrors.credentials(), Store.open().writing():
-        return _build_spec(ws, spec, mirrors, packages, options or BuildOptions())
+    with mirrors.credentials(), store.writing():
+        return _build_spec(ws, spec, mirrors, store, packages, options or BuildOptions())
 
 
-def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[str, ...],
+def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, packages: tuple[str, ...],
                 options: BuildOptions) -> BuildReport:
     env, check, frozen = spec.name, options.check, options.frozen
     lock_path = ws.lock_path(env)
@@ -488,7 +198,7 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, packages: tuple[
         raise LockError(f"{lock_path}: no lock file; create it with `envlock lock {env}` before building")
     lock = Lock.from_toml(old.text, lock_path)
     wanted = _wanted_builds(spec, packages)
-    session = _open_session(ws, spec, lock, wanted, mirrors, options)
+    session = _open_session(ws, spec, store, lock, wanted, mirrors, options)
     planned, fetched = plan_builds(session, wanted, frozen=frozen or options.offline)
     built, checks, moved = _carry_out(session, planned, check=check, frozen=frozen, on_build=options.on_build,
                                       caches=options.caches, rebuild=options.rebuild)
@@ -690,98 +400,3 @@ def _with_builds(session: BuildSession, lock_path: Path, built: Sequence[builder
     if new.install_digest() != lock.install_digest():
         new = new.with_venv_digest(None)
     return new
-
-
-# -- builds for lock and sync ------------------------------------------------
-
-
-def carry_builds(session: BuildSession, old: Lock | None
-                 ) -> tuple[Lock, tuple[FetchResult, ...], dict[str, tuple[str, ...]]]:
-    """The session's (new) lock with the old lock's build records (and PEP 751 entries) whose
-    input digest is unchanged; the fetch of the env's wheels that computing them needed; and, of
-    each old build whose inputs moved, the toolchain lines it resolves to now (what its rebuild
-    will be compiled with: a loose ``cmake>=3.26`` may have moved with no spec edit).
-
-    A relock of an unchanged spec then gives the same bytes; a build whose inputs moved
-    drops out until ``envlock build`` (or ``sync``) builds it again.
-    """
-    spec, lock = session.spec, session.lock
-    if old is None or not old.builds or not spec.builds:
-        return lock, (), {}
-    ready = session.ready(list(spec.builds.values()))
-    env_packages, fetched = session.env_packages(ready)
-    kept_builds = {}
-    moved: dict[str, tuple[str, ...]] = {}
-    kept_packages = []
-    old_packages = {p.name: p for p in old.packages}
-    for b in ready:
-        recorded = old.builds.get(b.name)
-        package = old_packages.get(canonicalize_name(b.name))
-        if recorded is None or package is None:
-            continue  # nothing to keep
-        request = session.request(b, env_packages, digest_only=True)  # a lock fetches no FetchContent input
-        planned = builder.plan(request, session.store)
-        if planned.input_digest == recorded.input_digest:
-            kept_builds[b.name] = recorded
-            kept_packages.append(package)
-        else:
-            moved[b.name] = planned.toolchain
-    if not kept_builds:
-        return lock, fetched, moved
-    packages = sorted([*lock.packages, *kept_packages], key=lambda p: p.name)
-    return replace(lock, builds=kept_builds, packages=tuple(packages)), fetched, moved
-
-
-def ensure_builds(ws: Workspace, spec: EnvSpec, lock: Lock, lock_path: Path, mirrors: Mirrors, *, frozen: bool,
-                  progress: Progress | None = None,
-                  on_build: Callable[[str, str], None] | None = None,
-                  caches: Caches | None = None) -> tuple[Lock, BuildReport | None]:
-    """Before a sync: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
-
-    Unfrozen, the lock gets the build records; ``--frozen`` rebuilds only to restore a
-    recorded wheel and fails if the rebuild is not bit-identical to it. Returns the lock
-    and the report of the builds run (None: none were needed).
-    """
-    env = spec.name
-    missing = _unbuilt(spec, lock, lock_path)
-    if not missing:
-        return lock, None
-    if caches is not None:  # trusted builds of the lock's very records, from a binary cache: no planning
-        from envlock.cache.caches import builds_into_wheelhouse
-
-        missing = builds_into_wheelhouse(caches, Store.open(), lock, lock_path, missing)
-        if not missing:
-            return lock, None
-    report = build_spec(ws, spec, mirrors, missing, BuildOptions(frozen=frozen, progress=progress, on_build=on_build,
-                                                                 caches=caches))
-    if not frozen:
-        return report.new_lock, report
-    for w in report.builds:
-        recorded = lock.builds.get(w.name)
-        if recorded is None:
-            raise LockError(f"{lock_path}: --frozen, but the lock has no build of {w.name}; "
-                            f"run `envlock build {env}` first")
-        if recorded.sha256 != w.sha256:  # same inputs (build_env refuses moved ones), other bytes
-            raise BuildError(
-                f"{ws.relative(lock_path)}: --frozen: rebuilt {w.filename} is not the recorded wheel (recorded "
-                f"sha256 {recorded.sha256}, rebuilt {w.sha256}, input digest unchanged): the build is not "
-                f"reproducible; `envlock build {env} {canonicalize_name(w.name)} --check` names the files "
-                "that differ")
-    return lock, report
-
-
-def _unbuilt(spec: EnvSpec, lock: Lock, lock_path: Path) -> tuple[str, ...]:
-    """The spec's builds whose wheel the lock does not record, or records at a path that does not
-    hold it (sha256 compared)."""
-    missing = []
-    for b in spec.builds.values():
-        recorded = lock.builds.get(b.name)
-        package = lock.package(b.name)
-        art = package.wheels[0] if package is not None else None
-        if recorded is None or art is None or art.path is None:
-            missing.append(b.name)
-            continue
-        # Streamed: a local build can be hundreds of MB.
-        if file_sha256(str(lock_path.parent / art.path)) != art.sha256:
-            missing.append(b.name)
-    return tuple(missing)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from envlock.commands.lockrefs import load_lock_ref, spec_at
 from envlock.errors import EnvlockError
 from envlock.model.spec import load_env_spec
 from envlock.resolution.drift import drift
+from envlock.store.store import Store
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -17,14 +19,14 @@ if TYPE_CHECKING:
 def diff_refs(ws: Workspace, old: str, new: str,
               options: ReportOptions | None = None) -> tuple[UpgradeReport, tuple[str, ...]]:
     """What changes from lock ``old`` to ``new`` (as ``load_lock_ref`` reads them): the upgrade
-    report (``reporting.upgrade_report``: sources' commit ranges read from the store's git mirrors,
+    report (``upgradereport.upgrade_report``: sources' commit ranges read from the store's git mirrors,
     fetched with ``options.fetch``), and notes.
 
     A note names an env given by name whose lock file the spec has moved past: its diff
     does not show the spec's change. A spec that does not read gives no note (the note is a
     courtesy; the diff stands).
     """
-    from envlock.commands.upgradereport import upgrade_report
+    from envlock.commands.upgradereport import ReportOptions, upgrade_report
 
     before, after = load_lock_ref(ws, old), load_lock_ref(ws, new)
     notes = []
@@ -41,6 +43,8 @@ def diff_refs(ws: Workspace, old: str, new: str,
                          f"run `envlock lock {env}` to diff what the spec asks for")
     # The specs the two locks were made from, where git has them, as `upgrade` has both: the same reasons.
     new_spec = spec_at(ws, after)
-    report = upgrade_report(ws, before.lock, after.lock, old_label=before.label, new_label=after.label,
-                            old_spec=spec_at(ws, before) or new_spec, new_spec=new_spec, options=options)
+    options = replace(options or ReportOptions(), old_spec=spec_at(ws, before) or new_spec, new_spec=new_spec)
+    store = Store.open(create=options.fetch)  # only a fetch writes (into the mirrors)
+    report = upgrade_report(ws, before.lock, after.lock, old_label=before.label, new_label=after.label, store=store,
+                            options=options)
     return report, (*notes, *report.notes)

@@ -229,7 +229,7 @@ def import_bundle(source: Path, ws: Workspace | None = None, trusted: Sequence[s
     """Add the entries of the bundle at ``source`` to the store, all checked, and pin its lock.
 
     ``ws`` and ``trusted`` (``--trusted-key``): the keys a build record that comes with a build
-    may be signed by (as for a binary cache: ``caching.CacheConfig``)."""
+    may be signed by (as for a binary cache: ``cache.caches.CacheConfig``)."""
     store = Store.open()
     with bundleio.open_bundle(source) as reader, store.writing():
         manifest = reader.manifest()  # all of it checked before anything is read of the rest

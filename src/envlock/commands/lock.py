@@ -16,8 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock.commands import build
+from envlock.build import builder
+from envlock.commands.buildsession import BuildSession, InputsWanted, SourceState, prepare_inputs
 from envlock.errors import (
+    BuildError,
     FetchError,
     LockChangedError,
     PackageIndexError,
@@ -25,16 +27,19 @@ from envlock.errors import (
     SpecError,
     raise_all,
 )
-from envlock.model.lockfile import Artifact, Lock, LockFile, read_lock
+from envlock.model.lockfile import Artifact, Lock, LockFile, canonicalize_name, read_lock
 from envlock.model.mirrors import MirrorOptions, Mirrors, missing_folder
 from envlock.model.spec import load_env_spec
+from envlock.model.tomlio import load_toml
 from envlock.resolution import guards, yanks
 from envlock.resolution.drift import drift
 from envlock.store.store import Store, replace_if_unchanged
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
+    from envlock.build.inputs import FetchedInput
     from envlock.cache.caches import Caches
+    from envlock.install.fetch import FetchResult
     from envlock.model.spec import EnvSpec
     from envlock.progress import Progress
     from envlock.resolution.resolve import HashUnlisted, Resolution
@@ -80,6 +85,18 @@ class LockResult:
         }
 
 
+@dataclass(frozen=True)
+class LockOptions:
+    """How ``lock_spec`` locks, and whom it tells."""
+
+    # False: the lock file is left as it is; the result's ``lock`` and ``changed`` say what it would hold
+    # (an upgrade writes it with the edited spec, or not at all under --dry-run).
+    write: bool = True
+    progress: Progress | None = None  # of the downloads that hash wheels an index publishes no hash for
+    # Asked before a wheel is downloaded to hash it (signed URL records, ``cache.urlrecords``).
+    caches: Caches | None = None
+
+
 def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
              progress: Progress | None = None, *, caches: Caches | None = None) -> LockResult:
     """``envlock lock ENV``: resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes
@@ -87,47 +104,57 @@ def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
     ``progress``: of the downloads that hash wheels an index publishes no hash for; ``caches``:
     asked for those wheels first (signed URL records), and what was said of them in the notes."""
     spec = load_env_spec(ws, env)
-    result = lock_spec(ws, env, spec, Mirrors.of(spec, asked), progress, caches=caches)
+    mirrors = Mirrors.of(spec, asked)
+    result = lock_spec(ws, env, spec, mirrors, Store.open(), LockOptions(progress=progress, caches=caches))
     said = caches.summary() if caches is not None else ""
     return replace(result, notes=(*result.notes, said)) if said else result
 
 
-def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors,
-              progress: Progress | None = None, *, write: bool = True, caches: Caches | None = None) -> LockResult:
-    """``lock_env`` for a spec read and mirrors found already (a sync that relocks). ``write``
-    False: the lock file is left as it is; the result's ``lock`` and ``changed`` say what it would
-    hold (an upgrade writes it with the edited spec, or not at all under --dry-run). ``caches``:
-    asked before a wheel is downloaded to hash it (``cacheurls``); what they gave is counted there."""
+def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: Store,
+              options: LockOptions | None = None) -> LockResult:
+    """``lock_env`` for a spec read, mirrors found and a store opened already (a sync that relocks, an
+    upgrade, a bisect over nightly dates)."""
     # A private index's wheels are hashed with its password. Under the store's writer lock (shared,
     # as a sync's): a gc beside waits, and never removes a source or wheel the relock reads.
-    with mirrors.credentials(), Store.open().writing():
-        return _lock_spec(ws, env, spec, mirrors, progress, write, caches)
+    with mirrors.credentials(), store.writing():
+        return _lock_spec(ws, env, spec, mirrors, store, options or LockOptions())
 
 
-def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progress: Progress | None,
-               write: bool = True, caches: Caches | None = None) -> LockResult:
+@dataclass(frozen=True)
+class _Relock:
+    """What one relock reads, gathered once: for the resolution and the guards."""
+
+    ws: Workspace
+    env: str
+    spec: EnvSpec
+    mirrors: Mirrors
+    store: Store
+    old: Lock | None  # the lock it replaces: its hashes, nightlies and builds are kept where they hold
+    states: Mapping[str, SourceState]  # the spec's sources, prepared and patched
+    progress: Progress | None = None
+
+
+def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: Store,
+               options: LockOptions) -> LockResult:
     from envlock.net import http
     from envlock.resolution import resolve
 
     urls = resolve.index_urls(spec, mirrors.indexes)
-    missing = [f"indexes.{name}.url: {url!r}: no such folder ({folder}); expected an index on disk (a folder per "
-               "project)" for name, url in sorted(urls.items())
-               if name not in mirrors.indexes and (folder := missing_folder(url)) is not None]
-    raise_all(SpecError, missing, f"{len(missing)} indexes on disk are missing", prefix=f"{spec.path}: ")
+    _check_folders(spec, mirrors, urls)
     old_file = LockFile.read(ws.lock_path(env))
     old = old_file.lock
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
     # Every git or URL input (sources, FetchContent) is fetched first: an unreachable one fails
     # the lock before a wheel is downloaded, all of them named together.
-    store = Store.open()
-    states, inputs = build.sources_for_lock(ws, spec, store, old, mirrors)
+    states, inputs = sources_for_lock(ws, spec, store, old, mirrors)
+    relock = _Relock(ws, env, spec, mirrors, store, old, states, options.progress)
     hashing = None
-    if caches is not None:  # lazy: only where a cache is named (docs/architecture.md)
+    if options.caches is not None:  # lazy: only where a cache is named (docs/architecture.md)
         from envlock.cache.urlrecords import CachedHashing
 
-        hashing = CachedHashing(caches)
-    resolution = _resolve(ws, spec, mirrors, urls, store, states, old, progress, hashing)
-    guarded = _guard(ws, env, spec, store, states, resolution, old, progress)  # an overlap fails here: nothing written
+        hashing = CachedHashing(options.caches)
+    resolution = _resolve(relock, urls, hashing)
+    guarded = _guard(relock, resolution)  # an overlap fails here: nothing written
     lock = Lock(
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
         spec_keys=spec.key_digests(), packages=resolution.packages, requires_python=resolution.requires_python,
@@ -135,20 +162,19 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
         overridden=guarded.overridden, allowed_overlaps=guarded.allowed, requires=guarded.requires,
     )
     # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
-    session = build.BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, progress,
-                                    inputs=inputs)
+    session = BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, options.progress,
+                           inputs=inputs)
     lock = replace(lock, fetchcontent=session.pins())
-    session = replace(session, lock=lock)
-    lock, for_builds, planned_toolchains = build.carry_builds(session, old)
+    lock, for_builds, planned_toolchains = carry_builds(replace(session, lock=lock), old)
     gpu_notes: list[str] = []
     if spec.gpus:  # lazy: only an env that names GPUs reads its wheels' binaries (docs/gpus.md)
         from envlock.commands import kernels
 
-        lock, gpu_notes = kernels.check_lock(spec, store, lock, ws.lock_path(env).parent, mirrors, progress)
+        lock, gpu_notes = kernels.check_lock(spec, store, lock, ws.lock_path(env).parent, mirrors, options.progress)
     if old is not None and old.install_digest() == lock.install_digest() and not old.venv_digest_stale:
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
-    changed = _write(ws, env, old_file, lock) if write else old_file.text != lock.to_toml()
+    changed = _write(ws, env, old_file, lock) if options.write else old_file.text != lock.to_toml()
     if hashing is not None:
         from envlock.cache.urlrecords import push_hashed
 
@@ -169,6 +195,26 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, progres
     )
 
 
+def _check_folders(spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, str]) -> None:
+    """Every index on disk the spec names (not mirrored) is a folder: else one ``SpecError`` naming each."""
+    missing = [f"indexes.{name}.url: {url!r}: no such folder ({folder}); expected an index on disk (a folder per "
+               "project)" for name, url in sorted(urls.items())
+               if name not in mirrors.indexes and (folder := missing_folder(url)) is not None]
+    raise_all(SpecError, missing, f"{len(missing)} indexes on disk are missing", prefix=f"{spec.path}: ")
+
+
+def sources_for_lock(ws: Workspace, spec: EnvSpec, store: Store, old: Lock | None,
+                     mirrors: Mirrors) -> tuple[dict[str, SourceState], dict[str, dict[str, FetchedInput]]]:
+    """Every source of the spec prepared for ``lock`` (the commits ``old`` pinned are kept: their trees give
+    the built packages' metadata), and every FetchContent input of its builds pinned, not fetched (the
+    resolution reads none of them; the tags' commits and archives' sha256 ``old`` pinned are kept): all
+    before the resolution downloads anything."""
+    if not spec.sources:
+        return {}, {}
+    return prepare_inputs(ws, spec, store, InputsWanted(builds=list(spec.builds.values()), lock=old, mirrors=mirrors,
+                                                        pin_only=True))
+
+
 def _moved(old: Lock | None, new: Lock) -> tuple[tuple[str, str | None, str | None], ...]:
     """Each package whose version differs between ``old`` and ``new`` (added: old None; gone: new
     None); a build not run yet for ``new`` has not moved."""
@@ -181,15 +227,99 @@ def _moved(old: Lock | None, new: Lock) -> tuple[tuple[str, str | None, str | No
                  if before.get(name) != after.get(name) and not (name in pending and name not in after))
 
 
-def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, str], store: Store,
-             states: Mapping[str, build.SourceState], old: Lock | None,
-             progress: Progress | None, hashing: HashUnlisted | None = None) -> Resolution:
-    """uv's resolution of ``spec``, checked by envlock; a failure to reach an index gets the
+def _project_name(project: Path) -> str | None:
+    """The static ``[project] name`` of ``project``'s pyproject.toml, if it has one."""
+    path = project / "pyproject.toml"
+    try:
+        name = load_toml(path.read_text(encoding="utf-8"), path, BuildError).get("project", {}).get("name")
+    except (OSError, UnicodeDecodeError, BuildError, AttributeError):
+        return None  # the build backend reports what it cannot read
+    return name if isinstance(name, str) and name else None
+
+
+def resolve_build_inputs(
+    spec: EnvSpec, states: Mapping[str, SourceState]
+) -> tuple[dict[Any, Path], tuple[str, ...], dict[str, str]]:
+    """For the resolver: each built package's patched source dir (its metadata), the build
+    requirements of ``isolation = false`` builds (locked with the env), and the builds' env.
+    ``SpecError`` naming every build whose folder is missing or whose project has another name."""
+    build_sources: dict[Any, Path] = {}
+    extra: set[str] = set()
+    env: dict[str, str] = {}
+    problems: list[str] = []
+    for pkg in spec.packages.values():
+        if pkg.build and pkg.build in spec.builds:
+            b = spec.builds[pkg.build]
+            tree = states[b.source].patched.tree
+            project = tree / b.subdirectory if b.subdirectory else tree
+            if not project.is_dir():  # else uv reports "Distribution not found" as a failed resolution
+                problems.append(f"builds.{pkg.build}.subdirectory: expected a folder of source {b.source!r} (as "
+                                f"patched), found no {b.subdirectory!r} there")
+                continue
+            if (named := _project_name(project)) is not None and canonicalize_name(named) != pkg.name:
+                # Else uv's "metadata name does not match" reads as a failed resolution, exit 1.
+                where = f"{b.subdirectory}/pyproject.toml" if b.subdirectory else "pyproject.toml"
+                problems.append(f"[builds.{pkg.build}]: source {b.source!r} builds project {named!r} ({where}), "
+                                f"expected {pkg.build!r}: a build makes the package of its own name; name the build "
+                                f"(and its package) {named!r}: `envlock upgrade {spec.name} --fix-renames` moves its "
+                                "tables and its package entry")
+                continue
+            build_sources[pkg.name] = project
+            env.update(b.env)
+            if not b.isolation:
+                extra.update(b.requires)
+    if len(problems) == 1:
+        raise SpecError(f"{spec.path}: {problems[0]}")
+    if problems:
+        raise SpecError(f"{spec.path}: {len(problems)} builds do not match their sources", details=problems)
+    return build_sources, tuple(sorted(extra)), env
+
+
+def carry_builds(session: BuildSession, old: Lock | None
+                 ) -> tuple[Lock, tuple[FetchResult, ...], dict[str, tuple[str, ...]]]:
+    """The session's (new) lock with the old lock's build records (and PEP 751 entries) whose
+    input digest is unchanged; the fetch of the env's wheels that computing them needed; and, of
+    each old build whose inputs moved, the toolchain lines it resolves to now (what its rebuild
+    will be compiled with: a loose ``cmake>=3.26`` may have moved with no spec edit).
+
+    A relock of an unchanged spec then gives the same bytes; a build whose inputs moved
+    drops out until ``envlock build`` (or ``sync``) builds it again.
+    """
+    spec, lock = session.spec, session.lock
+    if old is None or not old.builds or not spec.builds:
+        return lock, (), {}
+    ready = session.ready(list(spec.builds.values()))
+    env_packages, fetched = session.env_packages(ready)
+    kept_builds = {}
+    moved: dict[str, tuple[str, ...]] = {}
+    kept_packages = []
+    old_packages = {p.name: p for p in old.packages}
+    for b in ready:
+        recorded = old.builds.get(b.name)
+        package = old_packages.get(canonicalize_name(b.name))
+        if recorded is None or package is None:
+            continue  # nothing to keep
+        request = session.request(b, env_packages, digest_only=True)  # a lock fetches no FetchContent input
+        planned = builder.plan(request, session.store)
+        if planned.input_digest == recorded.input_digest:
+            kept_builds[b.name] = recorded
+            kept_packages.append(package)
+        else:
+            moved[b.name] = planned.toolchain
+    if not kept_builds:
+        return lock, fetched, moved
+    packages = sorted([*lock.packages, *kept_packages], key=lambda p: p.name)
+    return replace(lock, builds=kept_builds, packages=tuple(packages)), fetched, moved
+
+
+def _resolve(relock: _Relock, urls: Mapping[str, str], hashing: HashUnlisted | None = None) -> Resolution:
+    """uv's resolution of the spec, checked by envlock; a failure to reach an index gets the
     mirror to read it from, and a note on a misspelt mirror variable."""
     from envlock.install import fetch
     from envlock.resolution import resolve
 
-    build_sources, build_requires, build_vars = build.resolve_build_inputs(spec, states)
+    ws, spec, mirrors, old = relock.ws, relock.spec, relock.mirrors, relock.old
+    build_sources, build_requires, build_vars = resolve_build_inputs(spec, relock.states)
     # Hashes an index does not publish were computed from bytes now in the store.
     hashed = {a.url: a for p in old.packages for a in p.wheels if a.url} if old is not None else {}
     # Its nightlies, for dates the index may no longer list (the store keeps their wheels).
@@ -198,7 +328,7 @@ def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, 
     try:
         return resolve.resolve(spec, resolve.ResolveInputs(
             index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
-            build_env=build_vars, store=store, hashed=hashed, progress=progress, kept_nightlies=kept,
+            build_env=build_vars, store=relock.store, hashed=hashed, progress=relock.progress, kept_nightlies=kept,
             earlier_wheels={str(p.name): (p.wheels[0], p.index) for p in old.packages if p.wheels} if old else {},
             hash_unlisted=hashing or fetch.hash_unlisted,
         ))
@@ -211,21 +341,21 @@ def _resolve(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, urls: Mapping[str, 
         raise exc.with_details(*filter(None, [hint, note and f"note: {note}"])) from None
 
 
-def _guard(ws: Workspace, env: str, spec: EnvSpec, store: Store, states: Mapping[str, build.SourceState],
-           resolution: Resolution, old: Lock | None, progress: Progress | None = None) -> guards.GuardReport:
+def _guard(relock: _Relock, resolution: Resolution) -> guards.GuardReport:
     """The guards on ``resolution`` (``guards.check``): ``MetadataError`` when an index served uv
     metadata that is not its wheel's own, ``OverlapError`` when two distributions install one file
     with different bytes, else the notes and the pins the overrides beat. A wheel whose index serves
     no byte ranges is read whole, into the store by its sha256 (where the sync finds it)."""
     from envlock.install import fetch
 
-    projects, build_requires, _ = build.resolve_build_inputs(spec, states)
+    ws, env, spec, store, old = relock.ws, relock.env, relock.spec, relock.store, relock.old
+    projects, build_requires, _ = resolve_build_inputs(spec, relock.states)
     subdirectory = {pkg.name: spec.builds[pkg.build].subdirectory
                     for pkg in spec.packages.values() if pkg.build and pkg.build in spec.builds}
     base = ws.lock_path(env).parent
 
     def whole(artifact: Artifact) -> None:
-        fetch.fetch([artifact], store, base_dir=base, progress=progress, options=fetch.FetchOptions(env=env))
+        fetch.fetch([artifact], store, base_dir=base, progress=relock.progress, options=fetch.FetchOptions(env=env))
 
     inputs = guards.GuardInputs(
         packages=resolution.packages, store=store, extra_requirements=build_requires,

@@ -86,11 +86,11 @@ def nightlies_env(ws: Workspace, env: str, package: str | None = None,
     """``envlock nightlies ENV [PKG]``: the listing of ``envs/ENV.toml``, its indexes read through
     the mirrors ``asked`` and the environment names."""
     spec = load_env_spec(ws, env, check_paths=False)  # no source or patch is read
-    return list_nightlies(ws, spec, Mirrors.of(spec, asked), package)
+    return list_nightlies(ws, spec, Mirrors.of(spec, asked), package, store=Store.open(create=False))
 
 
 def list_nightlies(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, package: str | None = None, *,
-                   store: Store | None = None) -> NightlyListing:
+                   store: Store) -> NightlyListing:
     """Every nightly-pinned package of ``spec`` (or only ``package``: ``UsageError`` when the spec
     pins no nightly of that name) with the dates its index lists, as ``spec``'s target sees them,
     marked with the pins of ``spec`` and of the workspace's lock of it, and the locked date a
@@ -112,7 +112,7 @@ def list_nightlies(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, package: str 
         note = f"no lock at {ws.relative(lock_path)}: nothing is marked locked (`envlock lock {spec.name}`)"
     earlier = _locked_nightlies(lock)
     kept = resolve.kept_pins(spec, resolve.ResolveInputs(
-        index_urls=urls, store=store or Store.open(create=False), hash_unlisted=fetch.hash_unlisted,
+        index_urls=urls, store=store, hash_unlisted=fetch.hash_unlisted,
         kept_nightlies=earlier))
     tags = target_tags(spec.python, spec.platform)
     try:

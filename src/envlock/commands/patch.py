@@ -1,5 +1,5 @@
 """The patch commands, as recipes: ``patch status``, ``patch edit`` and ``patch record``
-(``patch rebase`` is ``rebasing``).
+(``patch rebase`` is ``commands.rebase``).
 
 Each reads the env's spec, brings the source's tree into the store at its pin (and at
 ``--against REV``, an upgrade target) and hands it with the spec's patches to the stage that
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from envlock.build import sources
-from envlock.commands.build import pinned_commit
+from envlock.commands.buildsession import pinned_commit
 from envlock.errors import EnvlockError, PatchError, UsageError
 from envlock.model.lockfile import Lock, LockFile
 from envlock.model.mirrors import MirrorOptions, Mirrors
@@ -101,18 +101,19 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None,
     commits: dict[str, str | None] = {}
     pins: dict[str, str | None] = {}
     mirrors = Mirrors.of(spec, asked, read_indexes=bool(asked and asked.indexes))  # --index: checked, unused
+    reader = SourceReader(ws, store, lock, mirrors)
     for name, src in sorted(spec.sources.items()):
         if not src.patches:
             continue
         patches = load_patches(ws.root, src.patches)
         if against is not None and src.git is None:
             raise UsageError(f"--against {against}: source {name!r} is a path source (no commits)")
-        pinned = source_at(ws, store, name, src, against=None, lock=lock, mirrors=mirrors)
+        pinned = reader.at(name, src)
         pins[name] = commits[name] = pinned.commit
         if against is None:
             out[name] = tuple(PatchCheck(s) for s in status(pinned.tree, patches))
             continue
-        target = source_at(ws, store, name, src, against=against, lock=lock, mirrors=mirrors)
+        target = reader.at(name, src, against=against)
         commits[name] = target.commit
         checked = status(target.tree, patches, base=pinned.tree, label=against)
         history = _history(store, name, src, pinned, target, patches, mirrors)
@@ -179,10 +180,11 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
     store = Store.open()
     lock = LockFile.read(ws.lock_path(env)).lock
     mirrors = Mirrors.of(spec, asked, read_indexes=bool(asked and asked.indexes))  # --index: checked, unused
-    prepared = source_at(ws, store, source, src, against=against, lock=lock, mirrors=mirrors)
+    reader = SourceReader(ws, store, lock, mirrors)
+    prepared = reader.at(source, src, against=against)
     base = None
     if against is not None:  # the tree the patches were recorded on: what a conflict is merged against
-        base = source_at(ws, store, source, src, against=None, lock=lock, mirrors=mirrors).tree
+        base = reader.at(source, src).tree
     # A path source has no pin to go back to: its tree as it is now is what a patch must
     # be redone on, as for a new commit (record --refresh).
     session = edit(source, prepared.tree, load_patches(ws.root, src.patches), workdir,
@@ -245,21 +247,30 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
     return replace(recorded, env=spec.name, removed=True)
 
 
-def source_at(ws: Workspace, store: Store, name: str, src: SourceSpec, *, against: str | None, lock: Lock | None,
-              mirrors: Mirrors, option: bool = True, commit: str | None = None) -> sources.PreparedSource:
-    """``src`` fetched (or snapshotted) into the store at ``commit`` or ``against``, else at its pin.
+@dataclass(frozen=True)
+class SourceReader:
+    """Where the patch commands read a source's tree: the workspace (a path source), the store, the
+    lock whose pin is taken (None: the spec's rev alone), and the mirrors git is fetched from."""
 
-    ``option``: whether the command takes ``--source`` (the mirror hint names it)."""
-    if commit is None and against is None:
-        commit = pinned_commit(src, lock)
-    elif commit is None and src.git is None:
-        raise UsageError(f"--against {against}: source {name!r} is a path source (no commits)")
-    elif commit is None:
-        assert against is not None and src.git is not None
-        with mirrors.source_hint(name, src.git, option=option):
-            commit = sources.resolve_rev(src.git, against, store=store, fetch_from=mirrors.sources.get(name))
-    with mirrors.source_hint(name, src.git, option=option):
-        return sources.prepare(src, store, ws.root, commit=commit, fetch_from=mirrors.sources.get(name))
+    ws: Workspace
+    store: Store
+    lock: Lock | None
+    mirrors: Mirrors
+
+    def at(self, name: str, src: SourceSpec, *, against: str | None = None,
+           commit: str | None = None) -> sources.PreparedSource:
+        """``src`` fetched (or snapshotted) into the store at ``commit`` or ``against``, else at its pin."""
+        mirrors, store = self.mirrors, self.store
+        if commit is None and against is None:
+            commit = pinned_commit(src, self.lock)
+        elif commit is None and src.git is None:
+            raise UsageError(f"--against {against}: source {name!r} is a path source (no commits)")
+        elif commit is None:
+            assert against is not None and src.git is not None
+            with mirrors.source_hint(name, src.git):
+                commit = sources.resolve_rev(src.git, against, store=store, fetch_from=mirrors.sources.get(name))
+        with mirrors.source_hint(name, src.git):
+            return sources.prepare(src, store, self.ws.root, commit=commit, fetch_from=mirrors.sources.get(name))
 
 
 def patches_of_other_envs(ws: Workspace, env: str, source: str) -> list[Path]:

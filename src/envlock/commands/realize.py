@@ -5,7 +5,7 @@ already is this lock's venv) reads one symlink and two small files and imports n
 heavy: install and the digest walk are imported only when there is work (and the store,
 for a stat of each locked wheel). Either way it ends by writing the env's no-op stamp,
 which lets the next ``envlock sync`` answer before the rest of envlock is even imported
-(``envlock.store.noop``). ``syncing`` decides which lock and how (``SyncTarget``); this module
+(``envlock.store.noop``). ``commands.sync`` decides which lock and how (``SyncTarget``); this module
 only carries it out.
 """
 
@@ -69,7 +69,7 @@ class SyncResult:
 
 @dataclass(frozen=True)
 class SyncTarget:
-    """The lock a sync makes current for ``env``, and how (built by ``syncing.plan``)."""
+    """The lock a sync makes current for ``env``, and how (built by ``commands.sync.plan``)."""
 
     env: str
     lock: Lock

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envlock import runner
-from envlock.commands.patch import patches_of_other_envs, source_at
+from envlock.commands.patch import SourceReader, patches_of_other_envs
 from envlock.errors import PatchError, UsageError
 from envlock.model.lockfile import LockFile
 from envlock.model.mirrors import MirrorOptions, Mirrors
@@ -161,8 +161,8 @@ def rebase(ws: Workspace, env: str, source: str, to: str, *, workdir: Path | Non
     store = Store.open()
     mirrors = Mirrors.of(spec, asked, read_indexes=bool(asked and asked.indexes))  # --index: checked, unused
     lock = LockFile.read(ws.lock_path(env)).lock
-    pin = source_at(ws, store, source, src, against=None, lock=lock, mirrors=mirrors)
-    target = source_at(ws, store, source, src, against=to, lock=lock, mirrors=mirrors)
+    reader = SourceReader(ws, store, lock, mirrors)
+    pin, target = reader.at(source, src), reader.at(source, src, against=to)
     assert pin.commit is not None and target.commit is not None
     listed = [{"path": p.label, "sha256": p.sha256} for p in load_patches(ws.root, src.patches)]
     workdir = _new_workdir(workdir or store.root / "rebase" / f"{env}-{source}", env, source)
@@ -222,8 +222,7 @@ def _carry(session: _Session, store: Store, mirrors: Mirrors) -> RebaseReport:
     ws = Workspace(session.root)
     spec = load_env_spec(ws, session.env)
     src = _git_source(spec.sources.get(session.source), session.source, ws.relative(spec.path))
-    pin_tree = source_at(ws, store, session.source, src, against=None, lock=None, mirrors=mirrors,
-                         commit=session.pin).tree
+    pin_tree = SourceReader(ws, store, None, mirrors).at(session.source, src, commit=session.pin).tree
     patches = load_patches(ws.root, [p["path"] for p in session.patches])
     base = TreeView(pin_tree)  # the tree each patch was recorded on: the pin, the patches before it
     for patch in patches[:len(session.steps)]:

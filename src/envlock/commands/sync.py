@@ -19,16 +19,18 @@ from typing import TYPE_CHECKING
 
 from envlock.commands.lockrefs import load_env_lock_ref
 from envlock.commands.realize import SyncResult, SyncTarget, realize
-from envlock.errors import FetchError, LockError, SpecError, UsageError
-from envlock.model.lockfile import Lock, read_lock
+from envlock.errors import BuildError, FetchError, LockError, SpecError, UsageError
+from envlock.model.lockfile import Lock, canonicalize_name, read_lock
 from envlock.model.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_set, source_mirrors
 from envlock.model.spec import load_env_spec, read_spec
 from envlock.resolution.drift import NO_GRAPH, drift, frozen_drift, frozen_stamp_inputs, stamp_inputs, unvouched
+from envlock.store.home import file_sha256
 from envlock.store.store import Store
 from envlock.workspace import Workspace, names_a_cache
 
 if TYPE_CHECKING:
     from envlock.cache.caches import Caches
+    from envlock.commands.build import BuildOptions, BuildReport
     from envlock.model.spec import EnvSpec
     from envlock.progress import Progress
 
@@ -73,33 +75,34 @@ def plan(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
 
 
 def sync(ws: Workspace, env: str, options: SyncOptions, *, progress: Progress | None = None,
-         on_build: Callable[[str, str], None] | None = None) -> SyncResult:
+         on_build: Callable[[str, str], None] | None = None, store: Store | None = None) -> SyncResult:
     """Make ``env`` match its lock (``options.lock_ref`` names another) and say what happened.
 
     Without ``lock_ref`` a missing or stale lock is locked anew first, unless ``frozen``.
     The venv digest is written back only to a lock file in the working tree, never to a
     ``PATH@REV``. ``on_build(name, input digest)`` is called before each local build this
-    sync runs (minutes to hours).
+    sync runs (minutes to hours). ``store``: the store, if the caller opened it already.
     """
     started = time.monotonic()
     todo = plan(ws, env, options)
     with todo.mirrors.credentials():  # a private index's: for a relock, the builds and the downloads
-        result = _sync(ws, todo, progress, on_build)
+        result = _sync(ws, todo, store, progress, on_build)
     return replace(result, seconds=time.monotonic() - started)
 
 
-def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
+def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress | None,
           on_build: Callable[[str, str], None] | None) -> SyncResult:
-    """Carry ``todo`` out: relock, build, realize."""
+    """Carry ``todo`` out: relock, build, realize (with the store opened once, here if not before)."""
     env, options = todo.env, todo.options
     lock, downloaded, fetched = todo.lock, 0, 0
     relocked = False
     caches = _caches(ws, todo)
+    store = store if store is not None else Store.open()
     if todo.relock:
-        from envlock.commands.lock import lock_spec  # lazy, with building below: see docs/architecture.md
+        from envlock.commands.lock import LockOptions, lock_spec  # lazy, with building below: docs/architecture.md
 
         assert todo.spec is not None
-        locked = lock_spec(ws, env, todo.spec, todo.mirrors, progress, caches=caches)
+        locked = lock_spec(ws, env, todo.spec, todo.mirrors, store, LockOptions(progress=progress, caches=caches))
         lock, relocked = locked.lock, locked.changed
         downloaded, fetched = locked.downloaded + locked.build_downloaded, locked.build_fetched
         # The relock read the workspace's specs for the stray note already; its guards' notes go along.
@@ -113,8 +116,8 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
         # Offline, nothing is built (a build resolves its requirements against the index; `envlock
         # build --offline` rebuilds from the store): a locally built wheel then comes from the store,
         # or is named missing by fetch.
-        lock, report = build.ensure_builds(ws, todo.spec, lock, todo.lock_path, todo.mirrors, frozen=options.frozen,
-                                              progress=progress, on_build=on_build, caches=caches)
+        lock, report = _ensure_builds(ws, todo, lock, store, build.BuildOptions(
+            frozen=options.frozen, progress=progress, on_build=on_build, caches=caches))
         if report is not None:  # the env's wheels a non-isolated build needed were fetched for it
             downloaded, fetched = downloaded + report.downloaded, fetched + report.fetched
     target, stale = _target(ws, todo, lock)
@@ -123,10 +126,10 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
         from envlock.cache.refbuilds import builds_from_caches
 
         assert target.base_dir is not None
-        target = replace(target, local_wheels=builds_from_caches(caches, Store.open(), lock, target.base_dir,
+        target = replace(target, local_wheels=builds_from_caches(caches, store, lock, target.base_dir,
                                                                  target.local_wheels))
     try:
-        result = realize(Store.open(), target, progress)
+        result = realize(store, target, progress)
     except FetchError as exc:
         # What a cache was refused for says why it did not give the missing file.
         said = [*filter(None, [todo.mirrors.index_hint(exc)]), *(caches.notes if caches is not None else [])]
@@ -144,6 +147,62 @@ def _sync(ws: Workspace, todo: SyncPlan, progress: Progress | None,
                    relocked=relocked,
                    note="; ".join(n for n in (result.note, *todo.notes, stale, stray,
                                               caches.summary() if caches is not None else "", machine) if n))
+
+
+def _ensure_builds(ws: Workspace, todo: SyncPlan, lock: Lock, store: Store,
+                   options: BuildOptions) -> tuple[Lock, BuildReport | None]:
+    """Before the venv: build what the spec's ``[builds.*]`` need and the wheelhouse lacks.
+
+    Unfrozen, the lock gets the build records; ``--frozen`` rebuilds only to restore a
+    recorded wheel and fails if the rebuild is not bit-identical to it. Returns the lock
+    and the report of the builds run (None: none were needed).
+    """
+    from envlock.commands.build import build_spec
+
+    spec, lock_path, frozen, caches = todo.spec, todo.lock_path, options.frozen, options.caches
+    assert spec is not None and lock_path is not None
+    env = spec.name
+    missing = _unbuilt(spec, lock, lock_path)
+    if not missing:
+        return lock, None
+    if caches is not None:  # trusted builds of the lock's very records, from a binary cache: no planning
+        from envlock.cache.caches import builds_into_wheelhouse
+
+        missing = builds_into_wheelhouse(caches, store, lock, lock_path, missing)
+        if not missing:
+            return lock, None
+    report = build_spec(ws, spec, todo.mirrors, store, missing, options)
+    if not frozen:
+        return report.new_lock, report
+    for w in report.builds:
+        recorded = lock.builds.get(w.name)
+        if recorded is None:
+            raise LockError(f"{lock_path}: --frozen, but the lock has no build of {w.name}; "
+                            f"run `envlock build {env}` first")
+        if recorded.sha256 != w.sha256:  # same inputs (build_env refuses moved ones), other bytes
+            raise BuildError(
+                f"{ws.relative(lock_path)}: --frozen: rebuilt {w.filename} is not the recorded wheel (recorded "
+                f"sha256 {recorded.sha256}, rebuilt {w.sha256}, input digest unchanged): the build is not "
+                f"reproducible; `envlock build {env} {canonicalize_name(w.name)} --check` names the files "
+                "that differ")
+    return lock, report
+
+
+def _unbuilt(spec: EnvSpec, lock: Lock, lock_path: Path) -> tuple[str, ...]:
+    """The spec's builds whose wheel the lock does not record, or records at a path that does not
+    hold it (sha256 compared)."""
+    missing = []
+    for b in spec.builds.values():
+        recorded = lock.builds.get(b.name)
+        package = lock.package(b.name)
+        art = package.wheels[0] if package is not None else None
+        if recorded is None or art is None or art.path is None:
+            missing.append(b.name)
+            continue
+        # Streamed: a local build can be hundreds of MB.
+        if file_sha256(str(lock_path.parent / art.path)) != art.sha256:
+            missing.append(b.name)
+    return tuple(missing)
 
 
 def _caches(ws: Workspace, todo: SyncPlan) -> Caches | None:

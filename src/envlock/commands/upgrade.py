@@ -6,7 +6,7 @@ source's new commit (a branch or tag resolved through the store's git mirror), e
 ``same-version`` set, applied to the spec's text by ``specedit`` (comments and layout kept); carry
 the moved sources' patches to their new commits (``carry_patches``: today their status, and one that
 does not apply stops the upgrade); relock the edited spec without writing
-(``locking.lock_spec(write=False)``); diff the two locks; and, unless ``--dry-run``, write the spec
+(``commands.lock.lock_spec``, ``write=False``); diff the two locks; and, unless ``--dry-run``, write the spec
 and the lock together at the end (``_write_together``), restoring both on any failure. Nothing
 before that last step writes into the workspace, so a failure part-way, or a dry run, leaves the
 spec, the lock and the patches byte for byte as they were.
@@ -29,6 +29,7 @@ from packaging.version import InvalidVersion, Version
 from envlock.build import sources
 from envlock.commands import lock as commands_lock
 from envlock.commands import upgradereport
+from envlock.commands.buildsession import pinned_commit
 from envlock.commands.nightlies import list_nightlies
 from envlock.errors import (
     EnvlockError,
@@ -214,7 +215,8 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     # the patches that do not apply left out), for the problems it finds further on.
     trial = _trial_spec(ws, env, spec_path, renamed, stuck) if problems else new_spec
     try:
-        relocked = commands_lock.lock_spec(ws, env, trial, mirrors, progress, write=False, caches=caches)
+        relocked = commands_lock.lock_spec(ws, env, trial, mirrors, store,
+                                           commands_lock.LockOptions(write=False, progress=progress, caches=caches))
     except EnvlockError as exc:
         if not problems:
             raise
@@ -226,11 +228,11 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     label = ws.relative(lock_path)
     report = upgradereport.upgrade_report(
         ws, old, relocked.lock, old_label=label, new_label=f"{label} ({'dry run' if options.dry_run else 'upgraded'})",
-        old_spec=spec, new_spec=trial, store=store,
+        store=store,
         # A moved source's commit range is read from the store's mirror, fetched as the move was.
         options=upgradereport.ReportOptions(fetch=bool(plan.sources), fetch_from=dict(mirrors.sources),
-                                        mirrors=options.mirrors),
-        planned_toolchains=relocked.planned_toolchains)
+                                            mirrors=options.mirrors, old_spec=spec, new_spec=trial,
+                                            planned_toolchains=relocked.planned_toolchains))
     if problems:  # what the report notes (an input upstream no longer declares) is said with them
         raise _stopped(ws, spec, options, problems, (*relocked.notes, *report.notes), stuck, renames)
     if not options.dry_run:
@@ -242,17 +244,29 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
                          notes=relocked.notes)
 
 
+@dataclass(frozen=True)
+class _Editing:
+    """What the edits of one upgrade read: the spec as it was, how messages name it, the lock it
+    replaces, and where a source's rev is resolved."""
+
+    spec: EnvSpec
+    origin: str  # the spec's path, relative to the workspace
+    old: Lock
+    mirrors: Mirrors
+    store: Store
+
+
 def plan_upgrade(ws: Workspace, spec: EnvSpec, text: str, old: Lock, options: UpgradeOptions, mirrors: Mirrors,
                  store: Store) -> UpgradePlan:
     """The spec's text with every asked move applied, and what each changed. Reads indexes (for
     ``latest``) and git remotes (for a branch or tag); writes nothing into the workspace."""
-    origin = ws.relative(spec.path)
+    e = _Editing(spec, ws.relative(spec.path), old, mirrors, store)
     changes: list[SpecChange] = []
-    newest = _newest(ws, spec, mirrors, store, origin) if LATEST in options.nightlies.values() else None
-    edited, nightlies = _nightly_edits(spec, text, options.nightlies, newest, origin, changes)
+    newest = _newest(ws, spec, mirrors, store, e.origin) if LATEST in options.nightlies.values() else None
+    edited, nightlies = _nightly_edits(e, text, options.nightlies, newest, changes)
     notes: list[str] = []
-    edited, moved = _rev_edits(spec, edited, options.revs, old, mirrors, store, origin, changes, notes)
-    edited = _version_edits(spec, edited, options.versions, origin, changes)
+    edited, moved = _rev_edits(e, edited, options.revs, changes, notes)
+    edited = _version_edits(e, edited, options.versions, changes)
     return UpgradePlan(old_text=text, new_text=edited, changes=tuple(changes), nightlies=nightlies, sources=moved,
                        notes=tuple(notes))
 
@@ -262,7 +276,7 @@ def carry_patches(ws: Workspace, spec: EnvSpec, moves: Sequence[SourceMove], sto
     """Each moved source's patches checked at its new commit, and a ``PatchError`` for each source with a
     patch that does not apply there (a conflict, or already upstream), naming each, with its fix.
 
-    The seam for carrying patches over by itself: ``envlock patch rebase`` (``rebasing``) does the
+    The seam for carrying patches over by itself: ``envlock patch rebase`` (``commands.rebase``) does the
     3-way work in a work dir the user may have to finish; an upgrade that rebased here would hand
     the rewritten patch files to ``_write_together`` with the spec and the lock instead of stopping.
     """
@@ -345,8 +359,6 @@ def find_renames(ws: Workspace, spec: EnvSpec, plan: UpgradePlan, old: Lock, sto
 
 
 def _pinned(src: Any, old: Lock) -> str | None:
-    from envlock.commands.build import pinned_commit
-
     return pinned_commit(src, old)
 
 
@@ -399,48 +411,14 @@ def _stopped(ws: Workspace, spec: EnvSpec, options: UpgradeOptions, problems: Se
                         "changed", details=[*details, *tail])
 
 
-def report_lines(ws: Workspace, result: UpgradeResult, *, markdown: bool = False) -> list[str]:
-    """The upgrade report as text (or, ``markdown``, a block for a pull request): the spec's edits,
-    the patches carried, what the new lock changes (``reporting``'s report, as ``envlock diff``
-    gives it), the notes, and what was written."""
-    spec, lock = ws.relative(result.spec), ws.relative(result.lock)
-    item = "- " if markdown else "  "
-    lines = [f"### envlock upgrade: `{spec}`", ""] if markdown else []
-    lines.append(f"{spec}:" if result.plan.changes else f"{spec}: no value to change")
-    for c in result.plan.changes:
-        lines.append(f"{item}{c.key}: {c.old or '(none)'} -> {c.new}" + (f"  # {c.comment}" if c.comment else ""))
-    for m in result.plan.nightlies:
-        kept = f"; kept (same-date = false): {', '.join(m.kept)}" if m.kept else ""
-        said = "already the newest for the target" if m.asked == LATEST and m.old == m.new else f"-> {m.new}"
-        lines.append(f"{item}nightlies of index {m.index}: {m.old} {said} ({', '.join(m.packages)}){kept}")
-    for r in result.plan.renames:
-        lines.append(f"{item}builds.{r.build} renamed {r.project} ({r.where}): {'; '.join(r.moves())}")
-    for name, statuses in sorted(result.patches.items()):
-        commit = next(m.new for m in result.plan.sources if m.source == name)
-        lines.append(f"{item}patches of {name} at {commit[:12]}: all {len(statuses)} apply")
-    render = upgradereport.render_markdown if markdown else upgradereport.render_text
-    lines += ([""] if markdown else []) + render(result.report).splitlines() + ([""] if markdown else [])
-    lines += [f"{item}{name}: not built for the new lock yet; `envlock build {result.env}` builds it "
-              f"(`envlock sync {result.env}` too)" for name in result.unbuilt]
-    lines += [f"{item if markdown else ''}note: {note}" for note in (*result.plan.notes, *result.notes,
-                                                                    *result.report.notes, result.note) if note]
-    if result.dry_run:
-        lines.append(f"dry run: {spec} and {lock} unchanged; run without --dry-run to write them")
-    else:
-        wrote = [path for path, changed in ((spec, result.plan.spec_changed), (lock, result.lock_changed)) if changed]
-        same = [path for path in (spec, lock) if path not in wrote]
-        done = [f"wrote {' and '.join(wrote)}"] if wrote else []
-        lines.append("; ".join(done + ([f"{' and '.join(same)} unchanged"] if same else [])))
-    return lines
-
-
 # -- nightlies -------------------------------------------------------------------
 
 
-def _nightly_edits(spec: EnvSpec, text: str, asked: Mapping[str, str], newest: Callable[[str], str] | None,
-                   origin: str, changes: list[SpecChange]) -> tuple[str, tuple[NightlyMove, ...]]:
+def _nightly_edits(e: _Editing, text: str, asked: Mapping[str, str], newest: Callable[[str], str] | None,
+                   changes: list[SpecChange]) -> tuple[str, tuple[NightlyMove, ...]]:
     """Every nightly of each asked index (``""``: every index with nightlies) moved to its date
     (``newest(index)`` for ``latest``)."""
+    spec, origin = e.spec, e.origin
     if not asked:
         return text, ()
     by_index: dict[str, list[NormalizedName]] = {}
@@ -506,10 +484,11 @@ def _newest(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, origin
 # -- sources ---------------------------------------------------------------------
 
 
-def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mirrors: Mirrors, store: Store,
-               origin: str, changes: list[SpecChange], notes: list[str]) -> tuple[str, tuple[SourceMove, ...]]:
+def _rev_edits(e: _Editing, text: str, revs: Mapping[str, str], changes: list[SpecChange],
+               notes: list[str]) -> tuple[str, tuple[SourceMove, ...]]:
     """Each asked source's ``rev`` set to the full commit its REV names now, REV (a branch or tag)
     in a comment after it."""
+    spec, origin, mirrors = e.spec, e.origin, e.mirrors
     moves = []
     for name, rev in sorted(revs.items()):
         src = spec.sources.get(name)
@@ -521,7 +500,7 @@ def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mir
         if not rev.strip() or rev.startswith("-"):
             raise UsageError(f"--rev {name}={rev}: expected a branch, a tag or a commit")
         with mirrors.source_hint(name, src.git):
-            commit = sources.resolve_rev(src.git, rev, store=store, fetch_from=mirrors.sources.get(name))
+            commit = sources.resolve_rev(src.git, rev, store=e.store, fetch_from=mirrors.sources.get(name))
         # A branch or tag is said after the commit it named; a hash needs no comment (and an old
         # branch name there would now mislead). A comment of the user's own (more than a name) stays, as
         # `patch rebase` keeps it, and is noted: it may speak of the old commit.
@@ -536,7 +515,7 @@ def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mir
         if edited != text:  # else pinned there already, and said so
             changes.append(SpecChange(f"sources.{name}.rev", src.rev or "", commit, comment))
         text = edited
-        locked = old.sources.get(name)
+        locked = e.old.sources.get(name)
         moves.append(SourceMove(name, locked.commit if locked is not None else src.rev, commit, rev))
     return text, tuple(moves)
 
@@ -544,10 +523,10 @@ def _rev_edits(spec: EnvSpec, text: str, revs: Mapping[str, str], old: Lock, mir
 # -- versions --------------------------------------------------------------------
 
 
-def _version_edits(spec: EnvSpec, text: str, versions: Mapping[str, str], origin: str,
-                   changes: list[SpecChange]) -> str:
+def _version_edits(e: _Editing, text: str, versions: Mapping[str, str], changes: list[SpecChange]) -> str:
     """Each asked package's version set; a ``same-version`` set's members, and the overrides that
     pin them, move with it to the same public version (each keeping its own local tag)."""
+    spec = e.spec
     for raw, value in sorted(versions.items()):
         name = canonicalize_name(raw)
         shown = f"--version {raw}={value}"
@@ -561,7 +540,7 @@ def _version_edits(spec: EnvSpec, text: str, versions: Mapping[str, str], origin
         exact = _exact(specifier)
         new: dict[NormalizedName, Version] = {}
         if group is None:
-            text = _set_version(spec, text, name, specifier, shown, origin, changes)
+            text = _set_version(e, text, name, specifier, shown, changes)
             if exact is not None:
                 new[name] = exact
         else:
@@ -574,14 +553,16 @@ def _version_edits(spec: EnvSpec, text: str, versions: Mapping[str, str], origin
                    for m in group[1]}
             for member in group[1]:
                 if member in spec.packages:
-                    text = _move_member(spec, text, member, new[member], member == name, shown, origin, changes)
-        text = _move_overrides(spec, text, new, origin, changes)
+                    text = _move_member(e, text, member, new[member], member == name, shown, changes)
+        text = _move_overrides(e, text, new, changes)
     return text
 
 
-def _set_version(spec: EnvSpec, text: str, name: NormalizedName, specifier: str, shown: str, origin: str,
+def _set_version(e: _Editing, text: str, name: NormalizedName, specifier: str, shown: str,
                  changes: list[SpecChange]) -> str:
-    pkg = spec.packages.get(name)
+    """Package ``name`` set to ``specifier``; a nightly or a build is refused (moved otherwise)."""
+    origin = e.origin
+    pkg = e.spec.packages.get(name)
     if pkg is None:
         raise UsageError(f"{shown}: {origin} declares no packages.{name}; expected a package of [packages]")
     if pkg.nightly:
@@ -596,25 +577,25 @@ def _set_version(spec: EnvSpec, text: str, name: NormalizedName, specifier: str,
     return text
 
 
-def _move_member(spec: EnvSpec, text: str, member: NormalizedName, version: Version, named: bool, shown: str,
-                 origin: str, changes: list[SpecChange]) -> str:
+def _move_member(e: _Editing, text: str, member: NormalizedName, version: Version, named: bool, shown: str,
+                 changes: list[SpecChange]) -> str:
     """A declared member of a same-version set moved to ``version``: an exact pin (or the one named)
     is rewritten; a range that allows it stays."""
-    pkg = spec.packages[member]
+    pkg = e.spec.packages[member]
     if pkg.nightly or pkg.build:
-        return _set_version(spec, text, member, f"=={version}", shown, origin, changes)  # says why not
+        return _set_version(e, text, member, f"=={version}", shown, changes)  # says why not
     if not named and _exact(pkg.specifier) is None:
         if pkg.specifier and not allows(pkg.specifier, version.public):
             raise UsageError(f"{shown}: packages.{member} ({pkg.specifier!r}) does not allow {version.public}, "
                              "and only an exact ==VERSION moves with its set; edit it by hand")
         return text
-    return _set_version(spec, text, member, f"=={version}", shown, origin, changes)
+    return _set_version(e, text, member, f"=={version}", shown, changes)
 
 
-def _move_overrides(spec: EnvSpec, text: str, new: Mapping[NormalizedName, Version], origin: str,
+def _move_overrides(e: _Editing, text: str, new: Mapping[NormalizedName, Version],
                     changes: list[SpecChange]) -> str:
     """``resolution.overrides`` that pin a moved package exactly, moved with it."""
-    for i, line in enumerate(spec.resolution.overrides):
+    for i, line in enumerate(e.spec.resolution.overrides):
         try:
             req = Requirement(line)
         except InvalidRequirement:
@@ -628,7 +609,7 @@ def _move_overrides(spec: EnvSpec, text: str, new: Mapping[NormalizedName, Versi
         if version == pinned:
             continue
         req.specifier = SpecifierSet(f"=={version}")
-        text = specedit.set_array_string(text, ("resolution", "overrides"), i, str(req), origin=origin)
+        text = specedit.set_array_string(text, ("resolution", "overrides"), i, str(req), origin=e.origin)
         changes.append(SpecChange(f"resolution.overrides[{i}]", line, str(req)))
     return text
 

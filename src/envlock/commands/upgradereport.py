@@ -3,10 +3,9 @@
 
 ``upgrade_report`` is the recipe: read what the two locks do not hold themselves (the spec's index
 names, builds and resolution; the files the patches touch; each moved source's commit range from
-the store's git mirror; wheel metadata in the store), hand it to the pure ``diff.diff_locks`` as a
-``DiffContext``, and return its ``LockDiff`` with notes. ``render_text`` and ``render_markdown``
-turn a report into lines for a terminal or a block for a pull request description; ``to_dict``
-is the ``--json`` document (docs/diff.md).
+the store's git mirror; wheel metadata in the store), hand it to the pure ``lockdiff.diff_locks`` as
+a ``DiffContext``, and return its ``LockDiff`` with notes. ``to_dict`` is the ``--json`` document
+(docs/diff.md); ``cli.upgradereport`` renders it for a terminal or a pull request description.
 
 Nothing here fails the report for want of a fact: a spec that does not read, a mirror that lacks
 the history, a wheel not in the store each make the report say less, and say so.
@@ -18,7 +17,7 @@ import json
 import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,7 @@ from envlock.model.lockdiff import (
     Commit,
     DiffContext,
     LockDiff,
-    PackageChange,
     SourceHistory,
-    SourceMove,
     diff_locks,
 )
 from envlock.model.lockfile import Lock
@@ -46,7 +43,6 @@ from envlock.model.target import requires_dist, target_environment
 from envlock.patches.patchfile import parse_patch_file
 from envlock.resolution import cmakefetch, yanks
 from envlock.store.store import Store, store_file
-from envlock.ui import size
 from envlock.workspace import Workspace
 
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -75,7 +71,8 @@ class ReportOptions:
     store (network); ``fetch_from``: source name -> a mirror of its URL to fetch from instead;
     ``fetch_hint``: what to tell when the history is missing and not fetched; ``yanked``: read the
     index page of each of the new lock's packages for the files yanked since (network); ``mirrors``:
-    the mirrors the command was given (the indexes they stand for are named by the spec's names)."""
+    the mirrors the command was given (the indexes they stand for are named by the spec's names). And what
+    the caller knows already of how the locks were made (``upgrade`` knows all of it)."""
 
     fetch: bool = False
     fetch_from: Mapping[str, str] | None = None
@@ -83,29 +80,22 @@ class ReportOptions:
     yanked: bool = False
     # ``diff --index``/``--source``: the mirrors its --yanked reads and its --fetch fetches from
     mirrors: MirrorOptions | None = None
+    # The specs the locks were made from; without them the workspace's spec of the new lock's env (if it
+    # reads) stands for both.
+    old_spec: EnvSpec | None = None
+    new_spec: EnvSpec | None = None
+    # The toolchain lines the relock that made the new lock resolved for each build it does not record
+    # yet (``commands.lock.LockResult.planned_toolchains``).
+    planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str, new_label: str,
-                   old_spec: EnvSpec | None = None, new_spec: EnvSpec | None = None,
-                   store: Store | None = None, options: ReportOptions | None = None,
-                   planned_toolchains: Mapping[str, tuple[str, ...]] | None = None) -> UpgradeReport:
-    """What moving from lock ``old`` to ``new`` changes. ``old_spec``/``new_spec``: the specs the
-    locks were made from (``upgrade`` has both); without them the workspace's spec of ``new.env``
-    (if it reads) stands for both. ``store``: where mirrors and wheels are read (default: the store).
-    ``planned_toolchains``: the toolchain lines the relock that made ``new`` resolved for each build
-    it does not record yet (``locking.LockResult.planned_toolchains``)."""
+def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str, new_label: str, store: Store,
+                   options: ReportOptions | None = None) -> UpgradeReport:
+    """What moving from lock ``old`` to ``new`` changes, reading the git mirrors and wheels of ``store``
+    (and, ``options.fetch``, fetching into it)."""
     options = options or ReportOptions()
-    notes: list[str] = []
-    if new_spec is None and ws is not None and new.env and (ws.root / "envs" / f"{new.env}.toml").is_file():
-        try:
-            new_spec = load_env_spec(ws, new.env, check_paths=False)
-        except EnvlockError as exc:
-            problems = "; ".join([exc.message, *exc.details])
-            notes.append(f"envs/{new.env}.toml does not read ({problems}); the report names no build's "
-                         "source or closure and no index by name")
-    old_spec = old_spec or new_spec
-    store = store or Store.open(create=options.fetch)  # only a fetch writes (into the mirrors)
-    ctx = _spec_context(old_spec, new_spec)
+    new_spec, notes = _new_spec(ws, new, options)
+    ctx = _spec_context(options.old_spec or new_spec, new_spec)
     asked = options.mirrors or MirrorOptions()
     if new_spec is not None:
         from envlock.model.mirrors import index_mirrors, source_mirrors  # ENVLOCK_*_<NAME> and the options
@@ -141,7 +131,7 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         recipes={name: (_recipe(store, old, name), _recipe(store, new, name)) for name in ctx.builds},
         required_by_old=_required_by(old, store), required_by_new=_required_by(new, store),
         build_systems=_build_systems(ctx.builds, old, new, mirrors),
-        planned_toolchains=dict(planned_toolchains or {}),
+        planned_toolchains=dict(options.planned_toolchains),
     )
     current = {*new.builds, *new.unbuilt()}  # a build the new lock's spec no longer has is told of by its new name
     commits = {name: (str(old.sources[name].commit), str(new.sources[name].commit)) for name in mirrors}
@@ -154,6 +144,21 @@ def upgrade_report(ws: Workspace | None, old: Lock, new: Lock, *, old_label: str
         yanked = sorted([*(y for y in yanked if y.package not in live), *checked.yanked], key=lambda y: y.package)
         notes += checked.notes
     return UpgradeReport(diff, tuple(notes), tuple(yanked))
+
+
+def _new_spec(ws: Workspace | None, new: Lock, options: ReportOptions) -> tuple[EnvSpec | None, list[str]]:
+    """The spec ``new`` was made from: the one given, else the workspace's of its env (if it reads; a
+    note says why not)."""
+    if options.new_spec is not None or ws is None or not new.env:
+        return options.new_spec, []
+    if not (ws.root / "envs" / f"{new.env}.toml").is_file():
+        return None, []
+    try:
+        return load_env_spec(ws, new.env, check_paths=False), []
+    except EnvlockError as exc:
+        problems = "; ".join([exc.message, *exc.details])
+        return None, [f"envs/{new.env}.toml does not read ({problems}); the report names no build's source or "
+                      "closure and no index by name"]
 
 
 def _yanked_now(lock: Lock, spec: EnvSpec | None, asked: MirrorOptions) -> yanks.IndexCheck:
@@ -559,170 +564,3 @@ def _reach(roots: Iterable[str], edges: Mapping[str, set[str]]) -> frozenset[str
             seen.add(name)
             todo += edges.get(name, ())
     return frozenset(seen)
-
-
-# -- rendering --------------------------------------------------------------------------
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun if n == 1 else noun + 's'}"
-
-
-def _size_line(diff: LockDiff) -> str:
-    """``1.2 MB -> 1.3 MB (+100.0 kB)``, and the packages whose size is not known."""
-    a, b = diff.old_size, diff.new_size
-    delta = b.known - a.known
-    line = f"{size(a.known)} -> {size(b.known)} ({'+' if delta >= 0 else '-'}{size(abs(delta))})"
-    unknown = [f"{', '.join(s.unknown)} ({side})" for s, side in ((a, "before"), (b, "after")) if s.unknown]
-    return line + (f"; size unknown: {'; '.join(unknown)}" if unknown else "")
-
-
-def _source_head(move: SourceMove) -> str:
-    head = f"{move.name} {_pin(move.old)} -> {_pin(move.new)}"
-    h = move.history
-    if h is None:
-        return head
-    if h.direction == "unknown":
-        return f"{head}: history unknown: {h.missing}"
-    span = f", {h.first.date} .. {h.last.date}" if h.first and h.last else ""
-    what = {"forward": f"{_count(h.count, 'commit')}{span}",
-            "backward": f"back {_count(h.count, 'commit')} (the new commit is older){span}",
-            "diverged": f"diverged: {_count(h.count, 'commit')} not in the old commit's history{span}"}[h.direction]
-    return f"{head}: {what}"
-
-
-def _pin(value: str | None) -> str:
-    """A commit or a tree digest as people read it (its first 12 hex digits)."""
-    if value is None:
-        return "(none)"
-    if value.startswith("sha256:"):
-        return value[:19]
-    return value[:12] if COMMIT_ID.fullmatch(value) else value
-
-
-def _touching_line(h: SourceHistory) -> str:
-    if not h.paths:
-        return "no patch: no file to watch"
-    if not h.touching:
-        return f"none of them touches the {_count(len(h.paths), 'file')} the patches touch"
-    return f"{_count(len(h.touching), 'commit')} touching files the patches touch:"
-
-
-def _package_line(p: PackageChange) -> str:
-    sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[p.action]
-    value = p.new if p.old is None else p.old if p.new is None else f"{p.old} -> {p.new}"
-    if p.action == "pending":
-        value, sizes = f"{p.old or '(new)'} -> pending", f" [{_opt_size(p.old_size)} -> size unknown]"
-    elif p.action == "changed":
-        sizes = f" [{_opt_size(p.old_size)} -> {_opt_size(p.new_size)}]"
-    else:
-        sizes = f" [{_opt_size(p.new_size if p.action == 'added' else p.old_size)}]"
-    return f"{sign} {p.name} {value}{sizes}" + (f"  ({'; '.join(p.why)})" if p.why else "")
-
-
-def _opt_size(n: int | None) -> str:
-    return "size unknown" if n is None else size(n)
-
-
-def render_text(report: UpgradeReport) -> str:
-    """The report for a terminal: sections (nightlies, sources, builds, packages, download size),
-    then every change, one a line."""
-    d = report.diff
-    yanked = ["yanked:", *(f"  ! {y.line()}" for y in report.yanked)] if report.yanked else []
-    if not d.changes:
-        return "\n".join([f"no differences ({_count(d.unchanged, 'package')} identical)", *yanked])
-    lines = [f"--- {d.old}", f"+++ {d.new}"]
-    if d.nightlies:
-        lines += ["nightlies:"] + [f"  {n.line()}" for n in d.nightlies]
-    if d.sources:
-        lines.append("sources:")
-        for s in d.sources:
-            lines.append(f"  {_source_head(s)}")
-            if s.history is not None and s.history.direction != "unknown":
-                lines.append(f"    {_touching_line(s.history)}")
-                lines += [f"      {c.sha[:12]} {c.date} {c.subject}" for c in s.history.touching]
-            lines += [f"    patch {p.name} {'added' if p.old is None else 'removed' if p.new is None else 'changed'}"
-                      for p in s.patches]
-    if d.builds:
-        lines.append("builds:")
-        lines += [f"  {'rebuild' if b.rebuild else 'no rebuild'} {b.text()}" for b in d.builds]
-    if d.packages:
-        lines += ["packages:"] + [f"  {_package_line(p)}" for p in d.packages]
-    if kernels := [c for c in d.changes if c.kind == "kernels"]:
-        lines += ["kernels:"] + [f"  {c.name}: {c.note}" for c in kernels]
-    lines += yanked
-    lines.append(f"download: {_size_line(d)}")
-    lines += ["changes:", *_ledger(d)]
-    lines.append(f"{_count(len(d.changes), 'change')}, {_count(d.unchanged, 'package')} identical")
-    return "\n".join(lines)
-
-
-def _ledger(d: LockDiff) -> list[str]:
-    """Every change, one a line: ``~ package  torch: OLD -> NEW  (note)``."""
-    lines = []
-    for c in d.changes:
-        sign = {"added": "+", "removed": "-", "changed": "~", "pending": "~"}[c.action]
-        value = c.new if c.old is None else c.old if c.new is None else f"{c.old} -> {c.new}"
-        note = f"  ({c.note})" if c.note else ""
-        lines.append(f"{sign} {c.kind:8} {c.name}: {value}{note}")
-    return lines
-
-
-def _md(text: str) -> str:
-    """Text safe in a Markdown table cell or list item: no HTML tag opens, no column breaks (a lone
-    ``>`` mid-line is text, so ``->`` stays as written)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
-
-
-def render_markdown(report: UpgradeReport) -> str:
-    """The report as a block for a pull request description: headings, a table of package changes,
-    the commits touching patched files in collapsible details."""
-    d = report.diff
-    lines = [f"### envlock: `{d.old}` -> `{d.new}`", ""]
-    yanked = ["#### Yanked (PEP 592)", "", *(f"- {_md(y.line())}" for y in report.yanked), ""] if report.yanked else []
-    if not d.changes:
-        return "\n".join([*lines, f"No differences ({_count(d.unchanged, 'package')} identical).",
-                          *(["", *yanked[:-1]] if yanked else [])])
-    if d.nightlies:
-        lines += ["#### Nightlies", ""] + [f"- {_md(n.line())}" for n in d.nightlies] + [""]
-    if d.sources:
-        lines += ["#### Sources", ""]
-        for s in d.sources:
-            lines.append(f"- {_md(_source_head(s))}")
-            h = s.history
-            if h is not None and h.direction != "unknown" and h.paths:
-                if h.touching:
-                    lines += ["  <details>", f"  <summary>{_md(_touching_line(h).rstrip(':'))}</summary>", ""]
-                    lines += [f"  - `{c.sha[:12]}` {c.date} {_md(c.subject)}" for c in h.touching]
-                    lines += ["", "  </details>"]
-                else:
-                    lines.append(f"  - {_md(_touching_line(h))}")
-            lines += [f"  - patch `{p.name}` {'added' if p.old is None else 'removed' if p.new is None else 'changed'}"
-                      for p in s.patches]
-        lines.append("")
-    if d.builds:
-        lines += ["#### Local builds", "", "| build | rebuilds | why |", "|---|---|---|"]
-        for b in d.builds:
-            rebuilds = ("yes, pending" if b.pending else "yes") if b.rebuild else "no"
-            lines.append(f"| {b.name} | {rebuilds} | {_md(b.text().partition(': ')[2])} |")
-        lines.append("")
-    if d.packages:
-        counts = {a: sum(1 for p in d.packages if p.action == a) for a in ("added", "removed", "changed", "pending")}
-        said = ", ".join(f"{n} {a}" for a, n in counts.items() if n)
-        lines += [f"#### Packages ({said}; {d.unchanged} identical)", "",
-                  "| package | before | after | size before | size after | why |", "|---|---|---|---|---|---|"]
-        for p in d.packages:
-            after = "pending" if p.action == "pending" else p.new or "-"
-            lines.append(f"| {p.name} | {_md(p.old or '-')} | {_md(after)} | "
-                         f"{'-' if p.old is None else _opt_size(p.old_size)} | "
-                         f"{'pending' if p.action == 'pending' else '-' if p.new is None else _opt_size(p.new_size)} | "
-                         f"{_md('; '.join(p.why))} |")
-        lines.append("")
-    lines += yanked
-    lines.append(f"**Download size:** {_md(_size_line(d))}")
-    # The ledger in a fenced block, where nothing needs escaping but a fence.
-    lines += ["", "<details>", f"<summary>Every change ({len(d.changes)})</summary>", "", "```text",
-              *(line.replace("```", "` ` `") for line in _ledger(d)), "```", "", "</details>"]
-    if report.notes:
-        lines += [""] + [f"> note: {_md(n)}" for n in report.notes]
-    return "\n".join(lines)
