@@ -21,8 +21,8 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import String, StringType
 
 from envlock.errors import SpecError, found
-from envlock.model.lockfile import toml_key
-from envlock.model.tomlio import load_toml
+from envlock.model.jsondoc import json_doc
+from envlock.model.tomlio import load_toml, toml_key
 
 #: ``comment=KEEP``: the value's own trailing comment stays as it is.
 KEEP: str | None = None
@@ -38,7 +38,7 @@ class SpecChange:
     comment: str | None = None  # the trailing comment written after the new value (None: kept)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "old": self.old, "new": self.new, "comment": self.comment}
+        return json_doc(self)
 
 
 def package_key(text: str, name: str, *, origin: str) -> str:
