@@ -874,7 +874,7 @@ def test_a_kept_wheel_whose_url_is_on_another_server_than_its_index_is_not_kept(
 def test_a_kept_wheel_must_be_on_its_index_server() -> None:
     # PyPI's files live on files.pythonhosted.org, PyTorch's on download.pytorch.org: a lock whose
     # index field was edited to name the PyTorch index keeps a URL on the other server.
-    from envlock.net.http import same_origin as _same_server
+    from envlock.net.auth import same_origin as _same_server
 
     index = "https://user:tok@download.pytorch.org/whl/nightly/cu130"
     assert _same_server("https://download.pytorch.org/whl/nightly/cu130/pytorch_triton-3.6.0-x.whl", index)

@@ -15,7 +15,7 @@ from envlock.errors import FetchError, ResolveError, raise_all
 from envlock.model.lockfile import Artifact
 from envlock.model.spec import EnvSpec, PackageSpec, allows
 from envlock.model.target import best_file, for_target, requires_dist, target_markers, target_tags
-from envlock.net import http
+from envlock.net import auth, http
 from envlock.net.indexes import IndexFile, Listings
 from envlock.progress import parallel
 from envlock.resolution.resolveinputs import ResolveInputs, unlisted_artifact
@@ -125,7 +125,7 @@ def _kept_wheels(inputs: ResolveInputs, name: NormalizedName, index_url: str) ->
         return []
     if locked_from.rstrip("/") != http.redact(index_url).rstrip("/"):
         return []  # locked from another index then
-    if not http.same_origin(artifact.url, index_url):
+    if not auth.same_origin(artifact.url, index_url):
         return []  # the lock's index field says this index, its URL another server: edited, not trusted
     if not store_file(inputs.store, artifact).is_file():
         return []
