@@ -69,7 +69,7 @@ class BuildFacts:
 
 @dataclass(frozen=True)
 class DiffContext:
-    """What the recipe (``reporting``) found beside the two locks; every field may stay empty, and
+    """What the recipe (``commands.upgradereport``) found beside the two locks; every field may stay empty, and
     the report then says less (never something false)."""
 
     index_names: Mapping[str, str] = field(default_factory=dict)  # index URL (no trailing /) -> spec name
@@ -95,7 +95,7 @@ class DiffContext:
     # None: not in the store): it names what the lock does not record (the toolchain, the interpreter).
     recipes: Mapping[str, tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]] = field(default_factory=dict)
     # Build -> the toolchain lines a relock resolved for it, when the new lock does not record its
-    # build yet (``locking.LockResult.planned_toolchains``): a loose pin that moved with no spec edit.
+    # build yet (``commands.lock.LockResult.planned_toolchains``): a loose pin that moved with no spec edit.
     planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -457,7 +457,7 @@ def _toolchain_against_spec(locked: Sequence[str], wanted: Sequence[str]) -> lis
 
 
 def _toolchain_moves(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[BuildInput]:
-    """What two build recipes (``build.plan``'s) say moved that no lock records: the interpreter, the
+    """What two build recipes (``build.builder.plan``'s) say moved that no lock records: the interpreter, the
     host and each tool's version line."""
     found = [BuildInput("toolchain", key, str(a.get(key)), str(b.get(key)))
              for key in ("python", "host", "machine") if a.get(key) != b.get(key)]

@@ -87,7 +87,7 @@ class Lock:
     kernels: Mapping[str, LockedKernels] = field(default_factory=dict)
     min_driver: str | None = None
     # What each package (and each build of the spec) requires among the locked packages, from the
-    # wheels' Requires-Dist (``guards.recorded_requires``): the graph ``lock --check`` holds every
+    # wheels' Requires-Dist (``resolution.guards.recorded_requires``): the graph ``lock --check`` holds every
     # package to, from the spec's roots. None: a lock written before envlock recorded it.
     requires: Mapping[str, tuple[str, ...]] | None = None
 
@@ -320,7 +320,7 @@ def read_lock(path: Path) -> Lock:
 @dataclass(frozen=True)
 class LockFile:
     """A lock file as read once: its bytes (None if missing or unreadable) and their text (None if
-    not UTF-8), for a read-modify-write that must not undo another envlock's (``store.replace_if_unchanged``).
+    not UTF-8), for a read-modify-write that must not undo another envlock's (``store.store.replace_if_unchanged``).
 
     The text is the bytes decoded as they are (no newline translation), so it encodes back to
     exactly the bytes the compare-and-replace compares with.

@@ -299,7 +299,7 @@ def _mirrored_url(listings: Listings, a: Artifact, name: str, mirror: str) -> st
     except PackageIndexError as exc:
         return FetchError(f"{a.filename}: {exc.message}")
     # An http(s) mirror's page must not send envlock to read this machine's files: ``listings`` refuses
-    # such a page (``indexes.link_problem``), as it does every index's.
+    # such a page (``net.indexes.link_problem``), as it does every index's.
     listed = files.get(a.filename)
     if listed is None:
         return FetchError(f"{a.filename}: mirror {shown} lists no such file for {name} "

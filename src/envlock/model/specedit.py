@@ -6,7 +6,7 @@ for byte; an edit replaces one string value (keeping its quote style and the com
 or setting that comment) and nothing else. Each edit is checked: the edited text must read as
 the same TOML but for that one value, so a layout tomlkit would rewrite is an error naming the
 key, never a silent change elsewhere. The functions are pure (no files): the recipe
-(``upgrading``) decides what to edit and writes the result.
+(``commands.upgrade``) decides what to edit and writes the result.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one module that speaks HTTP: connections (kept per thread and per host, through the proxy the
 environment names, TLS with the trust store it names), GETs that follow redirects, and what envlock
-reads with them: index pages, ranged streaming GETs for ``fetch``, a file's size, a range of its
+reads with them: index pages, ranged streaming GETs for ``install.fetch``, a file's size, a range of its
 bytes; PUT and HEAD for a binary cache. A ``file://`` URL is read as a server would serve it
 (``net.localfiles``).
 

@@ -211,7 +211,7 @@ class RecordedPatch:
     merge: str | None = None
     conflicted: tuple[str, ...] = ()
     rejects: tuple[str, ...] = ()
-    removed: bool = False  # the work dir, once its new patch is written (``patching.patch_record``)
+    removed: bool = False  # the work dir, once its new patch is written (``commands.patch.patch_record``)
 
     def to_dict(self) -> dict[str, Any]:
         return json_doc(self, omit=("env",))

@@ -52,7 +52,7 @@ class Resolution:
 
 
 def index_urls(spec: EnvSpec, mirrors: Mapping[str, str]) -> dict[str, str]:
-    """The URL to use for each spec index: its mirror if one is given (``mirrors.index_mirrors``,
+    """The URL to use for each spec index: its mirror if one is given (``model.mirrors.index_mirrors``,
     which refuses names the spec has no index of), else the spec's URL."""
     return {name: mirrors.get(name, idx.url).rstrip("/") for name, idx in spec.indexes.items()}
 

@@ -33,7 +33,7 @@ class ResolveInputs:
     index_urls: Mapping[str, str]  # index name -> URL actually used (mirrors applied)
     # Where wheels an index publishes no hash for are downloaded to hash them.
     store: Store
-    # What downloads such a wheel into the store (``fetch.hash_unlisted``, passed in by the
+    # What downloads such a wheel into the store (``install.fetch.hash_unlisted``, passed in by the
     # orchestration: a stage does not import another).
     hash_unlisted: HashUnlisted
     # Packages provided by local builds whose metadata uv may read from a source dir.
