@@ -220,18 +220,21 @@ class BadKeyError(Exception):
 
 
 def read_table(value: object, key: str) -> Mapping[str, Any]:
+    """``value`` as a table, else ``BadKeyError`` at ``key`` (missing, or what was found)."""
     if not isinstance(value, dict):
         raise BadKeyError(key, "missing" if value is None else f"found {_found(value)}", "a table")
     return value
 
 
 def read_array(value: object, key: str) -> list[Any]:
+    """``value`` as an array, else ``BadKeyError`` at ``key``."""
     if not isinstance(value, list):
         raise BadKeyError(key, "missing" if value is None else f"found {_found(value)}", "an array")
     return value
 
 
 def read_str(table: Mapping[str, Any], name: str, path: str) -> str:
+    """``table[name]`` as a string, else ``BadKeyError`` at ``path.name``."""
     value = table.get(name)
     if not isinstance(value, str):
         raise BadKeyError(toml_key(path, name), "missing" if value is None else f"found {_found(value)}", "a string")
@@ -239,10 +242,12 @@ def read_str(table: Mapping[str, Any], name: str, path: str) -> str:
 
 
 def read_opt_str(table: Mapping[str, Any], name: str, path: str) -> str | None:
+    """``table[name]`` as a string, or None when it is absent; ``BadKeyError`` when it is no string."""
     return None if table.get(name) is None else read_str(table, name, path)
 
 
 def read_strings(value: object, key: str) -> tuple[str, ...]:
+    """``value`` as an array of strings, else ``BadKeyError`` at ``key`` (or the first item that is none)."""
     for i, item in enumerate(read_array(value, key)):
         if not isinstance(item, str):
             raise BadKeyError(f"{key}[{i}]", f"found {_found(item)}", "a string")
@@ -250,6 +255,7 @@ def read_strings(value: object, key: str) -> tuple[str, ...]:
 
 
 def package_entry(value: object, key: str) -> LockedPackage:
+    """One ``[[packages]]`` table at ``key``; a ``BadKeyError`` below it names the package too."""
     pkg = read_table(value, key)
     name = read_str(pkg, "name", key)
     if not PACKAGE_NAME.fullmatch(name) or canonicalize_name(name) != name:
@@ -347,6 +353,7 @@ def _workspace_path(table: Mapping[str, Any], name: str, key: str) -> str:
 
 
 def source_entry(src: Mapping[str, Any], key: str) -> LockedSource:
+    """One ``[tool.envlock.sources.NAME]`` table at ``key``: a git URL or a workspace path, and its patches."""
     kind = "git" if "git" in src else "path"
     if kind not in src:
         raise BadKeyError(key, "found neither git nor path", "one of them")
@@ -366,6 +373,7 @@ def source_entry(src: Mapping[str, Any], key: str) -> LockedSource:
 
 
 def build_entry(build: Mapping[str, Any], key: str) -> LockedBuild:
+    """One ``[tool.envlock.builds.NAME]`` table at ``key``."""
     return LockedBuild(
         input_digest=read_str(build, "input-digest", key),
         wheel=read_str(build, "wheel", key),

@@ -133,6 +133,8 @@ class Problems:
 
 
 def get_str(p: Problems, table: Mapping[str, Any], key: str, path: str, *, required: bool = False) -> str | None:
+    """``table[key]`` as a string (None when absent, or a problem at ``path.key`` when ``required``); a
+    value of another type is a problem, and None."""
     value = table.get(key)
     if value is None:
         if required:
@@ -145,6 +147,7 @@ def get_str(p: Problems, table: Mapping[str, Any], key: str, path: str, *, requi
 
 
 def get_table(p: Problems, doc: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``doc[key]`` as a table (empty when absent); another type is a problem, and an empty table."""
     value = doc.get(key, {})
     if not isinstance(value, dict):
         p.add(key, f"expected a table, found {_found(value)}")
@@ -153,6 +156,7 @@ def get_table(p: Problems, doc: Mapping[str, Any], key: str) -> dict[str, Any]:
 
 
 def get_str_list(p: Problems, table: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
+    """``table[key]`` as an array of strings (empty when absent); each item of another type is a problem."""
     value = table.get(key, [])
     where = f"{path}.{key}" if path else key
     if not isinstance(value, list):
@@ -165,6 +169,7 @@ def get_str_list(p: Problems, table: Mapping[str, Any], key: str, path: str) -> 
 
 
 def get_str_map(p: Problems, table: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
+    """``table[key]`` as a table of strings (empty when absent); each value of another type is a problem."""
     value = table.get(key, {})
     if not isinstance(value, dict):
         p.add(f"{path}.{key}", f"expected a table of strings, found {_found(value)}")
@@ -179,6 +184,7 @@ def get_str_map(p: Problems, table: Mapping[str, Any], key: str, path: str) -> d
 
 
 def is_date(value: str) -> bool:
+    """Whether ``value`` is a date written ``YYYY-MM-DD``."""
     try:
         return bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", value)) and bool(dt.date.fromisoformat(value))
     except ValueError:
@@ -186,11 +192,13 @@ def is_date(value: str) -> bool:
 
 
 def check_date(p: Problems, key: str, value: str) -> None:
+    """A problem at ``key`` unless ``value`` is a date ``YYYY-MM-DD``."""
     if not is_date(value):
         p.add(key, f"expected a date YYYY-MM-DD, found {value!r}")
 
 
 def check_relpath(p: Problems, key: str, value: str) -> bool:
+    """Whether ``value`` is a relative path inside the workspace (a problem at ``key`` if not)."""
     if not is_workspace_path(value):
         p.add(key, f"expected a relative path inside the workspace, found {value!r}")
         return False
@@ -223,6 +231,7 @@ def entries(
 
 
 def parse_indexes(p: Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
+    """``[indexes]``: each index's URL and whether it is the default (exactly one is)."""
     out: dict[str, IndexSpec] = {}
     by_variable: dict[str, str] = {}
     for name, key, entry in entries(p, table, "indexes", 'url = "..."', _INDEX_KEYS):
@@ -248,6 +257,7 @@ def parse_indexes(p: Problems, table: dict[str, Any]) -> dict[str, IndexSpec]:
 
 
 def parse_sources(p: Problems, table: dict[str, Any], root: Path | None) -> dict[str, SourceSpec]:
+    """``[sources]``: each a git URL at a rev, or a workspace path, and its patches (``root``: they must exist)."""
     out: dict[str, SourceSpec] = {}
     for name, key, entry in entries(p, table, "sources", 'git = "..." or path = "..."', _SOURCE_KEYS):
         if not PACKAGE_NAME.fullmatch(name):  # patches/NAME/, --source NAME=URL, ENVLOCK_SOURCE_<NAME>
@@ -288,6 +298,8 @@ def _check_git_url(p: Problems, key: str, url: str | None) -> None:
 
 
 def parse_builds(p: Problems, table: dict[str, Any], sources: Mapping[str, SourceSpec]) -> dict[str, BuildSpec]:
+    """``[builds]``: each build's source (one of ``sources``), recipe, requirements, toolchain and
+    FetchContent inputs."""
     out: dict[str, BuildSpec] = {}
     for name, key, entry in entries(p, table, "builds", 'source = "..."', _BUILD_KEYS):
         if not PACKAGE_NAME.fullmatch(name):  # it makes the package of its name (checked after the build)
@@ -389,6 +401,7 @@ def parse_packages(
     indexes: Mapping[str, IndexSpec],
     builds: Mapping[str, BuildSpec],
 ) -> dict[NormalizedName, PackageSpec]:
+    """``[packages]``: each package's pin (a version, a nightly date or a build) and its index."""
     out: dict[NormalizedName, PackageSpec] = {}
     for raw_name, entry in table.items():
         key = toml_key("packages", raw_name)
@@ -399,70 +412,78 @@ def parse_packages(
         if name in out:
             p.add(key, f"duplicate of another spelling of {name!r}")
             continue
-        shorthand = isinstance(entry, str)  # `name = "==1.0"`
-        if shorthand:
-            entry = {"version": entry}
-        if not isinstance(entry, dict):
-            p.add(key, f"expected a version string or a table, found {_found(entry)}")
-            continue
-        p.check_keys(key, entry, _PACKAGE_KEYS)
-        version = get_str(p, entry, "version", key)
-        index = get_str(p, entry, "index", key)
-        nightly = get_str(p, entry, "nightly", key)
-        local = get_str(p, entry, "local", key)
-        build = get_str(p, entry, "build", key)
-        same_date = entry.get("same-date", True)
-        if not isinstance(same_date, bool):
-            p.add(f"{key}.same-date", f"expected true or false, found {_found(same_date)}")
-            same_date = True
-        elif "same-date" in entry and "nightly" not in entry:
-            p.add(f"{key}.same-date", "only a nightly pin takes same-date (it opts out of sharing its index's date)")
-        if version is not None:
-            try:
-                SpecifierSet(version)
-            except InvalidSpecifier:
-                p.add(key if shorthand else f"{key}.version",
-                      f"expected a version specifier like \"==0.6.5\", found {version!r}")
-        if index is not None and index not in indexes:
-            known = ", ".join(sorted(indexes)) or "none defined"
-            p.add(f"{key}.index", f"names no [indexes.{index}]; indexes: {known}")
-        if nightly is not None:
-            check_date(p, f"{key}.nightly", nightly)
-            if version is not None:
-                p.add(key, "expected either version or nightly, not both")
-            if index is None:
-                p.add(f"{key}.index", "missing; a nightly pin must name its index "
-                      "(nightlies are never taken from the default index by accident)")
-        if local is not None:
-            if "nightly" not in entry:  # one that is there but malformed is reported as such
-                p.add(f"{key}.local",
-                      "only a nightly pin takes a local tag; write it in the version (\"==0.6.5+cu130\")")
-            elif not re.fullmatch(r"[A-Za-z0-9]+([._][A-Za-z0-9]+)*", local):
-                p.add(f"{key}.local", f"expected a local version tag like \"cu130\", found {local!r}")
-        if build is not None:
-            if set(entry) - {"build"}:
-                p.add(key, "a package provided by a build takes no other keys")
-            if build not in builds:
-                known = ", ".join(sorted(builds)) or "none defined"
-                p.add(f"{key}.build", f"names no [builds.{build}]; builds: {known}")
-            elif canonicalize_name(build) != name:
-                # The build's wheel is checked to be the build's name (after an hour of sgl-kernel):
-                # say so now, not after the build.
-                p.add(f"{key}.build", f"expected {name!r}: a build makes the package of its own name, so "
-                      f"packages.{name} comes from [builds.{name}]; found {build!r} (rename [builds.{build}])")
-        out[name] = PackageSpec(
-            name=name,
-            specifier=version or "",
-            index=index,
-            nightly=nightly,
-            local=local,
-            same_date=same_date,
-            build=build,
-        )
+        if (package := _package(p, key, name, entry, indexes, builds)) is not None:
+            out[name] = package
     return out
 
 
+def _package(p: Problems, key: str, name: NormalizedName, entry: object, indexes: Mapping[str, IndexSpec],
+             builds: Mapping[str, BuildSpec]) -> PackageSpec | None:
+    """``packages.NAME`` at ``key``: a version string, or a table of its pin (a version, a nightly date
+    or a build) and its index; None (a problem) when it is neither."""
+    shorthand = isinstance(entry, str)  # `name = "==1.0"`
+    if shorthand:
+        entry = {"version": entry}
+    if not isinstance(entry, dict):
+        p.add(key, f"expected a version string or a table, found {_found(entry)}")
+        return None
+    p.check_keys(key, entry, _PACKAGE_KEYS)
+    version = get_str(p, entry, "version", key)
+    index = get_str(p, entry, "index", key)
+    nightly = get_str(p, entry, "nightly", key)
+    local = get_str(p, entry, "local", key)
+    build = get_str(p, entry, "build", key)
+    same_date = entry.get("same-date", True)
+    if not isinstance(same_date, bool):
+        p.add(f"{key}.same-date", f"expected true or false, found {_found(same_date)}")
+        same_date = True
+    elif "same-date" in entry and "nightly" not in entry:
+        p.add(f"{key}.same-date", "only a nightly pin takes same-date (it opts out of sharing its index's date)")
+    if version is not None:
+        try:
+            SpecifierSet(version)
+        except InvalidSpecifier:
+            p.add(key if shorthand else f"{key}.version",
+                  f"expected a version specifier like \"==0.6.5\", found {version!r}")
+    if index is not None and index not in indexes:
+        known = ", ".join(sorted(indexes)) or "none defined"
+        p.add(f"{key}.index", f"names no [indexes.{index}]; indexes: {known}")
+    if nightly is not None:
+        check_date(p, f"{key}.nightly", nightly)
+        if version is not None:
+            p.add(key, "expected either version or nightly, not both")
+        if index is None:
+            p.add(f"{key}.index", "missing; a nightly pin must name its index "
+                  "(nightlies are never taken from the default index by accident)")
+    if local is not None:
+        if "nightly" not in entry:  # one that is there but malformed is reported as such
+            p.add(f"{key}.local",
+                  "only a nightly pin takes a local tag; write it in the version (\"==0.6.5+cu130\")")
+        elif not re.fullmatch(r"[A-Za-z0-9]+([._][A-Za-z0-9]+)*", local):
+            p.add(f"{key}.local", f"expected a local version tag like \"cu130\", found {local!r}")
+    if build is not None:
+        _check_build_pin(p, key, name, entry, build, builds)
+    return PackageSpec(name=name, specifier=version or "", index=index, nightly=nightly, local=local,
+                       same_date=same_date, build=build)
+
+
+def _check_build_pin(p: Problems, key: str, name: NormalizedName, entry: Mapping[str, Any], build: str,
+                     builds: Mapping[str, BuildSpec]) -> None:
+    """A package a build provides: no other key beside ``build``, which names a build of its own name."""
+    if set(entry) - {"build"}:
+        p.add(key, "a package provided by a build takes no other keys")
+    if build not in builds:
+        known = ", ".join(sorted(builds)) or "none defined"
+        p.add(f"{key}.build", f"names no [builds.{build}]; builds: {known}")
+    elif canonicalize_name(build) != name:
+        # The build's wheel is checked to be the build's name (after an hour of sgl-kernel):
+        # say so now, not after the build.
+        p.add(f"{key}.build", f"expected {name!r}: a build makes the package of its own name, so "
+              f"packages.{name} comes from [builds.{name}]; found {build!r} (rename [builds.{build}])")
+
+
 def parse_resolution(p: Problems, table: dict[str, Any]) -> ResolutionSpec:
+    """``[resolution]``: overrides, excluded packages and the same-version groups."""
     p.check_keys("resolution", table, _RESOLUTION_KEYS)
     overrides = get_str_list(p, table, "overrides", "resolution")
     for i, req in enumerate(overrides):

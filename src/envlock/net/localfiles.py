@@ -32,4 +32,5 @@ def open_local(url: str, path: str) -> BinaryIO:
 
 
 def file_validator(st: os.stat_result) -> str:
+    """The ``validator`` of a file on this machine: its modification time (an upload replaces the file)."""
     return f"modified {st.st_mtime_ns}"

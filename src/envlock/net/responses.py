@@ -99,6 +99,8 @@ def max_page_bytes() -> int:
 
 
 def decoded(url: str, chunks: Iterator[bytes], charset: str, cap: int) -> Iterator[str]:
+    """The text of a page's ``chunks`` in ``charset`` (UTF-8 for one Python does not know), piece by piece;
+    ``HttpError`` once more than ``cap`` bytes came."""
     try:
         decoder = codecs.getincrementaldecoder(charset)(errors="replace")
     except LookupError:  # a charset Python does not know: as a browser would, read it as UTF-8
@@ -113,5 +115,6 @@ def decoded(url: str, chunks: Iterator[bytes], charset: str, cap: int) -> Iterat
 
 
 def too_big(cap: int, what: str) -> str:
+    """What a page over the cap ``cap`` is told with (``what``: how it was found out)."""
     return (f"index page larger than {cap} bytes ({what}); not read further: "
             f"set {_PAGE_VAR} to a larger byte count if the page is genuine")

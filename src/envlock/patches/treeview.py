@@ -78,10 +78,12 @@ class HunkFailedError(Exception):
 
 
 def shown_lines(lines: Iterable[bytes]) -> tuple[str, ...]:
+    """Lines of a file as a failure shows them (decoded, without their line ends)."""
     return tuple(t.decode("utf-8", "replace").rstrip("\n") for t in lines)
 
 
 def split_lines(data: bytes) -> list[bytes]:
+    """``data`` split into lines that keep their ``\n`` (the last one may lack it)."""
     parts = data.split(b"\n")
     out = [p + b"\n" for p in parts[:-1]]
     if parts[-1]:
@@ -247,6 +249,7 @@ class TreeView:
 
 
 def file_mode(mode: int | None, default: int) -> int:
+    """The git mode a patch gives a file (``mode``), else ``default`` (the file's own)."""
     return default if mode is None else (_EXECUTABLE if mode & 0o100 else _REGULAR)
 
 

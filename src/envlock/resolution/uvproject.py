@@ -122,6 +122,7 @@ def requirements_versions(text: str) -> dict[NormalizedName, Version]:
 
 
 def pylock_entries(text: str) -> list[Mapping[str, object]]:
+    """The ``[[packages]]`` of uv's pylock output."""
     entries: list[Mapping[str, object]] = tomllib.loads(text).get("packages", [])
     return entries
 
