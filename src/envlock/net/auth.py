@@ -205,6 +205,8 @@ def credentials(*urls: str) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Auth:
+    """The credentials a request sends (or none), and where envlock looked for them."""
+
     header: str | None  # the Authorization header sent, None: none
     looked: tuple[str, ...]  # where envlock looked, for a 401/403's message
     user_only: str | None = None  # the user sent without a password (none was found)
