@@ -37,7 +37,7 @@ from envlock.errors import (
 )
 from envlock.install import fetch
 from envlock.install.fetch import FetchResult, Locate
-from envlock.model.lockdiff import line_changes
+from envlock.model.lockchanges import line_changes
 from envlock.model.lockfile import (
     Artifact,
     Lock,
