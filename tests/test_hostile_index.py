@@ -221,7 +221,8 @@ def test_without_ranges_two_distributions_installing_one_path_fail_the_lock(stat
         "  one 1.0 and two 1.0 both install shared/__init__.py (1 file, different bytes)\n"
         "    one 1.0: declared in [packages]\n"
         "    two 1.0: declared in [packages]\n"
-        "    fix: keep one of packages.one and packages.two in e.toml\n"))
+        "    fix: keep one of packages.one and packages.two in e.toml; or, if the shared file is harmless, "
+        'resolution.allow-overlap = [{ path = "shared/__init__.py", packages = ["one", "two"], reason = "..." }]\n'))
     # Read whole where no ranges are served, into the store by sha256 as any wheel: the sync after
     # a lock finds them there.
     store = Store.open()
