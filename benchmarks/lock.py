@@ -64,15 +64,8 @@ def run(args: argparse.Namespace, tmp: Path, universe: Universe) -> int:
     from envlock.install.fetch import hash_unlisted
     from envlock.model.spec import load_spec
     from envlock.net.indexes import Listings
-    from envlock.resolution.resolve import (
-        ResolveInputs,
-        compile_args,
-        index_urls,
-        pinned_override_wheels,
-        resolve_nightlies,
-        transient_project,
-        uv_overrides,
-    )
+    from envlock.resolution.resolve import ResolveInputs, index_urls, pinned_override_wheels, resolve_nightlies
+    from envlock.resolution.uvproject import compile_args, transient_project, uv_overrides
     from envlock.store.store import Store
 
     extra = [f"benchdep{i:03d}" for i in range(args.packages)]

@@ -47,11 +47,11 @@ def _hermetic_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _no_credentials_left() -> Iterator[None]:
-    """Index credentials a command hands to ``http.credentials`` end with it."""
-    from envlock.net import http
+    """Index credentials a command hands to ``auth.credentials`` end with it."""
+    from envlock.net import auth
 
     yield
-    assert http._scopes == []
+    assert auth._scopes == []
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from envlock.net import auth as net_auth
 from envlock.net import http as envlock_http
 from kit.index import IndexServer
 
@@ -46,7 +47,7 @@ def test_redact_drops_only_the_credentials(url: str, redacted: str) -> None:
     ],
 )
 def test_a_mirror_file_gets_the_mirror_credentials_only_on_its_host(url: str, index: str, sent: str) -> None:
-    assert envlock_http.with_credentials_of(url, index) == sent
+    assert net_auth.with_credentials_of(url, index) == sent
 
 
 def test_an_ipv6_literal_host_gets_a_bracketed_host_header(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,8 +156,8 @@ def test_a_stop_wakes_a_read_from_a_stalled_server(head: bytes) -> None:
     ],
 )
 def test_same_origin_is_scheme_host_and_port(url: str, other: str, same: bool) -> None:
-    assert envlock_http.same_origin(url, other) is same
-    assert envlock_http.same_origin(other, url) is same
+    assert net_auth.same_origin(url, other) is same
+    assert net_auth.same_origin(other, url) is same
 
 
 @pytest.fixture

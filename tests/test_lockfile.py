@@ -21,9 +21,9 @@ from envlock.model.lockfile import (
     LockedPatch,
     LockedSource,
     NightlyPin,
-    _s,
     read_lock,
 )
+from envlock.model.tomlio import toml_string
 from kit.locks import sample_lock
 
 
@@ -361,12 +361,12 @@ def test_every_lock_reads_back_as_written(lock: Lock) -> None:
 @settings(max_examples=300, deadline=None)
 @given(text)
 def test_every_string_is_a_toml_basic_string(value: str) -> None:
-    assert tomllib.loads(f"k = {_s(value)}")["k"] == value
+    assert tomllib.loads(f"k = {toml_string(value)}")["k"] == value
 
 
 def test_del_and_every_control_character_are_escaped() -> None:
     controls = "".join(map(chr, [*range(0x20), 0x7F]))
-    written = _s(controls)
+    written = toml_string(controls)
     assert not any(c in written for c in controls.replace("\t", ""))
     assert "\\u007f" in written
     assert tomllib.loads(f"k = {written}")["k"] == controls

@@ -154,13 +154,13 @@ def keyring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_keyring_is_asked_only_when_enabled(private: IndexServer, keyring: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     index = private.url("pypi").replace("http://", "http://alice@")
-    with http.credentials(index), pytest.raises(PackageIndexError) as info:
+    with auth.credentials(index), pytest.raises(PackageIndexError) as info:
         project_files(private.url("pypi"), "tinydep")
     assert "the index URL (a user, no password)" in info.value.details[0]
     assert info.value.details[0].endswith("; the keyring (off)")
     assert not keyring.exists()
     monkeypatch.setenv("ENVLOCK_KEYRING_PROVIDER", "subprocess")
-    with http.credentials(index):
+    with auth.credentials(index):
         assert project_files(private.url("pypi"), "tinydep")
     assert keyring.read_text() == f"get {private.url('pypi')} alice (from {os.getpid()})\n"
 
@@ -201,7 +201,7 @@ def test_a_url_password_is_percent_decoded_once_and_a_netrc_one_not_at_all(priva
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     private.required_auth = _basic("alice:p@ss%41")
     index = private.url("pypi").replace("http://", "http://alice:p%40ss%2541@")
-    with http.credentials(index):
+    with auth.credentials(index):
         assert project_files(private.url("pypi"), "tinydep")
     _netrc(tmp_path, monkeypatch, "machine 127.0.0.1 login alice password p@ss%41\n")
     assert project_files(private.url("pypi"), "tinydep")

@@ -13,7 +13,7 @@ import pytest
 
 from envlock.build import sources
 from envlock.errors import PatchError
-from envlock.patches import patchapply, patchfile
+from envlock.patches import patchapply, patchfile, patchmerge
 from envlock.store import trees
 from envlock.store.store import Store
 from kit.patches import MODIFY, new_file, one, sg_patches
@@ -293,7 +293,7 @@ def test_merge_keeps_a_rej_where_upstream_deleted_the_file(tmp_path: Path) -> No
     base, ours = tmp_path / "base", tmp_path / "ours"
     write(base, {"f.txt": "a\nb\nc\n"})
     write(ours, {"g.txt": "other\n"})
-    merged = patchapply.merge_patch(patchapply.TreeView(ours), patchapply.TreeView(base), one(MODIFY),
+    merged = patchmerge.merge_patch(patchapply.TreeView(ours), patchapply.TreeView(base), one(MODIFY),
                                     ours_label="v2", theirs_label="patch 0001")
     assert [c.reason for c in merged.conflicts] == [
         "upstream deleted it, the patch changes it; its diff is in f.txt.rej"]
@@ -306,7 +306,7 @@ def test_merge_finds_upstreams_lines_where_the_hunk_moved(tmp_path: Path) -> Non
     base, ours = tmp_path / "base", tmp_path / "ours"
     write(base, {"f.txt": "a\nb\nc\n"})
     write(ours, {"f.txt": "new 1\nnew 2\nnew 3\na\nb, reworded\nc\n"})
-    merged = patchapply.merge_patch(patchapply.TreeView(ours), patchapply.TreeView(base), one(MODIFY),
+    merged = patchmerge.merge_patch(patchapply.TreeView(ours), patchapply.TreeView(base), one(MODIFY),
                                     ours_label="v2", theirs_label="patch 0001")
     assert merged.conflicted == ("f.txt",)
     failure = merged.conflicts[0]

@@ -12,6 +12,7 @@ from envlock.build import sources
 from envlock.errors import PatchError, UsageError
 from envlock.model.lockfile import LockedPatch
 from envlock.patches import patchapply, patchedit, patchfile
+from envlock.patches.patchedit import EditOptions, PatchHeader
 from envlock.store.store import Store
 from kit.patches import MODIFY, sg_patches
 from kit.sglike import SgLike, git
@@ -46,8 +47,8 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
     comm = work / "python/sglike/comm.py"
     comm.write_text(comm.read_text().replace("    12: {", "    11: {\n        2: 32 * MiB,\n    },\n    12: {"))
     (work / "python/sglike/extra.py").write_text("EXTRA = True\n")
-    recorded = patchedit.record(work, patches_dir, subject="Add cc 11 (a test)", why="Because.",
-                                upstream="not proposed", current=listed, workspace_root=patches_dir)
+    recorded = patchedit.record(work, patches_dir, PatchHeader("Add cc 11 (a test)", "Because.", "not proposed"),
+                                current=listed, workspace_root=patches_dir)
     assert recorded.path == patches_dir / "0004-add-cc-11-a-test.patch"
     assert recorded.files == ("python/sglike/comm.py", "python/sglike/extra.py")
     text = recorded.path.read_text()
@@ -60,17 +61,16 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
     states = patchapply.status(tree, patchfile.load_patches(patches_dir, labels))
     assert [s.state for s in states] == ["applies"] * 4
     with pytest.raises(PatchError, match="nothing to record"):
-        patchedit.record(work, patches_dir, subject="again", why="Still.", upstream="", current=listed,
+        patchedit.record(work, patches_dir, PatchHeader("again", "Still.", ""), current=listed,
                          workspace_root=patches_dir)
     with pytest.raises(UsageError, match="a new patch needs a subject and a why"):  # exit 2, before any work
-        patchedit.record(work, patches_dir, subject="again", why="", upstream="", current=listed,
-                         workspace_root=patches_dir)
+        patchedit.record(work, patches_dir, PatchHeader("again", "", ""), current=listed, workspace_root=patches_dir)
 
     # patch(1)'s leftovers from redoing a change by hand are refused, and left where they are.
     (work / "python/sglike/comm.py.orig").write_text("old\n")
     (work / "python/sglike/comm.py.rej").write_text("hunk\n")
     with pytest.raises(PatchError, match=r"2 patch\(1\) leftover file\(s\) would be recorded") as info:
-        patchedit.record(work, patches_dir, subject="Leftovers", why="No.", upstream="", current=listed,
+        patchedit.record(work, patches_dir, PatchHeader("Leftovers", "No.", ""), current=listed,
                          workspace_root=patches_dir)
     assert info.value.details == ("python/sglike/comm.py.orig", "python/sglike/comm.py.rej")
     assert git(work, "diff", "--cached", "--name-only") == "" and (work / "python/sglike/comm.py.rej").is_file()
@@ -83,7 +83,7 @@ def test_edit_then_record_writes_the_next_patch(sg: SgLike, store: Store, tmp_pa
     (work / "python/sglike/__pycache__").mkdir()
     (work / "python/sglike/__pycache__/comm.cpython-311.pyc").write_bytes(b"\x00\xa7binary")
     (work / "python/sglike/table with space.py").write_text("T = 1\n")
-    second = patchedit.record(work, patches_dir, subject="Table", why="Kept in git.", upstream="no", current=listed,
+    second = patchedit.record(work, patches_dir, PatchHeader("Table", "Kept in git.", "no"), current=listed,
                               workspace_root=patches_dir)
     assert second.files == (".gitignore", "python/sglike/table with space.py")
     assert "+T = 1" in second.path.read_text()
@@ -98,7 +98,7 @@ def test_record_keeps_the_bytes_of_a_file_that_is_not_utf8(sg: SgLike, store: St
     patchedit.edit("sglike", tree, sg_patches(sg), work)
     latin1 = "# caf\u00e9 cr\u00e8me, \u00b5s\nNAME = 'Se\u00f1or'\n".encode("latin-1")
     (work / "python/sglike/names.py").write_bytes(latin1)
-    recorded = patchedit.record(work, patches_dir, subject="Names", why="Latin-1 data.", upstream="", current=listed,
+    recorded = patchedit.record(work, patches_dir, PatchHeader("Names", "Latin-1 data.", ""), current=listed,
                                 workspace_root=patches_dir)
     data = recorded.path.read_bytes()
     assert b"+# caf\xe9 cr\xe8me, \xb5s\n+NAME = 'Se\xf1or'\n" in data
@@ -118,7 +118,7 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
                                                  "Why: the fixture needs\n  a C patch.\n"))
     work = tmp_path / "work"
     session = patchedit.edit("sglike", tree, patchfile.load_patches(patches_dir, sg.patches), work,
-                             stop_at_conflict=True)
+                             EditOptions(stop_at_conflict=True))
     assert session.upstreamed == (sg.patches[0],)
     assert session.levels == ()
     assert session.pending == sg.patches[1:]
@@ -139,8 +139,8 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
         '    {"add", add, METH_VARARGS, "add two integers"},\n    {"mul", mul, METH_VARARGS, "a * b"},\n'))
     (work / "sgl-kernel/csrc/ops.c.rej").unlink()
     before = (patches_dir / sg.patches[1]).read_text()
-    recorded = patchedit.record(work, patches_dir, current=_listed(patches_dir, sg.patches), subject=None, why=None,
-                                upstream=None, refresh=True, workspace_root=patches_dir)
+    recorded = patchedit.record(work, patches_dir, PatchHeader(),
+                                current=_listed(patches_dir, sg.patches), refresh=True, workspace_root=patches_dir)
     assert recorded.path == patches_dir / sg.patches[1]  # same file, same name
     after = recorded.path.read_text()
     assert after != before
@@ -152,8 +152,8 @@ def test_refresh_workflow_for_a_new_upstream_commit(sg: SgLike, store: Store, tm
     assert [st.state for st in states] == ["applies", "applies"]
     (work / "README.md").write_text("changed\n")
     with pytest.raises(UsageError, match="no pending patch to refresh; record a new one with --subject and --why"):
-        patchedit.record(work, patches_dir, current=_listed(patches_dir, sg.patches), subject=None, why=None,
-                         upstream=None, refresh=True, workspace_root=patches_dir)
+        patchedit.record(work, patches_dir, PatchHeader(), current=_listed(patches_dir, sg.patches),
+                         refresh=True, workspace_root=patches_dir)
 
 
 def test_refresh_retires_a_later_patch_the_new_code_already_has(sg: SgLike, store: Store, tmp_path: Path) -> None:
@@ -162,13 +162,14 @@ def test_refresh_retires_a_later_patch_the_new_code_already_has(sg: SgLike, stor
     patches_dir = _patches_copied(sg, tmp_path / "patches")
     order = (sg.patches[1], sg.patches[0], sg.patches[2])  # the conflict first, then the upstreamed one
     work = tmp_path / "work"
-    session = patchedit.edit("sglike", tree, patchfile.load_patches(patches_dir, order), work, stop_at_conflict=True)
+    session = patchedit.edit("sglike", tree, patchfile.load_patches(patches_dir, order), work,
+                             EditOptions(stop_at_conflict=True))
     assert session.pending == order
     ops = work / "sgl-kernel/csrc/ops.c"
     ops.write_text(ops.read_text() + "\n/* redone by hand */\n")
     (work / "sgl-kernel/csrc/ops.c.rej").unlink()  # the hunk that did not apply: done with
-    recorded = patchedit.record(work, patches_dir, current=_listed(patches_dir, order), subject=None, why=None,
-                                upstream=None, refresh=True, workspace_root=patches_dir)
+    recorded = patchedit.record(work, patches_dir, PatchHeader(), current=_listed(patches_dir, order),
+                                refresh=True, workspace_root=patches_dir)
     assert recorded.upstreamed == (sg.patches[0],)
     assert recorded.pending == ()
     assert json.loads((work / ".git" / "envlock-edit.json").read_text())["levels"] == [sg.patches[1], sg.patches[2]]
@@ -176,7 +177,7 @@ def test_refresh_retires_a_later_patch_the_new_code_already_has(sg: SgLike, stor
 
 def test_record_needs_an_edit_workdir(tmp_path: Path) -> None:
     with pytest.raises(PatchError, match="not an envlock edit work dir"):
-        patchedit.record(tmp_path, tmp_path, current=(), subject="x", why="", upstream="")
+        patchedit.record(tmp_path, tmp_path, PatchHeader("x", "", ""), current=())
 
 
 def test_edit_refuses_a_non_empty_workdir(sg: SgLike, store: Store, tmp_path: Path) -> None:
@@ -217,7 +218,7 @@ def test_record_refuses_a_work_dir_made_on_other_patches_than_the_spec_lists(sg:
     root = tmp_path / "ws"
     first, second, third = labels = _in_workspace(sg, root)
     work = tmp_path / "work"
-    patchedit.edit("sglike", tree, patchfile.load_patches(root, labels), work, env="e")
+    patchedit.edit("sglike", tree, patchfile.load_patches(root, labels), work, EditOptions(env="e"))
     (work / "README.md").write_text("changed\n")
     now = labels
     if change == "removed":
@@ -236,7 +237,7 @@ def test_record_refuses_a_work_dir_made_on_other_patches_than_the_spec_lists(sg:
         details = [f"the spec lists {second}, {first}, {third}; expected {first}, {second}, {third}"]
     listing = sorted(p.name for p in (root / "patches/sglike").iterdir())
     with pytest.raises(PatchError) as info:
-        patchedit.record(work, root / "patches/sglike", current=_listed(root, now), subject="S", why="W", upstream="",
+        patchedit.record(work, root / "patches/sglike", PatchHeader("S", "W", ""), current=_listed(root, now),
                          workspace_root=root)
     assert (info.value.message, info.value.details) == (_stale(work), tuple(details))
     assert info.value.exit_code == 1  # as the other refusals of record's work dir
@@ -254,14 +255,14 @@ def test_record_refuses_a_new_patch_numbered_after_one_the_work_dir_was_not_made
     patches_dir = root / "patches/sglike"
     one, two = tmp_path / "one", tmp_path / "two"
     for work in (one, two):
-        patchedit.edit("sglike", tree, patchfile.load_patches(root, labels), work, env="e")
+        patchedit.edit("sglike", tree, patchfile.load_patches(root, labels), work, EditOptions(env="e"))
     (one / "README.md").write_text("one\n")
     (two / "python/sglike/__init__.py").write_text("TWO = 2\n")
-    first = patchedit.record(one, patches_dir, current=_listed(root, labels), subject="One", why="W", upstream="",
+    first = patchedit.record(one, patches_dir, PatchHeader("One", "W", ""), current=_listed(root, labels),
                              workspace_root=root)
     assert first.path == patches_dir / "0004-one.patch"
     with pytest.raises(PatchError) as info:
-        patchedit.record(two, patches_dir, current=_listed(root, labels), subject="Two", why="W", upstream="",
+        patchedit.record(two, patches_dir, PatchHeader("Two", "W", ""), current=_listed(root, labels),
                          workspace_root=root)
     assert str(info.value) == (
         f"{two}: a new patch of source 'sglike' would be numbered after patches/sglike/0004-one.patch, which this work "
@@ -272,14 +273,14 @@ def test_record_refuses_a_new_patch_numbered_after_one_the_work_dir_was_not_made
     # Once the spec lists 0004, the second work dir is made on other patches than the spec's.
     grown = _listed(root, [*labels, "patches/sglike/0004-one.patch"])
     with pytest.raises(PatchError) as info:
-        patchedit.record(two, patches_dir, current=grown, subject="Two", why="W", upstream="", workspace_root=root)
+        patchedit.record(two, patches_dir, PatchHeader("Two", "W", ""), current=grown, workspace_root=root)
     assert info.value.details == ("patches/sglike/0004-one.patch: added to the spec",)
     # The first goes on: its own patches may be in the spec or not yet.
     (one / "README.md").write_text("one, again\n")
-    assert patchedit.record(one, patches_dir, current=_listed(root, labels), subject="Again", why="W", upstream="",
+    assert patchedit.record(one, patches_dir, PatchHeader("Again", "W", ""), current=_listed(root, labels),
                             workspace_root=root).number == 5
     (one / "README.md").write_text("one, a third time\n")
-    assert patchedit.record(one, patches_dir, current=grown, subject="Third", why="W", upstream="",
+    assert patchedit.record(one, patches_dir, PatchHeader("Third", "W", ""), current=grown,
                             workspace_root=root).number == 6
 
 
@@ -291,26 +292,27 @@ def test_record_follows_what_refresh_rewrote_and_what_upstream_has(sg: SgLike, s
     order = [labels[1], labels[0], labels[2]]  # the conflict first, then the upstreamed one
     patches_dir = root / "patches/sglike"
     work = tmp_path / "work"
-    patchedit.edit("sglike", tree, patchfile.load_patches(root, order), work, stop_at_conflict=True, env="e")
+    patchedit.edit("sglike", tree, patchfile.load_patches(root, order), work,
+                   EditOptions(stop_at_conflict=True, env="e"))
     ops = work / "sgl-kernel/csrc/ops.c"
     ops.write_text(ops.read_text() + "\n/* redone by hand */\n")
     (work / "sgl-kernel/csrc/ops.c.rej").unlink()  # the hunk that did not apply: done with
-    refreshed = patchedit.record(work, patches_dir, current=_listed(root, order), subject=None, why=None, upstream=None,
+    refreshed = patchedit.record(work, patches_dir, PatchHeader(), current=_listed(root, order),
                                  refresh=True, workspace_root=root)
     assert refreshed.upstreamed == (labels[0],)
     (work / "README.md").write_text("next\n")
-    assert patchedit.record(work, patches_dir, current=_listed(root, order), subject="Next", why="W", upstream="",
+    assert patchedit.record(work, patches_dir, PatchHeader("Next", "W", ""), current=_listed(root, order),
                             workspace_root=root).number == 4
     retired = [labels[1], labels[2]]  # the advice taken: 0001 dropped from the spec
     (work / "README.md").write_text("after\n")
-    assert patchedit.record(work, patches_dir, current=_listed(root, retired), subject="After", why="W", upstream="",
+    assert patchedit.record(work, patches_dir, PatchHeader("After", "W", ""), current=_listed(root, retired),
                             workspace_root=root).number == 5
     # Listed, the upstreamed patch is still held to the bytes the work dir saw.
     was = patchfile.parse_patch_file(root / labels[0]).sha256
     (root / labels[0]).write_text((root / labels[0]).read_text().replace("Why:", "Why: reworded,", 1))
     (work / "README.md").write_text("later\n")
     with pytest.raises(PatchError) as info:
-        patchedit.record(work, patches_dir, current=_listed(root, order), subject="Later", why="W", upstream="",
+        patchedit.record(work, patches_dir, PatchHeader("Later", "W", ""), current=_listed(root, order),
                          workspace_root=root)
     is_now = patchfile.parse_patch_file(root / labels[0]).sha256
     assert info.value.details == (f"{labels[0]}: its file changed (sha256 {was[:12]} -> {is_now[:12]})",)
@@ -320,7 +322,7 @@ def test_record_refuses_a_work_dir_that_does_not_say_what_it_was_made_on(sg: SgL
                                                                          tmp_path: Path) -> None:
     tree = sources.checkout(store, sg.url, sg.pin).tree
     work = tmp_path / "work"
-    patchedit.edit("sglike", tree, sg_patches(sg), work, env="e")
+    patchedit.edit("sglike", tree, sg_patches(sg), work, EditOptions(env="e"))
     state = work / ".git" / "envlock-edit.json"
     older = {k: v for k, v in json.loads(state.read_text()).items() if k in ("source", "levels", "pending")}
     state.write_text(json.dumps(older))  # as an envlock before made_on wrote it
@@ -332,6 +334,6 @@ def test_record_refuses_a_work_dir_that_does_not_say_what_it_was_made_on(sg: SgL
         patchedit.edited_env(work)
     assert str(info.value) == message
     with pytest.raises(PatchError) as info:
-        patchedit.record(work, sg.patches_dir, current=_listed(sg.patches_dir, sg.patches), subject="S", why="W",
-                         upstream="", workspace_root=sg.patches_dir)
+        patchedit.record(work, sg.patches_dir, PatchHeader("S", "W", ""), current=_listed(sg.patches_dir, sg.patches),
+                         workspace_root=sg.patches_dir)
     assert str(info.value) == message

@@ -368,7 +368,7 @@ def test_markdown_puts_commit_subjects_in_details_and_escapes_them() -> None:
                             (Commit("b" * 40, "2026-03-09", "fix <T> | pipes"),), ("python/t.py",))
     diff = LockDiff("a", "b", (), 0, sources=(SourceMove("src", "1" * 40, "2" * 40, (), history),))
     # A ledger with no change renders "no differences"; give it one so the sections show.
-    from envlock.model.lockdiff import Change
+    from envlock.model.lockchanges import Change
 
     diff = replace(diff, changes=(Change("source", "src", "1" * 40, "2" * 40),))
     text = render_markdown(UpgradeReport(diff))

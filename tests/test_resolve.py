@@ -26,7 +26,8 @@ from envlock.model.lockfile import Artifact, LockedPackage, read_lock
 from envlock.model.mirrors import MirrorOptions
 from envlock.net.indexes import IndexFile
 from envlock.resolution.nightly import nightlies_by_date, nightly_date
-from envlock.resolution.resolve import ResolveInputs, _hash_unlisted, _stored_package
+from envlock.resolution.resolve import ResolveInputs, _stored_package
+from envlock.resolution.unhashed import hash_unlisted
 from envlock.store.store import Store, store_file
 from envlock.workspace import Workspace
 from kit.index import IndexServer
@@ -446,7 +447,7 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
     shown = RecordedProgress()
     inputs = _inputs(store, progress=shown)
     before = len(universe.server.downloads(filename))
-    sha, size, downloaded = _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs)
+    sha, size, downloaded = hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs)
     art = Artifact(sha256=sha, url=url, size=size)
     assert sha == served and sha256_of(store_file(store, art)) == served
     assert size == downloaded == universe.server.indexes["pytorch"].files[filename].stat().st_size
@@ -456,17 +457,17 @@ def test_wheel_without_any_hash_is_hashed_into_the_store_once(universe: Universe
     # A relock: the earlier lock's hash is kept while the store holds its bytes, and so
     # is what the store recorded for the URL (a lock that failed after hashing it).
     relock = _inputs(store, hashed={url: art})
-    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size, 0)
-    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs) == (sha, size, 0)
+    assert hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size, 0)
+    assert hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, inputs) == (sha, size, 0)
     # A lock written before sizes were recorded for these: the size comes from the store.
     unsized = _inputs(store, hashed={url: Artifact(sha256=sha, url=url)})
-    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, unsized) == (sha, size, 0)
+    assert hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, unsized) == (sha, size, 0)
     assert len(universe.server.downloads(filename)) == before + 1
     store.remove_entry("wheels", sha)
-    assert _hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size, size)
+    assert hash_unlisted("torch", "2.12.0.dev20260307+cu130", url, relock) == (sha, size, size)
     assert len(universe.server.downloads(filename)) == before + 2
     with pytest.raises(ResolveError, match=r"^torch 1.0: cannot hash .*/gone.whl: gone.whl: download failed"):
-        _hash_unlisted("torch", "1.0", universe.server.file_url("pytorch", "gone.whl"), inputs)
+        hash_unlisted("torch", "1.0", universe.server.file_url("pytorch", "gone.whl"), inputs)
 
 
 def _hashed_nightly(universe: Universe, store: Store, prefix: str) -> tuple[str, str, ResolveInputs]:
@@ -474,7 +475,7 @@ def _hashed_nightly(universe: Universe, store: Store, prefix: str) -> tuple[str,
     its file name, URL, and the inputs of a relock whose earlier lock has that hash."""
     filename = next(f for f in universe.server.indexes["pytorch"].files if f.startswith(prefix))
     url = universe.server.file_url("pytorch", filename)
-    sha, size, _ = _hash_unlisted("torch", "v", url, _inputs(store))
+    sha, size, _ = hash_unlisted("torch", "v", url, _inputs(store))
     earlier = Artifact(sha256=sha, url=url, size=size)
     return filename, url, _inputs(store, hashed={url: earlier})
 
@@ -486,23 +487,23 @@ def test_a_relock_checks_the_url_still_holds_those_bytes_and_the_store_copy_is_w
     url = universe.server.file_url("pytorch", filename)
     original = served[filename]
     inputs = _inputs(store)
-    sha, size, _ = _hash_unlisted("torch", "2.12.0.dev20260306+cu130", url, inputs)
+    sha, size, _ = hash_unlisted("torch", "2.12.0.dev20260306+cu130", url, inputs)
     relock = _inputs(store, hashed={url: Artifact(sha256=sha, url=url, size=size)})
     probes = universe.server.probes(filename)
-    assert _hash_unlisted("torch", "v", url, relock) == (sha, size, 0)
+    assert hash_unlisted("torch", "v", url, relock) == (sha, size, 0)
     assert universe.server.probes(filename) == probes + 1  # one byte asked for, not the file
     # Uploaded again under the same URL (other bytes, another size): hashed again, not kept.
     reupload = build_wheel(tmp_path / "reupload", "torch", "2.12.0.dev20260306+cu130",
                            files={"torch/new.py": "X = 2\n" * 100}, tag="cp311-cp311-manylinux_2_28_x86_64")
     served[filename] = reupload
     try:
-        new_sha, new_size, got = _hash_unlisted("torch", "v", url, relock)
+        new_sha, new_size, got = hash_unlisted("torch", "v", url, relock)
         assert (new_sha, new_size) == (sha256_of(reupload), reupload.stat().st_size) and got == new_size
-        assert _hash_unlisted("torch", "v", url, inputs)[:2] == (new_sha, new_size)  # the store's record too
+        assert hash_unlisted("torch", "v", url, inputs)[:2] == (new_sha, new_size)  # the store's record too
         # Uploaded again with bytes of the very same size: the ETag recorded when hashed tells.
         same_size = _same_size_other_bytes(reupload, tmp_path / "same-size")
         served[filename] = same_size
-        assert _hash_unlisted("torch", "v", url, relock)[:2] == (sha256_of(same_size), new_size)
+        assert hash_unlisted("torch", "v", url, relock)[:2] == (sha256_of(same_size), new_size)
     finally:
         served[filename] = original
     # A store copy of another size than recorded is damaged: named, with what to do.
@@ -511,7 +512,7 @@ def test_a_relock_checks_the_url_still_holds_those_bytes_and_the_store_copy_is_w
     copy.write_bytes(copy.read_bytes()[:-1])
     with pytest.raises(ResolveError, match=rf"is {size - 1} bytes, the lock says {size} .*the store entry is "
                                            rf"damaged; remove {re.escape(str(copy.parent))} and lock again"):
-        _hash_unlisted("torch", "v", url, relock)
+        hash_unlisted("torch", "v", url, relock)
 
 
 def _same_size_other_bytes(wheel: Path, dest: Path) -> Path:
@@ -533,14 +534,14 @@ def test_a_relock_takes_the_bytes_the_store_last_hashed_from_the_url(universe: U
     original = served[filename]
     served[filename] = _same_size_other_bytes(original, tmp_path / "b")
     try:
-        sha_b, _, got = _hash_unlisted("torch", "v", url, _inputs(store))
+        sha_b, _, got = hash_unlisted("torch", "v", url, _inputs(store))
         assert sha_b != sha_a and got == size
         before = len(universe.server.downloads(filename))
-        assert _hash_unlisted("torch", "v", url, lock_a) == (sha_b, size, 0)
+        assert hash_unlisted("torch", "v", url, lock_a) == (sha_b, size, 0)
         assert len(universe.server.downloads(filename)) == before
         # B's bytes removed from the store by hand: the lock's A is still not what the URL holds.
         store.remove_entry("wheels", sha_b)
-        assert _hash_unlisted("torch", "v", url, lock_a) == (sha_b, size, size)
+        assert hash_unlisted("torch", "v", url, lock_a) == (sha_b, size, size)
     finally:
         served[filename] = original
 
@@ -551,7 +552,7 @@ def test_relocks_against_hosts_with_their_own_etags_stop_downloading(universe: U
     universe.server.replicas = replicas
     try:
         _, url, relock = _hashed_nightly(universe, store, "torch-2.12.0.dev20260301+cu130-cp312")
-        downloaded = [_hash_unlisted("torch", "v", url, relock)[2] for _ in range(8)]
+        downloaded = [hash_unlisted("torch", "v", url, relock)[2] for _ in range(8)]
     finally:
         universe.server.replicas = 1
     assert sum(1 for n in downloaded if n) < replicas  # each host's ETag learnt once, at most
@@ -568,14 +569,14 @@ def test_a_server_without_etags_is_judged_by_the_size(universe: Universe, store:
     try:
         filename, url, relock = _hashed_nightly(universe, store, "torch-2.12.0.dev20260302+cu130-cp311")
         (known,) = relock.hashed.values()
-        assert _hash_unlisted("torch", "v", url, relock) == (known.sha256, known.size, 0)
+        assert hash_unlisted("torch", "v", url, relock) == (known.sha256, known.size, 0)
         # Uploaded again at another size: hashed again.
         served = universe.server.indexes["pytorch"].files
         original = served[filename]
         served[filename] = build_wheel(tmp_path / "other", "torch", "2.12.0.dev20260302+cu130",
                                        files={"torch/x.py": "X = 1\n" * 50}, tag="cp311-cp311-manylinux_2_28_x86_64")
         try:
-            again = _hash_unlisted("torch", "v", url, relock)
+            again = hash_unlisted("torch", "v", url, relock)
             assert again == (sha256_of(served[filename]), served[filename].stat().st_size, again[1])
             assert again[1] != known.size and again[2] == again[1]
         finally:
@@ -875,7 +876,7 @@ def test_a_kept_wheel_whose_url_is_on_another_server_than_its_index_is_not_kept(
 def test_a_kept_wheel_must_be_on_its_index_server() -> None:
     # PyPI's files live on files.pythonhosted.org, PyTorch's on download.pytorch.org: a lock whose
     # index field was edited to name the PyTorch index keeps a URL on the other server.
-    from envlock.net.http import same_origin as _same_server
+    from envlock.net.auth import same_origin as _same_server
 
     index = "https://user:tok@download.pytorch.org/whl/nightly/cu130"
     assert _same_server("https://download.pytorch.org/whl/nightly/cu130/pytorch_triton-3.6.0-x.whl", index)

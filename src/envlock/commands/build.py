@@ -25,7 +25,7 @@ from envlock.build.buildenv import UNFIXED_RISK
 from envlock.commands.buildsession import BuildSession, InputsWanted, pinned_commit, prepare_inputs
 from envlock.errors import BuildError, BuildRequirementsError, LockChangedError, LockError, SourceError, UsageError
 from envlock.install.fetch import FetchResult
-from envlock.model.lockdiff import line_changes
+from envlock.model.lockchanges import line_changes
 from envlock.model.lockfile import Artifact, Lock, LockedBuild, LockedPackage, LockFile, canonicalize_name
 from envlock.model.mirrors import MirrorOptions, Mirrors, package_locator
 from envlock.model.spec import BuildSpec, EnvSpec, load_env_spec

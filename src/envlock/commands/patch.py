@@ -21,7 +21,16 @@ from envlock.model.lockfile import Lock, LockFile
 from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import SourceSpec, load_env_spec
 from envlock.patches.patchapply import HunkFailure, PatchStatus, TreeView, status
-from envlock.patches.patchedit import EditSession, RecordedPatch, edit, edited_env, edited_source, record
+from envlock.patches.patchedit import (
+    EditOptions,
+    EditSession,
+    PatchHeader,
+    RecordedPatch,
+    edit,
+    edited_env,
+    edited_source,
+    record,
+)
 from envlock.patches.patchfile import PatchFile, load_patches
 from envlock.patches.upstream import UpstreamCommit, commits_touching, map_line
 from envlock.store.store import Store
@@ -187,9 +196,9 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
         base = reader.at(source, src).tree
     # A path source has no pin to go back to: its tree as it is now is what a patch must
     # be redone on, as for a new commit (record --refresh).
-    session = edit(source, prepared.tree, load_patches(ws.root, src.patches), workdir,
-                   stop_at_conflict=against is not None or src.git is None, env=env, base=base,
-                   label=against or "upstream", commit=prepared.commit)
+    session = edit(source, prepared.tree, load_patches(ws.root, src.patches), workdir, EditOptions(
+        stop_at_conflict=against is not None or src.git is None, env=env, base=base, label=against or "upstream",
+        commit=prepared.commit))
     ignore_in_git(ws.root, workdir)
     return session
 
@@ -234,7 +243,7 @@ def patch_record(ws: Workspace, workdir: Path, *, subject: str | None, why: str 
     current = tuple(p.locked() for p in load_patches(ws.root, spec.sources[source].patches))
     patches_dir = ws.root / "patches" / source
     # A refresh rewrites a patch in place: no new number for other envs' patches to stand before.
-    recorded = record(workdir, patches_dir, current=current, subject=subject, why=why, upstream=upstream,
+    recorded = record(workdir, patches_dir, PatchHeader(subject, why, upstream), current=current,
                       refresh=refresh, workspace_root=ws.root,
                       other_envs=() if refresh else patches_of_other_envs(ws, spec.name, source))
     if refresh:

@@ -27,9 +27,10 @@ from envlock.errors import PatchError, UsageError
 from envlock.model.lockfile import LockFile
 from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import SourceSpec, load_env_spec
-from envlock.patches.patchapply import HunkFailure, TreeView, merge_patch
+from envlock.patches.patchapply import HunkFailure, TreeView
 from envlock.patches.patchedit import patch_number
 from envlock.patches.patchfile import PatchFile, load_patches, parse_patch, with_rebased_onto
+from envlock.patches.patchmerge import merge_patch
 from envlock.store.store import Store, write_atomic
 from envlock.store.trees import copy_tree
 from envlock.workspace import Workspace

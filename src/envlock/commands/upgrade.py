@@ -43,11 +43,11 @@ from envlock.errors import (
 )
 from envlock.model import specedit
 from envlock.model.lockdiff import LockDiff
-from envlock.model.lockfile import Lock, LockFile, toml_key
+from envlock.model.lockfile import Lock, LockFile
 from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import EnvSpec, allows, parse_spec, read_spec
 from envlock.model.specedit import SpecChange
-from envlock.model.tomlio import load_toml
+from envlock.model.tomlio import load_toml, toml_key
 from envlock.patches.patchapply import PatchStatus, status
 from envlock.patches.patchfile import load_patches
 from envlock.progress import Progress

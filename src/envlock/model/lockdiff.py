@@ -1,11 +1,9 @@
-"""What changes between two locks: packages, nightly pins, sources, patches, builds and their
-build requirements, and the lock's own keys (python, platform, venv digest and its python);
-and the report on top of it: nightly moves by index, source moves with their history, the
-local builds that rebuild (and the input that moved) or do not, each package change with why,
-and the download size before and after.
+"""The upgrade report of two locks, on top of their change ledger (``model.lockchanges``): nightly
+moves by index, source moves with their history, the local builds that rebuild (and the input that
+moved) or do not, each package change with why, and the download size before and after.
 
-Pure: takes two ``Lock`` values and a ``DiffContext`` (what the recipe, ``reporting``, read from
-the spec, the store and the sources' git mirrors), reads no files.
+Pure: takes two ``Lock`` values and a ``DiffContext`` (what the recipe, ``commands.upgradereport``,
+read from the spec, the store and the sources' git mirrors), reads no files.
 """
 
 from __future__ import annotations
@@ -17,37 +15,9 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envlock.model.buildsystem import BuildSystem
-from envlock.model.lockfile import Lock, LockedBuild, LockedPackage, canonicalize_name
-
-
-@dataclass(frozen=True)
-class Change:
-    # "package", "nightly", "source", "patch", "build", "build-requirement", "toolchain" (note: "build NAME"),
-    # "env" (a [tool.envlock] key: python, platform, venv-digest, venv-python, min-driver),
-    # "kernels" (a package's GPU arches, note: "lost sm_90a SASS; gained sm_120 SASS")
-    kind: str
-    name: str
-    old: str | None  # None: added
-    new: str | None  # None: removed (or, pending, not built yet)
-    note: str = ""
-    # A local build the new lock records no build of yet (`envlock lock` before `build`): its
-    # package is not removed, its wheel is still to be built.
-    pending: bool = False
-
-    @property
-    def action(self) -> str:
-        if self.pending:
-            return "pending"
-        if self.old is None:
-            return "added"
-        if self.new is None:
-            return "removed"
-        return "changed"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "action": self.action,
-                "old": self.old, "new": self.new, "note": self.note}
-
+from envlock.model.jsondoc import json_doc
+from envlock.model.lockchanges import Change, line_changes, lock_changes, requirement_changes, requirements
+from envlock.model.lockfile import Lock, LockedPackage, canonicalize_name
 
 #: The version of the document ``envlock diff --json`` prints (docs/diff.md): raised when a key
 #: changes meaning or goes away (new keys do not raise it).
@@ -64,7 +34,7 @@ class Commit:
     subject: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sha": self.sha, "date": self.date, "subject": self.subject}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -83,11 +53,8 @@ class SourceHistory:
     missing: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"direction": self.direction, "count": self.count if self.direction != "unknown" else None,
-                "first": self.first.to_dict() if self.first else None,
-                "last": self.last.to_dict() if self.last else None,
-                "touching_patched_files": [c.to_dict() for c in self.touching], "patched_files": list(self.paths),
-                "missing": self.missing}
+        return json_doc(self, keys={"touching": "touching_patched_files", "paths": "patched_files"},
+                        extra={"count": self.count if self.direction != "unknown" else None})
 
 
 @dataclass(frozen=True)
@@ -104,7 +71,7 @@ class BuildFacts:
 
 @dataclass(frozen=True)
 class DiffContext:
-    """What the recipe (``reporting``) found beside the two locks; every field may stay empty, and
+    """What the recipe (``commands.upgradereport``) found beside the two locks; every field may stay empty, and
     the report then says less (never something false)."""
 
     index_names: Mapping[str, str] = field(default_factory=dict)  # index URL (no trailing /) -> spec name
@@ -133,7 +100,7 @@ class DiffContext:
     # new commit of its git source (read from the store's mirror, for a source that moved).
     build_systems: Mapping[str, tuple[BuildSystem, BuildSystem]] = field(default_factory=dict)
     # Build -> the toolchain lines a relock resolved for it, when the new lock does not record its
-    # build yet (``locking.LockResult.planned_toolchains``): a loose pin that moved with no spec edit.
+    # build yet (``commands.lock.LockResult.planned_toolchains``): a loose pin that moved with no spec edit.
     planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -156,7 +123,7 @@ class Move:
         return f"{self.name} {self.old} -> {self.new}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "old": self.old, "new": self.new}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -174,8 +141,7 @@ class NightlyMove:
         return f"{self.index} {self.old_date or '(none)'} -> {self.new_date or '(none)'}: {', '.join(names)}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "old_date": self.old_date, "new_date": self.new_date,
-                "pins": [p.to_dict() for p in self.pins], "others": [o.to_dict() for o in self.others]}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -187,8 +153,7 @@ class SourceMove:
     history: SourceHistory | None = None  # a git source whose commit moved
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "old": self.old, "new": self.new, "patches": [p.to_dict() for p in self.patches],
-                "history": self.history.to_dict() if self.history else None}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -231,8 +196,7 @@ class BuildInput:
         return f"build-backend {self.old} -> {self.new}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "old": self.old, "new": self.new, "note": self.note,
-                "text": self.text()}
+        return json_doc(self, extra={"text": self.text()})
 
 
 PENDING = "pending: not built for this lock yet"
@@ -269,9 +233,7 @@ class BuildVerdict:
         return f"{self.name}: {'; '.join(why) or 'inputs changed'}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "action": self.action, "rebuild": self.rebuild, "pending": self.pending,
-                "old_input_digest": self.old_digest, "new_input_digest": self.new_digest,
-                "inputs": [i.to_dict() for i in self.inputs], "renamed": self.renamed}
+        return json_doc(self, keys={"old_digest": "old_input_digest", "new_digest": "new_input_digest"})
 
 
 @dataclass(frozen=True)
@@ -285,8 +247,7 @@ class PackageChange:
     new_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "action": self.action, "old": self.old, "new": self.new, "why": list(self.why),
-                "old_size": self.old_size, "new_size": self.new_size}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -297,7 +258,7 @@ class DownloadSize:
     unknown: tuple[str, ...] = ()  # packages whose size the lock does not record (or not built yet)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"bytes": self.known, "unknown": list(self.unknown)}
+        return json_doc(self, keys={"known": "bytes"})
 
 
 @dataclass(frozen=True)
@@ -314,13 +275,8 @@ class LockDiff:
     new_size: DownloadSize = DownloadSize(0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": REPORT_FORMAT, "old": self.old, "new": self.new, "unchanged_packages": self.unchanged,
-                "changes": [c.to_dict() for c in self.changes],
-                "nightlies": [n.to_dict() for n in self.nightlies],
-                "sources": [s.to_dict() for s in self.sources],
-                "builds": [b.to_dict() for b in self.builds],
-                "packages": [p.to_dict() for p in self.packages],
-                "download": {"old": self.old_size.to_dict(), "new": self.new_size.to_dict()}}
+        return json_doc(self, keys={"unchanged": "unchanged_packages"}, omit=("old_size", "new_size"),
+                        extra={"format": REPORT_FORMAT, "download": {"old": self.old_size, "new": self.new_size}})
 
 
 def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str,
@@ -328,7 +284,7 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str,
     """Every difference that changes what gets installed or built (``changes``), and the report on
     it, reasoned from the two locks and what ``context`` holds."""
     ctx = context or DiffContext()
-    changes = _changes(old, new)
+    changes = lock_changes(old, new)
     moved = _moved_packages(old, new)
     return LockDiff(
         old=old_label, new=new_label, changes=tuple(changes),
@@ -337,146 +293,6 @@ def diff_locks(old: Lock, new: Lock, *, old_label: str, new_label: str,
         builds=_build_verdicts(old, new, ctx, moved), packages=_package_changes(old, new, changes, ctx, moved),
         old_size=_download(old), new_size=_download(new),
     )
-
-
-def _changes(old: Lock, new: Lock) -> list[Change]:
-    """The change ledger: one entry per key that differs."""
-    changes: list[Change] = []
-    for key, was, now in (("python", old.python, new.python), ("platform", old.platform, new.platform)):
-        if was != now:
-            changes.append(Change("env", key, was, now))
-    if old.venv_digest != new.venv_digest:
-        # The venv is keyed by the wheels it installs: the same wheels giving another venv is
-        # worth a word (another interpreter, or a venv that did not reproduce).
-        same = (old.venv_digest is not None and new.venv_digest is not None
-                and old.install_digest() == new.install_digest())
-        changes.append(Change("env", "venv-digest", old.venv_digest, new.venv_digest,
-                              "same wheels, another venv" if same else ""))
-    if old.venv_python != new.venv_python:
-        changes.append(Change("env", "venv-python", old.venv_python, new.venv_python))
-    if old.min_driver != new.min_driver:
-        changes.append(Change("env", "min-driver", old.min_driver, new.min_driver))
-    changes += _kernel_changes(old, new)
-    old_pkgs = {p.name: p for p in old.packages}
-    new_pkgs = {p.name: p for p in new.packages}
-    unbuilt = {str(canonicalize_name(n)) for n in new.unbuilt()}  # a build's name is its package's
-    pending_note = f"not built for this lock yet: `envlock build {new.env}` (or `envlock sync {new.env}`) builds it"
-    for pkg_name in sorted(set(old_pkgs) | set(new_pkgs)):
-        a, b = old_pkgs.get(pkg_name), new_pkgs.get(pkg_name)
-        name = str(pkg_name)
-        if a is not None and b is not None:
-            if a.version != b.version:
-                changes.append(Change("package", name, a.version, b.version, _index_note(a.index, b.index)))
-            elif {w.sha256 for w in a.wheels} != {w.sha256 for w in b.wheels}:
-                # Same version, other bytes: a re-uploaded nightly or a rebuilt local wheel.
-                changes.append(Change("package", name, a.version, b.version, "same version, different wheel sha256"))
-            elif a.index != b.index:
-                changes.append(Change("package", name, a.version, b.version, _index_note(a.index, b.index)))
-        elif b is None and name in unbuilt:
-            changes.append(Change("package", name, a.version if a else None, None, pending_note, pending=True))
-        else:
-            changes.append(Change("package", name, a.version if a else None, b.version if b else None))
-    for name in sorted(set(old.nightlies) | set(new.nightlies)):
-        na, nb = old.nightlies.get(name), new.nightlies.get(name)
-        if na != nb:
-            changes.append(Change("nightly", name, na.date if na else None, nb.date if nb else None,
-                                  f"{na.version if na else '-'} -> {nb.version if nb else '-'}"))
-    for name in sorted(set(old.sources) | set(new.sources)):
-        sa, sb = old.sources.get(name), new.sources.get(name)
-        pin_a = (sa.commit or sa.tree_digest) if sa else None
-        pin_b = (sb.commit or sb.tree_digest) if sb else None
-        if pin_a != pin_b:
-            changes.append(Change("source", name, pin_a, pin_b))
-        pa = {p.path: p.sha256 for p in sa.patches} if sa else {}
-        pb = {p.path: p.sha256 for p in sb.patches} if sb else {}
-        for path in sorted(set(pa) | set(pb)):
-            if pa.get(path) != pb.get(path):
-                changes.append(Change("patch", path, pa.get(path), pb.get(path), f"source {name}"))
-    for name in sorted(set(old.builds) | set(new.builds)):
-        ba, bb = old.builds.get(name), new.builds.get(name)
-        if ba == bb:
-            continue
-        if ba is not None and bb is None and str(canonicalize_name(name)) in unbuilt:
-            changes.append(Change("build", name, ba.input_digest, None, "not built for this lock yet: rebuild pending",
-                                  pending=True))
-            continue
-        if ba is None or bb is None:
-            changes.append(Change("build", name, ba.input_digest if ba else None, bb.input_digest if bb else None))
-            continue
-        if ba.input_digest != bb.input_digest:
-            changes.append(Change("build", name, ba.input_digest, bb.input_digest, "inputs changed: rebuild"))
-        elif ba.sha256 != bb.sha256:  # a build that did not reproduce
-            changes.append(Change("build", name, ba.sha256, bb.sha256, "same inputs, another wheel sha256"))
-        elif ba.wheel != bb.wheel:
-            changes.append(Change("build", name, ba.wheel, bb.wheel, "same inputs, another wheel file name"))
-        changes += _requirement_changes(name, ba, bb)
-    return changes
-
-
-def _kernel_changes(old: Lock, new: Lock) -> list[Change]:
-    """Each package whose recorded GPU arches moved (``[tool.envlock.kernels]``): what it lost and gained."""
-    out = []
-    for name in sorted(set(old.kernels) | set(new.kernels)):
-        a, b = old.kernels.get(name), new.kernels.get(name)
-        was = (*a.sass, *a.ptx) if a else ()
-        now = (*b.sass, *b.ptx) if b else ()
-        if was == now:
-            continue
-
-        def kind(arch: str) -> str:
-            return f"{arch} {'SASS' if arch.startswith('sm_') else 'PTX'}"
-
-        said = [f"lost {kind(x)}" for x in was if x not in now] + [f"gained {kind(x)}" for x in now if x not in was]
-        out.append(Change("kernels", name, ", ".join(was) if a else None, ", ".join(now) if b else None,
-                          "; ".join(said)))
-    return out
-
-
-def _requirement_changes(build: str, a: LockedBuild, b: LockedBuild) -> list[Change]:
-    """Each build requirement and toolchain wheel of ``build`` added, removed or changed (version, or the
-    hashes it pins)."""
-    note = f"build {build}"
-    if a.input_digest == b.input_digest:
-        # Build requirements are inputs of the build: a lock written by envlock never changes
-        # one without its input digest, so this one was edited by other means.
-        note += "; its input digest did not change"
-    return [*line_changes("build-requirement", a.requirements, b.requirements, note),
-            *line_changes("toolchain", a.toolchain, b.toolchain, note)]
-
-
-def line_changes(kind: str, a: Iterable[str], b: Iterable[str], note: str = "") -> list[Change]:
-    """Each package of two lists of locked lines (``name==version --hash=...``) added, removed or
-    changed, as ``Change``s of ``kind`` with ``note``."""
-    old, new = _requirements(a), _requirements(b)
-    out: list[Change] = []
-    for name in sorted(set(old) | set(new)):
-        ra, rb = old.get(name), new.get(name)
-        if ra == rb:
-            continue
-        if ra is None or rb is None:
-            out.append(Change(kind, name, ra[0] if ra else None, rb[0] if rb else None, note))
-        elif ra[0] != rb[0]:
-            out.append(Change(kind, name, ra[0], rb[0], note))
-        else:
-            what = "other hashes" if ra[1] != rb[1] else "another requirement line"
-            out.append(Change(kind, name, ra[0], rb[0], f"{note}; same version, {what}"))
-    return out
-
-
-def _requirements(lines: Iterable[str]) -> dict[str, tuple[str, frozenset[str], str]]:
-    """``name==version [; marker] --hash=...`` lines (as the lock records them) -> name: (version, hashes, line)."""
-    out: dict[str, tuple[str, frozenset[str], str]] = {}
-    for line in lines:
-        words = line.split()
-        pin = words[0] if words else line
-        name, sep, version = pin.partition("==")
-        hashes = frozenset(w for w in words if w.startswith("--hash="))
-        out[canonicalize_name(name)] = (version if sep else pin, hashes, line)
-    return out
-
-
-def _index_note(a: str | None, b: str | None) -> str:
-    return f"index {a} -> {b}" if a != b else ""
 
 
 # -- the report's reasoning ---------------------------------------------------------
@@ -648,7 +464,7 @@ def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext,
             found += [BuildInput("package", n, m.old, m.new) for n, m in moved.items() if n in closure]
     ba, bb = old.builds.get(name), new.builds.get(name)
     if ba is not None and bb is not None:
-        found += [BuildInput(c.kind, c.name, c.old, c.new) for c in _requirement_changes(name, ba, bb)]
+        found += [BuildInput(c.kind, c.name, c.old, c.new) for c in requirement_changes(name, ba, bb)]
     elif ba is not None and (planned := ctx.planned_toolchains.get(name)) is not None:  # as the relock resolved it
         found += [BuildInput("toolchain", c.name, c.old, c.new, c.note or "resolved now")
                   for c in line_changes("toolchain", ba.toolchain, planned)]
@@ -671,7 +487,7 @@ def _build_inputs(name: str, old: Lock, new: Lock, ctx: DiffContext,
 def _toolchain_against_spec(locked: Sequence[str], wanted: Sequence[str]) -> list[BuildInput]:
     """Each toolchain wheel of ``locked`` lines that the spec's ``wanted`` requirements no longer take
     (another version, or none), and each they add: a build not yet run for the new lock will move them."""
-    have = _requirements(locked)
+    have = requirements(locked)
     out: list[BuildInput] = []
     named = set()
     for text in wanted:
@@ -692,7 +508,7 @@ def _toolchain_against_spec(locked: Sequence[str], wanted: Sequence[str]) -> lis
 
 
 def _toolchain_moves(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[BuildInput]:
-    """What two build recipes (``build.plan``'s) say moved that no lock records: the interpreter, the
+    """What two build recipes (``build.builder.plan``'s) say moved that no lock records: the interpreter, the
     host and each tool's version line."""
     found = [BuildInput("toolchain", key, str(a.get(key)), str(b.get(key)))
              for key in ("python", "host", "machine") if a.get(key) != b.get(key)]

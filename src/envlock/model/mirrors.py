@@ -98,15 +98,15 @@ class Mirrors:
 
     def credentials(self) -> contextlib.AbstractContextManager[None]:
         """A block in which every download sends the ``user:password@`` of the spec's indexes and
-        of these mirrors to their origin (``http.credentials``). envlock.net.http (socket, ssl) is
-        imported only when one holds credentials: a sync downloads nothing most of the time."""
+        of these mirrors to their origin (``net.auth.credentials``), imported only when one holds
+        credentials: a sync downloads nothing most of the time."""
         urls = [url for url in (*(i.url for i in self.spec.indexes.values()), *self.indexes.values())
                 if "@" in url] if self.spec is not None else []
         if not urls:
             return contextlib.nullcontext()
-        from envlock.net import http
+        from envlock.net import auth
 
-        return http.credentials(*urls)
+        return auth.credentials(*urls)
 
     def index_hint(self, exc: EnvlockError) -> str:
         """For a failure to reach the host of spec indexes without a mirror: how to read them
@@ -291,7 +291,7 @@ def package_locator(packages: Sequence[LockedPackage],
 
 def _mirrored_url(listings: Listings, a: Artifact, name: str, mirror: str) -> str | FetchError:
     """Where mirror ``mirror`` has the locked wheel ``a`` of package ``name``, or why not."""
-    from envlock.net import http
+    from envlock.net import auth, http
 
     shown = http.redact(mirror)
     try:
@@ -299,7 +299,7 @@ def _mirrored_url(listings: Listings, a: Artifact, name: str, mirror: str) -> st
     except PackageIndexError as exc:
         return FetchError(f"{a.filename}: {exc.message}")
     # An http(s) mirror's page must not send envlock to read this machine's files: ``listings`` refuses
-    # such a page (``indexes.link_problem``), as it does every index's.
+    # such a page (``net.indexes.link_problem``), as it does every index's.
     listed = files.get(a.filename)
     if listed is None:
         return FetchError(f"{a.filename}: mirror {shown} lists no such file for {name} "
@@ -307,4 +307,4 @@ def _mirrored_url(listings: Listings, a: Artifact, name: str, mirror: str) -> st
     if listed.sha256 not in (None, a.sha256):
         return FetchError(f"{a.filename}: mirror {shown} lists it with sha256 "
                           f"{listed.sha256}, the lock says {a.sha256}: not the locked file")
-    return http.with_credentials_of(listed.url, mirror)
+    return auth.with_credentials_of(listed.url, mirror)

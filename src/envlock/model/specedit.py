@@ -6,7 +6,7 @@ for byte; an edit replaces one string value (keeping its quote style and the com
 or setting that comment) and nothing else. Each edit is checked: the edited text must read as
 the same TOML but for that one value, so a layout tomlkit would rewrite is an error naming the
 key, never a silent change elsewhere. The functions are pure (no files): the recipe
-(``upgrading``) decides what to edit and writes the result.
+(``commands.upgrade``) decides what to edit and writes the result.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import String, StringType
 
 from envlock.errors import SpecError, found
-from envlock.model.lockfile import toml_key
-from envlock.model.tomlio import load_toml
+from envlock.model.jsondoc import json_doc
+from envlock.model.tomlio import load_toml, toml_key
 
 #: ``comment=KEEP``: the value's own trailing comment stays as it is.
 KEEP: str | None = None
@@ -39,7 +39,7 @@ class SpecChange:
     comment: str | None = None  # the trailing comment written after the new value (None: kept)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "old": self.old, "new": self.new, "comment": self.comment}
+        return json_doc(self)
 
 
 def package_key(text: str, name: str, *, origin: str) -> str:

@@ -3,7 +3,7 @@
 ``edit`` checks the patched tree of a source out into a work dir, one git commit per patch
 level, and leaves a state file in its ``.git`` naming the source, the env and the patches
 (label and sha256) it was made on. ``record`` writes the work dir's changes against its top
-level as the next ``NNNN-title.patch`` (or, after ``edit(..., stop_at_conflict=True)``,
+level as the next ``NNNN-title.patch`` (or, after ``edit`` with ``EditOptions(stop_at_conflict=True)``,
 rewrites the first pending patch), only while the spec's patches are still those it was made on.
 """
 
@@ -19,9 +19,11 @@ from typing import Any
 
 from envlock import runner
 from envlock.errors import PatchError, UsageError
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import LockedPatch
-from envlock.patches.patchapply import HunkFailure, TreeView, apply_partly, merge_patch
 from envlock.patches.patchfile import PatchFile, parse_patch, parse_patch_file, written_header
+from envlock.patches.patchmerge import apply_partly, merge_patch
+from envlock.patches.treeview import HunkFailure, TreeView
 from envlock.store.store import write_atomic
 from envlock.store.trees import copy_tree
 
@@ -35,7 +37,7 @@ class EditSession:
     source: str
     workdir: Path
     levels: tuple[str, ...]  # patch labels, one commit each on top of "base"
-    # Patches not applied because the first of them conflicts (``edit(..., stop_at_conflict=True)``):
+    # Patches not applied because the first of them conflicts (``edit`` with ``EditOptions(stop_at_conflict=True)``):
     # redo its change by hand, then ``record(..., refresh=True)`` rewrites that file.
     pending: tuple[str, ...] = ()
     conflict: HunkFailure | None = None
@@ -49,18 +51,7 @@ class EditSession:
     rejects: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "workdir": str(self.workdir),
-            "levels": list(self.levels),
-            "pending": list(self.pending),
-            "conflict": self.conflict.to_dict() if self.conflict else None,
-            "upstreamed": list(self.upstreamed),
-            "commit": self.commit,
-            "merge": self.merge,
-            "conflicted": list(self.conflicted),
-            "rejects": list(self.rejects),
-        }
+        return json_doc(self)
 
     def describe_pending(self) -> list[str]:
         """How far the first pending patch got (left uncommitted in the work dir), as lines to show."""
@@ -79,22 +70,34 @@ def _git_ok(args: Sequence[str | os.PathLike[str]], cwd: Path, what: str) -> run
     return runner.git_checked(args, what=what, error=PatchError, cwd=cwd)
 
 
-def edit(
-    source: str, tree: Path, patches: Sequence[PatchFile], workdir: Path, *, stop_at_conflict: bool = False,
-    env: str | None = None, base: Path | None = None, label: str = "upstream", commit: str | None = None,
-) -> EditSession:
+@dataclass(frozen=True)
+class EditOptions:
+    """How ``edit`` makes a work dir, besides from which tree and patches, and where."""
+
+    # Refreshing patches for a new commit: apply them up to the first that does not apply; it and
+    # the rest are pending (``EditSession.pending``).
+    stop_at_conflict: bool = False
+    env: str | None = None  # the env whose spec the work dir is made from, which ``record`` holds it to
+    base: Path | None = None  # the tree the patches were recorded on: the first pending patch merges there
+    label: str = "upstream"  # what the conflict markers call the tree (``<<<<<<< label``)
+    commit: str | None = None  # the 40-hex commit checked out (a git source's), for ``EditSession.commit``
+
+
+def edit(source: str, tree: Path, patches: Sequence[PatchFile], workdir: Path,
+         options: EditOptions | None = None) -> EditSession:
     """Check the patched tree out into ``workdir``: a git repo, one commit per patch level.
 
     Edit files there, then ``record`` writes the difference against the top level as the
-    next patch. With ``stop_at_conflict`` (refreshing patches for a new commit) the patches
-    are applied up to the first that does not apply; it and the rest are ``pending``.
-    The work dir's state names ``env`` and the patches it was made on (label and sha256),
-    which ``record`` holds the spec's patches to.
+    next patch. With ``options.stop_at_conflict`` (refreshing patches for a new commit) the
+    patches are applied up to the first that does not apply; it and the rest are ``pending``.
+    The work dir's state names ``options.env`` and the patches it was made on (label and
+    sha256), which ``record`` holds the spec's patches to.
 
     The first pending patch is applied as far as it goes, uncommitted: by a 3-way merge against
-    ``base`` (the tree the patches were recorded on), with conflict markers (``<<<<<<< label``),
-    or without a base hunk by hunk, the hunks that do not apply left in ``FILE.rej``.
+    ``options.base`` (the tree the patches were recorded on), with conflict markers
+    (``<<<<<<< label``), or without a base hunk by hunk, the hunks that do not apply left in ``FILE.rej``.
     """
+    options = options or EditOptions()
     if workdir.exists() and (not workdir.is_dir() or any(workdir.iterdir())):
         what = "is not empty" if workdir.is_dir() else "is a file"
         raise UsageError(f"{workdir}: work dir exists and {what}; expected a new or empty directory")
@@ -106,7 +109,7 @@ def edit(
     made_on = [{"path": p.label, "sha256": p.sha256} for p in patches]
     made_on_patches = list(patches)
     for i, patch in enumerate(patches):
-        if not stop_at_conflict:
+        if not options.stop_at_conflict:
             view.apply(patch)  # fails before anything is written
             applying.append(patch)
             continue
@@ -129,16 +132,16 @@ def edit(
         view = TreeView(workdir)
         view.apply(patch)
         _commit_level(workdir, view, patch, what)
-    state = {"source": source, "env": env, "levels": [p.label for p in patches], "pending": [p.label for p in pending],
-             "made_on": made_on, "upstreamed": upstreamed, "recorded": [],
-             "base": str(base) if base is not None else None, "label": label}
+    state = {"source": source, "env": options.env, "levels": [p.label for p in patches],
+             "pending": [p.label for p in pending], "made_on": made_on, "upstreamed": upstreamed, "recorded": [],
+             "base": str(options.base) if options.base is not None else None, "label": options.label}
     (workdir / ".git" / _EDIT_STATE).write_text(json.dumps(state, indent=2) + "\n")
     session = EditSession(source, workdir, tuple(p.label for p in patches), tuple(p.label for p in pending), conflict,
-                          tuple(upstreamed), commit)
+                          tuple(upstreamed), options.commit)
     if not pending:
         return session
     before = made_on_patches[:len(made_on_patches) - len(pending)]
-    return _apply_pending(session, pending[0], before, base, label)
+    return _apply_pending(session, pending[0], before, options.base, options.label)
 
 
 def _apply_pending(session: EditSession, patch: PatchFile, before: Sequence[PatchFile], base: Path | None,
@@ -208,22 +211,10 @@ class RecordedPatch:
     merge: str | None = None
     conflicted: tuple[str, ...] = ()
     rejects: tuple[str, ...] = ()
-    removed: bool = False  # the work dir, once its new patch is written (``patching.patch_record``)
+    removed: bool = False  # the work dir, once its new patch is written (``commands.patch.patch_record``)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "path": str(self.path),
-            "removed": self.removed,
-            "number": self.number,
-            "files": list(self.files),
-            "sha256": self.sha256,
-            "pending": list(self.pending),
-            "upstreamed": list(self.upstreamed),
-            "merge": self.merge,
-            "conflicted": list(self.conflicted),
-            "rejects": list(self.rejects),
-        }
+        return json_doc(self, omit=("env",))
 
 
 def slug(title: str) -> str:
@@ -273,19 +264,28 @@ def _edit_state(workdir: Path) -> tuple[Path, dict[str, Any]]:
     return state_file, state
 
 
+@dataclass(frozen=True)
+class PatchHeader:
+    """What ``record`` writes above the diff (``format_header``): a new patch needs a subject and a
+    why; a refresh keeps the header of the patch it rewrites where these are None."""
+
+    subject: str | None = None
+    why: str | None = None
+    upstream: str | None = None
+
+
 def record(
     workdir: Path,
     patches_dir: Path,
+    header: PatchHeader,
     *,
     current: Sequence[LockedPatch],
-    subject: str | None,
-    why: str | None,
-    upstream: str | None,
     refresh: bool = False,
     workspace_root: Path | None = None,
     other_envs: Sequence[Path] = (),
 ) -> RecordedPatch:
-    """Write the work dir's changes against its top patch level as ``patches_dir/NNNN-slug.patch``.
+    """Write the work dir's changes against its top patch level as ``patches_dir/NNNN-slug.patch``,
+    ``header`` above them.
 
     The new patch becomes the next level (committed), so another ``record`` diffs against it.
     With ``refresh``, the changes replace the first pending patch's file instead (same name,
@@ -301,15 +301,15 @@ def record(
     what = f"patch record {source}"
     pending = [str(p) for p in state.get("pending", [])]
     # What was asked is checked before anything in the work dir is touched.
-    _check_request(workdir, pending, refresh=refresh, subject=subject, why=why)
+    _check_request(workdir, pending, refresh=refresh, subject=header.subject, why=header.why)
     root = workspace_root or patches_dir.parent.parent  # pending patches are named from the workspace root
     _check_base(workdir, state, current, root, None if refresh else patches_dir, other_envs)
     diff = _staged_diff(workdir, state, what)
     if refresh:
-        target = _refreshed(root, pending[0], subject, why, upstream)
+        target = _refreshed(root, pending[0], header.subject, header.why, header.upstream)
     else:
-        assert subject and why  # checked above
-        target = _numbered(patches_dir, subject, why, upstream)
+        assert header.subject and header.why  # checked above
+        target = _numbered(patches_dir, header.subject, header.why, header.upstream)
     data = target.header + diff
     parsed = _self_checked(workdir, target.path, data, what)
     write_atomic(target.path, data)

@@ -4,7 +4,8 @@ A patch is a header (``Subject:``, ``Why:``, ``Upstream:``, then a ``---`` line)
 per-file diffs. The parser refuses, naming the patch and the line, what envlock will not
 apply safely: a path with ``..``, an absolute path, a ``.git`` component or a NUL byte,
 binary patches, renames and copies, symlinks, malformed modes and C-quoted escapes.
-Applying is ``patchapply``; the edit/record workflow is ``patchedit``.
+Applying is ``patchapply`` (hunk by hunk on a ``treeview``; 3-way: ``patchmerge``); the edit/record
+workflow is ``patchedit``.
 """
 
 from __future__ import annotations

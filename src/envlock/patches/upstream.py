@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from envlock import runner
 from envlock.errors import SourceError
+from envlock.model.jsondoc import json_doc
 
 Touch = Literal["touched", "same-file"]
 _U0_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -30,7 +31,7 @@ class UpstreamCommit:
     files: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"commit": self.commit, "subject": self.subject, "touch": self.touch, "files": list(self.files)}
+        return json_doc(self)
 
 
 def _git(mirror: Path, args: Sequence[str | os.PathLike[str]]) -> str:

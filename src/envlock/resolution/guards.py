@@ -461,7 +461,7 @@ class GuardInputs:
     extra_requirements: tuple[str, ...] = ()
     before: tuple[str, ...] | None = None
     base: Path | None = None  # where a lock's relative wheel paths start
-    # Brings a wheel whose index serves no byte ranges into the store (``fetch``, passed in by the
+    # Brings a wheel whose index serves no byte ranges into the store (``install.fetch``, passed in by the
     # recipe), so that its file list is read there, whole.
     whole: Whole | None = None
 

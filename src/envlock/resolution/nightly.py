@@ -4,7 +4,7 @@ a pin whose date is missing or unusable is told.
 The date lives in the dev or pre-release segment: ``2.12.0.dev20260307``,
 ``3.6.0a20260307``, ``.dev2026030701`` (a build of that day; the latest the target can
 install wins). Everything here is a pure function of an index's file list and the
-target's wheel tags (``target.target_tags``): ``resolve`` pins with it, ``envlock nightlies``
+target's wheel tags (``model.target.target_tags``): ``resolve`` pins with it, ``envlock nightlies``
 lists with it, so the two never disagree on which dates a target can use.
 """
 
@@ -20,6 +20,7 @@ from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from envlock.errors import ResolveError
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import NightlyPin
 from envlock.net.indexes import IndexFile
 
@@ -126,12 +127,11 @@ class NightlyDate:
         return describe_tags(self.wheels)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "date": self.date, "status": self.status, "version": self.version, "locked": self.locked,
-            "pinned": self.pinned, "usable": self.usable, "wheels": list(self.wheels),
+        return json_doc(self, extra={
+            "usable": self.usable,
             "platforms": sorted({_platform_of(t) for t in self.wheels if t != "sdist"}),
             "pythons": sorted({_python_of(t) for t in self.wheels if t != "sdist"}),
-        }
+        })
 
 
 def list_dates(files: Sequence[IndexFile], *, local: str | None, tags: Sequence[Tag] | None,

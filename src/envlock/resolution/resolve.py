@@ -1,46 +1,46 @@
 """Resolve an env spec to an exact, index-pinned set of wheels by driving the pinned uv.
 
-uv sees a transient project: every spec index as a ``[[tool.uv.index]]`` (all but
-the default ``explicit``, so a package comes from a non-default index only when it
-names it), ``[tool.uv.sources]`` pinning packages to their index, overrides, and
-excluded packages overridden to a never-true marker. envlock then checks uv's
-answer against the indexes itself: every wheel must be listed on the index its
-package is pinned to (the torchtriton lesson, Dec 2022), and every wheel gets a
-sha256 even when the index publishes none.
+uv sees a transient project (``resolution.uvproject``): every spec index as a ``[[tool.uv.index]]``
+(all but the default ``explicit``, so a package comes from a non-default index only when it names
+it), ``[tool.uv.sources]`` pinning packages to their index, overrides, and excluded packages
+overridden to a never-true marker. Nightly dates are pinned here first, and overrides of
+index-pinned packages become their own index's wheel; wheels an index publishes no hash for are
+stored before uv runs (``resolution.unhashed``). envlock then checks uv's answer against the
+indexes itself: every wheel must be listed on the index its package is pinned to (the torchtriton
+lesson, Dec 2022), and every wheel gets a sha256 even when the index publishes none.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
-import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urldefrag
 
 from packaging.requirements import Requirement
-from packaging.utils import InvalidWheelFilename, NormalizedName, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.utils import NormalizedName, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
-from envlock import runner
-from envlock.errors import FetchError, ResolveError, did_you_mean, raise_all
+from envlock.errors import ResolveError, did_you_mean, raise_all
 from envlock.model.lockfile import Artifact, LockedPackage, NightlyPin
-from envlock.model.spec import EnvSpec, PackageSpec, allows
-from envlock.model.target import best_file, best_wheel, for_target, requires_dist, target_markers, target_tags
+from envlock.model.spec import EnvSpec
+from envlock.model.target import best_file, best_wheel, for_target, target_tags
 from envlock.net import http
 from envlock.net.indexes import IndexFile, Listings, choosable, link_problem
 from envlock.resolution.nightly import DatePin, date_error, local_tag, nightlies_by_date, usable_files
 
-if TYPE_CHECKING:
-    from envlock.progress import Progress, Stop
-    from envlock.store.store import Store
-
-# An override to a marker that is never true removes a package from the resolution
-# (uv's documented way to drop a dependency that an upstream package declares).
-_NEVER = "sys_platform == 'never'"
+# What a resolution is asked with, named here too (``X as X``: an explicit re-export).
+from envlock.resolution.resolveinputs import HashUnlisted as HashUnlisted
+from envlock.resolution.resolveinputs import ResolveInputs as ResolveInputs
+from envlock.resolution.unhashed import (
+    hash_unlisted,
+    required_choices,
+    store_unhashed_pins,
+    unhashed_choices,
+    unhashed_unpinned,
+)
+from envlock.resolution.uvproject import pylock_entries, run_uv
+from envlock.store.store import Store, store_file
 
 
 @dataclass(frozen=True)
@@ -51,43 +51,8 @@ class Resolution:
     downloaded: int = 0  # bytes downloaded to hash wheels an index publishes no hash for
 
 
-class HashUnlisted(Protocol):
-    """Download the wheel at ``url``, whose index publishes no hash, into ``store`` (unless the store
-    holds the bytes ``known`` names, still at that URL); its artifact and the bytes downloaded."""
-
-    def __call__(self, url: str, store: Store, *, known: Artifact | None, progress: Progress | None = None,
-                 stop: Stop | None = None) -> tuple[Artifact, int]: ...
-
-
-@dataclass(frozen=True)
-class ResolveInputs:
-    """What the resolver needs besides the spec."""
-
-    index_urls: Mapping[str, str]  # index name -> URL actually used (mirrors applied)
-    # Where wheels an index publishes no hash for are downloaded to hash them.
-    store: Store
-    # What downloads such a wheel into the store (``fetch.hash_unlisted``, passed in by the
-    # orchestration: a stage does not import another).
-    hash_unlisted: HashUnlisted
-    # Packages provided by local builds whose metadata uv may read from a source dir.
-    build_sources: Mapping[NormalizedName, Path] = field(default_factory=dict)
-    # Extra requirements to lock with the env (build requirements of non-isolated builds).
-    extra_requirements: tuple[str, ...] = ()
-    build_env: Mapping[str, str] = field(default_factory=dict)  # env vars for metadata builds
-    # What an earlier lock found for wheels an index publishes no hash for (URL -> artifact).
-    hashed: Mapping[str, Artifact] = field(default_factory=dict)
-    progress: Progress | None = None  # of those downloads
-    # The earlier lock's nightly pins: name -> (pin, its wheel, the index URL it came from).
-    # Kept when the index no longer lists that date (PyTorch's keeps ~60 nightlies) and
-    # the store still holds the wheel, so a spec edit can be locked without a mirror.
-    kept_nightlies: Mapping[str, tuple[NightlyPin, Artifact, str | None]] = field(default_factory=dict)
-    # The earlier lock's wheel of each package and the index URL it was locked from (as the lock
-    # records it: no credentials), for a wheel the index dropped with the nightly that requires it.
-    earlier_wheels: Mapping[str, tuple[Artifact, str | None]] = field(default_factory=dict)
-
-
 def index_urls(spec: EnvSpec, mirrors: Mapping[str, str]) -> dict[str, str]:
-    """The URL to use for each spec index: its mirror if one is given (``mirrors.index_mirrors``,
+    """The URL to use for each spec index: its mirror if one is given (``model.mirrors.index_mirrors``,
     which refuses names the spec has no index of), else the spec's URL."""
     return {name: mirrors.get(name, idx.url).rstrip("/") for name, idx in spec.indexes.items()}
 
@@ -143,8 +108,6 @@ def _check_pinned_listed(spec: EnvSpec, urls: Mapping[str, str], listings: Listi
 def kept_pins(spec: EnvSpec, inputs: ResolveInputs) -> dict[str, NightlyPin]:
     """The earlier lock's nightly pins that may stand in for a date the index no longer lists:
     same package, same index URL, same local tag, a wheel for this target, in the store."""
-    from envlock.store.store import store_file
-
     tags = target_tags(spec.python, spec.platform)
     out = {}
     for name, (pin, artifact, index_url) in inputs.kept_nightlies.items():
@@ -204,85 +167,6 @@ def pinned_override_wheels(
     return out
 
 
-def uv_overrides(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
-                 local: Mapping[str, Path] | None = None) -> list[str]:
-    """The override lines uv gets (``overrides.txt``, named on its command line).
-
-    ``local``: pinned wheels uv reads from these files (store copies) instead of their URL.
-    """
-    local = local or {}
-    overrides = [o for o in spec.resolution.overrides if str(canonicalize_name(Requirement(o).name)) not in pinned]
-    overrides += [f"{name} @ {local[name].as_uri() if name in local else f.url}" for name, f in sorted(pinned.items())]
-    # Provided by a local build after resolution: upstream pins on it (sglang's
-    # sgl-kernel==0.3.21) must not pull it from an index.
-    overrides += [f"{pkg.name}; {_NEVER}" for pkg in spec.packages.values()
-                  if pkg.build and pkg.name not in inputs.build_sources]
-    overrides += [f"{name}; {_NEVER}" for name in spec.resolution.exclude]
-    return overrides
-
-
-def compile_args(spec: EnvSpec, inputs: ResolveInputs, output: str = "pylock.toml") -> list[str]:
-    """``uv pip compile`` of the transient project (in its folder, with ``overrides.txt`` beside it),
-    written as ``output`` (``pylock.toml``, or ``requirements.txt`` for versions without hashes)."""
-    # uv runs with UV_NO_CONFIG (no user config may leak in), which also drops the
-    # project's [tool.uv] settings: the default index and the overrides go on the
-    # command line. Index pins ([tool.uv.sources]) are project metadata and stay.
-    # Wheels only: an index's sdist is never built to read its metadata (its setup.py would run here);
-    # a local build's source tree is (it is built from a pinned source anyway).
-    return runner.compile_args("pyproject.toml", output, runner.CompileOptions(
-        output_format=output, python=spec.python, platform=spec.platform,
-        default_index=inputs.index_urls[spec.default_index.name], overrides="overrides.txt",
-        wheels_only=sorted(map(str, inputs.build_sources))))
-
-
-def transient_project(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
-                      direct: Mapping[str, Path] | None = None) -> str:
-    """The pyproject.toml uv resolves (pure function of its inputs, so it can be tested and benchmarked).
-
-    ``direct``: packages given as a direct dependency on that wheel file (see ``_run_uv``).
-    """
-    deps: list[str] = []
-    sources: dict[str, dict[str, str]] = {}
-    for pkg in spec.packages.values():
-        if direct and str(pkg.name) in direct:
-            deps.append(f"{pkg.name} @ {direct[str(pkg.name)].as_uri()}")
-            continue
-        if pkg.build:
-            if pkg.name in inputs.build_sources:
-                deps.append(str(pkg.name))
-                sources[str(pkg.name)] = {"path": str(inputs.build_sources[pkg.name])}
-            continue
-        if pkg.nightly:
-            # The override (a URL on its own index) beats upstream == pins on the stable release.
-            deps.append(f"{pkg.name}=={pinned[str(pkg.name)].version}")
-        else:
-            deps.append(f"{pkg.name}{pkg.specifier}")
-        if pkg.index:
-            sources[str(pkg.name)] = {"index": pkg.index}
-    deps += inputs.extra_requirements
-    # No [tool.uv] override-dependencies: UV_NO_CONFIG drops them (see compile_args); the
-    # indexes and sources below are project metadata, which uv reads either way.
-    lines = [
-        "[project]",
-        'name = "envlock-resolution"',
-        'version = "0"',
-        f"requires-python = {json.dumps('>=' + spec.python)}",
-        f"dependencies = {json.dumps(deps)}",
-    ]
-    for name in sorted(spec.indexes, key=lambda n: (not spec.indexes[n].default, n)):
-        idx = spec.indexes[name]
-        # Its password reaches uv in its environment (``_run_uv``), never in a file it reads.
-        url = runner.without_password(inputs.index_urls[name])
-        lines += ["", "[[tool.uv.index]]", f"name = {json.dumps(name)}", f"url = {json.dumps(url)}"]
-        lines.append("default = true" if idx.default else "explicit = true")
-    lines += ["", "[tool.uv.sources]"]
-    lines += [
-        f"{json.dumps(name)} = {{ {', '.join(f'{k} = {json.dumps(v)}' for k, v in src.items())} }}"
-        for name, src in sorted(sources.items())
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
     """Resolve the spec with uv; check index pins, hashes and same-version sets."""
     with Listings() as listings:
@@ -309,7 +193,7 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
                 # already) and handed to uv as direct dependencies, held to every requirement.
                 got_stored, got = store_unhashed_pins(required, inputs)
                 try:
-                    entries = _pylock_entries(_run_uv(spec, inputs, {**pinned, **required}, {**stored, **got_stored},
+                    entries = pylock_entries(run_uv(spec, inputs, {**pinned, **required}, {**stored, **got_stored},
                                                       "pylock.toml", direct=set(required)))
                     pinned, stored, downloaded = {**pinned, **required}, {**stored, **got_stored}, downloaded + got
                 except ResolveError:
@@ -319,7 +203,7 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
                 more_stored, got = store_unhashed_pins(chosen, inputs)
                 pinned, stored, downloaded = {**pinned, **chosen}, {**stored, **more_stored}, downloaded + got
         if entries is None:
-            entries = _pylock_entries(_run_uv(spec, inputs, pinned, stored, "pylock.toml"))
+            entries = pylock_entries(run_uv(spec, inputs, pinned, stored, "pylock.toml"))
         packages, more = _checked_packages(spec, inputs, entries, listings, pinned, stored)
         packages = mark_yanked(spec, inputs.index_urls, listings, packages, exact | set(pinned))
     check_same_version(spec, packages)
@@ -361,209 +245,12 @@ def mark_yanked(spec: EnvSpec, urls: Mapping[str, str], listings: Listings, pack
     return tuple(out)
 
 
-def store_unhashed_pins(pinned: Mapping[str, IndexFile], inputs: ResolveInputs) -> tuple[dict[str, Artifact], int]:
-    """The pinned wheels whose index publishes no hash, brought into the store before uv runs,
-    and the bytes that took.
-
-    uv then reads them from the store: handed the URL, it would download a nightly's
-    GBs to hash it, and the sync after the lock would download them again. Stored
-    here, they cross the network once (hashed while stored), and a relock downloads
-    nothing while the store holds them. One failed download does not stop the others
-    (they are kept for the next lock). A pinned wheel of a ``file://`` index (a mirror on
-    disk) is stored too, hash or not: uv answers a direct file URL with a path, which only a
-    store copy turns back into the index's URL; a listed hash must then be its bytes'.
-    """
-    from envlock.progress import parallel
-
-    unhashed = sorted((name, f) for name, f in pinned.items() if f.sha256 is None or http.file_path(f.url))
-    calls = [lambda stop, f=f: _unlisted_artifact(f.url, inputs, stop) for _, f in unhashed]
-    results = dict(zip([name for name, _ in unhashed], parallel(calls, jobs=4) if calls else [], strict=True))
-    failed = [f"{name} {pinned[name].version}: cannot hash {pinned[name].url}: {got.message}"
-              for name, got in results.items() if isinstance(got, FetchError)]
-    done = {name: got for name, got in results.items() if not isinstance(got, FetchError)}
-    failed += [f"{name} {pinned[name].version}: {pinned[name].url}: the index lists sha256 {pinned[name].sha256}, "
-               f"the file's is {artifact.sha256}"
-               for name, (artifact, _) in done.items() if pinned[name].sha256 not in (None, artifact.sha256)]
-    raise_all(ResolveError, failed, f"{len(failed)} pinned wheels could not be hashed")
-    return {name: artifact for name, (artifact, _) in done.items()}, sum(n for _, n in done.values())
-
-
-def unhashed_unpinned(spec: EnvSpec, inputs: ResolveInputs, listings: Listings,
-                      pinned: Mapping[str, IndexFile]) -> list[PackageSpec]:
-    """The spec's packages uv picks a version of itself (no exact pin) from an index that
-    publishes no hash for them: ``pytorch-triton``, whose version a torch nightly requires.
-
-    uv's pylock output must hash every wheel, so uv downloads such a wheel (twice, with a
-    cold cache) and keeps no copy the sync could use: the sync downloaded it once more.
-    So each is handed to uv as a file from the store instead, like a pinned nightly: the
-    version a pinned wheel requires (``required_choices``), else the one uv picks when asked
-    for versions only (``unhashed_choices``).
-    """
-    return [
-        pkg for pkg in spec.packages.values()
-        if pkg.index and not pkg.build and str(pkg.name) not in pinned
-        and any(f.sha256 is None for f in listings.files(inputs.index_urls[pkg.index], pkg.name))
-    ]
-
-
-def required_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, stored: Mapping[str, Artifact],
-                     unhashed: Sequence[PackageSpec]) -> dict[str, IndexFile]:
-    """The wheel of each of ``unhashed`` when a pinned wheel in the store requires it at one exact
-    version for the target (torch's ``pytorch-triton==3.6.0+git…``), else {} (uv is asked).
-
-    Read from the pinned wheels' own metadata, so the choice depends on the spec and the
-    index contents; every resolution has that version, so handing it to uv changes no other
-    package's. Only a wheel the index no longer lists comes from the earlier lock and the
-    store (``_kept_wheels``), as a kept nightly does.
-    """
-    markers = target_markers(spec.python, spec.platform)
-    if markers is None:
-        return {}
-    from envlock.store.store import store_file
-
-    exact: dict[NormalizedName, set[str]] = {}  # name -> its exact requirements ("==1.0", "===1.0")
-    for artifact in stored.values():
-        try:
-            requirements = requires_dist(store_file(inputs.store, artifact))
-        except Exception:  # a wheel that cannot be read (bad zip, corrupt or unknown compression): uv decides
-            requirements = []
-        for req in requirements:
-            if req.marker is not None:
-                try:
-                    if not req.marker.evaluate(markers):
-                        continue
-                except Exception:  # an unknown marker variable: not read here, uv decides
-                    return {}
-            pins = [str(s) for s in req.specifier if s.operator in ("==", "===") and "*" not in s.version]
-            if pins:
-                exact.setdefault(canonicalize_name(req.name), set()).update(pins)
-    tags = target_tags(spec.python, spec.platform)
-    chosen = {}
-    for pkg in unhashed:
-        required = exact.get(pkg.name)
-        if not required:
-            return {}  # not required at an exact version: uv picks it
-        index_url = inputs.index_urls[pkg.index or ""]
-        # Listed, else (dropped from the index with the nightly that requires it) the earlier lock's, if stored.
-        files: list[IndexFile] = []
-        for candidates in (listings.files(index_url, pkg.name), _kept_wheels(inputs, pkg.name, index_url)):
-            files = [f for f in for_target(candidates, tags) if all(allows(pin, f.version, invalid=False)
-                                                                    for pin in required)]
-            if files:
-                break
-        # One listed version, or uv's choice might differ (a public ==1.0 admits 1.0+local too).
-        if len({f.version for f in files}) != 1 or not allows(pkg.specifier, files[0].version, invalid=False):
-            return {}
-        chosen[str(pkg.name)] = best_file(files, tags)
-    return chosen
-
-
-def _kept_wheels(inputs: ResolveInputs, name: NormalizedName, index_url: str) -> list[IndexFile]:
-    """The earlier lock's wheel of ``name``, as a listed file, when it was locked from ``index_url``
-    (the index the spec pins it to now: never another's, the torchtriton lesson) and the store
-    still holds it; no hash, ``store_unhashed_pins`` takes the earlier lock's. As for a kept nightly."""
-    from envlock.store.store import store_file
-
-    artifact, locked_from = inputs.earlier_wheels.get(str(name), (None, None))
-    if artifact is None or artifact.url is None or locked_from is None:
-        return []
-    if locked_from.rstrip("/") != http.redact(index_url).rstrip("/"):
-        return []  # locked from another index then
-    if not http.same_origin(artifact.url, index_url):
-        return []  # the lock's index field says this index, its URL another server: edited, not trusted
-    if not store_file(inputs.store, artifact).is_file():
-        return []
-    try:
-        wheel_name, version, *_ = parse_wheel_filename(artifact.filename)
-    except (InvalidWheelFilename, InvalidVersion):
-        return []
-    if wheel_name != name:
-        return []
-    return [IndexFile(filename=artifact.filename, url=artifact.url, version=version, sha256=None)]
-
-
-def unhashed_choices(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, pinned: Mapping[str, IndexFile],
-                     stored: Mapping[str, Artifact], unhashed: Sequence[PackageSpec]) -> dict[str, IndexFile]:
-    """The wheel of each of ``unhashed`` uv picks when asked for versions only (a requirements
-    output, for which it reads metadata with small range requests): the file the package's
-    own index lists at that version for the target. A version the listing does not show is
-    left to uv, which then hashes that wheel itself.
-    """
-    versions = _requirements_versions(_run_uv(spec, inputs, pinned, stored, "requirements.txt"))
-    tags = target_tags(spec.python, spec.platform)
-    chosen = {}
-    for pkg in unhashed:
-        version = versions.get(pkg.name)
-        if version is None:
-            continue  # not in the resolution (a marker left it out)
-        files = [f for f in for_target(listings.files(inputs.index_urls[pkg.index or ""], pkg.name), tags)
-                 if f.version == version]
-        if files:
-            chosen[str(pkg.name)] = best_file(files, tags)
-    return chosen
-
-
-def _requirements_versions(text: str) -> dict[NormalizedName, Version]:
-    """``name==version`` lines of uv's requirements output (direct-URL lines and comments skipped)."""
-    out = {}
-    for line in text.splitlines():
-        requirement = line.split("#", 1)[0].split(";", 1)[0].strip()
-        name, sep, version = requirement.partition("==")
-        if sep and " @ " not in requirement:
-            try:
-                out[canonicalize_name(name.strip())] = Version(version.strip())
-            except InvalidVersion:
-                continue  # not a version uv would write: the package is left to uv
-    return out
-
-
-def _pylock_entries(text: str) -> list[Mapping[str, object]]:
-    entries: list[Mapping[str, object]] = tomllib.loads(text).get("packages", [])
-    return entries
-
-
-_SDIST_HINT = ("envlock locks wheels only: it never builds an index's sdist to read its metadata (that would run the "
-               "index's code); declare a [builds.NAME] to build one from a pinned source, or pin a version that has "
-               "wheels")
-
-
-def _run_uv(spec: EnvSpec, inputs: ResolveInputs, pinned: Mapping[str, IndexFile],
-            stored: Mapping[str, Artifact], output: str, direct: set[str] | None = None) -> str:
-    """uv's resolution of the transient project, as the text of its ``output`` format.
-
-    ``direct``: names of ``pinned`` handed to uv as direct dependencies on their store file
-    (held to every requirement on them) rather than as overrides.
-    """
-    from envlock.store.store import store_file
-
-    local = {name: store_file(inputs.store, art) for name, art in stored.items()}
-    direct_files = {name: local[name] for name in direct or ()}
-    overridden = {name: f for name, f in pinned.items() if name not in direct_files}
-    work = Path(tempfile.mkdtemp(prefix="envlock-resolve-"))
-    try:
-        (work / "pyproject.toml").write_text(transient_project(spec, inputs, pinned, direct_files))
-        (work / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, overridden, local)))
-        args = compile_args(spec, inputs, output)
-        result = runner.uv(args, cwd=work, env={**inputs.build_env, **runner.uv_index_credentials(inputs.index_urls)})
-        if not result.ok:
-            unreachable = "Failed to fetch" in result.stderr or "error sending request" in result.stderr
-            sdists = [_SDIST_HINT] if "has no usable wheels" in result.stderr else []
-            raise ResolveError(
-                f"{spec.path}: uv could not read an index for env {spec.name!r} (no network, or a mirror is "
-                f"needed: --index NAME=URL)" if unreachable else
-                f"{spec.path}: uv found no resolution for env {spec.name!r}",
-                details=[*result.tail().splitlines(), *sdists],
-            )
-        return (work / output).read_text()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
 def _checked_packages(
     spec: EnvSpec, inputs: ResolveInputs, entries: Sequence[Mapping[str, object]], listings: Listings,
     pinned: Mapping[str, IndexFile], stored: Mapping[str, Artifact],
 ) -> tuple[tuple[LockedPackage, ...], int]:
-    """uv's answer, checked: each wheel listed on its package's index, with a sha256.
+    """uv's answer, checked: each wheel listed on its package's index, with a sha256; and the bytes
+    downloaded to hash those the index publishes no hash for.
 
     This guards against the resolver itself taking a package from the wrong index (as
     ``uv pip compile`` does with overrides of index-pinned packages, see
@@ -574,8 +261,28 @@ def _checked_packages(
     call: one not pinned comes from the default index, by the rule that protects against
     the torchtriton attack (pin `pytorch-triton = { index = ... }` to take it from there).
     """
+    packages, wanted = _wanted_wheels(spec, inputs, entries, pinned, stored)
+    checked = _names_to_check(spec, inputs, listings, wanted)
+    downloaded = 0
+    for item in wanted:
+        package, got = _checked_wheel(spec, inputs, listings, item, item[0] in checked)
+        packages.append(package)
+        downloaded += got
+    return tuple(sorted(packages, key=lambda p: p.name)), downloaded
+
+
+#: A package of uv's answer and the one wheel of it the target installs: name, version, uv's wheel entry.
+_Wanted = tuple[NormalizedName, str, Mapping[str, object]]
+
+
+def _wanted_wheels(spec: EnvSpec, inputs: ResolveInputs, entries: Sequence[Mapping[str, object]],
+                   pinned: Mapping[str, IndexFile], stored: Mapping[str, Artifact],
+                   ) -> tuple[list[LockedPackage], list[_Wanted]]:
+    """The packages uv read from their store copy, locked as they are (``_stored_package``), and the
+    wheel of each other package the target installs; ``ResolveError`` naming every package that has
+    none (an sdist only). A local build's package is left out: its wheel replaces it."""
     build_names = {p.name for p in spec.packages.values() if p.build}
-    wanted: list[tuple[NormalizedName, str, Mapping[str, object]]] = []  # name, version, wheel
+    wanted: list[_Wanted] = []
     problems: list[str] = []
     packages = []
     tags = target_tags(spec.python, spec.platform)
@@ -604,7 +311,14 @@ def _checked_packages(
         wanted.append((name, str(entry["version"]), wheels[best_wheel(names, tags)]))
     if problems:
         raise ResolveError(f"{spec.path}: env {spec.name!r} cannot be locked to wheels", details=problems)
+    return packages, wanted
 
+
+def _names_to_check(spec: EnvSpec, inputs: ResolveInputs, listings: Listings,
+                    wanted: Sequence[_Wanted]) -> set[NormalizedName]:
+    """The packages looked up on their index (see ``_checked_packages``), their pages fetched meanwhile:
+    those pinned to a non-default index, those a non-default index also lists (every one when such an
+    index's names cannot be listed), and those uv gave no hash for."""
     default = spec.default_index.name
     elsewhere: set[str] | None = set()
     for index_name, idx in spec.indexes.items():
@@ -618,43 +332,46 @@ def _checked_packages(
     ]
     for name, _, _ in must_check:
         listings.prefetch(inputs.index_urls[spec.index_of(name)], name)
-    checked = {item[0] for item in must_check}
+    return {item[0] for item in must_check}
+
+
+def _checked_wheel(spec: EnvSpec, inputs: ResolveInputs, listings: Listings, item: _Wanted,
+                   checked: bool) -> tuple[LockedPackage, int]:
+    """One package of uv's answer locked at its wheel: the URL's form checked, the wheel found on its
+    index's page when ``checked`` (the page's sha256 held to uv's), hashed from the store when no
+    sha256 is known; and the bytes downloaded for that."""
+    name, version, wheel = item
+    index_name = spec.index_of(name)
+    url = urldefrag(str(wheel["url"]))[0]
+    _check_url(spec, f"{name} {version}", url, index_name, inputs.index_urls[index_name])
+    listed_sha = None  # what the index says, for a checked package
+    if checked:
+        found = {f.url: f for f in listings.files(inputs.index_urls[index_name], name)}.get(url)
+        if found is None:
+            raise ResolveError(
+                f"{spec.path}: {name} {version} resolved to {url}, which index {index_name!r} "
+                f"({http.redact(inputs.index_urls[index_name])}) does not list; "
+                f"{name} may come from that index only"
+            )
+        listed_sha = found.sha256
+    sha = _sha_of(wheel) or listed_sha
+    size = wheel.get("size")
     downloaded = 0
-    for name, version, wheel in wanted:
-        index_name = spec.index_of(name)
-        url = urldefrag(str(wheel["url"]))[0]
-        _check_url(spec, f"{name} {version}", url, index_name, inputs.index_urls[index_name])
-        listed_sha = None  # what the index says, for a checked package
-        if name in checked:
-            found = {f.url: f for f in listings.files(inputs.index_urls[index_name], name)}.get(url)
-            if found is None:
-                raise ResolveError(
-                    f"{spec.path}: {name} {version} resolved to {url}, which index {index_name!r} "
-                    f"({http.redact(inputs.index_urls[index_name])}) does not list; "
-                    f"{name} may come from that index only"
-                )
-            listed_sha = found.sha256
-        sha = _sha_of(wheel) or listed_sha
-        size = wheel.get("size")
-        # The index publishes no hash (PyTorch nightlies): the store's copy is hashed, also when
-        # uv hashed its own download (a wheel uv picked, see unhashed_choices): the sync then
-        # finds it stored, and the lock has its size whichever way it was found.
-        if sha is None or (name in checked and listed_sha is None):
-            ours, size, got = _hash_unlisted(name, version, url, inputs)
-            downloaded += got
-            if sha is not None and sha != ours:
-                raise ResolveError(f"{name} {version}: {url} changed while it was locked: uv hashed it as sha256 "
-                                   f"{sha}, the store's download as {ours}; lock again (if uv answers the same, "
-                                   f"`uv cache clean {name}` drops the copy uv hashed)")
-            sha = ours
-        if listed_sha is not None and listed_sha != sha:
-            raise ResolveError(f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {listed_sha}")
-        artifact = Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None)
-        packages.append(
-            LockedPackage(name=name, version=version, wheels=(artifact,),
-                          index=http.redact(inputs.index_urls[index_name]))
-        )
-    return tuple(sorted(packages, key=lambda p: p.name)), downloaded
+    # The index publishes no hash (PyTorch nightlies): the store's copy is hashed, also when
+    # uv hashed its own download (a wheel uv picked, see unhashed_choices): the sync then
+    # finds it stored, and the lock has its size whichever way it was found.
+    if sha is None or (checked and listed_sha is None):
+        ours, size, downloaded = hash_unlisted(name, version, url, inputs)
+        if sha is not None and sha != ours:
+            raise ResolveError(f"{name} {version}: {url} changed while it was locked: uv hashed it as sha256 "
+                               f"{sha}, the store's download as {ours}; lock again (if uv answers the same, "
+                               f"`uv cache clean {name}` drops the copy uv hashed)")
+        sha = ours
+    if listed_sha is not None and listed_sha != sha:
+        raise ResolveError(f"{name} {version}: uv recorded sha256 {sha} for {url}, the index lists {listed_sha}")
+    artifact = Artifact(sha256=str(sha), url=url, size=size if isinstance(size, int) else None)
+    return LockedPackage(name=name, version=version, wheels=(artifact,),
+                         index=http.redact(inputs.index_urls[index_name])), downloaded
 
 
 def _check_url(spec: EnvSpec, what: str, url: str, index_name: str, index_url: str) -> None:
@@ -674,8 +391,6 @@ def _stored_package(name: NormalizedName, entry: Mapping[str, object], pin: Inde
     uv's answer must be that very file at the pinned version: the index-pin check
     (``_checked_packages``) vouches only for the wheel the pin chose from the listing.
     """
-    from envlock.store.store import store_file
-
     archive = entry.get("archive")
     path = archive.get("path") if isinstance(archive, dict) else None
     expected = store_file(store, artifact)
@@ -690,23 +405,6 @@ def _stored_package(name: NormalizedName, entry: Mapping[str, object], pin: Inde
         raise ResolveError(f"{name}: uv hashed its store copy as sha256 {sha}, stored as {artifact.sha256}; "
                            f"the store entry is damaged, remove it and lock again")
     return LockedPackage(name=name, version=str(pin.version), wheels=(artifact,), index=http.redact(index_url))
-
-
-def _hash_unlisted(name: str, version: str, url: str, inputs: ResolveInputs) -> tuple[str, int, int]:
-    """sha256 and size of a wheel whose index publishes no hash, and the bytes downloaded for them."""
-    try:
-        artifact, downloaded = _unlisted_artifact(url, inputs)
-    except FetchError as exc:
-        raise ResolveError(f"{name} {version}: cannot hash {url}: {exc.message}") from None
-    assert artifact.size is not None
-    return artifact.sha256, artifact.size, downloaded
-
-
-def _unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None) -> tuple[Artifact, int]:
-    """The artifact at ``url``, whose index publishes no hash, and the bytes downloaded to hash it
-    (``inputs.hash_unlisted``, given what the earlier lock found there)."""
-    return inputs.hash_unlisted(url, inputs.store, known=inputs.hashed.get(url), progress=inputs.progress,
-                                stop=stop)
 
 
 def _sha_of(wheel: Mapping[str, object]) -> str | None:

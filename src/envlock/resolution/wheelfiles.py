@@ -29,6 +29,7 @@ from email.parser import BytesParser
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from envlock.model.jsondoc import json_doc
 from envlock.store.store import Store, store_file, write_atomic
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class WheelListing:
     via: str = "store"  # where it was read: "store", "file" (a wheel on disk), "index" (ranges), "cache"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"files": dict(sorted(self.files.items())), "requires": list(self.requires)}
+        return json_doc(self, omit=("via",))  # kept with sorted keys (``_keep``)
 
     @classmethod
     def from_dict(cls, doc: object, via: str) -> WheelListing:
@@ -245,7 +246,7 @@ class _RemoteFile(io.RawIOBase):
         return data[start - first:start - first + n]
 
 
-#: Brings a wheel into the store, held to its sha256 (``fetch.fetch`` of that one artifact, handed in
+#: Brings a wheel into the store, held to its sha256 (``install.fetch.fetch`` of that one artifact, handed in
 #: by the recipe); an ``EnvlockError`` when it cannot.
 Whole = Callable[["Artifact"], object]
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envlock.errors import PackageIndexError
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock, LockedPackage
 
 # envlock.net.indexes and envlock.net.http (socket, ssl) are imported where a page is read (docs/architecture.md).
@@ -49,8 +50,7 @@ class Yanked:
         return self.text() + (" (yanked already when locked: pinned ==)" if self.recorded else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"package": self.package, "version": self.version, "file": self.filename, "index": self.index,
-                "reason": self.reason, "recorded": self.recorded, "live": self.live}
+        return json_doc(self, keys={"filename": "file"})
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class IndexCheck:
         return [y.line() for y in self.yanked] + list(self.notes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"yanked": [y.to_dict() for y in self.yanked], "notes": list(self.notes), "checked": self.checked}
+        return json_doc(self)
 
 
 #: The note of a check not made: no network.

@@ -1,0 +1,454 @@
+"""The entries of a lock file, each a frozen value with its TOML: a package and its wheels
+(``[[packages]]``), a nightly pin, a source and its patches, a build, a FetchContent pin, a
+package's GPU kernels. Read key by key (``BadKeyError``: the key path, what was found and what
+was expected) and written as envlock writes them; ``model.lockfile`` holds the whole lock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import unquote, urlsplit
+
+from envlock.errors import found as _found
+from envlock.model import overlaps
+from envlock.model.overlaps import AllowedOverlap
+from envlock.model.tomlio import toml_key, toml_string
+
+if TYPE_CHECKING:
+    from packaging.utils import NormalizedName
+
+
+def canonicalize_name(name: str) -> NormalizedName:
+    """PEP 503 name normalization, as ``packaging.utils.canonicalize_name``.
+
+    Kept here so that reading a lock (every ``sync``) does not import ``packaging``.
+    """
+    return cast("NormalizedName", re.sub(r"[-_.]+", "-", name).lower())
+
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+#: A Python version as a spec's ``env.python`` and a lock's ``python`` give it: a sync hands it
+#: to ``uv python find``, so a lock can name no program (``tools/python``) nor an option there.
+PYTHON_VERSION = re.compile(r"3\.\d{1,3}(\.\d{1,3})?")
+
+#: PEP 508's package name (the spec checks its names with it too).
+PACKAGE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+#: PEP 440's version, as the PEP's appendix spells it (every form it normalizes). Not
+#: packaging's Version: reading a lock (every sync) does not import packaging.
+_VERSION = re.compile(
+    r"v?([0-9]+!)?[0-9]+(\.[0-9]+)*"
+    r"([-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?[0-9]*)?"
+    r"(-[0-9]+|[-_.]?(post|rev|r)[-_.]?[0-9]*)?"
+    r"([-_.]?dev[-_.]?[0-9]*)?"
+    r"(\+[a-z0-9]+([-_.][a-z0-9]+)*)?",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One wheel: a remote ``url`` or a ``path`` relative to the lock file, and its sha256."""
+
+    sha256: str
+    url: str | None = None
+    path: str | None = None
+    size: int | None = None
+
+    @property
+    def filename(self) -> str:
+        where = self.url if self.url is not None else self.path
+        assert where is not None
+        if "?" in where or "#" in where:  # the common case skips urlsplit: every lock read checks names
+            where = urlsplit(where).path
+        name = where.rsplit("/", 1)[-1]
+        return unquote(name) if "%" in name else name
+
+    def filename_problem(self) -> str | None:
+        """Why ``filename`` cannot be kept as ``wheels/<sha256>/<filename>``, or None when it can.
+
+        Only a plain ``*.whl`` name stays inside its store entry: a lock from a pull
+        request or a hostile index page may end a URL in ``..%2F..%2Fx.whl``.
+        """
+        name = self.filename
+        if name.endswith(".whl") and not name.startswith(".") and not any(c in name for c in "/\\\0"):
+            return None
+        return f"{self.url or self.path!r} names the file {name!r}, expected a plain *.whl file name"
+
+    def to_toml(self) -> str:
+        fields: list[str] = []
+        if self.url is not None:
+            fields.append(f"url = {toml_string(self.url)}")
+        if self.path is not None:
+            fields.append(f"path = {toml_string(self.path)}")
+        if self.size is not None:
+            fields.append(f"size = {self.size}")
+        fields.append(f"hashes = {{ sha256 = {toml_string(self.sha256)} }}")
+        return "{ " + ", ".join(fields) + " }"
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: NormalizedName
+    version: str
+    wheels: tuple[Artifact, ...]
+    index: str | None = None  # the index base URL it was resolved from (PEP 751 ``index``)
+    #: PEP 592: the reason its index gave ("" for none) when the locked release was yanked at lock
+    #: time (an exact ``==`` pin takes a yanked release); None when it was not.
+    #: ``[packages.tool.envlock] yanked`` in the file.
+    yanked: str | None = None
+
+    def toml_lines(self) -> list[str]:
+        """Its ``[[packages]]`` table (and ``[packages.tool.envlock]``), a blank line first."""
+        out = ["", "[[packages]]", f"name = {toml_string(self.name)}", f"version = {toml_string(self.version)}"]
+        if self.index:
+            out.append(f"index = {toml_string(self.index)}")
+        out += ["wheels = [", *(f"    {wheel.to_toml()}," for wheel in self.wheels), "]"]
+        if self.yanked is not None:  # PEP 751 packages.tool: this package's envlock data
+            out += ["", "[packages.tool.envlock]", f"yanked = {toml_string(self.yanked)}"]
+        return out
+
+
+@dataclass(frozen=True)
+class NightlyPin:
+    date: str  # YYYY-MM-DD, as in the spec
+    version: str  # the exact version it resolved to
+
+
+@dataclass(frozen=True)
+class LockedPatch:
+    path: str  # workspace-relative, as in the spec
+    sha256: str
+
+
+@dataclass(frozen=True)
+class LockedSource:
+    kind: str  # "git" or "path"
+    location: str  # git URL or workspace-relative path
+    commit: str | None = None  # full 40-hex commit, git sources
+    rev: str | None = None  # the spec's branch or tag that ``commit`` was resolved from, if not a hash
+    tree_digest: str | None = None  # content digest, path sources
+    patches: tuple[LockedPatch, ...] = ()
+
+    def toml_lines(self, name: str) -> list[str]:
+        """Its ``[tool.envlock.sources.NAME]`` table, a blank line first."""
+        out = ["", f"[tool.envlock.sources.{toml_string(name)}]", f"{self.kind} = {toml_string(self.location)}"]
+        out += [f"{key} = {toml_string(value)}" for key, value in
+                (("commit", self.commit), ("rev", self.rev), ("tree-digest", self.tree_digest)) if value]
+        out += ["patches = [", *(f"    {{ path = {toml_string(p.path)}, sha256 = {toml_string(p.sha256)} }},"
+                                 for p in self.patches), "]"]
+        return out
+
+
+@dataclass(frozen=True)
+class LockedBuild:
+    input_digest: str
+    wheel: str  # filename in the wheelhouse
+    sha256: str
+    # The build's own requirements as resolved and hash-pinned ("name==version --hash=sha256:..."):
+    # for isolated builds these are not in [[packages]], so they are recorded here.
+    requirements: tuple[str, ...] = ()
+    # Its toolchain (``[builds.NAME] toolchain``), locked the same way: the compilers it ran.
+    toolchain: tuple[str, ...] = ()
+
+    def toml_lines(self, name: str) -> list[str]:
+        """Its ``[tool.envlock.builds.NAME]`` table, a blank line first."""
+        out = ["", f"[tool.envlock.builds.{toml_string(name)}]", f"input-digest = {toml_string(self.input_digest)}",
+               f"wheel = {toml_string(self.wheel)}", f"sha256 = {toml_string(self.sha256)}"]
+        for key, lines in (("build-requirements", self.requirements), ("toolchain", self.toolchain)):
+            if lines:
+                out += [f"{key} = [", *(f"    {toml_string(line)}," for line in lines), "]"]
+        return out
+
+
+@dataclass(frozen=True)
+class LockedFetchContent:
+    """A build's CMake FetchContent input as the lock pins it: a git repository's full commit (and
+    the tag or branch it was resolved from), or an archive's URL and sha256."""
+
+    git: str | None = None
+    commit: str | None = None  # full 40-hex commit, git inputs
+    rev: str | None = None  # the spec's tag or branch ``commit`` was resolved from, if not a hash
+    url: str | None = None
+    sha256: str | None = None  # the archive's bytes, url inputs
+
+    def recipe(self, name: str) -> dict[str, str]:
+        """What a build's input digest covers of it: where it is from, and the bytes it is pinned to."""
+        if self.git is not None:
+            return {"name": name, "git": self.git, "rev": self.commit or ""}
+        return {"name": name, "url": self.url or "", "sha256": self.sha256 or ""}
+
+    def to_toml(self) -> str:
+        fields = ([("git", self.git), ("commit", self.commit), ("rev", self.rev)] if self.git is not None
+                  else [("url", self.url), ("sha256", self.sha256)])
+        return "{ " + ", ".join(f"{k} = {toml_string(v)}" for k, v in fields if v is not None) + " }"
+
+
+@dataclass(frozen=True)
+class LockedKernels:
+    """What a package's binaries carry for GPUs (``[tool.envlock.kernels]``, written when the spec
+    names ``[env] gpus``): the SASS and PTX arches (``sm_120a``, ``compute_120a``) and the CUDA
+    majors they need (docs/gpus.md)."""
+
+    sass: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+    cuda: tuple[int, ...] = ()
+
+    def to_toml(self) -> str:
+        fields = [f"sass = [{', '.join(map(toml_string, self.sass))}]",
+                  f"ptx = [{', '.join(map(toml_string, self.ptx))}]"]
+        if self.cuda:
+            fields.append(f"cuda = [{', '.join(str(m) for m in self.cuda)}]")
+        return "{ " + ", ".join(fields) + " }"
+
+
+class BadKeyError(Exception):
+    """A key of the lock that holds what envlock cannot read: where, what was found, what was expected
+    (``model.lockfile`` names the file)."""
+
+    def __init__(self, key: str, found: str, expected: str, package: str | None = None) -> None:
+        super().__init__(key, found, expected)
+        self.key, self.found, self.expected, self.package = key, found, expected, package
+
+    def __str__(self) -> str:
+        # packages[97] alone is hard to find in a lock of 158: name the package too.
+        where = f"{self.key} (package {self.package!r})" if self.package else self.key
+        return f"{where}: {self.found}; expected {self.expected}"
+
+
+def read_table(value: object, key: str) -> Mapping[str, Any]:
+    """``value`` as a table, else ``BadKeyError`` at ``key`` (missing, or what was found)."""
+    if not isinstance(value, dict):
+        raise BadKeyError(key, "missing" if value is None else f"found {_found(value)}", "a table")
+    return value
+
+
+def read_array(value: object, key: str) -> list[Any]:
+    """``value`` as an array, else ``BadKeyError`` at ``key``."""
+    if not isinstance(value, list):
+        raise BadKeyError(key, "missing" if value is None else f"found {_found(value)}", "an array")
+    return value
+
+
+def read_str(table: Mapping[str, Any], name: str, path: str) -> str:
+    """``table[name]`` as a string, else ``BadKeyError`` at ``path.name``."""
+    value = table.get(name)
+    if not isinstance(value, str):
+        raise BadKeyError(toml_key(path, name), "missing" if value is None else f"found {_found(value)}", "a string")
+    return value
+
+
+def read_opt_str(table: Mapping[str, Any], name: str, path: str) -> str | None:
+    """``table[name]`` as a string, or None when it is absent; ``BadKeyError`` when it is no string."""
+    return None if table.get(name) is None else read_str(table, name, path)
+
+
+def read_strings(value: object, key: str) -> tuple[str, ...]:
+    """``value`` as an array of strings, else ``BadKeyError`` at ``key`` (or the first item that is none)."""
+    for i, item in enumerate(read_array(value, key)):
+        if not isinstance(item, str):
+            raise BadKeyError(f"{key}[{i}]", f"found {_found(item)}", "a string")
+    return tuple(cast("list[str]", value))
+
+
+def package_entry(value: object, key: str) -> LockedPackage:
+    """One ``[[packages]]`` table at ``key``; a ``BadKeyError`` below it names the package too."""
+    pkg = read_table(value, key)
+    name = read_str(pkg, "name", key)
+    if not PACKAGE_NAME.fullmatch(name) or canonicalize_name(name) != name:
+        raise BadKeyError(f"{key}.name", f"found {name!r}",
+                          "a normalized package name (PEP 751), like \"flashinfer-python\"")
+    try:
+        version = read_str(pkg, "version", key)
+        if not _VERSION.fullmatch(version):
+            raise BadKeyError(f"{key}.version", f"found {version!r}", "a version (PEP 440), like \"2.9.1\"")
+        wheels = read_array(pkg.get("wheels"), f"{key}.wheels")
+        if not wheels:
+            raise BadKeyError(f"{key}.wheels", "found an empty array", "a wheel (envlock installs wheels only)")
+        return LockedPackage(
+            name=cast("NormalizedName", name),  # normalized: checked above
+            version=version,
+            wheels=tuple(_artifact(w, f"{key}.wheels[{j}]") for j, w in enumerate(wheels)),
+            index=read_opt_str(pkg, "index", key),
+            yanked=_package_tool(pkg, key),
+        )
+    except BadKeyError as exc:
+        exc.package = name
+        raise
+
+
+def _package_tool(pkg: Mapping[str, Any], key: str) -> str | None:
+    """``[packages.tool.envlock]``: ``yanked``, the reason (a string) its release was yanked at lock
+    time, and nothing else (another tool's table beside it is its own)."""
+    tool = pkg.get("tool")
+    if tool is None:
+        return None
+    ours = read_table(tool, f"{key}.tool").get("envlock")
+    if ours is None:
+        return None
+    where = f"{key}.tool.envlock"
+    for extra in sorted(set(read_table(ours, where)) - {"yanked"}):
+        raise BadKeyError(toml_key(where, extra), "found a key envlock does not write there", "only yanked")
+    return read_opt_str(ours, "yanked", where)
+
+
+def _artifact(value: object, key: str) -> Artifact:
+    """One ``[[packages.wheels]]`` entry, refused when its hash or file name could steer a store path.
+
+    Both name where the wheel is kept (``wheels/<sha256>/<file name>``), so a lock from
+    a pull request or a hostile index page (``..%2F..%2Fx.whl``) must not reach outside it.
+    """
+    wheel = read_table(value, key)
+    hashes = read_table(wheel.get("hashes"), f"{key}.hashes")
+    if "sha256" not in hashes:
+        found = f"missing, found only {', '.join(sorted(hashes))}" if hashes else "missing"
+        raise BadKeyError(f"{key}.hashes.sha256", found, "the wheel's sha256 (envlock locks every wheel by sha256)")
+    sha256 = read_str(hashes, "sha256", f"{key}.hashes")
+    if not SHA256.fullmatch(sha256):
+        raise BadKeyError(f"{key}.hashes.sha256", f"found {sha256!r}", "64 lowercase hex digits")
+    url, path = read_opt_str(wheel, "url", key), read_opt_str(wheel, "path", key)
+    if url is None and path is None:
+        raise BadKeyError(key, "found neither url nor path", "one of them")
+    size = wheel.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise BadKeyError(f"{key}.size", f"found {_found(size)}", "a byte count")
+    art = Artifact(sha256=sha256, url=url, path=path, size=size)
+    where = f"{key}.url" if url is not None else f"{key}.path"
+    try:
+        problem = art.filename_problem()
+    except ValueError:  # urlsplit: "https://[x?y" is no URL
+        raise BadKeyError(where, f"found {url!r}", "a URL") from None
+    if problem:
+        raise BadKeyError(where, f"found {url or path!r}, which names the file {art.filename!r}",
+                          "a plain *.whl file name")
+    if path is not None and not is_lock_wheel_path(path):
+        raise BadKeyError(where, f"found {path!r}, which leaves the workspace",
+                          "a path from the lock's folder (locks/) to a wheel inside the workspace, as "
+                          "`envlock build` writes it (../wheelhouse/FILE.whl)")
+    return art
+
+
+def is_lock_wheel_path(value: str) -> bool:
+    """Whether a lock's wheel ``path`` stays in the workspace: relative to the lock's folder, ``locks/``,
+    it may climb out of that folder once (``../wheelhouse/…``), and nowhere after."""
+    parts = PurePosixPath(value).parts
+    return not PurePosixPath(value).is_absolute() and ".." not in parts[1 if parts[:1] == ("..",) else 0:]
+
+
+def is_workspace_path(value: str) -> bool:
+    """Whether ``value`` is a relative path that stays inside the workspace (no ``..``, not absolute)."""
+    pure = PurePosixPath(value)
+    return bool(value.strip()) and not pure.is_absolute() and ".." not in pure.parts and "\\" not in value
+
+
+def _workspace_path(table: Mapping[str, Any], name: str, key: str) -> str:
+    # The lock names files the sync and `lock --check` read and hash: never outside the workspace.
+    value = read_str(table, name, key)
+    if not is_workspace_path(value):
+        raise BadKeyError(toml_key(key, name), f"found {value!r}", "a relative path inside the workspace")
+    return value
+
+
+def source_entry(src: Mapping[str, Any], key: str) -> LockedSource:
+    """One ``[tool.envlock.sources.NAME]`` table at ``key``: a git URL or a workspace path, and its patches."""
+    kind = "git" if "git" in src else "path"
+    if kind not in src:
+        raise BadKeyError(key, "found neither git nor path", "one of them")
+    patches = []
+    for i, value in enumerate(read_array(src.get("patches", []), f"{key}.patches")):
+        patch = read_table(value, f"{key}.patches[{i}]")
+        patches.append(LockedPatch(_workspace_path(patch, "path", f"{key}.patches[{i}]"),
+                                   read_str(patch, "sha256", f"{key}.patches[{i}]")))
+    return LockedSource(
+        kind=kind,
+        location=read_str(src, kind, key) if kind == "git" else _workspace_path(src, kind, key),
+        commit=read_opt_str(src, "commit", key),
+        rev=read_opt_str(src, "rev", key),
+        tree_digest=read_opt_str(src, "tree-digest", key),
+        patches=tuple(patches),
+    )
+
+
+def build_entry(build: Mapping[str, Any], key: str) -> LockedBuild:
+    """One ``[tool.envlock.builds.NAME]`` table at ``key``."""
+    return LockedBuild(
+        input_digest=read_str(build, "input-digest", key),
+        wheel=read_str(build, "wheel", key),
+        sha256=read_str(build, "sha256", key),
+        requirements=read_strings(build.get("build-requirements", []), f"{key}.build-requirements"),
+        toolchain=read_strings(build.get("toolchain", []), f"{key}.toolchain"),
+    )
+
+
+_GIT_PIN_KEYS = ("git", "commit", "rev")
+_ARCHIVE_PIN_KEYS = ("url", "sha256")
+
+
+def fetchcontent_entries(table: Mapping[str, Any], key: str) -> dict[str, LockedFetchContent]:
+    """One build's ``[tool.envlock.fetchcontent.BUILD]``: each input's pin, its keys exactly these."""
+    out = {}
+    for name, value in table.items():
+        where = toml_key(key, name)
+        pin = read_table(value, where)
+        allowed = _GIT_PIN_KEYS if "git" in pin else _ARCHIVE_PIN_KEYS
+        if "git" in pin and "url" in pin:
+            raise BadKeyError(where, "found both git and url", "one of them")
+        if "git" not in pin and "url" not in pin:
+            raise BadKeyError(where, "found neither git nor url", "one of them")
+        for extra in sorted(set(pin) - set(allowed)):
+            raise BadKeyError(toml_key(where, extra), "found a key envlock does not write there",
+                              f"only {', '.join(allowed)} ({'a git' if 'git' in pin else 'an archive'} input)")
+        if "git" in pin:
+            commit = read_str(pin, "commit", where)
+            if not COMMIT.fullmatch(commit):
+                raise BadKeyError(toml_key(where, "commit"), f"found {commit!r}", "a full 40-hex commit")
+            out[name] = LockedFetchContent(git=read_str(pin, "git", where), commit=commit,
+                                           rev=read_opt_str(pin, "rev", where))
+        else:
+            sha256 = read_str(pin, "sha256", where)
+            if not SHA256.fullmatch(sha256):
+                raise BadKeyError(toml_key(where, "sha256"), f"found {sha256!r}", "64 lowercase hex digits")
+            out[name] = LockedFetchContent(url=read_str(pin, "url", where), sha256=sha256)
+    return out
+
+
+def kernels_entry(value: object, key: str) -> LockedKernels:
+    """One package's ``[tool.envlock.kernels]`` entry: sass and ptx arrays of names, cuda of majors."""
+    table = read_table(value, key)
+    for extra in sorted(set(table) - {"sass", "ptx", "cuda"}):
+        raise BadKeyError(toml_key(key, extra), "found a key envlock does not write there", "only sass, ptx, cuda")
+    cuda = read_array(table.get("cuda", []), f"{key}.cuda")
+    for i, major in enumerate(cuda):
+        if not isinstance(major, int) or isinstance(major, bool):
+            raise BadKeyError(f"{key}.cuda[{i}]", f"found {_found(major)}", "a CUDA major version (13)")
+    return LockedKernels(read_strings(table.get("sass", []), f"{key}.sass"),
+                         read_strings(table.get("ptx", []), f"{key}.ptx"), tuple(cuda))
+
+
+def allowed_overlaps_entry(value: object, key: str) -> tuple[AllowedOverlap, ...]:
+    """``[tool.envlock] allowed-overlaps``: the spec's allowances, as ``overlaps.parse`` reads them."""
+    problems: list[tuple[str, str]] = []
+    found = overlaps.parse(read_array(value, key), key, lambda where, why: problems.append((where, why)))
+    if problems:
+        raise BadKeyError(problems[0][0], problems[0][1], "what `envlock lock` writes there")
+    return found
+
+
+def requires_table(value: object, key: str) -> dict[str, tuple[str, ...]] | None:
+    """``[tool.envlock.requires]``: package name -> the package names it requires (None: no table)."""
+    if value is None:
+        return None
+    out = {}
+    for name, names in read_table(value, key).items():
+        where = toml_key(key, name)
+        for i, item in enumerate((name, *read_strings(names, where))):
+            if canonicalize_name(item) != item or not PACKAGE_NAME.fullmatch(item):
+                raise BadKeyError(where if i == 0 else f"{where}[{i - 1}]", f"found {item!r}",
+                                  'a normalized package name (PEP 751), like "flashinfer-python"')
+        out[name] = tuple(names)
+    return out
