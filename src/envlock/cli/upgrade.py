@@ -79,7 +79,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "not at all (exit 1, every problem found named with its fix); --dry-run writes nothing and prints the\n"
             "same report. e.g.\n"
             "  envlock upgrade qwen35 --nightly latest --rev sglang=release --dry-run   (the example world's env:\n"
-            "  python examples/world/serve.py --dir /tmp/world; docs/upgrading.md)")
+            "  python examples/world/serve.py --dir DIR; docs/upgrading.md)")
     p.add_argument("env", metavar="ENV")
     p.add_argument("--nightly", action="append", default=[], metavar="[INDEX=]DATE|latest",
                    help="move every nightly of INDEX (default: of every index) that shares its date to DATE, or to "
