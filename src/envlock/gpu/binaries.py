@@ -26,8 +26,10 @@ from envlock.store.store import Store, write_atomic
 
 #: The version of ``kernels/<sha256>.json``: a record of another one is read anew.
 RECORD_FORMAT = 1
-CHUNK = 1 << 20  # compressed bytes read at a time
-_INFLATED = 4 << 20  # at most this many bytes inflated at a time
+CHUNK = 256 << 10  # compressed bytes read at a time
+#: At most this many bytes inflated at a time: small enough to stay in the CPU's cache while the
+#: scan searches them for fatbin containers (4 MiB windows cost a fifth more time on libtorch_cpu.so).
+_WINDOW = 512 << 10
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _MAYBE_ELF = re.compile(r"\.so(\.\d+)*$|\.cubin$")
 
@@ -117,15 +119,13 @@ def _member(fh: IO[bytes], info: zipfile.ZipInfo) -> ElfFile | None:
         return read_elf(read, info.file_size, info.filename)
     if info.compress_type != zipfile.ZIP_DEFLATED:
         return ElfFile(info.filename, problem=f"compressed with zip method {info.compress_type} (not read)")
-    head = _inflate(fh, start, info.compress_size)
-    try:
-        if next(head, b"")[:4] != ELF_MAGIC:
-            return None
-        return scan_elf(lambda: _inflate(fh, start, info.compress_size), info.filename)
+    stream = _inflate(fh, start, info.compress_size)
+    try:  # one pass, sniffed by its own first bytes; the second reads the first few MB for the library names
+        return scan_elf(stream, lambda limit: _inflate(fh, start, info.compress_size, limit), info.filename)
     except _INFLATE_ERRORS as exc:
         return ElfFile(info.filename, problem=f"its deflated bytes do not inflate ({exc})")
     finally:
-        head.close()
+        stream.close()
 
 
 def _inflate_errors() -> tuple[type[Exception], ...]:
@@ -139,30 +139,57 @@ def _inflate_errors() -> tuple[type[Exception], ...]:
 _INFLATE_ERRORS = _inflate_errors()
 
 
+class _ZlibInflater:
+    """The standard library's raw inflate behind ISA-L's ``IgzipDecompressor`` interface (``needs_input``,
+    ``eof``, ``decompress(data, max_length)``), for where ``isal`` is not installed."""
+
+    def __init__(self) -> None:
+        self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+        self.needs_input = True
+
+    @property
+    def eof(self) -> bool:
+        return self._zlib.eof
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        out = self._zlib.decompress(data or self._zlib.unconsumed_tail, max_length)
+        # A full window may leave output behind (input not consumed, or the rest of a long match).
+        self.needs_input = len(out) < max_length and not self._zlib.unconsumed_tail
+        return out
+
+
 def _inflater() -> Any:
     """A raw-deflate decompressor: ISA-L's (``isal``, a dependency) where it is installed, 2-3 times
-    zlib's speed on a 400 MB ``libtorch_cpu.so``; else the standard library's."""
+    zlib's speed on a 400 MB ``libtorch_cpu.so``; else the standard library's. ``IgzipDecompressor``
+    keeps the input it has not used yet itself (zlib's ``unconsumed_tail`` is a copy per call)."""
     try:
-        from isal import isal_zlib
+        from isal import igzip_lib
     except ImportError:
-        return zlib.decompressobj(-zlib.MAX_WBITS)
-    return isal_zlib.decompressobj(-zlib.MAX_WBITS)
+        return _ZlibInflater()
+    return igzip_lib.IgzipDecompressor(flag=igzip_lib.DECOMP_DEFLATE)
 
 
-def _inflate(fh: IO[bytes], start: int, size: int) -> Generator[bytes, None, None]:
-    """The inflated bytes of the raw deflate stream at ``start`` (``size`` bytes), a bounded piece at a time."""
+def _inflate(fh: IO[bytes], start: int, size: int, limit: int | None = None) -> Generator[bytes, None, None]:
+    """The inflated bytes of the raw deflate stream at ``start`` (``size`` bytes), a window at a time;
+    the first ``limit`` bytes only, when given."""
     inflater = _inflater()
-    left, pos = size, start
-    while left > 0 and not inflater.eof:
-        fh.seek(pos)
-        raw = fh.read(min(CHUNK, left))
-        if not raw:
-            return
-        pos, left = pos + len(raw), left - len(raw)
-        data = inflater.decompress(raw, _INFLATED)
-        while data:
+    left, pos, out = size, start, 0
+    while not inflater.eof and (limit is None or out < limit):
+        raw = b""
+        if inflater.needs_input:
+            if left <= 0:
+                return
+            fh.seek(pos)  # the second pass shares the handle
+            raw = fh.read(min(CHUNK, left))
+            if not raw:
+                return
+            pos, left = pos + len(raw), left - len(raw)
+        data = inflater.decompress(raw, _WINDOW if limit is None else min(_WINDOW, limit - out))
+        if data:
+            out += len(data)
             yield data
-            data = inflater.decompress(inflater.unconsumed_tail, _INFLATED) if inflater.unconsumed_tail else b""
+        elif not raw:  # asked for the rest of a window and given nothing: no progress to wait for
+            return
 
 
 def read_tree(root: Path) -> Binaries:
