@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import zipfile
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from envlock.gpu import binaries, coverage, drivers
 from envlock.gpu.binaries import read_tree, read_wheel, wheel_binaries
 from envlock.gpu.coverage import Gpu, judge, kernel_named, runs
-from envlock.gpu.elf import ElfFile
+from envlock.gpu.elf import ElfFile, scan_elf
 from envlock.gpu.fatbin import Kernel
 from envlock.store.store import Store
 from kit.cuda import CudaKit, cuobjdump_path, gencode
@@ -136,6 +138,62 @@ def test_a_wheel_is_read_once_and_recorded_in_the_store(kit: CudaKit, tmp_path: 
     assert json.loads(record.read_text())["files"][0]["path"] == "fixture/lib/plain.so"
     wheel.unlink()  # the record answers now
     assert wheel_binaries(store, "a" * 64, wheel) == first
+
+
+def test_a_deflated_member_that_is_no_elf_is_left_out_as_a_stored_one_is(kit: CudaKit, tmp_path: Path) -> None:
+    so = kit.library("plain", FIXTURES["plain"])
+    members = {"fixture/bin/tool": b"#!/bin/sh\nexec true\n", "fixture/lib/tiny.so": b"abcd",
+               "fixture/lib/cut.so": b"\x7fELF" + b"\0" * 10, "fixture/lib/plain.so": so.read_bytes()}
+    read = {}
+    for compression in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        path = tmp_path / f"fixture-1.0-py3-none-any.{compression}.whl"
+        with zipfile.ZipFile(path, "w", compression=compression) as zf:
+            for name, data in members.items():
+                zf.writestr(name, data)
+        read[compression] = read_wheel(path)
+    assert read[zipfile.ZIP_DEFLATED] == read[zipfile.ZIP_STORED]
+    cut, plain = read[zipfile.ZIP_DEFLATED].files
+    assert (cut.path, cut.problem) == ("fixture/lib/cut.so", "not an ELF file")
+    assert plain == binaries.read_file(so, "fixture/lib/plain.so")
+
+
+def test_the_one_pass_stops_once_nothing_ahead_can_change_the_answer(kit: CudaKit) -> None:
+    # A library with 4 MB appended (as a self-extracting file has): its section headers, its last part
+    # of its own, are read, and the bytes after them are not.
+    data = kit.library("plain", FIXTURES["plain"]).read_bytes()
+    fed: list[int] = []
+
+    def chunks(blob: bytes) -> Iterator[bytes]:
+        for at in range(0, len(blob), 1 << 16):
+            fed.append(at)
+            yield blob[at:at + (1 << 16)]
+
+    def again(limit: int) -> Iterator[bytes]:
+        yield data[:limit]
+
+    found = scan_elf(chunks(data + b"\xa5" * (4 << 20)), again, "plain.so")
+    assert found == binaries.read_file(kit.library("plain", FIXTURES["plain"]), "plain.so")
+    assert fed[-1] < len(data)
+    fed.clear()
+    cubin = kit.cubin("sm_90").read_bytes()
+    assert scan_elf(chunks(cubin + b"\0" * (1 << 20)), again, "k.cubin") == ElfFile("k.cubin", (Kernel("sass", 90),),
+                                                                                    cubin=True)
+    assert fed == [0]  # a device ELF: its header says all
+    assert scan_elf(chunks(b"#!/bin/sh\n"), again, "tool") is None
+
+
+def test_zlib_inflates_window_by_window_as_isal_does(tmp_path: Path) -> None:
+    # Long runs and matches across the 512 KiB windows, and a stream ending inside one.
+    data = b"".join(bytes([i % 251]) * (i * 997 % 70_000) + i.to_bytes(4, "little") * 300 for i in range(200))
+    path = tmp_path / "stream"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    path.write_bytes(compressor.compress(data) + compressor.flush())
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        for limit in (None, 1_000_003):
+            by_zlib = b"".join(binaries._inflate(fh, 0, size, limit, make=binaries._ZlibInflater))
+            by_default = b"".join(binaries._inflate(fh, 0, size, limit))
+            assert by_zlib == by_default == data[:limit]
 
 
 def test_what_is_no_wheel_says_so(tmp_path: Path) -> None:

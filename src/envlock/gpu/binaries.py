@@ -16,7 +16,7 @@ import re
 import struct
 import zipfile
 import zlib
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -169,10 +169,11 @@ def _inflater() -> Any:
     return igzip_lib.IgzipDecompressor(flag=igzip_lib.DECOMP_DEFLATE)
 
 
-def _inflate(fh: IO[bytes], start: int, size: int, limit: int | None = None) -> Generator[bytes, None, None]:
+def _inflate(fh: IO[bytes], start: int, size: int, limit: int | None = None, *,
+             make: Callable[[], Any] = _inflater) -> Generator[bytes, None, None]:
     """The inflated bytes of the raw deflate stream at ``start`` (``size`` bytes), a window at a time;
-    the first ``limit`` bytes only, when given."""
-    inflater = _inflater()
+    the first ``limit`` bytes only, when given. ``make``: the decompressor (the tests pass zlib's)."""
+    inflater = make()
     left, pos, out = size, start, 0
     while not inflater.eof and (limit is None or out < limit):
         raw = b""
