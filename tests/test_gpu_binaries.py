@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from envlock.gpu import binaries, coverage, drivers
+from envlock.gpu import binaries, coverage, drivers, elf
 from envlock.gpu.binaries import read_tree, read_wheel, wheel_binaries
 from envlock.gpu.coverage import Gpu, judge, kernel_named, runs
 from envlock.gpu.elf import ElfFile, scan_elf
-from envlock.gpu.fatbin import Kernel
+from envlock.gpu.fatbin import SIGNATURE, Kernel
 from envlock.store.store import Store
 from kit.cuda import CudaKit, cuobjdump_path, gencode
 
@@ -180,6 +180,28 @@ def test_the_one_pass_stops_once_nothing_ahead_can_change_the_answer(kit: CudaKi
                                                                                     cubin=True)
     assert fed == [0]  # a device ELF: its header says all
     assert scan_elf(chunks(b"#!/bin/sh\n"), again, "tool") is None
+
+
+@pytest.mark.parametrize("size", [13, 4099, 1 << 16])
+def test_the_one_pass_reads_the_same_however_the_stream_is_cut(kit: CudaKit, size: int) -> None:
+    so = kit.library("plain", FIXTURES["plain"])
+    data = so.read_bytes()
+    found = scan_elf((data[at:at + size] for at in range(0, len(data), size)), lambda n: [data[:n]], "plain.so")
+    assert found == binaries.read_file(so, "plain.so")
+    assert found is not None and len(found.kernels) == 5
+
+
+def test_a_container_is_looked_for_where_nvcc_puts_one_at_a_multiple_of_8() -> None:
+    # In a window starting at file offset 5: the signatures at 3 (file offset 8) and 27 (32) count, the one
+    # at 14 (19) does not; the one cut by the window's end at 35 (40) is the next window's to find.
+    data = bytearray(40)
+    for at in (3, 14, 27):
+        data[at:at + 8] = SIGNATURE
+    data[35:40] = SIGNATURE[:5]
+    assert elf.signatures(bytes(data), 5) == [3, 27]
+    # A window dense with candidate bytes (0xBA in each aligned 8 bytes' fourth place) finds the same.
+    dense = (b"\0\0\0\xba" * 2) * 700 + SIGNATURE + b"\xba" * 64
+    assert elf.signatures(dense, 0) == [5600]
 
 
 def test_zlib_inflates_window_by_window_as_isal_does(tmp_path: Path) -> None:

@@ -196,7 +196,8 @@ def read_elf(read: Callable[[int, int], bytes], size: int, path: str) -> ElfFile
     kernels: list[Kernel] = []
     problems = [] if sections else ["no section headers (its fatbins, if any, were not read)"]
     for kind, offset, length in sections:
-        if kind == _SHT_PROGBITS and length >= 16 and offset + length <= size and read(offset, 8) == SIGNATURE:
+        if (kind == _SHT_PROGBITS and length >= 16 and offset % ALIGN == 0 and offset + length <= size
+                and read(offset, 8) == SIGNATURE):
             found, problem = _walk_seeking(read, offset, offset + length)
             kernels += found
             problems.append(problem)
@@ -209,10 +210,10 @@ def _walk_seeking(read: Callable[[int, int], bytes], start: int, end: int) -> tu
     kernels: list[Kernel] = []
     pos = start
     while pos + 16 <= end:
-        size = decode_container(read(pos, 16))
+        size = decode_container(read(pos, 16)) if pos % ALIGN == 0 else None
         if size is None:  # padding before the next container, or the section's end
             ahead = read(pos, min(_MAX_PADDING + 16, end - pos))
-            skip = ahead.find(SIGNATURE)
+            skip = next((k for k in signatures(ahead, pos) if k > 0), 0)
             if skip <= 0:
                 break
             pos += skip
@@ -345,18 +346,20 @@ class _Scan:
     def feed(self, chunk: bytes) -> bool:
         """Take the next bytes; False once the answer is known (the rest need not be read)."""
         start, end = self.pos, self.pos + len(chunk)
-        # A signature across the two chunks is found in the seam; the rest in the chunk itself (no copy).
-        seam = self.tail + chunk[:len(SIGNATURE) - 1]
-        hits = [start - len(self.tail) + m.start() for m in _SIGNATURE.finditer(seam)
-                if m.start() + len(SIGNATURE) > len(self.tail)]
-        hits += [start + m.start() for m in _SIGNATURE.finditer(chunk)]
+        hits = [start + at for at in signatures(chunk, start)]
+        # The one aligned offset whose 8 bytes this chunk and the last share, if any (the tail is 7 bytes).
+        straddling, seam = start - start % ALIGN, self.tail + chunk[:len(SIGNATURE)]
+        at = straddling - (start - len(self.tail))  # in the seam
+        if start % ALIGN and at >= 0 and seam.startswith(SIGNATURE, at):
+            hits.append(straddling)
         for at in hits:
             if at not in self.containers:
                 self.want(at, 16, self._container_at(at))
         if self.wants:
             view = self.tail + chunk if self.tail and any(w.start < start for w in self.wants) else chunk
             self._take(view, end - len(view), end)
-        self.tail = chunk[-(len(SIGNATURE) - 1):]
+        keep = len(SIGNATURE) - 1
+        self.tail = chunk[-keep:] if len(chunk) >= keep else (self.tail + chunk)[-keep:]
         self.pos = end
         return self.done is None and self.elf and not self._all_read()
 
@@ -446,10 +449,35 @@ class _Scan:
         return tuple(name(o) for o in dyn.needed), name(dyn.soname) if dyn.soname is not None else ""
 
 
-#: A fatbin container's first 8 bytes, searched for in every byte streamed: the regular expression
-#: engine's literal search takes two thirds of ``bytes.find``'s time (that one skips slowly past the
-#: NUL bytes the signature ends with, common in an ELF).
+#: nvcc writes a fatbin as ``.quad``s after ``.align 8`` in ``.nv_fatbin`` (and ``__nv_relfatbin``), and
+#: clang aligns its ``.nv_fatbin`` to 8: a container starts at a multiple of 8 in the file (an
+#: allocated section's offset is its address modulo the page size), and only there is one looked for.
+ALIGN = 8
 _SIGNATURE = re.compile(re.escape(SIGNATURE))
+#: Candidates in one window past this: the window is searched by the regular expression engine instead.
+_MAX_CANDIDATES = 512
+
+
+def signatures(data: bytes, start: int) -> list[int]:
+    """The offsets in ``data`` (whose first byte is at file offset ``start``) of every aligned fatbin
+    container signature that lies wholly in it. It searches one byte in eight: each aligned 8 bytes'
+    fourth (``0xBA`` in a signature, about one aligned 8 bytes in 8,000 of ``libtorch_cpu.so``), found by
+    ``memchr`` in a strided copy, then each candidate compared whole: 2.4 times faster than the
+    regular expression engine's literal search of every byte, which is the fallback for a window
+    dense with candidates."""
+    phase = -start % ALIGN
+    lane = data[phase + 3::ALIGN]
+    found: list[int] = []
+    k, candidates = lane.find(SIGNATURE[3]), 0
+    while k >= 0:
+        candidates += 1
+        if candidates > _MAX_CANDIDATES:  # one pass of the engine costs less than the candidates left
+            return [m.start() for m in _SIGNATURE.finditer(data) if (start + m.start()) % ALIGN == 0]
+        at = phase + ALIGN * k
+        if data.startswith(SIGNATURE, at):
+            found.append(at)
+        k = lane.find(SIGNATURE[3], k + 1)
+    return found
 
 
 def scan_elf(chunks: Iterable[bytes], again: Callable[[int], Iterable[bytes]], path: str) -> ElfFile | None:
