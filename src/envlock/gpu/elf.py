@@ -5,13 +5,14 @@ Two readers give one answer. ``read_elf`` seeks (a file on disk, a zip member st
 ELF header, the program and section headers, then each fatbin container and entry header,
 stepping over the payloads. ``scan_elf`` reads a stream once, front to back (a zip member that is
 deflated, which cannot be seeked): it keeps the few header ranges it will need, and every fatbin
-container header it meets (found by its 8-byte signature, then its entry headers chained from it);
+container header it meets (found by its 8-byte signature at a multiple of 8, where nvcc and clang put
+one, see ``ALIGN``; then its entry headers chained from it);
 at the end the section headers say which of them lie in a section that starts with a container, and
 only those count. It stops as soon as nothing ahead can change that (the section headers are
 usually an ELF's last bytes: then at the end). The names ``DT_NEEDED`` points at lie in ``.dynstr``,
 which comes before ``.dynamic``: the stream is read a second time up to them (the first few MB).
 Memory stays at a chunk plus those small pieces; the search for signatures is most of its own time
-(a fifth of the inflating's, see docs/performance.md).
+(a seventh of the inflating's, see docs/performance.md).
 
 Only 64-bit little-endian ELF is read (every CUDA platform: x86_64, aarch64, ppc64le); a device ELF
 (a ``.cubin``, ``e_machine`` EM_CUDA) is one SASS kernel, its arch from ``e_flags`` (its variant is
