@@ -28,7 +28,7 @@ from envlock.store.store import Store, write_atomic
 RECORD_FORMAT = 1
 CHUNK = 256 << 10  # compressed bytes read at a time
 #: At most this many bytes inflated at a time: small enough to stay in the CPU's cache while the
-#: scan searches them for fatbin containers (4 MiB windows cost a fifth more time on libtorch_cpu.so).
+#: scan searches them for fatbin containers.
 _WINDOW = 512 << 10
 _LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")
 _MAYBE_ELF = re.compile(r"\.so(\.\d+)*$|\.cubin$")
