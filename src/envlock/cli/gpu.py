@@ -6,7 +6,6 @@ import argparse
 from collections.abc import Callable
 
 from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out
-from envlock.gpu.drivers import needs
 from envlock.workspace import Workspace
 
 
@@ -18,6 +17,8 @@ def cmd_kernels(args: argparse.Namespace, ws: Workspace) -> int:
         report = kernels.kernels_env(ws, args.target, offline=args.offline, progress=bar, asked=mirror_options(args))
 
     def text() -> str:
+        from envlock.gpu.drivers import needs  # ELF and fatbin readers: not for building the parser
+
         lines = []
         for p in report.packages:
             shown = [f for f in p.files if f.kernels or needs(f)]

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from envlock import __version__
+from envlock import __version__, timings
 from envlock.cli.render import GLOBAL_OPTIONS
 from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, scrub
 
@@ -186,6 +186,7 @@ def _main(argv: Sequence[str] | None) -> int:
     _JSON_ERRORS = asks_json(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
+    timings.mark("imports of cli and argparse")
     if unknown:  # with the command's own usage line, not the top level's
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
@@ -204,6 +205,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 raise
             ws = Workspace(Path.cwd())
         code: int = args.func(args, ws)
+        timings.mark("done")
         return code
     except BrokenPipeError:
         # `envlock diff ... | head`: the reader left; not an error worth a traceback.

@@ -46,8 +46,10 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
                             None if args.frozen or args.lock is not None else spec_file,
                             spec_file if args.frozen and args.lock is None else None)
     if result is None:
-        from envlock import ui
+        from envlock import timings, ui
         from envlock.commands import sync
+
+        timings.mark("imports of the sync recipe")
 
         def on_build(name: str, digest: str) -> None:
             built.append((name, digest))

@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING
 from envlock import runner
 from envlock.errors import LockError, SpecError, UsageError
 from envlock.model.lockfile import Lock, read_lock
-from envlock.model.spec import EnvSpec, parse_spec
 from envlock.model.tomlio import load_toml
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
-    pass
+    from envlock.model.spec import EnvSpec
 
 
 @dataclass(frozen=True)
@@ -145,6 +144,8 @@ def spec_at(ws: Workspace, ref: LockRef) -> EnvSpec | None:
     shown = runner.git(["show", f"{rev}:{rel.relative_to(repo.resolve()).as_posix()}"], cwd=repo)
     if not shown.ok:
         return None
+    from envlock.model.spec import parse_spec  # packaging's parsers: not for a `sync --lock` of a file
+
     origin = Path(f"envs/{ref.lock.env}.toml@{rev}")
     try:
         return parse_spec(load_toml(shown.stdout, origin, SpecError), name=ref.lock.env, origin=origin)

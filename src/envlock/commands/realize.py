@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envlock import timings
 from envlock.errors import LockError, StoreError, VerifyError
 from envlock.install import generations
 from envlock.store import home, noop
@@ -111,20 +112,26 @@ def realize(store: Store, target: SyncTarget, progress: Progress | None = None) 
         cur = generations.current(store, env)
         if cur is not None and _current_is(store, cur, lock):
             return _noop(store, target, cur, started)
+        timings.mark("the store opened, the env locked, its current generation read")
         got, cached, cached_bytes = _fetch(store, target, progress)
+        timings.mark("fetch: every locked wheel in the store")
         checked = _install_checked(store, target, got.paths())
         # Record first, so the generation keeps the lock text as it stands after this sync.
         lock_bytes, on_disk, recorded = _record(lock, target.lock_path, checked.digest, checked.python,
                                                 target.frozen)
+        timings.mark("the lock file read (and the venv digest recorded in it)")
         note = "; ".join(filter(None, [_recorded_note(lock, checked.python, recorded, env, target.lock_path),
                                        checked.note]))
         # The file's text when it holds the synced lock (with the digest just recorded);
         # if it holds another lock now, the generation keeps the one it was built from.
         lock_text = lock_bytes.decode("utf-8") if lock_bytes is not None and on_disk is not None else lock.to_toml()
         gen = _new_generation(store, env, cur, checked, lock_text)
+        timings.mark("the generation written (fsynced)")
         generations.flip(store, env, gen.number)
+        timings.mark("the flip of `current`")
         # Switched now: nothing after this may fail the sync (it would say "nothing switched").
         unstamped = _stamp(store, target, gen.number, checked.digest, lock_bytes, on_disk)
+        timings.mark("the no-op stamp written")
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, lock.install_digest(), checked.digest, noop=False,
             # What the caches gave counts as fetched and downloaded too (the sync's note says from where).

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envlock import timings
 from envlock.commands.lockrefs import load_env_lock_ref
 from envlock.commands.realize import SyncResult, SyncTarget, realize
 from envlock.errors import BuildError, FetchError, LockError, SpecError, UsageError
 from envlock.model.lockfile import Lock, canonicalize_name, read_lock
 from envlock.model.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_set, source_mirrors
-from envlock.model.spec import load_env_spec, read_spec
 from envlock.resolution.drift import NO_GRAPH, drift, frozen_drift, frozen_stamp_inputs, stamp_inputs, unvouched
 from envlock.store.home import file_sha256
 from envlock.store.store import Store
@@ -85,6 +85,7 @@ def sync(ws: Workspace, env: str, options: SyncOptions, *, progress: Progress | 
     """
     started = time.monotonic()
     todo = plan(ws, env, options)
+    timings.mark("plan: the spec and the lock read")
     with todo.mirrors.credentials():  # a private index's: for a relock, the builds and the downloads
         result = _sync(ws, todo, store, progress, on_build)
     return replace(result, seconds=time.monotonic() - started)
@@ -250,6 +251,8 @@ def _plan_ref(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
                          f"no spec ({ws.relative(spec_file)})")
     mirrors, notes = Mirrors(), []
     if not options.offline and spec_file.is_file():
+        from envlock.model.spec import load_env_spec  # packaging's parsers: not for a --lock sync without a spec
+
         try:
             spec = load_env_spec(ws, env, check_paths=False)
         except SpecError:
@@ -285,6 +288,8 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
     lock_path = ws.lock_path(env)
     # One read of each file: the spec parsed is the spec hashed for the no-op stamp.
     # Frozen, the lock is synced as it is: the sources are read only if a build is missing.
+    from envlock.model.spec import read_spec  # packaging's parsers: not for a --lock sync without a spec
+
     spec, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
     mirrors = Mirrors.of(spec, options.mirrors, read_indexes=not offline)
     found = read_lock(lock_path) if frozen or lock_path.exists() else None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envlock import runner
+from envlock import runner, timings
 from envlock.errors import InstallError, VerifyError
 from envlock.install.digest import Manifest, compare, manifest, stored_manifest
 from envlock.model.lockfile import Lock, canonicalize_name
@@ -98,6 +98,7 @@ def install(
         existing = stored_manifest(final)
         if existing is not None:
             actual = manifest(final, cache_dir=store.hash_cache)
+            timings.mark("the stored venv walked again")
             if actual.digest != existing.digest:
                 raise VerifyError(
                     f"{final}: store venv was modified after it was built "
@@ -124,9 +125,10 @@ def install(
                     "wheel's name and version; expected the lock's [[packages]] entry to point at its own wheel"
                 )
             files.append(str(wheel))
-        from envlock.model.target import find_python  # here: packaging's tags, not for a reused venv (above)
+        from envlock.model.target import find_python  # here: not for a reused venv (above)
 
         python = find_python(lock.python)
+        timings.mark("the wheels checked, the interpreter found")
         # In a pid-named temp folder: a killed install's log goes with its other litter.
         log_dir = store.temp_dir("install-log")
         log = log_dir / "uv.log"
@@ -136,16 +138,19 @@ def install(
             note = _populate(store, work, python, files, wheels, log)
             _drop_install_records(work)
             _keep_allowed_overlaps(work, lock, wheels)
+            timings.mark("uv's install dropped from the RECORDs")
             # The digest is taken where it will be read from, so ${VENV} means the final path.
             # Sealed read-only: a file edited in one venv is edited in every venv sharing
             # its inode (and in uv's cache, so in every venv built after). Flushed: what the
             # walk reads (what uv and this install wrote now) is written back to the device;
             # what it does not read is a file an earlier walk read and wrote back.
             built = manifest(work, prefix=final, cache_dir=store.hash_cache, seal=True, flush=True)
+            timings.mark("the digest walk (sealed, written back)")
             text = built.to_json().encode()
             write_atomic(work / MANIFEST_NAME, text)
             os.chmod(work / MANIFEST_NAME, 0o444)  # sealed like the rest
             written_back(work)  # so the rename waits for one fsync, not a syncfs of the file system
+        timings.mark("the manifest written, the venv folder fsynced and renamed")
         shutil.rmtree(log_dir, ignore_errors=True)
         save_manifest(store, built, text)
     return InstallResult(final, key, built, True, time.monotonic() - started, note)
@@ -159,6 +164,7 @@ def _populate(store: Store, work: Path, python: Path, files: list[str], wheels: 
     note = ""
     while True:
         _new_venv(store, work, python, log)
+        timings.mark("the venv skeleton copied")
         if not files:
             return note
         try:
@@ -174,6 +180,7 @@ def _populate(store: Store, work: Path, python: Path, files: list[str], wheels: 
                 _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
                      "--no-index", "--offline", "--no-deps", "--no-build", *files],
                     what="install the locked wheels", log=log, cache=uv_cache_dir(store))
+            timings.mark("uv pip install")
             return note
         except InstallError as exc:
             # uv's "Bad CRC" does not say what to do: name a store wheel whose bytes changed.
@@ -452,6 +459,8 @@ def _keep_allowed_overlaps(venv: Path, lock: Lock, wheels: Mapping[str, Path]) -
     """Each path the lock allows two distributions to install (``allowed-overlaps``) holds the
     bytes of the first one named, whatever order uv wrote the two in (it installs in parallel):
     so the venv digest does not depend on it. A new file, not a write through uv's hard link."""
+    if not lock.allowed_overlaps:
+        return
     import zipfile
 
     by_name = {p.name: p for p in lock.packages}
