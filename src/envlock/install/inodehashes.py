@@ -19,8 +19,8 @@ that nobody rewrites a file and then sets its mtime back by hand (``touch -d``).
 ``envlock verify`` therefore never answers from the cache (it reads every byte);
 it only refreshes it.
 
-Kept are only files with more than one link (the uv cache's: a file uv wrote for
-one venv, like ``RECORD``, is never shared by a later one) whose bytes held none of
+Kept are the files, shared with uv's cache or written for one venv alone (``RECORD``: a
+switch back to a venv already in the store walks them again, and then reads none), whose bytes held none of
 the walk's normalization strings, so the cached hash is both the raw and the
 normalized one. The walk searches a file's bytes for one string only, the venv's
 own path ``…/venvs/sha256-<install digest hex>``, which cannot occur in a wheel's file: that
@@ -97,10 +97,10 @@ class HashCache:
         """Remember ``digest`` for the file with this ``lstat`` (taken before it was read).
 
         Not kept when the file changed too recently to tell a later same-tick write
-        apart, nor when it has a single link: a file uv wrote for this venv alone
-        (``RECORD``, ``INSTALLER``), which no later venv shares.
+        apart. A file with one link (``RECORD``, written for one venv) is kept too: no later venv
+        shares it, but a switch back to its venv walks it again.
         """
-        if st.st_nlink > 1 and st.st_mtime_ns < self._horizon_ns:
+        if st.st_mtime_ns < self._horizon_ns:
             key, value = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns, digest)
             self._new[key] = value
             self._changed = self._changed or self._old.get(key) != value
