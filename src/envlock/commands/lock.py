@@ -16,8 +16,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock.build import builder
-from envlock.commands.buildsession import BuildSession, InputsWanted, SourceState, prepare_inputs
 from envlock.errors import (
     BuildError,
     FetchError,
@@ -37,8 +35,11 @@ from envlock.store.store import Store, replace_if_unchanged
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
+    # The build machinery (commands.buildsession: builder, patches, source and toolchain inputs, ~40 ms
+    # of imports) is imported only for a spec with sources or builds.
     from envlock.build.inputs import FetchedInput
     from envlock.cache.caches import Caches
+    from envlock.commands.buildsession import BuildSession, SourceState
     from envlock.install.fetch import FetchResult
     from envlock.model.spec import EnvSpec
     from envlock.progress import Progress
@@ -161,11 +162,16 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: 
         nightlies=resolution.nightlies, sources={name: state.locked() for name, state in states.items()},
         overridden=guarded.overridden, allowed_overlaps=guarded.allowed, requires=guarded.requires,
     )
-    # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
-    session = BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, options.progress,
-                           inputs=inputs)
-    lock = replace(lock, fetchcontent=session.pins())
-    lock, for_builds, planned_toolchains = carry_builds(replace(session, lock=lock), old)
+    for_builds: tuple[FetchResult, ...] = ()
+    planned_toolchains: dict[str, tuple[str, ...]] = {}
+    if spec.builds:  # without builds there are no FetchContent pins and no build records to carry
+        from envlock.commands.buildsession import BuildSession
+
+        # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
+        session = BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors,
+                               options.progress, inputs=inputs)
+        lock = replace(lock, fetchcontent=session.pins())
+        lock, for_builds, planned_toolchains = carry_builds(replace(session, lock=lock), old)
     gpu_notes: list[str] = []
     if spec.gpus:  # lazy: only an env that names GPUs reads its wheels' binaries (docs/gpus.md)
         from envlock.commands import kernels
@@ -211,6 +217,8 @@ def sources_for_lock(ws: Workspace, spec: EnvSpec, store: Store, old: Lock | Non
     before the resolution downloads anything."""
     if not spec.sources:
         return {}, {}
+    from envlock.commands.buildsession import InputsWanted, prepare_inputs
+
     return prepare_inputs(ws, spec, store, InputsWanted(builds=list(spec.builds.values()), lock=old, mirrors=mirrors,
                                                         pin_only=True))
 
@@ -288,6 +296,8 @@ def carry_builds(session: BuildSession, old: Lock | None
     spec, lock = session.spec, session.lock
     if old is None or not old.builds or not spec.builds:
         return lock, (), {}
+    from envlock.build import builder
+
     ready = session.ready(list(spec.builds.values()))
     env_packages, fetched = session.env_packages(ready)
     kept_builds = {}
