@@ -19,9 +19,11 @@ if TYPE_CHECKING:
 
 
 def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import ui
+    from envlock import timings, ui
     from envlock.cli import cache
     from envlock.commands import lock
+
+    timings.mark("imports of the lock recipe")
 
     if args.offline and not args.check:
         raise UsageError("--offline: `envlock lock` resolves against the indexes; only `envlock lock ENV --check "

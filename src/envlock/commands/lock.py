@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envlock import timings
 from envlock.errors import (
     BuildError,
     FetchError,
@@ -148,6 +149,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: 
     # Every git or URL input (sources, FetchContent) is fetched first: an unreachable one fails
     # the lock before a wheel is downloaded, all of them named together.
     states, inputs = sources_for_lock(ws, spec, store, old, mirrors)
+    timings.mark("lock: the spec, the old lock and the sources read")
     relock = _Relock(ws, env, spec, mirrors, store, old, states, options.progress)
     hashing = None
     if options.caches is not None:  # lazy: only where a cache is named (docs/architecture.md)
@@ -155,7 +157,9 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: 
 
         hashing = CachedHashing(options.caches)
     resolution = _resolve(relock, urls, hashing)
+    timings.mark("lock: resolved (the nightlies, the pins, uv)")
     guarded = _guard(relock, resolution)  # an overlap fails here: nothing written
+    timings.mark("lock: the guards")
     lock = Lock(
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
         spec_keys=spec.key_digests(), packages=resolution.packages, requires_python=resolution.requires_python,
@@ -181,6 +185,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: 
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
     changed = _write(ws, env, old_file, lock) if options.write else old_file.text != lock.to_toml()
+    timings.mark("lock: written")
     if hashing is not None:
         from envlock.cache.urlrecords import push_hashed
 
