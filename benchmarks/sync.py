@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from envlock import runner  # noqa: E402
-from envlock.install import generations  # noqa: E402
+from envlock.install import generations, install  # noqa: E402
 from envlock.install.install import venv_entry  # noqa: E402
 from envlock.model.lockfile import Artifact  # noqa: E402
 from envlock.store.store import Store, store_file  # noqa: E402
@@ -249,6 +249,35 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     t_reuse, t_peer_reuse, spread = paired(reuse, peer_warm, args.repeat)
     print(f"  for comparison, venv already in the store (re-walked, new generation) {t_reuse:.3f}s / "
           f"{t_peer_reuse:.3f}s = {t_reuse / t_peer_reuse:.2f}  (target <= 1.0; {spread})")
+
+    # uv's part of a warm sync alone: the very `uv pip install` envlock runs (the 158 store files, the
+    # store's uv cache) into a copy of its skeleton, beside the peer's `uv pip sync` into one: whether
+    # the warm ratio is uv's way of being called or envlock's own work.
+    skeleton = next((store.root / "skeletons").iterdir())
+    alone = store.root / "tmp" / "uv-alone"
+    store_files = [str(store_file(store, p.wheels[0])) for p in lock.packages]
+
+    def into_skeleton_copy() -> None:
+        shutil.rmtree(alone, ignore_errors=True)
+        shutil.copytree(skeleton, alone, symlinks=True)
+
+    def uv_as_envlock() -> float:
+        into_skeleton_copy()
+        return timed([uv, "pip", "install", "--python", str(alone / "bin" / "python"), "--link-mode", "hardlink",
+                      "--no-index", "--offline", "--no-deps", "--no-build", *store_files],
+                     {**env, "UV_CACHE_DIR": str(install.uv_cache_dir(store))})
+
+    def uv_as_peer() -> float:
+        into_skeleton_copy()
+        return timed([uv, "pip", "sync", "-q", "--python", str(alone / "bin" / "python"), "--no-index", *find_links,
+                      str(reqs)], env)
+
+    uv_as_envlock()
+    uv_as_peer()
+    t_uv, t_uv_peer, spread = paired(uv_as_envlock, uv_as_peer, args.repeat)
+    print(f"  uv's install as envlock runs it (store files, store's uv cache) {t_uv:.3f}s / as the peer runs it "
+          f"(`uv pip sync`, one find-links folder) {t_uv_peer:.3f}s = {t_uv / t_uv_peer:.2f}  ({spread})")
+    shutil.rmtree(alone, ignore_errors=True)
 
     # 2. No-op: the env already is this lock.
     def noop() -> float:
