@@ -22,6 +22,7 @@ from envlock.errors import (
     BuildError,
     FetchError,
     LockChangedError,
+    LockError,
     PackageIndexError,
     ResolveError,
     SpecError,
@@ -67,8 +68,21 @@ class LockResult:
     build_fetched: int = 0
     # Each build of the old lock whose inputs moved -> the toolchain lines its rebuild resolves to now.
     planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A spec of several targets: each target's own result (its lock, nightlies, builds pending); ``lock``
+    # above is then the target asked for (``LockOptions.target``), else this machine's, else the first.
+    targets: Mapping[str, LockResult] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        doc = self._own_dict()
+        if self.targets:
+            doc["targets"] = {name: {"platform": r.lock.platform if r.lock is not None else None,
+                                     "python": r.lock.python if r.lock is not None else None,
+                                     "packages": r.packages, "nightlies": dict(r.nightlies),
+                                     "unbuilt": list(r.lock.unbuilt()) if r.lock is not None else []}
+                              for name, r in sorted(self.targets.items())}
+        return doc
+
+    def _own_dict(self) -> dict[str, Any]:
         return {
             "env": self.env,
             "lock": str(self.path),
@@ -95,6 +109,8 @@ class LockOptions:
     progress: Progress | None = None  # of the downloads that hash wheels an index publishes no hash for
     # Asked before a wheel is downloaded to hash it (signed URL records, ``cache.urlrecords``).
     caches: Caches | None = None
+    # A spec of several targets: the target whose lock the result carries (None: this machine's).
+    target: str | None = None
 
 
 def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
@@ -117,7 +133,70 @@ def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: S
     # A private index's wheels are hashed with its password. Under the store's writer lock (shared,
     # as a sync's): a gc beside waits, and never removes a source or wheel the relock reads.
     with mirrors.credentials(), store.writing():
+        if spec.targets:
+            return _lock_targets(ws, env, spec, mirrors, store, options or LockOptions())
         return _lock_spec(ws, env, spec, mirrors, store, options or LockOptions())
+
+
+def _lock_targets(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: Store,
+                  options: LockOptions) -> LockResult:
+    """Every target of ``spec`` locked on its own (``_lock_spec`` of its view), checked across them
+    (``resolution.multitarget``), and written as one file (``model.multilock``)."""
+    from envlock.model import multilock
+    from envlock.net.indexes import Listings
+    from envlock.resolution import multitarget, resolve
+
+    old_file = LockFile.read(ws.lock_path(env))
+    olds = _old_targets(old_file)
+    urls = resolve.index_urls(spec, mirrors.indexes)
+    kept = {name: {pkg: pin.date for pkg, pin in old.nightlies.items()} for name, old in olds.items()}
+    with Listings() as listings:
+        multitarget.check_dates(spec, urls, listings, kept)
+        results = {name: _lock_spec(ws, env, spec.for_target(name), mirrors, store, replace(options, write=False),
+                                    prior=(old_file, olds.get(name)))
+                   for name in sorted(spec.targets)}
+        locks = {name: r.lock for name, r in results.items() if r.lock is not None}
+        split = multitarget.cuda_traps(spec, locks, urls, listings)
+    texts = {name: multilock.TargetText(lock.platform or "", lock.python, lock.target_toml())
+             for name, lock in locks.items()}
+    text = multilock.merge(env, texts)
+    changed = old_file.text != text
+    if changed and options.write and not replace_if_unchanged(old_file.path, old_file.data, text.encode()):
+        raise LockChangedError(f"{ws.relative(old_file.path)}: changed by another envlock while this one resolved; "
+                               f"nothing written. Run `envlock lock {env}` again")
+    chosen = _chosen(spec, options.target)
+    lock = replace(locks[chosen], multi=multilock.Multi(chosen, env, {n: t for n, t in texts.items() if n != chosen}))
+    first = results[chosen]
+    notes = [f"targets.{name}: {note}" for name, r in results.items() for note in r.notes]
+    return replace(first, path=old_file.path, changed=changed, lock=lock, targets=results,
+                   packages=len({(p.name, p.version) for r in results.values() if r.lock for p in r.lock.packages}),
+                   nightlies={f"{name}: {pkg}": v for name, r in results.items() for pkg, v in r.nightlies.items()},
+                   notes=(*dict.fromkeys(notes), *split),
+                   moved=tuple(m for r in results.values() for m in r.moved),
+                   downloaded=sum(r.downloaded for r in results.values()),
+                   build_downloaded=sum(r.build_downloaded for r in results.values()))
+
+
+def _old_targets(old_file: LockFile) -> dict[str, Lock]:
+    """Each target's lock of the file a multi-target lock replaces ({}: none, or not one of several targets)."""
+    if old_file.text is None:
+        return {}
+    try:
+        return Lock.targets_of(load_toml(old_file.text, old_file.path, LockError), old_file.path)
+    except LockError:
+        return {}
+
+
+def _chosen(spec: EnvSpec, asked: str | None) -> str:
+    """The target a multi-target lock result carries: ``asked``, else this machine's, else the first."""
+    from envlock.model.targets import pick
+
+    try:
+        return pick({n: t.platform for n, t in spec.targets.items()}, asked, str(spec.path))
+    except LockError:
+        if asked is not None:
+            raise
+        return sorted(spec.targets)[0]
 
 
 @dataclass(frozen=True)
@@ -135,14 +214,15 @@ class _Relock:
 
 
 def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: Store,
-               options: LockOptions) -> LockResult:
+               options: LockOptions, prior: tuple[LockFile, Lock | None] | None = None) -> LockResult:
+    """One target's lock (``prior``: the file it replaces and the lock of this target read out of it)."""
     from envlock.net import http
     from envlock.resolution import resolve
 
     urls = resolve.index_urls(spec, mirrors.indexes)
     _check_folders(spec, mirrors, urls)
-    old_file = LockFile.read(ws.lock_path(env))
-    old = old_file.lock
+    old_file = LockFile.read(ws.lock_path(env)) if prior is None else prior[0]
+    old = old_file.lock if prior is None else prior[1]
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
     # Every git or URL input (sources, FetchContent) is fetched first: an unreachable one fails
     # the lock before a wheel is downloaded, all of them named together.

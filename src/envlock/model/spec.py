@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from envlock.model.spectables import IndexSpec as IndexSpec
 from envlock.model.spectables import PackageSpec as PackageSpec
 from envlock.model.spectables import ResolutionSpec as ResolutionSpec
 from envlock.model.spectables import SourceSpec as SourceSpec
+from envlock.model.targets import TargetSpec, parse_targets
 from envlock.model.tomlio import load_toml
 from envlock.urlcheck import is_index_url as is_index_url  # mirrors and the stages ask spec
 from envlock.workspace import Workspace
@@ -71,6 +72,10 @@ class EnvSpec:
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     #: ``[env] gpus``: the GPUs the env must run on (``sm_120a``, ``"12.0"``), as written; () for none.
     gpus: tuple[str, ...] = ()
+    #: ``[targets.NAME]``: the kinds of machine the env is locked for ({}: one, the ``[env]`` table's).
+    targets: Mapping[str, TargetSpec] = field(default_factory=dict)
+    #: The target this spec is the view of (``model.targets.for_target``); None: the whole spec.
+    target: str | None = None
 
     @property
     def default_index(self) -> IndexSpec:
@@ -81,6 +86,19 @@ class EnvSpec:
         default (every non-default index is explicit: the torchtriton lesson)."""
         pkg = self.packages.get(name)
         return pkg.index if pkg and pkg.index else self.default_index.name
+
+    def for_target(self, name: str) -> EnvSpec:
+        """This spec as target ``name`` sees it: a one-target spec of its platform, python, GPUs and
+        nightly pins (its own date, its own local tag), with the whole spec's text (digest, keys)."""
+        target = self.targets[name]
+        packages = dict(self.packages)
+        for pkg_name, pkg in self.packages.items():
+            if pkg.nightly:
+                local = pkg.local if target.local is None or pkg.local is None else (target.local or None)
+                packages[pkg_name] = replace(pkg, nightly=target.nightly or pkg.nightly, local=local)
+        return replace(self, platform=target.platform, python=target.python or self.python,
+                       gpus=self.gpus if target.gpus is None else target.gpus, packages=packages, targets={},
+                       target=name)
 
     def key_digests(self) -> dict[str, str]:
         """A digest per spec key (``packages.torch``, ``env``, ...), for ``lock --check``."""
@@ -152,7 +170,7 @@ def _check_platform(p: spectables.Problems, platform: str) -> None:
           f"found {platform!r}{hint}; accepted: {', '.join(sorted(UV_PLATFORMS))}")
 
 
-_TOP = {"env", "indexes", "packages", "sources", "builds", "resolution"}
+_TOP = {"env", "indexes", "packages", "sources", "builds", "resolution", "targets"}
 _ENV_KEYS = {"python", "platform", "gpus"}
 
 
@@ -176,9 +194,9 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
         _check_platform(p, platform)
     gpus = spectables.get_str_list(p, env, "gpus", "env")
     for i, gpu in enumerate(gpus):
-        if not GPU_NAME.fullmatch(gpu):
-            p.add(f"env.gpus[{i}]", f'expected a GPU as nvcc names its arch ("sm_120a", "sm_90") or a compute '
-                  f'capability ("12.0"), found {gpu!r}')
+        if (problem := _gpu_problem(gpu)) is not None:
+            p.add(f"env.gpus[{i}]", problem)
+    named = parse_targets(p, spectables.get_table(p, doc, "targets"), env, python, _gpu_problem)
 
     indexes = spectables.parse_indexes(p, spectables.get_table(p, doc, "indexes"))
     sources = spectables.parse_sources(p, spectables.get_table(p, doc, "sources"), root)
@@ -208,7 +226,14 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
         resolution=resolution,
         raw=doc,
         gpus=gpus,
+        targets=named,
     )
+
+
+def _gpu_problem(gpu: str) -> str | None:
+    if GPU_NAME.fullmatch(gpu):
+        return None
+    return f'expected a GPU as nvcc names its arch ("sm_120a", "sm_90") or a compute capability ("12.0"), found {gpu!r}'
 
 
 def _check_same_date(p: spectables.Problems, packages: Mapping[NormalizedName, PackageSpec]) -> None:

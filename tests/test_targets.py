@@ -1,0 +1,319 @@
+"""Targets (issue 30): one spec, several kinds of machine, one lock.
+
+A loopback nightly index (no hashes, as PyTorch's) with a torch-like nightly for x86_64 (``+cu130``) and
+aarch64 (no local tag), one date with no aarch64 wheel; a default index with a pure-Python and a native
+(x86_64 and aarch64) package. Both targets are locked into one PEP 751 file, read by ``packaging.pylock``
+and by uv for each target's platform; the x86_64 target is synced and verified here.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kit.inbackend import write_project
+from kit.index import IndexServer
+from kit.wheels import build_wheel
+from kit.workspaces import Cli
+from kit.workspaces import ScratchWorkspace as Workspace
+
+from envlock import runner
+from envlock.errors import LockError, SpecError
+from envlock.model.lockfile import Lock, read_lock
+from envlock.model.spec import load_spec
+from envlock.model.targets import pick, runs_here
+
+X86, ARM = "manylinux_2_28_x86_64", "manylinux_2_28_aarch64"
+
+
+@pytest.fixture
+def indexes(tmp_path: Path) -> Iterator[IndexServer]:
+    """``pypi`` (tinydep, pure; nativedep for x86_64 and aarch64) and ``nightly`` (torch, no hashes)."""
+    w = tmp_path / "w"
+    server = IndexServer(tmp_path / "served")
+    server.add("pypi", build_wheel(w, "tinydep", "1.0"),
+               build_wheel(w, "nativedep", "1.0", tag=f"cp311-cp311-{X86}"),
+               build_wheel(w, "nativedep", "1.0", tag=f"cp311-cp311-{ARM}"))
+    server.add_index("nightly", hashes=False)
+    for day, arches in (("04", (X86, ARM)), ("05", (X86, ARM)), ("06", (X86,)), ("07", (X86, ARM))):
+        for arch in arches:
+            local = "+cu130" if arch == X86 else ""
+            server.add("nightly", build_wheel(w, "torch", f"2.12.0.dev202603{day}{local}", tag=f"cp311-cp311-{arch}",
+                                              requires=["tinydep>=1"]))
+    with server.start() as started:
+        yield started
+
+
+def _spec(server: IndexServer, *, date: str = "2026-03-05", extra: str = "", targets: bool = True) -> str:
+    head = f"""\
+[env]
+python = "3.11"
+{'' if targets else 'platform = "x86_64-manylinux_2_28"'}
+
+[indexes.pypi]
+url = "{server.url('pypi')}"
+default = true
+
+[indexes.nightly]
+url = "{server.url('nightly')}"
+
+[packages]
+torch = {{ nightly = "{date}", local = "cu130", index = "nightly" }}
+nativedep = "==1.0"
+{extra}"""
+    if not targets:
+        return head
+    return head + """
+[targets.x86]
+platform = "x86_64-manylinux_2_28"
+gpus = ["sm_120a"]
+
+[targets.gb200]
+platform = "aarch64-manylinux_2_28"
+gpus = ["sm_100a"]
+local = ""
+"""
+
+
+def _uv() -> str:
+    return runner.uv_bin()
+
+
+# -- item 1: targets in the spec -------------------------------------------------
+
+
+def test_a_spec_without_targets_is_one_target_and_its_lock_is_unchanged(
+        ws: Workspace, cli: Cli, indexes: IndexServer) -> None:
+    ws.write_spec("e", _spec(indexes, targets=False))
+    assert cli("lock", "e").code == 0
+    text = ws.lock_text("e")
+    spec = load_spec(ws.root / "envs" / "e.toml")
+    assert (spec.targets, spec.target) == ({}, None)
+    assert "environments" not in text and "marker" not in text and "[tool.envlock.targets" not in text
+    assert read_lock(ws.root / "locks" / "pylock.e.toml").to_toml() == text
+
+
+@pytest.mark.parametrize(("targets", "problems"), [
+    ('[targets.x86]\npython = "3.11"\n', ['targets.x86.platform: missing; expected a string']),
+    ('[targets.x86]\nplatform = "x86_64-apple-darwin"\n',
+     ['targets.x86.platform: expected an x86_64 or aarch64 manylinux platform as uv spells it '
+      '("x86_64-manylinux_2_28", "aarch64-manylinux_2_28"), found \'x86_64-apple-darwin\'']),
+    ('[targets.x86]\nplatform = "x86_64-manylinux_2_28"\ngpu = ["sm_120a"]\n',
+     ["targets.x86.gpu: unknown key (did you mean 'gpus'?); expected one of: gpus, local, nightly, platform, python"]),
+    ('[targets.a]\nplatform = "x86_64-manylinux_2_28"\n[targets.b]\nplatform = "x86_64-manylinux_2_34"\n',
+     ["targets.b: expected another platform or python than [targets.a] (x86_64, python 3.11): a lock cannot tell "
+      "their machines apart"]),
+    ('[targets.x86]\nplatform = "x86_64-manylinux_2_28"\ngpus = ["sm120"]\nnightly = "03-05"\nlocal = 1\n',
+     ['targets.x86.gpus[0]: expected a GPU as nvcc names its arch ("sm_120a", "sm_90") or a compute capability '
+      '("12.0"), found \'sm120\'', "targets.x86.nightly: expected a date YYYY-MM-DD, found '03-05'",
+      'targets.x86.local: expected a local version tag like "cu130" ("" for none), found 1']),
+    ('[targets."x 86"]\nplatform = "x86_64-manylinux_2_28"\n',
+     ['targets."x 86": expected a target name of letters, digits, \'-\' or \'_\' (like "gb200"), found \'x 86\'']),
+])
+def test_a_bad_target_is_named_by_file_and_key(ws: Workspace, targets: str, problems: list[str]) -> None:
+    path = ws.write_spec("e", f'[env]\npython = "3.11"\n\n[indexes.pypi]\nurl = "http://x/simple"\ndefault = true\n\n'
+                              f'{targets}')
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert info.value.message.startswith(f"{path}: ")
+    assert list(info.value.details) == problems
+
+
+def test_env_platform_and_targets_exclude_each_other(ws: Workspace) -> None:
+    path = ws.write_spec("e", '[env]\npython = "3.11"\nplatform = "x86_64-manylinux_2_28"\n\n[indexes.pypi]\n'
+                              'url = "http://x/simple"\ndefault = true\n\n[targets.a]\nplatform = '
+                              '"aarch64-manylinux_2_28"\n')
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert list(info.value.details) == ["env.platform: expected no platform in [env] when the spec has [targets]: "
+                                        "each [targets.NAME] names its own platform"]
+
+
+def test_a_target_sees_its_own_platform_gpus_date_and_local_tag(ws: Workspace, indexes: IndexServer) -> None:
+    path = ws.write_spec("e", _spec(indexes).replace('local = ""\n', 'local = ""\nnightly = "2026-03-04"\n'))
+    spec = load_spec(path)
+    x86, arm = spec.for_target("x86"), spec.for_target("gb200")
+    assert (x86.platform, x86.gpus, x86.packages["torch"].nightly, x86.packages["torch"].local) == (
+        "x86_64-manylinux_2_28", ("sm_120a",), "2026-03-05", "cu130")
+    assert (arm.platform, arm.gpus, arm.packages["torch"].nightly, arm.packages["torch"].local) == (
+        "aarch64-manylinux_2_28", ("sm_100a",), "2026-03-04", None)
+    assert (arm.digest(), arm.key_digests()) == (spec.digest(), spec.key_digests())  # the whole spec's
+
+
+@pytest.mark.parametrize(("machine", "glibc", "chosen", "answer"), [
+    ("x86_64", "2.36", None, "x86"),
+    ("aarch64", "2.39", None, "gb200"),
+    ("x86_64", "2.36", "gb200", "gb200"),
+    ("x86_64", "2.17", None, "e.toml: no target runs on this machine (x86_64); targets: gb200 "
+                             "(aarch64-manylinux_2_28), x86 (x86_64-manylinux_2_28); name one with --target NAME "
+                             "(a sync installs only on a machine of its target)"),
+    ("x86_64", "2.36", "gb20", "e.toml: --target gb20: no such target (did you mean 'gb200'?); targets: gb200 "
+                               "(aarch64-manylinux_2_28), x86 (x86_64-manylinux_2_28)"),
+])
+def test_the_target_a_command_works_on(machine: str, glibc: str, chosen: str | None, answer: str) -> None:
+    platforms = {"x86": "x86_64-manylinux_2_28", "gb200": "aarch64-manylinux_2_28"}
+    if " " not in answer:
+        assert pick(platforms, chosen, "e.toml", machine=machine, glibc=glibc) == answer
+        return
+    with pytest.raises(LockError) as info:
+        pick(platforms, chosen, "e.toml", machine=machine, glibc=glibc)
+    assert info.value.message == answer
+
+
+def test_several_targets_on_this_machine_need_one_chosen() -> None:
+    platforms = {"a": "x86_64-manylinux_2_28", "b": "x86_64-manylinux_2_17"}
+    assert runs_here("x86_64-manylinux_2_17", "x86_64", "2.28")
+    with pytest.raises(LockError) as info:
+        pick(platforms, None, "e.toml", machine="x86_64", glibc="2.36")
+    assert info.value.message == "e.toml: 2 targets run on this machine (a, b); choose one with --target NAME"
+
+
+# -- item 2: one lock for every target -----------------------------------------------
+
+
+def test_both_targets_lock_into_one_pep751_file(ws: Workspace, cli: Cli, indexes: IndexServer,
+                                                tmp_path: Path) -> None:
+    from packaging.pylock import Pylock
+
+    ws.write_spec("e", _spec(indexes))
+    r = cli("lock", "e")
+    assert r.code == 0, r.err
+    text = ws.lock_text("e")
+    doc = tomllib.loads(text)
+    x86 = "sys_platform == 'linux' and platform_machine == 'x86_64' and python_version == '3.11'"
+    arm = "sys_platform == 'linux' and platform_machine == 'aarch64' and python_version == '3.11'"
+    assert doc["environments"] == [arm, x86]  # sorted by target name: gb200, x86
+    assert [(p["name"], p["version"], p.get("marker")) for p in doc["packages"]] == [
+        ("nativedep", "1.0", arm), ("nativedep", "1.0", x86),
+        ("tinydep", "1.0", None),  # the same wheel on both targets: once, with no marker
+        ("torch", "2.12.0.dev20260305", arm), ("torch", "2.12.0.dev20260305+cu130", x86)]
+    assert doc["tool"]["envlock"]["targets"]["gb200"]["platform"] == "aarch64-manylinux_2_28"
+    assert doc["tool"]["envlock"]["targets"]["x86"]["nightlies"] == {
+        "torch": {"date": "2026-03-05", "version": "2.12.0.dev20260305+cu130"}}
+    Pylock.from_dict(doc)  # valid PEP 751
+    assert "  nightly x86: torch -> 2.12.0.dev20260305+cu130" in r.out.splitlines()
+    assert "  nightly gb200: torch -> 2.12.0.dev20260305" in r.out.splitlines()
+    # The note of a package CUDA on one target only.
+    assert ("  note: torch is a CUDA build on x86 (x86 2.12.0.dev20260305+cu130) and not on gb200 (gb200 "
+            "2.12.0.dev20260305): check that those machines need no CUDA from it") in r.out.splitlines()
+    # uv installs each target's part of the lock, for that platform.
+    for platform, torch in (("x86_64-manylinux_2_28", "2.12.0.dev20260305+cu130"),
+                            ("aarch64-manylinux_2_28", "2.12.0.dev20260305")):
+        dry = runner.run([_uv(), "pip", "install", "--dry-run", "--python-platform", platform, "--python-version",
+                          "3.11", "--target", str(tmp_path / platform), "-r", str(ws.root / "locks/pylock.e.toml")])
+        assert dry.ok, dry.stderr
+        assert f"torch=={torch}" in dry.stderr and "nativedep==1.0" in dry.stderr and "tinydep==1.0" in dry.stderr
+    # Relocked: the same bytes. Each target reads back as its own one-target lock.
+    assert cli("lock", "e").out.startswith("unchanged: locks/pylock.e.toml")
+    assert ws.lock_text("e") == text
+    locks = Lock.targets_of(doc, "x")
+    assert {n: (lk.platform, [p.version for p in lk.packages]) for n, lk in locks.items()} == {
+        "gb200": ("aarch64-manylinux_2_28", ["1.0", "1.0", "2.12.0.dev20260305"]),
+        "x86": ("x86_64-manylinux_2_28", ["1.0", "1.0", "2.12.0.dev20260305+cu130"])}
+    assert locks["gb200"].to_toml() == text and cli("lock", "e", "--check").code == 0
+
+
+def test_a_date_one_target_lacks_fails_naming_it_and_the_dates_usable_on_all(
+        ws: Workspace, cli: Cli, indexes: IndexServer) -> None:
+    ws.write_spec("e", _spec(indexes, date="2026-03-06"))
+    r = cli("lock", "e")
+    assert r.code == 1
+    url = indexes.url("nightly")
+    assert r.err.splitlines() == [
+        f"envlock: error: {ws.root}/envs/e.toml: a nightly date one of the targets cannot use",
+        f"  targets.gb200: packages.torch.nightly = 2026-03-06: index 'nightly' ({url}) has no torch (no local tag) "
+        "nightly of that date for python 3.11 on aarch64-manylinux_2_28; nearest dates usable on every target: "
+        "2026-03-05 before, 2026-03-07 after, or give [targets.gb200] its own nightly = \"YYYY-MM-DD\""]
+    assert not (ws.root / "locks" / "pylock.e.toml").exists()
+    # Its own date: each target locks its own, and the file says which.
+    ws.write_spec("e", _spec(indexes, date="2026-03-06") + 'nightly = "2026-03-05"\n')
+    r = cli("lock", "e")
+    assert r.code == 0, r.err
+    assert {"  nightly x86: torch -> 2.12.0.dev20260306+cu130",
+            "  nightly gb200: torch -> 2.12.0.dev20260305"} <= set(r.out.splitlines())
+
+
+def test_a_target_taking_the_cpu_build_from_the_default_index_is_refused(
+        ws: Workspace, cli: Cli, indexes: IndexServer, tmp_path: Path) -> None:
+    # torch-vision-like nightly pinned to the CUDA index; torch itself left to the default index.
+    w = tmp_path / "w2"
+    indexes.add("pypi", build_wheel(w, "torch", "2.9.0", tag=f"cp311-cp311-{ARM}"),
+                build_wheel(w, "torch", "2.9.0", tag=f"cp311-cp311-{X86}"))
+    indexes.add("nightly", build_wheel(w, "vision", "0.25.0.dev20260305+cu130", tag=f"cp311-cp311-{X86}",
+                                       requires=["torch"]),
+                build_wheel(w, "vision", "0.25.0.dev20260305+cu130", tag=f"cp311-cp311-{ARM}", requires=["torch"]))
+    spec = _spec(indexes).replace('torch = { nightly = "2026-03-05", local = "cu130", index = "nightly" }',
+                                  'vision = { nightly = "2026-03-05", local = "cu130", index = "nightly" }')
+    ws.write_spec("e", spec.replace('local = ""\n', ""))
+    r = cli("lock", "e")
+    assert r.code == 1
+    assert r.err.splitlines()[0] == (f"envlock: error: {ws.root}/envs/e.toml: a target would take a CPU build where "
+                                     "the spec pins CUDA")
+    assert r.err.splitlines()[1] == (
+        "  targets.gb200: torch 2.9.0 comes from the default index 'pypi', a build without CUDA (no +cuNNN local "
+        "tag), while the spec pins CUDA nightlies to index 'nightly', which lists torch too; pin it there "
+        "(packages.torch = { nightly = \"YYYY-MM-DD\", index = \"nightly\" }) or exclude it")
+
+
+def test_nightlies_shows_a_table_per_target(ws: Workspace, cli: Cli, indexes: IndexServer) -> None:
+    ws.write_spec("e", _spec(indexes))
+    r = cli("nightlies", "e", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    usable = {name: [d["date"] for d in t["packages"][0]["dates"] if d["status"] == "usable"]
+              for name, t in doc["targets"].items()}
+    assert usable == {"gb200": ["2026-03-07", "2026-03-05", "2026-03-04"],
+                      "x86": ["2026-03-07", "2026-03-06", "2026-03-05", "2026-03-04"]}
+    text = cli("nightlies", "e").out
+    assert "target gb200 (aarch64-manylinux_2_28):" in text and "target x86 (x86_64-manylinux_2_28):" in text
+
+
+# -- items 3 and 4: commands and builds per target ------------------------------------
+
+
+def test_sync_makes_this_machines_target_and_its_digest_is_the_one_target_specs(
+        ws: Workspace, cli: Cli, indexes: IndexServer) -> None:
+    ws.write_spec("e", _spec(indexes))
+    r = cli("sync", "e")
+    assert r.code == 0, r.err
+    lock_path = ws.root / "locks" / "pylock.e.toml"
+    doc = tomllib.loads(lock_path.read_text())
+    digest = doc["tool"]["envlock"]["targets"]["x86"]["venv-digest"]
+    assert "venv-digest" not in doc["tool"]["envlock"]["targets"]["gb200"]  # not made here
+    assert len(doc["environments"]) == 2  # the file still holds both
+    assert cli("verify", "e").code == 0
+    assert cli("verify", "e", "--target", "x86").code == 0
+    r = cli("verify", "e", "--target", "gb200")
+    assert r.code == 2 and "gb200" in r.err
+    r = cli("sync", "e", "--target", "gb200")
+    assert r.code == 2
+    assert r.err.startswith("envlock: error: ") and "aarch64-manylinux_2_28" in r.err
+    # The one-target spec of the same platform gives the same venv digest.
+    ws.write_spec("one", _spec(indexes, targets=False))
+    assert cli("sync", "one").code == 0
+    one = tomllib.loads((ws.root / "locks" / "pylock.one.toml").read_text())
+    assert one["tool"]["envlock"]["venv-digest"] == digest
+
+
+def test_a_build_runs_for_this_machines_target_and_the_others_stay_pending(
+        ws: Workspace, cli: Cli, indexes: IndexServer) -> None:
+    write_project(ws.root / "kernel", "kern", "0.1.0", {"kern/__init__.py": "X = 1\n"})
+    ws.write_spec("e", _spec(indexes, extra='kern = { build = "kern" }\n\n[sources.kern]\npath = "kernel"\n\n'
+                                             '[builds.kern]\nsource = "kern"\n'))
+    r = cli("lock", "e", "--json")
+    assert r.code == 0, r.err
+    assert {n: t["unbuilt"] for n, t in json.loads(r.out)["targets"].items()} == {"gb200": ["kern"], "x86": ["kern"]}
+    r = cli("sync", "e")
+    assert r.code == 0, r.err
+    doc = tomllib.loads(ws.lock_text("e"))
+    targets = doc["tool"]["envlock"]["targets"]
+    assert "kern" in targets["x86"]["builds"] and "builds" not in targets["gb200"]
+    r = cli("lock", "e")
+    assert "  gb200: kern: not built for this lock yet; it builds on a machine of target gb200 " \
+           "(aarch64-manylinux_2_28): `envlock sync e --target gb200` there" in r.out.splitlines()
+    r = cli("build", "e", "--target", "gb200")
+    assert r.code == 2
+    assert "aarch64-manylinux_2_28" in r.err
