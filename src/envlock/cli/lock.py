@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING
 
 from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out, status
 from envlock.errors import UsageError
+from envlock.model.targets import runs_here
 
 if TYPE_CHECKING:
+    from envlock.commands.lock import LockResult
     from envlock.workspace import Workspace
 
 
@@ -56,9 +58,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         if result.build_downloaded:
             lines.append(f"  {ui.size(result.build_downloaded)} downloaded into the store: the env's wheels a "
                          "non-isolated build reads, for its input digest")
-        unbuilt = result.lock.unbuilt() if result.lock is not None else ()
-        lines += [f"  {name}: not built for this lock yet; `envlock build {args.env}` builds it "
-                  f"(`envlock sync {args.env}` too)" for name in unbuilt]
+        lines += _unbuilt_lines(args.env, result)
         if result.note:
             lines.append(f"  note: {result.note}")
         lines += [f"  note: {note}" for note in result.notes]
@@ -66,6 +66,25 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 
     out(args, result.to_dict(), text_lock)
     return 0
+
+
+def _unbuilt_lines(env: str, result: LockResult) -> list[str]:
+    """The builds not run yet for the new lock; of a spec of several targets, per target, each built on a
+    machine of its own (the others pending here)."""
+    if not result.targets:
+        unbuilt = result.lock.unbuilt() if result.lock is not None else ()
+        return [f"  {name}: not built for this lock yet; `envlock build {env}` builds it (`envlock sync {env}` too)"
+                for name in unbuilt]
+    lines = []
+    for target, r in sorted(result.targets.items()):
+        if r.lock is None:
+            continue
+        platform = r.lock.platform or ""
+        how = (f"`envlock build {env} --target {target}` builds it here (`envlock sync {env}` too)"
+               if runs_here(platform) else f"it builds on a machine of target {target} ({platform}): "
+               f"`envlock sync {env} --target {target}` there")
+        lines += [f"  {target}: {name}: not built for this lock yet; {how}" for name in r.lock.unbuilt()]
+    return lines
 
 
 _DATE_STATUS = {"usable": "usable", "other-platforms": "other platforms", "kept": "kept", "unlisted": "unlisted"}

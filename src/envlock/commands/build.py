@@ -58,6 +58,8 @@ class BuildOptions:
     # Build again from scratch, replacing the store's build of these inputs (one the lock does not
     # vouch for: imported, or not reproducible), and the wheelhouse's copy.
     rebuild: bool = False
+    # A spec of several targets: the one to build (None: this machine's); another kind of machine's is refused.
+    target: str | None = None
 
 
 def _open_session(ws: Workspace, spec: EnvSpec, store: Store, lock: Lock, wanted: Sequence[BuildSpec],
@@ -167,7 +169,7 @@ def build_env(ws: Workspace, env: str, packages: tuple[str, ...] = (), options: 
     if options.offline and asked is not None and (asked.sources or asked.indexes):
         which = "--source" if asked.sources else "--index"
         raise UsageError(f"{which}: --offline downloads nothing, so no mirror is read; drop one of the two")
-    spec = load_env_spec(ws, env, check_paths=not options.overrides)
+    spec = load_env_spec(ws, env, check_paths=not options.overrides).on_this_machine(options.target)
     mirrors = Mirrors.of(spec, asked, read_indexes=not options.offline)
     return build_spec(ws, spec, mirrors, Store.open(), packages, options)
 
@@ -196,7 +198,7 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, pa
     old = LockFile.read(lock_path)
     if old.text is None:
         raise LockError(f"{lock_path}: no lock file; create it with `envlock lock {env}` before building")
-    lock = Lock.from_toml(old.text, lock_path)
+    lock = Lock.from_toml(old.text, lock_path, spec.target)
     wanted = _wanted_builds(spec, packages)
     session = _open_session(ws, spec, store, lock, wanted, mirrors, options)
     planned, fetched = plan_builds(session, wanted, frozen=frozen or options.offline)

@@ -28,9 +28,11 @@ from envlock.errors import (
     SpecError,
     raise_all,
 )
-from envlock.model.lockfile import Artifact, Lock, LockFile, canonicalize_name, read_lock
+from envlock.model import multilock
+from envlock.model.lockfile import Artifact, Lock, LockFile, canonicalize_name, read_lock, read_lock_bytes
 from envlock.model.mirrors import MirrorOptions, Mirrors, missing_folder
 from envlock.model.spec import load_env_spec
+from envlock.model.targets import pick
 from envlock.model.tomlio import load_toml
 from envlock.resolution import guards, yanks
 from envlock.resolution.drift import drift
@@ -142,7 +144,6 @@ def _lock_targets(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, stor
                   options: LockOptions) -> LockResult:
     """Every target of ``spec`` locked on its own (``_lock_spec`` of its view), checked across them
     (``resolution.multitarget``), and written as one file (``model.multilock``)."""
-    from envlock.model import multilock
     from envlock.net.indexes import Listings
     from envlock.resolution import multitarget, resolve
 
@@ -189,8 +190,6 @@ def _old_targets(old_file: LockFile) -> dict[str, Lock]:
 
 def _chosen(spec: EnvSpec, asked: str | None) -> str:
     """The target a multi-target lock result carries: ``asked``, else this machine's, else the first."""
-    from envlock.model.targets import pick
-
     try:
         return pick({n: t.platform for n, t in spec.targets.items()}, asked, str(spec.path))
     except LockError:
@@ -484,19 +483,40 @@ def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, o
     ``LockError`` if there is no lock."""
     path = ws.lock_path(env)
     spec = load_env_spec(ws, env)
-    lock = read_lock(path)
+    locks = _target_locks(spec, path)
     # Offline, no mirror is read (nor checked); a misspelt ENVLOCK_INDEX_* is said all the same, as lock
     # and sync say it.
     mirrors = Mirrors(spec) if offline else Mirrors.of(spec, asked)
     stray = tuple(filter(None, [mirrors.stray_note(ws)]))
+    given = None if offline else mirrors.indexes  # a lock made through a mirror records its URL
+    reasons: list[str] = []
+    for name, (view, lock) in locks.items():
+        found = drift(ws, env, view, lock, mirrors=given)
+        reasons += [f"targets.{name}: {r}" if name else r for r in found.reasons]
     if offline:
-        found = drift(ws, env, spec, lock)
-        return LockCheck(env, path, found.current, found.reasons, notes=(*stray, yanks.OFFLINE_NOTE))
+        return LockCheck(env, path, not reasons, tuple(reasons), notes=(*stray, yanks.OFFLINE_NOTE))
     from envlock.resolution.resolve import index_urls
 
-    found = drift(ws, env, spec, lock, mirrors=mirrors.indexes)  # a lock made through a mirror records its URL
     # Each package's page on the index the spec pins it to (its mirror if one is named), as a lock reads it.
     urls = index_urls(spec, mirrors.indexes)
+    yanked: list[yanks.Yanked] = []
+    lines: list[str] = []
     with mirrors.credentials():  # a private index's pages are read with its password
-        checked = yanks.check_index(lock, read_at={p.name: urls[spec.index_of(p.name)] for p in lock.packages})
-    return LockCheck(env, path, found.current, found.reasons, checked.yanked, (*stray, *checked.lines()))
+        for _, lock in locks.values():
+            checked = yanks.check_index(lock, read_at={p.name: urls[spec.index_of(p.name)] for p in lock.packages})
+            yanked += [y for y in checked.yanked if y not in yanked]
+            lines += [line for line in checked.lines() if line not in lines]
+    return LockCheck(env, path, not reasons, tuple(reasons), tuple(yanked), (*stray, *lines))
+
+
+def _target_locks(spec: EnvSpec, path: Path) -> dict[str, tuple[EnvSpec, Lock]]:
+    """Each target's view of ``spec`` and its lock in the file at ``path`` ("" for a one-target spec and
+    lock); a spec of several targets whose file holds one (or the reverse) is stale for every target."""
+    if not spec.targets:
+        return {"": (spec, read_lock(path))}
+    one = read_lock(path, sorted(spec.targets)[0])  # a missing or malformed file is said as for any lock
+    if one.multi is None:  # a one-target lock where the spec names targets: every target is stale for it
+        return {name: (spec.for_target(name), one) for name in sorted(spec.targets)}
+    locks = Lock.targets_of(load_toml(read_lock_bytes(path).decode("utf-8"), path, LockError), path)
+    return {name: (spec.for_target(name), locks.get(name) or replace(next(iter(locks.values())), platform=None))
+            for name in sorted(spec.targets)}

@@ -44,6 +44,7 @@ class SyncOptions:
     lock_ref: str | None = None  # ``--lock PATH[@REV]``: sync that lock as it is
     mirrors: MirrorOptions = field(default_factory=MirrorOptions)
     trusted_keys: tuple[str, ...] = ()  # --trusted-key NAME:BASE64: build records signed by these are used
+    target: str | None = None  # --target NAME: of a spec of several targets (None: this machine's)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class SyncPlan:
     base_dir: Path | None = None  # where the lock's relative ``path`` wheels are found
     local_wheels: Mapping[str, list[Path]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # said at the end (why no mirror was applied)
+    whole: EnvSpec | None = None  # a spec of several targets: all of them, what a relock locks (``spec``: the view)
 
 
 def plan(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
@@ -102,7 +104,8 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
         from envlock.commands.lock import LockOptions, lock_spec  # lazy, with building below: docs/architecture.md
 
         assert todo.spec is not None
-        locked = lock_spec(ws, env, todo.spec, todo.mirrors, store, LockOptions(progress=progress, caches=caches))
+        locked = lock_spec(ws, env, todo.whole or todo.spec, todo.mirrors, store,
+                           LockOptions(progress=progress, caches=caches, target=todo.spec.target))
         lock, relocked = locked.lock, locked.changed
         downloaded, fetched = locked.downloaded + locked.build_downloaded, locked.build_fetched
         # The relock read the workspace's specs for the stray note already; its guards' notes go along.
@@ -285,9 +288,10 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
     lock_path = ws.lock_path(env)
     # One read of each file: the spec parsed is the spec hashed for the no-op stamp.
     # Frozen, the lock is synced as it is: the sources are read only if a build is missing.
-    spec, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
+    whole, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
+    spec = whole.on_this_machine(options.target)  # a spec of several targets: this machine's
     mirrors = Mirrors.of(spec, options.mirrors, read_indexes=not offline)
-    found = read_lock(lock_path) if frozen or lock_path.exists() else None
+    found = read_lock(lock_path, spec.target) if frozen or lock_path.exists() else None
     if found is not None and found.env != env:
         # As for --lock: the env's generations would hold another env's packages.
         raise UsageError(f"{ws.relative(lock_path)}: the lock of env {found.env!r}, not {env!r}; expected "
@@ -316,7 +320,8 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
                         f"run `envlock lock {env}` where they are reachable"
                         + ("" if stale is None else ", or sync the lock as it is with --frozen --offline"))
     return SyncPlan(env, options, mirrors, found, lock_path, relock=relock, builds=not offline, spec=spec,
-                    spec_sha=hashlib.sha256(spec_bytes).hexdigest(), notes=tuple(notes))
+                    spec_sha=hashlib.sha256(spec_bytes).hexdigest(), notes=tuple(notes),
+                    whole=whole if whole.targets else None)
 
 
 def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, list[Path]]:

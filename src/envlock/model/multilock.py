@@ -78,8 +78,7 @@ def merge(env: str, targets: Mapping[str, TargetText]) -> str:
             at = next(i for i, line in enumerate(lines) if line.startswith("version = ")) + 1
             lines.insert(at, f"marker = {toml_string(marker)}")
         out += ["", *lines]
-    out += ["", "[tool.envlock]", "format = 1", f"env = {toml_string(env)}",
-            f"targets = [{', '.join(toml_string(name) for name in order)}]"]
+    out += ["", "[tool.envlock]", "format = 1", f"env = {toml_string(env)}"]
     for name in order:
         out += ["", *(_TOOL + f".targets.{name}" + line[len(_TOOL):] if line.startswith(_TOOL) else line
                       for line in tools[name].split("\n"))]

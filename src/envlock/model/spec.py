@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from platform import machine as host_machine
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -20,7 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from envlock.errors import SpecError, did_you_mean
+from envlock.errors import SpecError, UsageError, did_you_mean
 from envlock.model import spectables
 from envlock.model.locktables import PYTHON_VERSION
 
@@ -32,7 +33,7 @@ from envlock.model.spectables import IndexSpec as IndexSpec
 from envlock.model.spectables import PackageSpec as PackageSpec
 from envlock.model.spectables import ResolutionSpec as ResolutionSpec
 from envlock.model.spectables import SourceSpec as SourceSpec
-from envlock.model.targets import TargetSpec, parse_targets
+from envlock.model.targets import TargetSpec, parse_targets, pick, runs_here
 from envlock.model.tomlio import load_toml
 from envlock.urlcheck import is_index_url as is_index_url  # mirrors and the stages ask spec
 from envlock.workspace import Workspace
@@ -99,6 +100,22 @@ class EnvSpec:
         return replace(self, platform=target.platform, python=target.python or self.python,
                        gpus=self.gpus if target.gpus is None else target.gpus, packages=packages, targets={},
                        target=name)
+
+    def on_this_machine(self, asked: str | None) -> EnvSpec:
+        """The view of the target a sync or a build here works on (``for_target``): ``asked`` (``--target``),
+        else the one whose platform this machine runs; this spec itself when it has no targets. Exit 2 when
+        ``asked`` names no target, or one of another kind of machine (its venv and builds are made there)."""
+        if not self.targets:
+            if asked is not None:
+                raise UsageError(f"{self.path}: --target {asked}: the spec has no [targets] (one target, [env]'s)")
+            return self
+        name = pick({n: t.platform for n, t in self.targets.items()}, asked, str(self.path))
+        platform = self.targets[name].platform
+        if not runs_here(platform):
+            raise UsageError(f"{self.path}: target {name} ({platform}) does not run on this machine "
+                             f"({host_machine()}): its venv and its builds are made on a machine of its platform "
+                             f"(`envlock sync {self.name} --target {name}` there); here its lock stays as it is")
+        return self.for_target(name)
 
     def key_digests(self) -> dict[str, str]:
         """A digest per spec key (``packages.torch``, ``env``, ...), for ``lock --check``."""
