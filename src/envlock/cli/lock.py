@@ -17,6 +17,7 @@ from envlock.model.targets import runs_here
 
 if TYPE_CHECKING:
     from envlock.commands.lock import LockResult
+    from envlock.commands.nightlies import NightlyListing
     from envlock.workspace import Workspace
 
 
@@ -96,34 +97,45 @@ def cmd_nightlies(args: argparse.Namespace, ws: Workspace) -> int:
     result = nightlies.nightlies_env(ws, args.env, args.package, mirror_options(args))
 
     def text() -> str:
+        if not result.targets:
+            return _nightlies_text(args.env, result)
         lines = []
-        for p in result.packages:
-            local = f", local tag +{p.local}" if p.local else ""
-            lines.append(f"{p.name}: index {p.index!r} ({p.index_url}){local}; "
-                         f"for python {result.python}{' on ' + result.platform if result.platform else ''}")
-            width = max((len(d.version or "-") for d in p.dates), default=1)
-            for d in p.dates:
-                marks = [m for m, on in (("locked", d.locked), ("pinned", d.pinned)) if on]
-                why = {"other-platforms": f"no wheel for the target: has {d.platforms()}",
-                       "kept": "the index dropped it, the store keeps its wheel (a relock keeps it)",
-                       "unlisted": "not listed; a lock of it fails" + ("" if not d.locked else
-                                   f" (the store lacks its wheel: a mirror, --index {p.index}=URL)")}.get(d.status)
-                notes = "; ".join(filter(None, [", ".join(marks), why]))
-                lines.append(f"  {d.date}  {_DATE_STATUS[d.status]:15}  {d.version or '-':{width}}  {notes}".rstrip())
-            listed = [d.date for d in p.dates if d.status in ("usable", "other-platforms")]
-            usable = sum(1 for d in p.dates if d.status == "usable")
-            span = f" ({min(listed)} .. {max(listed)})" if listed else ""
-            kept = sum(1 for d in p.dates if d.status == "kept")
-            lines.append(f"  {count(len(listed), 'date')} listed{span}, {usable} usable for the target"
-                         + (f", {kept} kept in the store" if kept else ""))
-        if not result.packages:
-            lines.append(f"envs/{args.env}.toml pins no nightly")
-        if result.note:
-            lines.append(f"note: {result.note}")
+        for name, listing in sorted(result.targets.items()):
+            lines.append(f"target {name} ({listing.platform}):")
+            lines += [f"  {line}" for line in _nightlies_text(args.env, listing).splitlines()]
         return "\n".join(lines)
 
     out(args, result.to_dict(), text)
     return 0
+
+
+def _nightlies_text(env: str, result: NightlyListing) -> str:
+    """The dates of each nightly pin, as one target sees them."""
+    lines = []
+    for p in result.packages:
+        local = f", local tag +{p.local}" if p.local else ""
+        lines.append(f"{p.name}: index {p.index!r} ({p.index_url}){local}; "
+                     f"for python {result.python}{' on ' + result.platform if result.platform else ''}")
+        width = max((len(d.version or "-") for d in p.dates), default=1)
+        for d in p.dates:
+            marks = [m for m, on in (("locked", d.locked), ("pinned", d.pinned)) if on]
+            why = {"other-platforms": f"no wheel for the target: has {d.platforms()}",
+                   "kept": "the index dropped it, the store keeps its wheel (a relock keeps it)",
+                   "unlisted": "not listed; a lock of it fails" + ("" if not d.locked else
+                               f" (the store lacks its wheel: a mirror, --index {p.index}=URL)")}.get(d.status)
+            notes = "; ".join(filter(None, [", ".join(marks), why]))
+            lines.append(f"  {d.date}  {_DATE_STATUS[d.status]:15}  {d.version or '-':{width}}  {notes}".rstrip())
+        listed = [d.date for d in p.dates if d.status in ("usable", "other-platforms")]
+        usable = sum(1 for d in p.dates if d.status == "usable")
+        span = f" ({min(listed)} .. {max(listed)})" if listed else ""
+        kept = sum(1 for d in p.dates if d.status == "kept")
+        lines.append(f"  {count(len(listed), 'date')} listed{span}, {usable} usable for the target"
+                     + (f", {kept} kept in the store" if kept else ""))
+    if not result.packages:
+        lines.append(f"envs/{env}.toml pins no nightly")
+    if result.note:
+        lines.append(f"note: {result.note}")
+    return "\n".join(lines)
 
 
 def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
