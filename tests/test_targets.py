@@ -319,3 +319,25 @@ def test_a_build_runs_for_this_machines_target_and_the_others_stay_pending(
     r = cli("build", "e", "--target", "gb200")
     assert r.code == 2
     assert "aarch64-manylinux_2_28" in r.err
+
+
+def test_diff_per_target_of_a_two_target_upgrade_and_between_targets(
+        ws: Workspace, cli: Cli, indexes: IndexServer) -> None:
+    ws.write_spec("e", _spec(indexes))
+    assert cli("lock", "e").code == 0
+    old = ws.root / "old.toml"
+    old.write_text(ws.lock_text("e"))
+    ws.write_spec("e", _spec(indexes, date="2026-03-07"))  # the upgrade: a newer nightly on both targets
+    assert cli("lock", "e").code == 0
+    for target, before, after in (("x86", "2.12.0.dev20260305+cu130", "2.12.0.dev20260307+cu130"),
+                                  ("gb200", "2.12.0.dev20260305", "2.12.0.dev20260307")):
+        r = cli("diff", str(old), "e", "--target", target, "--json")
+        assert r.code == 0, r.err
+        changed = {c["name"]: (c["old"], c["new"]) for c in json.loads(r.out)["packages"]}
+        assert changed == {"torch": (before, after)}
+    # Between the targets of one lock: torch's local tag and the native wheel.
+    r = cli("diff", "e", "e", "--target", "x86", "--new-target", "gb200", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert {c["name"]: (c["old"], c["new"]) for c in doc["packages"]} == {
+        "nativedep": ("1.0", "1.0"), "torch": ("2.12.0.dev20260307+cu130", "2.12.0.dev20260307")}
