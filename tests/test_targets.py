@@ -288,6 +288,9 @@ def test_sync_makes_this_machines_target_and_its_digest_is_the_one_target_specs(
     assert len(doc["environments"]) == 2  # the file still holds both
     assert cli("verify", "e").code == 0
     assert cli("verify", "e", "--target", "x86").code == 0
+    assert cli("sync", "e").out.startswith("e: up to date")  # the no-op stamp holds for the file of two targets
+    assert cli("sync", "e", "--frozen").code == 0
+    assert cli("lock", "e", "--check").code == 0
     r = cli("verify", "e", "--target", "gb200")
     assert r.code == 2 and "gb200" in r.err
     r = cli("sync", "e", "--target", "gb200")

@@ -20,6 +20,7 @@ from envlock.build import builder
 from envlock.commands.buildsession import BuildSession, InputsWanted, SourceState, prepare_inputs
 from envlock.errors import (
     BuildError,
+    EnvlockError,
     FetchError,
     LockChangedError,
     LockError,
@@ -153,8 +154,8 @@ def _lock_targets(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, stor
     kept = {name: {pkg: pin.date for pkg, pin in old.nightlies.items()} for name, old in olds.items()}
     with Listings() as listings:
         multitarget.check_dates(spec, urls, listings, kept)
-        results = {name: _lock_spec(ws, env, spec.for_target(name), mirrors, store, replace(options, write=False),
-                                    prior=(old_file, olds.get(name)))
+        results = {name: _lock_target(ws, env, spec.for_target(name), mirrors, store, options,
+                                      (old_file, olds.get(name)))
                    for name in sorted(spec.targets)}
         locks = {name: r.lock for name, r in results.items() if r.lock is not None}
         split = multitarget.cuda_traps(spec, locks, urls, listings)
@@ -176,6 +177,16 @@ def _lock_targets(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, stor
                    moved=tuple(m for r in results.values() for m in r.moved),
                    downloaded=sum(r.downloaded for r in results.values()),
                    build_downloaded=sum(r.build_downloaded for r in results.values()))
+
+
+def _lock_target(ws: Workspace, env: str, view: EnvSpec, mirrors: Mirrors, store: Store, options: LockOptions,
+                 prior: tuple[LockFile, Lock | None]) -> LockResult:
+    """One target's lock (``view``: the spec as it sees it), not written; an error names the target."""
+    try:
+        return _lock_spec(ws, env, view, mirrors, store, replace(options, write=False), prior=prior)
+    except EnvlockError as exc:
+        raise exc.with_details(f"(target {view.target}: {view.platform}, python {view.python}; each target is "
+                               "locked on its own)") from None
 
 
 def _old_targets(old_file: LockFile) -> dict[str, Lock]:
