@@ -344,3 +344,21 @@ def test_diff_per_target_of_a_two_target_upgrade_and_between_targets(
     doc = json.loads(r.out)
     assert {c["name"]: (c["old"], c["new"]) for c in doc["packages"]} == {
         "nativedep": ("1.0", "1.0"), "torch": ("2.12.0.dev20260307+cu130", "2.12.0.dev20260307")}
+
+
+def test_upgrade_of_a_two_target_spec_relocks_both_and_reports_the_target_asked(
+        ws: Workspace, cli: Cli, indexes: IndexServer) -> None:
+    ws.write_spec("e", _spec(indexes))
+    assert cli("lock", "e").code == 0
+    r = cli("upgrade", "e", "--nightly", "nightly=2026-03-07", "--target", "gb200", "--json")
+    assert r.code == 0, r.err
+    changed = {c["name"]: (c["old"], c["new"]) for c in json.loads(r.out)["diff"]["packages"]}
+    assert changed == {"torch": ("2.12.0.dev20260305", "2.12.0.dev20260307")}
+    doc = tomllib.loads(ws.lock_text("e"))
+    assert {n: t["nightlies"]["torch"]["version"] for n, t in doc["tool"]["envlock"]["targets"].items()} == {
+        "gb200": "2.12.0.dev20260307", "x86": "2.12.0.dev20260307+cu130"}
+    # A date one target lacks: the upgrade stops, naming it, and writes nothing.
+    before = ws.lock_text("e")
+    r = cli("upgrade", "e", "--nightly", "nightly=2026-03-06")
+    assert r.code == 1 and "targets.gb200: packages.torch.nightly = 2026-03-06" in r.err
+    assert ws.lock_text("e") == before

@@ -69,6 +69,7 @@ class UpgradeOptions:
     dry_run: bool = False
     mirrors: MirrorOptions = field(default_factory=MirrorOptions)
     fix_renames: bool = False  # move each build upstream renamed (its tables and package entry) to its new name
+    target: str | None = None  # of a spec of several targets, the one reported (None: this machine's)
 
     @classmethod
     def given(cls, nightly: Sequence[str], rev: Sequence[str], version: Sequence[str], dry_run: bool,
@@ -190,7 +191,7 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     spec_path, lock_path = ws.spec_path(env), ws.lock_path(env)
     spec, spec_bytes = read_spec(spec_path, name=env, root=ws.root)
     old_file = LockFile.read(lock_path)
-    old = old_file.lock
+    old = old_file.lock if options.target is None else Lock.from_toml(old_file.text or "", lock_path, options.target)
     if old is None:
         raise LockError(f"{ws.relative(lock_path)}: no lock of env {env!r} to upgrade from (missing, or not a lock); "
                         f"create it with `envlock lock {env}`")
@@ -216,7 +217,8 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     trial = _trial_spec(ws, env, spec_path, renamed, stuck) if problems else new_spec
     try:
         relocked = commands_lock.lock_spec(ws, env, trial, mirrors, store,
-                                           commands_lock.LockOptions(write=False, progress=progress, caches=caches))
+                                           commands_lock.LockOptions(write=False, progress=progress, caches=caches,
+                                                                     target=options.target))
     except EnvlockError as exc:
         if not problems:
             raise
