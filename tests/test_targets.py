@@ -362,3 +362,20 @@ def test_upgrade_of_a_two_target_spec_relocks_both_and_reports_the_target_asked(
     r = cli("upgrade", "e", "--nightly", "nightly=2026-03-06")
     assert r.code == 1 and "targets.gb200: packages.torch.nightly = 2026-03-06" in r.err
     assert ws.lock_text("e") == before
+
+
+def test_export_and_cache_push_take_the_target_asked(ws: Workspace, cli: Cli, indexes: IndexServer,
+                                                     tmp_path: Path) -> None:
+    ws.write_spec("e", _spec(indexes))
+    assert cli("lock", "e").code == 0
+    out = tmp_path / "bundle"
+    r = cli("export", "e", "--target", "gb200", "--out", str(out), "--json")
+    assert r.code == 0, r.err
+    names = sorted(p.name for p in out.rglob("*.whl"))
+    assert names == [f"nativedep-1.0-cp311-cp311-{ARM}.whl", "tinydep-1.0-py3-none-any.whl",
+                     f"torch-2.12.0.dev20260305-cp311-cp311-{ARM}.whl"]
+    cache = tmp_path / "cache"
+    r = cli("cache", "push", "e", "--target", "x86", "--to", f"file://{cache}")
+    assert r.code == 0, r.err
+    x86 = read_lock(ws.root / "locks" / "pylock.e.toml", "x86")  # the wheels by sha256: x86_64's
+    assert sorted(p.name for p in (cache / "wheels").iterdir()) == sorted(p.wheels[0].sha256 for p in x86.packages)

@@ -93,15 +93,18 @@ class ImportResult:
 
 
 def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *, progress: Progress | None = None,
-               allow_pending: bool = False, asked: MirrorOptions | None = None) -> ExportResult:
+               allow_pending: bool = False, asked: MirrorOptions | None = None,
+               target: str | None = None) -> ExportResult:
     """Write the closure of ``env``'s lock (or ``ref``) to ``to`` (a folder, or ``*.tar``); what the store
     lacks is downloaded through the mirrors ``asked`` (``--index``, ``--source``) as a sync does. A lock
     whose local builds are pending (locked, not built) is refused: the bundle could not rebuild nor sync
-    them (``allow_pending``: written without them, and the result's ``notes`` say so)."""
+    them (``allow_pending``: written without them, and the result's ``notes`` say so). ``target``: of a
+    lock of several targets, the one whose closure is written (None: this machine's); the bundle's lock
+    is the whole file."""
     if to.exists() and not (to.is_dir() and not any(to.iterdir())):
         raise UsageError(f"--out {to}: already exists; expected a new path (a folder, or FILE.tar)")
     data, label = lock_bytes(ws, env, ref, "export")
-    lock = Lock.from_toml(data.decode("utf-8"), label)
+    lock = Lock.from_toml(data.decode("utf-8"), label, target)
     if (pending := lock.unbuilt()) and not allow_pending:
         many = len(pending) != 1
         raise LockError(f"{label}: {len(pending)} local build{'s' if many else ''} not built for this lock "

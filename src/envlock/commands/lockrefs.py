@@ -48,10 +48,11 @@ def in_a_store(path: Path) -> bool:
     return any(p.name == f"v{LAYOUT_VERSION}" and (p.parent / "layout").is_file() for p in path.parents)
 
 
-def load_env_lock_ref(ws: Workspace, ref: str, env: str, command: str) -> LockRef:
+def load_env_lock_ref(ws: Workspace, ref: str, env: str, command: str, target: str | None = None) -> LockRef:
     """``load_lock_ref`` for ``envlock COMMAND ENV --lock REF``: another env's lock is refused (its
-    generations would hold, or be held to, another env's packages)."""
-    found = load_lock_ref(ws, ref)
+    generations would hold, or be held to, another env's packages); ``target``: of a lock of several
+    targets, the one read (None: this machine's)."""
+    found = load_lock_ref(ws, ref, target)
     if found.lock.env and found.lock.env != env:
         raise UsageError(f"{found.label}: the lock of env {found.lock.env!r}, not {env!r}; "
                          f"expected `envlock {command} {found.lock.env} --lock {ref}`")
