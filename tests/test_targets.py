@@ -379,3 +379,19 @@ def test_export_and_cache_push_take_the_target_asked(ws: Workspace, cli: Cli, in
     assert r.code == 0, r.err
     x86 = read_lock(ws.root / "locks" / "pylock.e.toml", "x86")  # the wheels by sha256: x86_64's
     assert sorted(p.name for p in (cache / "wheels").iterdir()) == sorted(p.wheels[0].sha256 for p in x86.packages)
+
+
+def test_gc_keeps_every_targets_wheels_of_a_two_target_lock(ws: Workspace, cli: Cli, indexes: IndexServer,
+                                                             tmp_path: Path) -> None:
+    ws.write_spec("e", _spec(indexes))
+    assert cli("lock", "e").code == 0  # the nightlies of both targets are hashed into the store
+    text = ws.lock_text("e")
+    every = Lock.every_target(text, "x")
+    assert sorted((str(p.name), p.version) for p in every.packages) == [
+        ("nativedep", "1.0"), ("nativedep", "1.0"), ("tinydep", "1.0"), ("torch", "2.12.0.dev20260305"),
+        ("torch", "2.12.0.dev20260305+cu130")]
+    r = cli("gc", "--json")
+    assert r.code == 0, r.err
+    wheels = {p.name for p in (tmp_path / "home").rglob("*.whl")}
+    assert {f"torch-2.12.0.dev20260305-cp311-cp311-{ARM}.whl",
+            f"torch-2.12.0.dev20260305+cu130-cp311-cp311-{X86}.whl"} <= wheels

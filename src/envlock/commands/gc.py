@@ -203,7 +203,7 @@ def _generation_roots(store: Store, keep: int, drop: list[tuple[str, int]]
 
 def _read_lock(path: Path) -> Lock | None:
     try:
-        return Lock.from_toml(path.read_text(encoding="utf-8"), path)
+        return Lock.every_target(path.read_text(encoding="utf-8"), path)
     except (OSError, UnicodeDecodeError, EnvlockError):
         return None
 
@@ -239,7 +239,7 @@ def _workspace_roots(ws: Workspace | None, options: GcOptions, notes: list[str])
             seen.add(blob)
             shown = runner.git(["cat-file", "blob", blob], cwd=repo)
             try:
-                lock = Lock.from_toml(shown.stdout, f"{name}@{label}")
+                lock = Lock.every_target(shown.stdout, f"{name}@{label}")
             except EnvlockError:
                 continue
             yield Root("git", f"{name}@{label}"), lock

@@ -234,6 +234,23 @@ class Lock:
             raise LockError(f"{origin}: {exc}") from None
 
     @classmethod
+    def every_target(cls, text: str, origin: Path | str) -> Lock:
+        """The lock ``text`` holds, with every target's packages, builds, sources and FetchContent pins
+        (what a store's gc keeps alive: an aarch64 target's wheels too, on an x86_64 machine)."""
+        doc = load_toml(text, origin, LockError)
+        targets = cls.targets_of(doc, origin)
+        if not targets:
+            return cls.from_dict(doc, origin)
+        locks = list(targets.values())
+        packages = {(p.name, p.version, tuple(w.sha256 for w in p.wheels)): p for lock in locks for p in lock.packages}
+        # A build of each target: its own inputs and wheel (named "NAME TARGET" here, to keep them all).
+        return replace(locks[0], packages=tuple(packages.values()), multi=None,
+                       builds={f"{n} {t}": b for t, lock in targets.items() for n, b in lock.builds.items()},
+                       sources={f"{n} {t}": s for t, lock in targets.items() for n, s in lock.sources.items()},
+                       fetchcontent={f"{n} {t}": f for t, lock in targets.items()
+                                     for n, f in lock.fetchcontent.items()})
+
+    @classmethod
     def targets_of(cls, doc: Mapping[str, Any], origin: Path | str) -> dict[str, Lock]:
         """Every target's lock of ``doc`` (name -> lock; {} for a one-target lock)."""
         _check_lock_version(doc, origin)
