@@ -95,6 +95,11 @@ def test_a_spec_without_targets_is_one_target_and_its_lock_is_unchanged(
     assert (spec.targets, spec.target) == ({}, None)
     assert "environments" not in text and "marker" not in text and "[tool.envlock.targets" not in text
     assert read_lock(ws.root / "locks" / "pylock.e.toml").to_toml() == text
+    # The repository's own committed locks read and write back byte for byte, as before targets.
+    for path in sorted((Path(__file__).parents[1] / "locks").glob("pylock.*.toml")):
+        committed = path.read_text(encoding="utf-8")
+        assert Lock.from_toml(committed, path).to_toml() == committed
+        assert Lock.from_toml(committed, path).multi is None
 
 
 @pytest.mark.parametrize(("targets", "problems"), [
