@@ -108,7 +108,8 @@ def test_a_spec_without_targets_is_one_target_and_its_lock_is_unchanged(
      ['targets.x86.platform: expected an x86_64 or aarch64 manylinux platform as uv spells it '
       '("x86_64-manylinux_2_28", "aarch64-manylinux_2_28"), found \'x86_64-apple-darwin\'']),
     ('[targets.x86]\nplatform = "x86_64-manylinux_2_28"\ngpu = ["sm_120a"]\n',
-     ["targets.x86.gpu: unknown key (did you mean 'gpus'?); expected one of: gpus, local, nightly, platform, python"]),
+     ["targets.x86.gpu: unknown key (did you mean 'gpus'?); expected one of: exclude, gpus, local, nightly, "
+      "platform, python"]),
     ('[targets.a]\nplatform = "x86_64-manylinux_2_28"\n[targets.b]\nplatform = "x86_64-manylinux_2_34"\n',
      ["targets.b: expected another platform or python than [targets.a] (x86_64, python 3.11): a lock cannot tell "
       "their machines apart"]),
@@ -400,3 +401,32 @@ def test_gc_keeps_every_targets_wheels_of_a_two_target_lock(ws: Workspace, cli: 
     wheels = {p.name for p in (tmp_path / "home").rglob("*.whl")}
     assert {f"torch-2.12.0.dev20260305-cp311-cp311-{ARM}.whl",
             f"torch-2.12.0.dev20260305+cu130-cp311-cp311-{X86}.whl"} <= wheels
+
+
+def test_a_target_does_without_a_package_only_other_machines_have(
+        ws: Workspace, cli: Cli, indexes: IndexServer, tmp_path: Path) -> None:
+    indexes.add("pypi", build_wheel(tmp_path / "w3", "jitcache", "1.0", tag=f"cp311-cp311-{X86}"))
+    ws.write_spec("e", _spec(indexes, extra='jitcache = "==1.0"\n'))
+    r = cli("lock", "e")
+    assert r.code == 1
+    assert "(target gb200: aarch64-manylinux_2_28, python 3.11; each target is locked on its own)" in r.err
+    ws.write_spec("e", _spec(indexes, extra='jitcache = "==1.0"\n') + 'exclude = ["jitcache"]\n')
+    r = cli("lock", "e")
+    assert r.code == 0, r.err
+    doc = tomllib.loads(ws.lock_text("e"))
+    assert [p.get("marker") for p in doc["packages"] if p["name"] == "jitcache"] == [
+        "sys_platform == 'linux' and platform_machine == 'x86_64' and python_version == '3.11'"]
+    assert cli("lock", "e", "--check").code == 0
+
+
+def test_a_target_cannot_do_without_a_build(ws: Workspace) -> None:
+    path = ws.write_spec("e", '[env]\npython = "3.11"\n[indexes.pypi]\nurl = "http://x/simple"\ndefault = true\n'
+                              '[packages]\nkern = { build = "kern" }\n[sources.kern]\npath = "."\n'
+                              '[builds.kern]\nsource = "kern"\n[targets.a]\nplatform = "x86_64-manylinux_2_28"\n'
+                              'exclude = ["kern", "Bad Name"]\n')
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert list(info.value.details) == [
+        "targets.a.exclude[1]: expected a package name like \"flashinfer-jit-cache\", found 'Bad Name'",
+        "targets.a.exclude[0]: expected a package no build provides, found 'kern' ([builds.kern] is built for "
+        "every target)"]

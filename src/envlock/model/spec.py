@@ -92,14 +92,22 @@ class EnvSpec:
         """This spec as target ``name`` sees it: a one-target spec of its platform, python, GPUs and
         nightly pins (its own date, its own local tag), with the whole spec's text (digest, keys)."""
         target = self.targets[name]
-        packages = dict(self.packages)
-        for pkg_name, pkg in self.packages.items():
+        out = set(target.exclude)
+        packages = {n: p for n, p in self.packages.items() if n not in out}
+        for pkg_name, pkg in packages.items():
             if pkg.nightly:
                 local = pkg.local if target.local is None or pkg.local is None else (target.local or None)
                 packages[pkg_name] = replace(pkg, nightly=target.nightly or pkg.nightly, local=local)
+        res = self.resolution
+        if out:  # what it does without: excluded, and out of the overrides and same-version sets
+            kept = [tuple(n for n in group if n not in out) for group in res.same_version]
+            res = replace(res, exclude=tuple(sorted({*res.exclude, *target.exclude})),
+                          overrides=tuple(o for o in res.overrides
+                                          if canonicalize_name(Requirement(o).name) not in out),
+                          same_version=tuple(group for group in kept if len(group) >= 2))
         return replace(self, platform=target.platform, python=target.python or self.python,
-                       gpus=self.gpus if target.gpus is None else target.gpus, packages=packages, targets={},
-                       target=name)
+                       gpus=self.gpus if target.gpus is None else target.gpus, packages=packages, resolution=res,
+                       targets={}, target=name)
 
     def on_this_machine(self, asked: str | None) -> EnvSpec:
         """The view of the target a sync or a build here works on (``for_target``): ``asked`` (``--target``),
@@ -224,6 +232,11 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
     _check_same_date(p, packages)
     _check_excluded_not_declared(p, packages_table, resolution)
     _check_overrides_keep_pins(p, packages, indexes, resolution)
+    for target in named.values():  # a build's package is made for every target (or for none)
+        for i, name in enumerate(target.exclude):
+            if name in packages and packages[name].build:
+                p.add(f"targets.{target.name}.exclude[{i}]", f"expected a package no build provides, found "
+                      f"{name!r} ([builds.{packages[name].build}] is built for every target)")
 
     if p.items:
         count = len(p.items)

@@ -16,14 +16,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.utils import NormalizedName, canonicalize_name
+
 from envlock.errors import LockError, did_you_mean, found
 from envlock.model import spectables
-from envlock.model.locktables import PYTHON_VERSION
+from envlock.model.locktables import PACKAGE_NAME, PYTHON_VERSION
 
 #: The platforms a target may name: those whose PEP 508 markers a lock can tell apart (``target_marker``).
 TARGET_PLATFORM = re.compile(r"(x86_64|aarch64)-manylinux_2_(\d+)")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-_KEYS = {"platform", "python", "gpus", "nightly", "local"}
+_KEYS = {"platform", "python", "gpus", "nightly", "local", "exclude"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class TargetSpec:
     gpus: tuple[str, ...] | None = None  # None: [env] gpus
     nightly: str | None = None  # its own date for every nightly pin (None: each pin's own)
     local: str | None = None  # its own local tag for the nightly pins that name one ("": none)
+    exclude: tuple[NormalizedName, ...] = ()  # packages this target does without (a wheel other machines have only)
 
     @property
     def marker(self) -> str:
@@ -85,7 +88,13 @@ def parse_targets(p: spectables.Problems, table: Mapping[str, Any], env: Mapping
                                   or (local and not re.fullmatch(r"[A-Za-z0-9]+([._][A-Za-z0-9]+)*", local))):
             p.add(f"{key}.local", f"expected a local version tag like \"cu130\" (\"\" for none), found {found(local)}")
             local = None
-        target = TargetSpec(name, plat or "", own_python or python, gpus, nightly, local)
+        exclude = spectables.get_str_list(p, entry, "exclude", key)
+        for i, excluded in enumerate(exclude):
+            if not PACKAGE_NAME.fullmatch(excluded):
+                p.add(f"{key}.exclude[{i}]",
+                      f"expected a package name like \"flashinfer-jit-cache\", found {excluded!r}")
+        target = TargetSpec(name, plat or "", own_python or python, gpus, nightly, local,
+                            tuple(canonicalize_name(n) for n in exclude if PACKAGE_NAME.fullmatch(n)))
         if plat is not None:
             other = seen.setdefault((plat.split("-")[0], target.python or ""), name)
             if other != name:
