@@ -430,3 +430,42 @@ def test_a_target_cannot_do_without_a_build(ws: Workspace) -> None:
         "targets.a.exclude[1]: expected a package name like \"flashinfer-jit-cache\", found 'Bad Name'",
         "targets.a.exclude[0]: expected a package no build provides, found 'kern' ([builds.kern] is built for "
         "every target)"]
+
+
+# -- the flagship, opt-in (network) ------------------------------------------------------
+
+FLAGSHIP_HOSTS = ("https://download.pytorch.org/whl/nightly/cu130/torch/", "https://flashinfer.ai/whl/cu130/",
+                  "https://github.com/sgl-project/sglang", "https://pypi.org/simple/")
+
+
+@pytest.mark.network
+def test_the_flagship_spec_with_an_x86_and_an_aarch64_target_locks_into_one_file(
+        ws: Workspace, cli: Cli) -> None:
+    """The flagship spec, its [env] platform replaced by an x86_64 (SM120) and an aarch64 (SM100) target:
+    one lock, a relock byte-identical, its x86_64 part the one-target spec's very packages."""
+    import shutil
+    import urllib.request
+
+    for url in FLAGSHIP_HOSTS:
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10).close()
+        except Exception as exc:  # any failure to reach it: the test cannot run here
+            pytest.skip(f"{url} is not reachable from here ({exc})")
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "patches", ws.root / "patches")
+    text = (root / "envs" / "qwen35-blackwell.toml").read_text()
+    ws.write_spec("one", text)
+    two = text.replace('platform = "x86_64-manylinux_2_28"\n', "", 1) + (
+        '\n[targets.x86]\nplatform = "x86_64-manylinux_2_28"\ngpus = ["sm_120a"]\n'
+        '\n[targets.gb200]\nplatform = "aarch64-manylinux_2_28"\ngpus = ["sm_100a"]\n')
+    ws.write_spec("two", two)
+    r = cli("lock", "two")
+    assert r.code == 0, r.err
+    locked = ws.lock_text("two")
+    assert cli("lock", "two").code == 0 and ws.lock_text("two") == locked
+    assert cli("lock", "one").code == 0
+    one = read_lock(ws.root / "locks" / "pylock.one.toml")
+    x86 = read_lock(ws.root / "locks" / "pylock.two.toml", "x86")
+    assert [(p.name, p.version, p.wheels) for p in x86.packages] == [(p.name, p.version, p.wheels)
+                                                                    for p in one.packages]
+    assert x86.install_digest() == one.install_digest()  # so one venv digest
