@@ -108,8 +108,8 @@ def test_a_spec_without_targets_is_one_target_and_its_lock_is_unchanged(
      ['targets.x86.platform: expected an x86_64 or aarch64 manylinux platform as uv spells it '
       '("x86_64-manylinux_2_28", "aarch64-manylinux_2_28"), found \'x86_64-apple-darwin\'']),
     ('[targets.x86]\nplatform = "x86_64-manylinux_2_28"\ngpu = ["sm_120a"]\n',
-     ["targets.x86.gpu: unknown key (did you mean 'gpus'?); expected one of: exclude, gpus, local, nightly, "
-      "platform, python"]),
+     ["targets.x86.gpu: unknown key (did you mean 'gpus'?); expected one of: build-env, exclude, gpus, local, "
+      "nightly, platform, python"]),
     ('[targets.a]\nplatform = "x86_64-manylinux_2_28"\n[targets.b]\nplatform = "x86_64-manylinux_2_34"\n',
      ["targets.b: expected another platform or python than [targets.a] (x86_64, python 3.11): a lock cannot tell "
       "their machines apart"]),
@@ -328,6 +328,19 @@ def test_a_build_runs_for_this_machines_target_and_the_others_stay_pending(
     r = cli("build", "e", "--target", "gb200")
     assert r.code == 2
     assert "aarch64-manylinux_2_28" in r.err
+    # A target's own build environment (its GPUs' arch list) is an input of its builds: x86's rebuilds.
+    spec = ws.root / "envs" / "e.toml"
+    spec.write_text(spec.read_text().replace('gpus = ["sm_120a"]\n', 'gpus = ["sm_120a"]\n'
+                                             'build-env = { TORCH_CUDA_ARCH_LIST = "12.0a" }\n'))
+    assert load_spec(spec).for_target("x86").builds["kern"].env == {"TORCH_CUDA_ARCH_LIST": "12.0a"}
+    assert load_spec(spec).for_target("gb200").builds["kern"].env == {}
+    r = cli("lock", "e")
+    assert r.code == 0, r.err
+    assert "  x86: kern: not built for this lock yet; `envlock build e --target x86` builds it here " \
+           "(`envlock sync e` too)" in r.out.splitlines()
+    assert cli("build", "e").code == 0
+    rebuilt = tomllib.loads(ws.lock_text("e"))["tool"]["envlock"]["targets"]["x86"]["builds"]["kern"]
+    assert rebuilt["input-digest"] != targets["x86"]["builds"]["kern"]["input-digest"]
 
 
 def test_diff_per_target_of_a_two_target_upgrade_and_between_targets(

@@ -105,9 +105,10 @@ class EnvSpec:
                           overrides=tuple(o for o in res.overrides
                                           if canonicalize_name(Requirement(o).name) not in out),
                           same_version=tuple(group for group in kept if len(group) >= 2))
+        builds = {n: replace(b, env={**b.env, **target.build_env}) for n, b in self.builds.items()}
         return replace(self, platform=target.platform, python=target.python or self.python,
                        gpus=self.gpus if target.gpus is None else target.gpus, packages=packages, resolution=res,
-                       targets={}, target=name)
+                       builds=builds if target.build_env else self.builds, targets={}, target=name)
 
     def on_this_machine(self, asked: str | None) -> EnvSpec:
         """The view of the target a sync or a build here works on (``for_target``): ``asked`` (``--target``),
