@@ -482,3 +482,22 @@ def test_the_flagship_spec_with_an_x86_and_an_aarch64_target_locks_into_one_file
     assert [(p.name, p.version, p.wheels) for p in x86.packages] == [(p.name, p.version, p.wheels)
                                                                     for p in one.packages]
     assert x86.install_digest() == one.install_digest()  # so one venv digest
+
+
+def test_lock_check_names_the_target_whose_key_the_spec_changed(ws: Workspace, cli: Cli,
+                                                                indexes: IndexServer) -> None:
+    ws.write_spec("e", _spec(indexes))
+    assert cli("lock", "e").code == 0
+    assert cli("lock", "e", "--check").code == 0
+    ws.write_spec("e", _spec(indexes) + 'nightly = "2026-03-04"\n')  # gb200's own date now
+    r = cli("lock", "e", "--check")
+    assert r.code == 1
+    assert r.out.splitlines()[1:] == ["  targets.gb200: changed", "run `envlock lock e` to update it"]
+    # A hand edit of one target's part is named with its target.
+    ws.write_spec("e", _spec(indexes))
+    path = ws.root / "locks" / "pylock.e.toml"
+    path.write_text(path.read_text().replace('version = "2.12.0.dev20260305"\n', 'version = "2.12.0.dev20260304"\n'))
+    r = cli("lock", "e", "--check")
+    assert r.code == 1
+    assert "  targets.gb200: packages.torch: nightly 2026-03-05 is 2.12.0.dev20260305, but the lock has " \
+           "2.12.0.dev20260304 (edited by hand?)" in r.out.splitlines()

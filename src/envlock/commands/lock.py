@@ -508,7 +508,8 @@ def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, o
     reasons: list[str] = []
     for name, (view, lock) in locks.items():
         found = drift(ws, env, view, lock, mirrors=given)
-        reasons += [f"targets.{name}: {r}" if name else r for r in found.reasons]
+        reasons += [r for r in found.spec if r not in reasons]  # the spec's keys: the same for every target
+        reasons += [f"targets.{name}: {r}" if name else r for r in (*found.lock, *found.packages, *found.sources)]
     if offline:
         return LockCheck(env, path, not reasons, tuple(reasons), notes=(*stray, yanks.OFFLINE_NOTE))
     from envlock.resolution.resolve import index_urls

@@ -170,7 +170,7 @@ class EnvSpec:
         return problems
 
 
-_KEYED_TABLES = {"indexes", "packages", "sources", "builds"}
+_KEYED_TABLES = {"indexes", "packages", "sources", "builds", "targets"}
 
 
 def _canonical(value: Any) -> str:
