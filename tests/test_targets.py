@@ -501,3 +501,15 @@ def test_lock_check_names_the_target_whose_key_the_spec_changed(ws: Workspace, c
     assert r.code == 1
     assert "  targets.gb200: packages.torch: nightly 2026-03-05 is 2.12.0.dev20260305, but the lock has " \
            "2.12.0.dev20260304 (edited by hand?)" in r.out.splitlines()
+
+
+def test_bisect_over_nightly_dates_of_a_two_target_spec_on_this_machines_target(
+        ws: Workspace, cli: Cli, indexes: IndexServer) -> None:
+    ws.write_spec("e", _spec(indexes, date="2026-03-04"))
+    assert cli("lock", "e").code == 0
+    check = "import torch, sys; sys.exit(0 if torch.VERSION < '2.12.0.dev20260305' else 1)"
+    r = cli("bisect", "e", "--nightly", "2026-03-04..2026-03-07", "--target", "x86", "--json", "--", "python", "-c",
+            check)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["first_bad"] == "2026-03-05", doc

@@ -23,6 +23,7 @@ from envlock.errors import BuildError, FetchError, LockError, SpecError, UsageEr
 from envlock.model.lockfile import Lock, canonicalize_name, read_lock
 from envlock.model.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_set, source_mirrors
 from envlock.model.spec import load_env_spec, read_spec
+from envlock.model.targets import runs_here
 from envlock.resolution.drift import NO_GRAPH, drift, frozen_drift, frozen_stamp_inputs, stamp_inputs, unvouched
 from envlock.store.home import file_sha256
 from envlock.store.store import Store
@@ -266,7 +267,10 @@ def _plan_ref(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
             source_mirrors(spec, options.mirrors.sources)
             mirrors = Mirrors(spec, index_mirrors(spec, options.mirrors.indexes))
     assert options.lock_ref is not None
-    ref = load_env_lock_ref(ws, options.lock_ref, env, "sync")
+    ref = load_env_lock_ref(ws, options.lock_ref, env, "sync", options.target)
+    if ref.lock.target is not None and ref.lock.platform and not runs_here(ref.lock.platform):
+        raise UsageError(f"{ref.label}: target {ref.lock.target} ({ref.lock.platform}) does not run on this machine: "
+                         "its venv is made on a machine of its platform")
     if unbuilt := ref.lock.unbuilt():
         # As it is, it would make a venv without the kernel: never silently.
         how = (f"check that revision's envs/, locks/ and patches/ out and run `envlock sync {env}` there, "
