@@ -287,6 +287,8 @@ def test_sync_makes_this_machines_target_and_its_digest_is_the_one_target_specs(
     ws.write_spec("e", _spec(indexes))
     r = cli("sync", "e")
     assert r.code == 0, r.err
+    assert ("synced target x86 (x86_64-manylinux_2_28); the lock's other targets, gb200 (aarch64-manylinux_2_28), "
+            "are made (and their builds run) on machines of their platforms") in r.out
     lock_path = ws.root / "locks" / "pylock.e.toml"
     doc = tomllib.loads(lock_path.read_text())
     digest = doc["tool"]["envlock"]["targets"]["x86"]["venv-digest"]

@@ -140,17 +140,26 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
         if not said:
             raise
         raise exc.with_details(*said) from None
-    machine = ""
+    machine = _other_targets(todo)
     if lock.kernels:  # lazy: only a lock that records kernels ([env] gpus) asks this machine's driver
         from envlock.commands.kernels import machine_note
 
-        machine = machine_note(lock)
+        machine = "; ".join(n for n in (machine, machine_note(lock)) if n)
     # The whole sync: a relock and builds come before realize's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + downloaded, fetched=result.fetched + fetched,
                    relocked=relocked,
                    note="; ".join(n for n in (result.note, *todo.notes, stale, stray,
                                               caches.summary() if caches is not None else "", machine) if n))
+
+
+def _other_targets(todo: SyncPlan) -> str:
+    """What a sync of one target of several says of the others ("": a spec of one target)."""
+    if todo.whole is None or todo.spec is None:
+        return ""
+    others = [f"{n} ({t.platform})" for n, t in sorted(todo.whole.targets.items()) if n != todo.spec.target]
+    return (f"synced target {todo.spec.target} ({todo.spec.platform}); the lock's other targets, "
+            f"{', '.join(others)}, are made (and their builds run) on machines of their platforms")
 
 
 def _ensure_builds(ws: Workspace, todo: SyncPlan, lock: Lock, store: Store,
