@@ -250,7 +250,8 @@ def test_a_target_taking_the_cpu_build_from_the_default_index_is_refused(
     w = tmp_path / "w2"
     indexes.add("pypi", build_wheel(w, "torch", "2.9.0", tag=f"cp311-cp311-{ARM}"),
                 build_wheel(w, "torch", "2.9.0", tag=f"cp311-cp311-{X86}"))
-    indexes.add("nightly", build_wheel(w, "vision", "0.25.0.dev20260305+cu130", tag=f"cp311-cp311-{X86}",
+    indexes.add("nightly", build_wheel(w, "tinydep", "1.0"),
+                build_wheel(w, "vision", "0.25.0.dev20260305+cu130", tag=f"cp311-cp311-{X86}",
                                        requires=["torch"]),
                 build_wheel(w, "vision", "0.25.0.dev20260305+cu130", tag=f"cp311-cp311-{ARM}", requires=["torch"]))
     spec = _spec(indexes).replace('torch = { nightly = "2026-03-05", local = "cu130", index = "nightly" }',
@@ -262,8 +263,10 @@ def test_a_target_taking_the_cpu_build_from_the_default_index_is_refused(
                                      "the spec pins CUDA")
     assert r.err.splitlines()[1] == (
         "  targets.gb200: torch 2.9.0 comes from the default index 'pypi', a build without CUDA (no +cuNNN local "
-        "tag), while the spec pins CUDA nightlies to index 'nightly', which lists torch too; pin it there "
+        "tag), while the spec pins CUDA nightlies to index 'nightly', which has CUDA builds of torch; pin it there "
         "(packages.torch = { nightly = \"YYYY-MM-DD\", index = \"nightly\" }) or exclude it")
+    # tinydep, on the nightly index too (as PyTorch's lists numpy) but with no CUDA build there: not asked about.
+    assert len(r.err.splitlines()) == 3 and "tinydep" not in r.err
 
 
 def test_nightlies_shows_a_table_per_target(ws: Workspace, cli: Cli, indexes: IndexServer) -> None:

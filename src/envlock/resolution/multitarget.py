@@ -6,7 +6,7 @@
   the date; a target that declares its own ``nightly`` is held to that date alone.
 - **The CPU build where a CUDA one was meant** (``cuda_traps``): a target that locks a package from
   the default index with no ``+cuNNN`` local tag, where the spec pins CUDA nightlies to an index that
-  lists that package too (PyPI's aarch64 ``torch`` pulled in by an upstream ``torch==`` pin on
+  has CUDA builds of that package (PyPI's aarch64 ``torch`` pulled in by an upstream ``torch==`` pin on
   GB200/GH200), is refused; a package CUDA on one target and not on another is noted.
 """
 
@@ -77,20 +77,24 @@ def _missing_date(spec: EnvSpec, target: str, package: str, date: str, sharing: 
 def cuda_traps(spec: EnvSpec, locks: Mapping[str, Lock], urls: Mapping[str, str],
                listings: Listings) -> list[str]:
     """The notes of packages CUDA on one target and not on another; ``ResolveError`` for a target that
-    takes from the default index a package a CUDA nightly index of the spec lists (see the module)."""
-    cuda_indexes = _cuda_indexes(spec)
+    takes from the default index a package a CUDA nightly index of the spec has CUDA builds of (see the module)."""
     refused = []
-    for index in cuda_indexes:
+    for index in _cuda_indexes(spec):
         listed = listings.names(urls[index]) or set()
-        for target, lock in sorted(locks.items()):
-            for pkg in lock.packages:
-                if pkg.name in listed and spec.index_of(pkg.name) == spec.default_index.name \
-                        and not _is_cuda(pkg.version):
-                    refused.append(
-                        f"targets.{target}: {pkg.name} {pkg.version} comes from the default index "
-                        f"{spec.default_index.name!r}, a build without CUDA (no +cuNNN local tag), while the spec "
-                        f"pins CUDA nightlies to index {index!r}, which lists {pkg.name} too; pin it there "
-                        f"(packages.{pkg.name} = {{ nightly = \"YYYY-MM-DD\", index = \"{index}\" }}) or exclude it")
+        # Taken from the default index, not a CUDA build, and listed there too: a CUDA build of it there?
+        # (PyTorch's index lists numpy and jinja2 too, with no CUDA build: those are not asked about.)
+        suspects = sorted({(target, pkg.name, pkg.version) for target, lock in locks.items() for pkg in lock.packages
+                           if pkg.name in listed and spec.index_of(pkg.name) == spec.default_index.name
+                           and not _is_cuda(pkg.version)})
+        for _, name, _ in suspects:
+            listings.prefetch(urls[index], name)
+        for target, name, version in suspects:
+            if any(_is_cuda(str(f.version)) for f in listings.files(urls[index], name)):
+                refused.append(
+                    f"targets.{target}: {name} {version} comes from the default index "
+                    f"{spec.default_index.name!r}, a build without CUDA (no +cuNNN local tag), while the spec "
+                    f"pins CUDA nightlies to index {index!r}, which has CUDA builds of {name}; pin it there "
+                    f"(packages.{name} = {{ nightly = \"YYYY-MM-DD\", index = \"{index}\" }}) or exclude it")
     if refused:
         raise ResolveError(f"{spec.path}: a target would take a CPU build where the spec pins CUDA", details=refused)
     return cuda_split(locks)
