@@ -34,6 +34,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5, help="paired runs (one target, then two), after a warm-up")
     ap.add_argument("--packages", type=int, default=150, help="plain packages besides the nightly and native ones")
+    ap.add_argument("--profile", type=Path, help="after the timed runs, one more two-target lock under cProfile, "
+                    "its stats here")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="envlock-bench-targets-"))
     server = IndexServer(tmp / "served")
@@ -102,6 +104,9 @@ def run(args: argparse.Namespace, tmp: Path, server: IndexServer) -> int:
     for _ in range(args.repeat):
         ones.append(timed("one"))
         twos.append(timed("two"))
+    if args.profile:
+        subprocess.run([sys.executable, "-m", "cProfile", "-o", str(args.profile.absolute()), "-m",
+                        "envlock.cli.main", "lock", "two"], cwd=ws, env=env, check=True, capture_output=True)
     a, b = statistics.median(ones), statistics.median(twos)
     packages = (ws / "locks" / "pylock.two.toml").read_text().count("[[packages]]")
     print(f"{packages} package entries in the two-target lock, {args.repeat} runs each, warm caches, loopback index")

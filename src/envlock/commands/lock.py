@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from envlock.cache.caches import Caches
     from envlock.install.fetch import FetchResult
     from envlock.model.spec import EnvSpec
+    from envlock.net.indexes import Listings
     from envlock.progress import Progress
     from envlock.resolution.resolve import HashUnlisted, Resolution
 
@@ -159,7 +160,7 @@ def _lock_targets(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, stor
         # two targets take about the time of one where a core is free (benchmarks/targets.py).
         with ThreadPoolExecutor(max_workers=len(spec.targets)) as pool:
             running = {name: pool.submit(_lock_target, ws, env, spec.for_target(name), mirrors, store, options,
-                                         (old_file, olds.get(name)))
+                                         (old_file, olds.get(name)), listings)
                        for name in sorted(spec.targets)}
             results = {name: future.result() for name, future in running.items()}
         locks = {name: r.lock for name, r in results.items() if r.lock is not None}
@@ -185,10 +186,11 @@ def _lock_targets(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, stor
 
 
 def _lock_target(ws: Workspace, env: str, view: EnvSpec, mirrors: Mirrors, store: Store, options: LockOptions,
-                 prior: tuple[LockFile, Lock | None]) -> LockResult:
+                 prior: tuple[LockFile, Lock | None], listings: Listings) -> LockResult:
     """One target's lock (``view``: the spec as it sees it), not written; an error names the target."""
     try:
-        return _lock_spec(ws, env, view, mirrors, store, replace(options, write=False), prior=prior)
+        return _lock_spec(ws, env, view, mirrors, store, replace(options, write=False), prior=prior,
+                          listings=listings)
     except EnvlockError as exc:
         raise exc.with_details(f"(target {view.target}: {view.platform}, python {view.python}; each target is "
                                "locked on its own)") from None
@@ -226,11 +228,14 @@ class _Relock:
     old: Lock | None  # the lock it replaces: its hashes, nightlies and builds are kept where they hold
     states: Mapping[str, SourceState]  # the spec's sources, prepared and patched
     progress: Progress | None = None
+    listings: Listings | None = None  # index pages shared by the targets of one lock (None: the resolution's own)
 
 
 def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: Store,
-               options: LockOptions, prior: tuple[LockFile, Lock | None] | None = None) -> LockResult:
-    """One target's lock (``prior``: the file it replaces and the lock of this target read out of it)."""
+               options: LockOptions, prior: tuple[LockFile, Lock | None] | None = None,
+               listings: Listings | None = None) -> LockResult:
+    """One target's lock (``prior``: the file it replaces and the lock of this target read out of it;
+    ``listings``: the index pages the targets share)."""
     from envlock.net import http
     from envlock.resolution import resolve
 
@@ -242,7 +247,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: 
     # Every git or URL input (sources, FetchContent) is fetched first: an unreachable one fails
     # the lock before a wheel is downloaded, all of them named together.
     states, inputs = sources_for_lock(ws, spec, store, old, mirrors)
-    relock = _Relock(ws, env, spec, mirrors, store, old, states, options.progress)
+    relock = _Relock(ws, env, spec, mirrors, store, old, states, options.progress, listings)
     hashing = None
     if options.caches is not None:  # lazy: only where a cache is named (docs/architecture.md)
         from envlock.cache.urlrecords import CachedHashing
@@ -425,7 +430,7 @@ def _resolve(relock: _Relock, urls: Mapping[str, str], hashing: HashUnlisted | N
             index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
             build_env=build_vars, store=relock.store, hashed=hashed, progress=relock.progress, kept_nightlies=kept,
             earlier_wheels={str(p.name): (p.wheels[0], p.index) for p in old.packages if p.wheels} if old else {},
-            hash_unlisted=hashing or fetch.hash_unlisted,
+            hash_unlisted=hashing or fetch.hash_unlisted, listings=relock.listings,
         ))
     except (ResolveError, FetchError, PackageIndexError) as exc:
         # An index that cannot be read may be the one a misspelt mirror variable was meant for.

@@ -228,7 +228,7 @@ class Lock:
         _check_lock_version(doc, origin)
         try:
             if is_multi(doc):
-                return _target_from_dict(doc, pick(platforms(doc), target, str(origin)))
+                return _targets_from_dict(doc)[pick(platforms(doc), target, str(origin))]
             return _lock_from_dict(doc)
         except BadKeyError as exc:
             raise LockError(f"{origin}: {exc}") from None
@@ -257,13 +257,13 @@ class Lock:
         if not is_multi(doc):
             return {}
         try:
-            return {name: _target_from_dict(doc, name) for name in sorted(platforms(doc))}
+            return _targets_from_dict(doc)
         except BadKeyError as exc:
             raise LockError(f"{origin}: {exc}") from None
 
 
-def _target_from_dict(doc: Mapping[str, Any], name: str) -> Lock:
-    """Target ``name``'s lock of the multi-target ``doc``, carrying the others' (to write the file again)."""
+def _targets_from_dict(doc: Mapping[str, Any]) -> dict[str, Lock]:
+    """Each target's lock of the multi-target ``doc``, each carrying the others' (to write the file again)."""
     locks = {}
     for other in sorted(platforms(doc)):
         try:
@@ -272,9 +272,9 @@ def _target_from_dict(doc: Mapping[str, Any], name: str) -> Lock:
             key = exc.key.replace("tool.envlock", f"tool.envlock.targets.{other}", 1)
             raise BadKeyError(key if key != exc.key else f"{exc.key} (target {other})", exc.found, exc.expected,
                               exc.package) from None
-    others = {n: TargetText(lock.platform or "", lock.python, lock.target_toml())
-              for n, lock in locks.items() if n != name}
-    return replace(locks[name], multi=Multi(name, locks[name].env, others))
+    texts = {n: TargetText(lock.platform or "", lock.python, lock.target_toml()) for n, lock in locks.items()}
+    return {name: replace(lock, multi=Multi(name, lock.env, {n: t for n, t in texts.items() if n != name}))
+            for name, lock in locks.items()}
 
 
 def _check_lock_version(doc: Mapping[str, Any], origin: Path | str) -> None:
