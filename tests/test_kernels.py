@@ -14,6 +14,7 @@ from envlock.model.lockfile import read_lock
 from kit.cuda import CudaKit, gencode
 from kit.index import IndexServer
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 TAG = "py3-none-manylinux_2_28_x86_64"
 #: The wheel of the issue: only sm_90 SASS and compute_120a PTX.
@@ -198,7 +199,8 @@ def test_build_holds_what_it_built_to_the_named_gpus_with_the_rebuild_hint(  # t
     assert ws.lock_text("e").endswith('[tool.envlock.kernels]\nkb = { sass = ["sm_120a"], ptx = [] }\n')
 
 
-def test_the_kernels_check_runs_per_target_against_its_own_gpus(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_the_kernels_check_runs_per_target_against_its_own_gpus(ws: ScratchWorkspace, cli: Cli,
+                                                                index: IndexServer) -> None:
     """An aarch64 target with GB200 GPUs needs sm_100 kernels; the x86_64 target's sm_90 is carried."""
     targets = ('[targets.x86]\nplatform = "x86_64-manylinux_2_28"\ngpus = ["sm_90"]\n'
                '[targets.gb200]\nplatform = "aarch64-manylinux_2_28"\ngpus = ["{gb200}"]\n')
