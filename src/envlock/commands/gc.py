@@ -28,6 +28,7 @@ from envlock.install import generations, install
 from envlock.model.lockfile import Lock
 from envlock.store.closure import EntryRef, lock_closure, venv_key
 from envlock.store.store import GC_KINDS, Store
+from envlock.store.trees import file_inodes
 from envlock.workspace import Workspace
 
 KEEP_GIT = ("all", "tags", "none")
@@ -261,18 +262,9 @@ def _unlinked_archives(store: Store, kept_venvs: Iterable[Path]) -> list[Path]:
     archives = store.root / "uv-cache" / UV_ARCHIVES
     if not archives.is_dir():
         return []
-    linked = {ino for venv in kept_venvs for ino in _inodes(venv)}
-    return [a for a in sorted(archives.iterdir()) if a.is_dir() and not (set(_inodes(a)) & linked)]
+    linked = {ino for venv in kept_venvs for ino in file_inodes(venv)}
+    return [a for a in sorted(archives.iterdir()) if a.is_dir() and not (set(file_inodes(a)) & linked)]
 
-
-def _inodes(folder: Path) -> Iterator[tuple[int, int]]:
-    for dirpath, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            yield st.st_dev, st.st_ino
 
 
 class _Sizes:

@@ -17,6 +17,7 @@ from envlock.install.digest import recorded_manifest
 from envlock.install.venvcheck import VerifyResult
 from envlock.model.lockfile import Lock, read_lock
 from envlock.store.store import Store
+from envlock.store.trees import file_inodes
 from envlock.workspace import Workspace
 
 
@@ -103,22 +104,10 @@ def shared_damage(store: Store, venv: Path, changed: Sequence[str]) -> tuple[tup
     others: list[Path] = []
     folder = store.root / "venvs"
     for entry in sorted(folder.iterdir()) if wanted and folder.is_dir() else ():
-        if entry.resolve() != venv.resolve() and _holds(entry, wanted):
+        if entry.resolve() != venv.resolve() and any(inode in wanted for inode in file_inodes(entry)):
             others.append(entry)
     users = {f"{env}/{n}" for v in (venv, *others) for env, n in generations.users(store, v)}
     return tuple(others), tuple(sorted(users, key=lambda u: (u.rsplit("/", 1)[0], int(u.rsplit("/", 1)[1]))))
-
-
-def _holds(top: Path, inodes: set[tuple[int, int]]) -> bool:
-    for dirpath, _dirs, files in os.walk(top):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) in inodes:
-                return True
-    return False
 
 
 @dataclass(frozen=True)
