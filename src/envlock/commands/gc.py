@@ -25,6 +25,7 @@ from envlock.build import toolchain
 from envlock.commands.pin import pinned_locks
 from envlock.errors import EnvlockError, UsageError
 from envlock.install import generations, install
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock
 from envlock.store.closure import EntryRef, lock_closure, venv_key
 from envlock.store.store import GC_KINDS, Store
@@ -48,8 +49,8 @@ class Root:
     kind: str  # "generation", "workspace", "git", "pin"
     label: str
 
-    def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "label": self.label}
+    def to_dict(self) -> dict[str, Any]:
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ class Usage:
     entries: int
     bytes: int
 
-    def to_dict(self) -> dict[str, int]:
-        return {"entries": self.entries, "bytes": self.bytes}
+    def to_dict(self) -> dict[str, Any]:
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -75,9 +76,7 @@ class GcReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dry_run": self.dry_run, "roots": [r.to_dict() for r in self.roots], "before": self.before.to_dict(),
-                "after": self.after.to_dict(), "removed": list(self.removed), "generations": list(self.generations),
-                "freed": self.freed, "notes": list(self.notes)}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)

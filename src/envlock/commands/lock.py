@@ -27,6 +27,7 @@ from envlock.errors import (
     SpecError,
     raise_all,
 )
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Artifact, Lock, LockFile, canonicalize_name, read_lock
 from envlock.model.mirrors import MirrorOptions, Mirrors, missing_folder
 from envlock.model.spec import load_env_spec
@@ -69,20 +70,9 @@ class LockResult:
     planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "lock": str(self.path),
-            "changed": self.changed,
-            "packages": self.packages,
-            "nightlies": dict(self.nightlies),
-            "mirrors": dict(self.mirrors),
-            "downloaded": self.downloaded,
+        return json_doc(self, keys={"path": "lock"}, omit=("lock", "build_fetched", "planned_toolchains"), extra={
             "unbuilt": list(self.lock.unbuilt()) if self.lock is not None else [],
-            "note": self.note,
-            "notes": list(self.notes),
-            "build_downloaded": self.build_downloaded,
-            "moved": [{"package": name, "old": a, "new": b} for name, a, b in self.moved],
-        }
+            "moved": [{"package": name, "old": a, "new": b} for name, a, b in self.moved]})
 
 
 @dataclass(frozen=True)
@@ -393,8 +383,7 @@ class LockCheck:
     notes: tuple[str, ...] = ()  # each yanked file, and what was not checked (--offline, an index down)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "lock": str(self.path), "current": self.current, "reasons": list(self.reasons),
-                "yanked": [y.to_dict() for y in self.yanked], "notes": list(self.notes)}
+        return json_doc(self, keys={"path": "lock"})
 
 
 def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, offline: bool = False) -> LockCheck:

@@ -39,6 +39,7 @@ from envlock.errors import (
     UsageError,
 )
 from envlock.model import specedit
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockdiff import LockDiff
 from envlock.model.lockfile import Lock, LockFile
 from envlock.model.mirrors import MirrorOptions, Mirrors
@@ -104,7 +105,7 @@ class SourceMove:
     rev: str  # as asked: a branch, a tag or a commit
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "old": self.old, "new": self.new, "rev": self.rev}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -327,7 +328,7 @@ class Rename:
                                   "comment kept)"])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"build": self.build, "project": self.project, "where": self.where, "moves": self.moves()}
+        return json_doc(self, omit=("tables", "package"), extra={"moves": self.moves()})
 
 
 def find_renames(ws: Workspace, spec: EnvSpec, plan: UpgradePlan, old: Lock, store: Store,

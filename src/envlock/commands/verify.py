@@ -15,6 +15,7 @@ from envlock.commands.run import env_path
 from envlock.install import generations, venvcheck
 from envlock.install.digest import recorded_manifest
 from envlock.install.venvcheck import VerifyResult
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock, read_lock
 from envlock.store.store import Store
 from envlock.store.trees import file_inodes
@@ -119,7 +120,7 @@ class Repaired:
     removed: tuple[str, ...] = ()  # damaged entries no generation used: removed, not rebuilt
 
     def to_dict(self) -> dict[str, Any]:
-        return {"venvs": list(self.venvs), "generations": list(self.generations), "removed": list(self.removed)}
+        return json_doc(self)
 
 
 def repair_env(store: Store, env: str) -> Repaired:

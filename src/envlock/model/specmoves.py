@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from envlock.errors import SpecError, UsageError
 from envlock.model import specedit
+from envlock.model.jsondoc import json_doc
 from envlock.model.spec import EnvSpec, allows
 from envlock.model.specedit import SpecChange
 from envlock.model.tomlio import load_toml, toml_key
@@ -41,8 +42,7 @@ class NightlyMove:
     kept: tuple[str, ...] = ()  # nightlies of the index that opted out (same-date = false)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "old": self.old, "new": self.new, "asked": self.asked,
-                "packages": list(self.packages), "kept": list(self.kept)}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
