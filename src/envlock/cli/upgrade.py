@@ -40,7 +40,7 @@ def report_lines(ws: Workspace, result: UpgradeResult, *, markdown: bool = False
     the patches carried, what the new lock changes (the upgrade report, as ``envlock diff``
     gives it), the notes, and what was written."""
     from envlock.cli.upgradereport import render_markdown, render_text
-    from envlock.commands.upgrade import LATEST
+    from envlock.model.specmoves import LATEST
 
     spec, lock = ws.relative(result.spec), ws.relative(result.lock)
     item = "- " if markdown else "  "

@@ -37,6 +37,7 @@ from envlock.commands.sync import SyncOptions, sync
 from envlock.errors import CommandError, EnvlockError, UsageError
 from envlock.install import generations
 from envlock.model import specedit
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockdiff import LockDiff, diff_locks
 from envlock.model.lockfile import Lock, read_lock
 from envlock.model.mirrors import MirrorOptions
@@ -76,8 +77,7 @@ class Step:
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"candidate": self.candidate, "lock": self.lock, "result": self.result, "exit_code": self.exit_code,
-                "seconds": round(self.seconds, 3), "generation": self.generation, "note": self.note}
+        return json_doc(self, extra={"seconds": round(self.seconds, 3)})
 
 
 @dataclass(frozen=True)
@@ -106,11 +106,7 @@ class BisectReport:
         return math.ceil(math.log2(max(len(self.candidates) - 1, 1)))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "mode": self.mode, "candidates": list(self.candidates),
-                "steps": [s.to_dict() for s in self.steps], "first_bad": self.first_bad, "last_good": self.last_good,
-                "maybe": list(self.maybe), "diff": self.diff.to_dict() if self.diff else None,
-                "restored": self.restored, "max_steps": self.max_steps, "notes": list(self.notes),
-                "found": self.found}
+        return json_doc(self, extra={"max_steps": self.max_steps, "found": self.found})
 
 
 def search(count: int, test: Callable[[int], str]) -> tuple[int, int, list[int]]:

@@ -25,6 +25,7 @@ from envlock.build.buildenv import UNFIXED_RISK
 from envlock.commands.buildsession import BuildSession, InputsWanted, pinned_commit, prepare_inputs
 from envlock.errors import BuildError, BuildRequirementsError, LockChangedError, LockError, SourceError, UsageError
 from envlock.install.fetch import FetchResult
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockchanges import line_changes
 from envlock.model.lockfile import Artifact, Lock, LockedBuild, LockedPackage, LockFile, canonicalize_name
 from envlock.model.mirrors import MirrorOptions, Mirrors, package_locator
@@ -129,16 +130,8 @@ class BuildReport:
         return all(c.reproducible for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "lock": str(self.lock),
-            "lock-changed": self.lock_changed,
-            "rebuilt": self.rebuilt,
-            "builds": [b.to_dict() for b in self.builds],
-            "checks": [c.to_dict() for c in self.checks],
-            "reproducible": self.reproducible,
-            "notices": list(self.notices),
-        }
+        return json_doc(self, keys={"lock_changed": "lock-changed"}, omit=("new_lock", "downloaded", "fetched"),
+                        extra={"rebuilt": self.rebuilt, "reproducible": self.reproducible})
 
 
 @dataclass(frozen=True)

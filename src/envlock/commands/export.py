@@ -35,6 +35,7 @@ from envlock.build import inputs, sources
 from envlock.commands.pin import Pin, lock_bytes, pin_lock
 from envlock.errors import EnvlockError, LockError, StoreError, UsageError
 from envlock.install.fetch import fetch_mirrored
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock
 from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import load_env_spec
@@ -70,9 +71,7 @@ class ExportResult:
     notes: tuple[str, ...] = ()  # entries left out (a pending build among them), and why
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "lock": self.lock, "to": str(self.to), "entries": dict(self.entries),
-                "files": self.files, "bytes": self.bytes, "fetched": self.fetched, "pending": list(self.pending),
-                "notes": list(self.notes)}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -88,8 +87,7 @@ class ImportResult:
     notes: tuple[str, ...] = ()  # entries not stored, and why
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": str(self.source), "env": self.env, "added": dict(self.added), "present": self.present,
-                "bytes": self.bytes, "pin": self.pin.to_dict(), "lock": str(self.pin.path), "notes": list(self.notes)}
+        return json_doc(self, extra={"lock": str(self.pin.path)})
 
 
 def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *, progress: Progress | None = None,

@@ -31,6 +31,7 @@ from envlock.errors import (
     raise_all,
 )
 from envlock.model import multilock
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Artifact, Lock, LockFile, canonicalize_name, read_lock, read_lock_bytes
 from envlock.model.mirrors import MirrorOptions, Mirrors, missing_folder
 from envlock.model.spec import load_env_spec
@@ -78,7 +79,9 @@ class LockResult:
     targets: Mapping[str, LockResult] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        doc = self._own_dict()
+        doc = json_doc(self, keys={"path": "lock"}, omit=("lock", "build_fetched", "planned_toolchains", "targets"),
+                       extra={"unbuilt": list(self.lock.unbuilt()) if self.lock is not None else [],
+                              "moved": [{"package": name, "old": a, "new": b} for name, a, b in self.moved]})
         if self.targets:
             doc["targets"] = {name: {"platform": r.lock.platform if r.lock is not None else None,
                                      "python": r.lock.python if r.lock is not None else None,
@@ -86,22 +89,6 @@ class LockResult:
                                      "unbuilt": list(r.lock.unbuilt()) if r.lock is not None else []}
                               for name, r in sorted(self.targets.items())}
         return doc
-
-    def _own_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "lock": str(self.path),
-            "changed": self.changed,
-            "packages": self.packages,
-            "nightlies": dict(self.nightlies),
-            "mirrors": dict(self.mirrors),
-            "downloaded": self.downloaded,
-            "unbuilt": list(self.lock.unbuilt()) if self.lock is not None else [],
-            "note": self.note,
-            "notes": list(self.notes),
-            "build_downloaded": self.build_downloaded,
-            "moved": [{"package": name, "old": a, "new": b} for name, a, b in self.moved],
-        }
 
 
 @dataclass(frozen=True)
@@ -493,8 +480,7 @@ class LockCheck:
     notes: tuple[str, ...] = ()  # each yanked file, and what was not checked (--offline, an index down)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "lock": str(self.path), "current": self.current, "reasons": list(self.reasons),
-                "yanked": [y.to_dict() for y in self.yanked], "notes": list(self.notes)}
+        return json_doc(self, keys={"path": "lock"})
 
 
 def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, offline: bool = False) -> LockCheck:

@@ -20,6 +20,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from envlock.errors import LockError, PackageIndexError, UsageError, did_you_mean
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Artifact, Lock, LockFile, NightlyPin
 from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import EnvSpec, PackageSpec, load_env_spec
@@ -47,12 +48,7 @@ class PackageNightlies:
         return tuple(d.date for d in self.dates if d.usable)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "index": self.index, "index_url": self.index_url, "local": self.local,
-            "same_date": self.same_date, "pinned": self.pinned,
-            "locked": {"date": self.locked.date, "version": self.locked.version} if self.locked else None,
-            "dates": [d.to_dict() for d in self.dates],
-        }
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -76,11 +72,10 @@ class NightlyListing:
         return max(common, default=None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env, "python": self.python, "platform": self.platform,
-            "lock": str(self.lock) if self.lock is not None else None,
-            "packages": [p.to_dict() for p in self.packages], "note": self.note,
-        } | ({"targets": {name: t.to_dict() for name, t in sorted(self.targets.items())}} if self.targets else {})
+        doc = json_doc(self, omit=("targets",))
+        if self.targets:
+            doc["targets"] = {name: t.to_dict() for name, t in sorted(self.targets.items())}
+        return doc
 
 
 def nightlies_env(ws: Workspace, env: str, package: str | None = None,

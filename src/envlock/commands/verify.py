@@ -16,9 +16,11 @@ from envlock.errors import UsageError, VerifyError
 from envlock.install import generations, venvcheck
 from envlock.install.digest import recorded_manifest
 from envlock.install.venvcheck import VerifyResult
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock, read_lock
 from envlock.model.targets import runs_here
 from envlock.store.store import Store
+from envlock.store.trees import file_inodes
 from envlock.workspace import Workspace
 
 
@@ -110,22 +112,10 @@ def shared_damage(store: Store, venv: Path, changed: Sequence[str]) -> tuple[tup
     others: list[Path] = []
     folder = store.root / "venvs"
     for entry in sorted(folder.iterdir()) if wanted and folder.is_dir() else ():
-        if entry.resolve() != venv.resolve() and _holds(entry, wanted):
+        if entry.resolve() != venv.resolve() and any(inode in wanted for inode in file_inodes(entry)):
             others.append(entry)
     users = {f"{env}/{n}" for v in (venv, *others) for env, n in generations.users(store, v)}
     return tuple(others), tuple(sorted(users, key=lambda u: (u.rsplit("/", 1)[0], int(u.rsplit("/", 1)[1]))))
-
-
-def _holds(top: Path, inodes: set[tuple[int, int]]) -> bool:
-    for dirpath, _dirs, files in os.walk(top):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) in inodes:
-                return True
-    return False
 
 
 @dataclass(frozen=True)
@@ -137,7 +127,7 @@ class Repaired:
     removed: tuple[str, ...] = ()  # damaged entries no generation used: removed, not rebuilt
 
     def to_dict(self) -> dict[str, Any]:
-        return {"venvs": list(self.venvs), "generations": list(self.generations), "removed": list(self.removed)}
+        return json_doc(self)
 
 
 def repair_env(store: Store, env: str) -> Repaired:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -357,7 +357,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
     )
 
 
-def reach(roots: Iterable[str], requires: Mapping[str, Sequence[str]]) -> set[str]:
+def reach(roots: Iterable[str], requires: Mapping[str, Iterable[str]]) -> set[str]:
     """Every package reached from ``roots`` along ``requires`` (``Lock.requires``), the roots included."""
     seen: set[str] = set()
     todo = list(roots)
