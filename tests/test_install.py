@@ -387,16 +387,21 @@ def test_a_full_disk_while_copying_the_skeleton_is_one_message(published: tuple[
     assert not store.path("venvs", result.venv.name).exists()
 
 
-def test_a_uv_cache_entry_whose_archive_is_gone_is_dropped_and_the_install_repeated_once(tmp_path: Path) -> None:
-    # uv's wheel entries (wheels-v*/…) name an unpacked archive (archive-v0/<id>); with that archive
-    # gone (an older envlock's gc, a hand) every install of the wheel failed: "failed to read
-    # directory `…/uv-cache/archive-v0/…`: No such file or directory", until uv-cache was removed by hand.
+def _alpha_then_beta(tmp_path: Path) -> tuple[Store, Lock, Lock, dict[str, Path]]:
+    """A store, a lock of ``alpha`` and one of ``alpha`` and ``beta`` (local wheels), and both wheels fetched."""
     store = Store.open(tmp_path / "home")
     w = tmp_path / "wheels"
     alpha, beta = build_wheel(w, "alpha", "1.0"), build_wheel(w, "beta", "1.0")
     first = lock_for(None, "", [], local=[(alpha, alpha.name)])
     second = lock_for(None, "", [], local=[(alpha, alpha.name), (beta, beta.name)])
-    got = fetch([p.wheels[0] for p in second.packages], store, base_dir=w).paths()
+    return store, first, second, fetch([p.wheels[0] for p in second.packages], store, base_dir=w).paths()
+
+
+def test_a_uv_cache_entry_whose_archive_is_gone_is_dropped_and_the_install_repeated_once(tmp_path: Path) -> None:
+    # uv's wheel entries (wheels-v*/…) name an unpacked archive (archive-v0/<id>); with that archive
+    # gone (an older envlock's gc, a hand) every install of the wheel failed: "failed to read
+    # directory `…/uv-cache/archive-v0/…`: No such file or directory", until uv-cache was removed by hand.
+    store, first, second, got = _alpha_then_beta(tmp_path)
     assert install.install(store, first, got).note == ""
     archives = list((install.uv_cache_dir(store) / "archive-v0").iterdir())
     assert len(archives) == 1
@@ -411,12 +416,7 @@ def test_a_uv_cache_entry_whose_archive_is_gone_is_dropped_and_the_install_repea
 
 def test_a_uv_cache_uv_cannot_read_is_cleared_and_the_install_repeated_once(tmp_path: Path) -> None:
     # An archive that is no longer a folder (its entry is whole): uv fails naming it.
-    store = Store.open(tmp_path / "home")
-    w = tmp_path / "wheels"
-    alpha, beta = build_wheel(w, "alpha", "1.0"), build_wheel(w, "beta", "1.0")
-    first = lock_for(None, "", [], local=[(alpha, alpha.name)])
-    second = lock_for(None, "", [], local=[(alpha, alpha.name), (beta, beta.name)])
-    got = fetch([p.wheels[0] for p in second.packages], store, base_dir=w).paths()
+    store, first, second, got = _alpha_then_beta(tmp_path)
     install.install(store, first, got)
     (archive,) = (install.uv_cache_dir(store) / "archive-v0").iterdir()
     shutil.rmtree(archive)

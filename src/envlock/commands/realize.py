@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from envlock import timings
 from envlock.errors import FetchError, LockError, StoreError, VerifyError
 from envlock.install import generations
+from envlock.model.jsondoc import json_doc
 from envlock.store import home, noop
 from envlock.store.store import Store, replace_if_unchanged, write_atomic
 
@@ -52,21 +53,7 @@ class SyncResult:
     relocked: bool = False  # the lock file was stale (or missing) and was written anew first
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "path": str(self.path),
-            "generation": self.generation,
-            "install_digest": self.install_digest,
-            "venv_digest": self.venv_digest,
-            "noop": self.noop,
-            "downloaded": self.downloaded,
-            "fetched": self.fetched,
-            "built": self.built,
-            "recorded": self.recorded,
-            "seconds": round(self.seconds, 3),
-            "note": self.note,
-            "relocked": self.relocked,
-        }
+        return json_doc(self, extra={"seconds": round(self.seconds, 3)})
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ lesson, Dec 2022), and every wheel gets a sha256 even when the index publishes n
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urldefrag
@@ -170,7 +171,7 @@ def pinned_override_wheels(
 
 def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
     """Resolve the spec with uv; check index pins, hashes and same-version sets."""
-    with Listings() as listings:
+    with nullcontext(inputs.listings) if inputs.listings is not None else Listings() as listings:
         # Pages the checks need are fetched while uv works.
         for pkg in spec.packages.values():
             if pkg.index and not pkg.build:
