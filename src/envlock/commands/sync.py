@@ -279,9 +279,7 @@ def _plan_ref(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
             mirrors = Mirrors(spec, index_mirrors(spec, options.mirrors.indexes))
     assert options.lock_ref is not None
     ref = load_env_lock_ref(ws, options.lock_ref, env, "sync", options.target)
-    from envlock.model.targets import runs_here  # packaging's parsers: only where the lock names a target
-
-    if ref.lock.target is not None and ref.lock.platform and not runs_here(ref.lock.platform):
+    if ref.lock.target is not None and ref.lock.platform and not _runs_here(ref.lock.platform):
         raise UsageError(f"{ref.label}: target {ref.lock.target} ({ref.lock.platform}) does not run on this machine: "
                          "its venv is made on a machine of its platform")
     if unbuilt := ref.lock.unbuilt():
@@ -362,3 +360,10 @@ def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, list[Pat
         if found:
             out[art.sha256] = [path for _, path in sorted(found, key=lambda item: item[0])]
     return out
+
+
+def _runs_here(platform: str) -> bool:
+    """Whether a machine of ``platform`` is this one (packaging's parsers: only for a lock of targets)."""
+    from envlock.model.targets import runs_here
+
+    return runs_here(platform)

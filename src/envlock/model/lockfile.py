@@ -50,7 +50,6 @@ from envlock.model.locktables import NightlyPin as NightlyPin
 from envlock.model.locktables import canonicalize_name as canonicalize_name
 from envlock.model.multilock import Multi, TargetText, is_multi, platforms, split
 from envlock.model.overlaps import AllowedOverlap
-from envlock.model.targets import pick
 from envlock.model.tomlio import load_toml, toml_key, toml_string, toml_value
 
 LOCK_FORMAT = 1
@@ -228,6 +227,8 @@ class Lock:
         _check_lock_version(doc, origin)
         try:
             if is_multi(doc):
+                from envlock.model.targets import pick  # packaging's parsers: only a lock of several targets
+
                 return _targets_from_dict(doc)[pick(platforms(doc), target, str(origin))]
             return _lock_from_dict(doc)
         except BadKeyError as exc:

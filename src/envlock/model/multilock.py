@@ -17,10 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.markers import Marker
-
-from envlock.model.target import target_environment
-from envlock.model.targets import target_marker
 from envlock.model.tomlio import toml_string
 
 _TOOL = "[tool.envlock"
@@ -36,6 +32,8 @@ class TargetText:
 
     @property
     def marker(self) -> str:
+        from envlock.model.targets import target_marker  # packaging's parsers: only to write a lock of targets
+
         return target_marker(self.platform, self.python)
 
 
@@ -117,6 +115,11 @@ def platforms(doc: Mapping[str, Any]) -> dict[str, str]:
 def split(doc: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Target ``name``'s one-target lock document out of a multi-target ``doc``: the packages whose marker
     holds on its machines (the marker dropped), and its ``[tool.envlock]``."""
+    # packaging's markers (~30 ms of imports): only to read a lock of several targets, never a one-target one
+    from packaging.markers import Marker
+
+    from envlock.model.target import target_environment
+
     tool = doc["tool"]["envlock"]["targets"][name]
     python, plat = tool.get("python"), tool.get("platform")
     env = target_environment(str(python), str(plat)) if isinstance(python, str) and isinstance(plat, str) else {}
