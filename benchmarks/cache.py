@@ -14,7 +14,7 @@ The demo env's index is a loopback index of tests/.wheels (the build backends an
 instead of PyPI: the benchmark makes no outside connection. nginx must be installed
 (``apt-get install -y nginx-light``).
 
-Usage: .venv/bin/python benchmarks/cache.py [--packages N] [--fleet N] [--repeat N] [--keep DIR]
+Usage: .venv/bin/python benchmarks/cache.py [--packages N] [--fleet N] [--runs N] [--skip-fleet] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -58,6 +59,12 @@ def run_json(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, di
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(argv)}\n{proc.stdout}{proc.stderr}")
     return elapsed, json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+
+
+def cpu_children() -> float:
+    """User + system CPU time of every waited-for child so far (uv's included)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def warm(folder: Path) -> None:
@@ -136,19 +143,22 @@ def cold(work: Path, cache: str, cache_dir: Path, packages: int, repeat: int) ->
         reqs.write_text("".join(f"{p.name}=={p.version}\n" for p in lock.packages))
         sync_argv = [*envlock, "sync", "bench", "--frozen", "--lock", str(lock_path), "--json"]
 
-        def cache_sync(i: int) -> tuple[float, float]:
-            """The cold sync from the cache (fresh store, fresh uv cache), and its venv's digest walk alone."""
+        def cache_sync(i: int) -> tuple[float, float, float]:
+            """The cold sync from the cache (fresh store, fresh uv cache), its venv's digest walk alone, and
+            the sync's CPU time (envlock's and uv's)."""
             env = runner.uv_env({"ENVLOCK_HOME": str(work / f"cold-home-{i}"),
                                  "UV_CACHE_DIR": str(work / f"cold-uv-{i}"), "ENVLOCK_CACHE_URLS": cache})
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             warm(cache_dir)  # what each server sends is in the page cache, as for the others
+            cpu = cpu_children()
             took, result = run_json(sync_argv, env, ws)
+            cpu = cpu_children() - cpu
             if "caches: " not in str(result.get("note")):
                 raise SystemExit(f"the cache was not used: {result.get('note')}")
             venv = generations.stable_path(Store.open(work / f"cold-home-{i}"), "bench").resolve()
             started = time.perf_counter()
             manifest(venv)  # the verifying hash of every installed byte, alone (page cache warm)
-            return took, time.perf_counter() - started
+            return took, time.perf_counter() - started, cpu
 
         def index_sync(i: int) -> float:
             """For reference: the same cold sync with no cache, every wheel from the loopback index."""
@@ -166,21 +176,23 @@ def cold(work: Path, cache: str, cache_dir: Path, packages: int, repeat: int) ->
                                                                   [p.wheels[0] for p in lock.packages])
             return time.perf_counter() - started
 
-        def peer_run(i: int) -> tuple[float, float]:
+        def peer_run(i: int) -> tuple[float, float, float]:
             """The peer, and the write-back of what it wrote (envlock's venv is on the device before it is
             made current; uv leaves its venv and cache in the page cache): ``sync`` right after it."""
             peer_venv = work / f"peer-venv-{i}"
             peer_env = runner.uv_env({"UV_CACHE_DIR": str(work / f"peer-uv-{i}")})
             warm(work / "served")
+            cpu = cpu_children()
             started = time.perf_counter()
             subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(peer_venv)], env=peer_env, check=True)
             subprocess.run([uv, "pip", "sync", "-q", "--python", str(peer_venv / "bin" / "python"), "--index-url",
                             server.url("pypi"), str(reqs)], env=peer_env, check=True)
             took = time.perf_counter() - started
+            cpu = cpu_children() - cpu
             os.sync()
-            return took, time.perf_counter() - started - took
+            return took, time.perf_counter() - started - took, cpu
 
-        rounds: list[tuple[float, float, float, float, float, float]] = []
+        rounds: list[tuple[float, float, float, float, float, float, float, float]] = []
         for i in range(repeat):
             got: dict[str, Any] = {}
             steps = [("cache", cache_sync), ("index", index_sync), ("download", download_alone), ("peer", peer_run)]
@@ -188,14 +200,18 @@ def cold(work: Path, cache: str, cache_dir: Path, packages: int, repeat: int) ->
                 os.sync()  # the last run's dirty pages are not the next one's to write back
                 got[name] = step(i)
             rounds.append((got["cache"][0], got["peer"][0], got["cache"][1], got["index"], got["download"],
-                           got["peer"][1]))
+                           got["peer"][1], got["cache"][2], got["peer"][2]))
             for name in ("cold-home", "cold-uv", "index-home", "index-uv", "fetch-home", "peer-venv", "peer-uv"):
                 shutil.rmtree(work / f"{name}-{i}", ignore_errors=True)
         took = statistics.median(r[0] for r in rounds)
         peer = statistics.median(r[1] for r in rounds)
         hashing = statistics.median(r[2] for r in rounds)
+        cpu_took, cpu_peer = statistics.median(r[6] for r in rounds), statistics.median(r[7] for r in rounds)
         print(f"cold sync from an HTTP cache {took:.2f}s / uv venv + uv pip sync from a loopback index, cold uv "
-              f"cache {peer:.2f}s = {took / peer:.2f}  (target <= 1.5; median of {repeat})")
+              f"cache {peer:.2f}s = {took / peer:.2f}  (target <= 1.5; median of {repeat}; ranges "
+              f"{min(r[0] for r in rounds):.2f}-{max(r[0] for r in rounds):.2f}s / "
+              f"{min(r[1] for r in rounds):.2f}-{max(r[1] for r in rounds):.2f}s; CPU {cpu_took:.2f}s / "
+              f"{cpu_peer:.2f}s = {cpu_took / cpu_peer:.2f})")
         from_index = statistics.median(r[3] for r in rounds)
         download = statistics.median(r[4] for r in rounds)
         print(f"  for reference, the same cold sync from the loopback index (no cache) {from_index:.2f}s / "
@@ -216,7 +232,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--packages", type=int, default=158)
     ap.add_argument("--fleet", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--runs", "--repeat", dest="repeat", type=int, default=5,
+                    help="rounds: each runs the cache sync, the index sync, the download alone and the peer once")
     ap.add_argument("--keep", type=Path, help="work folder to keep (default: a temp folder, removed)")
     ap.add_argument("--skip-fleet", action="store_true")
     args = ap.parse_args()

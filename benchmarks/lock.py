@@ -1,6 +1,6 @@
 """envlock lock vs raw uv on the same inputs.
 
-    python benchmarks/lock.py [--repeat 7] [--packages 150] [--keep DIR] [--profile FILE]
+    python benchmarks/lock.py [--runs 7] [--packages 150] [--keep DIR] [--profile FILE]
 
 Builds the test kit's loopback universe (tests/kit) plus N extra plain packages,
 writes an env spec shaped like qwen35-blackwell's index part (torch nightly + its
@@ -23,6 +23,7 @@ the ratios of the paired runs (the machine's load comes and goes: it hits both r
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import statistics
 import subprocess
@@ -120,28 +121,38 @@ same-version = [["flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache"
     (raw / "overrides.txt").write_text("".join(f"{o}\n" for o in uv_overrides(spec, inputs, pinned)))
     uv_cmd = [runner.uv_bin(), *compile_args(spec, inputs)]
 
+    cpu: list[float] = []  # user + system CPU time of each timed run (its children's, uv's, included)
+
     def timed(cmd: list[str], cwd: Path) -> float:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True)
-        return time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        return elapsed
 
     timed(envlock_cmd, ws)  # warm both caches (uv's HTTP cache, the OS page cache)
     timed(uv_cmd, raw)
+    cpu.clear()
     ours, theirs = [], []
     for _ in range(args.runs):
         ours.append(timed(envlock_cmd, ws))
         theirs.append(timed(uv_cmd, raw))
+    cpu_ours, cpu_theirs = statistics.median(cpu[0::2]), statistics.median(cpu[1::2])
     if args.profile:
         timed([sys.executable, "-m", "cProfile", "-o", str(args.profile.absolute()), "-m", "envlock.cli.main",
                *envlock_cmd[-2:]], ws)
     a, b = statistics.median(ours), statistics.median(theirs)
     packages = (ws / "locks" / "pylock.bench.toml").read_text().count("[[packages]]")
     print(f"env: {packages} locked packages, {args.runs} runs each, warm caches, loopback index")
-    print(f"envlock lock      median {a * 1000:8.1f} ms")
-    print(f"uv pip compile    median {b * 1000:8.1f} ms")
+    print(f"envlock lock      median {a * 1000:8.1f} ms  range {min(ours) * 1000:.1f}-{max(ours) * 1000:.1f}  "
+          f"CPU {cpu_ours * 1000:.0f} ms")
+    print(f"uv pip compile    median {b * 1000:8.1f} ms  range {min(theirs) * 1000:.1f}-{max(theirs) * 1000:.1f}  "
+          f"CPU {cpu_theirs * 1000:.0f} ms")
     pairs = sorted(o / t for o, t in zip(ours, theirs, strict=True))
     print(f"ratio envlock/uv  {a / b:.2f}  (target <= 1.2); paired runs {pairs[0]:.2f}-{pairs[-1]:.2f}, "
-          f"median {statistics.median(pairs):.2f}")
+          f"median {statistics.median(pairs):.2f}; CPU {cpu_ours / cpu_theirs:.2f}")
     return 0
 
 

@@ -17,13 +17,18 @@ in benchmarks/lock.py) of --modules Python modules each (default 40), every fift
 start-up and imports weighs most) and --modules 200 (a file-heavy one, ~32k files: the
 venv walk's lstat per file weighs most) too; the ratios differ, see docs/performance.md.
 
-Usage: .venv/bin/python benchmarks/sync.py [--packages N] [--modules M] [--big-mb M] [--repeat R] [--keep DIR]
+Each line gives the ratio of the medians, then the number of pairs, each side's range, the range of
+the pairs' ratios and each side's median CPU time (user + system of envlock and uv, of the peer's
+uv): on a machine shared with others, CPU time is the steadier figure.
+
+Usage: .venv/bin/python benchmarks/sync.py [--packages N] [--modules M] [--big-mb M] [--runs R] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -38,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from envlock import runner  # noqa: E402
-from envlock.install import generations  # noqa: E402
+from envlock.install import generations, install  # noqa: E402
 from envlock.install.install import venv_entry  # noqa: E402
 from envlock.model.lockfile import Artifact  # noqa: E402
 from envlock.store.store import Store, store_file  # noqa: E402
@@ -78,25 +83,50 @@ def big_wheel(dest: Path, megabytes: int) -> Path:
     return path
 
 
+#: CPU time (user + system) of the processes run by ``timed`` and their children, as they end.
+CPU: list[float] = []
+
+
+def cpu_children() -> float:
+    """User + system CPU time of every waited-for child so far (uv's included: envlock waits for it)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> float:
+    """Wall-clock seconds of one run; its CPU time (with its children's) is appended to ``CPU``."""
+    cpu = cpu_children()
     start = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    CPU.append(cpu_children() - cpu)
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(argv)}\n{proc.stdout}{proc.stderr}")
     return elapsed
 
 
 def paired(a: Callable[[], float], b: Callable[[], float], n: int) -> tuple[float, float, str]:
-    """Medians of ``a`` and ``b`` run alternately, so load that comes and goes hits both alike, and
-    the range of the pairs' ratios (as text)."""
+    """Medians of ``a`` and ``b`` run alternately (``n`` pairs), so load that comes and goes hits both
+    alike, and as text: the range of each side, the range of the pairs' ratios, and the median CPU
+    time of each side (user + system of the processes a side ran, uv's included: on a shared machine
+    the less noisy figure)."""
     ta: list[float] = []
     tb: list[float] = []
+    ca: list[float] = []
+    cb: list[float] = []
     for _ in range(n):
+        CPU.clear()
         ta.append(a())
+        ca.append(sum(CPU))
+        CPU.clear()
         tb.append(b())
+        cb.append(sum(CPU))
     ratios = sorted(x / y for x, y in zip(ta, tb, strict=True))
-    return statistics.median(ta), statistics.median(tb), f"pairs {ratios[0]:.2f}-{ratios[-1]:.2f}"
+    ma, mb = statistics.median(ca), statistics.median(cb)
+    cpu = f"; CPU {ma * 1000:.0f} / {mb * 1000:.0f} ms = {ma / mb:.2f}" if ma and mb else ""
+    return statistics.median(ta), statistics.median(tb), (
+        f"{n} pairs; ranges {min(ta):.3f}-{max(ta):.3f}s / {min(tb):.3f}-{max(tb):.3f}s, "
+        f"pairs {ratios[0]:.2f}-{ratios[-1]:.2f}{cpu}")
 
 
 FETCH_CHILD = """
@@ -116,7 +146,8 @@ def main() -> int:
     ap.add_argument("--packages", type=int, default=158)
     ap.add_argument("--modules", type=int, default=40, help="Python modules per package")
     ap.add_argument("--big-mb", type=int, default=1024)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--runs", "--repeat", dest="repeat", type=int, default=5,
+                    help="paired runs of each measurement (envlock, then its peer), after one unmeasured warm-up")
     ap.add_argument("--keep", type=Path, help="work folder to keep (default: a temp folder, removed)")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="envlock-bench-"))
@@ -219,6 +250,35 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     print(f"  for comparison, venv already in the store (re-walked, new generation) {t_reuse:.3f}s / "
           f"{t_peer_reuse:.3f}s = {t_reuse / t_peer_reuse:.2f}  (target <= 1.0; {spread})")
 
+    # uv's part of a warm sync alone: the very `uv pip install` envlock runs (the 158 store files, the
+    # store's uv cache) into a copy of its skeleton, beside the peer's `uv pip sync` into one: whether
+    # the warm ratio is uv's way of being called or envlock's own work.
+    skeleton = next((store.root / "skeletons").iterdir())
+    alone = store.root / "tmp" / "uv-alone"
+    store_files = [str(store_file(store, p.wheels[0])) for p in lock.packages]
+
+    def into_skeleton_copy() -> None:
+        shutil.rmtree(alone, ignore_errors=True)
+        shutil.copytree(skeleton, alone, symlinks=True)
+
+    def uv_as_envlock() -> float:
+        into_skeleton_copy()
+        return timed([uv, "pip", "install", "--python", str(alone / "bin" / "python"), "--link-mode", "hardlink",
+                      "--no-index", "--offline", "--no-deps", "--no-build", *store_files],
+                     {**env, "UV_CACHE_DIR": str(install.uv_cache_dir(store))})
+
+    def uv_as_peer() -> float:
+        into_skeleton_copy()
+        return timed([uv, "pip", "sync", "-q", "--python", str(alone / "bin" / "python"), "--no-index", *find_links,
+                      str(reqs)], env)
+
+    uv_as_envlock()
+    uv_as_peer()
+    t_uv, t_uv_peer, spread = paired(uv_as_envlock, uv_as_peer, args.repeat)
+    print(f"  uv's install as envlock runs it (store files, store's uv cache) {t_uv:.3f}s / as the peer runs it "
+          f"(`uv pip sync`, one find-links folder) {t_uv_peer:.3f}s = {t_uv / t_uv_peer:.2f}  ({spread})")
+    shutil.rmtree(alone, ignore_errors=True)
+
     # 2. No-op: the env already is this lock.
     def noop() -> float:
         return timed(sync_argv, env, ws)
@@ -229,7 +289,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     noop()
     peer_noop()
-    t_noop, t_peer_noop, spread = paired(noop, peer_noop, max(5, args.repeat))
+    t_noop, t_peer_noop, spread = paired(noop, peer_noop, args.repeat)
     print(f"no-op sync {t_noop * 1000:.0f}ms / uv pip sync no-op {t_peer_noop * 1000:.0f}ms "
           f"= {t_noop / t_peer_noop:.2f}  (target <= 2.0; {spread})")
 
@@ -254,9 +314,10 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     verify_time()
     sha256sum_time()
-    t_verify, t_sum = min(verify_time() for _ in range(3)), min(sha256sum_time() for _ in range(3))
+    t_verify, t_sum, spread = paired(verify_time, sha256sum_time, args.repeat)
     print(f"verify {size / t_verify / 1e6:.0f} MB/s / sha256sum {size / t_sum / 1e6:.0f} MB/s "
-          f"= {t_sum / t_verify:.2f}  ({len(paths)} files, {size / 1e6:.0f} MB; target >= 1.0)")
+          f"= {t_sum / t_verify:.2f}  ({len(paths)} files, {size / 1e6:.0f} MB; target >= 1.0; {spread}: "
+          "the pairs' ratios are envlock's time / sha256sum's, the inverse of the throughput ratio)")
 
     # 4. Peak RSS of a process fetching a big wheel over loopback.
     big = big_wheel(work / "big", args.big_mb)

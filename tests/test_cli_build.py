@@ -2,7 +2,7 @@
 
 lock -> build -> build again (nothing rebuilt) -> build --check -> patch status -> relock
 (byte-identical) -> sync -> import. Build backends come from tests/.wheels on a loopback
-index (see tests/test_build.py).
+index (see tests/test_builder.py).
 """
 
 from __future__ import annotations

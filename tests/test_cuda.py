@@ -22,9 +22,8 @@ import pytest
 from envlock import runner
 from envlock.build import buildenv
 from envlock.model.target import find_python
-from kit.cudalike import OLDER_NVCC, TOOLCHAIN, CudaLike, make_cudalike, spec, toolchain_wheels
+from kit.cudalike import OLDER_NVCC, TOOLCHAIN, CudaLike, make_cudalike, serve_cuda_index, spec
 from kit.index import IndexServer
-from kit.universe import backend_wheels
 from kit.workspaces import Cli, CliResult
 from kit.workspaces import ScratchWorkspace as Workspace
 
@@ -36,16 +35,7 @@ ENV = "cuda"
 @pytest.fixture(scope="module")
 def cuda_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
     """A loopback index of the build backends and the CUDA toolchain wheels."""
-    wheels = toolchain_wheels()
-    if wheels is None:
-        pytest.skip("tests/.wheels/cuda/ lacks the CUDA toolchain wheels: run `python tests/kit/backends.py` "
-                    "(it downloads them from PyPI)")
-    server = IndexServer(tmp_path_factory.mktemp("cuda-index"))
-    server.add_dir("pypi", backend_wheels())
-    server.add_dir("pypi", wheels)
-    server.start()
-    yield server
-    server.stop()
+    yield from serve_cuda_index(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

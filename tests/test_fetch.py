@@ -26,7 +26,7 @@ from envlock.net import indexes
 from envlock.progress import DownloadStoppedError, NullProgress
 from envlock.store.store import STORE_MTIME, Store, store_file
 from kit.index import IndexServer
-from kit.locks import artifact, lock_for, sha256_of
+from kit.locks import artifact, lock_for, sha256_of, sync_workspace
 from kit.processes import envlock, wait_for
 from kit.wheels import build_wheel
 
@@ -685,7 +685,7 @@ def test_sigterm_stops_a_sync_as_ctrl_c_does(server: IndexServer, tmp_path: Path
     # `kill`, `timeout` and supervisors send SIGTERM: handled as an interrupt (the download
     # stopped, its partial kept), said, and exit 143, the shell's code for it.
     big = _big(server, tmp_path, "pypi", "big", "1.0")
-    ws, lock = _sync_ws(server, tmp_path, big)
+    ws, lock = sync_workspace(server, tmp_path, big)
     done = _interrupt(ws, tmp_path / "home", big, "sync", "demo", "--lock", str(lock), sig=signal.SIGTERM)
     assert (done.returncode, done.stderr) == (143, "envlock: terminated\n")
     store = Store.open(tmp_path / "home")
@@ -720,19 +720,10 @@ torch = {{ nightly = "2026-03-07", local = "cpu", index = "pytorch" }}
     assert not (ws / "locks" / "pylock.e.toml").exists()
 
 
-def _sync_ws(server: IndexServer, tmp_path: Path, wheel: Path) -> tuple[Path, Path]:
-    ws = tmp_path / "ws"
-    (ws / "envs").mkdir(parents=True)
-    (ws / "locks").mkdir()
-    lock = ws / "locks" / "pylock.demo.toml"
-    lock.write_text(lock_for(server, "pypi", [wheel]).to_toml())
-    return ws, lock
-
-
 def test_ctrl_c_does_not_wait_out_a_stalled_server(server: IndexServer, tmp_path: Path) -> None:
     big = _big(server, tmp_path, "pypi", "big", "1.0")
     server.faults[big.name] = "stall"  # half the bytes, then nothing: the read waits on its 60 s timeout
-    ws, lock = _sync_ws(server, tmp_path, big)
+    ws, lock = sync_workspace(server, tmp_path, big)
     done = _interrupt(ws, tmp_path / "home", big, "sync", "demo", "--lock", str(lock))  # 60 s communicate limit
     assert (done.returncode, done.stderr) == (130, "envlock: interrupted\n")
     assert len(server.downloads(big.name)) == 1  # and no retry after the interrupt
@@ -742,7 +733,7 @@ def test_ctrl_c_does_not_wait_for_another_process_download(server: IndexServer, 
     import fcntl
 
     big = _big(server, tmp_path, "pypi", "big", "1.0")
-    ws, lock = _sync_ws(server, tmp_path, big)
+    ws, lock = sync_workspace(server, tmp_path, big)
     home = tmp_path / "home"
     partial = Store.open(home).partial_dir
     partial.mkdir(parents=True, exist_ok=True)

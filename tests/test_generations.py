@@ -948,3 +948,31 @@ def test_only_a_store_generations_lock_copy_is_taken_for_one(locks: tuple[IndexS
     lookalike.parent.mkdir(parents=True)
     lookalike.write_bytes(copy.read_bytes())
     assert not generations.is_lock_copy(lookalike)  # no store layout file above it
+
+
+def test_a_switch_to_a_venv_in_the_store_imports_no_packaging_and_no_spec(
+    locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
+) -> None:
+    """``sync --lock`` of a lock whose venv is in the store (no spec in the workspace): the lock is
+    parsed, the stored venv walked, a generation made, and packaging's parsers (~40 ms) never loaded."""
+    _server, v1, _ = locks
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    lock_path = _write(v1, ws / "locks" / "pylock.demo.toml")
+    env = {**os.environ, "ENVLOCK_HOME": str(tmp_path / "home")}
+    probe = (
+        "import sys\nfrom envlock.cli.main import main\ncode = main(sys.argv[1:])\n"
+        "print('loaded:', *sorted(m for m in sys.modules if m.split('.')[0] in {'packaging', 'email', 'socket', "
+        "'ssl', 'http'} or m in {'envlock.model.spec', 'envlock.model.target', 'envlock.gpu.drivers'}))\n"
+        "sys.exit(code)\n"
+    )
+    argv = [sys.executable, "-c", probe, "sync", "demo", "--frozen", "--lock", str(lock_path)]
+    first = subprocess.run(argv, cwd=ws, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    (tmp_path / "home" / "v1" / "envs" / "demo" / "current").unlink()  # its venv stays in the store
+    switched = subprocess.run(argv, cwd=ws, env=env, capture_output=True, text=True)
+    assert switched.returncode == 0, switched.stderr
+    *said, loaded = switched.stdout.splitlines()
+    # Generation 1 again: the newest, of this very venv and lock, never current since (see _new_generation).
+    assert said[0].startswith("demo: generation 1 (0 fetched, 0 B downloaded; venv reused from the store)")
+    assert loaded == "loaded:"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -258,24 +259,20 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def big_page() -> Iterator[str]:
-    line = (b"filler " * 142 + b"\n")  # 995 bytes of text between two links, read and dropped
-    block = line * 1000
+@contextlib.contextmanager
+def _streaming(content_type: str, body: Callable[[], Iterator[bytes]]) -> Iterator[str]:
+    """A loopback server (its base URL) answering every GET with the chunks of ``body()`` as ``content_type``,
+    with no Content-Length: the body ends when the server stops, or when the client hangs up at its cap."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Connection", "close")  # no Content-Length: the body ends when the server stops
+            self.send_header("Content-Type", content_type)
+            self.send_header("Connection", "close")
             self.end_headers()
             try:
-                self.wfile.write(f'<html><body><a href="../../files/{FIRST}">{FIRST}</a>\n'.encode())
-                sent = 0
-                while sent < SIZE:
-                    self.wfile.write(block)
-                    sent += len(block)
-                self.wfile.write(f'<a href="../../files/{LAST}">{LAST}</a></body></html>\n'.encode())
+                for chunk in body():
+                    self.wfile.write(chunk)
             except (BrokenPipeError, ConnectionResetError):  # the client stopped at its cap
                 pass
 
@@ -285,8 +282,25 @@ def big_page() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def big_page() -> Iterator[str]:
+    line = (b"filler " * 142 + b"\n")  # 995 bytes of text between two links, read and dropped
+    block = line * 1000
+
+    def body() -> Iterator[bytes]:
+        yield f'<html><body><a href="../../files/{FIRST}">{FIRST}</a>\n'.encode()
+        sent = 0
+        while sent < SIZE:
+            yield block
+            sent += len(block)
+        yield f'<a href="../../files/{LAST}">{LAST}</a></body></html>\n'.encode()
+
+    with _streaming("text/html", body) as base:
+        yield f"{base}/simple"
 
 
 def _read_in_child(url: str, cap: str | None) -> tuple[dict[str, object], int]:
@@ -337,32 +351,18 @@ LINKS_MAX_RSS = 200 * 1024 * 1024
 def page_of_links() -> Iterator[str]:
     """A server whose project page is 300 MB of distinct ``<a>`` links, streamed as they are made."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Connection", "close")  # no Content-Length
-            self.end_headers()
-            try:
-                self.wfile.write(b"<html><body>\n")
-                sent, n = 0, 0
-                while sent < SIZE:
-                    names = [f"a-1.0.{n + i}-py3-none-any.whl" for i in range(2000)]
-                    block = "".join(f'<a href="../../files/{w}#sha256={n + i:064x}">{w}</a>\n'
-                                    for i, w in enumerate(names)).encode()
-                    self.wfile.write(block)
-                    sent, n = sent + len(block), n + len(names)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
+    def body() -> Iterator[bytes]:
+        yield b"<html><body>\n"
+        sent, n = 0, 0
+        while sent < SIZE:
+            names = [f"a-1.0.{n + i}-py3-none-any.whl" for i in range(2000)]
+            block = "".join(f'<a href="../../files/{w}#sha256={n + i:064x}">{w}</a>\n'
+                            for i, w in enumerate(names)).encode()
+            yield block
+            sent, n = sent + len(block), n + len(names)
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with _streaming("text/html", body) as base:
+        yield base
 
 
 def test_a_300_mb_page_of_links_is_refused_by_envlock_lock_in_bounded_memory(page_of_links: str,
@@ -391,28 +391,14 @@ def test_a_300_mb_page_of_links_is_refused_by_envlock_lock_in_bounded_memory(pag
 def json_page() -> Iterator[str]:
     """A server whose project page is 300 MB of PEP 691 JSON, its files list never ending."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            try:
-                self.wfile.write(b'{"meta": {"api-version": "1.0"}, "files": [')
-                entry = b'{"filename": "a-1.0-py3-none-any.whl", "url": "a.whl", "hashes": {}}, ' * 10_000
-                for _ in range(SIZE // len(entry) + 1):
-                    self.wfile.write(entry)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
+    def body() -> Iterator[bytes]:
+        yield b'{"meta": {"api-version": "1.0"}, "files": ['
+        entry = b'{"filename": "a-1.0-py3-none-any.whl", "url": "a.whl", "hashes": {}}, ' * 10_000
+        for _ in range(SIZE // len(entry) + 1):
+            yield entry
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/simple"
-    server.shutdown()
+    with _streaming("application/vnd.pypi.simple.v1+json", body) as base:
+        yield f"{base}/simple"
 
 
 def test_a_300_mb_json_page_is_refused_at_the_cap_in_bounded_memory(json_page: str) -> None:

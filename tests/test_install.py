@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -386,16 +387,21 @@ def test_a_full_disk_while_copying_the_skeleton_is_one_message(published: tuple[
     assert not store.path("venvs", result.venv.name).exists()
 
 
-def test_a_uv_cache_entry_whose_archive_is_gone_is_dropped_and_the_install_repeated_once(tmp_path: Path) -> None:
-    # uv's wheel entries (wheels-v*/…) name an unpacked archive (archive-v0/<id>); with that archive
-    # gone (an older envlock's gc, a hand) every install of the wheel failed: "failed to read
-    # directory `…/uv-cache/archive-v0/…`: No such file or directory", until uv-cache was removed by hand.
+def _alpha_then_beta(tmp_path: Path) -> tuple[Store, Lock, Lock, dict[str, Path]]:
+    """A store, a lock of ``alpha`` and one of ``alpha`` and ``beta`` (local wheels), and both wheels fetched."""
     store = Store.open(tmp_path / "home")
     w = tmp_path / "wheels"
     alpha, beta = build_wheel(w, "alpha", "1.0"), build_wheel(w, "beta", "1.0")
     first = lock_for(None, "", [], local=[(alpha, alpha.name)])
     second = lock_for(None, "", [], local=[(alpha, alpha.name), (beta, beta.name)])
-    got = fetch([p.wheels[0] for p in second.packages], store, base_dir=w).paths()
+    return store, first, second, fetch([p.wheels[0] for p in second.packages], store, base_dir=w).paths()
+
+
+def test_a_uv_cache_entry_whose_archive_is_gone_is_dropped_and_the_install_repeated_once(tmp_path: Path) -> None:
+    # uv's wheel entries (wheels-v*/…) name an unpacked archive (archive-v0/<id>); with that archive
+    # gone (an older envlock's gc, a hand) every install of the wheel failed: "failed to read
+    # directory `…/uv-cache/archive-v0/…`: No such file or directory", until uv-cache was removed by hand.
+    store, first, second, got = _alpha_then_beta(tmp_path)
     assert install.install(store, first, got).note == ""
     archives = list((install.uv_cache_dir(store) / "archive-v0").iterdir())
     assert len(archives) == 1
@@ -410,12 +416,7 @@ def test_a_uv_cache_entry_whose_archive_is_gone_is_dropped_and_the_install_repea
 
 def test_a_uv_cache_uv_cannot_read_is_cleared_and_the_install_repeated_once(tmp_path: Path) -> None:
     # An archive that is no longer a folder (its entry is whole): uv fails naming it.
-    store = Store.open(tmp_path / "home")
-    w = tmp_path / "wheels"
-    alpha, beta = build_wheel(w, "alpha", "1.0"), build_wheel(w, "beta", "1.0")
-    first = lock_for(None, "", [], local=[(alpha, alpha.name)])
-    second = lock_for(None, "", [], local=[(alpha, alpha.name), (beta, beta.name)])
-    got = fetch([p.wheels[0] for p in second.packages], store, base_dir=w).paths()
+    store, first, second, got = _alpha_then_beta(tmp_path)
     install.install(store, first, got)
     (archive,) = (install.uv_cache_dir(store) / "archive-v0").iterdir()
     shutil.rmtree(archive)
@@ -426,3 +427,62 @@ def test_a_uv_cache_uv_cannot_read_is_cleared_and_the_install_repeated_once(tmp_
     assert result.note.startswith("uv could not read its own cache (")
     assert result.note.endswith("); cleared it and installed again")
     assert str(archive) in result.note
+
+
+def _cli_sync(lock: Lock, ws: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """``envlock sync demo --frozen --lock`` of ``lock`` (written in ``ws``) into ``home``, with the step timeline."""
+    lock_path = ws / "pylock.demo.toml"
+    ws.mkdir(parents=True, exist_ok=True)
+    lock_path.write_text(lock.to_toml())
+    env = {**os.environ, "ENVLOCK_HOME": str(home), "ENVLOCK_TIMINGS": "1", "UV_CACHE_DIR": str(home / "uv")}
+    return subprocess.run([sys.executable, "-m", "envlock", "sync", "demo", "--frozen", "--lock", str(lock_path),
+                           "--json"], cwd=ws, env=env, capture_output=True, text=True)
+
+
+def test_a_cold_sync_installs_the_wheels_as_they_come_and_gives_the_venv_of_one_install(tmp_path: Path) -> None:
+    """The store lacks the wheels: uv installs those in the store while a slow one still downloads, then it;
+    the venv is the one a single uv run over every wheel gives (its digest, each file)."""
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        files = [build_wheel(tmp_path / "wheels", f"quick{i}", "1.0") for i in range(4)]
+        slow = build_wheel(tmp_path / "wheels", "slowpoke", "1.0", files={"slowpoke/blob.bin": os.urandom(400_000)})
+        server.add("pypi", *files, slow)
+        server.faults[slow.name] = "slow"  # 16 kB every 50 ms: over a second
+        lock = lock_for(server, "pypi", [*files, slow], env="demo")
+        cold = _cli_sync(lock, tmp_path / "ws", tmp_path / "home")
+    finally:
+        server.stop()
+    assert cold.returncode == 0, cold.stderr
+    batches = [line.rsplit("  ", 1)[1] for line in cold.stderr.splitlines() if "  uv pip install (" in line]
+    assert batches == ["uv pip install (4 wheels)", "uv pip install (1 wheels)"]
+    store = Store.open(tmp_path / "home")
+    venv = install.venv_path(store, lock.install_digest())
+    built = digest.stored_manifest(venv)
+    assert built is not None
+    # The same lock from the store's wheels, all there: one uv run over all five.
+    got = {p.wheels[0].sha256: store.path("wheels", p.wheels[0].sha256) / p.wheels[0].filename for p in lock.packages}
+    whole = install.install(Store.open(tmp_path / "home-b"), lock, got)
+    assert whole.manifest == built
+
+
+def test_a_failed_fetch_discards_the_venv_installed_so_far(tmp_path: Path) -> None:
+    """One wheel's download fails (its bytes are not the lock's) while the others are installed: the sync
+    fails with the fetch's error, naming that wheel; no venv entry, no generation; the good wheels stay."""
+    server = IndexServer(tmp_path / "served").start()
+    try:
+        files = [build_wheel(tmp_path / "wheels", f"fine{i}", "1.0") for i in range(4)]
+        bad = build_wheel(tmp_path / "wheels", "broken", "1.0", files={"broken/blob.bin": os.urandom(300_000)})
+        server.add("pypi", *files, bad)
+        lock = lock_for(server, "pypi", [*files, bad], env="demo")
+        server.faults[bad.name] = "corrupt"
+        failed = _cli_sync(lock, tmp_path / "ws", tmp_path / "home")
+    finally:
+        server.stop()
+    assert failed.returncode == 1
+    error = json.loads(failed.stdout)["error"]
+    assert error["kind"] == "FetchError" and bad.name in error["message"] + "".join(error["details"])
+    store = Store.open(tmp_path / "home")
+    assert not store.has("venvs", install.venv_entry(lock.install_digest()))
+    assert not (store.root / "envs" / "demo" / "current").exists()
+    assert all((store.path("wheels", p.wheels[0].sha256) / p.wheels[0].filename).is_file()
+               for p in lock.packages if p.wheels[0].filename != bad.name)

@@ -17,18 +17,9 @@ import pytest
 from envlock.store.store import Store
 from kit.cacheservers import Trickle
 from kit.index import IndexServer
-from kit.locks import lock_for, sha256_of
+from kit.locks import sha256_of, sync_workspace
 from kit.processes import start, wait_for
 from kit.wheels import build_wheel
-
-
-def _sync_ws(server: IndexServer, tmp_path: Path, wheel: Path) -> tuple[Path, Path]:
-    ws = tmp_path / "ws"
-    (ws / "envs").mkdir(parents=True)
-    (ws / "locks").mkdir()
-    lock = ws / "locks" / "pylock.demo.toml"
-    lock.write_text(lock_for(server, "pypi", [wheel]).to_toml())
-    return ws, lock
 
 
 def _sync_from_trickling_cache(server: IndexServer, tmp_path: Path, trickle: Trickle,
@@ -36,7 +27,7 @@ def _sync_from_trickling_cache(server: IndexServer, tmp_path: Path, trickle: Tri
     """``envlock sync`` of a one-wheel lock whose cache answers with headers, then a byte a second."""
     wheel = build_wheel(tmp_path / "wheels", "tiny", "1.0")
     server.add("pypi", wheel)
-    ws, lock = _sync_ws(server, tmp_path, wheel)
+    ws, lock = sync_workspace(server, tmp_path, wheel)
     env = dict(os.environ, ENVLOCK_HOME=str(tmp_path / "home"), ENVLOCK_CACHE_URLS=trickle.url, **extra)
     proc = start([sys.executable, "-m", "envlock.cli.main", "sync", "demo", "--lock", str(lock), "--json"], cwd=ws,
                  env=env)

@@ -14,6 +14,7 @@ from envlock.model.lockfile import read_lock
 from kit.cuda import CudaKit, gencode
 from kit.index import IndexServer
 from kit.wheels import build_wheel
+from kit.workspaces import Cli, ScratchWorkspace
 
 TAG = "py3-none-manylinux_2_28_x86_64"
 #: The wheel of the issue: only sm_90 SASS and compute_120a PTX.
@@ -35,6 +36,9 @@ def index(tmp_path_factory: pytest.TempPathFactory, cuda_kit: CudaKit) -> Iterat
     add("duo", "1.0", {"duo/a.so": cuda_kit.library("a", gencode("sm_120a")).read_bytes(),
                        "duo/b.so": cuda_kit.library("b", gencode("sm_90")).read_bytes()})
     add("plain", "1.0", {"plain/__init__.py": "X = 1\n"})
+    server.add("pypi", build_wheel(root / "wheels", "kern", "1.0", tag="py3-none-manylinux_2_28_aarch64",
+                                   files={"kern/__init__.py": "",
+                                          "kern/ops.so": cuda_kit.library("kern1", KERN_1).read_bytes()}))
     server.start()
     yield server
     server.stop()
@@ -193,3 +197,25 @@ def test_build_holds_what_it_built_to_the_named_gpus_with_the_rebuild_hint(  # t
     built = cli("build", "e")
     assert built.code == 0, built.err
     assert ws.lock_text("e").endswith('[tool.envlock.kernels]\nkb = { sass = ["sm_120a"], ptx = [] }\n')
+
+
+def test_the_kernels_check_runs_per_target_against_its_own_gpus(ws: ScratchWorkspace, cli: Cli,
+                                                                index: IndexServer) -> None:
+    """An aarch64 target with GB200 GPUs needs sm_100 kernels; the x86_64 target's sm_90 is carried."""
+    targets = ('[targets.x86]\nplatform = "x86_64-manylinux_2_28"\ngpus = ["sm_90"]\n'
+               '[targets.gb200]\nplatform = "aarch64-manylinux_2_28"\ngpus = ["{gb200}"]\n')
+    body = (f'[env]\npython = "3.11"\n[indexes.pypi]\nurl = "{index.url("pypi")}"\ndefault = true\n'
+            '[packages]\nkern = "==1.0"\n')
+    path = ws.write_spec("e", body + targets.format(gb200="sm_100"))
+    failed = cli("lock", "e")
+    assert failed.code == 1
+    assert failed.err.splitlines() == [
+        f"envlock: error: {path}: env.gpus: kern has no kernel for sm_100 (10.0)",
+        "  kern has no kernel for sm_100 (10.0): kern/ops.so: SASS sm_90; PTX compute_120a",
+        "  (target gb200: aarch64-manylinux_2_28, python 3.11; each target is locked on its own)"]
+    ws.write_spec("e", body + targets.format(gb200="12.0"))  # its PTX compute_120a runs there
+    assert cli("lock", "e").code == 0
+    for target, gpu in (("x86", "sm_90"), ("gb200", "12.0")):
+        report = json.loads(cli("kernels", "e", "--target", target, "--json").out)
+        assert [(v["package"], v["gpu"], v["runs"]) for v in report["verdicts"]] == [("kern", gpu, True)]
+

@@ -1,7 +1,7 @@
 """What a newcomer hit trying each doc on a fresh clone (issue 28), each fixed and held here.
 
-The counts of gc, of a sync from a cache and of a build offline are held in ``test_collecting``,
-``test_caching`` and ``test_exporting``; the docs themselves in ``test_docs``.
+The counts of gc, of a sync from a cache and of a build offline are held in ``test_gc``,
+``test_caches`` and ``test_export``; the docs themselves in ``test_docs``.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def test_missing_nightly_date_names_nearest_dates(ws: ScratchWorkspace, universe
         "packages.torch.nightly: no nightly with local tag +cu130 dated 2026-03-04 on index 'pytorch' "
         f"({universe.pytorch}); listed range 2026-03-01 .. 2026-03-10; nearest dates with a wheel for python 3.11 "
         "on x86_64-manylinux_2_28: 2026-03-02 before, 2026-03-05 after"
-    )  # more cases: tests/test_nightly.py, tests/test_listing.py
+    )  # more cases: tests/test_nightly.py, tests/test_nightlies.py
 
 
 def test_a_relock_keeps_a_nightly_the_index_dropped_while_the_store_holds_it(

@@ -167,7 +167,7 @@ BAD_SPECS = [
       "found 'Bad Name!'"]),
     ('[pakages]\ntorch = "==2.9.1"',
      ["pakages: unknown key (did you mean 'packages'?); expected one of: builds, env, indexes, packages, "
-      "resolution, sources"]),
+      "resolution, sources, targets"]),
 ]
 
 

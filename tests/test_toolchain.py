@@ -16,7 +16,7 @@ from envlock.build import builder, toolchain
 from envlock.errors import BuildError
 from envlock.model.spec import BuildSpec
 from envlock.store.store import STORE_MTIME, Store
-from kit.cudalike import OLDER_NVCC, TOOLCHAIN, toolchain_wheels
+from kit.cudalike import OLDER_NVCC, TOOLCHAIN, serve_cuda_index
 from kit.index import IndexServer
 from kit.universe import backend_wheels
 from kit.wheels import build_wheel
@@ -127,15 +127,8 @@ def test_a_dependency_the_toolchain_does_not_name_is_refused() -> None:
 
 @pytest.fixture(scope="module")
 def cuda_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
-    wheels = toolchain_wheels()
-    if wheels is None:
-        pytest.skip("tests/.wheels/cuda/ lacks the CUDA toolchain wheels: run `python tests/kit/backends.py`")
-    server = IndexServer(tmp_path_factory.mktemp("cuda-index"))
-    server.add_dir("pypi", backend_wheels())
-    server.add_dir("pypi", wheels)
-    server.start()
-    yield server
-    server.stop()
+    """A loopback index of the build backends and the CUDA toolchain wheels."""
+    yield from serve_cuda_index(tmp_path_factory)
 
 
 def test_the_input_digest_holds_the_toolchain_wheels_not_the_host_tools(

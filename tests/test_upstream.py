@@ -1,4 +1,4 @@
-"""upstream: line ranges carried through a diff (the rest is end to end in test_rebasing)."""
+"""upstream: line ranges carried through a diff (the rest is end to end in test_rebase)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sys
 
+from envlock import timings  # os, sys, time: loaded already
+
 
 def main() -> int:
     try:
@@ -20,7 +22,9 @@ def main() -> int:
 
         fast = answer_noop(sys.argv[1:])
         if fast is not None:
+            timings.mark("start-up and the fast no-op (answered)")
             return fast
+        timings.mark("start-up and the fast no-op check")
         from envlock.cli.main import main as cli_main
 
         return cli_main(fast_path=False)

@@ -17,11 +17,16 @@ downloads them into ``tests/.wheels/cuda/``); ``TOOLCHAIN`` names them as a spec
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from kit.backends import CUDA_WHEELS
+from kit.index import IndexServer
 from kit.sglike import commit_all, init_repo, write
+from kit.universe import backend_wheels
 
 #: The spec's ``toolchain = [...]`` (each piece pinned: the nvcc wheel requires the others with no version).
 TOOLCHAIN = ("nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88",
@@ -225,6 +230,21 @@ def toolchain_wheels() -> Path | None:
               "ninja-")
     found = [p.name for p in CUDA_WHEELS.glob("*.whl")] if CUDA_WHEELS.is_dir() else []
     return CUDA_WHEELS if all(any(n.startswith(w) for n in found) for w in wanted) else None
+
+
+def serve_cuda_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IndexServer]:
+    """A loopback index of the build backends and the CUDA toolchain wheels (a module fixture's body);
+    the test is skipped when tests/.wheels/cuda/ lacks the toolchain."""
+    wheels = toolchain_wheels()
+    if wheels is None:
+        pytest.skip("tests/.wheels/cuda/ lacks the CUDA toolchain wheels: run `python tests/kit/backends.py` "
+                    "(it downloads them from PyPI)")
+    server = IndexServer(tmp_path_factory.mktemp("cuda-index"))
+    server.add_dir("pypi", backend_wheels())
+    server.add_dir("pypi", wheels)
+    server.start()
+    yield server
+    server.stop()
 
 
 def spec(kernel: CudaLike, index_url: str, *, toolchain: tuple[str, ...] = TOOLCHAIN,

@@ -106,3 +106,14 @@ def sample_lock(**changes: object) -> Lock:
     )
     base = replace(base, venv_install=base.install_digest())
     return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def sync_workspace(server: IndexServer, tmp_path: Path, wheel: Path) -> tuple[Path, Path]:
+    """A workspace under ``tmp_path`` whose env ``demo`` has a lock of ``wheel`` on ``server``'s ``pypi``
+    index and no spec: (the workspace, the lock), for a sync that only fetches and installs."""
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    (ws / "locks").mkdir()
+    lock = ws / "locks" / "pylock.demo.toml"
+    lock.write_text(lock_for(server, "pypi", [wheel]).to_toml())
+    return ws, lock

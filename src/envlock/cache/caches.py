@@ -42,6 +42,7 @@ from envlock.cache.signing import (
     verify_record,
 )
 from envlock.errors import UsageError, redact
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Artifact, Lock
 from envlock.model.tomlio import load_toml
 from envlock.store.store import STORE_MTIME, Store, copy_atomic, store_file, stored
@@ -412,7 +413,7 @@ class Pushed:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "uploaded": list(self.uploaded), "present": self.present, "notes": list(self.notes)}
+        return json_doc(self)
 
 
 def push_entries(backend: Backend, store: Store, wheels: Mapping[str, Path],
@@ -515,7 +516,7 @@ class CacheCheck:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "checked": self.checked, "ok": self.ok, "problems": list(self.problems)}
+        return json_doc(self, extra={"ok": self.ok})
 
 
 def check_records(backend: Backend, trusted: Mapping[str, PublicKey], prefix: str, fmt: str,

@@ -30,11 +30,11 @@ def cmd_bisect(args: argparse.Namespace, ws: Workspace) -> int:
     vars(args).update(vars(given), quiet=quiet)
     if unknown:
         raise UsageError(f"envlock bisect {args.env} {unknown[0]} ...: not an option of bisect (--good REV --bad REV, "
-                         "--nightly DATE..DATE, --index NAME=URL, --source NAME=URL, --json, -q); the command goes "
-                         "after `--`")
+                         "--nightly DATE..DATE, --index NAME=URL, --source NAME=URL, --target NAME, --json, -q); "
+                         "the command goes after `--`")
     options = bisect.BisectOptions(good=args.good, bad=args.bad, nightly=args.nightly,
                                    cmd=tuple(args.cmd[cut + 1:]), output=2,  # CMD's stdout to stderr
-                                   mirrors=mirror_options(args))
+                                   mirrors=mirror_options(args), target=args.target)
 
     def on_step(step: bisect.Step) -> None:
         if not (args.json or args.quiet):
@@ -73,6 +73,7 @@ def _bisect_options() -> argparse.ArgumentParser:
     p.add_argument("--nightly", metavar="DATE..DATE")
     p.add_argument("--json", action="store_true")
     p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--target", metavar="NAME")
     mirror_flags(p)
     return p
 
@@ -102,9 +103,10 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "  --nightly FROM..TO     the good date and the bad date (YYYY-MM-DD)\n"
             "  --index NAME=URL       read spec index NAME at a mirror (each step's lock and sync; repeatable)\n"
             "  --source NAME=URL      fetch git source NAME from a mirror (--nightly: each step's lock)\n"
+            "  --target NAME          of a spec with [targets.NAME]: the target synced (default: this machine's)\n"
             "  --json                 one JSON document on stdout\n"
             "  -q, --quiet            no line per step on stderr as it ends")
     p.usage = ("envlock bisect ENV (--good REV --bad REV | --nightly FROM..TO) [--index NAME=URL] [--source NAME=URL] "
-               "[--json] [-q] -- CMD...")
+               "[--target NAME] [--json] [-q] -- CMD...")
     p.add_argument("env", metavar="ENV")
     p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="...", help="options, then -- CMD...")

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from envlock.cli.render import json_option, mirror_flags, mirror_options, out, status
+from envlock.cli.render import json_option, mirror_flags, mirror_options, out, status, target_option
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,6 +31,7 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
     with status(args, "preparing sources and build inputs") as say:
         options = build.BuildOptions(
             check=args.check, overrides=_overrides(args.override_source), offline=args.offline, rebuild=args.rebuild,
+            target=args.target,
             caches=None if args.offline else build_caches(ws, args.trusted_key),
             on_build=lambda name, digest: say(f"building {name} (inputs {digest[:19]}; same inputs are "
                                               "reused from the store; a native build can take long)"),
@@ -74,6 +75,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "hash-checked wheels in the store; --offline takes everything from there (`envlock import`).")
     p.add_argument("env", metavar="ENV")
     p.add_argument("packages", nargs="*", metavar="PKG", help="only these builds (default: all)")
+    target_option(p, "to build for (a build runs only on a machine of its platform)")
     p.add_argument("--check", action="store_true",
                    help="rebuild from scratch and compare (exit 1 on a difference); the lock is not written")
     p.add_argument("--offline", action="store_true",

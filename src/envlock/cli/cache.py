@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock.cli.render import GLOBAL_OPTIONS, json_option, mirror_flags, mirror_options, out
+from envlock.cli.render import GLOBAL_OPTIONS, json_option, mirror_flags, mirror_options, out, target_option
 from envlock.workspace import Workspace, names_a_cache
 
 if TYPE_CHECKING:
@@ -49,7 +49,8 @@ def cmd_push(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.commands.cache import PushOptions, push_env  # the closure, then the fetched sources
 
     pushed = push_env(ws, args.env, args.to, PushOptions(lock_ref=args.lock, key_file=args.key,
-                                                         url_records=push_url_records, asked=mirror_options(args)))
+                                                         url_records=push_url_records, asked=mirror_options(args),
+                                                         target=args.target))
     for note in pushed.notes:
         print(f"envlock: {note}", file=sys.stderr)
 
@@ -113,6 +114,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
     q.add_argument("env", metavar="ENV")
     q.add_argument("--to", required=True, metavar="URL", help="the cache to upload to")
     q.add_argument("--lock", metavar="PATH[@REV]", help="push this lock's closure instead of locks/pylock.ENV.toml")
+    target_option(q, "whose closure is pushed")
     mirror_flags(q, source=False, why=": the wheels the store lacks are downloaded from it")
     q.add_argument("--key", type=Path, metavar="FILE",
                    help="secret key to sign build and URL records with (default: ENVLOCK_CACHE_KEY, [cache] key); "

@@ -22,7 +22,8 @@ def cmd_diff(args: argparse.Namespace, ws: Workspace) -> int:
     if args.format == "json":
         args.json = True  # before the work: its errors are a JSON document too
     options = upgradereport.ReportOptions(fetch=args.fetch, yanked=args.yanked, mirrors=mirror_options(args))
-    result, notes = diff.diff_refs(ws, args.old, args.new, options)
+    result, notes = diff.diff_refs(ws, args.old, args.new, options,
+                                   targets=(args.target, args.new_target or args.target))
     for note in notes:
         print(f"envlock: note: {note}", file=sys.stderr)
     render = render_markdown if args.format == "markdown" else render_text
@@ -53,4 +54,10 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
                    help="read the index page of each of NEW's packages and list its files yanked since it was "
                    "locked (network; without it, only those NEW records as yanked)")
     mirror_flags(p, why=": --yanked reads it there; --source: --fetch fetches from there")
+    p.add_argument("--target", metavar="NAME",
+                   help="of locks with [targets.NAME]: the target to compare (default: the one whose platform this "
+                   "machine runs)")
+    p.add_argument("--new-target", metavar="NAME",
+                   help="the target read of NEW, when not --target's: `envlock diff ENV ENV --target x86 "
+                   "--new-target gb200` says what differs between two targets")
     p.set_defaults(needs_workspace=False)  # two lock paths need none; an env name is looked up in it

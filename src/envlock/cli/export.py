@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out
+from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out, target_option
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def cmd_export(args: argparse.Namespace, ws: Workspace) -> int:
         raise UsageError("export: expected --out DIR|FILE.tar, where to write the bundle")
     with ui.progress(quiet=args.quiet or args.json) as bar:
         result = export.export_env(ws, args.env, args.lock, target.absolute(), progress=bar,
-                                   allow_pending=args.allow_pending, asked=mirror_options(args))
+                                   allow_pending=args.allow_pending, asked=mirror_options(args), target=args.target)
     for note in result.notes:  # loud, also under --json
         print(f"envlock: note: {note}", file=sys.stderr)
 
@@ -77,6 +77,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
                    help="export a lock whose local builds are not built yet, without them (refused otherwise: "
                    "the bundle could neither sync nor rebuild them); a note names each")
     mirror_flags(p, why=": the wheels and backend wheels the store lacks are downloaded from it")
+    target_option(p, "whose closure is written")
     json_option(p)
 
     p = add("import", cmd_import, "add an exported closure to the store (every file hash-checked) and pin its lock",

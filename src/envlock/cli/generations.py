@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from envlock.cli.render import count, json_option, out
+from envlock.cli.render import count, json_option, out, target_option
 from envlock.cli.sync import without_lock
 from envlock.errors import UsageError
 
@@ -47,7 +47,7 @@ def cmd_verify(args: argparse.Namespace, ws: Workspace) -> int:
 
     store = _env_store(args, ws)
     repaired = repair_env(store, args.env) if args.repair else None
-    result = verify_workspace_env(ws, store, args.env, args.lock)
+    result = verify_workspace_env(ws, store, args.env, args.lock, target=args.target)
 
     def text() -> str:
         said = [] if repaired is None else [
@@ -170,6 +170,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
                    help="compare with this lock instead of locks/pylock.ENV.toml (as `sync --lock`, e.g. "
                    "locks/pylock.ENV.toml@HEAD~1 after syncing a known-good lock)")
     p.set_defaults(needs_workspace=without_lock)
+    target_option(p, "whose lock the venv is compared with")
     p.add_argument("--repair", action="store_true",
                    help="first rebuild every generation's venv of ENV that was modified, and every venv sharing a "
                    "modified file with one (hard links), from its lock and the store's wheels; then verify")

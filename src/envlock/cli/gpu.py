@@ -6,7 +6,6 @@ import argparse
 from collections.abc import Callable
 
 from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out
-from envlock.gpu.drivers import needs
 from envlock.workspace import Workspace
 
 
@@ -15,9 +14,12 @@ def cmd_kernels(args: argparse.Namespace, ws: Workspace) -> int:
     from envlock.commands import kernels
 
     with ui.progress(quiet=args.quiet or args.json) as bar:
-        report = kernels.kernels_env(ws, args.target, offline=args.offline, progress=bar, asked=mirror_options(args))
+        report = kernels.kernels_env(ws, args.target, offline=args.offline, progress=bar, asked=mirror_options(args),
+                                     env_target=args.env_target)
 
     def text() -> str:
+        from envlock.gpu.drivers import needs  # ELF and fatbin readers: not for building the parser
+
         lines = []
         for p in report.packages:
             shown = [f for f in p.files if f.kernels or needs(f)]
@@ -89,6 +91,9 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
             "Exit: 0, 1 a GPU of [env] gpus has a package with no kernel for it, 2 bad input.")
     p.add_argument("target", metavar="ENV|WHEEL|FOLDER", help="env name (locks/pylock.ENV.toml), a .whl or a folder")
     p.add_argument("--offline", action="store_true", help="read only the wheels the store already holds")
+    p.add_argument("--target", dest="env_target", metavar="NAME",
+                   help="of an env with [targets.NAME]: the target whose wheels are read, against its own gpus "
+                   "(default: the one whose platform this machine runs)")
     mirror_flags(p)
     p.set_defaults(needs_workspace=False)  # a wheel or a folder needs none; an env name is looked up in it
     json_option(p)

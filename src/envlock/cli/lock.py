@@ -13,15 +13,20 @@ from typing import TYPE_CHECKING
 
 from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out, status
 from envlock.errors import UsageError
+from envlock.model.targets import runs_here
 
 if TYPE_CHECKING:
+    from envlock.commands.lock import LockResult
+    from envlock.commands.nightlies import NightlyListing
     from envlock.workspace import Workspace
 
 
 def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock import ui
+    from envlock import timings, ui
     from envlock.cli import cache
     from envlock.commands import lock
+
+    timings.mark("imports of the lock recipe")
 
     if args.offline and not args.check:
         raise UsageError("--offline: `envlock lock` resolves against the indexes; only `envlock lock ENV --check "
@@ -56,9 +61,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
         if result.build_downloaded:
             lines.append(f"  {ui.size(result.build_downloaded)} downloaded into the store: the env's wheels a "
                          "non-isolated build reads, for its input digest")
-        unbuilt = result.lock.unbuilt() if result.lock is not None else ()
-        lines += [f"  {name}: not built for this lock yet; `envlock build {args.env}` builds it "
-                  f"(`envlock sync {args.env}` too)" for name in unbuilt]
+        lines += _unbuilt_lines(args.env, result)
         if result.note:
             lines.append(f"  note: {result.note}")
         lines += [f"  note: {note}" for note in result.notes]
@@ -66,6 +69,25 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 
     out(args, result.to_dict(), text_lock)
     return 0
+
+
+def _unbuilt_lines(env: str, result: LockResult) -> list[str]:
+    """The builds not run yet for the new lock; of a spec of several targets, per target, each built on a
+    machine of its own (the others pending here)."""
+    if not result.targets:
+        unbuilt = result.lock.unbuilt() if result.lock is not None else ()
+        return [f"  {name}: not built for this lock yet; `envlock build {env}` builds it (`envlock sync {env}` too)"
+                for name in unbuilt]
+    lines = []
+    for target, r in sorted(result.targets.items()):
+        if r.lock is None:
+            continue
+        platform = r.lock.platform or ""
+        how = (f"`envlock build {env} --target {target}` builds it here (`envlock sync {env}` too)"
+               if runs_here(platform) else f"it builds on a machine of target {target} ({platform}): "
+               f"`envlock sync {env} --target {target}` there")
+        lines += [f"  {target}: {name}: not built for this lock yet; {how}" for name in r.lock.unbuilt()]
+    return lines
 
 
 _DATE_STATUS = {"usable": "usable", "other-platforms": "other platforms", "kept": "kept", "unlisted": "unlisted"}
@@ -77,34 +99,45 @@ def cmd_nightlies(args: argparse.Namespace, ws: Workspace) -> int:
     result = nightlies.nightlies_env(ws, args.env, args.package, mirror_options(args))
 
     def text() -> str:
+        if not result.targets:
+            return _nightlies_text(args.env, result)
         lines = []
-        for p in result.packages:
-            local = f", local tag +{p.local}" if p.local else ""
-            lines.append(f"{p.name}: index {p.index!r} ({p.index_url}){local}; "
-                         f"for python {result.python}{' on ' + result.platform if result.platform else ''}")
-            width = max((len(d.version or "-") for d in p.dates), default=1)
-            for d in p.dates:
-                marks = [m for m, on in (("locked", d.locked), ("pinned", d.pinned)) if on]
-                why = {"other-platforms": f"no wheel for the target: has {d.platforms()}",
-                       "kept": "the index dropped it, the store keeps its wheel (a relock keeps it)",
-                       "unlisted": "not listed; a lock of it fails" + ("" if not d.locked else
-                                   f" (the store lacks its wheel: a mirror, --index {p.index}=URL)")}.get(d.status)
-                notes = "; ".join(filter(None, [", ".join(marks), why]))
-                lines.append(f"  {d.date}  {_DATE_STATUS[d.status]:15}  {d.version or '-':{width}}  {notes}".rstrip())
-            listed = [d.date for d in p.dates if d.status in ("usable", "other-platforms")]
-            usable = sum(1 for d in p.dates if d.status == "usable")
-            span = f" ({min(listed)} .. {max(listed)})" if listed else ""
-            kept = sum(1 for d in p.dates if d.status == "kept")
-            lines.append(f"  {count(len(listed), 'date')} listed{span}, {usable} usable for the target"
-                         + (f", {kept} kept in the store" if kept else ""))
-        if not result.packages:
-            lines.append(f"envs/{args.env}.toml pins no nightly")
-        if result.note:
-            lines.append(f"note: {result.note}")
+        for name, listing in sorted(result.targets.items()):
+            lines.append(f"target {name} ({listing.platform}):")
+            lines += [f"  {line}" for line in _nightlies_text(args.env, listing).splitlines()]
         return "\n".join(lines)
 
     out(args, result.to_dict(), text)
     return 0
+
+
+def _nightlies_text(env: str, result: NightlyListing) -> str:
+    """The dates of each nightly pin, as one target sees them."""
+    lines = []
+    for p in result.packages:
+        local = f", local tag +{p.local}" if p.local else ""
+        lines.append(f"{p.name}: index {p.index!r} ({p.index_url}){local}; "
+                     f"for python {result.python}{' on ' + result.platform if result.platform else ''}")
+        width = max((len(d.version or "-") for d in p.dates), default=1)
+        for d in p.dates:
+            marks = [m for m, on in (("locked", d.locked), ("pinned", d.pinned)) if on]
+            why = {"other-platforms": f"no wheel for the target: has {d.platforms()}",
+                   "kept": "the index dropped it, the store keeps its wheel (a relock keeps it)",
+                   "unlisted": "not listed; a lock of it fails" + ("" if not d.locked else
+                               f" (the store lacks its wheel: a mirror, --index {p.index}=URL)")}.get(d.status)
+            notes = "; ".join(filter(None, [", ".join(marks), why]))
+            lines.append(f"  {d.date}  {_DATE_STATUS[d.status]:15}  {d.version or '-':{width}}  {notes}".rstrip())
+        listed = [d.date for d in p.dates if d.status in ("usable", "other-platforms")]
+        usable = sum(1 for d in p.dates if d.status == "usable")
+        span = f" ({min(listed)} .. {max(listed)})" if listed else ""
+        kept = sum(1 for d in p.dates if d.status == "kept")
+        lines.append(f"  {count(len(listed), 'date')} listed{span}, {usable} usable for the target"
+                     + (f", {kept} kept in the store" if kept else ""))
+    if not result.packages:
+        lines.append(f"envs/{env}.toml pins no nightly")
+    if result.note:
+        lines.append(f"note: {result.note}")
+    return "\n".join(lines)
 
 
 def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from envlock import __version__
+from envlock import __version__, timings
 from envlock.cli.render import GLOBAL_OPTIONS
 from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, scrub
 
@@ -67,23 +67,80 @@ def _apply_network_options(args: argparse.Namespace) -> None:
         os.environ["ENVLOCK_NATIVE_TLS"] = "1"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Every command and option: the frame here, each command group's own in its module of ``cli``."""
-    from pathlib import Path
+#: Each command -> the module of ``cli`` that adds it; the modules in the order ``envlock --help`` lists them.
+COMMANDS = {"lock": "lock", "nightlies": "lock", "diff": "diff", "sync": "sync", "path": "generations",
+            "verify": "generations", "generations": "generations", "rollback": "generations", "run": "generations",
+            "build": "build", "patch": "patch", "export": "export", "import": "export", "gc": "gc", "pin": "pin",
+            "pins": "pin", "unpin": "pin", "bisect": "bisect", "kernels": "gpu", "doctor": "gpu",
+            "upgrade": "upgrade", "cache": "cache"}
 
-    from envlock.cli import bisect as cli_bisect
-    from envlock.cli import build as cli_build
-    from envlock.cli import cache as cli_cache
-    from envlock.cli import diff as cli_diff
-    from envlock.cli import export as cli_export
-    from envlock.cli import gc as cli_gc
-    from envlock.cli import generations as cli_generations
-    from envlock.cli import gpu as cli_gpu
-    from envlock.cli import lock as cli_lock
-    from envlock.cli import patch as cli_patch
-    from envlock.cli import pin as cli_pin
-    from envlock.cli import sync as cli_sync
-    from envlock.cli import upgrade as cli_upgrade
+
+def command_named(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` runs, when the parser of its group alone can parse it (``build_parser(only=...)``:
+    the other 12 modules of ``cli`` and their parsers, 20-40 ms, are then not made); None: help, the
+    version, no command or an unknown one, which the whole parser answers."""
+    args = iter(argv)
+    for arg in args:
+        if arg in ("-h", "--help", "--version"):
+            return None
+        if arg in ("--root", "--keyring-provider"):  # the global options that take a value
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def _add_group(group: str, add: Callable[..., argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    """Add the commands of ``cli.<group>`` (imported here, alone) with ``add``."""
+    adder: Callable[..., None]
+    if group == "lock":
+        from envlock.cli import lock as cli_lock
+        adder = cli_lock.add_commands  # lock, nightlies
+    elif group == "diff":
+        from envlock.cli import diff as cli_diff
+        adder = cli_diff.add_commands
+    elif group == "sync":
+        from envlock.cli import sync as cli_sync
+        adder = cli_sync.add_commands
+    elif group == "generations":
+        from envlock.cli import generations as cli_generations
+        adder = cli_generations.add_commands  # path, verify, generations, rollback, run
+    elif group == "build":
+        from envlock.cli import build as cli_build
+        adder = cli_build.add_commands
+    elif group == "patch":
+        from envlock.cli import patch as cli_patch
+        cli_patch.add_commands(add, common, _Parser)  # patch status, edit, rebase, record
+        return
+    elif group == "export":
+        from envlock.cli import export as cli_export
+        adder = cli_export.add_commands  # export, import
+    elif group == "gc":
+        from envlock.cli import gc as cli_gc
+        adder = cli_gc.add_commands
+    elif group == "pin":
+        from envlock.cli import pin as cli_pin
+        adder = cli_pin.add_commands  # pin, pins, unpin
+    elif group == "bisect":
+        from envlock.cli import bisect as cli_bisect
+        adder = cli_bisect.add_commands
+    elif group == "gpu":
+        from envlock.cli import gpu as cli_gpu
+        adder = cli_gpu.add_commands  # kernels, doctor
+    elif group == "upgrade":
+        from envlock.cli import upgrade as cli_upgrade
+        adder = cli_upgrade.add_commands
+    else:
+        from envlock.cli import cache as cli_cache
+        cli_cache.add_commands(add, common, _Parser)  # cache keygen, push, verify
+        return
+    adder(add)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command and option: the frame here, each command group's own in its module of ``cli``.
+    ``only``: a command (``COMMANDS``); only its group's commands are added."""
+    from pathlib import Path
 
     def common_options(default: object) -> _Parser:
         options = _Parser(add_help=False)
@@ -121,19 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     # The commands, in the order `envlock --help` lists them: each group's module adds its own.
-    cli_lock.add_commands(add)  # lock, nightlies
-    cli_diff.add_commands(add)
-    cli_sync.add_commands(add)
-    cli_generations.add_commands(add)  # path, verify, generations, rollback, run
-    cli_build.add_commands(add)
-    cli_patch.add_commands(add, common, _Parser)  # patch status, edit, rebase, record
-    cli_export.add_commands(add)  # export, import
-    cli_gc.add_commands(add)
-    cli_pin.add_commands(add)  # pin, pins, unpin
-    cli_bisect.add_commands(add)
-    cli_gpu.add_commands(add)  # kernels, doctor
-    cli_upgrade.add_commands(add)
-    cli_cache.add_commands(add, common, _Parser)  # cache keygen, push, verify
+    for group in dict.fromkeys(COMMANDS.values()) if only is None else [COMMANDS[only]]:
+        _add_group(group, add, common)
     return parser
 
 
@@ -184,8 +230,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
     global _JSON_ERRORS
     _JSON_ERRORS = asks_json(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(only=command_named(sys.argv[1:] if argv is None else argv))
     args, unknown = parser.parse_known_args(argv)
+    timings.mark("imports of cli and argparse")
     if unknown:  # with the command's own usage line, not the top level's
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
@@ -204,6 +251,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 raise
             ws = Workspace(Path.cwd())
         code: int = args.func(args, ws)
+        timings.mark("done")
         return code
     except BrokenPipeError:
         # `envlock diff ... | head`: the reader left; not an error worth a traceback.

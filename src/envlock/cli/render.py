@@ -49,6 +49,13 @@ def status(args: argparse.Namespace, message: str) -> Iterator[Callable[[str], N
         yield lambda text: spinner.update(text)
 
 
+def target_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--target NAME``: of a spec of several targets (``[targets.NAME]``), the one ``what`` works on."""
+    parser.add_argument("--target", metavar="NAME",
+                        help=f"of a spec with [targets.NAME]: the target {what} (default: the one whose platform "
+                        "this machine runs)")
+
+
 def json_option(parser: argparse.ArgumentParser) -> None:
     """The ``--json`` every command takes, read by ``out``."""
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from envlock.cli.render import json_option, mirror_flags, mirror_options, out
+from envlock.cli.render import json_option, mirror_flags, mirror_options, out, target_option
 
 if TYPE_CHECKING:
     from envlock.workspace import Workspace
@@ -46,8 +46,10 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
                             None if args.frozen or args.lock is not None else spec_file,
                             spec_file if args.frozen and args.lock is None else None)
     if result is None:
-        from envlock import ui
+        from envlock import timings, ui
         from envlock.commands import sync
+
+        timings.mark("imports of the sync recipe")
 
         def on_build(name: str, digest: str) -> None:
             built.append((name, digest))
@@ -57,7 +59,8 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
 
         with ui.progress(quiet=args.quiet or args.json) as bar:
             options = sync.SyncOptions(frozen=args.frozen, offline=args.offline, lock_ref=args.lock,
-                                          mirrors=mirror_options(args), trusted_keys=tuple(args.trusted_key))
+                                          mirrors=mirror_options(args), trusted_keys=tuple(args.trusted_key),
+                                          target=args.target)
             result = sync.sync(ws, args.env, options, progress=bar, on_build=on_build, store=store)
 
     def text() -> str:
@@ -107,4 +110,5 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     mirror_flags(p, why=": the wheels locked from it are downloaded from there (the file of the same name it lists), "
                  "and a lock, if locking, is made against it")
     p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=cache.TRUSTED_HELP)
+    target_option(p, "to sync (its venv is made only on a machine of its platform)")
     json_option(p)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from envlock.cli.render import mirror_flags, mirror_options, status
+from envlock.cli.render import mirror_flags, mirror_options, status, target_option
 
 if TYPE_CHECKING:
     from envlock.commands.upgrade import UpgradeResult
@@ -24,6 +25,7 @@ def cmd_upgrade(args: argparse.Namespace, ws: Workspace) -> int:
     args.json = args.json or args.format == "json"  # before the work: its errors are a JSON document too
     options = upgrade.UpgradeOptions.given(args.nightly, args.rev, args.versions, args.dry_run, mirror_options(args),
                                            fix_renames=args.fix_renames)
+    options = replace(options, target=args.target)
     with status(args, message := f"upgrading envs/{args.env}.toml") as say:
         result = upgrade.upgrade(ws, args.env, options, progress=ui.StatusProgress(say, message))
     if args.json:
@@ -38,7 +40,7 @@ def report_lines(ws: Workspace, result: UpgradeResult, *, markdown: bool = False
     the patches carried, what the new lock changes (the upgrade report, as ``envlock diff``
     gives it), the notes, and what was written."""
     from envlock.cli.upgradereport import render_markdown, render_text
-    from envlock.commands.upgrade import LATEST
+    from envlock.model.specmoves import LATEST
 
     spec, lock = ws.relative(result.spec), ws.relative(result.lock)
     item = "- " if markdown else "  "
@@ -92,6 +94,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
                    help="move each build whose project upstream renamed (its [builds.NAME...] tables and its "
                    "package entry) to the new name, every comment kept")
     p.add_argument("--dry-run", action="store_true", help="write nothing (spec, lock, patches); the same report")
+    target_option(p, "whose lock the report compares (every target is relocked)")
     mirror_flags(p)
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="the report for a terminal, as a block for a pull request, or one JSON document")

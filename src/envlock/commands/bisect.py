@@ -37,6 +37,7 @@ from envlock.commands.sync import SyncOptions, sync
 from envlock.errors import CommandError, EnvlockError, UsageError
 from envlock.install import generations
 from envlock.model import specedit
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockdiff import LockDiff, diff_locks
 from envlock.model.lockfile import Lock, read_lock
 from envlock.model.mirrors import MirrorOptions
@@ -60,6 +61,7 @@ class BisectOptions:
     output: int | None = None  # where the command's stdout goes (a file descriptor; None: inherited)
     # --index/--source: the mirrors each step's lock and sync read (a --good/--bad step only --index's)
     mirrors: MirrorOptions = field(default_factory=MirrorOptions)
+    target: str | None = None  # --target: of a spec of several targets, the one synced (None: this machine's)
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,7 @@ class Step:
     note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"candidate": self.candidate, "lock": self.lock, "result": self.result, "exit_code": self.exit_code,
-                "seconds": round(self.seconds, 3), "generation": self.generation, "note": self.note}
+        return json_doc(self, extra={"seconds": round(self.seconds, 3)})
 
 
 @dataclass(frozen=True)
@@ -105,11 +106,7 @@ class BisectReport:
         return math.ceil(math.log2(max(len(self.candidates) - 1, 1)))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "mode": self.mode, "candidates": list(self.candidates),
-                "steps": [s.to_dict() for s in self.steps], "first_bad": self.first_bad, "last_good": self.last_good,
-                "maybe": list(self.maybe), "diff": self.diff.to_dict() if self.diff else None,
-                "restored": self.restored, "max_steps": self.max_steps, "notes": list(self.notes),
-                "found": self.found}
+        return json_doc(self, extra={"max_steps": self.max_steps, "found": self.found})
 
 
 def search(count: int, test: Callable[[int], str]) -> tuple[int, int, list[int]]:
@@ -157,8 +154,8 @@ def bisect(ws: Workspace, env: str, options: BisectOptions,
         Mirrors.of(load_env_spec(ws, env, check_paths=False), options.mirrors)
     store = Store.open()
     before = generations.current_number(store, env)
-    cands = _nightly_candidates(ws, env, store, options.nightly, options.mirrors) if options.nightly else \
-        _git_candidates(ws, env, store, options.good, options.bad, options.mirrors)
+    cands = _nightly_candidates(ws, env, store, options.nightly, options.mirrors, options.target) if options.nightly \
+        else _git_candidates(ws, env, store, options.good, options.bad, options.mirrors, options.target)
     steps: list[Step] = []
     notes: list[str] = []
     try:
@@ -236,7 +233,7 @@ def _diff(cands: _Candidates, lo: int, hi: int, notes: list[str]) -> LockDiff | 
 
 
 def _git_candidates(ws: Workspace, env: str, store: Store, good: str | None, bad: str | None,
-                    asked: MirrorOptions) -> _Candidates:
+                    asked: MirrorOptions, target: str | None = None) -> _Candidates:
     """The good revision, then each revision up to ``bad`` that changed the env's lock."""
     if good is None or bad is None:
         raise UsageError("envlock bisect: --good REV and --bad REV go together")
@@ -258,12 +255,13 @@ def _git_candidates(ws: Workspace, env: str, store: Store, good: str | None, bad
     names = [f"{ws.relative(lock_path)}@{rev[:12]}" for rev in revs]
 
     def lock_of(i: int) -> tuple[Lock, str]:
-        return load_lock_ref(ws, f"{lock_path}@{revs[i]}").lock, names[i]
+        return load_lock_ref(ws, f"{lock_path}@{revs[i]}", target).lock, names[i]
 
     def sync_one(i: int) -> int:
         # A lock synced as it is fetches no source: only the index mirrors apply.
         mirrors = MirrorOptions(indexes=asked.indexes)
-        return sync(ws, env, SyncOptions(lock_ref=f"{lock_path}@{revs[i]}", mirrors=mirrors), store=store).generation
+        return sync(ws, env, SyncOptions(lock_ref=f"{lock_path}@{revs[i]}", mirrors=mirrors, target=target),
+                    store=store).generation
 
     return _Candidates("git", [r[:12] for r in revs], names, lock_of, sync_one)
 
@@ -280,7 +278,8 @@ def _commit(repo: Path, rev: str, option: str) -> str:
 # -- over nightly dates ------------------------------------------------------------
 
 
-def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str, asked: MirrorOptions) -> _Candidates:
+def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str, asked: MirrorOptions,
+                        target: str | None = None) -> _Candidates:
     """The listed dates between FROM and TO (both ends included, listed or not), each locked on
     demand in a temporary workspace."""
     m = re.fullmatch(r"(\d{4}-\d{2}-\d{2})\.\.(\d{4}-\d{2}-\d{2})", span)
@@ -306,14 +305,14 @@ def _nightly_candidates(ws: Workspace, env: str, store: Store, span: str, asked:
 
             moved = _write_spec(temp, spec, text, shared, dates[i])
             locked = lock_spec(temp, env, moved, Mirrors.of(moved, asked), store,
-                               LockOptions(caches=Caches.configured(ws))).lock
-            locks[i] = locked if locked is not None else read_lock(temp.lock_path(env))
+                               LockOptions(caches=Caches.configured(ws), target=target)).lock
+            locks[i] = locked if locked is not None else read_lock(temp.lock_path(env), target)
         return locks[i], f"{env} at nightly {dates[i]}"  # as names[i]
 
     def sync_one(i: int) -> int:
         _write_spec(temp, spec, text, shared, dates[i])
-        result = sync(temp, env, SyncOptions(mirrors=asked), store=store)
-        locks[i] = read_lock(temp.lock_path(env))
+        result = sync(temp, env, SyncOptions(mirrors=asked, target=target), store=store)
+        locks[i] = read_lock(temp.lock_path(env), target)
         return result.generation
 
     return _Candidates("nightly", dates, [f"{env} at nightly {d}" for d in dates], lock_of, sync_one,

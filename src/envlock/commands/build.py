@@ -25,6 +25,7 @@ from envlock.build.buildenv import UNFIXED_RISK
 from envlock.commands.buildsession import BuildSession, InputsWanted, pinned_commit, prepare_inputs
 from envlock.errors import BuildError, BuildRequirementsError, LockChangedError, LockError, SourceError, UsageError
 from envlock.install.fetch import FetchResult
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockchanges import line_changes
 from envlock.model.lockfile import Artifact, Lock, LockedBuild, LockedPackage, LockFile, canonicalize_name
 from envlock.model.mirrors import MirrorOptions, Mirrors, package_locator
@@ -58,6 +59,8 @@ class BuildOptions:
     # Build again from scratch, replacing the store's build of these inputs (one the lock does not
     # vouch for: imported, or not reproducible), and the wheelhouse's copy.
     rebuild: bool = False
+    # A spec of several targets: the one to build (None: this machine's); another kind of machine's is refused.
+    target: str | None = None
 
 
 def _open_session(ws: Workspace, spec: EnvSpec, store: Store, lock: Lock, wanted: Sequence[BuildSpec],
@@ -127,16 +130,8 @@ class BuildReport:
         return all(c.reproducible for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "lock": str(self.lock),
-            "lock-changed": self.lock_changed,
-            "rebuilt": self.rebuilt,
-            "builds": [b.to_dict() for b in self.builds],
-            "checks": [c.to_dict() for c in self.checks],
-            "reproducible": self.reproducible,
-            "notices": list(self.notices),
-        }
+        return json_doc(self, keys={"lock_changed": "lock-changed"}, omit=("new_lock", "downloaded", "fetched"),
+                        extra={"rebuilt": self.rebuilt, "reproducible": self.reproducible})
 
 
 @dataclass(frozen=True)
@@ -167,7 +162,7 @@ def build_env(ws: Workspace, env: str, packages: tuple[str, ...] = (), options: 
     if options.offline and asked is not None and (asked.sources or asked.indexes):
         which = "--source" if asked.sources else "--index"
         raise UsageError(f"{which}: --offline downloads nothing, so no mirror is read; drop one of the two")
-    spec = load_env_spec(ws, env, check_paths=not options.overrides)
+    spec = load_env_spec(ws, env, check_paths=not options.overrides).on_this_machine(options.target)
     mirrors = Mirrors.of(spec, asked, read_indexes=not options.offline)
     return build_spec(ws, spec, mirrors, Store.open(), packages, options)
 
@@ -196,7 +191,7 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, pa
     old = LockFile.read(lock_path)
     if old.text is None:
         raise LockError(f"{lock_path}: no lock file; create it with `envlock lock {env}` before building")
-    lock = Lock.from_toml(old.text, lock_path)
+    lock = Lock.from_toml(old.text, lock_path, spec.target)
     wanted = _wanted_builds(spec, packages)
     session = _open_session(ws, spec, store, lock, wanted, mirrors, options)
     planned, fetched = plan_builds(session, wanted, frozen=frozen or options.offline)

@@ -25,6 +25,7 @@ class PushOptions:
     key_file: Path | None = None  # --key: signs the build and URL records (default: ENVLOCK_CACHE_KEY, [cache] key)
     url_records: PushUrls | None = None  # pushes each wheel's signed URL record (``cache.urlrecords``)
     asked: MirrorOptions | None = None  # --index: where the wheels the store lacks are downloaded from
+    target: str | None = None  # --target: of a lock of several targets, the one pushed (None: this machine's)
 
 
 def push_closure(ws: Workspace, env: str, to: str, store: Store, options: PushOptions | None = None) -> Pushed:
@@ -36,7 +37,7 @@ def push_closure(ws: Workspace, env: str, to: str, store: Store, options: PushOp
     from envlock.install.fetch import fetch_mirrored
 
     options = options or PushOptions()
-    ref = load_env_lock_ref(ws, options.lock_ref or env, env, "cache push")
+    ref = load_env_lock_ref(ws, options.lock_ref or env, env, "cache push", options.target)
     key = secret_key(options.key_file or CacheConfig.of(ws).key_file)
     backend = open_backend(to)
     got = fetch_mirrored(ws, env, ref.lock, [p.wheels[0] for p in ref.lock.packages], store, base_dir=ref.folder,
@@ -70,7 +71,7 @@ def push_env(ws: Workspace, env: str, to: str, options: PushOptions | None = Non
     store = Store.open()
     with store.writing():  # a gc beside waits: no entry is removed while it is read (a tar made of half a tree)
         pushed = push_closure(ws, env, to, store, options)
-        ref = load_env_lock_ref(ws, options.lock_ref or env, env, "cache push")
+        ref = load_env_lock_ref(ws, options.lock_ref or env, env, "cache push", options.target)
         got = push_sources(open_backend(to), store, locked(ref.lock))
     return replace(pushed, uploaded=pushed.uploaded + got.uploaded, present=pushed.present + got.present,
                    notes=pushed.notes + got.notes)

@@ -16,26 +16,30 @@ if TYPE_CHECKING:
     from envlock.commands.upgradereport import ReportOptions, UpgradeReport
 
 
-def diff_refs(ws: Workspace, old: str, new: str,
-              options: ReportOptions | None = None) -> tuple[UpgradeReport, tuple[str, ...]]:
+def diff_refs(ws: Workspace, old: str, new: str, options: ReportOptions | None = None, *,
+              targets: tuple[str | None, str | None] = (None, None)) -> tuple[UpgradeReport, tuple[str, ...]]:
     """What changes from lock ``old`` to ``new`` (as ``load_lock_ref`` reads them): the upgrade
     report (``upgradereport.upgrade_report``: sources' commit ranges read from the store's git mirrors,
     fetched with ``options.fetch``), and notes.
 
     A note names an env given by name whose lock file the spec has moved past: its diff
     does not show the spec's change. A spec that does not read gives no note (the note is a
-    courtesy; the diff stands).
+    courtesy; the diff stands). ``targets``: of locks of several targets, the target read of OLD and of
+    NEW (None: this machine's); two targets of one file say what differs between them.
     """
     from envlock.commands.upgradereport import ReportOptions, upgrade_report
 
-    before, after = load_lock_ref(ws, old), load_lock_ref(ws, new)
+    before, after = load_lock_ref(ws, old, targets[0]), load_lock_ref(ws, new, targets[1])
     notes = []
     for ref in sorted({r.env: r for r in (before, after) if r.env is not None}.values(), key=lambda r: str(r.env)):
         env = str(ref.env)
         if ref.path is None:  # never: an env name is read from its lock file
             continue
         try:
-            stale = drift(ws, env, load_env_spec(ws, env), ref.lock)  # the lock read once, above
+            spec = load_env_spec(ws, env)
+            target = ref.lock.target
+            spec = spec.for_target(target) if target is not None and target in spec.targets else spec
+            stale = drift(ws, env, spec, ref.lock)  # the lock read once, above
         except EnvlockError:
             continue
         if not stale.current:

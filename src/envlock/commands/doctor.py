@@ -18,6 +18,7 @@ from envlock.commands.kernels import PackageBinaries, read_lock_wheels, rebuild_
 from envlock.gpu.coverage import carried, judge
 from envlock.gpu.drivers import MIN_DRIVER, older
 from envlock.gpu.nvml import Host, probe
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import read_lock
 from envlock.store.store import Store
 
@@ -41,7 +42,7 @@ class Problem:
         return f"{where}needs {self.needs}; this machine has {self.has}; fix: {self.fix}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"package": self.package, "file": self.file, "needs": self.needs, "has": self.has, "fix": self.fix}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from envlock.build import inputs, sources
 from envlock.commands.pin import Pin, lock_bytes, pin_lock
 from envlock.errors import EnvlockError, LockError, StoreError, UsageError
 from envlock.install.fetch import fetch_mirrored
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock
 from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import load_env_spec
@@ -70,9 +71,7 @@ class ExportResult:
     notes: tuple[str, ...] = ()  # entries left out (a pending build among them), and why
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "lock": self.lock, "to": str(self.to), "entries": dict(self.entries),
-                "files": self.files, "bytes": self.bytes, "fetched": self.fetched, "pending": list(self.pending),
-                "notes": list(self.notes)}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -88,20 +87,22 @@ class ImportResult:
     notes: tuple[str, ...] = ()  # entries not stored, and why
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": str(self.source), "env": self.env, "added": dict(self.added), "present": self.present,
-                "bytes": self.bytes, "pin": self.pin.to_dict(), "lock": str(self.pin.path), "notes": list(self.notes)}
+        return json_doc(self, extra={"lock": str(self.pin.path)})
 
 
 def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *, progress: Progress | None = None,
-               allow_pending: bool = False, asked: MirrorOptions | None = None) -> ExportResult:
+               allow_pending: bool = False, asked: MirrorOptions | None = None,
+               target: str | None = None) -> ExportResult:
     """Write the closure of ``env``'s lock (or ``ref``) to ``to`` (a folder, or ``*.tar``); what the store
     lacks is downloaded through the mirrors ``asked`` (``--index``, ``--source``) as a sync does. A lock
     whose local builds are pending (locked, not built) is refused: the bundle could not rebuild nor sync
-    them (``allow_pending``: written without them, and the result's ``notes`` say so)."""
+    them (``allow_pending``: written without them, and the result's ``notes`` say so). ``target``: of a
+    lock of several targets, the one whose closure is written (None: this machine's); the bundle's lock
+    is the whole file."""
     if to.exists() and not (to.is_dir() and not any(to.iterdir())):
         raise UsageError(f"--out {to}: already exists; expected a new path (a folder, or FILE.tar)")
     data, label = lock_bytes(ws, env, ref, "export")
-    lock = Lock.from_toml(data.decode("utf-8"), label)
+    lock = Lock.from_toml(data.decode("utf-8"), label, target)
     if (pending := lock.unbuilt()) and not allow_pending:
         many = len(pending) != 1
         raise LockError(f"{label}: {len(pending)} local build{'s' if many else ''} not built for this lock "

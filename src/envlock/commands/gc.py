@@ -25,9 +25,11 @@ from envlock.build import toolchain
 from envlock.commands.pin import pinned_locks
 from envlock.errors import EnvlockError, UsageError
 from envlock.install import generations, install
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock
 from envlock.store.closure import EntryRef, lock_closure, venv_key
 from envlock.store.store import GC_KINDS, Store
+from envlock.store.trees import file_inodes
 from envlock.workspace import Workspace
 
 KEEP_GIT = ("all", "tags", "none")
@@ -47,8 +49,8 @@ class Root:
     kind: str  # "generation", "workspace", "git", "pin"
     label: str
 
-    def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "label": self.label}
+    def to_dict(self) -> dict[str, Any]:
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,8 @@ class Usage:
     entries: int
     bytes: int
 
-    def to_dict(self) -> dict[str, int]:
-        return {"entries": self.entries, "bytes": self.bytes}
+    def to_dict(self) -> dict[str, Any]:
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -74,9 +76,7 @@ class GcReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dry_run": self.dry_run, "roots": [r.to_dict() for r in self.roots], "before": self.before.to_dict(),
-                "after": self.after.to_dict(), "removed": list(self.removed), "generations": list(self.generations),
-                "freed": self.freed, "notes": list(self.notes)}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ def _generation_roots(store: Store, keep: int, drop: list[tuple[str, int]]
 
 def _read_lock(path: Path) -> Lock | None:
     try:
-        return Lock.from_toml(path.read_text(encoding="utf-8"), path)
+        return Lock.every_target(path.read_text(encoding="utf-8"), path)
     except (OSError, UnicodeDecodeError, EnvlockError):
         return None
 
@@ -239,7 +239,7 @@ def _workspace_roots(ws: Workspace | None, options: GcOptions, notes: list[str])
             seen.add(blob)
             shown = runner.git(["cat-file", "blob", blob], cwd=repo)
             try:
-                lock = Lock.from_toml(shown.stdout, f"{name}@{label}")
+                lock = Lock.every_target(shown.stdout, f"{name}@{label}")
             except EnvlockError:
                 continue
             yield Root("git", f"{name}@{label}"), lock
@@ -261,18 +261,9 @@ def _unlinked_archives(store: Store, kept_venvs: Iterable[Path]) -> list[Path]:
     archives = store.root / "uv-cache" / UV_ARCHIVES
     if not archives.is_dir():
         return []
-    linked = {ino for venv in kept_venvs for ino in _inodes(venv)}
-    return [a for a in sorted(archives.iterdir()) if a.is_dir() and not (set(_inodes(a)) & linked)]
+    linked = {ino for venv in kept_venvs for ino in file_inodes(venv)}
+    return [a for a in sorted(archives.iterdir()) if a.is_dir() and not (set(file_inodes(a)) & linked)]
 
-
-def _inodes(folder: Path) -> Iterator[tuple[int, int]]:
-    for dirpath, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            yield st.st_dev, st.st_ino
 
 
 class _Sizes:

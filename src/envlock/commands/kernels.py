@@ -278,9 +278,11 @@ def machine_note(lock: Lock) -> str:
 
 
 def kernels_env(ws: Workspace, target: str, *, offline: bool = False, progress: Progress | None = None,
-                asked: MirrorOptions | None = None) -> KernelsReport:
+                asked: MirrorOptions | None = None, env_target: str | None = None) -> KernelsReport:
     """``envlock kernels TARGET``: an env's locked wheels (``TARGET`` an env name), or a wheel file or a
-    folder (a path): what their binaries carry, and each GPU of the spec's ``[env] gpus`` against them."""
+    folder (a path): what their binaries carry, and each GPU of the spec's ``[env] gpus`` against them.
+    ``env_target``: of an env of several targets, the one (``--target``; None: this machine's), held to
+    its own ``gpus``."""
     path = Path(target)
     an_env = (ws.root / "envs" / f"{target}.toml").is_file()
     if target.endswith(".whl") or "/" in target or (path.exists() and not an_env):
@@ -292,11 +294,13 @@ def kernels_env(ws: Workspace, target: str, *, offline: bool = False, progress: 
     from envlock.model.spec import load_env_spec
 
     lock_path = ws.lock_path(target)
-    lock = read_lock(lock_path)
+    lock = read_lock(lock_path, env_target)
     try:
         spec: EnvSpec | None = load_env_spec(ws, target, check_paths=False)
     except SpecError:
         spec = None  # a lock without a readable spec: no GPUs named, no mirrors
+    if spec is not None and lock.target is not None and lock.target in spec.targets:
+        spec = spec.for_target(lock.target)  # its own gpus
     if spec is None and asked is not None and (asked.indexes or asked.sources):
         raise UsageError(f"--index/--source: mirrors are named by the spec's indexes, and envs/{target}.toml does "
                          "not read (`envlock lock --check` says why)")

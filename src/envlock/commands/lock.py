@@ -12,24 +12,29 @@ name (``load_lock_ref``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock.build import builder
-from envlock.commands.buildsession import BuildSession, InputsWanted, SourceState, prepare_inputs
+from envlock import timings
 from envlock.errors import (
     BuildError,
+    EnvlockError,
     FetchError,
     LockChangedError,
+    LockError,
     PackageIndexError,
     ResolveError,
     SpecError,
     raise_all,
 )
-from envlock.model.lockfile import Artifact, Lock, LockFile, canonicalize_name, read_lock
+from envlock.model import multilock
+from envlock.model.jsondoc import json_doc
+from envlock.model.lockfile import Artifact, Lock, LockFile, canonicalize_name, read_lock, read_lock_bytes
 from envlock.model.mirrors import MirrorOptions, Mirrors, missing_folder
 from envlock.model.spec import load_env_spec
+from envlock.model.targets import pick
 from envlock.model.tomlio import load_toml
 from envlock.resolution import guards, yanks
 from envlock.resolution.drift import drift
@@ -37,10 +42,14 @@ from envlock.store.store import Store, replace_if_unchanged
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
+    # The build machinery (commands.buildsession: builder, patches, source and toolchain inputs, ~40 ms
+    # of imports) is imported only for a spec with sources or builds.
     from envlock.build.inputs import FetchedInput
     from envlock.cache.caches import Caches
+    from envlock.commands.buildsession import BuildSession, SourceState
     from envlock.install.fetch import FetchResult
     from envlock.model.spec import EnvSpec
+    from envlock.net.indexes import Listings
     from envlock.progress import Progress
     from envlock.resolution.resolve import HashUnlisted, Resolution
 
@@ -67,22 +76,21 @@ class LockResult:
     build_fetched: int = 0
     # Each build of the old lock whose inputs moved -> the toolchain lines its rebuild resolves to now.
     planned_toolchains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # A spec of several targets: each target's own result (its lock, nightlies, builds pending); ``lock``
+    # above is then the target asked for (``LockOptions.target``), else this machine's, else the first.
+    targets: Mapping[str, LockResult] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "lock": str(self.path),
-            "changed": self.changed,
-            "packages": self.packages,
-            "nightlies": dict(self.nightlies),
-            "mirrors": dict(self.mirrors),
-            "downloaded": self.downloaded,
-            "unbuilt": list(self.lock.unbuilt()) if self.lock is not None else [],
-            "note": self.note,
-            "notes": list(self.notes),
-            "build_downloaded": self.build_downloaded,
-            "moved": [{"package": name, "old": a, "new": b} for name, a, b in self.moved],
-        }
+        doc = json_doc(self, keys={"path": "lock"}, omit=("lock", "build_fetched", "planned_toolchains", "targets"),
+                       extra={"unbuilt": list(self.lock.unbuilt()) if self.lock is not None else [],
+                              "moved": [{"package": name, "old": a, "new": b} for name, a, b in self.moved]})
+        if self.targets:
+            doc["targets"] = {name: {"platform": r.lock.platform if r.lock is not None else None,
+                                     "python": r.lock.python if r.lock is not None else None,
+                                     "packages": r.packages, "nightlies": dict(r.nightlies),
+                                     "unbuilt": list(r.lock.unbuilt()) if r.lock is not None else []}
+                              for name, r in sorted(self.targets.items())}
+        return doc
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,8 @@ class LockOptions:
     progress: Progress | None = None  # of the downloads that hash wheels an index publishes no hash for
     # Asked before a wheel is downloaded to hash it (signed URL records, ``cache.urlrecords``).
     caches: Caches | None = None
+    # A spec of several targets: the target whose lock the result carries (None: this machine's).
+    target: str | None = None
 
 
 def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
@@ -117,7 +127,82 @@ def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: S
     # A private index's wheels are hashed with its password. Under the store's writer lock (shared,
     # as a sync's): a gc beside waits, and never removes a source or wheel the relock reads.
     with mirrors.credentials(), store.writing():
+        if spec.targets:
+            return _lock_targets(ws, env, spec, mirrors, store, options or LockOptions())
         return _lock_spec(ws, env, spec, mirrors, store, options or LockOptions())
+
+
+def _lock_targets(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: Store,
+                  options: LockOptions) -> LockResult:
+    """Every target of ``spec`` locked on its own (``_lock_spec`` of its view), checked across them
+    (``resolution.multitarget``), and written as one file (``model.multilock``)."""
+    from envlock.net.indexes import Listings
+    from envlock.resolution import multitarget, resolve
+
+    old_file = LockFile.read(ws.lock_path(env))
+    olds = _old_targets(old_file)
+    urls = resolve.index_urls(spec, mirrors.indexes)
+    kept = {name: {pkg: pin.date for pkg, pin in old.nightlies.items()} for name, old in olds.items()}
+    with Listings() as listings:
+        multitarget.check_dates(spec, urls, listings, kept)
+        # The targets at once: each is mostly uv and the index's answers (another process, the network), so
+        # two targets take about the time of one where a core is free (benchmarks/targets.py).
+        with ThreadPoolExecutor(max_workers=len(spec.targets)) as pool:
+            running = {name: pool.submit(_lock_target, ws, env, spec.for_target(name), mirrors, store, options,
+                                         (old_file, olds.get(name)), listings)
+                       for name in sorted(spec.targets)}
+            results = {name: future.result() for name, future in running.items()}
+        locks = {name: r.lock for name, r in results.items() if r.lock is not None}
+        split = multitarget.cuda_traps(spec, locks, urls, listings)
+    texts = {name: multilock.TargetText(lock.platform or "", lock.python, lock.target_toml())
+             for name, lock in locks.items()}
+    text = multilock.merge(env, texts)
+    changed = old_file.text != text
+    if changed and options.write and not replace_if_unchanged(old_file.path, old_file.data, text.encode()):
+        raise LockChangedError(f"{ws.relative(old_file.path)}: changed by another envlock while this one resolved; "
+                               f"nothing written. Run `envlock lock {env}` again")
+    chosen = _chosen(spec, options.target)
+    lock = replace(locks[chosen], multi=multilock.Multi(chosen, env, {n: t for n, t in texts.items() if n != chosen}))
+    first = results[chosen]
+    notes = [f"targets.{name}: {note}" for name, r in results.items() for note in r.notes]
+    return replace(first, path=old_file.path, changed=changed, lock=lock, targets=results,
+                   packages=len({(p.name, p.version) for r in results.values() if r.lock for p in r.lock.packages}),
+                   nightlies={f"{name}: {pkg}": v for name, r in results.items() for pkg, v in r.nightlies.items()},
+                   notes=(*dict.fromkeys(notes), *split),
+                   moved=tuple(m for r in results.values() for m in r.moved),
+                   downloaded=sum(r.downloaded for r in results.values()),
+                   build_downloaded=sum(r.build_downloaded for r in results.values()))
+
+
+def _lock_target(ws: Workspace, env: str, view: EnvSpec, mirrors: Mirrors, store: Store, options: LockOptions,
+                 prior: tuple[LockFile, Lock | None], listings: Listings) -> LockResult:
+    """One target's lock (``view``: the spec as it sees it), not written; an error names the target."""
+    try:
+        return _lock_spec(ws, env, view, mirrors, store, replace(options, write=False), prior=prior,
+                          listings=listings)
+    except EnvlockError as exc:
+        raise exc.with_details(f"(target {view.target}: {view.platform}, python {view.python}; each target is "
+                               "locked on its own)") from None
+
+
+def _old_targets(old_file: LockFile) -> dict[str, Lock]:
+    """Each target's lock of the file a multi-target lock replaces ({}: none, or not one of several targets)."""
+    if old_file.text is None:
+        return {}
+    try:
+        return Lock.targets_of(load_toml(old_file.text, old_file.path, LockError), old_file.path)
+    except LockError:
+        return {}
+
+
+def _chosen(spec: EnvSpec, asked: str | None) -> str:
+    """The target a multi-target lock result carries: ``asked``, else this machine's, else the first."""
+    try:
+        return pick({n: t.platform for n, t in spec.targets.items()}, asked, str(spec.path))
+    except LockError:
+        if asked is not None:
+            raise
+        return sorted(spec.targets)[0]
 
 
 @dataclass(frozen=True)
@@ -132,40 +217,52 @@ class _Relock:
     old: Lock | None  # the lock it replaces: its hashes, nightlies and builds are kept where they hold
     states: Mapping[str, SourceState]  # the spec's sources, prepared and patched
     progress: Progress | None = None
+    listings: Listings | None = None  # index pages shared by the targets of one lock (None: the resolution's own)
 
 
 def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: Store,
-               options: LockOptions) -> LockResult:
+               options: LockOptions, prior: tuple[LockFile, Lock | None] | None = None,
+               listings: Listings | None = None) -> LockResult:
+    """One target's lock (``prior``: the file it replaces and the lock of this target read out of it;
+    ``listings``: the index pages the targets share)."""
     from envlock.net import http
     from envlock.resolution import resolve
 
     urls = resolve.index_urls(spec, mirrors.indexes)
     _check_folders(spec, mirrors, urls)
-    old_file = LockFile.read(ws.lock_path(env))
-    old = old_file.lock
+    old_file = LockFile.read(ws.lock_path(env)) if prior is None else prior[0]
+    old = old_file.lock if prior is None else prior[1]
     # Patched source trees: built packages' metadata (and so their dependencies) comes from them.
     # Every git or URL input (sources, FetchContent) is fetched first: an unreachable one fails
     # the lock before a wheel is downloaded, all of them named together.
     states, inputs = sources_for_lock(ws, spec, store, old, mirrors)
-    relock = _Relock(ws, env, spec, mirrors, store, old, states, options.progress)
+    timings.mark("lock: the spec, the old lock and the sources read")
+    relock = _Relock(ws, env, spec, mirrors, store, old, states, options.progress, listings)
     hashing = None
     if options.caches is not None:  # lazy: only where a cache is named (docs/architecture.md)
         from envlock.cache.urlrecords import CachedHashing
 
         hashing = CachedHashing(options.caches)
     resolution = _resolve(relock, urls, hashing)
+    timings.mark("lock: resolved (the nightlies, the pins, uv)")
     guarded = _guard(relock, resolution)  # an overlap fails here: nothing written
+    timings.mark("lock: the guards")
     lock = Lock(
         env=env, python=spec.python, platform=spec.platform, spec_digest=spec.digest(),
         spec_keys=spec.key_digests(), packages=resolution.packages, requires_python=resolution.requires_python,
         nightlies=resolution.nightlies, sources={name: state.locked() for name, state in states.items()},
         overridden=guarded.overridden, allowed_overlaps=guarded.allowed, requires=guarded.requires,
     )
-    # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
-    session = BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors, options.progress,
-                           inputs=inputs)
-    lock = replace(lock, fetchcontent=session.pins())
-    lock, for_builds, planned_toolchains = carry_builds(replace(session, lock=lock), old)
+    for_builds: tuple[FetchResult, ...] = ()
+    planned_toolchains: dict[str, tuple[str, ...]] = {}
+    if spec.builds:  # without builds there are no FetchContent pins and no build records to carry
+        from envlock.commands.buildsession import BuildSession
+
+        # Unchanged build inputs keep their wheel (build requirements resolved on the same index URL).
+        session = BuildSession(ws, spec, store, states, lock, urls[spec.default_index.name], mirrors,
+                               options.progress, inputs=inputs)
+        lock = replace(lock, fetchcontent=session.pins())
+        lock, for_builds, planned_toolchains = carry_builds(replace(session, lock=lock), old)
     gpu_notes: list[str] = []
     if spec.gpus:  # lazy: only an env that names GPUs reads its wheels' binaries (docs/gpus.md)
         from envlock.commands import kernels
@@ -175,6 +272,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: 
         # Same wheels: the recorded venv digest holds (not one taken for wheels since edited away).
         lock = replace(lock, venv_digest=old.venv_digest, venv_python=old.venv_python, venv_install=old.venv_install)
     changed = _write(ws, env, old_file, lock) if options.write else old_file.text != lock.to_toml()
+    timings.mark("lock: written")
     if hashing is not None:
         from envlock.cache.urlrecords import push_hashed
 
@@ -211,6 +309,8 @@ def sources_for_lock(ws: Workspace, spec: EnvSpec, store: Store, old: Lock | Non
     before the resolution downloads anything."""
     if not spec.sources:
         return {}, {}
+    from envlock.commands.buildsession import InputsWanted, prepare_inputs
+
     return prepare_inputs(ws, spec, store, InputsWanted(builds=list(spec.builds.values()), lock=old, mirrors=mirrors,
                                                         pin_only=True))
 
@@ -288,6 +388,8 @@ def carry_builds(session: BuildSession, old: Lock | None
     spec, lock = session.spec, session.lock
     if old is None or not old.builds or not spec.builds:
         return lock, (), {}
+    from envlock.build import builder
+
     ready = session.ready(list(spec.builds.values()))
     env_packages, fetched = session.env_packages(ready)
     kept_builds = {}
@@ -330,7 +432,7 @@ def _resolve(relock: _Relock, urls: Mapping[str, str], hashing: HashUnlisted | N
             index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
             build_env=build_vars, store=relock.store, hashed=hashed, progress=relock.progress, kept_nightlies=kept,
             earlier_wheels={str(p.name): (p.wheels[0], p.index) for p in old.packages if p.wheels} if old else {},
-            hash_unlisted=hashing or fetch.hash_unlisted,
+            hash_unlisted=hashing or fetch.hash_unlisted, listings=relock.listings,
         ))
     except (ResolveError, FetchError, PackageIndexError) as exc:
         # An index that cannot be read may be the one a misspelt mirror variable was meant for.
@@ -393,8 +495,7 @@ class LockCheck:
     notes: tuple[str, ...] = ()  # each yanked file, and what was not checked (--offline, an index down)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "lock": str(self.path), "current": self.current, "reasons": list(self.reasons),
-                "yanked": [y.to_dict() for y in self.yanked], "notes": list(self.notes)}
+        return json_doc(self, keys={"path": "lock"})
 
 
 def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, offline: bool = False) -> LockCheck:
@@ -404,19 +505,41 @@ def check_lock(ws: Workspace, env: str, asked: MirrorOptions | None = None, *, o
     ``LockError`` if there is no lock."""
     path = ws.lock_path(env)
     spec = load_env_spec(ws, env)
-    lock = read_lock(path)
+    locks = _target_locks(spec, path)
     # Offline, no mirror is read (nor checked); a misspelt ENVLOCK_INDEX_* is said all the same, as lock
     # and sync say it.
     mirrors = Mirrors(spec) if offline else Mirrors.of(spec, asked)
     stray = tuple(filter(None, [mirrors.stray_note(ws)]))
+    given = None if offline else mirrors.indexes  # a lock made through a mirror records its URL
+    reasons: list[str] = []
+    for name, (view, lock) in locks.items():
+        found = drift(ws, env, view, lock, mirrors=given)
+        reasons += [r for r in found.spec if r not in reasons]  # the spec's keys: the same for every target
+        reasons += [f"targets.{name}: {r}" if name else r for r in (*found.lock, *found.packages, *found.sources)]
     if offline:
-        found = drift(ws, env, spec, lock)
-        return LockCheck(env, path, found.current, found.reasons, notes=(*stray, yanks.OFFLINE_NOTE))
+        return LockCheck(env, path, not reasons, tuple(reasons), notes=(*stray, yanks.OFFLINE_NOTE))
     from envlock.resolution.resolve import index_urls
 
-    found = drift(ws, env, spec, lock, mirrors=mirrors.indexes)  # a lock made through a mirror records its URL
     # Each package's page on the index the spec pins it to (its mirror if one is named), as a lock reads it.
     urls = index_urls(spec, mirrors.indexes)
+    yanked: list[yanks.Yanked] = []
+    lines: list[str] = []
     with mirrors.credentials():  # a private index's pages are read with its password
-        checked = yanks.check_index(lock, read_at={p.name: urls[spec.index_of(p.name)] for p in lock.packages})
-    return LockCheck(env, path, found.current, found.reasons, checked.yanked, (*stray, *checked.lines()))
+        for _, lock in locks.values():
+            checked = yanks.check_index(lock, read_at={p.name: urls[spec.index_of(p.name)] for p in lock.packages})
+            yanked += [y for y in checked.yanked if y not in yanked]
+            lines += [line for line in checked.lines() if line not in lines]
+    return LockCheck(env, path, not reasons, tuple(reasons), tuple(yanked), (*stray, *lines))
+
+
+def _target_locks(spec: EnvSpec, path: Path) -> dict[str, tuple[EnvSpec, Lock]]:
+    """Each target's view of ``spec`` and its lock in the file at ``path`` ("" for a one-target spec and
+    lock); a spec of several targets whose file holds one (or the reverse) is stale for every target."""
+    if not spec.targets:
+        return {"": (spec, read_lock(path))}
+    one = read_lock(path, sorted(spec.targets)[0])  # a missing or malformed file is said as for any lock
+    if one.multi is None:  # a one-target lock where the spec names targets: every target is stale for it
+        return {name: (spec.for_target(name), one) for name in sorted(spec.targets)}
+    locks = Lock.targets_of(load_toml(read_lock_bytes(path).decode("utf-8"), path, LockError), path)
+    return {name: (spec.for_target(name), locks.get(name) or replace(next(iter(locks.values())), platform=None))
+            for name in sorted(spec.targets)}

@@ -13,13 +13,14 @@ which dates the target can use). Nothing is written and nothing downloaded but i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
-from envlock.errors import PackageIndexError, UsageError, did_you_mean
+from envlock.errors import LockError, PackageIndexError, UsageError, did_you_mean
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Artifact, Lock, LockFile, NightlyPin
 from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import EnvSpec, PackageSpec, load_env_spec
@@ -47,12 +48,7 @@ class PackageNightlies:
         return tuple(d.date for d in self.dates if d.usable)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "index": self.index, "index_url": self.index_url, "local": self.local,
-            "same_date": self.same_date, "pinned": self.pinned,
-            "locked": {"date": self.locked.date, "version": self.locked.version} if self.locked else None,
-            "dates": [d.to_dict() for d in self.dates],
-        }
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -65,6 +61,8 @@ class NightlyListing:
     lock: Path | None  # the lock read; None when there is none (nothing is marked locked)
     packages: tuple[PackageNightlies, ...]
     note: str = ""
+    # A spec of several targets: each target's own listing (the dates as its platform sees them).
+    targets: Mapping[str, NightlyListing] = field(default_factory=dict)
 
     def newest_usable(self, index: str) -> str | None:
         """The newest date that every nightly of spec index ``index`` sharing its date (``same-date``)
@@ -74,11 +72,10 @@ class NightlyListing:
         return max(common, default=None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env, "python": self.python, "platform": self.platform,
-            "lock": str(self.lock) if self.lock is not None else None,
-            "packages": [p.to_dict() for p in self.packages], "note": self.note,
-        }
+        doc = json_doc(self, omit=("targets",))
+        if self.targets:
+            doc["targets"] = {name: t.to_dict() for name, t in sorted(self.targets.items())}
+        return doc
 
 
 def nightlies_env(ws: Workspace, env: str, package: str | None = None,
@@ -86,7 +83,13 @@ def nightlies_env(ws: Workspace, env: str, package: str | None = None,
     """``envlock nightlies ENV [PKG]``: the listing of ``envs/ENV.toml``, its indexes read through
     the mirrors ``asked`` and the environment names."""
     spec = load_env_spec(ws, env, check_paths=False)  # no source or patch is read
-    return list_nightlies(ws, spec, Mirrors.of(spec, asked), package, store=Store.open(create=False))
+    mirrors, store = Mirrors.of(spec, asked), Store.open(create=False)
+    if not spec.targets:
+        return list_nightlies(ws, spec, mirrors, package, store=store)
+    per = {name: list_nightlies(ws, spec.for_target(name), mirrors, package, store=store)
+           for name in sorted(spec.targets)}
+    first = per[min(per)]
+    return replace(first, platform=None, packages=(), targets=per)
 
 
 def list_nightlies(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, package: str | None = None, *,
@@ -103,7 +106,7 @@ def list_nightlies(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, package: str 
     wanted = _wanted(spec, package)
     urls = resolve.index_urls(spec, mirrors.indexes)
     lock_path = ws.lock_path(spec.name)
-    lock = LockFile.read(lock_path).lock
+    lock = _target_lock(LockFile.read(lock_path), spec.target)
     note = ""
     if lock is not None and lock.env != spec.name:
         note = f"{ws.relative(lock_path)} holds env {lock.env!r}'s lock, not {spec.name!r}'s: nothing is marked locked"
@@ -136,6 +139,16 @@ def list_nightlies(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, package: str 
         raise exc.with_details(hint) if hint else exc from None
     return NightlyListing(env=spec.name, python=spec.python, platform=spec.platform,
                           lock=lock_path if lock is not None else None, packages=tuple(packages), note=note)
+
+
+def _target_lock(found: LockFile, target: str | None) -> Lock | None:
+    """The lock ``found`` holds (of a lock of several targets, ``target``'s); None if it holds none."""
+    if found.text is None or target is None:
+        return found.lock
+    try:
+        return Lock.from_toml(found.text, found.path, target)
+    except LockError:
+        return None
 
 
 def _wanted(spec: EnvSpec, package: str | None) -> list[PackageSpec]:

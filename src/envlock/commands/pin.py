@@ -17,6 +17,7 @@ from typing import Any
 
 from envlock.commands.lockrefs import load_env_lock_ref
 from envlock.errors import UsageError
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock
 from envlock.store.store import Store, write_atomic
 from envlock.workspace import Workspace, check_env_name
@@ -35,8 +36,7 @@ class Pin:
     path: Path  # the pinned copy (sync it with `envlock sync ENV --lock PATH`)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "sha256": self.sha256, "label": self.label, "created": self.created,
-                "path": str(self.path)}
+        return json_doc(self)
 
 
 def pin_lock(store: Store, env: str, data: bytes, label: str) -> Pin:

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envlock.errors import LockError, StoreError, VerifyError
+from envlock import timings
+from envlock.errors import FetchError, LockError, StoreError, VerifyError
 from envlock.install import generations
+from envlock.model.jsondoc import json_doc
 from envlock.store import home, noop
 from envlock.store.store import Store, replace_if_unchanged, write_atomic
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     # Type names only: importing these at run time would pull packaging onto the no-op path.
     from envlock.cache.caches import Caches
     from envlock.install.fetch import FetchResult
+    from envlock.install.install import InstallResult
     from envlock.model.lockfile import Lock
     from envlock.progress import Progress
 
@@ -50,21 +53,7 @@ class SyncResult:
     relocked: bool = False  # the lock file was stale (or missing) and was written anew first
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "path": str(self.path),
-            "generation": self.generation,
-            "install_digest": self.install_digest,
-            "venv_digest": self.venv_digest,
-            "noop": self.noop,
-            "downloaded": self.downloaded,
-            "fetched": self.fetched,
-            "built": self.built,
-            "recorded": self.recorded,
-            "seconds": round(self.seconds, 3),
-            "note": self.note,
-            "relocked": self.relocked,
-        }
+        return json_doc(self, extra={"seconds": round(self.seconds, 3)})
 
 
 @dataclass(frozen=True)
@@ -111,20 +100,31 @@ def realize(store: Store, target: SyncTarget, progress: Progress | None = None) 
         cur = generations.current(store, env)
         if cur is not None and _current_is(store, cur, lock):
             return _noop(store, target, cur, started)
-        got, cached, cached_bytes = _fetch(store, target, progress)
-        checked = _install_checked(store, target, got.paths())
+        timings.mark("the store opened, the env locked, its current generation read")
+        if _installs_while_fetching(store, target):
+            arriving = _Arrivals(store, target, progress)
+            checked = _install_checked(store, target, {}, arriving)
+            got, cached, cached_bytes = arriving.result()
+        else:
+            got, cached, cached_bytes = _fetch(store, target, progress)
+            timings.mark("fetch: every locked wheel in the store")
+            checked = _install_checked(store, target, got.paths())
         # Record first, so the generation keeps the lock text as it stands after this sync.
         lock_bytes, on_disk, recorded = _record(lock, target.lock_path, checked.digest, checked.python,
                                                 target.frozen)
+        timings.mark("the lock file read (and the venv digest recorded in it)")
         note = "; ".join(filter(None, [_recorded_note(lock, checked.python, recorded, env, target.lock_path),
                                        checked.note]))
         # The file's text when it holds the synced lock (with the digest just recorded);
         # if it holds another lock now, the generation keeps the one it was built from.
         lock_text = lock_bytes.decode("utf-8") if lock_bytes is not None and on_disk is not None else lock.to_toml()
         gen = _new_generation(store, env, cur, checked, lock_text)
+        timings.mark("the generation written (fsynced)")
         generations.flip(store, env, gen.number)
+        timings.mark("the flip of `current`")
         # Switched now: nothing after this may fail the sync (it would say "nothing switched").
         unstamped = _stamp(store, target, gen.number, checked.digest, lock_bytes, on_disk)
+        timings.mark("the no-op stamp written")
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, lock.install_digest(), checked.digest, noop=False,
             # What the caches gave counts as fetched and downloaded too (the sync's note says from where).
@@ -178,6 +178,92 @@ def _fetch(store: Store, target: SyncTarget, progress: Progress | None) -> tuple
     return got, cached, cached_bytes
 
 
+def _installs_while_fetching(store: Store, target: SyncTarget) -> bool:
+    """Whether the venv is to be built and the store lacks a wheel of it: then the wheels are
+    installed in batches as they come (``_Arrivals``), not all downloads first, then all installs."""
+    from envlock.install import install
+    from envlock.store.store import store_file, stored
+
+    if (install.venv_path(store, target.lock.install_digest()) / home.MANIFEST_NAME).is_file():
+        return False
+    try:
+        return any(not stored(p.wheels[0], store_file(store, p.wheels[0]))[0] for p in target.lock.packages)
+    except FetchError:  # a file name that leads out of its entry: fetch names it, first
+        return False
+
+
+class _Arrivals:
+    """``_fetch`` on a thread of its own, and the lock's wheels in batches as they come into the
+    store (``install.Arrivals``): uv installs what has come while the rest downloads.
+
+    A wheel has come when its store file is there with the lock's size: the store publishes a file
+    only after its sha256 was checked (``install.fetch``, ``cache.caches``), and a sync that finds it
+    there trusts it so. The last batch is the fetch's own result, once every fetch has ended; a fetch
+    that failed raises its error there, and the venv built so far is discarded.
+    """
+
+    BATCHES = 4  # a batch is at least this share of the lock's wheels (the last: whatever is left)
+    POLL = 0.05  # seconds between two looks at the store
+
+    def __init__(self, store: Store, target: SyncTarget, progress: Progress | None) -> None:
+        import threading
+
+        self._store, self._target = store, target
+        self._done = threading.Event()
+        self._got: tuple[FetchResult, int, int] | None = None
+        self._error: BaseException | None = None
+        thread = threading.Thread(target=self._run, args=(progress,), name="envlock-fetch", daemon=True)
+        thread.start()
+
+    def _run(self, progress: Progress | None) -> None:
+        try:
+            self._got = _fetch(self._store, self._target, progress)
+        except BaseException as exc:  # handed to the main thread: said there, as a fetch's error
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def batches(self) -> Iterator[Mapping[str, Path]]:
+        from envlock.store.store import store_file, stored
+
+        pending = {p.wheels[0].sha256: p.wheels[0] for p in self._target.lock.packages}
+        least = max(1, len(pending) // self.BATCHES)
+        while pending:
+            if self._done.wait(self.POLL):
+                got = self.result()[0].paths()  # the fetch's error, if it failed
+                ready = {sha: got[sha] for sha in pending}
+            else:
+                ready = {sha: path for sha, a in pending.items()
+                         if stored(a, path := store_file(self._store, a)) == (True, None)}
+                if len(ready) < least:
+                    continue
+            for sha in ready:
+                del pending[sha]
+            timings.mark(f"{len(ready)} wheels in the store ({len(pending)} to come)")
+            yield ready
+
+    def install(self, run: Callable[[Iterator[Mapping[str, Path]]], InstallResult]) -> InstallResult:
+        """``run(self.batches())``. Should it fail while wheels still download, the fetch is waited for
+        and its error, if any, is the one raised: as when every fetch ended before the install began."""
+        try:
+            return run(self.batches())
+        except (KeyboardInterrupt, SystemExit):
+            raise  # the interrupt ends the downloads (``interrupts``)
+        except BaseException:
+            self._done.wait()
+            if self._error is not None:
+                raise self._error from None
+            raise
+
+    def result(self) -> tuple[FetchResult, int, int]:
+        """``_fetch``'s result, once it ended (its error, if it failed)."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._got is not None
+        return self._got
+
+
 @dataclass(frozen=True)
 class _Checked:
     """A venv installed for the lock whose digest is the one it must have."""
@@ -190,10 +276,12 @@ class _Checked:
     note: str  # a repair said
 
 
-def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path]) -> _Checked:
+def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path],
+                     arriving: _Arrivals | None = None) -> _Checked:
     """Install the lock's venv (or reuse it from the store) and hold its digest to the lock's:
     else to this store's earlier generations' of the same lock; repaired once when uv's cache
-    held an edited file. A difference that stays is a ``VerifyError``, the venv discarded."""
+    held an edited file. A difference that stays is a ``VerifyError``, the venv discarded.
+    ``arriving``: the wheels are still being fetched (``wheels`` then empty), installed as they come."""
     from envlock.install import install
     from envlock.install.digest import differing_lines, recorded_manifest
 
@@ -203,7 +291,11 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
     # rebuild it): if this sync builds it and it fails, they had no venv before either.
     entry = install.venv_path(store, key)
     stale = frozenset() if (entry / home.MANIFEST_NAME).is_file() else frozenset(generations.users(store, entry))
-    inst = install.install(store, lock, wheels)
+    if arriving is None:
+        inst = install.install(store, lock, wheels)
+    else:
+        inst = arriving.install(lambda batches: install.install(store, lock, {}, arriving=batches))
+        wheels = arriving.result()[0].paths()  # every wheel in the store by now
     actual = inst.manifest  # walked just now, whether built or reused
     built_with = venv_python(inst.venv)
     expected = lock.venv_digest_for(built_with)

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from envlock import runner
 from envlock.commands.patch import SourceReader, patches_of_other_envs
 from envlock.errors import PatchError, UsageError
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import LockFile
 from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import SourceSpec, load_env_spec
@@ -53,8 +54,7 @@ class RebaseStep:
     label: str = ""  # its side's conflict-marker label, "patch NNNN"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"patch": self.patch, "subject": self.subject, "outcome": self.outcome, "how": self.how,
-                "conflicts": [c.to_dict() for c in self.conflicts], "rejects": list(self.rejects)}
+        return json_doc(self, omit=("label",))
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,7 @@ class RebaseReport:
     rev_comment: str = ""  # the comment after the spec's rev, kept as written
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "source": self.source, "rev": self.rev, "from": self.pin, "to": self.commit,
-                "state": self.state, "workdir": str(self.workdir), "spec": str(self.spec) if self.spec else None,
-                "patches": [s.to_dict() for s in self.steps], "rewritten": list(self.rewritten),
-                "retired": list(self.retired), "kept": list(self.kept), "shared": list(self.shared),
-                "rev-comment": self.rev_comment}
+        return json_doc(self, keys={"pin": "from", "commit": "to", "steps": "patches", "rev_comment": "rev-comment"})
 
     def describe(self) -> list[str]:
         """Each patch's outcome, then what was written or where it stopped, as lines to show."""

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from envlock import timings
 from envlock.commands.lockrefs import load_env_lock_ref
 from envlock.commands.realize import SyncResult, SyncTarget, realize
 from envlock.errors import BuildError, FetchError, LockError, SpecError, UsageError
 from envlock.model.lockfile import Lock, canonicalize_name, read_lock
 from envlock.model.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_set, source_mirrors
-from envlock.model.spec import load_env_spec, read_spec
 from envlock.resolution.drift import NO_GRAPH, drift, frozen_drift, frozen_stamp_inputs, stamp_inputs, unvouched
 from envlock.store.home import file_sha256
 from envlock.store.store import Store
@@ -44,6 +44,7 @@ class SyncOptions:
     lock_ref: str | None = None  # ``--lock PATH[@REV]``: sync that lock as it is
     mirrors: MirrorOptions = field(default_factory=MirrorOptions)
     trusted_keys: tuple[str, ...] = ()  # --trusted-key NAME:BASE64: build records signed by these are used
+    target: str | None = None  # --target NAME: of a spec of several targets (None: this machine's)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class SyncPlan:
     base_dir: Path | None = None  # where the lock's relative ``path`` wheels are found
     local_wheels: Mapping[str, list[Path]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # said at the end (why no mirror was applied)
+    whole: EnvSpec | None = None  # a spec of several targets: all of them, what a relock locks (``spec``: the view)
 
 
 def plan(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
@@ -85,6 +87,7 @@ def sync(ws: Workspace, env: str, options: SyncOptions, *, progress: Progress | 
     """
     started = time.monotonic()
     todo = plan(ws, env, options)
+    timings.mark("plan: the spec and the lock read")
     with todo.mirrors.credentials():  # a private index's: for a relock, the builds and the downloads
         result = _sync(ws, todo, store, progress, on_build)
     return replace(result, seconds=time.monotonic() - started)
@@ -102,7 +105,8 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
         from envlock.commands.lock import LockOptions, lock_spec  # lazy, with building below: docs/architecture.md
 
         assert todo.spec is not None
-        locked = lock_spec(ws, env, todo.spec, todo.mirrors, store, LockOptions(progress=progress, caches=caches))
+        locked = lock_spec(ws, env, todo.whole or todo.spec, todo.mirrors, store,
+                           LockOptions(progress=progress, caches=caches, target=todo.spec.target))
         lock, relocked = locked.lock, locked.changed
         downloaded, fetched = locked.downloaded + locked.build_downloaded, locked.build_fetched
         # The relock read the workspace's specs for the stray note already; its guards' notes go along.
@@ -136,17 +140,26 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
         if not said:
             raise
         raise exc.with_details(*said) from None
-    machine = ""
+    machine = _other_targets(todo)
     if lock.kernels:  # lazy: only a lock that records kernels ([env] gpus) asks this machine's driver
         from envlock.commands.kernels import machine_note
 
-        machine = machine_note(lock)
+        machine = "; ".join(n for n in (machine, machine_note(lock)) if n)
     # The whole sync: a relock and builds come before realize's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + downloaded, fetched=result.fetched + fetched,
                    relocked=relocked,
                    note="; ".join(n for n in (result.note, *todo.notes, stale, stray,
                                               caches.summary() if caches is not None else "", machine) if n))
+
+
+def _other_targets(todo: SyncPlan) -> str:
+    """What a sync of one target of several says of the others ("": a spec of one target)."""
+    if todo.whole is None or todo.spec is None:
+        return ""
+    others = [f"{n} ({t.platform})" for n, t in sorted(todo.whole.targets.items()) if n != todo.spec.target]
+    return (f"synced target {todo.spec.target} ({todo.spec.platform}); the lock's other targets, "
+            f"{', '.join(others)}, are made (and their builds run) on machines of their platforms")
 
 
 def _ensure_builds(ws: Workspace, todo: SyncPlan, lock: Lock, store: Store,
@@ -250,6 +263,8 @@ def _plan_ref(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
                          f"no spec ({ws.relative(spec_file)})")
     mirrors, notes = Mirrors(), []
     if not options.offline and spec_file.is_file():
+        from envlock.model.spec import load_env_spec  # packaging's parsers: not for a --lock sync without a spec
+
         try:
             spec = load_env_spec(ws, env, check_paths=False)
         except SpecError:
@@ -263,7 +278,10 @@ def _plan_ref(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
             source_mirrors(spec, options.mirrors.sources)
             mirrors = Mirrors(spec, index_mirrors(spec, options.mirrors.indexes))
     assert options.lock_ref is not None
-    ref = load_env_lock_ref(ws, options.lock_ref, env, "sync")
+    ref = load_env_lock_ref(ws, options.lock_ref, env, "sync", options.target)
+    if ref.lock.target is not None and ref.lock.platform and not _runs_here(ref.lock.platform):
+        raise UsageError(f"{ref.label}: target {ref.lock.target} ({ref.lock.platform}) does not run on this machine: "
+                         "its venv is made on a machine of its platform")
     if unbuilt := ref.lock.unbuilt():
         # As it is, it would make a venv without the kernel: never silently.
         how = (f"check that revision's envs/, locks/ and patches/ out and run `envlock sync {env}` there, "
@@ -285,9 +303,12 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
     lock_path = ws.lock_path(env)
     # One read of each file: the spec parsed is the spec hashed for the no-op stamp.
     # Frozen, the lock is synced as it is: the sources are read only if a build is missing.
-    spec, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
+    from envlock.model.spec import read_spec  # packaging's parsers: not for a --lock sync without a spec
+
+    whole, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
+    spec = whole.on_this_machine(options.target)  # a spec of several targets: this machine's
     mirrors = Mirrors.of(spec, options.mirrors, read_indexes=not offline)
-    found = read_lock(lock_path) if frozen or lock_path.exists() else None
+    found = read_lock(lock_path, spec.target) if frozen or lock_path.exists() else None
     if found is not None and found.env != env:
         # As for --lock: the env's generations would hold another env's packages.
         raise UsageError(f"{ws.relative(lock_path)}: the lock of env {found.env!r}, not {env!r}; expected "
@@ -316,7 +337,8 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
                         f"run `envlock lock {env}` where they are reachable"
                         + ("" if stale is None else ", or sync the lock as it is with --frozen --offline"))
     return SyncPlan(env, options, mirrors, found, lock_path, relock=relock, builds=not offline, spec=spec,
-                    spec_sha=hashlib.sha256(spec_bytes).hexdigest(), notes=tuple(notes))
+                    spec_sha=hashlib.sha256(spec_bytes).hexdigest(), notes=tuple(notes),
+                    whole=whole if whole.targets else None)
 
 
 def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, list[Path]]:
@@ -338,3 +360,10 @@ def _local_wheels(ws: Workspace, lock: Lock, folder: Path) -> dict[str, list[Pat
         if found:
             out[art.sha256] = [path for _, path in sorted(found, key=lambda item: item[0])]
     return out
+
+
+def _runs_here(platform: str) -> bool:
+    """Whether a machine of ``platform`` is this one (packaging's parsers: only for a lock of targets)."""
+    from envlock.model.targets import runs_here
+
+    return runs_here(platform)

@@ -3,7 +3,8 @@
 The recipe (``upgrade``): read the spec (its text and its value) and the lock it replaces; plan
 the edits (``plan_upgrade``): each nightly index's new date (``latest`` read from the index), each
 source's new commit (a branch or tag resolved through the store's git mirror), each version of a
-``same-version`` set, applied to the spec's text by ``specedit`` (comments and layout kept); carry
+``same-version`` set, applied to the spec's text by ``model.specmoves`` (the nightlies and versions)
+and ``specedit`` (comments and layout kept); carry
 the moved sources' patches to their new commits (``carry_patches``: today their status, and one that
 does not apply stops the upgrade); relock the edited spec without writing
 (``commands.lock.lock_spec``, ``write=False``); diff the two locks; and, unless ``--dry-run``, write the spec
@@ -14,17 +15,13 @@ spec, the lock and the patches byte for byte as they were.
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import NormalizedName, canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.utils import canonicalize_name
 
 from envlock.build import sources
 from envlock.commands import lock as commands_lock
@@ -42,21 +39,20 @@ from envlock.errors import (
     UsageError,
 )
 from envlock.model import specedit
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockdiff import LockDiff
 from envlock.model.lockfile import Lock, LockFile
 from envlock.model.mirrors import MirrorOptions, Mirrors
-from envlock.model.spec import EnvSpec, allows, parse_spec, read_spec
+from envlock.model.spec import EnvSpec, parse_spec, read_spec
 from envlock.model.specedit import SpecChange
-from envlock.model.tomlio import load_toml, toml_key
+from envlock.model.specmoves import LATEST, NightlyMove, move_nightlies, move_versions
+from envlock.model.tomlio import load_toml
 from envlock.patches.patchapply import PatchStatus, status
 from envlock.patches.patchfile import load_patches
 from envlock.progress import Progress
 from envlock.resolution.nightly import target_words
 from envlock.store.store import Store, replace_if_unchanged, write_atomic
 from envlock.workspace import Workspace
-
-LATEST = "latest"
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 @dataclass(frozen=True)
@@ -69,6 +65,7 @@ class UpgradeOptions:
     dry_run: bool = False
     mirrors: MirrorOptions = field(default_factory=MirrorOptions)
     fix_renames: bool = False  # move each build upstream renamed (its tables and package entry) to its new name
+    target: str | None = None  # of a spec of several targets, the one reported (None: this machine's)
 
     @classmethod
     def given(cls, nightly: Sequence[str], rev: Sequence[str], version: Sequence[str], dry_run: bool,
@@ -100,22 +97,6 @@ def _pairs(pairs: Sequence[str], option: str, what: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class NightlyMove:
-    """The nightlies of one index moved to one date (those with ``same-date = false`` stay)."""
-
-    index: str
-    old: str  # the date they shared
-    new: str
-    asked: str  # the date given, or "latest"
-    packages: tuple[str, ...]
-    kept: tuple[str, ...] = ()  # nightlies of the index that opted out (same-date = false)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "old": self.old, "new": self.new, "asked": self.asked,
-                "packages": list(self.packages), "kept": list(self.kept)}
-
-
-@dataclass(frozen=True)
 class SourceMove:
     """A git source moved to the commit a rev names now."""
 
@@ -125,7 +106,7 @@ class SourceMove:
     rev: str  # as asked: a branch, a tag or a commit
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "old": self.old, "new": self.new, "rev": self.rev}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -190,7 +171,7 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     spec_path, lock_path = ws.spec_path(env), ws.lock_path(env)
     spec, spec_bytes = read_spec(spec_path, name=env, root=ws.root)
     old_file = LockFile.read(lock_path)
-    old = old_file.lock
+    old = old_file.lock if options.target is None else Lock.from_toml(old_file.text or "", lock_path, options.target)
     if old is None:
         raise LockError(f"{ws.relative(lock_path)}: no lock of env {env!r} to upgrade from (missing, or not a lock); "
                         f"create it with `envlock lock {env}`")
@@ -216,7 +197,8 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     trial = _trial_spec(ws, env, spec_path, renamed, stuck) if problems else new_spec
     try:
         relocked = commands_lock.lock_spec(ws, env, trial, mirrors, store,
-                                           commands_lock.LockOptions(write=False, progress=progress, caches=caches))
+                                           commands_lock.LockOptions(write=False, progress=progress, caches=caches,
+                                                                     target=options.target))
     except EnvlockError as exc:
         if not problems:
             raise
@@ -263,12 +245,30 @@ def plan_upgrade(ws: Workspace, spec: EnvSpec, text: str, old: Lock, options: Up
     e = _Editing(spec, ws.relative(spec.path), old, mirrors, store)
     changes: list[SpecChange] = []
     newest = _newest(ws, spec, mirrors, store, e.origin) if LATEST in options.nightlies.values() else None
-    edited, nightlies = _nightly_edits(e, text, options.nightlies, newest, changes)
+    edited, nightlies = move_nightlies(spec, e.origin, text, options.nightlies, newest, changes)
     notes: list[str] = []
     edited, moved = _rev_edits(e, edited, options.revs, changes, notes)
-    edited = _version_edits(e, edited, options.versions, changes)
+    edited = move_versions(spec, e.origin, edited, options.versions, changes)
     return UpgradePlan(old_text=text, new_text=edited, changes=tuple(changes), nightlies=nightlies, sources=moved,
                        notes=tuple(notes))
+
+
+def _newest(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, origin: str) -> Callable[[str], str]:
+    """The newest date each index lists with a wheel for the target of every nightly of it that shares
+    its date (``envlock nightlies``' listing, read once, for ``--nightly latest``)."""
+    listing = list_nightlies(ws, spec, mirrors, store=store)
+
+    def newest(index: str) -> str:
+        date = listing.newest_usable(index)
+        if date is None:
+            names = ", ".join(p.name for p in listing.packages if p.index == index and p.same_date)
+            url = next(p.index_url for p in listing.packages if p.index == index)
+            raise ResolveError(f"{origin}: --nightly {LATEST}: index {index!r} ({url}) lists no nightly date with a "
+                               f"wheel for {target_words(spec.python, spec.platform)} of every one of {names} "
+                               f"(`envlock nightlies {spec.name}` lists them)")
+        return date
+
+    return newest
 
 
 def carry_patches(ws: Workspace, spec: EnvSpec, moves: Sequence[SourceMove], store: Store,
@@ -330,7 +330,7 @@ class Rename:
                                   "comment kept)"])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"build": self.build, "project": self.project, "where": self.where, "moves": self.moves()}
+        return json_doc(self, omit=("tables", "package"), extra={"moves": self.moves()})
 
 
 def find_renames(ws: Workspace, spec: EnvSpec, plan: UpgradePlan, old: Lock, store: Store,
@@ -411,76 +411,6 @@ def _stopped(ws: Workspace, spec: EnvSpec, options: UpgradeOptions, problems: Se
                         "changed", details=[*details, *tail])
 
 
-# -- nightlies -------------------------------------------------------------------
-
-
-def _nightly_edits(e: _Editing, text: str, asked: Mapping[str, str], newest: Callable[[str], str] | None,
-                   changes: list[SpecChange]) -> tuple[str, tuple[NightlyMove, ...]]:
-    """Every nightly of each asked index (``""``: every index with nightlies) moved to its date
-    (``newest(index)`` for ``latest``)."""
-    spec, origin = e.spec, e.origin
-    if not asked:
-        return text, ()
-    by_index: dict[str, list[NormalizedName]] = {}
-    for pkg in sorted(spec.packages.values(), key=lambda p: p.name):
-        if pkg.nightly and pkg.index:
-            by_index.setdefault(pkg.index, [])
-            if pkg.same_date:
-                by_index[pkg.index].append(pkg.name)
-    wanted = {index: asked.get(index, asked.get("", "")) for index in by_index if index in asked or "" in asked}
-    for index, value in asked.items():
-        shown = f"--nightly {index + '=' if index else ''}{value}"
-        if index and not by_index.get(index):
-            known = ", ".join(i for i in sorted(by_index) if by_index[i]) or "none"
-            raise UsageError(f"{shown}: {origin} pins no nightly on index {index!r} that shares its date; "
-                             f"indexes with nightly pins: {known}")
-        if value != LATEST and not _is_date(value):
-            raise UsageError(f"{shown}: expected a date YYYY-MM-DD or {LATEST!r}, found {value!r}")
-    if not any(by_index.values()):
-        raise UsageError(f"--nightly: {origin} has no nightly pins to move (packages with nightly = \"YYYY-MM-DD\")")
-    moves = []
-    for index, value in sorted(wanted.items()):
-        names = by_index[index]
-        if not names:
-            continue
-        current = spec.packages[names[0]].nightly or ""
-        date = newest(index) if value == LATEST and newest is not None else value
-        if value == LATEST and date <= current:
-            date = current  # the newest the index has for the target: never a move back
-        for name in names:
-            if spec.packages[name].nightly != date:
-                text = specedit.set_nightly(text, name, date, origin=origin)
-                changes.append(SpecChange(toml_key(toml_key("packages", name), "nightly"), current, date))
-        kept = tuple(p.name for p in spec.packages.values() if p.index == index and p.nightly and not p.same_date)
-        moves.append(NightlyMove(index, current, date, value, tuple(names), kept))
-    return text, tuple(moves)
-
-
-def _is_date(value: str) -> bool:
-    try:
-        return bool(_DATE.fullmatch(value)) and bool(dt.date.fromisoformat(value))
-    except ValueError:
-        return False
-
-
-def _newest(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, origin: str) -> Callable[[str], str]:
-    """The newest date each index lists with a wheel for the target of every nightly of it that shares
-    its date (``envlock nightlies``' listing, read once, for ``--nightly latest``)."""
-    listing = list_nightlies(ws, spec, mirrors, store=store)
-
-    def newest(index: str) -> str:
-        date = listing.newest_usable(index)
-        if date is None:
-            names = ", ".join(p.name for p in listing.packages if p.index == index and p.same_date)
-            url = next(p.index_url for p in listing.packages if p.index == index)
-            raise ResolveError(f"{origin}: --nightly {LATEST}: index {index!r} ({url}) lists no nightly date with a "
-                               f"wheel for {target_words(spec.python, spec.platform)} of every one of {names} "
-                               f"(`envlock nightlies {spec.name}` lists them)")
-        return date
-
-    return newest
-
-
 # -- sources ---------------------------------------------------------------------
 
 
@@ -518,126 +448,6 @@ def _rev_edits(e: _Editing, text: str, revs: Mapping[str, str], changes: list[Sp
         locked = e.old.sources.get(name)
         moves.append(SourceMove(name, locked.commit if locked is not None else src.rev, commit, rev))
     return text, tuple(moves)
-
-
-# -- versions --------------------------------------------------------------------
-
-
-def _version_edits(e: _Editing, text: str, versions: Mapping[str, str], changes: list[SpecChange]) -> str:
-    """Each asked package's version set; a ``same-version`` set's members, and the overrides that
-    pin them, move with it to the same public version (each keeping its own local tag)."""
-    spec = e.spec
-    for raw, value in sorted(versions.items()):
-        name = canonicalize_name(raw)
-        shown = f"--version {raw}={value}"
-        specifier = f"=={value}" if value[:1].isdigit() else value
-        try:
-            SpecifierSet(specifier)
-        except InvalidSpecifier:
-            raise UsageError(f"{shown}: expected a version (0.6.6) or a specifier (==0.6.6, >=1.1), "
-                             f"found {value!r}") from None
-        group = next(((i, g) for i, g in enumerate(spec.resolution.same_version) if name in g), None)
-        exact = _exact(specifier)
-        new: dict[NormalizedName, Version] = {}
-        if group is None:
-            text = _set_version(e, text, name, specifier, shown, changes)
-            if exact is not None:
-                new[name] = exact
-        else:
-            if exact is None:
-                members = ", ".join(group[1])
-                raise UsageError(f"{shown}: {name} is in resolution.same-version[{group[0]}] ({members}), "
-                                 f"which moves by one exact version; expected {raw}=VERSION")
-            # One public version; local tags are free: the one given for the package named, else each its own.
-            new = {m: exact if m == name and exact.local else _with_local(Version(exact.public), m, spec)
-                   for m in group[1]}
-            for member in group[1]:
-                if member in spec.packages:
-                    text = _move_member(e, text, member, new[member], member == name, shown, changes)
-        text = _move_overrides(e, text, new, changes)
-    return text
-
-
-def _set_version(e: _Editing, text: str, name: NormalizedName, specifier: str, shown: str,
-                 changes: list[SpecChange]) -> str:
-    """Package ``name`` set to ``specifier``; a nightly or a build is refused (moved otherwise)."""
-    origin = e.origin
-    pkg = e.spec.packages.get(name)
-    if pkg is None:
-        raise UsageError(f"{shown}: {origin} declares no packages.{name}; expected a package of [packages]")
-    if pkg.nightly:
-        raise UsageError(f"{shown}: packages.{name} is a nightly pin ({pkg.nightly}); move it with "
-                         f"--nightly {pkg.index}=DATE")
-    if pkg.build:
-        raise UsageError(f"{shown}: packages.{name} comes from [builds.{pkg.build}]; move its source with "
-                         "--rev SOURCE=REV")
-    if pkg.specifier != specifier:
-        text = specedit.set_version(text, name, specifier, origin=origin)
-        changes.append(SpecChange(_version_key(text, name, origin), pkg.specifier, specifier))
-    return text
-
-
-def _move_member(e: _Editing, text: str, member: NormalizedName, version: Version, named: bool, shown: str,
-                 changes: list[SpecChange]) -> str:
-    """A declared member of a same-version set moved to ``version``: an exact pin (or the one named)
-    is rewritten; a range that allows it stays."""
-    pkg = e.spec.packages[member]
-    if pkg.nightly or pkg.build:
-        return _set_version(e, text, member, f"=={version}", shown, changes)  # says why not
-    if not named and _exact(pkg.specifier) is None:
-        if pkg.specifier and not allows(pkg.specifier, version.public):
-            raise UsageError(f"{shown}: packages.{member} ({pkg.specifier!r}) does not allow {version.public}, "
-                             "and only an exact ==VERSION moves with its set; edit it by hand")
-        return text
-    return _set_version(e, text, member, f"=={version}", shown, changes)
-
-
-def _move_overrides(e: _Editing, text: str, new: Mapping[NormalizedName, Version],
-                    changes: list[SpecChange]) -> str:
-    """``resolution.overrides`` that pin a moved package exactly, moved with it."""
-    for i, line in enumerate(e.spec.resolution.overrides):
-        try:
-            req = Requirement(line)
-        except InvalidRequirement:
-            continue  # the spec's reader has refused it already
-        name = canonicalize_name(req.name)
-        pinned = _exact(str(req.specifier))
-        if name not in new or pinned is None:
-            continue
-        # An override keeps its own local tag (or none), as a member of a set does.
-        version = Version(f"{new[name].public}+{pinned.local}" if pinned.local else new[name].public)
-        if version == pinned:
-            continue
-        req.specifier = SpecifierSet(f"=={version}")
-        text = specedit.set_array_string(text, ("resolution", "overrides"), i, str(req), origin=e.origin)
-        changes.append(SpecChange(f"resolution.overrides[{i}]", line, str(req)))
-    return text
-
-
-def _exact(specifier: str) -> Version | None:
-    """The version of an exact ``==VERSION`` specifier (no wildcard), else None."""
-    try:
-        parts = list(SpecifierSet(specifier))
-        if len(parts) == 1 and parts[0].operator in ("==", "===") and "*" not in parts[0].version:
-            return Version(parts[0].version)
-    except (InvalidSpecifier, InvalidVersion):
-        pass
-    return None
-
-
-def _with_local(version: Version, name: NormalizedName, spec: EnvSpec) -> Version:
-    """``version`` with the local tag the spec pins ``name`` with, if any
-    (``flashinfer-jit-cache==0.6.4+cu130`` moved to 0.6.5 is ``0.6.5+cu130``)."""
-    pkg = spec.packages.get(name)
-    current = _exact(pkg.specifier) if pkg is not None and pkg.specifier else None
-    tag = current.local if current is not None else None
-    return Version(f"{version.public}+{tag}") if tag else version
-
-
-def _version_key(text: str, name: NormalizedName, origin: str) -> str:
-    key = specedit.package_key(text, name, origin=origin)
-    entry = load_toml(text, origin, SpecError)["packages"][key]
-    return toml_key("packages", key) + ("" if isinstance(entry, str) else ".version")
 
 
 # -- the spec and the writes -------------------------------------------------------

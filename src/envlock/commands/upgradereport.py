@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from envlock.model.lockdiff import (
     SourceHistory,
     diff_locks,
 )
-from envlock.model.lockfile import Lock
+from envlock.model.lockfile import Lock, reach
 from envlock.model.mirrors import MirrorOptions
 from envlock.model.spec import COMMIT_ID, EnvSpec, load_env_spec
 from envlock.model.target import requires_dist, target_environment
@@ -552,15 +552,5 @@ def _closures(roots: Mapping[str, set[str]], old: Lock, new: Lock, store: Store)
     edges = _requires(old, store)
     for pkg, names in _requires(new, store).items():
         edges.setdefault(pkg, set()).update(names)
-    return {name: _reach(names, edges) - {str(canonicalize_name(name))} for name, names in roots.items()}
+    return {name: frozenset(reach(names, edges)) - {str(canonicalize_name(name))} for name, names in roots.items()}
 
-
-def _reach(roots: Iterable[str], edges: Mapping[str, set[str]]) -> frozenset[str]:
-    seen: set[str] = set()
-    todo = list(roots)
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo += edges.get(name, ())
-    return frozenset(seen)

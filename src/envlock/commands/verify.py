@@ -12,11 +12,15 @@ from typing import Any
 
 from envlock.commands.realize import venv_python
 from envlock.commands.run import env_path
+from envlock.errors import UsageError, VerifyError
 from envlock.install import generations, venvcheck
 from envlock.install.digest import recorded_manifest
 from envlock.install.venvcheck import VerifyResult
+from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock, read_lock
+from envlock.model.targets import runs_here
 from envlock.store.store import Store
+from envlock.store.trees import file_inodes
 from envlock.workspace import Workspace
 
 
@@ -61,9 +65,11 @@ def verify_env(store: Store, env: str, lock: Lock | None = None, lock_ref: str |
     return result
 
 
-def verify_workspace_env(ws: Workspace, store: Store, env: str, lock_ref: str | None = None) -> VerifyResult:
+def verify_workspace_env(ws: Workspace, store: Store, env: str, lock_ref: str | None = None, *,
+                         target: str | None = None) -> VerifyResult:
     """``envlock verify ENV [--lock REF]``: the current generation checked against the lock named
-    (default: the workspace's lock of the env, if there is one; else its own digest, and said)."""
+    (default: the workspace's lock of the env, if there is one; else its own digest, and said); ``target``:
+    of a lock of several targets, the one (this machine's: the venvs here are of it) to compare with."""
     from envlock.commands.lockrefs import load_env_lock_ref
 
     lock: Lock | None
@@ -73,7 +79,10 @@ def verify_workspace_env(ws: Workspace, store: Store, env: str, lock_ref: str | 
         lock, writable = found.lock, found.writable
     else:
         lock_path = ws.lock_path(env)
-        lock = read_lock(lock_path) if lock_path.exists() else None
+        lock = read_lock(lock_path, target) if lock_path.exists() else None
+    if lock is not None and lock.target is not None and lock.platform and not runs_here(lock.platform):
+        raise UsageError(f"{ws.relative(ws.lock_path(env))}: target {lock.target} ({lock.platform}) does not run on "
+                         "this machine: its venv is made, and verified, on a machine of its platform")
     # A lock whose packages were edited by hand: a plain `sync ENV` would lock the spec anew over
     # the edit, so the next step names the file.
     ref = lock_ref or (ws.relative(ws.lock_path(env)) if lock is not None and lock.venv_digest_stale else None)
@@ -103,22 +112,10 @@ def shared_damage(store: Store, venv: Path, changed: Sequence[str]) -> tuple[tup
     others: list[Path] = []
     folder = store.root / "venvs"
     for entry in sorted(folder.iterdir()) if wanted and folder.is_dir() else ():
-        if entry.resolve() != venv.resolve() and _holds(entry, wanted):
+        if entry.resolve() != venv.resolve() and any(inode in wanted for inode in file_inodes(entry)):
             others.append(entry)
     users = {f"{env}/{n}" for v in (venv, *others) for env, n in generations.users(store, v)}
     return tuple(others), tuple(sorted(users, key=lambda u: (u.rsplit("/", 1)[0], int(u.rsplit("/", 1)[1]))))
-
-
-def _holds(top: Path, inodes: set[tuple[int, int]]) -> bool:
-    for dirpath, _dirs, files in os.walk(top):
-        for name in files:
-            try:
-                st = os.lstat(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) in inodes:
-                return True
-    return False
 
 
 @dataclass(frozen=True)
@@ -130,7 +127,7 @@ class Repaired:
     removed: tuple[str, ...] = ()  # damaged entries no generation used: removed, not rebuilt
 
     def to_dict(self) -> dict[str, Any]:
-        return {"venvs": list(self.venvs), "generations": list(self.generations), "removed": list(self.removed)}
+        return json_doc(self)
 
 
 def repair_env(store: Store, env: str) -> Repaired:
@@ -174,7 +171,6 @@ def repair_env(store: Store, env: str) -> Repaired:
 def _rebuild(store: Store, venv: Path, used: Sequence[tuple[str, int]], expected: str) -> None:
     """Build the store venv ``venv`` anew from the lock of a generation that uses it; ``VerifyError``
     unless it has the digest ``expected`` again."""
-    from envlock.errors import VerifyError
     from envlock.install import fetch, install
 
     env, number = used[0]

@@ -16,6 +16,7 @@ from typing import Any
 
 from envlock.gpu.coverage import Gpu
 from envlock.gpu.drivers import cuda_of
+from envlock.model.jsondoc import json_doc
 
 LIBRARY = "libnvidia-ml.so.1"
 LIBRARY_VARIABLE = "ENVLOCK_NVML_LIBRARY"
@@ -29,7 +30,7 @@ class Device:
     gpu: Gpu  # its compute capability
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "capability": self.gpu.capability}
+        return json_doc(self, omit=("gpu",), extra={"capability": self.gpu.capability})
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,7 @@ class Host:
     problem: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"library": self.library, "driver": self.driver, "cuda": self.cuda,
-                "gpus": [d.to_dict() for d in self.devices], "problem": self.problem}
+        return json_doc(self, keys={"devices": "gpus"})
 
 
 class _NvmlError(Exception):

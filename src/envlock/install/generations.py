@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from envlock.errors import UsageError, VerifyError, did_you_mean
+from envlock.model.jsondoc import json_doc
 from envlock.store import noop
 from envlock.store.durable import fsync_dir, sync_tree
 from envlock.store.store import LAYOUT_VERSION, Store, exclusive_lock, temp_beside
@@ -73,18 +74,7 @@ class Generation:
         return lock_copy(self.path)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "env": self.env,
-            "number": self.number,
-            "created": self.created,
-            "install_digest": self.install_digest,
-            "venv_digest": self.venv_digest,
-            "path": str(self.path),
-            "current": self.current,
-            "lock_sha256": self.lock_sha256,
-            "venv_python": self.venv_python,
-            "pending": self.pending,
-        }
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -97,7 +87,7 @@ class Switch:
     path: Path
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env": self.env, "previous": self.previous, "current": self.current, "path": str(self.path)}
+        return json_doc(self)
 
 
 def env_dir(store: Store, env: str) -> Path:

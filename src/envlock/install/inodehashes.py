@@ -19,8 +19,9 @@ that nobody rewrites a file and then sets its mtime back by hand (``touch -d``).
 ``envlock verify`` therefore never answers from the cache (it reads every byte);
 it only refreshes it.
 
-Kept are only files with more than one link (the uv cache's: a file uv wrote for
-one venv, like ``RECORD``, is never shared by a later one) whose bytes held none of
+Kept are the files, shared with uv's cache or written for one venv alone (``RECORD``: a
+switch back to a venv already in the store walks them again, and then reads none; these are kept
+only until a walk that does not use them saves the cache), whose bytes held none of
 the walk's normalization strings, so the cached hash is both the raw and the
 normalized one. The walk searches a file's bytes for one string only, the venv's
 own path ``…/venvs/sha256-<install digest hex>``, which cannot occur in a wheel's file: that
@@ -50,7 +51,8 @@ KEEP_UNUSED = 200_000
 _FORMAT = 1
 
 Key = tuple[int, int]
-Value = tuple[int, int, str]
+#: (size, mtime, sha256), and True for a file that had one link (kept only while a walk uses it).
+Value = tuple[int, int, str] | tuple[int, int, str, bool]
 
 
 class HashCache:
@@ -97,16 +99,20 @@ class HashCache:
         """Remember ``digest`` for the file with this ``lstat`` (taken before it was read).
 
         Not kept when the file changed too recently to tell a later same-tick write
-        apart, nor when it has a single link: a file uv wrote for this venv alone
-        (``RECORD``, ``INSTALLER``), which no later venv shares.
+        apart. A file with one link (``RECORD``, written for one venv) is kept too, but only until
+        a save by a walk that did not use it (``save``): no other venv shares it, and a switch back
+        to its venv walks it again, mostly soon after.
         """
-        if st.st_nlink > 1 and st.st_mtime_ns < self._horizon_ns:
-            key, value = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns, digest)
+        if st.st_mtime_ns < self._horizon_ns:
+            key = (st.st_dev, st.st_ino)
+            value: Value = ((st.st_size, st.st_mtime_ns, digest) if st.st_nlink > 1
+                            else (st.st_size, st.st_mtime_ns, digest, True))
             self._new[key] = value
             self._changed = self._changed or self._old.get(key) != value
 
     def save(self) -> None:
-        """Write the entries used or made by this walk, plus older ones up to ``KEEP_UNUSED``.
+        """Write the entries used or made by this walk, plus older ones up to ``KEEP_UNUSED`` (not
+        those of files with one link: each venv built would add its ``RECORD``s for good).
 
         Nothing is written when the walk only found what the file already holds.
         """
@@ -114,8 +120,8 @@ class HashCache:
             return
         # Oldest first: entries are saved in the order they were last used or made, so
         # trimming the front of the unused ones keeps the most recently useful.
-        unused = [(k, v) for k, v in self._old.items() if k not in self._new]
-        merged = dict(unused[max(0, len(unused) - KEEP_UNUSED):])
+        unused = [(k, v) for k, v in self._old.items() if k not in self._new and len(v) == 3]
+        merged: dict[Key, Value] = dict(unused[max(0, len(unused) - KEEP_UNUSED):])
         merged.update(self._new)
         from envlock.store.store import write_atomic
 

@@ -15,6 +15,7 @@ docs/reproducibility.md.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -24,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envlock import runner
+from envlock import runner, timings
 from envlock.errors import InstallError, VerifyError
 from envlock.install.digest import Manifest, compare, manifest, stored_manifest
-from envlock.model.lockfile import Lock, canonicalize_name
+from envlock.model.lockfile import Artifact, Lock, canonicalize_name
 from envlock.store.durable import written_back
 from envlock.store.home import MANIFEST_NAME  # defined where the fast no-op reads it
 from envlock.store.store import Store, check_stored_bytes, write_atomic
@@ -79,12 +80,21 @@ def venv_lock(key: str) -> str:
     return f"venv-{venv_entry(key)}"
 
 
+#: The lock's wheels in batches (sha256 -> store file) as they come into the store while the venv is
+#: built: each batch is installed as it comes, while the next downloads. The iterator ends once every
+#: fetch has ended, or raises the fetch's error (the venv is then discarded).
+Arrivals = Iterator[Mapping[str, Path]]
+
+
 def install(
     store: Store,
     lock: Lock,
     wheels: Mapping[str, Path],
+    *,
+    arriving: Arrivals | None = None,
 ) -> InstallResult:
-    """Make the store hold the lock's venv, built from ``wheels`` (sha256 -> store file).
+    """Make the store hold the lock's venv, built from ``wheels`` (sha256 -> store file), or from
+    the batches ``arriving`` gives (``wheels`` then unused).
 
     Concurrent installs of one lock serialize on the store; the second reuses the
     first's entry. Either way the result's manifest is a walk taken now: a reused
@@ -98,6 +108,7 @@ def install(
         existing = stored_manifest(final)
         if existing is not None:
             actual = manifest(final, cache_dir=store.hash_cache)
+            timings.mark("the stored venv walked again")
             if actual.digest != existing.digest:
                 raise VerifyError(
                     f"{final}: store venv was modified after it was built "
@@ -108,80 +119,103 @@ def install(
         if final.exists():
             # Only a venv from a foreign writer could lack its manifest: not ours to trust.
             store.remove_tree(final)
-        files: list[str] = []
         for pkg in lock.packages:
             artifact = pkg.wheels[0]
-            wheel = wheels.get(artifact.sha256)
-            if wheel is None:
-                raise InstallError(
-                    f"{artifact.filename}: not fetched into the store (sha256 {artifact.sha256}); "
-                    "expected every locked wheel before install"
-                )
+            if arriving is None:
+                _fetched(artifact, wheels)
             # uv installs what the file is, so the file must be what the lock says it is.
             if not _wheel_is(artifact.filename, pkg.name, pkg.version):
                 raise InstallError(
                     f"{artifact.filename}: locked as {pkg.name} {pkg.version}, but that is not this "
                     "wheel's name and version; expected the lock's [[packages]] entry to point at its own wheel"
                 )
-            files.append(str(wheel))
-        from envlock.model.target import find_python  # here: packaging's tags, not for a reused venv (above)
+        from envlock.model.target import find_python  # here: not for a reused venv (above)
 
         python = find_python(lock.python)
+        timings.mark("the wheels checked, the interpreter found")
         # In a pid-named temp folder: a killed install's log goes with its other litter.
         log_dir = store.temp_dir("install-log")
         log = log_dir / "uv.log"
         # Built in a reused slot folder (tmp/venv-slotN), not a fresh temp path: uv then
         # finds its cached probe of the venv's interpreter instead of running it again.
         with _keep_log_on_failure(store, log, key), store.new_entry("venvs", venv_entry(key), slot="venv") as work:
-            note = _populate(store, work, python, files, wheels, log)
+            note, wheels = _populate(store, work, python, lock, iter([wheels]) if arriving is None else arriving, log)
             _drop_install_records(work)
             _keep_allowed_overlaps(work, lock, wheels)
+            timings.mark("uv's install dropped from the RECORDs")
             # The digest is taken where it will be read from, so ${VENV} means the final path.
             # Sealed read-only: a file edited in one venv is edited in every venv sharing
             # its inode (and in uv's cache, so in every venv built after). Flushed: what the
             # walk reads (what uv and this install wrote now) is written back to the device;
             # what it does not read is a file an earlier walk read and wrote back.
             built = manifest(work, prefix=final, cache_dir=store.hash_cache, seal=True, flush=True)
+            timings.mark("the digest walk (sealed, written back)")
             text = built.to_json().encode()
             write_atomic(work / MANIFEST_NAME, text)
             os.chmod(work / MANIFEST_NAME, 0o444)  # sealed like the rest
             written_back(work)  # so the rename waits for one fsync, not a syncfs of the file system
+        timings.mark("the manifest written, the venv folder fsynced and renamed")
         shutil.rmtree(log_dir, ignore_errors=True)
         save_manifest(store, built, text)
     return InstallResult(final, key, built, True, time.monotonic() - started, note)
 
 
-def _populate(store: Store, work: Path, python: Path, files: list[str], wheels: Mapping[str, Path],
-              log: Path) -> str:
-    """Make the venv in ``work``: the skeleton (or ``uv venv``), then the locked wheels. Once, when
-    uv fails on its own cache (``repair_uv_cache``), the venv is made again from scratch; returns
-    what that repair said ("" when none was needed)."""
+def _fetched(artifact: Artifact, wheels: Mapping[str, Path]) -> Path:
+    """The store file of ``artifact`` among ``wheels``, else the ``InstallError`` naming it."""
+    wheel = wheels.get(artifact.sha256)
+    if wheel is None:
+        raise InstallError(f"{artifact.filename}: not fetched into the store (sha256 {artifact.sha256}); "
+                           "expected every locked wheel before install")
+    return wheel
+
+
+def _populate(store: Store, work: Path, python: Path, lock: Lock, batches: Arrivals,
+              log: Path) -> tuple[str, dict[str, Path]]:
+    """Make the venv in ``work``: the skeleton (or ``uv venv``), then the locked wheels, a uv run per
+    batch as they come (``Arrivals``). Once, when uv fails on its own cache (``repair_uv_cache``),
+    the venv is made again from scratch; returns what that repair said ("" when none was needed) and
+    every locked wheel's store file (sha256 -> path)."""
     note = ""
     while True:
         _new_venv(store, work, python, log)
-        if not files:
-            return note
+        timings.mark("the venv skeleton copied")
+        got: dict[str, Path] = {}
         try:
-            # The store files themselves, not name==version from a find-links folder
-            # per wheel: uv then neither lists 158 folders nor resolves. Not one shared
-            # find-links folder either, though uv installs from one ~15% faster: uv caches
-            # such a wheel by folder and file name, so a rebuild under the same file name
-            # (a re-patched local build) got the first build's bytes. Hard links, not
-            # uv's default clone: on XFS or btrfs a clone is a new inode per sync, which
-            # the hash cache cannot vouch for, so every sync would re-read GBs. Links
-            # into the store's own uv cache (uv_cache_dir), never the user's.
-            with store.locked(_UV_CACHE_LOCK, shared=True):  # clear_uv_cache waits for installs
-                _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
-                     "--no-index", "--offline", "--no-deps", "--no-build", *files],
-                    what="install the locked wheels", log=log, cache=uv_cache_dir(store))
-            return note
+            for batch in batches:
+                got.update(batch)
+                # In the lock's order, each locked wheel once.
+                files = list(dict.fromkeys(str(batch[p.wheels[0].sha256]) for p in lock.packages
+                                           if p.wheels[0].sha256 in batch))
+                if files:
+                    _uv_install(store, work, files, log)
+            for pkg in lock.packages:
+                _fetched(pkg.wheels[0], got)
+            return note, got
         except InstallError as exc:
             # uv's "Bad CRC" does not say what to do: name a store wheel whose bytes changed.
-            check_stored_bytes(wheels)
+            check_stored_bytes(got)
             if note or not (note := repair_uv_cache(store, exc)):
                 raise
         shutil.rmtree(work)  # what the failed run installed goes: the venv is made again
         work.mkdir()
+        batches = itertools.chain([dict(got)], batches)  # what came so far, then the rest as it comes
+
+
+def _uv_install(store: Store, work: Path, files: list[str], log: Path) -> None:
+    """``uv pip install`` of the store wheel ``files`` into the venv ``work``."""
+    # The store files themselves, not name==version from a find-links folder
+    # per wheel: uv then neither lists 158 folders nor resolves. Not one shared
+    # find-links folder either, though uv installs from one ~15% faster: uv caches
+    # such a wheel by folder and file name, so a rebuild under the same file name
+    # (a re-patched local build) got the first build's bytes. Hard links, not
+    # uv's default clone: on XFS or btrfs a clone is a new inode per sync, which
+    # the hash cache cannot vouch for, so every sync would re-read GBs. Links
+    # into the store's own uv cache (uv_cache_dir), never the user's.
+    with store.locked(_UV_CACHE_LOCK, shared=True):  # clear_uv_cache waits for installs
+        _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
+             "--no-index", "--offline", "--no-deps", "--no-build", *files],
+            what="install the locked wheels", log=log, cache=uv_cache_dir(store))
+    timings.mark(f"uv pip install ({len(files)} wheels)")
 
 
 def _new_venv(store: Store, work: Path, python: Path, log: Path) -> None:
@@ -452,6 +486,8 @@ def _keep_allowed_overlaps(venv: Path, lock: Lock, wheels: Mapping[str, Path]) -
     """Each path the lock allows two distributions to install (``allowed-overlaps``) holds the
     bytes of the first one named, whatever order uv wrote the two in (it installs in parallel):
     so the venv digest does not depend on it. A new file, not a write through uv's hard link."""
+    if not lock.allowed_overlaps:
+        return
     import zipfile
 
     by_name = {p.name: p for p in lock.packages}

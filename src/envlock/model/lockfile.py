@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ from envlock.model.locktables import LockedPatch as LockedPatch
 from envlock.model.locktables import LockedSource as LockedSource
 from envlock.model.locktables import NightlyPin as NightlyPin
 from envlock.model.locktables import canonicalize_name as canonicalize_name
+from envlock.model.multilock import Multi, TargetText, is_multi, platforms, split
 from envlock.model.overlaps import AllowedOverlap
 from envlock.model.tomlio import load_toml, toml_key, toml_string, toml_value
 
@@ -95,6 +96,14 @@ class Lock:
     # wheels' Requires-Dist (``resolution.guards.recorded_requires``): the graph ``lock --check`` holds every
     # package to, from the spec's roots. None: a lock written before envlock recorded it.
     requires: Mapping[str, tuple[str, ...]] | None = None
+    # Read out of a lock of several targets (``model.multilock``): this target's name and the others', so
+    # that writing this lock writes the whole file. None: a one-target lock.
+    multi: Multi | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def target(self) -> str | None:
+        """The target of a multi-target lock this lock is (None: a one-target lock)."""
+        return self.multi.name if self.multi is not None else None
 
     @property
     def venv_digest_stale(self) -> bool:
@@ -140,6 +149,15 @@ class Lock:
 
     # -- TOML ------------------------------------------------------------
     def to_toml(self) -> str:
+        """The file's text: this lock's, or with the other targets' of a multi-target file."""
+        text = self.target_toml()
+        if self.multi is None:
+            return text
+        assert self.platform is not None
+        return self.multi.render(self.platform, self.python, text)
+
+    def target_toml(self) -> str:
+        """This lock's text as a one-target lock (what ``model.multilock.merge`` merges)."""
         out = ['lock-version = "1.0"', f"created-by = {toml_string('envlock')}"]
         if self.requires_python:
             out.append(f"requires-python = {toml_string(self.requires_python)}")
@@ -197,18 +215,67 @@ class Lock:
         return out
 
     @classmethod
-    def from_toml(cls, text: str, origin: Path | str) -> Lock:
-        """The lock ``text`` (read from ``origin``) holds; ``LockError`` when it is no TOML or no lock."""
-        return cls.from_dict(load_toml(text, origin, LockError), origin)
+    def from_toml(cls, text: str, origin: Path | str, target: str | None = None) -> Lock:
+        """The lock ``text`` (read from ``origin``) holds; ``LockError`` when it is no TOML or no lock.
+        ``target``: of a lock of several targets, the one to read (None: this machine's)."""
+        return cls.from_dict(load_toml(text, origin, LockError), origin, target)
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any], origin: Path | str) -> Lock:
-        """The lock ``doc`` holds; ``LockError`` naming ``origin``, the key, what was found and expected."""
+    def from_dict(cls, doc: Mapping[str, Any], origin: Path | str, target: str | None = None) -> Lock:
+        """The lock ``doc`` holds; ``LockError`` naming ``origin``, the key, what was found and expected.
+        A lock of several targets gives the one ``target`` names (None: the one this machine runs)."""
         _check_lock_version(doc, origin)
         try:
+            if is_multi(doc):
+                from envlock.model.targets import pick  # packaging's parsers: only a lock of several targets
+
+                return _targets_from_dict(doc)[pick(platforms(doc), target, str(origin))]
             return _lock_from_dict(doc)
         except BadKeyError as exc:
             raise LockError(f"{origin}: {exc}") from None
+
+    @classmethod
+    def every_target(cls, text: str, origin: Path | str) -> Lock:
+        """The lock ``text`` holds, with every target's packages, builds, sources and FetchContent pins
+        (what a store's gc keeps alive: an aarch64 target's wheels too, on an x86_64 machine)."""
+        doc = load_toml(text, origin, LockError)
+        targets = cls.targets_of(doc, origin)
+        if not targets:
+            return cls.from_dict(doc, origin)
+        locks = list(targets.values())
+        packages = {(p.name, p.version, tuple(w.sha256 for w in p.wheels)): p for lock in locks for p in lock.packages}
+        # A build of each target: its own inputs and wheel (named "NAME TARGET" here, to keep them all).
+        return replace(locks[0], packages=tuple(packages.values()), multi=None,
+                       builds={f"{n} {t}": b for t, lock in targets.items() for n, b in lock.builds.items()},
+                       sources={f"{n} {t}": s for t, lock in targets.items() for n, s in lock.sources.items()},
+                       fetchcontent={f"{n} {t}": f for t, lock in targets.items()
+                                     for n, f in lock.fetchcontent.items()})
+
+    @classmethod
+    def targets_of(cls, doc: Mapping[str, Any], origin: Path | str) -> dict[str, Lock]:
+        """Every target's lock of ``doc`` (name -> lock; {} for a one-target lock)."""
+        _check_lock_version(doc, origin)
+        if not is_multi(doc):
+            return {}
+        try:
+            return _targets_from_dict(doc)
+        except BadKeyError as exc:
+            raise LockError(f"{origin}: {exc}") from None
+
+
+def _targets_from_dict(doc: Mapping[str, Any]) -> dict[str, Lock]:
+    """Each target's lock of the multi-target ``doc``, each carrying the others' (to write the file again)."""
+    locks = {}
+    for other in sorted(platforms(doc)):
+        try:
+            locks[other] = _lock_from_dict(split(doc, other))
+        except BadKeyError as exc:  # said at the key of the file, not of the target's part of it
+            key = exc.key.replace("tool.envlock", f"tool.envlock.targets.{other}", 1)
+            raise BadKeyError(key if key != exc.key else f"{exc.key} (target {other})", exc.found, exc.expected,
+                              exc.package) from None
+    texts = {n: TargetText(lock.platform or "", lock.python, lock.target_toml()) for n, lock in locks.items()}
+    return {name: replace(lock, multi=Multi(name, lock.env, {n: t for n, t in texts.items() if n != name}))
+            for name, lock in locks.items()}
 
 
 def _check_lock_version(doc: Mapping[str, Any], origin: Path | str) -> None:
@@ -291,7 +358,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
     )
 
 
-def reach(roots: Iterable[str], requires: Mapping[str, Sequence[str]]) -> set[str]:
+def reach(roots: Iterable[str], requires: Mapping[str, Iterable[str]]) -> set[str]:
     """Every package reached from ``roots`` along ``requires`` (``Lock.requires``), the roots included."""
     seen: set[str] = set()
     todo = list(roots)
@@ -318,8 +385,9 @@ def read_lock_bytes(path: Path) -> bytes:
     return data
 
 
-def read_lock(path: Path) -> Lock:
-    """Load a lock file; ``LockError`` (exit 2) when it is missing or malformed."""
+def read_lock(path: Path, target: str | None = None) -> Lock:
+    """Load a lock file; ``LockError`` (exit 2) when it is missing or malformed. ``target``: of a lock
+    of several targets, the one to read (None: the one this machine runs)."""
     try:
         text = read_lock_bytes(path).decode("utf-8")
     except FileNotFoundError:
@@ -329,7 +397,7 @@ def read_lock(path: Path) -> Lock:
         raise LockError(f"{path}: not UTF-8 text (byte {exc.start}); not a lock file") from None
     except OSError as exc:
         raise LockError(f"{path}: cannot read the lock ({exc.strerror})") from None
-    return Lock.from_toml(text, path)
+    return Lock.from_toml(text, path, target)
 
 
 @dataclass(frozen=True)

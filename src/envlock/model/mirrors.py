@@ -30,9 +30,12 @@ from envlock.errors import (
     raise_all,
     redact,
 )
-from envlock.model.spec import EnvSpec, read_spec
 from envlock.urlcheck import git_url_problem, is_index_url, shown, unsafe_char
 from envlock.workspace import Workspace, env_var_suffix
+
+if TYPE_CHECKING:
+    # Read where a spec is read: packaging's requirement parser (~30 ms) is not for a `sync --lock`.
+    from envlock.model.spec import EnvSpec
 
 if TYPE_CHECKING:
 
@@ -200,6 +203,8 @@ def missing_folder(url: str) -> str | None:
 
 def stray_index_vars(ws: Workspace, spec: EnvSpec, environ: Mapping[str, str] | None = None) -> list[str]:
     """``ENVLOCK_INDEX_*`` variables set that name no index of any env spec in the workspace."""
+    from envlock.model.spec import read_spec
+
     environ = os.environ if environ is None else environ
     wanted = {env_var(INDEX_ENV_PREFIX, name) for name in spec.indexes}
     stray = sorted(v for v, url in environ.items() if v.startswith(INDEX_ENV_PREFIX) and url and v not in wanted)

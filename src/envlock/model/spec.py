@@ -11,8 +11,9 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from platform import machine as host_machine
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -20,7 +21,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-from envlock.errors import SpecError, did_you_mean
+from envlock.errors import SpecError, UsageError, did_you_mean
 from envlock.model import spectables
 from envlock.model.locktables import PYTHON_VERSION
 
@@ -32,6 +33,7 @@ from envlock.model.spectables import IndexSpec as IndexSpec
 from envlock.model.spectables import PackageSpec as PackageSpec
 from envlock.model.spectables import ResolutionSpec as ResolutionSpec
 from envlock.model.spectables import SourceSpec as SourceSpec
+from envlock.model.targets import TargetSpec, parse_targets, pick, runs_here
 from envlock.model.tomlio import load_toml
 from envlock.urlcheck import is_index_url as is_index_url  # mirrors and the stages ask spec
 from envlock.workspace import Workspace
@@ -71,6 +73,10 @@ class EnvSpec:
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     #: ``[env] gpus``: the GPUs the env must run on (``sm_120a``, ``"12.0"``), as written; () for none.
     gpus: tuple[str, ...] = ()
+    #: ``[targets.NAME]``: the kinds of machine the env is locked for ({}: one, the ``[env]`` table's).
+    targets: Mapping[str, TargetSpec] = field(default_factory=dict)
+    #: The target this spec is the view of (``model.targets.for_target``); None: the whole spec.
+    target: str | None = None
 
     @property
     def default_index(self) -> IndexSpec:
@@ -81,6 +87,44 @@ class EnvSpec:
         default (every non-default index is explicit: the torchtriton lesson)."""
         pkg = self.packages.get(name)
         return pkg.index if pkg and pkg.index else self.default_index.name
+
+    def for_target(self, name: str) -> EnvSpec:
+        """This spec as target ``name`` sees it: a one-target spec of its platform, python, GPUs and
+        nightly pins (its own date, its own local tag), with the whole spec's text (digest, keys)."""
+        target = self.targets[name]
+        out = set(target.exclude)
+        packages = {n: p for n, p in self.packages.items() if n not in out}
+        for pkg_name, pkg in packages.items():
+            if pkg.nightly:
+                local = pkg.local if target.local is None or pkg.local is None else (target.local or None)
+                packages[pkg_name] = replace(pkg, nightly=target.nightly or pkg.nightly, local=local)
+        res = self.resolution
+        if out:  # what it does without: excluded, and out of the overrides and same-version sets
+            kept = [tuple(n for n in group if n not in out) for group in res.same_version]
+            res = replace(res, exclude=tuple(sorted({*res.exclude, *target.exclude})),
+                          overrides=tuple(o for o in res.overrides
+                                          if canonicalize_name(Requirement(o).name) not in out),
+                          same_version=tuple(group for group in kept if len(group) >= 2))
+        builds = {n: replace(b, env={**b.env, **target.build_env}) for n, b in self.builds.items()}
+        return replace(self, platform=target.platform, python=target.python or self.python,
+                       gpus=self.gpus if target.gpus is None else target.gpus, packages=packages, resolution=res,
+                       builds=builds if target.build_env else self.builds, targets={}, target=name)
+
+    def on_this_machine(self, asked: str | None) -> EnvSpec:
+        """The view of the target a sync or a build here works on (``for_target``): ``asked`` (``--target``),
+        else the one whose platform this machine runs; this spec itself when it has no targets. Exit 2 when
+        ``asked`` names no target, or one of another kind of machine (its venv and builds are made there)."""
+        if not self.targets:
+            if asked is not None:
+                raise UsageError(f"{self.path}: --target {asked}: the spec has no [targets] (one target, [env]'s)")
+            return self
+        name = pick({n: t.platform for n, t in self.targets.items()}, asked, str(self.path))
+        platform = self.targets[name].platform
+        if not runs_here(platform):
+            raise UsageError(f"{self.path}: target {name} ({platform}) does not run on this machine "
+                             f"({host_machine()}): its venv and its builds are made on a machine of its platform "
+                             f"(`envlock sync {self.name} --target {name}` there); here its lock stays as it is")
+        return self.for_target(name)
 
     def key_digests(self) -> dict[str, str]:
         """A digest per spec key (``packages.torch``, ``env``, ...), for ``lock --check``."""
@@ -126,7 +170,7 @@ class EnvSpec:
         return problems
 
 
-_KEYED_TABLES = {"indexes", "packages", "sources", "builds"}
+_KEYED_TABLES = {"indexes", "packages", "sources", "builds", "targets"}
 
 
 def _canonical(value: Any) -> str:
@@ -152,7 +196,7 @@ def _check_platform(p: spectables.Problems, platform: str) -> None:
           f"found {platform!r}{hint}; accepted: {', '.join(sorted(UV_PLATFORMS))}")
 
 
-_TOP = {"env", "indexes", "packages", "sources", "builds", "resolution"}
+_TOP = {"env", "indexes", "packages", "sources", "builds", "resolution", "targets"}
 _ENV_KEYS = {"python", "platform", "gpus"}
 
 
@@ -176,9 +220,9 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
         _check_platform(p, platform)
     gpus = spectables.get_str_list(p, env, "gpus", "env")
     for i, gpu in enumerate(gpus):
-        if not GPU_NAME.fullmatch(gpu):
-            p.add(f"env.gpus[{i}]", f'expected a GPU as nvcc names its arch ("sm_120a", "sm_90") or a compute '
-                  f'capability ("12.0"), found {gpu!r}')
+        if (problem := _gpu_problem(gpu)) is not None:
+            p.add(f"env.gpus[{i}]", problem)
+    named = parse_targets(p, spectables.get_table(p, doc, "targets"), env, python, _gpu_problem)
 
     indexes = spectables.parse_indexes(p, spectables.get_table(p, doc, "indexes"))
     sources = spectables.parse_sources(p, spectables.get_table(p, doc, "sources"), root)
@@ -189,6 +233,11 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
     _check_same_date(p, packages)
     _check_excluded_not_declared(p, packages_table, resolution)
     _check_overrides_keep_pins(p, packages, indexes, resolution)
+    for target in named.values():  # a build's package is made for every target (or for none)
+        for i, name in enumerate(target.exclude):
+            if name in packages and packages[name].build:
+                p.add(f"targets.{target.name}.exclude[{i}]", f"expected a package no build provides, found "
+                      f"{name!r} ([builds.{packages[name].build}] is built for every target)")
 
     if p.items:
         count = len(p.items)
@@ -208,7 +257,14 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
         resolution=resolution,
         raw=doc,
         gpus=gpus,
+        targets=named,
     )
+
+
+def _gpu_problem(gpu: str) -> str | None:
+    if GPU_NAME.fullmatch(gpu):
+        return None
+    return f'expected a GPU as nvcc names its arch ("sm_120a", "sm_90") or a compute capability ("12.0"), found {gpu!r}'
 
 
 def _check_same_date(p: spectables.Problems, packages: Mapping[NormalizedName, PackageSpec]) -> None:

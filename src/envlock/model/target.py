@@ -16,14 +16,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.tags import Tag, compatible_tags, cpython_tags, platform_tags, sys_tags
-from packaging.utils import parse_wheel_filename
-
 from envlock import runner
 from envlock.errors import InstallError
 
 if TYPE_CHECKING:
+    # packaging's tags and requirement parser (~40 ms of imports) are imported where used: an install
+    # only asks ``find_python``.
+    from packaging.requirements import Requirement
+    from packaging.tags import Tag
+
     # A type name only: envlock.net.indexes imports envlock.net.http (socket, ssl), which finding an
     # interpreter for an install has no use for.
     from envlock.net.indexes import IndexFile
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 def target_tags(python: str, platform: str | None) -> list[Tag] | None:
     """Wheel tags for the target, best first; None when the platform form is not one we rank."""
+    from packaging.tags import compatible_tags, cpython_tags, sys_tags
+
     major, minor = (int(x) for x in python.split(".")[:2])
     if platform is None:
         if (major, minor) != sys.version_info[:2]:
@@ -54,6 +57,8 @@ def target_tags(python: str, platform: str | None) -> list[Tag] | None:
 def host_tags(python: str) -> list[Tag]:
     """Wheel tags a CPython ``python`` (``3.11``) interpreter on this machine installs, best first: what
     a build's backend and its tools are installed into (a build runs here, whatever the env's target)."""
+    from packaging.tags import compatible_tags, cpython_tags, platform_tags, sys_tags
+
     major, minor = (int(x) for x in python.split(".")[:2])
     if (major, minor) == sys.version_info[:2]:
         return list(sys_tags())
@@ -63,6 +68,8 @@ def host_tags(python: str) -> list[Tag]:
 
 def for_target(files: Iterable[IndexFile], tags: Sequence[Tag] | None) -> list[IndexFile]:
     """The wheels among ``files`` the target installs (every wheel when ``tags`` is None: not ranked)."""
+    from packaging.utils import parse_wheel_filename
+
     supported = set(tags) if tags is not None else None
     return [f for f in files if f.filename.endswith(".whl")
             and (supported is None or parse_wheel_filename(f.filename)[3] & supported)]
@@ -77,6 +84,8 @@ def best_wheel(filenames: Sequence[str], tags: Sequence[Tag] | None) -> int:
     """Index of the wheel the target installer would pick (first by tag priority)."""
     if tags is None or len(filenames) == 1:
         return 0
+    from packaging.utils import parse_wheel_filename
+
     rank = {tag: i for i, tag in enumerate(tags)}
     scores = []
     for filename in filenames:
@@ -122,6 +131,8 @@ def requires_dist(wheel: Path) -> list[Requirement]:
     """
     import zipfile
     from email.parser import BytesParser
+
+    from packaging.requirements import InvalidRequirement, Requirement
 
     with zipfile.ZipFile(wheel) as zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]

@@ -245,21 +245,23 @@ def open_page(url: str, *, accept: str, timeout: float = 60.0, chunk_size: int =
                 key, _, value = param.strip().partition("=")
                 if key.lower() == "charset" and value:
                     charset = value.strip('"')
-            chunks = _page_chunks(url, resp, chunk_size, t, timeout)
+            chunks = _read(url, resp, chunk_size, t, timeout, "page")
             yield PageStream(final, content_type, decoded(url, chunks, charset, cap))
         finally:
             _finish(resp, conn, t)
 
 
-def _page_chunks(url: str, resp: http.client.HTTPResponse, chunk_size: int, t: transfers.Transfer,
-                 timeout: float) -> Iterator[bytes]:
+def _read(url: str, resp: http.client.HTTPResponse, chunk_size: int, t: transfers.Transfer, timeout: float,
+          what: str) -> Iterator[bytes]:
+    """The chunks of ``resp`` as they arrive, counted by ``t``; a cut connection, or the watchdog's, is an
+    ``HttpError`` naming ``what`` was being read ("page", "body")."""
     try:
         while chunk := resp.read1(chunk_size):
             t.count(len(chunk))
             yield chunk
     except (OSError, http.client.HTTPException) as exc:
-        raise HttpError(url, _broken(exc, timeout, "mid-page"), retryable=True) from None
-    if t.expired is not None:  # the watchdog shut the socket: an end that is no end of the page
+        raise HttpError(url, _broken(exc, timeout, f"mid-{what}"), retryable=True) from None
+    if t.expired is not None:  # the watchdog shut the socket: an end that is no end of the page or body
         raise HttpError(url, t.expired)
 
 
@@ -402,15 +404,9 @@ def _chunks(url: str, resp: http.client.HTTPResponse, chunk_size: int, t: transf
     # rate is counted as the bytes come (read(n) waits for all n of a trickle).
     expected = _int(resp.getheader("Content-Length"))
     got = 0
-    try:
-        while chunk := resp.read1(chunk_size):
-            got += len(chunk)
-            t.count(len(chunk))
-            yield chunk
-    except (OSError, http.client.HTTPException) as exc:
-        raise HttpError(url, _broken(exc, timeout, "mid-body"), retryable=True) from None
-    if t.expired is not None:  # the watchdog shut the socket: an end that is no end of the body
-        raise HttpError(url, t.expired)
+    for chunk in _read(url, resp, chunk_size, t, timeout, "body"):
+        got += len(chunk)
+        yield chunk
     if expected is not None and got < expected:
         raise HttpError(url, f"connection broken mid-body ({got} of {expected} bytes)", retryable=True)
 

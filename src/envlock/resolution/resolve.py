@@ -13,6 +13,7 @@ lesson, Dec 2022), and every wheel gets a sha256 even when the index publishes n
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urldefrag
@@ -21,6 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
+from envlock import timings
 from envlock.errors import ResolveError, did_you_mean, raise_all
 from envlock.model.lockfile import Artifact, LockedPackage, NightlyPin
 from envlock.model.spec import EnvSpec
@@ -169,7 +171,7 @@ def pinned_override_wheels(
 
 def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
     """Resolve the spec with uv; check index pins, hashes and same-version sets."""
-    with Listings() as listings:
+    with nullcontext(inputs.listings) if inputs.listings is not None else Listings() as listings:
         # Pages the checks need are fetched while uv works.
         for pkg in spec.packages.values():
             if pkg.index and not pkg.build:
@@ -186,6 +188,7 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
         pinned = pinned_override_wheels(spec, inputs.index_urls, nightlies, listings,
                                         {name: inputs.kept_nightlies[name] for name in kept})
         stored, downloaded = store_unhashed_pins(pinned, inputs)
+        timings.mark("lock: the nightlies and the pinned wheels checked (before uv)")
         entries = None
         if unhashed := unhashed_unpinned(spec, inputs, listings, pinned):
             if required := required_choices(spec, inputs, listings, stored, unhashed):
@@ -204,6 +207,7 @@ def resolve(spec: EnvSpec, inputs: ResolveInputs) -> Resolution:
                 pinned, stored, downloaded = {**pinned, **chosen}, {**stored, **more_stored}, downloaded + got
         if entries is None:
             entries = pylock_entries(run_uv(spec, inputs, pinned, stored, "pylock.toml"))
+        timings.mark("lock: uv resolved")
         packages, more = _checked_packages(spec, inputs, entries, listings, pinned, stored)
         packages = mark_yanked(spec, inputs.index_urls, listings, packages, exact | set(pinned))
     check_same_version(spec, packages)

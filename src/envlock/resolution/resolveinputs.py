@@ -14,6 +14,7 @@ from packaging.utils import NormalizedName
 from envlock.model.lockfile import Artifact, NightlyPin
 
 if TYPE_CHECKING:
+    from envlock.net.indexes import Listings
     from envlock.progress import Progress, Stop
     from envlock.store.store import Store
 
@@ -51,6 +52,8 @@ class ResolveInputs:
     # The earlier lock's wheel of each package and the index URL it was locked from (as the lock
     # records it: no credentials), for a wheel the index dropped with the nightly that requires it.
     earlier_wheels: Mapping[str, tuple[Artifact, str | None]] = field(default_factory=dict)
+    # Index pages read already, and read into: a lock of several targets reads each page once for all.
+    listings: Listings | None = None
 
 
 def unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None) -> tuple[Artifact, int]:

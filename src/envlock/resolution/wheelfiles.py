@@ -25,7 +25,6 @@ import json
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from email.parser import BytesParser
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -152,6 +151,8 @@ def _read_zip(fh: IO[bytes], via: str) -> WheelListing:
                 if zf.getinfo(f"{folder}/{member}").file_size > MAX_READ_BYTES:
                     raise ListingError(f"{folder}/{member} is larger than {MAX_READ_BYTES >> 20} MiB")
             record = zf.read(f"{folder}/RECORD").decode("utf-8")
+            from email.parser import BytesParser  # ~25 ms of email imports: only when a wheel is read
+
             metadata = BytesParser().parsebytes(zf.read(f"{folder}/METADATA"), headersonly=True)
     # zipfile raises NotImplementedError for a compression method it lacks (e.g. a wheel compressed with zstd)
     except (zipfile.BadZipFile, UnicodeDecodeError, NotImplementedError, EOFError) as exc:
@@ -312,6 +313,8 @@ def served_metadata(url: str) -> Served:
                     return Served(where, None, f"larger than {MAX_READ_BYTES >> 20} MiB; not a wheel's metadata")
     except http.HttpError as exc:
         return Served(where, None, None if exc.status in (404, 410) else exc.reason)
+    from email.parser import BytesParser  # ~25 ms of email imports: only when a wheel is read
+
     metadata = BytesParser().parsebytes(bytes(data), headersonly=True)
     return Served(where, tuple(metadata.get_all("Requires-Dist") or []))
 

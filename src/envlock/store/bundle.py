@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from envlock.errors import StoreError, UsageError
+from envlock.model.jsondoc import json_doc
 from envlock.store.trees import tree_digest
 from envlock.workspace import check_env_name
 
@@ -53,7 +54,7 @@ class FileMember:
     executable: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "size": self.size, "executable": self.executable}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class LinkMember:
     target: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "target": self.target}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,7 @@ class BundleEntry:
         return f"store/{self.kind}/{self.key}/{rel}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "key": self.key, "files": [f.to_dict() for f in self.files],
-                "dirs": list(self.dirs), "links": [ln.to_dict() for ln in self.links]}
+        return json_doc(self)
 
 
 @dataclass(frozen=True)

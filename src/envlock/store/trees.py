@@ -1,4 +1,5 @@
-"""Source trees as content: a digest of a tree, the links that lead out of it, and a faithful copy.
+"""Source trees as content: a digest of a tree, the links that lead out of it, and a faithful copy;
+and the inodes of a tree's files (what hard links share).
 
 Tree digest: ``sha256:`` over a sorted walk of the tree (POSIX relative path, entry type,
 executable bit, file bytes or symlink target). ``.git`` and ``__pycache__`` are left out.
@@ -212,3 +213,15 @@ def _settle(path: str, when: int) -> int:
         return 0
     os.utime(path, (when, when), follow_symlinks=False)
     return 1
+
+
+def file_inodes(top: Path) -> Iterator[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of each file under ``top`` (links not followed; one that vanishes is passed
+    over): a venv's files are hard links into the store's uv cache, so two trees share a file by inode."""
+    for dirpath, _dirs, files in os.walk(top):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except OSError:
+                continue
+            yield st.st_dev, st.st_ino

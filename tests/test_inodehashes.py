@@ -105,8 +105,9 @@ def test_walk_with_the_cache_gives_the_same_manifest(tmp_path: Path) -> None:
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "a.py")) is not None
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "big.so")) is not None
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "self.txt")) is None
-    # A file with one link was written for this venv alone: no later venv shares it.
-    assert kept.get(os.lstat(venv / "lib" / "pkg" / "RECORD")) is None
+    # A file with one link was written for this venv alone: kept for the walks of this venv again
+    # (a switch back to it reads no byte).
+    assert kept.get(os.lstat(venv / "lib" / "pkg" / "RECORD")) is not None
 
 
 def test_a_changed_file_changes_the_digest_with_a_warm_cache(tmp_path: Path) -> None:
@@ -152,3 +153,19 @@ def test_save_keeps_the_most_recent_unused_entries_up_to_the_limit(
     cache.save()
     kept = HashCache.open(tmp_path / "cache")
     assert [kept.get(os.lstat(f)) for f in files] == [None, None, "digest-f2", "digest-f3", "digest-f4"]
+
+
+def test_a_file_with_one_link_is_kept_only_until_a_walk_that_does_not_use_it_saves(tmp_path: Path) -> None:
+    """A venv's own files (``RECORD``) answer a walk of that venv again, but are not kept for good: each
+    venv built would add its own, which no other venv shares."""
+    first, second = _venv(tmp_path / "v1"), _venv(tmp_path / "v2")
+    record = first / "lib" / "pkg" / "RECORD"
+    digest.manifest(first, cache_dir=tmp_path / "cache")
+    assert HashCache.open(tmp_path / "cache").get(os.lstat(record)) is not None
+    digest.manifest(first, cache_dir=tmp_path / "cache")  # a switch back: answered, nothing saved
+    assert HashCache.open(tmp_path / "cache").get(os.lstat(record)) is not None
+    digest.manifest(second, cache_dir=tmp_path / "cache")  # another venv's walk saves: the first's own files go
+    kept = HashCache.open(tmp_path / "cache")
+    assert kept.get(os.lstat(record)) is None
+    assert kept.get(os.lstat(second / "lib" / "pkg" / "RECORD")) is not None
+    assert kept.get(os.lstat(first / "lib" / "pkg" / "a.py")) is not None  # shared with uv's cache: kept

@@ -159,8 +159,8 @@ def test_a_command_that_cannot_run_stops_the_bisect_and_restores_the_env(
     (["--nightly", "2026-03-09..2026-03-01", "--", "true"],
      "--nightly 2026-03-09..2026-03-01: expected the good date before the bad one"),
     (["--every", "--", "true"], "envlock bisect e --every ...: not an option of bisect (--good REV --bad REV, "
-                                "--nightly DATE..DATE, --index NAME=URL, --source NAME=URL, --json, -q); the command "
-                                "goes after `--`"),
+                                "--nightly DATE..DATE, --index NAME=URL, --source NAME=URL, --target NAME, --json, "
+                                "-q); the command goes after `--`"),
     (["--nightly", "2026-3-1..2026-03-09", "--", "true"],
      "--nightly 2026-3-1..2026-03-09: expected FROM..TO, two dates YYYY-MM-DD (good, then bad)"),
 ])
