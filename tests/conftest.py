@@ -158,3 +158,22 @@ def nginx(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         pytest.skip("nginx is not installed (.ci/run installs it: apt-get install -y nginx)")
     with nginx_cache(tmp_path / "srv") as found:
         yield found
+
+
+@pytest.fixture
+def flagship_mirrors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexServer]:
+    """For the opt-in network tests of envs/qwen35-blackwell.toml: its nightly and flashinfer indexes as
+    loopback stand-ins, its sglang source (``ENVLOCK_TEST_SGLANG_GIT``, else GitHub) and its triton tag,
+    all through envlock's own mirror variables (``tests/kit/flagship.py``), so the spec stays as committed.
+    Skips when no sglang repository holding the pin is at hand."""
+    from kit.flagship import flagship_indexes, mirror_env, sglang_source, triton_source
+
+    sglang = sglang_source()
+    if sglang is None:
+        pytest.skip("no sglang repository: set ENVLOCK_TEST_SGLANG_GIT to a clone or mirror holding f016738f "
+                    "(GitHub is not reachable from here)")
+    server = flagship_indexes(tmp_path / "standin")
+    for var, value in mirror_env(server, sglang, triton_source(tmp_path / "standin")).items():
+        monkeypatch.setenv(var, value)
+    yield server
+    server.stop()

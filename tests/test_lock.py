@@ -11,6 +11,7 @@ import pytest
 from envlock.commands.lock import lock_env
 from envlock.model.lockfile import read_lock
 from envlock.workspace import Workspace
+from kit.index import IndexServer
 from kit.workspaces import Cli, ScratchWorkspace
 
 pytestmark = pytest.mark.network
@@ -34,39 +35,29 @@ def test_demo_lock_resolves_the_same_from_pypi(ws: ScratchWorkspace) -> None:
         assert len(wheel.sha256) == 64
 
 
-#: What the flagship spec reads besides PyPI: the nightly and flashinfer indexes, GitHub (sglang's source,
-#: and `git ls-remote` of the triton tag).
-FLAGSHIP_HOSTS = ("https://download.pytorch.org/whl/nightly/cu130/torch/", "https://flashinfer.ai/whl/cu130/",
-                  "https://github.com/sgl-project/sglang")
-
-
-def _unreachable(urls: tuple[str, ...]) -> list[str]:
-    import urllib.request
-
-    out = []
-    for url in urls:
-        try:
-            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10).close()
-        except Exception as exc:  # any failure to reach it: the test cannot run here
-            out.append(f"{url} ({exc})")
-    return out
-
-
 def test_the_flagship_spec_locks_at_its_pin_against_today_and_relocks_byte_identical(
-        ws: ScratchWorkspace, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`envlock lock qwen35-blackwell` at the pin: exit 0 (the build_backend.py allowance), a relock gives
-    the same bytes, and a cold store downloads no FetchContent input (a commit pin needs no fetch, the
-    triton tag only `git ls-remote`, the json archive's sha256 is in the spec): only sglang's source,
-    whose metadata the resolution reads, and the nightly wheels it hashes."""
-    if missing := _unreachable(FLAGSHIP_HOSTS):
-        pytest.skip("the flagship spec's indexes and sources are not reachable from here: " + "; ".join(missing))
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        flagship_mirrors: IndexServer) -> None:
+    """`envlock lock qwen35-blackwell` at the pin against today's PyPI: exit 0 (the build_backend.py
+    allowance), a relock gives the same bytes, and a cold store downloads no FetchContent input (a commit pin
+    needs no fetch, the triton tag only `git ls-remote`, the json archive's sha256 is in the spec): only
+    sglang's source, whose metadata the resolution reads, and the nightly wheels it hashes.
+
+    The nightly and flashinfer indexes are loopback stand-ins and sglang comes from a local repository
+    (``tests/kit/flagship.py``, the ``flagship_mirrors`` fixture), read through envlock's mirror variables:
+
+        ENVLOCK_TEST_SGLANG_GIT=/path/to/sglang.git nice .venv/bin/pytest --run-network -k flagship -s
+    """
     import shutil
+    import time
 
     shutil.copy(ROOT / "envs" / "qwen35-blackwell.toml", ws.root / "envs")
     shutil.copytree(ROOT / "patches", ws.root / "patches")
     home = tmp_path / "cold-home"
     monkeypatch.setenv("ENVLOCK_HOME", str(home))
+    began = time.monotonic()
     first = cli("lock", "qwen35-blackwell", "--json")
+    took = time.monotonic() - began
     assert first.code == 0, first.err
     text = ws.lock_text("qwen35-blackwell")
     lock = read_lock(ws.root / "locks" / "pylock.qwen35-blackwell.toml")
@@ -81,7 +72,14 @@ def test_the_flagship_spec_locks_at_its_pin_against_today_and_relocks_byte_ident
     folder = home / "v1" / "git-mirrors"
     mirrors = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     assert len(mirrors) <= 1, mirrors  # sglang's alone
-    print(f"lock downloaded {json.loads(first.out)['downloaded']} bytes to hash wheels; no FetchContent input")
+    # Every nightly and jit-cache file downloaded was a stand-in's; the rest came from PyPI, with hashes.
+    served = [path for path, _ in flagship_mirrors.requests if "/files/" in path]
+    doc = json.loads(first.out)
+    said = (f"\nlock: exit 0 in {took:.1f} s, {len(lock.packages)} packages, downloaded {doc['downloaded']} bytes "
+          f"to hash {len(served)} stand-in files; store sources {stored}, git mirrors {mirrors}")
+    began = time.monotonic()
     again = cli("lock", "qwen35-blackwell")
     assert again.code == 0, again.err
     assert ws.lock_text("qwen35-blackwell") == text
+    # Printed last: the cli fixture's capsys takes what is printed before a command.
+    print(f"{said}\nrelock: exit 0 in {time.monotonic() - began:.1f} s, byte-identical ({len(text)} bytes)")

@@ -109,7 +109,7 @@ def test_a_spec_without_targets_is_one_target_and_its_lock_is_unchanged(
       '("x86_64-manylinux_2_28", "aarch64-manylinux_2_28"), found \'x86_64-apple-darwin\'']),
     ('[targets.x86]\nplatform = "x86_64-manylinux_2_28"\ngpu = ["sm_120a"]\n',
      ["targets.x86.gpu: unknown key (did you mean 'gpus'?); expected one of: build-env, exclude, gpus, local, "
-      "nightly, platform, python"]),
+      "nightly, overrides, platform, python"]),
     ('[targets.a]\nplatform = "x86_64-manylinux_2_28"\n[targets.b]\nplatform = "x86_64-manylinux_2_34"\n',
      ["targets.b: expected another platform or python than [targets.a] (x86_64, python 3.11): a lock cannot tell "
       "their machines apart"]),
@@ -437,6 +437,37 @@ def test_a_target_does_without_a_package_only_other_machines_have(
     assert cli("lock", "e", "--check").code == 0
 
 
+def test_a_target_overrides_an_upstream_pin_its_platform_has_no_wheel_of(
+        ws: Workspace, cli: Cli, indexes: IndexServer, tmp_path: Path) -> None:
+    """Upstream pins ``memsaver==1.0``, built for x86_64 only; its ``1.0.post1`` has both (as sglang's
+    ``torch_memory_saver==0.0.9`` and PyPI's 0.0.9.post1): gb200 overrides the pin, x86 keeps upstream's."""
+    w = tmp_path / "w4"
+    indexes.add("pypi", build_wheel(w, "memsaver", "1.0", tag=f"cp311-cp311-{X86}"),
+                build_wheel(w, "memsaver", "1.0.post1", tag=f"cp311-cp311-{X86}"),
+                build_wheel(w, "memsaver", "1.0.post1", tag=f"cp311-cp311-{ARM}"),
+                build_wheel(w, "upstream", "1.0", requires=["memsaver==1.0"]))
+    ws.write_spec("e", _spec(indexes, extra='upstream = "==1.0"\n'))
+    r = cli("lock", "e")
+    assert r.code == 1
+    assert "(target gb200: aarch64-manylinux_2_28, python 3.11; each target is locked on its own)" in r.err
+    ws.write_spec("e", _spec(indexes, extra='upstream = "==1.0"\n') + 'overrides = ["memsaver==1.0.post1"]\n')
+    r = cli("lock", "e")
+    assert r.code == 0, r.err
+    doc = tomllib.loads(ws.lock_text("e"))
+    assert [(p["version"], p.get("marker")) for p in doc["packages"] if p["name"] == "memsaver"] == [
+        ("1.0", "sys_platform == 'linux' and platform_machine == 'x86_64' and python_version == '3.11'"),
+        ("1.0.post1", "sys_platform == 'linux' and platform_machine == 'aarch64' and python_version == '3.11'")]
+    assert cli("lock", "e", "--check").code == 0
+    # Checked as [resolution]'s are: a requirement, and never one that moves the spec's own nightly pin.
+    ws.write_spec("e", _spec(indexes) + 'overrides = ["Bad Req!", "torch==2.0"]\n')
+    with pytest.raises(SpecError) as info:
+        load_spec(ws.root / "envs" / "e.toml")
+    assert list(info.value.details) == [
+        "targets.gb200.overrides[0]: expected a requirement like \"flashinfer-python==0.6.5\", found 'Bad Req!'",
+        "targets.gb200.overrides[1]: expected no override of torch: packages.torch is a nightly pin (2026-03-05), "
+        "which already beats upstream's pins; found 'torch==2.0' (change the date there)"]
+
+
 def test_a_target_cannot_do_without_a_build(ws: Workspace) -> None:
     path = ws.write_spec("e", '[env]\npython = "3.11"\n[indexes.pypi]\nurl = "http://x/simple"\ndefault = true\n'
                               '[packages]\nkern = { build = "kern" }\n[sources.kern]\npath = "."\n'
@@ -452,41 +483,59 @@ def test_a_target_cannot_do_without_a_build(ws: Workspace) -> None:
 
 # -- the flagship, opt-in (network) ------------------------------------------------------
 
-FLAGSHIP_HOSTS = ("https://download.pytorch.org/whl/nightly/cu130/torch/", "https://flashinfer.ai/whl/cu130/",
-                  "https://github.com/sgl-project/sglang", "https://pypi.org/simple/")
-
-
 @pytest.mark.network
 def test_the_flagship_spec_with_an_x86_and_an_aarch64_target_locks_into_one_file(
-        ws: Workspace, cli: Cli) -> None:
+        ws: Workspace, cli: Cli, flagship_mirrors: IndexServer) -> None:
     """The flagship spec, its [env] platform replaced by an x86_64 (SM120) and an aarch64 (SM100) target:
-    one lock, a relock byte-identical, its x86_64 part the one-target spec's very packages."""
-    import shutil
-    import urllib.request
+    one lock against today's PyPI and the stand-in nightly and flashinfer indexes, a relock byte-identical,
+    its x86_64 part the one-target spec's very packages (so the same venv digest).
 
-    for url in FLAGSHIP_HOSTS:
-        try:
-            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10).close()
-        except Exception as exc:  # any failure to reach it: the test cannot run here
-            pytest.skip(f"{url} is not reachable from here ({exc})")
+    What a user adds for the aarch64 target besides its platform and GPUs, as today's PyPI showed: sglang at
+    the pin requires ``torch_memory_saver==0.0.9``, which PyPI has as an x86_64 wheel only (and an sdist,
+    which a lock never builds); ``0.0.9.post1`` has x86_64 and aarch64 wheels, so gb200 overrides the pin
+    (``[targets.gb200] overrides``) and x86 keeps upstream's.
+
+    The stand-ins (x86_64 and aarch64 nightlies) and the sglang source are those of ``tests/kit/flagship.py``
+    (the ``flagship_mirrors`` fixture), read through envlock's mirror variables:
+
+        ENVLOCK_TEST_SGLANG_GIT=/path/to/sglang.git nice .venv/bin/pytest --run-network -k flagship -s
+    """
+    import shutil
+    import time
+
     root = Path(__file__).resolve().parents[1]
     shutil.copytree(root / "patches", ws.root / "patches")
     text = (root / "envs" / "qwen35-blackwell.toml").read_text()
     ws.write_spec("one", text)
     two = text.replace('platform = "x86_64-manylinux_2_28"\n', "", 1) + (
         '\n[targets.x86]\nplatform = "x86_64-manylinux_2_28"\ngpus = ["sm_120a"]\n'
-        '\n[targets.gb200]\nplatform = "aarch64-manylinux_2_28"\ngpus = ["sm_100a"]\n')
+        '\n[targets.gb200]\nplatform = "aarch64-manylinux_2_28"\ngpus = ["sm_100a"]\n'
+        # sglang pins torch_memory_saver==0.0.9, whose only wheel on PyPI is x86_64; 0.0.9.post1 has both.
+        'overrides = ["torch-memory-saver==0.0.9.post1"]\n')
     ws.write_spec("two", two)
+    began = time.monotonic()
     r = cli("lock", "two")
+    took = time.monotonic() - began
     assert r.code == 0, r.err
     locked = ws.lock_text("two")
     assert cli("lock", "two").code == 0 and ws.lock_text("two") == locked
+    began = time.monotonic()
     assert cli("lock", "one").code == 0
+    took_one = time.monotonic() - began
     one = read_lock(ws.root / "locks" / "pylock.one.toml")
     x86 = read_lock(ws.root / "locks" / "pylock.two.toml", "x86")
+    gb200 = read_lock(ws.root / "locks" / "pylock.two.toml", "gb200")
     assert [(p.name, p.version, p.wheels) for p in x86.packages] == [(p.name, p.version, p.wheels)
                                                                     for p in one.packages]
     assert x86.install_digest() == one.install_digest()  # so one venv digest
+    torch = gb200.package("torch")
+    assert torch is not None and torch.version == "2.11.0.dev20260307+cu130"
+    assert torch.wheels and all(w.filename.endswith("_aarch64.whl") for w in torch.wheels)
+    doc = tomllib.loads(locked)
+    markers = sorted({str(p.get("marker", "")) for p in doc["packages"]})
+    print(f"\ntwo targets: exit 0 in {took:.1f} s (one target: {took_one:.1f} s), {len(locked)} bytes, "
+          f"{len(doc['packages'])} package entries (x86 {len(x86.packages)}, gb200 {len(gb200.packages)}); "
+          f"environments {doc.get('environments')}; markers {markers}")
 
 
 def test_lock_check_names_the_target_whose_key_the_spec_changed(ws: Workspace, cli: Cli,

@@ -105,6 +105,10 @@ class EnvSpec:
                           overrides=tuple(o for o in res.overrides
                                           if canonicalize_name(Requirement(o).name) not in out),
                           same_version=tuple(group for group in kept if len(group) >= 2))
+        if target.overrides:  # its own, over [resolution]'s of the same packages
+            own = {spectables.override_name(o) for o in target.overrides}
+            res = replace(res, overrides=(*(o for o in res.overrides if spectables.override_name(o) not in own),
+                                          *target.overrides))
         builds = {n: replace(b, env={**b.env, **target.build_env}) for n, b in self.builds.items()}
         return replace(self, platform=target.platform, python=target.python or self.python,
                        gpus=self.gpus if target.gpus is None else target.gpus, packages=packages, resolution=res,
@@ -234,6 +238,8 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
     _check_excluded_not_declared(p, packages_table, resolution)
     _check_overrides_keep_pins(p, packages, indexes, resolution)
     for target in named.values():  # a build's package is made for every target (or for none)
+        _check_overrides_keep_pins(p, packages, indexes, ResolutionSpec(overrides=target.overrides),
+                                   f"targets.{target.name}")
         for i, name in enumerate(target.exclude):
             if name in packages and packages[name].build:
                 p.add(f"targets.{target.name}.exclude[{i}]", f"expected a package no build provides, found "
@@ -295,7 +301,8 @@ def _check_excluded_not_declared(p: spectables.Problems, packages: Mapping[str, 
 
 
 def _check_overrides_keep_pins(p: spectables.Problems, packages: Mapping[NormalizedName, PackageSpec],
-                               indexes: Mapping[str, IndexSpec], resolution: ResolutionSpec) -> None:
+                               indexes: Mapping[str, IndexSpec], resolution: ResolutionSpec,
+                               where: str = "resolution") -> None:
     # Overrides are for upstream's pins (sglang's flashinfer==0.6.4): one that moved the
     # spec's own pin would lock a version other than the one the spec (and its nightly
     # table, and `diff`) names.
@@ -308,7 +315,7 @@ def _check_overrides_keep_pins(p: spectables.Problems, packages: Mapping[Normali
         pkg = packages.get(canonicalize_name(req.name))
         if pkg is None:
             continue
-        key = f"resolution.overrides[{i}]"
+        key = f"{where}.overrides[{i}]"
         pins = [s.version for s in req.specifier if s.operator in ("==", "===")]
         exact = pins[0] if len(pins) == 1 and "*" not in pins[0] else None
         if pkg.nightly:

@@ -499,16 +499,27 @@ def _check_build_pin(p: Problems, key: str, name: NormalizedName, entry: Mapping
               f"packages.{name} comes from [builds.{name}]; found {build!r} (rename [builds.{build}])")
 
 
-def parse_resolution(p: Problems, table: dict[str, Any]) -> ResolutionSpec:
-    """``[resolution]``: overrides, excluded packages, the same-version groups and the allowed overlaps."""
-    p.check_keys("resolution", table, _RESOLUTION_KEYS)
-    overrides = get_str_list(p, table, "overrides", "resolution")
+def get_overrides(p: Problems, table: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    """``overrides`` of ``table`` (``[resolution]`` or a ``[targets.NAME]``): requirements, each checked."""
+    overrides = get_str_list(p, table, "overrides", where)
     for i, req in enumerate(overrides):
         try:
             Requirement(req)
         except InvalidRequirement:
-            p.add(f"resolution.overrides[{i}]",
+            p.add(f"{where}.overrides[{i}]",
                   f"expected a requirement like \"flashinfer-python==0.6.5\", found {req!r}")
+    return overrides
+
+
+def override_name(requirement: str) -> NormalizedName:
+    """The package an override (a requirement ``get_overrides`` checked) is for."""
+    return canonicalize_name(Requirement(requirement).name)
+
+
+def parse_resolution(p: Problems, table: dict[str, Any]) -> ResolutionSpec:
+    """``[resolution]``: overrides, excluded packages, the same-version groups and the allowed overlaps."""
+    p.check_keys("resolution", table, _RESOLUTION_KEYS)
+    overrides = get_overrides(p, table, "resolution")
     exclude: list[NormalizedName] = []
     for i, name in enumerate(get_str_list(p, table, "exclude", "resolution")):
         if PACKAGE_NAME.fullmatch(name):

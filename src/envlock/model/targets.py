@@ -25,7 +25,7 @@ from envlock.model.locktables import PACKAGE_NAME, PYTHON_VERSION
 #: The platforms a target may name: those whose PEP 508 markers a lock can tell apart (``target_marker``).
 TARGET_PLATFORM = re.compile(r"(x86_64|aarch64)-manylinux_2_(\d+)")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-_KEYS = {"platform", "python", "gpus", "nightly", "local", "exclude", "build-env"}
+_KEYS = {"platform", "python", "gpus", "nightly", "local", "exclude", "overrides", "build-env"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class TargetSpec:
     exclude: tuple[NormalizedName, ...] = ()  # packages this target does without (a wheel other machines have only)
     # Environment variables of every build of this target, over each build's own (its GPUs' arch list).
     build_env: Mapping[str, str] = field(default_factory=dict)
+    # Its own overrides, over [resolution]'s of the same packages (a pin upstream made that has no wheel
+    # for its platform: ``torch-memory-saver==0.0.9.post1`` on aarch64).
+    overrides: tuple[str, ...] = ()
 
     @property
     def marker(self) -> str:
@@ -95,12 +98,14 @@ def parse_targets(p: spectables.Problems, table: Mapping[str, Any], env: Mapping
             if not PACKAGE_NAME.fullmatch(excluded):
                 p.add(f"{key}.exclude[{i}]",
                       f"expected a package name like \"flashinfer-jit-cache\", found {excluded!r}")
+        overrides = spectables.get_overrides(p, entry, key)
         build_env = spectables.get_str_map(p, entry, "build-env", key)
         for var in build_env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
                 p.add(f"{key}.build-env.{var}", "expected an environment variable name")
         target = TargetSpec(name, plat or "", own_python or python, gpus, nightly, local,
-                            tuple(canonicalize_name(n) for n in exclude if PACKAGE_NAME.fullmatch(n)), build_env)
+                            tuple(canonicalize_name(n) for n in exclude if PACKAGE_NAME.fullmatch(n)), build_env,
+                            overrides)
         if plat is not None:
             other = seen.setdefault((plat.split("-")[0], target.python or ""), name)
             if other != name:
