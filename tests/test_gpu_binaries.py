@@ -102,6 +102,30 @@ def test_what_the_fixtures_carry(kit: CudaKit) -> None:
                                "compute_90 (zstd)"]
 
 
+def test_fatbins_a_library_keeps_among_its_data_are_read_as_cuffts_are(kit: CudaKit, tmp_path: Path) -> None:
+    """cuFFT (nvidia-cufft 12.0 for CUDA 13) has one sm_75 cubin in ``.nv_fatbin`` and loads the rest, 24,000
+    containers with sm_100 and sm_120 SASS, from ``.ldata``, where cuobjdump does not look. A library holding
+    two fatbins in a data array, after other data and apart by more than padding, is read the same by seeking
+    (a file, a stored member) and by streaming (a deflated member)."""
+    def words(data: bytes) -> list[int]:
+        data = data.ljust(-(-len(data) // 8) * 8, b"\0")
+        return [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
+
+    # After other data, and 4 KiB of it between the two: neither starts a section, nor follows another.
+    blob = [0x1234] * 3 + words(kit.fatbin("sm_100a").read_bytes()) + [7] * 512 + words(
+        kit.fatbin("sm_120a").read_bytes())
+    source = tmp_path / "selfload.c"
+    source.write_text("const unsigned long long selfload_kernels[] __attribute__((aligned(8))) = {"
+                      + ", ".join(f"{w}ULL" for w in blob) + "};\n")
+    so = tmp_path / "libselfload.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(source)], check=True, capture_output=True)
+    direct = binaries.read_file(so, f"fixture/lib/{so.name}")
+    assert direct is not None and direct.problem == ""
+    assert [k.name for k in direct.kernels] == ["sm_100a", "sm_120a"]
+    for compression in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        assert read_wheel(wheel_of(tmp_path, so, compression)).files == (direct,)
+
+
 def test_the_libraries_it_needs_are_readelfs(kit: CudaKit) -> None:
     so = kit.library("shared", FIXTURES["shared"])
     found = binaries.read_file(so)

@@ -133,6 +133,15 @@ class CudaKit:
                             str(self.root / "kernel.cu")], check=True, capture_output=True)
         return out
 
+    def fatbin(self, arch: str) -> Path:
+        """``nvcc -fatbin`` of the kernel for ``arch``: a fatbin file (one container), as a library that loads
+        its own kernels keeps them among its data (cuFFT, in ``.ldata``)."""
+        out = self.root / f"kernel.{arch}.fatbin"
+        if not out.exists():
+            subprocess.run([str(self.nvcc), "-fatbin", *gencode(arch), "-o", str(out), str(self.root / "kernel.cu")],
+                           check=True, capture_output=True)
+        return out
+
     def cubin(self, arch: str) -> Path:
         out = self.root / f"kernel.{arch}.cubin"
         if not out.exists():

@@ -25,7 +25,7 @@ from envlock.gpu.elf import ELF_MAGIC, ElfFile, read_elf, scan_elf
 from envlock.store.store import Store, write_atomic
 
 #: The version of ``kernels/<sha256>.json``: a record of another one is read anew.
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2  # 2: containers outside .nv_fatbin read too (cuFFT's in .ldata)
 CHUNK = 256 << 10  # compressed bytes read at a time
 #: At most this many bytes inflated at a time: small enough to stay in the CPU's cache while the
 #: scan searches them for fatbin containers.

@@ -1,14 +1,16 @@
 """An ELF file's headers: the libraries it needs (``DT_NEEDED``), its name (``DT_SONAME``) and the
-device code in its ``.nv_fatbin`` section, read without reading the file whole.
+device code in its fatbin containers (those that fill ``.nv_fatbin``, and those a library keeps among its
+other data and loads itself: cuFFT's in ``.ldata``), read without holding the file whole.
 
 Two readers give one answer. ``read_elf`` seeks (a file on disk, a zip member stored as it is): the
 ELF header, the program and section headers, then each fatbin container and entry header,
-stepping over the payloads. ``scan_elf`` reads a stream once, front to back (a zip member that is
-deflated, which cannot be seeked): it keeps the few header ranges it will need, and every fatbin
-container header it meets (found by its 8-byte signature at a multiple of 8, where nvcc and clang put
-one, see ``ALIGN``; then its entry headers chained from it);
-at the end the section headers say which of them lie in a section that starts with a container, and
-only those count. It stops as soon as nothing ahead can change that (the section headers are
+stepping over the payloads (a section that starts with a container, as ``.nv_fatbin`` does; the rest of
+it, and every other section, is searched for containers window by window). ``scan_elf`` reads a
+stream once, front to back (a zip member that is deflated, which cannot be seeked): it keeps the few
+header ranges it will need, and every fatbin container header it meets (found by its 8-byte signature
+at a multiple of 8, where nvcc and clang put one, see ``ALIGN``; then its entry headers chained from it);
+at the end the section headers say which of them lie in a section (one inside another's body is that
+one's payload). It stops as soon as nothing ahead can change that (the section headers are
 usually an ELF's last bytes: then at the end). The names ``DT_NEEDED`` points at lie in ``.dynstr``,
 which comes before ``.dynamic``: the stream is read a second time up to them (the first few MB).
 Memory stays at a chunk plus those small pieces; the search for signatures is most of its own time
@@ -197,17 +199,23 @@ def read_elf(read: Callable[[int, int], bytes], size: int, path: str) -> ElfFile
     kernels: list[Kernel] = []
     problems = [] if sections else ["no section headers (its fatbins, if any, were not read)"]
     for kind, offset, length in sections:
-        if (kind == _SHT_PROGBITS and length >= 16 and offset % ALIGN == 0 and offset + length <= size
-                and read(offset, 8) == SIGNATURE):
-            found, problem = _walk_seeking(read, offset, offset + length)
+        if kind != _SHT_PROGBITS or length < 16 or offset + length > size:
+            continue
+        pos, problem = offset, ""
+        if offset % ALIGN == 0 and read(offset, 8) == SIGNATURE:  # .nv_fatbin: header by header
+            found, problem, pos = _walk_seeking(read, offset, offset + length)
             kernels += found
-            problems.append(problem)
+        if not problem and pos < offset + length:  # the rest (cuFFT's .ldata): searched
+            found, problem = _scattered_seeking(read, pos, offset + length)
+            kernels += found
+        problems.append(problem)
     needed, soname = _names_seeking(read, segments, size)
     return ElfFile(path, tuple(kernels), needed, soname, problem=_problem(*problems))
 
 
-def _walk_seeking(read: Callable[[int, int], bytes], start: int, end: int) -> tuple[list[Kernel], str]:
-    """The kernels of the containers that fill ``[start, end)``, read header by header."""
+def _walk_seeking(read: Callable[[int, int], bytes], start: int, end: int) -> tuple[list[Kernel], str, int]:
+    """The kernels of the containers that fill ``[start, end)`` from its start, read header by header, and
+    where that stopped (``end``, or a gap wider than padding: what follows is searched)."""
     kernels: list[Kernel] = []
     pos = start
     while pos + 16 <= end:
@@ -216,20 +224,55 @@ def _walk_seeking(read: Callable[[int, int], bytes], start: int, end: int) -> tu
             ahead = read(pos, min(_MAX_PADDING + 16, end - pos))
             skip = next((k for k in signatures(ahead, pos) if k > 0), 0)
             if skip <= 0:
-                break
+                return kernels, "", pos
             pos += skip
             continue
-        at, stop = pos + 16, min(pos + 16 + size, end)
-        for _ in range(MAX_ENTRIES):
-            if at + ENTRY_SIZE > stop:
-                break
-            entry = decode_entry(read(at, ENTRY_SIZE))
-            if entry is None:
-                return kernels, f"a fatbin entry header at offset {at} does not read"
-            if entry.kernel is not None:
-                kernels.append(entry.kernel)
-            at += entry.length
+        found, problem = _entries_seeking(read, pos, min(pos + 16 + size, end))
+        kernels += found
+        if problem:
+            return kernels, problem, end
         pos += 16 + size
+    return kernels, "", end
+
+
+def _entries_seeking(read: Callable[[int, int], bytes], container: int, stop: int) -> tuple[list[Kernel], str]:
+    """The kernels of the entries of the container at ``container`` (whose body ends at ``stop``)."""
+    kernels: list[Kernel] = []
+    at = container + 16
+    for _ in range(MAX_ENTRIES):
+        if at + ENTRY_SIZE > stop:
+            break
+        entry = decode_entry(read(at, ENTRY_SIZE))
+        if entry is None:
+            return kernels, f"a fatbin entry header at offset {at} does not read"
+        if entry.kernel is not None:
+            kernels.append(entry.kernel)
+        at += entry.length
+    return kernels, ""
+
+
+#: The window a section is searched in for containers that do not start it.
+_SEARCH_WINDOW = 1 << 22
+
+
+def _scattered_seeking(read: Callable[[int, int], bytes], start: int, end: int) -> tuple[list[Kernel], str]:
+    """The kernels of every container in ``[start, end)`` found by its signature, where a library keeps
+    its own fatbins among other data (cuFFT's 24,000 in ``.ldata``), each read once (one inside another's
+    body is the other's payload)."""
+    found: set[int] = set()
+    for pos in range(start, end, _SEARCH_WINDOW):  # windows overlap by 7 bytes: a signature across two is seen
+        found.update(pos + k for k in signatures(read(pos, min(_SEARCH_WINDOW + 7, end - pos)), pos))
+    kernels: list[Kernel] = []
+    covered = start
+    for at in sorted(found):
+        size = decode_container(read(at, 16)) if at >= covered and at + 16 <= end else None
+        if size is None:
+            continue
+        more, problem = _entries_seeking(read, at, min(at + 16 + size, end))
+        kernels += more
+        if problem:
+            return kernels, problem
+        covered = at + 16 + size
     return kernels, ""
 
 
@@ -400,7 +443,7 @@ class _Scan:
         kernels: list[Kernel] = []
         problems = [] if self.sections else ["no section headers (its fatbins, if any, were not read)"]
         for kind, offset, length in self.sections or ():
-            if kind == _SHT_PROGBITS and offset in self.containers:
+            if kind == _SHT_PROGBITS:
                 found, problem = self._walk(offset, offset + length)
                 kernels += found
                 problems.append(problem)
@@ -408,17 +451,19 @@ class _Scan:
         return ElfFile(self.path, tuple(kernels), needed, soname, problem=_problem(*problems))
 
     def _walk(self, start: int, end: int) -> tuple[list[Kernel], str]:
+        """The kernels of every container in ``[start, end)``: the containers that fill ``.nv_fatbin``, and
+        those a library keeps among other data (cuFFT's in ``.ldata``); one inside another's body is that
+        one's payload."""
         kernels: list[Kernel] = []
-        pos = start
-        while pos + 16 <= end:
-            c = self.containers.get(pos)
-            if c is None:
-                pos = next((p for p in range(pos + 1, min(pos + _MAX_PADDING + 1, end)) if p in self.containers), end)
+        covered = start
+        for at in sorted(p for p in self.containers if start <= p < end):
+            if at < covered:
                 continue
+            c = self.containers[at]
             kernels += c.kernels
             if c.problem:
                 return kernels, c.problem
-            pos += 16 + c.size
+            covered = at + 16 + c.size
         return kernels, ""
 
     def _names(self, again: Callable[[int], Iterable[bytes]]) -> tuple[tuple[str, ...], str]:
