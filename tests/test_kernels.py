@@ -60,6 +60,37 @@ def test_a_named_gpu_no_file_has_a_kernel_for_fails_the_lock_naming_the_wheel_th
     assert not (ws.root / "locks" / "pylock.e.toml").exists()
 
 
+def test_a_known_gap_the_spec_allows_for_that_package_and_gpu_is_a_note(
+        ws: ScratchWorkspace, cli: Cli, index: IndexServer) -> None:
+    """``[resolution] allow-no-kernels``: a package known to need no kernel for a GPU (flashinfer-cubin's
+    trtllm-gen cubins are for sm_100/sm_103; on SM120 flashinfer runs others) is a note for that GPU only."""
+    allow = ('[resolution]\nallow-no-kernels = [{ package = "kern", gpus = ["10.0"], '
+             'reason = "its ops are for Hopper; not called on Blackwell" }]\n')
+    ws.write_spec("e", spec(index, 'kern = "==1.0"\nplain = "==1.0"', '["sm_100"]') + allow)
+    done = cli("lock", "e")
+    assert done.code == 0, done.err
+    assert ("  note: kern has no kernel for sm_100 (10.0), allowed by resolution.allow-no-kernels (its ops are "
+            "for Hopper; not called on Blackwell)") in done.out.splitlines()
+    # Another GPU the package lacks still fails: the allowance names its GPUs.
+    path = ws.write_spec("e", spec(index, 'kern = "==1.0"', '["sm_100", "sm_89"]') + allow)
+    failed = cli("lock", "e")
+    assert failed.code == 1
+    assert failed.err.splitlines()[1:] == ["  kern has no kernel for sm_89 (8.9): kern/ops.so: SASS sm_90; PTX "
+                                           "compute_120a"], failed.err
+    bad = ('[resolution]\nallow-no-kernels = [{ package = "kern", gpus = ["h100"], reason = "" }, '
+           '{ package = "kern", gpus = [] , reason = "x", extra = 1 }]\n')
+    path = ws.write_spec("e", spec(index, 'kern = "==1.0"', '["sm_100"]') + bad)
+    failed = cli("lock", "e")
+    assert failed.code == 2
+    assert failed.err.splitlines()[1:] == [
+        "  resolution.allow-no-kernels[0].reason: expected why the package needs no kernel for those GPUs, found ''",
+        "  resolution.allow-no-kernels[1].extra: unknown key; expected one of: gpus, package, reason",
+        "  resolution.allow-no-kernels[1].gpus: expected one GPU or more, as env.gpus names them (\"sm_120a\")",
+        "  resolution.allow-no-kernels[0].gpus[0]: expected a GPU as nvcc names its arch (\"sm_120a\", \"sm_90\") or "
+        "a compute capability (\"12.0\"), found 'h100'"], failed.err
+    assert str(path) in failed.err
+
+
 def test_with_sm_120a_it_passes_and_the_lock_records_the_arches_and_the_minimum_driver(  # type: ignore[no-untyped-def]
         ws, cli, index: IndexServer) -> None:
     ws.write_spec("e", spec(index, 'kern = "==1.0"\nplain = "==1.0"', '["sm_120a", "9.0"]'))

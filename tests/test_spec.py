@@ -127,8 +127,8 @@ BAD_SPECS = [
      ["resolution.exclude[1]: expected a package the spec does not declare, found 'sgl-fa4', which "
       "packages.SGL_fa4 requires (keep one of the two)"]),
     ('[resolution]\nexclud = ["sgl-fa4"]',
-     ["resolution.exclud: unknown key (did you mean 'exclude'?); expected one of: allow-overlap, exclude, overrides, "
-      "same-version"]),
+     ["resolution.exclud: unknown key (did you mean 'exclude'?); expected one of: allow-no-kernels, allow-overlap, "
+      "exclude, overrides, same-version"]),
     # A build makes the package of its own name (its wheel is checked to be that, after the build).
     ('[packages]\nmini = { build = "mk" }\n[sources.mini]\npath = "x"\n[builds.mk]\nsource = "mini"',
      ["packages.mini.build: expected 'mini': a build makes the package of its own name, so packages.mini comes "

@@ -28,6 +28,7 @@ from envlock.store.store import Store, store_file
 if TYPE_CHECKING:
     from envlock.model.mirrors import MirrorOptions, Mirrors
     from envlock.model.spec import EnvSpec
+    from envlock.model.spectables import AllowedGap
     from envlock.progress import Progress
     from envlock.workspace import Workspace
 
@@ -194,6 +195,9 @@ def check(spec: EnvSpec, packages: Sequence[PackageBinaries], *, fix: Mapping[st
         return []
     verdicts = _verdicts(packages, gpus)
     failed = [v for v in verdicts if not v.runs]
+    # A known gap the spec accepts (flashinfer-cubin's cubins are for sm_100/sm_103 only): a note.
+    allowed = [(v, gap) for v in failed if (gap := _allowance(spec, v)) is not None]
+    failed = [v for v in failed if all(v is not a for a, _ in allowed)]
     if failed:
         details = [v.problem() + (f"; {fix[v.package]}" if fix and v.package in fix else "") for v in failed]
         names = sorted({v.package for v in failed})
@@ -201,7 +205,19 @@ def check(spec: EnvSpec, packages: Sequence[PackageBinaries], *, fix: Mapping[st
                        f"for {', '.join(sorted({v.gpu.label for v in failed}))}", details=details)
     notes = [n for v in verdicts for n in v.notes()]
     notes += [f"{p.name}: {p.wheel} not read for env.gpus ({p.unread})" for p in packages if p.unread]
+    notes += [f"{v.package} has no kernel for {v.gpu.label}, allowed by resolution.allow-no-kernels ({gap.reason})"
+              for v, gap in allowed]
     return notes
+
+
+def _allowance(spec: EnvSpec, verdict: Verdict) -> AllowedGap | None:
+    """The ``[resolution] allow-no-kernels`` entry that accepts ``verdict``'s package lacking its GPU, or None."""
+    for gap in spec.resolution.allow_no_kernels:
+        if gap.package == verdict.package and any(
+                (g := Gpu.parse(name)) is not None and (g.major, g.minor) == (verdict.gpu.major, verdict.gpu.minor)
+                for name in gap.gpus):
+            return gap
+    return None
 
 
 def record(lock: Lock, packages: Sequence[PackageBinaries]) -> Lock:

@@ -237,6 +237,10 @@ def parse_spec(doc: Mapping[str, Any], *, name: str, origin: Path, root: Path | 
     _check_same_date(p, packages)
     _check_excluded_not_declared(p, packages_table, resolution)
     _check_overrides_keep_pins(p, packages, indexes, resolution)
+    for i, gap in enumerate(resolution.allow_no_kernels):
+        for j, gpu in enumerate(gap.gpus):
+            if (problem := _gpu_problem(gpu)) is not None:
+                p.add(f"resolution.allow-no-kernels[{i}].gpus[{j}]", problem)
     for target in named.values():  # a build's package is made for every target (or for none)
         _check_overrides_keep_pins(p, packages, indexes, ResolutionSpec(overrides=target.overrides),
                                    f"targets.{target.name}")

@@ -44,7 +44,7 @@ _FETCHCONTENT_KEYS = {"git", "rev", "url", "sha256"}
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 #: What an archive input may be: a tar file, compressed or not (FetchContent's URL kind, as upstream uses it).
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar")
-_RESOLUTION_KEYS = {"overrides", "exclude", "same-version", "allow-overlap"}
+_RESOLUTION_KEYS = {"overrides", "exclude", "same-version", "allow-overlap", "allow-no-kernels"}
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,18 @@ class ResolutionSpec:
     exclude: tuple[NormalizedName, ...] = ()
     same_version: tuple[tuple[NormalizedName, ...], ...] = ()
     allow_overlap: tuple[AllowedOverlap, ...] = ()  # exact paths two named distributions may both install
+    # Packages known to carry no kernel for some GPUs of ``gpus``, and why that is harmless there.
+    allow_no_kernels: tuple[AllowedGap, ...] = ()
+
+
+@dataclass(frozen=True)
+class AllowedGap:
+    """``[resolution] allow-no-kernels`` entry: ``package`` may carry no kernel for ``gpus`` (names as
+    ``env.gpus``'s), for ``reason`` (the GPU check notes it instead of failing)."""
+
+    package: NormalizedName
+    gpus: tuple[str, ...]
+    reason: str
 
 
 # -- reading a table, every problem collected ----------------------------------------
@@ -536,6 +548,37 @@ def parse_resolution(p: Problems, table: dict[str, Any]) -> ResolutionSpec:
         groups = [tuple(canonicalize_name(n) for n in g) for g in groups_raw]
     allowed = overlaps.parse(table.get("allow-overlap", []), "resolution.allow-overlap", p.add)
     return ResolutionSpec(overrides=overrides, exclude=tuple(exclude), same_version=tuple(groups),
-                          allow_overlap=allowed)
+                          allow_overlap=allowed, allow_no_kernels=_allowed_gaps(p, table))
+
+
+_GAP = '{ package = "torchao", gpus = ["sm_120a"], reason = "..." }'
+
+
+def _allowed_gaps(p: Problems, table: Mapping[str, Any]) -> tuple[AllowedGap, ...]:
+    """``[resolution] allow-no-kernels``: each a package, the GPUs (checked with ``env.gpus``) and a reason."""
+    raw = table.get("allow-no-kernels", [])
+    if not isinstance(raw, list):
+        p.add("resolution.allow-no-kernels", f"expected an array of {_GAP}, found {_found(raw)}")
+        return ()
+    out = []
+    for i, entry in enumerate(raw):
+        key = f"resolution.allow-no-kernels[{i}]"
+        if not isinstance(entry, dict):
+            p.add(key, f"expected {_GAP}, found {_found(entry)}")
+            continue
+        p.check_keys(key, entry, {"package", "gpus", "reason"})
+        package = get_str(p, entry, "package", key, required=True)
+        gpus = get_str_list(p, entry, "gpus", key)
+        reason = get_str(p, entry, "reason", key, required=True)
+        if package is not None and not PACKAGE_NAME.fullmatch(package):
+            p.add(f"{key}.package", f"expected a package name like \"torchao\", found {package!r}")
+            package = None
+        if not gpus:
+            p.add(f"{key}.gpus", "expected one GPU or more, as env.gpus names them (\"sm_120a\")")
+        if reason is not None and not reason.strip():
+            p.add(f"{key}.reason", "expected why the package needs no kernel for those GPUs, found ''")
+        if package is not None and gpus:  # its GPU names are checked with env.gpus's (spec.py)
+            out.append(AllowedGap(canonicalize_name(package), gpus, reason or ""))
+    return tuple(out)
 
 
