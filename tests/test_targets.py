@@ -527,7 +527,11 @@ def test_the_flagship_spec_with_an_x86_and_an_aarch64_target_locks_into_one_file
     locked = ws.lock_text("two")
     again = cli("lock", "two")
     assert again.code == 0, again.err
-    assert ws.lock_text("two") == locked, (r.out, again.out)
+
+    def said(out: str) -> list[str]:  # what each lock said, but the GPU check's thousand per-file notes
+        return [line for line in out.splitlines() if "has no kernel for" not in line]
+
+    assert ws.lock_text("two") == locked, (said(r.out), said(again.out))
     began = time.monotonic()
     assert cli("lock", "one").code == 0
     took_one = time.monotonic() - began
