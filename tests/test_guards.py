@@ -346,6 +346,28 @@ def test_a_listing_is_read_by_range_requests_where_the_record_sits(tmp_path: Pat
     assert wheelfiles.listing(Artifact(sha256="0" * 64, url=url), store).via == "cache"  # the server is gone
 
 
+def test_a_listing_whose_read_breaks_once_is_read_again(tmp_path: Path, store: Store) -> None:
+    """A range read cut mid-body (a dropped connection, a timeout under a saturated link) is tried again:
+    a file list that could not be read changes what the lock records, so a relock would differ."""
+    path = tmp_path / "cut-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("cut-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: cut\nVersion: 1.0\n"
+                                                  "Requires-Dist: tinydep\n")
+        zf.writestr("cut-1.0.dist-info/RECORD", "cut/__init__.py,sha256=abc,1\ncut-1.0.dist-info/RECORD,,\n")
+        zf.writestr("cut/__init__.py", "")
+    server = IndexServer(tmp_path / "served")
+    server.add("pypi", path)
+    server.faults[path.name] = "cut-once"
+    server.start()
+    try:
+        got = wheelfiles.listing(Artifact(sha256="1" * 64, url=server.file_url("pypi", path.name)), store)
+        asked = [rng for p, rng in server.requests if p.endswith(path.name)]
+    finally:
+        server.stop()
+    assert got.requires == ("tinydep",) and got.files == {"cut/__init__.py": "sha256=abc"}
+    assert asked == [f"bytes=-{wheelfiles.TAIL_BYTES}"] * 2  # the cut answer, then the whole one
+
+
 def test_a_stored_wheel_is_read_there_once_then_from_its_record(tmp_path: Path, store: Store) -> None:
     """The store's copy (verified bytes) is read once; a record of what an index served by ranges is
     not taken for it."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import time
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -99,15 +100,26 @@ def listing(artifact: Artifact, store: Store, *, base: Path | None = None) -> Wh
         return kept
     if artifact.url is None:
         raise ListingError("neither in the store nor at a URL")
-    try:
-        with _RemoteFile(artifact.url) as remote:
-            found = _read_zip(remote, "index")  # type: ignore[arg-type]  # a binary file, as zipfile reads one
-    except http.NoRangesError as exc:
-        raise RangesNotServedError(str(exc)) from None
-    except http.HttpError as exc:
-        raise ListingError(str(exc)) from None
+    # A failure that may pass (a timeout, a dropped connection, a 5xx, 429) is tried again: a listing that
+    # cannot be read changes what the lock records (its requires, the overlaps it checked), so a transient
+    # one would make a relock differ (seen with two targets' listings next to GBs of the GPU check's downloads).
+    for attempt in range(1, LISTING_TRIES + 1):
+        try:
+            with _RemoteFile(artifact.url) as remote:
+                found = _read_zip(remote, "index")  # type: ignore[arg-type]  # a binary file, as zipfile reads one
+            break
+        except http.NoRangesError as exc:
+            raise RangesNotServedError(str(exc)) from None
+        except http.HttpError as exc:
+            if not exc.retryable or attempt == LISTING_TRIES:
+                raise ListingError(str(exc) + (f" ({attempt} tries)" if attempt > 1 else "")) from None
+            time.sleep(0.5 * attempt)
     _keep(record, found, from_store=False)
     return found
+
+
+#: How many times a wheel's file list is read by range requests when the failure may pass.
+LISTING_TRIES = 3
 
 
 def _recorded(record: Path, *, from_store: bool) -> WheelListing | None:
