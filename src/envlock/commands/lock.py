@@ -146,7 +146,7 @@ def _lock_targets(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, stor
     with Listings() as listings:
         multitarget.check_dates(spec, urls, listings, kept)
         # The targets at once: each is mostly uv and the index's answers (another process, the network), so
-        # two targets take about the time of one where a core is free (benchmarks/targets.py).
+        # two targets take about the time of one where a core is free (benchmarks/lock.py --targets).
         with ThreadPoolExecutor(max_workers=len(spec.targets)) as pool:
             running = {name: pool.submit(_lock_target, ws, env, spec.for_target(name), mirrors, store, options,
                                          (old_file, olds.get(name)), listings)
