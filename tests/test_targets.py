@@ -155,7 +155,7 @@ def test_a_target_sees_its_own_platform_gpus_date_and_local_tag(ws: Workspace, i
     ("x86_64", "2.36", None, "x86"),
     ("aarch64", "2.39", None, "gb200"),
     ("x86_64", "2.36", "gb200", "gb200"),
-    ("x86_64", "2.17", None, "e.toml: no target runs on this machine (x86_64); targets: gb200 "
+    ("x86_64", "2.17", None, "e.toml: this machine (x86_64, glibc 2.17) is none of the targets: gb200 "
                              "(aarch64-manylinux_2_28), x86 (x86_64-manylinux_2_28); name one with --target NAME "
                              "(a sync installs only on a machine of its target)"),
     ("x86_64", "2.36", "gb20", "e.toml: --target gb20: no such target (did you mean 'gb200'?); targets: gb200 "
@@ -580,3 +580,112 @@ def test_bisect_over_nightly_dates_of_a_two_target_spec_on_this_machines_target(
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["first_bad"] == "2026-03-05", doc
+
+
+# -- a machine that is none of the lock's targets --------------------------------------------
+
+
+def _elsewhere_spec(server: IndexServer, date: str = "2026-03-05") -> str:
+    """Two targets, neither of them this machine: aarch64, and x86_64 with a glibc newer than this machine's
+    (``runs_here``: the machine's glibc must be at least the platform's; 2.40, the newest uv locks for)."""
+    if runs_here("x86_64-manylinux_2_40") or runs_here("aarch64-manylinux_2_28"):
+        pytest.skip("this machine runs one of the targets (an aarch64 machine, or glibc 2.40 or newer)")
+    return _spec(server, date=date).replace('platform = "x86_64-manylinux_2_28"', 'platform = "x86_64-manylinux_2_40"')
+
+
+def test_commands_on_the_whole_lock_work_on_a_machine_of_none_of_its_targets(
+        ws: Workspace, cli: Cli, indexes: IndexServer, tmp_path: Path) -> None:
+    from envlock.model.lockfile import LockFile
+    from envlock.model.targets import machine_words
+
+    ws.write_spec("e", _elsewhere_spec(indexes))
+    r = cli("lock", "e")
+    assert r.code == 0, r.err
+    assert cli("lock", "e", "--check").code == 0
+    old = tmp_path / "old.toml"
+    old.write_text(ws.lock_text("e"))
+    # upgrade relocks every target; its report is of the first, said so.
+    r = cli("upgrade", "e", "--nightly", "nightly=2026-03-07")
+    assert r.code == 0, r.err
+    note = (f"note: the report is of target gb200 (aarch64-manylinux_2_28): this machine ({machine_words()}) is none "
+            "of the lock's targets; --target NAME for another")
+    assert note in r.out.splitlines()
+    doc = tomllib.loads(ws.lock_text("e"))
+    assert {n: t["nightlies"]["torch"]["version"] for n, t in doc["tool"]["envlock"]["targets"].items()} == {
+        "gb200": "2.12.0.dev20260307", "x86": "2.12.0.dev20260307+cu130"}
+    # diff: the first target's, with the same note; --target for another.
+    r = cli("diff", str(old), "e", "--json")
+    assert r.code == 0, r.err
+    assert {c["name"]: (c["old"], c["new"]) for c in json.loads(r.out)["packages"]} == {
+        "torch": ("2.12.0.dev20260305", "2.12.0.dev20260307")}
+    assert r.err.splitlines() == [f"envlock: {note.replace('the report', 'the diff')}"]
+    r = cli("diff", str(old), "e", "--target", "x86", "--json")
+    assert r.code == 0 and r.err == ""
+    assert {c["name"]: c["new"] for c in json.loads(r.out)["packages"]} == {"torch": "2.12.0.dev20260307+cu130"}
+    # patch status and rebase read only the sources' pins: any target's.
+    found = LockFile.read(ws.root / "locks" / "pylock.e.toml")
+    assert found.lock is None
+    whole = found.lock_of(whole=True)
+    assert whole is not None and whole.target == "gb200"
+    assert cli("patch", "status", "e").code == 0
+    # gc keeps both targets' wheels; nightlies lists both.
+    assert cli("gc", "--json").code == 0
+    r = cli("nightlies", "e")
+    assert r.code == 0 and "target x86 (x86_64-manylinux_2_40):" in r.out
+    # kernels of a target named: its wheels are read, whichever machine this is; a pin keeps the whole file.
+    assert cli("kernels", "e", "--target", "gb200").code == 0
+    r = cli("pin", "e")
+    assert r.code == 0, r.err
+
+
+@pytest.mark.parametrize("command", [
+    ("verify", "e"), ("kernels", "e"), ("export", "e", "--out", "OUT"), ("cache", "push", "e", "--to", "CACHE"),
+    ("bisect", "e", "--nightly", "2026-03-04..2026-03-07", "--", "true"),
+])
+def test_a_command_on_one_target_says_this_machine_is_none_of_them(
+        ws: Workspace, cli: Cli, indexes: IndexServer, tmp_path: Path, command: tuple[str, ...]) -> None:
+    from envlock.model.targets import machine_words
+
+    ws.write_spec("e", _elsewhere_spec(indexes))
+    assert cli("lock", "e").code == 0
+    args = [a.replace("OUT", str(tmp_path / "out")).replace("CACHE", f"file://{tmp_path / 'cache'}") for a in command]
+    r = cli(*args)
+    assert r.code == 2
+    where = ws.root / ("envs/e.toml" if command[0] == "bisect" else "locks/pylock.e.toml")
+    if command[0] == "export":
+        where = Path("locks/pylock.e.toml")
+    assert r.err.splitlines() == [
+        f"envlock: error: {where}: this machine ({machine_words()}) is none of the targets: gb200 "
+        "(aarch64-manylinux_2_28), x86 (x86_64-manylinux_2_40); name one with --target NAME (a sync installs only "
+        "on a machine of its target)"]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+# -- a --target that names no target of the lock ------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [
+    ("diff", "e", "e", "--target", "NAME"), ("kernels", "e", "--target", "NAME"),
+    ("export", "e", "--target", "NAME", "--out", "OUT"), ("cache", "push", "e", "--target", "NAME", "--to", "CACHE"),
+    ("verify", "e", "--target", "NAME"),
+])
+@pytest.mark.parametrize(("targets", "name", "said"), [
+    (False, "x86", "--target x86: no such target; the lock has no [targets] (one target, x86_64-manylinux_2_28's); "
+                   "drop --target"),
+    (True, "gb20", "--target gb20: no such target (did you mean 'gb200'?); targets: gb200 (aarch64-manylinux_2_28), "
+                   "x86 (x86_64-manylinux_2_28)"),
+])
+def test_a_target_the_lock_has_not_is_an_error_naming_the_file_and_its_targets(
+        ws: Workspace, cli: Cli, indexes: IndexServer, tmp_path: Path, command: tuple[str, ...], targets: bool,
+        name: str, said: str) -> None:
+    ws.write_spec("e", _spec(indexes, targets=targets))
+    assert cli("lock", "e").code == 0
+    before = ws.lock_text("e")
+    args = [a.replace("NAME", name).replace("OUT", str(tmp_path / "out")).replace("CACHE", f"file://{tmp_path}/c")
+            for a in command]
+    r = cli(*args)
+    assert r.code == 2
+    where = "locks/pylock.e.toml" if command[0] == "export" else f"{ws.root}/locks/pylock.e.toml"
+    assert r.err.splitlines() == [f"envlock: error: {where}: {said}"]
+    assert r.out == "" and not (tmp_path / "out").exists() and not (tmp_path / "c").exists()
+    assert ws.lock_text("e") == before

@@ -32,7 +32,13 @@ from envlock import runner
 
 class _QuietServer(ThreadingHTTPServer):
     """A loopback server that does not print a client's dropped connection (a download stopped on
-    purpose, a keep-alive socket closed) to the stderr the tests compare."""
+    purpose, a keep-alive socket closed) to the stderr the tests compare.
+
+    Its listen backlog is 128, not socketserver's 5: uv opens dozens of connections at once (two uv
+    processes for a lock of two targets), and a connection the full backlog drops is retried by the
+    client's TCP only after 1 s, 3 s, 7 s..., which made a warm relock take 2 s or 17 s at random."""
+
+    request_queue_size = 128
 
     def handle_error(self, request: object, client_address: object) -> None:
         if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):

@@ -56,7 +56,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     mirror_flags(p, why=": --yanked reads it there; --source: --fetch fetches from there")
     p.add_argument("--target", metavar="NAME",
                    help="of locks with [targets.NAME]: the target to compare (default: the one whose platform this "
-                   "machine runs)")
+                   "machine runs; on a machine of none, the first, said in a note)")
     p.add_argument("--new-target", metavar="NAME",
                    help="the target read of NEW, when not --target's: `envlock diff ENV ENV --target x86 "
                    "--new-target gb200` says what differs between two targets")

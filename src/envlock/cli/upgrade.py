@@ -94,7 +94,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
                    help="move each build whose project upstream renamed (its [builds.NAME...] tables and its "
                    "package entry) to the new name, every comment kept")
     p.add_argument("--dry-run", action="store_true", help="write nothing (spec, lock, patches); the same report")
-    target_option(p, "whose lock the report compares (every target is relocked)")
+    target_option(p, "whose lock the report compares (every target is relocked; on a machine of none: the first)")
     mirror_flags(p)
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="the report for a terminal, as a block for a pull request, or one JSON document")

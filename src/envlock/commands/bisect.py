@@ -152,6 +152,9 @@ def bisect(ws: Workspace, env: str, options: BisectOptions,
         from envlock.model.mirrors import Mirrors
 
         Mirrors.of(load_env_spec(ws, env, check_paths=False), options.mirrors)
+    # Each step syncs here: a spec of targets none of which runs on this machine fails now, not at every step.
+    if (ws.root / "envs" / f"{env}.toml").is_file():
+        load_env_spec(ws, env, check_paths=False).on_this_machine(options.target)
     store = Store.open()
     before = generations.current_number(store, env)
     cands = _nightly_candidates(ws, env, store, options.nightly, options.mirrors, options.target) if options.nightly \

@@ -191,7 +191,7 @@ def _build_spec(ws: Workspace, spec: EnvSpec, mirrors: Mirrors, store: Store, pa
     old = LockFile.read(lock_path)
     if old.text is None:
         raise LockError(f"{lock_path}: no lock file; create it with `envlock lock {env}` before building")
-    lock = Lock.from_toml(old.text, lock_path, spec.target)
+    lock = Lock.from_toml(old.text, lock_path, spec.target, whole=True)  # a one-target lock the spec moved past too
     wanted = _wanted_builds(spec, packages)
     session = _open_session(ws, spec, store, lock, wanted, mirrors, options)
     planned, fetched = plan_builds(session, wanted, frozen=frozen or options.offline)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from envlock.commands.lockrefs import load_lock_ref, spec_at
 from envlock.errors import EnvlockError
 from envlock.model.spec import load_env_spec
+from envlock.model.targets import reported_note
 from envlock.resolution.drift import drift
 from envlock.store.store import Store
 from envlock.workspace import Workspace
@@ -29,8 +30,11 @@ def diff_refs(ws: Workspace, old: str, new: str, options: ReportOptions | None =
     """
     from envlock.commands.upgradereport import ReportOptions, upgrade_report
 
-    before, after = load_lock_ref(ws, old, targets[0]), load_lock_ref(ws, new, targets[1])
-    notes = []
+    # Not given a target, a machine of none of a lock's targets diffs too: its first target's, said in a note.
+    before = load_lock_ref(ws, old, targets[0], whole=targets[0] is None)
+    after = load_lock_ref(ws, new, targets[1], whole=targets[1] is None)
+    notes = list(dict.fromkeys(note for r, asked in ((before, targets[0]), (after, targets[1])) if asked is None
+                               and (note := reported_note(r.lock.target, r.lock.platform, "the diff")) is not None))
     for ref in sorted({r.env: r for r in (before, after) if r.env is not None}.values(), key=lambda r: str(r.env)):
         env = str(ref.env)
         if ref.path is None:  # never: an env name is read from its lock file

@@ -146,7 +146,7 @@ def _lock_targets(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, stor
     with Listings() as listings:
         multitarget.check_dates(spec, urls, listings, kept)
         # The targets at once: each is mostly uv and the index's answers (another process, the network), so
-        # two targets take about the time of one where a core is free (benchmarks/targets.py).
+        # two targets take about the time of one where a core is free (benchmarks/lock.py --targets).
         with ThreadPoolExecutor(max_workers=len(spec.targets)) as pool:
             running = {name: pool.submit(_lock_target, ws, env, spec.for_target(name), mirrors, store, options,
                                          (old_file, olds.get(name)), listings)
@@ -197,12 +197,7 @@ def _old_targets(old_file: LockFile) -> dict[str, Lock]:
 
 def _chosen(spec: EnvSpec, asked: str | None) -> str:
     """The target a multi-target lock result carries: ``asked``, else this machine's, else the first."""
-    try:
-        return pick({n: t.platform for n, t in spec.targets.items()}, asked, str(spec.path))
-    except LockError:
-        if asked is not None:
-            raise
-        return sorted(spec.targets)[0]
+    return pick({n: t.platform for n, t in spec.targets.items()}, asked, str(spec.path), whole=True)
 
 
 @dataclass(frozen=True)
@@ -537,7 +532,7 @@ def _target_locks(spec: EnvSpec, path: Path) -> dict[str, tuple[EnvSpec, Lock]]:
     lock); a spec of several targets whose file holds one (or the reverse) is stale for every target."""
     if not spec.targets:
         return {"": (spec, read_lock(path))}
-    one = read_lock(path, sorted(spec.targets)[0])  # a missing or malformed file is said as for any lock
+    one = read_lock(path, whole=True)  # a missing or malformed file is said as for any lock
     if one.multi is None:  # a one-target lock where the spec names targets: every target is stale for it
         return {name: (spec.for_target(name), one) for name in sorted(spec.targets)}
     locks = Lock.targets_of(load_toml(read_lock_bytes(path).decode("utf-8"), path, LockError), path)

@@ -47,11 +47,12 @@ def in_a_store(path: Path) -> bool:
     return any(p.name == f"v{LAYOUT_VERSION}" and (p.parent / "layout").is_file() for p in path.parents)
 
 
-def load_env_lock_ref(ws: Workspace, ref: str, env: str, command: str, target: str | None = None) -> LockRef:
+def load_env_lock_ref(ws: Workspace, ref: str, env: str, command: str, target: str | None = None, *,
+                      whole: bool = False) -> LockRef:
     """``load_lock_ref`` for ``envlock COMMAND ENV --lock REF``: another env's lock is refused (its
     generations would hold, or be held to, another env's packages); ``target``: of a lock of several
-    targets, the one read (None: this machine's)."""
-    found = load_lock_ref(ws, ref, target)
+    targets, the one read (None: this machine's; ``whole``: else the first, ``targets.pick``)."""
+    found = load_lock_ref(ws, ref, target, whole=whole)
     if found.lock.env and found.lock.env != env:
         raise UsageError(f"{found.label}: the lock of env {found.lock.env!r}, not {env!r}; "
                          f"expected `envlock {command} {found.lock.env} --lock {ref}`")
@@ -78,22 +79,22 @@ def _split_ref(ref: str) -> tuple[str, str | None]:
     return ref[:cut], rev
 
 
-def load_lock_ref(ws: Workspace, ref: str, target: str | None = None) -> LockRef:
+def load_lock_ref(ws: Workspace, ref: str, target: str | None = None, *, whole: bool = False) -> LockRef:
     """A lock from ``PATH``, ``PATH@GITREV`` (read with ``git show``) or an env name; of a lock of several
-    targets, ``target``'s (None: this machine's)."""
+    targets, ``target``'s (None: this machine's; ``whole``: else the first, ``targets.pick``)."""
     path_part, rev = _split_ref(ref)
     if rev is None and "/" not in ref and not ref.endswith(".toml") and not _lock_file_here(ws, ref):
-        return _env_lock(ws, ref, target)
+        return _env_lock(ws, ref, target, whole)
     if rev is None:
         given = Path.cwd() / path_part  # not resolved yet: `--lock <(git show REV:FILE)` is a pipe in /dev/fd
         if not given.exists():
             raise LockError(f"{ref}: no such lock file ({given})")
         path = given.resolve() if given.is_file() else given
-        return LockRef(read_lock(given, target), ref, path, path.parent)
-    return _git_lock(ws, ref, path_part, rev, target)
+        return LockRef(read_lock(given, target, whole=whole), ref, path, path.parent)
+    return _git_lock(ws, ref, path_part, rev, target, whole)
 
 
-def _env_lock(ws: Workspace, env: str, target: str | None = None) -> LockRef:
+def _env_lock(ws: Workspace, env: str, target: str | None = None, whole: bool = False) -> LockRef:
     """The lock file of env ``env`` in the workspace."""
     if not (ws.root / "envs").is_dir():  # diff runs outside a workspace too, for two lock paths
         raise UsageError(f"{env!r}: no such lock file, and {ws.root} is not inside an envlock workspace "
@@ -106,10 +107,11 @@ def _env_lock(ws: Workspace, env: str, target: str | None = None) -> LockRef:
                         + (f"create it with `envlock lock {env}`" if has_spec else
                            f"there is no envs/{env}.toml either (expected a lock path, PATH@GITREV or an env "
                            f"name; envs: {', '.join(ws.envs()) or 'none'})"))
-    return LockRef(read_lock(path, target), ws.relative(path), path, path.parent, env=env)
+    return LockRef(read_lock(path, target, whole=whole), ws.relative(path), path, path.parent, env=env)
 
 
-def _git_lock(ws: Workspace, ref: str, path_part: str, rev: str, target: str | None = None) -> LockRef:
+def _git_lock(ws: Workspace, ref: str, path_part: str, rev: str, target: str | None = None,
+              whole: bool = False) -> LockRef:
     """The lock file ``path_part`` as git has it at ``rev``: never written back; its ``path``
     wheels are relative to where the file lives in the work tree (locks/ -> ../wheelhouse/...)."""
     # Resolved: git names files by the repository's real path, not a symlink's.
@@ -130,7 +132,7 @@ def _git_lock(ws: Workspace, ref: str, path_part: str, rev: str, target: str | N
         text = shown.decode("utf-8")  # strictly, as read_lock reads a file
     except UnicodeDecodeError as exc:
         raise LockError(f"{ref}: not UTF-8 text (byte {exc.start}); not a lock file") from None
-    return LockRef(Lock.from_toml(text, ref, target), ref, None, path.parent, at=(repo, rev))
+    return LockRef(Lock.from_toml(text, ref, target, whole=whole), ref, None, path.parent, at=(repo, rev))
 
 
 def spec_at(ws: Workspace, ref: LockRef) -> EnvSpec | None:

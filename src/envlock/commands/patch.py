@@ -104,7 +104,8 @@ def patch_status(ws: Workspace, env: str, *, against: str | None = None,
     conflict; against another commit, merged 3-way as a rebase would, with the upstream commits
     that touch each patch's files."""
     spec = load_env_spec(ws, env)
-    lock = LockFile.read(ws.lock_path(env)).lock
+    # Of a lock of several targets, any one: a source is pinned alike on every target.
+    lock = LockFile.read(ws.lock_path(env)).lock_of(whole=True)
     store = Store.open()
     out: dict[str, tuple[PatchCheck, ...]] = {}
     commits: dict[str, str | None] = {}
@@ -187,7 +188,8 @@ def patch_edit(ws: Workspace, env: str, source: str, workdir: Path, *, against: 
         raise UsageError(f"{spec.path}: no [sources.{source}]; sources: {known}")
     src = spec.sources[source]
     store = Store.open()
-    lock = LockFile.read(ws.lock_path(env)).lock
+    # Of a lock of several targets, any one: a source is pinned alike on every target.
+    lock = LockFile.read(ws.lock_path(env)).lock_of(whole=True)
     mirrors = Mirrors.of(spec, asked, read_indexes=bool(asked and asked.indexes))  # --index: checked, unused
     reader = SourceReader(ws, store, lock, mirrors)
     prepared = reader.at(source, src, against=against)

@@ -63,7 +63,8 @@ def pin_env(ws: Workspace, store: Store, env: str, ref: str | None) -> Pin:
 def lock_bytes(ws: Workspace, env: str, ref: str | None, command: str) -> tuple[bytes, str]:
     """The bytes of ``ref`` (default: the workspace's lock of ``env``) and how to name it; another
     env's lock is refused."""
-    found = load_env_lock_ref(ws, ref if ref is not None else str(ws.lock_path(env)), env, command)
+    # The file's bytes, whichever targets it has: the env is checked on any of them (``whole``).
+    found = load_env_lock_ref(ws, ref if ref is not None else str(ws.lock_path(env)), env, command, whole=True)
     if found.path is not None and found.path.is_file():
         return found.path.read_bytes(), found.label if ref is not None else ws.relative(found.path)
     return found.lock.to_toml().encode(), found.label  # read from git: the writer gives the same bytes

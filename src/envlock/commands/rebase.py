@@ -157,7 +157,8 @@ def rebase(ws: Workspace, env: str, source: str, to: str, *, workdir: Path | Non
     src = _git_source(spec.sources.get(source), source, ws.relative(spec.path))
     store = Store.open()
     mirrors = Mirrors.of(spec, asked, read_indexes=bool(asked and asked.indexes))  # --index: checked, unused
-    lock = LockFile.read(ws.lock_path(env)).lock
+    # Of a lock of several targets, any one: a source is pinned alike on every target.
+    lock = LockFile.read(ws.lock_path(env)).lock_of(whole=True)
     reader = SourceReader(ws, store, lock, mirrors)
     pin, target = reader.at(source, src), reader.at(source, src, against=to)
     assert pin.commit is not None and target.commit is not None

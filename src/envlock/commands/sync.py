@@ -308,7 +308,8 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
     whole, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
     spec = whole.on_this_machine(options.target)  # a spec of several targets: this machine's
     mirrors = Mirrors.of(spec, options.mirrors, read_indexes=not offline)
-    found = read_lock(lock_path, spec.target) if frozen or lock_path.exists() else None
+    # whole: a one-target lock the spec (now of targets) has moved past reads, to be relocked
+    found = read_lock(lock_path, spec.target, whole=True) if frozen or lock_path.exists() else None
     if found is not None and found.env != env:
         # As for --lock: the env's generations would hold another env's packages.
         raise UsageError(f"{ws.relative(lock_path)}: the lock of env {found.env!r}, not {env!r}; expected "

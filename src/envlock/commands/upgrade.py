@@ -46,6 +46,7 @@ from envlock.model.mirrors import MirrorOptions, Mirrors
 from envlock.model.spec import EnvSpec, parse_spec, read_spec
 from envlock.model.specedit import SpecChange
 from envlock.model.specmoves import LATEST, NightlyMove, move_nightlies, move_versions
+from envlock.model.targets import reported_note
 from envlock.model.tomlio import load_toml
 from envlock.patches.patchapply import PatchStatus, status
 from envlock.patches.patchfile import load_patches
@@ -171,7 +172,9 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     spec_path, lock_path = ws.spec_path(env), ws.lock_path(env)
     spec, spec_bytes = read_spec(spec_path, name=env, root=ws.root)
     old_file = LockFile.read(lock_path)
-    old = old_file.lock if options.target is None else Lock.from_toml(old_file.text or "", lock_path, options.target)
+    # Every target is relocked, so a machine of none of them upgrades too: the report is of the first, said so.
+    old = old_file.lock_of(whole=True) if options.target is None else \
+        Lock.from_toml(old_file.text or "", lock_path, options.target)
     if old is None:
         raise LockError(f"{ws.relative(lock_path)}: no lock of env {env!r} to upgrade from (missing, or not a lock); "
                         f"create it with `envlock lock {env}`")
@@ -223,7 +226,13 @@ def upgrade(ws: Workspace, env: str, options: UpgradeOptions, progress: Progress
     return UpgradeResult(env=env, spec=spec_path, lock=lock_path, dry_run=options.dry_run,
                          written=not options.dry_run, plan=plan, patches=carried, report=report,
                          lock_changed=relocked.changed, unbuilt=relocked.lock.unbuilt(), note=relocked.note,
-                         notes=relocked.notes)
+                         notes=(*relocked.notes, *(_elsewhere(relocked.lock) if options.target is None else ())))
+
+
+def _elsewhere(lock: Lock) -> tuple[str, ...]:
+    """The note of a report of a target this machine is not (none of the lock's runs here)."""
+    note = reported_note(lock.target, lock.platform) if lock.target is not None else None
+    return (note,) if note is not None else ()
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def verify_workspace_env(ws: Workspace, store: Store, env: str, lock_ref: str | 
     lock: Lock | None
     writable = True
     if lock_ref is not None:
-        found = load_env_lock_ref(ws, lock_ref, env, "verify")
+        found = load_env_lock_ref(ws, lock_ref, env, "verify", target)
         lock, writable = found.lock, found.writable
     else:
         lock_path = ws.lock_path(env)

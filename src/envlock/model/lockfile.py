@@ -215,22 +215,31 @@ class Lock:
         return out
 
     @classmethod
-    def from_toml(cls, text: str, origin: Path | str, target: str | None = None) -> Lock:
+    def from_toml(cls, text: str, origin: Path | str, target: str | None = None, *, whole: bool = False) -> Lock:
         """The lock ``text`` (read from ``origin``) holds; ``LockError`` when it is no TOML or no lock.
-        ``target``: of a lock of several targets, the one to read (None: this machine's)."""
-        return cls.from_dict(load_toml(text, origin, LockError), origin, target)
+        ``target``: of a lock of several targets, the one to read (None: this machine's; ``whole``: else the
+        first, for a command on the whole file, ``targets.pick``)."""
+        return cls.from_dict(load_toml(text, origin, LockError), origin, target, whole=whole)
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any], origin: Path | str, target: str | None = None) -> Lock:
+    def from_dict(cls, doc: Mapping[str, Any], origin: Path | str, target: str | None = None, *,
+                  whole: bool = False) -> Lock:
         """The lock ``doc`` holds; ``LockError`` naming ``origin``, the key, what was found and expected.
-        A lock of several targets gives the one ``target`` names (None: the one this machine runs)."""
+        A lock of several targets gives the one ``target`` names (None: the one this machine runs; ``whole``:
+        else the first). A ``target`` (a user's ``--target``) named for a one-target lock is an error, it has
+        none; with ``whole`` (a target the spec names, of a file the spec has moved past) the lock is read."""
         _check_lock_version(doc, origin)
         try:
             if is_multi(doc):
                 from envlock.model.targets import pick  # packaging's parsers: only a lock of several targets
 
-                return _targets_from_dict(doc)[pick(platforms(doc), target, str(origin))]
-            return _lock_from_dict(doc)
+                return _targets_from_dict(doc)[pick(platforms(doc), target, str(origin), whole=whole)]
+            lock = _lock_from_dict(doc)
+            if target is not None and not whole:
+                from envlock.model.targets import no_targets
+
+                raise no_targets(str(origin), target, lock.platform)
+            return lock
         except BadKeyError as exc:
             raise LockError(f"{origin}: {exc}") from None
 
@@ -385,9 +394,9 @@ def read_lock_bytes(path: Path) -> bytes:
     return data
 
 
-def read_lock(path: Path, target: str | None = None) -> Lock:
+def read_lock(path: Path, target: str | None = None, *, whole: bool = False) -> Lock:
     """Load a lock file; ``LockError`` (exit 2) when it is missing or malformed. ``target``: of a lock
-    of several targets, the one to read (None: the one this machine runs)."""
+    of several targets, the one to read (None: the one this machine runs; ``whole``: else the first)."""
     try:
         text = read_lock_bytes(path).decode("utf-8")
     except FileNotFoundError:
@@ -397,7 +406,7 @@ def read_lock(path: Path, target: str | None = None) -> Lock:
         raise LockError(f"{path}: not UTF-8 text (byte {exc.start}); not a lock file") from None
     except OSError as exc:
         raise LockError(f"{path}: cannot read the lock ({exc.strerror})") from None
-    return Lock.from_toml(text, path, target)
+    return Lock.from_toml(text, path, target, whole=whole)
 
 
 @dataclass(frozen=True)
@@ -427,9 +436,14 @@ class LockFile:
     @property
     def lock(self) -> Lock | None:
         """The lock it holds; None when there is none, or what is there does not read as one."""
+        return self.lock_of()
+
+    def lock_of(self, target: str | None = None, *, whole: bool = False) -> Lock | None:
+        """The lock it holds (``target``, ``whole``: as ``Lock.from_toml``); None when there is none, or
+        what is there does not read as one, or has no such target."""
         if self.text is None:
             return None
         try:
-            return Lock.from_toml(self.text, self.path)
+            return Lock.from_toml(self.text, self.path, target, whole=whole)
         except LockError:
             return None

@@ -10,6 +10,7 @@ are answered with None, and the caller leaves the choice to uv.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections.abc import Iterable, Sequence
@@ -32,13 +33,19 @@ if TYPE_CHECKING:
 
 def target_tags(python: str, platform: str | None) -> list[Tag] | None:
     """Wheel tags for the target, best first; None when the platform form is not one we rank."""
+    tags = _target_tags(python, platform)
+    return list(tags) if tags is not None else None
+
+
+@functools.cache  # a lock asks for a target's tags ~8 times (each ~2 ms), a lock of two targets twice that
+def _target_tags(python: str, platform: str | None) -> tuple[Tag, ...] | None:
     from packaging.tags import compatible_tags, cpython_tags, sys_tags
 
     major, minor = (int(x) for x in python.split(".")[:2])
     if platform is None:
         if (major, minor) != sys.version_info[:2]:
             return None
-        return list(sys_tags())
+        return tuple(sys_tags())
     m = re.fullmatch(r"(x86_64|aarch64)-manylinux_2_(\d+)", platform)
     if not m:
         return None
@@ -51,7 +58,7 @@ def target_tags(python: str, platform: str | None) -> list[Tag] | None:
             plats.append(f"{legacy[minor_glibc]}_{arch}")
     plats.append(f"linux_{arch}")
     version = (major, minor)
-    return [*cpython_tags(version, platforms=plats), *compatible_tags(version, platforms=plats)]
+    return (*cpython_tags(version, platforms=plats), *compatible_tags(version, platforms=plats))
 
 
 def host_tags(python: str) -> list[Tag]:

@@ -133,10 +133,36 @@ def runs_here(platform: str, machine: str | None = None, glibc: str | None = Non
     return machine == m.group(1) and (major, minor) >= (2, int(m.group(2)))
 
 
+def machine_words(machine: str | None = None, glibc: str | None = None) -> str:
+    """This machine (or ``machine`` with ``glibc``) as a target's platform is judged: "x86_64, glibc 2.36"."""
+    arch = machine if machine is not None else host_platform.machine()
+    if glibc is None:
+        lib, version = host_platform.libc_ver()
+        glibc = version if lib == "glibc" else None
+    return f"{arch}, glibc {glibc}" if glibc else f"{arch}, no glibc"
+
+
+def no_targets(where: str, chosen: str, platform: str | None) -> LockError:
+    """``--target chosen`` given for the one-target lock (or spec) ``where``: it has no ``[targets]``."""
+    return LockError(f"{where}: --target {chosen}: no such target; the lock has no [targets] (one target, "
+                     f"{platform or 'this machine'}'s); drop --target")
+
+
+def reported_note(name: str | None, platform: str | None, what: str = "the report") -> str | None:
+    """Of a command on a whole lock of several targets (``pick(whole=True)``) that reports one target, ``name``
+    (of ``platform``): a note saying so where this machine is not one of it; None where it is (or no target)."""
+    if name is None or platform is None or runs_here(platform):
+        return None
+    return (f"{what} is of target {name} ({platform}): this machine ({machine_words()}) is none of the "
+            "lock's targets; --target NAME for another")
+
+
 def pick(platforms: Mapping[str, str], chosen: str | None, where: str, *, machine: str | None = None,
-         glibc: str | None = None) -> str:
+         glibc: str | None = None, whole: bool = False) -> str:
     """The target of ``platforms`` (name -> platform) a command works on: ``chosen`` (``--target``), else the
-    one whose platform this machine runs; ``LockError`` naming ``where`` when none or several do."""
+    one whose platform this machine runs; ``LockError`` naming ``where`` when none or several do. ``whole``:
+    the command works on the whole file (an upgrade, a diff, a patch's pins), so where none or several run
+    here it takes the first by name rather than fail (a machine of no target may relock them all)."""
     listed = ", ".join(f"{name} ({plat})" for name, plat in sorted(platforms.items()))
     if chosen is not None:
         if chosen in platforms:
@@ -146,9 +172,10 @@ def pick(platforms: Mapping[str, str], chosen: str | None, where: str, *, machin
     here = [name for name, plat in sorted(platforms.items()) if runs_here(plat, machine, glibc)]
     if len(here) == 1:
         return here[0]
-    arch = machine if machine is not None else host_platform.machine()
+    if whole:
+        return sorted(platforms)[0]
     if not here:
-        raise LockError(f"{where}: no target runs on this machine ({arch}); targets: {listed}; name one with "
-                        "--target NAME (a sync installs only on a machine of its target)")
+        raise LockError(f"{where}: this machine ({machine_words(machine, glibc)}) is none of the targets: "
+                        f"{listed}; name one with --target NAME (a sync installs only on a machine of its target)")
     raise LockError(f"{where}: {len(here)} targets run on this machine ({', '.join(here)}); choose one with "
                     "--target NAME")
