@@ -277,6 +277,22 @@ def test_a_package_runs_if_a_file_does_and_notes_the_others() -> None:
                                "1 other file(s) of it do"]
     [failing] = judge({"pkg": [not_here]}, [Gpu(10, 3, "sm_103")])
     assert failing.problem() == "pkg has no kernel for sm_103 (10.3): pkg/b.so: SASS sm_90; PTX compute_100a"
+    assert failing.note() == ""  # no file runs there: the failure, not a note
+    assert verdict.note() == "pkg: 1 of 2 kernel-bearing files has no kernel for sm_120a (12.0) (pkg/b.so)"
+
+
+def test_the_check_names_the_first_files_then_how_many_more() -> None:
+    """``note`` and ``problem(shown)`` are a line however many files lack the GPU (the check's text);
+    ``notes`` and ``problem()`` name each (``envlock kernels``)."""
+    lacking = [ElfFile(f"pkg/k{i}.so", (Kernel("sass", 100, "a"), Kernel("sass", 103, "a"))) for i in range(5)]
+    [partial] = judge({"pkg": [ElfFile("pkg/a.so", (Kernel("sass", 120, "a"),)), *lacking]}, [Gpu(12, 0, "sm_120a")])
+    assert partial.note(shown=2) == ("pkg: 5 of 6 kernel-bearing files have no kernel for sm_120a (12.0) "
+                                     "(pkg/k0.so, pkg/k1.so and 3 more)")
+    assert len(partial.notes()) == 5
+    [failing] = judge({"pkg": lacking}, [Gpu(9, 0, "sm_90")])
+    assert failing.problem(2) == ("pkg has no kernel for sm_90 (9.0): pkg/k0.so: SASS sm_100a, sm_103a; "
+                                  "pkg/k1.so: SASS sm_100a, sm_103a; and 3 more file(s) (sm_100a, sm_103a)")
+    assert failing.problem().count("pkg/k") == 5
 
 
 @pytest.mark.parametrize(("driver", "minimum", "older"), [

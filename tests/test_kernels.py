@@ -33,8 +33,13 @@ def index(tmp_path_factory: pytest.TempPathFactory, cuda_kit: CudaKit) -> Iterat
 
     add("kern", "1.0", {"kern/__init__.py": "", "kern/ops.so": cuda_kit.library("kern1", KERN_1).read_bytes()})
     add("kern", "2.0", {"kern/__init__.py": "", "kern/ops.so": cuda_kit.library("kern2", KERN_2).read_bytes()})
-    add("duo", "1.0", {"duo/a.so": cuda_kit.library("a", gencode("sm_120a")).read_bytes(),
-                       "duo/b.so": cuda_kit.library("b", gencode("sm_90")).read_bytes()})
+    sm120a = cuda_kit.library("a", gencode("sm_120a")).read_bytes()
+    sm90 = cuda_kit.library("b", gencode("sm_90")).read_bytes()
+    add("duo", "1.0", {"duo/a.so": sm120a, "duo/b.so": sm90})
+    # One file with a kernel for sm_120a, 20 without (flashinfer-cubin's sm_103 cubins, small).
+    many: dict[str, bytes | str] = {"many/a.so": sm120a, **{f"many/k{i:02}.so": sm90 for i in range(20)}}
+    add("many", "1.0", many)
+    server.add("pypi", build_wheel(root / "wheels", "many", "1.0", tag="py3-none-manylinux_2_28_aarch64", files=many))
     add("plain", "1.0", {"plain/__init__.py": "X = 1\n"})
     server.add("pypi", build_wheel(root / "wheels", "kern", "1.0", tag="py3-none-manylinux_2_28_aarch64",
                                    files={"kern/__init__.py": "",
@@ -121,12 +126,51 @@ def test_a_spec_without_gpus_locks_as_before(ws, cli, index: IndexServer) -> Non
     assert not (store_home / "v1" / "kernels").exists()  # no wheel was read for it
 
 
-def test_partial_coverage_is_a_note_per_file(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
+def test_partial_coverage_is_a_note_per_package_and_gpu(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]
     ws.write_spec("e", spec(index, 'duo = "==1.0"', '["sm_120a"]'))
     done = cli("lock", "e")
     assert done.code == 0, done.err
-    assert ("  note: duo: duo/b.so has no kernel for sm_120a (12.0) (SASS sm_90); 1 other file(s) of it do"
-            in done.out.splitlines())
+    assert ("  note: duo: 1 of 2 kernel-bearing files has no kernel for sm_120a (12.0) (duo/b.so); "
+            "`envlock kernels e` lists each file" in done.out.splitlines())
+
+
+def test_partial_coverage_of_many_files_is_one_line_with_the_count(ws: ScratchWorkspace, cli: Cli,
+                                                                   index: IndexServer) -> None:
+    """A real lock printed 1,146 such notes (a line per file): now one per package and GPU, naming three
+    files; ``envlock kernels`` (and its ``--json``) lists every file."""
+    ws.write_spec("e", spec(index, 'many = "==1.0"', '["sm_120a"]'))
+    done = cli("lock", "e")
+    assert done.code == 0, done.err
+    said = [line for line in done.out.splitlines() if "many" in line and "note:" in line]
+    assert said == ["  note: many: 20 of 21 kernel-bearing files have no kernel for sm_120a (12.0) (many/k00.so, "
+                    "many/k01.so, many/k02.so and 17 more); `envlock kernels e` lists each file"]
+    listing = cli("kernels", "e", "--json")
+    assert listing.code == 0, listing.err
+    [verdict] = json.loads(listing.out)["verdicts"]
+    assert [m["path"] for m in verdict["missing"]] == [f"many/k{i:02}.so" for i in range(20)]
+    assert verdict["files"] == ["many/a.so"]
+    shown = cli("kernels", "e")
+    assert sum("has no kernel for sm_120a" in line for line in shown.out.splitlines()) == 20  # each file there
+    ws.write_spec("e", spec(index, 'many = "==1.0"', '["sm_100"]'))  # no file has one: the failure, bounded too
+    failed = cli("lock", "e")
+    assert failed.code == 1
+    assert failed.err.splitlines()[1:] == [
+        "  many has no kernel for sm_100 (10.0): many/a.so: SASS sm_120a; many/k00.so: SASS sm_90; many/k01.so: "
+        "SASS sm_90; and 18 more file(s) (sm_90) (`envlock kernels e` lists each file)"]
+
+
+def test_each_target_notes_its_partial_coverage_in_a_line(ws: ScratchWorkspace, cli: Cli,
+                                                          index: IndexServer) -> None:
+    """A spec of targets: a line per package, GPU and target, naming the ``kernels --target`` that lists each."""
+    ws.write_spec("e", spec(index, 'many = "==1.0"').replace('platform = "x86_64-manylinux_2_28"\n', "")
+                  + '[targets.x86]\nplatform = "x86_64-manylinux_2_28"\ngpus = ["sm_120a"]\n'
+                  + '[targets.arm]\nplatform = "aarch64-manylinux_2_28"\ngpus = ["sm_120a"]\n')
+    done = cli("lock", "e")
+    assert done.code == 0, done.err
+    said = [line for line in done.out.splitlines() if "kernel" in line]
+    assert said == [f"  note: targets.{t}: many: 20 of 21 kernel-bearing files have no kernel for sm_120a (12.0) "
+                    f"(many/k00.so, many/k01.so, many/k02.so and 17 more); `envlock kernels e --target {t}` lists "
+                    "each file" for t in ("arm", "x86")]
 
 
 def test_kernels_says_which_gpu_runs_what(ws, cli, index: IndexServer) -> None:  # type: ignore[no-untyped-def]

@@ -528,8 +528,8 @@ def test_the_flagship_spec_with_an_x86_and_an_aarch64_target_locks_into_one_file
     again = cli("lock", "two")
     assert again.code == 0, again.err
 
-    def said(out: str) -> list[str]:  # what each lock said, but the GPU check's thousand per-file notes
-        return [line for line in out.splitlines() if "has no kernel for" not in line]
+    def said(out: str) -> list[str]:  # what each lock said (the GPU check's notes: a line per package and GPU)
+        return out.splitlines()
 
     assert ws.lock_text("two") == locked, (said(r.out), said(again.out))
     began = time.monotonic()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from envlock.errors import GpuError, SpecError, UsageError
 from envlock.gpu.binaries import Binaries, maybe_elf, read_tree, wheel_binaries
-from envlock.gpu.coverage import Gpu, Verdict, arches, carried, judge
+from envlock.gpu.coverage import SHOWN, Gpu, Verdict, arches, carried, judge
 from envlock.gpu.drivers import MIN_DRIVER, Need, min_driver, needs, older
 from envlock.gpu.elf import ElfFile
 from envlock.model.lockfile import Artifact, Lock, LockedKernels, LockedPackage, read_lock
@@ -189,7 +189,8 @@ def _verdicts(packages: Sequence[PackageBinaries], gpus: Sequence[Gpu]) -> list[
 def check(spec: EnvSpec, packages: Sequence[PackageBinaries], *, fix: Mapping[str, str] | None = None) -> list[str]:
     """Hold ``packages`` to the spec's ``[env] gpus``: ``GpuError`` naming every package with no kernel
     for a named GPU (its files and what they carry; ``fix``: package -> how to fix it); else the notes
-    (partial coverage, a file each; wheels that could not be read)."""
+    (partial coverage, a line per package and GPU naming the first few files; wheels that could not be read).
+    The failure names the first few files of each package too: ``envlock kernels`` lists every file."""
     gpus = spec_gpus(spec)
     if not gpus:
         return []
@@ -198,12 +199,14 @@ def check(spec: EnvSpec, packages: Sequence[PackageBinaries], *, fix: Mapping[st
     # A known gap the spec accepts (flashinfer-cubin's cubins are for sm_100/sm_103 only): a note.
     allowed = [(v, gap) for v in failed if (gap := _allowance(spec, v)) is not None]
     failed = [v for v in failed if all(v is not a for a, _ in allowed)]
+    listing = f"`envlock kernels {spec.name}{f' --target {spec.target}' if spec.target else ''}` lists each file"
     if failed:
-        details = [v.problem() + (f"; {fix[v.package]}" if fix and v.package in fix else "") for v in failed]
+        details = [v.problem(SHOWN) + (f" ({listing})" if len(v.missing) > SHOWN else "")
+                   + (f"; {fix[v.package]}" if fix and v.package in fix else "") for v in failed]
         names = sorted({v.package for v in failed})
         raise GpuError(f"{spec.path}: env.gpus: {', '.join(names)} {'has' if len(names) == 1 else 'have'} no kernel "
                        f"for {', '.join(sorted({v.gpu.label for v in failed}))}", details=details)
-    notes = [n for v in verdicts for n in v.notes()]
+    notes = [f"{n}; {listing}" for v in verdicts if (n := v.note())]  # a line per package and GPU
     notes += [f"{p.name}: {p.wheel} not read for env.gpus ({p.unread})" for p in packages if p.unread]
     notes += [f"{v.package} has no kernel for {v.gpu.label}, allowed by resolution.allow-no-kernels ({gap.reason})"
               for v, gap in allowed]

@@ -107,6 +107,10 @@ def carried(file: ElfFile) -> str:
     return "; ".join(parts) or "no kernels"
 
 
+#: How many files a note or an error of the GPU check names before "and N more" (``envlock kernels`` lists each).
+SHOWN = 3
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One package against one GPU."""
@@ -121,10 +125,13 @@ class Verdict:
         """Some file has a kernel for the GPU (a package none of whose files has one cannot run there)."""
         return bool(self.running)
 
-    def problem(self) -> str:
-        """The failure: the package, the GPU, and each file with what it carries."""
-        files = "; ".join(f"{f.path}: {carried(f)}" for f in self.missing)
-        return f"{self.package} has no kernel for {self.gpu.label}: {files}"
+    def problem(self, shown: int | None = None) -> str:
+        """The failure: the package, the GPU, and each file with what it carries (``shown``: the first
+        that many, then how many more and the arches they carry)."""
+        listed, rest = self.missing[:shown], self.missing[len(self.missing[:shown]):]
+        files = "; ".join(f"{f.path}: {carried(f)}" for f in listed)
+        more = f"; and {len(rest)} more file(s) ({', '.join(arches(rest)) or 'no kernels'})" if rest else ""
+        return f"{self.package} has no kernel for {self.gpu.label}: {files}{more}"
 
     def notes(self) -> list[str]:
         """Partial coverage: a note per file without a kernel for the GPU, when others have one."""
@@ -132,6 +139,16 @@ class Verdict:
             return []
         return [f"{self.package}: {f.path} has no kernel for {self.gpu.label} ({carried(f)}); "
                 f"{len(self.running)} other file(s) of it do" for f in self.missing]
+
+    def note(self, shown: int = SHOWN) -> str:
+        """Partial coverage in one line ("" when there is none): how many of the package's kernel-bearing
+        files have no kernel for the GPU, the first ``shown`` of them named, then how many more."""
+        if not self.runs or not self.missing:
+            return ""
+        n, names = len(self.missing), [f.path for f in self.missing]
+        listed = ", ".join(names[:shown]) + (f" and {n - shown} more" if n > shown else "")
+        return (f"{self.package}: {n} of {n + len(self.running)} kernel-bearing files "
+                f"{'has' if n == 1 else 'have'} no kernel for {self.gpu.label} ({listed})")
 
     def to_dict(self) -> dict[str, Any]:
         return {"package": self.package, "gpu": self.gpu.name or self.gpu.capability,
