@@ -735,14 +735,18 @@ def test_noop_stamp_vouches_only_for_unchanged_lock_spec_and_patch_bytes(
     assert check(None) is None
 
 
+def _lock_only_workspace(lock: Lock, tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    """A workspace holding ``lock`` and no spec, its lock file, and the environment of a home in ``tmp_path``."""
+    ws = tmp_path / "ws"
+    (ws / "envs").mkdir(parents=True)
+    lock_path = _write(lock, ws / "locks" / "pylock.demo.toml")
+    return ws, lock_path, {**os.environ, "ENVLOCK_HOME": str(tmp_path / "home")}
+
+
 def test_fast_noop_prints_what_the_full_path_prints_and_imports_nothing_heavy(
     locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
 ) -> None:
-    _server, v1, _ = locks
-    ws = tmp_path / "ws"
-    (ws / "envs").mkdir(parents=True)
-    lock_path = _write(v1, ws / "locks" / "pylock.demo.toml")
-    env = {**os.environ, "ENVLOCK_HOME": str(tmp_path / "home")}
+    ws, lock_path, env = _lock_only_workspace(locks[1], tmp_path)
     probe = (
         "import sys\nfrom envlock.cli.main import main\ncode = main(sys.argv[1:])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'packaging', 'tomllib', 'requests', "
@@ -955,11 +959,7 @@ def test_a_switch_to_a_venv_in_the_store_imports_no_packaging_and_no_spec(
 ) -> None:
     """``sync --lock`` of a lock whose venv is in the store (no spec in the workspace): the lock is
     parsed, the stored venv walked, a generation made, and packaging's parsers (~40 ms) never loaded."""
-    _server, v1, _ = locks
-    ws = tmp_path / "ws"
-    (ws / "envs").mkdir(parents=True)
-    lock_path = _write(v1, ws / "locks" / "pylock.demo.toml")
-    env = {**os.environ, "ENVLOCK_HOME": str(tmp_path / "home")}
+    ws, lock_path, env = _lock_only_workspace(locks[1], tmp_path)
     probe = (
         "import sys\nfrom envlock.cli.main import main\ncode = main(sys.argv[1:])\n"
         "print('loaded:', *sorted(m for m in sys.modules if m.split('.')[0] in {'packaging', 'email', 'socket', "
