@@ -184,7 +184,7 @@ def test_unstripped_cuda_build_is_bit_identical(
     # Built in a private mount namespace (root here; else unprivileged user namespaces): -lineinfo
     # wrote the fixed build path, never the scratch folder's.
     assert report["checks"][0]["fixed-build-path"] is True
-    assert (b"/tmp/envlock-build/src/csrc" in so) is lineinfo
+    assert (str(buildenv.FIXED / "src" / "csrc").encode() in so) is lineinfo
     _elsewhere(ws, tmp_path, monkeypatch, "second")
     r, report = _build(cli)
     assert report["rebuilt"] == 1

@@ -385,8 +385,8 @@ UNSAFE_URLS = [
     (_SRC, '"fd::3"',
      f"sources.s.git: {_GIT_EXPECTED}, found 'fd::3' (transport fd::, a remote helper git would start; "
      "envlock lets git use none)"),
-    (_SRC, '"ext::sh -c touch% /tmp/pwned"',
-     f"sources.s.git: {_GIT_EXPECTED}, found 'ext::sh -c touch% /tmp/pwned' (transport ext::, a remote helper git "
+    (_SRC, '"ext::sh -c touch% pwned"',
+     f"sources.s.git: {_GIT_EXPECTED}, found 'ext::sh -c touch% pwned' (transport ext::, a remote helper git "
      "would start; envlock lets git use none)"),
     (_SRC, '"Hg::https://x/repo"',
      f"sources.s.git: {_GIT_EXPECTED}, found 'Hg::https://x/repo' (transport Hg::, a remote helper git would start; "
