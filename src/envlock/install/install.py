@@ -27,7 +27,7 @@ from typing import Any
 
 from envlock import runner, timings
 from envlock.errors import InstallError, VerifyError
-from envlock.install.digest import Manifest, compare, manifest, stored_manifest
+from envlock.install.digest import Manifest, compare, keep_snapshot, manifest, stored_manifest, unchanged
 from envlock.model.lockfile import Artifact, Lock, canonicalize_name
 from envlock.store.durable import written_back
 from envlock.store.home import MANIFEST_NAME  # defined where the fast no-op reads it
@@ -105,6 +105,9 @@ def install(
     key = venv_key(lock)
     final = venv_path(store, key)
     with store.locked(venv_lock(key)):
+        if (as_verified := unchanged(final)) is not None:
+            timings.mark("the stored venv's stat snapshot taken again: as verified")
+            return InstallResult(final, key, as_verified, False, time.monotonic() - started)
         existing = stored_manifest(final)
         if existing is not None:
             actual = manifest(final, cache_dir=store.hash_cache)
@@ -115,6 +118,7 @@ def install(
                     f"(recorded {existing.digest}, found {actual.digest}); remove that folder and sync again",
                     details=compare(existing.entries, actual.entries).lines(),
                 )
+            keep_snapshot(final, actual)
             return InstallResult(final, key, actual, False, time.monotonic() - started)
         if final.exists():
             # Only a venv from a foreign writer could lack its manifest: not ours to trust.
@@ -153,6 +157,7 @@ def install(
             text = built.to_json().encode()
             write_atomic(work / MANIFEST_NAME, text)
             os.chmod(work / MANIFEST_NAME, 0o444)  # sealed like the rest
+            keep_snapshot(work, built)  # the next reuse of this venv: lstats alone (digest.Snapshot)
             written_back(work)  # so the rename waits for one fsync, not a syncfs of the file system
         timings.mark("the manifest written, the venv folder fsynced and renamed")
         shutil.rmtree(log_dir, ignore_errors=True)

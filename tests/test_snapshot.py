@@ -1,0 +1,107 @@
+"""A store venv's stat snapshot: a reuse (a switch, a rollback) answered by lstats alone, and every
+change a full walk would find still found."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from envlock.install import digest
+from envlock.install.digest import SNAPSHOT_NAME, Snapshot, keep_snapshot, unchanged
+
+OLD = 1_600_000_000  # a file time well before any walk in these tests
+
+
+def _file(path: Path, data: bytes, *, mode: int = 0o444) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    os.utime(path, (OLD, OLD))
+    path.chmod(mode)
+    return path
+
+
+def _store_venv(root: Path, cache: Path) -> tuple[Path, digest.Manifest]:
+    """A small sealed venv, walked as an install walks a new one, its snapshot kept."""
+    _file(root / "pyvenv.cfg", b"home = /opt/py/bin\n")
+    _file(root / "lib" / "pkg" / "a.py", b"A = 1\n")
+    _file(root / "lib" / "pkg" / "RECORD", b"pkg/a.py,,\n")
+    _file(root / "bin" / "tool", b"#!/bin/sh\n", mode=0o555)
+    (root / "bin" / "python").symlink_to("/opt/py/bin/python3")
+    _file(root / ".envlock-manifest.json", b"")
+    made = digest.manifest(root, cache_dir=cache)
+    (root / ".envlock-manifest.json").chmod(0o644)
+    (root / ".envlock-manifest.json").write_text(made.to_json())
+    keep_snapshot(root, made)
+    return root, made
+
+
+def test_an_unchanged_venv_is_answered_by_its_snapshot_with_the_manifest_it_was_built_with(tmp_path: Path) -> None:
+    venv, made = _store_venv(tmp_path / "v", tmp_path / "cache")
+    assert made.stat is not None
+    found = unchanged(venv)
+    assert found is not None and found.digest == made.digest and found.stat == made.stat
+    assert dict(found.entries) == dict(made.entries)  # read from the manifest file when asked
+    assert unchanged(venv, made.digest) is not None
+    assert unchanged(venv, "sha256:" + "0" * 64) is None  # the snapshot records another digest
+    # Python's byte-code folders come and go: not an edit of the venv.
+    (venv / "lib" / "pkg" / "__pycache__").mkdir()
+    (venv / "lib" / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    assert unchanged(venv) is not None
+
+
+@pytest.mark.parametrize("change", ["content", "mode", "added", "removed", "replaced", "symlink"])
+def test_every_change_a_full_walk_finds_makes_the_snapshot_differ(tmp_path: Path, change: str) -> None:
+    venv, made = _store_venv(tmp_path / "v", tmp_path / "cache")
+    target = venv / "lib" / "pkg" / "a.py"
+    if change == "content":  # same size, written in place (root writes a read-only file)
+        with open(target, "r+b") as fh:
+            fh.write(b"B")
+    elif change == "mode":
+        target.chmod(0o555)
+    elif change == "added":
+        _file(venv / "lib" / "pkg" / "b.py", b"")
+    elif change == "removed":
+        (venv / "lib" / "pkg" / "RECORD").unlink()
+    elif change == "replaced":  # same bytes and times, another file (inode)
+        _file(venv / "lib" / "pkg" / "new", b"B = 1\n")
+        os.replace(venv / "lib" / "pkg" / "new", target)
+    else:
+        (venv / "bin" / "python").unlink()
+        (venv / "bin" / "python").symlink_to("/elsewhere/python3")
+    assert unchanged(venv) is None
+    assert digest.manifest(venv).digest != made.digest  # and the full walk says what changed
+
+
+def test_a_walk_racing_a_write_keeps_no_snapshot_and_a_torn_one_matches_nothing(tmp_path: Path) -> None:
+    venv, made = _store_venv(tmp_path / "v", tmp_path / "cache")
+    # A file stamped in the very tick the walk began: a later write in that tick would keep its mtime.
+    now = os.stat(venv / "lib" / "pkg" / "a.py")
+    rows: list[digest.Row] = [("lib/pkg/a.py", now.st_mode, now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns)]
+    assert Snapshot.of(list(rows), now.st_mtime_ns) is None
+    assert Snapshot.of(list(rows), now.st_mtime_ns + 1) is not None
+    assert Snapshot.of(list(rows), None) is None  # no horizon (a walk without the store's cache)
+    os.utime(venv / "lib" / "pkg" / "a.py")  # touched now
+    assert digest.manifest(venv, cache_dir=tmp_path / "cache").stat is None
+    for torn in ["", made.digest, f"{made.digest} {'0' * 64}", "\0\0"]:
+        (venv / SNAPSHOT_NAME).write_text(torn)
+        assert unchanged(venv) is None
+
+
+def test_without_its_manifest_a_venv_is_not_taken_as_verified(tmp_path: Path) -> None:
+    venv, _ = _store_venv(tmp_path / "v", tmp_path / "cache")
+    (venv / ".envlock-manifest.json").unlink()
+    assert unchanged(venv) is None
+
+
+def test_an_edit_with_its_mtime_set_back_by_hand_is_left_to_verify(tmp_path: Path) -> None:
+    """What the snapshot, like the inode hash cache, deliberately trusts; ``envlock verify`` reads
+    every byte and finds it."""
+    venv, made = _store_venv(tmp_path / "v", tmp_path / "cache")
+    target = venv / "lib" / "pkg" / "a.py"
+    with open(target, "r+b") as fh:
+        fh.write(b"B")
+    os.utime(target, (OLD, OLD))
+    assert unchanged(venv) is not None
+    assert digest.manifest(venv, cache_dir=tmp_path / "cache", reuse=False).digest != made.digest
