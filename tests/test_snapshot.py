@@ -4,12 +4,14 @@ change a full walk would find still found."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from envlock.install import digest
 from envlock.install.digest import SNAPSHOT_NAME, Snapshot, keep_snapshot, unchanged
+from envlock.install.inodehashes import HashCache
 
 OLD = 1_600_000_000  # a file time well before any walk in these tests
 
@@ -74,16 +76,26 @@ def test_every_change_a_full_walk_finds_makes_the_snapshot_differ(tmp_path: Path
     assert digest.manifest(venv).digest != made.digest  # and the full walk says what changed
 
 
-def test_a_walk_racing_a_write_keeps_no_snapshot_and_a_torn_one_matches_nothing(tmp_path: Path) -> None:
-    venv, made = _store_venv(tmp_path / "v", tmp_path / "cache")
-    # A file stamped in the very tick the walk began: a later write in that tick would keep its mtime.
-    now = os.stat(venv / "lib" / "pkg" / "a.py")
-    rows: list[digest.Row] = [("lib/pkg/a.py", now.st_mode, now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns)]
-    assert Snapshot.of(list(rows), now.st_mtime_ns) is None
-    assert Snapshot.of(list(rows), now.st_mtime_ns + 1) is not None
-    assert Snapshot.of(list(rows), None) is None  # no horizon (a walk without the store's cache)
-    os.utime(venv / "lib" / "pkg" / "a.py")  # touched now
+def test_a_file_written_in_the_walks_own_clock_tick_is_read_again_before_it_is_vouched_for(tmp_path: Path) -> None:
+    """An install edits ``RECORD``s right before its walk: those are racy (a later write in the same
+    tick keeps the mtime), read again once the tick has passed, then in the snapshot."""
+    venv, _ = _store_venv(tmp_path / "v", tmp_path / "cache")
+    _file(venv / "lib" / "pkg" / "big.so", os.urandom(64 << 20))  # a walk of 0.1 s or more: past the tick
+    record = venv / "lib" / "pkg" / "RECORD"
+    soon = time.time_ns() + 20_000_000  # after the walk's horizon, before its end: racy
+    os.utime(record, ns=(soon, soon))
+    os.link(record, tmp_path / "uv-cache-link")  # shared, so only its being racy keeps it out of the cache
+    made = digest.manifest(venv, cache_dir=tmp_path / "cache", jobs=1)
+    assert HashCache.open(tmp_path / "cache").get(os.lstat(record)) is None  # it was racy
+    assert made.stat is not None and made.stat == Snapshot.taken(venv)  # and read again, vouched for
+    # A file stamped later than the walk's end is still in (or after) the tick: no snapshot at all.
+    os.utime(record, ns=(time.time_ns() + 10**10, time.time_ns() + 10**10))
     assert digest.manifest(venv, cache_dir=tmp_path / "cache").stat is None
+    assert digest.manifest(venv).stat is None  # a walk without the store's cache keeps none
+
+
+def test_a_torn_snapshot_matches_nothing(tmp_path: Path) -> None:
+    venv, made = _store_venv(tmp_path / "v", tmp_path / "cache")
     for torn in ["", made.digest, f"{made.digest} {'0' * 64}", "\0\0"]:
         (venv / SNAPSHOT_NAME).write_text(torn)
         assert unchanged(venv) is None

@@ -104,10 +104,8 @@ class Snapshot:
     """
 
     @staticmethod
-    def of(rows: list[Row], horizon_ns: int | None) -> str | None:
-        """The snapshot of a walk's ``rows`` (sorted here), or None when it cannot vouch for them."""
-        if horizon_ns is None or any(len(row) > 2 and row[5] >= horizon_ns for row in rows):
-            return None
+    def of(rows: list[Row]) -> str:
+        """The snapshot of a walk's ``rows`` (sorted here)."""
         rows.sort()
         return hashlib.sha256(repr(rows).encode("utf-8", "surrogateescape")).hexdigest()
 
@@ -136,8 +134,7 @@ class Snapshot:
                             rows.append((rel, "o"))
             finally:
                 os.close(fd)
-        rows.sort()
-        return hashlib.sha256(repr(rows).encode("utf-8", "surrogateescape")).hexdigest()
+        return Snapshot.of(rows)
 
 
 def keep_snapshot(venv: Path, made: Manifest) -> None:
@@ -224,7 +221,6 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     walk = _Walk(needles=_needles(known_as, None), where_uv_writes=_needles(known_as, python_home(root)),
                  known=cache.get if cache is not None else (lambda st: None), seal=seal,
                  threads=jobs or os.cpu_count() or 1)
-    horizon = cache.horizon_ns if cache is not None else None
     try:
         stack = [("", str(root))]
         while stack:
@@ -237,7 +233,7 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
         write_back(walk.read)
     if cache is not None:
         cache.save()
-    return Manifest(digest_of(walk.entries), walk.entries, Snapshot.of(walk.rows, horizon))
+    return Manifest(digest_of(walk.entries), walk.entries, walk.snapshot(root, cache) if cache is not None else None)
 
 
 @dataclass
@@ -324,6 +320,27 @@ class _Walk:
         finally:
             os.close(fd)
         return folders
+
+    def snapshot(self, root: Path, cache: HashCache) -> str | None:
+        """The walk's ``Snapshot``, or None when it cannot vouch for every row: a file changed in the
+        clock tick the walk began ("racy": a later write in that tick keeps its mtime, as the last
+        ``RECORD`` an install edits before its walk) is read again once that tick has passed, and
+        vouched for only with the bytes and the ``lstat`` the walk found."""
+        racy = [row for row in self.rows if len(row) > 2 and row[5] >= cache.horizon_ns]
+        if racy:
+            later = cache.now_ns()
+            for row in racy:
+                rel = row[0]
+                st = os.lstat(root / rel)
+                if ((st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != row[1:]
+                        or st.st_mtime_ns >= later or not stat.S_ISREG(st.st_mode)):
+                    return None
+                path = str(root / rel)
+                again = (_hash_pyvenv_cfg(path, self.where_uv_writes) if rel == "pyvenv.cfg"
+                         else _hash_file(path, self.needles)[0])
+                if not self.entries[rel].endswith(f" {again}"):
+                    return None
+        return Snapshot.of(self.rows)
 
     def hash_the_rest(self, cache: HashCache | None) -> None:
         """Hash the files the walk left (the small ones here, the big ones' threads waited for) into

@@ -88,6 +88,10 @@ class HashCache:
             entries = {}
         return cls(path, entries, _touch(folder / f".horizon-{os.getpid()}"), reuse=reuse)
 
+    def now_ns(self) -> int:
+        """"Now" on the file system's clock, as the horizon was taken (0 when it cannot be told)."""
+        return _touch(self.path.parent / f".horizon-{os.getpid()}")
+
     def get(self, st: os.stat_result) -> str | None:
         """The cached sha256 of the file with this ``lstat``, or None."""
         if not self._reuse:
