@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import marshal
 import os
 from pathlib import Path
 
@@ -92,6 +93,10 @@ def test_unreadable_cache_is_an_empty_one(tmp_path: Path) -> None:
     (only,) = (tmp_path / "cache").glob("*.marshal")
     only.write_bytes(b"\x00garbage")
     assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) is None
+    # Of our format, but not our values (the first format's, another program's): empty too.
+    for foreign in [(2, {os.lstat(f).st_ino: ("d",)}), (1, {(1, 2): (3, 4, "d")}), (2, [])]:
+        only.write_bytes(marshal.dumps(foreign))
+        assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) is None
 
 
 def test_walk_with_the_cache_gives_the_same_manifest(tmp_path: Path) -> None:

@@ -6,10 +6,9 @@ earlier walk already hashed: re-reading them (GBs for a CUDA stack) is what made
 warm sync several times slower than uv itself. The cache maps an inode to the
 sha256 of its bytes, together with the size and mtime it had when it was hashed:
 
-    "st_dev:st_ino:st_size:st_mtime_ns" -> sha256 hex
+    st_ino -> (st_dev, st_size, st_mtime_ns, sha256 hex)
 
-A hit needs all four to match the file's ``lstat`` now (one string per key and value: the
-cache of a CUDA stack's 100,000 files loads in milliseconds). Writing a file's content
+A hit needs all four to match the file's ``lstat`` now. Writing a file's content
 always sets its mtime to the current time, so a changed file misses. The one way
 this could be fooled is a write within the same clock tick as the hash (same
 mtime), which git calls "racy clean"; it is handled like git does: an entry is kept
@@ -51,9 +50,8 @@ KEEP_UNUSED = 200_000
 _FORMAT = 2
 
 
-def key(st: os.stat_result) -> str:
-    """The cache's key of the file with this ``lstat``: its inode, size and mtime."""
-    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+#: What the cache holds of a file: (device, size, mtime, sha256 hex), by its inode number.
+Value = tuple[int, int, int, str]
 
 
 class HashCache:
@@ -62,11 +60,11 @@ class HashCache:
     Used from one thread (the walk's), so it takes no lock.
     """
 
-    def __init__(self, path: Path, entries: dict[str, str], horizon_ns: int, *, reuse: bool) -> None:
+    def __init__(self, path: Path, entries: dict[int, Value], horizon_ns: int, *, reuse: bool) -> None:
         self.path = path
         self._old = entries
-        self._used: list[str] = []
-        self._new: dict[str, str] = {}
+        self._used: list[int] = []
+        self._new: dict[int, Value] = {}
         #: "Now" on the file system's clock when the walk began: a file changed since may have
         #: changed in the same clock tick as it was read (``put``, ``digest.Snapshot``).
         self.horizon_ns = horizon_ns
@@ -79,10 +77,11 @@ class HashCache:
         ``reuse=False`` (``verify``): never answer from the cache, only record.
         """
         path = folder / "inodes.marshal"
-        entries: dict[str, str] = {}
+        entries: dict[int, Value] = {}
         try:  # loaded also when not answered from: saving keeps the other venvs' entries
             data = marshal.loads(path.read_bytes())
-            if isinstance(data, tuple) and len(data) == 2 and data[0] == _FORMAT and isinstance(data[1], dict):
+            if (isinstance(data, tuple) and len(data) == 2 and data[0] == _FORMAT and isinstance(data[1], dict)
+                    and all(type(v) is tuple and len(v) == 4 for v in data[1].values())):
                 entries = data[1]
         except (OSError, EOFError, ValueError, TypeError):
             entries = {}
@@ -96,11 +95,11 @@ class HashCache:
         """The cached sha256 of the file with this ``lstat``, or None."""
         if not self._reuse:
             return None
-        k = key(st)
-        found = self._old.get(k)
-        if found is not None:
-            self._used.append(k)
-        return found
+        found = self._old.get(st.st_ino)
+        if found is None or found[0] != st.st_dev or found[1] != st.st_size or found[2] != st.st_mtime_ns:
+            return None
+        self._used.append(st.st_ino)
+        return found[3]
 
     def put(self, st: os.stat_result, digest: str) -> None:
         """Remember ``digest`` for the file with this ``lstat`` (taken before it was read).
@@ -109,9 +108,9 @@ class HashCache:
         when it has one link (the module docstring).
         """
         if st.st_mtime_ns < self.horizon_ns and st.st_nlink > 1:
-            k = key(st)
-            if self._old.get(k) != digest:
-                self._new[k] = digest
+            value = (st.st_dev, st.st_size, st.st_mtime_ns, digest)
+            if self._old.get(st.st_ino) != value:
+                self._new[st.st_ino] = value
 
     def save(self) -> None:
         """Write the entries used or made by this walk, plus older ones up to ``KEEP_UNUSED``.
