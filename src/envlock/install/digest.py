@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import os
 import stat
 import threading
@@ -107,7 +108,8 @@ class Snapshot:
     def of(rows: list[Row]) -> str:
         """The snapshot of a walk's ``rows`` (sorted here)."""
         rows.sort()
-        return hashlib.sha256(repr(rows).encode("utf-8", "surrogateescape")).hexdigest()
+        # marshal's version 2 has no references between objects: the same rows, the same bytes.
+        return hashlib.sha256(marshal.dumps(rows, 2)).hexdigest()
 
     @staticmethod
     def taken(venv: Path) -> str:
@@ -361,15 +363,13 @@ def digest_of(entries: Mapping[str, str]) -> str:
     """The venv digest over a manifest's entries: one line per entry, sorted by the path's bytes."""
     # UTF-8 keeps code point order, so for the usual all-ASCII-or-UTF-8 names sorting the
     # strings is sorting their bytes; names holding undecodable bytes (surrogate escapes)
-    # are sorted by their bytes explicitly.
-    names = list(entries)
-    if all(name.isascii() for name in names):
-        names.sort()
-    else:
-        names.sort(key=os.fsencode)
-    text = "".join(f"{name}\0{entries[name]}\n" for name in names)
-    if text.count("\n") != len(names):  # a name or a symlink target holds a newline (never in uv's venvs)
-        text = "".join(_line(name, entries[name]) for name in names)
+    # are sorted by their bytes explicitly. (Pairs sort by their names: no two are equal.)
+    items = sorted(entries.items())
+    if not "".join(entries).isascii():
+        items.sort(key=lambda item: os.fsencode(item[0]))
+    text = "\n".join(map("\0".join, items)) + "\n" if items else ""
+    if text.count("\n") != len(items):  # a name or a symlink target holds a newline (never in uv's venvs)
+        text = "".join(_line(name, descriptor) for name, descriptor in items)
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
