@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envlock.install import digest
-from envlock.install.digest import SNAPSHOT_NAME, Snapshot, keep_snapshot, unchanged
+from envlock.install.digest import Snapshot, keep_snapshot, unchanged
 from envlock.install.inodehashes import HashCache
 
 OLD = 1_600_000_000  # a file time well before any walk in these tests
@@ -35,22 +35,27 @@ def _store_venv(root: Path, cache: Path) -> tuple[Path, digest.Manifest]:
     made = digest.manifest(root, cache_dir=cache)
     (root / ".envlock-manifest.json").chmod(0o644)
     (root / ".envlock-manifest.json").write_text(made.to_json())
-    keep_snapshot(root, made)
+    keep_snapshot(_kept(root), made)
     return root, made
+
+
+def _kept(venv: Path) -> Path:
+    """Where these tests keep a venv's snapshot (the store keeps it under ``hashes/snapshots/``)."""
+    return venv.parent / "snapshots" / venv.name
 
 
 def test_an_unchanged_venv_is_answered_by_its_snapshot_with_the_manifest_it_was_built_with(tmp_path: Path) -> None:
     venv, made = _store_venv(tmp_path / "v", tmp_path / "cache")
     assert made.stat is not None
-    found = unchanged(venv)
+    found = unchanged(venv, _kept(venv))
     assert found is not None and found.digest == made.digest and found.stat == made.stat
     assert dict(found.entries) == dict(made.entries)  # read from the manifest file when asked
-    assert unchanged(venv, made.digest) is not None
-    assert unchanged(venv, "sha256:" + "0" * 64) is None  # the snapshot records another digest
+    assert unchanged(venv, _kept(venv), made.digest) is not None
+    assert unchanged(venv, _kept(venv), "sha256:" + "0" * 64) is None  # the snapshot records another digest
     # Python's byte-code folders come and go: not an edit of the venv.
     (venv / "lib" / "pkg" / "__pycache__").mkdir()
     (venv / "lib" / "pkg" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
-    assert unchanged(venv) is not None
+    assert unchanged(venv, _kept(venv)) is not None
 
 
 @pytest.mark.parametrize("change", ["content", "mode", "added", "removed", "replaced", "symlink"])
@@ -72,7 +77,7 @@ def test_every_change_a_full_walk_finds_makes_the_snapshot_differ(tmp_path: Path
     else:
         (venv / "bin" / "python").unlink()
         (venv / "bin" / "python").symlink_to("/elsewhere/python3")
-    assert unchanged(venv) is None
+    assert unchanged(venv, _kept(venv)) is None
     assert digest.manifest(venv).digest != made.digest  # and the full walk says what changed
 
 
@@ -97,14 +102,14 @@ def test_a_file_written_in_the_walks_own_clock_tick_is_read_again_before_it_is_v
 def test_a_torn_snapshot_matches_nothing(tmp_path: Path) -> None:
     venv, made = _store_venv(tmp_path / "v", tmp_path / "cache")
     for torn in ["", made.digest, f"{made.digest} {'0' * 64}", "\0\0"]:
-        (venv / SNAPSHOT_NAME).write_text(torn)
-        assert unchanged(venv) is None
+        _kept(venv).write_text(torn)
+        assert unchanged(venv, _kept(venv)) is None
 
 
 def test_without_its_manifest_a_venv_is_not_taken_as_verified(tmp_path: Path) -> None:
     venv, _ = _store_venv(tmp_path / "v", tmp_path / "cache")
     (venv / ".envlock-manifest.json").unlink()
-    assert unchanged(venv) is None
+    assert unchanged(venv, _kept(venv)) is None
 
 
 def test_an_edit_with_its_mtime_set_back_by_hand_is_left_to_verify(tmp_path: Path) -> None:
@@ -115,5 +120,18 @@ def test_an_edit_with_its_mtime_set_back_by_hand_is_left_to_verify(tmp_path: Pat
     with open(target, "r+b") as fh:
         fh.write(b"B")
     os.utime(target, (OLD, OLD))
-    assert unchanged(venv) is not None
+    assert unchanged(venv, _kept(venv)) is not None
     assert digest.manifest(venv, cache_dir=tmp_path / "cache", reuse=False).digest != made.digest
+
+
+def test_the_store_keeps_a_venvs_snapshot_outside_it_and_drops_it_with_the_venv(tmp_path: Path) -> None:
+    from envlock.store.store import Store
+
+    store = Store.open(tmp_path / "home")
+    key = "sha256-" + "a" * 64
+    venv, made = _store_venv(store.root / "venvs" / key, store.hash_cache)
+    keep_snapshot(store.venv_snapshot(key), made)
+    assert store.venv_snapshot(key).parent == store.hash_cache / "snapshots"
+    assert unchanged(venv, store.venv_snapshot(key)) is not None
+    store.remove_entry("venvs", key)
+    assert not venv.exists() and not store.venv_snapshot(key).exists()

@@ -50,8 +50,6 @@ Hashed = tuple[str, bool]
 #: One entry of a walk as its lstat saw it: (path, mode, device, inode, size, mtime) for a file or a
 #: symlink, (path, "d") for a folder, (path, "o") for anything else (``Snapshot``).
 Row = tuple[str, int, int, int, int, int] | tuple[str, str]
-#: Beside the manifest in a store venv: the venv digest and the stat snapshot of the walk that verified it.
-SNAPSHOT_NAME = ".envlock-snapshot"
 
 
 @dataclass(frozen=True)
@@ -139,28 +137,30 @@ class Snapshot:
         return Snapshot.of(rows)
 
 
-def keep_snapshot(venv: Path, made: Manifest) -> None:
-    """Record ``made`` (a walk of store venv ``venv`` with the digest it was built with) and its stat
-    snapshot in the venv, for the next ``unchanged``; nothing when the walk gave no snapshot.
+def keep_snapshot(path: Path, made: Manifest) -> None:
+    """Record ``made`` (a walk of a store venv, with the digest it was built with) and its stat snapshot
+    in file ``path`` (``Store.venv_snapshot``), for the next ``unchanged``; nothing when the walk gave
+    no snapshot.
 
     Not synced: a snapshot lost or torn in a crash matches nothing, and the next reuse walks in full.
     """
     if made.stat is None:
         return
-    temp = venv / f"{SNAPSHOT_NAME}.{os.getpid()}.tmp"
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         temp.write_text(f"{made.digest} {made.stat}\n", encoding="utf-8")
-        os.replace(temp, venv / SNAPSHOT_NAME)
-    except OSError:  # a venv we cannot write to: its reuses walk in full
+        os.replace(temp, path)
+    except OSError:  # a store we cannot write to: reuses walk in full
         temp.unlink(missing_ok=True)
 
 
-def unchanged(venv: Path, digest: str | None = None) -> Manifest | None:
-    """Store venv ``venv``'s manifest (its entries read on first use) when its stat snapshot still
-    holds (``Snapshot``), and it records ``digest`` when one is given; else None, and only a full walk
-    can tell what the venv holds."""
+def unchanged(venv: Path, snapshot_file: Path, digest: str | None = None) -> Manifest | None:
+    """Store venv ``venv``'s manifest (its entries read on first use) when the stat snapshot in
+    ``snapshot_file`` still holds (``Snapshot``), and it records ``digest`` when one is given; else
+    None, and only a full walk can tell what the venv holds."""
     try:
-        recorded, _, snapshot = (venv / SNAPSHOT_NAME).read_text(encoding="utf-8").strip().partition(" ")
+        recorded, _, snapshot = snapshot_file.read_text(encoding="utf-8").strip().partition(" ")
     except (OSError, ValueError):
         return None
     if not snapshot or (digest is not None and recorded != digest) or not (venv / MANIFEST_NAME).is_file():

@@ -420,13 +420,14 @@ def _check_unchanged(store: Store, gen: Generation) -> None:
     from envlock.install import digest
 
     venv = gen.store_venv or gen.venv  # as install named it, unresolved
-    if digest.unchanged(venv, gen.venv_digest) is not None:
+    snapshot = store.venv_snapshot(venv.name) if venv.parent == store.root / "venvs" else None
+    if snapshot is not None and digest.unchanged(venv, snapshot, gen.venv_digest) is not None:
         return
     actual = digest.manifest(venv, cache_dir=store.hash_cache)
     if actual.digest == gen.venv_digest:
         built = digest.stored_manifest(venv)
-        if built is not None and built.digest == actual.digest:  # as the venv was built: vouched for
-            digest.keep_snapshot(venv, actual)
+        if snapshot is not None and built is not None and built.digest == actual.digest:  # as built
+            digest.keep_snapshot(snapshot, actual)
         return
     reference = digest.recorded_manifest(store.path("manifests", gen.venv_digest), gen.venv_digest, venv)
     lines = digest.differing_lines(reference, actual, gen.venv_digest)

@@ -98,14 +98,15 @@ def install(
 
     Concurrent installs of one lock serialize on the store; the second reuses the
     first's entry. Either way the result's manifest is a walk taken now: a reused
-    entry is walked again, and one someone edited since it was built is a
+    entry is checked again (its stat snapshot, else a full walk), and one someone edited since it was built is a
     ``VerifyError`` naming the files (it must not become current).
     """
     started = time.monotonic()
     key = venv_key(lock)
     final = venv_path(store, key)
     with store.locked(venv_lock(key)):
-        if (as_verified := unchanged(final)) is not None:
+        snapshot = store.venv_snapshot(venv_entry(key))
+        if (as_verified := unchanged(final, snapshot)) is not None:
             timings.mark("the stored venv's stat snapshot taken again: as verified")
             return InstallResult(final, key, as_verified, False, time.monotonic() - started)
         existing = stored_manifest(final)
@@ -118,7 +119,7 @@ def install(
                     f"(recorded {existing.digest}, found {actual.digest}); remove that folder and sync again",
                     details=compare(existing.entries, actual.entries).lines(),
                 )
-            keep_snapshot(final, actual)
+            keep_snapshot(snapshot, actual)
             return InstallResult(final, key, actual, False, time.monotonic() - started)
         if final.exists():
             # Only a venv from a foreign writer could lack its manifest: not ours to trust.
@@ -157,8 +158,8 @@ def install(
             text = built.to_json().encode()
             write_atomic(work / MANIFEST_NAME, text)
             os.chmod(work / MANIFEST_NAME, 0o444)  # sealed like the rest
-            keep_snapshot(work, built)  # the next reuse of this venv: lstats alone (digest.Snapshot)
             written_back(work)  # so the rename waits for one fsync, not a syncfs of the file system
+        keep_snapshot(snapshot, built)  # the next reuse of this venv: lstats alone (digest.Snapshot)
         timings.mark("the manifest written, the venv folder fsynced and renamed")
         shutil.rmtree(log_dir, ignore_errors=True)
         save_manifest(store, built, text)
