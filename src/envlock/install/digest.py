@@ -98,8 +98,8 @@ class Snapshot:
     entry was added, removed or replaced, no mode changed and no file was written to since the walk
     that hashed it: what the inode hash cache vouches for too (``inodehashes``: nobody rewrites a file
     and sets its mtime back by hand), which is all a switch relied on before. ``envlock verify`` never
-    answers from it. A walk with an entry changed since its horizon (the same clock tick as its read,
-    "racy clean") gives no snapshot: the next reuse walks the venv in full again.
+    answers from it. A file changed in the clock tick its walk began ("racy clean") is read again before
+    the walk's snapshot vouches for it (``_Walk.snapshot``).
     """
 
     @staticmethod
@@ -200,6 +200,7 @@ def python_home(venv: Path) -> str | None:
 
 
 _WRITABLE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+_NEVER = 1 << 64  # the horizon of a walk that keeps no snapshot: no file is racy for it
 
 
 def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
@@ -222,7 +223,7 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     known_as = prefix.absolute() if prefix else root
     walk = _Walk(needles=_needles(known_as, None), where_uv_writes=_needles(known_as, python_home(root)),
                  known=cache.get if cache is not None else (lambda st: None), seal=seal,
-                 threads=jobs or os.cpu_count() or 1)
+                 threads=jobs or os.cpu_count() or 1, horizon=cache.horizon_ns if cache is not None else _NEVER)
     try:
         stack = [("", str(root))]
         while stack:
@@ -252,6 +253,8 @@ class _Walk:
     hashed: list[tuple[str, str, os.stat_result, Future[Hashed] | Hashed]] = field(default_factory=list)
     read: list[str] = field(default_factory=list)  # files read whole (not answered from the cache)
     rows: list[Row] = field(default_factory=list)  # what each entry's lstat said (``Snapshot``)
+    horizon: int = 0  # the hash cache's: a file with an mtime from then on is racy (``snapshot``)
+    racy: list[Row] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
 
     def folder(self, rel_dir: str, abs_dir: str) -> list[tuple[str, str]]:
@@ -265,6 +268,7 @@ class _Walk:
         """
         entries, small, hashed, read, known, seal, rows = (self.entries, self.small, self.hashed, self.read,
                                                            self.known, self.seal, self.rows)
+        horizon, racy = self.horizon, self.racy
         regular = stat.S_ISREG
         folders: list[tuple[str, str]] = []
         fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -287,7 +291,10 @@ class _Walk:
                             # chmod moves the ctime only: the hash cache's key still holds.
                             mode &= ~_WRITABLE
                             os.chmod(name, stat.S_IMODE(mode), dir_fd=fd)
-                        rows.append((rel, mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+                        row = (rel, mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                        rows.append(row)
+                        if row[5] >= horizon:
+                            racy.append(row)
                         if rel == "pyvenv.cfg":  # the one file uv writes the interpreter's folder into
                             entries[rel] = f"f {exe} {_hash_pyvenv_cfg(f'{abs_dir}/{name}', self.where_uv_writes)}"
                             read.append(f"{abs_dir}/{name}")
@@ -315,7 +322,10 @@ class _Walk:
                         st = entry.stat(follow_symlinks=False)
                         target = _normalize_paths(os.fsencode(os.readlink(name, dir_fd=fd)), self.where_uv_writes)
                         entries[rel] = "l " + os.fsdecode(target)
-                        rows.append((rel, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+                        row = (rel, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                        rows.append(row)
+                        if row[5] >= horizon:
+                            racy.append(row)
                     else:
                         entries[rel] = "o"
                         rows.append((rel, "o"))
@@ -328,10 +338,9 @@ class _Walk:
         clock tick the walk began ("racy": a later write in that tick keeps its mtime, as the last
         ``RECORD`` an install edits before its walk) is read again once that tick has passed, and
         vouched for only with the bytes and the ``lstat`` the walk found."""
-        racy = [row for row in self.rows if len(row) > 2 and row[5] >= cache.horizon_ns]
-        if racy:
+        if self.racy:
             later = cache.now_ns()
-            for row in racy:
+            for row in self.racy:
                 rel = row[0]
                 st = os.lstat(root / rel)
                 if ((st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != row[1:]

@@ -80,8 +80,7 @@ class HashCache:
         entries: dict[int, Value] = {}
         try:  # loaded also when not answered from: saving keeps the other venvs' entries
             data = marshal.loads(path.read_bytes())
-            if (isinstance(data, tuple) and len(data) == 2 and data[0] == _FORMAT and isinstance(data[1], dict)
-                    and all(type(v) is tuple and len(v) == 4 for v in data[1].values())):
+            if isinstance(data, tuple) and len(data) == 2 and data[0] == _FORMAT and isinstance(data[1], dict):
                 entries = data[1]
         except (OSError, EOFError, ValueError, TypeError):
             entries = {}
@@ -96,10 +95,16 @@ class HashCache:
         if not self._reuse:
             return None
         found = self._old.get(st.st_ino)
-        if found is None or found[0] != st.st_dev or found[1] != st.st_size or found[2] != st.st_mtime_ns:
+        try:
+            if found is None or found[0] != st.st_dev or found[1] != st.st_size or found[2] != st.st_mtime_ns:
+                return None
+            digest = found[3]
+        except (TypeError, IndexError, KeyError):  # not what this cache writes: as good as no entry
+            return None
+        if type(digest) is not str:
             return None
         self._used.append(st.st_ino)
-        return found[3]
+        return digest
 
     def put(self, st: os.stat_result, digest: str) -> None:
         """Remember ``digest`` for the file with this ``lstat`` (taken before it was read).
