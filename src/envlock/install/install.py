@@ -15,6 +15,7 @@ docs/reproducibility.md.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import re
@@ -231,11 +232,29 @@ def _new_venv(store: Store, work: Path, python: Path, log: Path) -> None:
         _make_venv(python, work, log)
         return
     try:
-        shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True,
+        # Hard links, as uv links a wheel's files from its cache: no bytes copied, and the walk
+        # finds inodes the hash cache knows. Sealed read-only like the rest; a skeleton edited
+        # through one of its venvs fails its digest check (``_intact``) and is made again.
+        shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True, copy_function=_link_or_copy,
                         ignore=shutil.ignore_patterns(_SKELETON_DIGEST))
     except shutil.Error as exc:  # every file's failure in one list: the first names one
         _source, target, why = exc.args[0][0]
         raise InstallError(f"{target}: cannot copy the venv skeleton there: {why}") from None
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link ``dst`` to ``src``; a copy for ``pyvenv.cfg`` (the file users edit: read whole by
+    every walk anyway, and an edit stays in its venv) and where the file system will not link (too
+    many links to one file, another file system, links not allowed)."""
+    if os.path.basename(dst) == "pyvenv.cfg":
+        shutil.copy2(src, dst)
+        return
+    try:
+        os.link(src, dst)
+    except OSError as exc:
+        if exc.errno not in (errno.EMLINK, errno.EXDEV, errno.EPERM, errno.ENOTSUP):
+            raise
+        shutil.copy2(src, dst)
 
 
 def _wheel_is(filename: str, name: str, version: str) -> bool:
