@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock import runner
 from envlock.errors import LockError, SpecError, UsageError
 from envlock.model.lockfile import Lock, read_lock
 from envlock.model.tomlio import load_toml
@@ -114,6 +113,8 @@ def _git_lock(ws: Workspace, ref: str, path_part: str, rev: str, target: str | N
               whole: bool = False) -> LockRef:
     """The lock file ``path_part`` as git has it at ``rev``: never written back; its ``path``
     wheels are relative to where the file lives in the work tree (locks/ -> ../wheelhouse/...)."""
+    from envlock import runner  # subprocess: only a lock read from git
+
     # Resolved: git names files by the repository's real path, not a symlink's.
     path = (Path.cwd() / path_part).resolve()
     top = runner.git(["rev-parse", "--show-toplevel"], cwd=path.parent if path.parent.is_dir() else ws.root)
@@ -145,6 +146,8 @@ def spec_at(ws: Workspace, ref: LockRef) -> EnvSpec | None:
     rel = (ws.root / "envs" / f"{ref.lock.env}.toml").resolve()
     if not rel.is_relative_to(repo.resolve()):
         return None
+    from envlock import runner  # subprocess: only a lock read from git
+
     shown = runner.git(["show", f"{rev}:{rel.relative_to(repo.resolve()).as_posix()}"], cwd=repo)
     if not shown.ok:
         return None

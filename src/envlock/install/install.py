@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envlock import runner, timings
+from envlock import timings
 from envlock.errors import InstallError, VerifyError
 from envlock.install.digest import Manifest, compare, manifest, stored_manifest
 from envlock.model.lockfile import Artifact, Lock, canonicalize_name
@@ -378,6 +378,8 @@ def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
     """
     import hashlib
 
+    from envlock import runner  # subprocess: only a venv to build
+
     ident = []
     for path in (python, Path(runner.uv_bin())):
         st = path.stat()
@@ -526,6 +528,8 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
     try:
         yield
     except InstallError as exc:
+        from envlock import runner  # subprocess: only a venv to build
+
         if not log.exists():
             shutil.rmtree(log.parent, ignore_errors=True)
             raise
@@ -537,6 +541,8 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
 def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None) -> None:
     # In a process group of its own, named beside its log (a pid-named folder under tmp/): a uv that
     # outlives a SIGKILLed envlock is ended by the next store open before its slot is used again.
+    from envlock import runner  # subprocess: only a venv to build
+
     result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None,
                        group=log.with_name(f"uv{runner.GROUP_SUFFIX}"))
     if not result.ok:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlock.errors import LockError
 from envlock.errors import found as _found
@@ -48,9 +48,11 @@ from envlock.model.locktables import LockedPatch as LockedPatch
 from envlock.model.locktables import LockedSource as LockedSource
 from envlock.model.locktables import NightlyPin as NightlyPin
 from envlock.model.locktables import canonicalize_name as canonicalize_name
-from envlock.model.multilock import Multi, TargetText, is_multi, platforms, split
-from envlock.model.overlaps import AllowedOverlap
 from envlock.model.tomlio import load_toml, toml_key, toml_string, toml_value
+
+if TYPE_CHECKING:
+    from envlock.model.multilock import Multi
+    from envlock.model.overlaps import AllowedOverlap
 
 LOCK_FORMAT = 1
 # PEP 751's lock-version: MAJOR.MINOR. A reader must refuse a major version it does not
@@ -231,6 +233,7 @@ class Lock:
         _check_lock_version(doc, origin)
         try:
             if is_multi(doc):
+                from envlock.model.multilock import platforms  # only a lock of several targets
                 from envlock.model.targets import pick  # packaging's parsers: only a lock of several targets
 
                 return _targets_from_dict(doc)[pick(platforms(doc), target, str(origin), whole=whole)]
@@ -274,6 +277,8 @@ class Lock:
 
 def _targets_from_dict(doc: Mapping[str, Any]) -> dict[str, Lock]:
     """Each target's lock of the multi-target ``doc``, each carrying the others' (to write the file again)."""
+    from envlock.model.multilock import Multi, TargetText, platforms, split  # only a lock of several targets
+
     locks = {}
     for other in sorted(platforms(doc)):
         try:
@@ -285,6 +290,13 @@ def _targets_from_dict(doc: Mapping[str, Any]) -> dict[str, Lock]:
     texts = {n: TargetText(lock.platform or "", lock.python, lock.target_toml()) for n, lock in locks.items()}
     return {name: replace(lock, multi=Multi(name, lock.env, {n: t for n, t in texts.items() if n != name}))
             for name, lock in locks.items()}
+
+
+def is_multi(doc: Mapping[str, Any]) -> bool:
+    """Whether ``doc`` (a lock read) holds several targets (``model.multilock``)."""
+    tool = doc.get("tool")
+    envlock = tool.get("envlock") if isinstance(tool, dict) else None
+    return isinstance(envlock, dict) and isinstance(envlock.get("targets"), dict)
 
 
 def _check_lock_version(doc: Mapping[str, Any], origin: Path | str) -> None:

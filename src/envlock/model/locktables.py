@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 from envlock.errors import found as _found
-from envlock.model import overlaps
-from envlock.model.overlaps import AllowedOverlap
 from envlock.model.tomlio import toml_key, toml_string
 
 if TYPE_CHECKING:
     from packaging.utils import NormalizedName
+
+    from envlock.model.overlaps import AllowedOverlap
 
 
 def canonicalize_name(name: str) -> NormalizedName:
@@ -432,8 +432,13 @@ def kernels_entry(value: object, key: str) -> LockedKernels:
 
 def allowed_overlaps_entry(value: object, key: str) -> tuple[AllowedOverlap, ...]:
     """``[tool.envlock] allowed-overlaps``: the spec's allowances, as ``overlaps.parse`` reads them."""
+    entries = read_array(value, key)
+    if not entries:
+        return ()  # the module (its regexes and value) only for a lock that allows some
+    from envlock.model import overlaps
+
     problems: list[tuple[str, str]] = []
-    found = overlaps.parse(read_array(value, key), key, lambda where, why: problems.append((where, why)))
+    found = overlaps.parse(entries, key, lambda where, why: problems.append((where, why)))
     if problems:
         raise BadKeyError(problems[0][0], problems[0][1], "what `envlock lock` writes there")
     return found
