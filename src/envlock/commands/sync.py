@@ -24,6 +24,7 @@ from envlock.errors import BuildError, FetchError, LockError, SpecError, UsageEr
 from envlock.model.lockfile import Lock, canonicalize_name, read_lock
 from envlock.model.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_set, source_mirrors
 from envlock.store.home import file_sha256
+from envlock.store.lockdocs import EnvLockDocs
 from envlock.store.store import Store
 from envlock.workspace import Workspace, names_a_cache
 
@@ -279,7 +280,7 @@ def _plan_ref(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
             source_mirrors(spec, options.mirrors.sources)
             mirrors = Mirrors(spec, index_mirrors(spec, options.mirrors.indexes))
     assert options.lock_ref is not None
-    ref = load_env_lock_ref(ws, options.lock_ref, env, "sync", options.target)
+    ref = load_env_lock_ref(ws, options.lock_ref, env, "sync", options.target, docs=EnvLockDocs(env))
     if ref.lock.target is not None and ref.lock.platform and not _runs_here(ref.lock.platform):
         raise UsageError(f"{ref.label}: target {ref.lock.target} ({ref.lock.platform}) does not run on this machine: "
                          "its venv is made on a machine of its platform")
@@ -311,7 +312,8 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
     spec = whole.on_this_machine(options.target)  # a spec of several targets: this machine's
     mirrors = Mirrors.of(spec, options.mirrors, read_indexes=not offline)
     # whole: a one-target lock the spec (now of targets) has moved past reads, to be relocked
-    found = read_lock(lock_path, spec.target, whole=True) if frozen or lock_path.exists() else None
+    found = (read_lock(lock_path, spec.target, whole=True, docs=EnvLockDocs(env))
+             if frozen or lock_path.exists() else None)
     if found is not None and found.env != env:
         # As for --lock: the env's generations would hold another env's packages.
         raise UsageError(f"{ws.relative(lock_path)}: the lock of env {found.env!r}, not {env!r}; expected "

@@ -12,7 +12,9 @@ a lock's values are imported from this module.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -51,8 +53,18 @@ from envlock.model.locktables import canonicalize_name as canonicalize_name
 from envlock.model.tomlio import load_toml, toml_key, toml_string, toml_value
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from envlock.model.multilock import Multi
     from envlock.model.overlaps import AllowedOverlap
+
+    class LockDocs(Protocol):
+        """Where ``read_lock`` keeps a lock's TOML document (as JSON) by the sha256 of its bytes, to read
+        the same bytes again without TOML (``store.lockdocs``)."""
+
+        def get(self, sha256: str) -> bytes | None: ...
+
+        def put(self, sha256: str, doc: bytes) -> None: ...
 
 LOCK_FORMAT = 1
 # PEP 751's lock-version: MAJOR.MINOR. A reader must refuse a major version it does not
@@ -406,9 +418,10 @@ def read_lock_bytes(path: Path) -> bytes:
     return data
 
 
-def read_lock(path: Path, target: str | None = None, *, whole: bool = False) -> Lock:
+def read_lock(path: Path, target: str | None = None, *, whole: bool = False, docs: LockDocs | None = None) -> Lock:
     """Load a lock file; ``LockError`` (exit 2) when it is missing or malformed. ``target``: of a lock
-    of several targets, the one to read (None: the one this machine runs; ``whole``: else the first)."""
+    of several targets, the one to read (None: the one this machine runs; ``whole``: else the first).
+    ``docs``: where its document may be kept and found again (``_from_docs``)."""
     try:
         text = read_lock_bytes(path).decode("utf-8")
     except FileNotFoundError:
@@ -418,7 +431,32 @@ def read_lock(path: Path, target: str | None = None, *, whole: bool = False) -> 
         raise LockError(f"{path}: not UTF-8 text (byte {exc.start}); not a lock file") from None
     except OSError as exc:
         raise LockError(f"{path}: cannot read the lock ({exc.strerror})") from None
+    if docs is not None and (target is None or whole):
+        return _from_docs(text, path, docs, whole=whole)
     return Lock.from_toml(text, path, target, whole=whole)
+
+
+def _from_docs(text: str, origin: Path, docs: LockDocs, *, whole: bool) -> Lock:
+    """``Lock.from_toml(text, origin, whole=whole)``, the TOML read once per bytes: the document ``docs``
+    kept for them is taken when the lock read from it (checked as every lock is) writes exactly ``text``
+    back. Envlock's writer is deterministic and reads back what it writes, so that lock is the one the
+    TOML holds; any other document (edited, torn, of other bytes) is ignored. A one-target lock that
+    its writer wrote is kept so, after the TOML is read (a lock edited by hand, of several targets,
+    or holding a TOML date is not)."""
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    if (kept := docs.get(sha)) is not None:
+        try:
+            doc = json.loads(kept)
+            if isinstance(doc, dict) and not is_multi(doc) and (lock := Lock.from_dict(doc, origin)).to_toml() == text:
+                return lock
+        except (ValueError, RecursionError, LockError):
+            pass  # not a document of this lock: the TOML is read
+    doc = load_toml(text, origin, LockError)
+    lock = Lock.from_dict(doc, origin, whole=whole)
+    if not is_multi(doc) and lock.to_toml() == text:
+        with contextlib.suppress(TypeError, ValueError):  # a date (not JSON): never so written
+            docs.put(sha, json.dumps(doc, ensure_ascii=False).encode())
+    return lock
 
 
 @dataclass(frozen=True)
