@@ -288,7 +288,7 @@ _UV_CACHE_LOCK = "uv-cache"
 #: unpacks the wheel again.
 UV_ARCHIVES = "archive-v0"
 _POINTERS = (".rev", ".http")
-_ARCHIVE_ID = re.compile(rb"[A-Za-z0-9_-]{16,}")  # an id in a pointer's msgpack: a run of its own
+_ARCHIVE_ID = rb"[A-Za-z0-9_-]{16,}"  # an id in a pointer's msgpack: a run of its own (compiled at first use)
 
 
 @dataclass(frozen=True)
@@ -325,7 +325,7 @@ def uv_cache_entries(store: Store) -> list[UvCacheEntry]:
                 gone = f"uv-cache/{UV_ARCHIVES}/{link.name}"
         for pointer in (f for f in files if f.name.endswith(_POINTERS)):
             try:
-                ids = {m.decode() for m in _ARCHIVE_ID.findall(pointer.read_bytes())} & present
+                ids = {m.decode() for m in re.findall(_ARCHIVE_ID, pointer.read_bytes())} & present
             except OSError:
                 ids = set()
             named |= ids

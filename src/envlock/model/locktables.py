@@ -31,7 +31,7 @@ def canonicalize_name(name: str) -> NormalizedName:
 
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
-COMMIT = re.compile(r"[0-9a-f]{40}")
+_COMMIT = r"[0-9a-f]{40}"  # compiled at first use (re's cache): only a FetchContent pin holds one
 
 #: A Python version as a spec's ``env.python`` and a lock's ``python`` give it: a sync hands it
 #: to ``uv python find``, so a lock can name no program (``tools/python``) nor an option there.
@@ -405,7 +405,7 @@ def fetchcontent_entries(table: Mapping[str, Any], key: str) -> dict[str, Locked
                               f"only {', '.join(allowed)} ({'a git' if 'git' in pin else 'an archive'} input)")
         if "git" in pin:
             commit = read_str(pin, "commit", where)
-            if not COMMIT.fullmatch(commit):
+            if not re.fullmatch(_COMMIT, commit):
                 raise BadKeyError(toml_key(where, "commit"), f"found {commit!r}", "a full 40-hex commit")
             out[name] = LockedFetchContent(git=read_str(pin, "git", where), commit=commit,
                                            rev=read_opt_str(pin, "rev", where))
