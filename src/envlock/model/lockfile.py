@@ -27,9 +27,6 @@ from envlock.model.locktables import (
     PYTHON_VERSION,
     BadKeyError,
     allowed_overlaps_entry,
-    build_entry,
-    fetchcontent_entries,
-    kernels_entry,
     package_entry,
     read_array,
     read_opt_str,
@@ -37,24 +34,24 @@ from envlock.model.locktables import (
     read_strings,
     read_table,
     requires_table,
-    source_entry,
 )
 
 # The entries of a lock, named here too (``X as X``: an explicit re-export).
 from envlock.model.locktables import Artifact as Artifact
-from envlock.model.locktables import LockedBuild as LockedBuild
-from envlock.model.locktables import LockedFetchContent as LockedFetchContent
-from envlock.model.locktables import LockedKernels as LockedKernels
 from envlock.model.locktables import LockedPackage as LockedPackage
-from envlock.model.locktables import LockedPatch as LockedPatch
-from envlock.model.locktables import LockedSource as LockedSource
-from envlock.model.locktables import NightlyPin as NightlyPin
 from envlock.model.locktables import canonicalize_name as canonicalize_name
 from envlock.model.tomlio import load_toml, toml_key, toml_string, toml_value
 
 if TYPE_CHECKING:
     from typing import Protocol
 
+    # Named here too, loaded on first use (``__getattr__``): the entries of what the env builds.
+    from envlock.model.lockbuilds import LockedBuild as LockedBuild
+    from envlock.model.lockbuilds import LockedFetchContent as LockedFetchContent
+    from envlock.model.lockbuilds import LockedKernels as LockedKernels
+    from envlock.model.lockbuilds import LockedPatch as LockedPatch
+    from envlock.model.lockbuilds import LockedSource as LockedSource
+    from envlock.model.lockbuilds import NightlyPin as NightlyPin
     from envlock.model.multilock import Multi
     from envlock.model.overlaps import AllowedOverlap
 
@@ -344,20 +341,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         if (j := first.setdefault(locked.name, i)) != i:  # which of the two would install? neither, here
             raise BadKeyError(f"packages[{i}].name", f"found {locked.name!r} again (also packages[{j}])",
                               "one entry per package")
-    where = "tool.envlock.sources"
-    sources = {name: source_entry(read_table(s, toml_key(where, name)), toml_key(where, name))
-               for name, s in read_table(tool.get("sources", {}), where).items()}
-    nightlies = {}
-    for name, value in read_table(tool.get("nightlies", {}), "tool.envlock.nightlies").items():
-        key = toml_key("tool.envlock.nightlies", name)
-        pin = read_table(value, key)
-        nightlies[name] = NightlyPin(date=read_str(pin, "date", key), version=read_str(pin, "version", key))
-    where = "tool.envlock.builds"
-    builds = {name: build_entry(read_table(v, toml_key(where, name)), toml_key(where, name))
-              for name, v in read_table(tool.get("builds", {}), where).items()}
-    where = "tool.envlock.fetchcontent"
-    fetchcontent = {name: fetchcontent_entries(read_table(v, toml_key(where, name)), toml_key(where, name))
-                    for name, v in read_table(tool.get("fetchcontent", {}), where).items()}
+    sources, nightlies, builds, fetchcontent = _built_tables(tool)
     where = "tool.envlock.spec-keys"
     spec_keys = read_table(tool.get("spec-keys", {}), where)
     python = read_str(tool, "python", "tool.envlock")
@@ -384,11 +368,60 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         venv_install=read_opt_str(tool, "venv-install-digest", "tool.envlock"),
         overridden=read_strings(tool.get("overridden", []), "tool.envlock.overridden"),
         allowed_overlaps=allowed_overlaps_entry(tool.get("allowed-overlaps", []), "tool.envlock.allowed-overlaps"),
-        kernels={name: kernels_entry(v, toml_key("tool.envlock.kernels", name))
-                 for name, v in read_table(tool.get("kernels", {}), "tool.envlock.kernels").items()},
+        kernels=_kernels_table(tool),
         min_driver=read_opt_str(tool, "min-driver", "tool.envlock"),
         requires=requires_table(tool.get("requires"), "tool.envlock.requires"),
     )
+
+
+def _built_tables(tool: Mapping[str, Any]) -> tuple[dict[str, LockedSource], dict[str, NightlyPin],
+                                                     dict[str, LockedBuild], dict[str, dict[str, LockedFetchContent]]]:
+    """``[tool.envlock]``'s sources, nightly pins, builds and FetchContent pins, read in this order. Their
+    module (``model.lockbuilds``: six classes, ~3 ms) is imported only for a lock that has one of them."""
+    if not {"sources", "nightlies", "builds", "fetchcontent"}.intersection(tool):
+        return {}, {}, {}, {}
+    from envlock.model.lockbuilds import NightlyPin, build_entry, fetchcontent_entries, source_entry
+
+    where = "tool.envlock.sources"
+    sources = {name: source_entry(read_table(s, toml_key(where, name)), toml_key(where, name))
+               for name, s in read_table(tool.get("sources", {}), where).items()}
+    nightlies = {}
+    for name, value in read_table(tool.get("nightlies", {}), "tool.envlock.nightlies").items():
+        key = toml_key("tool.envlock.nightlies", name)
+        pin = read_table(value, key)
+        nightlies[name] = NightlyPin(date=read_str(pin, "date", key), version=read_str(pin, "version", key))
+    where = "tool.envlock.builds"
+    builds = {name: build_entry(read_table(v, toml_key(where, name)), toml_key(where, name))
+              for name, v in read_table(tool.get("builds", {}), where).items()}
+    where = "tool.envlock.fetchcontent"
+    fetchcontent = {name: fetchcontent_entries(read_table(v, toml_key(where, name)), toml_key(where, name))
+                    for name, v in read_table(tool.get("fetchcontent", {}), where).items()}
+    return sources, nightlies, builds, fetchcontent
+
+
+def _kernels_table(tool: Mapping[str, Any]) -> dict[str, LockedKernels]:
+    """``[tool.envlock.kernels]`` (``model.lockbuilds`` imported only for a lock that has it)."""
+    if "kernels" not in tool:
+        return {}
+    from envlock.model.lockbuilds import kernels_entry
+
+    return {name: kernels_entry(v, toml_key("tool.envlock.kernels", name))
+            for name, v in read_table(tool["kernels"], "tool.envlock.kernels").items()}
+
+
+#: The entries of ``model.lockbuilds`` this module names too, loaded when first asked (``__getattr__``).
+_BUILT_ENTRIES = frozenset({"NightlyPin", "LockedPatch", "LockedSource", "LockedBuild", "LockedFetchContent",
+                            "LockedKernels"})
+
+
+def __getattr__(name: str) -> object:
+    """``from envlock.model.lockfile import LockedBuild`` (and the other entries of what the env builds): a
+    lock's values are imported from this module, these from ``model.lockbuilds`` when first asked (PEP 562)."""
+    if name in _BUILT_ENTRIES:
+        from envlock.model import lockbuilds
+
+        return getattr(lockbuilds, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def reach(roots: Iterable[str], requires: Mapping[str, Iterable[str]]) -> set[str]:
