@@ -9,6 +9,7 @@ Layout, under the store's ``envs/<name>/``::
     <N>/pending           while it was never current: its sync was killed or refused before the switch
     current               symlink to ``<N>/venv``: ``envlock path`` prints it
     noop-stamp            what the last sync found current (``envlock.store.noop``)
+    lock-doc              the lock document the last sync read, to read it again (``envlock.store.lockdocs``)
 
 A generation folder is written under a temp name and renamed; ``current`` is
 flipped by making a new symlink and ``os.replace``-ing it over the old one (a

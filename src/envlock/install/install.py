@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envlock import runner, timings
+from envlock import timings
 from envlock.errors import InstallError, VerifyError
 from envlock.install.digest import Manifest, compare, keep_snapshot, manifest, stored_manifest, unchanged
 from envlock.model.lockfile import Artifact, Lock, canonicalize_name
@@ -313,7 +313,7 @@ _UV_CACHE_LOCK = "uv-cache"
 #: unpacks the wheel again.
 UV_ARCHIVES = "archive-v0"
 _POINTERS = (".rev", ".http")
-_ARCHIVE_ID = re.compile(rb"[A-Za-z0-9_-]{16,}")  # an id in a pointer's msgpack: a run of its own
+_ARCHIVE_ID = rb"[A-Za-z0-9_-]{16,}"  # an id in a pointer's msgpack: a run of its own (compiled at first use)
 
 
 @dataclass(frozen=True)
@@ -350,7 +350,7 @@ def uv_cache_entries(store: Store) -> list[UvCacheEntry]:
                 gone = f"uv-cache/{UV_ARCHIVES}/{link.name}"
         for pointer in (f for f in files if f.name.endswith(_POINTERS)):
             try:
-                ids = {m.decode() for m in _ARCHIVE_ID.findall(pointer.read_bytes())} & present
+                ids = {m.decode() for m in re.findall(_ARCHIVE_ID, pointer.read_bytes())} & present
             except OSError:
                 ids = set()
             named |= ids
@@ -402,6 +402,8 @@ def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
     someone changed is made again, not copied into every later venv.
     """
     import hashlib
+
+    from envlock import runner  # subprocess: only a venv to build
 
     ident = []
     for path in (python, Path(runner.uv_bin())):
@@ -551,6 +553,8 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
     try:
         yield
     except InstallError as exc:
+        from envlock import runner  # subprocess: only a venv to build
+
         if not log.exists():
             shutil.rmtree(log.parent, ignore_errors=True)
             raise
@@ -562,6 +566,8 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
 def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None) -> None:
     # In a process group of its own, named beside its log (a pid-named folder under tmp/): a uv that
     # outlives a SIGKILLed envlock is ended by the next store open before its slot is used again.
+    from envlock import runner  # subprocess: only a venv to build
+
     result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None,
                        group=log.with_name(f"uv{runner.GROUP_SUFFIX}"))
     if not result.ok:
