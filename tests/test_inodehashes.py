@@ -6,6 +6,7 @@ import hashlib
 import marshal
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,7 +95,8 @@ def test_unreadable_cache_is_an_empty_one(tmp_path: Path) -> None:
     only.write_bytes(b"\x00garbage")
     assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) is None
     # Of our format, but not our values (the first format's, another program's): empty too.
-    for foreign in [(2, {os.lstat(f).st_ino: ("d",)}), (1, {(1, 2): (3, 4, "d")}), (2, [])]:
+    foreigns: list[Any] = [(2, {os.lstat(f).st_ino: ("d",)}), (1, {(1, 2): (3, 4, "d")}), (2, [])]
+    for foreign in foreigns:
         only.write_bytes(marshal.dumps(foreign))
         assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) is None
 
