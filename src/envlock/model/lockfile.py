@@ -13,6 +13,7 @@ a lock's values are imported from this module.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import re
@@ -161,6 +162,11 @@ class Lock:
     # -- TOML ------------------------------------------------------------
     def to_toml(self) -> str:
         """The file's text: this lock's, or with the other targets' of a multi-target file."""
+        return self._text
+
+    @functools.cached_property
+    def _text(self) -> str:
+        # Made once per lock (a frozen value): a sync compares it with the file more than once.
         text = self.target_toml()
         if self.multi is None:
             return text
