@@ -26,12 +26,12 @@ import marshal
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock.install.inodehashes import HashCache
+from envlock.install.inodehashes import HashCache, Value
 from envlock.store.durable import write_back
 from envlock.store.home import MANIFEST_NAME, pyvenv_value  # defined where the no-op reads them
 
@@ -200,6 +200,7 @@ def python_home(venv: Path) -> str | None:
 
 
 _WRITABLE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+_USER_EXEC = stat.S_IXUSR
 _NEVER = 1 << 64  # the horizon of a walk that keeps no snapshot: no file is racy for it
 
 
@@ -222,13 +223,15 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     # as common a string as /usr/bin, which a wheel's file may well hold.
     known_as = prefix.absolute() if prefix else root
     walk = _Walk(needles=_needles(known_as, None), where_uv_writes=_needles(known_as, python_home(root)),
-                 known=cache.get if cache is not None else (lambda st: None), seal=seal,
+                 known=cache.answers() if cache is not None else {}, seal=seal,
                  threads=jobs or os.cpu_count() or 1, horizon=cache.horizon_ns if cache is not None else _NEVER)
     try:
         stack = [("", str(root))]
         while stack:
             stack += walk.folder(*stack.pop())
         walk.hash_the_rest(cache)
+        if cache is not None:
+            cache.answered(walk.used)
     finally:
         if walk.pool is not None:
             walk.pool.shutdown(cancel_futures=True)
@@ -245,7 +248,7 @@ class _Walk:
 
     needles: list[tuple[bytes, bytes]]  # what is normalized in file bytes
     where_uv_writes: list[tuple[bytes, bytes]]  # what is normalized in pyvenv.cfg and link targets
-    known: Callable[[os.stat_result], str | None]  # a file's hash from the inode cache, or None
+    known: Mapping[int, Value]  # what the inode hash cache answers from (``HashCache.answers``)
     seal: bool  # make every file read-only on the way
     threads: int
     entries: dict[str, str] = field(default_factory=dict)
@@ -255,6 +258,7 @@ class _Walk:
     rows: list[Row] = field(default_factory=list)  # what each entry's lstat said (``Snapshot``)
     horizon: int = 0  # the hash cache's: a file with an mtime from then on is racy (``snapshot``)
     racy: list[Row] = field(default_factory=list)
+    used: list[int] = field(default_factory=list)  # the inodes the cache answered for (``HashCache.save``)
     pool: ThreadPoolExecutor | None = None
 
     def folder(self, rel_dir: str, abs_dir: str) -> list[tuple[str, str]]:
@@ -266,9 +270,10 @@ class _Walk:
         (Spreading the walk over threads or forked processes was tried: the per-file
         interpreter work holds the GIL, and forked walkers gained nothing measurable.)
         """
-        entries, small, hashed, read, known, seal, rows = (self.entries, self.small, self.hashed, self.read,
-                                                           self.known, self.seal, self.rows)
-        horizon, racy = self.horizon, self.racy
+        entries, small, hashed, read, seal, rows = (self.entries, self.small, self.hashed, self.read, self.seal,
+                                                    self.rows)
+        horizon, racy, used = self.horizon, self.racy, self.used
+        known_get = self.known.get
         regular = stat.S_ISREG
         folders: list[tuple[str, str]] = []
         fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -285,24 +290,31 @@ class _Walk:
                             entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
                             rows.append((rel, entries[rel]))
                             continue
-                        exe = "x" if st.st_mode & stat.S_IXUSR else "-"
                         mode = st.st_mode
+                        exe = "x" if mode & _USER_EXEC else "-"
                         if seal and mode & _WRITABLE:
                             # chmod moves the ctime only: the hash cache's key still holds.
                             mode &= ~_WRITABLE
                             os.chmod(name, stat.S_IMODE(mode), dir_fd=fd)
-                        row = (rel, mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                        dev, ino, size, mtime = st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+                        row = (rel, mode, dev, ino, size, mtime)
                         rows.append(row)
-                        if row[5] >= horizon:
+                        if mtime >= horizon:
                             racy.append(row)
                         if rel == "pyvenv.cfg":  # the one file uv writes the interpreter's folder into
                             entries[rel] = f"f {exe} {_hash_pyvenv_cfg(f'{abs_dir}/{name}', self.where_uv_writes)}"
                             read.append(f"{abs_dir}/{name}")
                             continue
-                        digest = known(st)
-                        if digest is not None:
-                            entries[rel] = f"f {exe} {digest}"
-                        elif st.st_size >= _BIG and self.threads > 1:
+                        # The inode hash cache's answer (``HashCache.get``), inlined: one per file.
+                        hit = known_get(ino)
+                        try:
+                            hit = hit if hit[2] == mtime and hit[1] == size and hit[0] == dev else None  # type: ignore[index]
+                        except (TypeError, IndexError):  # none, or not what the cache writes: a miss
+                            hit = None
+                        if hit is not None:
+                            entries[rel] = f"f {exe} {hit[3]}"
+                            used.append(ino)
+                        elif size >= _BIG and self.threads > 1:
                             # Big files go to threads at once (hashlib and os.read release
                             # the GIL on big buffers); the pool (and its import) only if needed.
                             if self.pool is None:

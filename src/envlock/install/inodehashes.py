@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import marshal
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 #: Entries not used by the walk that saves are kept up to this many (the most recent).
@@ -89,6 +90,15 @@ class HashCache:
     def now_ns(self) -> int:
         """"Now" on the file system's clock, as the horizon was taken (0 when it cannot be told)."""
         return _touch(self.path.parent / f".horizon-{os.getpid()}")
+
+    def answers(self) -> Mapping[int, Value]:
+        """What a walk answers from, by inode (as ``get``, inlined in its loop; a hit is the caller's to
+        say, ``answered``): nothing when not reused. Values of another shape are the caller's to skip."""
+        return self._old if self._reuse else {}
+
+    def answered(self, inodes: list[int]) -> None:
+        """Say which entries of ``answers`` a walk used (they are kept as recent)."""
+        self._used += inodes
 
     def get(self, st: os.stat_result) -> str | None:
         """The cached sha256 of the file with this ``lstat``, or None."""
