@@ -255,11 +255,12 @@ class Started:
             raise
         return Result(self.argv, self._proc.returncode, out, err)
 
-    def kill(self) -> None:
-        """End it (if it has not ended) and reap it."""
+    def end(self) -> None:
+        """End it, as an interrupt ends ``run``'s (uv cleans up its cache's temp folders first), and reap it."""
         if self._proc.poll() is None:
-            self._proc.kill()
-        self._proc.communicate()
+            _interrupt(self._proc)  # which reads its output to the end
+        else:
+            self._proc.communicate()
 
 
 def start_uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path) -> Started:

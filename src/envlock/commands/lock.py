@@ -11,9 +11,9 @@ name (``load_lock_ref``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ from envlock.errors import (
 from envlock.model import multilock
 from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Artifact, Lock, LockFile, canonicalize_name, read_lock, read_lock_bytes
-from envlock.model.mirrors import MirrorOptions, Mirrors, index_vars_set, missing_folder
+from envlock.model.mirrors import MirrorOptions, Mirrors, missing_folder
 from envlock.model.spec import load_env_spec
 from envlock.model.targets import pick
 from envlock.model.tomlio import load_toml
@@ -112,35 +112,28 @@ class LockOptions:
 
 
 def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
-             progress: Progress | None = None, *, caches: Caches | None = None) -> LockResult:
+             progress: Progress | None = None, *, caches: Caches | None = None, ahead: Ahead | None = None,
+             ) -> LockResult:
     """``envlock lock ENV``: resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes
     unchanged if nothing changed), reading the mirrors ``asked`` and the environment names.
     ``progress``: of the downloads that hash wheels an index publishes no hash for; ``caches``:
-    asked for those wheels first (signed URL records), and what was said of them in the notes."""
-    store = Store.open()
+    asked for those wheels first (signed URL records), and what was said of them in the notes;
+    ``ahead``: uv started ahead for this lock (``resolution.uvahead.ahead_of_lock``), else started here."""
+    from envlock.resolution import uvahead
+
     # uv on what it was handed last for this lock, while the spec, the old lock and the index pages are
-    # read; taken only if handed the same now. Not with mirrors named: their URLs may hold passwords.
-    with _ahead(ws, env, store, asked) as ahead:
+    # read; taken only if handed the same now (ended otherwise, and at the latest here).
+    with closing(ahead or uvahead.ahead_of_lock(ws.spec_path(env), ws.lock_path(env), _asked(asked))) as started:
         spec = load_env_spec(ws, env)
         mirrors = Mirrors.of(spec, asked)
-        result = lock_spec(ws, env, spec, mirrors, store, LockOptions(progress=progress, caches=caches, ahead=ahead))
+        result = lock_spec(ws, env, spec, mirrors, Store.open(),
+                           LockOptions(progress=progress, caches=caches, ahead=started))
     said = caches.summary() if caches is not None else ""
     return replace(result, notes=(*result.notes, said)) if said else result
 
 
-@contextmanager
-def _ahead(ws: Workspace, env: str, store: Store, asked: MirrorOptions | None) -> Iterator[Ahead | None]:
-    """uv started ahead for ``envlock lock ENV`` (``resolution.uvahead``), ended if not taken; None with mirrors."""
-    if (asked is not None and asked.indexes) or index_vars_set():
-        yield None
-        return
-    from envlock.resolution import uvahead
-
-    ahead = uvahead.start(store, ws.spec_path(env), ws.lock_path(env))
-    try:
-        yield ahead
-    finally:
-        ahead.close()
+def _asked(asked: MirrorOptions | None) -> Mapping[str, str]:
+    return asked.indexes if asked is not None else {}
 
 
 def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: Store,

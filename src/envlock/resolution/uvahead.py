@@ -20,11 +20,13 @@ import hashlib
 import json
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from envlock import runner, timings
+from envlock.model.mirrors import index_vars_set
 from envlock.store.store import Store, write_atomic
 
 #: The store's folder of recorded runs.
@@ -76,7 +78,8 @@ def _has_userinfo(url: str) -> bool:
 class Ahead:
     """The run started ahead for one lock (if any was), and where this lock's run is recorded."""
 
-    def __init__(self, record: Path, spec_sha256: str, call: UvCall | None) -> None:
+    def __init__(self, record: Path | None, spec_sha256: str, call: UvCall | None) -> None:
+        """``record``: where this lock's run is recorded (None: nowhere); ``call``: the run to start (None: none)."""
         self._record, self._spec, self._call = record, spec_sha256, call
         self._work: Path | None = None
         self._started: runner.Started | None = None
@@ -85,6 +88,7 @@ class Ahead:
             try:
                 call.write(self._work)
                 self._started = runner.start_uv(call.args(), cwd=self._work)
+                timings.mark("lock: uv started ahead (the run recorded for this lock)")
             except OSError:  # not started: the resolution runs uv as always
                 self.close()
 
@@ -103,7 +107,7 @@ class Ahead:
             return None
         try:
             if call != self._call:
-                started.kill()
+                started.end()
                 timings.mark("lock: uv's run started ahead ended (handed otherwise now)")
                 return None
             result = started.result()
@@ -114,7 +118,7 @@ class Ahead:
 
     def remember(self, call: UvCall) -> None:
         """Record ``call`` as this lock's run (unless it is the one recorded for these spec bytes)."""
-        if call == self._call:
+        if call == self._call or self._record is None:
             return
         doc = {"spec_sha256": self._spec, "python": call.python, "platform": call.platform,
                "default_index": call.default_index, "pyproject": call.pyproject, "overrides": call.overrides}
@@ -124,6 +128,15 @@ class Ahead:
     def close(self) -> None:
         """End a run no resolution took (a lock that failed before uv, or of several targets)."""
         self.take(None)
+
+
+def ahead_of_lock(spec_path: Path, lock_path: Path, asked: Mapping[str, str]) -> Ahead:
+    """``start`` in the store of ``$ENVLOCK_HOME`` for ``envlock lock``; with mirrors named (``asked``: the
+    command line's, or ``ENVLOCK_INDEX_*`` variables) nothing is started nor recorded: their URLs
+    may hold passwords."""
+    if asked or index_vars_set():
+        return Ahead(None, "", None)
+    return start(Store.open(), spec_path, lock_path)
 
 
 def start(store: Store, spec_path: Path, lock_path: Path) -> Ahead:
