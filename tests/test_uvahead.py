@@ -114,13 +114,13 @@ def test_a_failed_run_started_ahead_is_not_taken(tmp_path: Path) -> None:
     """A recorded run that fails now (a store file gone) answers None: the resolution runs uv itself."""
     spec, lock = tmp_path / "e.toml", tmp_path / "pylock.e.toml"
     spec.write_text("[env]\n")
-    store = Store.open(tmp_path / "home")
-    ahead = uvahead.start(store, spec, lock)
+    records = Store.open(tmp_path / "home").root / uvahead.RECORDS
+    ahead = uvahead.start(records, spec, lock)
     call = UvCall("3.11", "x86_64-manylinux_2_28", "http://127.0.0.1:9/simple",
                   '[project]\nname = "x"\nversion = "0"\ndependencies = ["gone"]\n',
                   f"gone @ {(tmp_path / 'gone-1.0-py3-none-any.whl').as_uri()}\n")
     ahead.remember(call)
-    ahead = uvahead.start(store, spec, lock)
+    ahead = uvahead.start(records, spec, lock)
     assert ahead.take(call) is None
     assert ahead.take(call) is None  # once
     ahead.close()
@@ -129,17 +129,17 @@ def test_a_failed_run_started_ahead_is_not_taken(tmp_path: Path) -> None:
 def test_a_record_for_other_spec_bytes_is_not_started(tmp_path: Path) -> None:
     spec, lock = tmp_path / "e.toml", tmp_path / "pylock.e.toml"
     spec.write_text("[env]\n")
-    store = Store.open(tmp_path / "home")
+    records = Store.open(tmp_path / "home").root / uvahead.RECORDS
     call = UvCall("3.11", None, "http://127.0.0.1:9/simple", "", "")
-    first = uvahead.start(store, spec, lock)
+    first = uvahead.start(records, spec, lock)
     assert not first.started  # nothing recorded
     first.remember(call)
-    again = uvahead.start(store, spec, lock)
+    again = uvahead.start(records, spec, lock)
     assert again.started
     again.close()
     assert not again.started
     spec.write_text("[env]\n# edited\n")
-    assert not uvahead.start(store, spec, lock).started
+    assert not uvahead.start(records, spec, lock).started
 
 
 def test_a_run_started_from_a_record_builds_nothing_and_writes_only_its_pylock() -> None:

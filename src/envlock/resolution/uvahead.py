@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from envlock import runner, timings
 from envlock.model.mirrors import index_vars_set
-from envlock.store.store import Store, write_atomic
+from envlock.store.home import LAYOUT_DIR, default_home, file_sha256
 
 #: The store's folder of recorded runs.
 RECORDS = "uvruns"
@@ -122,6 +122,8 @@ class Ahead:
             return
         doc = {"spec_sha256": self._spec, "python": call.python, "platform": call.platform,
                "default_index": call.default_index, "pyproject": call.pyproject, "overrides": call.overrides}
+        from envlock.store.store import write_atomic  # loaded by then: the lock opened the store
+
         with contextlib.suppress(OSError):  # a record is a guess for the next lock: never a reason for this one to fail
             write_atomic(self._record, json.dumps(doc, sort_keys=True).encode())
 
@@ -136,24 +138,19 @@ def ahead_of_lock(spec_path: Path, lock_path: Path, asked: Mapping[str, str]) ->
     may hold passwords."""
     if asked or index_vars_set():
         return Ahead(None, "", None)
-    return start(Store.open(), spec_path, lock_path)
+    # The store's folder, without ``store.store``'s imports (~10 ms before uv starts): the lock opens it.
+    return start(Path(default_home()).absolute() / LAYOUT_DIR / RECORDS, spec_path, lock_path)
 
 
-def start(store: Store, spec_path: Path, lock_path: Path) -> Ahead:
-    """uv started on the run recorded for ``lock_path``, if one was recorded for the very bytes of
-    ``spec_path``; else nothing started (the ``Ahead`` records this lock's run)."""
-    record = store.path(RECORDS, hashlib.sha256(str(lock_path.absolute()).encode()).hexdigest() + ".json")
-    spec = _sha256(spec_path)
+def start(records: Path, spec_path: Path, lock_path: Path) -> Ahead:
+    """uv started on the run recorded in ``records`` (the store's ``uvruns/``) for ``lock_path``, if one
+    was recorded for the very bytes of ``spec_path``; else nothing started (the ``Ahead`` records
+    this lock's run there)."""
+    record = records / (hashlib.sha256(str(lock_path.absolute()).encode()).hexdigest() + ".json")
+    spec = file_sha256(str(spec_path))
     if spec is None:  # the spec's reader says what is wrong with it
         return Ahead(record, "", None)
     return Ahead(record, spec, _recorded(record, spec))
-
-
-def _sha256(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
 
 
 def _recorded(record: Path, spec_sha256: str) -> UvCall | None:
