@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -188,3 +189,56 @@ def test_a_lock_of_several_targets_records_nothing(ws: ScratchWorkspace, univers
                               '[targets.arm]\nplatform = "aarch64-manylinux_2_28"\n')
     lock_env(Workspace(ws.root), "e")
     assert _records(tmp_path / "home") == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_while_the_run_started_ahead_runs_ends_it_and_its_folder(
+        ws: ScratchWorkspace, universe: Universe, tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C (or SIGTERM) to envlock alone while uv runs ahead (the recipe loaded, the spec and the
+    index pages being read): envlock exits 130/143, and the uv it started ahead and its temp folder are
+    gone with it."""
+    ws.write_spec("e", spec_text(universe, TORCH + TRITON + 'otherdep = ">=1"'))
+    _lock(ws)  # recorded
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "envlock.cli.main", "lock", "e"], cwd=ws.root, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "TMPDIR": str(temp), "ENVLOCK_TIMINGS": "1"})
+    assert proc.stderr is not None
+    said = ""
+    while "imports of the lock recipe" not in said:
+        line = proc.stderr.readline()
+        assert line, said
+        said += line
+    assert "lock: uv started ahead" in said
+    uvs = _uv_children(proc.pid)
+    assert uvs and [p.name[:16] for p in temp.iterdir()] == ["envlock-resolve-"]
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == (130 if sig == signal.SIGINT else 143), said + err
+    assert list(temp.iterdir()) == []
+    assert not [pid for pid in uvs if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for init to reap it does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _uv_children(pid: int) -> list[int]:
+    """The uv processes ``pid`` started (from /proc)."""
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    out = []
+    for child in children:
+        try:
+            if Path(f"/proc/{child}/exe").resolve().name == "uv":
+                out.append(child)
+        except OSError:
+            continue
+    return out

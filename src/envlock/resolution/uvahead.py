@@ -91,6 +91,9 @@ class Ahead:
                 timings.mark("lock: uv started ahead (the run recorded for this lock)")
             except OSError:  # not started: the resolution runs uv as always
                 self.close()
+            except BaseException:  # an interrupt meanwhile: nothing left behind
+                self.close()
+                raise
 
     @property
     def started(self) -> bool:
