@@ -8,8 +8,9 @@ Prints the median (and range) of wall-clock and CPU time of:
 * the imports of a switch (``cli.main``, the sync recipe, realize, install) in one fresh interpreter, less
   start-up;
 * ``find DIR -printf`` (one ``lstat`` per file, in C) and Python's ``os.scandir`` walk with an ``lstat`` per
-  file: the floor of the digest walk over ``--venv`` (default: this interpreter's venv), and the walk itself
-  answered from a warm inode hash cache (what a switch to a venv already in the store does);
+  file: the floor of the digest walk over ``--venv`` (default: this interpreter's venv); the venv's stat
+  snapshot taken (what a switch to a venv already in the store does) and the walk itself answered from a
+  warm inode hash cache (what the build of a new venv does for the files uv linked from its cache);
 * an ``fsync`` of a small new file and of a folder (a generation writes and syncs three files and two
   folders, the flip one folder twice, the stamp one file and its folder).
 
@@ -94,7 +95,7 @@ def main() -> int:
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     from envlock import runner
-    from envlock.install.digest import manifest
+    from envlock.install.digest import Snapshot, manifest
 
     uv, n = runner.uv_bin(), args.runs
     env_python = [sys.executable, "-c", "pass"]
@@ -111,10 +112,12 @@ def main() -> int:
         report(f"find -printf (lstat of {files} entries, C)", [run([find, venv, "-printf", "%s %T@\n"])
                                                                 for _ in range(n)])
     report("Python scandir walk, lstat each", [in_process(lambda: scandir_walk(venv)) for _ in range(n)])
+    report("the stat snapshot taken (a switch's walk)", [in_process(lambda: Snapshot.taken(args.venv))
+                                                         for _ in range(n)])
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "hashes"
         manifest(args.venv, cache_dir=cache)  # fills the inode cache (reads every byte once)
-        report("digest walk, warm inode hash cache (a switch's walk)",
+        report("digest walk, warm inode hash cache (a new venv's shared files)",
                [in_process(lambda: manifest(args.venv, cache_dir=cache)) for _ in range(n)])
         report("fsync of a new 2 kB file", [fsyncs(Path(tmp)) for _ in range(n)])
 

@@ -240,7 +240,9 @@ def _imports_of(node: ast.Import | ast.ImportFrom, modules: set[str]) -> set[str
     for n in ast.walk(tree):
         if isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == "envlock":
             base = n.module.removeprefix("envlock").lstrip(".")
-            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in n.names}
+            for alias in n.names:  # as _imports: ``from envlock import runner`` imports ``runner``
+                full = f"{base}.{alias.name}" if base else alias.name
+                found.add(full if full in modules else base)
         elif isinstance(n, ast.Import):
             found |= {a.name.removeprefix("envlock.") for a in n.names if a.name.startswith("envlock.")}
     return {f for f in found if f in modules}

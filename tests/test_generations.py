@@ -958,12 +958,16 @@ def test_a_switch_to_a_venv_in_the_store_imports_no_packaging_and_no_spec(
     locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
 ) -> None:
     """``sync --lock`` of a lock whose venv is in the store (no spec in the workspace): the lock is
-    parsed, the stored venv walked, a generation made, and packaging's parsers (~40 ms) never loaded."""
+    parsed, the stored venv walked, a generation made, and packaging's parsers (~40 ms) never loaded,
+    nor what only a build, a download, git or a spec needs; once the lock's document is kept, no TOML."""
     ws, lock_path, env = _lock_only_workspace(locks[1], tmp_path)
     probe = (
         "import sys\nfrom envlock.cli.main import main\ncode = main(sys.argv[1:])\n"
         "print('loaded:', *sorted(m for m in sys.modules if m.split('.')[0] in {'packaging', 'email', 'socket', "
-        "'ssl', 'http'} or m in {'envlock.model.spec', 'envlock.model.target', 'envlock.gpu.drivers'}))\n"
+        "'ssl', 'http', 'subprocess', 'tomllib'} or m in {'envlock.model.spec', 'envlock.model.target', "
+        "'envlock.gpu.drivers', 'envlock.runner', 'envlock.resolution.drift', 'envlock.install.partial', "
+        "'envlock.store.urlhashes', 'envlock.model.multilock', 'envlock.model.overlaps', "
+        "'envlock.model.lockbuilds'}))\n"
         "sys.exit(code)\n"
     )
     argv = [sys.executable, "-c", probe, "sync", "demo", "--frozen", "--lock", str(lock_path)]
@@ -975,4 +979,10 @@ def test_a_switch_to_a_venv_in_the_store_imports_no_packaging_and_no_spec(
     *said, loaded = switched.stdout.splitlines()
     # Generation 1 again: the newest, of this very venv and lock, never current since (see _new_generation).
     assert said[0].startswith("demo: generation 1 (0 fetched, 0 B downloaded; venv reused from the store)")
-    assert loaded == "loaded:"
+    # The TOML read: the env's folder is there now, and its lock document kept (store.lockdocs).
+    assert loaded == "loaded: tomllib tomllib._parser tomllib._re tomllib._types"
+    (tmp_path / "home" / "v1" / "envs" / "demo" / "current").unlink()
+    again = subprocess.run(argv, cwd=ws, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0].startswith("demo: generation 1 (0 fetched, 0 B downloaded; venv reused")
+    assert again.stdout.splitlines()[-1] == "loaded:"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import marshal
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,10 +63,10 @@ def test_files_changed_since_the_walk_began_are_not_kept(tmp_path: Path) -> None
     fresh = _file(tmp_path / "fresh", b"written during the walk\n", old=False, links=tmp_path / "links")
     # The edge: a file stamped in the very tick the walk began, so a later write in that
     # tick would keep its mtime.
-    os.utime(fresh, ns=(cache._horizon_ns, cache._horizon_ns))
+    os.utime(fresh, ns=(cache.horizon_ns, cache.horizon_ns))
     cache.put(os.lstat(fresh), "racy")
     older = _file(tmp_path / "older", b"written before\n", old=False, links=tmp_path / "links")
-    os.utime(older, ns=(cache._horizon_ns - 1, cache._horizon_ns - 1))
+    os.utime(older, ns=(cache.horizon_ns - 1, cache.horizon_ns - 1))
     cache.put(os.lstat(older), "kept")
     # And the horizon is the walk's start, not some later time: a file written now is racy.
     now = _file(tmp_path / "now", b"written now\n", old=False, links=tmp_path / "links")
@@ -92,6 +94,11 @@ def test_unreadable_cache_is_an_empty_one(tmp_path: Path) -> None:
     (only,) = (tmp_path / "cache").glob("*.marshal")
     only.write_bytes(b"\x00garbage")
     assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) is None
+    # Of our format, but not our values (the first format's, another program's): empty too.
+    foreigns: list[Any] = [(2, {os.lstat(f).st_ino: ("d",)}), (1, {(1, 2): (3, 4, "d")}), (2, [])]
+    for foreign in foreigns:
+        only.write_bytes(marshal.dumps(foreign))
+        assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) is None
 
 
 def test_walk_with_the_cache_gives_the_same_manifest(tmp_path: Path) -> None:
@@ -105,9 +112,9 @@ def test_walk_with_the_cache_gives_the_same_manifest(tmp_path: Path) -> None:
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "a.py")) is not None
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "big.so")) is not None
     assert kept.get(os.lstat(venv / "lib" / "pkg" / "self.txt")) is None
-    # A file with one link was written for this venv alone: kept for the walks of this venv again
-    # (a switch back to it reads no byte).
-    assert kept.get(os.lstat(venv / "lib" / "pkg" / "RECORD")) is not None
+    # A file with one link was written for this venv alone: not kept (a switch back to the venv is
+    # answered by its stat snapshot, see test_snapshot.py).
+    assert kept.get(os.lstat(venv / "lib" / "pkg" / "RECORD")) is None
 
 
 def test_a_changed_file_changes_the_digest_with_a_warm_cache(tmp_path: Path) -> None:
@@ -155,17 +162,19 @@ def test_save_keeps_the_most_recent_unused_entries_up_to_the_limit(
     assert [kept.get(os.lstat(f)) for f in files] == [None, None, "digest-f2", "digest-f3", "digest-f4"]
 
 
-def test_a_file_with_one_link_is_kept_only_until_a_walk_that_does_not_use_it_saves(tmp_path: Path) -> None:
-    """A venv's own files (``RECORD``) answer a walk of that venv again, but are not kept for good: each
-    venv built would add its own, which no other venv shares."""
+def test_a_walk_that_finds_only_what_the_cache_holds_does_not_write_it(tmp_path: Path) -> None:
+    """A warm sync's walk: the files shared with uv's cache are answered, the venv's own (``RECORD``)
+    hashed but not kept, so the cache file is not written again."""
     first, second = _venv(tmp_path / "v1"), _venv(tmp_path / "v2")
-    record = first / "lib" / "pkg" / "RECORD"
     digest.manifest(first, cache_dir=tmp_path / "cache")
-    assert HashCache.open(tmp_path / "cache").get(os.lstat(record)) is not None
-    digest.manifest(first, cache_dir=tmp_path / "cache")  # a switch back: answered, nothing saved
-    assert HashCache.open(tmp_path / "cache").get(os.lstat(record)) is not None
-    digest.manifest(second, cache_dir=tmp_path / "cache")  # another venv's walk saves: the first's own files go
+    cache_file = tmp_path / "cache" / "inodes.marshal"
+    written = os.stat(cache_file)
+    again = digest.manifest(first, cache_dir=tmp_path / "cache")
+    assert os.stat(cache_file).st_ino == written.st_ino  # not replaced
+    assert again == digest.manifest(first)
+    digest.manifest(second, cache_dir=tmp_path / "cache")  # new shared files: written
+    assert os.stat(cache_file).st_ino != written.st_ino
     kept = HashCache.open(tmp_path / "cache")
-    assert kept.get(os.lstat(record)) is None
-    assert kept.get(os.lstat(second / "lib" / "pkg" / "RECORD")) is not None
-    assert kept.get(os.lstat(first / "lib" / "pkg" / "a.py")) is not None  # shared with uv's cache: kept
+    assert kept.get(os.lstat(second / "lib" / "pkg" / "RECORD")) is None
+    assert kept.get(os.lstat(first / "lib" / "pkg" / "a.py")) is not None
+    assert kept.get(os.lstat(second / "lib" / "pkg" / "a.py")) is not None

@@ -213,6 +213,10 @@ def test_venvs_are_copies_of_one_uv_made_skeleton(published: tuple[IndexServer, 
     assert digest.manifest(copied) == digest.manifest(direct)
     assert "prompt = envlock" in (result.venv / "pyvenv.cfg").read_text()
     assert not (result.venv / ".envlock-skeleton-digest").exists()
+    # Its files are hard links, as uv's are to its cache (no bytes copied, inodes the hash cache
+    # knows), but for pyvenv.cfg, the one users edit: an edit there stays in its venv.
+    assert (result.venv / "bin" / "activate").stat().st_ino == (skeleton / "bin" / "activate").stat().st_ino
+    assert (result.venv / "pyvenv.cfg").stat().st_ino != (skeleton / "pyvenv.cfg").stat().st_ino
     # A skeleton someone edited is made again, not copied into later venvs.
     cfg = skeleton / "pyvenv.cfg"
     cfg.write_text(cfg.read_text() + "include-system-site-packages = true\n")
@@ -376,10 +380,10 @@ def test_a_full_disk_while_copying_the_skeleton_is_one_message(published: tuple[
     store = Store.open(tmp_path / "home")
     store.remove_entry("venvs", result.venv.name)
 
-    def full(src: str, dst: str, **kwargs: object) -> str:
+    def full(src: str, dst: str, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", dst)
 
-    monkeypatch.setattr(shutil, "copyfile", full)
+    monkeypatch.setattr(os, "link", full)  # the skeleton's files are linked into the new venv
     with pytest.raises(InstallError) as info:
         install.install(store, lock, {p.wheels[0].sha256: store_file(store, p.wheels[0]) for p in lock.packages})
     assert info.value.message.startswith(f"{store.root / 'tmp'}/venv-slot")

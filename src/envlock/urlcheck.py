@@ -19,9 +19,10 @@ from envlock.errors import redact, scrub
 GIT_TRANSPORTS = ("https", "http", "ssh", "git", "file")
 _GIT_SCHEMES = frozenset({*GIT_TRANSPORTS, "git+ssh", "ssh+git"})  # git's own names for ssh
 #: git's rule for a remote helper (transport.c): URL-scheme characters, then "::" (``fd::3``,
-#: ``ext::sh -c CMD``), or a scheme git has no transport of its own for (``hg://``).
-_HELPER = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)::")
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+#: ``ext::sh -c CMD``), or a scheme git has no transport of its own for (``hg://``). Compiled at first
+#: use (re's cache): a sync of a lock checks no git URL.
+_HELPER = r"([A-Za-z][A-Za-z0-9+.-]*)::"
+_SCHEME = r"([A-Za-z][A-Za-z0-9+.-]*)://"
 GIT_EXPECTED = "expected an https://, http://, ssh://, git:// or file:// URL, a user@host:path or a local path"
 _CHAR_NAMES = {" ": "a space", "\n": "a newline", "\r": "a carriage return", "\t": "a tab"}
 
@@ -83,8 +84,8 @@ def git_url_problem(url: str) -> str | None:
         return f"expected a repository URL or path, found {shown(url)!r} (git would read it as an option)"
     if not url.strip():
         return f"expected a repository URL or path, found {shown(url)!r}"
-    helper = _HELPER.match(url)
-    scheme = _SCHEME.match(url)
+    helper = re.match(_HELPER, url)
+    scheme = re.match(_SCHEME, url)
     if helper is not None or (scheme is not None and scheme[1].lower() not in _GIT_SCHEMES):
         transport = f"{helper[1]}::" if helper is not None else f"{scheme[1]}://" if scheme is not None else ""
         return (f"{GIT_EXPECTED}, found {shown(url)!r} (transport {transport}, a remote helper git would start; "

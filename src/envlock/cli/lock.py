@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from envlock import timings  # loaded already (__main__)
 from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out, status
 from envlock.errors import UsageError
 
@@ -37,7 +38,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
 
 
 def _cmd_lock(args: argparse.Namespace, ws: Workspace, ahead: Ahead | None) -> int:
-    from envlock import timings, ui
+    from envlock import ui
     from envlock.cli import cache
     from envlock.commands import lock
 

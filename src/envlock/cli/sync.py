@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from envlock import timings  # loaded already (__main__)
 from envlock.cli.render import json_option, mirror_flags, mirror_options, out, target_option
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
                             None if args.frozen or args.lock is not None else spec_file,
                             spec_file if args.frozen and args.lock is None else None)
     if result is None:
-        from envlock import timings, ui
+        from envlock import ui
         from envlock.commands import sync
 
         timings.mark("imports of the sync recipe")

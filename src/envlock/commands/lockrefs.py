@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envlock import runner
 from envlock.errors import LockError, SpecError, UsageError
 from envlock.model.lockfile import Lock, read_lock
 from envlock.model.tomlio import load_toml
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
+    from envlock.model.lockfile import LockDocs
     from envlock.model.spec import EnvSpec
 
 
@@ -48,11 +48,12 @@ def in_a_store(path: Path) -> bool:
 
 
 def load_env_lock_ref(ws: Workspace, ref: str, env: str, command: str, target: str | None = None, *,
-                      whole: bool = False) -> LockRef:
+                      whole: bool = False, docs: LockDocs | None = None) -> LockRef:
     """``load_lock_ref`` for ``envlock COMMAND ENV --lock REF``: another env's lock is refused (its
     generations would hold, or be held to, another env's packages); ``target``: of a lock of several
-    targets, the one read (None: this machine's; ``whole``: else the first, ``targets.pick``)."""
-    found = load_lock_ref(ws, ref, target, whole=whole)
+    targets, the one read (None: this machine's; ``whole``: else the first, ``targets.pick``); ``docs``:
+    where a lock file's document may be kept and found again (``model.lockfile.read_lock``)."""
+    found = load_lock_ref(ws, ref, target, whole=whole, docs=docs)
     if found.lock.env and found.lock.env != env:
         raise UsageError(f"{found.label}: the lock of env {found.lock.env!r}, not {env!r}; "
                          f"expected `envlock {command} {found.lock.env} --lock {ref}`")
@@ -79,22 +80,24 @@ def _split_ref(ref: str) -> tuple[str, str | None]:
     return ref[:cut], rev
 
 
-def load_lock_ref(ws: Workspace, ref: str, target: str | None = None, *, whole: bool = False) -> LockRef:
+def load_lock_ref(ws: Workspace, ref: str, target: str | None = None, *, whole: bool = False,
+                  docs: LockDocs | None = None) -> LockRef:
     """A lock from ``PATH``, ``PATH@GITREV`` (read with ``git show``) or an env name; of a lock of several
     targets, ``target``'s (None: this machine's; ``whole``: else the first, ``targets.pick``)."""
     path_part, rev = _split_ref(ref)
     if rev is None and "/" not in ref and not ref.endswith(".toml") and not _lock_file_here(ws, ref):
-        return _env_lock(ws, ref, target, whole)
+        return _env_lock(ws, ref, target, whole, docs)
     if rev is None:
         given = Path.cwd() / path_part  # not resolved yet: `--lock <(git show REV:FILE)` is a pipe in /dev/fd
         if not given.exists():
             raise LockError(f"{ref}: no such lock file ({given})")
         path = given.resolve() if given.is_file() else given
-        return LockRef(read_lock(given, target, whole=whole), ref, path, path.parent)
+        return LockRef(read_lock(given, target, whole=whole, docs=docs), ref, path, path.parent)
     return _git_lock(ws, ref, path_part, rev, target, whole)
 
 
-def _env_lock(ws: Workspace, env: str, target: str | None = None, whole: bool = False) -> LockRef:
+def _env_lock(ws: Workspace, env: str, target: str | None = None, whole: bool = False,
+              docs: LockDocs | None = None) -> LockRef:
     """The lock file of env ``env`` in the workspace."""
     if not (ws.root / "envs").is_dir():  # diff runs outside a workspace too, for two lock paths
         raise UsageError(f"{env!r}: no such lock file, and {ws.root} is not inside an envlock workspace "
@@ -107,13 +110,15 @@ def _env_lock(ws: Workspace, env: str, target: str | None = None, whole: bool = 
                         + (f"create it with `envlock lock {env}`" if has_spec else
                            f"there is no envs/{env}.toml either (expected a lock path, PATH@GITREV or an env "
                            f"name; envs: {', '.join(ws.envs()) or 'none'})"))
-    return LockRef(read_lock(path, target, whole=whole), ws.relative(path), path, path.parent, env=env)
+    return LockRef(read_lock(path, target, whole=whole, docs=docs), ws.relative(path), path, path.parent, env=env)
 
 
 def _git_lock(ws: Workspace, ref: str, path_part: str, rev: str, target: str | None = None,
               whole: bool = False) -> LockRef:
     """The lock file ``path_part`` as git has it at ``rev``: never written back; its ``path``
     wheels are relative to where the file lives in the work tree (locks/ -> ../wheelhouse/...)."""
+    from envlock import runner  # subprocess: only a lock read from git
+
     # Resolved: git names files by the repository's real path, not a symlink's.
     path = (Path.cwd() / path_part).resolve()
     top = runner.git(["rev-parse", "--show-toplevel"], cwd=path.parent if path.parent.is_dir() else ws.root)
@@ -145,6 +150,8 @@ def spec_at(ws: Workspace, ref: LockRef) -> EnvSpec | None:
     rel = (ws.root / "envs" / f"{ref.lock.env}.toml").resolve()
     if not rel.is_relative_to(repo.resolve()):
         return None
+    from envlock import runner  # subprocess: only a lock read from git
+
     shown = runner.git(["show", f"{rev}:{rel.relative_to(repo.resolve()).as_posix()}"], cwd=repo)
     if not shown.ok:
         return None

@@ -23,8 +23,8 @@ from envlock.commands.realize import SyncResult, SyncTarget, realize
 from envlock.errors import BuildError, FetchError, LockError, SpecError, UsageError
 from envlock.model.lockfile import Lock, canonicalize_name, read_lock
 from envlock.model.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_set, source_mirrors
-from envlock.resolution.drift import NO_GRAPH, drift, frozen_drift, frozen_stamp_inputs, stamp_inputs, unvouched
 from envlock.store.home import file_sha256
+from envlock.store.lockdocs import EnvLockDocs
 from envlock.store.store import Store
 from envlock.workspace import Workspace, names_a_cache
 
@@ -237,6 +237,8 @@ def _target(ws: Workspace, todo: SyncPlan, lock: Lock) -> tuple[SyncTarget, str]
                         package_mirrors=todo.mirrors.for_packages(lock), local_wheels=todo.local_wheels)
     if spec is None or todo.lock_path is None or options.lock_ref is not None:
         return target, ""
+    from envlock.resolution.drift import frozen_drift, frozen_stamp_inputs, stamp_inputs  # as in _plan_workspace
+
     if not options.frozen:
         return replace(target, inputs=stamp_inputs(ws, spec, todo.spec_sha, lock, todo.lock_path)), ""
     moved = frozen_drift(ws, spec, lock)
@@ -278,7 +280,7 @@ def _plan_ref(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
             source_mirrors(spec, options.mirrors.sources)
             mirrors = Mirrors(spec, index_mirrors(spec, options.mirrors.indexes))
     assert options.lock_ref is not None
-    ref = load_env_lock_ref(ws, options.lock_ref, env, "sync", options.target)
+    ref = load_env_lock_ref(ws, options.lock_ref, env, "sync", options.target, docs=EnvLockDocs(env))
     if ref.lock.target is not None and ref.lock.platform and not _runs_here(ref.lock.platform):
         raise UsageError(f"{ref.label}: target {ref.lock.target} ({ref.lock.platform}) does not run on this machine: "
                          "its venv is made on a machine of its platform")
@@ -304,12 +306,14 @@ def _plan_workspace(ws: Workspace, env: str, options: SyncOptions) -> SyncPlan:
     # One read of each file: the spec parsed is the spec hashed for the no-op stamp.
     # Frozen, the lock is synced as it is: the sources are read only if a build is missing.
     from envlock.model.spec import read_spec  # packaging's parsers: not for a --lock sync without a spec
+    from envlock.resolution.drift import NO_GRAPH, drift, unvouched  # a --lock sync reads no spec's drift
 
     whole, spec_bytes = read_spec(spec_path, name=env, root=None if frozen else ws.root)
     spec = whole.on_this_machine(options.target)  # a spec of several targets: this machine's
     mirrors = Mirrors.of(spec, options.mirrors, read_indexes=not offline)
     # whole: a one-target lock the spec (now of targets) has moved past reads, to be relocked
-    found = read_lock(lock_path, spec.target, whole=True) if frozen or lock_path.exists() else None
+    found = (read_lock(lock_path, spec.target, whole=True, docs=EnvLockDocs(env))
+             if frozen or lock_path.exists() else None)
     if found is not None and found.env != env:
         # As for --lock: the env's generations would hold another env's packages.
         raise UsageError(f"{ws.relative(lock_path)}: the lock of env {found.env!r}, not {env!r}; expected "

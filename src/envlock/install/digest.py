@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +47,9 @@ _BIG = 256 << 10  # files from this size on are hashed on worker threads
 
 #: A file's hash and whether its bytes were free of normalization strings (raw hash = hash).
 Hashed = tuple[str, bool]
+#: One entry of a walk as its lstat saw it: (path, mode, device, inode, size, mtime) for a file or a
+#: symlink, (path, "d") for a folder, (path, "o") for anything else (``Snapshot``).
+Row = tuple[str, int, int, int, int, int] | tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class Manifest:
 
     digest: str
     entries: Mapping[str, str] = field(repr=False)
+    #: The stat snapshot of the walk that made it (``Snapshot``), None when it cannot vouch for it.
+    stat: str | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> str:
         # Compact, so the C encoder does the work (any indent falls back to pure Python).
@@ -83,12 +89,118 @@ class Difference:
         return out
 
 
+class Snapshot:
+    """What a venv's walk saw of each entry's ``lstat``, as one sha256: kept beside the manifest of a
+    store venv, so a later sync that reuses the venv (a switch, a rollback) needs ``lstat``s alone.
+
+    A row per entry (``Row``): a file's or a symlink's path, mode, device, inode, size and mtime; a
+    folder's path only (Python's ``__pycache__`` folders move its mtime). Equal snapshots mean no
+    entry was added, removed or replaced, no mode changed and no file was written to since the walk
+    that hashed it: what the inode hash cache vouches for too (``inodehashes``: nobody rewrites a file
+    and sets its mtime back by hand), which is all a switch relied on before. ``envlock verify`` never
+    answers from it. A file changed in the clock tick its walk began ("racy clean") is read again before
+    the walk's snapshot vouches for it (``_Walk.snapshot``).
+    """
+
+    @staticmethod
+    def of(rows: list[Row]) -> str:
+        """The snapshot of a walk's ``rows`` (sorted here)."""
+        rows.sort()
+        # marshal's version 2 has no references between objects: the same rows, the same bytes.
+        return hashlib.sha256(marshal.dumps(rows, 2)).hexdigest()
+
+    @staticmethod
+    def taken(venv: Path) -> str:
+        """The snapshot of ``venv`` as it is now: one ``lstat`` per entry, no byte read."""
+        rows: list[Row] = []
+        stack = [("", str(venv.absolute()))]
+        while stack:
+            rel_dir, abs_dir = stack.pop()
+            fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        name = entry.name
+                        if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
+                            continue
+                        rel = f"{rel_dir}/{name}" if rel_dir else name
+                        if entry.is_dir(follow_symlinks=False):
+                            rows.append((rel, "d"))
+                            stack.append((rel, f"{abs_dir}/{name}"))
+                        elif entry.is_file(follow_symlinks=False) or entry.is_symlink():
+                            st = entry.stat(follow_symlinks=False)
+                            rows.append((rel, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+                        else:
+                            rows.append((rel, "o"))
+            finally:
+                os.close(fd)
+        return Snapshot.of(rows)
+
+
+def keep_snapshot(path: Path, made: Manifest) -> None:
+    """Record ``made`` (a walk of a store venv, with the digest it was built with) and its stat snapshot
+    in file ``path`` (``Store.venv_snapshot``), for the next ``unchanged``; nothing when the walk gave
+    no snapshot.
+
+    Not synced: a snapshot lost or torn in a crash matches nothing, and the next reuse walks in full.
+    """
+    if made.stat is None:
+        return
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp.write_text(f"{made.digest} {made.stat}\n", encoding="utf-8")
+        os.replace(temp, path)
+    except OSError:  # a store we cannot write to: reuses walk in full
+        temp.unlink(missing_ok=True)
+
+
+def unchanged(venv: Path, snapshot_file: Path, digest: str | None = None) -> Manifest | None:
+    """Store venv ``venv``'s manifest (its entries read on first use) when the stat snapshot in
+    ``snapshot_file`` still holds (``Snapshot``), and it records ``digest`` when one is given; else
+    None, and only a full walk can tell what the venv holds."""
+    try:
+        recorded, _, snapshot = snapshot_file.read_text(encoding="utf-8").strip().partition(" ")
+    except (OSError, ValueError):
+        return None
+    if not snapshot or (digest is not None and recorded != digest) or not (venv / MANIFEST_NAME).is_file():
+        return None
+    if Snapshot.taken(venv) != snapshot:
+        return None
+    return Manifest(recorded, _StoredEntries(venv / MANIFEST_NAME, recorded), snapshot)
+
+
+class _StoredEntries(Mapping[str, str]):
+    """A store venv's manifest entries, read from its manifest file on first use (a switch that finds
+    the venv as verified needs its digest alone; the entries list the files of a difference)."""
+
+    def __init__(self, path: Path, digest: str) -> None:
+        self._path, self._digest = path, digest
+        self._entries: Mapping[str, str] | None = None
+
+    def _loaded(self) -> Mapping[str, str]:
+        if self._entries is None:
+            found = load_manifest(self._path)
+            self._entries = found.entries if found is not None and found.digest == self._digest else {}
+        return self._entries
+
+    def __getitem__(self, name: str) -> str:
+        return self._loaded()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+
 def python_home(venv: Path) -> str | None:
     """The ``home`` key of ``venv/pyvenv.cfg`` (the base interpreter's folder), if any."""
     return pyvenv_value(venv, "home")
 
 
 _WRITABLE = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+_NEVER = 1 << 64  # the horizon of a walk that keeps no snapshot: no file is racy for it
 
 
 def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
@@ -111,7 +223,7 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
     known_as = prefix.absolute() if prefix else root
     walk = _Walk(needles=_needles(known_as, None), where_uv_writes=_needles(known_as, python_home(root)),
                  known=cache.get if cache is not None else (lambda st: None), seal=seal,
-                 threads=jobs or os.cpu_count() or 1)
+                 threads=jobs or os.cpu_count() or 1, horizon=cache.horizon_ns if cache is not None else _NEVER)
     try:
         stack = [("", str(root))]
         while stack:
@@ -124,7 +236,7 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
         write_back(walk.read)
     if cache is not None:
         cache.save()
-    return Manifest(digest_of(walk.entries), walk.entries)
+    return Manifest(digest_of(walk.entries), walk.entries, walk.snapshot(root, cache) if cache is not None else None)
 
 
 @dataclass
@@ -140,6 +252,9 @@ class _Walk:
     small: list[tuple[str, str, str, os.stat_result]] = field(default_factory=list)  # (rel, abs, exec flag, lstat)
     hashed: list[tuple[str, str, os.stat_result, Future[Hashed] | Hashed]] = field(default_factory=list)
     read: list[str] = field(default_factory=list)  # files read whole (not answered from the cache)
+    rows: list[Row] = field(default_factory=list)  # what each entry's lstat said (``Snapshot``)
+    horizon: int = 0  # the hash cache's: a file with an mtime from then on is racy (``snapshot``)
+    racy: list[Row] = field(default_factory=list)
     pool: ThreadPoolExecutor | None = None
 
     def folder(self, rel_dir: str, abs_dir: str) -> list[tuple[str, str]]:
@@ -151,8 +266,9 @@ class _Walk:
         (Spreading the walk over threads or forked processes was tried: the per-file
         interpreter work holds the GIL, and forked walkers gained nothing measurable.)
         """
-        entries, small, hashed, read, known, seal = (self.entries, self.small, self.hashed, self.read, self.known,
-                                                     self.seal)
+        entries, small, hashed, read, known, seal, rows = (self.entries, self.small, self.hashed, self.read,
+                                                           self.known, self.seal, self.rows)
+        horizon, racy = self.horizon, self.racy
         regular = stat.S_ISREG
         folders: list[tuple[str, str]] = []
         fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -167,11 +283,18 @@ class _Walk:
                         st = entry.stat(follow_symlinks=False)  # fstatat(fd, name)
                         if not regular(st.st_mode):  # replaced since the listing
                             entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
+                            rows.append((rel, entries[rel]))
                             continue
                         exe = "x" if st.st_mode & stat.S_IXUSR else "-"
-                        if seal and st.st_mode & _WRITABLE:
+                        mode = st.st_mode
+                        if seal and mode & _WRITABLE:
                             # chmod moves the ctime only: the hash cache's key still holds.
-                            os.chmod(name, stat.S_IMODE(st.st_mode) & ~_WRITABLE, dir_fd=fd)
+                            mode &= ~_WRITABLE
+                            os.chmod(name, stat.S_IMODE(mode), dir_fd=fd)
+                        row = (rel, mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                        rows.append(row)
+                        if row[5] >= horizon:
+                            racy.append(row)
                         if rel == "pyvenv.cfg":  # the one file uv writes the interpreter's folder into
                             entries[rel] = f"f {exe} {_hash_pyvenv_cfg(f'{abs_dir}/{name}', self.where_uv_writes)}"
                             read.append(f"{abs_dir}/{name}")
@@ -193,15 +316,42 @@ class _Walk:
                             small.append((rel, f"{abs_dir}/{name}", exe, st))
                     elif entry.is_dir(follow_symlinks=False):
                         entries[rel] = "d"
+                        rows.append((rel, "d"))
                         folders.append((rel, f"{abs_dir}/{name}"))
                     elif entry.is_symlink():
+                        st = entry.stat(follow_symlinks=False)
                         target = _normalize_paths(os.fsencode(os.readlink(name, dir_fd=fd)), self.where_uv_writes)
                         entries[rel] = "l " + os.fsdecode(target)
+                        row = (rel, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                        rows.append(row)
+                        if row[5] >= horizon:
+                            racy.append(row)
                     else:
                         entries[rel] = "o"
+                        rows.append((rel, "o"))
         finally:
             os.close(fd)
         return folders
+
+    def snapshot(self, root: Path, cache: HashCache) -> str | None:
+        """The walk's ``Snapshot``, or None when it cannot vouch for every row: a file changed in the
+        clock tick the walk began ("racy": a later write in that tick keeps its mtime, as the last
+        ``RECORD`` an install edits before its walk) is read again once that tick has passed, and
+        vouched for only with the bytes and the ``lstat`` the walk found."""
+        if self.racy:
+            later = cache.now_ns()
+            for row in self.racy:
+                rel = row[0]
+                st = os.lstat(root / rel)
+                if ((st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != row[1:]
+                        or st.st_mtime_ns >= later or not stat.S_ISREG(st.st_mode)):
+                    return None
+                path = str(root / rel)
+                again = (_hash_pyvenv_cfg(path, self.where_uv_writes) if rel == "pyvenv.cfg"
+                         else _hash_file(path, self.needles)[0])
+                if not self.entries[rel].endswith(f" {again}"):
+                    return None
+        return Snapshot.of(self.rows)
 
     def hash_the_rest(self, cache: HashCache | None) -> None:
         """Hash the files the walk left (the small ones here, the big ones' threads waited for) into
@@ -222,15 +372,13 @@ def digest_of(entries: Mapping[str, str]) -> str:
     """The venv digest over a manifest's entries: one line per entry, sorted by the path's bytes."""
     # UTF-8 keeps code point order, so for the usual all-ASCII-or-UTF-8 names sorting the
     # strings is sorting their bytes; names holding undecodable bytes (surrogate escapes)
-    # are sorted by their bytes explicitly.
-    names = list(entries)
-    if all(name.isascii() for name in names):
-        names.sort()
-    else:
-        names.sort(key=os.fsencode)
-    text = "".join(f"{name}\0{entries[name]}\n" for name in names)
-    if text.count("\n") != len(names):  # a name or a symlink target holds a newline (never in uv's venvs)
-        text = "".join(_line(name, entries[name]) for name in names)
+    # are sorted by their bytes explicitly. (Pairs sort by their names: no two are equal.)
+    items = sorted(entries.items())
+    if not "".join(entries).isascii():
+        items.sort(key=lambda item: os.fsencode(item[0]))
+    text = "\n".join(map("\0".join, items)) + "\n" if items else ""
+    if text.count("\n") != len(items):  # a name or a symlink target holds a newline (never in uv's venvs)
+        text = "".join(_line(name, descriptor) for name, descriptor in items)
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 

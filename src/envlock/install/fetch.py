@@ -23,11 +23,9 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from envlock.errors import FetchError, raise_all
-from envlock.install import partial
 from envlock.model.lockfile import Artifact
 from envlock.progress import DownloadStoppedError, NullProgress, Progress, Stop, parallel
 from envlock.store.store import STORE_MTIME, Store, store_file, stored, wrong_size_in_store
-from envlock.store.urlhashes import hashed_before, last_hashed, note_upload, record_hashed, uploads_hashed
 
 if TYPE_CHECKING:
     from envlock.model.lockfile import Lock
@@ -96,15 +94,19 @@ def fetch(artifacts: Sequence[Artifact], store: Store, *, base_dir: Path, option
     unique = list({a.sha256: a for a in artifacts}.values())
     results, missing, errors = _in_store(unique, store)
     failed = len(errors)  # artifacts, for the summary below
-    # Offline means no network: a local wheel (a build's, in the wheelhouse) is still copied in.
-    if options.offline and (remote := [a for a in missing if not partial.is_local(a)]):
-        errors.append(FetchError(
-            f"--offline: {len(remote)} locked artifact{'s' if len(remote) != 1 else ''} not in the store "
-            f"{store.root / 'wheels'}",
-            details=[f"{a.filename} (sha256 {a.sha256}) from {a.url}" for a in remote],
-        ))
-        failed += len(remote)
-        missing = [a for a in missing if partial.is_local(a)]
+    if missing:
+        # The copy and download machinery only for what the store lacks (imported here, before the threads).
+        from envlock.install import partial
+
+        # Offline means no network: a local wheel (a build's, in the wheelhouse) is still copied in.
+        if options.offline and (remote := [a for a in missing if not partial.is_local(a)]):
+            errors.append(FetchError(
+                f"--offline: {len(remote)} locked artifact{'s' if len(remote) != 1 else ''} not in the store "
+                f"{store.root / 'wheels'}",
+                details=[f"{a.filename} (sha256 {a.sha256}) from {a.url}" for a in remote],
+            ))
+            failed += len(remote)
+            missing = [a for a in missing if partial.is_local(a)]
     elsewhere: dict[str, str] = {}
     if options.locate is not None and (by_url := [a for a in missing if a.path is None]):  # file: URLs too
         elsewhere, refused = _located(options.locate, by_url)
@@ -167,6 +169,8 @@ class _Origin:
 
 
 def _origin(artifact: Artifact, base_dir: Path, options: FetchOptions, mirror_url: str | None) -> _Origin:
+    from envlock.install import partial  # as in fetch
+
     if mirror_url is not None or not partial.is_local(artifact):
         assert artifact.url is not None
         return _Origin(mirror_url or artifact.url)
@@ -178,6 +182,8 @@ def _fetch_one(artifact: Artifact, store: Store, origin: _Origin, options: Fetch
                stop: Stop) -> Fetched:
     """Fetch one artifact not in the store from ``origin``, resuming a partial download left by an
     earlier run. ``stop`` set: ``DownloadStoppedError`` at the next chunk, the partial file kept."""
+    from envlock.install import partial  # as in fetch
+
     final = store_file(store, artifact)
     part = store.partial_dir / f"{artifact.sha256}.part"
     with _disk_errors(artifact.filename, part), _locked_partial(part, stop) as fh:
@@ -230,7 +236,9 @@ def fetch_unhashed(url: str, store: Store, *, retries: int = 5, backoff: float =
     starts from the first byte: a prefix from an earlier upload would be hashed as if
     it were this one. The store records what the URL held (``urlrecords``).
     """
+    from envlock.install import partial  # as in fetch
     from envlock.net import http  # see the module's docstring
+    from envlock.store.urlhashes import hashed_before, record_hashed  # only a lock hashes an unlisted URL
 
     progress = progress or NullProgress()
     stop = stop or Stop()
@@ -282,6 +290,8 @@ def hash_unlisted(url: str, store: Store, *, known: Artifact | None, progress: P
     size, is hashed again. Otherwise the wheel is downloaded into the store, where the
     sync that follows finds it.
     """
+    from envlock.store.urlhashes import hashed_before, last_hashed, note_upload, uploads_hashed  # as above
+
     record = hashed_before(url, store)  # the bytes the store last hashed from this URL, if it holds them
     latest = last_hashed(url, store)  # their sha256, also when it no longer does
     remote: tuple[int | None, str | None] | None = None

@@ -9,6 +9,7 @@ Layout, under the store's ``envs/<name>/``::
     <N>/pending           while it was never current: its sync was killed or refused before the switch
     current               symlink to ``<N>/venv``: ``envlock path`` prints it
     noop-stamp            what the last sync found current (``envlock.store.noop``)
+    lock-doc              the lock document the last sync read, to read it again (``envlock.store.lockdocs``)
 
 A generation folder is written under a temp name and renamed; ``current`` is
 flipped by making a new symlink and ``os.replace``-ing it over the old one (a
@@ -420,8 +421,14 @@ def _check_unchanged(store: Store, gen: Generation) -> None:
     from envlock.install import digest
 
     venv = gen.store_venv or gen.venv  # as install named it, unresolved
+    snapshot = store.venv_snapshot(venv.name) if venv.parent == store.root / "venvs" else None
+    if snapshot is not None and digest.unchanged(venv, snapshot, gen.venv_digest) is not None:
+        return
     actual = digest.manifest(venv, cache_dir=store.hash_cache)
     if actual.digest == gen.venv_digest:
+        built = digest.stored_manifest(venv)
+        if snapshot is not None and built is not None and built.digest == actual.digest:  # as built
+            digest.keep_snapshot(snapshot, actual)
         return
     reference = digest.recorded_manifest(store.path("manifests", gen.venv_digest), gen.venv_digest, venv)
     lines = digest.differing_lines(reference, actual, gen.venv_digest)

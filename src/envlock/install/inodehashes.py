@@ -6,9 +6,9 @@ earlier walk already hashed: re-reading them (GBs for a CUDA stack) is what made
 warm sync several times slower than uv itself. The cache maps an inode to the
 sha256 of its bytes, together with the size and mtime it had when it was hashed:
 
-    (st_dev, st_ino) -> (st_size, st_mtime_ns, sha256 hex)
+    st_ino -> (st_dev, st_size, st_mtime_ns, sha256 hex)
 
-A hit needs all three to match the file's ``lstat`` now. Writing a file's content
+A hit needs all four to match the file's ``lstat`` now. Writing a file's content
 always sets its mtime to the current time, so a changed file misses. The one way
 this could be fooled is a write within the same clock tick as the hash (same
 mtime), which git calls "racy clean"; it is handled like git does: an entry is kept
@@ -19,15 +19,14 @@ that nobody rewrites a file and then sets its mtime back by hand (``touch -d``).
 ``envlock verify`` therefore never answers from the cache (it reads every byte);
 it only refreshes it.
 
-Kept are the files, shared with uv's cache or written for one venv alone (``RECORD``: a
-switch back to a venv already in the store walks them again, and then reads none; these are kept
-only until a walk that does not use them saves the cache), whose bytes held none of
-the walk's normalization strings, so the cached hash is both the raw and the
-normalized one. The walk searches a file's bytes for one string only, the venv's
-own path ``…/venvs/sha256-<install digest hex>``, which cannot occur in a wheel's file: that
-digest hashes the lock that names the wheel's own sha256. (The interpreter's folder
-is normalized in ``pyvenv.cfg`` and symlinks, which are never cached.) So one cache
-serves every interpreter.
+Kept are the files shared with uv's cache (more than one link) whose bytes held none of
+the walk's normalization strings, so the cached hash is both the raw and the normalized one.
+A file with one link (``RECORD``, ``INSTALLER``: written for one venv alone) is not kept: no other
+venv shares it, and a switch back to its venv is answered by that venv's stat snapshot
+(``digest.unchanged``), not by this cache. The walk searches a file's bytes for one string only, the
+venv's own path ``…/venvs/sha256-<install digest hex>``, which cannot occur in a wheel's file: that
+digest hashes the lock that names the wheel's own sha256. (The interpreter's folder is normalized
+in ``pyvenv.cfg`` and symlinks, which are never cached.) So one cache serves every interpreter.
 
 An entry also vouches that the file's bytes are on the device: the walk of a new venv writes
 back every file it reads before it saves the cache (``digest.manifest(flush=True)``), and the
@@ -48,11 +47,11 @@ from pathlib import Path
 
 #: Entries not used by the walk that saves are kept up to this many (the most recent).
 KEEP_UNUSED = 200_000
-_FORMAT = 1
+_FORMAT = 2
 
-Key = tuple[int, int]
-#: (size, mtime, sha256), and True for a file that had one link (kept only while a walk uses it).
-Value = tuple[int, int, str] | tuple[int, int, str, bool]
+
+#: What the cache holds of a file: (device, size, mtime, sha256 hex), by its inode number.
+Value = tuple[int, int, int, str]
 
 
 class HashCache:
@@ -61,13 +60,15 @@ class HashCache:
     Used from one thread (the walk's), so it takes no lock.
     """
 
-    def __init__(self, path: Path, entries: dict[Key, Value], horizon_ns: int, *, reuse: bool) -> None:
+    def __init__(self, path: Path, entries: dict[int, Value], horizon_ns: int, *, reuse: bool) -> None:
         self.path = path
         self._old = entries
-        self._new: dict[Key, Value] = {}
-        self._horizon_ns = horizon_ns
+        self._used: list[int] = []
+        self._new: dict[int, Value] = {}
+        #: "Now" on the file system's clock when the walk began: a file changed since may have
+        #: changed in the same clock tick as it was read (``put``, ``digest.Snapshot``).
+        self.horizon_ns = horizon_ns
         self._reuse = reuse
-        self._changed = False
 
     @classmethod
     def open(cls, folder: Path, *, reuse: bool = True) -> HashCache:
@@ -76,7 +77,7 @@ class HashCache:
         ``reuse=False`` (``verify``): never answer from the cache, only record.
         """
         path = folder / "inodes.marshal"
-        entries: dict[Key, Value] = {}
+        entries: dict[int, Value] = {}
         try:  # loaded also when not answered from: saving keeps the other venvs' entries
             data = marshal.loads(path.read_bytes())
             if isinstance(data, tuple) and len(data) == 2 and data[0] == _FORMAT and isinstance(data[1], dict):
@@ -85,43 +86,51 @@ class HashCache:
             entries = {}
         return cls(path, entries, _touch(folder / f".horizon-{os.getpid()}"), reuse=reuse)
 
+    def now_ns(self) -> int:
+        """"Now" on the file system's clock, as the horizon was taken (0 when it cannot be told)."""
+        return _touch(self.path.parent / f".horizon-{os.getpid()}")
+
     def get(self, st: os.stat_result) -> str | None:
         """The cached sha256 of the file with this ``lstat``, or None."""
         if not self._reuse:
             return None
-        value = self._old.get((st.st_dev, st.st_ino))
-        if value is None or value[0] != st.st_size or value[1] != st.st_mtime_ns:
+        found = self._old.get(st.st_ino)
+        try:
+            if found is None or found[0] != st.st_dev or found[1] != st.st_size or found[2] != st.st_mtime_ns:
+                return None
+            digest = found[3]
+        except (TypeError, IndexError, KeyError):  # not what this cache writes: as good as no entry
             return None
-        self._new[(st.st_dev, st.st_ino)] = value
-        return value[2]
+        if type(digest) is not str:
+            return None
+        self._used.append(st.st_ino)
+        return digest
 
     def put(self, st: os.stat_result, digest: str) -> None:
         """Remember ``digest`` for the file with this ``lstat`` (taken before it was read).
 
-        Not kept when the file changed too recently to tell a later same-tick write
-        apart. A file with one link (``RECORD``, written for one venv) is kept too, but only until
-        a save by a walk that did not use it (``save``): no other venv shares it, and a switch back
-        to its venv walks it again, mostly soon after.
+        Not kept when the file changed too recently to tell a later same-tick write apart, nor
+        when it has one link (the module docstring).
         """
-        if st.st_mtime_ns < self._horizon_ns:
-            key = (st.st_dev, st.st_ino)
-            value: Value = ((st.st_size, st.st_mtime_ns, digest) if st.st_nlink > 1
-                            else (st.st_size, st.st_mtime_ns, digest, True))
-            self._new[key] = value
-            self._changed = self._changed or self._old.get(key) != value
+        if st.st_mtime_ns < self.horizon_ns and st.st_nlink > 1:
+            value = (st.st_dev, st.st_size, st.st_mtime_ns, digest)
+            if self._old.get(st.st_ino) != value:
+                self._new[st.st_ino] = value
 
     def save(self) -> None:
-        """Write the entries used or made by this walk, plus older ones up to ``KEEP_UNUSED`` (not
-        those of files with one link: each venv built would add its ``RECORD``s for good).
+        """Write the entries used or made by this walk, plus older ones up to ``KEEP_UNUSED``.
 
-        Nothing is written when the walk only found what the file already holds.
+        Nothing is written when the walk made no entry the file lacks (a walk that only found
+        what the cache holds, as a warm sync's of files shared with uv's cache).
         """
-        if not self._changed:
+        if not self._new:
             return
         # Oldest first: entries are saved in the order they were last used or made, so
         # trimming the front of the unused ones keeps the most recently useful.
-        unused = [(k, v) for k, v in self._old.items() if k not in self._new and len(v) == 3]
-        merged: dict[Key, Value] = dict(unused[max(0, len(unused) - KEEP_UNUSED):])
+        used = dict.fromkeys(self._used)
+        unused = [(k, v) for k, v in self._old.items() if k not in used and k not in self._new]
+        merged = dict(unused[max(0, len(unused) - KEEP_UNUSED):])
+        merged.update((k, self._old[k]) for k in used if k not in self._new)
         merged.update(self._new)
         from envlock.store.store import write_atomic
 

@@ -15,6 +15,7 @@ docs/reproducibility.md.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import re
@@ -25,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envlock import runner, timings
+from envlock import timings
 from envlock.errors import InstallError, VerifyError
-from envlock.install.digest import Manifest, compare, manifest, stored_manifest
+from envlock.install.digest import Manifest, compare, keep_snapshot, manifest, stored_manifest, unchanged
 from envlock.model.lockfile import Artifact, Lock, canonicalize_name
 from envlock.store.durable import written_back
 from envlock.store.home import MANIFEST_NAME  # defined where the fast no-op reads it
@@ -98,13 +99,17 @@ def install(
 
     Concurrent installs of one lock serialize on the store; the second reuses the
     first's entry. Either way the result's manifest is a walk taken now: a reused
-    entry is walked again, and one someone edited since it was built is a
+    entry is checked again (its stat snapshot, else a full walk), and one someone edited since it was built is a
     ``VerifyError`` naming the files (it must not become current).
     """
     started = time.monotonic()
     key = venv_key(lock)
     final = venv_path(store, key)
     with store.locked(venv_lock(key)):
+        snapshot = store.venv_snapshot(venv_entry(key))
+        if (as_verified := unchanged(final, snapshot)) is not None:
+            timings.mark("the stored venv's stat snapshot taken again: as verified")
+            return InstallResult(final, key, as_verified, False, time.monotonic() - started)
         existing = stored_manifest(final)
         if existing is not None:
             actual = manifest(final, cache_dir=store.hash_cache)
@@ -115,6 +120,7 @@ def install(
                     f"(recorded {existing.digest}, found {actual.digest}); remove that folder and sync again",
                     details=compare(existing.entries, actual.entries).lines(),
                 )
+            keep_snapshot(snapshot, actual)
             return InstallResult(final, key, actual, False, time.monotonic() - started)
         if final.exists():
             # Only a venv from a foreign writer could lack its manifest: not ours to trust.
@@ -154,6 +160,7 @@ def install(
             write_atomic(work / MANIFEST_NAME, text)
             os.chmod(work / MANIFEST_NAME, 0o444)  # sealed like the rest
             written_back(work)  # so the rename waits for one fsync, not a syncfs of the file system
+        keep_snapshot(snapshot, built)  # the next reuse of this venv: lstats alone (digest.Snapshot)
         timings.mark("the manifest written, the venv folder fsynced and renamed")
         shutil.rmtree(log_dir, ignore_errors=True)
         save_manifest(store, built, text)
@@ -225,11 +232,29 @@ def _new_venv(store: Store, work: Path, python: Path, log: Path) -> None:
         _make_venv(python, work, log)
         return
     try:
-        shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True,
+        # Hard links, as uv links a wheel's files from its cache: no bytes copied, and the walk
+        # finds inodes the hash cache knows. Sealed read-only like the rest; a skeleton edited
+        # through one of its venvs fails its digest check (``_intact``) and is made again.
+        shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True, copy_function=_link_or_copy,
                         ignore=shutil.ignore_patterns(_SKELETON_DIGEST))
     except shutil.Error as exc:  # every file's failure in one list: the first names one
         _source, target, why = exc.args[0][0]
         raise InstallError(f"{target}: cannot copy the venv skeleton there: {why}") from None
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link ``dst`` to ``src``; a copy for ``pyvenv.cfg`` (the file users edit: read whole by
+    every walk anyway, and an edit stays in its venv) and where the file system will not link (too
+    many links to one file, another file system, links not allowed)."""
+    if os.path.basename(dst) == "pyvenv.cfg":
+        shutil.copy2(src, dst)
+        return
+    try:
+        os.link(src, dst)
+    except OSError as exc:
+        if exc.errno not in (errno.EMLINK, errno.EXDEV, errno.EPERM, errno.ENOTSUP):
+            raise
+        shutil.copy2(src, dst)
 
 
 def _wheel_is(filename: str, name: str, version: str) -> bool:
@@ -288,7 +313,7 @@ _UV_CACHE_LOCK = "uv-cache"
 #: unpacks the wheel again.
 UV_ARCHIVES = "archive-v0"
 _POINTERS = (".rev", ".http")
-_ARCHIVE_ID = re.compile(rb"[A-Za-z0-9_-]{16,}")  # an id in a pointer's msgpack: a run of its own
+_ARCHIVE_ID = rb"[A-Za-z0-9_-]{16,}"  # an id in a pointer's msgpack: a run of its own (compiled at first use)
 
 
 @dataclass(frozen=True)
@@ -325,7 +350,7 @@ def uv_cache_entries(store: Store) -> list[UvCacheEntry]:
                 gone = f"uv-cache/{UV_ARCHIVES}/{link.name}"
         for pointer in (f for f in files if f.name.endswith(_POINTERS)):
             try:
-                ids = {m.decode() for m in _ARCHIVE_ID.findall(pointer.read_bytes())} & present
+                ids = {m.decode() for m in re.findall(_ARCHIVE_ID, pointer.read_bytes())} & present
             except OSError:
                 ids = set()
             named |= ids
@@ -377,6 +402,8 @@ def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
     someone changed is made again, not copied into every later venv.
     """
     import hashlib
+
+    from envlock import runner  # subprocess: only a venv to build
 
     ident = []
     for path in (python, Path(runner.uv_bin())):
@@ -526,6 +553,8 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
     try:
         yield
     except InstallError as exc:
+        from envlock import runner  # subprocess: only a venv to build
+
         if not log.exists():
             shutil.rmtree(log.parent, ignore_errors=True)
             raise
@@ -537,6 +566,8 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
 def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None) -> None:
     # In a process group of its own, named beside its log (a pid-named folder under tmp/): a uv that
     # outlives a SIGKILLed envlock is ended by the next store open before its slot is used again.
+    from envlock import runner  # subprocess: only a venv to build
+
     result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None,
                        group=log.with_name(f"uv{runner.GROUP_SUFFIX}"))
     if not result.ok:

@@ -12,12 +12,15 @@ a lock's values are imported from this module.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envlock.errors import LockError
 from envlock.errors import found as _found
@@ -25,9 +28,6 @@ from envlock.model.locktables import (
     PYTHON_VERSION,
     BadKeyError,
     allowed_overlaps_entry,
-    build_entry,
-    fetchcontent_entries,
-    kernels_entry,
     package_entry,
     read_array,
     read_opt_str,
@@ -35,22 +35,34 @@ from envlock.model.locktables import (
     read_strings,
     read_table,
     requires_table,
-    source_entry,
 )
 
 # The entries of a lock, named here too (``X as X``: an explicit re-export).
 from envlock.model.locktables import Artifact as Artifact
-from envlock.model.locktables import LockedBuild as LockedBuild
-from envlock.model.locktables import LockedFetchContent as LockedFetchContent
-from envlock.model.locktables import LockedKernels as LockedKernels
 from envlock.model.locktables import LockedPackage as LockedPackage
-from envlock.model.locktables import LockedPatch as LockedPatch
-from envlock.model.locktables import LockedSource as LockedSource
-from envlock.model.locktables import NightlyPin as NightlyPin
 from envlock.model.locktables import canonicalize_name as canonicalize_name
-from envlock.model.multilock import Multi, TargetText, is_multi, platforms, split
-from envlock.model.overlaps import AllowedOverlap
 from envlock.model.tomlio import load_toml, toml_key, toml_string, toml_value
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    # Named here too, loaded on first use (``__getattr__``): the entries of what the env builds.
+    from envlock.model.lockbuilds import LockedBuild as LockedBuild
+    from envlock.model.lockbuilds import LockedFetchContent as LockedFetchContent
+    from envlock.model.lockbuilds import LockedKernels as LockedKernels
+    from envlock.model.lockbuilds import LockedPatch as LockedPatch
+    from envlock.model.lockbuilds import LockedSource as LockedSource
+    from envlock.model.lockbuilds import NightlyPin as NightlyPin
+    from envlock.model.multilock import Multi
+    from envlock.model.overlaps import AllowedOverlap
+
+    class LockDocs(Protocol):
+        """Where ``read_lock`` keeps a lock's TOML document (as JSON) by the sha256 of its bytes, to read
+        the same bytes again without TOML (``store.lockdocs``)."""
+
+        def get(self, sha256: str) -> bytes | None: ...
+
+        def put(self, sha256: str, doc: bytes) -> None: ...
 
 LOCK_FORMAT = 1
 # PEP 751's lock-version: MAJOR.MINOR. A reader must refuse a major version it does not
@@ -150,6 +162,11 @@ class Lock:
     # -- TOML ------------------------------------------------------------
     def to_toml(self) -> str:
         """The file's text: this lock's, or with the other targets' of a multi-target file."""
+        return self._text
+
+    @functools.cached_property
+    def _text(self) -> str:
+        # Made once per lock (a frozen value): a sync compares it with the file more than once.
         text = self.target_toml()
         if self.multi is None:
             return text
@@ -231,6 +248,7 @@ class Lock:
         _check_lock_version(doc, origin)
         try:
             if is_multi(doc):
+                from envlock.model.multilock import platforms  # only a lock of several targets
                 from envlock.model.targets import pick  # packaging's parsers: only a lock of several targets
 
                 return _targets_from_dict(doc)[pick(platforms(doc), target, str(origin), whole=whole)]
@@ -274,6 +292,8 @@ class Lock:
 
 def _targets_from_dict(doc: Mapping[str, Any]) -> dict[str, Lock]:
     """Each target's lock of the multi-target ``doc``, each carrying the others' (to write the file again)."""
+    from envlock.model.multilock import Multi, TargetText, platforms, split  # only a lock of several targets
+
     locks = {}
     for other in sorted(platforms(doc)):
         try:
@@ -285,6 +305,13 @@ def _targets_from_dict(doc: Mapping[str, Any]) -> dict[str, Lock]:
     texts = {n: TargetText(lock.platform or "", lock.python, lock.target_toml()) for n, lock in locks.items()}
     return {name: replace(lock, multi=Multi(name, lock.env, {n: t for n, t in texts.items() if n != name}))
             for name, lock in locks.items()}
+
+
+def is_multi(doc: Mapping[str, Any]) -> bool:
+    """Whether ``doc`` (a lock read) holds several targets (``model.multilock``)."""
+    tool = doc.get("tool")
+    envlock = tool.get("envlock") if isinstance(tool, dict) else None
+    return isinstance(envlock, dict) and isinstance(envlock.get("targets"), dict)
 
 
 def _check_lock_version(doc: Mapping[str, Any], origin: Path | str) -> None:
@@ -320,20 +347,7 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         if (j := first.setdefault(locked.name, i)) != i:  # which of the two would install? neither, here
             raise BadKeyError(f"packages[{i}].name", f"found {locked.name!r} again (also packages[{j}])",
                               "one entry per package")
-    where = "tool.envlock.sources"
-    sources = {name: source_entry(read_table(s, toml_key(where, name)), toml_key(where, name))
-               for name, s in read_table(tool.get("sources", {}), where).items()}
-    nightlies = {}
-    for name, value in read_table(tool.get("nightlies", {}), "tool.envlock.nightlies").items():
-        key = toml_key("tool.envlock.nightlies", name)
-        pin = read_table(value, key)
-        nightlies[name] = NightlyPin(date=read_str(pin, "date", key), version=read_str(pin, "version", key))
-    where = "tool.envlock.builds"
-    builds = {name: build_entry(read_table(v, toml_key(where, name)), toml_key(where, name))
-              for name, v in read_table(tool.get("builds", {}), where).items()}
-    where = "tool.envlock.fetchcontent"
-    fetchcontent = {name: fetchcontent_entries(read_table(v, toml_key(where, name)), toml_key(where, name))
-                    for name, v in read_table(tool.get("fetchcontent", {}), where).items()}
+    sources, nightlies, builds, fetchcontent = _built_tables(tool)
     where = "tool.envlock.spec-keys"
     spec_keys = read_table(tool.get("spec-keys", {}), where)
     python = read_str(tool, "python", "tool.envlock")
@@ -360,11 +374,60 @@ def _lock_from_dict(doc: Mapping[str, Any]) -> Lock:
         venv_install=read_opt_str(tool, "venv-install-digest", "tool.envlock"),
         overridden=read_strings(tool.get("overridden", []), "tool.envlock.overridden"),
         allowed_overlaps=allowed_overlaps_entry(tool.get("allowed-overlaps", []), "tool.envlock.allowed-overlaps"),
-        kernels={name: kernels_entry(v, toml_key("tool.envlock.kernels", name))
-                 for name, v in read_table(tool.get("kernels", {}), "tool.envlock.kernels").items()},
+        kernels=_kernels_table(tool),
         min_driver=read_opt_str(tool, "min-driver", "tool.envlock"),
         requires=requires_table(tool.get("requires"), "tool.envlock.requires"),
     )
+
+
+def _built_tables(tool: Mapping[str, Any]) -> tuple[dict[str, LockedSource], dict[str, NightlyPin],
+                                                     dict[str, LockedBuild], dict[str, dict[str, LockedFetchContent]]]:
+    """``[tool.envlock]``'s sources, nightly pins, builds and FetchContent pins, read in this order. Their
+    module (``model.lockbuilds``: six classes, ~3 ms) is imported only for a lock that has one of them."""
+    if not {"sources", "nightlies", "builds", "fetchcontent"}.intersection(tool):
+        return {}, {}, {}, {}
+    from envlock.model.lockbuilds import NightlyPin, build_entry, fetchcontent_entries, source_entry
+
+    where = "tool.envlock.sources"
+    sources = {name: source_entry(read_table(s, toml_key(where, name)), toml_key(where, name))
+               for name, s in read_table(tool.get("sources", {}), where).items()}
+    nightlies = {}
+    for name, value in read_table(tool.get("nightlies", {}), "tool.envlock.nightlies").items():
+        key = toml_key("tool.envlock.nightlies", name)
+        pin = read_table(value, key)
+        nightlies[name] = NightlyPin(date=read_str(pin, "date", key), version=read_str(pin, "version", key))
+    where = "tool.envlock.builds"
+    builds = {name: build_entry(read_table(v, toml_key(where, name)), toml_key(where, name))
+              for name, v in read_table(tool.get("builds", {}), where).items()}
+    where = "tool.envlock.fetchcontent"
+    fetchcontent = {name: fetchcontent_entries(read_table(v, toml_key(where, name)), toml_key(where, name))
+                    for name, v in read_table(tool.get("fetchcontent", {}), where).items()}
+    return sources, nightlies, builds, fetchcontent
+
+
+def _kernels_table(tool: Mapping[str, Any]) -> dict[str, LockedKernels]:
+    """``[tool.envlock.kernels]`` (``model.lockbuilds`` imported only for a lock that has it)."""
+    if "kernels" not in tool:
+        return {}
+    from envlock.model.lockbuilds import kernels_entry
+
+    return {name: kernels_entry(v, toml_key("tool.envlock.kernels", name))
+            for name, v in read_table(tool["kernels"], "tool.envlock.kernels").items()}
+
+
+#: The entries of ``model.lockbuilds`` this module names too, loaded when first asked (``__getattr__``).
+_BUILT_ENTRIES = frozenset({"NightlyPin", "LockedPatch", "LockedSource", "LockedBuild", "LockedFetchContent",
+                            "LockedKernels"})
+
+
+def __getattr__(name: str) -> object:
+    """``from envlock.model.lockfile import LockedBuild`` (and the other entries of what the env builds): a
+    lock's values are imported from this module, these from ``model.lockbuilds`` when first asked (PEP 562)."""
+    if name in _BUILT_ENTRIES:
+        from envlock.model import lockbuilds
+
+        return getattr(lockbuilds, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def reach(roots: Iterable[str], requires: Mapping[str, Iterable[str]]) -> set[str]:
@@ -394,9 +457,10 @@ def read_lock_bytes(path: Path) -> bytes:
     return data
 
 
-def read_lock(path: Path, target: str | None = None, *, whole: bool = False) -> Lock:
+def read_lock(path: Path, target: str | None = None, *, whole: bool = False, docs: LockDocs | None = None) -> Lock:
     """Load a lock file; ``LockError`` (exit 2) when it is missing or malformed. ``target``: of a lock
-    of several targets, the one to read (None: the one this machine runs; ``whole``: else the first)."""
+    of several targets, the one to read (None: the one this machine runs; ``whole``: else the first).
+    ``docs``: where its document may be kept and found again (``_from_docs``)."""
     try:
         text = read_lock_bytes(path).decode("utf-8")
     except FileNotFoundError:
@@ -406,7 +470,32 @@ def read_lock(path: Path, target: str | None = None, *, whole: bool = False) -> 
         raise LockError(f"{path}: not UTF-8 text (byte {exc.start}); not a lock file") from None
     except OSError as exc:
         raise LockError(f"{path}: cannot read the lock ({exc.strerror})") from None
+    if docs is not None and (target is None or whole):
+        return _from_docs(text, path, docs, whole=whole)
     return Lock.from_toml(text, path, target, whole=whole)
+
+
+def _from_docs(text: str, origin: Path, docs: LockDocs, *, whole: bool) -> Lock:
+    """``Lock.from_toml(text, origin, whole=whole)``, the TOML read once per bytes: the document ``docs``
+    kept for them is taken when the lock read from it (checked as every lock is) writes exactly ``text``
+    back. Envlock's writer is deterministic and reads back what it writes, so that lock is the one the
+    TOML holds; any other document (edited, torn, of other bytes) is ignored. A one-target lock that
+    its writer wrote is kept so, after the TOML is read (a lock edited by hand, of several targets,
+    or holding a TOML date is not)."""
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    if (kept := docs.get(sha)) is not None:
+        try:
+            doc = json.loads(kept)
+            if isinstance(doc, dict) and not is_multi(doc) and (lock := Lock.from_dict(doc, origin)).to_toml() == text:
+                return lock
+        except (ValueError, RecursionError, LockError):
+            pass  # not a document of this lock: the TOML is read
+    doc = load_toml(text, origin, LockError)
+    lock = Lock.from_dict(doc, origin, whole=whole)
+    if not is_multi(doc) and lock.to_toml() == text:
+        with contextlib.suppress(TypeError, ValueError):  # a date (not JSON): never so written
+            docs.put(sha, json.dumps(doc, ensure_ascii=False).encode())
+    return lock
 
 
 @dataclass(frozen=True)

@@ -96,13 +96,6 @@ def _name_of(block: str) -> str:
     return block.split("\n", 2)[1]  # name = "..." (the writer's first key)
 
 
-def is_multi(doc: Mapping[str, Any]) -> bool:
-    """Whether ``doc`` (a lock read) holds several targets."""
-    tool = doc.get("tool")
-    envlock = tool.get("envlock") if isinstance(tool, dict) else None
-    return isinstance(envlock, dict) and isinstance(envlock.get("targets"), dict)
-
-
 def platforms(doc: Mapping[str, Any]) -> dict[str, str]:
     """Each target of a multi-target ``doc`` -> its platform ("" where it records none)."""
     out = {}

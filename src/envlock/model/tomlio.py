@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from typing import Any
 
 from envlock.errors import EnvlockError
@@ -14,6 +13,8 @@ from envlock.errors import EnvlockError
 def load_toml(text: str, origin: object, error: type[EnvlockError]) -> dict[str, Any]:
     """The TOML document ``text``, read from ``origin``; ``error`` saying "``origin``: not valid TOML: ..."
     when it is not one."""
+    import tomllib  # ~5 ms (its regexes, datetime): not for a lock read from its kept document (``store.lockdocs``)
+
     try:
         return tomllib.loads(text)
     except RecursionError:  # arrays nested thousands deep: tomllib recurses per level

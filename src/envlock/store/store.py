@@ -122,6 +122,11 @@ class Store:
         """The folder of the inode hash cache (``envlock.install.inodehashes``): not entries, just a cache."""
         return self.root / "hashes"
 
+    def venv_snapshot(self, key: str) -> Path:
+        """Where the stat snapshot of venv entry ``venvs/key`` is kept (``install.digest.Snapshot``):
+        beside the hash cache, not in the venv, whose folder is then the same on every machine."""
+        return self.hash_cache / "snapshots" / self.path("venvs", key).name
+
     def path(self, kind: str, key: str) -> Path:
         """Where the entry ``kind/key`` lives (complete or not)."""
         if not key or "/" in key or key.startswith("."):
@@ -332,6 +337,8 @@ class Store:
     def remove_entry(self, kind: str, key: str) -> None:
         """Delete an entry (if there) in one step, as ``remove_tree`` does."""
         final = self.path(kind, key)
+        if kind == "venvs":
+            self.venv_snapshot(key).unlink(missing_ok=True)
         if final.exists() or final.is_symlink():
             self.remove_tree(final)
 
