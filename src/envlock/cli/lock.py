@@ -23,13 +23,13 @@ if TYPE_CHECKING:
 
 
 def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
-    from envlock.resolution import uvahead
-
     # First, before the recipe's modules load: uv on the run recorded for this lock, while they load and
     # the spec, the old lock and the index pages are read (taken only if handed the same: ``resolution.uvahead``).
     ahead = None
     try:
         if not args.check and not args.offline:
+            from envlock.resolution import uvahead
+
             ahead = uvahead.ahead_of_lock(ws.spec_path(args.env), ws.lock_path(args.env), mirror_options(args).indexes)
         return _cmd_lock(args, ws, ahead)
     finally:
