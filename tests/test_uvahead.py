@@ -242,3 +242,27 @@ def _uv_children(pid: int) -> list[int]:
         except OSError:
             continue
     return out
+
+
+def test_a_record_written_by_someone_else_builds_nothing(tmp_path: Path, universe: Universe) -> None:
+    """A record whose project names a source tree (its setup.py would write a file; the default index
+    serves setuptools) starts a uv that refuses to build it (``--only-binary :all:``, the arguments
+    envlock's): the file is never written."""
+    tree = tmp_path / "evil"
+    tree.mkdir()
+    marker = tmp_path / "ran"
+    (tree / "setup.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n"
+                                   "from setuptools import setup\nsetup(name='evil', version='1.0')\n")
+    (tree / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\n'
+                                         'build-backend = "setuptools.build_meta"\n')
+    spec, lock = tmp_path / "e.toml", tmp_path / "pylock.e.toml"
+    spec.write_text("[env]\n")
+    records = Store.open(tmp_path / "home").root / uvahead.RECORDS
+    call = UvCall("3.12", None, universe.pypi,
+                  '[project]\nname = "x"\nversion = "0"\ndependencies = ["evil"]\n'
+                  f'[tool.uv.sources]\n"evil" = {{ path = "{tree}" }}\n', "")
+    uvahead.start(records, spec, lock).remember(call)
+    ahead = uvahead.start(records, spec, lock)
+    assert ahead.started
+    assert ahead.take(call) is None  # uv failed: "Building source distributions for `evil` is disabled"
+    assert not marker.exists()
