@@ -9,7 +9,9 @@ companions, the flashinfer trio, N plain deps), and times, with warm caches:
 - ``envlock lock ENV`` (the CLI, as a user runs it), and
 - the pinned uv resolving the very same transient project (``uv pip compile``),
   which is what envlock drives; envlock adds the nightly look-up, the index-pin
-  check of every wheel and the lock writing.
+  check of every wheel and the lock writing. The warm-up lock records the run it
+  hands uv; each timed relock starts uv on it ahead (``resolution.uvahead``), and
+  takes its answer because it hands uv the same.
 
 The raw uv gets the nightlies' index URLs, as a user running uv would; envlock hands
 uv the copies in its store (downloaded on its first lock, the warm-up run here). The

@@ -716,17 +716,21 @@ PINNED_TOP = ('top = { index = "hashless" }\ncompanion = { index = "hashless" }\
 
 
 def _uv_passes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool]]:
-    """Each ``uv pip compile`` run from now on: (its output format, whether it succeeded)."""
+    """Each ``uv pip compile`` run from now on whose answer was read (a relock's run started ahead
+    and taken included, one it ended not): (its output format, whether it succeeded)."""
     passes: list[tuple[str, bool]] = []
-    real_uv = runner.uv
+    real_uv, real_result = runner.uv, runner.Started.result
 
-    def counting(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> runner.Result:
-        result = real_uv(args, **kwargs)
-        if "compile" in args:
-            passes.append((str(list(args)[list(args).index("--format") + 1]), result.ok))
+    def counted(result: runner.Result) -> runner.Result:
+        if "compile" in result.argv:
+            passes.append((result.argv[result.argv.index("--format") + 1], result.ok))
         return result
 
+    def counting(args: Sequence[str | os.PathLike[str]], **kwargs: Any) -> runner.Result:
+        return counted(real_uv(args, **kwargs))
+
     monkeypatch.setattr(runner, "uv", counting)
+    monkeypatch.setattr(runner.Started, "result", lambda started: counted(real_result(started)))
     return passes
 
 

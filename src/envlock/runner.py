@@ -216,6 +216,12 @@ def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
     ``--default-index URL`` (its password) reaches uv as ``UV_DEFAULT_INDEX``, which only its own
     user reads (``/proc/PID/environ``)."""
     _adopt_orphans()  # a build's backend must stay within reach of an interrupt
+    argv, moved = _uv_argv(args)
+    return run([*wrap, uv_bin(), *argv], cwd=cwd, env=uv_env({**moved, **(env or {})}), log=log, group=group)
+
+
+def _uv_argv(args: Sequence[str | os.PathLike[str]]) -> tuple[list[str], dict[str, str]]:
+    """uv's arguments with ``--default-index URL`` taken out, and the environment that says it instead."""
     argv: list[str] = []
     moved: dict[str, str] = {}
     given = [str(a) for a in args]
@@ -226,7 +232,41 @@ def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
             moved["UV_DEFAULT_INDEX"] = arg.partition("=")[2]
         elif arg != "--default-index":
             argv.append(arg)
-    return run([*wrap, uv_bin(), *argv], cwd=cwd, env=uv_env({**moved, **(env or {})}), log=log, group=group)
+    return argv, moved
+
+
+class Started:
+    """The pinned uv started and not waited for (``start_uv``): ``result`` waits for it and answers
+    as ``uv`` does; ``kill`` ends it (a run whose answer is not wanted)."""
+
+    def __init__(self, args: Sequence[str | os.PathLike[str]], cwd: Path) -> None:
+        _adopt_orphans()
+        argv, moved = _uv_argv(args)
+        self.argv = (uv_bin(), *argv)
+        self._proc = subprocess.Popen(self.argv, cwd=cwd, env=uv_env(moved), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, errors="replace")
+
+    def result(self) -> Result:
+        """uv's exit status and output, once it ends (an interrupt meanwhile is passed on, as ``run`` does)."""
+        try:
+            out, err = self._proc.communicate()
+        except KeyboardInterrupt:
+            _interrupt(self._proc)
+            raise
+        return Result(self.argv, self._proc.returncode, out, err)
+
+    def end(self) -> None:
+        """End it, as an interrupt ends ``run``'s (uv cleans up its cache's temp folders first), and reap it."""
+        if self._proc.poll() is None:
+            _interrupt(self._proc)  # which reads its output to the end
+        else:
+            self._proc.communicate()
+
+
+def start_uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path) -> Started:
+    """The pinned uv started with ``args`` in ``cwd`` (its environment as ``uv`` gives it, nothing added),
+    not waited for."""
+    return Started(args, cwd)
 
 
 def without_password(url: str) -> str:

@@ -14,15 +14,30 @@ from typing import TYPE_CHECKING
 from envlock import timings  # loaded already (__main__)
 from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out, status
 from envlock.errors import UsageError
-from envlock.model.targets import runs_here
 
 if TYPE_CHECKING:
     from envlock.commands.lock import LockResult
     from envlock.commands.nightlies import NightlyListing
+    from envlock.resolution.uvahead import Ahead
     from envlock.workspace import Workspace
 
 
 def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
+    # First, before the recipe's modules load: uv on the run recorded for this lock, while they load and
+    # the spec, the old lock and the index pages are read (taken only if handed the same: ``resolution.uvahead``).
+    ahead = None
+    try:
+        if not args.check and not args.offline:
+            from envlock.resolution import uvahead
+
+            ahead = uvahead.ahead_of_lock(ws.spec_path(args.env), ws.lock_path(args.env), mirror_options(args).indexes)
+        return _cmd_lock(args, ws, ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+def _cmd_lock(args: argparse.Namespace, ws: Workspace, ahead: Ahead | None) -> int:
     from envlock import ui
     from envlock.cli import cache
     from envlock.commands import lock
@@ -48,7 +63,7 @@ def cmd_lock(args: argparse.Namespace, ws: Workspace) -> int:
     message = f"locking envs/{args.env}.toml"
     with status(args, message) as say:
         result = lock.lock_env(ws, args.env, mirror_options(args), progress=ui.StatusProgress(say, message),
-                               caches=cache.build_caches(ws, args.trusted_key))
+                               caches=cache.build_caches(ws, args.trusted_key), ahead=ahead)
 
     def text_lock() -> str:
         verb = "wrote" if result.changed else "unchanged:"
@@ -79,6 +94,8 @@ def _unbuilt_lines(env: str, result: LockResult) -> list[str]:
         unbuilt = result.lock.unbuilt() if result.lock is not None else ()
         return [f"  {name}: not built for this lock yet; `envlock build {env}` builds it (`envlock sync {env}` too)"
                 for name in unbuilt]
+    from envlock.model.targets import runs_here
+
     lines = []
     for target, r in sorted(result.targets.items()):
         if r.lock is None:

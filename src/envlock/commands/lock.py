@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from envlock.net.indexes import Listings
     from envlock.progress import Progress
     from envlock.resolution.resolve import HashUnlisted, Resolution
+    from envlock.resolution.uvahead import Ahead
 
 
 @dataclass(frozen=True)
@@ -105,19 +107,33 @@ class LockOptions:
     caches: Caches | None = None
     # A spec of several targets: the target whose lock the result carries (None: this machine's).
     target: str | None = None
+    # uv started ahead on this lock's recorded run (``resolution.uvahead``; a lock of one target only).
+    ahead: Ahead | None = None
 
 
 def lock_env(ws: Workspace, env: str, asked: MirrorOptions | None = None,
-             progress: Progress | None = None, *, caches: Caches | None = None) -> LockResult:
+             progress: Progress | None = None, *, caches: Caches | None = None, ahead: Ahead | None = None,
+             ) -> LockResult:
     """``envlock lock ENV``: resolve ``envs/ENV.toml`` and write ``locks/pylock.ENV.toml`` (bytes
     unchanged if nothing changed), reading the mirrors ``asked`` and the environment names.
     ``progress``: of the downloads that hash wheels an index publishes no hash for; ``caches``:
-    asked for those wheels first (signed URL records), and what was said of them in the notes."""
-    spec = load_env_spec(ws, env)
-    mirrors = Mirrors.of(spec, asked)
-    result = lock_spec(ws, env, spec, mirrors, Store.open(), LockOptions(progress=progress, caches=caches))
+    asked for those wheels first (signed URL records), and what was said of them in the notes;
+    ``ahead``: uv started ahead for this lock (``resolution.uvahead.ahead_of_lock``), else started here."""
+    from envlock.resolution import uvahead
+
+    # uv on what it was handed last for this lock, while the spec, the old lock and the index pages are
+    # read; taken only if handed the same now (ended otherwise, and at the latest here).
+    with closing(ahead or uvahead.ahead_of_lock(ws.spec_path(env), ws.lock_path(env), _asked(asked))) as started:
+        spec = load_env_spec(ws, env)
+        mirrors = Mirrors.of(spec, asked)
+        result = lock_spec(ws, env, spec, mirrors, Store.open(),
+                           LockOptions(progress=progress, caches=caches, ahead=started))
     said = caches.summary() if caches is not None else ""
     return replace(result, notes=(*result.notes, said)) if said else result
+
+
+def _asked(asked: MirrorOptions | None) -> Mapping[str, str]:
+    return asked.indexes if asked is not None else {}
 
 
 def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: Store,
@@ -128,7 +144,7 @@ def lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: S
     # as a sync's): a gc beside waits, and never removes a source or wheel the relock reads.
     with mirrors.credentials(), store.writing():
         if spec.targets:
-            return _lock_targets(ws, env, spec, mirrors, store, options or LockOptions())
+            return _lock_targets(ws, env, spec, mirrors, store, replace(options or LockOptions(), ahead=None))
         return _lock_spec(ws, env, spec, mirrors, store, options or LockOptions())
 
 
@@ -213,6 +229,7 @@ class _Relock:
     states: Mapping[str, SourceState]  # the spec's sources, prepared and patched
     progress: Progress | None = None
     listings: Listings | None = None  # index pages shared by the targets of one lock (None: the resolution's own)
+    ahead: Ahead | None = None  # uv started ahead (``LockOptions.ahead``)
 
 
 def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: Store,
@@ -232,7 +249,7 @@ def _lock_spec(ws: Workspace, env: str, spec: EnvSpec, mirrors: Mirrors, store: 
     # the lock before a wheel is downloaded, all of them named together.
     states, inputs = sources_for_lock(ws, spec, store, old, mirrors)
     timings.mark("lock: the spec, the old lock and the sources read")
-    relock = _Relock(ws, env, spec, mirrors, store, old, states, options.progress, listings)
+    relock = _Relock(ws, env, spec, mirrors, store, old, states, options.progress, listings, options.ahead)
     hashing = None
     if options.caches is not None:  # lazy: only where a cache is named (docs/architecture.md)
         from envlock.cache.urlrecords import CachedHashing
@@ -427,7 +444,7 @@ def _resolve(relock: _Relock, urls: Mapping[str, str], hashing: HashUnlisted | N
             index_urls=urls, build_sources=build_sources, extra_requirements=build_requires,
             build_env=build_vars, store=relock.store, hashed=hashed, progress=relock.progress, kept_nightlies=kept,
             earlier_wheels={str(p.name): (p.wheels[0], p.index) for p in old.packages if p.wheels} if old else {},
-            hash_unlisted=hashing or fetch.hash_unlisted, listings=relock.listings,
+            hash_unlisted=hashing or fetch.hash_unlisted, listings=relock.listings, ahead=relock.ahead,
         ))
     except (ResolveError, FetchError, PackageIndexError) as exc:
         # An index that cannot be read may be the one a misspelt mirror variable was meant for.

@@ -16,6 +16,7 @@ from envlock.model.lockfile import Artifact, NightlyPin
 if TYPE_CHECKING:
     from envlock.net.indexes import Listings
     from envlock.progress import Progress, Stop
+    from envlock.resolution.uvahead import Ahead
     from envlock.store.store import Store
 
 
@@ -54,6 +55,9 @@ class ResolveInputs:
     earlier_wheels: Mapping[str, tuple[Artifact, str | None]] = field(default_factory=dict)
     # Index pages read already, and read into: a lock of several targets reads each page once for all.
     listings: Listings | None = None
+    # uv started ahead on the run recorded for this lock (``resolution.uvahead``), and where its run is
+    # recorded (None: neither; a lock of several targets, a sync's relock).
+    ahead: Ahead | None = None
 
 
 def unlisted_artifact(url: str, inputs: ResolveInputs, stop: Stop | None = None) -> tuple[Artifact, int]:

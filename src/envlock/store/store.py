@@ -26,6 +26,7 @@ Layout (version 1)::
         listings/<wheel sha256>.json     what a wheel installs and requires, as read once (wheelfiles.py)
         kernels/<wheel sha256>.json      the ELF files of a wheel and their GPU kernels, as read once (gpu/binaries.py)
         guards/<key>.json                a set of locked wheels the lock's guards found clean (guards.py)
+        uvruns/<sha256 of lock path>.json  what uv was handed last for that lock, started ahead on a relock (uvahead.py)
         urls/<sha256 of URL>             what a URL whose index publishes no hash held when last hashed,
                                          and the ETags (else Last-Modified) it answered with for it
         uv-cache/                        the uv cache venvs are installed from (their files are its files)
