@@ -270,8 +270,7 @@ class _Walk:
         (Spreading the walk over threads or forked processes was tried: the per-file
         interpreter work holds the GIL, and forked walkers gained nothing measurable.)
         """
-        entries, small, hashed, read, seal, rows = (self.entries, self.small, self.hashed, self.read, self.seal,
-                                                    self.rows)
+        entries, small, read, seal, rows = self.entries, self.small, self.read, self.seal, self.rows
         horizon, racy, used = self.horizon, self.racy, self.used
         known_get = self.known.get
         regular = stat.S_ISREG
@@ -315,15 +314,7 @@ class _Walk:
                             entries[rel] = f"f {exe} {hit[3]}"
                             used.append(ino)
                         elif size >= _BIG and self.threads > 1:
-                            # Big files go to threads at once (hashlib and os.read release
-                            # the GIL on big buffers); the pool (and its import) only if needed.
-                            if self.pool is None:
-                                from concurrent.futures import ThreadPoolExecutor
-
-                                self.pool = ThreadPoolExecutor(max_workers=self.threads)
-                            hashed.append((rel, exe, st, self.pool.submit(_hash_file, f"{abs_dir}/{name}",
-                                                                          self.needles)))
-                            read.append(f"{abs_dir}/{name}")
+                            self.hash_on_a_thread(rel, exe, st, f"{abs_dir}/{name}")
                         else:
                             small.append((rel, f"{abs_dir}/{name}", exe, st))
                     elif entry.is_dir(follow_symlinks=False):
@@ -344,6 +335,16 @@ class _Walk:
         finally:
             os.close(fd)
         return folders
+
+    def hash_on_a_thread(self, rel: str, exe: str, st: os.stat_result, path: str) -> None:
+        """Hash a big file on the pool at once (hashlib and os.read release the GIL on big buffers);
+        the pool (and its import) only if needed."""
+        if self.pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(max_workers=self.threads)
+        self.hashed.append((rel, exe, st, self.pool.submit(_hash_file, path, self.needles)))
+        self.read.append(path)
 
     def snapshot(self, root: Path, cache: HashCache) -> str | None:
         """The walk's ``Snapshot``, or None when it cannot vouch for every row: a file changed in the
