@@ -116,24 +116,15 @@ class Snapshot:
         stack = [("", str(venv.absolute()))]
         while stack:
             rel_dir, abs_dir = stack.pop()
-            fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                with os.scandir(fd) as it:
-                    for entry in it:
-                        name = entry.name
-                        if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
-                            continue
-                        rel = f"{rel_dir}/{name}" if rel_dir else name
-                        if entry.is_dir(follow_symlinks=False):
-                            rows.append((rel, "d"))
-                            stack.append((rel, f"{abs_dir}/{name}"))
-                        elif entry.is_file(follow_symlinks=False) or entry.is_symlink():
-                            st = entry.stat(follow_symlinks=False)
-                            rows.append((rel, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
-                        else:
-                            rows.append((rel, "o"))
-            finally:
-                os.close(fd)
+            for _, entry, rel in _listing(rel_dir, abs_dir):
+                if entry.is_dir(follow_symlinks=False):
+                    rows.append((rel, "d"))
+                    stack.append((rel, f"{abs_dir}/{entry.name}"))
+                elif entry.is_file(follow_symlinks=False) or entry.is_symlink():
+                    st = entry.stat(follow_symlinks=False)
+                    rows.append((rel, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+                else:
+                    rows.append((rel, "o"))
         return Snapshot.of(rows)
 
 
@@ -192,6 +183,22 @@ class _StoredEntries(Mapping[str, str]):
 
     def __len__(self) -> int:
         return len(self._loaded())
+
+
+def _listing(rel_dir: str, abs_dir: str) -> Iterator[tuple[int, os.DirEntry[str], str]]:
+    """Each entry of venv folder ``abs_dir`` (``rel_dir`` in the venv) that the digest covers (not
+    ``__pycache__``, not a top-level ``.envlock`` name): the folder's open descriptor (each lstat
+    then resolves one name, not the whole path), the entry and its path in the venv."""
+    fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                name = entry.name
+                if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
+                    continue
+                yield fd, entry, f"{rel_dir}/{name}" if rel_dir else name
+    finally:
+        os.close(fd)
 
 
 def python_home(venv: Path) -> str | None:
@@ -275,65 +282,57 @@ class _Walk:
         known_get = self.known.get
         regular = stat.S_ISREG
         folders: list[tuple[str, str]] = []
-        fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            with os.scandir(fd) as it:
-                for entry in it:
-                    name = entry.name
-                    if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
-                        continue
-                    rel = f"{rel_dir}/{name}" if rel_dir else name
-                    if entry.is_file(follow_symlinks=False):
-                        st = entry.stat(follow_symlinks=False)  # fstatat(fd, name)
-                        if not regular(st.st_mode):  # replaced since the listing
-                            entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
-                            rows.append((rel, entries[rel]))
-                            continue
-                        mode = st.st_mode
-                        exe = "x" if mode & _USER_EXEC else "-"
-                        if seal and mode & _WRITABLE:
-                            # chmod moves the ctime only: the hash cache's key still holds.
-                            mode &= ~_WRITABLE
-                            os.chmod(name, stat.S_IMODE(mode), dir_fd=fd)
-                        dev, ino, size, mtime = st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-                        row = (rel, mode, dev, ino, size, mtime)
-                        rows.append(row)
-                        if mtime >= horizon:
-                            racy.append(row)
-                        if rel == "pyvenv.cfg":  # the one file uv writes the interpreter's folder into
-                            entries[rel] = f"f {exe} {_hash_pyvenv_cfg(f'{abs_dir}/{name}', self.where_uv_writes)}"
-                            read.append(f"{abs_dir}/{name}")
-                            continue
-                        # The inode hash cache's answer (``HashCache.get``), inlined: one per file.
-                        hit = known_get(ino)
-                        try:
-                            hit = hit if hit[2] == mtime and hit[1] == size and hit[0] == dev else None  # type: ignore[index]
-                        except (TypeError, IndexError):  # none, or not what the cache writes: a miss
-                            hit = None
-                        if hit is not None:
-                            entries[rel] = f"f {exe} {hit[3]}"
-                            used.append(ino)
-                        elif size >= _BIG and self.threads > 1:
-                            self.hash_on_a_thread(rel, exe, st, f"{abs_dir}/{name}")
-                        else:
-                            small.append((rel, f"{abs_dir}/{name}", exe, st))
-                    elif entry.is_dir(follow_symlinks=False):
-                        entries[rel] = "d"
-                        rows.append((rel, "d"))
-                        folders.append((rel, f"{abs_dir}/{name}"))
-                    elif entry.is_symlink():
-                        st = entry.stat(follow_symlinks=False)
-                        target = _normalize_paths(os.fsencode(os.readlink(name, dir_fd=fd)), self.where_uv_writes)
-                        entries[rel] = "l " + os.fsdecode(target)
-                        row = (rel, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-                        rows.append(row)
-                        if row[5] >= horizon:
-                            racy.append(row)
-                    else:
-                        entries[rel] = "o"
-                        rows.append((rel, "o"))
-        finally:
-            os.close(fd)
+        for fd, entry, rel in _listing(rel_dir, abs_dir):
+            name = entry.name
+            if entry.is_file(follow_symlinks=False):
+                st = entry.stat(follow_symlinks=False)  # fstatat(fd, name)
+                if not regular(st.st_mode):  # replaced since the listing
+                    entries[rel] = "d" if stat.S_ISDIR(st.st_mode) else "o"
+                    rows.append((rel, entries[rel]))
+                    continue
+                mode = st.st_mode
+                exe = "x" if mode & _USER_EXEC else "-"
+                if seal and mode & _WRITABLE:
+                    # chmod moves the ctime only: the hash cache's key still holds.
+                    mode &= ~_WRITABLE
+                    os.chmod(name, stat.S_IMODE(mode), dir_fd=fd)
+                dev, ino, size, mtime = st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+                row = (rel, mode, dev, ino, size, mtime)
+                rows.append(row)
+                if mtime >= horizon:
+                    racy.append(row)
+                if rel == "pyvenv.cfg":  # the one file uv writes the interpreter's folder into
+                    entries[rel] = f"f {exe} {_hash_pyvenv_cfg(f'{abs_dir}/{name}', self.where_uv_writes)}"
+                    read.append(f"{abs_dir}/{name}")
+                    continue
+                # The inode hash cache's answer (``HashCache.get``), inlined: one per file.
+                hit = known_get(ino)
+                try:
+                    hit = hit if hit[2] == mtime and hit[1] == size and hit[0] == dev else None  # type: ignore[index]
+                except (TypeError, IndexError):  # none, or not what the cache writes: a miss
+                    hit = None
+                if hit is not None:
+                    entries[rel] = f"f {exe} {hit[3]}"
+                    used.append(ino)
+                elif size >= _BIG and self.threads > 1:
+                    self.hash_on_a_thread(rel, exe, st, f"{abs_dir}/{name}")
+                else:
+                    small.append((rel, f"{abs_dir}/{name}", exe, st))
+            elif entry.is_dir(follow_symlinks=False):
+                entries[rel] = "d"
+                rows.append((rel, "d"))
+                folders.append((rel, f"{abs_dir}/{name}"))
+            elif entry.is_symlink():
+                st = entry.stat(follow_symlinks=False)
+                target = _normalize_paths(os.fsencode(os.readlink(name, dir_fd=fd)), self.where_uv_writes)
+                entries[rel] = "l " + os.fsdecode(target)
+                row = (rel, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                rows.append(row)
+                if row[5] >= horizon:
+                    racy.append(row)
+            else:
+                entries[rel] = "o"
+                rows.append((rel, "o"))
         return folders
 
     def hash_on_a_thread(self, rel: str, exe: str, st: os.stat_result, path: str) -> None:
