@@ -16,8 +16,9 @@ Layout (version 1)::
         builds/<input digest>/<wheel>    locally built wheels, by input digest
         venvs/sha256-<hex>/              installed venvs, by lock install digest (no ':', see install.venv_entry)
         manifests/<venv digest>          per-file manifest of a venv (to list differing files)
-        hashes/inodes.marshal            inode -> sha256 of files already hashed (a cache, see hashcache.py)
-        skeletons/<key>/                 the empty venv uv made for one interpreter, copied into new venvs
+        hashes/inodes.marshal            inode -> sha256 of files already hashed (a cache, see install/inodehashes.py)
+        hashes/snapshots/<venv entry>    a venv's stat snapshot when last verified (install/digest.py)
+        skeletons/<key>/                 the empty venv uv made for one interpreter, linked into new venvs
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
                                          (``store-writer.lock``: held shared by every sync, exclusively by gc)
