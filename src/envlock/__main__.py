@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import sys
 
-from envlock import timings  # os, sys, time: loaded already
+from envlock import gcpause, timings  # gc, contextlib, os, sys, time: loaded already
 
 
 def main() -> int:
+    collecting = gcpause.start_up()  # until the command's imports are done (cli.main)
     try:
         # An up-to-date `envlock sync ENV` is answered before cli (argparse, json) is imported.
         from envlock.store.noop import answer_noop
@@ -27,7 +28,7 @@ def main() -> int:
         timings.mark("start-up and the fast no-op check")
         from envlock.cli.main import main as cli_main
 
-        return cli_main(fast_path=False)
+        return cli_main(fast_path=False, collecting=collecting)
     except KeyboardInterrupt as exc:  # or Terminated: SIGTERM once cli.main's handler is in place
         from envlock.errors import asks_json, interrupted
         from envlock.interrupts import say

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from envlock import __version__, timings
+from envlock import __version__, gcpause, timings
 from envlock.cli.render import GLOBAL_OPTIONS
 from envlock.errors import EnvlockError, UsageError, asks_json, interrupted, json_error, scrub
 
@@ -199,7 +199,13 @@ def _json_error(message: str, details: Sequence[str], kind: str, code: int) -> N
     print(json_error(message, details, kind, code))
 
 
-def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
+def main(argv: Sequence[str] | None = None, *, fast_path: bool = True, collecting: bool | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); its exit code.
+
+    ``collecting``: the console script paused the garbage collector for start-up already
+    (``gcpause.start_up``, whose answer this is), and exits after this; None: paused here.
+    """
+    exiting = collecting is not None
     # Fast path: an up-to-date `envlock sync ENV` answers here, before argparse is built
     # and the recipes (tomllib, packaging) are imported. envlock.store.noop imports only os,
     # sys and hashlib and returns None for anything it does not fully handle. The console
@@ -210,6 +216,8 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
         fast = answer_noop(list(sys.argv[1:] if argv is None else argv))
         if fast is not None:
             return fast
+    if collecting is None:
+        collecting = gcpause.start_up()
     from envlock import interrupts
 
     # SIGINT and SIGTERM end envlock within 2 s whatever its threads do (interrupts); set from the
@@ -217,13 +225,14 @@ def main(argv: Sequence[str] | None = None, *, fast_path: bool = True) -> int:
     # command, and an ignored signal stays ignored across exec.
     installed = interrupts.install()
     try:
-        return _main(argv)
+        return _main(argv, collecting)
     finally:
+        gcpause.command_ended(collecting, exiting=exiting)
         if installed:
             interrupts.uninstall()
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, collecting: bool) -> int:
     from pathlib import Path
 
     from envlock.workspace import Workspace
@@ -250,6 +259,7 @@ def _main(argv: Sequence[str] | None) -> int:
             if (needs(args) if callable(needs) else needs) or args.root is not None:
                 raise
             ws = Workspace(Path.cwd())
+        gcpause.command_starts(collecting)
         code: int = args.func(args, ws)
         timings.mark("done")
         return code

@@ -11,10 +11,12 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from envlock import timings  # loaded already (__main__)
+from envlock import gcpause, timings  # loaded already (__main__)
 from envlock.cli.render import json_option, mirror_flags, mirror_options, out, target_option
 
 if TYPE_CHECKING:
+    from envlock.commands.realize import SyncResult
+    from envlock.store.store import Store
     from envlock.workspace import Workspace
 
 
@@ -47,27 +49,17 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
                             None if args.frozen or args.lock is not None else spec_file,
                             spec_file if args.frozen and args.lock is None else None)
     if result is None:
-        from envlock import ui
-        from envlock.commands import sync
-
-        timings.mark("imports of the sync recipe")
-
-        def on_build(name: str, digest: str) -> None:
-            built.append((name, digest))
-            if not (args.quiet or args.json):  # said even off a terminal: a kernel build can take an hour
-                print(f"envlock: building {name} (inputs {digest[:19]}); a native build can take long",
-                      file=sys.stderr)
-
-        with ui.progress(quiet=args.quiet or args.json) as bar:
-            options = sync.SyncOptions(frozen=args.frozen, offline=args.offline, lock_ref=args.lock,
-                                          mirrors=mirror_options(args), trusted_keys=tuple(args.trusted_key),
-                                          target=args.target)
-            result = sync.sync(ws, args.env, options, progress=bar, on_build=on_build, store=store)
+        # A sync's objects live on (a lock's tables, a row per venv file) and form no cycles: not
+        # scanned again and again by the collector while it runs (gcpause).
+        with gcpause.paused():
+            result = _sync(args, ws, store, built)
 
     def text() -> str:
         if result.noop:
             head = f"{args.env}: up to date (generation {result.generation})"
         else:
+            from envlock import ui
+
             venv = "built" if result.built else "reused from the store"
             head = (f"{args.env}: generation {result.generation} ({result.fetched} fetched, "
                     f"{ui.size(result.downloaded)} downloaded; venv {venv}) in {result.seconds:.1f}s")
@@ -83,6 +75,27 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
 
     out(args, result.to_dict() | {"built": [{"name": n, "input_digest": d} for n, d in built]}, text)
     return 0
+
+
+def _sync(args: argparse.Namespace, ws: Workspace, store: Store | None,
+          built: list[tuple[str, str]]) -> SyncResult:
+    """The sync recipe, run for ``cmd_sync``; each local build it runs is added to ``built``."""
+    from envlock import ui
+    from envlock.commands import sync
+
+    timings.mark("imports of the sync recipe")
+
+    def on_build(name: str, digest: str) -> None:
+        built.append((name, digest))
+        if not (args.quiet or args.json):  # said even off a terminal: a kernel build can take an hour
+            print(f"envlock: building {name} (inputs {digest[:19]}); a native build can take long",
+                  file=sys.stderr)
+
+    with ui.progress(quiet=args.quiet or args.json) as bar:
+        options = sync.SyncOptions(frozen=args.frozen, offline=args.offline, lock_ref=args.lock,
+                                   mirrors=mirror_options(args), trusted_keys=tuple(args.trusted_key),
+                                   target=args.target)
+        return sync.sync(ws, args.env, options, progress=bar, on_build=on_build, store=store)
 
 
 def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:

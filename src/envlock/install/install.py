@@ -29,6 +29,7 @@ from typing import Any
 from envlock import timings
 from envlock.errors import InstallError, VerifyError
 from envlock.install.digest import Manifest, compare, keep_snapshot, manifest, stored_manifest, unchanged
+from envlock.install.inodehashes import HashCache
 from envlock.model.lockfile import Artifact, Lock, canonicalize_name
 from envlock.store.durable import written_back
 from envlock.store.home import MANIFEST_NAME  # defined where the fast no-op reads it
@@ -186,6 +187,7 @@ def _populate(store: Store, work: Path, python: Path, lock: Lock, batches: Arriv
     while True:
         _new_venv(store, work, python, log)
         timings.mark("the venv skeleton copied")
+        HashCache.preload(store.hash_cache)  # read while uv installs, for the digest walk after it
         got: dict[str, Path] = {}
         try:
             for batch in batches:
