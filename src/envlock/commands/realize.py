@@ -101,14 +101,20 @@ def realize(store: Store, target: SyncTarget, progress: Progress | None = None) 
         if cur is not None and _current_is(store, cur, lock):
             return _noop(store, target, cur, started)
         timings.mark("the store opened, the env locked, its current generation read")
-        if _installs_while_fetching(store, target):
+        present = _all_in_store(store, target.lock)
+        downloaded = fetched = 0
+        if present is not None:  # nothing to fetch (a stat each said so): fetch's machinery not even loaded
+            timings.mark("every locked wheel in the store already")
+            checked = _install_checked(store, target, present)
+        elif _installs_while_fetching(store, target):
             arriving = _Arrivals(store, target, progress)
             checked = _install_checked(store, target, {}, arriving)
-            got, cached, cached_bytes = arriving.result()
+            downloaded, fetched = _brought(*arriving.result())
         else:
-            got, cached, cached_bytes = _fetch(store, target, progress)
+            got = _fetch(store, target, progress)
+            downloaded, fetched = _brought(*got)
             timings.mark("fetch: every locked wheel in the store")
-            checked = _install_checked(store, target, got.paths())
+            checked = _install_checked(store, target, got[0].paths())
         # Record first, so the generation keeps the lock text as it stands after this sync.
         lock_bytes, on_disk, recorded = _record(lock, target.lock_path, checked.digest, checked.python,
                                                 target.frozen)
@@ -127,10 +133,8 @@ def realize(store: Store, target: SyncTarget, progress: Progress | None = None) 
         timings.mark("the no-op stamp written")
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, lock.install_digest(), checked.digest, noop=False,
-            # What the caches gave counts as fetched and downloaded too (the sync's note says from where).
-            downloaded=got.downloaded + cached_bytes,
-            fetched=sum(1 for a in got.artifacts if a.source != "store") + cached,
-            built=checked.built, recorded=recorded, seconds=time.monotonic() - started,
+            downloaded=downloaded, fetched=fetched, built=checked.built, recorded=recorded,
+            seconds=time.monotonic() - started,
             note="; ".join(filter(None, [note, unstamped])),
         )
 
@@ -176,6 +180,31 @@ def _fetch(store: Store, target: SyncTarget, progress: Progress | None) -> tuple
                       options=fetch.FetchOptions(offline=target.offline, locate=locate,
                                                  local_sources=target.local_wheels, env=target.env))
     return got, cached, cached_bytes
+
+
+def _brought(got: FetchResult, cached: int, cached_bytes: int) -> tuple[int, int]:
+    """Bytes downloaded and wheels brought into the store by a fetch (``_fetch``'s answer): what the
+    caches gave counts too (the sync's note says from where)."""
+    return got.downloaded + cached_bytes, sum(1 for a in got.artifacts if a.source != "store") + cached
+
+
+def _all_in_store(store: Store, lock: Lock) -> dict[str, Path] | None:
+    """sha256 -> store file of every locked wheel when the store holds each with the lock's size
+    (a stat each, as ``fetch`` finds them: a file there was checked against its sha256 before it
+    was published); None when one is missing or wrong (``fetch`` then says which, or brings it)."""
+    from envlock.store.store import store_file, stored
+
+    found: dict[str, Path] = {}
+    try:
+        for pkg in lock.packages:
+            artifact = pkg.wheels[0]
+            path = store_file(store, artifact)
+            if stored(artifact, path) != (True, None):
+                return None
+            found[artifact.sha256] = path
+    except FetchError:  # a file name that leads out of its entry: fetch names it
+        return None
+    return found
 
 
 def _installs_while_fetching(store: Store, target: SyncTarget) -> bool:

@@ -31,7 +31,7 @@ from envlock.errors import InstallError, VerifyError
 from envlock.install.digest import Manifest, compare, keep_snapshot, manifest, stored_manifest, unchanged
 from envlock.install.inodehashes import HashCache
 from envlock.model.lockfile import Artifact, Lock, canonicalize_name
-from envlock.store.durable import written_back
+from envlock.store.durable import prepare_write_back, written_back
 from envlock.store.home import MANIFEST_NAME  # defined where the fast no-op reads it
 from envlock.store.store import Store, check_stored_bytes, write_atomic
 
@@ -187,7 +187,9 @@ def _populate(store: Store, work: Path, python: Path, lock: Lock, batches: Arriv
     while True:
         _new_venv(store, work, python, log)
         timings.mark("the venv skeleton copied")
-        HashCache.preload(store.hash_cache)  # read while uv installs, for the digest walk after it
+        # What the digest walk after uv needs, loaded on threads while uv installs.
+        HashCache.preload(store.hash_cache)
+        prepare_write_back()
         got: dict[str, Path] = {}
         try:
             for batch in batches:
