@@ -967,7 +967,7 @@ def test_a_switch_to_a_venv_in_the_store_imports_no_packaging_and_no_spec(
         "'ssl', 'http', 'subprocess', 'tomllib'} or m in {'envlock.model.spec', 'envlock.model.target', "
         "'envlock.gpu.drivers', 'envlock.runner', 'envlock.resolution.drift', 'envlock.install.partial', "
         "'envlock.store.urlhashes', 'envlock.model.multilock', 'envlock.model.overlaps', "
-        "'envlock.model.lockbuilds'}))\n"
+        "'envlock.model.lockbuilds', 'envlock.install.fetch'}))\n"
         "sys.exit(code)\n"
     )
     argv = [sys.executable, "-c", probe, "sync", "demo", "--frozen", "--lock", str(lock_path)]
@@ -986,3 +986,26 @@ def test_a_switch_to_a_venv_in_the_store_imports_no_packaging_and_no_spec(
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[0].startswith("demo: generation 1 (0 fetched, 0 B downloaded; venv reused")
     assert again.stdout.splitlines()[-1] == "loaded:"
+
+
+def test_a_new_venv_of_wheels_all_in_the_store_is_built_without_fetch(
+    locks: tuple[IndexServer, Lock, Lock], tmp_path: Path
+) -> None:
+    """A sync whose venv the store lacks but whose every wheel it has (a warm sync): one stat per wheel
+    says so, and fetch's machinery is not loaded; the venv is built and verified as ever."""
+    ws, lock_path, env = _lock_only_workspace(locks[1], tmp_path)
+    probe = ("import sys\nfrom envlock.cli.main import main\ncode = main(sys.argv[1:])\n"
+             "print('fetch loaded:', 'envlock.install.fetch' in sys.modules)\nsys.exit(code)\n")
+    argv = [sys.executable, "-c", probe, "sync", "demo", "--frozen", "--lock", str(lock_path)]
+    first = subprocess.run(argv, cwd=ws, env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1] == "fetch loaded: True"  # the store had none of them
+    digest_line = first.stdout.splitlines()[1]
+    store = Store.open(tmp_path / "home")
+    store.remove_entry("venvs", install.venv_entry(locks[1].install_digest()))
+    warm = subprocess.run(argv, cwd=ws, env=env, capture_output=True, text=True)
+    assert warm.returncode == 0, warm.stderr
+    said = warm.stdout.splitlines()
+    assert said[0].startswith("demo: generation 2 (0 fetched, 0 B downloaded; venv built)")
+    assert said[1] == digest_line  # the same venv digest, walked anew
+    assert said[-1] == "fetch loaded: False"

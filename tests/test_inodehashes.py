@@ -181,3 +181,19 @@ def test_a_walk_that_finds_only_what_the_cache_holds_does_not_write_it(tmp_path:
     assert kept.get(os.lstat(second / "lib" / "pkg" / "RECORD")) is None
     assert kept.get(os.lstat(first / "lib" / "pkg" / "a.py")) is not None
     assert kept.get(os.lstat(second / "lib" / "pkg" / "a.py")) is not None
+
+
+def test_a_preloaded_cache_answers_as_one_read_at_open(tmp_path: Path) -> None:
+    """``preload`` (while uv installs) reads the file on a thread; the next ``open`` takes those
+    entries, and takes its racy-clean horizon itself, when it is called (after the install)."""
+    f = _file(tmp_path / "f", b"hello\n", links=tmp_path / "links")
+    cache = HashCache.open(tmp_path / "cache")
+    cache.put(os.lstat(f), "digest-of-hello")
+    cache.save()
+    HashCache.preload(tmp_path / "cache")
+    HashCache.preload(tmp_path / "cache")  # a second call while the first is pending: the same read
+    late = _file(tmp_path / "late", b"written after the preload\n", old=False)
+    opened = HashCache.open(tmp_path / "cache")
+    assert opened.get(os.lstat(f)) == "digest-of-hello"
+    assert opened.horizon_ns >= os.lstat(late).st_mtime_ns  # taken at open, not at preload
+    assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) == "digest-of-hello"  # read again: no preload left
