@@ -184,16 +184,17 @@ def test_a_walk_that_finds_only_what_the_cache_holds_does_not_write_it(tmp_path:
 
 
 def test_a_preloaded_cache_answers_as_one_read_at_open(tmp_path: Path) -> None:
-    """``preload`` (while uv installs) reads the file on a thread; the next ``open`` takes those
-    entries, and takes its racy-clean horizon itself, when it is called (after the install)."""
+    """``preload`` (while uv installs) reads the file then; the next ``open`` takes those entries
+    without reading it again, and takes its racy-clean horizon itself, when it is called (after the
+    install); the open after that reads the file again."""
     f = _file(tmp_path / "f", b"hello\n", links=tmp_path / "links")
     cache = HashCache.open(tmp_path / "cache")
     cache.put(os.lstat(f), "digest-of-hello")
     cache.save()
     HashCache.preload(tmp_path / "cache")
-    HashCache.preload(tmp_path / "cache")  # a second call while the first is pending: the same read
+    (tmp_path / "cache" / "inodes.marshal").unlink()  # what open answers from is what preload read
     late = _file(tmp_path / "late", b"written after the preload\n", old=False)
     opened = HashCache.open(tmp_path / "cache")
     assert opened.get(os.lstat(f)) == "digest-of-hello"
     assert opened.horizon_ns >= os.lstat(late).st_mtime_ns  # taken at open, not at preload
-    assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) == "digest-of-hello"  # read again: no preload left
+    assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) is None  # read again: no preload left

@@ -109,6 +109,28 @@ except KeyboardInterrupt:
 """
 
 
+def test_meanwhile_runs_once_the_command_has_started_and_before_the_wait(tmp_path: Path) -> None:
+    # The command waits for a file only `meanwhile` writes: run before the start, or after the
+    # wait, it would never be seen (the deadline ends the command then).
+    go = tmp_path / "go"
+    result = runner.run(["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.01; done; echo seen"],
+                        deadline=(20.0, "meanwhile never ran"), meanwhile=go.touch)
+    assert (result.returncode, result.stdout) == (0, "seen\n")
+
+
+def test_an_interrupt_in_meanwhile_ends_the_command_as_one_in_the_wait(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+
+    def interrupted() -> None:
+        wait_for(pid_file.exists, "the command to start")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"], meanwhile=interrupted)
+    pid = int(pid_file.read_text())
+    assert not running(pid)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupt_is_passed_on_to_the_running_tool(tmp_path: Path, sig: signal.Signals) -> None:
     # `kill -INT` (or a plain `kill`) of envlock alone, not its process group: uv, git or a

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -80,6 +80,7 @@ def run(
     log: Path | None = None,
     deadline: tuple[float, str] | None = None,
     group: Path | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> Result:
     """Run a command to completion and capture its output (also into ``log``, if given).
     ``deadline``: (seconds, why): past them it is killed, with all it started, and its stderr ends
@@ -87,7 +88,12 @@ def run(
 
     ``group``: the command runs in a process group of its own, named in the file ``group``
     (``GROUP_SUFFIX``) for as long as it runs, so that if envlock is killed meanwhile, whoever finds
-    the file (the next envlock to open the store) can end what it left running (``end_group``)."""
+    the file (the next envlock to open the store) can end what it left running (``end_group``).
+
+    ``meanwhile``: work for this thread once the command has started, before waiting for it (what
+    comes after the command needs, done while it runs; an interrupt in it ends the command as one
+    in the wait does). Not on a thread of its own: a second thread holding the interpreter in one
+    long call (``marshal.loads``) held up this one before the command started (~8 ms)."""
     args = tuple(str(a) for a in argv)
     try:
         with subprocess.Popen(args, cwd=cwd, env=dict(env) if env is not None else None, stdout=subprocess.PIPE,
@@ -96,6 +102,8 @@ def run(
             try:
                 if group is not None:
                     _record_group(group, proc.pid)
+                if meanwhile is not None:
+                    meanwhile()
                 out, err = proc.communicate(timeout=deadline[0] if deadline else None)
             except KeyboardInterrupt:
                 _interrupt(proc)
@@ -217,15 +225,16 @@ def _started(pid: int) -> str | None:
 
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
        env: Mapping[str, str] | None = None, log: Path | None = None, wrap: Sequence[str] = (),
-       group: Path | None = None) -> Result:
+       group: Path | None = None, meanwhile: Callable[[], object] | None = None) -> Result:
     """Run the pinned uv with ``args`` (under ``wrap``, a command that runs its arguments: a build's
     private mount namespace; ``group``: in a process group of its own, see ``run``). An index URL
     never stays in its command line, which any user of the machine reads in ``/proc/PID/cmdline``:
     ``--default-index URL`` (its password) reaches uv as ``UV_DEFAULT_INDEX``, which only its own
-    user reads (``/proc/PID/environ``)."""
+    user reads (``/proc/PID/environ``). ``meanwhile``: as ``run``'s."""
     _adopt_orphans()  # a build's backend must stay within reach of an interrupt
     argv, moved = _uv_argv(args)
-    return run([*wrap, uv_bin(), *argv], cwd=cwd, env=uv_env({**moved, **(env or {})}), log=log, group=group)
+    return run([*wrap, uv_bin(), *argv], cwd=cwd, env=uv_env({**moved, **(env or {})}), log=log, group=group,
+               meanwhile=meanwhile)
 
 
 def _uv_argv(args: Sequence[str | os.PathLike[str]]) -> tuple[list[str], dict[str, str]]:

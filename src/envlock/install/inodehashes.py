@@ -45,10 +45,6 @@ import marshal
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from threading import Thread
 
 #: Entries not used by the walk that saves are kept up to this many (the most recent).
 KEEP_UNUSED = 200_000
@@ -83,27 +79,18 @@ class HashCache:
         ``reuse=False`` (``verify``): never answer from the cache, only record.
         """
         path = folder / "inodes.marshal"
-        loading = _PRELOADS.pop(str(folder), None)
-        if loading is not None:
-            loading[0].join()
+        preloaded = _PRELOADS.pop(str(folder), None)
         # Loaded also when not answered from: saving keeps the other venvs' entries.
-        entries = loading[1][0] if loading is not None and loading[1] else _read(path)
+        entries = preloaded if preloaded is not None else _read(path)
         return cls(path, entries, _touch(folder / f".horizon-{os.getpid()}"), reuse=reuse)
 
     @staticmethod
     def preload(folder: Path) -> None:
-        """Start reading the cache of ``folder`` on a thread, for the next ``open`` of it to take: a
-        new venv's walk does not wait for it (~8 ms for 20k entries) when uv installs meanwhile. The
-        file is read, nothing more: the horizon is still taken by ``open``, just before the walk."""
-        import threading
-
-        if str(folder) in _PRELOADS:
-            return
-        got: list[dict[int, Value]] = []
-        thread = threading.Thread(target=lambda: got.append(_read(folder / "inodes.marshal")),
-                                  name="envlock-hash-cache", daemon=True)
-        _PRELOADS[str(folder)] = (thread, got)
-        thread.start()
+        """Read the cache of ``folder`` now, for the next ``open`` of it to take: called while uv
+        installs (``runner.run``'s ``meanwhile``), a new venv's walk does not wait for it (~8 ms for
+        20k entries). The file is read, nothing more: the horizon is still taken by ``open``, just
+        before the walk."""
+        _PRELOADS[str(folder)] = _read(folder / "inodes.marshal")
 
     def now_ns(self) -> int:
         """"Now" on the file system's clock, as the horizon was taken (0 when it cannot be told)."""
@@ -167,8 +154,8 @@ class HashCache:
             write_atomic(self.path, marshal.dumps((_FORMAT, merged)))
 
 
-#: The caches ``HashCache.preload`` is reading, by folder: its thread and, once read, the entries.
-_PRELOADS: dict[str, tuple[Thread, list[dict[int, Value]]]] = {}
+#: The caches ``HashCache.preload`` read, by folder: their entries, for the next ``open`` to take.
+_PRELOADS: dict[str, dict[int, Value]] = {}
 
 
 def _read(path: Path) -> dict[int, Value]:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import os
 import re
 import shutil
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,9 +188,8 @@ def _populate(store: Store, work: Path, python: Path, lock: Lock, batches: Arriv
     while True:
         _new_venv(store, work, python, log)
         timings.mark("the venv skeleton copied")
-        # What the digest walk after uv needs, loaded on threads while uv installs.
-        HashCache.preload(store.hash_cache)
-        prepare_write_back()
+        # What the digest walk after uv needs, loaded while uv installs its first batch.
+        meanwhile: Callable[[], None] | None = functools.partial(_ready_the_walk, store)
         got: dict[str, Path] = {}
         try:
             for batch in batches:
@@ -198,7 +198,8 @@ def _populate(store: Store, work: Path, python: Path, lock: Lock, batches: Arriv
                 files = list(dict.fromkeys(str(batch[p.wheels[0].sha256]) for p in lock.packages
                                            if p.wheels[0].sha256 in batch))
                 if files:
-                    _uv_install(store, work, files, log)
+                    _uv_install(store, work, files, log, meanwhile=meanwhile)
+                    meanwhile = None
             for pkg in lock.packages:
                 _fetched(pkg.wheels[0], got)
             return note, got
@@ -212,8 +213,16 @@ def _populate(store: Store, work: Path, python: Path, lock: Lock, batches: Arriv
         batches = itertools.chain([dict(got)], batches)  # what came so far, then the rest as it comes
 
 
-def _uv_install(store: Store, work: Path, files: list[str], log: Path) -> None:
-    """``uv pip install`` of the store wheel ``files`` into the venv ``work``."""
+def _ready_the_walk(store: Store) -> None:
+    """Load what the digest walk after uv needs (the inode hash cache, ``write_back``'s libc call)."""
+    HashCache.preload(store.hash_cache)
+    prepare_write_back()
+
+
+def _uv_install(store: Store, work: Path, files: list[str], log: Path,
+                meanwhile: Callable[[], None] | None = None) -> None:
+    """``uv pip install`` of the store wheel ``files`` into the venv ``work`` (``meanwhile``: done
+    on this thread while uv runs, ``runner.run``)."""
     # The store files themselves, not name==version from a find-links folder
     # per wheel: uv then neither lists 158 folders nor resolves. Not one shared
     # find-links folder either, though uv installs from one ~15% faster: uv caches
@@ -225,7 +234,7 @@ def _uv_install(store: Store, work: Path, files: list[str], log: Path) -> None:
     with store.locked(_UV_CACHE_LOCK, shared=True):  # clear_uv_cache waits for installs
         _uv(["pip", "install", "--python", str(work / "bin" / "python"), "--link-mode", "hardlink",
              "--no-index", "--offline", "--no-deps", "--no-build", *files],
-            what="install the locked wheels", log=log, cache=uv_cache_dir(store))
+            what="install the locked wheels", log=log, cache=uv_cache_dir(store), meanwhile=meanwhile)
     timings.mark(f"uv pip install ({len(files)} wheels)")
 
 
@@ -567,13 +576,14 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
         raise InstallError(f"{exc.message}; full log in {kept}", details=exc.details) from None
 
 
-def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None) -> None:
+def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None,
+        meanwhile: Callable[[], None] | None = None) -> None:
     # In a process group of its own, named beside its log (a pid-named folder under tmp/): a uv that
     # outlives a SIGKILLed envlock is ended by the next store open before its slot is used again.
     from envlock import runner  # subprocess: only a venv to build
 
     result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None,
-                       group=log.with_name(f"uv{runner.GROUP_SUFFIX}"))
+                       group=log.with_name(f"uv{runner.GROUP_SUFFIX}"), meanwhile=meanwhile)
     if not result.ok:
         raise InstallError(
             f"uv could not {what} (exit {result.returncode}): uv {' '.join(args[:2])} ...",

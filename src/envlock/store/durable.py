@@ -92,17 +92,14 @@ def write_back(paths: Sequence[str]) -> None:
 
 
 def prepare_write_back() -> None:
-    """Start loading what ``write_back`` calls (``ctypes`` and libc's ``sync_file_range``: 2-9 ms) on
-    a thread: a new venv's walk writes back once uv has installed, and uv runs meanwhile."""
-    import threading
-
-    threading.Thread(target=_sync_file_range, name="envlock-write-back", daemon=True).start()
+    """Load what ``write_back`` calls (``ctypes`` and libc's ``sync_file_range``: 2-9 ms) now: called
+    while uv installs (``runner.run``'s ``meanwhile``), a new venv's walk does not wait for it."""
+    _sync_file_range()
 
 
 @functools.cache
 def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    """libc's ``sync_file_range``, or None (not Linux); looked up once per process (two threads at
-    once may both look it up: the same answer, and ``ctypes`` imported once under the import lock)."""
+    """libc's ``sync_file_range``, or None (not Linux); looked up once per process."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes
