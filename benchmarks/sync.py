@@ -1,11 +1,13 @@
 """Benchmark ``envlock sync`` against uv on one generated lock, served on loopback.
 
-Prints four ratios, each against a peer measured in the same run:
+Prints these ratios, each against a peer measured in the same run:
 
 * warm sync (every wheel in the store, a new venv + generation) / ``uv venv`` +
   ``uv pip sync`` with a warm uv cache, the same wheels in one
   --find-links folder, its venv made in the folder envlock
   builds in (see peer_venv)                                  target <= 2.0
+  and, of the warm sync, envlock's own time: the run less the uv install it waits for (read off
+  its ENVLOCK_TIMINGS timeline; uv's install time moves 2x between rounds here, this does not)
 * a switch to a venv already in the store / the same peer     target <= 1.0
 * no-op sync / ``uv pip sync`` no-op                         target <= 2.0
 * verify throughput / ``sha256sum`` over the same files     target >= 1.0
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -85,6 +88,10 @@ def big_wheel(dest: Path, megabytes: int) -> Path:
 
 #: CPU time (user + system) of the processes run by ``timed`` and their children, as they end.
 CPU: list[float] = []
+#: The standard error of each ``timed`` run (the warm syncs' ``ENVLOCK_TIMINGS`` lines).
+STDERR: list[str] = []
+#: The step timeline's line for uv's install in a sync: its wall time.
+UV_STEP = re.compile(r"^envlock-timing +[0-9.]+ ms +\+([0-9.]+) ms wall .*  uv pip install \(", re.M)
 
 
 def cpu_children() -> float:
@@ -100,6 +107,7 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path | None = None) -> floa
     proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     CPU.append(cpu_children() - cpu)
+    STDERR.append(proc.stderr)
     if proc.returncode != 0:
         raise SystemExit(f"failed: {' '.join(argv)}\n{proc.stdout}{proc.stderr}")
     return elapsed
@@ -198,9 +206,21 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     # 1. Warm sync: all wheels in the store, the venv entry removed, a new generation.
     #    The venv is installed by uv and hashed before the flip, like the peer's fresh venv.
+    # Each warm run's own time: its wall time less that of the uv install it waits for (its
+    # ENVLOCK_TIMINGS line), the figure uv's own noise (its install's time moves 2x between
+    # rounds on this VM) does not move: envlock's start-up, checks, walk and generation.
+    own: list[float] = []
+    uv_step: list[float] = []
+
     def warm() -> float:
         store.remove_entry("venvs", venv_entry(key))
-        return timed(sync_argv, env, ws)
+        elapsed = timed(sync_argv, {**env, "ENVLOCK_TIMINGS": "1"}, ws)
+        found = UV_STEP.search(STDERR[-1])
+        if found is None:
+            raise SystemExit(f"no uv install step in the warm sync's timeline:\n{STDERR[-1]}")
+        uv_step.append(float(found[1]) / 1000)
+        own.append(elapsed - uv_step[-1])
+        return elapsed
 
     # 2. A switch to a venv already in the store: the venv entry is still there (an earlier sync of this
     # lock), only a new generation is made; the entry is re-walked before it becomes current.
@@ -243,9 +263,14 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     # back: an fsync then waited for them (ext4 commits them first), as cache.py found too.
     warm()
     os.sync()
+    own.clear()
+    uv_step.clear()
     t_warm, t_peer_warm, spread = paired(warm, peer_warm, args.repeat)
     print(f"warm sync (new venv installed + hashed, new generation) {t_warm:.3f}s / uv venv + uv pip sync "
           f"(warm cache) {t_peer_warm:.3f}s = {t_warm / t_peer_warm:.2f}  (target <= 2.0; {spread})")
+    print(f"  of which envlock's own (the run less its uv install) {statistics.median(own) * 1000:.0f} ms, range "
+          f"{min(own) * 1000:.0f}-{max(own) * 1000:.0f}; its uv install {statistics.median(uv_step) * 1000:.0f} ms, "
+          f"range {min(uv_step) * 1000:.0f}-{max(uv_step) * 1000:.0f}  (own time floor ~130 ms: docs/performance.md)")
     t_reuse, t_peer_reuse, spread = paired(reuse, peer_warm, args.repeat)
     print(f"  for comparison, venv already in the store (re-walked, new generation) {t_reuse:.3f}s / "
           f"{t_peer_reuse:.3f}s = {t_reuse / t_peer_reuse:.2f}  (target <= 1.0; {spread})")
