@@ -44,8 +44,7 @@ def command_ended(collecting: bool, *, exiting: bool) -> None:
 @contextmanager
 def paused() -> Iterator[None]:
     """No collection inside the block (one that makes many objects and no cycles); as before after it."""
-    collecting = gc.isenabled()
-    gc.disable()
+    collecting = start_up()
     try:
         yield
     finally:

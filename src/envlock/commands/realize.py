@@ -101,12 +101,13 @@ def realize(store: Store, target: SyncTarget, progress: Progress | None = None) 
         if cur is not None and _current_is(store, cur, lock):
             return _noop(store, target, cur, started)
         timings.mark("the store opened, the env locked, its current generation read")
-        present = _all_in_store(store, target.lock)
+        wheels = _stored_wheels(store, target.lock)
+        present = _all_present(wheels)
         downloaded = fetched = 0
         if present is not None:  # nothing to fetch (a stat each said so): fetch's machinery not even loaded
             timings.mark("every locked wheel in the store already")
             checked = _install_checked(store, target, present)
-        elif _installs_while_fetching(store, target):
+        elif _installs_while_fetching(store, target, wheels):
             arriving = _Arrivals(store, target, progress)
             checked = _install_checked(store, target, {}, arriving)
             downloaded, fetched = _brought(*arriving.result())
@@ -188,37 +189,41 @@ def _brought(got: FetchResult, cached: int, cached_bytes: int) -> tuple[int, int
     return got.downloaded + cached_bytes, sum(1 for a in got.artifacts if a.source != "store") + cached
 
 
-def _all_in_store(store: Store, lock: Lock) -> dict[str, Path] | None:
-    """sha256 -> store file of every locked wheel when the store holds each with the lock's size
-    (a stat each, as ``fetch`` finds them: a file there was checked against its sha256 before it
-    was published); None when one is missing or wrong (``fetch`` then says which, or brings it)."""
+def _stored_wheels(store: Store, lock: Lock) -> list[tuple[str, Path, bool, bool]] | None:
+    """Each locked wheel's sha256, its store file, whether the store holds that file and whether with the
+    lock's size: a stat each, as ``fetch`` finds them (a file there was checked against its sha256 before
+    it was published). None when a file name leads out of its entry (``fetch`` names it, first)."""
     from envlock.store.store import store_file, stored
 
-    found: dict[str, Path] = {}
+    found = []
     try:
         for pkg in lock.packages:
             artifact = pkg.wheels[0]
             path = store_file(store, artifact)
-            if stored(artifact, path) != (True, None):
-                return None
-            found[artifact.sha256] = path
-    except FetchError:  # a file name that leads out of its entry: fetch names it
+            held, wrong = stored(artifact, path)
+            found.append((artifact.sha256, path, held, wrong is None))
+    except FetchError:
         return None
     return found
 
 
-def _installs_while_fetching(store: Store, target: SyncTarget) -> bool:
-    """Whether the venv is to be built and the store lacks a wheel of it: then the wheels are
-    installed in batches as they come (``_Arrivals``), not all downloads first, then all installs."""
-    from envlock.install import install
-    from envlock.store.store import store_file, stored
+def _all_present(wheels: list[tuple[str, Path, bool, bool]] | None) -> dict[str, Path] | None:
+    """sha256 -> store file of every locked wheel when the store holds each with the lock's size
+    (``_stored_wheels``); None when one is missing or wrong (``fetch`` then brings it or says which)."""
+    if wheels is None or not all(held and right for _, _, held, right in wheels):
+        return None
+    return {sha256: path for sha256, path, _, _ in wheels}
 
-    if (install.venv_path(store, target.lock.install_digest()) / home.MANIFEST_NAME).is_file():
+
+def _installs_while_fetching(store: Store, target: SyncTarget, wheels: list[tuple[str, Path, bool, bool]] | None
+                             ) -> bool:
+    """Whether the venv is to be built and the store lacks a wheel of it (``_stored_wheels``): then the
+    wheels are installed in batches as they come (``_Arrivals``), not all downloads first, then all installs."""
+    from envlock.install import install
+
+    if wheels is None or (install.venv_path(store, target.lock.install_digest()) / home.MANIFEST_NAME).is_file():
         return False
-    try:
-        return any(not stored(p.wheels[0], store_file(store, p.wheels[0]))[0] for p in target.lock.packages)
-    except FetchError:  # a file name that leads out of its entry: fetch names it, first
-        return False
+    return any(not held for _, _, held, _ in wheels)
 
 
 class _Arrivals:
