@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import marshal
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -185,16 +187,43 @@ def test_a_walk_that_finds_only_what_the_cache_holds_does_not_write_it(tmp_path:
 
 def test_a_preloaded_cache_answers_as_one_read_at_open(tmp_path: Path) -> None:
     """``preload`` (while uv installs) reads the file then; the next ``open`` takes those entries
-    without reading it again, and takes its racy-clean horizon itself, when it is called (after the
-    install); the open after that reads the file again."""
+    without reading it again while it is the same file, and takes its racy-clean horizon itself, when
+    it is called (after the install); the open after that reads the file again."""
     f = _file(tmp_path / "f", b"hello\n", links=tmp_path / "links")
     cache = HashCache.open(tmp_path / "cache")
     cache.put(os.lstat(f), "digest-of-hello")
     cache.save()
     HashCache.preload(tmp_path / "cache")
-    (tmp_path / "cache" / "inodes.marshal").unlink()  # what open answers from is what preload read
+    # The same file (inode, size, mtime) holding other bytes: only a read at open would see them.
+    saved = tmp_path / "cache" / "inodes.marshal"
+    before = os.stat(saved)
+    saved.write_bytes(b"\0" * before.st_size)
+    os.utime(saved, ns=(before.st_atime_ns, before.st_mtime_ns))
     late = _file(tmp_path / "late", b"written after the preload\n", old=False)
     opened = HashCache.open(tmp_path / "cache")
     assert opened.get(os.lstat(f)) == "digest-of-hello"
     assert opened.horizon_ns >= os.lstat(late).st_mtime_ns  # taken at open, not at preload
     assert HashCache.open(tmp_path / "cache").get(os.lstat(f)) is None  # read again: no preload left
+
+
+OTHER_WALK_SAVES = """
+import os, sys
+from pathlib import Path
+from envlock.install.inodehashes import HashCache
+cache = HashCache.open(Path(sys.argv[1]))
+cache.put(os.lstat(sys.argv[2]), "digest-of-g")
+cache.save()
+"""
+
+
+def test_a_preload_is_not_taken_once_the_file_was_saved_again(tmp_path: Path) -> None:
+    """Another envlock's walk that saves the cache between the preload and the open (a new file,
+    ``save``'s atomic write) is not lost: the open reads the file it left."""
+    f, g = (_file(tmp_path / n, n.encode(), links=tmp_path / f"links-{n}") for n in ("f", "g"))
+    first = HashCache.open(tmp_path / "cache")
+    first.put(os.lstat(f), "digest-of-f")
+    first.save()
+    HashCache.preload(tmp_path / "cache")
+    subprocess.run([sys.executable, "-c", OTHER_WALK_SAVES, str(tmp_path / "cache"), str(g)], check=True)
+    opened = HashCache.open(tmp_path / "cache")
+    assert (opened.get(os.lstat(f)), opened.get(os.lstat(g))) == ("digest-of-f", "digest-of-g")

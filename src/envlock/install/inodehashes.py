@@ -80,17 +80,21 @@ class HashCache:
         """
         path = folder / "inodes.marshal"
         preloaded = _PRELOADS.pop(str(folder), None)
-        # Loaded also when not answered from: saving keeps the other venvs' entries.
-        entries = preloaded if preloaded is not None else _read(path)
+        # Loaded also when not answered from: saving keeps the other venvs' entries. Read now when
+        # nothing was preloaded, or the file was saved again since (another envlock's walk).
+        fresh = preloaded is not None and preloaded[0] == _version(path)
+        entries = preloaded[1] if preloaded is not None and fresh else _read(path)
         return cls(path, entries, _touch(folder / f".horizon-{os.getpid()}"), reuse=reuse)
 
     @staticmethod
     def preload(folder: Path) -> None:
-        """Read the cache of ``folder`` now, for the next ``open`` of it to take: called while uv
-        installs (``runner.run``'s ``meanwhile``), a new venv's walk does not wait for it (~8 ms for
-        20k entries). The file is read, nothing more: the horizon is still taken by ``open``, just
-        before the walk."""
-        _PRELOADS[str(folder)] = _read(folder / "inodes.marshal")
+        """Read the cache of ``folder`` now, for the next ``open`` of it to take while the file is still
+        the one read (saved again since, it is read again): called while uv installs (``runner.run``'s
+        ``meanwhile``), a new venv's walk does not wait for it (~8 ms for 20k entries). The file is
+        read, nothing more: the horizon is still taken by ``open``, just before the walk."""
+        path = folder / "inodes.marshal"
+        version = _version(path)
+        _PRELOADS[str(folder)] = (version, _read(path) if version is not None else {})
 
     def now_ns(self) -> int:
         """"Now" on the file system's clock, as the horizon was taken (0 when it cannot be told)."""
@@ -154,8 +158,18 @@ class HashCache:
             write_atomic(self.path, marshal.dumps((_FORMAT, merged)))
 
 
-#: The caches ``HashCache.preload`` read, by folder: their entries, for the next ``open`` to take.
-_PRELOADS: dict[str, dict[int, Value]] = {}
+#: The caches ``HashCache.preload`` read, by folder: the file's version (``_version``) and its
+#: entries, for the next ``open`` to take.
+_PRELOADS: dict[str, tuple[tuple[int, int, int] | None, dict[int, Value]]] = {}
+
+
+def _version(path: Path) -> tuple[int, int, int] | None:
+    """Which file ``path`` is (inode, size, mtime): ``save`` replaces it whole (a new inode); None: none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _read(path: Path) -> dict[int, Value]:
