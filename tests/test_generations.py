@@ -467,6 +467,29 @@ def test_a_lock_without_a_digest_is_held_to_its_newest_generations(locks: tuple[
     assert synced.note.startswith(f"this store's earlier generations of this lock have venv digest {newest}")
 
 
+def test_the_digest_seen_is_the_newest_of_the_generations_linking_to_that_venv(locks: tuple[IndexServer, Lock, Lock],
+                                                                              tmp_path: Path) -> None:
+    # Across envs, by creation time (equal seconds: the greater digest); generations of another
+    # lock's venv and another interpreter's builds do not count.
+    _, v1, v2 = locks
+    store, _ = _home_with_lock(tmp_path, v1)
+    built = install.install(store, v1, _fetched(store, v1))
+    other = install.install(store, v2, _fetched(store, v2))
+    python = _python_version(built.venv)
+    plan = [("a", built, "1", "01", python), ("b", built, "2", "02", python), ("b", built, "4", "03", python),
+            ("b", built, "3", "03", python), ("a", built, "5", "04", "2.7.18"), ("a", other, "9", "09", python)]
+    for env, inst, digit, second, made_with in plan:
+        gen = generations.add(store, env, venv=inst.venv, install_digest=inst.install_digest,
+                              venv_digest="sha256:" + digit * 64, lock_text="", venv_python=made_with)
+        generations.flip(store, env, gen.number)  # current once: the next add keeps it
+        _created_at(store, gen, f"2026-03-07T10:00:{second}Z")
+    assert generations.digest_seen(store, built.install_digest, python, built.venv) == "sha256:" + "4" * 64
+    assert generations.digest_seen(store, built.install_digest, "2.7.18", built.venv) == "sha256:" + "5" * 64
+    assert generations.digest_seen(store, other.install_digest, python, other.venv) == "sha256:" + "9" * 64
+    assert generations.digest_seen(store, built.install_digest, "3.99.0", built.venv) is None
+    assert generations.users(store, other.venv) == [("a", 3)]
+
+
 def test_a_venv_this_sync_built_is_kept_when_another_env_took_it_meanwhile(locks: tuple[IndexServer, Lock, Lock],
                                                                           tmp_path: Path) -> None:
     from envlock.commands.realize import _discard

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -129,6 +130,29 @@ def test_an_interrupt_in_meanwhile_ends_the_command_as_one_in_the_wait(tmp_path:
         runner.run(["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"], meanwhile=interrupted)
     pid = int(pid_file.read_text())
     assert not running(pid)
+
+
+ADOPTS = """
+import os, subprocess, sys, time
+from envlock import runner
+assert runner.uv(["--version"], builds=sys.argv[1] == "builds").ok
+# A child that leaves a grandchild behind: whose is the orphan now?
+orphan = int(subprocess.run(["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True).stdout)
+time.sleep(0.2)
+with open(f"/proc/{orphan}/status") as fh:
+    parent = next(int(line.split()[1]) for line in fh if line.startswith("PPid:"))
+os.kill(orphan, 9)
+print("adopted" if parent == os.getpid() else "not adopted", "ctypes" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER is Linux's")
+def test_a_uv_run_that_builds_nothing_adopts_no_orphans_and_loads_no_ctypes() -> None:
+    # A warm sync's install (--no-build) has no build backend to keep within an interrupt's reach:
+    # its uv run leaves envlock as it was (and ctypes unloaded until uv runs), a build's does not.
+    said = {how: subprocess.run([sys.executable, "-c", ADOPTS, how], capture_output=True, text=True, check=True)
+            .stdout.split() for how in ("builds", "no-builds")}
+    assert said == {"builds": ["adopted", "True"], "no-builds": ["not", "adopted", "False"]}
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

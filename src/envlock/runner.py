@@ -225,13 +225,16 @@ def _started(pid: int) -> str | None:
 
 def uv(args: Sequence[str | os.PathLike[str]], *, cwd: Path | None = None,
        env: Mapping[str, str] | None = None, log: Path | None = None, wrap: Sequence[str] = (),
-       group: Path | None = None, meanwhile: Callable[[], object] | None = None) -> Result:
+       group: Path | None = None, meanwhile: Callable[[], object] | None = None, builds: bool = True) -> Result:
     """Run the pinned uv with ``args`` (under ``wrap``, a command that runs its arguments: a build's
     private mount namespace; ``group``: in a process group of its own, see ``run``). An index URL
     never stays in its command line, which any user of the machine reads in ``/proc/PID/cmdline``:
     ``--default-index URL`` (its password) reaches uv as ``UV_DEFAULT_INDEX``, which only its own
-    user reads (``/proc/PID/environ``). ``meanwhile``: as ``run``'s."""
-    _adopt_orphans()  # a build's backend must stay within reach of an interrupt
+    user reads (``/proc/PID/environ``). ``meanwhile``: as ``run``'s. ``builds=False``: this run starts
+    no build backend (``--no-build``, ``uv venv``), so envlock need not adopt uv's orphans for it
+    (``_adopt_orphans``, whose ``ctypes`` import a warm sync then makes while uv runs)."""
+    if builds:
+        _adopt_orphans()  # a build's backend must stay within reach of an interrupt
     argv, moved = _uv_argv(args)
     return run([*wrap, uv_bin(), *argv], cwd=cwd, env=uv_env({**moved, **(env or {})}), log=log, group=group,
                meanwhile=meanwhile)

@@ -334,10 +334,11 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
     built_with = venv_python(inst.venv)
     expected = lock.venv_digest_for(built_with)
     from_store = False  # ``expected`` is the newest generation's digest here, not the lock's
-    if expected is None and not _holds_digest(lock) and (seen := generations.digests_seen(store, key, built_with)):
+    if expected is None and not _holds_digest(lock) and (last := generations.digest_seen(store, key, built_with,
+                                                                                          entry)):
         # A first digest is recorded as found: held to what this lock gave here before,
         # an edit that reached uv's cache is not written into the lock as the truth.
-        expected, from_store = seen[0], True
+        expected, from_store = last, True
     whose = "this store's earlier generations'" if from_store else "the lock's"
     repaired = inst.note  # uv's cache repaired on the way (``install.repair_uv_cache``)
     note = ""

@@ -214,20 +214,29 @@ def list_generations(store: Store, env: str) -> tuple[Generation, ...]:
     return scan(store, env)[0]
 
 
-def digests_seen(store: Store, install_digest: str, python: str | None) -> list[str]:
-    """The venv digests generations in this store (any env) recorded for ``install_digest``
-    built with ``python``, newest first: what a build of that lock gave here before."""
-    envs = store.root / "envs"
-    seen: list[tuple[str, str]] = []
-    for folder in sorted(envs.iterdir()) if envs.is_dir() and python else ():
-        try:
-            gens = list_generations(store, folder.name)
-        except UsageError:
-            continue  # not an env's folder (a file manager's .Trash, say)
-        for gen in gens:
-            if gen.install_digest == install_digest and gen.venv_python == python:
-                seen.append((gen.created, gen.venv_digest))
-    return list(dict.fromkeys(digest for _, digest in sorted(seen, reverse=True)))
+def digest_seen(store: Store, install_digest: str, python: str | None, venv: Path) -> str | None:
+    """The venv digest the newest generation in this store (any env) recorded for ``install_digest``
+    built with ``python``: what a build of that lock gave here last; None when none did. ``venv``: the
+    store entry of that lock's venv. Only generations linking to it are read (one ``readlink`` for
+    each of the others), each env's from its newest down, until one older than its newest match."""
+    newest: tuple[str, str] | None = None  # (created, venv digest); equal times: the greater digest
+    by_env: dict[str, list[int]] = {}
+    for env, number in users(store, venv) if python else ():
+        by_env.setdefault(env, []).append(number)
+    for env, numbers in by_env.items():
+        first: str | None = None
+        for number in sorted(numbers, reverse=True):
+            try:
+                gen = read(store, env, number)
+            except UsageError:
+                break  # not an env's folder (a file manager's .Trash, say)
+            if gen is None or gen.install_digest != install_digest or gen.venv_python != python:
+                continue
+            if first is not None and gen.created < first:
+                break  # numbers are made in time order: the rest of this env's are older still
+            first = gen.created
+            newest = max(newest or (gen.created, gen.venv_digest), (gen.created, gen.venv_digest))
+    return newest[1] if newest is not None else None
 
 
 def lock_copy(generation_dir: Path) -> Path:
@@ -249,13 +258,14 @@ def users(store: Store, venv: Path) -> list[tuple[str, int]]:
     envs = store.root / "envs"
     want = os.path.normpath(venv)
     for folder in sorted(envs.iterdir()) if envs.is_dir() else ():
+        where = str(folder)
         for number in _numbers(folder):
-            link = folder / str(number) / "venv"
+            link = f"{where}/{number}"
             try:
-                target = os.readlink(link)
+                target = os.readlink(f"{link}/venv")
             except OSError:
                 continue
-            if os.path.normpath(os.path.join(link.parent, target)) == want:
+            if os.path.normpath(os.path.join(link, target)) == want:
                 found.append((folder.name, number))
     return found
 

@@ -582,8 +582,9 @@ def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None,
     # outlives a SIGKILLed envlock is ended by the next store open before its slot is used again.
     from envlock import runner  # subprocess: only a venv to build
 
+    # No build runs under it (``uv venv``; ``--no-build``): nothing for envlock to adopt (``runner.uv``).
     result = runner.uv(args, log=log, env={"UV_CACHE_DIR": str(cache)} if cache is not None else None,
-                       group=log.with_name(f"uv{runner.GROUP_SUFFIX}"), meanwhile=meanwhile)
+                       group=log.with_name(f"uv{runner.GROUP_SUFFIX}"), meanwhile=meanwhile, builds=False)
     if not result.ok:
         raise InstallError(
             f"uv could not {what} (exit {result.returncode}): uv {' '.join(args[:2])} ...",
