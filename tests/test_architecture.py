@@ -24,7 +24,7 @@ DOC = ROOT / "docs" / "architecture.md"
 #: Packages in one layer do not import each other.
 LAYERS: list[set[str]] = [
     {"__init__", "errors", "runner", "netenv", "progress", "ui", "workspace", "urlcheck", "transfers",
-     "interrupts", "timings", "gcpause"},  # foundations
+     "interrupts", "timings", "gcpause", "deferred"},  # foundations
     {"net"},
     {"model"},
     {"store"},

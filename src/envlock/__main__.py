@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import sys
 
-from envlock import gcpause, timings  # gc, contextlib, os, sys, time: loaded already
+from envlock import deferred, gcpause, timings  # gc, contextlib, os, sys, time, types: loaded already
 
 
 def main() -> int:
     collecting = gcpause.start_up()  # until the command's imports are done (cli.main)
+    deferred.defer()  # inspect and ipaddress: loaded where used, not with the modules that import them
     try:
         # An up-to-date `envlock sync ENV` is answered before cli (argparse, json) is imported.
         from envlock.store.noop import answer_noop

@@ -23,7 +23,6 @@ import signal
 import sys
 import threading
 
-from envlock import transfers
 from envlock.errors import Terminated, asks_json, json_error
 
 GRACE = 1.5  # seconds the main thread has to unwind after a signal, before the process is ended
@@ -97,7 +96,10 @@ def _watch(read: int) -> None:
             if first is not None:
                 _end(first)  # a second signal: now
             first = sig
-            transfers.abort()
+            # A transfer runs only once its module is loaded: one a sync from the store never imports.
+            transfers = sys.modules.get("envlock.transfers")
+            if transfers is not None:
+                transfers.abort()
 
 
 def say(code: int, kind: str, *, json: bool, force: bool = False) -> bool:

@@ -22,6 +22,8 @@ from envlock.errors import EnvlockError
 
 @dataclass(frozen=True)
 class Result:
+    """A finished command: what ran, its exit status and its output."""
+
     argv: tuple[str, ...]
     returncode: int
     stdout: str

@@ -25,6 +25,8 @@ def check_env_name(env: str) -> None:
 
 @dataclass(frozen=True)
 class Workspace:
+    """A project folder: the one holding ``envs/`` (its specs) and ``locks/``."""
+
     root: Path
 
     @classmethod

@@ -131,6 +131,9 @@ class BuildPlan:
 
 @dataclass(frozen=True)
 class BuiltWheel:
+    """A local build's wheel (``build_wheel``): built, reused from the store or found in the wheelhouse, with its
+    input digest, sha256, build requirements and toolchain, and where its copies and log are."""
+
     name: str
     filename: str
     sha256: str
@@ -169,6 +172,9 @@ class BuiltWheel:
 
 @dataclass(frozen=True)
 class CheckResult:
+    """A rebuild from scratch compared with the expected wheel (``check``): both sha256s, the files inside the
+    wheel that differ, and the rebuild kept for inspection."""
+
     name: str
     input_digest: str
     expected_sha256: str

@@ -120,6 +120,8 @@ def put_bytes(backend: Backend, key: str, data: bytes) -> None:
 
 @dataclass(frozen=True)
 class FileBackend:
+    """A ``file://DIR`` cache: each key a file under ``root``, a put a temp file renamed into place."""
+
     root: Path
     label: str
 
@@ -168,6 +170,8 @@ class FileBackend:
 
 @dataclass(frozen=True)
 class HttpBackend:
+    """An ``http(s)://HOST/PREFIX`` cache: GET reads, PUT writes, HEAD asks, ``keys`` reads the folder listing."""
+
     base: str  # ends with '/'
     label: str
 
@@ -242,6 +246,8 @@ def _listing(text: str) -> list[tuple[str, bool]]:
 
 @dataclass(frozen=True)
 class S3Backend:
+    """An ``s3://BUCKET/PREFIX`` cache, through a boto3 client (``of`` makes one from the URL)."""
+
     bucket: str
     prefix: str  # "" or ends with '/'
     label: str

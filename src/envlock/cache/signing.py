@@ -36,6 +36,8 @@ class RecordRefusedError(EnvlockError):
 
 @dataclass(frozen=True)
 class PublicKey:
+    """A named ed25519 public key (``str``: ``NAME:BASE64``): what a build record's signature is checked with."""
+
     name: str
     raw: bytes  # 32 bytes
 
@@ -45,6 +47,8 @@ class PublicKey:
 
 @dataclass(frozen=True)
 class SecretKey:
+    """A named ed25519 secret key, its 32-byte seed: what signs build records (``public``: its public key)."""
+
     name: str
     seed: bytes  # 32 bytes
 

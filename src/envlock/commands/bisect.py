@@ -54,6 +54,9 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 @dataclass(frozen=True)
 class BisectOptions:
+    """What ``envlock bisect`` is asked: the ends to search (``--good``/``--bad`` revisions or ``--nightly``
+    dates), the command to test and where its output goes, the mirrors and the target."""
+
     good: str | None = None
     bad: str | None = None
     nightly: str | None = None  # "FROM..TO"

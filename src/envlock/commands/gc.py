@@ -38,6 +38,8 @@ UV_ARCHIVES = install.UV_ARCHIVES
 
 @dataclass(frozen=True)
 class GcOptions:
+    """What ``envlock gc`` is asked: a dry run or not, and how many generations and how much git history stay roots."""
+
     dry_run: bool = False
     keep_generations: int = 3  # per env, the newest N (the current one always)
     keep_git: str = "all"  # all: commits down to git_depth and tags; tags: tags only; none
@@ -46,6 +48,8 @@ class GcOptions:
 
 @dataclass(frozen=True)
 class Root:
+    """A gc root: its kind (a generation, a workspace lock, a lock in git history, a pin) and which one."""
+
     kind: str  # "generation", "workspace", "git", "pin"
     label: str
 
@@ -55,6 +59,8 @@ class Root:
 
 @dataclass(frozen=True)
 class Usage:
+    """What the store holds: its entry count and the bytes it takes (uv cache, generations and records too)."""
+
     entries: int
     bytes: int
 
@@ -81,6 +87,9 @@ class GcReport:
 
 @dataclass(frozen=True)
 class _Plan:
+    """What gc is to remove (``_plan``, nothing written yet): generations, entries, uv-cache archives and entries,
+    records, with the roots and the entries they keep."""
+
     roots: tuple[Root, ...]
     keep: frozenset[EntryRef]
     generations: tuple[tuple[str, int], ...]  # (env, number) to remove

@@ -83,6 +83,9 @@ class ElfFile:
 
 @dataclass(frozen=True)
 class _Header:
+    """The fields of an ELF header read here: the machine, flags and ABI version, and where the program and
+    section header tables are."""
+
     machine: int
     flags: int
     abi_version: int
@@ -114,6 +117,8 @@ def _cubin(path: str, head: _Header) -> ElfFile:
 
 @dataclass(frozen=True)
 class _Segment:
+    """A program header: the segment's type, file offset, virtual address and size in the file."""
+
     kind: int
     offset: int
     vaddr: int
@@ -150,6 +155,9 @@ def _table_sizes(head: _Header) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class _Dynamic:
+    """What ``.dynamic`` says: the ``DT_NEEDED`` and ``DT_SONAME`` names as string table offsets, and where the
+    string table is in the file and its size."""
+
     needed: tuple[int, ...]  # string table offsets
     soname: int | None
     strtab: int | None  # file offset of the string table
@@ -308,6 +316,9 @@ class _Want:
 
 @dataclass
 class _Container:
+    """A fatbin container met in the one pass: the size of its entries, the kernels read from them so far, and
+    what could not be read."""
+
     size: int
     kernels: list[Kernel] = field(default_factory=list)
     problem: str = ""

@@ -25,6 +25,8 @@ _BUFFER = 96  # NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_SYSTEM_DRIVER_VERSION_BUFF
 
 @dataclass(frozen=True)
 class Device:
+    """A GPU NVML reports: its index, its name and its compute capability."""
+
     index: int
     name: str
     gpu: Gpu  # its compute capability

@@ -38,6 +38,9 @@ UNSIZED_LIMIT = 16 << 30
 
 @dataclass(frozen=True)
 class Got:
+    """How an artifact's bytes came into its partial file: ``"download"`` (bytes received this run, the offset
+    the last request resumed from) or ``"local"`` (copied from a file on this machine)."""
+
     source: str
     downloaded: int = 0
     resumed_from: int = 0

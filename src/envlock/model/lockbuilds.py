@@ -31,18 +31,25 @@ _COMMIT = r"[0-9a-f]{40}"  # compiled at first use (re's cache): only a FetchCon
 
 @dataclass(frozen=True)
 class NightlyPin:
+    """A ``[tool.envlock.nightlies]`` entry: a package's nightly date and the exact version it resolved to."""
+
     date: str  # YYYY-MM-DD, as in the spec
     version: str  # the exact version it resolved to
 
 
 @dataclass(frozen=True)
 class LockedPatch:
+    """A source's patch as the lock pins it: its workspace path and sha256."""
+
     path: str  # workspace-relative, as in the spec
     sha256: str
 
 
 @dataclass(frozen=True)
 class LockedSource:
+    """A ``[tool.envlock.sources.NAME]`` table: a git URL at its full commit (and the rev it was resolved from),
+    or a workspace path at its tree digest, and its patches."""
+
     kind: str  # "git" or "path"
     location: str  # git URL or workspace-relative path
     commit: str | None = None  # full 40-hex commit, git sources
@@ -62,6 +69,9 @@ class LockedSource:
 
 @dataclass(frozen=True)
 class LockedBuild:
+    """A ``[tool.envlock.builds.NAME]`` table: the build's input digest, the wheel it made and its sha256, and
+    the build requirements and toolchain it was locked with."""
+
     input_digest: str
     wheel: str  # filename in the wheelhouse
     sha256: str

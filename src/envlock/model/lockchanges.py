@@ -17,6 +17,8 @@ from envlock.model.lockfile import Lock, LockedBuild, canonicalize_name
 
 @dataclass(frozen=True)
 class Change:
+    """One key that differs between two locks: its kind and name, the old and the new value (None: absent)."""
+
     # "package", "nightly", "source", "patch", "build", "build-requirement", "toolchain" (note: "build NAME"),
     # "env" (a [tool.envlock] key: python, platform, venv-digest, venv-python, min-driver),
     # "kernels" (a package's GPU arches, note: "lost sm_90a SASS; gained sm_120 SASS")

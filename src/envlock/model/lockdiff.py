@@ -29,6 +29,8 @@ REPORT_FORMAT = 1
 
 @dataclass(frozen=True)
 class Commit:
+    """A git commit as the report shows it: its full id, committer date and subject."""
+
     sha: str  # full 40-hex
     date: str  # committer date, YYYY-MM-DD
     subject: str
@@ -146,6 +148,8 @@ class NightlyMove:
 
 @dataclass(frozen=True)
 class SourceMove:
+    """A source whose pin (commit or tree digest) or patches moved between the locks; its git history if it did."""
+
     name: str
     old: str | None  # commit or tree digest; None: added
     new: str | None  # None: removed
@@ -238,6 +242,8 @@ class BuildVerdict:
 
 @dataclass(frozen=True)
 class PackageChange:
+    """A package added, removed, changed or pending a build between the locks: versions, why, download sizes."""
+
     name: str
     action: str  # "added", "removed", "changed", "pending"
     old: str | None  # version
@@ -263,6 +269,8 @@ class DownloadSize:
 
 @dataclass(frozen=True)
 class LockDiff:
+    """The report of two locks (``diff_locks``, ``envlock diff --json``): the ledger, the moves, the download sizes."""
+
     old: str
     new: str
     changes: tuple[Change, ...]

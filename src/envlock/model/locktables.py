@@ -94,6 +94,8 @@ class Artifact:
 
 @dataclass(frozen=True)
 class LockedPackage:
+    """One ``[[packages]]`` entry of a lock: a distribution pinned to its wheels."""
+
     name: NormalizedName
     version: str
     wheels: tuple[Artifact, ...]

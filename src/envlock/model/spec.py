@@ -61,6 +61,9 @@ GPU_NAME = re.compile(r"sm_(\d{2,3})[af]?|(\d{1,2})\.(\d)")
 
 @dataclass(frozen=True)
 class EnvSpec:
+    """An env spec as ``parse_spec`` read it: its python and platform, its tables (indexes, packages, sources,
+    builds, resolution), its GPUs and targets, and the parsed TOML it came from (``raw``)."""
+
     name: str
     path: Path
     python: str

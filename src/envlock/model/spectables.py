@@ -49,6 +49,8 @@ _RESOLUTION_KEYS = {"overrides", "exclude", "same-version", "allow-overlap", "al
 
 @dataclass(frozen=True)
 class IndexSpec:
+    """``[indexes.NAME]``: the index's URL (no trailing /) and whether it is the default."""
+
     name: str
     url: str
     default: bool = False
@@ -69,6 +71,8 @@ class PackageSpec:
 
 @dataclass(frozen=True)
 class SourceSpec:
+    """``[sources.NAME]``: a git URL at a rev, or a workspace path, and the patches applied to it."""
+
     name: str
     git: str | None = None
     rev: str | None = None
@@ -94,6 +98,9 @@ class FetchContentInput:
 
 @dataclass(frozen=True)
 class BuildSpec:
+    """``[builds.NAME]``: the wheel of package NAME, built from one of ``[sources]``: its subdirectory, isolation,
+    environment, config settings, build requirements, FetchContent inputs and toolchain."""
+
     name: str  # the distribution it builds
     source: str
     subdirectory: str = ""
@@ -109,6 +116,8 @@ class BuildSpec:
 
 @dataclass(frozen=True)
 class ResolutionSpec:
+    """``[resolution]``: overrides, excluded packages, same-version groups, allowed overlaps and allowed kernel gaps."""
+
     overrides: tuple[str, ...] = ()
     exclude: tuple[NormalizedName, ...] = ()
     same_version: tuple[tuple[NormalizedName, ...], ...] = ()

@@ -30,6 +30,8 @@ _keyring_answers: dict[tuple[str, str], str | None] = {}
 
 @dataclass(frozen=True)
 class _Netrc:
+    """A netrc file as read: its entries by host, and why it is refused (other users can read it) or unreadable."""
+
     hosts: dict[str, tuple[str, str]]  # host -> (login, password); "" for the ``default`` entry
     unsafe: str | None  # why other users can read it (the mode), None when only its owner can
     problem: str | None  # why it could not be read, None when it was
@@ -68,6 +70,8 @@ def _load(path: str) -> _Netrc | None:
 
 @dataclass(frozen=True)
 class NetrcEntry:
+    """The login and password a netrc file holds for a host."""
+
     login: str
     password: str
 

@@ -29,6 +29,8 @@ _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+h
 
 @dataclass(frozen=True)
 class IndexFile:
+    """A file an index lists for a project: its name, URL, version, sha256 and whether it is yanked (PEP 592)."""
+
     filename: str
     url: str  # absolute, without fragment
     version: Version

@@ -35,6 +35,8 @@ class NoRangesError(HttpError):
 
 @dataclass(frozen=True)
 class Page:
+    """A page read whole: its final URL (after redirects), its Content-Type and its text."""
+
     url: str  # final URL after redirects
     content_type: str
     text: str

@@ -47,6 +47,9 @@ from envlock.store.store import Store, store_file
 
 @dataclass(frozen=True)
 class Resolution:
+    """What ``resolve`` answers: the locked packages, the nightly pins, the requires-python, and the bytes
+    downloaded to hash wheels an index publishes no hash for."""
+
     packages: tuple[LockedPackage, ...]
     nightlies: Mapping[str, NightlyPin]
     requires_python: str

@@ -48,6 +48,8 @@ MANIFEST = "envlock-bundle.json"
 
 @dataclass(frozen=True)
 class FileMember:
+    """A file of a bundle entry, as the manifest lists it: its path in the entry, sha256, size and executable bit."""
+
     path: str  # relative to its entry, '/'-separated
     sha256: str
     size: int
@@ -59,6 +61,8 @@ class FileMember:
 
 @dataclass(frozen=True)
 class LinkMember:
+    """A symlink of a bundle entry, as the manifest lists it: its path in the entry and its target."""
+
     path: str
     target: str
 

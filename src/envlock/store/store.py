@@ -79,6 +79,8 @@ def default_home() -> Path:
 
 @dataclass(frozen=True)
 class Store:
+    """The content-addressed store under ``ENVLOCK_HOME`` (see ``open``)."""
+
     home: Path
 
     @classmethod
