@@ -94,6 +94,15 @@ STDERR: list[str] = []
 UV_STEP = re.compile(r"^envlock-timing +[0-9.]+ ms +\+([0-9.]+) ms wall .*  uv pip install \(", re.M)
 
 
+#: The leanest sync's one line: its uv install's wall time.
+LEAN_UV = re.compile(r"^uv ([0-9.]+)$", re.M)
+
+
+def ms(samples: list[float]) -> str:
+    """A list of seconds as its median and range in milliseconds."""
+    return f"{statistics.median(samples) * 1000:.0f} ms, range {min(samples) * 1000:.0f}-{max(samples) * 1000:.0f}"
+
+
 def cpu_children() -> float:
     """User + system CPU time of every waited-for child so far (uv's included: envlock waits for it)."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -118,23 +127,33 @@ def paired(a: Callable[[], float], b: Callable[[], float], n: int) -> tuple[floa
     alike, and as text: the range of each side, the range of the pairs' ratios, and the median CPU
     time of each side (user + system of the processes a side ran, uv's included: on a shared machine
     the less noisy figure)."""
-    ta: list[float] = []
-    tb: list[float] = []
-    ca: list[float] = []
-    cb: list[float] = []
+    times = rounds([a, b], n)
+    return statistics.median(times[0][0]), statistics.median(times[1][0]), spread(times[0], times[1])
+
+
+#: One side of ``rounds``: its wall times and its CPU times, run by run.
+Side = tuple[list[float], list[float]]
+
+
+def rounds(sides: list[Callable[[], float]], n: int) -> list[Side]:
+    """Each of ``sides`` run once per round, in turn, for ``n`` rounds: each side's wall and CPU times."""
+    out: list[Side] = [([], []) for _ in sides]
     for _ in range(n):
-        CPU.clear()
-        ta.append(a())
-        ca.append(sum(CPU))
-        CPU.clear()
-        tb.append(b())
-        cb.append(sum(CPU))
+        for side, (wall, cpu) in zip(sides, out, strict=True):
+            CPU.clear()
+            wall.append(side())
+            cpu.append(sum(CPU))
+    return out
+
+
+def spread(a: Side, b: Side) -> str:
+    """``a`` against ``b`` as ``paired`` says it: each side's range, the pairs' ratios, the median CPU times."""
+    (ta, ca), (tb, cb) = a, b
     ratios = sorted(x / y for x, y in zip(ta, tb, strict=True))
     ma, mb = statistics.median(ca), statistics.median(cb)
     cpu = f"; CPU {ma * 1000:.0f} / {mb * 1000:.0f} ms = {ma / mb:.2f}" if ma and mb else ""
-    return statistics.median(ta), statistics.median(tb), (
-        f"{n} pairs; ranges {min(ta):.3f}-{max(ta):.3f}s / {min(tb):.3f}-{max(tb):.3f}s, "
-        f"pairs {ratios[0]:.2f}-{ratios[-1]:.2f}{cpu}")
+    return (f"{len(ta)} pairs; ranges {min(ta):.3f}-{max(ta):.3f}s / {min(tb):.3f}-{max(tb):.3f}s, "
+            f"pairs {ratios[0]:.2f}-{ratios[-1]:.2f}{cpu}")
 
 
 FETCH_CHILD = """
@@ -222,6 +241,25 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
         own.append(elapsed - uv_step[-1])
         return elapsed
 
+    # The leanest warm sync a CPython program can do (benchmarks/leanest_sync.py: the same uv install, walk,
+    # write-back, manifest and generation, nothing more), in its own folder of the store's tmp/, from the
+    # same store files, skeleton and uv cache: the floor under envlock's own time, measured in each round.
+    lean_out = store.root / "tmp" / "leanest"
+    lean_argv = [sys.executable, str(ROOT / "benchmarks" / "leanest_sync.py"), str(lock_path), str(store.root),
+                 str(lean_out), runner.uv_bin()]
+    lean_own: list[float] = []
+    lean_uv: list[float] = []
+
+    def leanest() -> float:
+        shutil.rmtree(lean_out / "venvs", ignore_errors=True)
+        elapsed = timed(lean_argv, {**env, "UV_CACHE_DIR": str(install.uv_cache_dir(store))})
+        found = LEAN_UV.search(STDERR[-1])
+        if found is None:
+            raise SystemExit(f"no uv time from the leanest sync:\n{STDERR[-1]}")
+        lean_uv.append(float(found[1]))
+        lean_own.append(elapsed - lean_uv[-1])
+        return elapsed
+
     # 2. A switch to a venv already in the store: the venv entry is still there (an earlier sync of this
     # lock), only a new generation is made; the entry is re-walked before it becomes current.
     def reuse() -> float:
@@ -262,18 +300,25 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     # wheel into its own uv cache, 0.2 GB never synced) are not the first measured run's to write
     # back: an fsync then waited for them (ext4 commits them first), as cache.py found too.
     warm()
+    leanest()  # its inode hash cache filled, its parsed lock kept, as envlock's
     os.sync()
     own.clear()
     uv_step.clear()
-    t_warm, t_peer_warm, spread = paired(warm, peer_warm, args.repeat)
+    lean_own.clear()
+    lean_uv.clear()
+    envlock_side, lean_side, peer_side = rounds([warm, leanest, peer_warm], args.repeat)
+    t_warm, t_lean, t_peer_warm = (statistics.median(side[0]) for side in (envlock_side, lean_side, peer_side))
     print(f"warm sync (new venv installed + hashed, new generation) {t_warm:.3f}s / uv venv + uv pip sync "
-          f"(warm cache) {t_peer_warm:.3f}s = {t_warm / t_peer_warm:.2f}  (target <= 2.0; {spread})")
-    print(f"  of which envlock's own (the run less its uv install) {statistics.median(own) * 1000:.0f} ms, range "
-          f"{min(own) * 1000:.0f}-{max(own) * 1000:.0f}; its uv install {statistics.median(uv_step) * 1000:.0f} ms, "
-          f"range {min(uv_step) * 1000:.0f}-{max(uv_step) * 1000:.0f}  (own time floor ~130 ms: docs/performance.md)")
-    t_reuse, t_peer_reuse, spread = paired(reuse, peer_warm, args.repeat)
+          f"(warm cache) {t_peer_warm:.3f}s = {t_warm / t_peer_warm:.2f}  (target <= 2.0; "
+          f"{spread(envlock_side, peer_side)})")
+    print(f"  of which envlock's own (the run less its uv install) {ms(own)}; its uv install {ms(uv_step)}")
+    print(f"  the floor under it, in the same rounds: the leanest CPython warm sync (benchmarks/leanest_sync.py) "
+          f"{t_lean:.3f}s / {t_peer_warm:.3f}s = {t_lean / t_peer_warm:.2f}  ({spread(lean_side, peer_side)}); "
+          f"its own {ms(lean_own)}, its uv install {ms(lean_uv)}: envlock's own time is "
+          f"{statistics.median(own) / statistics.median(lean_own):.2f}x its")
+    t_reuse, t_peer_reuse, pairs = paired(reuse, peer_warm, args.repeat)
     print(f"  for comparison, venv already in the store (re-walked, new generation) {t_reuse:.3f}s / "
-          f"{t_peer_reuse:.3f}s = {t_reuse / t_peer_reuse:.2f}  (target <= 1.0; {spread})")
+          f"{t_peer_reuse:.3f}s = {t_reuse / t_peer_reuse:.2f}  (target <= 1.0; {pairs})")
 
     # uv's part of a warm sync alone: the very `uv pip install` envlock runs (the 158 store files, the
     # store's uv cache) into a copy of its skeleton, beside the peer's `uv pip sync` into one: whether
@@ -299,9 +344,9 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     uv_as_envlock()
     uv_as_peer()
-    t_uv, t_uv_peer, spread = paired(uv_as_envlock, uv_as_peer, args.repeat)
+    t_uv, t_uv_peer, pairs = paired(uv_as_envlock, uv_as_peer, args.repeat)
     print(f"  uv's install as envlock runs it (store files, store's uv cache) {t_uv:.3f}s / as the peer runs it "
-          f"(`uv pip sync`, one find-links folder) {t_uv_peer:.3f}s = {t_uv / t_uv_peer:.2f}  ({spread})")
+          f"(`uv pip sync`, one find-links folder) {t_uv_peer:.3f}s = {t_uv / t_uv_peer:.2f}  ({pairs})")
     shutil.rmtree(alone, ignore_errors=True)
 
     # 2. No-op: the env already is this lock.
@@ -314,9 +359,9 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     noop()
     peer_noop()
-    t_noop, t_peer_noop, spread = paired(noop, peer_noop, args.repeat)
+    t_noop, t_peer_noop, pairs = paired(noop, peer_noop, args.repeat)
     print(f"no-op sync {t_noop * 1000:.0f}ms / uv pip sync no-op {t_peer_noop * 1000:.0f}ms "
-          f"= {t_noop / t_peer_noop:.2f}  (target <= 2.0; {spread})")
+          f"= {t_noop / t_peer_noop:.2f}  (target <= 2.0; {pairs})")
 
     # 3. Verify throughput against sha256sum over the very same files (page cache warm for both).
     from envlock.install.digest import manifest
@@ -339,9 +384,9 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     verify_time()
     sha256sum_time()
-    t_verify, t_sum, spread = paired(verify_time, sha256sum_time, args.repeat)
+    t_verify, t_sum, pairs = paired(verify_time, sha256sum_time, args.repeat)
     print(f"verify {size / t_verify / 1e6:.0f} MB/s / sha256sum {size / t_sum / 1e6:.0f} MB/s "
-          f"= {t_sum / t_verify:.2f}  ({len(paths)} files, {size / 1e6:.0f} MB; target >= 1.0; {spread}: "
+          f"= {t_sum / t_verify:.2f}  ({len(paths)} files, {size / 1e6:.0f} MB; target >= 1.0; {pairs}: "
           "the pairs' ratios are envlock's time / sha256sum's, the inverse of the throughput ratio)")
 
     # 4. Peak RSS of a process fetching a big wheel over loopback.
