@@ -7,7 +7,9 @@ Prints these ratios, each against a peer measured in the same run:
   --find-links folder, its venv made in the folder envlock
   builds in (see peer_venv)                                  target <= 2.0
   and, of the warm sync, envlock's own time: the run less the uv install it waits for (read off
-  its ENVLOCK_TIMINGS timeline; uv's install time moves 2x between rounds here, this does not)
+  its ENVLOCK_TIMINGS timeline; uv's install time moves 2x between rounds here, this does not);
+  and in the same rounds, the floor under it: the leanest warm sync a CPython program can do
+  (benchmarks/leanest_sync.py), its ratio to the same peer and its own time
 * a switch to a venv already in the store / the same peer     target <= 1.0
 * no-op sync / ``uv pip sync`` no-op                         target <= 2.0
 * verify throughput / ``sha256sum`` over the same files     target >= 1.0
