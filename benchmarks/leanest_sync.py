@@ -1,6 +1,6 @@
 """The leanest warm sync a CPython program can do: the floor under envlock's own time, measured.
 
-    python benchmarks/leanest_sync.py LOCK STORE OUT UV
+    python benchmarks/leanest_sync.py LOCK STORE OUT UV [--switch]
 
 ``benchmarks/sync.py`` runs it beside envlock's warm sync and the peer, alternately. It does what a
 warm sync must do to give what envlock's gives, and nothing else: no argument parser, no model, no
@@ -22,6 +22,9 @@ locked wheel in it, its venv skeleton and its uv cache made by an earlier envloc
    folder ``fsync``ed and renamed into ``OUT/venvs/``;
 6. a generation: a folder with the venv link and a record, synced, renamed, and ``current`` flipped.
 
+With ``--switch``, the leanest switch to the venv an earlier run built (``switch``): its stat snapshot
+taken and held to the recorded one, and a generation.
+
 It imports nothing of envlock, and only the standard library modules these steps need (not
 ``subprocess``: uv is started by ``os.posix_spawn``; ``tomllib`` only for a lock not read before). It writes
 "uv <seconds>" to stderr (its uv install's wall time, as envlock's ``ENVLOCK_TIMINGS`` line says it).
@@ -29,7 +32,6 @@ It imports nothing of envlock, and only the standard library modules these steps
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import marshal
@@ -44,6 +46,8 @@ def main() -> int:
     with open(lock_path, "rb") as fh:
         lock = fh.read()
     key = hashlib.sha256(lock).hexdigest()  # stands in for the install digest
+    if sys.argv[5:] == ["--switch"]:
+        return switch(out, f"{out}/venvs/{key}")
     os.makedirs(f"{out}/venvs", exist_ok=True)
     try:  # the lock's wheels as the last run read them, if the lock is the same bytes (as envlock keeps them)
         with open(f"{out}/lock-{key}.marshal", "rb") as fh:
@@ -133,6 +137,8 @@ def main() -> int:
     text = "".join(f"{name}\0{entry}\n" for name, entry in sorted(entries.items()))
     venv_digest = "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
+    import ctypes  # here: the switch does not write back
+
     sync_file_range = ctypes.CDLL(None, use_errno=True).sync_file_range
     sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     for flags in (2, 1 | 2 | 4):  # every file's writeback started, then each waited for
@@ -153,12 +159,56 @@ def main() -> int:
     os.rename(work, final)
     _fsync(f"{out}/venvs")
 
+    _generation(out, final, venv_digest)
+    return 0
+
+
+def switch(out: str, venv: str) -> int:
+    """The leanest switch to ``venv``, built by an earlier run: its stat snapshot taken (an ``lstat`` per
+    entry, as envlock's ``digest.Snapshot``) and held to the one recorded (the first switch records it,
+    with the venv digest from its manifest), then a generation made current."""
+    rows: list[tuple[object, ...]] = []
+    stack = [("", venv)]
+    while stack:
+        rel_dir, abs_dir = stack.pop()
+        fd = os.open(abs_dir, os.O_RDONLY | os.O_DIRECTORY)
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        for name in os.listdir(fd):
+            if name == "__pycache__" or (not rel_dir and name.startswith(".envlock")):
+                continue
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            rel = prefix + name
+            if stat.S_ISDIR(st.st_mode):
+                rows.append((rel, "d"))
+                stack.append((rel, f"{abs_dir}/{name}"))
+            else:
+                rows.append((rel, st.st_mode, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        os.close(fd)
+    rows.sort()
+    snapshot = hashlib.sha256(marshal.dumps(rows, 2)).hexdigest()
+    record = f"{out}/snapshot-{os.path.basename(venv)}"
+    try:
+        with open(record, encoding="utf-8") as fh:
+            venv_digest, recorded = fh.read().split()
+    except OSError:
+        with open(f"{venv}/.envlock-manifest.json", encoding="utf-8") as fh:
+            venv_digest, recorded = json.load(fh)["digest"], snapshot
+        with open(record, "w", encoding="utf-8") as fh:
+            fh.write(f"{venv_digest} {snapshot}\n")
+    if snapshot != recorded:
+        return 1  # changed since: envlock walks it in full then
+    _generation(out, venv, venv_digest)
+    return 0
+
+
+def _generation(out: str, venv: str, venv_digest: str) -> None:
+    """A new generation of ``out``'s env pointing at ``venv``, synced, made current."""
     envs = f"{out}/envs"
     os.makedirs(envs, exist_ok=True)
     number = max((int(n) for n in os.listdir(envs) if n.isdigit()), default=0) + 1
     new = f"{envs}/.new-{number}"
     os.mkdir(new)
-    os.symlink(os.path.relpath(final, new), f"{new}/venv")
+    os.symlink(os.path.relpath(venv, new), f"{new}/venv")
     record = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "venv_digest": venv_digest}
     with open(f"{new}/generation.json", "w", encoding="utf-8") as fh:
         json.dump(record, fh)
@@ -168,7 +218,6 @@ def main() -> int:
     os.symlink(str(number), f"{envs}/.current-new")
     os.replace(f"{envs}/.current-new", f"{envs}/current")
     _fsync(envs)
-    return 0
 
 
 def _link_tree(source: str, dest: str) -> None:

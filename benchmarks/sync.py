@@ -11,6 +11,7 @@ Prints these ratios, each against a peer measured in the same run:
   and in the same rounds, the floor under it: the leanest warm sync a CPython program can do
   (benchmarks/leanest_sync.py), its ratio to the same peer and its own time
 * a switch to a venv already in the store / the same peer     target <= 1.0
+  and in the same rounds its floor: the leanest CPython switch (leanest_sync.py --switch)
 * no-op sync / ``uv pip sync`` no-op                         target <= 2.0
 * verify throughput / ``sha256sum`` over the same files     target >= 1.0
 * peak RSS of a process fetching a 1 GB wheel               target < 150 MB
@@ -318,9 +319,16 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
           f"{t_lean:.3f}s / {t_peer_warm:.3f}s = {t_lean / t_peer_warm:.2f}  ({spread(lean_side, peer_side)}); "
           f"its own {ms(lean_own)}, its uv install {ms(lean_uv)}: envlock's own time is "
           f"{statistics.median(own) / statistics.median(lean_own):.2f}x its")
-    t_reuse, t_peer_reuse, pairs = paired(reuse, peer_warm, args.repeat)
+    def lean_switch() -> float:
+        return timed([*lean_argv, "--switch"], env)
+
+    lean_switch()  # records its venv's stat snapshot, as envlock's build did
+    envlock_side, lean_side, peer_side = rounds([reuse, lean_switch, peer_warm], args.repeat)
+    t_reuse, t_lean, t_peer_reuse = (statistics.median(side[0]) for side in (envlock_side, lean_side, peer_side))
     print(f"  for comparison, venv already in the store (re-walked, new generation) {t_reuse:.3f}s / "
-          f"{t_peer_reuse:.3f}s = {t_reuse / t_peer_reuse:.2f}  (target <= 1.0; {pairs})")
+          f"{t_peer_reuse:.3f}s = {t_reuse / t_peer_reuse:.2f}  (target <= 1.0; {spread(envlock_side, peer_side)})")
+    print(f"  the floor under it, in the same rounds: the leanest CPython switch (leanest_sync.py --switch) "
+          f"{t_lean:.3f}s / {t_peer_reuse:.3f}s = {t_lean / t_peer_reuse:.2f}  ({spread(lean_side, peer_side)})")
 
     # uv's part of a warm sync alone: the very `uv pip install` envlock runs (the 158 store files, the
     # store's uv cache) into a copy of its skeleton, beside the peer's `uv pip sync` into one: whether
