@@ -168,6 +168,7 @@ def switch(out: str, venv: str) -> int:
     entry, as envlock's ``digest.Snapshot``) and held to the one recorded (the first switch records it,
     with the venv digest from its manifest), then a generation made current."""
     rows: list[tuple[object, ...]] = []
+    # The walk inlined, as main's is, not one generator both share: a floor pays no per-entry call it need not.
     stack = [("", venv)]
     while stack:
         rel_dir, abs_dir = stack.pop()
