@@ -8,7 +8,10 @@ what was found and what was expected.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Self
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Self
 
 
 def redact(url: str) -> str:

@@ -7,12 +7,13 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
 
 from envlock.errors import UsageError, redact
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     import argparse
+    from typing import Any
 
     from envlock.model.mirrors import MirrorOptions
 

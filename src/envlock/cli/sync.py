@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from envlock import gcpause, timings  # loaded already (__main__)
 from envlock.cli.render import json_option, mirror_flags, mirror_options, out, target_option
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from envlock.commands.realize import SyncResult
     from envlock.store.store import Store

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envlock.errors import LockError, SpecError, UsageError
 from envlock.model.lockfile import Lock, read_lock
 from envlock.model.tomlio import load_toml
 from envlock.workspace import Workspace
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from envlock.model.lockfile import LockDocs
     from envlock.model.spec import EnvSpec

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from envlock import timings
 from envlock.errors import FetchError, LockError, StoreError, VerifyError
@@ -25,7 +24,10 @@ from envlock.model.jsondoc import json_doc
 from envlock.store import home, noop
 from envlock.store.store import Store, replace_if_unchanged, write_atomic
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from typing import Any
+
     # Type names only: importing these at run time would pull packaging onto the no-op path.
     from envlock.cache.caches import Caches
     from envlock.install.fetch import FetchResult

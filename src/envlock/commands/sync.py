@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envlock import timings
 from envlock.commands.lockrefs import load_env_lock_ref
@@ -28,6 +27,7 @@ from envlock.store.lockdocs import EnvLockDocs
 from envlock.store.store import Store
 from envlock.workspace import Workspace, names_a_cache
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from envlock.cache.caches import Caches
     from envlock.commands.build import BuildOptions, BuildReport

@@ -29,13 +29,13 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envlock import gcpause
 from envlock.install.inodehashes import HashCache, Value
 from envlock.store.durable import write_back
 from envlock.store.home import MANIFEST_NAME, pyvenv_value  # defined where the no-op reads them
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     # The pool is imported when a big file needs it (concurrent.futures pulls in logging).
     from concurrent.futures import Future, ThreadPoolExecutor

@@ -28,13 +28,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from envlock.errors import UsageError, VerifyError, did_you_mean
 from envlock.model.jsondoc import json_doc
 from envlock.store import noop
 from envlock.store.durable import fsync_dir, sync_tree
 from envlock.store.store import LAYOUT_VERSION, Store, exclusive_lock, temp_beside
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 CURRENT = "current"
 _RECORD = "generation.json"

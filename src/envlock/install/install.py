@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from envlock import timings
 from envlock.errors import InstallError, VerifyError
@@ -35,6 +34,10 @@ from envlock.model.lockfile import Artifact, Lock, canonicalize_name
 from envlock.store.durable import prepare_write_back, written_back
 from envlock.store.home import MANIFEST_NAME  # defined where the fast no-op reads it
 from envlock.store.store import Store, check_stored_bytes, write_atomic
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass(frozen=True)

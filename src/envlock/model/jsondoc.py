@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import fields, is_dataclass
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from typing import Any
+
     from _typeshed import DataclassInstance
 
 

@@ -20,7 +20,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from envlock.errors import LockError
 from envlock.errors import found as _found
@@ -43,8 +42,9 @@ from envlock.model.locktables import LockedPackage as LockedPackage
 from envlock.model.locktables import canonicalize_name as canonicalize_name
 from envlock.model.tomlio import load_toml, toml_key, toml_string, toml_value
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
-    from typing import Protocol
+    from typing import Any, Protocol
 
     # Named here too, loaded on first use (``__getattr__``): the entries of what the env builds.
     from envlock.model.lockbuilds import LockedBuild as LockedBuild

@@ -11,16 +11,22 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote, urlsplit
 
 from envlock.errors import found as _found
 from envlock.model.tomlio import toml_key, toml_string
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from typing import Any, cast
+
     from packaging.utils import NormalizedName
 
     from envlock.model.overlaps import AllowedOverlap
+else:
+    def cast(_kind: object, value: object) -> object:
+        """``typing.cast`` at run time, an identity: a lock is read on every sync, typing is not imported for it."""
+        return value
 
 
 def canonicalize_name(name: str) -> NormalizedName:

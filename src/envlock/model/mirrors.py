@@ -17,7 +17,6 @@ import contextlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from envlock.errors import (
@@ -33,6 +32,7 @@ from envlock.errors import (
 from envlock.urlcheck import git_url_problem, is_index_url, shown, unsafe_char
 from envlock.workspace import Workspace, env_var_suffix
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     # Read where a spec is read: packaging's requirement parser (~30 ms) is not for a `sync --lock`.
     from envlock.model.spec import EnvSpec

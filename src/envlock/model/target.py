@@ -15,11 +15,11 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envlock import runner
 from envlock.errors import InstallError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     # packaging's tags and requirement parser (~40 ms of imports) are imported where used: an install
     # only asks ``find_python``.

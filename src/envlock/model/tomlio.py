@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from envlock.errors import EnvlockError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def load_toml(text: str, origin: object, error: type[EnvlockError]) -> dict[str, Any]:

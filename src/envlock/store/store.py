@@ -50,12 +50,12 @@ import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envlock.errors import FetchError, StoreError, folder_expected, raise_all
 from envlock.store import home as store_home
 from envlock.store.durable import forget, fsync_dir, sync_before_rename, sync_file
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from envlock.model.lockfile import Artifact  # a type name only: the lock's parser is not needed here
 
