@@ -251,7 +251,12 @@ def manifest(venv: Path, *, prefix: Path | None = None, jobs: int | None = None,
         write_back(walk.read)
     if cache is not None:
         cache.save()
-    return Manifest(digest_of(walk.entries), walk.entries, walk.snapshot(root, cache) if cache is not None else None)
+    # One sort for the three orders after it (the digest's lines, the snapshot's rows, the manifest's JSON
+    # keys), each then a sort of sorted data: the entries in path order, as their rows (one per entry).
+    walk.rows.sort()
+    entries = {row[0]: walk.entries[row[0]] for row in walk.rows}
+    assert len(entries) == len(walk.entries)
+    return Manifest(digest_of(entries), entries, walk.snapshot(root, cache) if cache is not None else None)
 
 
 @dataclass
