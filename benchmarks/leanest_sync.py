@@ -65,7 +65,9 @@ def main() -> int:
         if os.stat(path).st_size != size:
             return 1
         files.append(path)
-    work = f"{store}/tmp/leanest-{os.getpid()}"
+    # One fixed folder to build in, as envlock's reused slot: uv keeps its probe of a venv's interpreter by
+    # the venv's path, so a new path each run would probe it again (a run of the interpreter).
+    work = f"{store}/tmp/leanest-slot"
     skeleton = f"{store}/skeletons/{os.listdir(f'{store}/skeletons')[0]}"
     _link_tree(skeleton, work)
 
