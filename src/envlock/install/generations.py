@@ -238,7 +238,8 @@ def digest_seen(store: Store, install_digest: str, python: str | None, venv: Pat
             if first is not None and gen.created < first:
                 break  # numbers are made in time order: the rest of this env's are older still
             first = gen.created
-            newest = max(newest or (gen.created, gen.venv_digest), (gen.created, gen.venv_digest))
+            seen = (gen.created, gen.venv_digest)
+            newest = seen if newest is None else max(newest, seen)
     return newest[1] if newest is not None else None
 
 

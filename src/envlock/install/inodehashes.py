@@ -82,8 +82,7 @@ class HashCache:
         preloaded = _PRELOADS.pop(str(folder), None)
         # Loaded also when not answered from: saving keeps the other venvs' entries. Read now when
         # nothing was preloaded, or the file was saved again since (another envlock's walk).
-        fresh = preloaded is not None and preloaded[0] == _version(path)
-        entries = preloaded[1] if preloaded is not None and fresh else _read(path)
+        entries = preloaded[1] if preloaded is not None and preloaded[0] == _version(path) else _read(path)
         return cls(path, entries, _touch(folder / f".horizon-{os.getpid()}"), reuse=reuse)
 
     @staticmethod
