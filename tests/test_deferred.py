@@ -41,6 +41,8 @@ def test_a_sync_does_not_import_typing() -> None:
     # ~2.5 ms of every sync's start-up: its modules name typing's names for mypy alone (TYPE_CHECKING = False).
     code = ("import sys\nfrom envlock import deferred\ndeferred.defer()\nimport envlock.cli.main, envlock.cli.sync, "
             "envlock.commands.sync, envlock.commands.realize, envlock.install.install, envlock.model.target\n"
+            "envlock.cli.main.build_parser(only='sync').parse_known_args(['sync', 'demo', '--frozen'])\n"
+            "import envlock.ui\n"
             "print('typing' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "False\n"

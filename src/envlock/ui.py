@@ -10,9 +10,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
 
 from envlock.progress import NullProgress, Progress
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (a sync loads this module)
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 
 class RichProgress:

@@ -9,11 +9,11 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from envlock.cli.render import GLOBAL_OPTIONS, json_option, mirror_flags, mirror_options, out, target_option
 from envlock.workspace import Workspace, names_a_cache
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `sync` adds its --trusted-key help from here
 if TYPE_CHECKING:
     from envlock.cache.caches import Caches
 
