@@ -571,6 +571,21 @@ def test_ctrl_c_while_envlock_still_starts_is_one_line_not_a_traceback() -> None
         assert (proc.returncode, proc.stderr, proc.stdout) == (130, "envlock: interrupted\n", ""), command
 
 
+def test_the_console_script_skips_the_teardown_only_when_the_exit_has_nothing_left_to_do() -> None:
+    # stdout is a pipe here, so block-buffered: what the command printed must reach the reader first.
+    ends = ("import sys\nfrom envlock.__main__ import _exit_now\nprint('said')\nprint('warned', file=sys.stderr)\n"
+            "{before}sys.exit(_exit_now(3) + 1)\n")  # 3: ended at once; 4: the ordinary exit
+    proc = subprocess.run([sys.executable, "-c", ends.format(before="")], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "said\n", "warned\n")
+    # An atexit callback, a thread still working: the ordinary exit, which runs the one and waits for the other.
+    for before, last in (("import atexit\natexit.register(print, 'at exit')\n", "at exit"),
+                         ("import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.3), "
+                          "print('thread done'))).start()\n", "thread done")):
+        proc = subprocess.run([sys.executable, "-c", ends.format(before=before)], capture_output=True, text=True,
+                              timeout=60)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (4, f"said\n{last}\n", "warned\n"), before
+
+
 def test_sync_downloads_from_a_mirror_of_the_index_a_lock_names(
         ws: ScratchWorkspace, cli: Cli, universe: Universe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A lock made where download.pytorch.org answers, synced on a cluster that reaches only a mirror."""

@@ -851,12 +851,14 @@ def test_an_up_to_date_sync_is_answered_before_the_cli_is_imported(locks: tuple[
     _, v1, _ = locks
     store, lock_path, first = _synced_home(tmp_path, v1)
     (tmp_path / "ws" / "envs").mkdir()
-    probe = ("import sys\nfrom envlock.__main__ import main\ncode = main()\n"
-             "print(code, 'argparse' in sys.modules, 'envlock.cli.main' in sys.modules)\n")
+    probe = ("import atexit, sys\nfrom envlock.__main__ import main\n"  # printed at exit: the console script's
+             "atexit.register(lambda: print('argparse' in sys.modules, 'envlock.cli.main' in sys.modules))\n"
+             "sys.exit(main())\n")
     out = subprocess.run([sys.executable, "-c", probe, "sync", "demo", "--lock", str(lock_path)], cwd=tmp_path / "ws",
                          env={**os.environ, "ENVLOCK_HOME": str(store.home)}, capture_output=True, text=True)
     assert out.stdout.splitlines() == [f"demo: up to date (generation {first.generation})",
-                                       f"  venv digest {first.venv_digest}", str(first.path), "0 False False"], out
+                                       f"  venv digest {first.venv_digest}", str(first.path), "False False"], out
+    assert out.returncode == 0
 
 
 def test_an_activated_env_is_on_path(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:

@@ -25,11 +25,11 @@ def main() -> int:
         fast = answer_noop(sys.argv[1:])
         if fast is not None:
             timings.mark("start-up and the fast no-op (answered)")
-            return fast
+            return _exit_now(fast)
         timings.mark("start-up and the fast no-op check")
         from envlock.cli.main import main as cli_main
 
-        return cli_main(fast_path=False, collecting=collecting)
+        return _exit_now(cli_main(fast_path=False, collecting=collecting))
     except KeyboardInterrupt as exc:  # or Terminated: SIGTERM once cli.main's handler is in place
         from envlock.errors import asks_json, interrupted
         from envlock.interrupts import say
@@ -37,6 +37,25 @@ def main() -> int:
         code = interrupted(exc)[1]
         say(code, type(exc).__name__, json=asks_json(sys.argv[1:]))  # the document cli.main gives, as promised
         return code
+
+
+def _exit_now(code: int) -> int:
+    """End the process with ``code`` at once, without the interpreter's teardown (freeing every module
+    and object one by one: 2.6 ms of a warm sync, paired), when nothing is left for an exit to do:
+    stdout and stderr flushed, no ``atexit`` callback and no thread but this one. Else ``code`` is
+    returned, for the ordinary exit."""
+    import atexit
+    import os
+
+    threading = sys.modules.get("threading")
+    if atexit._ncallbacks() or (threading is not None and threading.active_count() > 1):
+        return code
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a reader gone, a stream closed: the ordinary exit reports it
+        return code
+    os._exit(code)
 
 
 if __name__ == "__main__":
