@@ -20,7 +20,8 @@ locked wheel in it, its venv skeleton and its uv cache made by an earlier envloc
    every file sealed read-only, the digest over the sorted entries;
 5. the files it read written back (``sync_file_range``), the cache saved, the manifest written, the
    folder ``fsync``ed and renamed into ``OUT/venvs/``;
-6. a generation: a folder with the venv link and a record, synced, renamed, and ``current`` flipped.
+6. a generation: a folder with the venv link and a record, synced, renamed, and ``current`` flipped;
+7. the end: ``os._exit``, no interpreter teardown.
 
 With ``--switch``, the leanest switch to the venv an earlier run built (``switch``): its stat snapshot
 taken and held to the recorded one, and a generation.
@@ -273,4 +274,7 @@ def _fsync(path: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown, as envlock's console script ends when the exit has nothing left to do
