@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -222,6 +223,39 @@ def test_venvs_are_copies_of_one_uv_made_skeleton(published: tuple[IndexServer, 
     cfg.write_text(cfg.read_text() + "include-system-site-packages = true\n")
     again = install.venv_skeleton(store, python, tmp_path / "log")
     assert again == skeleton and "include-system-site-packages = true" not in cfg.read_text()
+
+
+def test_a_skeleton_is_checked_by_its_stat_snapshot_once_its_files_matched(published: tuple[IndexServer, Lock],
+                                                                           tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    server, lock = published
+    _sync_venv(server, tmp_path / "home", lock, tmp_path / "uv-cache", monkeypatch)
+    store = Store.open(tmp_path / "home")
+    (skeleton,) = (store.root / "skeletons").iterdir()
+    python = target.find_python(lock.python)
+    snapshot = store.stat_snapshot("skeletons", skeleton.name)
+    assert snapshot.parent == store.hash_cache / "snapshots"
+    # The first use after the venv's walk sealed its (shared) files hashes them again, and keeps their snapshot.
+    snapshot.unlink(missing_ok=True)
+    assert install.venv_skeleton(store, python, tmp_path / "log") == skeleton and snapshot.is_file()
+    # From then on lstats alone answer: an edit whose mtime and size are set back by hand goes unseen (as
+    # for a venv a switch reuses; `envlock verify` and the venv's own digest walk read every byte) ...
+    activate = skeleton / "bin" / "activate"
+    st = activate.stat()
+    os.chmod(activate, 0o644)
+    text = activate.read_text()
+    activate.write_text(text.replace("deactivate", "deactivatE", 1))
+    os.chmod(activate, stat.S_IMODE(st.st_mode))
+    os.utime(activate, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert install.venv_skeleton(store, python, tmp_path / "log") == skeleton
+    assert "deactivatE" in activate.read_text()
+    # ... but without the snapshot the files are hashed again: the edit is found and the skeleton made anew.
+    snapshot.unlink()
+    assert install.venv_skeleton(store, python, tmp_path / "log") == skeleton
+    assert "deactivatE" not in activate.read_text()
+    # The snapshot goes with its skeleton.
+    store.remove_entry("skeletons", skeleton.name)
+    assert not skeleton.exists() and not snapshot.exists()
 
 
 def test_a_skeleton_naming_its_own_folder_is_not_kept(tmp_path: Path) -> None:

@@ -130,8 +130,8 @@ def test_the_store_keeps_a_venvs_snapshot_outside_it_and_drops_it_with_the_venv(
     store = Store.open(tmp_path / "home")
     key = "sha256-" + "a" * 64
     venv, made = _store_venv(store.root / "venvs" / key, store.hash_cache)
-    keep_snapshot(store.venv_snapshot(key), made)
-    assert store.venv_snapshot(key).parent == store.hash_cache / "snapshots"
-    assert unchanged(venv, store.venv_snapshot(key)) is not None
+    keep_snapshot(store.stat_snapshot("venvs", key), made)
+    assert store.stat_snapshot("venvs", key).parent == store.hash_cache / "snapshots"
+    assert unchanged(venv, store.stat_snapshot("venvs", key)) is not None
     store.remove_entry("venvs", key)
-    assert not venv.exists() and not store.venv_snapshot(key).exists()
+    assert not venv.exists() and not store.stat_snapshot("venvs", key).exists()

@@ -132,7 +132,7 @@ class Snapshot:
 
 def keep_snapshot(path: Path, made: Manifest) -> None:
     """Record ``made`` (a walk of a store venv, with the digest it was built with) and its stat snapshot
-    in file ``path`` (``Store.venv_snapshot``), for the next ``unchanged``; nothing when the walk gave
+    in file ``path`` (``Store.stat_snapshot``), for the next ``unchanged``; nothing when the walk gave
     no snapshot.
 
     Not synced: a snapshot lost or torn in a crash matches nothing, and the next reuse walks in full.
@@ -150,17 +150,24 @@ def keep_snapshot(path: Path, made: Manifest) -> None:
 
 def unchanged(venv: Path, snapshot_file: Path, digest: str | None = None) -> Manifest | None:
     """Store venv ``venv``'s manifest (its entries read on first use) when the stat snapshot in
-    ``snapshot_file`` still holds (``Snapshot``), and it records ``digest`` when one is given; else
+    ``snapshot_file`` still holds (``snapshot_holds``), and it records ``digest`` when one is given; else
     None, and only a full walk can tell what the venv holds."""
+    if not (venv / MANIFEST_NAME).is_file():
+        return None
+    held = snapshot_holds(venv, snapshot_file, digest)
+    return None if held is None else Manifest(held[0], _StoredEntries(venv / MANIFEST_NAME, held[0]), held[1])
+
+
+def snapshot_holds(tree: Path, snapshot_file: Path, digest: str | None = None) -> tuple[str, str] | None:
+    """The digest and the stat snapshot kept in ``snapshot_file`` (``keep_snapshot``) when ``tree``'s
+    snapshot still is that one (``Snapshot``), of ``digest`` when one is given; else None."""
     try:
         recorded, _, snapshot = snapshot_file.read_text(encoding="utf-8").strip().partition(" ")
     except (OSError, ValueError):
         return None
-    if not snapshot or (digest is not None and recorded != digest) or not (venv / MANIFEST_NAME).is_file():
+    if not snapshot or (digest is not None and recorded != digest) or Snapshot.taken(tree) != snapshot:
         return None
-    if Snapshot.taken(venv) != snapshot:
-        return None
-    return Manifest(recorded, _StoredEntries(venv / MANIFEST_NAME, recorded), snapshot)
+    return recorded, snapshot
 
 
 class _StoredEntries(Mapping[str, str]):

@@ -435,7 +435,7 @@ def _check_unchanged(store: Store, gen: Generation) -> None:
     from envlock.install import digest
 
     venv = gen.store_venv or gen.venv  # as install named it, unresolved
-    snapshot = store.venv_snapshot(venv.name) if venv.parent == store.root / "venvs" else None
+    snapshot = store.stat_snapshot("venvs", venv.name) if venv.parent == store.root / "venvs" else None
     if snapshot is not None and digest.unchanged(venv, snapshot, gen.venv_digest) is not None:
         return
     actual = digest.manifest(venv, cache_dir=store.hash_cache)

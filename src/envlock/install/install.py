@@ -28,7 +28,15 @@ from pathlib import Path
 
 from envlock import timings
 from envlock.errors import InstallError, VerifyError
-from envlock.install.digest import Manifest, compare, keep_snapshot, manifest, stored_manifest, unchanged
+from envlock.install.digest import (
+    Manifest,
+    compare,
+    keep_snapshot,
+    manifest,
+    snapshot_holds,
+    stored_manifest,
+    unchanged,
+)
 from envlock.install.inodehashes import HashCache
 from envlock.model.lockfile import Artifact, Lock, canonicalize_name
 from envlock.store.durable import prepare_write_back, written_back
@@ -111,7 +119,7 @@ def install(
     key = venv_key(lock)
     final = venv_path(store, key)
     with store.locked(venv_lock(key)):
-        snapshot = store.venv_snapshot(venv_entry(key))
+        snapshot = store.stat_snapshot("venvs", venv_entry(key))
         if (as_verified := unchanged(final, snapshot)) is not None:
             timings.mark("the stored venv's stat snapshot taken again: as verified")
             return InstallResult(final, key, as_verified, False, time.monotonic() - started)
@@ -414,8 +422,8 @@ def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
     per sync. The key covers the interpreter's path and file identity (an upgrade in
     place makes a new skeleton) and the uv binary's. None, and every venv is made by
     ``uv venv`` in place, if the skeleton turns out to name its own folder after all.
-    Its digest is kept in it and checked on every use (a few files): a skeleton
-    someone changed is made again, not copied into every later venv.
+    Its digest is kept in it and checked before every use (``_intact``: its stat snapshot, else
+    its bytes): a skeleton someone changed is made again, not copied into every later venv.
     """
     import hashlib
 
@@ -428,7 +436,7 @@ def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
     key = hashlib.sha256("\0".join([*_VENV_ARGS, *ident]).encode("utf-8", "surrogateescape")).hexdigest()
     final = store.path("skeletons", key)
     with store.locked(f"skeleton-{key[:16]}"):
-        if _intact(final):
+        if _intact(store, key):
             return final
         if final.exists():
             store.remove_entry("skeletons", key)
@@ -447,12 +455,23 @@ def venv_skeleton(store: Store, python: Path, log: Path) -> Path | None:
 _SKELETON_DIGEST = ".envlock-skeleton-digest"
 
 
-def _intact(skeleton: Path) -> bool:
+def _intact(store: Store, key: str) -> bool:
+    """Whether skeleton ``key`` holds what it was made with: its stat snapshot as kept when its files last
+    matched the digest recorded in it (lstats alone, as a switch checks a venv: ``digest.Snapshot``), else
+    its files hashed again, and their snapshot kept for the next use when they match."""
+    skeleton, snapshot = store.path("skeletons", key), store.stat_snapshot("skeletons", key)
     try:
         recorded = (skeleton / _SKELETON_DIGEST).read_text().strip()
     except OSError:
         return False
-    return manifest(skeleton).digest == recorded
+    if snapshot_holds(skeleton, snapshot, recorded) is not None:
+        return True
+    # Every byte read (reuse=False: the cache's answers are lstats too); the cache for the snapshot's clock tick.
+    made = manifest(skeleton, cache_dir=store.hash_cache, reuse=False)
+    if made.digest != recorded:
+        return False
+    keep_snapshot(snapshot, made)
+    return True
 
 
 class _NotRelocatableError(Exception):

@@ -18,6 +18,7 @@ Layout (version 1)::
         manifests/<venv digest>          per-file manifest of a venv (to list differing files)
         hashes/inodes.marshal            inode -> sha256 of files already hashed (a cache, see install/inodehashes.py)
         hashes/snapshots/<venv entry>    a venv's stat snapshot when last verified (install/digest.py)
+        hashes/snapshots/skeletons-<key> a skeleton's, likewise
         skeletons/<key>/                 the empty venv uv made for one interpreter, linked into new venvs
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry
@@ -125,10 +126,12 @@ class Store:
         """The folder of the inode hash cache (``envlock.install.inodehashes``): not entries, just a cache."""
         return self.root / "hashes"
 
-    def venv_snapshot(self, key: str) -> Path:
-        """Where the stat snapshot of venv entry ``venvs/key`` is kept (``install.digest.Snapshot``):
-        beside the hash cache, not in the venv, whose folder is then the same on every machine."""
-        return self.hash_cache / "snapshots" / self.path("venvs", key).name
+    def stat_snapshot(self, kind: str, key: str) -> Path:
+        """Where the stat snapshot of entry ``kind/key`` (a venv, a venv skeleton) is kept when its files
+        were last hashed (``install.digest.Snapshot``): beside the hash cache, not in the entry, whose
+        folder is then the same on every machine."""
+        name = self.path(kind, key).name
+        return self.hash_cache / "snapshots" / (name if kind == "venvs" else f"{kind}-{name}")
 
     def path(self, kind: str, key: str) -> Path:
         """Where the entry ``kind/key`` lives (complete or not)."""
@@ -340,8 +343,8 @@ class Store:
     def remove_entry(self, kind: str, key: str) -> None:
         """Delete an entry (if there) in one step, as ``remove_tree`` does."""
         final = self.path(kind, key)
-        if kind == "venvs":
-            self.venv_snapshot(key).unlink(missing_ok=True)
+        if kind in ("venvs", "skeletons"):
+            self.stat_snapshot(kind, key).unlink(missing_ok=True)
         if final.exists() or final.is_symlink():
             self.remove_tree(final)
 
