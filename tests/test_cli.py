@@ -571,6 +571,23 @@ def test_ctrl_c_while_envlock_still_starts_is_one_line_not_a_traceback() -> None
         assert (proc.returncode, proc.stderr, proc.stdout) == (130, "envlock: interrupted\n", ""), command
 
 
+def test_help_is_wrapped_to_the_terminal_as_argparse_wraps_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from envlock.cli.main import build_parser
+
+    helps = set()
+    for columns in ("50", "132", "", "junk", "-3"):
+        monkeypatch.setenv("COLUMNS", columns)
+        parser = build_parser(only="sync")
+        ours = parser.format_help()
+        helps.add(ours)
+        with monkeypatch.context() as stock:  # the width from shutil, as argparse takes it
+            stock.setattr(type(parser), "_get_formatter", argparse.ArgumentParser._get_formatter)
+            assert parser.format_help() == ours, columns
+    assert len(helps) == 3  # 50, 132 and the terminal's (80 off one) wrap differently
+
+
 def test_the_console_script_skips_the_teardown_only_when_the_exit_has_nothing_left_to_do() -> None:
     # stdout is a pipe here, so block-buffered: what the command printed must reach the reader first.
     ends = ("import sys\nfrom envlock.__main__ import _exit_now\nprint('said')\nprint('warned', file=sys.stderr)\n"

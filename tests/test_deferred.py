@@ -64,3 +64,14 @@ def test_every_dataclass_has_a_docstring() -> None:
                     if isinstance(node, ast.ClassDef) and not ast.get_docstring(node)
                     and any("dataclass" in ast.unparse(d) for d in node.decorator_list)]
     assert undocumented == []
+
+
+def test_a_switch_does_not_import_shutil() -> None:
+    # ~2 ms (shutil loads bz2, lzma and zlib): a switch copies and removes nothing. argparse's formatter
+    # would import it for the terminal's width on each add_argument (cli.main._Parser gives the width).
+    code = ("import sys\nfrom envlock import deferred\ndeferred.defer()\nimport envlock.cli.main, envlock.cli.sync, "
+            "envlock.commands.sync, envlock.commands.realize, envlock.install.install, envlock.install.digest\n"
+            "envlock.cli.main.build_parser(only='sync').parse_known_args(['sync', 'demo', '--frozen'])\n"
+            "import envlock.ui\nprint('shutil' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out == "False\n"

@@ -23,7 +23,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -280,7 +279,7 @@ def add(store: Store, env: str, *, venv: Path, install_digest: str, venv_digest:
     folder = env_dir(store, env)
     folder.mkdir(parents=True, exist_ok=True)
     for litter in folder.glob(".new-*"):  # left by a killed sync; we hold the env lock
-        shutil.rmtree(litter, ignore_errors=True)
+        store.remove_tree(litter)
     for litter in folder.glob(".current*"):  # a link never renamed into place (earlier envlocks: ".current-*")
         litter.unlink(missing_ok=True)
     # Generations a killed or refused sync left before its switch: never current, so never

@@ -20,7 +20,6 @@ import functools
 import itertools
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -153,8 +152,7 @@ def install(
         python = find_python(lock.python)
         timings.mark("the wheels checked, the interpreter found")
         # In a pid-named temp folder: a killed install's log goes with its other litter.
-        log_dir = store.temp_dir("install-log")
-        log = log_dir / "uv.log"
+        log = store.temp_dir("install-log") / "uv.log"
         # Built in a reused slot folder (tmp/venv-slotN), not a fresh temp path: uv then
         # finds its cached probe of the venv's interpreter instead of running it again.
         with _keep_log_on_failure(store, log, key), store.new_entry("venvs", venv_entry(key), slot="venv") as work:
@@ -175,7 +173,7 @@ def install(
             written_back(work)  # so the rename waits for one fsync, not a syncfs of the file system
         keep_snapshot(snapshot, built)  # the next reuse of this venv: lstats alone (digest.Snapshot)
         timings.mark("the manifest written, the venv folder fsynced and renamed")
-        shutil.rmtree(log_dir, ignore_errors=True)
+        _remove_log(log)
         save_manifest(store, built, text)
     return InstallResult(final, key, built, True, time.monotonic() - started, note)
 
@@ -219,6 +217,8 @@ def _populate(store: Store, work: Path, python: Path, lock: Lock, batches: Arriv
             check_stored_bytes(got)
             if note or not (note := repair_uv_cache(store, exc)):
                 raise
+        import shutil
+
         shutil.rmtree(work)  # what the failed run installed goes: the venv is made again
         work.mkdir()
         batches = itertools.chain([dict(got)], batches)  # what came so far, then the rest as it comes
@@ -251,6 +251,8 @@ def _uv_install(store: Store, work: Path, files: list[str], log: Path,
 
 def _new_venv(store: Store, work: Path, python: Path, log: Path) -> None:
     """The empty venv in ``work``: a copy of the skeleton, else made by ``uv venv`` there."""
+    import shutil  # here, as in this module's other functions: a switch copies and removes nothing (~2 ms)
+
     skeleton = venv_skeleton(store, python, log)
     if skeleton is None:
         _make_venv(python, work, log)
@@ -270,6 +272,8 @@ def _link_or_copy(src: str, dst: str) -> None:
     """A hard link ``dst`` to ``src``; a copy for ``pyvenv.cfg`` (the file users edit: read whole by
     every walk anyway, and an edit stays in its venv) and where the file system will not link (too
     many links to one file, another file system, links not allowed)."""
+    import shutil
+
     if os.path.basename(dst) == "pyvenv.cfg":
         shutil.copy2(src, dst)
         return
@@ -591,11 +595,19 @@ def _keep_log_on_failure(store: Store, log: Path, key: str) -> Iterator[None]:
         from envlock import runner  # subprocess: only a venv to build
 
         if not log.exists():
-            shutil.rmtree(log.parent, ignore_errors=True)
+            _remove_log(log)
             raise
         kept = runner.keep_log(log, store.root / "logs" / f"install-{key[7:19]}-{time.strftime('%Y%m%dT%H%M%S')}.log")
-        shutil.rmtree(log.parent, ignore_errors=True)
+        _remove_log(log)
         raise InstallError(f"{exc.message}; full log in {kept}", details=exc.details) from None
+
+
+def _remove_log(log: Path) -> None:
+    """Remove an install's uv ``log`` (if it was not moved to ``logs/``) and its folder (``store.temp_dir``);
+    what else is there stays, litter of ``tmp/`` (not shutil's ``rmtree``: a switch imports no shutil)."""
+    with contextlib.suppress(OSError):
+        log.unlink(missing_ok=True)
+        log.parent.rmdir()
 
 
 def _uv(args: list[str], *, what: str, log: Path, cache: Path | None = None,

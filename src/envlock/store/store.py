@@ -46,7 +46,6 @@ import contextlib
 import fcntl
 import os
 import re
-import shutil
 import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -378,6 +377,8 @@ def _rmtree(path: Path) -> None:
     for dirpath, _dirs, _files in os.walk(path):
         with contextlib.suppress(OSError):
             os.chmod(dirpath, 0o755)
+    import shutil  # here: a switch removes nothing (shutil and its archive modules, ~2 ms)
+
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -452,6 +453,8 @@ def copy_atomic(src: Path, dest: Path) -> None:
     """Copy ``src`` to ``dest`` as ``write_atomic`` writes (a wheel into the wheelhouse: a reader
     sees the old file or the whole new one, and its bytes are on disk before its name is)."""
     make_folder(dest.parent)  # the wheelhouse: a file there is said to be one
+    import shutil
+
     with _replacing(dest, source=src) as tmp:
         shutil.copyfile(src, tmp)
 
