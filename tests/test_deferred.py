@@ -66,11 +66,13 @@ def test_every_dataclass_has_a_docstring() -> None:
     assert undocumented == []
 
 
-def test_a_switch_does_not_import_shutil() -> None:
-    # ~2 ms (shutil loads bz2, lzma and zlib): a switch copies and removes nothing. argparse's formatter
-    # would import it for the terminal's width on each add_argument (cli.main._Parser gives the width).
+def test_a_sync_does_not_import_shutil() -> None:
+    # ~2 ms (shutil loads bz2, lzma and zlib): a switch copies and removes nothing, a warm sync links the
+    # skeleton itself (install._new_venv). argparse's formatter would import it for the terminal's width on
+    # each add_argument (cli.main._Parser gives the width).
     code = ("import sys\nfrom envlock import deferred\ndeferred.defer()\nimport envlock.cli.main, envlock.cli.sync, "
-            "envlock.commands.sync, envlock.commands.realize, envlock.install.install, envlock.install.digest\n"
+            "envlock.commands.sync, envlock.commands.realize, envlock.install.install, envlock.install.digest, "
+            "envlock.model.target\n"
             "envlock.cli.main.build_parser(only='sync').parse_known_args(['sync', 'demo', '--frozen'])\n"
             "import envlock.ui\nprint('shutil' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

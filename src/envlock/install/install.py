@@ -20,6 +20,7 @@ import functools
 import itertools
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -251,38 +252,47 @@ def _uv_install(store: Store, work: Path, files: list[str], log: Path,
 
 def _new_venv(store: Store, work: Path, python: Path, log: Path) -> None:
     """The empty venv in ``work``: a copy of the skeleton, else made by ``uv venv`` there."""
-    import shutil  # here, as in this module's other functions: a switch copies and removes nothing (~2 ms)
-
     skeleton = venv_skeleton(store, python, log)
     if skeleton is None:
         _make_venv(python, work, log)
         return
-    try:
-        # Hard links, as uv links a wheel's files from its cache: no bytes copied, and the walk
-        # finds inodes the hash cache knows. Sealed read-only like the rest; a skeleton edited
-        # through one of its venvs fails its digest check (``_intact``) and is made again.
-        shutil.copytree(skeleton, work, symlinks=True, dirs_exist_ok=True, copy_function=_link_or_copy,
-                        ignore=shutil.ignore_patterns(_SKELETON_DIGEST))
-    except shutil.Error as exc:  # every file's failure in one list: the first names one
-        _source, target, why = exc.args[0][0]
-        raise InstallError(f"{target}: cannot copy the venv skeleton there: {why}") from None
+    # Hard links, as uv links a wheel's files from its cache: no bytes copied, and the walk finds
+    # inodes the hash cache knows. Sealed read-only like the rest; a skeleton edited through one of
+    # its venvs fails its check (``_intact``) and is made again. Not shutil's copytree: a warm sync
+    # then imports no shutil (~2 ms), and the first failure is the message.
+    root = str(skeleton)
+    for folder, dirs, files in os.walk(root):
+        here = work / folder[len(root) + 1:] if folder != root else work
+        for name in [*dirs, *files]:
+            source, made = os.path.join(folder, name), here / name
+            try:
+                if os.path.islink(source):  # bin/python, lib64: links as they are (not followed by walk)
+                    os.symlink(os.readlink(source), made)
+                elif name in dirs:
+                    made.mkdir()
+                elif folder != root or name != _SKELETON_DIGEST:
+                    _link_or_copy(source, made)
+            except OSError as exc:
+                raise InstallError(f"{made}: cannot copy the venv skeleton there: {exc}") from None
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    """A hard link ``dst`` to ``src``; a copy for ``pyvenv.cfg`` (the file users edit: read whole by
+def _link_or_copy(source: str, made: Path) -> None:
+    """A hard link ``made`` to ``source``; a copy for ``pyvenv.cfg`` (the file users edit: read whole by
     every walk anyway, and an edit stays in its venv) and where the file system will not link (too
     many links to one file, another file system, links not allowed)."""
-    import shutil
-
-    if os.path.basename(dst) == "pyvenv.cfg":
-        shutil.copy2(src, dst)
-        return
-    try:
-        os.link(src, dst)
-    except OSError as exc:
-        if exc.errno not in (errno.EMLINK, errno.EXDEV, errno.EPERM, errno.ENOTSUP):
-            raise
-        shutil.copy2(src, dst)
+    if made.name != "pyvenv.cfg":
+        try:
+            os.link(source, made)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EMLINK, errno.EXDEV, errno.EPERM, errno.ENOTSUP):
+                raise
+    # As shutil.copy2 copies a small file (its bytes, mode and times), without importing shutil.
+    st = os.stat(source)
+    with open(source, "rb") as src, open(made, "xb") as out:
+        out.write(src.read())
+    os.chmod(made, stat.S_IMODE(st.st_mode))
+    os.utime(made, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def _wheel_is(filename: str, name: str, version: str) -> bool:
