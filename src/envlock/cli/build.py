@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from envlock.cli.render import json_option, mirror_flags, mirror_options, out, status, target_option
+from envlock.cli.render import json_option, mirror_flags, mirror_options, out, status, target_option, trusted_key_option
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -65,7 +65,6 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
 
 def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     """``envlock build`` on ``cli.main``'s parser (``add`` makes a command)."""
-    from envlock.cli import cache
 
     p = add("build", cmd_build, "build the env's local packages ([builds.*]) into the wheelhouse",
             "Fetch each source at its pinned commit, apply its patches, build the wheel (keyed by an input digest:\n"
@@ -88,5 +87,5 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
                    help="build source NAME from a local tree instead of its pin, the spec's patches applied on "
                    "top (so give it unpatched); never recorded in the lock")
     mirror_flags(p)
-    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=cache.TRUSTED_HELP)
+    trusted_key_option(p)
     json_option(p)

@@ -10,17 +10,20 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from envlock.cli.render import GLOBAL_OPTIONS, json_option, mirror_flags, mirror_options, out, target_option
+from envlock.cli.render import (
+    GLOBAL_OPTIONS,
+    json_option,
+    mirror_flags,
+    mirror_options,
+    out,
+    target_option,
+    trusted_key_option,
+)
 from envlock.workspace import Workspace, names_a_cache
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: `sync` adds its --trusted-key help from here
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from envlock.cache.caches import Caches
-
-TRUSTED_HELP = ("use binary cache records (of builds, and of a hash-less index's wheel URLs) signed by this key "
-                "(NAME:BASE64, as `envlock cache keygen` prints it); also ENVLOCK_TRUSTED_KEYS and [cache] "
-                "trusted-keys in envlock.toml; repeatable")
-
 
 def build_caches(ws: Workspace, trusted: Sequence[str]) -> Caches | None:
     """The caches ``envlock lock`` and ``build`` ask and push to (None: none configured)."""
@@ -127,6 +130,6 @@ def add_commands(add: Callable[..., argparse.ArgumentParser], common: argparse.A
              "wheel's presence, each closure's keys, and each URL record's signature, key and wheel.\n"
              "Exit: 0 all verified, 1 any problem (each named).")
     q.add_argument("url", metavar="URL")
-    q.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=TRUSTED_HELP)
+    trusted_key_option(q)
     json_option(q)
     q.set_defaults(needs_workspace=False)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from envlock import timings  # loaded already (__main__)
-from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out, status
+from envlock.cli.render import count, json_option, mirror_flags, mirror_options, out, status, trusted_key_option
 from envlock.errors import UsageError
 
 if TYPE_CHECKING:
@@ -160,7 +160,6 @@ def _nightlies_text(env: str, result: NightlyListing) -> str:
 
 def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     """lock and nightlies, on ``cli.main``'s parser (``add`` makes a command)."""
-    from envlock.cli import cache
 
     p = add("lock", cmd_lock, "resolve envs/ENV.toml into locks/pylock.ENV.toml",
             "Resolve envs/ENV.toml with the pinned uv and write locks/pylock.ENV.toml (PEP 751 + [tool.envlock]).\n"
@@ -181,7 +180,7 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--offline", action="store_true",
                    help="with --check: read no index (the yanked files are not checked; a note says so)")
     mirror_flags(p)
-    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=cache.TRUSTED_HELP)
+    trusted_key_option(p)
     json_option(p)
 
     p = add("nightlies", cmd_nightlies, "the dates each nightly pin could take, for the env's target",

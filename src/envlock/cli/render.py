@@ -57,6 +57,14 @@ def target_option(parser: argparse.ArgumentParser, what: str) -> None:
                         "this machine runs)")
 
 
+def trusted_key_option(parser: argparse.ArgumentParser) -> None:
+    """``--trusted-key NAME:BASE64``: a key whose signed binary cache records the command uses (repeatable)."""
+    parser.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64",
+                        help="use binary cache records (of builds, and of a hash-less index's wheel URLs) signed by "
+                        "this key (NAME:BASE64, as `envlock cache keygen` prints it); also ENVLOCK_TRUSTED_KEYS and "
+                        "[cache] trusted-keys in envlock.toml; repeatable")
+
+
 def json_option(parser: argparse.ArgumentParser) -> None:
     """The ``--json`` every command takes, read by ``out``."""
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 
 from envlock import gcpause, timings  # loaded already (__main__)
-from envlock.cli.render import json_option, mirror_flags, mirror_options, out, target_option
+from envlock.cli.render import json_option, mirror_flags, mirror_options, out, target_option, trusted_key_option
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -100,8 +100,6 @@ def _sync(args: argparse.Namespace, ws: Workspace, store: Store | None,
 
 def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     """``envlock sync`` on ``cli.main``'s parser (``add`` makes a command)."""
-    from envlock.cli import cache
-
     p = add("sync", cmd_sync, "make the env match its lock (fetch, install, verify, flip)",
             "Lock first if locks/pylock.ENV.toml is missing or stale, build the [builds.*] the wheelhouse\n"
             "lacks, fetch every locked wheel into the store (verified), build the venv with the pinned uv\n"
@@ -123,6 +121,6 @@ def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     p.set_defaults(needs_workspace=without_lock)
     mirror_flags(p, why=": the wheels locked from it are downloaded from there (the file of the same name it lists), "
                  "and a lock, if locking, is made against it")
-    p.add_argument("--trusted-key", action="append", default=[], metavar="NAME:BASE64", help=cache.TRUSTED_HELP)
+    trusted_key_option(p)
     target_option(p, "to sync (its venv is made only on a machine of its platform)")
     json_option(p)
