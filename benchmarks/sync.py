@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from envlock import runner  # noqa: E402
-from envlock.install import generations, install  # noqa: E402
+from envlock.install import generations, uvcache  # noqa: E402
 from envlock.install.install import venv_entry  # noqa: E402
 from envlock.model.lockfile import Artifact  # noqa: E402
 from envlock.store.store import Store, store_file  # noqa: E402
@@ -255,7 +255,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     def leanest() -> float:
         shutil.rmtree(lean_out / "venvs", ignore_errors=True)
-        elapsed = timed(lean_argv, {**env, "UV_CACHE_DIR": str(install.uv_cache_dir(store))})
+        elapsed = timed(lean_argv, {**env, "UV_CACHE_DIR": str(uvcache.uv_cache_dir(store))})
         found = LEAN_UV.search(STDERR[-1])
         if found is None:
             raise SystemExit(f"no uv time from the leanest sync:\n{STDERR[-1]}")
@@ -345,7 +345,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
         into_skeleton_copy()
         return timed([uv, "pip", "install", "--python", str(alone / "bin" / "python"), "--link-mode", "hardlink",
                       "--no-index", "--offline", "--no-deps", "--no-build", *store_files],
-                     {**env, "UV_CACHE_DIR": str(install.uv_cache_dir(store))})
+                     {**env, "UV_CACHE_DIR": str(uvcache.uv_cache_dir(store))})
 
     def uv_as_peer() -> float:
         into_skeleton_copy()

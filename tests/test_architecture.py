@@ -24,7 +24,7 @@ DOC = ROOT / "docs" / "architecture.md"
 #: Packages in one layer do not import each other.
 LAYERS: list[set[str]] = [
     {"__init__", "errors", "runner", "netenv", "progress", "ui", "workspace", "urlcheck", "transfers",
-     "interrupts", "timings", "gcpause", "deferred"},  # foundations
+     "interrupts", "timings", "gcpause", "deferred", "ahead"},  # foundations
     {"net"},
     {"model"},
     {"store"},
@@ -39,8 +39,9 @@ FOUNDATIONS = LAYERS[0]
 #: Modules of ``commands/`` that no command is named after: what several recipes share.
 SHARED_RECIPES = {"realize", "lockrefs", "upgradereport", "buildsession"}
 #: The only modules that start processes: envlock's own (uv, git, backends, keyring) in runner;
-#: the user's command in bisect (once per candidate) and run (exec'd in the env).
-STARTS_PROCESSES = {"runner", "commands.bisect", "commands.run"}
+#: the user's command in bisect (once per candidate) and run (exec'd in the env); a fork of envlock
+#: itself, for read-only work started ahead at start-up, in ahead.
+STARTS_PROCESSES = {"runner", "commands.bisect", "commands.run", "ahead"}
 #: The only module that speaks HTTP itself (boto3 speaks it for an s3:// cache in cache.backends).
 SPEAKS_HTTP = {"net.http"}
 
@@ -202,7 +203,7 @@ def _uses(path: Path) -> tuple[set[str], set[str]]:
     return imported, calls
 
 
-def test_processes_start_in_three_modules_and_http_is_spoken_in_one() -> None:
+def test_processes_start_in_four_modules_and_http_is_spoken_in_one() -> None:
     starts, speaks = set(), set()
     for module, path in _modules().items():
         imported, calls = _uses(path)

@@ -861,6 +861,42 @@ def test_an_up_to_date_sync_is_answered_before_the_cli_is_imported(locks: tuple[
     assert out.returncode == 0
 
 
+def test_a_switch_by_the_console_script_takes_the_venvs_snapshot_ahead_and_still_refuses_an_edit(
+        locks: tuple[IndexServer, Lock, Lock], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, v1, _ = locks
+    store, lock_path, first = _synced_home(tmp_path, v1)
+    (tmp_path / "ws" / "envs").mkdir()
+    monkeypatch.setenv("ENVLOCK_HOME", str(store.home))
+    monkeypatch.chdir(tmp_path / "ws")
+    argv = ["sync", "demo", "--lock", str(lock_path)]
+    venv = store.root / "venvs" / os.path.basename(os.readlink(first.path.parent / os.readlink(first.path)))
+    # The sync kept which venv the lock's bytes were synced to: the console script's hint.
+    assert store_noop.venv_last_synced(argv) == str(venv)
+    hint = store.root / "hashes" / "venv-of-lock" / sha256_of(lock_path)
+    kept = hint.read_text()
+    for hostile in ("../../../../etc", "sha256-" + "g" * 64, "a" * 64, "sha256-" + "a" * 64, ""):
+        hint.write_text(hostile + "\n")  # never a path out of venvs/, never a venv that is not there
+        assert store_noop.venv_last_synced(argv) is None, hostile
+    hint.write_text(kept)
+    # A switch through the console script: the snapshot taken ahead, in the child, is the one used.
+    probe = ("import atexit, sys\nfrom envlock import ahead\nreal, taken = ahead.take, []\n"
+             "def take(key):\n    answer = real(key)\n    taken.append(answer is not None)\n    return answer\n"
+             "ahead.take = take\natexit.register(lambda: print('taken ahead', taken))\n"
+             "from envlock.__main__ import main\nsys.exit(main())\n")
+    first.path.unlink()
+    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "venv reused from the store" in out.stdout and out.stdout.splitlines()[-1] == "taken ahead [True]"
+    # A venv edited since is refused all the same: its snapshot (taken ahead) is not the one kept.
+    edited = next(venv.rglob("alpha/__init__.py"))
+    os.chmod(edited, 0o644)
+    edited.write_text(edited.read_text() + "EDITED = True\n")
+    first.path.unlink()
+    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "store venv was modified after it was built" in out.stderr, out.stderr
+    assert "alpha/__init__.py" in out.stderr and out.stdout.splitlines()[-1] == "taken ahead [True]"
+
+
 def test_an_activated_env_is_on_path(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:
     # activate resolves its own folder: a colon in the store path (venvs/sha256:<hex>) split
     # that PATH entry in two, and `python` was the system's.

@@ -19,7 +19,7 @@ from packaging.tags import sys_tags
 
 from envlock import runner
 from envlock.errors import InstallError, VerifyError
-from envlock.install import digest, install
+from envlock.install import digest, install, uvcache
 from envlock.install.fetch import fetch
 from envlock.model import target
 from envlock.model.lockfile import Lock
@@ -118,7 +118,7 @@ def test_installs_exactly_the_locked_wheels(published: tuple[IndexServer, Lock],
     # not clones, and never into the user's uv cache; and they are sealed read-only.
     data = (site / "beta" / "data.bin").stat()
     assert data.st_nlink > 1
-    store_cache = install.uv_cache_dir(Store.open(tmp_path / "home"))
+    store_cache = uvcache.uv_cache_dir(Store.open(tmp_path / "home"))
     assert any(p.stat().st_ino == data.st_ino for p in store_cache.rglob("data.bin"))
     assert not any(p.stat().st_ino == data.st_ino for p in (tmp_path / "uv-cache").rglob("data.bin"))
     writable = [p for p in venv.rglob("*") if p.is_file() and not p.is_symlink() and p.stat().st_mode & 0o222]
@@ -150,7 +150,7 @@ def test_two_homes_cold_and_warm_uv_cache_give_one_venv(published: tuple[IndexSe
     cache = tmp_path / "uv-cache"
     first = _sync_venv(server, tmp_path / "home-a", lock, cache, monkeypatch)  # cold uv cache (the store's own)
     home_a = Store.open(tmp_path / "home-a")
-    assert any(install.uv_cache_dir(home_a).iterdir())
+    assert any(uvcache.uv_cache_dir(home_a).iterdir())
     home_a.remove_entry("venvs", install.venv_entry(lock.install_digest()))
     warm = _sync_venv(server, tmp_path / "home-a", lock, cache, monkeypatch)  # again: its uv cache is warm
     assert warm.built and warm.manifest == first.manifest
@@ -364,12 +364,12 @@ def test_clearing_the_uv_cache_waits_for_installs_from_it(tmp_path: Path) -> Non
     import threading
 
     store = Store.open(tmp_path / "home")
-    cache = install.uv_cache_dir(store)
+    cache = uvcache.uv_cache_dir(store)
     (cache / "archive-v0" / "x").mkdir(parents=True)
     cleared = threading.Event()
 
     def clear() -> None:
-        install.clear_uv_cache(store)
+        uvcache.clear_uv_cache(store)
         cleared.set()
 
     with store.locked("uv-cache", shared=True):  # as a running `uv pip install` holds it
@@ -441,7 +441,7 @@ def test_a_uv_cache_entry_whose_archive_is_gone_is_dropped_and_the_install_repea
     # directory `…/uv-cache/archive-v0/…`: No such file or directory", until uv-cache was removed by hand.
     store, first, second, got = _alpha_then_beta(tmp_path)
     assert install.install(store, first, got).note == ""
-    archives = list((install.uv_cache_dir(store) / "archive-v0").iterdir())
+    archives = list((uvcache.uv_cache_dir(store) / "archive-v0").iterdir())
     assert len(archives) == 1
     shutil.rmtree(archives[0])
 
@@ -456,7 +456,7 @@ def test_a_uv_cache_uv_cannot_read_is_cleared_and_the_install_repeated_once(tmp_
     # An archive that is no longer a folder (its entry is whole): uv fails naming it.
     store, first, second, got = _alpha_then_beta(tmp_path)
     install.install(store, first, got)
-    (archive,) = (install.uv_cache_dir(store) / "archive-v0").iterdir()
+    (archive,) = (uvcache.uv_cache_dir(store) / "archive-v0").iterdir()
     shutil.rmtree(archive)
     archive.write_bytes(b"")
 

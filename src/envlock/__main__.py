@@ -10,6 +10,7 @@ answers the fast no-op (``envlock.store.noop``) before ``cli`` and its imports a
 
 from __future__ import annotations
 
+import os
 import sys
 
 from envlock import deferred, gcpause, timings  # gc, contextlib, os, sys, time, types: loaded already
@@ -26,6 +27,7 @@ def main() -> int:
         if fast is not None:
             timings.mark("start-up and the fast no-op (answered)")
             return _exit_now(fast)
+        _start_ahead()
         timings.mark("start-up and the fast no-op check")
         from envlock.cli.main import main as cli_main
 
@@ -39,13 +41,31 @@ def main() -> int:
         return code
 
 
+def _start_ahead() -> None:
+    """Before the imports of a sync the fast no-op did not answer: when its lock's bytes were last synced
+    to a venv still in the store, that venv's stat snapshot is taken in a forked child meanwhile (``ahead``;
+    a switch holds it to the one kept). Here, before any thread is started."""
+    from envlock.store.noop import venv_last_synced
+
+    venv = venv_last_synced(sys.argv[1:])
+    if venv is None:
+        return
+    from envlock import ahead
+
+    def snapshot() -> str:
+        from envlock.install.digest import Snapshot  # in the child: its imports are its own
+
+        return Snapshot.ahead(venv)
+
+    ahead.start(os.path.basename(venv), snapshot)
+
+
 def _exit_now(code: int) -> int:
     """End the process with ``code`` at once, without the interpreter's teardown (freeing every module
     and object one by one: 2.6 ms of a warm sync, paired), when nothing is left for an exit to do:
     stdout and stderr flushed, no ``atexit`` callback and no thread but this one. Else ``code`` is
     returned, for the ordinary exit."""
     import atexit
-    import os
 
     threading = sys.modules.get("threading")
     if atexit._ncallbacks() or (threading is not None and threading.active_count() > 1):

@@ -24,7 +24,7 @@ from envlock import runner
 from envlock.build import toolchain
 from envlock.commands.pin import pinned_locks
 from envlock.errors import EnvlockError, UsageError
-from envlock.install import generations, install
+from envlock.install import generations, uvcache
 from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock
 from envlock.store.closure import EntryRef, lock_closure, venv_key
@@ -33,7 +33,7 @@ from envlock.store.trees import file_inodes
 from envlock.workspace import Workspace
 
 KEEP_GIT = ("all", "tags", "none")
-UV_ARCHIVES = install.UV_ARCHIVES
+UV_ARCHIVES = uvcache.UV_ARCHIVES
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class _Plan:
     notes: tuple[str, ...]
     records: tuple[Path, ...] = ()  # listings/ and guards/ records to remove (metadata, read again when needed)
     # uv-cache wheel entries naming an archive removed (or gone already): removed before the archives
-    uv_entries: tuple[install.UvCacheEntry, ...] = ()
+    uv_entries: tuple[uvcache.UvCacheEntry, ...] = ()
 
 
 def gc(ws: Workspace | None, options: GcOptions, on_wait: Callable[[], None] | None = None) -> GcReport:
@@ -159,7 +159,7 @@ def _plan(ws: Workspace | None, store: Store, options: GcOptions) -> _Plan:
     doomed = {a.name for a in archives}
     # uv reads an entry's archive without looking: one left naming a removed archive would fail
     # every later install of its wheel. Gone with it (uv unpacks the wheel again when asked).
-    uv_entries = tuple(e for e in install.uv_cache_entries(store) if e.gone is not None or e.names_any(doomed))
+    uv_entries = tuple(e for e in uvcache.uv_cache_entries(store) if e.gone is not None or e.names_any(doomed))
     return _Plan(tuple(roots), frozenset(keep), tuple(drop_gens), tuple(entries), archives, tuple(notes), records,
                  uv_entries)
 
@@ -333,9 +333,9 @@ def _carry_out(store: Store, plan: _Plan) -> None:
     for record in plan.records:
         record.unlink(missing_ok=True)
     if plan.archives or plan.uv_entries:
-        with store.locked("uv-cache"):  # as install.clear_uv_cache: not under a running install
+        with store.locked(uvcache.UV_CACHE_LOCK):  # as uvcache.clear_uv_cache: not under a running install
             # The entries first: a gc killed between leaves an archive no entry names (the next gc
             # takes it), never an entry naming no archive.
-            install.drop_uv_cache_entries(plan.uv_entries)
+            uvcache.drop_uv_cache_entries(plan.uv_entries)
             for archive in plan.archives:
                 store.remove_tree(archive)

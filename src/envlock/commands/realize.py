@@ -133,6 +133,8 @@ def realize(store: Store, target: SyncTarget, progress: Progress | None = None) 
         timings.mark("the flip of `current`")
         # Switched now: nothing after this may fail the sync (it would say "nothing switched").
         unstamped = _stamp(store, target, gen.number, checked.digest, lock_bytes, on_disk)
+        if lock_bytes is not None:  # a later sync of these bytes starts this venv's check ahead (envlock.ahead)
+            noop.keep_venv_of_lock(str(store.home), hashlib.sha256(lock_bytes).hexdigest(), checked.venv.name)
         timings.mark("the no-op stamp written")
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, lock.install_digest(), checked.digest, noop=False,
@@ -318,7 +320,7 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
     else to this store's earlier generations' of the same lock; repaired once when uv's cache
     held an edited file. A difference that stays is a ``VerifyError``, the venv discarded.
     ``arriving``: the wheels are still being fetched (``wheels`` then empty), installed as they come."""
-    from envlock.install import install
+    from envlock.install import install, uvcache
     from envlock.install.digest import differing_lines, recorded_manifest
 
     lock, key = target.lock, target.lock.install_digest()
@@ -342,14 +344,14 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
         # an edit that reached uv's cache is not written into the lock as the truth.
         expected, from_store = last, True
     whose = "this store's earlier generations'" if from_store else "the lock's"
-    repaired = inst.note  # uv's cache repaired on the way (``install.repair_uv_cache``)
+    repaired = inst.note  # uv's cache repaired on the way (``uvcache.repair_uv_cache``)
     note = ""
     if expected is not None and actual.digest != expected and inst.built:
         # uv installs from its cache, whose files are the venvs' (hard links): a file
         # edited in a venv (root can, read-only or not) is in every venv built after.
         # Once: without that cache, uv unpacks the store's verified wheels again.
         _discard(store, key, inst.venv, actual.digest, stale=stale)
-        install.clear_uv_cache(store)
+        uvcache.clear_uv_cache(store)
         inst = install.install(store, lock, wheels)
         actual = inst.manifest
         if actual.digest == expected:

@@ -136,7 +136,7 @@ def repair_env(store: Store, env: str) -> Repaired:
     the store's uv cache cleared first (it held the edited file too), each rebuilt from its
     generation's lock and the store's wheels, and held to its recorded digest."""
     from envlock.install.digest import compare, manifest, recorded_manifest, stored_manifest
-    from envlock.install.install import clear_uv_cache
+    from envlock.install.uvcache import clear_uv_cache
 
     damaged: dict[Path, None] = {}
     for gen in generations.list_generations(store, env):

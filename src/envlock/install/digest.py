@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envlock import gcpause
+from envlock import ahead, gcpause
 from envlock.install.inodehashes import HashCache, Value
 from envlock.store.durable import write_back
 from envlock.store.home import MANIFEST_NAME, pyvenv_value  # defined where the no-op reads them
@@ -129,6 +129,34 @@ class Snapshot:
                     rows.append((rel, "o"))
         return Snapshot.of(rows)
 
+    @staticmethod
+    def ahead(venv: str) -> str:
+        """``taken`` as work started ahead (``envlock.ahead``, before the venv's store lock is held): the
+        folder's identity and its snapshot; "" when the folder was replaced meanwhile (renamed away, built
+        anew)."""
+        before = os.lstat(venv)
+        snapshot = Snapshot.taken(Path(venv))
+        after = os.lstat(venv)
+        if (before.st_dev, before.st_ino) != (after.st_dev, after.st_ino):
+            return ""
+        return f"{after.st_dev}:{after.st_ino} {snapshot}"
+
+    @staticmethod
+    def taken_now(venv: Path) -> str:
+        """``taken``; or the one taken ahead for this folder by the console script (``ahead``), when the
+        folder is still the one it walked. The store entry's lock is held by now (``install``), so no
+        envlock replaces it until the snapshot is used; a folder replaced before is another inode."""
+        answer = ahead.take(venv.name)
+        if answer:
+            identity, _, snapshot = answer.partition(" ")
+            try:
+                st = os.lstat(venv)
+            except OSError:
+                return Snapshot.taken(venv)
+            if identity == f"{st.st_dev}:{st.st_ino}":
+                return snapshot
+        return Snapshot.taken(venv)
+
 
 def keep_snapshot(path: Path, made: Manifest) -> None:
     """Record ``made`` (a walk of a store venv, with the digest it was built with) and its stat snapshot
@@ -165,7 +193,7 @@ def snapshot_holds(tree: Path, snapshot_file: Path, digest: str | None = None) -
         recorded, _, snapshot = snapshot_file.read_text(encoding="utf-8").strip().partition(" ")
     except (OSError, ValueError):
         return None
-    if not snapshot or (digest is not None and recorded != digest) or Snapshot.taken(tree) != snapshot:
+    if not snapshot or (digest is not None and recorded != digest) or Snapshot.taken_now(tree) != snapshot:
         return None
     return recorded, snapshot
 

@@ -118,6 +118,67 @@ def answer_noop(argv: list[str]) -> int | None:
     Handles only ``sync ENV [--frozen] [--offline] [-q] [--debug] [--root DIR]
     [--lock PATH.toml]`` in text mode; anything else falls through to argparse.
     """
+    sync = _sync_of(argv)
+    if sync is None:
+        return None
+    env, home, lock_file, checked_spec, frozen_spec = sync
+    found = check(home, env, lock_file, checked_spec, frozen_spec)
+    if found is None:
+        return None
+    generation, _install, venv_digest = found
+    current = os.path.join(home, LAYOUT_DIR, "envs", env, "current")
+    # Same text as cli.cmd_sync's no-op answer; the last line is the env path.
+    sys.stdout.write(f"{env}: up to date (generation {generation})\n  venv digest {venv_digest}\n{current}\n")
+    return 0
+
+
+def venv_last_synced(argv: list[str]) -> str | None:
+    """The store venv (its folder) that the lock file of ``envlock sync`` ``argv`` was last synced to, by
+    its bytes (``keep_venv_of_lock``), when that venv is still there; None for anything else. A hint, for
+    work started ahead (``envlock.ahead``): the sync decides on its own which venv is the lock's."""
+    sync = _sync_of(argv)
+    if sync is None:
+        return None
+    home, lock_file = sync[1], sync[2]
+    sha = file_sha256(lock_file)
+    try:
+        with open(_venv_of_lock(home, sha or ""), encoding="utf-8") as fh:
+            entry = fh.read().strip()
+    except (OSError, ValueError):
+        return None
+    hexdigest = entry.removeprefix("sha256-")
+    if len(hexdigest) != 64 or not set(hexdigest) <= set("0123456789abcdef") or entry == hexdigest:
+        return None  # not an entry name install writes (never a path out of venvs/)
+    venv = os.path.join(home, LAYOUT_DIR, "venvs", entry)
+    return venv if sha and os.path.isfile(os.path.join(venv, MANIFEST_NAME)) else None
+
+
+def keep_venv_of_lock(home: str, lock_sha256: str, entry: str) -> None:
+    """Remember that the lock file whose bytes have ``lock_sha256`` was synced to store venv ``entry``
+    (for ``venv_last_synced``). Replaced atomically, never synced: a lost or stale hint costs only the
+    work started ahead, which the sync then does itself."""
+    import contextlib  # written by a sync's full path, not read at start-up
+
+    path = _venv_of_lock(home, lock_sha256)
+    temp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temp, "w", encoding="utf-8") as fh:
+            fh.write(entry + "\n")
+        os.replace(temp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+
+
+def _venv_of_lock(home: str, lock_sha256: str) -> str:
+    """Where ``keep_venv_of_lock`` keeps the venv of a lock's bytes: beside the hash cache."""
+    return os.path.join(home, LAYOUT_DIR, "hashes", "venv-of-lock", lock_sha256)
+
+
+def _sync_of(argv: list[str]) -> tuple[str, str, str, str | None, str | None] | None:
+    """What ``envlock sync`` ``argv`` syncs, when this module handles it: (env, store home, lock file, the
+    spec the lock must be current against, the spec a ``--frozen`` lock must have been made for)."""
     if not argv or argv[0] != "sync":
         return None
     env = lock = root = None
@@ -151,17 +212,8 @@ def answer_noop(argv: list[str]) -> int | None:
     if lock is not None:
         if "@" in lock or not lock.endswith(".toml"):
             return None
-        lock_file, checked_spec = os.path.join(os.getcwd(), lock), None
-    else:
-        if not os.path.isfile(spec_file):
-            return None  # an unknown env: the full path names it
-        lock_file = os.path.join(ws, "locks", f"pylock.{env}.toml")
-        checked_spec = None if frozen else spec_file
-    found = check(home, env, lock_file, checked_spec, spec_file if frozen and lock is None else None)
-    if found is None:
-        return None
-    generation, _install, venv_digest = found
-    current = os.path.join(home, LAYOUT_DIR, "envs", env, "current")
-    # Same text as cli.cmd_sync's no-op answer; the last line is the env path.
-    sys.stdout.write(f"{env}: up to date (generation {generation})\n  venv digest {venv_digest}\n{current}\n")
-    return 0
+        return env, home, os.path.join(os.getcwd(), lock), None, None
+    if not os.path.isfile(spec_file):
+        return None  # an unknown env: the full path names it
+    lock_file = os.path.join(ws, "locks", f"pylock.{env}.toml")
+    return env, home, lock_file, None if frozen else spec_file, spec_file if frozen else None

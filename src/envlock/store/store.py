@@ -19,6 +19,7 @@ Layout (version 1)::
         hashes/inodes.marshal            inode -> sha256 of files already hashed (a cache, see install/inodehashes.py)
         hashes/snapshots/<venv entry>    a venv's stat snapshot when last verified (install/digest.py)
         hashes/snapshots/skeletons-<key> a skeleton's, likewise
+        hashes/venv-of-lock/<sha256>     the venv a lock file's bytes were last synced to (store/noop.py)
         skeletons/<key>/                 the empty venv uv made for one interpreter, linked into new venvs
         envs/<name>/                     generations and the stable ``current`` link
         locks/<name>.lock                flock files serializing writers of one entry

@@ -1,0 +1,56 @@
+"""ahead: read-only work started in a forked child at start-up and taken once, by its key; and the switch's
+stat snapshot taken that way, used only for the very folder it walked (``digest.Snapshot.taken_now``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from envlock import ahead
+from envlock.install.digest import Snapshot
+
+
+def test_work_started_ahead_is_taken_once_by_its_key() -> None:
+    assert ahead.start("k", lambda: f"answered by {os.getpid()}")
+    assert not ahead.start("k", lambda: "again")  # one child per key
+    answer = ahead.take("k")
+    assert answer is not None and answer.startswith("answered by ") and answer != f"answered by {os.getpid()}"
+    assert ahead.take("k") is None and ahead.take("never started") is None
+
+
+def test_work_that_fails_in_the_child_has_no_answer() -> None:
+    def fails() -> str:
+        raise OSError("the venv went away")
+
+    assert ahead.start("fails", fails)
+    assert ahead.take("fails") is None  # the parent then does the work itself
+
+
+def _venv(root: Path) -> Path:
+    venv = root / ("sha256-" + "a" * 64)
+    (venv / "lib").mkdir(parents=True)
+    (venv / "lib" / "mod.py").write_text("x = 1\n")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    return venv
+
+
+def test_a_snapshot_taken_ahead_is_used_only_for_the_folder_it_walked(tmp_path: Path) -> None:
+    venv = _venv(tmp_path)
+    st = os.lstat(venv)
+    # What the child answers is used as the snapshot while the folder is the one it walked ...
+    assert ahead.start(venv.name, lambda: f"{st.st_dev}:{st.st_ino} taken-ahead")
+    assert Snapshot.taken_now(venv) == "taken-ahead"
+    assert Snapshot.taken_now(venv) == Snapshot.taken(venv)  # once: then the walk is this process's
+    # ... never for a folder put in its place meanwhile (a rebuild renamed in: another inode).
+    assert ahead.start(venv.name, lambda: f"{st.st_dev}:{st.st_ino} taken-ahead")
+    shutil.copytree(venv, tmp_path / "rebuilt")
+    shutil.rmtree(venv)
+    (tmp_path / "rebuilt").rename(venv)
+    assert Snapshot.taken_now(venv) == Snapshot.taken(venv) != "taken-ahead"
+
+
+def test_the_childs_walk_is_the_snapshot_the_parent_would_take(tmp_path: Path) -> None:
+    venv = _venv(tmp_path)
+    assert ahead.start(venv.name, lambda: Snapshot.ahead(str(venv)))
+    assert Snapshot.taken_now(venv) == Snapshot.taken(venv)
