@@ -37,15 +37,35 @@ def test_a_sync_loads_no_deferred_module_and_each_works_on_first_use() -> None:
     assert out.splitlines() == ["loaded at start-up: []", "::1", "Undocumented(size: int)", "True True (a, b=2)"]
 
 
+#: In a fresh interpreter, as the console script starts: a sync's modules imported, its parser built and
+#: its arguments parsed; then which of the named modules were loaded.
+A_SYNCS_IMPORTS = """
+import sys
+from envlock import deferred
+deferred.defer()
+import envlock.cli.main, envlock.cli.sync, envlock.commands.sync, envlock.commands.realize
+import envlock.install.install, envlock.install.digest, envlock.model.target, envlock.ui
+envlock.cli.main.build_parser(only='sync').parse_known_args(['sync', 'demo', '--frozen'])
+print(sorted(name for name in sys.argv[1:] if name in sys.modules))
+"""
+
+
+def _loaded_by_a_syncs_imports(*names: str) -> str:
+    return subprocess.run([sys.executable, "-c", A_SYNCS_IMPORTS, *names], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def test_a_sync_does_not_import_typing() -> None:
     # ~2.5 ms of every sync's start-up: its modules name typing's names for mypy alone (TYPE_CHECKING = False).
-    code = ("import sys\nfrom envlock import deferred\ndeferred.defer()\nimport envlock.cli.main, envlock.cli.sync, "
-            "envlock.commands.sync, envlock.commands.realize, envlock.install.install, envlock.model.target\n"
-            "envlock.cli.main.build_parser(only='sync').parse_known_args(['sync', 'demo', '--frozen'])\n"
-            "import envlock.ui\n"
-            "print('typing' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out == "False\n"
+    assert _loaded_by_a_syncs_imports("typing") == "[]"
+
+
+def test_a_sync_does_not_import_shutil() -> None:
+    # ~2 ms (shutil loads bz2, lzma and zlib): a switch copies and removes nothing, a warm sync links the
+    # skeleton itself (install._new_venv). argparse's formatter would import it for the terminal's width on
+    # each add_argument (cli.main._Parser gives the width).
+    assert _loaded_by_a_syncs_imports("shutil", "bz2", "lzma") == "[]"
+    assert _loaded_by_a_syncs_imports("argparse", "shutil") == "['argparse']"  # the probe sees what loads
 
 
 def test_a_module_loaded_already_is_not_deferred() -> None:
@@ -65,15 +85,3 @@ def test_every_dataclass_has_a_docstring() -> None:
                     and any("dataclass" in ast.unparse(d) for d in node.decorator_list)]
     assert undocumented == []
 
-
-def test_a_sync_does_not_import_shutil() -> None:
-    # ~2 ms (shutil loads bz2, lzma and zlib): a switch copies and removes nothing, a warm sync links the
-    # skeleton itself (install._new_venv). argparse's formatter would import it for the terminal's width on
-    # each add_argument (cli.main._Parser gives the width).
-    code = ("import sys\nfrom envlock import deferred\ndeferred.defer()\nimport envlock.cli.main, envlock.cli.sync, "
-            "envlock.commands.sync, envlock.commands.realize, envlock.install.install, envlock.install.digest, "
-            "envlock.model.target\n"
-            "envlock.cli.main.build_parser(only='sync').parse_known_args(['sync', 'demo', '--frozen'])\n"
-            "import envlock.ui\nprint('shutil' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out == "False\n"
