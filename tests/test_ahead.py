@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
+
+import pytest
 
 from envlock import ahead
 from envlock.install.digest import Snapshot
@@ -54,3 +57,28 @@ def test_the_childs_walk_is_the_snapshot_the_parent_would_take(tmp_path: Path) -
     venv = _venv(tmp_path)
     assert ahead.start(venv.name, lambda: Snapshot.ahead(str(venv)))
     assert Snapshot.taken_now(venv) == Snapshot.taken(venv)
+
+
+def test_the_child_holds_none_of_the_parents_output() -> None:
+    # A caller reading envlock's stdout or stderr to their end is not kept waiting by a child still working.
+    assert ahead.start("fds", lambda: " ".join(os.readlink(f"/proc/self/fd/{fd}") for fd in (0, 1, 2)))
+    assert ahead.take("fds") == "/dev/null /dev/null /dev/null"
+
+
+def test_an_answer_is_taken_only_while_fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A command that waited on a store lock past FRESH does the work again, as of now.
+    monkeypatch.setattr(ahead, "FRESH", 0.0)
+    assert ahead.start("late", lambda: "answer")
+    assert ahead.take("late") is None
+
+
+def test_the_answer_is_taken_when_the_kernel_reaps_the_child() -> None:
+    # SIGCHLD ignored (inherited from a launcher): the child is reaped without waitpid.
+    was = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        assert ahead.start("reaped", lambda: "answer")
+        assert ahead.take("reaped") == "answer"
+        assert ahead.start("reaped and failed", lambda: str(1 / 0))
+        assert ahead.take("reaped and failed") is None
+    finally:
+        signal.signal(signal.SIGCHLD, was)

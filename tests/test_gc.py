@@ -288,7 +288,7 @@ def test_cache_push_waits_for_a_running_gc(tiny_build: Path, tmp_path: Path, cli
                                             (tmp_path / "cache").as_uri()), "cache push")
 
 
-def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Setup, cli: Cli) -> None:
+def test_gc_drops_the_file_lists_guard_results_and_venv_hints_no_kept_lock_needs(setup: Setup, cli: Cli) -> None:
     store = Store.open(setup.home)
     kept = Lock.from_toml(setup.locks["v1"].read_text(), "v1").packages[0].wheels[0].sha256
     records = {name: store.root / name for name in
@@ -296,16 +296,29 @@ def test_gc_drops_the_file_lists_and_guard_results_no_kept_lock_needs(setup: Set
     for path in records.values():
         path.parent.mkdir(exist_ok=True)
         path.write_text('{"format": "test"}')
+    # The venv each lock's bytes were synced to (store.noop's hints): one per venv there, one naming none.
+    # The setup's syncs left one per lock file they synced; one more per venv there, and one naming none.
+    hints = store.root / "hashes" / "venv-of-lock"
+    named = {p.name: p.read_text().strip() for p in hints.iterdir()}
+    venvs = sorted(p.name for p in (store.root / "venvs").iterdir())
+    named |= {f"{i:064x}": venv for i, venv in enumerate([*venvs, "sha256-" + "0" * 64])}
+    for sha, venv in named.items():
+        (hints / sha).write_text(venv + "\n")
 
     dry = cli("gc", "--dry-run", "--keep-git", "none", "--json")
     assert dry.code == 0, dry.err
-    assert ("2 wheel file lists and guard results of no kept lock would be removed too (read again when a lock "
-            "needs them)") in json.loads(dry.out)["notes"]
-    assert all(p.is_file() for p in records.values())
+    said = [n for n in json.loads(dry.out)["notes"] if n.endswith(
+        " wheel file lists, guard results and venv hints of no kept lock would be removed too (read again when a "
+        "lock needs them)")]
+    assert len(said) == 1 and int(said[0].split()[0]) > 3, json.loads(dry.out)["notes"]
+    assert all(p.is_file() for p in records.values()) and len(list(hints.iterdir())) == len(named)
 
     done = cli("gc", "--keep-git", "none", "--json")
     assert done.code == 0, done.err
     assert [name for name, p in records.items() if p.exists()] == [f"listings/{kept}.json"]
+    left = {p.name for p in hints.iterdir()}
+    assert left == {sha for sha, venv in named.items() if (store.root / "venvs" / venv).is_dir()} and left
+    assert f"{len(venvs):064x}" not in left  # the one naming no venv
 
 
 def _dangling_uv_entries(store: Store) -> list[str]:

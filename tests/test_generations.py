@@ -878,15 +878,24 @@ def test_a_switch_by_the_console_script_takes_the_venvs_snapshot_ahead_and_still
         hint.write_text(hostile + "\n")  # never a path out of venvs/, never a venv that is not there
         assert store_noop.venv_last_synced(argv) is None, hostile
     hint.write_text(kept)
-    # A switch through the console script: the snapshot taken ahead, in the child, is the one used.
-    probe = ("import atexit, sys\nfrom envlock import ahead\nreal, taken = ahead.take, []\n"
-             "def take(key):\n    answer = real(key)\n    taken.append(answer is not None)\n    return answer\n"
-             "ahead.take = take\natexit.register(lambda: print('taken ahead', taken))\n"
+    # A switch through the console script: the snapshot taken ahead, in the child, is the one used (the
+    # probe counts the walks the parent takes itself; the child's are its own).
+    probe = ("import atexit, os, sys\nfrom envlock import ahead\nfrom envlock.install.digest import Snapshot\n"
+             "real, parent, here = Snapshot.taken, os.getpid(), []\n"
+             "def taken(venv):\n    here.append(os.getpid() == parent)\n    return real(venv)\n"
+             "Snapshot.taken = staticmethod(taken)\n"
+             "atexit.register(lambda: print('walked here', sum(here), 'ahead', ahead._children == {}))\n"
              "from envlock.__main__ import main\nsys.exit(main())\n")
     first.path.unlink()
     out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "venv reused from the store" in out.stdout and out.stdout.splitlines()[-1] == "taken ahead [True]"
+    assert "venv reused from the store" in out.stdout and out.stdout.splitlines()[-1] == "walked here 0 ahead True"
+    # Without the hint the parent walks the venv itself: the probe sees that walk.
+    hint.unlink()
+    first.path.unlink()
+    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "walked here 1 ahead True", out.stderr
+    assert hint.read_text() == kept  # and the sync kept it again
     # A venv edited since is refused all the same: its snapshot (taken ahead) is not the one kept.
     edited = next(venv.rglob("alpha/__init__.py"))
     os.chmod(edited, 0o644)
@@ -894,7 +903,7 @@ def test_a_switch_by_the_console_script_takes_the_venvs_snapshot_ahead_and_still
     first.path.unlink()
     out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "store venv was modified after it was built" in out.stderr, out.stderr
-    assert "alpha/__init__.py" in out.stderr and out.stdout.splitlines()[-1] == "taken ahead [True]"
+    assert "alpha/__init__.py" in out.stderr and out.stdout.splitlines()[-1] == "walked here 0 ahead True"
 
 
 def test_an_activated_env_is_on_path(locks: tuple[IndexServer, Lock, Lock], tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from envlock.errors import EnvlockError, UsageError
 from envlock.install import generations, uvcache
 from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock
+from envlock.store import noop
 from envlock.store.closure import EntryRef, lock_closure, venv_key
 from envlock.store.store import GC_KINDS, Store
 from envlock.store.trees import file_inodes
@@ -153,7 +154,7 @@ def _plan(ws: Workspace | None, store: Store, options: GcOptions) -> _Plan:
     kept_venvs = [store.path("venvs", r.key) for r in keep if r.kind == "venvs" and store.has("venvs", r.key)]
     records = _stale_records(store, keep)
     if records:
-        notes.append(f"{len(records)} wheel file lists and guard results of no kept lock "
+        notes.append(f"{len(records)} wheel file lists, guard results and venv hints of no kept lock "
                      f"{'would be' if options.dry_run else 'were'} removed too (read again when a lock needs them)")
     archives = tuple(_unlinked_archives(store, kept_venvs))
     doomed = {a.name for a in archives}
@@ -175,13 +176,26 @@ def _toolchains(store: Store, locks: Iterable[Lock]) -> set[EntryRef]:
 
 def _stale_records(store: Store, keep: Iterable[EntryRef]) -> tuple[Path, ...]:
     """The store's metadata no kept lock needs: ``listings/<sha256>.json`` of a wheel no root keeps
-    (an index-only wheel a kept lock names is kept too: the closure names every locked sha256) and
-    every ``guards/`` result (keyed by a whole set of wheels; the next lock checks its set again,
-    from the kept listings)."""
+    (an index-only wheel a kept lock names is kept too: the closure names every locked sha256), every
+    ``guards/`` result (keyed by a whole set of wheels; the next lock checks its set again, from the
+    kept listings), and each hint naming the venv a lock's bytes were synced to (``store.noop``) when
+    that venv is not kept."""
+    keep = set(keep)
     wheels = {r.key for r in keep if r.kind == "wheels"}
     listings = store.root / "listings"
     stale = sorted(p for p in listings.glob("*.json") if p.stem not in wheels) if listings.is_dir() else []
+    venvs = {r.key for r in keep if r.kind == "venvs"}
+    hints = Path(noop.venvs_of_locks(str(store.home)))
+    stale += sorted(p for p in (hints.iterdir() if hints.is_dir() else ()) if _hinted_venv(p) not in venvs)
     return tuple(stale) + tuple(sorted((store.root / "guards").glob("*.json")))
+
+
+def _hinted_venv(hint: Path) -> str | None:
+    """The venv entry a hint of ``store.noop`` names (None: unreadable, or litter of a killed write)."""
+    try:
+        return hint.read_text(encoding="utf-8").strip() if not hint.name.endswith(".tmp") else None
+    except (OSError, ValueError):
+        return None
 
 
 #: Venvs (and their manifests) before what they were built from: a gc killed between two

@@ -18,6 +18,7 @@ Only ``os``, ``sys`` and ``hashlib`` are imported here: on a slow machine each o
 from __future__ import annotations
 
 import os
+import stat  # loaded by os already
 import sys
 
 from envlock.store.home import LAYOUT_DIR, MANIFEST_NAME, default_home, file_sha256
@@ -141,9 +142,12 @@ def venv_last_synced(argv: list[str]) -> str | None:
         return None
     home, lock_file = sync[1], sync[2]
     sha = file_sha256(lock_file)
-    try:
-        with open(_venv_of_lock(home, sha or ""), encoding="utf-8") as fh:
-            entry = fh.read().strip()
+    try:  # a regular file of a few bytes (not a FIFO, not a link): it is only a hint
+        fd = os.open(_venv_of_lock(home, sha or ""), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            entry = os.read(fd, 128).decode().strip() if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+        finally:
+            os.close(fd)
     except (OSError, ValueError):
         return None
     hexdigest = entry.removeprefix("sha256-")
@@ -171,9 +175,13 @@ def keep_venv_of_lock(home: str, lock_sha256: str, entry: str) -> None:
             os.unlink(temp)
 
 
+def venvs_of_locks(home: str) -> str:
+    """The folder where ``keep_venv_of_lock`` keeps the venv of each lock's bytes: beside the hash cache."""
+    return os.path.join(home, LAYOUT_DIR, "hashes", "venv-of-lock")
+
+
 def _venv_of_lock(home: str, lock_sha256: str) -> str:
-    """Where ``keep_venv_of_lock`` keeps the venv of a lock's bytes: beside the hash cache."""
-    return os.path.join(home, LAYOUT_DIR, "hashes", "venv-of-lock", lock_sha256)
+    return os.path.join(venvs_of_locks(home), lock_sha256)
 
 
 def _sync_of(argv: list[str]) -> tuple[str, str, str, str | None, str | None] | None:
