@@ -82,3 +82,9 @@ def test_the_answer_is_taken_when_the_kernel_reaps_the_child() -> None:
         assert ahead.take("reaped and failed") is None
     finally:
         signal.signal(signal.SIGCHLD, was)
+
+
+def test_where_there_is_no_fork_nothing_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "fork")  # Windows: the work is done in the process, when it is needed
+    assert not ahead.start("no fork", lambda: "answer")
+    assert ahead.take("no fork") is None

@@ -36,8 +36,8 @@ _ENDING = (signal.SIGINT, signal.SIGTERM)
 
 def start(key: str, work: Callable[[], str]) -> bool:
     """Run ``work`` in a forked child, its answer kept for ``take(key)``; False when none was started."""
-    if key in _children:
-        return False
+    if key in _children or not hasattr(os, "fork") or not hasattr(signal, "pthread_sigmask"):
+        return False  # (no fork on Windows: the work is done in the process, when it is needed)
     try:
         read, write = os.pipe()
     except OSError:

@@ -10,6 +10,10 @@ bytes are unchanged; anything else (a changed spec or patch, another lock, a mis
 venv, an option this module does not know) takes the full path, which decides
 properly and writes a new stamp.
 
+For a sync it does not answer, it names the store venv the lock file's bytes were last synced to
+(``venv_last_synced``, a hint every sync keeps: ``keep_venv_of_lock``), whose check the console
+script then starts ahead (``envlock.ahead``).
+
 Only ``os``, ``sys`` and ``hashlib`` are imported here: on a slow machine each of
 ``re``, ``json``, ``tomllib``, ``pathlib`` or ``dataclasses`` costs as much as
 ``uv pip sync``'s whole no-op.
