@@ -246,6 +246,12 @@ class _Arrivals:
     def __init__(self, store: Store, target: SyncTarget, progress: Progress | None) -> None:
         import threading
 
+        # The fetch stage is imported here, on the main thread, not by the fetch's own: it imports typing,
+        # and a typing still half-imported by one thread is what dataclasses finds in sys.modules while
+        # this thread makes a dataclass (the install's modules): "partially initialized module 'typing'
+        # has no attribute 'ClassVar'" (a sync imports typing nowhere else).
+        from envlock.install import fetch  # noqa: F401
+
         self._store, self._target = store, target
         self._done = threading.Event()
         self._got: tuple[FetchResult, int, int] | None = None
