@@ -31,14 +31,25 @@ def command_starts(collecting: bool) -> None:
 
 
 def command_ended(collecting: bool, *, exiting: bool) -> None:
-    """After the command: collecting as it was before ``start_up``. Unless the process is
-    ``exiting`` (the console script), the frozen objects are made collectable again (a process
-    that runs several commands, as the tests do); an exiting one keeps them out of the last
-    collection, which the interpreter runs at exit (~8 ms of a warm sync)."""
-    if not exiting:
-        gc.unfreeze()
+    """After the command: collecting as it was before ``start_up``, and the frozen objects made collectable
+    again (a process that runs several commands, as the tests do). Unless the process is ``exiting`` (the
+    console script): the collector is then off (a pause inside the command may have turned it on again),
+    so nothing the command made is scanned before the process ends with it (a pass over a sync's objects:
+    0.5-1 ms)."""
+    if exiting:
+        gc.disable()
+        return
+    gc.unfreeze()
     if collecting:
         gc.enable()
+
+
+def off_for_the_command() -> None:
+    """No collection from here to the end of the command, for one whose objects live on and form no cycles
+    (a sync: its modules, a lock's tables, a row per venv file). ``command_ended`` decides what comes after:
+    collecting as it was, or, when the process is exiting, nothing (a pause that ended inside the command
+    would have scanned everything it made at once: 0.5-1 ms of a sync)."""
+    gc.disable()
 
 
 @contextmanager

@@ -26,14 +26,43 @@ def without_lock(args: argparse.Namespace) -> bool:
 
 
 def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
+    built: list[tuple[str, str]] = []  # the local builds this sync ran: (name, input digest)
+    # Not scanned again and again by the collector while it imports, runs and says what it did.
+    gcpause.off_for_the_command()
+    result = _noop_or_sync(args, ws, built)
+    out(args, result.to_dict() | {"built": [{"name": n, "input_digest": d} for n, d in built]},
+        lambda: _said(args, result, built))
+    return 0
+
+
+def _said(args: argparse.Namespace, result: SyncResult, built: list[tuple[str, str]]) -> str:
+    """What a sync says in text mode; its last line is the env path."""
+    if result.noop:
+        head = f"{args.env}: up to date (generation {result.generation})"
+    else:
+        from envlock import ui
+
+        venv = "built" if result.built else "reused from the store"
+        head = (f"{args.env}: generation {result.generation} ({result.fetched} fetched, "
+                f"{ui.size(result.downloaded)} downloaded; venv {venv}) in {result.seconds:.1f}s")
+    lines = [head, f"  venv digest {result.venv_digest}"]
+    if result.relocked:
+        lines.append(f"  locked envs/{args.env}.toml anew first (the lock was missing or stale)")
+    lines += [f"  built {name} (inputs {digest[:19]})" for name, digest in built]
+    if result.recorded:
+        lines.append("  recorded the venv digest in the lock")
+    if result.note:
+        lines.append(f"  note: {result.note}")
+    return "\n".join([*lines, str(result.path)])
+
+
+def _noop_or_sync(args: argparse.Namespace, ws: Workspace, built: list[tuple[str, str]]) -> SyncResult:
+    """The sync's result: for ``--json``, the no-op of main()'s fast path (the one case it leaves to us; in
+    text mode it has already said no) answered from the env's stamp before the sync recipe is imported
+    (see envlock.store.noop); else the recipe's (``_sync``)."""
     from envlock.commands.realize import quick_noop
     from envlock.store.store import Store
 
-    # The no-op check of main()'s fast path, for the one case it leaves to us (--json; in
-    # text mode it has already said no): answer from the env's stamp before importing
-    # the sync recipe (see envlock.store.noop).
-    result = None
-    built: list[tuple[str, str]] = []  # the local builds this sync ran: (name, input digest)
     lock_file = spec_file = None
     if args.lock is None:
         spec_file = ws.spec_path(args.env)  # an unknown env is still a usage error
@@ -48,33 +77,9 @@ def cmd_sync(args: argparse.Namespace, ws: Workspace) -> int:
         result = quick_noop(store, args.env, lock_file,
                             None if args.frozen or args.lock is not None else spec_file,
                             spec_file if args.frozen and args.lock is None else None)
-    if result is None:
-        # A sync's objects live on (a lock's tables, a row per venv file) and form no cycles: not
-        # scanned again and again by the collector while it runs (gcpause).
-        with gcpause.paused():
-            result = _sync(args, ws, store, built)
-
-    def text() -> str:
-        if result.noop:
-            head = f"{args.env}: up to date (generation {result.generation})"
-        else:
-            from envlock import ui
-
-            venv = "built" if result.built else "reused from the store"
-            head = (f"{args.env}: generation {result.generation} ({result.fetched} fetched, "
-                    f"{ui.size(result.downloaded)} downloaded; venv {venv}) in {result.seconds:.1f}s")
-        lines = [head, f"  venv digest {result.venv_digest}"]
-        if result.relocked:
-            lines.append(f"  locked envs/{args.env}.toml anew first (the lock was missing or stale)")
-        lines += [f"  built {name} (inputs {digest[:19]})" for name, digest in built]
-        if result.recorded:
-            lines.append("  recorded the venv digest in the lock")
-        if result.note:
-            lines.append(f"  note: {result.note}")
-        return "\n".join([*lines, str(result.path)])  # last line: the env path
-
-    out(args, result.to_dict() | {"built": [{"name": n, "input_digest": d} for n, d in built]}, text)
-    return 0
+        if result is not None:
+            return result
+    return _sync(args, ws, store, built)
 
 
 def _sync(args: argparse.Namespace, ws: Workspace, store: Store | None,
