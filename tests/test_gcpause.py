@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,32 @@ def test_a_command_in_process_leaves_the_collector_as_it_found_it(collecting: No
     gc.disable()
     assert main(["path", "nosuchenv", "--root", str(tmp_path)]) != 0
     assert not gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_a_sync_in_process_runs_with_the_collector_off_and_leaves_it_as_it_found_it(
+        collecting: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from envlock.cli import sync as cli_sync
+
+    seen: list[bool] = []
+    real = cli_sync._noop_or_sync
+
+    def spy(*args: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(*args)
+
+    monkeypatch.setattr(cli_sync, "_noop_or_sync", spy)
+    (tmp_path / "envs").mkdir()
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home"))
+    assert main(["sync", "nosuchenv", "--root", str(tmp_path)]) != 0  # no such env: the sync's error
+    assert seen == [False] and gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_the_console_scripts_exit_leaves_the_collector_off(collecting: None) -> None:
+    # Nothing the command made is scanned before the process ends with it.
+    gcpause.command_ended(True, exiting=True)
+    assert not gc.isenabled()
+    gcpause.command_ended(True, exiting=False)
+    assert gc.isenabled()
 
 
 def test_the_console_script_runs_the_command_collecting_with_start_up_frozen(tmp_path: Path,
