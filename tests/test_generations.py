@@ -871,12 +871,13 @@ def test_a_switch_by_the_console_script_takes_the_venvs_snapshot_ahead_and_still
     argv = ["sync", "demo", "--lock", str(lock_path)]
     venv = store.root / "venvs" / os.path.basename(os.readlink(first.path.parent / os.readlink(first.path)))
     # The sync kept which venv the lock's bytes were synced to: the console script's hint.
-    assert store_noop.venv_last_synced(argv) == str(venv)
-    hint = store.root / "hashes" / "venv-of-lock" / sha256_of(lock_path)
+    home, lock_sha256 = str(store.home), sha256_of(lock_path)
+    assert store_noop.venv_last_synced(home, lock_sha256) == str(venv)
+    hint = store.root / "hashes" / "venv-of-lock" / lock_sha256
     kept = hint.read_text()
     for hostile in ("../../../../etc", "sha256-" + "g" * 64, "a" * 64, "sha256-" + "a" * 64, ""):
         hint.write_text(hostile + "\n")  # never a path out of venvs/, never a venv that is not there
-        assert store_noop.venv_last_synced(argv) is None, hostile
+        assert store_noop.venv_last_synced(home, lock_sha256) is None, hostile
     hint.write_text(kept)
     # A switch through the console script: the snapshot taken ahead, in the child, is the one used (the
     # probe counts the walks the parent takes itself; the child's are its own).
@@ -896,6 +897,12 @@ def test_a_switch_by_the_console_script_takes_the_venvs_snapshot_ahead_and_still
     out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.splitlines()[-1] == "walked here 1 ahead True", out.stderr
     assert hint.read_text() == kept  # and the sync kept it again
+    # A sync of the same lock again leaves it as it is (no write per sync).
+    written = hint.stat()
+    first.path.unlink()
+    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "walked here 0 ahead True", out.stderr
+    assert (hint.stat().st_ino, hint.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
     # A venv edited since is refused all the same: its snapshot (taken ahead) is not the one kept.
     edited = next(venv.rglob("alpha/__init__.py"))
     os.chmod(edited, 0o644)

@@ -23,11 +23,10 @@ def main() -> int:
         # An up-to-date `envlock sync ENV` is answered before cli (argparse, json) is imported.
         from envlock.store.noop import answer_noop
 
-        fast = answer_noop(sys.argv[1:])
+        fast = answer_noop(sys.argv[1:], ahead=_start_ahead)
         if fast is not None:
             timings.mark("start-up and the fast no-op (answered)")
             return _exit_now(fast)
-        _start_ahead()
         timings.mark("start-up and the fast no-op check")
         from envlock.cli.main import main as cli_main
 
@@ -41,15 +40,10 @@ def main() -> int:
         return code
 
 
-def _start_ahead() -> None:
-    """Before the imports of a sync the fast no-op did not answer: when its lock's bytes were last synced
-    to a venv still in the store, that venv's stat snapshot is taken in a forked child meanwhile (``ahead``;
-    a switch holds it to the one kept). Here, before any thread is started."""
-    from envlock.store.noop import venv_last_synced
-
-    venv = venv_last_synced(sys.argv[1:])
-    if venv is None:
-        return
+def _start_ahead(venv: str) -> None:
+    """Before the imports of a sync the fast no-op did not answer, whose lock's bytes were last synced to
+    store venv ``venv``: that venv's stat snapshot is taken in a forked child meanwhile (``ahead``; a
+    switch holds it to the one kept). Here, before any thread is started."""
     from envlock import ahead
 
     def snapshot() -> str:

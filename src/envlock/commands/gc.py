@@ -186,16 +186,9 @@ def _stale_records(store: Store, keep: Iterable[EntryRef]) -> tuple[Path, ...]:
     stale = sorted(p for p in listings.glob("*.json") if p.stem not in wheels) if listings.is_dir() else []
     venvs = {r.key for r in keep if r.kind == "venvs"}
     hints = Path(noop.venvs_of_locks(str(store.home)))
-    stale += sorted(p for p in (hints.iterdir() if hints.is_dir() else ()) if _hinted_venv(p) not in venvs)
+    stale += sorted(p for p in (hints.iterdir() if hints.is_dir() else ())  # and a killed write's litter
+                    if p.name.endswith(".tmp") or noop.hinted_entry(str(p)) not in venvs)
     return tuple(stale) + tuple(sorted((store.root / "guards").glob("*.json")))
-
-
-def _hinted_venv(hint: Path) -> str | None:
-    """The venv entry a hint of ``store.noop`` names (None: unreadable, or litter of a killed write)."""
-    try:
-        return hint.read_text(encoding="utf-8").strip() if not hint.name.endswith(".tmp") else None
-    except (OSError, ValueError):
-        return None
 
 
 #: Venvs (and their manifests) before what they were built from: a gc killed between two

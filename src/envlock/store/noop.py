@@ -27,6 +27,10 @@ import sys
 
 from envlock.store.home import LAYOUT_DIR, MANIFEST_NAME, default_home, file_sha256
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 STAMP = "noop-stamp"
 #: The stamp format: a stamp of any other is not read (the full path writes a new one).
 _MAGIC = "envlock-noop-stamp 1"
@@ -48,13 +52,14 @@ def stamp_text(generation: int, install_digest: str, venv_digest: str, lock_sha2
 
 
 def check(home: str, env: str, lock_file: str, spec_file: str | None,
-          frozen_spec: str | None = None) -> tuple[int, str, str] | None:
+          frozen_spec: str | None = None, *, lock_sha256: str | None = None) -> tuple[int, str, str] | None:
     """(generation, install digest, venv digest) when syncing ``lock_file`` is a no-op, else None.
 
     ``spec_file`` given (a plain sync): the stamp must also say the lock was checked
     current against that spec, and every file that check read must be unchanged.
     ``frozen_spec`` given (``--frozen`` of the env's own lock): the stamp must say the lock
     was made for that spec as its bytes are now (else the full path says it is stale).
+    ``lock_sha256``: the lock file's, when the caller hashed it already.
     """
     env_dir = os.path.join(home, LAYOUT_DIR, "envs", env)
     try:
@@ -87,7 +92,7 @@ def check(home: str, env: str, lock_file: str, spec_file: str | None,
             return None  # changed (or never seen current): the full path notes a stale lock
     if not os.path.isfile(os.path.join(env_dir, head, "venv", MANIFEST_NAME)):
         return None  # the venv is gone from the store
-    if file_sha256(lock_file) != fields["lock"]:
+    if (lock_sha256 or file_sha256(lock_file)) != fields["lock"]:
         return None
     if spec_file is not None and any(file_sha256(p) != sha for p, sha in inputs.items()):
         return None
@@ -117,18 +122,23 @@ def _env_name_ok(env: str) -> bool:
     return bool(env) and env[0].isascii() and env[0].isalnum() and set(env) <= allowed
 
 
-def answer_noop(argv: list[str]) -> int | None:
+def answer_noop(argv: list[str], ahead: Callable[[str], object] | None = None) -> int | None:
     """Print the no-op answer of ``envlock sync`` and return 0, or None to take the full path.
 
     Handles only ``sync ENV [--frozen] [--offline] [-q] [--debug] [--root DIR]
-    [--lock PATH.toml]`` in text mode; anything else falls through to argparse.
+    [--lock PATH.toml]`` in text mode; anything else falls through to argparse. ``ahead``: called,
+    when it is not a no-op, with the store venv the lock file's bytes were last synced to
+    (``venv_last_synced``), if it is still there.
     """
     sync = _sync_of(argv)
     if sync is None:
         return None
     env, home, lock_file, checked_spec, frozen_spec = sync
-    found = check(home, env, lock_file, checked_spec, frozen_spec)
+    lock_sha256 = file_sha256(lock_file)  # once: for the stamp, and else for the hint
+    found = check(home, env, lock_file, checked_spec, frozen_spec, lock_sha256=lock_sha256)
     if found is None:
+        if ahead is not None and lock_sha256 is not None and (venv := venv_last_synced(home, lock_sha256)):
+            ahead(venv)
         return None
     generation, _install, venv_digest = found
     current = os.path.join(home, LAYOUT_DIR, "envs", env, "current")
@@ -137,28 +147,29 @@ def answer_noop(argv: list[str]) -> int | None:
     return 0
 
 
-def venv_last_synced(argv: list[str]) -> str | None:
-    """The store venv (its folder) that the lock file of ``envlock sync`` ``argv`` was last synced to, by
-    its bytes (``keep_venv_of_lock``), when that venv is still there; None for anything else. A hint, for
-    work started ahead (``envlock.ahead``): the sync decides on its own which venv is the lock's."""
-    sync = _sync_of(argv)
-    if sync is None:
-        return None
-    home, lock_file = sync[1], sync[2]
-    sha = file_sha256(lock_file)
-    try:  # a regular file of a few bytes (not a FIFO, not a link): it is only a hint
-        fd = os.open(_venv_of_lock(home, sha or ""), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            entry = os.read(fd, 128).decode().strip() if stat.S_ISREG(os.fstat(fd).st_mode) else ""
-        finally:
-            os.close(fd)
-    except (OSError, ValueError):
-        return None
+def venv_last_synced(home: str, lock_sha256: str) -> str | None:
+    """The store venv (its folder) that the lock file whose bytes have ``lock_sha256`` was last synced
+    to (``keep_venv_of_lock``), when that venv is still there; None for anything else. A hint, for work
+    started ahead (``envlock.ahead``): the sync decides on its own which venv is the lock's."""
+    entry = hinted_entry(_venv_of_lock(home, lock_sha256))
     hexdigest = entry.removeprefix("sha256-")
     if len(hexdigest) != 64 or not set(hexdigest) <= set("0123456789abcdef") or entry == hexdigest:
         return None  # not an entry name install writes (never a path out of venvs/)
     venv = os.path.join(home, LAYOUT_DIR, "venvs", entry)
-    return venv if sha and os.path.isfile(os.path.join(venv, MANIFEST_NAME)) else None
+    return venv if os.path.isfile(os.path.join(venv, MANIFEST_NAME)) else None
+
+
+def hinted_entry(path: str) -> str:
+    """What the hint file ``path`` says (a venv entry's name, ``keep_venv_of_lock``), "" when there is none:
+    a regular file of a few bytes, read without blocking (not a FIFO, not a link): it is only a hint."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            return os.read(fd, 128).decode().strip() if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return ""
 
 
 def keep_venv_of_lock(home: str, lock_sha256: str, entry: str) -> None:
@@ -168,6 +179,8 @@ def keep_venv_of_lock(home: str, lock_sha256: str, entry: str) -> None:
     import contextlib  # written by a sync's full path, not read at start-up
 
     path = _venv_of_lock(home, lock_sha256)
+    if hinted_entry(path) == entry:
+        return  # a sync of the same lock again: nothing to write
     temp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
