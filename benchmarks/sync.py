@@ -106,6 +106,14 @@ def ms(samples: list[float]) -> str:
     return f"{statistics.median(samples) * 1000:.0f} ms, range {min(samples) * 1000:.0f}-{max(samples) * 1000:.0f}"
 
 
+def settle() -> None:
+    """Every dirty page written back before a measured run (cache.py does the same): the last run's
+    writes are not this one's to write back. A warm sync unlinks and links ~7k files; uv never
+    flushes them, envlock's fsyncs did, so whichever side followed the peer's run paid for its
+    write-back (its uv install 185 ms against the leanest's 109 one round, 160 against 110 alone)."""
+    os.sync()
+
+
 def cpu_children() -> float:
     """User + system CPU time of every waited-for child so far (uv's included: envlock waits for it)."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -139,10 +147,12 @@ Side = tuple[list[float], list[float]]
 
 
 def rounds(sides: list[Callable[[], float]], n: int) -> list[Side]:
-    """Each of ``sides`` run once per round, in turn, for ``n`` rounds: each side's wall and CPU times."""
+    """Each of ``sides`` run once per round, in turn, for ``n`` rounds, each round starting with the next
+    side: each side's wall and CPU times."""
     out: list[Side] = [([], []) for _ in sides]
-    for _ in range(n):
-        for side, (wall, cpu) in zip(sides, out, strict=True):
+    for i in range(n):
+        turn = list(zip(sides, out, strict=True))
+        for side, (wall, cpu) in turn[i % len(turn):] + turn[:i % len(turn)]:  # each round starts elsewhere
             CPU.clear()
             wall.append(side())
             cpu.append(sum(CPU))
@@ -236,6 +246,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     def warm() -> float:
         store.remove_entry("venvs", venv_entry(key))
+        settle()
         elapsed = timed(sync_argv, {**env, "ENVLOCK_TIMINGS": "1"}, ws)
         found = UV_STEP.search(STDERR[-1])
         if found is None:
@@ -255,6 +266,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     def leanest() -> float:
         shutil.rmtree(lean_out / "venvs", ignore_errors=True)
+        settle()
         elapsed = timed(lean_argv, {**env, "UV_CACHE_DIR": str(uvcache.uv_cache_dir(store))})
         found = LEAN_UV.search(STDERR[-1])
         if found is None:
@@ -267,6 +279,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     # lock), only a new generation is made; the entry is re-walked before it becomes current.
     def reuse() -> float:
         generations.stable_path(store, "bench").unlink()
+        settle()
         return timed(sync_argv, env, ws)
 
     # The peer's wheels sit in one folder, as a user's wheelhouse would (hard links to
@@ -290,6 +303,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
 
     def peer_warm() -> float:
         shutil.rmtree(peer_venv, ignore_errors=True)
+        settle()
         start = time.perf_counter()
         timed([uv, "venv", "-q", "--python", python, str(peer_venv)], env)
         timed([uv, "pip", "sync", "-q", "--python", str(peer_venv / "bin" / "python"), "--no-index",
@@ -320,6 +334,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
           f"its own {ms(lean_own)}, its uv install {ms(lean_uv)}: envlock's own time is "
           f"{statistics.median(own) / statistics.median(lean_own):.2f}x its")
     def lean_switch() -> float:
+        settle()
         return timed([*lean_argv, "--switch"], env)
 
     lean_switch()  # records its venv's stat snapshot, as envlock's build did
@@ -340,6 +355,7 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
     def into_skeleton_copy() -> None:
         shutil.rmtree(alone, ignore_errors=True)
         shutil.copytree(skeleton, alone, symlinks=True)
+        settle()
 
     def uv_as_envlock() -> float:
         into_skeleton_copy()
