@@ -282,14 +282,17 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
         settle()
         return timed(sync_argv, env, ws)
 
-    # The peer's wheels sit in one folder, as a user's wheelhouse would (hard links to
-    # the store's files: same bytes, same file system, no copy).
+    # The peer's wheels sit in one folder, as a user's wheelhouse would: hard links to the wheels
+    # made above (the bytes envlock fetched, on the same file system, no copy). Not to the store's
+    # files: a link moves its file's ctime, by which uv's cache knows a path wheel, so envlock's next
+    # sync unpacked every wheel into its uv cache again, and the inode hash cache kept the first
+    # unpacking's 6.8k entries too (loaded by each warm sync: 15 ms where the leanest's takes 7).
     wheelhouse = work / "wheelhouse"
     wheelhouse.mkdir(exist_ok=True)
     for p in lock.packages:
         name = p.wheels[0].filename
         if not (wheelhouse / name).exists():
-            os.link(store_file(store, p.wheels[0]), wheelhouse / name)
+            os.link(work / "wheels" / name, wheelhouse / name)
     find_links = ["--find-links", str(wheelhouse)]
     reqs = work / "requirements.txt"
     reqs.write_text("".join(f"{p.name}=={p.version}\n" for p in lock.packages))
@@ -311,11 +314,9 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
         return time.perf_counter() - start
 
     peer_warm()
-    # One unmeasured warm run too: the wheelhouse's hard links moved the store wheels' ctime, by
-    # which uv's cache knows a path wheel, so the first sync after them unpacked every wheel again
-    # (uv 2.9 s where it takes 0.7). And the warm-ups' writes (the peer's first run unpacks every
-    # wheel into its own uv cache, 0.2 GB never synced) are not the first measured run's to write
-    # back: an fsync then waited for them (ext4 commits them first), as cache.py found too.
+    # One unmeasured warm run too: the warm-ups' writes (the peer's first run unpacks every wheel
+    # into its own uv cache, 0.2 GB never synced) are not the first measured run's to write back:
+    # an fsync then waited for them (ext4 commits them first), as cache.py found too.
     warm()
     leanest()  # its inode hash cache filled, its parsed lock kept, as envlock's
     os.sync()
