@@ -359,3 +359,40 @@ def test_gc_after_a_failed_sync_leaves_a_uv_cache_the_next_sync_installs_from(
         assert generations.current_number(store, "demo") == 1
     finally:
         server.stop()
+
+
+def _hashed_inodes(store: Store) -> set[tuple[int, int]]:
+    """(device, inode) of each entry of the store's inode hash cache (``install/inodehashes.py``)."""
+    import marshal
+
+    _format, entries = marshal.loads((store.hash_cache / "inodes.marshal").read_bytes())
+    return {(value[0], ino) for ino, value in entries.items()}
+
+
+def test_gc_drops_the_hash_cache_entries_of_the_files_it_removed(setup: Setup, cli: Cli) -> None:
+    """Each warm sync loads the whole inode hash cache: gc leaves it only the entries of files the store
+    still holds, the kept venv's shared files among them (a sync of its lock reads none of them again)."""
+    store = Store.open(setup.home)
+    before = _hashed_inodes(store)
+
+    dry = cli("gc", "--dry-run", "--keep-generations", "1", "--keep-git", "none", "--json")
+    assert dry.code == 0, dry.err
+    said = [n for n in json.loads(dry.out)["notes"] if "inode hash cache entries" in n]
+    assert len(said) == 1 and said[0].endswith("of files no longer in the store would be dropped (every warm "
+                                               "sync loads them)"), said
+    assert _hashed_inodes(store) == before  # a dry run writes nothing
+
+    done = cli("gc", "--keep-generations", "1", "--keep-git", "none", "--json")
+    assert done.code == 0, done.err
+    after = _hashed_inodes(store)
+    held = {(os.lstat(p).st_dev, os.lstat(p).st_ino) for p in store.root.rglob("*")
+            if p.is_file() and not p.is_symlink()}
+    assert after <= held and after  # only files still there; the kept venv's stay
+    assert len(before - after) == int(said[0].split()[0])  # as many as the dry run said
+    assert [n for n in json.loads(done.out)["notes"] if "inode hash cache entries" in n] == [
+        said[0].replace("would be", "were")]
+    # The kept venv's files shared with uv's cache (all a new venv of its lock links) keep their entries.
+    venv = next((store.root / "venvs").iterdir())
+    shared = {(os.lstat(p).st_dev, os.lstat(p).st_ino) for p in venv.rglob("*")
+              if p.is_file() and not p.is_symlink() and os.lstat(p).st_nlink > 1}
+    assert shared and shared <= after

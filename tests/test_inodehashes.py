@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from envlock.install import digest, venvcheck
+from envlock.install import digest, inodehashes, venvcheck
 from envlock.install.inodehashes import HashCache
 
 OLD = 1_600_000_000  # a file time well before any walk in these tests
@@ -227,3 +227,31 @@ def test_a_preload_is_not_taken_once_the_file_was_saved_again(tmp_path: Path) ->
     subprocess.run([sys.executable, "-c", OTHER_WALK_SAVES, str(tmp_path / "cache"), str(g)], check=True)
     opened = HashCache.open(tmp_path / "cache")
     assert (opened.get(os.lstat(f)), opened.get(os.lstat(g))) == ("digest-of-f", "digest-of-g")
+
+
+def test_drop_gone_keeps_the_entries_of_files_still_there_in_their_order(tmp_path: Path) -> None:
+    """``envlock gc``'s last step: the entries of files it removed go (each warm sync loads every entry),
+    the others stay, most recently used last; a dry run only counts them."""
+    files = [_file(tmp_path / f"f{i}", f"{i}\n".encode(), links=tmp_path / "links") for i in range(4)]
+    cache = HashCache.open(tmp_path / "cache")
+    for f in files:
+        cache.put(os.lstat(f), f"digest-{f.name}")
+    cache.save()
+    saved = tmp_path / "cache" / "inodes.marshal"
+    fmt, entries = marshal.loads(saved.read_bytes())
+    entries[12345678] = "not this cache's shape"  # a foreign entry: never answered from, dropped too
+    saved.write_bytes(marshal.dumps((fmt, entries)))
+    gone = os.lstat(files[1])
+    files[1].unlink()
+    (tmp_path / "links" / "1").unlink()
+    live = {(st.st_dev, st.st_ino) for st in map(os.lstat, [files[0], files[2], files[3]])}
+
+    before = saved.read_bytes()
+    assert inodehashes.drop_gone(tmp_path / "cache", live, dry_run=True) == 2
+    assert saved.read_bytes() == before  # a dry run writes nothing
+    assert inodehashes.drop_gone(tmp_path / "cache", live) == 2
+    assert list(marshal.loads(saved.read_bytes())[1]) == [os.lstat(f).st_ino for f in (files[0], files[2], files[3])]
+    assert gone.st_ino not in marshal.loads(saved.read_bytes())[1]
+    kept = HashCache.open(tmp_path / "cache")
+    assert [kept.get(os.lstat(f)) for f in (files[0], files[2], files[3])] == ["digest-f0", "digest-f2", "digest-f3"]
+    assert inodehashes.drop_gone(tmp_path / "cache", live) == 0  # nothing more to drop

@@ -9,7 +9,8 @@ what falls outside it (generations past the N newest, entries, uv-cache archives
 links to, with the uv-cache entries that name them) with the bytes it frees, then remove each in
 one step: renamed under ``tmp/`` (which the next store open clears of a killed gc's litter), then
 deleted. A gc killed at any point leaves a store whose roots are all whole: only what no root
-reaches is ever renamed away, generations first, the entries they named after.
+reaches is ever renamed away, generations first, the entries they named after. Last, the inode
+hash cache keeps only the entries of files the store still holds (``inodehashes.drop_gone``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from envlock.build import toolchain
 from envlock.commands.pin import pinned_locks
 from envlock.errors import EnvlockError, UsageError
 from envlock.install import generations, uvcache
+from envlock.install.inodehashes import drop_gone
 from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Lock
 from envlock.store import noop
@@ -123,12 +125,17 @@ def gc(ws: Workspace | None, options: GcOptions, on_wait: Callable[[], None] | N
             after_sizes = _Sizes(store)
             after = Usage(after_sizes.entry_count, after_sizes.total())
             freed = max(before.bytes - after.bytes, 0)
+            hashes = drop_gone(store.hash_cache, after_sizes.left_after(()) | _skeleton_files(store))
         else:
             after = Usage(before.entries - len(plan.entries), before.bytes - freed)
+            hashes = drop_gone(store.hash_cache, sizes.left_after(doomed) | _skeleton_files(store), dry_run=True)
+    notes = plan.notes + ((f"{hashes} inode hash cache entries of files no longer in the store "
+                           f"{'would be' if options.dry_run else 'were'} dropped (every warm sync loads them)",)
+                          if hashes else ())
     return GcReport(options.dry_run, plan.roots, before, after,
                     tuple(str(r) for r in plan.entries) + tuple(f"uv-cache/{UV_ARCHIVES}/{p.name}"
                                                                for p in plan.archives),
-                    tuple(f"{env}/{n}" for env, n in plan.generations), freed, plan.notes)
+                    tuple(f"{env}/{n}" for env, n in plan.generations), freed, notes)
 
 
 def _plan(ws: Workspace | None, store: Store, options: GcOptions) -> _Plan:
@@ -272,6 +279,11 @@ def _git_revisions(repo: Path, prefix: str, options: GcOptions) -> list[tuple[st
     return out
 
 
+def _skeleton_files(store: Store) -> set[tuple[int, int]]:
+    """(device, inode) of each file of the venv skeletons (``skeletons/``, which gc leaves: new venvs link them)."""
+    return set(file_inodes(store.root / "skeletons"))
+
+
 def _unlinked_archives(store: Store, kept_venvs: Iterable[Path]) -> list[Path]:
     """uv-cache archives none of whose files a kept venv links to (venv files are hard links into them)."""
     archives = store.root / "uv-cache" / UV_ARCHIVES
@@ -316,12 +328,17 @@ class _Sizes:
     def total(self) -> int:
         return sum(self._size.values())
 
-    def freed_by(self, doomed: Iterable[Path]) -> int:
-        """Bytes freed if every path under ``doomed`` went: inodes with no name left elsewhere."""
+    def left_after(self, doomed: Iterable[Path]) -> set[tuple[int, int]]:
+        """The (device, inode) of each file that keeps a name if every path under ``doomed`` went."""
         exact = {str(p) for p in doomed}
         prefixes = tuple(str(p) + os.sep for p in doomed)
-        return sum(self._size[key] for key, names in self._owners.items()
-                   if all(n in exact or n.startswith(prefixes) for n in names))
+        return {key for key, names in self._owners.items()
+                if not all(n in exact or n.startswith(prefixes) for n in names)}
+
+    def freed_by(self, doomed: Iterable[Path]) -> int:
+        """Bytes freed if every path under ``doomed`` went: inodes with no name left elsewhere."""
+        left = self.left_after(doomed)
+        return sum(size for key, size in self._size.items() if key not in left)
 
 
 def _carry_out(store: Store, plan: _Plan) -> None:

@@ -43,7 +43,7 @@ from __future__ import annotations
 import contextlib
 import marshal
 import os
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from pathlib import Path
 
 #: Entries not used by the walk that saves are kept up to this many (the most recent).
@@ -155,6 +155,23 @@ class HashCache:
         # A cache that cannot be written only costs the next walk its hits.
         with contextlib.suppress(OSError):
             write_atomic(self.path, marshal.dumps((_FORMAT, merged)))
+
+
+def drop_gone(folder: Path, live: Container[tuple[int, int]], *, dry_run: bool = False) -> int:
+    """Drop from the cache of ``folder`` the entries of files no longer there: those whose (device,
+    inode) is not in ``live`` (``envlock gc``: every file the store still holds); how many (``dry_run``:
+    would go, nothing written). ``save`` keeps unused entries up to ``KEEP_UNUSED``, as they may serve
+    a venv of another lock; one of a file removed since serves none, and each warm sync loads them
+    all (~1 ms per 1,000 entries). The others keep their order (most recently useful last)."""
+    path = folder / "inodes.marshal"
+    entries = _read(path)
+    kept = {ino: value for ino, value in entries.items()
+            if isinstance(value, tuple) and len(value) == 4 and (value[0], ino) in live}
+    if len(kept) < len(entries) and not dry_run:
+        from envlock.store.store import write_atomic
+
+        write_atomic(path, marshal.dumps((_FORMAT, kept)))
+    return len(entries) - len(kept)
 
 
 #: The caches ``HashCache.preload`` read, by folder: the file's version (``_version``) and its
