@@ -26,6 +26,9 @@ Each line gives the ratio of the medians, then the number of pairs, each side's 
 the pairs' ratios and each side's median CPU time (user + system of envlock and uv, of the peer's
 uv): on a machine shared with others, CPU time is the steadier figure.
 
+Each measured run starts with every dirty page written back (``settle``), and each round with the
+next side: no side pays for the write-back of the run before it.
+
 Usage: .venv/bin/python benchmarks/sync.py [--packages N] [--modules M] [--big-mb M] [--runs R] [--keep DIR]
 """
 
