@@ -337,6 +337,10 @@ def run(args: argparse.Namespace, work: Path, server: IndexServer) -> int:
           f"{t_lean:.3f}s / {t_peer_warm:.3f}s = {t_lean / t_peer_warm:.2f}  ({spread(lean_side, peer_side)}); "
           f"its own {ms(lean_own)}, its uv install {ms(lean_uv)}: envlock's own time is "
           f"{statistics.median(own) / statistics.median(lean_own):.2f}x its")
+    to_floor = sorted(e / f for e, f in zip(envlock_side[0], lean_side[0], strict=True))
+    print(f"  envlock's warm sync / the floor's, the same rounds: {t_warm / t_lean:.2f}  (proposed target <= 1.3, "
+          f"docs/performance.md; pairs {to_floor[0]:.2f}-{to_floor[-1]:.2f})")
+
     def lean_switch() -> float:
         settle()
         return timed([*lean_argv, "--switch"], env)
