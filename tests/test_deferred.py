@@ -84,4 +84,3 @@ def test_every_dataclass_has_a_docstring() -> None:
                     if isinstance(node, ast.ClassDef) and not ast.get_docstring(node)
                     and any("dataclass" in ast.unparse(d) for d in node.decorator_list)]
     assert undocumented == []
-

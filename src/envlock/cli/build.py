@@ -65,7 +65,6 @@ def cmd_build(args: argparse.Namespace, ws: Workspace) -> int:
 
 def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     """``envlock build`` on ``cli.main``'s parser (``add`` makes a command)."""
-
     p = add("build", cmd_build, "build the env's local packages ([builds.*]) into the wheelhouse",
             "Fetch each source at its pinned commit, apply its patches, build the wheel (keyed by an input digest:\n"
             "same inputs => no rebuild) and record it in the lock. --check rebuilds from scratch and compares\n"

@@ -160,7 +160,6 @@ def _nightlies_text(env: str, result: NightlyListing) -> str:
 
 def add_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     """lock and nightlies, on ``cli.main``'s parser (``add`` makes a command)."""
-
     p = add("lock", cmd_lock, "resolve envs/ENV.toml into locks/pylock.ENV.toml",
             "Resolve envs/ENV.toml with the pinned uv and write locks/pylock.ENV.toml (PEP 751 + [tool.envlock]).\n"
             "Nightly pins resolve to the exact version of that date; every package comes only from the index\n"

@@ -119,7 +119,8 @@ def gc(ws: Workspace | None, options: GcOptions, on_wait: Callable[[], None] | N
         before = Usage(sizes.entry_count, sizes.total())
         doomed = [store.path(r.kind, r.key) for r in plan.entries] + list(plan.archives) + list(plan.records)
         doomed += [generations.env_dir(store, env) / str(n) for env, n in plan.generations]
-        freed = sizes.freed_by(doomed)
+        left = sizes.left_after(doomed)
+        freed = sizes.bytes_except(left)
         if not options.dry_run:
             _carry_out(store, plan)
             after_sizes = _Sizes(store)
@@ -128,7 +129,7 @@ def gc(ws: Workspace | None, options: GcOptions, on_wait: Callable[[], None] | N
             hashes = drop_gone(store.hash_cache, after_sizes.left_after(()) | _skeleton_files(store))
         else:
             after = Usage(before.entries - len(plan.entries), before.bytes - freed)
-            hashes = drop_gone(store.hash_cache, sizes.left_after(doomed) | _skeleton_files(store), dry_run=True)
+            hashes = drop_gone(store.hash_cache, left | _skeleton_files(store), dry_run=True)
     notes = plan.notes + ((f"{hashes} inode hash cache entries of files no longer in the store "
                            f"{'would be' if options.dry_run else 'were'} dropped (every warm sync loads them)",)
                           if hashes else ())
@@ -335,9 +336,8 @@ class _Sizes:
         return {key for key, names in self._owners.items()
                 if not all(n in exact or n.startswith(prefixes) for n in names)}
 
-    def freed_by(self, doomed: Iterable[Path]) -> int:
-        """Bytes freed if every path under ``doomed`` went: inodes with no name left elsewhere."""
-        left = self.left_after(doomed)
+    def bytes_except(self, left: set[tuple[int, int]]) -> int:
+        """Bytes of every inode but those in ``left``: what goes with the paths ``left_after`` was given."""
         return sum(size for key, size in self._size.items() if key not in left)
 
 

@@ -132,9 +132,10 @@ def realize(store: Store, target: SyncTarget, progress: Progress | None = None) 
         generations.flip(store, env, gen.number)
         timings.mark("the flip of `current`")
         # Switched now: nothing after this may fail the sync (it would say "nothing switched").
-        unstamped = _stamp(store, target, gen.number, checked.digest, lock_bytes, on_disk)
-        if lock_bytes is not None:  # a later sync of these bytes starts this venv's check ahead (envlock.ahead)
-            noop.keep_venv_of_lock(str(store.home), hashlib.sha256(lock_bytes).hexdigest(), checked.venv.name)
+        lock_sha256 = _sha256_of(lock_bytes)
+        unstamped = _stamp(store, target, gen.number, checked.digest, lock_sha256, on_disk)
+        if lock_sha256 is not None:  # a later sync of these bytes starts this venv's check ahead (envlock.ahead)
+            noop.keep_venv_of_lock(str(store.home), lock_sha256, checked.venv.name)
         timings.mark("the no-op stamp written")
         return SyncResult(
             env, generations.stable_path(store, env), gen.number, lock.install_digest(), checked.digest, noop=False,
@@ -160,7 +161,7 @@ def _noop(store: Store, target: SyncTarget, cur: generations.Generation, started
     check_stored_sizes([p.wheels[0] for p in lock.packages], store)
     python = venv_python(cur.venv)
     data, on_disk, recorded = _record(lock, target.lock_path, cur.venv_digest, python, target.frozen)
-    unstamped = _stamp(store, target, cur.number, cur.venv_digest, data, on_disk)
+    unstamped = _stamp(store, target, cur.number, cur.venv_digest, _sha256_of(data), on_disk)
     return SyncResult(target.env, generations.stable_path(store, target.env), cur.number, lock.install_digest(),
                       cur.venv_digest, noop=True, recorded=recorded, seconds=time.monotonic() - started,
                       note="; ".join(filter(None, [_recorded_note(lock, python, recorded, target.env,
@@ -561,19 +562,24 @@ def _held(lock: Lock, data: bytes | None, lock_path: Path | None) -> Lock | None
     return on_disk if on_disk.install_digest() == lock.install_digest() else None
 
 
-def _stamp(store: Store, target: SyncTarget, number: int, venv_digest: str, data: bytes | None,
+def _sha256_of(data: bytes | None) -> str | None:
+    """The sha256 of the lock file's bytes as ``_record`` read them (None: not read)."""
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+def _stamp(store: Store, target: SyncTarget, number: int, venv_digest: str, data_sha256: str | None,
            on_disk: Lock | None) -> str:
     """Write the fast no-op stamp for generation ``number`` (call under the env lock).
 
-    Only when the lock file's bytes (``data``, holding ``on_disk``) still hold the lock
-    just synced; otherwise the stamp is removed and the next sync takes the full path.
+    Only when the lock file's bytes (their sha256 ``data_sha256``, holding ``on_disk``) still hold the
+    lock just synced; otherwise the stamp is removed and the next sync takes the full path.
     Returns a note when it could not be written ("" else): the env is current by then, and
     a missing stamp costs only the next no-op its fast path.
     """
     lock, inputs, spec = target.lock, target.inputs, target.spec_input
     stamp = generations.env_dir(store, target.env) / noop.STAMP
     if (
-        data is None
+        data_sha256 is None
         or on_disk is None
         or on_disk.venv_digest not in (None, venv_digest)
         or (on_disk.spec_digest, on_disk.sources) != (lock.spec_digest, lock.sources)
@@ -581,7 +587,7 @@ def _stamp(store: Store, target: SyncTarget, number: int, venv_digest: str, data
     ):
         stamp.unlink(missing_ok=True)
         return ""
-    text = noop.stamp_text(number, lock.install_digest(), venv_digest, hashlib.sha256(data).hexdigest(),
+    text = noop.stamp_text(number, lock.install_digest(), venv_digest, data_sha256,
                             dict(inputs) if inputs is not None else None, dict(spec) if spec else None)
     try:
         write_atomic(stamp, text.encode())
