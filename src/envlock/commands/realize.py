@@ -572,10 +572,9 @@ def _stamp(store: Store, target: SyncTarget, number: int, venv_digest: str, data
     """Write the fast no-op stamp for generation ``number`` (call under the env lock).
 
     Only when the lock file's bytes (their sha256 ``data_sha256``, holding ``on_disk``) still hold the
-    lock just synced; otherwise the stamp is removed and the next sync takes the full path.
-    Returns a note when it could not be written ("" else): the env is current by then, and
-    a missing stamp costs only the next no-op its fast path.
-    """
+    lock just synced; otherwise the stamp is removed and the next sync takes the full path. Returns a
+    note when it could not be written ("" else): the env is current by then, and a missing stamp
+    costs only the next no-op its fast path."""
     lock, inputs, spec = target.lock, target.inputs, target.spec_input
     stamp = generations.env_dir(store, target.env) / noop.STAMP
     if (
