@@ -203,3 +203,12 @@ def test_parse_reads_commands_outputs_and_exits() -> None:
         ("envlock lock e", ["wrote it"], 3), ("false \n  --x", ["[exit 1]"], 6), ("echo '```'", ["```"], 16)]
     assert normalise(["in 0.6s at 2026-12-01T23:17:57Z on 127.0.0.1:4012 sha256:" + "ab" * 32 + " 20260307"]) == [
         "in <s> at <time> on 127.0.0.1:<port> sha256:<hex> 20260307"]
+
+
+def test_the_world_starts_without_the_test_extras() -> None:
+    # The README's tour runs serve.py in a venv made by `pip install -e .` alone: no pytest there.
+    blocker = ("import runpy, sys; sys.modules['pytest'] = None; sys.argv = ['serve.py', '--help']; "
+               f"runpy.run_path({str(REPO / 'examples' / 'world' / 'serve.py')!r}, run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, timeout=60, check=False)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith("usage: serve.py [-h] --dir DIR")

@@ -11,8 +11,9 @@ checkout) whose env specs name them. In another shell:
     envlock lock qwen35
 
 The world is the test kit's fixtures (tests/kit/world.py builds it; tests/test_docs.py runs each doc's
-``console`` blocks against it and compares the output). It needs no envlock, only `packaging` and git;
-run it with the Python envlock is installed in.
+``console`` blocks against it and compares the output). It needs git and the Python envlock is
+installed in (`pip install -e .`: the test kit uses envlock's runner and `packaging`), not the test
+extras: no pytest.
 """
 
 from __future__ import annotations

@@ -15,8 +15,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from kit.index import IndexServer
 from kit.wheels import build_wheel
 
@@ -135,6 +133,10 @@ TRITON = 'pytorch-triton = { index = "pytorch" }\n'
 
 def backend_wheels() -> Path:
     """tests/.wheels, holding the build backends, or a clear failure naming the set-up step."""
+    # pytest imported here, not at the top: examples/world/serve.py imports this module (through
+    # kit.world) in a venv with envlock's own dependencies only, and never calls this.
+    import pytest
+
     wanted = ("scikit_build_core-", "setuptools-")
     found = [p.name for p in BACKENDS.glob("*.whl")] if BACKENDS.is_dir() else []
     missing = [w for w in wanted if not any(n.startswith(w) for n in found)]
