@@ -148,9 +148,13 @@ def test_git_history_and_tags_are_roots_and_an_unpinned_lock_goes(setup: Setup, 
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--keep-generations", "0"], "--keep-generations: expected 1 or more (the current generation is always kept); "
-                                  "--git-depth: expected 0 or more"),
+    (["--keep-generations", "0"], "--keep-generations 0: expected 1 or more (the current generation is always kept)"),
+    (["--git-depth", "-1", "--dry-run"], "--git-depth -1: expected 0 or more"),
     (["--keep-git", "some"], "--keep-git some: expected one of all, tags, none"),
+    (["--keep-generations", "-2", "--git-depth", "-1", "--keep-git", "x"],
+     "--keep-git x: expected one of all, tags, none; "
+     "--keep-generations -2: expected 1 or more (the current generation is always kept); "
+     "--git-depth -1: expected 0 or more"),
 ])
 def test_gc_option_errors(ws: ScratchWorkspace, cli: Cli, args: list[str], message: str) -> None:
     r = cli("gc", *args)

@@ -107,11 +107,16 @@ class _Plan:
 def gc(ws: Workspace | None, options: GcOptions, on_wait: Callable[[], None] | None = None) -> GcReport:
     """Collect the store (``options.dry_run``: only say what would go); ``on_wait`` is called when
     a running sync holds the store's writer lock (gc waits for it)."""
+    problems = []  # every bad option, each with the value given
     if options.keep_git not in KEEP_GIT:
-        raise UsageError(f"--keep-git {options.keep_git}: expected one of {', '.join(KEEP_GIT)}")
-    if options.keep_generations < 1 or options.git_depth < 0:
-        raise UsageError("--keep-generations: expected 1 or more (the current generation is always kept); "
-                         "--git-depth: expected 0 or more")
+        problems.append(f"--keep-git {options.keep_git}: expected one of {', '.join(KEEP_GIT)}")
+    if options.keep_generations < 1:
+        problems.append(f"--keep-generations {options.keep_generations}: expected 1 or more "
+                        "(the current generation is always kept)")
+    if options.git_depth < 0:
+        problems.append(f"--git-depth {options.git_depth}: expected 0 or more")
+    if problems:
+        raise UsageError("; ".join(problems))
     store = Store.open()
     with store.collecting(on_wait):
         plan = _plan(ws, store, options)
