@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -1125,6 +1126,33 @@ def test_a_package_no_spec_key_vouches_for_is_drift_and_a_frozen_sync_refuses_it
     site = Path(synced.out.splitlines()[-1]) / "lib" / "python3.11" / "site-packages"
     assert not list(site.glob("evil*")) and list(site.glob("otherdep*"))
     assert cli("verify", "e").code == 0
+
+
+def test_a_stale_lock_vouches_for_nothing_itself_and_a_frozen_sync_refuses_an_index_move(
+        ws: Ws, cli: Callable[..., CliResult], universe: Universe) -> None:
+    # As found: a lock from a pull request zeroes its spec-digest, so it reads as made for another spec, and
+    # moves a package to another of the spec's indexes: a frozen sync took any of the spec's indexes for a
+    # stale lock's packages, and installed it with only a note.
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    path = ws.root / "locks" / "pylock.e.toml"
+    made = path.read_text()
+    digest = re.search(r'^spec-digest = "(sha256:[0-9a-f]{64})"$', made, re.M)
+    assert digest is not None
+    edited = made.replace(digest[1], "sha256:" + "0" * 64).replace(
+        f'index = "{universe.pypi}"', f'index = "{universe.flashinfer}"', 1)
+    assert edited.count("0" * 64) == 1 and f'index = "{universe.flashinfer}"' in edited
+    path.write_text(edited)
+
+    frozen = cli("sync", "e", "--frozen")
+    assert frozen.code == 2, frozen.out
+    assert frozen.err.splitlines()[0] == ("envlock: error: locks/pylock.e.toml: --frozen, but the spec does not vouch "
+                                          "for what it locks; nothing was installed. `envlock lock e` locks the "
+                                          "spec anew")
+    moved = next(line for line in frozen.err.splitlines() if f"index {universe.flashinfer}" in line)
+    assert moved.strip().endswith(f"but the spec takes {moved.split()[1]} from index 'pypi' ({universe.pypi}) "
+                                  "(the spec changed since, or edited by hand?)"), moved
+    assert not (Path(os.environ["ENVLOCK_HOME"]) / "v1" / "envs" / "e").exists()
 
 
 @pytest.mark.parametrize(("edit", "reason"), [

@@ -89,12 +89,41 @@ def test_a_mirror_given_is_the_index_a_lock_made_through_it_records(spec: EnvSpe
     assert unvouched(spec, mirrored, {"nightly": "https://user:token@mirror.internal/whl/"}) == []
 
 
-def test_a_lock_of_an_older_spec_is_held_to_what_that_spec_named(spec: EnvSpec, lock: Lock) -> None:
-    # A frozen sync of a stale lock: a package the spec no longer names is vouched for by the lock's
-    # own spec-keys, and may come from any index of the spec; one named nowhere is still refused.
+def test_a_stale_lock_is_held_to_the_spec_not_to_its_own_word_of_an_older_one(spec: EnvSpec, lock: Lock) -> None:
+    # The lock's spec-digest and spec-keys are the lock's own word: a lock from a pull request that
+    # zeroes its spec-digest and names a package in its spec-keys gets no more than one that does not.
+    # A package moved to another index, or one the spec names nowhere, is refused all the same.
     old = replace(lock, spec_digest="sha256:" + "0" * 64,
-                  spec_keys={**lock.spec_keys, "packages.gone": "x"},
-                  packages=(*lock.packages, _pkg("gone", "1.0", NIGHTLY), _pkg("stray", "1.0", PYPI)))
+                  spec_keys={**lock.spec_keys, "packages.gone": "x", "packages.torch": "y"},
+                  packages=(*[p for p in lock.packages if p.name != "torch"], _pkg("torch", "2.12", PYPI),
+                            _pkg("gone", "1.0", NIGHTLY)))
+    stale = "(the spec changed since, or edited by hand?)"
     assert unvouched(spec, old) == [
-        "[[packages]] stray 1.0: required by nothing the spec asks for (not in [packages], nor required through the "
-        "lock's tool.envlock.requires by what is) (edited by hand?)"]
+        f"[[packages]] torch 2.12: index {PYPI}, but the spec takes torch from index 'nightly' ({NIGHTLY}) {stale}",
+        "[[packages]] gone 1.0: required by nothing the spec asks for (not in [packages], nor required through the "
+        f"lock's tool.envlock.requires by what is) {stale}",
+        f"[[packages]] gone 1.0: index {NIGHTLY}, but the spec takes gone from index 'pypi' ({PYPI}) {stale}"]
+
+
+@pytest.mark.parametrize("url", [
+    "file:///srv/idx/../elsewhere/dep-2.0-py3-none-any.whl",
+    "file:///srv/idx/%2e%2e/elsewhere/dep-2.0-py3-none-any.whl",
+    "file:///srv/idx/%2E%2E/elsewhere/dep-2.0-py3-none-any.whl",
+    "file:///srv/idx/dep/../../elsewhere/dep-2.0-py3-none-any.whl",
+    "file:///srv/idx/./dep-2.0-py3-none-any.whl",
+    "file:///srv/idx-evil/dep-2.0-py3-none-any.whl",
+    "file://attacker.example/srv/idx/dep-2.0-py3-none-any.whl",
+])
+def test_a_file_wheel_of_an_index_on_disk_stays_inside_its_folder(tmp_path: Path, url: str) -> None:
+    # What the fetch reads is the URL's path unquoted: a ".." (or "%2e%2e") part leaves the folder.
+    path = tmp_path / "e.toml"
+    path.write_text('[env]\npython = "3.11"\n[indexes.disk]\nurl = "file:///srv/idx"\ndefault = true\n'
+                    '[packages]\ndep = "==2.0"\n')
+    disk = read_spec(path, name="e")[0]
+    lock = Lock(env="e", python="3.11", platform=None, spec_digest=disk.digest(), spec_keys=disk.key_digests(),
+                packages=(_pkg("dep", "2.0", "file:///srv/idx", url=url),), requires={})
+    assert unvouched(disk, lock) == [f"[[packages]] dep 2.0: {url} is a file on this machine, not a file of index "
+                                     "file:///srv/idx (edited by hand?)"]
+    inside = replace(lock, packages=(_pkg("dep", "2.0", "file:///srv/idx",
+                                          url="file:///srv/idx/dep/dep-2.0-py3-none-any.whl"),))
+    assert unvouched(disk, inside) == []

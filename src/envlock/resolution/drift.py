@@ -16,6 +16,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from envlock.errors import SourceTreeError, redact
 from envlock.model.lockfile import canonicalize_name, reach
@@ -93,15 +94,14 @@ def unvouched(spec: EnvSpec, lock: Lock, mirrors: Mapping[str, str] | None = Non
     index the spec takes it from (the spec's URL, or the mirror's in ``mirrors``; a file on this
     machine only from an index on this machine, inside its folder), or it is the wheel the lock
     records for one of the spec's builds. A lock made for another spec (a frozen sync of a stale
-    lock) is also held to the packages that spec named (its ``spec-keys``) and may take a package
-    from any of the spec's indexes."""
+    lock) is held to this spec all the same: what the lock says of the spec it was made for (its
+    ``spec-digest`` and ``spec-keys``) is the lock's own word, which vouches for nothing."""
     if mirrors is None:
         mirrors = _variable_mirrors(spec)
-    same = lock.spec_digest == spec.digest()
     roots = {str(n) for n in spec.packages} | {
         _requirement_name(r) for b in spec.builds.values() if not b.isolation for r in b.requires}
-    if not same:
-        roots |= {k.removeprefix("packages.") for k in lock.spec_keys if k.startswith("packages.")}
+    # A lock the spec moved past: the package may be one the spec dropped or moved, not a hand's edit.
+    how = "(edited by hand?)" if lock.spec_digest == spec.digest() else "(the spec changed since, or edited by hand?)"
     reasons = []
     reached = None
     if lock.requires is None:
@@ -115,8 +115,8 @@ def unvouched(spec: EnvSpec, lock: Lock, mirrors: Mapping[str, str] | None = Non
         if reached is not None and pkg.name not in reached:
             why.append("required by nothing the spec asks for (not in [packages], nor required through the lock's "
                        "tool.envlock.requires by what is)")
-        why += _not_from_spec(spec, lock, pkg, urls, same)
-        reasons += [f"[[packages]] {pkg.name} {pkg.version}: {w} (edited by hand?)" for w in why]
+        why += _not_from_spec(spec, lock, pkg, urls)
+        reasons += [f"[[packages]] {pkg.name} {pkg.version}: {w} {how}" for w in why]
     return reasons
 
 
@@ -126,8 +126,7 @@ NO_GRAPH = ("tool.envlock.requires: missing (a lock written before envlock recor
             "so its packages cannot be held to the spec's: lock again")
 
 
-def _not_from_spec(spec: EnvSpec, lock: Lock, pkg: LockedPackage, urls: Mapping[str, set[str]],
-                   same: bool) -> list[str]:
+def _not_from_spec(spec: EnvSpec, lock: Lock, pkg: LockedPackage, urls: Mapping[str, set[str]]) -> list[str]:
     """Why ``pkg`` does not come from where the spec takes it from ([] when it does)."""
     art = pkg.wheels[0]
     where = art.url or art.path
@@ -144,16 +143,26 @@ def _not_from_spec(spec: EnvSpec, lock: Lock, pkg: LockedPackage, urls: Mapping[
                     f"({record.wheel}, sha256 {record.sha256})"]
         return []
     index = spec.index_of(pkg.name)
-    allowed = urls[index] if same else set().union(*urls.values())
-    if _index_key(pkg.index) not in allowed:
+    if _index_key(pkg.index) not in urls[index]:
         return [f"index {pkg.index}, but the spec takes {pkg.name} from index {index!r} "
                 f"({redact(spec.indexes[index].url)})"]
     if art.url is None:
         return [f"{where}, a path, but a wheel of index {pkg.index} is the URL it lists"]
-    if art.url.startswith("file:") and not (pkg.index.startswith("file:") and
-                                           art.url.startswith(pkg.index.rstrip("/") + "/")):
+    if art.url.startswith("file:") and not _in_folder(pkg.index, art.url):
         return [f"{art.url} is a file on this machine, not a file of index {pkg.index}"]
     return []
+
+
+def _in_folder(index: str, url: str) -> bool:
+    """Whether ``file:`` URL ``url`` names a file inside the folder of ``file:`` index ``index``, as
+    the fetch reads it: its path unquoted (``%2e%2e`` is ``..``), and no ``.`` or ``..`` part in it,
+    which a folder's symbolic link could take anywhere (an index lists its files by their names)."""
+    folder, file = urlsplit(index), urlsplit(url)
+    if folder.scheme != "file" or {folder.netloc, file.netloc} - {"", "localhost"}:
+        return False  # another host's files: a share mounted here is named by its path
+    parts = unquote(file.path).split("/")
+    return (not {".", ".."} & set(parts)
+            and "/".join(parts).startswith(unquote(folder.path).rstrip("/") + "/"))
 
 
 def _variable_mirrors(spec: EnvSpec) -> dict[str, str]:
