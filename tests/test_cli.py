@@ -288,6 +288,22 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
     assert "exit 0 if the lock is current, 1 if stale" in out
 
 
+def test_help_names_a_readme_section_and_a_script_that_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    from envlock.cli.main import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "`python examples/world/serve.py --dir DIR` (README.md, A first tour)" in out
+    repo = Path(__file__).resolve().parents[1]
+    headings = {line.lstrip("#").strip() for line in (repo / "README.md").read_text().splitlines()
+                if line.startswith("#")}
+    named = re.findall(r"\(README\.md, ([^)]+)\)", out)
+    assert named and set(named) <= headings, (named, headings)
+    assert all((repo / path).is_file() for path in re.findall(r"`python (\S+\.py)", out))
+
+
 def test_unreadable_specs_and_locks_exit_2_without_traceback(ws: ScratchWorkspace, cli: Cli, tmp_path: Path) -> None:
     (ws.root / "envs" / "latin1.toml").write_bytes(b'[env]\npython = "3.11"\n# caf\xe9\n')
     r = cli("lock", "latin1")

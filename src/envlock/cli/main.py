@@ -29,7 +29,7 @@ Typical use (envs/demo.toml, in a clone of envlock):
   envlock sync demo                      make the env match the lock; last line printed is its path
   envlock diff locks/pylock.demo.toml@HEAD~1 demo   what the lock changed since the last commit
   envlock upgrade ENV --nightly latest --dry-run    what moving to the newest nightly would change
-Every job, offline: `python examples/world/serve.py --dir DIR` (README.md, Recipes).
+Every job, offline: `python examples/world/serve.py --dir DIR` (README.md, A first tour).
 Exit codes: 0 ok, 1 the work failed or a check found a difference, 2 bad input (spec, env, option)."""
 
 
