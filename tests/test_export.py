@@ -244,11 +244,19 @@ def test_export_refuses_an_existing_target_and_names_missing_entries(
     assert r.code == 2
     assert r.err == (f"envlock: error: --out {tmp_path / 'full'}: already exists; expected a new path (a folder, or "
                      "FILE.tar)\n")
+    r = cli("export", "e", "--out", str(tmp_path / "full" / "x" / "e.tar"))
+    assert (r.code, r.out) == (2, "")
+    assert r.err == (f"envlock: error: --out {tmp_path / 'full' / 'x' / 'e.tar'}: {tmp_path / 'full' / 'x'} is not "
+                     "a folder; expected a new path (a folder, or FILE.tar) under a folder\n")
     store = Store.open()
     sha = read_lock(synced.lock).packages[0].wheels[0].sha256
     store.remove_entry("wheels", sha)  # fetched again from the index for the export
     assert cli("export", "e", "--to", str(tmp_path / "b")).code == 0
     assert store.has("wheels", sha)
+    # A .tar in folders not made yet: made, as a folder bundle's are.
+    r = cli("export", "e", "--out", str(tmp_path / "new" / "folders" / "e.tar"))
+    assert r.code == 0, r.err
+    assert (tmp_path / "new" / "folders" / "e.tar").is_file()
 
 
 def _elsewhere(synced: Synced, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -474,7 +482,7 @@ def test_a_tar_bundle_cut_anywhere_is_refused_in_one_line_or_whole(
         if cut >= end + 1024:  # the end-of-archive blocks are there: only padding was cut
             assert r.code == 0, (cut, r.err)
             continue
-        assert (r.code, r.out, _stored(tmp_path / "home")) == (1, "", []), cut
+        assert (r.code, r.out, _stored(tmp_path / "home")) == (2, "", []), cut  # no bundle: bad input
         head = f"envlock: error: {bundle}: not a whole tar ("
         assert r.err.startswith(head), (cut, r.err)
         assert r.err.endswith("); expected a .tar written by `envlock export`\n"), (cut, r.err)
@@ -487,6 +495,20 @@ def test_a_tar_bundle_cut_anywhere_is_refused_in_one_line_or_whole(
                          "cut short: no end-of-archive blocks after its last member"}
     short = said["cut short: no end-of-archive blocks after its last member"]
     assert [c for c in short if c > end] == [c for c in cuts if end < c < end + 1024]  # in the end blocks
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ("nosuch.tar", "{p}: no such bundle (expected a folder or a .tar written by `envlock export`)"),
+    ("some.py", "{p}: not a whole tar (invalid header); expected a .tar written by `envlock export`"),
+    ("folder", f"{{p}}: no {MANIFEST}; expected a folder or tar written by `envlock export`"),
+])
+def test_an_import_of_what_is_no_bundle_is_bad_input(
+        ws: ScratchWorkspace, cli: Cli, tmp_path: Path, given: str, said: str) -> None:
+    (tmp_path / "some.py").write_text("print('not a bundle, though long enough to hold a tar header')\n" * 20)
+    (tmp_path / "folder").mkdir()
+    r = cli("import", str(tmp_path / given))
+    assert (r.code, r.out, r.err) == (2, "", f"envlock: error: {said.format(p=tmp_path / given)}\n")
+    assert _stored(tmp_path / "home") == []
 
 
 def _with_entry(manifest: dict[str, Any], members: dict[str, bytes], key: str, files: dict[str, bytes],

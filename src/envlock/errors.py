@@ -102,7 +102,8 @@ class EnvlockError(Exception):
 
 
 class UsageError(EnvlockError):
-    """Bad command-line input: unknown env, bad option value."""
+    """Bad command-line input: unknown env, bad option value, a path that is not what the command reads
+    (``envlock import`` of a file that is no bundle)."""
 
     exit_code = 2
 

@@ -101,6 +101,9 @@ def export_env(ws: Workspace, env: str, ref: str | None, to: Path, *, progress: 
     is the whole file."""
     if to.exists() and not (to.is_dir() and not any(to.iterdir())):
         raise UsageError(f"--out {to}: already exists; expected a new path (a folder, or FILE.tar)")
+    if (file := next((p for p in to.parents if p.exists() and not p.is_dir()), None)) is not None:
+        raise UsageError(f"--out {to}: {file} is not a folder; expected a new path (a folder, or FILE.tar) "
+                         "under a folder")
     data, label = lock_bytes(ws, env, ref, "export")
     lock = Lock.from_toml(data.decode("utf-8"), label, target)
     if (pending := lock.unbuilt()) and not allow_pending:

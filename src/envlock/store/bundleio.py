@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from envlock.errors import StoreError
+from envlock.errors import StoreError, UsageError
 from envlock.store.archives import tar_member
 from envlock.store.bundle import MANIFEST, Bundle, BundleEntry, FileMember, LinkMember, name_problem
 from envlock.store.durable import fsync_dir, sync_file, sync_tree
@@ -49,9 +49,10 @@ class Reader(abc.ABC):
         return None
 
     def manifest(self) -> Bundle:
-        """The manifest, read whole and checked (``Bundle.from_dict``) before any member is read."""
+        """The manifest, read whole and checked (``Bundle.from_dict``) before any member is read. A
+        bundle without one is no bundle: bad input (``UsageError``, exit 2), as a path that is no tar."""
         if MANIFEST not in self.names():
-            raise StoreError(f"{self.origin}: no {MANIFEST}; expected a folder or tar written by `envlock export`")
+            raise UsageError(f"{self.origin}: no {MANIFEST}; expected a folder or tar written by `envlock export`")
         with self.open(MANIFEST) as fh:
             data = self.read(fh, MANIFEST, 64 << 20)
         try:
@@ -111,9 +112,9 @@ class TarReader(Reader):
         try:
             self._tar = tarfile.open(path, "r:")  # noqa: SIM115 - closed by close()
         except tarfile.TarError as exc:
-            raise StoreError(f"{path}: not a whole tar ({exc}); expected a .tar written by `envlock export`") from None
+            raise UsageError(f"{path}: not a whole tar ({exc}); expected a .tar written by `envlock export`") from None
         except OSError as exc:
-            raise StoreError(f"{path}: cannot read ({_strerror(exc)})") from None
+            raise UsageError(f"{path}: cannot read ({_strerror(exc)})") from None
         try:
             self._members = self._read_members(path)
         except BaseException:
@@ -130,11 +131,11 @@ class TarReader(Reader):
                 fh.seek(self._tar.offset)
                 whole = fh.read(2 * tarfile.BLOCKSIZE) == bytes(2 * tarfile.BLOCKSIZE)
         except tarfile.TarError as exc:
-            raise StoreError(f"{path}: not a whole tar ({exc}); expected a .tar written by `envlock export`") from None
+            raise UsageError(f"{path}: not a whole tar ({exc}); expected a .tar written by `envlock export`") from None
         except OSError as exc:
             raise StoreError(f"{path}: cannot read ({_strerror(exc)})") from None
         if not whole:
-            raise StoreError(f"{path}: not a whole tar (cut short: no end-of-archive blocks after its last member); "
+            raise UsageError(f"{path}: not a whole tar (cut short: no end-of-archive blocks after its last member); "
                              "expected a .tar written by `envlock export`")
         members: dict[str, tarfile.TarInfo] = {}
         seen: set[str] = set()
@@ -190,13 +191,15 @@ def _tar_kind(info: tarfile.TarInfo) -> str:
 
 @contextmanager
 def open_bundle(path: Path) -> Iterator[Reader]:
-    """A reader of the bundle at ``path`` (a folder, or a tar file)."""
+    """A reader of the bundle at ``path`` (a folder, or a tar file); ``UsageError`` (bad input, exit 2) when
+    ``path`` is missing, cannot be opened or is not a whole tar. A bundle refused for what it holds is a
+    ``StoreError`` (exit 1: docs/security.md)."""
     if path.is_dir():
         reader: Reader = DirReader(path)
     elif path.is_file():
         reader = TarReader(path)
     else:
-        raise StoreError(f"{path}: no such bundle (expected a folder or a .tar written by `envlock export`)")
+        raise UsageError(f"{path}: no such bundle (expected a folder or a .tar written by `envlock export`)")
     try:
         yield reader
     finally:
@@ -374,6 +377,7 @@ def open_writer(dest: Path) -> Iterator[Writer]:
     tmp = temp_beside(dest)
     try:
         if dest.suffix == ".tar":
+            tmp.parent.mkdir(parents=True, exist_ok=True)  # as a folder's are (below)
             with tarfile.open(tmp, "w:", format=tarfile.PAX_FORMAT) as tar:
                 writer = Writer(dest, tmp, None, tar)
                 yield writer
