@@ -4,6 +4,7 @@ entry, a keyring command on PATH (the subprocess protocol uv uses), and what a 4
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import sys
 from collections.abc import Iterator
@@ -338,3 +339,32 @@ def test_no_password_from_a_netrc_or_a_keyring_is_in_a_command_line(tmp_path: Pa
     assert given != "keyring" or any("keyring" in line and " get " in line for line in seen), seen
     assert [line for line in seen if "s3cret" in line] == []
     assert "s3cret" not in locked.out + locked.err + ws.lock_text("e")
+
+
+def test_a_fetchcontent_inputs_pin_records_its_url_without_the_password(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # As found: a build's FetchContent inputs given as user:token@ URLs, a git tag and an archive without its
+    # sha256 (pinned by a fetch), were recorded in the lock with the token; a commit or a sha256 was not.
+    import io
+    import tarfile
+
+    from envlock.build.inputs import pin_input
+    from envlock.model.spectables import FetchContentInput
+    from envlock.store.store import Store
+
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    store = Store.open(tmp_path / "home")
+    with _git_over_http(tmp_path, "carol:g1tpw") as repo:
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w:gz") as tar:
+            member = tarfile.TarInfo("arc/CMakeLists.txt")
+            member.size = 3
+            tar.addfile(member, io.BytesIO(b"# a"))
+        (tmp_path / "git-served" / "arc.tar.gz").write_bytes(data.getvalue())
+        secret = repo.replace("http://", "http://carol:g1tpw@")
+        tag = pin_input(FetchContentInput("dep", git=secret, rev="main"), store, mirror=None, recorded=None)
+        archive = pin_input(FetchContentInput("arc", url=secret.replace("/repo.git", "/arc.tar.gz")), store,
+                            mirror=None, recorded=None)
+    assert (tag.pin.git, tag.pin.rev, len(tag.pin.commit or "")) == (repo, "main", 40)
+    assert (archive.pin.url, archive.pin.sha256) == (repo.replace("/repo.git", "/arc.tar.gz"),
+                                                     hashlib.sha256(data.getvalue()).hexdigest())

@@ -103,10 +103,11 @@ def pin_input(dep: FetchContentInput, store: Store, *, mirror: str | None,
     if dep.git is not None:
         rev = dep.rev or "HEAD"
         commit = sources.resolve_rev(dep.git, rev, store=store, fetch_from=mirror)
-        return FetchedInput(None, LockedFetchContent(git=dep.git, commit=commit, rev=None if rev == commit else rev))
+        return FetchedInput(None, LockedFetchContent(git=redact(dep.git), commit=commit,  # a lock keeps no token
+                                                     rev=None if rev == commit else rev))
     assert dep.url is not None
     got = sources.fetch_archive(store, dep.url, None, fetch_from=mirror)
-    return FetchedInput(None, LockedFetchContent(url=dep.url, sha256=got.sha256), got.downloaded)
+    return FetchedInput(None, LockedFetchContent(url=redact(dep.url), sha256=got.sha256), got.downloaded)
 
 
 # -- every input at once, failures together ----------------------------------
