@@ -83,3 +83,57 @@ def test_one_name_with_two_keys_is_refused() -> None:
     with pytest.raises(UsageError) as exc:
         trusted_keys([("--trusted-key", str(a.public())), ("envlock.toml", str(b.public()))])
     assert exc.value.message == "envlock.toml: key 'ci' is trusted with two different public keys; expected one"
+
+
+def _doc(signatures: object, record: object = None) -> bytes:
+    return json.dumps({"format": "envlock-build-record", "version": 1, "record": record or RECORD,
+                       "signatures": signatures}).encode()
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    # As found: each of these ended a sync, a lock or an import in a traceback, not a refusal and a fallback.
+    (_doc([{"key": ["ci-1"], "sig": "AAAA"}]), "record of k: signed by no key, which is not a trusted key "
+                                                "(trusted: 'ci-1')"),
+    (_doc([{"key": "ci-1", "sig": 5}]), "record of k: signed by no key, which is not a trusted key (trusted: 'ci-1')"),
+    (_doc([{"key": "ci-1", "sig": "%%%"}]), "record of k: the signature of trusted key 'ci-1' does not verify (the "
+                                            "record was changed after it was signed, or another key of that name "
+                                            "signed it)"),
+    (b'{"format": "envlock-build-record", "version": 1, "signatures": [], "record": ' + b'{"a": ' * 100_000
+     + b"1" + b"}" * 100_001, "record of k: not a signed build record (envlock-build-record version 1)"),
+    (b"[" * 100_000 + b"]" * 100_000, "record of k: not a signed build record (envlock-build-record version 1)"),
+])
+def test_a_hostile_record_is_refused_by_name_never_a_traceback(data: bytes, message: str) -> None:
+    key = generate("ci-1")
+    with pytest.raises(RecordRefusedError) as exc:
+        verify_record(data, {"ci-1": key.public()}, "record of k")
+    assert exc.value.message == message
+
+
+def test_a_secret_key_file_is_its_owners_alone_small_and_never_quoted(tmp_path: Path) -> None:
+    key = tmp_path / "ci.key"
+    write_secret(generate("ci-1"), key)
+    key.chmod(0o644)
+    with pytest.raises(UsageError) as exc:
+        read_secret(key)
+    assert exc.value.message == (f"{key}: a secret key others can read or write (mode 0644); expected it yours "
+                                 f"alone: `chmod 600 {key}` (and keep it yours), or make a new one with `envlock "
+                                 "cache keygen`")
+    # A file named by mistake (a pull request's envlock.toml can name one): what it holds is never quoted.
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[default]\naws_secret_access_key=wJalrXUtnFEMI/K7MDENG\n")
+    credentials.chmod(0o600)
+    with pytest.raises(UsageError) as exc:
+        read_secret(credentials)
+    assert exc.value.message == (f"{credentials}: its text: expected a secret key (as `envlock cache keygen` writes "
+                                 "it) as NAME:BASE64 (NAME of letters, digits, '.', '_', '-')")
+    with pytest.raises(UsageError) as exc:
+        read_secret(Path("/dev/zero"))  # read to the end, it was a MemoryError
+    assert exc.value.message == "/dev/zero: not a regular file; expected a secret key (as `envlock cache keygen` " \
+                                "writes it)"
+    big = tmp_path / "big.key"
+    big.write_bytes(b"ci-1:" + b"A" * 5000)
+    big.chmod(0o600)
+    with pytest.raises(UsageError) as exc:
+        read_secret(big)
+    assert exc.value.message == f"{big}: larger than 4096 bytes; expected a secret key (as `envlock cache keygen` " \
+                                "writes it)"

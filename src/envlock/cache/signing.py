@@ -15,6 +15,7 @@ import binascii
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,10 +67,13 @@ class SecretKey:
         return Ed25519PrivateKey.from_private_bytes(self.seed).sign(data)
 
 
-def _split(text: str, where: str, what: str) -> tuple[str, bytes]:
+def _split(text: str, where: str, what: str, *, secret: bool = False) -> tuple[str, bytes]:
+    """``NAME:BASE64`` split and checked; an error quotes what it found only when it is not a ``secret``
+    (a secret key's file named by mistake may hold another secret: a cloud credential, a password)."""
     name, sep, b64 = text.strip().partition(":")
     if not sep or not _KEY_NAME.fullmatch(name):
-        raise UsageError(f"{where}: {text.strip()[:40]!r}: expected {what} as NAME:BASE64 (NAME of letters, "
+        found = "its text" if secret else repr(text.strip()[:40])
+        raise UsageError(f"{where}: {found}: expected {what} as NAME:BASE64 (NAME of letters, "
                          "digits, '.', '_', '-')")
     try:
         raw = base64.b64decode(b64, validate=True)
@@ -120,13 +124,34 @@ def write_secret(key: SecretKey, path: Path) -> bool:
     return made
 
 
+#: The most a secret key file is read: ``NAME:BASE64`` of a 32-byte seed is under 200 bytes.
+_SECRET_MAX = 4096
+
+
 def read_secret(path: Path) -> SecretKey:
-    """The secret key in ``path`` (as ``cache keygen`` wrote it)."""
+    """The secret key in ``path`` (as ``cache keygen`` wrote it): a regular file of its owner's that
+    nobody else can read (as ``~/.netrc``), at most ``_SECRET_MAX`` bytes; else ``UsageError``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise UsageError(f"{path}: not a regular file; expected a secret key (as `envlock cache keygen` "
+                                 "writes it)")
+            if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO) or st.st_uid != os.getuid():
+                whose = (f"mode {stat.S_IMODE(st.st_mode):04o}" if st.st_uid == os.getuid()
+                         else f"owned by uid {st.st_uid}, not by you")
+                raise UsageError(f"{path}: a secret key others can read or write ({whose}); expected it yours "
+                                 f"alone: `chmod 600 {path}` (and keep it yours), or make a new one with "
+                                 "`envlock cache keygen`")
+            data = fh.read(_SECRET_MAX + 1)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read the secret key: {getattr(exc, 'strerror', None) or exc}") from None
-    return SecretKey(*_split(text, str(path), "a secret key (as `envlock cache keygen` writes it)"))
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+        raise UsageError(f"{path}: cannot read the secret key: {why}") from None
+    if len(data) > _SECRET_MAX:
+        raise UsageError(f"{path}: larger than {_SECRET_MAX} bytes; expected a secret key (as `envlock cache "
+                         "keygen` writes it)")
+    return SecretKey(*_split(text, str(path), "a secret key (as `envlock cache keygen` writes it)", secret=True))
 
 
 def trusted_keys(given: Iterable[tuple[str, str]]) -> dict[str, PublicKey]:
@@ -173,13 +198,16 @@ def verify_record(data: bytes, trusted: Mapping[str, PublicKey], where: str,
             raise ValueError("format")
         if not isinstance(record, dict) or not isinstance(sigs, list):
             raise ValueError("shape")
-    except (ValueError, KeyError, TypeError):
+        # A signature is {"key": NAME, "sig": BASE64}, both strings: anything else is no signature.
+        sigs = [s for s in sigs if isinstance(s, dict) and isinstance(s.get("key"), str)
+                and isinstance(s.get("sig", ""), str)]
+        body = canonical(record, fmt)
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested past Python's stack
         raise RecordRefusedError(f"{where}: not a signed {_NOUN.get(fmt, fmt)} ({fmt} version {RECORD_VERSION})") \
             from None
-    names = [s.get("key") for s in sigs if isinstance(s, dict)]
-    body = canonical(record, fmt)
+    names = [s["key"] for s in sigs]
     for sig in sigs:
-        if not isinstance(sig, dict) or sig.get("key") not in trusted:
+        if sig["key"] not in trusted:
             continue
         key = trusted[sig["key"]]
         try:
