@@ -347,16 +347,17 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
     from_store = False  # ``expected`` is the newest generation's digest here, not the lock's
     if expected is None and not _holds_digest(lock) and (last := generations.digest_seen(store, key, built_with,
                                                                                           entry)):
-        # A first digest is recorded as found: held to what this lock gave here before,
-        # an edit that reached uv's cache is not written into the lock as the truth.
+        # Held to what this lock gave here before: an edit that reached uv's cache is not the lock's first digest.
         expected, from_store = last, True
     whose = "this store's earlier generations'" if from_store else "the lock's"
-    repaired = inst.note  # uv's cache repaired on the way (``uvcache.repair_uv_cache``)
+    repaired = inst.note  # uv's cache repaired on the way (``uvcache.repair_uv_cache``, ``install._build``)
+    if inst.edited and actual.digest == expected:  # made again without it: a file was unlike its RECORD
+        repaired = (f"the first build differed from {whose} digest; with uv's cache cleared, the rebuild matches; "
+                    f"{inst.note}")
     note = ""
     if expected is not None and actual.digest != expected and inst.built:
-        # uv installs from its cache, whose files are the venvs' (hard links): a file
-        # edited in a venv (root can, read-only or not) is in every venv built after.
-        # Once: without that cache, uv unpacks the store's verified wheels again.
+        # uv's cache holds the venvs' files (hard links): an edit in one that no RECORD catches (``install._build``)
+        # is in every venv built after. Once: without that cache, uv unpacks the store's verified wheels again.
         _discard(store, key, inst.venv, actual.digest, stale=stale)
         uvcache.clear_uv_cache(store)
         inst = install.install(store, lock, wheels)
@@ -365,9 +366,8 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
             note = (f"the first build differed from {whose} digest; with uv's cache cleared (a file "
                     "edited in a venv had reached it), the rebuild matches")
     if from_store and actual.digest != expected and inst.built:
-        # Rebuilt without uv's cache: if the store's wheels still are their sha256 (read
-        # once, here), this venv is what the lock gives, and the newest generation's digest
-        # was the suspect one (taken while an edit sat in that cache).
+        # Rebuilt without uv's cache: if the store's wheels still are their sha256 (read once, here), this venv is
+        # what the lock gives, and the newest generation's digest was the suspect one (taken with an edit in it).
         from envlock.store.store import check_stored_bytes
 
         try:

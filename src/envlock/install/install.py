@@ -36,8 +36,16 @@ from envlock.install.digest import (
     stored_manifest,
     unchanged,
 )
+from envlock.install.generations import users
 from envlock.install.inodehashes import HashCache
-from envlock.install.uvcache import UV_CACHE_LOCK, repair_uv_cache, uv_cache_dir
+from envlock.install.uvcache import (
+    UV_CACHE_LOCK,
+    RecordHashes,
+    clear_uv_cache,
+    repair_uv_cache,
+    uv_cache_dir,
+    wheels_listing,
+)
 from envlock.model.lockfile import Artifact, Lock, canonicalize_name
 from envlock.store.durable import prepare_write_back, written_back
 from envlock.store.home import MANIFEST_NAME  # defined where the fast no-op reads it
@@ -57,7 +65,9 @@ class InstallResult:
     manifest: Manifest
     built: bool
     seconds: float
-    note: str = ""  # a repair of uv's cache this install made (``repair_uv_cache``)
+    note: str = ""  # a repair of uv's cache this install made (``repair_uv_cache``, ``_build``)
+    #: Files uv's cache gave unlike their wheel's RECORD (edited there): the venv was made again without it.
+    edited: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,8 +139,8 @@ def install(
             timings.mark("the stored venv walked again")
             if actual.digest != existing.digest:
                 raise VerifyError(
-                    f"{final}: store venv was modified after it was built "
-                    f"(recorded {existing.digest}, found {actual.digest}); remove that folder and sync again",
+                    f"{final}: store venv was modified after it was built (recorded {existing.digest}, found "
+                    f"{actual.digest}); {_repair_of(store, final)}",
                     details=compare(existing.entries, actual.entries).lines(),
                 )
             keep_snapshot(snapshot, actual)
@@ -157,17 +167,8 @@ def install(
         # Built in a reused slot folder (tmp/venv-slotN), not a fresh temp path: uv then
         # finds its cached probe of the venv's interpreter instead of running it again.
         with _keep_log_on_failure(store, log, key), store.new_entry("venvs", venv_entry(key), slot="venv") as work:
-            note, wheels = _populate(store, work, python, lock, iter([wheels]) if arriving is None else arriving, log)
-            _drop_install_records(work)
-            _keep_allowed_overlaps(work, lock, wheels)
-            timings.mark("uv's install dropped from the RECORDs")
-            # The digest is taken where it will be read from, so ${VENV} means the final path.
-            # Sealed read-only: a file edited in one venv is edited in every venv sharing
-            # its inode (and in uv's cache, so in every venv built after). Flushed: what the
-            # walk reads (what uv and this install wrote now) is written back to the device;
-            # what it does not read is a file an earlier walk read and wrote back.
-            built = manifest(work, prefix=final, cache_dir=store.hash_cache, seal=True, flush=True)
-            timings.mark("the digest walk (sealed, written back)")
+            note, built, edited = _build(store, work, final, python, lock,
+                                         iter([wheels]) if arriving is None else arriving, log)
             text = built.to_json().encode()
             write_atomic(work / MANIFEST_NAME, text)
             os.chmod(work / MANIFEST_NAME, 0o444)  # sealed like the rest
@@ -176,7 +177,65 @@ def install(
         timings.mark("the manifest written, the venv folder fsynced and renamed")
         _remove_log(log)
         save_manifest(store, built, text)
-    return InstallResult(final, key, built, True, time.monotonic() - started, note)
+    return InstallResult(final, key, built, True, time.monotonic() - started, note, edited)
+
+
+def _repair_of(store: Store, venv: Path) -> str:
+    """What to do about the store venv ``venv``, modified since it was built: the repair of an env whose
+    generation uses it (removing it would take their venv from those generations), else its removal."""
+    used = users(store, venv)
+    if not used:
+        return "no generation uses it: remove that folder and sync again"
+    return (f"it is the venv of generation{'s' if len(used) > 1 else ''} {', '.join(f'{e}/{n}' for e, n in used)}: "
+            f"`envlock verify {used[0][0]} --repair` builds it anew (and every venv sharing its modified files), "
+            "then sync again")
+
+
+def _build(store: Store, work: Path, final: Path, python: Path, lock: Lock, batches: Arrivals,
+           log: Path) -> tuple[str, Manifest, tuple[str, ...]]:
+    """Make the venv in ``work`` (``_populate``) and walk it, its digest taken as at ``final``; returns the
+    repairs made ("" when none), the walk and the files uv's cache gave edited. Every file a RECORD gives a
+    sha256 for is held to it (``uvcache.RecordHashes``): one that differs came from uv's cache, edited there,
+    so the cache is cleared and the venv made once more; one that differs still is a ``VerifyError``."""
+    notes: list[str] = []
+    edited: tuple[str, ...] = ()
+    while True:
+        note, wheels = _populate(store, work, python, lock, batches, log)
+        records = _drop_install_records(work)
+        _keep_allowed_overlaps(work, lock, wheels)
+        timings.mark("uv's install dropped from the RECORDs")
+        # The digest is taken where it will be read from, so ${VENV} means the final path.
+        # Sealed read-only: a file edited in one venv is edited in every venv sharing
+        # its inode (and in uv's cache, so in every venv built after). Flushed: what the
+        # walk reads (what uv and this install wrote now) is written back to the device;
+        # what it does not read is a file an earlier walk read and wrote back.
+        built = manifest(work, prefix=final, cache_dir=store.hash_cache, seal=True, flush=True)
+        timings.mark("the digest walk (sealed, written back)")
+        unlike = records.unlike(built.entries)
+        timings.mark("every file held to the sha256 its wheel's RECORD gives")
+        notes.append(note)
+        if not unlike:
+            return "; ".join(filter(None, notes)), built, edited
+        if len(notes) > 1:  # made again without uv's cache: from the wheels' own files
+            check_stored_bytes(wheels)  # a store wheel damaged since it was fetched is named as such
+            _remove_log(log)
+            raise VerifyError(
+                f"{wheels_listing(work, lock, [u[0] for u in unlike])}: {len(unlike)} installed file(s) differ "
+                "from the sha256 their wheel's RECORD gives, with uv's cache cleared and the venv made again from "
+                "the store's wheels (each its locked sha256): the wheel's RECORD is not true to its files; expected "
+                "a wheel whose RECORD gives its files' sha256: rebuild or republish it, or lock another; the venv "
+                "was not kept", details=[f"{path}: its RECORD gives {given}, the file has {found}"
+                                         for path, given, found in unlike])
+        clear_uv_cache(store)
+        edited = tuple(path for path, _, _ in unlike)
+        more = f" and {len(unlike) - 1} more" if len(unlike) > 1 else ""
+        notes.append(f"a file of uv's cache differed from its wheel's RECORD ({unlike[0][0]}{more}; edited through "
+                     "a venv that links it?): uv's cache cleared, the venv made again")
+        import shutil
+
+        shutil.rmtree(work)  # made again from scratch, as after uv's failure on its cache (``_populate``)
+        work.mkdir()
+        batches = iter([wheels])
 
 
 def _fetched(artifact: Artifact, wheels: Mapping[str, Path]) -> Path:
@@ -413,8 +472,9 @@ def save_manifest(store: Store, m: Manifest, text: bytes | None = None) -> Path:
 _LOCAL_RECORDS = ("uv_cache.json", "direct_url.json")
 
 
-def _drop_install_records(venv: Path) -> None:
-    """Remove ``uv_cache.json`` and ``direct_url.json`` (and their RECORD lines) from every dist.
+def _drop_install_records(venv: Path) -> RecordHashes:
+    """Remove ``uv_cache.json`` and ``direct_url.json`` (and their RECORD lines) from every dist; the
+    sha256 every RECORD gives its files, read on the way (``RecordHashes``).
 
     ``uv_cache.json`` holds the ctime of the wheel installed from (a ctime cannot be
     set), ``direct_url.json`` the wheel's path in this store: both differ on every
@@ -422,9 +482,11 @@ def _drop_install_records(venv: Path) -> None:
     reads the first, and nothing installs into a store venv again; without the
     second a dist reads as installed from an index, which it was, through the lock.
     """
+    records = RecordHashes()
     for site in venv.glob("lib/python*/site-packages"):
         with os.scandir(site) as it:
             dists = [e.path for e in it if e.name.endswith(".dist-info")]
+        prefix = f"{site.relative_to(venv)}/"
         for dist in dists:
             dropped = []
             for name in _LOCAL_RECORDS:
@@ -433,19 +495,23 @@ def _drop_install_records(venv: Path) -> None:
                 except FileNotFoundError:
                     continue
                 dropped.append(f"{os.path.basename(dist)}/{name},".encode())
-            if not dropped:
-                continue
-            prefixes = tuple(dropped)
             # Rewritten in place and cut to length: truncating to zero and writing again
             # makes ext4 flush the file on close (auto_da_alloc), ~0.2 ms per dist.
-            fd = os.open(os.path.join(dist, "RECORD"), os.O_RDWR | os.O_CLOEXEC)
             try:
-                lines = _read_all(fd).splitlines(keepends=True)
-                kept = b"".join(line for line in lines if not line.startswith(prefixes))
-                os.pwrite(fd, kept, 0)
-                os.ftruncate(fd, len(kept))
+                fd = os.open(os.path.join(dist, "RECORD"), (os.O_RDWR if dropped else os.O_RDONLY) | os.O_CLOEXEC)
+            except FileNotFoundError:  # not a wheel's dist (none in a store venv): nothing recorded to hold it to
+                continue
+            try:
+                data = _read_all(fd)
+                if dropped:
+                    prefixes = tuple(dropped)
+                    data = b"".join(line for line in data.splitlines(keepends=True) if not line.startswith(prefixes))
+                    os.pwrite(fd, data, 0)
+                    os.ftruncate(fd, len(data))
             finally:
                 os.close(fd)
+            records.add(prefix, os.path.basename(dist), data)
+    return records
 
 
 def _keep_allowed_overlaps(venv: Path, lock: Lock, wheels: Mapping[str, Path]) -> None:

@@ -1,18 +1,20 @@
 """The store's own uv cache, which every store venv is installed from: where it is, the lock that keeps it
-from being cleared under an install, and its repair when uv fails on it (an unpacked wheel gone, an
-edited file in it).
+from being cleared under an install, its repair when uv fails on it (an unpacked wheel gone, an unreadable
+file in it), and the check of what it gave a new venv against the wheels' RECORDs (an edited file in it).
 """
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import os
 import re
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from envlock.errors import InstallError
+from envlock.model.lockfile import Lock, canonicalize_name
 from envlock.store.store import Store
 
 
@@ -124,3 +126,96 @@ def repair_uv_cache(store: Store, failure: InstallError) -> str:
             return ""
         store.remove_tree(cache)
     return f"uv could not read its own cache ({said[-1]}); cleared it and installed again"
+
+
+#: The standard base64 alphabet's two letters as a RECORD spells them (urlsafe, PEP 376).
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+@dataclass
+class RecordHashes:
+    """The sha256 the RECORDs of a new venv's dists give their files (``sha256=<urlsafe base64>``, as RECORD
+    spells it): what uv's cache must have given the venv.
+
+    uv links a wheel's files from the archive it unpacked into its cache once, and nobody reads them
+    again: a file edited through a venv that links it (``chmod u+w``, as root) reached every venv built
+    after, and a digest walk of a new lock took it for the truth. uv checks no RECORD hash (0.13: a
+    wheel whose RECORD lies installs), but copies each file's hash from the wheel's RECORD into the
+    venv's; the files it writes itself (INSTALLER, REQUESTED, scripts) it records with their own hash.
+    Read and compared in bulk (C loops over whole files and strings, ~7k lines in a venv): a few ms.
+    """
+
+    #: Each dist's RECORD lines: (folder, paths in it, the sha256 each): its site-packages folder (venv path and
+    #: "/"); and "", venv paths, for its files outside it (``../../../bin/tool``: scripts, headers).
+    listed: list[tuple[str, list[str], list[str]]] = field(default_factory=list)
+
+    def add(self, site: str, dist: str, record: bytes) -> None:
+        """Take in the RECORD of the dist ``dist`` (its dist-info folder's name) in ``site``."""
+        text = record.decode("utf-8", "surrogateescape")
+        fields = text.replace("\n", ",").split(",")  # path, hash, size, path, ..., "" (after the last newline)
+        if '"' in text or len(fields) % 3 != 1 or fields[-1]:  # a CSV-quoted name (a comma in it), or odd lines
+            paths, given = _csv_rows(text)
+        else:
+            paths, given = fields[0:-1:3], fields[1::3]
+        with contextlib.suppress(ValueError):
+            at = paths.index(f"{dist}/RECORD")  # its own line gives no hash (other such lines: ``unlike``)
+            del paths[at], given[at]
+        if "../" in text:
+            out = [i for i, path in enumerate(paths) if path.startswith("../")]
+            self.listed.append(("", [os.path.normpath(site + paths[i]) for i in out], [given[i] for i in out]))
+            for i in reversed(out):
+                del paths[i], given[i]
+        self.listed.append((site, paths, given))
+
+    def unlike(self, entries: Mapping[str, str]) -> list[tuple[str, str, str]]:
+        """Each file of a walk's ``entries`` whose sha256 is none a RECORD gives it: (path, the RECORDs' sha256,
+        the file's), as RECORD spells them."""
+        get = entries.get
+        found: list[str] = []
+        given: list[str] = []
+        for folder, paths, hashes in self.listed:
+            found += [(get(folder + path) or "----")[4:] for path in paths]  # "f <x|-> <hex>" for a file
+            given += hashes
+        # All at once, not a conversion per file: a sha256 and a zero byte are 33 bytes, 44 base64 letters,
+        # the 43 RECORD spells the sha256 with and "A". Equal: every file is as its RECORD says.
+        with contextlib.suppress(ValueError):  # a path not in the walk, or not a file: one by one, below
+            if _spelled("00".join(found) + "00") == ("A".join(given) + "A").replace("sha256=", "").encode():
+                return []
+        accepted: dict[str, set[str]] = {}  # a path two dists install (an allowed overlap): either's bytes
+        for folder, paths, hashes in self.listed:
+            for path, value in zip(paths, hashes, strict=True):
+                if value.startswith("sha256="):  # not RECORD's own line, nor another algorithm
+                    accepted.setdefault(folder + path, set()).add(value.rstrip("="))
+        out = []
+        for rel, values in accepted.items():
+            entry = get(rel)
+            if entry is not None and entry[0] == "f":  # not a file the walk found: nothing to hold to it
+                mine = f"sha256={_spelled(entry[4:] + '00')[:43].decode()}"
+                if mine not in values:
+                    out.append((rel, " or ".join(sorted(values)), mine))
+        return out
+
+
+def _spelled(hexes: str) -> bytes:
+    """The bytes of ``hexes`` in urlsafe base64, as RECORD spells a hash."""
+    return binascii.b2a_base64(bytes.fromhex(hexes), newline=False).translate(_URLSAFE)
+
+
+def _csv_rows(text: str) -> tuple[list[str], list[str]]:
+    """The paths and hashes of a RECORD's lines, read as CSV (a quoted name: a comma in it)."""
+    import csv
+
+    rows = [row for row in csv.reader(text.splitlines()) if len(row) > 1]
+    return [row[0] for row in rows], [row[1] for row in rows]
+
+
+def wheels_listing(venv: Path, lock: Lock, paths: list[str]) -> str:
+    """The locked wheels whose dists' RECORDs in ``venv`` list any of ``paths`` (venv paths), by file name."""
+    dists = set()
+    for record in venv.glob("lib/python*/site-packages/*.dist-info/RECORD"):
+        listed = record.read_bytes()
+        for path in paths:
+            inside = os.path.relpath(venv / path, record.parent.parent).encode("utf-8", "surrogateescape")
+            if b"\n" + inside + b"," in b"\n" + listed:
+                dists.add(canonicalize_name(record.parent.name.split("-")[0]))
+    return ", ".join(p.wheels[0].filename for p in lock.packages if p.name in dists) or "the locked wheels"
