@@ -432,3 +432,26 @@ def test_a_frozen_sync_rebuilds_after_an_edit_that_leaves_the_build_inputs_alone
     r = cli("sync", "demo", "--frozen")
     assert r.code == 0, r.err
     assert "sources.mini-kernel.patches: patches/mini-kernel/0001-add-dot.patch changed since the lock" in r.out
+
+
+@pytest.mark.slow
+def test_a_sync_that_records_a_build_of_other_inputs_says_it_changed_the_lock(
+    ws: ScratchWorkspace, cli: Cli, backend_index: IndexServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As found: in a fresh clone, `envlock sync demo` rewrote the committed lock's build record (its input
+    # digest covers this machine's compilers) and said only "built mini-kernel": a tracked file changed unsaid.
+    write_demo(ws.root, backend_index.url("pypi"))
+    assert cli("-q", "sync", "demo").code == 0  # locked, built and recorded, "locked anew first" said
+    text = ws.lock_text("demo")
+    digest = tomllib.loads(text)["tool"]["envlock"]["builds"]["mini-kernel"]["input-digest"]
+    (ws.root / "locks" / "pylock.demo.toml").write_text(text.replace(digest, "sha256:" + "0" * 64))  # another machine's
+    shutil.rmtree(ws.root / "wheelhouse")
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-clone"))  # a fresh clone's machine: nothing built
+
+    r = cli("sync", "demo")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[2:4] == [f"  built mini-kernel (inputs {digest[:19]})",
+                                       "  recorded mini-kernel's build in the lock"], r.out
+    assert ws.lock_text("demo") == text
+    r = cli("sync", "demo")  # nothing recorded again: nothing said
+    assert r.code == 0 and "recorded" not in r.out, r.out

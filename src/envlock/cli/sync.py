@@ -49,6 +49,7 @@ def _said(args: argparse.Namespace, result: SyncResult, built: list[tuple[str, s
     if result.relocked:
         lines.append(f"  locked envs/{args.env}.toml anew first (the lock was missing or stale)")
     lines += [f"  built {name} (inputs {digest[:19]})" for name, digest in built]
+    lines += [f"  recorded {name}'s build in the lock" for name in result.builds_recorded]
     if result.recorded:
         lines.append("  recorded the venv digest in the lock")
     if result.note:

@@ -50,6 +50,7 @@ class SyncResult:
     fetched: int = 0  # artifacts brought into the store this run
     built: bool = False  # a new venv entry was installed (False: reused from the store)
     recorded: bool = False  # the venv digest was written into the lock
+    builds_recorded: tuple[str, ...] = ()  # the local builds the sync wrote new records of into the lock
     seconds: float = 0.0
     note: str = ""  # e.g. why the recorded venv digest was not compared
     relocked: bool = False  # the lock file was stale (or missing) and was written anew first
@@ -578,8 +579,7 @@ def _stamp(store: Store, target: SyncTarget, number: int, venv_digest: str, data
     lock, inputs, spec = target.lock, target.inputs, target.spec_input
     stamp = generations.env_dir(store, target.env) / noop.STAMP
     if (
-        data_sha256 is None
-        or on_disk is None
+        data_sha256 is None or on_disk is None
         or on_disk.venv_digest not in (None, venv_digest)
         or (on_disk.spec_digest, on_disk.sources) != (lock.spec_digest, lock.sources)
         or any("\n" in p for p in [*(inputs or {}), *(spec or ())])

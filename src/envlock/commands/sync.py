@@ -99,6 +99,7 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
     env, options = todo.env, todo.options
     lock, downloaded, fetched = todo.lock, 0, 0
     relocked = False
+    recorded: tuple[str, ...] = ()  # the builds whose records this sync wrote into the lock
     caches = _caches(ws, todo)
     store = store if store is not None else Store.open()
     if todo.relock:
@@ -120,10 +121,13 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
         # Offline, nothing is built (a build resolves its requirements against the index; `envlock
         # build --offline` rebuilds from the store): a locally built wheel then comes from the store,
         # or is named missing by fetch.
+        before = lock
         lock, report = _ensure_builds(ws, todo, lock, store, build.BuildOptions(
             frozen=options.frozen, progress=progress, on_build=on_build, caches=caches))
         if report is not None:  # the env's wheels a non-isolated build needed were fetched for it
             downloaded, fetched = downloaded + report.downloaded, fetched + report.fetched
+            if report.lock_changed:  # the lock file changed: said, as the venv digest's record is
+                recorded = tuple(n for n, r in sorted(lock.builds.items()) if before.builds.get(n) != r)
     target, stale = _target(ws, todo, lock)
     target = replace(target, caches=caches)
     if caches is not None and options.lock_ref is not None and lock.builds:  # it builds nothing: a cache may
@@ -148,7 +152,7 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
     # The whole sync: a relock and builds come before realize's own clock starts. Wheels
     # the relock downloaded to hash them are in the store now: this sync downloaded them.
     return replace(result, downloaded=result.downloaded + downloaded, fetched=result.fetched + fetched,
-                   relocked=relocked,
+                   relocked=relocked, builds_recorded=recorded,
                    note="; ".join(n for n in (result.note, *todo.notes, stale, stray,
                                               caches.summary() if caches is not None else "", machine) if n))
 
