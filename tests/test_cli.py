@@ -1101,6 +1101,13 @@ def test_a_lock_linked_to_an_endless_file_is_refused_not_read_forever(
                                                      "file\n"), (command, proc.stderr)
 
 
+def _locked_e(ws: Ws, cli: Callable[..., CliResult], universe: Universe) -> Path:
+    """Env e (otherdep, which requires tinydep) locked: its lock file."""
+    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
+    assert cli("-q", "lock", "e").code == 0
+    return ws.root / "locks" / "pylock.e.toml"
+
+
 def test_a_package_no_spec_key_vouches_for_is_drift_and_a_frozen_sync_refuses_it(
         ws: Ws, cli: Callable[..., CliResult], universe: Universe, tmp_path: Path) -> None:
     # As found: a hand-edited lock adds a [[packages]] entry, a file:// URL outside the workspace with its
@@ -1108,9 +1115,7 @@ def test_a_package_no_spec_key_vouches_for_is_drift_and_a_frozen_sync_refuses_it
     # it and `verify` said ok.
     from kit.wheels import build_wheel
 
-    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))  # otherdep requires tinydep
-    assert cli("-q", "lock", "e").code == 0
-    path = ws.root / "locks" / "pylock.e.toml"
+    path = _locked_e(ws, cli, universe)
     made = path.read_text()
     assert cli("lock", "e", "--check").code == 0  # tinydep: required through the recorded graph
     evil = build_wheel(tmp_path / "elsewhere", "evil", "6.6")
@@ -1149,9 +1154,7 @@ def test_a_stale_lock_vouches_for_nothing_itself_and_a_frozen_sync_refuses_an_in
     # As found: a lock from a pull request zeroes its spec-digest, so it reads as made for another spec, and
     # moves a package to another of the spec's indexes: a frozen sync took any of the spec's indexes for a
     # stale lock's packages, and installed it with only a note.
-    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
-    assert cli("-q", "lock", "e").code == 0
-    path = ws.root / "locks" / "pylock.e.toml"
+    path = _locked_e(ws, cli, universe)
     made = path.read_text()
     digest = re.search(r'^spec-digest = "(sha256:[0-9a-f]{64})"$', made, re.M)
     assert digest is not None
@@ -1187,9 +1190,7 @@ def test_a_stale_lock_vouches_for_nothing_itself_and_a_frozen_sync_refuses_an_in
 ])
 def test_each_way_a_lock_leaves_the_spec_is_named(ws: Ws, cli: Callable[..., CliResult], universe: Universe,
                                                   edit: Callable[[str, Universe], str], reason: str) -> None:
-    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
-    assert cli("-q", "lock", "e").code == 0
-    path = ws.root / "locks" / "pylock.e.toml"
+    path = _locked_e(ws, cli, universe)
     edited = edit(path.read_text(), universe)
     assert edited != path.read_text()
     path.write_text(edited)
@@ -1202,9 +1203,7 @@ def test_a_lock_without_its_graph_is_stale_once_and_a_frozen_sync_says_what_it_h
         ws: Ws, cli: Callable[..., CliResult], universe: Universe) -> None:
     # A lock written before envlock recorded [tool.envlock.requires]: `lock --check` calls it stale
     # (one reason), a frozen sync installs it held to the spec's indexes only and says so, a sync relocks.
-    ws.write_spec("e", spec_text(universe, 'otherdep = "==2.0"'))
-    assert cli("-q", "lock", "e").code == 0
-    path = ws.root / "locks" / "pylock.e.toml"
+    path = _locked_e(ws, cli, universe)
     made = path.read_text()
     old = made.replace('\n[tool.envlock.requires]\n"otherdep" = ["tinydep"]\n', "")
     assert old != made
