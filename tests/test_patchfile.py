@@ -127,3 +127,14 @@ def test_a_rebased_patch_keeps_its_header_and_says_onto_what(data: bytes, header
     assert patchfile.with_rebased_onto(data, "c0ffee") == header
     parsed = patchfile.parse_patch(header + MODIFY.split("---\n", 1)[1].encode(), label="p")
     assert parsed.rebased_onto == "c0ffee"
+
+
+def test_a_patch_a_symbolic_link_takes_out_of_the_workspace_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "patches").mkdir(parents=True)
+    (tmp_path / "elsewhere.patch").write_text("")
+    (root / "patches" / "0001-x.patch").symlink_to(tmp_path / "elsewhere.patch")
+    with pytest.raises(PatchError) as exc:
+        patchfile.load_patches(root, ["patches/0001-x.patch"])
+    assert exc.value.message == (f"patches/0001-x.patch: a symbolic link takes it out of the workspace (to "
+                                 f"{tmp_path / 'elsewhere.patch'}); expected a patch file inside the workspace")

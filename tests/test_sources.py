@@ -518,3 +518,18 @@ def test_an_imported_archive_is_held_to_its_sha256(store: Store, tmp_path: Path,
     assert problem == {"other-archive": f"its archive has sha256 {hashlib.sha256(b'other').hexdigest()}, not {sha}",
                        "no-archive": "it holds no archive to check its tree against (fetched by an older "
                                      "envlock)"}[how]
+
+
+def test_a_path_source_a_symbolic_link_takes_out_of_the_workspace_is_refused(tmp_path: Path) -> None:
+    # Where it is read too (a frozen sync reads the spec without checking its paths, then may build).
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "id_rsa").write_text("TOP SECRET\n")
+    (root / "examples").mkdir(parents=True)
+    (root / "examples" / "evil").symlink_to(outside)
+    store = Store.open(tmp_path / "home")
+    with pytest.raises(SourceError) as exc:
+        sources.prepare(SourceSpec("k", path="examples/evil"), store, root)
+    assert exc.value.message == (f"sources.k.path: examples/evil: a symbolic link takes it out of the workspace (to "
+                                 f"{outside}); expected a folder inside the workspace")
+    assert not list((tmp_path / "home").rglob("id_rsa"))  # nothing copied into the store

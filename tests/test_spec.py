@@ -431,3 +431,24 @@ def test_git_urls_envlock_lets_git_read(tmp_path: Path, url: str) -> None:
     path = tmp_path / "e.toml"
     path.write_text(_SRC.format(url=f'"{url}"'))
     assert load_spec(path).sources["s"].git == url
+
+
+def test_a_source_path_or_patch_a_symbolic_link_takes_out_of_the_workspace_is_a_problem(workspace: Path) -> None:
+    # As found: a pull request adds `examples/evil -> /elsewhere` and names it: the text is inside the workspace,
+    # the folder is not, and what is there was copied into the store, built, and carried by a bundle.
+    outside = workspace.parent / f"{workspace.name}-outside"
+    (outside / "secret").mkdir(parents=True)
+    (outside / "x.patch").write_text("")
+    (workspace / "examples" / "evil").symlink_to(outside / "secret")
+    (workspace / "examples" / "alias").symlink_to("tree")  # a link that stays inside: fine
+    (workspace / "patches" / "x" / "0002-out.patch").symlink_to(outside / "x.patch")
+    path = workspace / "envs" / "e.toml"
+    path.write_text(HEAD + '[sources.x]\npath = "examples/evil"\n'
+                           '[sources.y]\npath = "examples/alias"\npatches = ["patches/x/0002-out.patch"]\n')
+    with pytest.raises(SpecError) as info:
+        load_spec(path, root=workspace)
+    assert list(info.value.details) == [
+        f"sources.x.path: expected a directory inside the workspace root {workspace}, found 'examples/evil', which "
+        f"a symbolic link takes out of it (to {outside / 'secret'})",
+        f"sources.y.patches[0]: expected a file inside the workspace root {workspace}, found "
+        f"'patches/x/0002-out.patch', which a symbolic link takes out of it (to {outside / 'x.patch'})"]

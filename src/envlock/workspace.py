@@ -17,6 +17,15 @@ CACHE_URLS_ENV = "ENVLOCK_CACHE_URLS"
 _ENV_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
+def leaves(root: Path, rel: str) -> str | None:
+    """Where ``root / rel`` really is when a symbolic link on the way takes it out of ``root`` (None: it
+    stays inside). A path's text is checked where it is read (no ``..``, not absolute); a link is not
+    text: a pull request can add ``examples/k -> /elsewhere`` and name ``examples/k``, and what is
+    there would be copied into the store, built and bundled without being in the reviewed tree."""
+    real, top = os.path.realpath(root / rel), os.path.realpath(root)
+    return None if real == top or real.startswith(top.rstrip("/") + "/") else real
+
+
 def check_env_name(env: str) -> None:
     """``UsageError`` unless ``env`` can name an env (and so a file and a store folder)."""
     if not _ENV_NAME.fullmatch(env):

@@ -42,6 +42,7 @@ from envlock.store import archives
 from envlock.store.home import file_sha256
 from envlock.store.store import Store
 from envlock.store.trees import PATH_SOURCE_EPOCH, copy_tree, tree_digest
+from envlock.workspace import leaves
 
 _SHORT_HEX = re.compile(r"[0-9a-f]{4,39}")
 _COMMITTER = re.compile(rb"^committer .* (\d+) [+-]\d{4}\n", re.MULTILINE)
@@ -517,5 +518,8 @@ def prepare(
     assert spec.path is not None
     folder = override if override is not None else workspace_root / spec.path
     name = f"sources.{spec.name}.path: {spec.path}" if override is None else f"--override-source {spec.name}={override}"
+    if override is None and (out := leaves(workspace_root, spec.path)) is not None:
+        raise SourceError(f"{name}: a symbolic link takes it out of the workspace (to {out}); expected a folder "
+                          "inside the workspace")
     tree, digest = snapshot_path(store, folder, name=name)
     return PreparedSource(spec.name, "path", spec.path, tree, digest, override=override)

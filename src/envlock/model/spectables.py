@@ -28,7 +28,7 @@ from envlock.model.locktables import PACKAGE_NAME, is_workspace_path
 from envlock.model.overlaps import AllowedOverlap
 from envlock.model.tomlio import toml_key
 from envlock.urlcheck import git_url_problem, index_url_problem
-from envlock.workspace import env_var_suffix
+from envlock.workspace import env_var_suffix, leaves
 
 #: A full git commit id: what a pin must be where a moving rev would be a hole.
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
@@ -235,9 +235,13 @@ def check_exists(p: Problems, key: str, root: Path | None, value: str, *, direct
     if root is None:
         return
     target = root / value
+    what = "a directory" if directory else "a file"
+    if (out := leaves(root, value)) is not None:
+        p.add(key, f"expected {what} inside the workspace root {root}, found {value!r}, which a symbolic link "
+                   f"takes out of it (to {out})")
+        return
     if target.is_dir() if directory else target.is_file():
         return
-    what = "a directory" if directory else "a file"
     why = "does not exist" if not target.exists() else f"is not {what}"
     p.add(key, f"expected {what} relative to the workspace root {root}, found {value!r}, which {why}")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from envlock.errors import PatchError
 from envlock.model.lockfile import LockedPatch
+from envlock.workspace import leaves
 
 _HUNK = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _HEADER_KEYS = ("Subject", "Why", "Upstream", "Rebased-onto")
@@ -123,8 +124,15 @@ class PatchFile:
 
 
 def load_patches(root: Path, labels: Iterable[str]) -> list[PatchFile]:
-    """Read and parse the patches a source lists (paths relative to the workspace ``root``)."""
-    return [parse_patch_file(root / label, label=label) for label in labels]
+    """Read and parse the patches a source lists (paths relative to the workspace ``root``, and inside it:
+    ``PatchError`` for one a symbolic link takes out)."""
+    found = []
+    for label in labels:
+        if (out := leaves(root, label)) is not None:
+            raise PatchError(f"{label}: a symbolic link takes it out of the workspace (to {out}); expected a "
+                             "patch file inside the workspace")
+        found.append(parse_patch_file(root / label, label=label))
+    return found
 
 
 def parse_patch_file(path: Path, *, label: str | None = None) -> PatchFile:
