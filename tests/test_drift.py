@@ -76,6 +76,9 @@ def _with(lock: Lock, name: str, **changes: Any) -> Lock:
     (lambda lock: _with(lock, "dep", wheels=(Artifact("e" * 64, url="file:///srv/dep-2.0-py3-none-any.whl"),)),
      f"[[packages]] dep 2.0: file:///srv/dep-2.0-py3-none-any.whl is a file on this machine, not a file of index "
      f"{PYPI} (edited by hand?)"),
+    (lambda lock: _with(lock, "dep", wheels=(Artifact("e" * 64, url="FILE:///srv/dep-2.0-py3-none-any.whl"),)),
+     f"[[packages]] dep 2.0: FILE:///srv/dep-2.0-py3-none-any.whl is a file on this machine, not a file of index "
+     f"{PYPI} (edited by hand?)"),  # a scheme is case-blind: the fetch read FILE: as a local path
     (lambda lock: replace(lock, requires=None), NO_GRAPH),
 ])
 def test_each_way_out_of_the_spec_is_named(spec: EnvSpec, lock: Lock, edit: Callable[[Lock], Lock],

@@ -315,6 +315,7 @@ def test_an_edit_that_reached_uv_cache_is_repaired_by_a_rebuild_without_it(locks
     repaired = _realize(store, "other", read_lock(lock_path), lock_path=lock_path)
     assert repaired.venv_digest == clean.venv_digest
     assert repaired.note.startswith("the first build differed from the lock's digest; with uv's cache cleared")
+    assert repaired.note.count("a file of uv's cache differed") == 1  # said once, not again after it
     assert (repaired.path / "lib" / "python3.11" / "site-packages" / "alpha" / "__init__.py").read_text() != (
         "edited in place\n")
     assert init.read_text() == "edited in place\n"  # the edited venv keeps its files (verify names them)

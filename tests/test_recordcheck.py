@@ -168,6 +168,9 @@ def test_a_wheel_with_scripts_entry_points_and_data_installs_without_a_repair(tm
     # Scripts, relative to site-packages; a name CSV-quoted for its comma; a padded hash.
     (["../../../bin/t,{x},2"], {"bin/t": "y"}, [("bin/t", "{x}", "{y}")]),
     (['"a/b,c.py",{x},2'], {"a/b,c.py": "y"}, [("a/b,c.py", "{x}", "{y}")]),
+    # With a quoted name in the RECORD, lines are CSV's: a name holding U+2028 (a line break to str.splitlines).
+    (['"a/b,c.py",{x},2', "a/p\u2028q.py,{x},2"], {"a/b,c.py": "x", "a/p\u2028q.py": "y"},
+     [("a/p\u2028q.py", "{x}", "{y}")]),
     (["a/x.py,{x}=,2"], {"a/x.py": "x"}, []),
     # A folder or a symlink at a RECORD's path is not a file to hold to it.
     (["a/x.py,{x},2", "a/d,{x},2"], {"a/x.py": "x", "a/d": None}, []),

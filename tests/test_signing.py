@@ -10,6 +10,7 @@ import pytest
 
 from envlock.cache.signing import (
     RecordRefusedError,
+    SecretKey,
     generate,
     parse_public,
     read_secret,
@@ -92,9 +93,10 @@ def _doc(signatures: object, record: object = None) -> bytes:
 
 @pytest.mark.parametrize(("data", "message"), [
     # As found: each of these ended a sync, a lock or an import in a traceback, not a refusal and a fallback.
-    (_doc([{"key": ["ci-1"], "sig": "AAAA"}]), "record of k: signed by no key, which is not a trusted key "
-                                                "(trusted: 'ci-1')"),
-    (_doc([{"key": "ci-1", "sig": 5}]), "record of k: signed by no key, which is not a trusted key (trusted: 'ci-1')"),
+    (_doc([{"key": ["ci-1"], "sig": "AAAA"}]), 'record of k: no signature of the form {"key": NAME, "sig": BASE64} '
+                                                "(found 1 of another form)"),
+    (_doc([{"key": "ci-1", "sig": 5}]), 'record of k: no signature of the form {"key": NAME, "sig": BASE64} (found 1 '
+                                        "of another form)"),
     (_doc([{"key": "ci-1", "sig": "%%%"}]), "record of k: the signature of trusted key 'ci-1' does not verify (the "
                                             "record was changed after it was signed, or another key of that name "
                                             "signed it)"),
@@ -115,9 +117,9 @@ def test_a_secret_key_file_is_its_owners_alone_small_and_never_quoted(tmp_path: 
     key.chmod(0o644)
     with pytest.raises(UsageError) as exc:
         read_secret(key)
-    assert exc.value.message == (f"{key}: a secret key others can read or write (mode 0644); expected it yours "
-                                 f"alone: `chmod 600 {key}` (and keep it yours), or make a new one with `envlock "
-                                 "cache keygen`")
+    assert exc.value.message == (f"{key}: a secret key others can read or change (mode 0644); expected it yours "
+                                 f"alone (`chmod 600 {key}`), or root's that no one else can write; or make a new "
+                                 "one with `envlock cache keygen`")
     # A file named by mistake (a pull request's envlock.toml can name one): what it holds is never quoted.
     credentials = tmp_path / "credentials"
     credentials.write_text("[default]\naws_secret_access_key=wJalrXUtnFEMI/K7MDENG\n")
@@ -137,3 +139,57 @@ def test_a_secret_key_file_is_its_owners_alone_small_and_never_quoted(tmp_path: 
         read_secret(big)
     assert exc.value.message == f"{big}: larger than 4096 bytes; expected a secret key (as `envlock cache keygen` " \
                                 "writes it)"
+
+
+def test_a_secret_key_that_is_a_fifo_or_cut_mid_character_past_the_limit_is_named_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "key"
+    os.mkfifo(fifo, 0o600)  # opened blocking, reading it waited for a writer forever
+    with pytest.raises(UsageError) as exc:
+        read_secret(fifo)
+    assert exc.value.message == (f"{fifo}: not a regular file; expected a secret key (as `envlock cache keygen` "
+                                 "writes it)")
+    big = tmp_path / "big.key"
+    big.write_bytes(b"A" * 4095 + "é".encode())  # past 4096 bytes, cut inside the é when read
+    big.chmod(0o600)
+    with pytest.raises(UsageError) as exc:
+        read_secret(big)
+    assert exc.value.message.startswith(f"{big}: larger than 4096 bytes")
+
+
+@pytest.mark.skipif(__import__("os").getuid() != 0, reason="a file of another owner needs root to make")
+def test_a_root_owned_secret_mount_is_taken_unless_others_can_write_it() -> None:
+    # A secret mounted into a container (Docker's /run/secrets 0444, Kubernetes' 0644) is root's: its user
+    # cannot chmod it, and no one else can change it. One that others can write is refused; a third user's too.
+    import os
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp())
+    folder.chmod(0o755)  # a folder the CI user below can enter
+    key = folder / "mounted.key"
+    made = generate("ci-1")
+
+    def as_ci_user() -> SecretKey:
+        os.setresuid(1000, 1000, 0)  # the saved uid brings root back
+        try:
+            return read_secret(key)
+        finally:
+            os.setresuid(0, 0, 0)
+
+    try:
+        write_secret(made, key)
+        key.chmod(0o444)
+        assert as_ci_user() == made
+        key.chmod(0o666)
+        with pytest.raises(UsageError) as exc:
+            as_ci_user()
+        assert "a secret key others can read or change (mode 0666)" in exc.value.message
+        os.chown(key, 2000, 2000)
+        key.chmod(0o444)
+        with pytest.raises(UsageError) as exc:
+            as_ci_user()
+        assert "a secret key others can read or change (owned by uid 2000, neither you nor root)" in exc.value.message
+    finally:
+        shutil.rmtree(folder)

@@ -184,7 +184,7 @@ class Caches:
         what none has is left for the index. Returns how many wheels came, and their bytes (a sync
         counts them as fetched and downloaded)."""
         wanted = [a for a in {a.sha256: a for a in artifacts}.values()
-                  if a.url is not None and not a.url.startswith("file:")
+                  if a.url is not None and a.url[:5].lower() != "file:"
                   and not stored(a, store_file(store, a))[0]
                   and not store.has("wheels", a.sha256)]  # its bytes under another name: fetch links this one
         backends = list(self.backends())  # opened once, here: the threads below only read the list

@@ -129,28 +129,37 @@ _SECRET_MAX = 4096
 
 
 def read_secret(path: Path) -> SecretKey:
-    """The secret key in ``path`` (as ``cache keygen`` wrote it): a regular file of its owner's that
-    nobody else can read (as ``~/.netrc``), at most ``_SECRET_MAX`` bytes; else ``UsageError``."""
+    """The secret key in ``path`` (as ``cache keygen`` wrote it), at most ``_SECRET_MAX`` bytes of a regular
+    file: one of yours no one else may read or write (as ssh and ``~/.netrc`` ask), or root's that no one
+    else may write (a secret mounted into a container: Docker's 0444, Kubernetes' 0644); else ``UsageError``."""
+    expected = "expected a secret key (as `envlock cache keygen` writes it)"
     try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise UsageError(f"{path}: not a regular file; expected a secret key (as `envlock cache keygen` "
-                                 "writes it)")
-            if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO) or st.st_uid != os.getuid():
-                whose = (f"mode {stat.S_IMODE(st.st_mode):04o}" if st.st_uid == os.getuid()
-                         else f"owned by uid {st.st_uid}, not by you")
-                raise UsageError(f"{path}: a secret key others can read or write ({whose}); expected it yours "
-                                 f"alone: `chmod 600 {path}` (and keep it yours), or make a new one with "
-                                 "`envlock cache keygen`")
+        # Not blocking: a FIFO named as the key must not hang the command before it is seen not to be a file.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the secret key: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UsageError(f"{path}: not a regular file; {expected}")
+        mine = st.st_uid == os.getuid()
+        if st.st_mode & ((stat.S_IRWXG | stat.S_IRWXO) if mine else (stat.S_IWGRP | stat.S_IWOTH)) or (
+                not mine and st.st_uid != 0):
+            whose = (f"mode {stat.S_IMODE(st.st_mode):04o}" if mine or st.st_uid == 0
+                     else f"owned by uid {st.st_uid}, neither you nor root")
+            raise UsageError(f"{path}: a secret key others can read or change ({whose}); expected it yours "
+                             f"alone (`chmod 600 {path}`), or root's that no one else can write; or make a new one "
+                             "with `envlock cache keygen`")
+        try:
             data = fh.read(_SECRET_MAX + 1)
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
-        raise UsageError(f"{path}: cannot read the secret key: {why}") from None
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read the secret key: {exc.strerror or exc}") from None
     if len(data) > _SECRET_MAX:
-        raise UsageError(f"{path}: larger than {_SECRET_MAX} bytes; expected a secret key (as `envlock cache "
-                         "keygen` writes it)")
+        raise UsageError(f"{path}: larger than {_SECRET_MAX} bytes; {expected}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text; {expected}") from None
     return SecretKey(*_split(text, str(path), "a secret key (as `envlock cache keygen` writes it)", secret=True))
 
 
@@ -199,6 +208,7 @@ def verify_record(data: bytes, trusted: Mapping[str, PublicKey], where: str,
         if not isinstance(record, dict) or not isinstance(sigs, list):
             raise ValueError("shape")
         # A signature is {"key": NAME, "sig": BASE64}, both strings: anything else is no signature.
+        given = len(sigs)
         sigs = [s for s in sigs if isinstance(s, dict) and isinstance(s.get("key"), str)
                 and isinstance(s.get("sig", ""), str)]
         body = canonical(record, fmt)
@@ -217,6 +227,9 @@ def verify_record(data: bytes, trusted: Mapping[str, PublicKey], where: str,
                                 "(the record was changed after it was signed, or another key of that "
                                 "name signed it)") from None
         return record
+    if given > len(sigs) and not sigs:
+        raise RecordRefusedError(f"{where}: no signature of the form {{\"key\": NAME, \"sig\": BASE64}} (found "
+                                 f"{given} of another form)")
     signed_by = ", ".join(repr(n) for n in names) or "no key"
     trust = ", ".join(repr(n) for n in sorted(trusted)) or "none (pass --trusted-key NAME:BASE64)"
     raise RecordRefusedError(f"{where}: signed by {signed_by}, which is not a trusted key (trusted: {trust})")

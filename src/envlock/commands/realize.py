@@ -389,7 +389,7 @@ def _install_checked(store: Store, target: SyncTarget, wheels: Mapping[str, Path
             details=differing_lines(reference, actual, expected),
         )
     return _Checked(inst.venv, key, actual.digest, built_with, inst.built,
-                    "; ".join(dict.fromkeys(filter(None, [repaired, inst.note, note]))))
+                    "; ".join(dict.fromkeys(filter(None, [repaired, note]))))
 
 
 def _new_generation(store: Store, env: str, cur: generations.Generation | None, checked: _Checked,

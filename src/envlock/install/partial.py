@@ -209,7 +209,7 @@ def download(
 
 def is_local(artifact: Artifact) -> bool:
     """Whether ``artifact`` is copied from this machine's files (a ``path``, a ``file:`` URL), not downloaded."""
-    return artifact.url is None or artifact.url.startswith("file:")
+    return artifact.url is None or artifact.url[:5].lower() == "file:"  # a scheme is case-blind (RFC 3986)
 
 
 

@@ -204,8 +204,10 @@ def _spelled(hexes: str) -> bytes:
 def _csv_rows(text: str) -> tuple[list[str], list[str]]:
     """The paths and hashes of a RECORD's lines, read as CSV (a quoted name: a comma in it)."""
     import csv
+    import io
 
-    rows = [row for row in csv.reader(text.splitlines()) if len(row) > 1]
+    # Lines are CSV's, not str.splitlines's (which also cuts at \x0c, \x85, \u2028: a name may hold them).
+    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if len(row) > 1]
     return [row[0] for row in rows], [row[1] for row in rows]
 
 

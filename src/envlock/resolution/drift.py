@@ -148,7 +148,7 @@ def _not_from_spec(spec: EnvSpec, lock: Lock, pkg: LockedPackage, urls: Mapping[
                 f"({redact(spec.indexes[index].url)})"]
     if art.url is None:
         return [f"{where}, a path, but a wheel of index {pkg.index} is the URL it lists"]
-    if art.url.startswith("file:") and not _in_folder(pkg.index, art.url):
+    if urlsplit(art.url).scheme.lower() == "file" and not _in_folder(pkg.index, art.url):  # FILE: is file:
         return [f"{art.url} is a file on this machine, not a file of index {pkg.index}"]
     return []
 
@@ -158,7 +158,7 @@ def _in_folder(index: str, url: str) -> bool:
     the fetch reads it: its path unquoted (``%2e%2e`` is ``..``), and no ``.`` or ``..`` part in it,
     which a folder's symbolic link could take anywhere (an index lists its files by their names)."""
     folder, file = urlsplit(index), urlsplit(url)
-    if folder.scheme != "file" or {folder.netloc, file.netloc} - {"", "localhost"}:
+    if folder.scheme.lower() != "file" or {folder.netloc, file.netloc} - {"", "localhost"}:
         return False  # another host's files: a share mounted here is named by its path
     parts = unquote(file.path).split("/")
     return (not {".", ".."} & set(parts)
