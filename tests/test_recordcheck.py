@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -129,13 +130,18 @@ def test_a_wheel_whose_record_lies_is_refused_naming_the_file(tmp_path: Path) ->
     lock = lock_for(None, "", [], local=[(alpha, alpha.name), (liar, liar.name)])
     store = Store.open(tmp_path / "home")
     got = fetch([p.wheels[0] for p in lock.packages], store, base_dir=w).paths()
+    install.install(store, replace(lock, packages=lock.packages[:1]), got)  # alpha, into uv's cache
+    cached = sorted(p.name for p in uvcache.uv_cache_dir(store).rglob("*.py"))
     with pytest.raises(VerifyError) as info:
         install.install(store, lock, got)
+    # Read from the wheel itself, its file is as unlike the RECORD: the wheel's fault, refused at once, and uv's
+    # cache (every other venv's files) is not cleared for it.
     assert info.value.message == (
-        "liar-1.0-py3-none-any.whl: 1 installed file(s) differ from the sha256 their wheel's RECORD gives, with uv's "
-        "cache cleared and the venv made again from the store's wheels (each its locked sha256): the wheel's RECORD "
-        "is not true to its files; expected a wheel whose RECORD gives its files' sha256: rebuild or republish it, "
-        "or lock another; the venv was not kept")
+        "liar-1.0-py3-none-any.whl: 1 installed file(s) differ from the sha256 their wheel's RECORD gives, as in the "
+        "store's wheel itself (each wheel its locked sha256): the wheel's RECORD is not true to its files; expected "
+        "a wheel whose RECORD gives its files' sha256: rebuild or republish it, or lock another; the venv was not "
+        "kept")
+    assert cached and set(cached) <= {p.name for p in uvcache.uv_cache_dir(store).rglob("*.py")}
     assert list(info.value.details) == [
         f"{SITE}/liar/__init__.py: its RECORD gives {_record_hash(LIE)}, the file has {_record_hash(TRUE)}"]
     assert not store.has("venvs", install.venv_entry(lock.install_digest()))

@@ -12,6 +12,7 @@ from envlock.errors import SourceError, SourceTreeError, UsageError
 from envlock.model.spec import SourceSpec
 from envlock.store import trees
 from envlock.store.store import Store
+from envlock.workspace import seen_through
 from kit.sglike import SgLike, commit_all, git, init_repo, write
 from kit.universe import Universe
 from kit.workspaces import Cli, ScratchWorkspace
@@ -533,3 +534,6 @@ def test_a_path_source_a_symbolic_link_takes_out_of_the_workspace_is_refused(tmp
     assert exc.value.message == (f"sources.k.path: examples/evil: a symbolic link takes it out of the workspace (to "
                                  f"{outside}); expected a folder inside the workspace")
     assert not list((tmp_path / "home").rglob("id_rsa"))  # nothing copied into the store
+    # A scratch workspace envlock makes (bisect's: links to the real one's entries) is said to see through them.
+    seen_through(root, tmp_path)
+    assert sources.prepare(SourceSpec("k", path="examples/evil"), store, root).kind == "path"

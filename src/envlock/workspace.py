@@ -23,7 +23,19 @@ def leaves(root: Path, rel: str) -> str | None:
     text: a pull request can add ``examples/k -> /elsewhere`` and name ``examples/k``, and what is
     there would be copied into the store, built and bundled without being in the reviewed tree."""
     real, top = os.path.realpath(root / rel), os.path.realpath(root)
-    return None if real == top or real.startswith(top.rstrip("/") + "/") else real
+    tops = [top, *([_SEEN_THROUGH[top]] if top in _SEEN_THROUGH else [])]
+    return None if any(real == t or real.startswith(t.rstrip("/") + "/") for t in tops) else real
+
+
+#: A scratch workspace's real root -> the real root of the workspace it sees through its links (``seen_through``).
+_SEEN_THROUGH: dict[str, str] = {}
+
+
+def seen_through(scratch: Path, real: Path) -> None:
+    """Let ``leaves`` take the links of ``scratch``, a scratch workspace envlock made (bisect's: its entries
+    are links to the real workspace's), into ``real`` as inside it. Said in this process only: no file in a
+    workspace can claim it."""
+    _SEEN_THROUGH[os.path.realpath(scratch)] = os.path.realpath(real)
 
 
 def check_env_name(env: str) -> None:

@@ -43,7 +43,7 @@ from envlock.model.lockfile import Lock, read_lock
 from envlock.model.mirrors import MirrorOptions
 from envlock.model.spec import EnvSpec, load_env_spec, load_spec
 from envlock.store.store import Store
-from envlock.workspace import Workspace, check_env_name
+from envlock.workspace import Workspace, check_env_name, seen_through
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
 #: The exit of a bisect that could not tell the first bad candidate (every candidate it tried between
@@ -380,5 +380,6 @@ def _temp_workspace(ws: Workspace, scratch: Path, env: str) -> Workspace:
         (scratch / folder).mkdir()
     if ws.lock_path(env).is_file():
         shutil.copyfile(ws.lock_path(env), scratch / "locks" / ws.lock_path(env).name)
+    seen_through(scratch, ws.root)  # its links lead into the real workspace: inside it, for the path checks
     return Workspace(scratch)
 

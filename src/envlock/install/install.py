@@ -42,6 +42,7 @@ from envlock.install.uvcache import (
     UV_CACHE_LOCK,
     RecordHashes,
     clear_uv_cache,
+    record_lies,
     repair_uv_cache,
     uv_cache_dir,
     wheels_listing,
@@ -216,13 +217,15 @@ def _build(store: Store, work: Path, final: Path, python: Path, lock: Lock, batc
         notes.append(note)
         if not unlike:
             return "; ".join(filter(None, notes)), built, edited
-        if len(notes) > 1:  # made again without uv's cache: from the wheels' own files
+        if len(notes) > 1 or record_lies(work, lock, wheels, unlike):  # the wheel's own file is unlike it too
             check_stored_bytes(wheels)  # a store wheel damaged since it was fetched is named as such
             _remove_log(log)
+            how = ("with uv's cache cleared and the venv made again from the store's wheels" if len(notes) > 1
+                   else "as in the store's wheel itself")
             raise VerifyError(
                 f"{wheels_listing(work, lock, [u[0] for u in unlike])}: {len(unlike)} installed file(s) differ "
-                "from the sha256 their wheel's RECORD gives, with uv's cache cleared and the venv made again from "
-                "the store's wheels (each its locked sha256): the wheel's RECORD is not true to its files; expected "
+                f"from the sha256 their wheel's RECORD gives, {how} (each wheel its locked sha256): the wheel's "
+                "RECORD is not true to its files; expected "
                 "a wheel whose RECORD gives its files' sha256: rebuild or republish it, or lock another; the venv "
                 "was not kept", details=[f"{path}: its RECORD gives {given}, the file has {found}"
                                          for path, given, found in unlike])

@@ -221,3 +221,31 @@ def wheels_listing(venv: Path, lock: Lock, paths: list[str]) -> str:
             if b"\n" + inside + b"," in b"\n" + listed:
                 dists.add(canonicalize_name(record.parent.name.split("-")[0]))
     return ", ".join(p.wheels[0].filename for p in lock.packages if p.name in dists) or "the locked wheels"
+
+
+def record_lies(venv: Path, lock: Lock, wheels: Mapping[str, Path], unlike: list[tuple[str, str, str]]) -> bool:
+    """Whether the wheel itself holds a file unlike its RECORD (the wheel's fault, not uv's cache's: clearing the
+    cache for it, for every venv, would change nothing): the first of ``unlike`` (``RecordHashes.unlike``) in
+    site-packages, read from its store wheel (``wheels``: sha256 -> file) as one zip member."""
+    import hashlib
+    import zipfile
+
+    for path, given, _ in unlike:
+        site, sep, rel = path.partition("/site-packages/")
+        if not sep:
+            continue  # a script or data file: its member is under .data/, and one file decides
+        for record in venv.glob(f"{site}/site-packages/*.dist-info/RECORD"):
+            if b"\n" + rel.encode("utf-8", "surrogateescape") + b"," not in b"\n" + record.read_bytes():
+                continue
+            name = canonicalize_name(record.parent.name.split("-")[0])
+            wheel = next((wheels.get(p.wheels[0].sha256) for p in lock.packages if p.name == name), None)
+            if wheel is None:
+                return False
+            try:
+                with zipfile.ZipFile(wheel) as whl:
+                    member = whl.read(rel)
+            except (OSError, KeyError, zipfile.BadZipFile):
+                return False  # not to be told from here: the cache is cleared, as for an edit
+            return f"sha256={_spelled(hashlib.sha256(member).hexdigest() + '00')[:43].decode()}" not in given
+        return False
+    return False
