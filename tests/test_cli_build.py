@@ -455,3 +455,15 @@ def test_a_sync_that_records_a_build_of_other_inputs_says_it_changed_the_lock(
     assert ws.lock_text("demo") == text
     r = cli("sync", "demo")  # nothing recorded again: nothing said
     assert r.code == 0 and "recorded" not in r.out, r.out
+
+    # A sync that fails after it wrote the record says so all the same (the tracked file changed).
+    venv = re.search(r'^venv-digest = "(sha256:[0-9a-f]{64})"$', text, re.M)
+    assert venv is not None
+    (ws.root / "locks" / "pylock.demo.toml").write_text(
+        text.replace(digest, "sha256:" + "0" * 64).replace(venv[1], "sha256:" + "1" * 64))
+    shutil.rmtree(ws.root / "wheelhouse")
+    monkeypatch.setenv("ENVLOCK_HOME", str(tmp_path / "home-clone-2"))
+    r = cli("sync", "demo")
+    assert r.code == 1 and "not reproducible" in r.err, r.err
+    assert "  the lock file changed before this: locks/pylock.demo.toml records mini-kernel's new build" in (
+        r.err.splitlines()), r.err

@@ -19,7 +19,7 @@ from pathlib import Path
 from envlock import timings
 from envlock.commands.lockrefs import load_env_lock_ref
 from envlock.commands.realize import SyncResult, SyncTarget, realize
-from envlock.errors import BuildError, FetchError, LockError, SpecError, UsageError
+from envlock.errors import BuildError, EnvlockError, FetchError, LockError, SpecError, UsageError
 from envlock.model.lockfile import Lock, canonicalize_name, read_lock
 from envlock.model.mirrors import MirrorOptions, Mirrors, index_mirrors, index_vars_set, source_mirrors
 from envlock.store.home import file_sha256
@@ -138,9 +138,13 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
                                                                  target.local_wheels))
     try:
         result = realize(store, target, progress)
-    except FetchError as exc:
-        # What a cache was refused for says why it did not give the missing file.
-        said = [*filter(None, [todo.mirrors.index_hint(exc)]), *(caches.notes if caches is not None else [])]
+    except EnvlockError as exc:
+        said = []
+        if isinstance(exc, FetchError):  # what a cache was refused for says why it did not give the missing file
+            said += [*filter(None, [todo.mirrors.index_hint(exc)]), *(caches.notes if caches is not None else [])]
+        if recorded:  # the lock file changed before the failure: said all the same
+            said.append(f"the lock file changed before this: {ws.relative(todo.lock_path or Path())} records "
+                        f"{', '.join(recorded)}'s new build")
         if not said:
             raise
         raise exc.with_details(*said) from None
