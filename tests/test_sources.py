@@ -173,23 +173,26 @@ def test_links_inside_a_path_source_are_kept_and_one_leading_out_is_not(tmp_path
                                + _EXPECTED)
 
 
-def test_a_path_source_may_be_a_link_to_a_folder_outside_the_workspace(tmp_path: Path, store: Store) -> None:
-    """Its content is what is hashed, wherever it lies; the spec's path is checked lexically."""
+def test_a_tree_outside_the_workspace_is_an_override_not_a_link(tmp_path: Path, store: Store) -> None:
+    """A path source linked out of the workspace is refused (a pull request's link is not reviewed code); a tree
+    on another disk is tried with ``--override-source NAME=DIR``: hashed wherever it lies."""
     elsewhere = tmp_path / "big-disk" / "k"
     write(elsewhere, {"pkg/real.py": "REAL = 1\n"})
     os.symlink("real.py", elsewhere / "pkg/alias.py")
     root = tmp_path / "ws"
     root.mkdir()
     (root / "k").symlink_to(elsewhere)
-    prepared = sources.prepare(SourceSpec("k", path="k"), store, root)
+    with pytest.raises(SourceError) as exc:
+        sources.prepare(SourceSpec("k", path="k"), store, root)
+    assert exc.value.message.startswith("sources.k.path: k: a symbolic link takes it out of the workspace")
+    prepared = sources.prepare(SourceSpec("k", path="k"), store, root, override=elsewhere)
     assert prepared.tree_digest == trees.tree_digest(elsewhere)
-    assert prepared.location == "k"
-    # Its links are judged from the source's top, as given: one that leaves it is refused.
+    # Its links are judged from the tree's top, as given: one that leaves it is refused.
     os.symlink("../../k/pkg/real.py", elsewhere / "pkg/out.py")
     with pytest.raises(SourceTreeError) as info:
-        sources.prepare(SourceSpec("k", path="k"), store, root)
-    assert str(info.value) == ("sources.k.path: k: symlink pkg/out.py -> ../../k/pkg/real.py leads outside the source "
-                               f"tree; {_EXPECTED}")
+        sources.prepare(SourceSpec("k", path="k"), store, root, override=elsewhere)
+    assert str(info.value).startswith(f"--override-source k={elsewhere}: symlink pkg/out.py -> ../../k/pkg/real.py "
+                                      "leads outside the source tree")
 
 
 def test_lock_refuses_a_path_source_with_a_link_out_of_its_tree(ws: ScratchWorkspace, cli: Cli, universe: Universe,
