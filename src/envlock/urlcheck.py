@@ -53,6 +53,12 @@ def _chars(url: str, expected: str) -> str | None:
     return f"{expected} with no whitespace or control character, found {shown(url)!r} ({where})"
 
 
+def is_file_url(url: str) -> bool:
+    """Whether ``url`` names a file on this machine: ``file:`` in any case (a scheme is case-blind, RFC 3986;
+    the fetch reads ``FILE:///x`` as the local ``/x``)."""
+    return url[:5].lower() == "file:"
+
+
 def is_index_url(url: str) -> bool:
     """Whether ``url`` can be an index's (or its mirror's, or an archive's) URL: http(s):// with a
     host, or file://, that parses (a port past 65535 or an unclosed IPv6 bracket would fail only when

@@ -46,6 +46,7 @@ from envlock.model.jsondoc import json_doc
 from envlock.model.lockfile import Artifact, Lock
 from envlock.model.tomlio import load_toml
 from envlock.store.store import STORE_MTIME, Store, copy_atomic, store_file, stored
+from envlock.urlcheck import is_file_url
 from envlock.workspace import CACHE_URLS_ENV, CONFIG_FILE, Workspace
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ class Caches:
         what none has is left for the index. Returns how many wheels came, and their bytes (a sync
         counts them as fetched and downloaded)."""
         wanted = [a for a in {a.sha256: a for a in artifacts}.values()
-                  if a.url is not None and a.url[:5].lower() != "file:"
+                  if a.url is not None and not is_file_url(a.url)
                   and not stored(a, store_file(store, a))[0]
                   and not store.has("wheels", a.sha256)]  # its bytes under another name: fetch links this one
         backends = list(self.backends())  # opened once, here: the threads below only read the list

@@ -100,6 +100,7 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
     lock, downloaded, fetched = todo.lock, 0, 0
     relocked = False
     recorded: tuple[str, ...] = ()  # the builds whose records this sync wrote into the lock
+    changed = ""  # the same, as a detail of an error that comes after it
     caches = _caches(ws, todo)
     store = store if store is not None else Store.open()
     if todo.relock:
@@ -128,6 +129,8 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
             downloaded, fetched = downloaded + report.downloaded, fetched + report.fetched
             if report.lock_changed:  # the lock file changed: said, as the venv digest's record is
                 recorded = tuple(n for n, r in sorted(lock.builds.items()) if before.builds.get(n) != r)
+                changed = (f"the lock file changed before this: {ws.relative(todo.lock_path)} records "
+                           f"{', '.join(recorded)}'s new build")
     target, stale = _target(ws, todo, lock)
     target = replace(target, caches=caches)
     if caches is not None and options.lock_ref is not None and lock.builds:  # it builds nothing: a cache may
@@ -142,9 +145,7 @@ def _sync(ws: Workspace, todo: SyncPlan, store: Store | None, progress: Progress
         said = []
         if isinstance(exc, FetchError):  # what a cache was refused for says why it did not give the missing file
             said += [*filter(None, [todo.mirrors.index_hint(exc)]), *(caches.notes if caches is not None else [])]
-        if recorded:  # the lock file changed before the failure: said all the same
-            said.append(f"the lock file changed before this: {ws.relative(todo.lock_path or Path())} records "
-                        f"{', '.join(recorded)}'s new build")
+        said += [changed] if changed else []  # the lock file changed before the failure: said all the same
         if not said:
             raise
         raise exc.with_details(*said) from None

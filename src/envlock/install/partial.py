@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 from envlock.errors import FetchError
 from envlock.model.lockfile import Artifact
 from envlock.progress import Progress, Stop
+from envlock.urlcheck import is_file_url
 
 if TYPE_CHECKING:
     from envlock.net.http import HttpError
@@ -209,7 +210,7 @@ def download(
 
 def is_local(artifact: Artifact) -> bool:
     """Whether ``artifact`` is copied from this machine's files (a ``path``, a ``file:`` URL), not downloaded."""
-    return artifact.url is None or artifact.url[:5].lower() == "file:"  # a scheme is case-blind (RFC 3986)
+    return artifact.url is None or is_file_url(artifact.url)
 
 
 

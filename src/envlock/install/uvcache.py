@@ -190,10 +190,15 @@ class RecordHashes:
         for rel, values in accepted.items():
             entry = get(rel)
             if entry is not None and entry[0] == "f":  # not a file the walk found: nothing to hold to it
-                mine = f"sha256={_spelled(entry[4:] + '00')[:43].decode()}"
+                mine = _record_hash(entry[4:])
                 if mine not in values:
                     out.append((rel, " or ".join(sorted(values)), mine))
         return out
+
+
+def _record_hash(sha256: str) -> str:
+    """A file's hex ``sha256`` as its RECORD line gives it: ``sha256=`` and 43 letters of urlsafe base64."""
+    return f"sha256={_spelled(sha256 + '00')[:43].decode()}"
 
 
 def _spelled(hexes: str) -> bytes:
@@ -211,15 +216,19 @@ def _csv_rows(text: str) -> tuple[list[str], list[str]]:
     return [row[0] for row in rows], [row[1] for row in rows]
 
 
+def _dists_listing(venv: Path, path: str) -> list[str]:
+    """The dists whose RECORDs in ``venv`` list the venv path ``path`` (two: an allowed overlap)."""
+    found: list[str] = []
+    for record in venv.glob("lib/python*/site-packages/*.dist-info/RECORD"):
+        inside = os.path.relpath(venv / path, record.parent.parent).encode("utf-8", "surrogateescape")
+        if b"\n" + inside + b"," in b"\n" + record.read_bytes():
+            found.append(canonicalize_name(record.parent.name.split("-")[0]))
+    return found
+
+
 def wheels_listing(venv: Path, lock: Lock, paths: list[str]) -> str:
     """The locked wheels whose dists' RECORDs in ``venv`` list any of ``paths`` (venv paths), by file name."""
-    dists = set()
-    for record in venv.glob("lib/python*/site-packages/*.dist-info/RECORD"):
-        listed = record.read_bytes()
-        for path in paths:
-            inside = os.path.relpath(venv / path, record.parent.parent).encode("utf-8", "surrogateescape")
-            if b"\n" + inside + b"," in b"\n" + listed:
-                dists.add(canonicalize_name(record.parent.name.split("-")[0]))
+    dists = {dist for path in paths for dist in _dists_listing(venv, path)}
     return ", ".join(p.wheels[0].filename for p in lock.packages if p.name in dists) or "the locked wheels"
 
 
@@ -230,22 +239,14 @@ def record_lies(venv: Path, lock: Lock, wheels: Mapping[str, Path], unlike: list
     import hashlib
     import zipfile
 
-    for path, given, _ in unlike:
-        site, sep, rel = path.partition("/site-packages/")
-        if not sep:
-            continue  # a script or data file: its member is under .data/, and one file decides
-        for record in venv.glob(f"{site}/site-packages/*.dist-info/RECORD"):
-            if b"\n" + rel.encode("utf-8", "surrogateescape") + b"," not in b"\n" + record.read_bytes():
-                continue
-            name = canonicalize_name(record.parent.name.split("-")[0])
-            wheel = next((wheels.get(p.wheels[0].sha256) for p in lock.packages if p.name == name), None)
-            if wheel is None:
-                return False
-            try:
-                with zipfile.ZipFile(wheel) as whl:
-                    member = whl.read(rel)
-            except (OSError, KeyError, zipfile.BadZipFile):
-                return False  # not to be told from here: the cache is cleared, as for an edit
-            return f"sha256={_spelled(hashlib.sha256(member).hexdigest() + '00')[:43].decode()}" not in given
+    path, given, _ = next((u for u in unlike if "/site-packages/" in u[0]), ("", "", ""))
+    dists = _dists_listing(venv, path) if path else []  # a script or data file: its member is under .data/
+    wheel = next((wheels.get(p.wheels[0].sha256) for p in lock.packages if dists and p.name == dists[0]), None)
+    if wheel is None:
         return False
-    return False
+    try:
+        with zipfile.ZipFile(wheel) as whl:
+            member = whl.read(path.partition("/site-packages/")[2])
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return False  # not to be told from here: the cache is cleared, as for an edit
+    return _record_hash(hashlib.sha256(member).hexdigest()) not in given

@@ -22,6 +22,7 @@ from envlock.errors import SourceTreeError, redact
 from envlock.model.lockfile import canonicalize_name, reach
 from envlock.store.home import file_sha256
 from envlock.store.trees import tree_digest
+from envlock.urlcheck import is_file_url
 from envlock.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ def _not_from_spec(spec: EnvSpec, lock: Lock, pkg: LockedPackage, urls: Mapping[
                 f"({redact(spec.indexes[index].url)})"]
     if art.url is None:
         return [f"{where}, a path, but a wheel of index {pkg.index} is the URL it lists"]
-    if urlsplit(art.url).scheme.lower() == "file" and not _in_folder(pkg.index, art.url):  # FILE: is file:
+    if is_file_url(art.url) and not _in_folder(pkg.index, art.url):
         return [f"{art.url} is a file on this machine, not a file of index {pkg.index}"]
     return []
 
@@ -158,7 +159,7 @@ def _in_folder(index: str, url: str) -> bool:
     the fetch reads it: its path unquoted (``%2e%2e`` is ``..``), and no ``.`` or ``..`` part in it,
     which a folder's symbolic link could take anywhere (an index lists its files by their names)."""
     folder, file = urlsplit(index), urlsplit(url)
-    if folder.scheme.lower() != "file" or {folder.netloc, file.netloc} - {"", "localhost"}:
+    if folder.scheme != "file" or {folder.netloc, file.netloc} - {"", "localhost"}:
         return False  # another host's files: a share mounted here is named by its path
     parts = unquote(file.path).split("/")
     return (not {".", ".."} & set(parts)
